@@ -1,0 +1,25 @@
+"""`gputopo-scheduler`: dispatch to `run` (against a cluster) or `simulate` (in memory)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from agent.cli import dispatch
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("scheduler.run_cmd", "the secondary scheduler against a cluster"),
+    "simulate": ("scheduler.sim.simulate_cmd", "replay a workload on a simulated cluster"),
+}
+
+USAGE = "usage: gputopo-scheduler {run,simulate} [--help] ...\n" + "".join(
+    f"  {name:<10} {text}\n" for name, (_, text) in SUBCOMMANDS.items()
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch("gputopo-scheduler", SUBCOMMANDS, USAGE, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code (proto/generate.sh); do not edit."""

@@ -1,0 +1,35 @@
+"""Errors raised by the device-plugin package.
+
+PluginError
+├── ResourceError              the inventory cannot be advertised under the configured strategy
+├── RequestError               a kubelet request refused as a whole (names the ID and the reason)
+│   ├── InvalidRequestError      unknown or duplicate IDs, too many replicas -> INVALID_ARGUMENT
+│   └── DeviceUnavailableError   unhealthy device, no CDI spec names it      -> FAILED_PRECONDITION
+└── RegistrationError          the kubelet refused or did not answer Register
+"""
+
+from __future__ import annotations
+
+
+class PluginError(Exception):
+    """Root of the device plugin's errors."""
+
+
+class ResourceError(PluginError):
+    """The node's GPUs cannot be advertised as configured (e.g. `single`, mixed profiles)."""
+
+
+class RequestError(PluginError):
+    """A request from the kubelet that is refused as a whole; nothing of it is applied."""
+
+
+class InvalidRequestError(RequestError):
+    """The request itself is wrong: an unknown or duplicate ID, or more replicas than allowed."""
+
+
+class DeviceUnavailableError(RequestError):
+    """The request is well formed but a device cannot be handed out now."""
+
+
+class RegistrationError(PluginError):
+    """Registering with the kubelet failed."""

@@ -1,0 +1,115 @@
+"""What the device plugin is told to do: plain frozen values, built by `agent.config`.
+
+Pure (stdlib only), so the agent's config loader, the plugin and the tests share one definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+"""Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
+
+DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+
+class MigStrategy(StrEnum):
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+class DeviceListStrategy(StrEnum):
+    ENVVAR = "envvar"
+    VOLUME_MOUNTS = "volume-mounts"
+    CDI_CRI = "cdi-cri"
+
+
+class DeviceIdStrategy(StrEnum):
+    """What NVIDIA_VISIBLE_DEVICES lists: UUIDs (default) or indices (`<gpu>` / `<gpu>:<mig>`)."""
+
+    UUID = "uuid"
+    INDEX = "index"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedResource:
+    """One `sharing.timeSlicing.resources[]` entry of NVIDIA's config file."""
+
+    name: str  # resource to replicate, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb
+    replicas: int
+    rename: str | None = None  # advertised name; a bare tail gets the `nvidia.com/` domain
+    devices: int | tuple[str, ...] | None = None  # None = all; N = the first N; else indices/UUIDs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeSlicing:
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+    resources: tuple[SharedResource, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidPolicy:
+    """Which Xids affect health, from NVIDIA's `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`.
+
+    An Xid is ignored when health checks are disabled (`all`/`xids`) or it is in `ignored`
+    (defaults plus extras), unless it is force-enabled (`enabled`, or `enable_all`).
+    """
+
+    disabled: bool = False
+    ignored: frozenset[int] = DEFAULT_IGNORED_XIDS
+    enabled: frozenset[int] = frozenset()
+    enable_all: bool = False
+
+    def ignores(self, xid: int) -> bool:
+        if self.enable_all or xid in self.enabled:
+            return False
+        return self.disabled or xid in self.ignored
+
+    @classmethod
+    def from_env(cls, disable: str | None, enable: str | None) -> XidPolicy:
+        """Parse the two variables; ValueError names the variable and the bad entry."""
+        disabled, extra = _parse_xid_list("DP_DISABLE_HEALTHCHECKS", disable, ("all", "xids"))
+        enable_all, enabled = _parse_xid_list("DP_ENABLE_HEALTHCHECKS", enable, ("all",))
+        return cls(
+            disabled=disabled,
+            ignored=DEFAULT_IGNORED_XIDS | extra,
+            enabled=enabled,
+            enable_all=enable_all,
+        )
+
+
+def _parse_xid_list(
+    variable: str, text: str | None, words: Iterable[str]
+) -> tuple[bool, frozenset[int]]:
+    """(a keyword like `all` was present, the Xid numbers listed)."""
+    keyword, xids = False, set()
+    for part in filter(None, (p.strip().lower() for p in (text or "").split(","))):
+        if part in words:
+            keyword = True
+        elif part.isdigit():
+            xids.add(int(part))
+        else:
+            raise ValueError(f"{variable}: {part!r} is not an Xid number or one of {sorted(words)}")
+    return keyword, frozenset(xids)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginSettings:
+    """Everything the device plugin needs from the agent's configuration."""
+
+    device_plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    mig_strategy: MigStrategy = MigStrategy.MIXED
+    device_list_strategies: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
+    device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
+    pass_device_specs: bool = False
+    cdi_spec_dirs: tuple[Path, ...] = DEFAULT_CDI_SPEC_DIRS
+    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    xid_policy: XidPolicy = field(default_factory=XidPolicy)
+    health_quiet_period_s: float = 60.0
+    health_recheck_interval_s: float = 5.0
+    rescan_interval_s: float = 10.0

@@ -7,7 +7,8 @@
     │   ├── NvmlUnavailable  no driver / library on this machine
     │   ├── NvmlNotSupported the call is not supported on this device (usually turned into absence)
     │   └── GpuLost          the GPU fell off the bus or needs a reset
-    └── PublishError         writing to the Kubernetes API failed
+    ├── PublishError         writing to the Kubernetes API failed
+    └── TopologyDecodeError  a NodeResourceTopology object that gputopo cannot read (node, field)
 """
 
 from __future__ import annotations
@@ -45,3 +46,13 @@ class GpuLost(NvmlError):
 
 class PublishError(AgentError):
     """Writing the NodeResourceTopology or node labels failed."""
+
+
+class TopologyDecodeError(AgentError):
+    """A bad or foreign NodeResourceTopology object; names the node and the field."""
+
+    def __init__(self, node: str, field: str, reason: str) -> None:
+        super().__init__(f"NodeResourceTopology {node or '(unnamed)'}: {field}: {reason}")
+        self.node = node
+        self.field = field
+        self.reason = reason

@@ -1,0 +1,209 @@
+"""Filters for one pod on one node (DESIGN §7), in the stock scheduler's order and words.
+
+Order: unschedulable, taints, node affinity/selector, resources, GPU model, devices (which GPUs /
+MIG devices) with NUMA alignment. The first failing stage gives the node's reasons (resources may
+give several, one per short resource, as NodeResourcesFit does). Reasons are the stock
+scheduler's strings where one exists, so the runtime can aggregate them into
+"0/12 nodes are available: 4 node(s) had untolerated taint {...}, 8 Insufficient nvidia.com/gpu."
+
+Device choice (what the kubelet will hand out, since its GetPreferredAllocation is `select_gpus`):
+whole GPUs by `select_gpus` over the free GPUs; a GPU share on the fullest GPU that still fits
+(lowest index on ties); MIG devices by `pack_shared`. Under `single-numa-node` the NUMA node is the
+lowest id where everything fits (the kubelet's choice); GPUs with an unknown NUMA node fit any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
+from .request import CPU, MEMORY, PODS, Effect, PodRequest, Taint, mig_resource
+from .topology import SharedSlot, pack_shared
+
+__all__ = [
+    "REASON_AFFINITY",
+    "REASON_GPU_MODEL",
+    "REASON_NUMA",
+    "REASON_TOO_MANY_PODS",
+    "REASON_UNSCHEDULABLE",
+    "NodeFit",
+    "choose_devices",
+    "filter_node",
+    "insufficient",
+    "untolerated",
+]
+
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_TOO_MANY_PODS = "Too many pods"
+REASON_GPU_MODEL = "node(s) didn't match Pod's GPU model"
+REASON_NUMA = "node(s) cannot align the pod to one NUMA node (single-numa-node)"
+UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", effect=Effect.NO_SCHEDULE)
+
+
+def insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+def untolerated(taint: Taint) -> str:
+    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """A node's verdict for a pod: an assignment when it fits, else the reasons (never both)."""
+
+    assignment: Assignment | None
+    reasons: tuple[str, ...] = ()
+
+
+def filter_node(pod: PodRequest, node: NodeState) -> NodeFit:
+    """Run every filter; on success the assignment names the devices the pod would get."""
+    reasons = _static_reasons(pod, node) or _resource_reasons(pod, node)
+    if reasons:
+        return NodeFit(None, reasons)
+    if pod.gpu_models and node.labels.get(GPU_PRODUCT_LABEL) not in pod.gpu_models:
+        return NodeFit(None, (REASON_GPU_MODEL,))
+    return _device_fit(pod, node)
+
+
+def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
+    """Unschedulable, taints, affinity: what does not depend on the node's load."""
+    if node.unschedulable and not any(t.tolerates(UNSCHEDULABLE_TAINT) for t in pod.tolerations):
+        return (REASON_UNSCHEDULABLE,)
+    for taint in node.taints:
+        if taint.effect is Effect.PREFER_NO_SCHEDULE:
+            continue
+        if not any(t.tolerates(taint) for t in pod.tolerations):
+            return (untolerated(taint),)
+    labels = node.labels
+    if any(labels.get(k) != v for k, v in pod.node_selector.items()):
+        return (REASON_AFFINITY,)
+    if pod.affinity and not any(term.matches(labels) for term in pod.affinity):
+        return (REASON_AFFINITY,)
+    return ()
+
+
+def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
+    alloc, used = node.allocatable, node.requested
+    out = []
+    for name, qty in pod.vector:
+        if alloc.get(name, 0) - used.get(name, 0) < qty:
+            out.append(REASON_TOO_MANY_PODS if name == PODS else insufficient(name))
+    return tuple(out)
+
+
+def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
+    if choose_devices(pod, node, None) is None:
+        return NodeFit(None, (_device_reason(pod),))
+    if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
+        return NodeFit(choose_devices(pod, node, None))
+    numa_known = node.numa_free is not None and pod.guaranteed
+    if not pod.wants_gpu and not numa_known:
+        return NodeFit(Assignment(node=node.name))
+    for numa in _numa_ids(node):
+        if numa_known and not _numa_has_room(pod, node, numa):
+            continue
+        assignment = choose_devices(pod, node, numa)
+        if assignment is not None:
+            return NodeFit(assignment)
+    return NodeFit(None, (REASON_NUMA,))
+
+
+def _device_reason(pod: PodRequest) -> str:
+    if pod.gpus or pod.gpu_milli:
+        return insufficient("nvidia.com/gpu")
+    profile = sorted(p for p, n in pod.mig.items() if n > 0)[0]
+    return insufficient(mig_resource(profile))
+
+
+def _numa_ids(node: NodeState) -> list[int]:
+    ids = {n for n in node.gpu_numa if n is not None}
+    if node.numa_free is not None:
+        ids.update(node.numa_free)
+    return sorted(ids) or [0]
+
+
+def _numa_has_room(pod: PodRequest, node: NodeState, numa: int) -> bool:
+    zone = (node.numa_free or {}).get(numa)
+    if zone is None:
+        return False
+    return zone.get(CPU, 0) >= pod.cpu_milli and zone.get(MEMORY, 0) >= pod.memory
+
+
+def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assignment | None:
+    """The devices `pod` would get on `node` (only NUMA node `numa` unless None), or None."""
+
+    def on_numa(g: int) -> bool:
+        return numa is None or node.gpu_numa[g] is None or node.gpu_numa[g] == numa
+
+    gpus: tuple[int, ...] = ()
+    if pod.gpus:
+        free = [g for g in node.free_whole_gpus() if on_numa(g)]
+        picked = _pick_whole(node, free, pod.gpus)
+        if picked is None:
+            return None
+        gpus = picked
+    share = None
+    if pod.gpu_milli:
+        share_gpu = _pick_share(node, pod.gpu_milli, on_numa)
+        if share_gpu is None:
+            return None
+        share = (share_gpu, pod.gpu_milli)
+    mig: tuple[tuple[int, str], ...] = ()
+    if pod.mig:
+        picked_mig = _pick_mig(node, pod, [g for g in range(node.gpu_count) if on_numa(g)])
+        if picked_mig is None:
+            return None
+        mig = picked_mig
+    return Assignment(node=node.name, gpus=gpus, share=share, mig=mig, numa=numa)
+
+
+def _pick_whole(node: NodeState, free: Sequence[int], count: int) -> tuple[int, ...] | None:
+    if len(free) < count:
+        return None
+    if node.selector is None:
+        return tuple(free[:count])
+    return node.selector.select(free, (), count)
+
+
+def _pick_share(node: NodeState, milli: int, on_numa: Callable[[int], bool]) -> int | None:
+    """The fitting GPU with the least free share (pack), lowest index on ties."""
+    best: int | None = None
+    for g, free in enumerate(node.gpu_free):
+        if node.gpu_mig[g] or free < milli or not on_numa(g):
+            continue
+        if best is None or free < node.gpu_free[best]:
+            best = g
+    return best
+
+
+def _pick_mig(
+    node: NodeState, pod: PodRequest, gpus: Iterable[int]
+) -> tuple[tuple[int, str], ...] | None:
+    used = node.used_gpu_indices()
+    out: list[tuple[int, str]] = []
+    for profile in sorted(pod.mig):
+        count = pod.mig[profile]
+        if count <= 0:
+            continue
+        slots = [
+            SharedSlot(f"{g}/{k}", g, node.gpu_numa[g])
+            for g in gpus
+            for k in range(node.mig_free[g].get(profile, 0))
+        ]
+        picked = pack_shared(slots, (), count, used | {g for g, _ in out})
+        if not picked:
+            return None
+        out.extend((int(slot_id.split("/")[0]), profile) for slot_id in picked)
+    return tuple(sorted(out))
+
+
+def free_gpu_milli(node: NodeState) -> int:
+    """Free milli-GPU over the node's non-MIG GPUs."""
+    return (
+        sum(free for g, free in enumerate(node.gpu_free) if not node.gpu_mig[g])
+        if node.gpu_count
+        else 0
+    )

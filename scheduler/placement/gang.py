@@ -1,0 +1,167 @@
+"""Gang placement: every member of a pod group fits on one snapshot, or none is placed (DESIGN §7).
+
+Members are placed one by one with `pick`, each charged to the snapshot so the next one sees it,
+largest first (whole GPUs, then GPU share and MIG devices, then cpu, memory, key). Whatever the
+outcome, every charge is undone before returning: the snapshot is left exactly as it was, and the
+caller assumes the returned assignments itself.
+
+Topology domains: the nodes sharing one value of a node label (`gputopo.io/rack`, ...). With a
+`required` constraint the gang must fit inside one domain; with `preferred` it tries each domain
+and then the whole cluster. Domains are tried tightest first: the fewest free milli-GPU that still
+covers the gang's GPU demand, then the label value. Nodes without the label belong to no domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .filters import free_gpu_milli
+from .node import Assignment
+from .pick import Decision, pick
+from .request import PodRequest
+from .scores import Scoring
+from .snapshot import Snapshot
+
+__all__ = ["GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
+
+_NO_ASSIGNMENTS: Mapping[str, Assignment] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyConstraint:
+    """Keep the gang inside one domain of node label `label`; `required` or only preferred."""
+
+    label: str
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GangPlacement:
+    """All members' assignments (pod key -> assignment) when `ok`; else why not.
+
+    `failed`: the decision of the first member that did not fit (its `message()` is the reason a
+    pending member shows), None when the gang failed before placing (minResources, no domain).
+    """
+
+    ok: bool
+    assignments: Mapping[str, Assignment] = field(default_factory=lambda: _NO_ASSIGNMENTS)
+    domain: str | None = None
+    reason: str = ""
+    failed: Decision | None = None
+
+
+def place_gang(
+    pods: Sequence[PodRequest],
+    snapshot: Snapshot,
+    scoring: Scoring,
+    *,
+    topology: TopologyConstraint | None = None,
+    min_resources: Mapping[str, int] | None = None,
+) -> GangPlacement:
+    """Place every pod of `pods` or none; `snapshot` is unchanged on return.
+
+    `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
+    else the gang fails with `Insufficient <resource> for the pod group's minResources`.
+    """
+    short = _short_of(snapshot.free_totals(), min_resources or {})
+    if short:
+        return GangPlacement(
+            ok=False, reason=f"Insufficient {short} for the pod group's minResources"
+        )
+    ordered = sorted(pods, key=_size_key)
+    if topology is None:
+        return _place_in(ordered, snapshot, scoring, None, None)
+    domains = _ordered_domains(snapshot, topology.label, ordered)
+    last: GangPlacement | None = None
+    for value, names in domains:
+        result = _place_in(ordered, snapshot, scoring, names, value)
+        if result.ok:
+            return result
+        last = last or result
+    if not topology.required:
+        return _place_in(ordered, snapshot, scoring, None, None)
+    if last is None:
+        return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
+    return GangPlacement(
+        ok=False,
+        reason=f"no {topology.label} domain fits the whole pod group",
+        failed=last.failed,
+    )
+
+
+def _place_in(
+    ordered: Sequence[PodRequest],
+    snapshot: Snapshot,
+    scoring: Scoring,
+    allowed: frozenset[str] | None,
+    domain: str | None,
+) -> GangPlacement:
+    placed: list[tuple[PodRequest, Assignment]] = []
+    previous = _previously_assumed(snapshot, ordered)
+    try:
+        for pod, _assignment in previous:
+            snapshot.forget(pod.key)
+        for pod in ordered:
+            decision = pick(pod, snapshot, scoring, allowed=allowed)
+            if decision.assignment is None:
+                return GangPlacement(
+                    ok=False, reason=decision.message(), failed=decision, domain=domain
+                )
+            snapshot.assume(pod, decision.assignment)
+            placed.append((pod, decision.assignment))
+    finally:
+        for pod, _assignment in reversed(placed):
+            snapshot.forget(pod.key)
+        for pod, assignment in previous:
+            snapshot.assume(pod, assignment)
+    return GangPlacement(ok=True, assignments={p.key: a for p, a in placed}, domain=domain)
+
+
+def _previously_assumed(
+    snapshot: Snapshot, pods: Sequence[PodRequest]
+) -> list[tuple[PodRequest, Assignment]]:
+    """Members already assumed somewhere (a re-placement): restored after the attempt."""
+    out = []
+    for pod in pods:
+        name = snapshot.node_of(pod.key)
+        if name is not None:
+            out.append(snapshot.node(name).pods[pod.key])
+    return out
+
+
+def topology_domains(snapshot: Snapshot, label: str) -> dict[str, frozenset[str]]:
+    """Label value -> node names, for the nodes that carry `label`."""
+    groups: dict[str, set[str]] = {}
+    for name, node in snapshot.nodes.items():
+        value = node.labels.get(label)
+        if value is not None:
+            groups.setdefault(value, set()).add(name)
+    return {value: frozenset(names) for value, names in groups.items()}
+
+
+def _ordered_domains(
+    snapshot: Snapshot, label: str, pods: Sequence[PodRequest]
+) -> list[tuple[str, frozenset[str]]]:
+    """Domains with enough free milli-GPU for the gang, tightest first, then by label value."""
+    demand = sum(p.gpu_milli_total for p in pods)
+    ranked = []
+    for value, names in topology_domains(snapshot, label).items():
+        free = sum(free_gpu_milli(snapshot.node(n)) for n in names)
+        if free >= demand:
+            ranked.append((free, value, names))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return [(value, names) for _free, value, names in ranked]
+
+
+def _short_of(free: Mapping[str, int], want: Mapping[str, int]) -> str | None:
+    for resource in sorted(want):
+        if free.get(resource, 0) < want[resource]:
+            return resource
+    return None
+
+
+def _size_key(pod: PodRequest) -> tuple[int, int, int, int, str]:
+    mig = sum(pod.mig.values())
+    return (-pod.gpus, -(pod.gpu_milli + mig), -pod.cpu_milli, -pod.memory, pod.key)

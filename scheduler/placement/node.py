@@ -1,0 +1,224 @@
+"""One node as placement sees it: labels, taints, capacity, and which GPUs and MIG devices are free.
+
+`NodeState` is mutable: `add_pod` / `remove_pod` (assume / forget) cost O(the pod's request).
+Free capacity is `allocatable - requested`, where `requested` sums every non-terminal pod bound or
+assumed on the node, whichever scheduler placed it. The per-GPU view (free milli-GPU per GPU, free
+MIG devices per GPU and profile) says *which* devices are free; an `Assignment` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agent.model import MILLI_PER_GPU, LinkMatrix, MigMode, NodeInventory
+
+from .request import CPU, MEMORY, PodRequest, Taint
+from .topology import GpuSelector
+
+__all__ = ["GPU_PRODUCT_LABEL", "Assignment", "NodeState", "TopologyPolicy"]
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+class TopologyPolicy(StrEnum):
+    """The kubelet's topology manager policy on the node."""
+
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assignment:
+    """Where one pod goes and which devices it gets there.
+
+    `gpus`: whole GPUs (indices, ascending). `share`: (GPU index, milli) for a `gpu_milli` pod.
+    `mig`: one (GPU index, profile) per MIG device. `numa`: the NUMA node charged with the pod's cpu
+    and memory under `single-numa-node` (None otherwise).
+    """
+
+    node: str
+    gpus: tuple[int, ...] = ()
+    share: tuple[int, int] | None = None
+    mig: tuple[tuple[int, str], ...] = ()
+    numa: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class NodeState:
+    """Mutable state of one node. Build with `from_inventory` or the plain constructor.
+
+    Per GPU (index order): `gpu_numa`, `gpu_free` (milli-GPU free; 0 for a MIG-enabled GPU, whose
+    capacity is its MIG devices), `gpu_mig` (MIG enabled), `mig_free` (profile -> free devices).
+    `numa_free` (NUMA id -> {"cpu": milli, "memory": bytes}) is None when unknown.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    allocatable: dict[str, int] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    gpu_numa: tuple[int | None, ...] = ()
+    gpu_free: list[int] = field(default_factory=list)
+    gpu_mig: tuple[bool, ...] = ()
+    mig_free: list[dict[str, int]] = field(default_factory=list)
+    links: LinkMatrix | None = None
+    topology_policy: TopologyPolicy = TopologyPolicy.NONE
+    numa_free: dict[int, dict[str, int]] | None = None
+    pods: dict[str, tuple[PodRequest, Assignment]] = field(default_factory=dict)
+    selector: GpuSelector | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.gpu_numa)
+        if not self.gpu_free:
+            self.gpu_free = [MILLI_PER_GPU] * n
+        if not self.gpu_mig:
+            self.gpu_mig = (False,) * n
+        if not self.mig_free:
+            self.mig_free = [{} for _ in range(n)]
+        lengths = {len(self.gpu_free), len(self.gpu_mig), len(self.mig_free)}
+        if lengths != {n} or (self.links is not None and self.links.size != n):
+            raise ValueError(f"node {self.name}: per-GPU fields disagree on the GPU count {n}")
+        if self.selector is None and self.links is not None:
+            self.selector = GpuSelector(self.links, self.gpu_numa)
+
+    @classmethod
+    def from_inventory(
+        cls,
+        name: str,
+        inventory: NodeInventory,
+        *,
+        allocatable: Mapping[str, int],
+        labels: Mapping[str, str] | None = None,
+        taints: Sequence[Taint] = (),
+        topology_policy: TopologyPolicy = TopologyPolicy.NONE,
+        numa_free: Mapping[int, Mapping[str, int]] | None = None,
+        selector: GpuSelector | None = None,
+    ) -> NodeState:
+        """A node with every GPU and MIG device of `inventory` free; `selector` may be shared."""
+        mig_free: list[dict[str, int]] = []
+        for gpu in inventory.gpus:
+            counts: dict[str, int] = {}
+            for mig in gpu.mig_devices:
+                counts[mig.profile] = counts.get(mig.profile, 0) + 1
+            mig_free.append(counts)
+        is_mig = tuple(g.mig_mode is MigMode.ENABLED for g in inventory.gpus)
+        return cls(
+            name=name,
+            labels=dict(labels or {}),
+            taints=tuple(taints),
+            allocatable=dict(allocatable),
+            gpu_numa=tuple(g.numa_node for g in inventory.gpus),
+            gpu_free=[0 if m else MILLI_PER_GPU for m in is_mig],
+            gpu_mig=is_mig,
+            mig_free=mig_free,
+            links=inventory.links,
+            topology_policy=topology_policy,
+            numa_free=None if numa_free is None else {k: dict(v) for k, v in numa_free.items()},
+            selector=selector,
+        )
+
+    def clone(self) -> NodeState:
+        """An independent copy (the link matrix and selector are shared: both are read-only)."""
+        return NodeState(
+            name=self.name,
+            labels=self.labels,
+            taints=self.taints,
+            unschedulable=self.unschedulable,
+            allocatable=self.allocatable,
+            requested=dict(self.requested),
+            gpu_numa=self.gpu_numa,
+            gpu_free=list(self.gpu_free),
+            gpu_mig=self.gpu_mig,
+            mig_free=[dict(m) for m in self.mig_free],
+            links=self.links,
+            topology_policy=self.topology_policy,
+            numa_free=None
+            if self.numa_free is None
+            else {k: dict(v) for k, v in self.numa_free.items()},
+            pods=dict(self.pods),
+            selector=self.selector,
+        )
+
+    # -- derived views ---------------------------------------------------------------------
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_numa)
+
+    def free(self, resource: str) -> int:
+        return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
+
+    def free_whole_gpus(self) -> list[int]:
+        """Indices of GPUs with nothing on them (MIG-enabled GPUs excluded)."""
+        return [
+            g
+            for g, free in enumerate(self.gpu_free)
+            if free == MILLI_PER_GPU and not self.gpu_mig[g]
+        ]
+
+    def gpu_used(self) -> bool:
+        """True when any GPU share or MIG device is taken (binpack's "node already open")."""
+        for g, free in enumerate(self.gpu_free):
+            if not self.gpu_mig[g] and free < MILLI_PER_GPU:
+                return True
+        return any(
+            req > 0 for name, req in self.requested.items() if name.startswith("nvidia.com/mig-")
+        )
+
+    def gpu_capacity_milli(self) -> int:
+        """Milli-GPU capacity of the non-MIG GPUs."""
+        return MILLI_PER_GPU * sum(1 for m in self.gpu_mig if not m)
+
+    def gpu_used_milli(self) -> int:
+        return sum(
+            MILLI_PER_GPU - free for g, free in enumerate(self.gpu_free) if not self.gpu_mig[g]
+        )
+
+    def used_gpu_indices(self) -> set[int]:
+        """GPUs that carry any share or MIG device in use."""
+        used = {
+            g
+            for g, free in enumerate(self.gpu_free)
+            if not self.gpu_mig[g] and free < MILLI_PER_GPU
+        }
+        for _req, assignment in self.pods.values():
+            used.update(g for g, _profile in assignment.mig)
+        return used
+
+    # -- assume / forget -------------------------------------------------------------------
+    def add_pod(self, pod: PodRequest, assignment: Assignment) -> None:
+        """Charge `pod` with `assignment` (assume). Re-adding a known key replaces it."""
+        if pod.key in self.pods:
+            self.remove_pod(pod.key)
+        self._charge(pod, assignment, 1)
+        self.pods[pod.key] = (pod, assignment)
+
+    def remove_pod(self, key: str) -> tuple[PodRequest, Assignment] | None:
+        """Undo `add_pod` (forget); returns what was removed, or None if the key is unknown."""
+        entry = self.pods.pop(key, None)
+        if entry is not None:
+            self._charge(entry[0], entry[1], -1)
+        return entry
+
+    def _charge(self, pod: PodRequest, assignment: Assignment, sign: int) -> None:
+        for name, qty in pod.vector:
+            self.requested[name] = self.requested.get(name, 0) + sign * qty
+        for g in assignment.gpus:
+            self.gpu_free[g] -= sign * MILLI_PER_GPU
+        if assignment.share is not None:
+            g, milli = assignment.share
+            self.gpu_free[g] -= sign * milli
+        for g, profile in assignment.mig:
+            self.mig_free[g][profile] = self.mig_free[g].get(profile, 0) - sign
+        if (
+            assignment.numa is not None
+            and self.numa_free is not None
+            and assignment.numa in self.numa_free
+        ):
+            zone = self.numa_free[assignment.numa]
+            zone[CPU] = zone.get(CPU, 0) - sign * pod.cpu_milli
+            zone[MEMORY] = zone.get(MEMORY, 0) - sign * pod.memory

@@ -1,0 +1,192 @@
+"""What one pod asks for, as placement sees it (built by the scheduler runtime or the simulator).
+
+Quantities are integers in canonical units: cpu in millicores, memory, ephemeral storage and
+hugepages in bytes, extended resources in counts. Resource totals are the pod's effective request
+(max of init containers, sidecars, overhead), computed by the caller as the stock scheduler does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU
+
+__all__ = [
+    "CPU",
+    "EPHEMERAL_STORAGE",
+    "MEMORY",
+    "PODS",
+    "Effect",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "Operator",
+    "PodRequest",
+    "Taint",
+    "Toleration",
+    "mig_resource",
+]
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+_EMPTY_STR: Mapping[str, str] = MappingProxyType({})
+
+
+def mig_resource(profile: str) -> str:
+    """`1g.10gb` (or `1g.10gb+me`) -> `nvidia.com/mig-1g.10gb` (`.me`)."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+class Operator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+
+
+class Effect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSelectorRequirement:
+    """One `matchExpressions` entry of a required node affinity term."""
+
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator is Operator.EXISTS:
+            return value is not None
+        if self.operator is Operator.DOES_NOT_EXIST:
+            return value is None
+        if self.operator is Operator.IN:
+            return value is not None and value in self.values
+        if self.operator is Operator.NOT_IN:
+            return value is None or value not in self.values
+        return _compare_int(value, self.values, self.operator)
+
+
+def _compare_int(value: str | None, values: tuple[str, ...], op: Operator) -> bool:
+    """Gt/Lt: exactly one integer value; a missing or non-integer label does not match."""
+    if value is None or len(values) != 1:
+        return False
+    try:
+        have, want = int(value), int(values[0])
+    except ValueError:
+        return False
+    return have > want if op is Operator.GT else have < want
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSelectorTerm:
+    """Requirements of a term are ANDed; a pod's terms are ORed. An empty term matches nothing."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return bool(self.match_expressions) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: Effect = Effect.NO_SCHEDULE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toleration:
+    """`operator` is `Equal` (default) or `Exists`; empty key with `Exists` tolerates everything."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: Effect | None = None  # None tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return bool(self.key) and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodRequest:
+    """One pod's request and constraints.
+
+    `gpus` are whole GPUs (`nvidia.com/gpu`); `gpu_milli` (1..999) is a share of one GPU, the
+    simulator's model of time-slicing, and does not count against `nvidia.com/gpu`. `mig` maps a
+    MIG profile (`1g.10gb`, `1g.10gb+me`) to a count of devices. `gpu_models` lists the allowed
+    values of the node label `nvidia.com/gpu.product` (empty: any). `guaranteed` marks a Guaranteed
+    QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
+    feature the scheduler does not implement; such a pod is never placed.
+    """
+
+    key: str
+    cpu_milli: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    hugepages: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # "hugepages-2Mi" -> bytes
+    extended: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # other extended resources
+    gpus: int = 0
+    gpu_milli: int = 0
+    mig: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    node_selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY_STR)
+    affinity: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    gpu_models: frozenset[str] = frozenset()
+    priority: int = 0
+    guaranteed: bool = False
+    unsupported: str | None = None
+    pod_group: str | None = None
+    vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.gpus < 0 or self.gpu_milli < 0 or any(v < 0 for v in self.mig.values()):
+            problems.append("GPU counts must be >= 0")
+        if self.gpu_milli >= MILLI_PER_GPU:
+            problems.append(f"gpu_milli must be < {MILLI_PER_GPU} (use gpus for whole GPUs)")
+        if self.gpus and self.gpu_milli:
+            problems.append("gpus and gpu_milli are exclusive")
+        if problems:
+            raise ValueError(f"pod {self.key}: " + "; ".join(problems))
+        object.__setattr__(self, "vector", self._resource_vector())
+
+    def _resource_vector(self) -> tuple[tuple[str, int], ...]:
+        items: dict[str, int] = {PODS: 1, CPU: self.cpu_milli, MEMORY: self.memory}
+        items[EPHEMERAL_STORAGE] = self.ephemeral_storage
+        items.update(self.hugepages)
+        items.update(self.extended)
+        items[GPU_RESOURCE] = self.gpus
+        for profile, count in self.mig.items():
+            items[mig_resource(profile)] = count
+        return tuple((name, qty) for name, qty in items.items() if qty > 0)
+
+    @property
+    def wants_gpu(self) -> bool:
+        """True when the pod asks for any GPU: whole, share or MIG."""
+        return bool(self.gpus or self.gpu_milli or any(self.mig.values()))
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """Whole GPUs and the share, in milli-GPU (MIG devices not included)."""
+        return self.gpus * MILLI_PER_GPU + self.gpu_milli

@@ -1,0 +1,172 @@
+"""Scores for one pod on one feasible node, each in 0..100, combined as a weighted sum (DESIGN §7).
+
+A score function is `(pod, node, assignment) -> float`, evaluated on the node *before* the pod is
+added. `Scoring` is the pluggable list of weighted score functions plus the node-ranking rules;
+the config file names functions from `SCORE_FUNCTIONS`. Ranking of feasible nodes, in order:
+
+1. with `prefer_used_nodes`, for a GPU pod, a node whose GPUs are already partly in use beats an
+   idle one (binpack never opens a new node while a used one fits);
+2. the highest weighted sum;
+3. the lowest node name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from agent.model import MILLI_PER_GPU
+
+from .node import Assignment, NodeState
+from .request import CPU, MEMORY, PodRequest
+
+__all__ = [
+    "SCORE_FUNCTIONS",
+    "ScoreFn",
+    "Scoring",
+    "WeightedScore",
+    "binpack_score",
+    "default_scoring",
+    "gpu_avoidance_score",
+    "spread_score",
+    "topology_score",
+]
+
+ScoreFn = Callable[[PodRequest, NodeState, Assignment], float]
+MAX_SCORE = 100.0
+
+
+def binpack_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """GPU pods: the share of the node's GPU capacity in use once the pod is placed (fullest wins).
+
+    MIG devices count by compute slices out of 7 per MIG GPU. 0 for pods without GPUs.
+    """
+    if not pod.wants_gpu:
+        return 0.0
+    capacity = node.gpu_capacity_milli() + MILLI_PER_GPU * sum(node.gpu_mig)
+    if capacity == 0:
+        return 0.0
+    used = node.gpu_used_milli() + pod.gpu_milli_total
+    for g, is_mig in enumerate(node.gpu_mig):
+        if is_mig:
+            used += MILLI_PER_GPU * _mig_used_slices(node, g) // 7
+    used += sum(MILLI_PER_GPU * _slices(p) // 7 for _g, p in assignment.mig)
+    return MAX_SCORE * min(used, capacity) / capacity
+
+
+def _slices(profile: str) -> int:
+    head = profile.split("g", 1)[0]
+    return int(head) if head.isdigit() else 1
+
+
+def _mig_used_slices(node: NodeState, gpu: int) -> int:
+    return sum(_slices(p) for _req, a in node.pods.values() for g, p in a.mig if g == gpu)
+
+
+def topology_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """How close the assigned GPU set is to the best set of that size on the idle node (DESIGN §4).
+
+    100 for a set as good as the node's best; NVLinks lost cost up to 60, extra PCIe distance up
+    to 30, more than one NUMA node 10. Sets of fewer than two GPUs score 100; pods without GPUs 0.
+    """
+    if not pod.wants_gpu:
+        return 0.0
+    gpus = assignment.gpus
+    if len(gpus) < 2 or node.selector is None:
+        return MAX_SCORE
+    sel = node.selector
+    nv, pc, numa = sel.objective_of(gpus)
+    ideal = sel.select([g for g in range(node.gpu_count) if not node.gpu_mig[g]], (), len(gpus))
+    ideal_nv, ideal_pc, _ = sel.objective_of(ideal or gpus)
+    pairs = len(gpus) * (len(gpus) - 1) // 2
+    penalty = 0.0
+    if ideal_nv > 0:
+        penalty += 60.0 * max(0, ideal_nv - nv) / ideal_nv
+    penalty += 30.0 * max(0, pc - ideal_pc) / (5 * pairs)
+    if numa > 1:
+        penalty += 10.0
+    return max(0.0, MAX_SCORE - penalty)
+
+
+def spread_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """Pods without GPUs: LeastAllocated over cpu and memory (the emptiest node wins); else 0."""
+    del assignment
+    if pod.wants_gpu:
+        return 0.0
+    parts = []
+    for name, qty in ((CPU, pod.cpu_milli), (MEMORY, pod.memory)):
+        alloc = node.allocatable.get(name, 0)
+        if alloc <= 0:
+            continue
+        parts.append(max(0, alloc - node.requested.get(name, 0) - qty) * MAX_SCORE / alloc)
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+def gpu_avoidance_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """Pods without GPUs: 100 on a node without GPUs, so GPU nodes keep their cpu for GPU pods."""
+    del assignment
+    if pod.wants_gpu:
+        return 0.0
+    return 0.0 if node.gpu_count else MAX_SCORE
+
+
+SCORE_FUNCTIONS: Mapping[str, ScoreFn] = MappingProxyType(
+    {
+        "binpack": binpack_score,
+        "topology": topology_score,
+        "spread": spread_score,
+        "gpuAvoidance": gpu_avoidance_score,
+    }
+)
+"""Score functions by the name the config file uses."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScore:
+    name: str
+    weight: float
+    fn: ScoreFn
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scoring:
+    """How feasible nodes are ranked. `candidate_limit`: stop after this many feasible nodes, taken
+    in the snapshot's preference order (like kube-scheduler's percentageOfNodesToScore); 0 = all."""
+
+    scores: tuple[WeightedScore, ...] = field(default_factory=tuple)
+    prefer_used_nodes: bool = True
+    candidate_limit: int = 64
+
+    @classmethod
+    def from_weights(
+        cls,
+        weights: Mapping[str, float],
+        *,
+        prefer_used_nodes: bool = True,
+        candidate_limit: int = 64,
+    ) -> Scoring:
+        """Scores named in `SCORE_FUNCTIONS`; KeyError names an unknown one."""
+        scores = []
+        for name, weight in weights.items():
+            if name not in SCORE_FUNCTIONS:
+                raise KeyError(f"unknown score {name!r} (known: {', '.join(SCORE_FUNCTIONS)})")
+            scores.append(WeightedScore(name, float(weight), SCORE_FUNCTIONS[name]))
+        return cls(
+            scores=tuple(scores),
+            prefer_used_nodes=prefer_used_nodes,
+            candidate_limit=candidate_limit,
+        )
+
+    def total(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+        return sum(s.weight * s.fn(pod, node, assignment) for s in self.scores if s.weight)
+
+
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {"binpack": 10.0, "topology": 5.0, "spread": 1.0, "gpuAvoidance": 1.0}
+)
+
+
+def default_scoring() -> Scoring:
+    """The shipped weights (same as `scheduler/default-config.yaml`)."""
+    return Scoring.from_weights(DEFAULT_WEIGHTS)

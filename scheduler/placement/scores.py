@@ -22,6 +22,7 @@ from .node import Assignment, NodeState
 from .request import CPU, MEMORY, PodRequest
 
 __all__ = [
+    "DEFAULT_WEIGHTS",
     "SCORE_FUNCTIONS",
     "ScoreFn",
     "Scoring",

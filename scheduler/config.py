@@ -1,0 +1,201 @@
+"""The scheduler's `version: v1` config file: scoring weights, topology levels, gang defaults.
+
+`load_config(None)` returns the shipped defaults (`scheduler/default-config.yaml`); a path is read
+and validated, every problem gathered into one `ConfigError` naming the file and key paths. Keys
+left out of a file keep their default. Flags and environment variables (precedence flag > env >
+file > default) are merged by the `run` command on top of `SchedulerConfig`.
+
+```yaml
+version: v1
+schedulerName: gputopo-scheduler
+scoring: {weights: {binpack: 10, topology: 5, spread: 1, gpuAvoidance: 1},
+          preferUsedNodes: true, candidateLimit: 64}
+topologyLevels: [topology.kubernetes.io/zone, gputopo.io/rack, nvidia.com/gpu.clique]
+gang: {scheduleTimeoutSeconds: 60}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from agent.errors import ConfigError
+from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FUNCTIONS, Scoring
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "DEFAULT_TOPOLOGY_LEVELS",
+    "ConfigError",
+    "SchedulerConfig",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default-config.yaml")
+_TOP_KEYS = {
+    "version",
+    "schedulerName",
+    "scoring",
+    "topologyLevels",
+    "gang",
+    "leaderElect",
+    "leaderElectNamespace",
+    "metricsAddress",
+    "kubeconfig",
+}
+DEFAULT_TOPOLOGY_LEVELS = (
+    "topology.kubernetes.io/zone",
+    "gputopo.io/rack",
+    "nvidia.com/gpu.clique",
+)
+_SCORING_KEYS = {"weights", "preferUsedNodes", "candidateLimit"}
+_GANG_KEYS = {"scheduleTimeoutSeconds"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """The parsed file. A run option left None was not set in the file (flag/env/default decide)."""
+
+    scheduler_name: str = "gputopo-scheduler"
+    weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
+    prefer_used_nodes: bool = True
+    candidate_limit: int = 64
+    topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
+    gang_timeout_seconds: float = 60.0
+    leader_elect: bool | None = None
+    leader_elect_namespace: str | None = None
+    metrics_address: str | None = None
+    kubeconfig: str | None = None
+    source: str = "<defaults>"
+
+    def scoring(self) -> Scoring:
+        """The placement `Scoring` these settings describe."""
+        return Scoring.from_weights(
+            self.weights,
+            prefer_used_nodes=self.prefer_used_nodes,
+            candidate_limit=self.candidate_limit,
+        )
+
+
+def load_config(path: str | Path | None = None) -> SchedulerConfig:
+    """Read and validate `path` (default: the shipped `default-config.yaml`); ConfigError if bad."""
+    where = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        text = where.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{where}: cannot read the scheduler config: {exc.strerror or exc}"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    return parse_config(data, source=str(where))
+
+
+def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
+    """Validate a decoded config document; every problem in one ConfigError."""
+    errors: list[str] = []
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: the config must be a mapping with `version: v1`")
+    if data.get("version") != "v1":
+        errors.append(f"version: must be v1, got {data.get('version')!r}")
+    errors.extend(f"{key}: unknown key" for key in sorted(set(data) - _TOP_KEYS, key=str))
+    values: dict[str, Any] = {"source": source}
+    values.update(_parse_run_options(data, errors))
+    values.update(_parse_scoring(data.get("scoring"), errors))
+    levels = data.get("topologyLevels", list(DEFAULT_TOPOLOGY_LEVELS))
+    if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
+        errors.append("topologyLevels: must be a list of node label names")
+    else:
+        values["topology_levels"] = tuple(levels)
+    values.update(_parse_gang(data.get("gang"), errors))
+    if errors:
+        raise ConfigError(f"{source}: invalid scheduler config: " + "; ".join(errors))
+    return SchedulerConfig(**values)
+
+
+def _parse_run_options(data: Mapping[str, Any], errors: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, attr in (
+        ("schedulerName", "scheduler_name"),
+        ("leaderElectNamespace", "leader_elect_namespace"),
+        ("metricsAddress", "metrics_address"),
+        ("kubeconfig", "kubeconfig"),
+    ):
+        if key in data:
+            if isinstance(data[key], str) and data[key]:
+                out[attr] = data[key]
+            else:
+                errors.append(f"{key}: must be a non-empty string")
+    if "leaderElect" in data:
+        if isinstance(data["leaderElect"], bool):
+            out["leader_elect"] = data["leaderElect"]
+        else:
+            errors.append("leaderElect: must be true or false")
+    return out
+
+
+def _parse_scoring(raw: object, errors: list[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        errors.append("scoring: must be a mapping")
+        return {}
+    errors.extend(
+        f"scoring.{key}: unknown key" for key in sorted(set(raw) - _SCORING_KEYS, key=str)
+    )
+    out: dict[str, Any] = {}
+    weights = raw.get("weights")
+    if weights is not None:
+        parsed = _parse_weights(weights, errors)
+        if parsed is not None:
+            out["weights"] = MappingProxyType(parsed)
+    if "preferUsedNodes" in raw:
+        if isinstance(raw["preferUsedNodes"], bool):
+            out["prefer_used_nodes"] = raw["preferUsedNodes"]
+        else:
+            errors.append("scoring.preferUsedNodes: must be true or false")
+    if "candidateLimit" in raw:
+        limit = raw["candidateLimit"]
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+            out["candidate_limit"] = limit
+        else:
+            errors.append(f"scoring.candidateLimit: must be an integer >= 0, got {limit!r}")
+    return out
+
+
+def _parse_weights(raw: object, errors: list[str]) -> dict[str, float] | None:
+    if not isinstance(raw, Mapping):
+        errors.append("scoring.weights: must be a mapping of score name to weight")
+        return None
+    out: dict[str, float] = {}
+    for name, weight in raw.items():
+        if name not in SCORE_FUNCTIONS:
+            known = ", ".join(SCORE_FUNCTIONS)
+            errors.append(f"scoring.weights.{name}: unknown score (known: {known})")
+        elif isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            errors.append(f"scoring.weights.{name}: must be a number >= 0, got {weight!r}")
+        else:
+            out[str(name)] = float(weight)
+    return out
+
+
+def _parse_gang(raw: object, errors: list[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        errors.append("gang: must be a mapping")
+        return {}
+    errors.extend(f"gang.{key}: unknown key" for key in sorted(set(raw) - _GANG_KEYS, key=str))
+    timeout = raw.get("scheduleTimeoutSeconds", 60)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        errors.append(f"gang.scheduleTimeoutSeconds: must be a number > 0, got {timeout!r}")
+        return {}
+    return {"gang_timeout_seconds": float(timeout)}

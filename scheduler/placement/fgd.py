@@ -1,0 +1,234 @@
+"""GPU fragmentation over a typical-pod distribution, and the FGD score (Weng et al., ATC '23).
+
+A node's *fragmentation* is the GPU capacity (milli-GPU) that the next pod, drawn from the
+workload's typical-pod distribution, is expected to be unable to use:
+
+    F(node) = Σ_t p_t · f_t(node)
+
+For a typical pod t (per-GPU share `gpu_milli`, `gpus` GPUs, `cpu_milli`, allowed `models`):
+
+* t asks for no GPU, or the node's GPU model is not allowed, or t does not fit (too few GPUs with
+  `gpu_milli` free, or too little free CPU): every free milli-GPU of the node is a fragment for t;
+* t fits: the free capacity of the GPUs that each have less than t's share free is a fragment.
+
+*Fragmentation gradient descent* places a pod where F grows least: the score of a node is
+F(before) − F(after) (milli-GPU; larger is better). For a GPU share the GPU is chosen too: the one
+whose use grows F least. `paper_score` is the simulator's 0..100 form, ⌊100·σ(Δ/1000)⌋, whose
+integer truncation makes many nodes tie (the paper breaks those ties uniformly at random).
+
+The typical pods are the most frequent request shapes that together cover `coverage` (95%) of the
+workload's pods, CPU-only pods included, re-normalised to sum to 1 (the published simulator's
+defaults). Pure: no I/O, no randomness; results are memoised per node state in a `Fragmentation`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from agent.model import MILLI_PER_GPU
+
+__all__ = [
+    "Fragmentation",
+    "NodeView",
+    "PodShape",
+    "TypicalPod",
+    "paper_score",
+    "typical_pods",
+]
+
+DEFAULT_COVERAGE = 0.95
+_MEMO_LIMIT = 500_000
+
+# The published simulator keeps seven buckets (Q1 lack both, Q2 lack GPU, Q3 satisfied, Q4 lack
+# CPU, XL/XR CPU-only pod, no access) and sums all but Q3; summing per bucket keeps its float order.
+_LACK_BOTH, _LACK_GPU, _SATISFIED, _LACK_CPU, _CPU_FITS, _CPU_LACKS, _NO_ACCESS = range(7)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodShape:
+    """A pod's request as fragmentation sees it: `gpu_milli` is per GPU (1000 for whole GPUs)."""
+
+    cpu_milli: int
+    gpu_milli: int = 0
+    gpus: int = 0
+    models: tuple[str, ...] = ()  # sorted; empty = any model
+
+    @classmethod
+    def of(
+        cls, cpu_milli: int, whole_gpus: int, gpu_share: int, models: Iterable[str] = ()
+    ) -> PodShape:
+        """From a request of `whole_gpus` GPUs or a `gpu_share` (< 1000) of one GPU."""
+        allowed = tuple(sorted(set(models)))
+        if whole_gpus:
+            return cls(cpu_milli, MILLI_PER_GPU, whole_gpus, allowed)
+        if gpu_share:
+            return cls(cpu_milli, gpu_share, 1, allowed)
+        return cls(cpu_milli)
+
+    @property
+    def is_share(self) -> bool:
+        return self.gpus == 1 and 0 < self.gpu_milli < MILLI_PER_GPU
+
+    @property
+    def total_milli(self) -> int:
+        return self.gpus * self.gpu_milli
+
+    def allows(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalPod:
+    shape: PodShape
+    weight: float  # probability; the weights of a distribution sum to 1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What fragmentation depends on: the GPU model, free CPU and free milli-GPU per GPU."""
+
+    model: str
+    cpu_free: int
+    gpu_free: tuple[int, ...]
+
+    def key(self) -> tuple[str, int, tuple[int, ...]]:
+        return (self.model, self.cpu_free, tuple(sorted(self.gpu_free, reverse=True)))
+
+
+def typical_pods(
+    shapes: Iterable[PodShape], coverage: float = DEFAULT_COVERAGE
+) -> tuple[TypicalPod, ...]:
+    """The most frequent shapes covering `coverage` of the pods, weights re-normalised to 1.
+
+    Ties in frequency are ordered by the larger shape first, so the result is deterministic.
+    """
+    counts = Counter(shapes)
+    total = sum(counts.values())
+    if total == 0:
+        return ()
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    wanted = coverage * total
+    kept: list[tuple[PodShape, int]] = []
+    covered = 0
+    for shape, count in ranked:
+        if covered >= wanted:
+            break
+        kept.append((shape, count))
+        covered += count
+    share = covered / total
+    return tuple(TypicalPod(shape, (count / total) / share) for shape, count in kept)
+
+
+def paper_score(delta: float) -> int:
+    """The published simulator's FGD score: ⌊100·σ(Δ/1000)⌋ for Δ = F(before) − F(after)."""
+    x = delta / MILLI_PER_GPU
+    sigmoid = 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+    return int(sigmoid * 100)
+
+
+def _fits_gpus(gpu_free: Sequence[int], shape: PodShape) -> bool:
+    need = shape.gpus
+    for free in gpu_free:
+        if free >= shape.gpu_milli:
+            need -= 1
+            if need <= 0:
+                return True
+    return False
+
+
+def _bucket(view: NodeView, shape: PodShape, total: int) -> tuple[int, int]:
+    """(bucket, fragment milli-GPU) of one typical pod on one node."""
+    cpu_ok = view.cpu_free >= shape.cpu_milli
+    if shape.gpu_milli == 0:
+        return (_CPU_FITS if cpu_ok else _CPU_LACKS), total
+    if not shape.allows(view.model):
+        return _NO_ACCESS, total
+    if _fits_gpus(view.gpu_free, shape):
+        if not cpu_ok:
+            return _LACK_CPU, total
+        return _SATISFIED, sum(f for f in view.gpu_free if f < shape.gpu_milli)
+    return (_LACK_GPU if cpu_ok else _LACK_BOTH), total
+
+
+class Fragmentation:
+    """F(node) and the FGD gradient under one typical-pod distribution, memoised per node state."""
+
+    def __init__(self, typical: Sequence[TypicalPod]) -> None:
+        self.typical = tuple(typical)
+        self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+
+    def of(self, view: NodeView) -> float:
+        """F(node) in milli-GPU: the free GPU capacity the next typical pod is expected to waste."""
+        key = view.key()
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        value = self._compute(NodeView(*key))
+        self._memo[key] = value
+        return value
+
+    def _compute(self, view: NodeView) -> float:
+        total = sum(view.gpu_free)
+        if total == 0:
+            return 0.0
+        buckets = [0.0] * 7
+        for typical in self.typical:
+            bucket, fragment = _bucket(view, typical.shape, total)
+            if bucket == _SATISFIED:
+                buckets[_LACK_GPU] += typical.weight * fragment
+                buckets[_SATISFIED] += typical.weight * (total - fragment)
+            else:
+                buckets[bucket] += typical.weight * fragment
+        return sum(v for i, v in enumerate(buckets) if i != _SATISFIED)
+
+    def gradient(self, view: NodeView, pod: PodShape) -> tuple[float, tuple[int, ...]] | None:
+        """(F(before) − F(after), GPUs used) of the best placement of `pod`; None if none fits.
+
+        The best placement grows F least; among equals, the lowest GPU index wins.
+        """
+        best: tuple[float, tuple[int, ...]] | None = None
+        for option in self.placements(view, pod):
+            if best is None or option[0] > best[0]:
+                best = option
+        return best
+
+    def placements(self, view: NodeView, pod: PodShape) -> list[tuple[float, tuple[int, ...]]]:
+        """Each distinct way to place `pod` on the node, as (F(before) − F(after), GPUs used).
+
+        Whole GPUs are the lowest-indexed free ones; a share may go on any GPU with room (one
+        option per distinct free amount, lowest index first); CPU-only pods use no GPU. Empty
+        when the pod does not fit (CPU, GPU model or GPU capacity; memory is not modelled here).
+        """
+        if view.cpu_free < pod.cpu_milli or (pod.gpus and not pod.allows(view.model)):
+            return []
+        before = self.of(view)
+        cpu_after = view.cpu_free - pod.cpu_milli
+        if not pod.gpus:
+            return [(before - self.of(NodeView(view.model, cpu_after, view.gpu_free)), ())]
+        if pod.is_share:
+            return self._share_options(view, pod, before, cpu_after)
+        chosen = tuple(i for i, f in enumerate(view.gpu_free) if f >= MILLI_PER_GPU)[: pod.gpus]
+        if len(chosen) < pod.gpus:
+            return []
+        after = tuple(0 if i in chosen else f for i, f in enumerate(view.gpu_free))
+        return [(before - self.of(NodeView(view.model, cpu_after, after)), chosen)]
+
+    def _share_options(
+        self, view: NodeView, pod: PodShape, before: float, cpu_after: int
+    ) -> list[tuple[float, tuple[int, ...]]]:
+        options: list[tuple[float, tuple[int, ...]]] = []
+        tried: set[int] = set()
+        for index, free in enumerate(view.gpu_free):
+            if free < pod.gpu_milli or free in tried:
+                continue
+            tried.add(free)
+            after = list(view.gpu_free)
+            after[index] = free - pod.gpu_milli
+            delta = before - self.of(NodeView(view.model, cpu_after, tuple(after)))
+            options.append((delta, (index,)))
+        return options

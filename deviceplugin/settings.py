@@ -65,6 +65,11 @@ class XidPolicy:
     enabled: frozenset[int] = frozenset()
     enable_all: bool = False
 
+    @property
+    def checks_enabled(self) -> bool:
+        """False when `DP_DISABLE_HEALTHCHECKS=all` and nothing is force-enabled."""
+        return self.enable_all or bool(self.enabled) or not self.disabled
+
     def ignores(self, xid: int) -> bool:
         if self.enable_all or xid in self.enabled:
             return False

@@ -1,0 +1,192 @@
+"""Allocate and GetPreferredAllocation decisions, in model terms (no protobuf, no I/O but CDI).
+
+`Allocator.allocate` validates a whole request before building anything, so a refused request
+leaves nothing half-applied. It is O(request): dictionary look-ups and string building, plus the
+cached CDI check for `cdi-cri`. `Allocator.preferred` calls the shared placement code
+(`scheduler.placement.topology`): the exact GPU-set search for whole GPUs, `pack_shared` for MIG
+devices and time-slicing replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+
+from agent.model import NodeInventory
+from deviceplugin.cdi import CdiRegistry, cdi_name
+from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
+from deviceplugin.resources import PluginDevice, Resource
+from deviceplugin.settings import DeviceIdStrategy, DeviceListStrategy, PluginSettings
+from scheduler.placement.topology import GpuSelector, SharedSlot, pack_shared
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceNode:
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerAllocation:
+    """What the runtime must apply to one container (mirrors `ContainerAllocateResponse`)."""
+
+    envs: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[MountSpec, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreferredRequest:
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+
+
+def is_healthy(device: PluginDevice, unhealthy: Set[str]) -> bool:
+    """Unhealthy when its GPU or its MIG device is in `unhealthy` (a set of GPU / MIG UUIDs)."""
+    return device.gpu_uuid not in unhealthy and device.unit_uuid not in unhealthy
+
+
+class Allocator:
+    """Answers Allocate and GetPreferredAllocation for every resource of one node."""
+
+    def __init__(
+        self, settings: PluginSettings, inventory: NodeInventory, cdi: CdiRegistry | None = None
+    ) -> None:
+        self._settings = settings
+        self._strategies = frozenset(settings.device_list_strategies)
+        if DeviceListStrategy.CDI_CRI in self._strategies and cdi is None:
+            cdi = CdiRegistry(settings.cdi_spec_dirs)
+        self._cdi = cdi
+        self._selector = GpuSelector(inventory.links, [g.numa_node for g in inventory.gpus])
+
+    def allocate(
+        self, resource: Resource, unhealthy: Set[str], requests: Sequence[Sequence[str]]
+    ) -> list[ContainerAllocation]:
+        """One allocation per container request; raises a RequestError naming every bad ID."""
+        chosen = [self._validate(resource, unhealthy, pos, ids) for pos, ids in enumerate(requests)]
+        return [self._build(devices) for devices in chosen]
+
+    def _validate(
+        self, resource: Resource, unhealthy: Set[str], pos: int, ids: Sequence[str]
+    ) -> list[PluginDevice]:
+        where = f"{resource.name} container request {pos}"
+        invalid: list[str] = []
+        if not ids:
+            invalid.append("names no devices")
+        if len(set(ids)) != len(ids):
+            invalid.append(f"repeats device IDs {sorted({i for i in ids if ids.count(i) > 1})}")
+        if resource.shared and resource.fail_requests_greater_than_one and len(ids) > 1:
+            invalid.append(
+                f"asks for {len(ids)} replicas; the maximum request size for a shared resource "
+                "is 1 (failRequestsGreaterThanOne)"
+            )
+        devices = [resource.device(i) for i in ids]
+        invalid += [
+            f"unknown device ID {i!r}" for i, d in zip(ids, devices, strict=True) if d is None
+        ]
+        if invalid:
+            raise InvalidRequestError(f"{where}: " + "; ".join(invalid))
+        known = [d for d in devices if d is not None]
+        unavailable = [
+            f"device {d.id} (GPU {d.gpu_index}) is Unhealthy"
+            for d in known
+            if not is_healthy(d, unhealthy)
+        ]
+        unavailable += self._cdi_problems(known)
+        if unavailable:
+            raise DeviceUnavailableError(f"{where}: " + "; ".join(unavailable))
+        return known
+
+    def _cdi_problems(self, devices: Sequence[PluginDevice]) -> list[str]:
+        if self._cdi is None or DeviceListStrategy.CDI_CRI not in self._strategies:
+            return []
+        missing = self._cdi.missing(dict.fromkeys(cdi_name(d.unit_uuid) for d in devices))
+        dirs = ", ".join(str(p) for p in self._cdi.spec_dirs)
+        return [f"no CDI spec in {dirs} names {name}" for name in missing]
+
+    def _build(self, devices: Sequence[PluginDevice]) -> ContainerAllocation:
+        units = list(dict.fromkeys(d.unit_uuid for d in devices))
+        by_index = self._settings.device_id_strategy is DeviceIdStrategy.INDEX
+        visible = list(dict.fromkeys(d.unit_index if by_index else d.unit_uuid for d in devices))
+        envs: dict[str, str] = {}
+        mounts: tuple[MountSpec, ...] = ()
+        if DeviceListStrategy.ENVVAR in self._strategies:
+            envs[VISIBLE_DEVICES] = ",".join(visible)
+        if DeviceListStrategy.VOLUME_MOUNTS in self._strategies:
+            envs[VISIBLE_DEVICES] = VOLUME_MOUNT_ROOT
+            mounts = tuple(
+                MountSpec(container_path=f"{VOLUME_MOUNT_ROOT}/{v}", host_path="/dev/null")
+                for v in visible
+            )
+        cdi: tuple[str, ...] = ()
+        if DeviceListStrategy.CDI_CRI in self._strategies:
+            cdi = tuple(cdi_name(u) for u in units)
+        nodes: tuple[DeviceNode, ...] = ()
+        if self._settings.pass_device_specs:
+            minors = sorted({d.gpu_minor for d in devices})
+            paths = [*CONTROL_DEVICES, *(f"/dev/nvidia{m}" for m in minors)]
+            nodes = tuple(DeviceNode(container_path=p, host_path=p) for p in paths)
+        return ContainerAllocation(envs=envs, mounts=mounts, device_nodes=nodes, cdi_devices=cdi)
+
+    def preferred(self, resource: Resource, request: PreferredRequest) -> tuple[str, ...]:
+        """The IDs the kubelet should pick; raises InvalidRequestError when none can be given."""
+        where = f"{resource.name} preferred allocation"
+        candidates = list(dict.fromkeys((*request.must_include, *request.available)))
+        unknown = [i for i in candidates if resource.device(i) is None]
+        if unknown:
+            raise InvalidRequestError(f"{where}: unknown device IDs {unknown}")
+        if not len(set(request.must_include)) <= request.size <= len(candidates):
+            raise InvalidRequestError(
+                f"{where}: allocation_size {request.size} is outside "
+                f"[{len(set(request.must_include))}, {len(candidates)}] (must-include, available)"
+            )
+        if resource.whole_gpus:
+            return self._preferred_gpus(resource, request, where)
+        return self._preferred_shared(resource, candidates, request, where)
+
+    def _preferred_gpus(
+        self, resource: Resource, request: PreferredRequest, where: str
+    ) -> tuple[str, ...]:
+        index_of = {i: self._device(resource, i).gpu_index for i in request.available}
+        must = [self._device(resource, i).gpu_index for i in request.must_include]
+        picked = self._selector.select(list(index_of.values()), must, request.size)
+        if picked is None:
+            raise InvalidRequestError(f"{where}: no set of {request.size} GPUs exists")
+        id_of = {d.gpu_index: d.id for d in resource.devices}
+        return tuple(id_of[g] for g in picked)
+
+    def _preferred_shared(
+        self, resource: Resource, candidates: Sequence[str], request: PreferredRequest, where: str
+    ) -> tuple[str, ...]:
+        offered = set(candidates)
+        used = {d.gpu_index for d in resource.devices if d.id not in offered}
+        slots = [
+            SharedSlot(id=i, gpu=(d := self._device(resource, i)).gpu_index, numa=d.numa_node)
+            for i in candidates
+        ]
+        picked = pack_shared(slots, list(request.must_include), request.size, used)
+        if len(picked) != request.size:
+            raise InvalidRequestError(f"{where}: no set of {request.size} devices exists")
+        return picked
+
+    @staticmethod
+    def _device(resource: Resource, device_id: str) -> PluginDevice:
+        device = resource.device(device_id)
+        if device is None:
+            raise InvalidRequestError(f"{resource.name}: unknown device ID {device_id!r}")
+        return device

@@ -1,0 +1,1 @@
+"""Test doubles shipped with the package (the demo uses them too)."""

@@ -1,0 +1,184 @@
+"""HTTP for the fake API server: routing, JSON bodies, chunked watch streams, injected faults."""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.fakeapi import discovery
+from tests.fakeapi.api import Ref
+from tests.fakeapi.errors import ApiError, bad_request, method_not_allowed
+from tests.fakeapi.watch import stream
+
+if TYPE_CHECKING:
+    from tests.fakeapi.server import FakeApiServer
+
+logger = logging.getLogger(__name__)
+_NOT_FOUND = "the server could not find the requested resource"
+
+
+class FakeHttpServer(ThreadingHTTPServer):
+    """A threading HTTP server that knows its fake and can cut every open connection."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], fake: FakeApiServer) -> None:
+        self.fake = fake
+        self.open_connections: set[socket.socket] = set()
+        super().__init__(address, Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.fake.lock:
+            self.open_connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.fake.lock:
+            self.open_connections.discard(request)
+        super().shutdown_request(request)
+
+    def cut_connections(self) -> None:
+        with self.fake.lock:
+            conns = list(self.open_connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeHttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        logger.debug("fake API server: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        fake = self.server.fake
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        content_type = self.headers.get("Content-Type", "")
+        fake.record(method, parts.path, query, raw, content_type)
+        try:
+            fake.before_request(method, parts.path)
+            self._route(method, parts.path, query, raw, content_type)
+        except ApiError as exc:
+            self._send_json(exc.code, exc.status_body())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - a fake bug must reach the client as a 500
+            logger.exception("fake API server: %s %s failed", method, self.path)
+            self._send_json(500, ApiError(500, f"fake API server bug: {exc!r}").status_body())
+
+    def _route(self, method: str, path: str, query: dict[str, str], raw: bytes, ctype: str) -> None:
+        fake = self.server.fake
+        segments = [s for s in path.split("/") if s]
+        answer = discovery.answer(fake.registry, segments)
+        if answer is not None:
+            if method != "GET":
+                raise method_not_allowed()
+            self._send_json(200, answer)
+            return
+        ref = discovery.parse_ref(fake.registry, segments)
+        if ref is None:
+            raise ApiError(404, _NOT_FOUND)
+        if method == "GET" and not ref.name and query.get("watch", "").lower() in ("true", "1"):
+            self._watch(ref, query)
+            return
+        code, body = self._dispatch(method, ref, query, raw, ctype)
+        self._send_json(code, body)
+
+    def _dispatch(
+        self, method: str, ref: Ref, query: dict[str, str], raw: bytes, ctype: str
+    ) -> tuple[int, dict[str, Any]]:
+        api = self.server.fake.api
+        if query.get("dryRun"):
+            raise NotImplementedError("fake API server: dryRun is not modelled")
+        if method == "GET":
+            return 200, (api.get(ref) if ref.name else api.list(ref, query))
+        if method == "POST" and (not ref.name or ref.sub == "binding"):
+            return api.create(ref, _json(raw))
+        if method == "PUT" and ref.name and ref.sub != "binding":
+            return api.replace(ref, _json(raw))
+        if method == "PATCH" and ref.name and ref.sub != "binding":
+            return api.patch(ref, raw, ctype, query)
+        if method == "DELETE" and not ref.sub:
+            if not ref.name:
+                return api.delete_collection(ref, query)
+            return api.delete(ref, _json(raw) if raw else None, query)
+        raise method_not_allowed()
+
+    def _send_json(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _watch(self, ref: Ref, query: dict[str, str]) -> None:
+        fake = self.server.fake
+        stop = fake.watch_stopper()
+        events = stream(fake.api, ref, query, stop)  # raises ApiError before any header is sent
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for event in events:
+                if event is None and self._client_gone():
+                    return
+                self._write_event(event)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
+
+    def _write_event(self, event: dict[str, Any] | None) -> None:
+        if event is None:
+            return
+        line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.flush()
+
+    def _client_gone(self) -> bool:
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+
+def _json(raw: bytes) -> Any:
+    if not raw:
+        raise bad_request("the request has no body")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc}") from exc

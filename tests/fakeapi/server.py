@@ -1,0 +1,403 @@
+"""`FakeApiServer`: a Kubernetes API server over real HTTP on 127.0.0.1 for the real `kubernetes` client.
+
+    with FakeApiServer() as fake:
+        core = kubernetes.client.CoreV1Api(fake.api_client())
+        fake.add_node("gpu-node-1", capacity={"nvidia.com/gpu": "8"})
+
+It reproduces what `reference/kubernetes-api-notes.md` records about real servers, and offers fault
+injection (`down`/`up`, `slow`, `fail_next`), a request log (`requests`) and direct object access
+(`get_object`, `put_object`) for assertions. Everything is thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from tests.fakeapi.api import Api, Ref, format_time
+from tests.fakeapi.errors import ApiError
+from tests.fakeapi.handlers import FakeHttpServer
+from tests.fakeapi.kinds import NOT_READY_TAINT
+from tests.fakeapi.resources import Registry, ResourceType, builtin_types, nrt_crd, podgroup_crd
+from tests.fakeapi.store import DELETE, Obj, Store, clone
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the server received it; `body` is the decoded JSON/YAML (None when empty)."""
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    body: Any
+    content_type: str
+
+
+@dataclass(slots=True)
+class _Fault:
+    remaining: int
+    status: int
+    path: re.Pattern[str] | None
+    method: str | None
+    message: str = field(default="injected failure")
+
+
+class FakeApiServer:
+    """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        install_crds: bool = True,
+        namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
+        history_limit: int = 50_000,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.registry = Registry()
+        for rt in builtin_types():
+            self.registry.add(rt)
+        self.store = Store(history_limit)
+        self.api = Api(self.registry, self.store, clock)
+        self._requests: list[RecordedRequest] = []
+        self._faults: list[_Fault] = []
+        self._delay = 0.0
+        self._generation = 0
+        self._stopped = False
+        self._http: FakeHttpServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        for ns in namespaces:
+            self._create("namespaces", {"metadata": {"name": ns}})
+        if install_crds:
+            self.register_crd(nrt_crd())
+            self.register_crd(podgroup_crd())
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        self._stopped = False
+        self._listen(0)
+        return self
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.down()
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _listen(self, port: int) -> None:
+        http = FakeHttpServer(("127.0.0.1", port), self)
+        self.port = http.server_address[1]
+        thread = threading.Thread(
+            target=http.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fakeapi-{self.port}",
+            daemon=True,
+        )
+        with self.lock:
+            self._http, self._thread = http, thread
+        thread.start()
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def configuration(self) -> client.Configuration:
+        config = client.Configuration(host=self.host)
+        config.retries = 1
+        return config
+
+    def api_client(self) -> client.ApiClient:
+        """A real `kubernetes.client.ApiClient` talking to this server."""
+        return client.ApiClient(self.configuration())
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """Write a kubeconfig for `--kubeconfig` flags; returns the path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.host}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        target = Path(path)
+        target.write_text(yaml.safe_dump(config), encoding="utf-8")
+        return target
+
+    # fault injection -------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Refuse connections: close the listening socket and cut every open connection."""
+        with self.lock:
+            http, thread, self._http, self._thread = self._http, self._thread, None, None
+            self._generation += 1
+        self.store.wake_all()
+        if http is None:
+            return
+        http.shutdown()
+        http.server_close()
+        http.cut_connections()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def up(self) -> None:
+        """Listen again on the same port after `down()`."""
+        if self._http is None:
+            self._listen(self.port)
+
+    def slow(self, seconds: float) -> None:
+        """Delay every request by `seconds` (0 to stop)."""
+        with self.lock:
+            self._delay = seconds
+
+    def fail_next(
+        self,
+        n: int = 1,
+        status: int = 500,
+        path_regex: str | None = None,
+        method: str | None = None,
+        message: str = "injected failure",
+    ) -> None:
+        """Answer the next `n` requests whose path matches `path_regex` (and method) with `status`."""
+        pattern = re.compile(path_regex) if path_regex is not None else None
+        with self.lock:
+            self._faults.append(
+                _Fault(n, status, pattern, method.upper() if method else None, message)
+            )
+
+    def before_request(self, method: str, path: str) -> None:
+        """Called by the HTTP handler before routing: applies `slow` and raises injected faults."""
+        with self.lock:
+            delay = self._delay
+            fault = next((f for f in self._faults if _fault_matches(f, method, path)), None)
+            if fault is not None:
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+        if delay > 0:
+            time.sleep(delay)
+        if fault is not None:
+            raise ApiError(fault.status, fault.message)
+
+    def watch_stopper(self) -> Callable[[], bool]:
+        """A predicate that turns true when the watch streams open now must end (down or stop)."""
+        generation = self._generation
+        return lambda: self._stopped or self._generation != generation
+
+    # request log ------------------------------------------------------------------------------
+
+    def record(
+        self, method: str, path: str, query: Mapping[str, str], raw: bytes, content_type: str
+    ) -> None:
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = yaml.safe_load(raw.decode(errors="replace"))
+        with self.lock:
+            self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request so far (a copy), oldest first."""
+        with self.lock:
+            return list(self._requests)
+
+    def requests_matching(
+        self, method: str | None = None, path_regex: str | None = None
+    ) -> list[RecordedRequest]:
+        pattern = re.compile(path_regex) if path_regex is not None else None
+        return [
+            r
+            for r in self.requests
+            if (method is None or r.method == method.upper())
+            and (pattern is None or pattern.search(r.path))
+        ]
+
+    def writes(self) -> list[RecordedRequest]:
+        """Every request that is not a GET."""
+        return [r for r in self.requests if r.method != "GET"]
+
+    def clear_requests(self) -> None:
+        with self.lock:
+            self._requests.clear()
+
+    # direct object access ----------------------------------------------------------------------
+
+    def resource(self, key: str) -> ResourceType:
+        return self.registry.resolve(key)
+
+    def get_object(self, resource: str, name: str, namespace: str = "") -> Obj | None:
+        """A copy of the stored object, or None."""
+        found = self.store.get(self.resource(resource), namespace, name)
+        return clone(found) if found is not None else None
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        objects, _ = self.store.snapshot(self.resource(resource), namespace)
+        return sorted(
+            (clone(o) for o in objects),
+            key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+        )
+
+    def put_object(self, resource: str, obj: Obj) -> Obj:
+        """Store `obj` as is, bypassing every rule (uid and creationTimestamp filled in if missing)."""
+        rt = self.resource(resource)
+        new = clone(obj)
+        meta = new.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", self.api.now())
+        new.setdefault("apiVersion", rt.api_version(rt.versions[-1]))
+        new.setdefault("kind", rt.kind)
+        ns = meta.get("namespace", "") if rt.namespaced else ""
+        stored = self.store.mutate(rt, ns, meta["name"], lambda old: new)
+        assert stored is not None
+        return clone(stored)
+
+    def delete_object(self, resource: str, name: str, namespace: str = "") -> bool:
+        """Remove an object at once, bypassing finalizers and grace; False when it was not there."""
+        removed = self.store.mutate(
+            self.resource(resource), namespace, name, lambda old: DELETE if old else None
+        )
+        return removed is not None
+
+    def compact(self) -> None:
+        """Forget the watch history: resuming a watch from an older resource version gets 410 Gone."""
+        self.store.compact()
+
+    def _create(self, resource: str, body: Obj, namespace: str = "") -> Obj:
+        rt = self.resource(resource)
+        _, created = self.api.create(Ref(rt, rt.versions[-1], namespace), body)
+        return created
+
+    def register_crd(self, crd: Obj) -> None:
+        """Install a CRD as if `kubectl apply` had (it must pass the API server's checks)."""
+        self._create("customresourcedefinitions", crd)
+
+    # what other controllers would do ------------------------------------------------------------
+
+    def make_node_ready(
+        self,
+        name: str,
+        capacity: Mapping[str, str] | None = None,
+        allocatable: Mapping[str, str] | None = None,
+    ) -> Obj:
+        """What kubelet + node lifecycle controller do: report Ready and remove the not-ready taint."""
+        cap = dict(capacity if capacity is not None else DEFAULT_CAPACITY)
+        alloc = dict(allocatable if allocatable is not None else cap)
+        now = self.api.now()
+
+        def change(old: Obj | None) -> Obj:
+            if old is None:
+                raise KeyError(f"fake API server: node {name!r} does not exist")
+            node = clone(old)
+            spec = node.setdefault("spec", {})
+            spec["taints"] = [
+                t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT["key"]
+            ]
+            node["status"] = _ready_status(name, cap, alloc, now, node.get("status") or {})
+            return node
+
+        stored = self.store.mutate(self.resource("nodes"), "", name, change)
+        assert stored is not None
+        return clone(stored)
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        capacity: Mapping[str, str] | None = None,
+        allocatable: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        ready: bool = True,
+    ) -> Obj:
+        """Create a node as a kubelet registers it, then (by default) make it Ready."""
+        node_labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        }
+        node_labels.update(labels or {})
+        created = self._create("nodes", {"metadata": {"name": name, "labels": node_labels}})
+        return self.make_node_ready(name, capacity, allocatable) if ready else created
+
+    def complete_pod_deletions(self) -> int:
+        """What kubelets would do: remove every Terminating pod. Returns how many went."""
+        rt = self.resource("pods")
+        objects, _ = self.store.snapshot(rt, None)
+        done = 0
+        for pod in objects:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                done += self.delete_object("pods", meta["name"], meta.get("namespace", ""))
+        return done
+
+
+def _fault_matches(fault: _Fault, method: str, path: str) -> bool:
+    if fault.method is not None and fault.method != method:
+        return False
+    return fault.path is None or fault.path.search(path) is not None
+
+
+def _ready_status(name: str, cap: dict[str, str], alloc: dict[str, str], now: str, old: Obj) -> Obj:
+    conditions = [
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID"),
+        ("Ready", "True", "KubeletReady"),
+    ]
+    status = clone(old)
+    status.update(
+        capacity=cap,
+        allocatable=alloc,
+        conditions=[
+            {
+                "type": t,
+                "status": s,
+                "reason": r,
+                "message": r,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for t, s, r in conditions
+        ],
+        addresses=[
+            {"type": "InternalIP", "address": "10.0.0.1"},
+            {"type": "Hostname", "address": name},
+        ],
+    )
+    status["nodeInfo"] = dict(status.get("nodeInfo") or {}, kubeletVersion="v1.28.0", operatingSystem="linux", architecture="amd64")  # fmt: skip
+    return status
+
+
+__all__ = ["DEFAULT_CAPACITY", "FakeApiServer", "RecordedRequest", "format_time"]

@@ -1,0 +1,217 @@
+"""Object storage with etcd-like resource versions and a bounded watch history per resource.
+
+Stored objects are never mutated in place: a write builds a new dict and swaps it in, so readers may
+serialize what they got without holding a lock. Each resource type has its own lock (a
+`threading.Condition` that also wakes its watchers); only the resource-version counter is shared.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tests.fakeapi.errors import ApiError, gone
+from tests.fakeapi.resources import ResourceType
+
+Obj = dict[str, Any]
+
+
+def clone(value: Any) -> Any:
+    """A deep copy of JSON-like data (dicts, lists, scalars); much faster than `copy.deepcopy`."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
+class Delete:
+    """Returned by a mutation function: remove the object."""
+
+
+DELETE = Delete()
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    rv: int
+    type: str  # ADDED, MODIFIED or DELETED
+    obj: Obj
+    old: Obj | None
+
+
+class Bucket:
+    """The objects of one resource type, keyed by namespace then name, and their recent events."""
+
+    def __init__(self, rt: ResourceType) -> None:
+        self.rt = rt
+        self.cond = threading.Condition()
+        self.objects: dict[str, dict[str, Obj]] = {}
+        self.history: list[WatchEvent] = []
+        self.compacted_rv = 0
+        self.closed = False
+
+    def find(self, ns: str, name: str) -> Obj | None:
+        return self.objects.get(ns, {}).get(name)
+
+    def iter_objects(self, ns: str | None) -> Iterator[Obj]:
+        if ns is not None:
+            yield from self.objects.get(ns, {}).values()
+            return
+        for by_name in self.objects.values():
+            yield from by_name.values()
+
+
+class Store:
+    """All buckets plus the global resource-version counter. Thread-safe."""
+
+    def __init__(self, history_limit: int = 50_000) -> None:
+        self._history_limit = history_limit
+        self._rv_lock = threading.Lock()
+        self._rv = 1
+        self._buckets_lock = threading.Lock()
+        self._buckets: dict[str, Bucket] = {}
+
+    def bucket(self, rt: ResourceType) -> Bucket:
+        with self._buckets_lock:
+            found = self._buckets.get(rt.qualified)
+            if found is None or found.rt != rt:
+                found = self._buckets[rt.qualified] = Bucket(rt)
+            return found
+
+    def drop(self, rt: ResourceType) -> None:
+        """Forget every object of a resource type (its CRD was deleted) and end its watches."""
+        with self._buckets_lock:
+            found = self._buckets.pop(rt.qualified, None)
+        if found is not None:
+            with found.cond:
+                found.closed = True
+                found.cond.notify_all()
+
+    def current_rv(self) -> int:
+        with self._rv_lock:
+            return self._rv
+
+    def _next_rv(self) -> int:
+        with self._rv_lock:
+            self._rv += 1
+            return self._rv
+
+    def get(self, rt: ResourceType, ns: str, name: str) -> Obj | None:
+        bucket = self.bucket(rt)
+        with bucket.cond:
+            return bucket.find(ns, name)
+
+    def snapshot(self, rt: ResourceType, ns: str | None) -> tuple[list[Obj], int]:
+        """Every object (of one namespace, or all) and the resource version they are current at."""
+        bucket = self.bucket(rt)
+        with bucket.cond:
+            return list(bucket.iter_objects(ns)), self.current_rv()
+
+    def mutate(
+        self,
+        rt: ResourceType,
+        ns: str,
+        name: str,
+        change: Callable[[Obj | None], Obj | Delete | None],
+    ) -> Obj | None:
+        """Atomically replace one object by `change(current)`.
+
+        `change` returns the new object (a fresh dict it may fill in), `DELETE`, or the current
+        object itself / `None` for "no change" (then nothing is written and no event is sent).
+        It may raise `ApiError`; nothing is written then. Returns what is stored afterwards
+        (for a delete: the last state).
+        """
+        bucket = self.bucket(rt)
+        with bucket.cond:
+            old = bucket.find(ns, name)
+            new = change(old)
+            if new is None or new is old:
+                return old
+            if isinstance(new, Delete):
+                return self._remove(bucket, ns, name, old)
+            if old is not None and _same_content(old, new):
+                return old
+            rv = self._next_rv()
+            new.setdefault("metadata", {})["resourceVersion"] = str(rv)
+            bucket.objects.setdefault(ns, {})[name] = new
+            self._record(bucket, WatchEvent(rv, "MODIFIED" if old else "ADDED", new, old))
+            return new
+
+    def _remove(self, bucket: Bucket, ns: str, name: str, old: Obj | None) -> Obj | None:
+        if old is None:
+            return None
+        rv = self._next_rv()
+        gone_obj = dict(old)
+        gone_obj["metadata"] = dict(old["metadata"], resourceVersion=str(rv))
+        by_name = bucket.objects[ns]
+        del by_name[name]
+        if not by_name:
+            del bucket.objects[ns]
+        self._record(bucket, WatchEvent(rv, "DELETED", gone_obj, old))
+        return gone_obj
+
+    def _record(self, bucket: Bucket, event: WatchEvent) -> None:
+        bucket.history.append(event)
+        if len(bucket.history) > 2 * self._history_limit:
+            cut = len(bucket.history) - self._history_limit
+            bucket.compacted_rv = bucket.history[cut - 1].rv
+            del bucket.history[:cut]
+        bucket.cond.notify_all()
+
+    def compact(self) -> None:
+        """Drop every watch event so far, as etcd compaction does: older resource versions get 410."""
+        with self._buckets_lock:
+            buckets = list(self._buckets.values())
+        for bucket in buckets:
+            with bucket.cond:
+                bucket.history.clear()
+                bucket.compacted_rv = self.current_rv()
+
+    def wake_all(self) -> None:
+        with self._buckets_lock:
+            buckets = list(self._buckets.values())
+        for bucket in buckets:
+            with bucket.cond:
+                bucket.cond.notify_all()
+
+    def events_after(
+        self, rt: ResourceType, after_rv: int, timeout: float, stop: Callable[[], bool]
+    ) -> list[WatchEvent] | None:
+        """Events newer than `after_rv`, waiting up to `timeout` for one; `None` when the stream must end."""
+        bucket = self.bucket(rt)
+        with bucket.cond:
+            if after_rv < bucket.compacted_rv:
+                raise too_old(after_rv, bucket.compacted_rv)
+            ready = bucket.cond.wait_for(
+                lambda: bucket.closed or stop() or _newer(bucket, after_rv), timeout
+            )
+            if bucket.closed or stop():
+                return None
+            if not ready:
+                return []
+            start = bisect.bisect_right(bucket.history, after_rv, key=lambda e: e.rv)
+            return bucket.history[start:]
+
+
+def _newer(bucket: Bucket, after_rv: int) -> bool:
+    return bool(bucket.history) and bucket.history[-1].rv > after_rv
+
+
+def too_old(rv: int, oldest: int) -> ApiError:
+    return gone(f"too old resource version: {rv} ({oldest})")
+
+
+def _same_content(old: Obj, new: Obj) -> bool:
+    """Equal but for resourceVersion and managedFields timestamps: an update that changes nothing."""
+    return _strip(old) == _strip(new)
+
+
+def _strip(obj: Obj) -> Obj:
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    meta.pop("managedFields", None)
+    return dict(obj, metadata=meta)

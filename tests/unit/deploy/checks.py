@@ -1,0 +1,216 @@
+"""Offline checks the deploy tests share: RBAC tables, quantities, CRD schemas, container flags."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+
+Obj = dict[str, Any]
+
+READ = frozenset({"get", "list", "watch"})
+WRITE = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+ALL_VERBS = READ | WRITE
+STATUS_VERBS = frozenset({"get", "update", "patch"})
+
+# (apiGroup, resource) -> the verbs the API server serves for it; the built-in resources gputopo
+# might name. CRD-backed resources are added from our CRD manifests (see `crd_resources`).
+KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): ALL_VERBS,
+    ("", "pods/binding"): frozenset({"create"}),
+    ("", "pods/status"): STATUS_VERBS,
+    ("", "pods/eviction"): frozenset({"create"}),
+    ("", "nodes"): ALL_VERBS,
+    ("", "nodes/status"): STATUS_VERBS,
+    ("", "events"): ALL_VERBS,
+    ("", "namespaces"): ALL_VERBS,
+    ("", "configmaps"): ALL_VERBS,
+    ("", "persistentvolumeclaims"): ALL_VERBS,
+    ("", "persistentvolumes"): ALL_VERBS,
+    ("", "services"): ALL_VERBS,
+    ("events.k8s.io", "events"): ALL_VERBS,
+    ("coordination.k8s.io", "leases"): ALL_VERBS,
+    ("storage.k8s.io", "storageclasses"): ALL_VERBS,
+    ("storage.k8s.io", "csinodes"): ALL_VERBS,
+    ("apps", "replicasets"): ALL_VERBS,
+    ("policy", "poddisruptionbudgets"): ALL_VERBS,
+}
+
+# The two CRDs others ship in daemonset/crds/, for when those files are not in the tree yet.
+EXPECTED_CRD_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
+    ("topology.node.k8s.io", "noderesourcetopologies"): ALL_VERBS,
+    ("scheduling.x-k8s.io", "podgroups"): ALL_VERBS,
+    ("scheduling.x-k8s.io", "podgroups/status"): STATUS_VERBS,
+}
+
+
+def crd_resources(crds: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], frozenset[str]]:
+    """(group, plural) and (group, plural/status) for every CRD, as RBAC rules must name them."""
+    table: dict[tuple[str, str], frozenset[str]] = {}
+    for crd in crds:
+        spec = crd["spec"]
+        group, plural = spec["group"], spec["names"]["plural"]
+        table[(group, plural)] = ALL_VERBS
+        if any("status" in (v.get("subresources") or {}) for v in spec["versions"]):
+            table[(group, f"{plural}/status")] = STATUS_VERBS
+    return table
+
+
+def rule_problems(
+    rules: Sequence[Mapping[str, Any]], known: Mapping[tuple[str, str], Any]
+) -> list[str]:
+    """Every (group, resource, verb) a rule grants that the API does not serve, or a wildcard."""
+    problems = []
+    for i, rule in enumerate(rules):
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                served = known.get((group, resource))
+                if served is None:
+                    problems.append(f"rule {i}: unknown resource {group or 'core'}/{resource}")
+                    continue
+                problems.extend(
+                    f"rule {i}: {group or 'core'}/{resource} has no verb {verb!r}"
+                    for verb in rule.get("verbs", [])
+                    if verb not in served
+                )
+        if "nonResourceURLs" in rule:
+            problems.append(f"rule {i}: nonResourceURLs are not expected")
+    return problems
+
+
+def expand_rules(rules: Sequence[Mapping[str, Any]], scope: str) -> set[tuple[str, str, str, str]]:
+    """(scope, group, resource, verb) for every combination a list of rules grants."""
+    return {
+        (scope, group, resource, verb)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule.get("verbs", [])
+    }
+
+
+# -- quantities ------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes quantity (`500m`, `16Gi`, `1e3`, `2`) as a Decimal; ValueError if not one."""
+    text = str(value)
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    if suffix in _BINARY:
+        return number * (Decimal(1024) ** _BINARY[suffix])
+    if suffix in _DECIMAL:
+        return number * (Decimal(10) ** _DECIMAL[suffix])
+    if suffix:
+        return number * (Decimal(10) ** int(suffix[1:]))
+    return number
+
+
+# -- CRD schemas -----------------------------------------------------------------------------
+
+
+def crd_for(crds: Iterable[Mapping[str, Any]], obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The CRD that serves `obj` (same group and kind), or None."""
+    group = str(obj["apiVersion"]).rpartition("/")[0]
+    for crd in crds:
+        spec = crd["spec"]
+        if spec["group"] == group and spec["names"]["kind"] == obj["kind"]:
+            return crd
+    return None
+
+
+def crd_schema(crd: Mapping[str, Any], version: str) -> Obj:
+    for entry in crd["spec"]["versions"]:
+        if entry["name"] == version:
+            schema: Obj = entry["schema"]["openAPIV3Schema"]
+            return schema
+    raise KeyError(f"CRD {crd['metadata']['name']} serves no version {version!r}")
+
+
+def to_json_schema(node: Any, *, root: bool = True) -> Any:
+    """A structural OpenAPI v3 schema as a JSON Schema that also rejects unknown fields.
+
+    The API server prunes unknown fields silently; here they fail, as `kubectl --validate=strict`
+    would. `x-kubernetes-int-or-string`, `nullable` and `x-kubernetes-preserve-unknown-fields` are
+    honoured.
+    """
+    if not isinstance(node, dict):
+        return node
+    out = _convert_children(copy.deepcopy(node))
+    if out.pop("x-kubernetes-int-or-string", False):
+        out.pop("type", None)
+        out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if root:
+        props = out.setdefault("properties", {})
+        for field in ("apiVersion", "kind"):
+            props.setdefault(field, {"type": "string"})
+        props.setdefault("metadata", {"type": "object"})
+    preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
+    if "properties" in out and "additionalProperties" not in out and not preserve:
+        out["additionalProperties"] = False
+    return out
+
+
+def _convert_children(out: Obj) -> Obj:
+    for name in ("properties", "patternProperties"):
+        if name in out:
+            out[name] = {k: to_json_schema(v, root=False) for k, v in out[name].items()}
+    for name in ("items", "additionalProperties", "not"):
+        if isinstance(out.get(name), dict):
+            out[name] = to_json_schema(out[name], root=False)
+    for name in ("allOf", "anyOf", "oneOf"):
+        if name in out:
+            out[name] = [to_json_schema(v, root=False) for v in out[name]]
+    return out
+
+
+def crd_problems(crd: Mapping[str, Any], obj: Mapping[str, Any]) -> list[str]:
+    """Why `obj` does not validate against its CRD's schema, one line per error ([] when valid)."""
+    version = str(obj["apiVersion"]).rpartition("/")[2]
+    schema = to_json_schema(crd_schema(crd, version))
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+        for err in validator.iter_errors(dict(obj))
+    ]
+
+
+# -- container flags -------------------------------------------------------------------------
+
+_FLAG = re.compile(r"^(--[a-z0-9][a-z0-9-]*)(?:=(.*))?$")
+_ENV_REF = re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, str | None]:
+    """`--name=value` / `--name` arguments by name; positional arguments are left out."""
+    flags: dict[str, str | None] = {}
+    for arg in args:
+        match = _FLAG.match(arg)
+        if match:
+            flags[match.group(1)] = match.group(2)
+    return flags
+
+
+def flags_in_help(text: str) -> set[str]:
+    """Every long option an argparse `--help` text mentions."""
+    return set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", text))
+
+
+def env_references(container: Mapping[str, Any]) -> set[str]:
+    """Names used as `$(NAME)` in a container's command and args (`$$(NAME)` is an escape)."""
+    words = [*container.get("command", []), *container.get("args", [])]
+    return {name for word in words for name in _ENV_REF.findall(word)}

@@ -1,0 +1,111 @@
+"""The scheduler Deployment: two replicas behind a Lease, spread over nodes, not root."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.unit.deploy import checks
+from tests.unit.deploy import render as r
+
+
+@pytest.fixture(scope="module")
+def deployment(objects: tuple[r.Obj, ...]) -> r.Obj:
+    return r.one(objects, "Deployment", "gputopo-scheduler")
+
+
+@pytest.fixture(scope="module")
+def pod(deployment: r.Obj) -> r.Obj:
+    spec: r.Obj = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def container(pod: r.Obj) -> r.Obj:
+    found: r.Obj = pod["containers"][0]
+    return found
+
+
+def test_two_replicas_with_leader_election(deployment, container):
+    flags = checks.parse_flags(container["args"])
+    assert deployment["spec"]["replicas"] == 2
+    assert container["command"] == ["gputopo-scheduler"]
+    assert container["args"][0] == "run"
+    assert "--leader-elect" in flags
+    assert flags["--leader-elect"] is None, "a bare switch"
+    assert flags["--config"] == "/etc/gputopo/scheduler.yaml"
+    assert flags.get("--scheduler-name", "gputopo-scheduler") == "gputopo-scheduler"
+
+
+def test_lease_namespace_is_where_the_role_grants_it(objects, pod, container):
+    env = {e["name"]: e for e in container["env"]}
+    namespace_arg = checks.parse_flags(container["args"]).get(
+        "--leader-elect-namespace", "gputopo-system"
+    )
+    if namespace_arg == "$(POD_NAMESPACE)":
+        assert env["POD_NAMESPACE"]["valueFrom"] == {
+            "fieldRef": {"fieldPath": "metadata.namespace"}
+        }
+        namespace_arg = r.one(objects, "Deployment", "gputopo-scheduler")["metadata"]["namespace"]
+    lease_roles = [
+        o
+        for o in r.by_kind(objects, "Role")
+        if any("leases" in rule["resources"] for rule in o["rules"])
+    ]
+    assert [o["metadata"]["namespace"] for o in lease_roles] == [namespace_arg]
+
+
+def test_replicas_prefer_different_nodes(deployment, pod):
+    preferred = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert len(preferred) == 1
+    term = preferred[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in term["labelSelector"]["matchLabels"].items())
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    )
+
+
+def test_runs_as_the_image_non_root_user(pod):
+    sec = pod["securityContext"]
+    assert sec["runAsNonRoot"] is True
+    assert sec["runAsUser"] == 65532
+
+
+def test_scheduler_is_placed_by_the_default_scheduler(pod):
+    """It cannot schedule itself: it is not running yet."""
+    assert pod.get("schedulerName", "default-scheduler") == "default-scheduler"
+
+
+def test_scheduler_config_is_v1(objects):
+    data = yaml.safe_load(
+        r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    )
+    assert data["version"] == "v1"
+
+
+def _keys(tree: object, prefix: str = "") -> set[str]:
+    if not isinstance(tree, dict):
+        return set()
+    found = set()
+    for key, value in tree.items():
+        found.add(f"{prefix}{key}")
+        found |= _keys(value, f"{prefix}{key}.")
+    return found
+
+
+def test_scheduler_config_uses_only_keys_of_the_default_config(objects):
+    default = r.REPO / "scheduler" / "default-config.yaml"
+    if not default.is_file():
+        pytest.skip(
+            "scheduler/default-config.yaml is not in the tree yet (written by the placement part)"
+        )
+    ours = yaml.safe_load(
+        r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    )
+    reference = yaml.safe_load(default.read_text(encoding="utf-8"))
+    assert _keys(ours) - _keys(reference) == set()
+    assert ours["version"] == reference["version"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from tests.unit.deploy import checks
 from tests.unit.deploy import render as r
@@ -123,3 +124,10 @@ def test_examples_leave_the_namespace_to_the_user(examples):
         if "namespace" in d["metadata"]
     ]
     assert namespaced == []
+
+
+def test_gang_topology_label_is_a_configured_topology_level(examples, objects):
+    (group,) = [d for d in examples["gang-podgroup.yaml"] if d["kind"] == "PodGroup"]
+    config = r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    levels = yaml.safe_load(config).get("topologyLevels", [])
+    assert group["metadata"]["annotations"]["gputopo.io/topology-required"] in levels

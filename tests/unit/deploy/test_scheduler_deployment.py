@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import yaml
 
@@ -109,3 +111,24 @@ def test_scheduler_config_uses_only_keys_of_the_default_config(objects):
     reference = yaml.safe_load(default.read_text(encoding="utf-8"))
     assert _keys(ours) - _keys(reference) == set()
     assert ours["version"] == reference["version"]
+
+
+def test_scheduler_config_spells_out_the_shipped_defaults(objects):
+    default = r.REPO / "scheduler" / "default-config.yaml"
+    if not default.is_file():
+        pytest.skip("scheduler/default-config.yaml is not in the tree yet")
+    ours = yaml.safe_load(
+        r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    )
+    assert ours == yaml.safe_load(default.read_text(encoding="utf-8"))
+
+
+def test_scheduler_config_loads_with_the_schedulers_own_parser(objects):
+    if importlib.util.find_spec("scheduler.config") is None:
+        pytest.skip("scheduler/config.py is not in the tree yet")
+    from scheduler.config import parse_config
+
+    text = r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    config = parse_config(yaml.safe_load(text), source="configmap gputopo-scheduler-config")
+    assert config.scheduler_name == "gputopo-scheduler"
+    assert "gputopo.io/rack" in config.topology_levels

@@ -1,0 +1,240 @@
+"""Typed reading of fixture documents: every failure names the file, the key path and the reason.
+
+`fixture.py` drives it section by section; this module only knows how to read one value, one NUMA
+node, one GPU or one MIG device, and raises `FixtureError("<file>: <path>: <reason>")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from agent.errors import FixtureError
+from agent.model import Gpu, GpuUuid, MigDevice, MigMode, MigUuid, NumaNode, parse_cpulist
+from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profiles_for
+from agent.nvml.sysfs import hugepage_kb
+
+_BUS_RE = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_CC_RE = re.compile(r"\d+\.\d+")
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """Where we are: the file's name, for messages."""
+
+    source: str
+
+    def fail(self, path: str, reason: str) -> NoReturn:
+        raise FixtureError(f"{self.source}: {path or '(document)'}: {reason}")
+
+    def mapping(
+        self, value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """`value` as a mapping with exactly these keys (unknown keys and missing ones rejected)."""
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_kind(value)}")
+        req, opt = tuple(required), tuple(optional)
+        for key in value:
+            if key not in req and key not in opt:
+                allowed = ", ".join((*req, *opt))
+                self.fail(_join(path, str(key)), f"unknown key (allowed: {allowed})")
+        for key in req:
+            if key not in value:
+                self.fail(_join(path, key), "required key is missing")
+        return value
+
+    def any_mapping(self, value: Any, path: str) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_kind(value)}")
+        return value
+
+    def as_list(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {_kind(value)}")
+        return value
+
+    def as_int(self, value: Any, path: str, minimum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_kind(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum}, got {value}")
+        return value
+
+    def as_str(
+        self, value: Any, path: str, pattern: re.Pattern[str] | None = None, hint: str = ""
+    ) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"expected a string{hint}, got {_kind(value)}")
+        if pattern is not None and not pattern.fullmatch(value):
+            self.fail(path, f"{value!r} is not valid{hint}")
+        return value
+
+    def as_number(self, value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"expected a number, got {_kind(value)}")
+        if value < 0:
+            self.fail(path, f"must be >= 0, got {value}")
+        return float(value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} ({value!r})"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def read_numa(ctx: Ctx, raw: Any, path: str, count: int) -> NumaNode:
+    doc = ctx.mapping(raw, path, ("id", "cpus"), ("memoryMiB", "hugepages", "distances"))
+    node_id = ctx.as_int(doc["id"], f"{path}.id", minimum=0)
+    try:
+        cpus = parse_cpulist(ctx.as_str(doc["cpus"], f"{path}.cpus", hint=' like "0-55,112-167"'))
+    except ValueError as exc:
+        ctx.fail(f"{path}.cpus", str(exc))
+    huge_raw = ctx.any_mapping(doc.get("hugepages", {}), f"{path}.hugepages")
+    hugepages: list[tuple[int, str, int]] = []
+    for name, value in huge_raw.items():
+        try:
+            size_kb = hugepage_kb(str(name))
+        except ValueError as exc:
+            ctx.fail(f"{path}.hugepages.{name}", str(exc))
+        hugepages.append((size_kb, str(name), ctx.as_int(value, f"{path}.hugepages.{name}", 0)))
+    return NumaNode(
+        id=node_id,
+        cpus=cpus,
+        memory_mib=ctx.as_int(doc.get("memoryMiB", 0), f"{path}.memoryMiB", minimum=0),
+        hugepages=tuple((name, n) for _, name, n in sorted(hugepages)),
+        distances=_read_distances(ctx, doc, path, count),
+    )
+
+
+def _read_distances(ctx: Ctx, doc: Mapping[str, Any], path: str, count: int) -> tuple[int, ...]:
+    if "distances" not in doc:
+        return ()  # filled in with Linux's defaults (10 local, 20 remote) once positions are known
+    raw = ctx.as_list(doc["distances"], f"{path}.distances")
+    if len(raw) != count:
+        ctx.fail(f"{path}.distances", f"has {len(raw)} entries for {count} NUMA nodes")
+    return tuple(ctx.as_int(d, f"{path}.distances[{i}]", minimum=1) for i, d in enumerate(raw))
+
+
+def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
+    doc = ctx.mapping(
+        raw,
+        path,
+        ("index", "uuid", "name", "memoryMiB", "pciBusId", "numaNode", "computeCapability"),
+        ("minor", "migMode", "migDevices"),
+    )
+    index = ctx.as_int(doc["index"], f"{path}.index", minimum=0)
+    numa = ctx.as_int(doc["numaNode"], f"{path}.numaNode", minimum=-1)
+    if numa >= 0 and numa not in numa_ids:
+        known = ", ".join(map(str, sorted(numa_ids)))
+        ctx.fail(
+            f"{path}.numaNode", f"NUMA node {numa} is not in numa (known: {known}; -1 = unknown)"
+        )
+    mode_text = ctx.as_str(doc.get("migMode", "disabled"), f"{path}.migMode")
+    if mode_text not in MigMode.__members__.values():
+        ctx.fail(f"{path}.migMode", f"{mode_text!r} is not one of disabled, enabled, unsupported")
+    gpu = Gpu(
+        index=index,
+        uuid=GpuUuid(
+            ctx.as_str(doc["uuid"], f"{path}.uuid", re.compile(r"GPU-[0-9a-fA-F-]+"), " GPU UUID")
+        ),
+        product=ctx.as_str(doc["name"], f"{path}.name"),
+        memory_mib=ctx.as_int(doc["memoryMiB"], f"{path}.memoryMiB", minimum=1),
+        pci_bus_id=ctx.as_str(
+            doc["pciBusId"], f"{path}.pciBusId", _BUS_RE, ' PCI bus id like "00000000:18:00.0"'
+        ),
+        minor=ctx.as_int(doc.get("minor", index), f"{path}.minor", minimum=0),
+        numa_node=None if numa < 0 else numa,
+        compute_capability=ctx.as_str(
+            doc["computeCapability"],
+            f"{path}.computeCapability",
+            _CC_RE,
+            ' compute capability like "8.0"',
+        ),
+        mig_mode=MigMode(mode_text),
+    )
+    migs = _read_mig_devices(ctx, gpu, doc.get("migDevices", []), path)
+    return dataclasses.replace(gpu, mig_devices=migs)
+
+
+def _read_mig_devices(ctx: Ctx, gpu: Gpu, raw: Any, gpu_path: str) -> tuple[MigDevice, ...]:
+    path = f"{gpu_path}.migDevices"
+    items = ctx.as_list(raw, path)
+    if items and gpu.mig_mode is not MigMode.ENABLED:
+        ctx.fail(path, f"{len(items)} MIG devices listed while migMode is {gpu.mig_mode}")
+    profiles = profiles_for(gpu.product, gpu.memory_mib)
+    if gpu.mig_mode is MigMode.ENABLED and not profiles:
+        ctx.fail(f"{gpu_path}.migMode", f"MIG is not modelled for {gpu.product!r}")
+    placed: list[tuple[MigDevice, str]] = []
+    for i, item in enumerate(items):
+        mig = _read_mig(ctx, item, f"{path}[{i}]", profiles)
+        _check_placement(ctx, mig, f"{path}[{i}]", placed, profiles)
+        placed.append((mig, f"{path}[{i}]"))
+    return tuple(sorted((m for m, _ in placed), key=lambda m: m.start))
+
+
+def _read_mig(ctx: Ctx, raw: Any, path: str, profiles: tuple[MigProfile, ...]) -> MigDevice:
+    doc = ctx.mapping(raw, path, ("profile", "uuid", "giId", "ciId", "memoryMiB", "start", "size"))
+    name = ctx.as_str(doc["profile"], f"{path}.profile")
+    if not any(p.name == name for p in profiles):
+        known = ", ".join(p.name for p in profiles)
+        ctx.fail(f"{path}.profile", f"{name!r} is not a MIG profile of this GPU (known: {known})")
+    return MigDevice(
+        uuid=MigUuid(
+            ctx.as_str(doc["uuid"], f"{path}.uuid", re.compile(r"MIG-[0-9a-zA-Z/-]+"), " MIG UUID")
+        ),
+        profile=name,
+        gi_id=ctx.as_int(doc["giId"], f"{path}.giId", minimum=0),
+        ci_id=ctx.as_int(doc["ciId"], f"{path}.ciId", minimum=0),
+        memory_mib=ctx.as_int(doc["memoryMiB"], f"{path}.memoryMiB", minimum=1),
+        start=ctx.as_int(doc["start"], f"{path}.start", minimum=0),
+        size=ctx.as_int(doc["size"], f"{path}.size", minimum=1),
+    )
+
+
+def _check_placement(
+    ctx: Ctx,
+    mig: MigDevice,
+    path: str,
+    placed: list[tuple[MigDevice, str]],
+    profiles: tuple[MigProfile, ...],
+) -> None:
+    """§5.5: allowed start and size per profile, no overlap, per-profile caps, unique GI ids."""
+    prof = next(p for p in profiles if p.name == mig.profile)
+    if mig.start not in prof.starts:
+        allowed = ", ".join(map(str, prof.starts))
+        ctx.fail(
+            f"{path}.start", f"{mig.profile} cannot start at slice {mig.start} (allowed: {allowed})"
+        )
+    if mig.size != prof.size:
+        ctx.fail(f"{path}.size", f"{mig.profile} takes {prof.size} memory slices, not {mig.size}")
+    if mig.start + mig.size > MEMORY_SLICES:
+        ctx.fail(
+            f"{path}.start", f"placement {mig.start}:{mig.size} runs past slice {MEMORY_SLICES - 1}"
+        )
+    for other, other_path in placed:
+        if mig.start < other.start + other.size and other.start < mig.start + mig.size:
+            ctx.fail(
+                path,
+                f"placement {mig.profile}@{mig.start}:{mig.size} overlaps "
+                f"{other.profile}@{other.start}:{other.size} ({other_path})",
+            )
+        if other.gi_id == mig.gi_id:
+            ctx.fail(f"{path}.giId", f"GPU instance id {mig.gi_id} is already used by {other_path}")
+    same = sum(1 for other, _ in placed if other.profile == mig.profile) + 1
+    if same > prof.max_instances:
+        ctx.fail(path, f"more than {prof.max_instances} {mig.profile} instance(s) on one GPU")
+    if sum(o.compute_slices for o, _ in placed) + mig.compute_slices > 7:
+        ctx.fail(path, "the layout needs more than 7 compute slices")

@@ -1,0 +1,333 @@
+"""`gputopo-agent run` configuration: one frozen `AgentConfig` from flags, environment and file.
+
+Precedence: flag > environment (`GPUTOPO_<FLAG>`, and `NODE_NAME` for the node name) > config file
+> default. The config file (`--config`, YAML, `version: v1`) takes every flag under its camelCase
+name (`migStrategy`, `devicePluginDir`, `noPublish`, ...) and also NVIDIA's device-plugin config
+file unchanged: `flags` (`migStrategy`, `failOnInitError`, `plugin.passDeviceSpecs`,
+`plugin.deviceListStrategy`, `plugin.deviceIDStrategy`; NVIDIA's other flags are accepted and
+ignored) and `sharing.timeSlicing`. NVIDIA's `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`
+are honoured. Every problem found is reported in one `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agent.errors import ConfigError
+from deviceplugin.nvidia_config import fold_flags, parse_sharing
+from deviceplugin.settings import (
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    MigStrategy,
+    PluginSettings,
+    TimeSlicing,
+    XidPolicy,
+)
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "GPUTOPO_"
+CONFIG_VERSION = "v1"
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+TOPOLOGY_SCOPES = ("container", "pod")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class _Opt:
+    """One option: its flag, its file key, how to convert it and its default."""
+
+    flag: str
+    help: str
+    kind: str = "str"  # str | path | bool | float | list | choice
+    default: Any = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.dest.upper()
+
+    @property
+    def key(self) -> str:
+        head, *rest = self.dest.split("_")
+        return head + "".join(w.capitalize() for w in rest)
+
+
+_OPTIONS: tuple[_Opt, ...] = (
+    _Opt("--node-name", "this node's name (env NODE_NAME; default: the host name)"),
+    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH"),
+    _Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
+    _Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
+         "/var/lib/kubelet/device-plugins"),
+    _Opt("--pod-resources-socket", "kubelet PodResources socket", "path",
+         "/var/lib/kubelet/pod-resources/kubelet.sock"),
+    _Opt("--kubelet-config", "kubelet config file", "path", "/var/lib/kubelet/config.yaml"),
+    _Opt("--topology-manager-policy", "used when the kubelet config is unreadable", "choice",
+         "none", TOPOLOGY_POLICIES),
+    _Opt("--topology-manager-scope", "used when the kubelet config is unreadable", "choice",
+         "container", TOPOLOGY_SCOPES),
+    _Opt("--host-root", "where the host's /sys is mounted", "path", "/"),
+    _Opt("--kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)", "path"),
+    _Opt("--metrics-address", "HOST:PORT of /metrics, /healthz, /readyz (port 0: ephemeral)",
+         "str", ":9445"),
+    _Opt("--node-labels", "maintain GFD-style node labels", "choice", "on", ("on", "off")),
+    _Opt("--no-device-plugin", "do not serve the kubelet device-plugin API", "bool", False),
+    _Opt("--no-publish", "do not publish the NodeResourceTopology", "bool", False),
+    _Opt("--oneshot", "publish once and exit 0 (no kubelet needed)", "bool", False),
+    _Opt("--dry-run", "print objects instead of writing them to the API", "bool", False),
+    _Opt("--log-format", "log format", "choice", "text", ("text", "json")),
+    _Opt("--device-list-strategy", "how Allocate names devices (comma list)", "list", "envvar"),
+    _Opt("--device-id-strategy", "NVIDIA_VISIBLE_DEVICES lists UUIDs or indices", "choice",
+         "uuid", tuple(DeviceIdStrategy)),
+    _Opt("--pass-device-specs", "return /dev/nvidia* device specs from Allocate", "bool", False),
+    _Opt("--cdi-spec-dirs", "CDI spec directories (comma list)", "list", "/etc/cdi,/var/run/cdi"),
+    _Opt("--fail-on-init-error", "exit when NVML or the device plugin cannot start", "bool", True),
+    _Opt("--health-quiet-period", "seconds without Xid before a transient fault clears",
+         "float", 60.0),
+    _Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
+         "float", 5.0),
+    _Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+)  # fmt: skip
+_BY_KEY = {o.key: o for o in _OPTIONS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentConfig:
+    node_name: str
+    nvml_fixture: str | None = None
+    config_file: Path | None = None
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    kubelet_config: Path = Path("/var/lib/kubelet/config.yaml")
+    topology_manager_policy: str = "none"
+    topology_manager_scope: str = "container"
+    host_root: Path = Path("/")
+    kubeconfig: Path | None = None
+    metrics_address: str = ":9445"
+    node_labels: bool = True
+    device_plugin: bool = True
+    publish: bool = True
+    oneshot: bool = False
+    dry_run: bool = False
+    log_format: str = "text"
+    fail_on_init_error: bool = True
+    plugin: PluginSettings = field(default_factory=PluginSettings)
+
+    @property
+    def mig_strategy(self) -> MigStrategy:
+        return self.plugin.mig_strategy
+
+    @property
+    def device_plugin_dir(self) -> Path:
+        return self.plugin.device_plugin_dir
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int]:
+        """`(host, port)` of `metrics_address`; host "" means every interface."""
+        return split_host_port(self.metrics_address)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`:9445` -> ("", 9445), `[::1]:0` -> ("::1", 0); ValueError names the address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{address!r} is not HOST:PORT with a port in 0..65535")
+    return host.strip("[]"), int(port)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print and exit 2
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gputopo-agent run", description="the gputopo node agent")
+    parser.add_argument("--config", help="config file (ours or NVIDIA's device-plugin config)")
+    for opt in _OPTIONS:
+        kwargs: dict[str, Any] = {"default": None, "help": f"{opt.help} (env {opt.env})"}
+        if opt.kind == "bool":
+            kwargs.update(nargs="?", const="true", metavar="BOOL")
+        parser.add_argument(opt.flag, **kwargs)
+    return parser
+
+
+def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = None) -> AgentConfig:
+    """Build the configuration; raises ConfigError listing every problem."""
+    args = vars(build_parser().parse_args(list(argv)))
+    errors: list[str] = []
+    config_path = args.pop("config") or environ.get(ENV_PREFIX + "CONFIG") or path
+    file_values, sharing = _read_file(Path(config_path), errors) if config_path else ({}, None)
+    raw: dict[str, Any] = {}
+    for opt in _OPTIONS:
+        raw[opt.key] = _resolve(opt, args[opt.dest], environ, file_values, errors)
+    if raw["nodeName"] is None:
+        raw["nodeName"] = environ.get("NODE_NAME") or socket.gethostname()
+    try:
+        xid_policy = XidPolicy.from_env(
+            environ.get("DP_DISABLE_HEALTHCHECKS"), environ.get("DP_ENABLE_HEALTHCHECKS")
+        )
+    except ValueError as exc:
+        errors.append(str(exc))
+        xid_policy = XidPolicy()
+    time_slicing = (
+        parse_sharing(str(config_path), sharing, errors) if config_path else TimeSlicing()
+    )
+    if errors:
+        raise ConfigError("invalid configuration: " + "; ".join(errors))
+    return _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+
+
+def _build(
+    raw: Mapping[str, Any], path: Path | None, sharing: TimeSlicing, xids: XidPolicy
+) -> AgentConfig:
+    plugin = PluginSettings(
+        device_plugin_dir=raw["devicePluginDir"],
+        mig_strategy=MigStrategy(raw["migStrategy"]),
+        device_list_strategies=tuple(DeviceListStrategy(s) for s in raw["deviceListStrategy"]),
+        device_id_strategy=DeviceIdStrategy(raw["deviceIdStrategy"]),
+        pass_device_specs=raw["passDeviceSpecs"],
+        cdi_spec_dirs=tuple(Path(p) for p in raw["cdiSpecDirs"]),
+        time_slicing=sharing,
+        xid_policy=xids,
+        health_quiet_period_s=raw["healthQuietPeriod"],
+        health_recheck_interval_s=raw["healthRecheckInterval"],
+        rescan_interval_s=raw["rescanInterval"],
+    )
+    return AgentConfig(
+        node_name=raw["nodeName"],
+        nvml_fixture=raw["nvmlFixture"],
+        config_file=path,
+        pod_resources_socket=raw["podResourcesSocket"],
+        kubelet_config=raw["kubeletConfig"],
+        topology_manager_policy=raw["topologyManagerPolicy"],
+        topology_manager_scope=raw["topologyManagerScope"],
+        host_root=raw["hostRoot"],
+        kubeconfig=raw["kubeconfig"],
+        metrics_address=raw["metricsAddress"],
+        node_labels=raw["nodeLabels"] == "on",
+        device_plugin=not raw["noDevicePlugin"],
+        publish=not raw["noPublish"],
+        oneshot=raw["oneshot"],
+        dry_run=raw["dryRun"],
+        log_format=raw["logFormat"],
+        fail_on_init_error=raw["failOnInitError"],
+        plugin=plugin,
+    )
+
+
+def _resolve(
+    opt: _Opt, flag: Any, environ: Mapping[str, str], file_values: Mapping[str, Any],
+    errors: list[str],
+) -> Any:  # fmt: skip
+    """The option's value from the first source that sets it, converted; problems go to errors."""
+    if flag is not None:
+        source, value = f"flag {opt.flag}", flag
+    elif opt.env in environ:
+        source, value = f"environment {opt.env}", environ[opt.env]
+    elif opt.key in file_values:
+        source, value = file_values[opt.key]
+    else:
+        return _convert(opt, opt.default) if opt.default is not None else None
+    try:
+        return _convert(opt, value)
+    except ValueError as exc:
+        errors.append(f"{source}: {exc}")
+        return _convert(opt, opt.default) if opt.default is not None else None
+
+
+def _convert(opt: _Opt, value: Any) -> Any:
+    converters: dict[str, Callable[[_Opt, Any], Any]] = {
+        "str": lambda o, v: _text(v),
+        "path": lambda o, v: Path(_text(v)),
+        "bool": lambda o, v: _bool(v),
+        "float": lambda o, v: _seconds(v),
+        "list": lambda o, v: _list(o, v),
+        "choice": lambda o, v: _choice(o, v),
+    }
+    converted = converters[opt.kind](opt, value)
+    if opt.key == "metricsAddress":
+        split_host_port(converted)
+    return converted
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float) or value == "":
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return str(value)
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _seconds(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _choice(opt: _Opt, value: Any) -> str:
+    if isinstance(value, bool) and opt.key == "nodeLabels":  # YAML reads `on`/`off` as booleans
+        value = "on" if value else "off"
+    if value not in opt.choices:
+        raise ValueError(f"{value!r} is not one of {', '.join(opt.choices)}")
+    return str(value)
+
+
+def _list(opt: _Opt, value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"expected a comma-separated string or a list of strings, got {value!r}")
+    parts = tuple(i.strip() for i in items if i.strip())
+    if not parts:
+        raise ValueError("expected at least one entry")
+    if opt.key == "deviceListStrategy":
+        allowed = tuple(DeviceListStrategy)
+        bad = [p for p in parts if p not in allowed]
+        if bad:
+            raise ValueError(f"{bad} not supported (use {', '.join(allowed)})")
+    return parts
+
+
+def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any]:
+    """File values as key -> (source, raw value), and the raw `sharing` section."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        errors.append(f"config file {path}: cannot read it: {exc}")
+        return {}, None
+    if not isinstance(doc, dict):
+        errors.append(f"config file {path}: expected a mapping with `version: {CONFIG_VERSION}`")
+        return {}, None
+    if doc.get("version") != CONFIG_VERSION:
+        errors.append(f"{path}: version: expected {CONFIG_VERSION!r}, got {doc.get('version')!r}")
+    values: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in _BY_KEY:
+            values[key] = (f"{path}: {key}", value)
+        elif key not in {"version", "flags", "sharing", "resources", "imex"}:
+            errors.append(f"{path}: {key}: unknown key")
+    if isinstance(doc.get("resources"), dict | list) and doc["resources"]:
+        logger.warning("%s: resources: custom resource names are not supported; ignored", path)
+    fold_flags(str(path), doc.get("flags"), values, errors)
+    return values, doc.get("sharing")

@@ -1,0 +1,137 @@
+"""The `flags` and `sharing` sections of NVIDIA's device-plugin config file (`version: v1`).
+
+Accepted unchanged: NVIDIA's own flags that gputopo does not use are ignored, unknown keys are
+errors. Honoured: `flags.migStrategy`, `flags.failOnInitError`, `flags.plugin.passDeviceSpecs`,
+`flags.plugin.deviceListStrategy`, `flags.plugin.deviceIDStrategy` and `sharing.timeSlicing`.
+Problems are appended to `errors` as `<file>: <key path>: <reason>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deviceplugin.settings import SharedResource, TimeSlicing
+
+NVIDIA_FLAGS = frozenset({
+    "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "driverRoot",
+    "devRoot", "gdsEnabled", "mofedEnabled", "gdrcopyEnabled", "useNodeFeatureAPI",
+    "deviceDiscoveryStrategy", "mpsRoot", "plugin", "gfd",
+})  # fmt: skip
+NVIDIA_PLUGIN_FLAGS = frozenset({
+    "passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix",
+    "nvidiaCTKPath", "nvidiaCDIHookPath", "containerDriverRoot", "sharedDevicesAllocationPolicy",
+})  # fmt: skip
+HONOURED = {
+    ("migStrategy",): "migStrategy",
+    ("failOnInitError",): "failOnInitError",
+    ("plugin", "passDeviceSpecs"): "passDeviceSpecs",
+    ("plugin", "deviceListStrategy"): "deviceListStrategy",
+    ("plugin", "deviceIDStrategy"): "deviceIdStrategy",
+}
+"""NVIDIA key path -> our camelCase option key."""
+
+_SHARED_KEYS = frozenset({"name", "replicas", "rename", "devices"})
+
+
+def fold_flags(
+    where: str, flags: Any, values: dict[str, tuple[str, Any]], errors: list[str]
+) -> None:
+    """Add the honoured `flags` entries to `values` (key -> (source, raw value))."""
+    if flags is None:
+        return
+    if not isinstance(flags, dict) or not isinstance(flags.get("plugin") or {}, dict):
+        errors.append(f"{where}: flags: expected a mapping (with an optional plugin mapping)")
+        return
+    plugin = flags.get("plugin") or {}
+    errors += [f"{where}: flags.{k}: unknown key" for k in flags if k not in NVIDIA_FLAGS]
+    errors += [
+        f"{where}: flags.plugin.{k}: unknown key" for k in plugin if k not in NVIDIA_PLUGIN_FLAGS
+    ]
+    for keys, ours in HONOURED.items():
+        section = plugin if len(keys) == 2 else flags
+        value = section.get(keys[-1])
+        if value is None:
+            continue
+        source = f"{where}: flags.{'.'.join(keys)}"
+        if ours in values and values[ours][1] != value:
+            errors.append(f"{source}: {value!r} contradicts {ours}: {values[ours][1]!r}")
+        values[ours] = (source, value)
+
+
+def parse_sharing(where: str, sharing: Any, errors: list[str]) -> TimeSlicing:
+    """The `sharing` section; MPS is refused (gputopo does not run MPS daemons)."""
+    if sharing is None:
+        return TimeSlicing()
+    if not isinstance(sharing, dict):
+        errors.append(f"{where}: sharing: expected a mapping")
+        return TimeSlicing()
+    errors += [
+        f"{where}: sharing.{k}: unknown key" for k in sharing if k not in ("timeSlicing", "mps")
+    ]
+    if sharing.get("mps"):
+        errors.append(f"{where}: sharing.mps: MPS sharing is not supported (use timeSlicing)")
+    ts = sharing.get("timeSlicing") or {}
+    if not isinstance(ts, dict):
+        errors.append(f"{where}: sharing.timeSlicing: expected a mapping")
+        return TimeSlicing()
+    at = f"{where}: sharing.timeSlicing"
+    allowed = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
+    errors += [f"{at}.{k}: unknown key" for k in ts if k not in allowed]
+    rename, fail = (_flag(at, ts, key, errors) for key in allowed[:2])
+    entries = ts.get("resources") or []
+    if not isinstance(entries, list):
+        errors.append(f"{at}.resources: expected a list")
+        entries = []
+    parsed = [_shared(f"{at}.resources[{i}]", e, errors) for i, e in enumerate(entries)]
+    resources = tuple(r for r in parsed if r is not None)
+    names = [r.name for r in resources]
+    errors += [
+        f"{at}.resources: {n} listed twice"
+        for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+    return TimeSlicing(
+        rename_by_default=rename, fail_requests_greater_than_one=fail, resources=resources
+    )
+
+
+def _flag(at: str, section: dict[str, Any], key: str, errors: list[str]) -> bool:
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        errors.append(f"{at}.{key}: expected true or false, got {value!r}")
+        return False
+    return value
+
+
+def _shared(where: str, entry: Any, errors: list[str]) -> SharedResource | None:
+    if not isinstance(entry, dict):
+        errors.append(f"{where}: expected a mapping with name and replicas")
+        return None
+    problems = [f"{k}: unknown key" for k in entry if k not in _SHARED_KEYS]
+    name, replicas, rename = entry.get("name"), entry.get("replicas"), entry.get("rename")
+    if not isinstance(name, str) or not (
+        name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")
+    ):
+        problems.append(f"name: expected nvidia.com/gpu or nvidia.com/mig-<profile>, got {name!r}")
+        name = ""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        problems.append(f"replicas: expected an integer >= 1, got {replicas!r}")
+        replicas = 1
+    if rename is not None and (not isinstance(rename, str) or not rename):
+        problems.append(f"rename: expected a resource name, got {rename!r}")
+    devices = _devices(entry.get("devices"), problems)
+    errors += [f"{where}.{p}" for p in problems]
+    if problems:
+        return None
+    return SharedResource(name=name, replicas=replicas, rename=rename, devices=devices)
+
+
+def _devices(value: Any, problems: list[str]) -> int | tuple[str, ...] | None:
+    """`all`/absent -> None; a count; or a list of GPU indices (`0`, `0:1`) or UUIDs."""
+    if value is None or value == "all":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str | int) for v in value):
+        return tuple(str(v) for v in value)
+    problems.append(f"devices: expected all, a count or a list of indices/UUIDs, got {value!r}")
+    return None

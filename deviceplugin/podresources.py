@@ -1,0 +1,166 @@
+"""Client of the kubelet's PodResources API v1 (`/var/lib/kubelet/pod-resources/kubelet.sock`).
+
+One `snapshot()` is GetAllocatableResources + List, translated to the plain dataclasses of
+`agent.availability` (no protobuf message leaves this module). Pods the caller reports as terminal
+(Succeeded/Failed; the kubelet may still list them) are skipped, so a finished pod's devices count
+as free and its name stays out of the pods fingerprint.
+
+Errors::
+
+    PluginError
+    └── PodResourcesError          a call failed (names the RPC and the status)
+        └── PodResourcesUnavailableError  no socket, or the kubelet does not answer (retry later)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from agent.availability import (
+    ContainerGrant,
+    DeviceGrant,
+    MemoryGrant,
+    PodGrant,
+    PodResourcesSnapshot,
+)
+from deviceplugin._pb import podresources_pb2 as pb
+from deviceplugin._pb import podresources_pb2_grpc as pb_grpc
+from deviceplugin.errors import PluginError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # List on a busy node exceeds gRPC's 4 MiB default
+
+IsTerminal = Callable[[str, str], bool]
+"""`(namespace, name) -> True` when the pod has finished (Succeeded or Failed)."""
+
+_UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class PodResourcesError(PluginError):
+    """A PodResources call failed; the message names the RPC and the gRPC status."""
+
+
+class PodResourcesUnavailableError(PodResourcesError):
+    """The socket is absent or the kubelet does not answer; try again later."""
+
+
+@contextmanager
+def _rpc(socket: Path, method: str) -> Iterator[None]:
+    """Translate gRPC failures of one call into our errors."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        code, details = _status(exc)
+        reason = f"PodResources {method} on {socket}: {code.name}: {details}"
+        if code == grpc.StatusCode.UNIMPLEMENTED and method == "GetAllocatableResources":
+            reason += " (kubelet older than 1.23, or KubeletPodResourcesGetAllocatable is off)"
+        error = PodResourcesUnavailableError if code in _UNAVAILABLE else PodResourcesError
+        raise error(reason) from None
+
+
+def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        return code(), str(details())
+    return grpc.StatusCode.UNKNOWN, str(exc)
+
+
+class PodResourcesClient:
+    """Use as a context manager, or call `close()`."""
+
+    def __init__(self, socket: Path = DEFAULT_SOCKET, *, timeout_s: float = 2.0) -> None:
+        self._socket = Path(socket)
+        self._timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(
+            f"unix:{self._socket.absolute()}",
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+        )
+        self._stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+
+    @property
+    def socket(self) -> Path:
+        return self._socket
+
+    def __enter__(self) -> PodResourcesClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def available(self) -> bool:
+        """True when the kubelet's socket exists (the publisher then reports `podresources`)."""
+        return self._socket.is_socket()
+
+    def snapshot(self, is_terminal: IsTerminal | None = None) -> PodResourcesSnapshot:
+        """Allocatable devices/CPUs/memory and the non-terminal pods' assignments."""
+        if not self.available():
+            raise PodResourcesUnavailableError(f"PodResources socket {self._socket} does not exist")
+        with _rpc(self._socket, "GetAllocatableResources"):
+            alloc = self._stub.GetAllocatableResources(
+                pb.AllocatableResourcesRequest(), timeout=self._timeout_s
+            )
+        with _rpc(self._socket, "List"):
+            listed = self._stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
+        pods = tuple(_pod(p) for p in listed.pod_resources)
+        if is_terminal is not None:
+            skipped = [p for p in pods if is_terminal(p.namespace, p.name)]
+            if skipped:
+                log.debug("skipping %d terminal pods", len(skipped))
+                pods = tuple(p for p in pods if p not in skipped)
+        return PodResourcesSnapshot(
+            devices=_devices(alloc.devices),
+            cpu_ids=tuple(sorted(alloc.cpu_ids)),
+            memory=_memory(alloc.memory),
+            pods=pods,
+        )
+
+
+def _numa(topology: pb.TopologyInfo) -> tuple[int, ...]:
+    return tuple(sorted(n.ID for n in topology.nodes))
+
+
+def _devices(devices: Iterable[pb.ContainerDevices]) -> tuple[DeviceGrant, ...]:
+    return tuple(
+        DeviceGrant(
+            resource_name=d.resource_name,
+            device_ids=tuple(d.device_ids),
+            numa_nodes=_numa(d.topology),
+        )
+        for d in devices
+    )
+
+
+def _memory(memory: Iterable[pb.ContainerMemory]) -> tuple[MemoryGrant, ...]:
+    return tuple(
+        MemoryGrant(memory_type=m.memory_type, size=m.size, numa_nodes=_numa(m.topology))
+        for m in memory
+    )
+
+
+def _pod(pod: pb.PodResources) -> PodGrant:
+    return PodGrant(
+        namespace=pod.namespace,
+        name=pod.name,
+        containers=tuple(
+            ContainerGrant(
+                name=c.name,
+                devices=_devices(c.devices),
+                cpu_ids=tuple(sorted(c.cpu_ids)),
+                memory=_memory(c.memory),
+            )
+            for c in pod.containers
+        ),
+    )

@@ -1,0 +1,161 @@
+"""A fake kubelet PodResources v1 server over a real unix socket, for tests and benchmarks.
+
+It serves `List`, `GetAllocatableResources` and `Get` from state the test sets with the plain
+dataclasses of `agent.availability` (`set_allocatable`, `set_pod`, `remove_pod`). `fail_next(code)`
+makes the next call(s) fail with a gRPC status; `calls` counts requests per method; `changed`
+is an Event set on every state change (benchmarks time from it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from agent.availability import DeviceGrant, MemoryGrant, PodGrant, PodResourcesSnapshot
+from deviceplugin._pb import podresources_pb2 as pb
+from deviceplugin._pb import podresources_pb2_grpc as pb_grpc
+
+
+def _topology(numa: Iterable[int]) -> pb.TopologyInfo:
+    return pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in numa])
+
+
+def _devices(grants: Iterable[DeviceGrant]) -> list[pb.ContainerDevices]:
+    return [
+        pb.ContainerDevices(
+            resource_name=g.resource_name,
+            device_ids=list(g.device_ids),
+            topology=_topology(g.numa_nodes),
+        )
+        for g in grants
+    ]
+
+
+def _memory(grants: Iterable[MemoryGrant]) -> list[pb.ContainerMemory]:
+    return [
+        pb.ContainerMemory(memory_type=g.memory_type, size=g.size, topology=_topology(g.numa_nodes))
+        for g in grants
+    ]
+
+
+def _pod(pod: PodGrant) -> pb.PodResources:
+    return pb.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[
+            pb.ContainerResources(
+                name=c.name,
+                devices=_devices(c.devices),
+                cpu_ids=list(c.cpu_ids),
+                memory=_memory(c.memory),
+            )
+            for c in pod.containers
+        ],
+    )
+
+
+class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
+    """Start with `start()` or as a context manager; `socket` is the path to dial."""
+
+    def __init__(self, socket: Path | None = None) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+        self.socket = socket or folder / "kubelet.sock"
+        self.calls: Counter[str] = Counter()
+        self.changed = threading.Event()
+        self._lock = threading.Lock()
+        self._allocatable = PodResourcesSnapshot()
+        self._pods: dict[tuple[str, str], PodGrant] = {}
+        self._failures: list[tuple[str | None, grpc.StatusCode]] = []
+        self._server: grpc.Server | None = None
+
+    def __enter__(self) -> FakePodResourcesServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_PodResourcesListerServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix:{self.socket}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+            self._server = None
+        self.socket.unlink(missing_ok=True)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def set_allocatable(self, snapshot: PodResourcesSnapshot) -> None:
+        """Devices, CPUs and memory GetAllocatableResources answers (`snapshot.pods` is ignored)."""
+        with self._lock:
+            self._allocatable = snapshot
+        self.changed.set()
+
+    def set_pod(self, pod: PodGrant) -> None:
+        with self._lock:
+            self._pods[(pod.namespace, pod.name)] = pod
+        self.changed.set()
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._pods.pop((namespace, name), None)
+        self.changed.set()
+
+    def fail_next(self, code: grpc.StatusCode, times: int = 1, method: str | None = None) -> None:
+        """The next `times` calls (of `method`, or of any method) fail with `code`."""
+        with self._lock:
+            self._failures += [(method, code)] * times
+
+    # -- gRPC ----------------------------------------------------------------------------------
+
+    def _enter(self, method: str, context: grpc.ServicerContext) -> None:
+        with self._lock:
+            self.calls[method] += 1
+            pos = next((i for i, (m, _) in enumerate(self._failures) if m in {None, method}), None)
+            failure = None if pos is None else self._failures.pop(pos)[1]
+        if failure is not None:
+            context.abort(failure, f"injected failure of {method}")
+
+    def List(  # noqa: N802
+        self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.ListPodResourcesResponse:
+        self._enter("List", context)
+        with self._lock:
+            pods = list(self._pods.values())
+        return pb.ListPodResourcesResponse(pod_resources=[_pod(p) for p in pods])
+
+    def GetAllocatableResources(  # noqa: N802
+        self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.AllocatableResourcesResponse:
+        self._enter("GetAllocatableResources", context)
+        with self._lock:
+            alloc = self._allocatable
+        return pb.AllocatableResourcesResponse(
+            devices=_devices(alloc.devices),
+            cpu_ids=list(alloc.cpu_ids),
+            memory=_memory(alloc.memory),
+        )
+
+    def Get(  # noqa: N802
+        self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.GetPodResourcesResponse:
+        self._enter("Get", context)
+        with self._lock:
+            pod = self._pods.get((request.pod_namespace, request.pod_name))
+        if pod is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"pod {request.pod_namespace}/{request.pod_name} not found",
+            )
+        return pb.GetPodResourcesResponse(pod_resources=_pod(pod))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 import yaml
 
@@ -145,3 +150,48 @@ def test_agent_config_is_a_v1_device_plugin_style_file(objects):
     assert data["version"] == "v1"
     assert set(data) <= {"version", "flags", "sharing", "resources", "imex"}
     assert data["flags"]["migStrategy"] in {"none", "single", "mixed"}
+
+
+def _agent_load(args: list[str], environ: dict[str, str]) -> Any:
+    if importlib.util.find_spec("agent.config") is None:
+        pytest.skip("agent/config.py is not in the tree yet")
+    from agent.config import load
+
+    return load(args, environ)
+
+
+def _loader_inputs(
+    container: r.Obj, config_text: str, directory: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The container's args with --config pointing at a temp copy of the ConfigMap file, its env."""
+    path = directory / "agent.yaml"
+    path.write_text(config_text, encoding="utf-8")
+    args = [
+        a if not a.startswith("--config=") else f"--config={path}" for a in container["args"][1:]
+    ]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    env["NODE_NAME"] = "gpu-node-1"  # what the downward API fills in
+    return args, env
+
+
+def test_agent_loader_accepts_the_manifest_and_configmap(objects, container, tmp_path):
+    text = r.one(objects, "ConfigMap", "gputopo-agent-config")["data"]["agent.yaml"]
+    config = _agent_load(*_loader_inputs(container, text, tmp_path))
+    assert config.node_name == "gpu-node-1"
+    assert str(config.host_root) == "/host"
+    assert str(config.mig_strategy) == "mixed"
+    assert config.metrics_address == ":9445"
+    assert config.log_format == "json"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {str(p) for p in config.plugin.cdi_spec_dirs} <= mounts
+    assert str(config.device_plugin_dir) in mounts
+
+
+def test_time_slicing_example_in_the_configmap_is_valid(objects, container, tmp_path):
+    """The commented-out `sharing:` block works once uncommented."""
+    text = r.one(objects, "ConfigMap", "gputopo-agent-config")["data"]["agent.yaml"]
+    uncommented = re.sub(r"^# (sharing:|\s)", r"\1", text, flags=re.MULTILINE)
+    assert "\nsharing:" in uncommented
+    config = _agent_load(*_loader_inputs(container, uncommented, tmp_path))
+    (resource,) = config.plugin.time_slicing.resources
+    assert (resource.name, resource.replicas) == ("nvidia.com/gpu", 4)

@@ -1,0 +1,256 @@
+"""Agent metrics on their own registry, and the `/metrics`, `/healthz`, `/readyz` HTTP server.
+
+Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` the runner handed in
+(nothing is read from NVML per scrape). The device plugin observes its RPC latency through
+`AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish`.
+Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU labels are `gpu`
+(index), `uuid` and `model`.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agent.model import Gpu, NodeInventory
+from agent.nvml.backend import GpuTelemetry
+from agent.quantity import MIB
+
+log = logging.getLogger(__name__)
+
+PREFIX = "gputopo_agent"
+_RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_PUBLISH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSnapshot:
+    """What the per-GPU gauges show; the runner replaces it as state changes."""
+
+    inventory: NodeInventory
+    unhealthy: frozenset[str] = frozenset()
+    telemetry: Mapping[str, GpuTelemetry] = field(default_factory=dict)
+    allocated: Mapping[int, int] = field(default_factory=dict)  # GPU index -> devices held by pods
+
+
+_GPU_GAUGES: tuple[tuple[str, str], ...] = (
+    ("gpu_healthy", "1 when the GPU is Healthy, 0 when the health checker marked it Unhealthy"),
+    (
+        "gpu_utilization_ratio",
+        "GPU utilization (0-1) as NVML reports it; absent where unsupported (MIG)",
+    ),
+    ("gpu_memory_used_bytes", "Framebuffer memory in use"),
+    ("gpu_memory_total_bytes", "Framebuffer memory of the GPU"),
+    ("gpu_temperature_celsius", "GPU temperature"),
+    ("gpu_power_watts", "GPU power draw"),
+    (
+        "gpu_allocated_devices",
+        "Devices of this GPU (whole GPU, MIG slices or replicas) held by pods",
+    ),
+    ("gpu_mig_devices", "MIG devices configured on the GPU"),
+)
+
+
+def _gpu_values(gpu: Gpu, snap: MetricsSnapshot) -> dict[str, float | None]:
+    tele = snap.telemetry.get(str(gpu.uuid))
+    util = (
+        None if tele is None or tele.utilization_percent is None else tele.utilization_percent / 100
+    )
+    used = None if tele is None or tele.memory_used_mib is None else tele.memory_used_mib * MIB
+    return {
+        "gpu_healthy": 0.0 if str(gpu.uuid) in snap.unhealthy else 1.0,
+        "gpu_utilization_ratio": util,
+        "gpu_memory_used_bytes": used,
+        "gpu_memory_total_bytes": float(gpu.memory_mib * MIB),
+        "gpu_temperature_celsius": None if tele is None else tele.temperature_c,
+        "gpu_power_watts": None if tele is None else tele.power_w,
+        "gpu_allocated_devices": float(snap.allocated.get(gpu.index, 0)),
+        "gpu_mig_devices": float(len(gpu.mig_devices)),
+    }
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, source: Callable[[], MetricsSnapshot | None]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._source()
+        families = {
+            name: GaugeMetricFamily(f"{PREFIX}_{name}", text, labels=["gpu", "uuid", "model"])
+            for name, text in _GPU_GAUGES
+        }
+        if snap is not None:
+            for gpu in snap.inventory.gpus:
+                labels = [str(gpu.index), str(gpu.uuid), gpu.product]
+                for name, value in _gpu_values(gpu, snap).items():
+                    if value is not None:
+                        families[name].add_metric(labels, float(value))
+        yield from families.values()
+
+
+class AgentMetrics:
+    """Every metric of `gputopo-agent run`, registered on `self.registry` (never the global one)."""
+
+    def __init__(self, version: str = "", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._snapshot: MetricsSnapshot | None = None
+        reg = self.registry
+        self.rpc_seconds = Histogram(
+            f"{PREFIX}_deviceplugin_rpc_duration_seconds",
+            "Device-plugin RPC latency by method, resource and gRPC status code",
+            ["method", "resource", "code"],
+            buckets=_RPC_BUCKETS,
+            registry=reg,
+        )
+        self.rpc_errors = Counter(
+            f"{PREFIX}_deviceplugin_rpc_errors_total",
+            "Device-plugin RPCs that did not end OK, by method and resource",
+            ["method", "resource"],
+            registry=reg,
+        )
+        self.publish_seconds = Histogram(
+            f"{PREFIX}_publish_duration_seconds",
+            "Time to write the NodeResourceTopology (one apply)",
+            buckets=_PUBLISH_BUCKETS,
+            registry=reg,
+        )
+        self.publish_writes = Counter(
+            f"{PREFIX}_publish_writes_total",
+            "NodeResourceTopology writes that landed",
+            registry=reg,
+        )
+        self.publish_failures = Counter(
+            f"{PREFIX}_publish_failures_total",
+            "Failed NodeResourceTopology or node-label writes (each retried with backoff)",
+            registry=reg,
+        )
+        self.label_patches = Counter(
+            f"{PREFIX}_label_patches_total", "Node label patches that landed", registry=reg
+        )
+        build = Gauge(
+            f"{PREFIX}_build_info",
+            "Build information (always 1)",
+            ["version", "python_version"],
+            registry=reg,
+        )
+        build.labels(version=version or "unknown", python_version=platform.python_version()).set(1)
+        reg.register(_SnapshotCollector(lambda: self._snapshot))
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        """Replace the snapshot the per-GPU gauges read."""
+        self._snapshot = snapshot
+
+    def observe_rpc(self, method: str, resource: str, seconds: float, code: str = "OK") -> None:
+        """One device-plugin RPC; `code` is the gRPC status name (`OK`, `INVALID_ARGUMENT`, ...)."""
+        self.rpc_seconds.labels(method=method, resource=resource, code=code).observe(seconds)
+        if code != "OK":
+            self.rpc_errors.labels(method=method, resource=resource).inc()
+
+    @contextmanager
+    def time_rpc(
+        self, method: str, resource: str, clock: Callable[[], float] = time.monotonic
+    ) -> Iterator[None]:
+        """Time the block as one RPC; an exception counts as code `UNKNOWN` and propagates."""
+        start = clock()
+        code = "UNKNOWN"
+        try:
+            yield
+            code = "OK"
+        finally:
+            self.observe_rpc(method, resource, clock() - start, code)
+
+    def observe_publish(self, seconds: float, ok: bool) -> None:
+        if ok:
+            self.publish_seconds.observe(seconds)
+            self.publish_writes.inc()
+        else:
+            self.publish_failures.inc()
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """`:9445` -> ("", 9445); `127.0.0.1:0`; `[::1]:9445`. ValueError names the address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bad address {address!r}: expected HOST:PORT (port 0 = ephemeral)")
+    return host.strip("[]"), int(port)
+
+
+class MetricsServer:
+    """Serves `/metrics`, `/healthz` and `/readyz` on its own thread; `port` is the bound port."""
+
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        healthy: Callable[[], bool] = lambda: True,
+    ) -> None:
+        host, port = parse_address(address)
+        server_class = _V6Server if ":" in host else ThreadingHTTPServer
+        self._http = server_class((host, port), _handler(registry, ready, healthy))
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="metrics", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        log.info("metrics on port %s", self.port)
+        return self
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _handler(
+    registry: CollectorRegistry, ready: Callable[[], bool], healthy: Callable[[], bool]
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path in {"/healthz", "/readyz"}:
+                ok = (healthy if path == "/healthz" else ready)()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+            else:
+                self._reply(404, b"not found\n")
+
+        def _reply(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Nothing is logged per scrape."""
+
+    return Handler

@@ -11,6 +11,11 @@ VERSION = {
     "major": "1",
     "minor": "28",
     "gitVersion": "v1.28.0-gputopo-fake",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2023-08-15T00:00:00Z",
+    "goVersion": "go1.20.7",
+    "compiler": "gc",
     "platform": "linux/amd64",
 }
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -1,0 +1,58 @@
+"""Small builders for objects the fake API server tests send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def make_pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    scheduler: str | None = None,
+    node: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/train:1.0"}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def make_binding(pod: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def make_nrt(node: str, zones: int = 1, version: str = "v1alpha2") -> dict[str, Any]:
+    return {
+        "apiVersion": f"topology.node.k8s.io/{version}",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": node},
+        "topologyPolicies": ["None"],
+        "zones": [{"name": f"node-{n}", "type": "Node"} for n in range(zones)],
+        "attributes": [{"name": "topologyManagerPolicy", "value": "none"}],
+    }
+
+
+def make_podgroup(name: str, min_member: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member},
+    }

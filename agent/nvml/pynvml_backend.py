@@ -11,6 +11,7 @@ utilization on a MIG GPU) come back as None or empty instead.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -259,13 +260,19 @@ def fake_backend(fixture: str | Path | Fixture, **fake_options: Any) -> tuple[Py
 
     fx = fixture if isinstance(fixture, Fixture) else load_fixture(fixture)
     fake = FakePynvml(fx, **fake_options)
-    root = Path(tempfile.mkdtemp(prefix="gputopo-host-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="gputopo-host-", dir=_scratch_dir()))
     try:
         write_fake_host_root(fx, root)
         return PynvmlBackend(nvml=fake, host_root=root, on_close=lambda: _remove(root)), fake
     except BaseException:
         _remove(root)
         raise
+
+
+def _scratch_dir() -> str | None:
+    """/dev/shm when writable (the fake host root is many tiny files), else $TMPDIR."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
 def _remove(root: Path) -> None:

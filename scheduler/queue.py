@@ -158,6 +158,15 @@ class SchedulingQueue:
         self._park(key, "backoff", delay)
         return delay
 
+    def retry(self, key: UnitKey, priority: int, created: float) -> float:
+        """An attempt that already ended (`done`) failed later (a bind): back the unit off."""
+        with self._cond:
+            if key not in self._units:
+                self._units[key] = _Unit(
+                    key=key, priority=priority, created=created, where="backoff"
+                )
+        return self.backoff(key)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

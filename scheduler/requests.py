@@ -15,13 +15,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from agent.quantity import to_int, to_milli
+from scheduler.placement.request import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    Effect,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Operator,
+    PodRequest,
+    Toleration,
+)
 
 Obj = Mapping[str, Any]
 ResourceList = dict[str, int]
 
-CPU = "cpu"
-MEMORY = "memory"
 _WFFC = "WaitForFirstConsumer"
 
 
@@ -83,17 +93,17 @@ def pod_requests(pod: Obj) -> ResourceList:
 
 
 def unsupported_feature(pod: Obj) -> str | None:
-    """`unsupported: <feature>` for a pod using something this scheduler does not implement."""
+    """A feature the pod uses that this scheduler does not implement (`unsupported: <it>`)."""
     spec = pod.get("spec") or {}
     affinity = spec.get("affinity") or {}
     if affinity.get("podAffinity"):
-        return "unsupported: inter-pod affinity"
+        return "inter-pod affinity"
     if affinity.get("podAntiAffinity"):
-        return "unsupported: inter-pod anti-affinity"
+        return "inter-pod anti-affinity"
     if spec.get("topologySpreadConstraints"):
-        return "unsupported: topology spread constraints"
+        return "topology spread constraints"
     if spec.get("resourceClaims"):
-        return "unsupported: dynamic resource claims"
+        return "dynamic resource claims"
     return None
 
 
@@ -132,3 +142,116 @@ def volume_problem(
     if unbound_immediate:
         return "pod has unbound immediate PersistentVolumeClaims"
     return None
+
+
+POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def pod_group_name(pod: Obj) -> str | None:
+    """The PodGroup the pod joins (the current label, then the legacy one), or None."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    for key in POD_GROUP_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    return None
+
+
+def mig_profile(resource: str) -> str:
+    """`nvidia.com/mig-1g.10gb.me` -> `1g.10gb+me` (NVIDIA's resource tail back to the profile)."""
+    parts = resource[len(MIG_RESOURCE_PREFIX) :].split(".")
+    return ".".join(parts[:2]) + "".join(f"+{attr}" for attr in parts[2:])
+
+
+def is_guaranteed(pod: Obj) -> bool:
+    """Guaranteed QoS: every container sets cpu and memory limits equal to its requests."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    if not containers:
+        return False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = resource_list(resources.get("limits"), "limits")
+        requests = {**limits, **resource_list(resources.get("requests"), "requests")}
+        for name in (CPU, MEMORY):
+            if name not in limits or requests.get(name) != limits[name]:
+                return False
+    return True
+
+
+def _tolerations(spec: Obj) -> tuple[Toleration, ...]:
+    out = []
+    for tol in spec.get("tolerations") or ():
+        effect = tol.get("effect") or None
+        out.append(
+            Toleration(
+                key=str(tol.get("key") or ""),
+                operator=str(tol.get("operator") or "Equal"),
+                value=str(tol.get("value") or ""),
+                effect=Effect(effect) if effect else None,
+            )
+        )
+    return tuple(out)
+
+
+def _affinity_terms(spec: Obj) -> tuple[tuple[NodeSelectorTerm, ...], str | None]:
+    """Required node affinity terms, and a reason when a part of it is not supported."""
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return (), None
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        if term.get("matchFields"):
+            return (), "node affinity matchFields"
+        reqs = tuple(
+            NodeSelectorRequirement(
+                key=str(expr["key"]),
+                operator=Operator(expr["operator"]),
+                values=tuple(str(v) for v in expr.get("values") or ()),
+            )
+            for expr in term.get("matchExpressions") or ()
+        )
+        terms.append(NodeSelectorTerm(match_expressions=reqs))
+    if not terms:
+        return (NodeSelectorTerm(),), None  # an empty term list matches no node
+    return tuple(terms), None
+
+
+def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"hugepages": {}, "extended": {}, "mig": {}}
+    simple = {CPU: "cpu_milli", MEMORY: "memory", EPHEMERAL_STORAGE: "ephemeral_storage"}
+    for name, amount in requests.items():
+        if name in simple:
+            fields[simple[name]] = amount
+        elif name == GPU_RESOURCE:
+            fields["gpus"] = amount
+        elif name.startswith(MIG_RESOURCE_PREFIX):
+            fields["mig"][mig_profile(name)] = amount
+        elif name.startswith(HUGEPAGES_PREFIX):
+            fields["hugepages"][name] = amount
+        else:
+            fields["extended"][name] = amount
+    return fields
+
+
+def pod_request(pod: Obj) -> PodRequest:
+    """The placement view of a pod. ValueError (naming the field) for a malformed pod."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    try:
+        fields = _split_resources(pod_requests(pod))
+        terms, affinity_problem = _affinity_terms(spec)
+        return PodRequest(
+            key=key,
+            **fields,
+            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            affinity=terms,
+            tolerations=_tolerations(spec),
+            priority=int(spec.get("priority") or 0),
+            guaranteed=is_guaranteed(pod),
+            unsupported=unsupported_feature(pod) or affinity_problem,
+            pod_group=pod_group_name(pod),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"pod {key}: {exc}") from None

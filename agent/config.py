@@ -50,6 +50,7 @@ class _Opt:
     kind: str = "str"  # str | path | bool | float | list | choice
     default: Any = None
     choices: tuple[str, ...] = ()
+    env_aliases: tuple[str, ...] = ()  # more variables, after GPUTOPO_<FLAG>
 
     @property
     def dest(self) -> str:
@@ -66,7 +67,8 @@ class _Opt:
 
 
 _OPTIONS: tuple[_Opt, ...] = (
-    _Opt("--node-name", "this node's name (env NODE_NAME; default: the host name)"),
+    _Opt("--node-name", "this node's name (also env NODE_NAME; default: the host name)",
+         env_aliases=("NODE_NAME",)),
     _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH"),
     _Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
     _Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
@@ -172,7 +174,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     for opt in _OPTIONS:
         raw[opt.key] = _resolve(opt, args[opt.dest], environ, file_values, errors)
     if raw["nodeName"] is None:
-        raw["nodeName"] = environ.get("NODE_NAME") or socket.gethostname()
+        raw["nodeName"] = socket.gethostname()
     try:
         xid_policy = XidPolicy.from_env(
             environ.get("DP_DISABLE_HEALTHCHECKS"), environ.get("DP_ENABLE_HEALTHCHECKS")
@@ -231,10 +233,11 @@ def _resolve(
     errors: list[str],
 ) -> Any:  # fmt: skip
     """The option's value from the first source that sets it, converted; problems go to errors."""
+    env = next((e for e in (opt.env, *opt.env_aliases) if e in environ), None)
     if flag is not None:
         source, value = f"flag {opt.flag}", flag
-    elif opt.env in environ:
-        source, value = f"environment {opt.env}", environ[opt.env]
+    elif env is not None:
+        source, value = f"environment {env}", environ[env]
     elif opt.key in file_values:
         source, value = file_values[opt.key]
     else:

@@ -1,0 +1,194 @@
+"""`gputopo-agent run` configuration: precedence, NVIDIA's config file, every error at once."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent.config import AgentConfig, load, split_host_port
+from agent.errors import ConfigError
+from deviceplugin.settings import (
+    DeviceIdStrategy,
+    DeviceListStrategy,
+    MigStrategy,
+    SharedResource,
+)
+
+ENV = {"NODE_NAME": "node-a"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_defaults_follow_the_design():
+    cfg = load([], ENV)
+    assert isinstance(cfg, AgentConfig)
+    assert cfg.node_name == "node-a"
+    assert cfg.mig_strategy is MigStrategy.MIXED
+    assert cfg.device_plugin_dir == Path("/var/lib/kubelet/device-plugins")
+    assert cfg.kubelet_config == Path("/var/lib/kubelet/config.yaml")
+    assert (cfg.topology_manager_policy, cfg.topology_manager_scope) == ("none", "container")
+    assert cfg.metrics_host_port == ("", 9445)
+    assert cfg.plugin.device_list_strategies == (DeviceListStrategy.ENVVAR,)
+    assert cfg.plugin.cdi_spec_dirs == (Path("/etc/cdi"), Path("/var/run/cdi"))
+    assert (cfg.device_plugin, cfg.publish, cfg.oneshot, cfg.dry_run) == (True, True, False, False)
+    assert cfg.node_labels is True
+
+
+def test_flag_beats_env_beats_file_beats_default(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        version: v1
+        migStrategy: none
+        logFormat: json
+        hostRoot: /file-root
+        nodeName: from-file
+        """,
+    )
+    env = {"GPUTOPO_MIG_STRATEGY": "single", "GPUTOPO_LOG_FORMAT": "text", **ENV}
+    cfg = load(["--config", str(path), "--mig-strategy", "mixed"], env)
+    assert cfg.mig_strategy is MigStrategy.MIXED  # flag
+    assert cfg.log_format == "text"  # env over file
+    assert cfg.host_root == Path("/file-root")  # file over default
+    assert cfg.node_name == "node-a"  # NODE_NAME is an environment variable: over the file
+    assert load(["--config", str(path)], {}).node_name == "from-file"
+    assert cfg.config_file == path
+
+
+def test_node_name_env_precedence():
+    assert load([], {"GPUTOPO_NODE_NAME": "x", "NODE_NAME": "y"}).node_name == "x"
+    assert load(["--node-name", "z"], {"NODE_NAME": "y"}).node_name == "z"
+
+
+def test_boolean_flags_env_and_values():
+    cfg = load(["--no-device-plugin", "--dry-run=false"], {"GPUTOPO_NO_PUBLISH": "yes", **ENV})
+    assert (cfg.device_plugin, cfg.dry_run, cfg.publish) == (False, False, False)
+    assert load(["--node-labels", "off"], ENV).node_labels is False
+
+
+def test_nvidia_device_plugin_config_is_accepted_unchanged(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        version: v1
+        flags:
+          migStrategy: "single"
+          failOnInitError: false
+          nvidiaDriverRoot: "/run/nvidia/driver"
+          gfd:
+            oneshot: false
+          plugin:
+            passDeviceSpecs: true
+            deviceListStrategy: ["envvar", "volume-mounts"]
+            deviceIDStrategy: index
+        sharing:
+          timeSlicing:
+            renameByDefault: true
+            failRequestsGreaterThanOne: true
+            resources:
+            - name: nvidia.com/gpu
+              replicas: 4
+        """,
+    )
+    cfg = load(["--config", str(path)], ENV)
+    assert cfg.mig_strategy is MigStrategy.SINGLE
+    assert cfg.fail_on_init_error is False
+    assert cfg.plugin.pass_device_specs is True
+    assert cfg.plugin.device_list_strategies == (
+        DeviceListStrategy.ENVVAR,
+        DeviceListStrategy.VOLUME_MOUNTS,
+    )
+    assert cfg.plugin.device_id_strategy is DeviceIdStrategy.INDEX
+    ts = cfg.plugin.time_slicing
+    assert ts.rename_by_default
+    assert ts.fail_requests_greater_than_one
+    assert ts.resources == (SharedResource(name="nvidia.com/gpu", replicas=4),)
+
+
+def test_config_file_via_environment_and_yaml_on_off(tmp_path):
+    path = write(tmp_path, "version: v1\nnodeLabels: off\ncdiSpecDirs: [/a, /b]\n")
+    cfg = load([], {"GPUTOPO_CONFIG": str(path), **ENV})
+    assert cfg.node_labels is False
+    assert cfg.plugin.cdi_spec_dirs == (Path("/a"), Path("/b"))
+
+
+def test_dp_health_variables_are_honoured():
+    cfg = load([], {"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "79", **ENV})
+    assert cfg.plugin.xid_policy.ignores(48)
+    assert not cfg.plugin.xid_policy.ignores(79)
+
+
+def test_every_problem_is_reported_in_one_error(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        version: v2
+        migStrategy: half
+        bogus: 1
+        flags:
+          migStrategy: none
+          plugin: {deviceListStrategy: cdi-annotations, colour: red}
+        sharing:
+          mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}
+          timeSlicing:
+            resources:
+            - {name: example.com/tpu, replicas: 0}
+            - {name: nvidia.com/gpu, replicas: 2, devices: {}}
+        """,
+    )
+    env = {"GPUTOPO_ONESHOT": "perhaps", "DP_DISABLE_HEALTHCHECKS": "x1", **ENV}
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path), "--metrics-address", "nowhere"], env)
+    message = str(info.value)
+    for expected in (
+        "version: expected 'v1', got 'v2'",
+        "bogus: unknown key",
+        "flags.migStrategy: 'none' contradicts migStrategy: 'half'",
+        "flags.plugin.colour: unknown key",
+        "flags.plugin.deviceListStrategy: ['cdi-annotations'] not supported",
+        "sharing.mps: MPS sharing is not supported",
+        "resources[0].name: expected nvidia.com/gpu",
+        "resources[0].replicas: expected an integer >= 1, got 0",
+        "resources[1].devices: expected all, a count",
+        "flag --metrics-address: 'nowhere' is not HOST:PORT",
+        "environment GPUTOPO_ONESHOT: expected true or false, got 'perhaps'",
+        "DP_DISABLE_HEALTHCHECKS: 'x1' is not an Xid number",
+    ):
+        assert expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        pytest.param(
+            ["--mig-strategy", "all"], r"'all' is not one of none, single, mixed", id="choice"
+        ),
+        pytest.param(["--frobnicate"], r"unrecognized arguments: --frobnicate", id="unknown flag"),
+        pytest.param(["--health-quiet-period", "-1"], r"positive number of seconds", id="seconds"),
+        pytest.param(["--config", "/nonexistent/x.yaml"], r"cannot read it", id="missing file"),
+    ],
+)
+def test_bad_flags_raise_config_error(argv, match):
+    with pytest.raises(ConfigError, match=match):
+        load(argv, ENV)
+
+
+def test_a_non_mapping_file_is_refused(tmp_path):
+    path = write(tmp_path, "- just\n- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping with `version: v1`"):
+        load(["--config", str(path)], ENV)
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [(":9445", ("", 9445)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:80", ("::1", 80))],
+)
+def test_split_host_port(address, expected):
+    assert split_host_port(address) == expected

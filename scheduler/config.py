@@ -9,7 +9,7 @@ file > default) are merged by the `run` command on top of `SchedulerConfig`.
 version: v1
 schedulerName: gputopo-scheduler
 scoring: {weights: {binpack: 10, topology: 5, spread: 1, gpuAvoidance: 1},
-          preferUsedNodes: true, candidateLimit: 64}
+          preferUsedNodes: true, candidateLimit: 32}
 topologyLevels: [topology.kubernetes.io/zone, gputopo.io/rack, nvidia.com/gpu.clique]
 gang: {scheduleTimeoutSeconds: 60}
 ```
@@ -65,7 +65,7 @@ class SchedulerConfig:
     scheduler_name: str = "gputopo-scheduler"
     weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     prefer_used_nodes: bool = True
-    candidate_limit: int = 64
+    candidate_limit: int = 32
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
     gang_timeout_seconds: float = 60.0
     leader_elect: bool | None = None

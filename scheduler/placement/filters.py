@@ -14,7 +14,7 @@ lowest id where everything fits (the kubelet's choice); GPUs with an unknown NUM
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
@@ -95,10 +95,11 @@ def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
 
 
 def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
-    if choose_devices(pod, node, None) is None:
+    anywhere = choose_devices(pod, node, None)
+    if anywhere is None:
         return NodeFit(None, (_device_reason(pod),))
     if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
-        return NodeFit(choose_devices(pod, node, None))
+        return NodeFit(anywhere)
     numa_known = node.numa_free is not None and pod.guaranteed
     if not pod.wants_gpu and not numa_known:
         return NodeFit(Assignment(node=node.name))
@@ -140,8 +141,7 @@ def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assign
 
     gpus: tuple[int, ...] = ()
     if pod.gpus:
-        free = [g for g in node.free_whole_gpus() if on_numa(g)]
-        picked = _pick_whole(node, free, pod.gpus)
+        picked = _pick_whole(node, numa, pod.gpus)
         if picked is None:
             return None
         gpus = picked
@@ -160,12 +160,24 @@ def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assign
     return Assignment(node=node.name, gpus=gpus, share=share, mig=mig, numa=numa)
 
 
-def _pick_whole(node: NodeState, free: Sequence[int], count: int) -> tuple[int, ...] | None:
-    if len(free) < count:
+def _pick_whole(node: NodeState, numa: int | None, count: int) -> tuple[int, ...] | None:
+    sel = node.selector
+    mask = node.idle_mask
+    if numa is not None:
+        mask &= sel.numa_mask(numa) if sel is not None else _numa_mask(node, numa)
+    if mask.bit_count() < count:
         return None
-    if node.selector is None:
-        return tuple(free[:count])
-    return node.selector.select(free, (), count)
+    if sel is not None:
+        return sel.select_mask(mask, 0, count)
+    return tuple(g for g in range(node.gpu_count) if mask >> g & 1)[:count]
+
+
+def _numa_mask(node: NodeState, numa: int) -> int:
+    mask = 0
+    for g, value in enumerate(node.gpu_numa):
+        if value is None or value == numa:
+            mask |= 1 << g
+    return mask
 
 
 def _pick_share(node: NodeState, milli: int, on_numa: Callable[[int], bool]) -> int | None:

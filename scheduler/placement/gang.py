@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .filters import free_gpu_milli
 from .node import Assignment
 from .pick import Decision, pick
 from .request import PodRequest
@@ -65,23 +64,23 @@ def place_gang(
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
     """
-    short = _short_of(snapshot.free_totals(), min_resources or {})
+    short = _short_of(snapshot.free_totals(), min_resources) if min_resources else None
     if short:
         return GangPlacement(
             ok=False, reason=f"Insufficient {short} for the pod group's minResources"
         )
     ordered = sorted(pods, key=_size_key)
     if topology is None:
-        return _place_in(ordered, snapshot, scoring, None, None)
+        return _place_in(ordered, snapshot, scoring, None, None, explain=True)
     domains = _ordered_domains(snapshot, topology.label, ordered)
     last: GangPlacement | None = None
     for value, names in domains:
-        result = _place_in(ordered, snapshot, scoring, names, value)
+        result = _place_in(ordered, snapshot, scoring, names, value, explain=False)
         if result.ok:
             return result
         last = last or result
     if not topology.required:
-        return _place_in(ordered, snapshot, scoring, None, None)
+        return _place_in(ordered, snapshot, scoring, None, None, explain=True)
     if last is None:
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return GangPlacement(
@@ -97,6 +96,8 @@ def _place_in(
     scoring: Scoring,
     allowed: frozenset[str] | None,
     domain: str | None,
+    *,
+    explain: bool,
 ) -> GangPlacement:
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
@@ -104,7 +105,7 @@ def _place_in(
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = pick(pod, snapshot, scoring, allowed=allowed)
+            decision = pick(pod, snapshot, scoring, allowed=allowed, explain=explain)
             if decision.assignment is None:
                 return GangPlacement(
                     ok=False, reason=decision.message(), failed=decision, domain=domain
@@ -133,12 +134,7 @@ def _previously_assumed(
 
 def topology_domains(snapshot: Snapshot, label: str) -> dict[str, frozenset[str]]:
     """Label value -> node names, for the nodes that carry `label`."""
-    groups: dict[str, set[str]] = {}
-    for name, node in snapshot.nodes.items():
-        value = node.labels.get(label)
-        if value is not None:
-            groups.setdefault(value, set()).add(name)
-    return {value: frozenset(names) for value, names in groups.items()}
+    return {value: frozenset(d.names) for value, d in snapshot.domains(label).items()}
 
 
 def _ordered_domains(
@@ -146,13 +142,12 @@ def _ordered_domains(
 ) -> list[tuple[str, frozenset[str]]]:
     """Domains with enough free milli-GPU for the gang, tightest first, then by label value."""
     demand = sum(p.gpu_milli_total for p in pods)
-    ranked = []
-    for value, names in topology_domains(snapshot, label).items():
-        free = sum(free_gpu_milli(snapshot.node(n)) for n in names)
-        if free >= demand:
-            ranked.append((free, value, names))
-    ranked.sort(key=lambda item: (item[0], item[1]))
-    return [(value, names) for _free, value, names in ranked]
+    ranked = sorted(
+        (d.free_milli, value, d.names)
+        for value, d in snapshot.domains(label).items()
+        if d.free_milli >= demand
+    )
+    return [(value, frozenset(names)) for _free, value, names in ranked]
 
 
 def _short_of(free: Mapping[str, int], want: Mapping[str, int]) -> str | None:

@@ -71,6 +71,9 @@ class NodeState:
     numa_free: dict[int, dict[str, int]] | None = None
     pods: dict[str, tuple[PodRequest, Assignment]] = field(default_factory=dict)
     selector: GpuSelector | None = field(default=None, repr=False, compare=False)
+    idle_mask: int = field(init=False, default=0, repr=False, compare=False)
+    used_milli: int = field(init=False, default=0, repr=False, compare=False)
+    mig_in_use: list[int] = field(init=False, default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpu_numa)
@@ -85,6 +88,21 @@ class NodeState:
             raise ValueError(f"node {self.name}: per-GPU fields disagree on the GPU count {n}")
         if self.selector is None and self.links is not None:
             self.selector = GpuSelector(self.links, self.gpu_numa)
+        self.mig_in_use = [0] * n
+        for _pod, assignment in self.pods.values():
+            for g, _profile in assignment.mig:
+                self.mig_in_use[g] += 1
+        for g in range(n):
+            self._update_gpu(g)
+        self.used_milli = sum(
+            MILLI_PER_GPU - free for g, free in enumerate(self.gpu_free) if not self.gpu_mig[g]
+        )
+
+    def _update_gpu(self, g: int) -> None:
+        if self.gpu_free[g] == MILLI_PER_GPU and not self.gpu_mig[g]:
+            self.idle_mask |= 1 << g
+        else:
+            self.idle_mask &= ~(1 << g)
 
     @classmethod
     def from_inventory(
@@ -154,40 +172,33 @@ class NodeState:
 
     def free_whole_gpus(self) -> list[int]:
         """Indices of GPUs with nothing on them (MIG-enabled GPUs excluded)."""
-        return [
-            g
-            for g, free in enumerate(self.gpu_free)
-            if free == MILLI_PER_GPU and not self.gpu_mig[g]
-        ]
+        mask, out, g = self.idle_mask, [], 0
+        while mask:
+            if mask & 1:
+                out.append(g)
+            mask >>= 1
+            g += 1
+        return out
 
     def gpu_used(self) -> bool:
         """True when any GPU share or MIG device is taken (binpack's "node already open")."""
-        for g, free in enumerate(self.gpu_free):
-            if not self.gpu_mig[g] and free < MILLI_PER_GPU:
-                return True
-        return any(
-            req > 0 for name, req in self.requested.items() if name.startswith("nvidia.com/mig-")
-        )
+        return self.used_milli > 0 or any(self.mig_in_use)
 
     def gpu_capacity_milli(self) -> int:
         """Milli-GPU capacity of the non-MIG GPUs."""
-        return MILLI_PER_GPU * sum(1 for m in self.gpu_mig if not m)
+        return MILLI_PER_GPU * (len(self.gpu_mig) - sum(self.gpu_mig))
 
     def gpu_used_milli(self) -> int:
-        return sum(
-            MILLI_PER_GPU - free for g, free in enumerate(self.gpu_free) if not self.gpu_mig[g]
-        )
+        """Milli-GPU in use on the non-MIG GPUs."""
+        return self.used_milli
 
     def used_gpu_indices(self) -> set[int]:
         """GPUs that carry any share or MIG device in use."""
-        used = {
+        return {
             g
             for g, free in enumerate(self.gpu_free)
-            if not self.gpu_mig[g] and free < MILLI_PER_GPU
+            if self.mig_in_use[g] or (not self.gpu_mig[g] and free < MILLI_PER_GPU)
         }
-        for _req, assignment in self.pods.values():
-            used.update(g for g, _profile in assignment.mig)
-        return used
 
     # -- assume / forget -------------------------------------------------------------------
     def add_pod(self, pod: PodRequest, assignment: Assignment) -> None:
@@ -209,11 +220,16 @@ class NodeState:
             self.requested[name] = self.requested.get(name, 0) + sign * qty
         for g in assignment.gpus:
             self.gpu_free[g] -= sign * MILLI_PER_GPU
+            self.used_milli += sign * MILLI_PER_GPU
+            self._update_gpu(g)
         if assignment.share is not None:
             g, milli = assignment.share
             self.gpu_free[g] -= sign * milli
+            self.used_milli += sign * milli
+            self._update_gpu(g)
         for g, profile in assignment.mig:
             self.mig_free[g][profile] = self.mig_free[g].get(profile, 0) - sign
+            self.mig_in_use[g] += sign
         if (
             assignment.numa is not None
             and self.numa_free is not None

@@ -60,8 +60,13 @@ def pick(
     scoring: Scoring,
     *,
     allowed: AbstractSet[str] | None = None,
+    explain: bool = True,
 ) -> Decision:
-    """The best node for `pod` among `allowed` (default: all nodes). The snapshot is not changed."""
+    """The best node for `pod` among `allowed` (default: all nodes). The snapshot is not changed.
+
+    When nothing fits and `explain` is set, every node is filtered for the reasons (O(nodes));
+    without it the reasons cover only the candidates examined.
+    """
     total = len(snapshot)
     if pod.unsupported:
         return Decision(
@@ -93,12 +98,9 @@ def pick(
         return Decision(
             pod=pod.key, assignment=best[2], score=best[0][1], reasons=reasons, nodes_total=total
         )
-    return Decision(
-        pod=pod.key,
-        assignment=None,
-        reasons=_all_reasons(pod, snapshot, allowed),
-        nodes_total=total,
-    )
+    if explain:
+        reasons = _all_reasons(pod, snapshot, allowed)
+    return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
 
 def _all_reasons(

@@ -158,6 +158,8 @@ class PodRequest:
     unsupported: str | None = None
     pod_group: str | None = None
     vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
+    wants_gpu: bool = field(init=False, repr=False, compare=False)
+    """True when the pod asks for any GPU: whole, share or MIG."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -170,6 +172,8 @@ class PodRequest:
         if problems:
             raise ValueError(f"pod {self.key}: " + "; ".join(problems))
         object.__setattr__(self, "vector", self._resource_vector())
+        wants = bool(self.gpus or self.gpu_milli or any(self.mig.values()))
+        object.__setattr__(self, "wants_gpu", wants)
 
     def _resource_vector(self) -> tuple[tuple[str, int], ...]:
         items: dict[str, int] = {PODS: 1, CPU: self.cpu_milli, MEMORY: self.memory}
@@ -180,11 +184,6 @@ class PodRequest:
         for profile, count in self.mig.items():
             items[mig_resource(profile)] = count
         return tuple((name, qty) for name, qty in items.items() if qty > 0)
-
-    @property
-    def wants_gpu(self) -> bool:
-        """True when the pod asks for any GPU: whole, share or MIG."""
-        return bool(self.gpus or self.gpu_milli or any(self.mig.values()))
 
     @property
     def gpu_milli_total(self) -> int:

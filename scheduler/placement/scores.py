@@ -41,28 +41,25 @@ MAX_SCORE = 100.0
 def binpack_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
     """GPU pods: the share of the node's GPU capacity in use once the pod is placed (fullest wins).
 
-    MIG devices count by compute slices out of 7 per MIG GPU. 0 for pods without GPUs.
+    A MIG-enabled GPU counts its devices in use by compute slices out of 7. 0 without GPUs.
     """
     if not pod.wants_gpu:
         return 0.0
-    capacity = node.gpu_capacity_milli() + MILLI_PER_GPU * sum(node.gpu_mig)
+    mig_gpus = sum(node.gpu_mig)
+    capacity = MILLI_PER_GPU * len(node.gpu_mig)
     if capacity == 0:
         return 0.0
-    used = node.gpu_used_milli() + pod.gpu_milli_total
-    for g, is_mig in enumerate(node.gpu_mig):
-        if is_mig:
-            used += MILLI_PER_GPU * _mig_used_slices(node, g) // 7
-    used += sum(MILLI_PER_GPU * _slices(p) // 7 for _g, p in assignment.mig)
+    used = node.used_milli + pod.gpu_milli_total
+    if mig_gpus:
+        slices = sum(_slices(p) for _req, a in node.pods.values() for _g, p in a.mig)
+        slices += sum(_slices(p) for _g, p in assignment.mig)
+        used += MILLI_PER_GPU * slices // 7
     return MAX_SCORE * min(used, capacity) / capacity
 
 
 def _slices(profile: str) -> int:
     head = profile.split("g", 1)[0]
     return int(head) if head.isdigit() else 1
-
-
-def _mig_used_slices(node: NodeState, gpu: int) -> int:
-    return sum(_slices(p) for _req, a in node.pods.values() for g, p in a.mig if g == gpu)
 
 
 def topology_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
@@ -78,8 +75,11 @@ def topology_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> 
         return MAX_SCORE
     sel = node.selector
     nv, pc, numa = sel.objective_of(gpus)
-    ideal = sel.select([g for g in range(node.gpu_count) if not node.gpu_mig[g]], (), len(gpus))
-    ideal_nv, ideal_pc, _ = sel.objective_of(ideal or gpus)
+    all_whole = (1 << node.gpu_count) - 1
+    for g, is_mig in enumerate(node.gpu_mig):
+        if is_mig:
+            all_whole &= ~(1 << g)
+    ideal_nv, ideal_pc, _ = sel.best_objective(len(gpus), all_whole) or (nv, pc, numa)
     pairs = len(gpus) * (len(gpus) - 1) // 2
     penalty = 0.0
     if ideal_nv > 0:
@@ -137,7 +137,7 @@ class Scoring:
 
     scores: tuple[WeightedScore, ...] = field(default_factory=tuple)
     prefer_used_nodes: bool = True
-    candidate_limit: int = 64
+    candidate_limit: int = 32
 
     @classmethod
     def from_weights(
@@ -145,7 +145,7 @@ class Scoring:
         weights: Mapping[str, float],
         *,
         prefer_used_nodes: bool = True,
-        candidate_limit: int = 64,
+        candidate_limit: int = 32,
     ) -> Scoring:
         """Scores named in `SCORE_FUNCTIONS`; KeyError names an unknown one."""
         scores = []

@@ -10,6 +10,9 @@ Indexes (each a name-sorted list per key, kept up to date on every assume / forg
 tightest share first, names ascending. Pods without GPUs walk every node, starting at a position
 derived from the pod key (CRC-32), so equal pods spread without any mutable cursor.
 
+Also kept incrementally: cluster resource totals (for a PodGroup's `minResources`) and, per
+topology label asked for once, the domains of that label with their free milli-GPU.
+
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
 
@@ -19,6 +22,7 @@ import zlib
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 
 from agent.model import MILLI_PER_GPU
 
@@ -26,10 +30,18 @@ from .filters import choose_devices
 from .node import Assignment, NodeState
 from .request import PodRequest
 
-__all__ = ["Snapshot"]
+__all__ = ["Domain", "Snapshot"]
 
 _SHARE_BUCKET = 100
 _IndexKey = tuple[str, object]
+
+
+@dataclass(slots=True)
+class Domain:
+    """One value of a topology label: its nodes and their free milli-GPU (non-MIG GPUs)."""
+
+    names: set[str] = field(default_factory=set)
+    free_milli: int = 0
 
 
 class Snapshot:
@@ -42,6 +54,10 @@ class Snapshot:
         self._keys: dict[str, list[_IndexKey]] = {}
         self._pod_node: dict[str, str] = {}
         self._max_gpus = 0
+        self._alloc_total: dict[str, int] = {}
+        self._req_total: dict[str, int] = {}
+        self._free_milli: dict[str, int] = {}
+        self._domains: dict[str, dict[str, Domain]] = {}
         for node in nodes:
             self.add_node(node)
 
@@ -76,16 +92,34 @@ class Snapshot:
         self._max_gpus = max(self._max_gpus, node.gpu_count)
         for key in node.pods:
             self._pod_node[key] = node.name
+        _add_into(self._alloc_total, node.allocatable.items(), 1)
+        _add_into(self._req_total, node.requested.items(), 1)
+        self._free_milli[node.name] = 0
+        for label, domains in self._domains.items():
+            value = node.labels.get(label)
+            if value is not None:
+                domains.setdefault(value, Domain()).names.add(node.name)
         self.refresh(node.name)
 
     def remove_node(self, name: str) -> NodeState | None:
-        node = self._nodes.pop(name, None)
-        if node is None:
+        """Drop a node and the pods assumed on it; returns it, or None when unknown."""
+        if name not in self._nodes:
             return None
         self._unindex(name)
+        self._set_free_milli(name, 0)
+        node = self._nodes.pop(name)
+        del self._free_milli[name]
         del self._all[bisect_left(self._all, name)]
         for key in node.pods:
             self._pod_node.pop(key, None)
+        _add_into(self._alloc_total, node.allocatable.items(), -1)
+        _add_into(self._req_total, node.requested.items(), -1)
+        for label, domains in self._domains.items():
+            value = node.labels.get(label)
+            if value is not None:
+                domains[value].names.discard(name)
+                if not domains[value].names:
+                    del domains[value]
         return node
 
     def copy(self) -> Snapshot:
@@ -98,6 +132,7 @@ class Snapshot:
         node = self.node(assignment.node)
         self.forget(pod.key)
         node.add_pod(pod, assignment)
+        _add_into(self._req_total, pod.vector, 1)
         self._pod_node[pod.key] = node.name
         self.refresh(node.name)
 
@@ -118,21 +153,43 @@ class Snapshot:
         if name is None:
             return None
         entry = self._nodes[name].remove_pod(key)
+        if entry is None:
+            return None
+        _add_into(self._req_total, entry[0].vector, -1)
         self.refresh(name)
-        return None if entry is None else entry[1]
+        return entry[1]
 
     def node_of(self, key: str) -> str | None:
         return self._pod_node.get(key)
 
-    def free_totals(self, names: Iterable[str] | None = None) -> dict[str, int]:
-        """Free quantity per resource summed over `names` (default: all nodes), negatives as 0."""
-        totals: dict[str, int] = {}
-        for name in self._all if names is None else names:
-            node = self._nodes[name]
-            for resource, alloc in node.allocatable.items():
-                free = max(0, alloc - node.requested.get(resource, 0))
-                totals[resource] = totals.get(resource, 0) + free
-        return totals
+    def free_totals(self) -> dict[str, int]:
+        """Cluster allocatable minus requested, per resource (kept incrementally)."""
+        return {r: a - self._req_total.get(r, 0) for r, a in self._alloc_total.items()}
+
+    # -- topology domains ----------------------------------------------------------------------
+    def domains(self, label: str) -> Mapping[str, Domain]:
+        """Label value -> its domain, for nodes carrying `label` (tracked from the first call)."""
+        if label not in self._domains:
+            table: dict[str, Domain] = {}
+            for name, node in self._nodes.items():
+                value = node.labels.get(label)
+                if value is not None:
+                    domain = table.setdefault(value, Domain())
+                    domain.names.add(name)
+                    domain.free_milli += self._free_milli[name]
+            self._domains[label] = table
+        return self._domains[label]
+
+    def _set_free_milli(self, name: str, free: int) -> None:
+        delta = free - self._free_milli[name]
+        if not delta:
+            return
+        self._free_milli[name] = free
+        labels = self._nodes[name].labels
+        for label, domains in self._domains.items():
+            value = labels.get(label)
+            if value is not None:
+                domains[value].free_milli += delta
 
     # -- indexes -------------------------------------------------------------------------------
     def refresh(self, name: str) -> None:
@@ -143,6 +200,7 @@ class Snapshot:
         for key in keys:
             insort(self._index.setdefault(key, []), name)
         self._keys[name] = keys
+        self._set_free_milli(name, node.gpu_capacity_milli() - node.used_milli)
 
     def _unindex(self, name: str) -> None:
         for key in self._keys.pop(name, ()):
@@ -152,37 +210,63 @@ class Snapshot:
     def candidates(
         self, pod: PodRequest, allowed: AbstractSet[str] | None = None
     ) -> Iterator[NodeState]:
-        """Nodes that may fit `pod`, best binpack first; a superset of the feasible nodes."""
+        """Nodes that may fit `pod` (a superset of the feasible ones in `allowed`), best first."""
+        order = self._visit_order(pod)
+        if order is None:
+            names: Iterable[str] = self._rotated(pod, allowed)
+        elif allowed is not None and 4 * len(allowed) < len(self._all):
+            names = self._ranked(order, allowed)
+        else:
+            names = (n for key in order for n in self._index.get(key, ()))
         seen: set[str] = set()
-        for name in self._candidate_names(pod):
+        for name in names:
             if name in seen or (allowed is not None and name not in allowed):
                 continue
             seen.add(name)
             yield self._nodes[name]
 
-    def _candidate_names(self, pod: PodRequest) -> Iterator[str]:
+    def _visit_order(self, pod: PodRequest) -> list[_IndexKey] | None:
+        """Index keys in visiting order; None for a pod without GPUs (visit every node)."""
         if pod.gpus:
-            yield from self._whole(pod.gpus)
-        elif pod.gpu_milli:
-            for bucket in range(pod.gpu_milli // _SHARE_BUCKET, MILLI_PER_GPU // _SHARE_BUCKET):
-                yield from self._index.get(("share", bucket), ())
-            yield from self._whole(1)
-        elif any(pod.mig.values()):
+            return self._whole(pod.gpus)
+        if pod.gpu_milli:
+            first = pod.gpu_milli // _SHARE_BUCKET
+            shares: list[_IndexKey] = [
+                ("share", b) for b in range(first, MILLI_PER_GPU // _SHARE_BUCKET)
+            ]
+            return shares + self._whole(1)
+        if pod.wants_gpu:
             profile = min(
-                (p for p, n in pod.mig.items() if n > 0),
-                key=lambda p: (self._mig_count(p), p),
+                (p for p, n in pod.mig.items() if n > 0), key=lambda p: (self._mig_count(p), p)
             )
-            yield from self._index.get(("mig", (profile, True)), ())
-            yield from self._index.get(("mig", (profile, False)), ())
-        else:
-            start = zlib.crc32(pod.key.encode()) % len(self._all) if self._all else 0
-            yield from self._all[start:]
-            yield from self._all[:start]
+            return [("mig", (profile, True)), ("mig", (profile, False))]
+        return None
 
-    def _whole(self, need: int) -> Iterator[str]:
-        for used in (True, False):
-            for idle in range(need, self._max_gpus + 1):
-                yield from self._index.get(("whole", (used, idle)), ())
+    def _whole(self, need: int) -> list[_IndexKey]:
+        return [
+            ("whole", (used, idle))
+            for used in (True, False)
+            for idle in range(need, self._max_gpus + 1)
+        ]
+
+    def _ranked(self, order: list[_IndexKey], allowed: AbstractSet[str]) -> list[str]:
+        """`allowed` in the order the full index walk would visit them (few nodes: sort them)."""
+        position = {key: i for i, key in enumerate(order)}
+        ranked = [
+            (position[key], name)
+            for name in allowed
+            for key in self._keys.get(name, ())
+            if key in position
+        ]
+        ranked.sort()
+        return [name for _pos, name in ranked]
+
+    def _rotated(self, pod: PodRequest, allowed: AbstractSet[str] | None) -> list[str]:
+        names = self._all if allowed is None else sorted(n for n in allowed if n in self._nodes)
+        if not names:
+            return []
+        start = zlib.crc32(pod.key.encode()) % len(names)
+        return names[start:] + names[:start]
 
     def _mig_count(self, profile: str) -> int:
         return len(self._index.get(("mig", (profile, True)), ())) + len(
@@ -190,12 +274,17 @@ class Snapshot:
         )
 
 
+def _add_into(totals: dict[str, int], items: Iterable[tuple[str, int]], sign: int) -> None:
+    for name, qty in items:
+        totals[name] = totals.get(name, 0) + sign * qty
+
+
 def _index_keys(node: NodeState) -> list[_IndexKey]:
     if not node.gpu_count:
         return []
     used = node.gpu_used()
     keys: list[_IndexKey] = []
-    idle = len(node.free_whole_gpus())
+    idle = node.idle_mask.bit_count()
     if idle:
         keys.append(("whole", (used, idle)))
     partial = [

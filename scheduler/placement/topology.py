@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from operator import add
 
 from agent.model import LinkMatrix
 
@@ -32,6 +33,7 @@ SetObjective = tuple[int, int, int]
 """(NVLinks summed over pairs, PCIe distance summed over pairs, distinct NUMA nodes)."""
 
 _MEMO_LIMIT = 200_000
+_MISSING = object()
 
 
 def select_gpus(
@@ -78,6 +80,10 @@ class GpuSelector:
         self._numa_bit = [1 << numa_ids[v] for v in numa_of]
         self._twin_below = [self._find_twin(g, numa_of) for g in range(n)]
         self._memo: dict[tuple[int, int, int], tuple[int, ...] | None] = {}
+        self._objectives: dict[int, SetObjective] = {}
+        self._numa_masks: dict[int | None, int] = {}
+        for g, v in enumerate(numa_of):
+            self._numa_masks[v] = self._numa_masks.get(v, 0) | 1 << g
 
     def _find_twin(self, g: int, numa_of: Sequence[int | None]) -> int | None:
         """The highest lower index interchangeable with `g` (same NUMA node, same links), if any."""
@@ -98,17 +104,39 @@ class GpuSelector:
         """See `select_gpus`."""
         if any(not 0 <= g < self.size for g in (*available, *must_include)):
             return None
-        must = _mask(must_include)
-        avail = _mask(available) & ~must
-        key = (avail, must, size)
-        if key not in self._memo:
+        return self.select_mask(_mask(available), _mask(must_include), size)
+
+    def select_mask(self, available: int, must_include: int, size: int) -> tuple[int, ...] | None:
+        """`select` with the GPU sets as bitmasks (bit g = GPU g); the memoised entry point."""
+        avail = available & ~must_include
+        key = (avail, must_include, size)
+        found = self._memo.get(key, _MISSING)
+        if found is _MISSING:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[key] = self._solve(avail, must, size)
-        return self._memo[key]
+            found = self._memo[key] = self._solve(avail, must_include, size)
+        return found  # type: ignore[return-value]
+
+    def numa_mask(self, numa: int | None) -> int:
+        """GPUs on NUMA node `numa` plus those whose NUMA node is unknown; all GPUs for None."""
+        if numa is None:
+            return (1 << self.size) - 1
+        return self._numa_masks.get(numa, 0) | self._numa_masks.get(None, 0)
 
     def objective_of(self, gpus: Sequence[int]) -> SetObjective:
-        """`objective` on this selector's matrix."""
+        """`objective` on this selector's matrix (memoised per set)."""
+        mask = _mask(gpus)
+        found = self._objectives.get(mask)
+        if found is None:
+            found = self._objectives[mask] = self._objective(gpus)
+        return found
+
+    def best_objective(self, size: int, among: int) -> SetObjective | None:
+        """The objective of the best `size`-set within mask `among` (None if there is none)."""
+        best = self.select_mask(among, 0, size)
+        return None if best is None else self.objective_of(best)
+
+    def _objective(self, gpus: Sequence[int]) -> SetObjective:
         nv = sum(self._nv[a][b] for i, a in enumerate(gpus) for b in gpus[i + 1 :])
         pc = sum(self._pc[a][b] for i, a in enumerate(gpus) for b in gpus[i + 1 :])
         numa = 0
@@ -140,12 +168,16 @@ class _Search:
         self.size = size
         self.best_key: tuple[int, int, int] | None = None
         self.best: tuple[int, ...] | None = None
+        self.exact = False
+        self._saved: list[tuple[list[int], list[int]]] = []
         self.chosen = list(chosen)
         self.gain_nv = [sum(self.nv[c][s] for s in chosen) for c in range(len(self.nv))]
         self.gain_pc = [sum(self.pc[c][s] for s in chosen) for c in range(len(self.nv))]
         numa = 0
         for s in chosen:
             numa |= self.numa_bit[s]
+        self.nv_top = self._suffix_sums(self.nv, True)
+        self.pc_low = self._suffix_sums(self.pc, False)
         self.base = (
             sum(self.nv[a][b] for i, a in enumerate(chosen) for b in chosen[i + 1 :]),
             sum(self.pc[a][b] for i, a in enumerate(chosen) for b in chosen[i + 1 :]),
@@ -153,16 +185,50 @@ class _Search:
         )
 
     def run(self) -> tuple[int, ...] | None:
+        self._greedy_incumbent()
         nv, pc, numa = self.base
         self._dfs(0, nv, pc, numa, 0)
         return self.best
+
+    def _greedy_incumbent(self) -> None:
+        """A good first answer (not necessarily the lowest indices), so the bounds prune early.
+
+        Until the search itself reaches a set as good (`exact`), ties with it are not pruned.
+        """
+        nv, pc, numa = self.base
+        left = list(self.cands)
+        picks: list[int] = []
+        for _ in range(self.size - len(self.chosen)):
+            c = max(
+                left,
+                key=lambda x: (
+                    self.gain_nv[x],
+                    -self.gain_pc[x],
+                    -(numa | self.numa_bit[x]).bit_count(),
+                    -x,
+                ),
+            )
+            nv, pc, numa = nv + self.gain_nv[c], pc + self.gain_pc[c], numa | self.numa_bit[c]
+            left.remove(c)
+            picks.append(c)
+            self._take(c)
+        for c in reversed(picks):
+            self._untake(c)
+        self.best_key = (-nv, pc, numa.bit_count())
+        self.best = tuple(sorted(self.chosen + picks))
+        self.exact = False
 
     def _dfs(self, pos: int, nv: int, pc: int, numa: int, skipped: int) -> None:
         need = self.size - len(self.chosen)
         if need == 0:
             key = (-nv, pc, numa.bit_count())
-            if self.best_key is None or key < self.best_key:
+            if (
+                self.best_key is None
+                or key < self.best_key
+                or (key == self.best_key and not self.exact)
+            ):
                 self.best_key, self.best = key, tuple(sorted(self.chosen))
+                self.exact = True
             return
         rest = self.cands[pos:]
         if len(rest) < need or self._bound_fails(rest, need, nv, pc, numa):
@@ -183,54 +249,56 @@ class _Search:
 
     def _take(self, c: int) -> None:
         self.chosen.append(c)
-        for x in self.cands:
-            self.gain_nv[x] += self.nv[c][x]
-            self.gain_pc[x] += self.pc[c][x]
+        self._saved.append((self.gain_nv, self.gain_pc))
+        self.gain_nv = list(map(add, self.gain_nv, self.nv[c]))
+        self.gain_pc = list(map(add, self.gain_pc, self.pc[c]))
 
     def _untake(self, c: int) -> None:
+        del c
         self.chosen.pop()
-        for x in self.cands:
-            self.gain_nv[x] -= self.nv[c][x]
-            self.gain_pc[x] -= self.pc[c][x]
+        self.gain_nv, self.gain_pc = self._saved.pop()
 
     def _bound_fails(self, rest: list[int], need: int, nv: int, pc: int, numa: int) -> bool:
-        """True when no completion from here can beat the best set found so far."""
+        """True when no completion from here can beat the best set found so far.
+
+        Each new pair among the picks is split half to each end (values doubled to stay
+        integral): a pick adds its links to the chosen GPUs plus half its best links to the rest.
+        """
         if self.best_key is None:
             return False
         best_nv, best_pc, best_numa = -self.best_key[0], self.best_key[1], self.best_key[2]
-        # Each new pair among the picks is split half to each end (values doubled to stay integral).
-        nv_ub = 2 * nv + _top_sum(
-            [
-                2 * self.gain_nv[c]
-                + _top_sum([self.nv[c][d] for d in rest if d != c], need - 1, True)
-                for c in rest
-            ],
-            need,
-            True,
-        )
-        if nv_ub < 2 * best_nv:
-            return True
-        if nv_ub > 2 * best_nv:
-            return False
-        pc_lb = 2 * pc + _top_sum(
-            [
-                2 * self.gain_pc[c]
-                + _top_sum([self.pc[c][d] for d in rest if d != c], need - 1, False)
-                for c in rest
-            ],
-            need,
-            False,
-        )
+        pos = len(self.cands) - len(rest)
+        k = need - 1
+        nv_top, pc_low = self.nv_top[pos], self.pc_low[pos]
+        gain_nv = self.gain_nv
+        gains = sorted([2 * gain_nv[c] + nv_top[c][k] for c in rest], reverse=True)
+        nv_ub = 2 * nv + sum(gains[:need])
+        if nv_ub != 2 * best_nv:
+            return nv_ub < 2 * best_nv
+        gain_pc = self.gain_pc
+        costs = sorted([2 * gain_pc[c] + pc_low[c][k] for c in rest])
+        pc_lb = 2 * pc + sum(costs[:need])
         if pc_lb != 2 * best_pc:
             return pc_lb > 2 * best_pc
-        return numa.bit_count() >= best_numa
+        if numa.bit_count() != best_numa:
+            return numa.bit_count() > best_numa
+        # A tie at best: only a lexicographically lower set can still win.
+        return self.exact or tuple(sorted(self.chosen + rest[:need])) >= (self.best or ())
 
-
-def _top_sum(values: list[int], k: int, largest: bool) -> int:
-    if k <= 0:
-        return 0
-    ordered = sorted(values, reverse=largest)
-    return sum(ordered[:k])
+    def _suffix_sums(self, matrix: list[list[int]], largest: bool) -> list[dict[int, list[int]]]:
+        """Per suffix start `pos`, per candidate c in it: prefix sums of c's sorted links in it."""
+        out = []
+        for pos in range(len(self.cands) + 1):
+            rest = self.cands[pos:]
+            table = {}
+            for c in rest:
+                ordered = sorted((matrix[c][d] for d in rest if d != c), reverse=largest)
+                sums = [0]
+                for v in ordered:
+                    sums.append(sums[-1] + v)
+                table[c] = sums
+            out.append(table)
+        return out
 
 
 def _mask(indices: Sequence[int]) -> int:

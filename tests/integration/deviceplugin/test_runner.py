@@ -1,0 +1,69 @@
+"""`gputopo-agent run` as a process: registers with the kubelet, SIGTERM removes its sockets."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from deviceplugin.testing.kubelet import KubeletEmulator
+
+
+def agent(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agent.cli", "run", "--node-name", "node-a", *args]
+
+
+@pytest.fixture
+def kubelet():
+    with KubeletEmulator() as emulator:
+        yield emulator
+    shutil.rmtree(emulator.plugin_dir, ignore_errors=True)
+
+
+def test_sigterm_stops_cleanly_and_removes_the_sockets(kubelet):
+    command = agent(
+        "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(kubelet.plugin_dir),
+        "--no-publish", "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
+    )  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        registered = kubelet.wait_for(lambda k: len(k.devices("nvidia.com/gpu")) == 8, 20.0)
+        assert registered, proc.stderr.read() if proc.poll() is not None else "no registration"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "received SIGTERM" in err
+    assert sorted(p.name for p in kubelet.plugin_dir.iterdir()) == [
+        "kubelet.sock",
+        "kubelet_internal_checkpoint",
+    ]
+    assert kubelet.wait_for(lambda k: not k.connected("nvidia.com/gpu"), 2.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "reason"),
+    [
+        pytest.param(
+            ["--mig-strategy", "sometimes"], 2, "'sometimes' is not one of none, single, mixed",
+            id="bad flag",
+        ),
+        pytest.param(
+            ["--nvml-fixture", "dgx-a100-mig", "--mig-strategy", "single"], 1,
+            "mig-strategy single: every GPU must be in MIG mode or none", id="single on mixed MIG",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_non_zero_with_one_line(kubelet, args, code, reason):
+    command = agent(*args, "--device-plugin-dir", str(kubelet.plugin_dir), "--no-publish")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == code
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gputopo-agent run: ")
+    assert reason in last
+    assert "Traceback" not in done.stderr

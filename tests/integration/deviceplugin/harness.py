@@ -33,9 +33,12 @@ class Node:
         self.backend, self.fake = fake_backend(quiet)
         self.inventory = discover(self.backend)
         self.settings = PluginSettings(device_plugin_dir=kubelet.plugin_dir, **settings)
-        extra = {"clock": clock} if clock is not None else {}
         self.service = DevicePluginService(
-            self.settings, self.backend, self.inventory, wait_timeout_s=0.05, **extra
+            self.settings,
+            self.backend,
+            self.inventory,
+            wait_timeout_s=0.05,
+            clock=clock or time.monotonic,
         )
 
     def uuid(self, gpu: int) -> str:

@@ -56,7 +56,7 @@ def test_allocate_errors_carry_a_status_and_the_id():
         with pytest.raises(grpc.RpcError) as info:
             node.kubelet.allocate("nvidia.com/gpu", [node.uuid(0), "GPU-does-not-exist"])
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "unknown device ID 'GPU-does-not-exist'" in info.value.details()
+        assert "unknown device ID 'GPU-does-not-exist'" in str(info.value.details())
         with pytest.raises(grpc.RpcError) as info:
             node.kubelet.preferred("nvidia.com/gpu", [node.uuid(0)], [], 3)
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -73,7 +73,7 @@ def test_xid_reaches_the_stream_blocks_allocate_and_recovers():
         with pytest.raises(grpc.RpcError) as info:
             node.kubelet.allocate("nvidia.com/gpu", [uuid])
         assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert uuid in info.value.details()
+        assert uuid in str(info.value.details())
         clock.advance(60.0)
         assert node.kubelet.wait_for(
             lambda k: k.devices("nvidia.com/gpu")[uuid].health == HEALTHY, 2.0
@@ -169,10 +169,10 @@ def test_the_emulator_refuses_a_wrong_version_like_the_kubelet():
 
     with KubeletEmulator() as kubelet:
         with grpc.insecure_channel(f"unix://{kubelet.socket}") as channel:
-            stub = pb_grpc.RegistrationStub(channel)
+            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             request = pb.RegisterRequest(version="v1alpha", endpoint="x.sock", resource_name="a/b")
             with pytest.raises(grpc.RpcError) as info:
                 stub.Register(request, timeout=5)
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "unsupported device plugin version 'v1alpha'" in info.value.details()
+        assert "unsupported device plugin version 'v1alpha'" in str(info.value.details())
     shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)

@@ -31,7 +31,7 @@ def test_sigterm_stops_cleanly_and_removes_the_sockets(kubelet):
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         registered = kubelet.wait_for(lambda k: len(k.devices("nvidia.com/gpu")) == 8, 20.0)
-        assert registered, proc.stderr.read() if proc.poll() is not None else "no registration"
+        assert registered, "the agent did not register"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
     finally:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.inventory import load_inventory
+from agent.model import NodeInventory
 from deviceplugin.allocation import Allocator, PreferredRequest
 from deviceplugin.cdi import CdiRegistry
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
-from deviceplugin.resources import build_resources
+from deviceplugin.resources import Resource, build_resources
 from deviceplugin.settings import (
     DeviceIdStrategy,
     DeviceListStrategy,
@@ -20,7 +24,7 @@ from deviceplugin.settings import (
 from tests.unit.deviceplugin.builders import FakeClock, make_inventory, settings
 
 
-def setup(inventory, **overrides):
+def setup(inventory: NodeInventory, **overrides: Any) -> tuple[Allocator, dict[str, Resource]]:
     s = settings(**overrides)
     resources = {r.name: r for r in build_resources(inventory, s)}
     return Allocator(s, inventory), resources
@@ -140,7 +144,7 @@ def test_fail_requests_greater_than_one():
     assert allocator.allocate(res["nvidia.com/gpu"], frozenset(), [ids[:1]])
 
 
-def write_spec(directory, uuids):
+def write_spec(directory: Path, uuids: Sequence[str]) -> None:
     spec = {
         "cdiVersion": "0.5.0",
         "kind": "nvidia.com/gpu",
@@ -187,7 +191,7 @@ def test_preferred_replicas_land_on_distinct_gpus():
     picked = allocator.preferred(
         res["nvidia.com/gpu"], PreferredRequest(available=ids, must_include=(), size=3)
     )
-    gpus = [res["nvidia.com/gpu"].device(i).gpu_index for i in picked]
+    gpus = [d.gpu_index for i in picked if (d := res["nvidia.com/gpu"].device(i)) is not None]
     assert len(set(gpus)) == 3
 
 
@@ -201,7 +205,9 @@ def test_preferred_mig_packs_onto_a_gpu_already_in_use():
         res["nvidia.com/mig-1g.10gb"],
         PreferredRequest(available=available, must_include=(), size=1),
     )
-    assert res["nvidia.com/mig-1g.10gb"].device(picked).gpu_index == 1
+    device = res["nvidia.com/mig-1g.10gb"].device(picked)
+    assert device is not None
+    assert device.gpu_index == 1
 
 
 @pytest.mark.parametrize(
@@ -216,7 +222,7 @@ def test_preferred_refuses_impossible_requests(available, must, size, match):
     inventory = make_inventory(2)
     allocator, res = setup(inventory)
 
-    def real(ids):
+    def real(ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(inventory.gpus[int(i[1:])].uuid if i.startswith("@") else i for i in ids)
 
     with pytest.raises(InvalidRequestError, match=match):

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from agent.inventory import load_inventory
+from agent.model import NodeInventory
 from deviceplugin.errors import ResourceError
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import MigStrategy, SharedResource, TimeSlicing
 from tests.unit.deviceplugin.builders import make_inventory, settings
 
 
-def counts(inventory, **overrides) -> dict[str, int]:
+def counts(inventory: NodeInventory, **overrides: Any) -> dict[str, int]:
     return {r.name: len(r.devices) for r in build_resources(inventory, settings(**overrides))}
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU
+from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU, MigMode
 from agent.nrt import DecodedTopology
 from scheduler.placement import (
     Assignment,
@@ -133,18 +133,26 @@ def _numa_free(nrt: DecodedTopology) -> dict[int, dict[str, int]]:
     return out
 
 
-def _apply_device_counts(state: NodeState, nrt: DecodedTopology, trusted: bool) -> None:
-    """Unhealthy devices are never free; with a trusted NRT, only its available ones are."""
-    for gpu in nrt.availability.gpus:
-        g = gpu.index
-        for res in gpu.resources:
-            free = res.available if trusted else res.allocatable
-            if res.name == GPU_RESOURCE and not state.gpu_mig[g]:
-                state.gpu_free[g] = MILLI_PER_GPU if free > 0 else 0
-            elif res.name.startswith(MIG_RESOURCE_PREFIX):
-                state.mig_free[g][mig_profile(res.name)] = min(
-                    free, state.mig_free[g].get(mig_profile(res.name), 0)
-                )
+def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[dict[str, int]]]:
+    """Per GPU: free milli-GPU and free MIG devices by profile. Unhealthy devices (allocatable 0)
+    are never free; with a trusted NRT only its available ones are."""
+    gpu_free: list[int] = []
+    mig_free: list[dict[str, int]] = []
+    for gpu in nrt.inventory.gpus:
+        counts = nrt.gpu_counts(gpu.index) if gpu.index < len(nrt.availability.gpus) else {}
+        layout: dict[str, int] = {}
+        for mig in gpu.mig_devices:
+            layout[mig.profile] = layout.get(mig.profile, 0) + 1
+        for name, res in counts.items():
+            if name.startswith(MIG_RESOURCE_PREFIX) and mig_profile(name) in layout:
+                free = res.available if trusted else res.allocatable
+                layout[mig_profile(name)] = min(free, layout[mig_profile(name)])
+        whole = counts.get(GPU_RESOURCE)
+        free_gpu = whole is not None and (whole.available if trusted else whole.allocatable) > 0
+        is_mig = gpu.mig_mode is MigMode.ENABLED
+        gpu_free.append(MILLI_PER_GPU if free_gpu and not is_mig else 0)
+        mig_free.append(layout)
+    return gpu_free, mig_free
 
 
 def _fallback_state(info: NodeInfo) -> NodeState:
@@ -155,10 +163,35 @@ def _fallback_state(info: NodeInfo) -> NodeState:
     count = whole + (1 if mig else 0)
     return NodeState(
         name=info.name,
+        labels=info.labels,
+        taints=info.taints,
+        unschedulable=info.unschedulable,
+        allocatable=dict(info.allocatable),
         gpu_numa=(None,) * count,
         gpu_free=[MILLI_PER_GPU] * whole + ([0] if mig else []),
         gpu_mig=(False,) * whole + ((True,) if mig else ()),
         mig_free=[{} for _ in range(whole)] + ([dict(mig)] if mig else []),
+    )
+
+
+def _nrt_state(
+    info: NodeInfo, nrt: DecodedTopology, trusted: bool, selectors: SelectorCache
+) -> NodeState:
+    gpu_free, mig_free = _device_free(nrt, trusted)
+    return NodeState(
+        name=info.name,
+        labels=info.labels,
+        taints=info.taints,
+        unschedulable=info.unschedulable,
+        allocatable=dict(info.allocatable),
+        gpu_numa=tuple(g.numa_node for g in nrt.inventory.gpus),
+        gpu_free=gpu_free,
+        gpu_mig=tuple(g.mig_mode is MigMode.ENABLED for g in nrt.inventory.gpus),
+        mig_free=mig_free,
+        links=nrt.inventory.links,
+        topology_policy=_policy(nrt),
+        numa_free=_numa_free(nrt),
+        selector=selectors.get(nrt),
     )
 
 
@@ -174,18 +207,8 @@ def build_node_state(
     if nrt is None:
         state, trusted = _fallback_state(info), False
     else:
-        state = NodeState.from_inventory(
-            info.name,
-            nrt.inventory,
-            allocatable={},
-            topology_policy=_policy(nrt),
-            numa_free=_numa_free(nrt),
-            selector=selectors.get(nrt),
-        )
         trusted = is_trusted(nrt, pods)
-        _apply_device_counts(state, nrt, trusted)
-    state.labels, state.taints = info.labels, info.taints
-    state.unschedulable, state.allocatable = info.unschedulable, dict(info.allocatable)
+        state = _nrt_state(info, nrt, trusted, selectors)
     _charge(state, pods, trusted)
     return state
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def container(name: str = "main", requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
-              restart_policy: str | None = None) -> dict[str, Any]:  # fmt: skip
+def container(
+    name: str = "main",
+    requests: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = requests
@@ -18,8 +22,14 @@ def container(name: str = "main", requests: dict[str, Any] | None = None, limits
     return out
 
 
-def pod(name: str = "p", namespace: str = "default", *, containers: list[dict[str, Any]] | None = None,
-        init: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:  # fmt: skip
+def pod(
+    name: str = "p",
+    namespace: str = "default",
+    *,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     labels = spec.pop("labels", {})
     body: dict[str, Any] = {
         "apiVersion": "v1",

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TextIO
 
 import yaml
 
-from agent.availability import PodResourcesSnapshot, compute_availability
+from agent.availability import Availability, PodResourcesSnapshot, compute_availability
 from agent.errors import PublishError
 from agent.labels import gfd_labels, label_patch
 from agent.metrics import AgentMetrics
@@ -75,6 +75,7 @@ class PublisherSettings:
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     mig_strategy: str = "mixed"
     node_labels: bool = True
+    publish_topology: bool = True  # False (--no-publish): labels only
     poll_s: float = 0.5
     resync_s: float = 60.0
     backoff_initial_s: float = 0.5
@@ -113,6 +114,8 @@ class Publisher:
         self._wake = threading.Event()
         self._node: NodeInfo | None = None
         self._looked_up = False
+        self._synced: NodeState | None = None
+        self._availability: Availability | None = None
         self._written: dict[str, Any] | None = None
         self._next_resync = float("-inf")
         self._retry_at = float("-inf")
@@ -132,6 +135,11 @@ class Publisher:
         """Publish now instead of at the next poll (health or MIG layout changed)."""
         self._wake.set()
 
+    @property
+    def availability(self) -> Availability | None:
+        """What the last encoded state said is free (the metrics read allocations from it)."""
+        return self._availability
+
     def desired(self, state: NodeState) -> dict[str, Any]:
         """The object `state` encodes to, with the ownerReference once the Node's UID is known."""
         kubelet = self.settings.kubelet
@@ -139,6 +147,7 @@ class Publisher:
         availability = compute_availability(
             state.inventory, capacity, state.snapshot, state.unhealthy
         )
+        self._availability = availability
         return encode(
             state.inventory,
             availability,
@@ -192,6 +201,8 @@ class Publisher:
         return self._written
 
     def _sync(self, state: NodeState, *, resync: bool) -> None:
+        if state == self._synced and not resync:
+            return  # the common idle case: nothing to encode or compare
         if resync or not self._looked_up:
             self._node = self._sink.node(self.settings.node_name)
             self._looked_up = True
@@ -200,10 +211,14 @@ class Publisher:
                     "node %s not found: no ownerReference, no labels", self.settings.node_name
                 )
         desired = self.desired(state)
-        if desired != self._written or (resync and not self._stored_matches(desired)):
+        publish = self.settings.publish_topology
+        if publish and (desired != self._written or (resync and not self._stored_matches(desired))):
             self._write(desired)
         if self.settings.node_labels:
             self._label(state.inventory)
+        self._synced = state
+        if not publish:
+            self._written = desired  # nothing to write: ready once the labels are in place
 
     def _stored_matches(self, desired: dict[str, Any]) -> bool:
         return matches(self._sink.get_topology(self.settings.node_name), desired)

@@ -25,8 +25,11 @@ from agent import config as agent_config
 from agent import logsetup
 from agent.config import AgentConfig
 from agent.errors import AgentError, ConfigError
+from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
+from agent.publish_service import metrics_service, topology_service
+from agent.publisher import Publisher
 from deviceplugin.errors import PluginError
 from deviceplugin.service import DevicePluginService
 
@@ -52,6 +55,8 @@ class AgentContext:
     inventory: NodeInventory
     stop: threading.Event
     device_plugin: DevicePluginService | None = None
+    metrics: AgentMetrics | None = None
+    publisher: Publisher | None = None
     services: list[Service] = field(default_factory=list)
 
 
@@ -62,11 +67,18 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     """The kubelet device plugin, unless `--no-device-plugin` or `--oneshot`."""
     if not ctx.config.device_plugin or ctx.config.oneshot:
         return None
-    ctx.device_plugin = DevicePluginService(ctx.config.plugin, ctx.backend, ctx.inventory)
+    observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
+    ctx.device_plugin = DevicePluginService(
+        ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
+    )
     return ctx.device_plugin
 
 
-SERVICE_FACTORIES: tuple[ServiceFactory, ...] = (device_plugin_service,)
+SERVICE_FACTORIES: tuple[ServiceFactory, ...] = (
+    device_plugin_service,
+    topology_service,
+    metrics_service,
+)
 
 
 def open_node(cfg: AgentConfig) -> tuple[NvmlBackend, NodeInventory]:
@@ -124,7 +136,13 @@ def run(
 ) -> int:
     """Start everything, wait for `stop` (or return at once with `--oneshot`), stop everything."""
     backend, inventory = open_node(cfg)
-    ctx = AgentContext(config=cfg, backend=backend, inventory=inventory, stop=stop)
+    ctx = AgentContext(
+        config=cfg,
+        backend=backend,
+        inventory=inventory,
+        stop=stop,
+        metrics=AgentMetrics(_version()),
+    )
     try:
         logger.info(
             "node %s: %d GPUs, driver %s",
@@ -140,6 +158,15 @@ def run(
     finally:
         backend.close()
     return 0
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gputopo")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str]) -> int:

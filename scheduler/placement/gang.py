@@ -81,12 +81,12 @@ def place_gang(
         last = last or result
     if not topology.required:
         return _place_in(ordered, snapshot, scoring, None, None, explain=True)
-    if last is None:
+    if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return GangPlacement(
         ok=False,
         reason=f"no {topology.label} domain fits the whole pod group",
-        failed=last.failed,
+        failed=None if last is None else last.failed,
     )
 
 

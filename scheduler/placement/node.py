@@ -216,8 +216,13 @@ class NodeState:
         return entry
 
     def _charge(self, pod: PodRequest, assignment: Assignment, sign: int) -> None:
+        requested = self.requested
         for name, qty in pod.vector:
-            self.requested[name] = self.requested.get(name, 0) + sign * qty
+            total = requested.get(name, 0) + sign * qty
+            if total:
+                requested[name] = total
+            else:
+                requested.pop(name, None)
         for g in assignment.gpus:
             self.gpu_free[g] -= sign * MILLI_PER_GPU
             self.used_milli += sign * MILLI_PER_GPU

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from scheduler.placement import (
     Assignment,
+    PodRequest,
+    Snapshot,
     TopologyConstraint,
     default_scoring,
     pick,
@@ -15,7 +17,7 @@ from tests.unit.scheduler.builders import make_node, pod, snapshot
 RACK = "gputopo.io/rack"
 
 
-def state(snap):
+def state(snap: Snapshot) -> dict[str, object]:
     """Everything a placement can change, for before/after comparisons."""
     return {
         name: (dict(n.requested), list(n.gpu_free), [dict(m) for m in n.mig_free], dict(n.pods))
@@ -23,7 +25,7 @@ def state(snap):
     }
 
 
-def members(name, count, **kwargs):
+def members(name: str, count: int, **kwargs: object) -> list[PodRequest]:
     return [pod(f"default/{name}-{i}", pod_group=name, **kwargs) for i in range(count)]
 
 
@@ -74,7 +76,7 @@ def test_deadlock_scenario_gang_holds_nothing_while_waiting():
     assert state(snap) == before
 
 
-def racked_cluster():
+def racked_cluster() -> Snapshot:
     nodes = [make_node(f"a{i}", labels={RACK: "rack-a"}) for i in range(3)]
     nodes += [make_node(f"b{i}", labels={RACK: "rack-b"}) for i in range(2)]
     nodes.append(make_node("loose"))

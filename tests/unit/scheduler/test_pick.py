@@ -6,8 +6,11 @@ import pytest
 
 from scheduler.placement import (
     Assignment,
+    Decision,
     Effect,
+    PodRequest,
     Scoring,
+    Snapshot,
     Taint,
     default_scoring,
     format_reasons,
@@ -18,7 +21,9 @@ from tests.unit.scheduler.builders import make_node, pod, snapshot
 NOT_READY = Taint(key="node.kubernetes.io/not-ready", effect=Effect.NO_SCHEDULE)
 
 
-def place_all(snap, pods, scoring=None):
+def place_all(
+    snap: Snapshot, pods: list[PodRequest], scoring: Scoring | None = None
+) -> list[Decision]:
     scoring = scoring or default_scoring()
     out = []
     for p in pods:
@@ -35,7 +40,7 @@ def test_fragmentation_binpack_keeps_a_node_whole():
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     small = place_all(snap, [pod(f"default/s{i}", gpus=1) for i in range(8)])
     assert {d.node for d in small} == {"node-a"}
-    assert sorted(g for d in small for g in d.assignment.gpus) == list(range(8))
+    assert sorted(g for d in small if d.assignment for g in d.assignment.gpus) == list(range(8))
     big = pick(pod("default/big", gpus=8), snap, default_scoring())
     assert big.node == "node-b"
     assert big.assignment is not None
@@ -101,7 +106,9 @@ def test_pods_without_gpus_spread_and_avoid_gpu_nodes():
 def test_shares_pack_onto_a_partly_used_gpu():
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     decisions = place_all(snap, [pod(f"default/s{i}", gpu_milli=250) for i in range(4)])
-    assert {(d.node, d.assignment.share[0]) for d in decisions} == {("node-a", 0)}
+    assert {(d.node, d.assignment and d.assignment.share) for d in decisions} == {
+        ("node-a", (0, 250))
+    }
 
 
 def test_mig_request_lands_on_a_node_with_that_profile():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement import Assignment, Scoring, WeightedScore, default_scoring, pick
+from scheduler.placement import Assignment, NodeState, Scoring, WeightedScore, default_scoring, pick
 from scheduler.placement.scores import (
     binpack_score,
     gpu_avoidance_score,
@@ -14,7 +14,7 @@ from scheduler.placement.scores import (
 from tests.unit.scheduler.builders import GIB, make_node, pod, snapshot
 
 
-def busy(node, gpus):
+def busy(node: NodeState, gpus: tuple[int, ...]) -> NodeState:
     node.add_pod(pod("default/busy", gpus=len(gpus)), Assignment(node=node.name, gpus=tuple(gpus)))
     return node
 

@@ -225,7 +225,7 @@ class GangTracker:
     def _fail(self, group: GroupInfo, state: GangState) -> None:
         gkey = (group.namespace, group.name)
         members = self._cache.members(gkey)
-        bound = sum(1 for m in members if m.node is not None)
+        bound = sum(1 for m in members if m.node is not None and not m.assumed)
         state.failed = (
             f"{bound} of minMember {group.min_member} pods bound; the rest could not be bound "
             f"within scheduleTimeoutSeconds ({group.timeout:g}s)"

@@ -79,6 +79,15 @@ def api_call(operation: str) -> Iterator[None]:
         raise ApiError(operation, 0, str(exc)) from exc
 
 
+def _body(resp: Any) -> Any:
+    """Read a raw response to the end, return its connection to the pool, parse the JSON."""
+    try:
+        data = resp.data
+    finally:
+        resp.release_conn()
+    return json.loads(data) if data else {}
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -145,7 +154,7 @@ class KubeClient:
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` and the list's resourceVersion."""
         with api_call(f"list {kind.name}"):
-            body = json.loads(self._list_call(kind).data)
+            body = _body(self._list_call(kind))
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
         )
@@ -175,7 +184,7 @@ class KubeClient:
             resp = self.core.create_namespaced_pod_binding(
                 name, namespace, body, _preload_content=False
             )
-            resp.release_conn()
+            _body(resp)
 
     def set_pod_scheduled_false(self, namespace: str, name: str, reason: str, message: str) -> None:
         """Set the pod's `PodScheduled=False` condition with `reason` and `message`."""
@@ -191,7 +200,7 @@ class KubeClient:
             resp = self.core.patch_namespaced_pod_status(
                 name, namespace, patch, _content_type=SMP, _preload_content=False
             )
-            resp.release_conn()
+            _body(resp)
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
@@ -206,12 +215,12 @@ class KubeClient:
                 _content_type=MERGE,
                 _preload_content=False,
             )
-            resp.release_conn()
+            _body(resp)
 
     def create_event(
         self, involved: Obj, kind: str, event_type: str, reason: str, message: str
     ) -> None:
-        """A core/v1 Event about `involved` (a pod or PodGroup JSON object)."""
+        """A core/v1 Event about `involved` (cluster-scoped objects' events go to `default`)."""
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         stamp = now_rfc3339()
@@ -225,7 +234,7 @@ class KubeClient:
             "involvedObject": {
                 "apiVersion": str(involved.get("apiVersion") or "v1"),
                 "kind": kind,
-                "namespace": namespace,
+                "namespace": str(meta.get("namespace") or ""),
                 "name": meta.get("name"),
                 "uid": meta.get("uid"),
             },
@@ -241,9 +250,7 @@ class KubeClient:
             "count": 1,
         }
         with api_call(f"create event {reason} for {kind} {namespace}/{meta.get('name')}"):
-            self.core.create_namespaced_event(
-                namespace, body, _preload_content=False
-            ).release_conn()
+            _body(self.core.create_namespaced_event(namespace, body, _preload_content=False))
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -256,13 +263,13 @@ class KubeClient:
                 if exc.status == 404:
                     return None
                 raise
-            return dict(json.loads(resp.data))
+            return dict(_body(resp))
 
     def storage_class_modes(self) -> dict[str, str]:
         """StorageClass name → volumeBindingMode; empty when storage classes cannot be listed."""
         try:
             with api_call("list storageclasses"):
-                body = json.loads(self.storage.list_storage_class(_preload_content=False).data)
+                body = _body(self.storage.list_storage_class(_preload_content=False))
         except ApiError as exc:
             log.debug("storage classes unavailable: %s", exc)
             return {}
@@ -282,7 +289,7 @@ class KubeClient:
                 if exc.status == 404:
                     return None
                 raise
-            return dict(json.loads(resp.data))
+            return dict(_body(resp))
 
     def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
@@ -303,7 +310,7 @@ class KubeClient:
     def _lease_write(self, operation: str, call: Any) -> dict[str, Any]:
         try:
             with api_call(operation):
-                return dict(json.loads(call().data))
+                return dict(_body(call()))
         except ConflictError as exc:
             raise LeaseConflictError(str(exc)) from exc
 
@@ -340,6 +347,7 @@ class WatchStream:
         except (ValueError, AttributeError) as exc:
             raise ApiError(operation, 0, f"bad watch stream: {exc}") from exc
         finally:
+            self._resp.close()
             self._resp.release_conn()
 
     def close(self) -> None:

@@ -101,8 +101,9 @@ class MetricsServer:
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics", daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="metrics"
         )
+        self._thread.daemon = True
 
     @property
     def port(self) -> int:

@@ -1,0 +1,171 @@
+"""Gang scheduling against the fake API server with the real client (DESIGN §7)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.integration.scheduler.harness import (
+    bound_pods,
+    create_pod,
+    create_podgroup,
+    delete_pod,
+    events_for,
+    gpu_node,
+    pod_body,
+    podgroup,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def gang_pod(name: str, group: str, gpus: int = 1, legacy: bool = False):
+    label = "pod-group.scheduling.sigs.k8s.io" if legacy else GANG_LABEL
+    return pod_body(name, gpus=gpus, labels={label: group})
+
+
+class BoundWatcher:
+    """Samples the fake's pods every few ms and records the largest partial gang ever seen."""
+
+    def __init__(self, fake, members: set[str], min_member: int) -> None:
+        self.fake, self.members, self.min_member = fake, members, min_member
+        self.partial_samples: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        streak: list[int] = []
+        while not self.stop.is_set():
+            count = len(self.members & set(bound_pods(self.fake)))
+            streak = [*streak, count] if 0 < count < self.min_member else []
+            if len(streak) > 50:  # partial for far longer than a round of parallel binds
+                self.partial_samples.append(count)
+            time.sleep(0.005)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(2)
+
+
+def test_deadlock_gang_and_job_never_split_the_gpus(fake_api, core_v1, custom_objects):
+    # 10 free GPUs: an 8-GPU node and a 2-GPU node.
+    gpu_node(fake_api, "big", gpus=8)
+    gpu_node(fake_api, "small", gpus=2)
+    members = {f"train-{i}" for i in range(8)}
+    with running(fake_api), BoundWatcher(fake_api, members, 8) as watcher:
+        create_podgroup(custom_objects, podgroup("train", 8))
+        for i in range(5):
+            create_pod(core_v1, gang_pod(f"train-{i}", "train"))
+        create_pod(core_v1, pod_body("job", gpus=5))
+        for i in range(5, 8):
+            create_pod(core_v1, gang_pod(f"train-{i}", "train"))
+
+        def winner():
+            bound = bound_pods(fake_api)
+            if "job" in bound:
+                return "job"
+            return "gang" if members <= set(bound) else None
+
+        first = wait_for(winner, 5, "the gang or the job to bind")
+        if first == "job":
+            wait_for(lambda: scheduled_condition(fake_api, "train-0"), 5, "gang condition")
+            assert not members & set(bound_pods(fake_api))
+            delete_pod(core_v1, "job")
+            wait_for(lambda: members <= set(bound_pods(fake_api)), 5, "the gang after the job left")
+        else:
+            for name in members:
+                delete_pod(core_v1, name)
+            wait_for(lambda: "job" in bound_pods(fake_api), 5, "the job after the gang left")
+    assert watcher.partial_samples == []
+
+
+def test_gang_waits_for_min_member_and_reports(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    with running(fake_api) as rt:
+        create_podgroup(custom_objects, podgroup("g", 3))
+        create_pod(core_v1, gang_pod("g-0", "g", legacy=True))
+        create_pod(core_v1, gang_pod("g-1", "g"))
+        waiting = "waiting for pod group default/g: 2 of minMember 3 pods exist"
+
+        def condition():
+            found = scheduled_condition(fake_api, "g-1") or {}
+            return found if found.get("message") == waiting else None
+
+        assert wait_for(condition, 5, "waiting condition")["reason"] == "Unschedulable"
+        assert bound_pods(fake_api) == {}
+        create_pod(core_v1, gang_pod("g-2", "g"))
+        wait_for(lambda: len(bound_pods(fake_api)) == 3, 5, "the gang bound")
+
+        def group_status():
+            status = (fake_api.get_object("podgroups", "g", "default") or {}).get("status") or {}
+            return status if status.get("phase") == "Scheduled" else None
+
+        status = wait_for(group_status, 5, "PodGroup status Scheduled")
+        rt.reporter.flush()
+    assert status["scheduled"] == 3
+    assert status["scheduleStartTime"]
+    assert (
+        rt.metrics.registry.get_sample_value("gputopo_scheduler_gang_wait_duration_seconds_count")
+        == 1
+    )
+
+
+def test_gang_stays_inside_one_rack(fake_api, core_v1, custom_objects):
+    rack = "gputopo.io/rack"
+    gpu_node(fake_api, "a1", gpus=8, labels={rack: "r1"})
+    gpu_node(fake_api, "a2", gpus=8, labels={rack: "r1"})
+    gpu_node(fake_api, "b1", gpus=8, labels={rack: "r2"})
+    gpu_node(fake_api, "b2", gpus=8, labels={rack: "r2"})
+    # r1 has only 12 free GPUs left, r2 has 16: a 2 x 8-GPU gang fits only in r2.
+    create_pod(core_v1, pod_body("foreign", gpus=4, scheduler="default-scheduler", node="a2"))
+    with running(fake_api):
+        create_podgroup(
+            custom_objects, podgroup("pair", 2, annotations={"gputopo.io/topology-required": rack})
+        )
+        create_pod(core_v1, gang_pod("pair-0", "pair", gpus=8))
+        create_pod(core_v1, gang_pod("pair-1", "pair", gpus=8))
+        wait_for(lambda: {"pair-0", "pair-1"} <= set(bound_pods(fake_api)), 5, "the pair bound")
+    bound = bound_pods(fake_api)
+    assert {bound["pair-0"], bound["pair-1"]} == {"b1", "b2"}
+
+
+def test_failed_member_bind_is_retried_then_replaced(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    # The first two binds of g-1 fail (500): the same-node retry fails too, then it is re-placed.
+    fake_api.fail_next(2, 500, path_regex=r"/pods/g-1/binding$")
+    with running(fake_api):
+        create_podgroup(custom_objects, podgroup("g", 2))
+        create_pod(core_v1, gang_pod("g-0", "g"))
+        create_pod(core_v1, gang_pod("g-1", "g"))
+        wait_for(lambda: len(bound_pods(fake_api)) == 2, 5, "both members bound")
+    assert len(fake_api.requests_matching("POST", r"/pods/g-1/binding$")) == 3
+
+
+def test_partially_bound_gang_fails_after_its_timeout(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    fake_api.fail_next(1000, 500, path_regex=r"/pods/g-1/binding$")
+    with running(fake_api):
+        create_podgroup(custom_objects, podgroup("g", 2, scheduleTimeoutSeconds=1))
+        create_pod(core_v1, gang_pod("g-0", "g"))
+        create_pod(core_v1, gang_pod("g-1", "g"))
+
+        def failed():
+            status = (fake_api.get_object("podgroups", "g", "default") or {}).get("status") or {}
+            return status.get("phase") == "Failed"
+
+        wait_for(failed, 5, "PodGroup phase Failed")
+        events = wait_for(
+            lambda: [e for e in events_for(fake_api, "g") if e["reason"] == "GangPartiallyBound"],
+            5,
+            "GangPartiallyBound event",
+        )
+    assert events[0]["type"] == "Warning"
+    assert "1 of minMember 2 pods bound" in events[0]["message"]
+    assert set(bound_pods(fake_api)) == {"g-0"}

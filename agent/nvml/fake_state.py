@@ -88,7 +88,7 @@ class FakeNvmlState:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("NVMLError_") and name in fs.ERROR_CLASSES:
             return fs.ERROR_CLASSES[name]
-        if name.startswith(("NVML_", "nvmlEventType")) and hasattr(fs, name):
+        if name.startswith(("NVML_", "nvmlEvent")) and hasattr(fs, name):
             return getattr(fs, name)
         if name.startswith("nvml"):
             return _not_modelled(name)
@@ -222,7 +222,7 @@ class FakeNvmlState:
             self._cond.acquire()
 
     def _event(self, gpu: int, xid: int, gi_id: int | None, ci_id: int | None) -> fs.EventData:
-        na = fs.NVML_VALUE_NOT_AVAILABLE_uint
+        na = fs.NOT_ATTRIBUTABLE
         return fs.EventData(
             device=DeviceHandle(gpu),
             eventType=_XID_MASK,

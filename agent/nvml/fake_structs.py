@@ -79,14 +79,14 @@ NVML_TOPOLOGY_SYSTEM = 50
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
-NVML_VALUE_NOT_AVAILABLE_uint = 0xFFFFFFFF
+NOT_ATTRIBUTABLE = 0xFFFFFFFF  # an event not tied to a MIG GPU or compute instance
 
 nvmlEventTypeSingleBitEccError = 0x1
 nvmlEventTypeDoubleBitEccError = 0x2
 nvmlEventTypePState = 0x4
 nvmlEventTypeXidCriticalError = 0x8
 nvmlEventTypeClock = 0x10
-nvmlEventTypeMigConfigChange = 0x100
+nvmlEventMigConfigChange = 0x100
 nvmlEventTypeNone = 0x0
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from agent.errors import GpuLost, NvmlError, NvmlNotSupported, NvmlUnavailable
 from agent.model import Gpu, GpuUuid, LinkMatrix, MigMode, NumaNode, NvlinkFabric
 from agent.nvml import sysfs
 from agent.nvml.backend import GpuStatus, GpuTelemetry, NvmlBackend, XidEvent
+from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
 from agent.nvml.fixture import Fixture, load_fixture
 from agent.nvml.nvml_links import link_matrix
 from agent.nvml.nvml_mig import read_mig_devices
@@ -251,22 +253,24 @@ def open_backend(fixture: str | Path | None, host_root: Path = Path("/")) -> Nvm
     return backend
 
 
-def fake_backend(fixture: str | Path | Fixture, **fake_options: Any) -> tuple[PynvmlBackend, Any]:
+def fake_backend(
+    fixture: str | Path | Fixture, **fake_options: Any
+) -> tuple[PynvmlBackend, FakePynvml]:
     """A backend over the fake pynvml for `fixture`, and the fake (to inject failures through).
 
     `fake_options` go to `FakePynvml` (`clock=`, `sleep=`).
     """
-    from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
-
     fx = fixture if isinstance(fixture, Fixture) else load_fixture(fixture)
     fake = FakePynvml(fx, **fake_options)
     root = Path(tempfile.mkdtemp(prefix="gputopo-host-", dir=_scratch_dir()))
     try:
         write_fake_host_root(fx, root)
-        return PynvmlBackend(nvml=fake, host_root=root, on_close=lambda: _remove(root)), fake
+        backend = PynvmlBackend(nvml=fake, host_root=root, on_close=lambda: _remove(root))
     except BaseException:
         _remove(root)
         raise
+    weakref.finalize(backend, _remove, root)  # also when a caller never closes it
+    return backend, fake
 
 
 def _scratch_dir() -> str | None:

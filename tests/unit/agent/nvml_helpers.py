@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agent.nvml.fake_pynvml import FakePynvml
@@ -10,6 +12,12 @@ from agent.nvml.fixture import Fixture, fixture_from_mapping, load_fixture
 from agent.nvml.pynvml_backend import PynvmlBackend, fake_backend
 
 A100 = "NVIDIA A100-SXM4-80GB"
+HAS_DRIVER = Path("/proc/driver/nvidia/version").exists()
+"""Tests of the no-driver paths skip on a machine with the NVIDIA kernel driver loaded."""
+
+
+BackendFor = Callable[..., tuple[PynvmlBackend, FakePynvml]]
+"""The `backend_for` fixture: `backend_for(fixture, **fake_options)`."""
 
 
 class FakeClock:

@@ -192,12 +192,19 @@ class PynvmlBackend:
         return bool(rows is not None and rows[2])
 
     def _optional(self, function: str, *args: Any) -> Any:
-        """Call an NVML function; None when the device does not support it."""
+        """Call an NVML function; None when this pynvml, driver or device does not have it."""
+        call = getattr(self.nvml, function, None)
+        if call is None:
+            return None
         try:
             with self.translated(function):
-                return getattr(self.nvml, function)(*args)
+                return call(*args)
         except NvmlNotSupported:
             return None
+        except NvmlError as exc:
+            if exc.code == self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                return None
+            raise
 
     def _events(self) -> Any:
         """The event set with every GPU registered for Xid events (created on first use)."""

@@ -1,0 +1,108 @@
+"""`scheduler/config.py`: the shipped defaults and one ConfigError listing every problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.errors import ConfigError
+from scheduler.config import DEFAULT_CONFIG_PATH, SchedulerConfig, load_config, parse_config
+from scheduler.placement import default_scoring
+
+
+def test_shipped_defaults_match_the_dataclass_and_the_default_scoring():
+    loaded = load_config()
+    assert loaded.source == str(DEFAULT_CONFIG_PATH)
+    assert dict(loaded.weights) == dict(SchedulerConfig().weights)
+    assert loaded.topology_levels == SchedulerConfig().topology_levels
+    assert "gputopo.io/rack" in loaded.topology_levels
+    assert loaded.scheduler_name == "gputopo-scheduler"
+    assert loaded.gang_timeout_seconds == 60.0
+    assert loaded.candidate_limit == default_scoring().candidate_limit
+    names = [s.name for s in loaded.scoring().scores]
+    assert names == [s.name for s in default_scoring().scores]
+
+
+def test_partial_file_keeps_defaults(tmp_path: Path):
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nscoring:\n  weights: {binpack: 1}\n", encoding="utf-8")
+    config = load_config(path)
+    assert dict(config.weights) == {"binpack": 1.0}
+    assert config.prefer_used_nodes is True
+    assert config.leader_elect is None
+    assert [s.name for s in config.scoring().scores] == ["binpack"]
+
+
+def test_run_options_are_read():
+    config = parse_config(
+        {
+            "version": "v1",
+            "schedulerName": "other",
+            "leaderElect": True,
+            "leaderElectNamespace": "ns",
+            "metricsAddress": ":0",
+            "kubeconfig": "/k",
+            "gang": {"scheduleTimeoutSeconds": 5},
+            "topologyLevels": ["gputopo.io/rack"],
+            "scoring": {"preferUsedNodes": False, "candidateLimit": 0},
+        }
+    )
+    assert (config.scheduler_name, config.leader_elect, config.leader_elect_namespace) == (
+        "other",
+        True,
+        "ns",
+    )
+    assert (config.metrics_address, config.kubeconfig) == (":0", "/k")
+    assert config.gang_timeout_seconds == 5.0
+    assert config.topology_levels == ("gputopo.io/rack",)
+    assert config.scoring().prefer_used_nodes is False
+    assert config.scoring().candidate_limit == 0
+
+
+def test_every_problem_is_reported_at_once():
+    bad = {
+        "version": "v2",
+        "extra": 1,
+        "scoring": {"weights": {"binpack": -1, "nope": 2}, "candidateLimit": "x", "what": 1},
+        "gang": {"scheduleTimeoutSeconds": 0},
+        "topologyLevels": "rack",
+        "leaderElect": "yes",
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(bad, source="cfg.yaml")
+    text = str(info.value)
+    for expected in (
+        "cfg.yaml: invalid scheduler config",
+        "version: must be v1, got 'v2'",
+        "extra: unknown key",
+        "scoring.weights.binpack: must be a number >= 0, got -1",
+        "scoring.weights.nope: unknown score",
+        "scoring.candidateLimit: must be an integer >= 0",
+        "scoring.what: unknown key",
+        "gang.scheduleTimeoutSeconds: must be a number > 0",
+        "topologyLevels: must be a list of node label names",
+        "leaderElect: must be true or false",
+    ):
+        assert expected in text
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param("version: [", "not valid YAML", id="bad yaml"),
+        pytest.param("- a\n- b\n", "must be a mapping with `version: v1`", id="not a mapping"),
+        pytest.param("scoring: {}\n", "version: must be v1, got None", id="no version"),
+    ],
+)
+def test_file_errors_name_the_file(tmp_path: Path, content: str, message: str):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="cannot read the scheduler config"):
+        load_config("/nonexistent/gputopo.yaml")

@@ -270,3 +270,12 @@ def test_driver_versions_are_reported(backend_for: BackendFor) -> None:
     backend, _ = backend_for("dgx-h100")
     assert (backend.driver_version(), backend.cuda_driver_version()) == ("550.90.07", 12040)
     assert backend.gpus()[0].uuid == GpuUuid(load_fixture("dgx-h100").inventory.gpus[0].uuid)
+
+
+def test_a_driver_without_the_row_remapper_call_is_not_pending(backend_for: BackendFor) -> None:
+    backend, fake = backend_for("dgx-h100")
+    fake.set_remap_pending(0)
+    fake.fail("nvmlDeviceGetRemappedRows", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    assert backend.status(backend.gpus()[0].uuid) == GpuStatus(
+        responds=True, lost=False, remap_pending=False
+    )

@@ -33,7 +33,7 @@ class GpuStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuTelemetry:
-    """Live per-GPU readings; None where NVML does not support the reading (e.g. MIG utilization)."""
+    """Live per-GPU readings; None where NVML does not support one (e.g. MIG utilization)."""
 
     utilization_percent: int | None
     memory_used_mib: int | None

@@ -89,7 +89,7 @@ class HealthTracker:
         """Apply one Xid; True when the set of Unhealthy units changed."""
         kind = classify(event.xid, self._policy)
         if kind is XidClass.IGNORED:
-            logger.info("Xid %d on %s ignored", event.xid, event.gpu_uuid)
+            logger.debug("Xid %d on %s ignored", event.xid, event.gpu_uuid)
             return False
         unit = self._unit_of(event)
         if unit is None:

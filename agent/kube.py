@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,14 @@ class KubeSink:
     """The publisher's writes and reads against the API server."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0) -> None:
-        self._core = client.CoreV1Api(api_client)
+        self._api_client = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._timeout = timeout_s
+
+    @cached_property
+    def _core(self) -> client.CoreV1Api:
+        """Made on first use: importing CoreV1Api takes seconds; kubectl gputopo never needs it."""
+        return client.CoreV1Api(self._api_client)
 
     def node(self, name: str) -> NodeInfo | None:
         data = _read_or_none(

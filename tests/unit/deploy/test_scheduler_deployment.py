@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import yaml
@@ -132,3 +133,30 @@ def test_scheduler_config_loads_with_the_schedulers_own_parser(objects):
     config = parse_config(yaml.safe_load(text), source="configmap gputopo-scheduler-config")
     assert config.scheduler_name == "gputopo-scheduler"
     assert "gputopo.io/rack" in config.topology_levels
+
+
+def _kubelet_expand(arg: str, env: dict[str, str]) -> str:
+    """`$(NAME)` as the kubelet expands it from the container's env."""
+    return re.sub(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], arg)
+
+
+def test_scheduler_run_accepts_the_manifest_args(objects, deployment, container, tmp_path):
+    if importlib.util.find_spec("scheduler.run_cmd") is None:
+        pytest.skip("scheduler/run_cmd.py is not in the tree yet")
+    from scheduler.run_cmd import load
+
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"],
+        encoding="utf-8",
+    )
+    env = {"POD_NAMESPACE": deployment["metadata"]["namespace"]}
+    args = [_kubelet_expand(a, env) for a in container["args"][1:]]
+    args = [f"--config={config}" if a.startswith("--config=") else a for a in args]
+    settings = load(args, {})
+    assert settings.leader_elect is True
+    assert settings.leader_elect_namespace == "gputopo-system"
+    assert settings.scheduler_name == "gputopo-scheduler"
+    assert settings.metrics_address == ":9446"
+    assert settings.log_format == "json"
+    assert "gputopo.io/rack" in settings.config.topology_levels

@@ -94,7 +94,7 @@ class Api:
     def list(self, ref: Ref, query: Mapping[str, str]) -> Obj:
         labels = label_matcher(query.get("labelSelector"))
         fields = field_matcher(query.get("fieldSelector"), ref.rt)
-        objects, rv = self.store.snapshot(ref.rt, ref.namespace or None)
+        objects, rv = self.store.snapshot(ref.rt, ref.namespace or None, fields.equalities)
         items = [o for o in objects if labels(o) and fields(o)]
         items.sort(key=_sort_key)
         meta: Obj = {"resourceVersion": str(rv)}
@@ -121,7 +121,8 @@ class Api:
         body_ns = (body.get("metadata") or {}).get("namespace")
         if ref.rt.namespaced and body_ns not in (None, "", ref.namespace):
             raise bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request"
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request"
             )
         return clone(body)
 
@@ -129,8 +130,11 @@ class Api:
         name = str(meta.get("name", ""))
         problems = []
         if len(name) > 253 or not _SUBDOMAIN.match(name):
-            problems.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'")  # fmt: skip
-        for key, value in (meta.get("labels") or {}).items():
+            problems.append(
+                f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must "
+                "consist of lower case alphanumeric characters, '-' or '.'"
+            )
+        for value in (meta.get("labels") or {}).values():
             if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
                 problems.append(f"metadata.labels: Invalid value: {value!r}: a valid label value")
         for key, value in (meta.get("annotations") or {}).items():
@@ -172,9 +176,17 @@ class Api:
             return
         ns = self.store.get(self.namespace_type(), "", ref.namespace)
         if ns is None:
-            raise ApiError(404, f'namespaces "{ref.namespace}" not found', details={"name": ref.namespace, "kind": "namespaces"})  # fmt: skip
+            raise ApiError(
+                404,
+                f'namespaces "{ref.namespace}" not found',
+                details={"name": ref.namespace, "kind": "namespaces"},
+            )
         if ns["metadata"].get("deletionTimestamp"):
-            raise ApiError(403, f"unable to create new content in namespace {ref.namespace} because it is being terminated")  # fmt: skip
+            raise ApiError(
+                403,
+                f"unable to create new content in namespace {ref.namespace} because it is being "
+                "terminated",
+            )
 
     def create(self, ref: Ref, body: Any) -> tuple[int, Obj]:
         if ref.sub == "binding":
@@ -197,7 +209,10 @@ class Api:
         """`new` (a fresh dict) with what an update may not change carried over from `old`."""
         meta = new.setdefault("metadata", {})
         if meta.get("name", ref.name) != ref.name:
-            raise bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({ref.name})")  # fmt: skip
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({ref.name})"
+            )
         rv = meta.get("resourceVersion")
         if rv not in (None, "") and rv != old["metadata"]["resourceVersion"]:
             raise stale(ref.rt, ref.name)
@@ -304,7 +319,11 @@ class Api:
                 raise not_found(ref.rt, ref.name)
             for key in ("uid", "resourceVersion"):
                 if pre.get(key) and pre[key] != old["metadata"].get(key):
-                    raise ApiError(409, f"Precondition failed: {key} in precondition: {pre[key]}, {key} in object meta: {old['metadata'].get(key)}")  # fmt: skip
+                    raise ApiError(
+                        409,
+                        f"Precondition failed: {key} in precondition: {pre[key]}, {key} in object "
+                        f"meta: {old['metadata'].get(key)}",
+                    )
             return kinds.delete(ref.rt, old, grace, self.clock(), format_time)
 
         before = self.store.get(ref.rt, ref.namespace, ref.name)
@@ -335,12 +354,14 @@ class Api:
         return 200, success_status(200)
 
     def bind(self, ref: Ref, body: Any) -> tuple[int, Obj]:
-        """`pods/binding`: 201 with a Status body, not the Binding (kubernetes-api-notes.md note 1)."""
+        """`pods/binding`: 201 with a Status body, not the Binding (kubernetes-api-notes.md, 1)."""
         if not isinstance(body, dict):
             raise bad_request("the request body must be a Binding object")
         bound_name = (body.get("metadata") or {}).get("name", ref.name)
         if bound_name != ref.name:
-            raise bad_request(f"the name of the binding ({bound_name}) does not match the pod ({ref.name})")  # fmt: skip
+            raise bad_request(
+                f"the name of the binding ({bound_name}) does not match the pod ({ref.name})"
+            )
         now = self.now()
         self.store.mutate(
             ref.rt, ref.namespace, ref.name, lambda old: pods.bind(old, body, ref.name, now)
@@ -353,7 +374,7 @@ class Api:
             and rt.plural == "customresourcedefinitions"
             and obj["metadata"].get("deletionTimestamp") is None
         ):
-            self.registry.add(crd_to_type(obj))  # fmt: skip
+            self.registry.add(crd_to_type(obj))
 
     def _after_delete(self, rt: ResourceType, obj: Obj) -> None:
         if rt.builtin and rt.plural == "customresourcedefinitions":

@@ -1,9 +1,9 @@
-"""Server-side apply, simplified: field ownership per Apply manager kept in `metadata.managedFields`.
+"""Server-side apply, simplified: field ownership per Apply manager in `metadata.managedFields`.
 
 Each manager owns the leaf fields of the configuration it last applied (lists are atomic leaves).
 Applying removes the fields the manager applied before and no longer sends (unless someone else owns
-them), sets every field it sends, and answers 409 Conflict when another Apply manager owns a field it
-would change, unless `force=true`. Update (PUT/merge patch) managers are not tracked.
+them), sets every field it sends, and answers 409 Conflict when another Apply manager owns a field
+it would change, unless `force=true`. Update (PUT/merge patch) managers are not tracked.
 """
 
 from __future__ import annotations
@@ -101,26 +101,50 @@ def _conflicts(
     return found
 
 
+def _ownership(entries: list[Obj], manager: str) -> tuple[set[Path], list[tuple[str, set[Path]]]]:
+    """What `manager` applied before, and what every other Apply manager owns."""
+    mine: set[Path] = set()
+    others: list[tuple[str, set[Path]]] = []
+    for entry in entries:
+        if entry.get("operation") != "Apply":
+            continue
+        owned = from_fields_v1(entry.get("fieldsV1"))
+        if entry.get("manager") == manager:
+            mine = owned
+        else:
+            others.append((str(entry.get("manager")), owned))
+    return mine, others
+
+
+def _new_entries(
+    entries: list[Obj], manager: str, paths: set[Path], config: Obj, now: str
+) -> list[Obj]:
+    """managedFields after the apply: ours replaced, fields we took removed from other managers."""
+    result = [_entry(manager, paths, config, now)] if paths else []
+    for entry in entries:
+        if entry.get("operation") != "Apply":
+            result.append(entry)
+            continue
+        if entry.get("manager") == manager:
+            continue
+        owned = from_fields_v1(entry.get("fieldsV1")) - paths
+        if owned:
+            result.append(dict(entry, fieldsV1=to_fields_v1(owned)))
+    return result
+
+
 def apply(existing: Obj | None, config: Obj, manager: str, force: bool, now: str) -> Obj:
     """The object after `manager` applies `config` to `existing` (None: create)."""
     base = clone(existing) if existing is not None else {}
     meta = base.setdefault("metadata", {})
     entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
     new_paths = field_paths(config)
-    old_paths: set[Path] = set()
-    others: list[tuple[str, set[Path]]] = []
-    for entry in entries:
-        owned = from_fields_v1(entry.get("fieldsV1"))
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            old_paths = owned
-        elif entry.get("operation") == "Apply":
-            others.append((str(entry.get("manager")), owned))
+    old_paths, others = _ownership(entries, manager)
     conflicts = _conflicts(base, config, new_paths, others)
     if conflicts and not force:
-        raise ApiError(
-            409, f"Apply failed with {len(conflicts)} conflict(s): " + ", ".join(conflicts)
-        )
-    kept_by_others = set().union(*(owned for _, owned in others)) if others else set()
+        message = f"Apply failed with {len(conflicts)} conflict(s): " + ", ".join(conflicts)
+        raise ApiError(409, message)
+    kept_by_others: set[Path] = set().union(*(owned for _, owned in others))
     for path in old_paths - new_paths - kept_by_others:
         _delete(base, path)
     for path in new_paths:
@@ -128,17 +152,7 @@ def apply(existing: Obj | None, config: Obj, manager: str, force: bool, now: str
     for key in ("apiVersion", "kind"):
         if key in config:
             base[key] = config[key]
-    new_entries = [_entry(manager, new_paths, config, now)] if new_paths else []
-    for entry in entries:
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            continue
-        if entry.get("operation") == "Apply":
-            owned = from_fields_v1(entry.get("fieldsV1")) - new_paths
-            if not owned:
-                continue
-            entry = dict(entry, fieldsV1=to_fields_v1(owned))
-        new_entries.append(entry)
-    base["metadata"]["managedFields"] = new_entries
+    meta["managedFields"] = _new_entries(entries, manager, new_paths, config, now)
     return base
 
 

@@ -1,4 +1,4 @@
-"""URL parsing and the discovery documents (/version, /api, /apis, /api/v1, /apis/<group>/<version>)."""
+"""URL parsing and the discovery documents (/version, /api, /apis, /api/v1, /apis/<g>/<v>)."""
 
 from __future__ import annotations
 

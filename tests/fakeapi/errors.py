@@ -29,7 +29,7 @@ REASONS = {
 
 
 class ApiError(Exception):
-    """An answer with a failure `Status` body: `code` is the HTTP status, `reason` the Status reason."""
+    """A failure `Status` answer: `code` is the HTTP status, `reason` the Status reason."""
 
     def __init__(
         self,
@@ -91,7 +91,10 @@ def conflict(rt: ResourceType, name: str, why: str, sub: str = "") -> ApiError:
 
 
 def stale(rt: ResourceType, name: str) -> ApiError:
-    why = "the object has been modified; please apply your changes to the latest version and try again"
+    why = (
+        "the object has been modified; "
+        "please apply your changes to the latest version and try again"
+    )
     return conflict(rt, name, why)
 
 

@@ -27,7 +27,7 @@ def kube_client(fake_api: FakeApiServer) -> Iterator[client.ApiClient]:
     try:
         yield api_client
     finally:
-        api_client.close()
+        api_client.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import select
 import socket
+import sys
+import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -39,6 +42,15 @@ class FakeHttpServer(ThreadingHTTPServer):
             self.open_connections.add(request)
         super().process_request(request, client_address)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up is normal; anything else is logged with its traceback."""
+        exc = sys.exc_info()[1]
+        if exc is None or isinstance(exc, ConnectionError):
+            logger.debug("fake API server: connection from %s ended: %r", client_address, exc)
+            return
+        trace = "".join(traceback.format_exception(exc))
+        logger.error("fake API server: connection from %s failed:\n%s", client_address, trace)
+
     def shutdown_request(self, request: Any) -> None:
         with self.fake.lock:
             self.open_connections.discard(request)
@@ -48,18 +60,20 @@ class FakeHttpServer(ThreadingHTTPServer):
         with self.fake.lock:
             conns = list(self.open_connections)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: FakeHttpServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        logger.debug("fake API server: " + format, *args)
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("fake API server: %s", format % args)
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -90,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(exc.code, exc.status_body())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception as exc:  # noqa: BLE001 - a fake bug must reach the client as a 500
+        except Exception as exc:
             logger.exception("fake API server: %s %s failed", method, self.path)
             self._send_json(500, ApiError(500, f"fake API server bug: {exc!r}").status_body())
 
@@ -170,7 +184,7 @@ class Handler(BaseHTTPRequestHandler):
         if not readable:
             return False
         try:
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         except OSError:
             return True
 

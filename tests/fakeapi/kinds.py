@@ -11,10 +11,18 @@ from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
 
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
-_NODE_INFO_FIELDS = (
-    "architecture bootID containerRuntimeVersion kernelVersion kubeProxyVersion kubeletVersion "
-    "machineID operatingSystem osImage systemUUID"
-).split()
+_NODE_INFO_FIELDS = [
+    "architecture",
+    "bootID",
+    "containerRuntimeVersion",
+    "kernelVersion",
+    "kubeProxyVersion",
+    "kubeletVersion",
+    "machineID",
+    "operatingSystem",
+    "osImage",
+    "systemUUID",
+]
 
 
 def empty_node_status() -> dict[str, Any]:
@@ -57,15 +65,25 @@ def _create_crd(rt: ResourceType, crd: Obj) -> Obj:
         "acceptedNames": names,
         "storedVersions": stored,
         "conditions": [
-            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found"},
-            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+            },
         ],
-    }  # fmt: skip
+    }
     return crd
 
 
 def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
-    """Kind-specific defaults and checks on a new object (status already dropped when it is a subresource)."""
+    """Kind-specific defaults and checks on a new object (status subresource already dropped)."""
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.prepare_create(obj)
     if rt.builtin and rt.group == "" and rt.plural == "nodes":
@@ -117,8 +135,8 @@ def delete(
 
 
 def finalized(obj: Obj) -> bool:
-    """An object marked for deletion whose finalizers are all gone (and, for a pod, grace is over)."""
+    """An object marked for deletion with no finalizers left (and, for a pod, no grace left)."""
     meta = obj["metadata"]
     if not meta.get("deletionTimestamp") or meta.get("finalizers"):
         return False
-    return meta.get("deletionGracePeriodSeconds", 0) == 0
+    return bool(meta.get("deletionGracePeriodSeconds", 0) == 0)

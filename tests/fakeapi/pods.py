@@ -1,4 +1,4 @@
-"""Pod rules of a real API server: defaults, validation, immutable spec, binding, graceful deletion."""
+"""Pod rules of a real API server: defaults, validation, immutable spec, binding, deletion."""
 
 from __future__ import annotations
 
@@ -46,20 +46,23 @@ def _container_problems(field: str, container: Any) -> list[str]:
         for res, qty in values.items():
             if not _QUANTITY.match(str(qty)):
                 problems.append(
-                    f"{field}.resources.{kind}[{res}]: Invalid value: {qty!r}: quantities must match the regular expression"
+                    f"{field}.resources.{kind}[{res}]: Invalid value: {qty!r}: quantities must "
+                    "match the regular expression"
                 )
     for res, qty in requests.items():
         if not _is_extended(res):
             continue
         if res not in limits:
             problems.append(
-                f"{field}.resources.limits: Required value: Limit must be set for non overcommitable resources"
+                f"{field}.resources.limits: Required value: Limit must be set for non "
+                "overcommitable resources"
             )
         elif str(limits[res]) != str(qty):
             problems.append(
-                f"{field}.resources.requests[{res}]: Invalid value: {qty!r}: must be equal to {res} limit of {limits[res]}"
+                f"{field}.resources.requests[{res}]: Invalid value: {qty!r}: must be equal to "
+                f"{res} limit of {limits[res]}"
             )
-    return problems  # fmt: skip
+    return problems
 
 
 def validate(pod: Obj) -> list[str]:
@@ -137,7 +140,7 @@ def prepare_create(pod: Obj) -> Obj:
         ):
             tolerations.append(dict(default))
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
-    return pod  # fmt: skip
+    return pod
 
 
 def _mutable_view(spec: Obj) -> Obj:
@@ -172,12 +175,20 @@ def check_update(old: Obj, new: Obj) -> None:
                 _pods(),
                 name,
                 [
-                    f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate '{gate.get('name')}'"
+                    "spec.schedulingGates: Forbidden: only deletion is allowed, but found new "
+                    f"scheduling gate '{gate.get('name')}'"
                 ],
             )
     old_tol = old_spec.get("tolerations") or []
     if any(t not in (new_spec.get("tolerations") or []) for t in old_tol):
-        raise invalid(_pods(), name, ["spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"])  # fmt: skip
+        raise invalid(
+            _pods(),
+            name,
+            [
+                "spec.tolerations: Forbidden: existing toleration can not be modified except its "
+                "tolerationSeconds"
+            ],
+        )
 
 
 def _pods() -> ResourceType:
@@ -212,7 +223,7 @@ def bind(pod: Obj | None, binding: Obj, name: str, now: str) -> Obj:
         {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
     )
     status["conditions"] = conditions
-    return new  # fmt: skip
+    return new
 
 
 def delete(pod: Obj, grace: int | None, now_s: float, fmt: Any) -> Obj | Delete:

@@ -49,6 +49,7 @@ class ResourceType:
     status_subresource: bool = False
     builtin: bool = True
     field_labels: frozenset[str] = frozenset()
+    indexed_fields: tuple[str, ...] = ()
 
     @property
     def qualified(self) -> str:
@@ -77,21 +78,49 @@ def _core(plural: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
 def builtin_types() -> list[ResourceType]:
     """The built-in resources; custom resources come from CRDs."""
     return [
-        _core("namespaces", "Namespace", False, status_subresource=True,
-              field_labels=frozenset({"status.phase"})),
-        _core("nodes", "Node", False, status_subresource=True,
-              field_labels=frozenset({"spec.unschedulable"})),
-        _core("pods", "Pod", True, status_subresource=True, field_labels=frozenset(_POD_FIELDS)),
+        _core(
+            "namespaces",
+            "Namespace",
+            False,
+            status_subresource=True,
+            field_labels=frozenset({"status.phase"}),
+        ),
+        _core(
+            "nodes",
+            "Node",
+            False,
+            status_subresource=True,
+            field_labels=frozenset({"spec.unschedulable"}),
+        ),
+        _core(
+            "pods",
+            "Pod",
+            True,
+            status_subresource=True,
+            field_labels=frozenset(_POD_FIELDS),
+            indexed_fields=("spec.nodeName",),
+        ),
         _core("events", "Event", True, field_labels=frozenset(_EVENT_FIELDS)),
         _core("configmaps", "ConfigMap", True),
-        ResourceType(group="coordination.k8s.io", versions=("v1",), plural="leases",
-                     kind="Lease", namespaced=True),
-        ResourceType(group="events.k8s.io", versions=("v1",), plural="events",
-                     kind="Event", namespaced=True),
-        ResourceType(group="apiextensions.k8s.io", versions=("v1",),
-                     plural="customresourcedefinitions", kind="CustomResourceDefinition",
-                     namespaced=False, status_subresource=True),
-    ]  # fmt: skip
+        ResourceType(
+            group="coordination.k8s.io",
+            versions=("v1",),
+            plural="leases",
+            kind="Lease",
+            namespaced=True,
+        ),
+        ResourceType(
+            group="events.k8s.io", versions=("v1",), plural="events", kind="Event", namespaced=True
+        ),
+        ResourceType(
+            group="apiextensions.k8s.io",
+            versions=("v1",),
+            plural="customresourcedefinitions",
+            kind="CustomResourceDefinition",
+            namespaced=False,
+            status_subresource=True,
+        ),
+    ]
 
 
 def crd_problems(crd: Mapping[str, Any]) -> list[str]:
@@ -117,7 +146,8 @@ def crd_problems(crd: Mapping[str, Any]) -> list[str]:
     protected = group.endswith(PROTECTED_GROUP_SUFFIXES) or group in ("k8s.io", "kubernetes.io")
     if protected and not annotations.get(APPROVAL_ANNOTATION):
         problems.append(
-            f"metadata.annotations[{APPROVAL_ANNOTATION}]: Required value: protected groups must have "
+            f"metadata.annotations[{APPROVAL_ANNOTATION}]: Required value: protected groups must "
+            "have "
             'approval annotation "api-approved.kubernetes.io", see '
             "https://github.com/kubernetes/enhancements/pull/1111"
         )
@@ -153,12 +183,16 @@ def _crd(
         "metadata": {"name": f"{plural}.{group}", "annotations": annotations or {}},
         "spec": {
             "group": group,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
-                      "listKind": kind + "List"},
+            "names": {
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "listKind": kind + "List",
+            },
             "scope": scope,
             "versions": versions,
         },
-    }  # fmt: skip
+    }
 
 
 def _version(name: str, storage: bool, status: bool = False) -> dict[str, Any]:
@@ -170,7 +204,7 @@ def _version(name: str, storage: bool, status: bool = False) -> dict[str, Any]:
 
 
 def nrt_crd() -> dict[str, Any]:
-    """noderesourcetopologies.topology.node.k8s.io: cluster-scoped, v1alpha1 + v1alpha2, no status."""
+    """noderesourcetopologies.topology.node.k8s.io: cluster-scoped, v1alpha1 + v1alpha2."""
     crd = _crd(
         NRT_GROUP,
         "noderesourcetopologies",
@@ -185,14 +219,19 @@ def nrt_crd() -> dict[str, Any]:
 
 def podgroup_crd() -> dict[str, Any]:
     """podgroups.scheduling.x-k8s.io: namespaced, v1alpha1, with a status subresource."""
-    crd = _crd(PODGROUP_GROUP, "podgroups", "PodGroup", "Namespaced",
-               [_version("v1alpha1", True, status=True)])  # fmt: skip
+    crd = _crd(
+        PODGROUP_GROUP,
+        "podgroups",
+        "PodGroup",
+        "Namespaced",
+        [_version("v1alpha1", True, status=True)],
+    )
     crd["spec"]["names"]["shortNames"] = ["pg", "pgs"]
     return crd
 
 
 class Registry:
-    """The served resource types, looked up by (group, version, plural) or by a short key. Thread-safe."""
+    """The served resource types, by (group, version, plural) or by a short key. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

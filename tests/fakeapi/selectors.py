@@ -1,9 +1,10 @@
-"""Label and field selectors, parsed as kube-apiserver parses them (400 BadRequest when malformed)."""
+"""Label and field selectors, parsed as kube-apiserver does (400 BadRequest when malformed)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tests.fakeapi.errors import bad_request
@@ -19,7 +20,9 @@ _EQ_OP = re.compile(r"^(?P<key>[^=!\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>\S*)$")
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -72,12 +75,13 @@ def label_matcher(selector: str | None) -> Matcher:
     return match
 
 
-def field_value(obj: Mapping[str, Any], label: str) -> str:
-    """The string a field selector compares for `label` (missing fields read as empty)."""
-    if label == "source":
-        label = "source.component"
+def _path(label: str) -> tuple[str, ...]:
+    return tuple(("source.component" if label == "source" else label).split("."))
+
+
+def _value_at(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
     value: Any = obj
-    for part in label.split("."):
+    for part in path:
         value = value.get(part) if isinstance(value, Mapping) else None
     if value is None:
         return ""
@@ -86,10 +90,32 @@ def field_value(obj: Mapping[str, Any], label: str) -> str:
     return str(value)
 
 
-def field_matcher(selector: str | None, rt: ResourceType) -> Matcher:
+def field_value(obj: Mapping[str, Any], label: str) -> str:
+    """The string a field selector compares for `label` (missing fields read as empty)."""
+    return _value_at(obj, _path(label))
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSelector:
+    """A parsed `fieldSelector`: call it on an object; `equalities` lets the store use an index."""
+
+    requirements: tuple[tuple[str, bool, str], ...] = ()
+
+    def __call__(self, obj: Mapping[str, Any]) -> bool:
+        return all(
+            (_value_at(obj, _path(label)) == value) == equal
+            for label, equal, value in self.requirements
+        )
+
+    @property
+    def equalities(self) -> dict[str, str]:
+        return {label: value for label, equal, value in self.requirements if equal}
+
+
+def field_matcher(selector: str | None, rt: ResourceType) -> FieldSelector:
     """A predicate for a `fieldSelector`; only the fields the real server supports for `rt`."""
     if not selector:
-        return lambda obj: True
+        return FieldSelector()
     reqs: list[tuple[str, bool, str]] = []
     for req in _split_top(selector):
         m = _EQ_OP.match(req) or re.match(r"^(?P<key>[^=!]+)(?P<op>==|=|!=)(?P<value>.*)$", req)
@@ -98,8 +124,4 @@ def field_matcher(selector: str | None, rt: ResourceType) -> Matcher:
         if not rt.supports_field(m["key"]):
             raise bad_request(f"field label not supported: {m['key']}")
         reqs.append((m["key"], m["op"] != "!=", m["value"]))
-
-    def match(obj: Mapping[str, Any]) -> bool:
-        return all((field_value(obj, key) == value) == equal for key, equal, value in reqs)
-
-    return match
+    return FieldSelector(tuple(reqs))

@@ -1,4 +1,4 @@
-"""`FakeApiServer`: a Kubernetes API server over real HTTP on 127.0.0.1 for the real `kubernetes` client.
+"""`FakeApiServer`: a Kubernetes API server on 127.0.0.1 over HTTP for the real `kubernetes` client.
 
     with FakeApiServer() as fake:
         core = kubernetes.client.CoreV1Api(fake.api_client())
@@ -188,7 +188,7 @@ class FakeApiServer:
         method: str | None = None,
         message: str = "injected failure",
     ) -> None:
-        """Answer the next `n` requests whose path matches `path_regex` (and method) with `status`."""
+        """Answer the next `n` requests matching `path_regex` (and `method`) with `status`."""
         pattern = re.compile(path_regex) if path_regex is not None else None
         with self.lock:
             self._faults.append(
@@ -271,7 +271,7 @@ class FakeApiServer:
         )
 
     def put_object(self, resource: str, obj: Obj) -> Obj:
-        """Store `obj` as is, bypassing every rule (uid and creationTimestamp filled in if missing)."""
+        """Store `obj` as is, bypassing every rule (uid and creationTimestamp filled if missing)."""
         rt = self.resource(resource)
         new = clone(obj)
         meta = new.setdefault("metadata", {})
@@ -292,7 +292,7 @@ class FakeApiServer:
         return removed is not None
 
     def compact(self) -> None:
-        """Forget the watch history: resuming a watch from an older resource version gets 410 Gone."""
+        """Forget the watch history: resuming a watch from an older version gets 410 Gone."""
         self.store.compact()
 
     def _create(self, resource: str, body: Obj, namespace: str = "") -> Obj:
@@ -312,7 +312,7 @@ class FakeApiServer:
         capacity: Mapping[str, str] | None = None,
         allocatable: Mapping[str, str] | None = None,
     ) -> Obj:
-        """What kubelet + node lifecycle controller do: report Ready and remove the not-ready taint."""
+        """What kubelet and the node lifecycle controller do: report Ready, drop the taint."""
         cap = dict(capacity if capacity is not None else DEFAULT_CAPACITY)
         alloc = dict(allocatable if allocatable is not None else cap)
         now = self.api.now()
@@ -396,7 +396,12 @@ def _ready_status(name: str, cap: dict[str, str], alloc: dict[str, str], now: st
             {"type": "Hostname", "address": name},
         ],
     )
-    status["nodeInfo"] = dict(status.get("nodeInfo") or {}, kubeletVersion="v1.28.0", operatingSystem="linux", architecture="amd64")  # fmt: skip
+    status["nodeInfo"] = dict(
+        status.get("nodeInfo") or {},
+        kubeletVersion="v1.28.0",
+        operatingSystem="linux",
+        architecture="amd64",
+    )
     return status
 
 

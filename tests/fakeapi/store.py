@@ -9,22 +9,28 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tests.fakeapi.errors import ApiError, gone
 from tests.fakeapi.resources import ResourceType
+from tests.fakeapi.selectors import field_value
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
-def clone(value: Any) -> Any:
+def clone(value: T) -> T:
     """A deep copy of JSON-like data (dicts, lists, scalars); much faster than `copy.deepcopy`."""
+    return cast(T, _clone(value))
+
+
+def _clone(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return {k: _clone(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return [_clone(v) for v in value]
     return value
 
 
@@ -53,11 +59,35 @@ class Bucket:
         self.history: list[WatchEvent] = []
         self.compacted_rv = 0
         self.closed = False
+        # field label -> value -> keys (an ordered set) of the objects with that value
+        self.index: dict[str, dict[str, dict[tuple[str, str], None]]] = {
+            label: {} for label in rt.indexed_fields
+        }
 
     def find(self, ns: str, name: str) -> Obj | None:
         return self.objects.get(ns, {}).get(name)
 
-    def iter_objects(self, ns: str | None) -> Iterator[Obj]:
+    def reindex(self, key: tuple[str, str], old: Obj | None, new: Obj | None) -> None:
+        for label, by_value in self.index.items():
+            before = field_value(old, label) if old is not None else None
+            after = field_value(new, label) if new is not None else None
+            if before == after:
+                continue
+            if before is not None:
+                keys = by_value.get(before, {})
+                keys.pop(key, None)
+                if not keys:
+                    by_value.pop(before, None)
+            if after is not None:
+                by_value.setdefault(after, {})[key] = None
+
+    def iter_objects(self, ns: str | None, equal: Mapping[str, str] | None = None) -> Iterator[Obj]:
+        label = next((k for k in equal or {} if k in self.index), None)
+        if label is not None and equal is not None:
+            for key in self.index[label].get(equal[label], {}):
+                if ns is None or key[0] == ns:
+                    yield self.objects[key[0]][key[1]]
+            return
         if ns is not None:
             yield from self.objects.get(ns, {}).values()
             return
@@ -105,11 +135,17 @@ class Store:
         with bucket.cond:
             return bucket.find(ns, name)
 
-    def snapshot(self, rt: ResourceType, ns: str | None) -> tuple[list[Obj], int]:
-        """Every object (of one namespace, or all) and the resource version they are current at."""
+    def snapshot(
+        self, rt: ResourceType, ns: str | None, equal: Mapping[str, str] | None = None
+    ) -> tuple[list[Obj], int]:
+        """The objects (of one namespace, or all) and the resource version they are current at.
+
+        `equal` (field label -> value) may narrow the result through an index; callers still
+        filter, since fields without an index are not applied here.
+        """
         bucket = self.bucket(rt)
         with bucket.cond:
-            return list(bucket.iter_objects(ns)), self.current_rv()
+            return list(bucket.iter_objects(ns, equal)), self.current_rv()
 
     def mutate(
         self,
@@ -138,6 +174,7 @@ class Store:
             rv = self._next_rv()
             new.setdefault("metadata", {})["resourceVersion"] = str(rv)
             bucket.objects.setdefault(ns, {})[name] = new
+            bucket.reindex((ns, name), old, new)
             self._record(bucket, WatchEvent(rv, "MODIFIED" if old else "ADDED", new, old))
             return new
 
@@ -149,6 +186,7 @@ class Store:
         gone_obj["metadata"] = dict(old["metadata"], resourceVersion=str(rv))
         by_name = bucket.objects[ns]
         del by_name[name]
+        bucket.reindex((ns, name), old, None)
         if not by_name:
             del bucket.objects[ns]
         self._record(bucket, WatchEvent(rv, "DELETED", gone_obj, old))
@@ -163,7 +201,7 @@ class Store:
         bucket.cond.notify_all()
 
     def compact(self) -> None:
-        """Drop every watch event so far, as etcd compaction does: older resource versions get 410."""
+        """Drop every watch event so far, as etcd compaction does: older versions get 410."""
         with self._buckets_lock:
             buckets = list(self._buckets.values())
         for bucket in buckets:
@@ -181,7 +219,7 @@ class Store:
     def events_after(
         self, rt: ResourceType, after_rv: int, timeout: float, stop: Callable[[], bool]
     ) -> list[WatchEvent] | None:
-        """Events newer than `after_rv`, waiting up to `timeout` for one; `None` when the stream must end."""
+        """Events newer than `after_rv`, waiting up to `timeout`; `None`: the stream must end."""
         bucket = self.bucket(rt)
         with bucket.cond:
             if after_rv < bucket.compacted_rv:
@@ -206,7 +244,7 @@ def too_old(rv: int, oldest: int) -> ApiError:
 
 
 def _same_content(old: Obj, new: Obj) -> bool:
-    """Equal but for resourceVersion and managedFields timestamps: an update that changes nothing."""
+    """Equal but for resourceVersion and managedFields: an update that changes nothing."""
     return _strip(old) == _strip(new)
 
 

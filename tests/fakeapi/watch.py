@@ -1,6 +1,6 @@
-"""Watch streams: the events after a resource version, filtered by selectors, as real servers send them.
+"""Watch streams: the events after a resource version, filtered by selectors, as real servers do.
 
-An object that starts matching the selectors arrives as ADDED and one that stops matching as DELETED.
+An object that starts matching the selectors arrives as ADDED, one that stops matching as DELETED.
 Without a resource version (or with "0") the stream starts with an ADDED event per current object.
 A resource version older than the kept history ends the stream with an ERROR event carrying a 410
 `Status`, which `kubernetes.watch.Watch` turns into a retry or an `ApiException(410)`.
@@ -61,20 +61,21 @@ def stream(
         raise bad_request(f"invalid timeoutSeconds {query['timeoutSeconds']!r}") from exc
     deadline = time.monotonic() + timeout if timeout > 0 else None
     bookmarks = query.get("allowWatchBookmarks", "").lower() == "true"
-    return _events(api, ref, match, _start_rv(query), deadline, bookmarks, stop)
+    return _events(api, ref, match, fields.equalities, _start_rv(query), deadline, bookmarks, stop)
 
 
 def _events(
     api: Api,
     ref: Ref,
     match: Callable[[Obj], bool],
+    equal: Mapping[str, str],
     rv: int | None,
     deadline: float | None,
     bookmarks: bool,
     stop: Callable[[], bool],
 ) -> Iterator[Obj | None]:
     if rv is None:
-        objects, rv = api.store.snapshot(ref.rt, ref.namespace or None)
+        objects, rv = api.store.snapshot(ref.rt, ref.namespace or None, equal)
         for obj in sorted(
             objects, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
         ):

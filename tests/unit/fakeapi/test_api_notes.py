@@ -195,7 +195,13 @@ def test_note6_protected_crd_groups_need_the_approval_annotation(
         return
     ext.create_custom_resource_definition(crd)
     widgets = CustomObjectsApi(kube_client)
-    made = widgets.create_namespaced_custom_object(group, "v1", "default", "widgets", {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}})  # fmt: skip
+    made = widgets.create_namespaced_custom_object(
+        group,
+        "v1",
+        "default",
+        "widgets",
+        {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}},
+    )
     assert made["metadata"]["uid"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client import ApiException, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiException, CoordinationV1Api, CoreV1Api
 
 from tests.unit.fakeapi.builders import make_binding, make_nrt, make_pod, make_podgroup
 
@@ -22,8 +22,12 @@ def test_missing_object_is_404_with_a_notfound_status(core_v1):
     body = _status(err)
     assert err.value.status == 404
     assert {k: body[k] for k in ("kind", "apiVersion", "status", "reason", "code")} == {
-        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
-    }  # fmt: skip
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": "NotFound",
+        "code": 404,
+    }
     assert body["message"] == 'pods "ghost" not found'
 
 
@@ -36,7 +40,8 @@ def test_create_twice_is_409_already_exists(core_v1):
 
 def test_create_assigns_uid_timestamp_and_resource_version(core_v1):
     pod = core_v1.create_namespaced_pod("default", make_pod("p1"))
-    assert pod.metadata.uid and pod.metadata.creation_timestamp is not None
+    assert pod.metadata.uid
+    assert pod.metadata.creation_timestamp is not None
     assert int(pod.metadata.resource_version) > 0
     assert (pod.status.phase, pod.spec.scheduler_name) == ("Pending", "default-scheduler")
 
@@ -53,14 +58,33 @@ def test_generate_name_gets_a_random_suffix(core_v1):
     "body",
     [
         pytest.param({"metadata": {"name": "p"}, "spec": {"containers": []}}, id="no containers"),
-        pytest.param({"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, id="bad name"),
-        pytest.param({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}, id="no image"),
         pytest.param(
-            {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}},
+            {
+                "metadata": {"name": "Bad_Name"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+            id="bad name",
+        ),
+        pytest.param(
+            {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}, id="no image"
+        ),
+        pytest.param(
+            {
+                "metadata": {"name": "p"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "i",
+                            "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                        }
+                    ]
+                },
+            },
             id="extended resource without limit",
         ),
     ],
-)  # fmt: skip
+)
 def test_garbage_is_422_invalid(core_v1, body):
     with pytest.raises(ApiException) as err:
         core_v1.create_namespaced_pod("default", body)
@@ -248,8 +272,28 @@ def test_events_core_and_events_k8s_io(kube_client, fake_api):
     from kubernetes.client import EventsV1Api
 
     core = CoreV1Api(kube_client)
-    core.create_namespaced_event("default", {"metadata": {"generateName": "p1."}, "involvedObject": {"kind": "Pod", "name": "p1"}, "reason": "FailedScheduling", "message": "no GPUs", "type": "Warning"})  # fmt: skip
-    EventsV1Api(kube_client).create_namespaced_event("default", {"metadata": {"name": "e2"}, "eventTime": "2024-01-01T00:00:00.000000Z", "reportingController": "gputopo", "reportingInstance": "x", "action": "Binding", "reason": "Scheduled", "regarding": {"kind": "Pod", "name": "p1"}})  # fmt: skip
+    core.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"generateName": "p1."},
+            "involvedObject": {"kind": "Pod", "name": "p1"},
+            "reason": "FailedScheduling",
+            "message": "no GPUs",
+            "type": "Warning",
+        },
+    )
+    EventsV1Api(kube_client).create_namespaced_event(
+        "default",
+        {
+            "metadata": {"name": "e2"},
+            "eventTime": "2024-01-01T00:00:00.000000Z",
+            "reportingController": "gputopo",
+            "reportingInstance": "x",
+            "action": "Binding",
+            "reason": "Scheduled",
+            "regarding": {"kind": "Pod", "name": "p1"},
+        },
+    )
     listed = core.list_namespaced_event(
         "default", field_selector="involvedObject.name=p1,reason=FailedScheduling"
     )
@@ -276,7 +320,14 @@ def test_podgroup_status_is_a_subresource(custom_objects):
         "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", group
     )
     assert "status" not in created
-    custom_objects.patch_namespaced_custom_object_status("scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", "gang", {"status": {"phase": "Scheduled", "scheduled": 4}})  # fmt: skip
+    custom_objects.patch_namespaced_custom_object_status(
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        "default",
+        "podgroups",
+        "gang",
+        {"status": {"phase": "Scheduled", "scheduled": 4}},
+    )
     read = custom_objects.get_namespaced_custom_object(
         "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", "gang"
     )

@@ -89,8 +89,11 @@ def test_kubeconfig_file_works_with_the_client_loader(fake_api, tmp_path):
     config.load_kube_config(config_file=str(path), client_configuration=loaded)
     with ApiClient(loaded) as api:
         assert [ns.metadata.name for ns in CoreV1Api(api).list_namespace().items] == [
-            "default", "kube-node-lease", "kube-public", "kube-system",
-        ]  # fmt: skip
+            "default",
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+        ]
 
 
 def test_discovery_documents(fake_api, kube_client):

@@ -112,7 +112,17 @@ def test_failed_json_patch_test_op_is_422_and_writes_nothing(core_v1):
 
 def test_client_dict_patches_are_strategic_for_builtins(fake_api, core_v1):
     core_v1.create_namespaced_pod("default", make_pod("p1"))
-    core_v1.patch_namespaced_pod_status("p1", "default", {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})  # fmt: skip
+    core_v1.patch_namespaced_pod_status(
+        "p1",
+        "default",
+        {
+            "status": {
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                ]
+            }
+        },
+    )
     core_v1.patch_namespaced_pod_status(
         "p1", "default", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
     )
@@ -138,15 +148,26 @@ def test_custom_objects_take_merge_patch_but_not_strategic(custom_objects, kube_
 def test_server_side_apply_creates_then_replaces_what_the_manager_owns(fake_api, custom_objects):
     first = make_nrt("n1", zones=2)
     first["attributes"] = [{"name": "a", "value": "1"}]
-    resp = custom_objects.patch_cluster_custom_object(*NRT, "n1", first, field_manager="gputopo-agent", force=True, _content_type=APPLY, _preload_content=False)  # fmt: skip
+    resp = custom_objects.patch_cluster_custom_object(
+        *NRT,
+        "n1",
+        first,
+        field_manager="gputopo-agent",
+        force=True,
+        _content_type=APPLY,
+        _preload_content=False,
+    )
     assert (
         resp.status == 201
     )  # created: the typed call returns None for a 201 to PATCH, as with a real server
     made = custom_objects.get_cluster_custom_object(*NRT, "n1")
-    assert made["metadata"]["uid"] and len(made["zones"]) == 2
+    assert made["metadata"]["uid"]
+    assert len(made["zones"]) == 2
     second = make_nrt("n1", zones=1)
     del second["attributes"]
-    applied = custom_objects.patch_cluster_custom_object(*NRT, "n1", second, field_manager="gputopo-agent", force=True, _content_type=APPLY)  # fmt: skip
+    applied = custom_objects.patch_cluster_custom_object(
+        *NRT, "n1", second, field_manager="gputopo-agent", force=True, _content_type=APPLY
+    )
     assert (len(applied["zones"]), "attributes" in applied) == (1, False)
     managers = [(m["manager"], m["operation"]) for m in applied["metadata"]["managedFields"]]
     assert managers == [("gputopo-agent", "Apply")]
@@ -158,9 +179,18 @@ def test_server_side_apply_conflicts_with_another_manager_unless_forced(custom_o
         *NRT, "n1", make_nrt("n1", zones=2), field_manager="nfd", _content_type=APPLY
     )
     with pytest.raises(ApiException) as err:
-        custom_objects.patch_cluster_custom_object(*NRT, "n1", make_nrt("n1", zones=1), field_manager="gputopo-agent", _content_type=APPLY)  # fmt: skip
+        custom_objects.patch_cluster_custom_object(
+            *NRT, "n1", make_nrt("n1", zones=1), field_manager="gputopo-agent", _content_type=APPLY
+        )
     assert (err.value.status, 'conflict with \\"nfd\\"' in err.value.body) == (409, True)
-    forced = custom_objects.patch_cluster_custom_object(*NRT, "n1", make_nrt("n1", zones=1), field_manager="gputopo-agent", force=True, _content_type=APPLY)  # fmt: skip
+    forced = custom_objects.patch_cluster_custom_object(
+        *NRT,
+        "n1",
+        make_nrt("n1", zones=1),
+        field_manager="gputopo-agent",
+        force=True,
+        _content_type=APPLY,
+    )
     assert len(forced["zones"]) == 1
 
 

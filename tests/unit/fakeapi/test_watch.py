@@ -1,4 +1,4 @@
-"""Watch streams through `kubernetes.watch.Watch`: initial state, resume, selectors, 410, timeouts."""
+"""Watches through `kubernetes.watch.Watch`: initial state, resume, selectors, 410, timeouts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.unit.fakeapi.builders import make_binding, make_pod
 
 
 class Collector:
-    """Runs a watch in a thread and collects (type, name) until `count` events or the stream ends."""
+    """Runs a watch in a thread; collects (type, name) until `count` events or the stream ends."""
 
     def __init__(self, func, count: int, **kwargs) -> None:
         self.events: list[tuple[str, str]] = []
@@ -87,9 +87,12 @@ def test_label_selected_watch_sees_objects_enter_and_leave(core_v1):
 def test_pod_watch_by_scheduler_and_node_field_selector(core_v1):
     rv = core_v1.list_pod_for_all_namespaces().metadata.resource_version
     collector = Collector(
-        core_v1.list_pod_for_all_namespaces, 2, resource_version=rv,
-        field_selector="spec.schedulerName=gputopo-scheduler,spec.nodeName=", timeout_seconds=5,
-    )  # fmt: skip
+        core_v1.list_pod_for_all_namespaces,
+        2,
+        resource_version=rv,
+        field_selector="spec.schedulerName=gputopo-scheduler,spec.nodeName=",
+        timeout_seconds=5,
+    )
     core_v1.create_namespaced_pod("default", make_pod("other"))
     core_v1.create_namespaced_pod("default", make_pod("mine", scheduler="gputopo-scheduler"))
     core_v1.create_namespaced_pod_binding(
@@ -126,7 +129,8 @@ def test_raw_watch_gets_an_error_event_with_a_410_status(fake_api, core_v1):
     resp = core_v1.list_node(watch=True, resource_version=old, _preload_content=False)
     lines = [line for line in resp.read().decode().splitlines() if line]
     assert resp.status == 200
-    assert '"type":"ERROR"' in lines[0] and '"code":410' in lines[0]
+    assert '"type":"ERROR"' in lines[0]
+    assert '"code":410' in lines[0]
 
 
 def test_timeout_seconds_ends_the_stream_with_a_bookmark(core_v1):

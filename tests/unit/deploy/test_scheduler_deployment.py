@@ -121,7 +121,10 @@ def test_scheduler_config_spells_out_the_shipped_defaults(objects):
     ours = yaml.safe_load(
         r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
     )
-    assert ours == yaml.safe_load(default.read_text(encoding="utf-8"))
+    assert ours == yaml.safe_load(default.read_text(encoding="utf-8")), (
+        "daemonset/configmaps.yaml (scheduler.yaml) says it spells out the shipped defaults: "
+        "copy the changed values from scheduler/default-config.yaml"
+    )
 
 
 def test_scheduler_config_loads_with_the_schedulers_own_parser(objects):

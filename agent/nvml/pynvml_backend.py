@@ -10,6 +10,7 @@ utilization on a MIG GPU) come back as None or empty instead.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
@@ -53,6 +54,7 @@ class PynvmlBackend:
         self.host_root = host_root
         self._on_close = on_close
         self._event_set: Any = None
+        self._uuid_by_handle: dict[object, GpuUuid] = {}
         self._fabric: NvlinkFabric | None = None
         with self.translated("nvmlInit"):
             self.nvml.nvmlInit()
@@ -105,8 +107,10 @@ class PynvmlBackend:
             raise
         if not int(data.eventType) & self.nvml.nvmlEventTypeXidCriticalError:
             return None
-        with self.translated("nvmlDeviceGetUUID"):
-            uuid = GpuUuid(_text(self.nvml.nvmlDeviceGetUUID(data.device)))
+        uuid = self._uuid_by_handle.get(_handle_key(data.device))
+        if uuid is None:
+            with self.translated("nvmlDeviceGetUUID"):
+                uuid = GpuUuid(_text(self.nvml.nvmlDeviceGetUUID(data.device)))
         return XidEvent(
             gpu_uuid=uuid,
             xid=int(data.eventData),
@@ -215,6 +219,14 @@ class PynvmlBackend:
             es = nvml.nvmlEventSetCreate()
             for index in range(int(nvml.nvmlDeviceGetCount())):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                # Cached: a GPU that fell off the bus cannot tell its UUID when its Xid arrives.
+                try:
+                    uuid = GpuUuid(_text(nvml.nvmlDeviceGetUUID(handle)))
+                    self._uuid_by_handle[_handle_key(handle)] = uuid
+                except nvml.NVMLError as exc:
+                    log.warning(
+                        "GPU %d: UUID unreadable (%s); its Xids are resolved late", index, exc
+                    )
                 mask = self._optional("nvmlDeviceGetSupportedEventTypes", handle) or 0
                 mask &= nvml.nvmlEventTypeXidCriticalError
                 if mask:
@@ -223,6 +235,14 @@ class PynvmlBackend:
                     log.info("GPU %d cannot report Xid events (too old); not watched", index)
         self._event_set = es
         return es
+
+
+def _handle_key(handle: Any) -> object:
+    """A hashable identity for an NVML device handle: the pointer value for real ctypes handles."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle if getattr(type(handle), "__hash__", None) else id(handle)
 
 
 def translate(exc: Any, what: str) -> NvmlError:

@@ -235,6 +235,16 @@ def test_wait_xid_returns_scripted_events_then_times_out(backend_for: BackendFor
     assert backend.wait_xid(0.0) == XidEvent(gpu_uuid=uuids[7], xid=48)
 
 
+def test_xid_of_a_gpu_that_fell_off_the_bus_still_names_it(backend_for: BackendFor) -> None:
+    clock = FakeClock()
+    backend, fake = backend_for("dgx-a100", clock=clock, sleep=clock.sleep)
+    uuids = [g.uuid for g in backend.gpus()]
+    assert backend.wait_xid(0.0) is None  # event set registered while every GPU answers
+    fake.set_lost(3)
+    fake.emit_xid(3, 79)
+    assert backend.wait_xid(0.0) == XidEvent(gpu_uuid=uuids[3], xid=79)
+
+
 def test_gpus_that_cannot_report_events_are_not_watched(backend_for: BackendFor) -> None:
     clock = FakeClock()
     backend, fake = backend_for("dgx-a100-mig", clock=clock, sleep=clock.sleep)

@@ -240,9 +240,12 @@ def identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def main(argv: Sequence[str]) -> int:
+def run(
+    argv: Sequence[str], environ: Mapping[str, str], stop: threading.Event | None = None
+) -> int:
+    """Run until `stop` is set (default: until SIGTERM or SIGINT, from the main thread)."""
     try:
-        settings = load(argv, os.environ)
+        settings = load(argv, environ)
         logsetup.configure(settings.log_format)
         kube = KubeClient.from_kubeconfig(settings.kubeconfig, settings.scheduler_name, identity())
         runtime = Runtime(settings, kube)
@@ -252,11 +255,16 @@ def main(argv: Sequence[str]) -> int:
     except Exception as exc:  # noqa: BLE001 (one line, never a traceback, for any start-up failure)
         sys.stderr.write(f"{PROG}: cannot start: {exc}\n")
         return 1
-    stop = runtime.stop_event
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    if stop is None:
+        stop = runtime.stop_event
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: runtime.stop_event.set())
     runtime.start()
     stop.wait()
     log.info("stopping")
     runtime.stop()
     return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    return run(argv, os.environ)

@@ -1,0 +1,66 @@
+"""`gputopo-scheduler run` end to end: flags and environment, the API, bind, clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from scheduler.run_cmd import run
+from tests.integration.scheduler.harness import create_pod, gpu_node, node_of, pod_body, wait_for
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def kubeconfig(fake_api) -> str:
+    return str(fake_api.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig"))
+
+
+def test_run_binds_and_stops(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    stop = threading.Event()
+    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": kubeconfig(fake_api)}
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(run([], env, stop)), daemon=True)
+    thread.start()
+    try:
+        create_pod(core_v1, pod_body("p", gpus=1))
+        assert wait_for(lambda: node_of(fake_api, "p"), 10, "p bound") == "n1"
+    finally:
+        stop.set()
+        thread.join(10)
+    assert codes == [0]
+
+
+def test_unreachable_kubeconfig_server_is_one_line(tmp_path, capsys):
+    assert run(["--kubeconfig", str(tmp_path / "missing")], {}) == 2
+    err = capsys.readouterr().err
+    assert err == f"gputopo-scheduler run: --kubeconfig: no such file: {tmp_path / 'missing'}\n"
+
+
+@pytest.mark.slow
+def test_process_stops_cleanly_on_sigterm(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    env = {**os.environ, "GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "scheduler.cli", "run", "--log-format", "json"]
+    proc = subprocess.Popen(
+        [*command, "--kubeconfig", kubeconfig(fake_api)],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        create_pod(core_v1, pod_body("p", gpus=1))
+        assert wait_for(lambda: node_of(fake_api, "p"), 25, "p bound by the process") == "n1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert '"msg": "stopping"' in err

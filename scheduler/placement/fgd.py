@@ -30,12 +30,20 @@ from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
 
+from .node import GPU_PRODUCT_LABEL, Assignment, NodeState
+from .request import CPU, MEMORY, PodRequest
+
 __all__ = [
+    "FgdScore",
     "Fragmentation",
     "NodeView",
     "PodShape",
     "TypicalPod",
+    "bestfit_score",
+    "least_allocated_score",
+    "node_view",
     "paper_score",
+    "pod_shape",
     "typical_pods",
 ]
 
@@ -129,27 +137,18 @@ def paper_score(delta: float) -> int:
     return int(sigmoid * 100)
 
 
-def _fits_gpus(gpu_free: Sequence[int], shape: PodShape) -> bool:
-    need = shape.gpus
-    for free in gpu_free:
-        if free >= shape.gpu_milli:
-            need -= 1
-            if need <= 0:
-                return True
-    return False
-
-
 def _bucket(view: NodeView, shape: PodShape, total: int) -> tuple[int, int]:
-    """(bucket, fragment milli-GPU) of one typical pod on one node."""
+    """(bucket, fragment milli-GPU) of one typical pod on one node; `view.gpu_free` descending."""
     cpu_ok = view.cpu_free >= shape.cpu_milli
     if shape.gpu_milli == 0:
         return (_CPU_FITS if cpu_ok else _CPU_LACKS), total
-    if not shape.allows(view.model):
+    if shape.models and view.model not in shape.models:
         return _NO_ACCESS, total
-    if _fits_gpus(view.gpu_free, shape):
+    free = view.gpu_free
+    if len(free) >= shape.gpus and free[shape.gpus - 1] >= shape.gpu_milli:
         if not cpu_ok:
             return _LACK_CPU, total
-        return _SATISFIED, sum(f for f in view.gpu_free if f < shape.gpu_milli)
+        return _SATISFIED, sum(f for f in free if f < shape.gpu_milli)
     return (_LACK_GPU if cpu_ok else _LACK_BOTH), total
 
 
@@ -168,7 +167,7 @@ class Fragmentation:
             return found
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
-        value = self._compute(NodeView(*key))
+        value = self._compute(NodeView(*key))  # GPUs sorted, most free first
         self._memo[key] = value
         return value
 
@@ -232,3 +231,72 @@ class Fragmentation:
             delta = before - self.of(NodeView(view.model, cpu_after, tuple(after)))
             options.append((delta, (index,)))
         return options
+
+
+# -- placement score functions (`ScoreFn`: pod, node before the pod, assignment -> 0..100) -------
+
+MAX_SPEC_CPU = 128_000
+"""The published simulator's BestFit normaliser for free cpu (milli-cores)."""
+MAX_SPEC_GPU = 8_000
+"""The published simulator's BestFit normaliser for free GPU (milli-GPU)."""
+
+
+def node_view(node: NodeState) -> NodeView:
+    """A placement node as fragmentation sees it (MIG-enabled GPUs left out)."""
+    free = tuple(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
+    return NodeView(node.labels.get(GPU_PRODUCT_LABEL, ""), node.free(CPU), free)
+
+
+def pod_shape(pod: PodRequest) -> PodShape:
+    return PodShape.of(pod.cpu_milli, pod.gpus, pod.gpu_milli, pod.gpu_models)
+
+
+class FgdScore:
+    """The published FGD score as a `ScoreFn`: ⌊100·σ(Δ/1000)⌋ for the best GPU choice.
+
+    `share_gpu` gives that choice for a GPU share (the GPU with the highest score, lowest index
+    among equals), which can differ from the filter's fullest-GPU choice.
+    """
+
+    def __init__(self, fragmentation: Fragmentation) -> None:
+        self.fragmentation = fragmentation
+
+    def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+        del assignment
+        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
+        return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0
+
+    def share_gpu(self, pod: PodRequest, node: NodeState) -> int | None:
+        best: tuple[int, int] | None = None
+        for delta, gpus in self.fragmentation.placements(node_view(node), pod_shape(pod)):
+            score = paper_score(delta)
+            if gpus and (best is None or score > best[0]):
+                best = (score, gpus[0])
+        return None if best is None else best[1]
+
+
+def bestfit_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """The published BestFit: 100·(1 − ½·cpu left/128 cores − ½·GPU left/8 GPUs), truncated.
+
+    Left = free after the pod. The fullest node scores highest; many nodes tie.
+    """
+    del assignment
+    gpu_free = sum(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
+    left = (node.free(CPU) - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
+    left += (gpu_free - pod.gpu_milli_total) / MAX_SPEC_GPU * 0.5
+    return float(int((1.0 - left) * 100))
+
+
+def least_allocated_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """LeastAllocated over cpu, memory and (on GPU nodes) milli-GPU: the emptiest node wins."""
+    del assignment
+    parts = []
+    for name, qty in ((CPU, pod.cpu_milli), (MEMORY, pod.memory)):
+        alloc = node.allocatable.get(name, 0)
+        if alloc > 0:
+            parts.append(max(0, node.free(name) - qty) * 100.0 / alloc)
+    capacity = node.gpu_capacity_milli()
+    if capacity:
+        left = capacity - node.gpu_used_milli() - pod.gpu_milli_total
+        parts.append(max(0, left) * 100.0 / capacity)
+    return sum(parts) / len(parts) if parts else 0.0

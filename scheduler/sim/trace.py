@@ -80,7 +80,7 @@ class TracePod:
     memory_mib: int
     num_gpu: int
     gpu_milli: int  # per GPU, 0..1000
-    gpu_spec: tuple[str, ...] = ()  # accepted GPU models; empty = any
+    gpu_spec: tuple[str, ...] = ()  # accepted GPU models, as listed (repeats kept); empty = any
     qos: str = ""
     pod_phase: str = ""
     creation_time: int | None = None
@@ -174,7 +174,7 @@ def _pod(row: _Row) -> TracePod:
         raise row.fail("gpu_milli", f"{gpu_milli} does not agree with num_gpu {num_gpu}")
     if num_gpu > 1 and gpu_milli < MILLI_PER_GPU:
         raise row.fail("gpu_milli", f"a share ({gpu_milli}) of more than one GPU ({num_gpu})")
-    spec = tuple(dict.fromkeys(m.strip() for m in row.cells.get("gpu_spec", "").split("|")))
+    spec = tuple(m.strip() for m in row.cells.get("gpu_spec", "").split("|"))
     return TracePod(
         name=name,
         cpu_milli=row.integer("cpu_milli"),

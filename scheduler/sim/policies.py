@@ -1,0 +1,138 @@
+"""The policies the simulator compares, and `Placer`, which places pods with one of them.
+
+* `default`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it;
+* `bestfit`, `fgd`, `random`: the baselines of the FGD paper (Weng et al., ATC '23) as its
+  simulator runs them: one score plugin, every feasible node ranked, ties to the lowest node name;
+  FGD puts a GPU share on the GPU its score prefers, `random` on a random GPU that fits;
+* `spread`: LeastAllocated over cpu, memory and GPU (the emptiest node wins).
+
+All of them run the real placement code: `filter_node` and a `Scoring` through `pick`, or through
+`FastPicker`, which makes the same decision with memoised verdicts when every node is ranked.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scheduler.config import SchedulerConfig, load_config
+from scheduler.placement import (
+    Assignment,
+    NodeState,
+    PodRequest,
+    Scoring,
+    WeightedScore,
+    pick,
+)
+from scheduler.placement.fgd import (
+    FgdScore,
+    Fragmentation,
+    TypicalPod,
+    bestfit_score,
+    least_allocated_score,
+)
+from scheduler.sim.cluster import Cluster
+from scheduler.sim.fastpick import FastPicker
+
+__all__ = ["POLICIES", "Placer", "SimPolicy", "make_policy"]
+
+POLICIES = ("default", "spread", "bestfit", "random", "fgd")
+
+ShareChooser = Callable[[PodRequest, NodeState, random.Random], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimPolicy:
+    """A `Scoring`, plus how the paper's baselines differ from `pick` (uniform node, share GPU)."""
+
+    name: str
+    scoring: Scoring
+    uniform: bool = False
+    share_gpu: ShareChooser | None = None
+
+
+def _single(name: str, fn: Callable[[PodRequest, NodeState, Assignment], float]) -> Scoring:
+    return Scoring(
+        scores=(WeightedScore(name, 1.0, fn),), prefer_used_nodes=False, candidate_limit=0
+    )
+
+
+def _random_share(pod: PodRequest, node: NodeState, rng: random.Random) -> int | None:
+    fits = [g for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g] and f >= pod.gpu_milli]
+    return rng.choice(fits) if fits else None
+
+
+def make_policy(
+    name: str, typical: Sequence[TypicalPod], config: SchedulerConfig | None = None
+) -> SimPolicy:
+    """The policy called `name` (one of `POLICIES`); `typical` feeds the fragmentation scores."""
+    if name == "default":
+        return SimPolicy(name, (config or load_config(None)).scoring())
+    if name == "spread":
+        return SimPolicy(name, _single("leastAllocated", least_allocated_score))
+    if name == "bestfit":
+        return SimPolicy(name, _single("bestfit", bestfit_score))
+    if name == "random":
+        empty = Scoring(scores=(), prefer_used_nodes=False, candidate_limit=0)
+        return SimPolicy(name, empty, uniform=True, share_gpu=_random_share)
+    if name == "fgd":
+        fgd = FgdScore(Fragmentation(typical))
+        return SimPolicy(
+            name, _single("fgd", fgd), share_gpu=lambda pod, node, _rng: fgd.share_gpu(pod, node)
+        )
+    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+
+
+class Placer:
+    """Places pods on `cluster` with `policy`; `rng` draws the random policy's choices."""
+
+    def __init__(self, cluster: Cluster, policy: SimPolicy, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.rng = rng
+        self.fast = (
+            FastPicker(cluster.snapshot, policy.scoring)
+            if FastPicker.supports(policy.scoring)
+            else None
+        )
+
+    def choose(self, pod: PodRequest) -> Assignment | None:
+        """Where `pod` would go (nothing is bound)."""
+        if self.policy.uniform and self.fast is not None:
+            names = self.fast.feasible(pod)
+            if not names:
+                return None
+            assignment = self.fast.assignment_on(pod, self.rng.choice(names))
+        elif self.fast is not None:
+            found = self.fast.pick(pod)
+            assignment = None if found is None else found[0]
+        else:
+            decision = pick(pod, self.cluster.snapshot, self.policy.scoring, explain=False)
+            assignment = decision.assignment
+        if assignment is None or assignment.share is None or self.policy.share_gpu is None:
+            return assignment
+        node = self.cluster.snapshot.node(assignment.node)
+        gpu = self.policy.share_gpu(pod, node, self.rng)
+        if gpu is None:
+            return assignment
+        return Assignment(node=assignment.node, share=(gpu, pod.gpu_milli), numa=assignment.numa)
+
+    def place(self, pod: PodRequest) -> Assignment | None:
+        """Choose and bind; None when `pod` fits nowhere."""
+        assignment = self.choose(pod)
+        if assignment is not None:
+            self.bind(pod, assignment)
+        return assignment
+
+    def bind(self, pod: PodRequest, assignment: Assignment) -> None:
+        if self.fast is not None:
+            self.fast.bind(pod, assignment)
+        else:
+            self.cluster.bind(pod, assignment)
+
+    def unbind(self, key: str) -> None:
+        if self.fast is not None:
+            self.fast.unbind(key)
+        else:
+            self.cluster.unbind(key)

@@ -1,0 +1,333 @@
+"""Simulator inputs: workloads (jobs) and clusters (node groups), from YAML/JSON or trace CSV.
+
+Workload (`version: v1`), one entry per job; `count` repeats a job `interval` seconds apart:
+
+```yaml
+version: v1
+jobs:
+  - name: train          # pods are train-0, train-1, ... (train-<k>-<i> when count > 1)
+    arrival: 0           # seconds from the start
+    duration: 3600       # seconds; omitted = runs to the end
+    replicas: 4
+    minMember: 4         # > 1 makes a gang: all replicas are placed together or not at all
+    count: 1
+    interval: 0
+    pod: {cpu: 8, memoryGiB: 64, gpus: 8, gpuModels: [NVIDIA-H100-80GB-HBM3]}
+    # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}
+```
+
+Cluster (`version: v1`), one entry per node group (nodes `<name>-0` ... `<name>-<count-1>`):
+
+```yaml
+version: v1
+nodeGroups:
+  - {name: dgx, count: 4, fixture: dgx-h100, cpu: 224, memoryGiB: 2048,
+     labels: {pool: train}, topology: {gputopo.io/rack: "rack-{index/2}"}}
+  - {name: t4, count: 8, gpus: 2, model: T4, cpu: 104, memoryGiB: 512}
+```
+
+`fixture` is a built-in NVML fixture name or a fixture file; otherwise `gpus` and `model` (NVSwitch
+links assumed). `topology` values may use `{index}` and `{index/K}` (the node's index in the group,
+integer-divided by K). A trace node list (CSV) or pod list (CSV) is accepted in place of YAML.
+Names without a path are built-ins from `scheduler/sim/data/`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
+from scheduler.sim.yamlread import Reader, WorkloadError
+
+__all__ = [
+    "ClusterSpec",
+    "Job",
+    "NodeGroup",
+    "PodSpec",
+    "Workload",
+    "WorkloadError",
+    "builtin_names",
+    "load_cluster",
+    "load_workload",
+]
+
+GIB = 1 << 30
+MIB = 1 << 20
+_NONE: Mapping[str, int] = MappingProxyType({})
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+_TEMPLATE = re.compile(r"\{index(?:/(\d+))?\}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSpec:
+    """One replica's request: cpu in milli-cores, memory in bytes, whole GPUs or a GPU share."""
+
+    cpu_milli: int = 1000
+    memory: int = GIB
+    gpus: int = 0
+    gpu_milli: int = 0  # a share (< 1000) of one GPU
+    mig: Mapping[str, int] = field(default_factory=lambda: _NONE)
+    gpu_models: frozenset[str] = frozenset()
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.gpus * 1000 + self.gpu_milli
+
+    @property
+    def pod_class(self) -> str:
+        if self.mig:
+            return "mig"
+        return str(PodClass.of(self.gpus or (1 if self.gpu_milli else 0), self.gpu_milli or 1000))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    name: str
+    pod: PodSpec
+    replicas: int = 1
+    min_member: int = 1
+    arrival: float = 0.0
+    duration: float | None = None
+
+    @property
+    def is_gang(self) -> bool:
+        return self.min_member > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    jobs: tuple[Job, ...]
+    source: str = "<workload>"
+    from_trace: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroup:
+    name: str
+    count: int = 1
+    fixture: str | None = None
+    gpus: int = 0
+    model: str = ""
+    cpu_milli: int = 96_000
+    memory: int = 1024 * GIB
+    max_pods: int = 110
+    labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    topology: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    keep_name: bool = False  # a one-node group named after its node (trace node lists)
+
+    def node_name(self, index: int) -> str:
+        return self.name if self.keep_name else f"{self.name}-{index}"
+
+    def node_labels(self, index: int) -> dict[str, str]:
+        out = dict(self.labels)
+        for key, value in self.topology.items():
+            out[key] = _TEMPLATE.sub(lambda m: str(index // int(m.group(1) or 1)), value)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    groups: tuple[NodeGroup, ...]
+    source: str = "<cluster>"
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(g.count * g.gpus for g in self.groups)
+
+
+def builtin_names(kind: str) -> tuple[str, ...]:
+    """Built-in `cluster` or `workload` names (files `data/<kind>-<name>.yaml`)."""
+    folder = resources.files("scheduler.sim").joinpath("data")
+    prefix = f"{kind}-"
+    return tuple(
+        sorted(
+            p.name[len(prefix) : -5]
+            for p in folder.iterdir()
+            if p.name.startswith(prefix) and p.name.endswith(".yaml")
+        )
+    )
+
+
+def _source(ref: str, kind: str) -> tuple[str, str]:
+    """(text, source name) of a built-in or a file."""
+    if "/" not in ref and "." not in ref:
+        if ref not in builtin_names(kind):
+            known = ", ".join(builtin_names(kind))
+            raise WorkloadError(f"{ref}: no such built-in {kind} (built-in: {known})")
+        folder = resources.files("scheduler.sim").joinpath("data")
+        return folder.joinpath(f"{kind}-{ref}.yaml").read_text(encoding="utf-8"), f"{ref}.yaml"
+    try:
+        return Path(ref).read_text(encoding="utf-8"), ref
+    except OSError as exc:
+        raise WorkloadError(f"{ref}: cannot read: {exc.strerror or exc}") from None
+
+
+def _document(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise WorkloadError(f"{source}: (document): not valid YAML/JSON: {exc}") from None
+    reader = Reader(source)
+    doc = reader.mapping(data, "", ("version",), ("kind", "jobs", "nodeGroups"))
+    if doc["version"] != "v1":
+        reader.fail("version", f"unsupported version {doc['version']!r} (expected v1)")
+    return doc
+
+
+def load_workload(ref: str) -> Workload:
+    """A built-in workload, a YAML/JSON file, or a trace pod-list CSV."""
+    if ref.endswith(".csv"):
+        return trace_workload(read_pod_list(Path(ref)), ref)
+    text, source = _source(ref, "workload")
+    doc = _document(text, source)
+    reader = Reader(source)
+    items = reader.as_list(doc.get("jobs"), "jobs")
+    jobs: list[Job] = []
+    for i, raw in enumerate(items):
+        jobs.extend(_jobs(reader, raw, f"jobs[{i}]"))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})[0]
+        raise WorkloadError(f"{source}: jobs: duplicate job name {dup!r}")
+    return Workload(tuple(sorted(jobs, key=lambda j: (j.arrival, j.name))), source)
+
+
+def _jobs(reader: Reader, raw: Any, path: str) -> list[Job]:
+    keys = ("arrival", "duration", "replicas", "minMember", "count", "interval")
+    doc = reader.mapping(raw, path, ("name", "pod"), keys)
+    name = reader.as_str(doc["name"], f"{path}.name")
+    pod = _pod(reader, doc["pod"], f"{path}.pod")
+    replicas = reader.as_int(doc.get("replicas", 1), f"{path}.replicas", 1)
+    min_member = reader.as_int(doc.get("minMember", 1), f"{path}.minMember", 1)
+    if min_member > replicas:
+        reader.fail(f"{path}.minMember", f"{min_member} is more than replicas ({replicas})")
+    arrival = reader.as_float(doc.get("arrival", 0), f"{path}.arrival", 0.0)
+    duration = doc.get("duration")
+    if duration is not None:
+        duration = reader.as_float(duration, f"{path}.duration", 0.0)
+    count = reader.as_int(doc.get("count", 1), f"{path}.count", 1)
+    interval = reader.as_float(doc.get("interval", 0), f"{path}.interval", 0.0)
+    return [
+        Job(
+            name=name if count == 1 else f"{name}-{k}",
+            pod=pod,
+            replicas=replicas,
+            min_member=min_member,
+            arrival=arrival + k * interval,
+            duration=duration,
+        )
+        for k in range(count)
+    ]
+
+
+def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
+    optional = ("cpu", "memoryGiB", "memoryMiB", "gpus", "gpuShare", "mig", "gpuModels")
+    doc = reader.mapping(raw, path, (), optional)
+    gpus = reader.as_int(doc.get("gpus", 0), f"{path}.gpus", 0)
+    share = reader.as_int(doc.get("gpuShare", 0), f"{path}.gpuShare", 0)
+    if share >= 1000:
+        reader.fail(f"{path}.gpuShare", f"{share} is not a share of one GPU (1..999 milli)")
+    mig = {
+        reader.as_str(k, f"{path}.mig"): reader.as_int(v, f"{path}.mig.{k}", 1)
+        for k, v in reader.any_mapping(doc.get("mig", {}), f"{path}.mig").items()
+    }
+    if sum(bool(x) for x in (gpus, share, mig)) > 1:
+        reader.fail(path, "gpus, gpuShare and mig are exclusive")
+    memory = reader.as_float(doc.get("memoryGiB", 1), f"{path}.memoryGiB", 0.0) * GIB
+    if "memoryMiB" in doc:
+        memory = reader.as_float(doc["memoryMiB"], f"{path}.memoryMiB", 0.0) * MIB
+    models = reader.as_list(doc.get("gpuModels", []), f"{path}.gpuModels")
+    return PodSpec(
+        cpu_milli=round(reader.as_float(doc.get("cpu", 1), f"{path}.cpu", 0.0) * 1000),
+        memory=int(memory),
+        gpus=gpus,
+        gpu_milli=share,
+        mig=mig,
+        gpu_models=frozenset(reader.as_str(m, f"{path}.gpuModels") for m in models),
+    )
+
+
+def trace_workload(pods: list[TracePod], source: str) -> Workload:
+    """Trace pods as single-replica jobs (arrival = creation time when the file has one)."""
+    jobs = []
+    for pod in pods:
+        whole = pod.gpu_milli >= 1000
+        spec = PodSpec(
+            cpu_milli=pod.cpu_milli,
+            memory=pod.memory_mib * MIB,
+            gpus=pod.num_gpu if whole else 0,
+            gpu_milli=0 if whole else pod.gpu_milli,
+            gpu_models=frozenset(pod.gpu_spec),
+        )
+        start = pod.creation_time
+        end = pod.deletion_time
+        duration = None if start is None or end is None else float(max(0, end - start))
+        jobs.append(Job(name=pod.name, pod=spec, arrival=float(start or 0), duration=duration))
+    return Workload(tuple(jobs), source, from_trace=True)
+
+
+def load_cluster(ref: str) -> ClusterSpec:
+    """A built-in cluster, a YAML/JSON file, or a trace node-list CSV."""
+    if ref.endswith(".csv"):
+        return trace_cluster(read_node_list(Path(ref)), ref)
+    text, source = _source(ref, "cluster")
+    doc = _document(text, source)
+    reader = Reader(source)
+    groups = [
+        _group(reader, raw, f"nodeGroups[{i}]")
+        for i, raw in enumerate(reader.as_list(doc.get("nodeGroups"), "nodeGroups"))
+    ]
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"{source}: nodeGroups: duplicate group name")
+    return ClusterSpec(tuple(groups), source)
+
+
+def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
+    optional = ("count", "fixture", "gpus", "model", "cpu", "memoryGiB", "maxPods", "labels")
+    doc = reader.mapping(raw, path, ("name",), (*optional, "topology"))
+    fixture = doc.get("fixture")
+    if fixture is not None and ("gpus" in doc or "model" in doc):
+        reader.fail(path, "give either fixture or gpus/model, not both")
+    gpus = reader.as_int(doc.get("gpus", 0), f"{path}.gpus", 0)
+    model = reader.as_str(doc.get("model", ""), f"{path}.model")
+    if gpus and not model:
+        reader.fail(f"{path}.model", "required when gpus is set")
+    return NodeGroup(
+        name=reader.as_str(doc["name"], f"{path}.name"),
+        count=reader.as_int(doc.get("count", 1), f"{path}.count", 1),
+        fixture=None if fixture is None else reader.as_str(fixture, f"{path}.fixture"),
+        gpus=gpus,
+        model=model,
+        cpu_milli=round(reader.as_float(doc.get("cpu", 96), f"{path}.cpu", 0.0) * 1000),
+        memory=int(reader.as_float(doc.get("memoryGiB", 1024), f"{path}.memoryGiB", 0.0) * GIB),
+        max_pods=reader.as_int(doc.get("maxPods", 110), f"{path}.maxPods", 1),
+        labels=reader.str_map(doc.get("labels", {}), f"{path}.labels"),
+        topology=reader.str_map(doc.get("topology", {}), f"{path}.topology"),
+    )
+
+
+def trace_cluster(nodes: list[TraceNode], source: str) -> ClusterSpec:
+    """Trace nodes as one-node groups (names kept)."""
+    groups = tuple(
+        NodeGroup(
+            name=n.name,
+            count=1,
+            gpus=n.gpus,
+            model=n.model,
+            cpu_milli=n.cpu_milli,
+            memory=n.memory_mib * MIB,
+            keep_name=True,
+        )
+        for n in nodes
+    )
+    return ClusterSpec(groups, source)

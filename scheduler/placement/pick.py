@@ -76,31 +76,45 @@ def pick(
             nodes_total=total,
         )
     reasons: dict[str, int] = {}
-    best: tuple[tuple[bool, float], str, Assignment] | None = None
+    best = _best_candidate(pod, snapshot, scoring, allowed, reasons)
+    if best is not None:
+        rank, _name, assignment = best
+        return Decision(
+            pod=pod.key, assignment=assignment, score=rank[1], reasons=reasons, nodes_total=total
+        )
+    if explain:
+        reasons = _all_reasons(pod, snapshot, allowed)
+    return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
+
+
+_Best = tuple[tuple[bool, float], str, Assignment]
+
+
+def _best_candidate(
+    pod: PodRequest,
+    snapshot: Snapshot,
+    scoring: Scoring,
+    allowed: AbstractSet[str] | None,
+    reasons: dict[str, int],
+) -> _Best | None:
+    """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections."""
+    best: _Best | None = None
     feasible = 0
     limit = scoring.candidate_limit
+    tiered = scoring.prefer_used_nodes and pod.wants_gpu
     for node in snapshot.candidates(pod, allowed):
         fit = filter_node(pod, node)
         if fit.assignment is None:
             for reason in fit.reasons:
                 reasons[reason] = reasons.get(reason, 0) + 1
             continue
-        rank = (
-            scoring.prefer_used_nodes and pod.wants_gpu and node.gpu_used(),
-            scoring.total(pod, node, fit.assignment),
-        )
+        rank = (tiered and node.gpu_used(), scoring.total(pod, node, fit.assignment))
         if best is None or rank > best[0] or (rank == best[0] and node.name < best[1]):
             best = (rank, node.name, fit.assignment)
         feasible += 1
         if limit and feasible >= limit:
             break
-    if best is not None:
-        return Decision(
-            pod=pod.key, assignment=best[2], score=best[0][1], reasons=reasons, nodes_total=total
-        )
-    if explain:
-        reasons = _all_reasons(pod, snapshot, allowed)
-    return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
+    return best
 
 
 def _all_reasons(

@@ -111,15 +111,17 @@ class GangTracker:
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
-            placed = self._place(group, members, pending, scoring)
-            if isinstance(placed, str):
-                return self._park(unit, pending, "unschedulable", placed)
+            placed, left = self._place(group, members, pending, scoring)
+            if not placed:
+                return self._park(unit, pending, "unschedulable", left)
             state = self._state(group)
-            for info, assignment in placed:
-                self._cache.assume(info.key, assignment)
             if state.bind_started is None:
                 state.bind_started, state.start_stamp = self._clock(), now_rfc3339()
-            self._queue.done(unit)
+            if left:  # a complete gang's extra members: some fit now, the rest wait
+                self._mark([m for m in pending if m.node is None], left, "unschedulable")
+                self._queue.unschedulable(unit)
+            else:
+                self._queue.done(unit)
             self.report(gkey)
         bind(unit, placed)
         return "scheduled"
@@ -152,24 +154,34 @@ class GangTracker:
                 return problem[0], f"pod group member {info.key}: {problem[1]}"
         present = sum(1 for m in members if m.node is not None) + len(pending)
         if present < group.min_member:
-            need = group.min_member
-            return (
-                "gang",
-                f"waiting for pod group {ns}/{name}: {present} of minMember {need} pods exist",
+            # No count in the text: it would change (and be written again) with every new member.
+            return "gang", (
+                f"waiting for pod group {ns}/{name}: fewer than minMember ({group.min_member}) "
+                "pods exist"
             )
         return None
 
     def _place(
         self, group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo], scoring: Scoring
-    ) -> Binds | str:
-        """All pending members' assignments, or why not (the snapshot is left unchanged)."""
+    ) -> tuple[Binds, str]:
+        """Place and assume pending members: (what was placed, why the others were not).
+
+        Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
+        member on its own.
+        """
         bound = sum(1 for m in members if m.node is not None)
         snapshot = self._cache.snapshot
+        placed: Binds = []
         if bound >= group.min_member:
-            decision = pick(pending[0].request, snapshot, scoring)
-            if decision.assignment is None:
-                return decision.message()
-            return [(pending[0], decision.assignment)]
+            why = ""
+            for info in pending:
+                decision = pick(info.request, snapshot, scoring)
+                if decision.assignment is None:
+                    why = why or decision.message()
+                    continue
+                self._cache.assume(info.key, decision.assignment)
+                placed.append((info, decision.assignment))
+            return placed, why
         result = place_gang(
             [m.request for m in pending],
             snapshot,
@@ -178,8 +190,11 @@ class GangTracker:
             min_resources=None if bound else group.min_resources,
         )
         if not result.ok:
-            return result.reason
-        return [(m, result.assignments[m.key]) for m in pending]
+            return [], result.reason
+        for info in pending:
+            self._cache.assume(info.key, result.assignments[info.key])
+            placed.append((info, result.assignments[info.key]))
+        return placed, ""
 
     def _state(self, group: GroupInfo) -> GangState:
         gkey = (group.namespace, group.name)

@@ -92,7 +92,7 @@ def test_gang_waits_for_min_member_and_reports(fake_api, core_v1, custom_objects
         create_podgroup(custom_objects, podgroup("g", 3))
         create_pod(core_v1, gang_pod("g-0", "g", legacy=True))
         create_pod(core_v1, gang_pod("g-1", "g"))
-        waiting = "waiting for pod group default/g: 2 of minMember 3 pods exist"
+        waiting = "waiting for pod group default/g: fewer than minMember (3) pods exist"
 
         def condition():
             found = scheduled_condition(fake_api, "g-1") or {}
@@ -169,3 +169,20 @@ def test_partially_bound_gang_fails_after_its_timeout(fake_api, core_v1, custom_
     assert events[0]["type"] == "Warning"
     assert "1 of minMember 2 pods bound" in events[0]["message"]
     assert set(bound_pods(fake_api)) == {"g-0"}
+
+
+def test_members_beyond_min_member_are_placed_after_the_gang(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    with running(fake_api):
+        create_podgroup(custom_objects, podgroup("g", 2))
+        for i in range(2):
+            create_pod(core_v1, gang_pod(f"g-{i}", "g", gpus=2))
+        wait_for(lambda: len(bound_pods(fake_api)) == 2, 5, "the gang bound")
+        for i in range(2, 5):  # two more fit (8 GPUs), the fifth does not
+            create_pod(core_v1, gang_pod(f"g-{i}", "g", gpus=2))
+        wait_for(lambda: len(bound_pods(fake_api)) == 4, 5, "two extra members bound")
+        message = wait_for(
+            lambda: (scheduled_condition(fake_api, "g-4") or {}).get("message"), 5, "g-4 reason"
+        )
+    assert "g-4" not in bound_pods(fake_api)
+    assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."

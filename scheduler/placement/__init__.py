@@ -11,7 +11,7 @@ Modules, bottom up: `topology` (GPU sets), `request` (what a pod asks), `node` (
 from .filters import NodeFit, choose_devices, filter_node
 from .gang import GangPlacement, TopologyConstraint, place_gang, topology_domains
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
-from .pick import Decision, format_reasons, pick, score_node
+from .pick import Decision, VerdictCache, format_reasons, pick, score_node
 from .request import (
     Effect,
     NodeSelectorRequirement,
@@ -48,6 +48,7 @@ __all__ = [
     "Toleration",
     "TopologyConstraint",
     "TopologyPolicy",
+    "VerdictCache",
     "WeightedScore",
     "choose_devices",
     "default_scoring",

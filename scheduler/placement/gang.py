@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .node import Assignment
-from .pick import Decision, pick
+from .pick import Decision, VerdictCache, pick
 from .request import PodRequest
 from .scores import Scoring
 from .snapshot import Snapshot
@@ -101,16 +101,18 @@ def _place_in(
 ) -> GangPlacement:
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
+    cache = VerdictCache()
     try:
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = pick(pod, snapshot, scoring, allowed=allowed, explain=explain)
+            decision = pick(pod, snapshot, scoring, allowed=allowed, explain=explain, cache=cache)
             if decision.assignment is None:
                 return GangPlacement(
                     ok=False, reason=decision.message(), failed=decision, domain=domain
                 )
             snapshot.assume(pod, decision.assignment)
+            cache.touch(decision.assignment.node)
             placed.append((pod, decision.assignment))
     finally:
         for pod, _assignment in reversed(placed):

@@ -3,13 +3,16 @@
 Ranking is documented in `scores`: (used-node tier, weighted score, lowest name). When no node fits,
 every node is filtered so `Decision.reasons` counts each node's reason, as the stock scheduler's
 "0/N nodes are available: ..." does. When a node is found, `reasons` covers the nodes examined.
+
+`VerdictCache` lets a caller placing several pods of one shape in a row (a gang's members) reuse
+each node's verdict until that node changes; the decisions are the same as without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .filters import filter_node
@@ -18,7 +21,14 @@ from .request import PodRequest
 from .scores import Scoring
 from .snapshot import Snapshot
 
-__all__ = ["REASON_OUTSIDE_DOMAIN", "Decision", "format_reasons", "pick", "score_node"]
+__all__ = [
+    "REASON_OUTSIDE_DOMAIN",
+    "Decision",
+    "VerdictCache",
+    "format_reasons",
+    "pick",
+    "score_node",
+]
 
 REASON_OUTSIDE_DOMAIN = "node(s) outside the pod group's topology domain"
 _NO_REASONS: Mapping[str, int] = MappingProxyType({})
@@ -61,6 +71,7 @@ def pick(
     *,
     allowed: AbstractSet[str] | None = None,
     explain: bool = True,
+    cache: VerdictCache | None = None,
 ) -> Decision:
     """The best node for `pod` among `allowed` (default: all nodes). The snapshot is not changed.
 
@@ -76,7 +87,8 @@ def pick(
             nodes_total=total,
         )
     reasons: dict[str, int] = {}
-    best = _best_candidate(pod, snapshot, scoring, allowed, reasons)
+    verdicts = cache.verdicts(pod, scoring) if cache is not None else None
+    best = _best_candidate(pod, snapshot, scoring, allowed, reasons, verdicts)
     if best is not None:
         rank, _name, assignment = best
         return Decision(
@@ -87,7 +99,32 @@ def pick(
     return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
 
-_Best = tuple[tuple[bool, float], str, Assignment]
+_Rank = tuple[bool, float]
+_Best = tuple[_Rank, str, Assignment]
+_Verdict = tuple[_Rank, Assignment | None, tuple[str, ...]]
+_REJECTED: _Rank = (False, 0.0)
+
+
+class VerdictCache:
+    """Each node's verdict (rank and assignment, or reasons) for one pod shape and scoring.
+
+    Valid while the nodes it covers are unchanged: call `touch(node)` after assuming or
+    forgetting a pod there. A pod of another shape (its request without key and pod group) or
+    another scoring starts afresh. Score functions must depend only on (pod, node, assignment).
+    """
+
+    def __init__(self) -> None:
+        self._shape: tuple[PodRequest, Scoring] | None = None
+        self._by_node: dict[str, _Verdict] = {}
+
+    def verdicts(self, pod: PodRequest, scoring: Scoring) -> dict[str, _Verdict]:
+        shape = (replace(pod, key="", pod_group=None), scoring)
+        if shape != self._shape:
+            self._shape, self._by_node = shape, {}
+        return self._by_node
+
+    def touch(self, node: str) -> None:
+        self._by_node.pop(node, None)
 
 
 def _best_candidate(
@@ -96,25 +133,37 @@ def _best_candidate(
     scoring: Scoring,
     allowed: AbstractSet[str] | None,
     reasons: dict[str, int],
+    verdicts: dict[str, _Verdict] | None,
 ) -> _Best | None:
     """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections."""
     best: _Best | None = None
     feasible = 0
     limit = scoring.candidate_limit
-    tiered = scoring.prefer_used_nodes and pod.wants_gpu
     for node in snapshot.candidates(pod, allowed):
-        fit = filter_node(pod, node)
-        if fit.assignment is None:
-            for reason in fit.reasons:
+        verdict = verdicts.get(node.name) if verdicts is not None else None
+        if verdict is None:
+            verdict = _verdict(pod, node, scoring)
+            if verdicts is not None:
+                verdicts[node.name] = verdict
+        rank, assignment, rejected = verdict
+        if assignment is None:
+            for reason in rejected:
                 reasons[reason] = reasons.get(reason, 0) + 1
             continue
-        rank = (tiered and node.gpu_used(), scoring.total(pod, node, fit.assignment))
         if best is None or rank > best[0] or (rank == best[0] and node.name < best[1]):
-            best = (rank, node.name, fit.assignment)
+            best = (rank, node.name, assignment)
         feasible += 1
         if limit and feasible >= limit:
             break
     return best
+
+
+def _verdict(pod: PodRequest, node: NodeState, scoring: Scoring) -> _Verdict:
+    fit = filter_node(pod, node)
+    if fit.assignment is None:
+        return _REJECTED, None, fit.reasons
+    tiered = scoring.prefer_used_nodes and pod.wants_gpu and node.gpu_used()
+    return (tiered, scoring.total(pod, node, fit.assignment)), fit.assignment, ()
 
 
 def _all_reasons(

@@ -3,6 +3,8 @@ state machine that checks every incremental index against a recomputation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -17,6 +19,7 @@ from scheduler.placement import (
     Taint,
     TopologyConstraint,
     TopologyPolicy,
+    VerdictCache,
     default_scoring,
     filter_node,
     pick,
@@ -256,3 +259,21 @@ class AssumeForget(RuleBasedStateMachine):
 
 AssumeForget.TestCase.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
 TestAssumeForget = AssumeForget.TestCase
+
+
+@settings(max_examples=40, deadline=None)
+@given(cluster=clusters(), shape=pods("default/shape"), count=st.integers(1, 8))
+def test_verdict_cache_gives_the_same_decisions(cluster, shape, count):
+    plain = Snapshot(n.clone() for n in cluster)
+    cached = Snapshot(n.clone() for n in cluster)
+    cache = VerdictCache()
+    for i in range(count):
+        p = replace(shape, key=f"default/m{i}")
+        expected = pick(p, plain, default_scoring())
+        got = pick(p, cached, default_scoring(), cache=cache)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if expected.assignment is None:
+            break
+        plain.assume(p, expected.assignment)
+        cached.assume(p, expected.assignment)
+        cache.touch(expected.assignment.node)

@@ -111,7 +111,10 @@ PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 class KubeClient:
     """The scheduler's API calls. Thread-safe (urllib3 pools connections)."""
 
-    def __init__(self, api_client: client.ApiClient, component: str, identity: str) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, component: str, identity: str, timeout: float = 30.0
+    ) -> None:
+        """`timeout`: seconds any call may take (a watch: its own length plus this)."""
         self.api_client = api_client
         # Typed as Any: every call passes JSON dicts and reads raw responses, not the models.
         self.core: Any = client.CoreV1Api(api_client)
@@ -119,6 +122,7 @@ class KubeClient:
         self.coordination: Any = client.CoordinationV1Api(api_client)
         self.storage: Any = client.StorageV1Api(api_client)
         self.component, self.identity = component, identity
+        self.timeout = timeout
 
     @classmethod
     def from_kubeconfig(
@@ -154,7 +158,7 @@ class KubeClient:
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` and the list's resourceVersion."""
         with api_call(f"list {kind.name}"):
-            body = _body(self._list_call(kind))
+            body = _body(self._list_call(kind, _request_timeout=self.timeout))
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
         )
@@ -168,6 +172,7 @@ class KubeClient:
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds,
+                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
             )
         return WatchStream(kind, resp)
 
@@ -182,7 +187,7 @@ class KubeClient:
         }
         with api_call(f"bind pod {namespace}/{name} to {node}"):
             resp = self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
             )
             _body(resp)
 
@@ -198,7 +203,12 @@ class KubeClient:
         patch = {"status": {"conditions": [condition]}}
         with api_call(f"patch pod {namespace}/{name} status"):
             resp = self.core.patch_namespaced_pod_status(
-                name, namespace, patch, _content_type=SMP, _preload_content=False
+                name,
+                namespace,
+                patch,
+                _content_type=SMP,
+                _preload_content=False,
+                _request_timeout=self.timeout,
             )
             _body(resp)
 
@@ -214,6 +224,7 @@ class KubeClient:
                 {"status": dict(status)},
                 _content_type=MERGE,
                 _preload_content=False,
+                _request_timeout=self.timeout,
             )
             _body(resp)
 
@@ -250,14 +261,18 @@ class KubeClient:
             "count": 1,
         }
         with api_call(f"create event {reason} for {kind} {namespace}/{meta.get('name')}"):
-            _body(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+            _body(
+                self.core.create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=self.timeout
+                )
+            )
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         with api_call(f"get persistentvolumeclaim {namespace}/{name}"):
             try:
                 resp = self.core.read_namespaced_persistent_volume_claim(
-                    name, namespace, _preload_content=False
+                    name, namespace, _preload_content=False, _request_timeout=self.timeout
                 )
             except ApiException as exc:
                 if exc.status == 404:
@@ -269,7 +284,11 @@ class KubeClient:
         """StorageClass name → volumeBindingMode; empty when storage classes cannot be listed."""
         try:
             with api_call("list storageclasses"):
-                body = _body(self.storage.list_storage_class(_preload_content=False))
+                body = _body(
+                    self.storage.list_storage_class(
+                        _preload_content=False, _request_timeout=self.timeout
+                    )
+                )
         except ApiError as exc:
             log.debug("storage classes unavailable: %s", exc)
             return {}
@@ -283,7 +302,7 @@ class KubeClient:
         with api_call(f"get lease {namespace}/{name}"):
             try:
                 resp = self.coordination.read_namespaced_lease(
-                    name, namespace, _preload_content=False
+                    name, namespace, _preload_content=False, _request_timeout=self.timeout
                 )
             except ApiException as exc:
                 if exc.status == 404:
@@ -295,7 +314,7 @@ class KubeClient:
         return self._lease_write(
             f"create lease {namespace}",
             lambda: self.coordination.create_namespaced_lease(
-                namespace, dict(body), _preload_content=False
+                namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
             ),
         )
 
@@ -303,7 +322,7 @@ class KubeClient:
         return self._lease_write(
             f"replace lease {namespace}/{name}",
             lambda: self.coordination.replace_namespaced_lease(
-                name, namespace, dict(body), _preload_content=False
+                name, namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
             ),
         )
 

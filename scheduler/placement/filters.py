@@ -210,12 +210,3 @@ def _pick_mig(
             return None
         out.extend((int(slot_id.split("/")[0]), profile) for slot_id in picked)
     return tuple(sorted(out))
-
-
-def free_gpu_milli(node: NodeState) -> int:
-    """Free milli-GPU over the node's non-MIG GPUs."""
-    return (
-        sum(free for g, free in enumerate(node.gpu_free) if not node.gpu_mig[g])
-        if node.gpu_count
-        else 0
-    )

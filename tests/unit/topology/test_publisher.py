@@ -303,3 +303,15 @@ def test_terminal_pod_filter_refreshes_on_unseen_pods_and_ttl() -> None:
     phases["down"] = "x"  # type: ignore[index]
     assert is_terminal("a", "run")  # API down: the last answer stands
     assert len(lists) == 3
+
+
+def test_no_publish_keeps_the_labels_only() -> None:
+    pub, sink, clock, box, _ = make(publish_topology=False)
+    pub.step()
+    assert sink.writes() == ["labels"]
+    assert pub.ready
+    box.allocate(gpu_pod("ml", "a", gpu_uuid(0)))
+    clock.advance(61)
+    pub.step()
+    assert sink.objects == {}
+    assert sink.writes() == ["labels"]

@@ -1,14 +1,14 @@
 """Errors raised by the agent package.
 
-    AgentError
-    ├── ConfigError          bad flags, environment or config file (every problem in one message)
-    ├── FixtureError         a malformed NVML fixture (file, key path, reason)
-    ├── NvmlError(code)      an NVML call failed; `code` is NVML's return value
-    │   ├── NvmlUnavailable  no driver / library on this machine
-    │   ├── NvmlNotSupported the call is not supported on this device (usually turned into absence)
-    │   └── GpuLost          the GPU fell off the bus or needs a reset
-    ├── PublishError         writing to the Kubernetes API failed
-    └── TopologyDecodeError  a NodeResourceTopology object that gputopo cannot read (node, field)
+AgentError
+├── ConfigError          bad flags, environment or config file (every problem in one message)
+├── FixtureError         a malformed NVML fixture (file, key path, reason)
+├── NvmlError(code)      an NVML call failed; `code` is NVML's return value
+│   ├── NvmlUnavailable  no driver / library on this machine
+│   ├── NvmlNotSupported the call is not supported on this device (usually turned into absence)
+│   └── GpuLost          the GPU fell off the bus or needs a reset
+├── PublishError         writing to the Kubernetes API failed
+└── TopologyDecodeError  a NodeResourceTopology object that gputopo cannot read (node, field)
 """
 
 from __future__ import annotations

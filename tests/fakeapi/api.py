@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import random
-import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from tests.fakeapi import apply as ssa
-from tests.fakeapi import kinds, pods
+from tests.fakeapi import deletion, kinds, pods
 from tests.fakeapi import patch as patches
 from tests.fakeapi.errors import (
     ApiError,
@@ -24,14 +17,22 @@ from tests.fakeapi.errors import (
     invalid,
     not_found,
     stale,
-    unsupported_media_type,
+)
+from tests.fakeapi.objects import (
+    Ref,
+    check_body,
+    check_meta,
+    format_time,
+    paginate,
+    parse_patch,
+    sort_key,
+    spec_part,
+    success_status,
 )
 from tests.fakeapi.resources import Registry, ResourceType, crd_to_type
 from tests.fakeapi.selectors import field_matcher, label_matcher
 from tests.fakeapi.store import DELETE, Delete, Obj, Store, clone
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _KEPT_META = (
     "uid",
@@ -40,29 +41,6 @@ _KEPT_META = (
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Ref:
-    """What a request addresses: a collection (`name` empty), an object, or a subresource of one."""
-
-    rt: ResourceType
-    version: str
-    namespace: str = ""
-    name: str = ""
-    sub: str = ""
-
-
-def format_time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def success_status(code: int, details: dict[str, Any] | None = None) -> Obj:
-    status: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
-    if details is not None:
-        status["details"] = details
-    status["code"] = code
-    return status
 
 
 class Api:
@@ -96,9 +74,9 @@ class Api:
         fields = field_matcher(query.get("fieldSelector"), ref.rt)
         objects, rv = self.store.snapshot(ref.rt, ref.namespace or None, fields.equalities)
         items = [o for o in objects if labels(o) and fields(o)]
-        items.sort(key=_sort_key)
+        items.sort(key=sort_key)
         meta: Obj = {"resourceVersion": str(rv)}
-        items, meta = _paginate(items, meta, query, rv)
+        items, meta = paginate(items, meta, query, rv)
         if ref.rt.builtin:
             shown = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         else:
@@ -111,40 +89,8 @@ class Api:
             "items": shown,
         }
 
-    def _check_body(self, ref: Ref, body: Any) -> Obj:
-        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
-            raise bad_request("the request body must be a JSON object with a metadata object")
-        if body.get("kind") not in (None, "", ref.rt.kind):
-            raise bad_request(
-                f"the kind of the object ({body['kind']}) does not match {ref.rt.kind}"
-            )
-        body_ns = (body.get("metadata") or {}).get("namespace")
-        if ref.rt.namespaced and body_ns not in (None, "", ref.namespace):
-            raise bad_request(
-                "the namespace of the provided object does not match the namespace sent on the "
-                "request"
-            )
-        return clone(body)
-
-    def _check_meta(self, rt: ResourceType, meta: Obj) -> None:
-        name = str(meta.get("name", ""))
-        problems = []
-        if len(name) > 253 or not _SUBDOMAIN.match(name):
-            problems.append(
-                f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must "
-                "consist of lower case alphanumeric characters, '-' or '.'"
-            )
-        for value in (meta.get("labels") or {}).values():
-            if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-                problems.append(f"metadata.labels: Invalid value: {value!r}: a valid label value")
-        for key, value in (meta.get("annotations") or {}).items():
-            if not isinstance(value, str):
-                problems.append(f"metadata.annotations: Invalid value: {key}: must be a string")
-        if problems:
-            raise invalid(rt, name, problems)
-
     def _new_object(self, ref: Ref, body: Obj) -> Obj:
-        obj = self._check_body(ref, body)
+        obj = check_body(ref, body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             if not meta.get("generateName"):
@@ -153,7 +99,7 @@ class Api:
                 )
             suffix = "".join(self._rand.choice(_SUFFIX_CHARS) for _ in range(5))
             meta["name"] = meta["generateName"] + suffix
-        self._check_meta(ref.rt, meta)
+        check_meta(ref.rt, meta)
         for key in (
             "resourceVersion",
             "deletionTimestamp",
@@ -228,16 +174,16 @@ class Api:
             meta["managedFields"] = old["metadata"]["managedFields"]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         new["apiVersion"], new["kind"] = old.get("apiVersion"), ref.rt.kind
-        self._check_meta(ref.rt, meta)
+        check_meta(ref.rt, meta)
         new = kinds.prepare_update(ref.rt, old, new, ref.sub)
-        if _spec_part(new) != _spec_part(old):
+        if spec_part(new) != spec_part(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         if kinds.finalized(new):
             return DELETE
         return new
 
     def replace(self, ref: Ref, body: Any) -> tuple[int, Obj]:
-        new = self._check_body(ref, body)
+        new = check_body(ref, body)
 
         def change(old: Obj | None) -> Obj | Delete:
             if old is None:
@@ -253,7 +199,7 @@ class Api:
         self, ref: Ref, raw: bytes, content_type: str, query: Mapping[str, str]
     ) -> tuple[int, Obj]:
         kind = content_type.split(";", 1)[0].strip().lower()
-        body = _parse_patch(raw, kind, ref.rt)
+        body = parse_patch(raw, kind, ref.rt)
         if kind == patches.APPLY_PATCH:
             return self._apply(ref, body, query)
         if not isinstance(body, dict | list) or (
@@ -306,53 +252,6 @@ class Api:
         self._after_write(ref.rt, stored)
         return (201 if created else 200), self.present(ref, stored)
 
-    def delete(self, ref: Ref, body: Any, query: Mapping[str, str]) -> tuple[int, Obj]:
-        options = body if isinstance(body, dict) else {}
-        grace_text = query.get("gracePeriodSeconds")
-        grace = (
-            int(grace_text) if grace_text not in (None, "") else options.get("gracePeriodSeconds")
-        )
-        pre = options.get("preconditions") or {}
-
-        def change(old: Obj | None) -> Obj | Delete:
-            if old is None:
-                raise not_found(ref.rt, ref.name)
-            for key in ("uid", "resourceVersion"):
-                if pre.get(key) and pre[key] != old["metadata"].get(key):
-                    raise ApiError(
-                        409,
-                        f"Precondition failed: {key} in precondition: {pre[key]}, {key} in object "
-                        f"meta: {old['metadata'].get(key)}",
-                    )
-            return kinds.delete(ref.rt, old, grace, self.clock(), format_time)
-
-        before = self.store.get(ref.rt, ref.namespace, ref.name)
-        stored = self.store.mutate(ref.rt, ref.namespace, ref.name, change)
-        assert stored is not None
-        after = self.store.get(ref.rt, ref.namespace, ref.name)
-        if after is not None:
-            return 200, self.present(ref, after)
-        self._after_delete(ref.rt, stored)
-        if ref.rt.plural == "pods" or not ref.rt.builtin:
-            return 200, self.present(ref, stored)
-        uid = (before or stored)["metadata"].get("uid")
-        details = {"name": ref.name, "kind": ref.rt.plural, "uid": uid}
-        if ref.rt.group:
-            details["group"] = ref.rt.group
-        return 200, success_status(200, details)
-
-    def delete_collection(self, ref: Ref, query: Mapping[str, str]) -> tuple[int, Obj]:
-        listed = self.list(ref, query)
-        for item in listed["items"]:
-            meta = item["metadata"]
-            one = Ref(ref.rt, ref.version, meta.get("namespace", ""), meta["name"])
-            try:
-                self.delete(one, None, query)
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
-        return 200, success_status(200)
-
     def bind(self, ref: Ref, body: Any) -> tuple[int, Obj]:
         """`pods/binding`: 201 with a Status body, not the Binding (kubernetes-api-notes.md, 1)."""
         if not isinstance(body, dict):
@@ -376,63 +275,8 @@ class Api:
         ):
             self.registry.add(crd_to_type(obj))
 
-    def _after_delete(self, rt: ResourceType, obj: Obj) -> None:
-        if rt.builtin and rt.plural == "customresourcedefinitions":
-            gone = crd_to_type(obj)
-            self.registry.remove(gone.group, gone.plural)
-            self.store.drop(gone)
-        elif rt.builtin and rt.group == "" and rt.plural == "namespaces":
-            self._purge_namespace(obj["metadata"]["name"])
+    def delete(self, ref: Ref, body: Any, query: Mapping[str, str]) -> tuple[int, Obj]:
+        return deletion.delete(self, ref, body, query)
 
-    def _purge_namespace(self, ns: str) -> None:
-        """Namespace deletion, simplified: every object in it goes at once."""
-        for rt in self.registry.all():
-            if not rt.namespaced:
-                continue
-            objects, _ = self.store.snapshot(rt, ns)
-            for obj in objects:
-                self.store.mutate(
-                    rt, ns, obj["metadata"]["name"], lambda old: DELETE if old else None
-                )
-
-
-def _sort_key(obj: Obj) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return meta.get("namespace", ""), meta["name"]
-
-
-def _spec_part(obj: Obj) -> Obj:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _paginate(
-    items: list[Obj], meta: Obj, query: Mapping[str, str], rv: int
-) -> tuple[list[Obj], Obj]:
-    token = query.get("continue")
-    if token:
-        try:
-            start = tuple(json.loads(base64.urlsafe_b64decode(token.encode())))
-        except ValueError as exc:
-            raise bad_request(f"continue key is not valid: {exc}") from exc
-        items = [o for o in items if _sort_key(o) > start]
-    limit = int(query.get("limit") or 0)
-    if limit > 0 and len(items) > limit:
-        last = _sort_key(items[limit - 1])
-        meta["continue"] = base64.urlsafe_b64encode(json.dumps(list(last)).encode()).decode()
-        meta["remainingItemCount"] = len(items) - limit
-        items = items[:limit]
-    return items, meta
-
-
-def _parse_patch(raw: bytes, kind: str, rt: ResourceType) -> Any:
-    accepted = [patches.JSON_PATCH, patches.MERGE_PATCH, patches.APPLY_PATCH]
-    if rt.builtin:
-        accepted.insert(2, patches.STRATEGIC_PATCH)
-    if kind not in accepted:
-        raise unsupported_media_type(kind, accepted)
-    try:
-        if kind == patches.APPLY_PATCH:
-            return yaml.safe_load(raw.decode() or "null")
-        return json.loads(raw or b"null")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise bad_request(f"error decoding patch: {exc}") from exc
+    def delete_collection(self, ref: Ref, query: Mapping[str, str]) -> tuple[int, Obj]:
+        return deletion.delete_collection(self, ref, query)

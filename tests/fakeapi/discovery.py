@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakeapi.api import Ref
+from tests.fakeapi.objects import Ref
 from tests.fakeapi.resources import Registry, ResourceType
 
 VERSION = {

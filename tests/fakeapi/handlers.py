@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakeapi import discovery
-from tests.fakeapi.api import Ref
 from tests.fakeapi.errors import ApiError, bad_request, method_not_allowed
+from tests.fakeapi.objects import Ref
 from tests.fakeapi.watch import stream
 
 if TYPE_CHECKING:

@@ -25,10 +25,11 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.fakeapi.api import Api, Ref, format_time
+from tests.fakeapi import controllers, deletion
+from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
-from tests.fakeapi.kinds import NOT_READY_TAINT
+from tests.fakeapi.objects import Ref, format_time
 from tests.fakeapi.resources import Registry, ResourceType, builtin_types, nrt_crd, podgroup_crd
 from tests.fakeapi.store import DELETE, Obj, Store, clone
 
@@ -285,10 +286,14 @@ class FakeApiServer:
         return clone(stored)
 
     def delete_object(self, resource: str, name: str, namespace: str = "") -> bool:
-        """Remove an object at once, bypassing finalizers and grace; False when it was not there."""
-        removed = self.store.mutate(
-            self.resource(resource), namespace, name, lambda old: DELETE if old else None
-        )
+        """Remove an object at once, bypassing finalizers and grace; False when it was not there.
+
+        The garbage collector still runs: objects it owned (ownerReferences) go too.
+        """
+        rt = self.resource(resource)
+        removed = self.store.mutate(rt, namespace, name, lambda old: DELETE if old else None)
+        if removed is not None:
+            deletion.after_delete(self.api, rt, removed)
         return removed is not None
 
     def compact(self) -> None:
@@ -315,19 +320,7 @@ class FakeApiServer:
         """What kubelet and the node lifecycle controller do: report Ready, drop the taint."""
         cap = dict(capacity if capacity is not None else DEFAULT_CAPACITY)
         alloc = dict(allocatable if allocatable is not None else cap)
-        now = self.api.now()
-
-        def change(old: Obj | None) -> Obj:
-            if old is None:
-                raise KeyError(f"fake API server: node {name!r} does not exist")
-            node = clone(old)
-            spec = node.setdefault("spec", {})
-            spec["taints"] = [
-                t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT["key"]
-            ]
-            node["status"] = _ready_status(name, cap, alloc, now, node.get("status") or {})
-            return node
-
+        change = controllers.node_ready_change(name, cap, alloc, self.api.now())
         stored = self.store.mutate(self.resource("nodes"), "", name, change)
         assert stored is not None
         return clone(stored)
@@ -367,42 +360,6 @@ def _fault_matches(fault: _Fault, method: str, path: str) -> bool:
     if fault.method is not None and fault.method != method:
         return False
     return fault.path is None or fault.path.search(path) is not None
-
-
-def _ready_status(name: str, cap: dict[str, str], alloc: dict[str, str], now: str, old: Obj) -> Obj:
-    conditions = [
-        ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-        ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-        ("PIDPressure", "False", "KubeletHasSufficientPID"),
-        ("Ready", "True", "KubeletReady"),
-    ]
-    status = clone(old)
-    status.update(
-        capacity=cap,
-        allocatable=alloc,
-        conditions=[
-            {
-                "type": t,
-                "status": s,
-                "reason": r,
-                "message": r,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
-            }
-            for t, s, r in conditions
-        ],
-        addresses=[
-            {"type": "InternalIP", "address": "10.0.0.1"},
-            {"type": "Hostname", "address": name},
-        ],
-    )
-    status["nodeInfo"] = dict(
-        status.get("nodeInfo") or {},
-        kubeletVersion="v1.28.0",
-        operatingSystem="linux",
-        architecture="amd64",
-    )
-    return status
 
 
 __all__ = ["DEFAULT_CAPACITY", "FakeApiServer", "RecordedRequest", "format_time"]

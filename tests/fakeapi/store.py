@@ -104,6 +104,8 @@ class Store:
         self._rv = 1
         self._buckets_lock = threading.Lock()
         self._buckets: dict[str, Bucket] = {}
+        # owner uid -> (qualified resource, namespace, name) of objects naming it in ownerReferences
+        self._dependents: dict[str, dict[tuple[str, str, str], None]] = {}
 
     def bucket(self, rt: ResourceType) -> Bucket:
         with self._buckets_lock:
@@ -175,6 +177,7 @@ class Store:
             new.setdefault("metadata", {})["resourceVersion"] = str(rv)
             bucket.objects.setdefault(ns, {})[name] = new
             bucket.reindex((ns, name), old, new)
+            self._track_owners(bucket.rt, ns, name, old, new)
             self._record(bucket, WatchEvent(rv, "MODIFIED" if old else "ADDED", new, old))
             return new
 
@@ -187,10 +190,32 @@ class Store:
         by_name = bucket.objects[ns]
         del by_name[name]
         bucket.reindex((ns, name), old, None)
+        self._track_owners(bucket.rt, ns, name, old, None)
         if not by_name:
             del bucket.objects[ns]
         self._record(bucket, WatchEvent(rv, "DELETED", gone_obj, old))
         return gone_obj
+
+    def _track_owners(
+        self, rt: ResourceType, ns: str, name: str, old: Obj | None, new: Obj | None
+    ) -> None:
+        before, after = _owner_uids(old), _owner_uids(new)
+        if before == after:
+            return
+        key = (rt.qualified, ns, name)
+        with self._buckets_lock:
+            for uid in before - after:
+                deps = self._dependents.get(uid, {})
+                deps.pop(key, None)
+                if not deps:
+                    self._dependents.pop(uid, None)
+            for uid in after - before:
+                self._dependents.setdefault(uid, {})[key] = None
+
+    def dependents(self, owner_uid: str) -> list[tuple[str, str, str]]:
+        """(qualified resource, namespace, name) of every object owned by `owner_uid`."""
+        with self._buckets_lock:
+            return list(self._dependents.get(owner_uid, {}))
 
     def _record(self, bucket: Bucket, event: WatchEvent) -> None:
         bucket.history.append(event)
@@ -233,6 +258,13 @@ class Store:
                 return []
             start = bisect.bisect_right(bucket.history, after_rv, key=lambda e: e.rv)
             return bucket.history[start:]
+
+
+def _owner_uids(obj: Obj | None) -> set[str]:
+    if obj is None:
+        return set()
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return {str(r["uid"]) for r in refs if isinstance(r, dict) and r.get("uid")}
 
 
 def _newer(bucket: Bucket, after_rv: int) -> bool:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from tests.fakeapi.api import Api, Ref
+from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError, bad_request
+from tests.fakeapi.objects import Ref
 from tests.fakeapi.selectors import field_matcher, label_matcher
 from tests.fakeapi.store import Obj, WatchEvent
 

@@ -158,22 +158,9 @@ class Runtime:
         self.settings, self.kube = settings, kube
         self.stop_event = threading.Event()
         self.metrics = SchedulerMetrics(_version())
-        self.fence: Fence = AlwaysLeader()
-        self.elector: LeaderElector | None = None
-        if settings.leader_elect:
-            timing = lease or LeaseTiming()
-            self.elector = LeaderElector(
-                kube,
-                settings.leader_elect_namespace,
-                settings.scheduler_name,
-                kube.identity,
-                lease_duration=timing.duration,
-                renew_deadline=timing.renew_deadline,
-                retry_period=timing.retry_period,
-                on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
-            )
-            self.fence = self.elector
-        else:
+        self.elector = self._elector(lease or LeaseTiming()) if settings.leader_elect else None
+        self.fence: Fence = self.elector or AlwaysLeader()
+        if self.elector is None:
             self.metrics.leader.set(1)
         cfg = settings.config
         self.cache = ClusterCache(
@@ -200,6 +187,18 @@ class Runtime:
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.server = MetricsServer(settings.metrics_address, self.metrics, self.ready)
         self._threads: list[threading.Thread] = []
+
+    def _elector(self, timing: LeaseTiming) -> LeaderElector:
+        return LeaderElector(
+            self.kube,
+            self.settings.leader_elect_namespace,
+            self.settings.scheduler_name,
+            self.kube.identity,
+            lease_duration=timing.duration,
+            renew_deadline=timing.renew_deadline,
+            retry_period=timing.retry_period,
+            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+        )
 
     def ready(self) -> bool:
         """Every collection listed once (the cache is warm)."""

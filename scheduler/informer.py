@@ -14,7 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from scheduler.kube import ApiError, GoneError, Kind, KubeClient, NotFoundError, WatchStream
+from scheduler.errors import ApiError, GoneError, NotFoundError
+from scheduler.kube import Kind, KubeClient, WatchStream
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,13 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
-from scheduler.leader import LeaseConflictError
+from scheduler.errors import (
+    ApiError,
+    ConflictError,
+    GoneError,
+    LeaseConflictError,
+    NotFoundError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,28 +38,6 @@ SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
 NRT_GROUP, NRT_VERSION, NRT_PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
-
-
-class ApiError(Exception):
-    """A failed API call: `status` is the HTTP status (0 when the server was not reached)."""
-
-    def __init__(self, operation: str, status: int, message: str) -> None:
-        super().__init__(
-            f"{operation}: HTTP {status}: {message}" if status else f"{operation}: {message}"
-        )
-        self.operation, self.status = operation, status
-
-
-class ConflictError(ApiError):
-    """409: the object changed, or (for a binding) the pod is already bound."""
-
-
-class GoneError(ApiError):
-    """410: a watch's resourceVersion is too old; list again."""
-
-
-class NotFoundError(ApiError):
-    """404."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {409: ConflictError, 410: GoneError, 404: NotFoundError}

@@ -19,13 +19,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from scheduler.errors import LeaseConflictError
+
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-
-
-class LeaseConflictError(Exception):
-    """The lease changed under us (HTTP 409): someone else wrote it first."""
 
 
 class LeaseStore(Protocol):

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.cache import ClusterCache, PodInfo
+from scheduler.errors import ApiError, ConflictError
 from scheduler.gangs import GangTracker
-from scheduler.kube import ApiError, ConflictError, KubeClient
+from scheduler.kube import KubeClient
 from scheduler.leader import Fence
 from scheduler.metrics import SchedulerMetrics
 from scheduler.placement import Assignment, Scoring, pick

@@ -14,7 +14,8 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from scheduler.kube import ApiError, KubeClient
+from scheduler.errors import ApiError
+from scheduler.kube import KubeClient
 from scheduler.leader import Fence
 from scheduler.metrics import SchedulerMetrics
 

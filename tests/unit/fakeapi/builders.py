@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TypeVar
+
+from kubernetes.client import ApiException, V1Binding, V1Namespace, V1ObjectMeta, V1Pod
+
+M = TypeVar("M")
+
+
+def model(cls: type[M], data: dict[str, Any]) -> M:
+    """A typed client model from a plain dict, for typed call sites."""
+    made: M | None = cls.from_dict(data)  # type: ignore[attr-defined]
+    assert made is not None
+    return made
 
 
 def make_pod(
@@ -56,3 +68,26 @@ def make_podgroup(name: str, min_member: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"minMember": min_member},
     }
+
+
+def pod_model(name: str, **kwargs: Any) -> V1Pod:
+    """`make_pod` as the client's typed model, for typed call sites."""
+    model = V1Pod.from_dict(make_pod(name, **kwargs))
+    assert model is not None
+    return model
+
+
+def binding_model(pod: str, node: str) -> V1Binding:
+    model = V1Binding.from_dict(make_binding(pod, node))
+    assert model is not None
+    return model
+
+
+def namespace_model(name: str) -> V1Namespace:
+    return V1Namespace(metadata=V1ObjectMeta(name=name))
+
+
+def status_body(err: ApiException) -> dict[str, Any]:
+    """The `Status` object an API error carried."""
+    body: dict[str, Any] = json.loads(err.body or "{}")
+    return body

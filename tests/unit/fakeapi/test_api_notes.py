@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import pytest
-from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi, V1Node, V1Taint
+from kubernetes.client import (
+    ApiException,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1CustomResourceDefinition,
+    V1Node,
+    V1Taint,
+)
 from pydantic import ValidationError
 
 from tests.fakeapi import FakeApiServer
-from tests.unit.fakeapi.builders import make_binding, make_pod
+from tests.unit.fakeapi.builders import (
+    binding_model,
+    make_binding,
+    make_pod,
+    model,
+    pod_model,
+    status_body,
+)
 
 NOT_READY = ("node.kubernetes.io/not-ready", "NoSchedule")
 
@@ -50,7 +64,8 @@ def test_note2_second_binding_of_a_bound_pod_is_409_conflict(fake_api, core_v1):
             "p1", "default", make_binding("p1", "n2"), _preload_content=False
         )
     assert err.value.status == 409
-    assert json.loads(err.value.body)["message"].endswith('pod p1 is already assigned to node "n1"')
+    message = status_body(err.value)["message"]
+    assert message.endswith('pod p1 is already assigned to node "n1"')
     assert core_v1.read_namespaced_pod("p1", "default").spec.node_name == "n1"
 
 
@@ -102,9 +117,9 @@ def test_note4_make_node_ready_removes_the_taint_and_reports_ready(fake_api, cor
 
 
 def _bound_pod(core_v1: CoreV1Api, name: str) -> None:
-    core_v1.create_namespaced_pod("default", make_pod(name))
+    core_v1.create_namespaced_pod("default", pod_model(name))
     core_v1.create_namespaced_pod_binding(
-        name, "default", make_binding(name, "n1"), _preload_content=False
+        name, "default", binding_model(name, "n1"), _preload_content=False
     )
 
 
@@ -146,7 +161,7 @@ def test_note5_a_terminating_pod_cannot_be_bound(core_v1):
     assert err.value.status == 409
 
 
-def _crd(group: str, annotations: dict[str, str]) -> dict:
+def _crd(group: str, annotations: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -187,15 +202,16 @@ def test_note6_protected_crd_groups_need_the_approval_annotation(
     from kubernetes.client import ApiextensionsV1Api
 
     ext = ApiextensionsV1Api(kube_client)
-    crd = _crd(group, annotations)
+    crd = model(V1CustomResourceDefinition, _crd(group, annotations))
     if not accepted:
         with pytest.raises(ApiException) as err:
             ext.create_custom_resource_definition(crd)
-        assert (err.value.status, "api-approved.kubernetes.io" in err.value.body) == (422, True)
+        assert err.value.status == 422
+        assert "api-approved.kubernetes.io" in status_body(err.value)["message"]
         return
     ext.create_custom_resource_definition(crd)
     widgets = CustomObjectsApi(kube_client)
-    made = widgets.create_namespaced_custom_object(
+    made: Any = widgets.create_namespaced_custom_object(
         group,
         "v1",
         "default",
@@ -211,7 +227,8 @@ def test_note7_scheduler_name_is_immutable(core_v1):
         core_v1.patch_namespaced_pod(
             "p1", "default", {"spec": {"schedulerName": "default-scheduler"}}
         )
-    assert (err.value.status, "Forbidden" in err.value.body) == (422, True)
+    assert err.value.status == 422
+    assert "Forbidden" in status_body(err.value)["message"]
     assert core_v1.read_namespaced_pod("p1", "default").spec.scheduler_name == "gputopo-scheduler"
 
 

@@ -3,17 +3,37 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from kubernetes.client import ApiException, CoordinationV1Api, CoreV1Api
+from kubernetes.client import (
+    ApiException,
+    CoordinationV1Api,
+    CoreV1Api,
+    CoreV1Event,
+    EventsV1Api,
+    EventsV1Event,
+    V1Lease,
+    V1LeaseSpec,
+    V1ObjectMeta,
+)
 
-from tests.unit.fakeapi.builders import make_binding, make_nrt, make_pod, make_podgroup
+from tests.unit.fakeapi.builders import (
+    make_binding,
+    make_nrt,
+    make_pod,
+    make_podgroup,
+    model,
+    namespace_model,
+    pod_model,
+)
 
 NRT = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
 
 
-def _status(err: pytest.ExceptionInfo[ApiException]) -> dict:
-    return json.loads(err.value.body)
+def _status(err: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(str(err.value.body))
+    return body
 
 
 def test_missing_object_is_404_with_a_notfound_status(core_v1):
@@ -144,13 +164,13 @@ def test_namespace_deletion_removes_its_objects(core_v1):
 
 
 def _pods(core: CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "ml"}})
+    core.create_namespace(namespace_model("ml"))
     core.create_namespaced_pod(
-        "default", make_pod("a", scheduler="gputopo-scheduler", labels={"app": "x", "tier": "1"})
+        "default", pod_model("a", scheduler="gputopo-scheduler", labels={"app": "x", "tier": "1"})
     )
-    core.create_namespaced_pod("default", make_pod("b", labels={"app": "y"}))
+    core.create_namespaced_pod("default", pod_model("b", labels={"app": "y"}))
     core.create_namespaced_pod(
-        "ml", make_pod("c", scheduler="gputopo-scheduler", node="n1", labels={"app": "x"})
+        "ml", pod_model("c", scheduler="gputopo-scheduler", node="n1", labels={"app": "x"})
     )
 
 
@@ -252,53 +272,49 @@ def test_scheduling_gates_can_only_be_removed(core_v1):
 
 def test_leases_conflict_on_stale_resource_version(kube_client):
     leases = CoordinationV1Api(kube_client)
-    lease = {
-        "metadata": {"name": "gputopo-scheduler"},
-        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
-    }
+    lease = V1Lease(
+        metadata=V1ObjectMeta(name="gputopo-scheduler"),
+        spec=V1LeaseSpec(holder_identity="a", lease_duration_seconds=15),
+    )
     created = leases.create_namespaced_lease("kube-system", lease)
+    assert created.spec is not None
     created.spec.holder_identity = "b"
     leases.replace_namespaced_lease("gputopo-scheduler", "kube-system", created)
     created.spec.holder_identity = "c"
     with pytest.raises(ApiException) as err:
         leases.replace_namespaced_lease("gputopo-scheduler", "kube-system", created)
     assert err.value.status == 409
-    assert (
-        leases.read_namespaced_lease("gputopo-scheduler", "kube-system").spec.holder_identity == "b"
-    )
+    read = leases.read_namespaced_lease("gputopo-scheduler", "kube-system")
+    assert read.spec is not None
+    assert read.spec.holder_identity == "b"
 
 
 def test_events_core_and_events_k8s_io(kube_client, fake_api):
-    from kubernetes.client import EventsV1Api
-
+    core_event = {
+        "metadata": {"generateName": "p1."},
+        "involvedObject": {"kind": "Pod", "name": "p1"},
+        "reason": "FailedScheduling",
+        "message": "no GPUs",
+        "type": "Warning",
+    }
+    new_event = {
+        "metadata": {"name": "e2"},
+        "eventTime": "2024-01-01T00:00:00.000000Z",
+        "reportingController": "gputopo",
+        "reportingInstance": "x",
+        "action": "Binding",
+        "reason": "Scheduled",
+        "regarding": {"kind": "Pod", "name": "p1"},
+    }
     core = CoreV1Api(kube_client)
-    core.create_namespaced_event(
-        "default",
-        {
-            "metadata": {"generateName": "p1."},
-            "involvedObject": {"kind": "Pod", "name": "p1"},
-            "reason": "FailedScheduling",
-            "message": "no GPUs",
-            "type": "Warning",
-        },
-    )
-    EventsV1Api(kube_client).create_namespaced_event(
-        "default",
-        {
-            "metadata": {"name": "e2"},
-            "eventTime": "2024-01-01T00:00:00.000000Z",
-            "reportingController": "gputopo",
-            "reportingInstance": "x",
-            "action": "Binding",
-            "reason": "Scheduled",
-            "regarding": {"kind": "Pod", "name": "p1"},
-        },
-    )
+    core.create_namespaced_event("default", model(CoreV1Event, core_event))
+    EventsV1Api(kube_client).create_namespaced_event("default", model(EventsV1Event, new_event))
     listed = core.list_namespaced_event(
         "default", field_selector="involvedObject.name=p1,reason=FailedScheduling"
     )
     assert [e.message for e in listed.items] == ["no GPUs"]
-    assert fake_api.get_object("events.events.k8s.io", "e2", "default")["reason"] == "Scheduled"
+    stored = fake_api.get_object("events.events.k8s.io", "e2", "default")
+    assert stored["reason"] == "Scheduled"
 
 
 def test_nrt_is_cluster_scoped_and_served_in_both_versions(custom_objects):

@@ -10,7 +10,7 @@ from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api
 from urllib3.exceptions import MaxRetryError
 
 from tests.fakeapi import FakeApiServer
-from tests.unit.fakeapi.builders import make_pod
+from tests.unit.fakeapi.builders import make_pod, status_body
 
 
 def test_down_refuses_connections_and_up_serves_the_same_state_on_the_same_port(fake_api, core_v1):
@@ -30,7 +30,8 @@ def test_fail_next_answers_injected_errors_for_matching_paths_only(fake_api, cor
     for _ in range(2):
         with pytest.raises(ApiException) as err:
             core_v1.list_node()
-        assert (err.value.status, '"reason":"ServiceUnavailable"' in err.value.body) == (503, True)
+        assert err.value.status == 503
+        assert status_body(err.value)["reason"] == "ServiceUnavailable"
     assert core_v1.list_node().items == []
 
 
@@ -86,9 +87,10 @@ def test_direct_object_access_emits_watch_events_and_bypasses_rules(fake_api, co
 def test_kubeconfig_file_works_with_the_client_loader(fake_api, tmp_path):
     path = fake_api.write_kubeconfig(tmp_path / "kubeconfig")
     loaded = Configuration()
-    config.load_kube_config(config_file=str(path), client_configuration=loaded)
+    config.load_kube_config(config_file=str(path), client_configuration=loaded)  # type: ignore[no-untyped-call]
     with ApiClient(loaded) as api:
-        assert [ns.metadata.name for ns in CoreV1Api(api).list_namespace().items] == [
+        names = [ns.metadata.name for ns in CoreV1Api(api).list_namespace().items if ns.metadata]
+        assert names == [
             "default",
             "kube-node-lease",
             "kube-public",
@@ -108,4 +110,6 @@ def test_an_unstarted_server_can_be_filled_then_started():
     fake = FakeApiServer()
     fake.add_node("n1", capacity={"nvidia.com/gpu": "8"})
     with fake, ApiClient(fake.configuration()) as api:
-        assert CoreV1Api(api).read_node("n1").status.capacity == {"nvidia.com/gpu": "8"}
+        status = CoreV1Api(api).read_node("n1").status
+        assert status is not None
+        assert status.capacity == {"nvidia.com/gpu": "8"}

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiException
 
-from tests.unit.fakeapi.builders import make_binding, make_nrt, make_pod
+from tests.unit.fakeapi.builders import (
+    binding_model,
+    make_binding,
+    make_nrt,
+    make_pod,
+    pod_model,
+)
 
 NRT = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
 
 
-def _owned_nrt(node_name: str, node_uid: str) -> dict:
+def _owned_nrt(node_name: str, node_uid: str) -> dict[str, Any]:
     nrt = make_nrt(node_name)
     nrt["metadata"]["ownerReferences"] = [
         {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
@@ -65,7 +72,7 @@ def test_concurrent_binds_of_the_same_pods_succeed_exactly_once_each(fake_api, k
     core = CoreV1Api(kube_client)
     pods = [f"p{n}" for n in range(20)]
     for name in pods:
-        core.create_namespaced_pod("default", make_pod(name))
+        core.create_namespaced_pod("default", pod_model(name))
     codes: list[int] = []
     lock = threading.Lock()
     start = threading.Barrier(4)
@@ -75,9 +82,9 @@ def test_concurrent_binds_of_the_same_pods_succeed_exactly_once_each(fake_api, k
         for name in pods:
             try:
                 resp = core.create_namespaced_pod_binding(
-                    name, "default", make_binding(name, node), _preload_content=False
+                    name, "default", binding_model(name, node), _preload_content=False
                 )
-                code = resp.status
+                code = int(resp.status)  # type: ignore[attr-defined]  # a raw response
             except ApiException as exc:
                 code = exc.status
             with lock:

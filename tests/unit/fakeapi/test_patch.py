@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes.client import ApiException
 
 from tests.fakeapi.patch import json_patch, merge_patch, strategic_merge
-from tests.unit.fakeapi.builders import make_nrt, make_pod
+from tests.unit.fakeapi.builders import make_nrt, make_pod, status_body
 
 NRT = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
 APPLY = "application/apply-patch+yaml"
@@ -182,7 +184,8 @@ def test_server_side_apply_conflicts_with_another_manager_unless_forced(custom_o
         custom_objects.patch_cluster_custom_object(
             *NRT, "n1", make_nrt("n1", zones=1), field_manager="gputopo-agent", _content_type=APPLY
         )
-    assert (err.value.status, 'conflict with \\"nfd\\"' in err.value.body) == (409, True)
+    assert err.value.status == 409
+    assert 'conflict with "nfd"' in status_body(err.value)["message"]
     forced = custom_objects.patch_cluster_custom_object(
         *NRT,
         "n1",
@@ -202,7 +205,7 @@ def test_server_side_apply_needs_a_field_manager(custom_objects):
 
 def test_apply_of_node_labels_keeps_other_owners_labels(core_v1):
     core_v1.create_node({"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}})
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.count": "8"}},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kubernetes import watch
@@ -11,19 +13,24 @@ from kubernetes.client import ApiException, CoreV1Api
 from tests.unit.fakeapi.builders import make_binding, make_pod
 
 
+def new_watch() -> Any:
+    """A `kubernetes.watch.Watch` (the module has no type annotations)."""
+    return watch.Watch()  # type: ignore[no-untyped-call]
+
+
 class Collector:
     """Runs a watch in a thread; collects (type, name) until `count` events or the stream ends."""
 
-    def __init__(self, func, count: int, **kwargs) -> None:
+    def __init__(self, func: Callable[..., Any], count: int, **kwargs: Any) -> None:
         self.events: list[tuple[str, str]] = []
-        self.raw: list[dict] = []
+        self.raw: list[dict[str, Any]] = []
         self.error: BaseException | None = None
-        self.watch = watch.Watch()
+        self.watch = new_watch()
         self._enough = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(func, count, kwargs), daemon=True)
         self._thread.start()
 
-    def _run(self, func, count, kwargs) -> None:
+    def _run(self, func: Callable[..., Any], count: int, kwargs: dict[str, Any]) -> None:
         try:
             for event in self.watch.stream(func, **kwargs):
                 self.raw.append(event["raw_object"])
@@ -43,7 +50,10 @@ class Collector:
 
 def _started(core: CoreV1Api, rv: str | None = None) -> str:
     """A resource version to watch from (so no race with the thread's start)."""
-    return rv or core.list_node().metadata.resource_version
+    meta = core.list_node().metadata
+    assert meta is not None
+    assert meta.resource_version is not None
+    return rv or meta.resource_version
 
 
 def test_watch_without_resource_version_starts_with_the_current_objects(core_v1):
@@ -116,7 +126,7 @@ def test_watch_from_a_compacted_resource_version_raises_410(fake_api, core_v1):
     old = core_v1.create_node({"metadata": {"name": "n1"}}).metadata.resource_version
     core_v1.create_node({"metadata": {"name": "n2"}})
     fake_api.compact()
-    w = watch.Watch()
+    w = new_watch()
     with pytest.raises(ApiException) as err:
         list(w.stream(core_v1.list_node, resource_version=old, timeout_seconds=2))
     assert err.value.status == 410
@@ -135,7 +145,7 @@ def test_raw_watch_gets_an_error_event_with_a_410_status(fake_api, core_v1):
 
 def test_timeout_seconds_ends_the_stream_with_a_bookmark(core_v1):
     rv = _started(core_v1)
-    w = watch.Watch()
+    w = new_watch()
     events = list(
         w.stream(
             core_v1.list_node, resource_version=rv, timeout_seconds=1, allow_watch_bookmarks=True

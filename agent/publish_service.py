@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agent.availability import allocated_devices
+from agent.availability import PodResourcesSnapshot, allocated_devices
 from agent.errors import AgentError, PublishError
 from agent.metrics import AgentMetrics, MetricsServer, MetricsSnapshot
 from agent.model import NodeInventory
@@ -61,19 +61,15 @@ class StateReader:
         self._unhealthy = unhealthy
         self._is_terminal = is_terminal
         self._failing = False
+        self._seen_kubelet = False
 
     def __call__(self) -> NodeState | None:
         try:
-            snapshot = (
-                self._client.snapshot(self._is_terminal) if self._client.available() else None
-            )
+            snapshot = self._snapshot()
         except (PodResourcesUnavailableError, PodResourcesError) as exc:
-            # the kubelet is there but not answering: publishing "all free" would be a lie
-            log.log(
-                logging.DEBUG if self._failing else logging.WARNING,
-                "%s; not publishing until it answers",
-                exc,
-            )
+            # the kubelet is (or was) there but does not answer: "all free" would be a lie
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "%s; not publishing until it answers", exc)
             self._failing = True
             return None
         if self._failing:
@@ -82,6 +78,13 @@ class StateReader:
         return NodeState(
             inventory=self._inventory(), snapshot=snapshot, unhealthy=self._unhealthy()
         )
+
+    def _snapshot(self) -> PodResourcesSnapshot | None:
+        """None only while no kubelet socket was ever seen (allocationSource `none`)."""
+        if not self._seen_kubelet and not self._client.available():
+            return None
+        self._seen_kubelet = True  # from now on a missing socket is a kubelet restart
+        return self._client.snapshot(self._is_terminal)
 
 
 def _sink(ctx: AgentContext) -> TopologySink:

@@ -287,6 +287,7 @@ class TerminalPodFilter:
         self._phases: Mapping[tuple[str, str], str] = {}
         self._seen: set[tuple[str, str]] = set()
         self._refreshed = float("-inf")
+        self._failed = False
 
     def __call__(self, namespace: str, name: str) -> bool:
         key = (namespace, name)
@@ -303,8 +304,11 @@ class TerminalPodFilter:
         try:
             self._phases = dict(self._phases_source())
         except PublishError as exc:
-            log.debug("pod phases unavailable: %s", exc)
+            level = logging.DEBUG if self._failed else logging.WARNING
+            log.log(level, "pod phases unavailable, finished pods count as running: %s", exc)
+            self._failed = True
             return
+        self._failed = False
         self._seen = set(self._phases)
 
 

@@ -99,3 +99,29 @@ def test_kubelet_restart_is_survived(server) -> None:
             client.snapshot()
         server.start()
         assert len(client.snapshot().pods) == 1
+
+
+def test_state_reader_no_kubelet_versus_kubelet_restart() -> None:
+    from agent.publish_service import StateReader
+    from tests.unit.topology.builders import dgx_h100
+
+    inv = dgx_h100()
+    server = FakePodResourcesServer()
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        reader = StateReader(client, inventory=lambda: inv, unhealthy=frozenset)
+        no_kubelet = reader()
+        assert no_kubelet is not None
+        assert no_kubelet.snapshot is None  # never seen a kubelet: allocationSource none
+        server.start()
+        server.set_pod(_pod("a", "p", "GPU-a"))
+        seen = reader()
+        assert seen is not None
+        assert seen.snapshot is not None
+        assert len(seen.snapshot.pods) == 1
+        server.stop()  # the kubelet restarts: its socket is gone for a while
+        assert reader() is None  # publish nothing rather than "all free"
+        server.start()
+        back = reader()
+        assert back is not None
+        assert back.snapshot is not None
+    server.stop()

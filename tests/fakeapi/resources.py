@@ -75,50 +75,37 @@ def _core(plural: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
     )
 
 
+def _grouped(group: str, plural: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
+    return ResourceType(
+        group=group, versions=("v1",), plural=plural, kind=kind, namespaced=namespaced, **kw
+    )
+
+
 def builtin_types() -> list[ResourceType]:
     """The built-in resources; custom resources come from CRDs."""
+    pods = _core(
+        "pods",
+        "Pod",
+        True,
+        status_subresource=True,
+        field_labels=frozenset(_POD_FIELDS),
+        indexed_fields=("spec.nodeName",),
+    )
+    status = {"status_subresource": True}
     return [
-        _core(
-            "namespaces",
-            "Namespace",
-            False,
-            status_subresource=True,
-            field_labels=frozenset({"status.phase"}),
-        ),
-        _core(
-            "nodes",
-            "Node",
-            False,
-            status_subresource=True,
-            field_labels=frozenset({"spec.unschedulable"}),
-        ),
-        _core(
-            "pods",
-            "Pod",
-            True,
-            status_subresource=True,
-            field_labels=frozenset(_POD_FIELDS),
-            indexed_fields=("spec.nodeName",),
-        ),
+        _core("namespaces", "Namespace", False, field_labels=frozenset({"status.phase"}), **status),
+        _core("nodes", "Node", False, field_labels=frozenset({"spec.unschedulable"}), **status),
+        pods,
         _core("events", "Event", True, field_labels=frozenset(_EVENT_FIELDS)),
         _core("configmaps", "ConfigMap", True),
-        ResourceType(
-            group="coordination.k8s.io",
-            versions=("v1",),
-            plural="leases",
-            kind="Lease",
-            namespaced=True,
-        ),
-        ResourceType(
-            group="events.k8s.io", versions=("v1",), plural="events", kind="Event", namespaced=True
-        ),
-        ResourceType(
-            group="apiextensions.k8s.io",
-            versions=("v1",),
-            plural="customresourcedefinitions",
-            kind="CustomResourceDefinition",
-            namespaced=False,
-            status_subresource=True,
+        _grouped("coordination.k8s.io", "leases", "Lease", True),
+        _grouped("events.k8s.io", "events", "Event", True),
+        _grouped(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            False,
+            **status,
         ),
     ]
 

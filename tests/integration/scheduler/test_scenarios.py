@@ -158,3 +158,21 @@ def test_bind_conflict_requeues(fake_api, core_v1):
     sample = rt.metrics.registry.get_sample_value
     assert sample("gputopo_scheduler_binds_total", {"result": "conflict"}) == 1
     assert sample("gputopo_scheduler_binds_total", {"result": "bound"}) == 1
+
+
+def test_survives_an_api_server_outage_and_an_expired_watch(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    with running(fake_api) as rt:
+        create_pod(core_v1, pod_body("before", gpus=4))
+        wait_for(lambda: node_of(fake_api, "before"), 5, "bound before the outage")
+        fake_api.down()
+        fake_api.compact()  # resuming the watches from their last resourceVersion gets 410 Gone
+        fake_api.put_object("pods", pod_body("during", gpus=4))
+        fake_api.up()
+        assert wait_for(lambda: node_of(fake_api, "during"), 10, "bound after the outage") == "n1"
+        create_pod(core_v1, pod_body("after", gpus=1))
+        reason = wait_for(lambda: scheduled_condition(fake_api, "after"), 10, "after: no room")
+        lists = fake_api.requests_matching("GET", r"^/api/v1/pods$")
+    assert "Insufficient nvidia.com/gpu" in reason["message"]  # the relisted cache counts all 8
+    assert len([r for r in lists if r.query.get("watch") != "true"]) >= 2
+    assert rt.ready()

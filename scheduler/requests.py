@@ -104,6 +104,11 @@ def unsupported_feature(pod: Obj) -> str | None:
         return "topology spread constraints"
     if spec.get("resourceClaims"):
         return "dynamic resource claims"
+    if spec.get("resources"):
+        return "pod-level resources"
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    if any(p.get("hostPort") for c in containers for p in c.get("ports") or ()):
+        return "host ports"
     return None
 
 

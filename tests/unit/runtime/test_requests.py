@@ -111,6 +111,14 @@ def test_bad_quantity_names_the_field():
             "topology spread constraints",
             id="spread",
         ),
+        pytest.param(
+            {"resources": {"requests": {"cpu": "1"}}}, "pod-level resources", id="pod resources"
+        ),
+        pytest.param(
+            {"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
+            "host ports",
+            id="host port",
+        ),
         pytest.param({"affinity": {"nodeAffinity": {}}}, None, id="node affinity is supported"),
     ],
 )

@@ -30,6 +30,7 @@ from tests.fakeapi.objects import (
     success_status,
 )
 from tests.fakeapi.resources import Registry, ResourceType, crd_to_type
+from tests.fakeapi.schema import prune
 from tests.fakeapi.selectors import field_matcher, label_matcher
 from tests.fakeapi.store import DELETE, Delete, Obj, Store, clone
 
@@ -115,7 +116,17 @@ class Api:
         obj["apiVersion"], obj["kind"] = ref.rt.api_version(ref.version), ref.rt.kind
         if ref.rt.status_subresource:
             obj.pop("status", None)
-        return kinds.prepare_create(ref.rt, obj)
+        return kinds.prepare_create(ref.rt, self._conform(ref, obj))
+
+    @staticmethod
+    def _conform(ref: Ref, obj: Obj) -> Obj:
+        """A custom resource pruned to its CRD's schema; 422 when it breaks the schema."""
+        if ref.rt.builtin:
+            return obj
+        pruned, problems = prune(obj, ref.rt.schemas.get(ref.version))
+        if problems:
+            raise invalid(ref.rt, obj["metadata"].get("name", ""), problems)
+        return pruned
 
     def _check_namespace(self, ref: Ref) -> None:
         if not ref.rt.namespaced:
@@ -175,7 +186,7 @@ class Api:
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         new["apiVersion"], new["kind"] = old.get("apiVersion"), ref.rt.kind
         check_meta(ref.rt, meta)
-        new = kinds.prepare_update(ref.rt, old, new, ref.sub)
+        new = self._conform(ref, kinds.prepare_update(ref.rt, old, new, ref.sub))
         if spec_part(new) != spec_part(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         if kinds.finalized(new):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from tests.fakeapi.schema import version_schemas
 
 NRT_GROUP = "topology.node.k8s.io"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
@@ -50,6 +52,8 @@ class ResourceType:
     builtin: bool = True
     field_labels: frozenset[str] = frozenset()
     indexed_fields: tuple[str, ...] = ()
+    # version -> openAPIV3Schema (custom resources only)
+    schemas: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def qualified(self) -> str:
@@ -153,6 +157,7 @@ def crd_to_type(crd: Mapping[str, Any]) -> ResourceType:
         namespaced=spec["scope"] == "Namespaced",
         status_subresource=any("status" in (v.get("subresources") or {}) for v in versions),
         builtin=False,
+        schemas=version_schemas(crd),
     )
 
 

@@ -365,3 +365,98 @@ def test_binding_sets_the_field_selector_view(core_v1):
         p.metadata.name
         for p in core_v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=n7").items
     ] == ["p1"]
+
+
+def _strict_crd() -> dict[str, Any]:
+    item = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    schema = {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "required": ["size"],
+                "properties": {
+                    "size": {"type": "integer"},
+                    "mode": {"type": "string", "enum": ["fast", "slow"]},
+                    "quantity": {"x-kubernetes-int-or-string": True},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "items": {"type": "array", "items": item},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            },
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "gadgets", "kind": "Gadget"},
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+GADGETS = ("example.com", "v1", "gadgets")
+
+
+def test_custom_resources_are_pruned_to_the_crd_schema(fake_api, custom_objects):
+    fake_api.register_crd(_strict_crd())
+    body = {
+        "apiVersion": "example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g", "labels": {"a": "b"}},
+        "spec": {
+            "size": 3,
+            "quantity": "1Gi",
+            "typo": True,
+            "labels": {"x": "y"},
+            "items": [{"n": 1, "junk": 2}],
+            "free": {"anything": {"goes": 1}},
+            "mode": None,
+        },
+        "extra": "dropped",
+    }
+    made = custom_objects.create_cluster_custom_object(*GADGETS, body)
+    assert made["spec"] == {
+        "size": 3,
+        "quantity": "1Gi",
+        "labels": {"x": "y"},
+        "items": [{"n": 1}],
+        "free": {"anything": {"goes": 1}},
+    }
+    assert ("extra" in made, made["metadata"]["labels"]) == (False, {"a": "b"})
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"size": "three"}, id="wrong type"),
+        pytest.param({"mode": "fast"}, id="required field missing"),
+        pytest.param({"size": 1, "mode": "medium"}, id="not in enum"),
+        pytest.param({"size": 1, "quantity": 1.5}, id="int-or-string given a float"),
+    ],
+)
+def test_custom_resources_breaking_the_schema_are_422(fake_api, custom_objects, spec):
+    fake_api.register_crd(_strict_crd())
+    body = {
+        "apiVersion": "example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": spec,
+    }
+    with pytest.raises(ApiException) as err:
+        custom_objects.create_cluster_custom_object(*GADGETS, body)
+    assert (err.value.status, _status(err)["reason"]) == (422, "Invalid")
+    assert fake_api.list_objects("gadgets") == []

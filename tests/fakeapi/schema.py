@@ -1,0 +1,100 @@
+"""Custom resources against their CRD's structural schema: pruning and type checks.
+
+As kube-apiserver does for `apiextensions.k8s.io/v1` CRDs: fields the schema does not declare are
+dropped silently (unless `x-kubernetes-preserve-unknown-fields`), `null` in a non-nullable field is
+dropped, and a value of the wrong type, a missing `required` field or a value outside `enum`
+makes the write 422 Invalid. `apiVersion`, `kind` and `metadata` are always kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Obj = dict[str, Any]
+_ROOT_KEPT = ("apiVersion", "kind", "metadata")
+_DROP = object()
+
+
+def _type_problem(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
+    if schema.get("x-kubernetes-int-or-string"):
+        ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+        expected = "integer or string"
+    else:
+        expected = str(schema.get("type", ""))
+        ok = {
+            "": True,
+            "object": isinstance(value, dict),
+            "array": isinstance(value, list),
+            "string": isinstance(value, str),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+        }.get(expected, True)
+    if ok:
+        return None
+    return f"{path}: Invalid value: {value!r}: {path} in body must be of type {expected}"
+
+
+def _walk(value: Any, schema: Mapping[str, Any], path: str, problems: list[str]) -> Any:
+    if value is None:
+        return None if schema.get("nullable") else _DROP
+    problem = _type_problem(value, schema, path)
+    if problem is not None:
+        problems.append(problem)
+        return value
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(repr(v) for v in schema["enum"])
+        problems.append(f"{path}: Unsupported value: {value!r}: supported values: {allowed}")
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        walked = [_walk(v, schema["items"], f"{path}[{n}]", problems) for n, v in enumerate(value)]
+        return [v for v in walked if v is not _DROP]
+    if isinstance(value, dict):
+        return _walk_object(value, schema, path, problems)
+    return value
+
+
+def _walk_object(
+    value: Mapping[str, Any], schema: Mapping[str, Any], path: str, problems: list[str]
+) -> dict[str, Any]:
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    result: dict[str, Any] = {}
+    for key, sub in value.items():
+        where = f"{path}.{key}" if path else key
+        if not path and key in _ROOT_KEPT:
+            walked = sub
+        elif key in props:
+            walked = _walk(sub, props[key], where, problems)
+        elif isinstance(extra, Mapping):
+            walked = _walk(sub, extra, where, problems)
+        elif keep_unknown or extra is True:
+            walked = sub
+        else:
+            walked = _DROP
+        if walked is not _DROP:
+            result[key] = walked
+    for key in schema.get("required") or []:
+        if key not in result:
+            problems.append(f"{path + '.' if path else ''}{key}: Required value")
+    return result
+
+
+def prune(obj: Obj, schema: Mapping[str, Any] | None) -> tuple[Obj, list[str]]:
+    """The object with undeclared fields dropped, and what is invalid in it (empty when valid)."""
+    if not schema:
+        return obj, []
+    problems: list[str] = []
+    pruned = _walk_object(obj, schema, "", problems)
+    return pruned, problems
+
+
+def version_schemas(crd: Mapping[str, Any]) -> dict[str, Any]:
+    """version name -> openAPIV3Schema, for the served versions of a CRD."""
+    schemas: dict[str, Any] = {}
+    for version in (crd.get("spec") or {}).get("versions") or []:
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        if version.get("served") and isinstance(schema, Mapping):
+            schemas[version["name"]] = schema
+    return schemas

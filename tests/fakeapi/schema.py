@@ -2,12 +2,14 @@
 
 As kube-apiserver does for `apiextensions.k8s.io/v1` CRDs: fields the schema does not declare are
 dropped silently (unless `x-kubernetes-preserve-unknown-fields`), `null` in a non-nullable field is
-dropped, and a value of the wrong type, a missing `required` field or a value outside `enum`
-makes the write 422 Invalid. `apiVersion`, `kind` and `metadata` are always kept.
+dropped, and a value of the wrong type, a missing `required` field or a value outside `enum`,
+`pattern`, `minimum` or `maximum` makes the write 422 Invalid. `apiVersion`, `kind` and
+`metadata` are always kept.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +38,30 @@ def _type_problem(value: Any, schema: Mapping[str, Any], path: str) -> str | Non
     return f"{path}: Invalid value: {value!r}: {path} in body must be of type {expected}"
 
 
+def _value_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[str]:
+    """enum, pattern, minimum and maximum."""
+    problems = []
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(repr(v) for v in schema["enum"])
+        problems.append(f"{path}: Unsupported value: {value!r}: supported values: {allowed}")
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        problems.append(
+            f"{path}: Invalid value: {value!r}: {path} in body should match '{schema['pattern']}'"
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            problems.append(
+                f"{path}: Invalid value: {value}: {path} in body should be greater than or equal "
+                f"to {schema['minimum']}"
+            )
+        if "maximum" in schema and value > schema["maximum"]:
+            problems.append(
+                f"{path}: Invalid value: {value}: {path} in body should be less than or equal to "
+                f"{schema['maximum']}"
+            )
+    return problems
+
+
 def _walk(value: Any, schema: Mapping[str, Any], path: str, problems: list[str]) -> Any:
     if value is None:
         return None if schema.get("nullable") else _DROP
@@ -43,9 +69,7 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, problems: list[str])
     if problem is not None:
         problems.append(problem)
         return value
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        problems.append(f"{path}: Unsupported value: {value!r}: supported values: {allowed}")
+    problems.extend(_value_problems(value, schema, path))
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         walked = [_walk(v, schema["items"], f"{path}[{n}]", problems) for n, v in enumerate(value)]
         return [v for v in walked if v is not _DROP]

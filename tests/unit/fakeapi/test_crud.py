@@ -378,7 +378,8 @@ def _strict_crd() -> dict[str, Any]:
                 "type": "object",
                 "required": ["size"],
                 "properties": {
-                    "size": {"type": "integer"},
+                    "size": {"type": "integer", "minimum": 1, "maximum": 64},
+                    "tag": {"type": "string", "pattern": "^[a-z]+$"},
                     "mode": {"type": "string", "enum": ["fast", "slow"]},
                     "quantity": {"x-kubernetes-int-or-string": True},
                     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -446,6 +447,9 @@ def test_custom_resources_are_pruned_to_the_crd_schema(fake_api, custom_objects)
         pytest.param({"mode": "fast"}, id="required field missing"),
         pytest.param({"size": 1, "mode": "medium"}, id="not in enum"),
         pytest.param({"size": 1, "quantity": 1.5}, id="int-or-string given a float"),
+        pytest.param({"size": 0}, id="below minimum"),
+        pytest.param({"size": 65}, id="above maximum"),
+        pytest.param({"size": 1, "tag": "A1"}, id="pattern mismatch"),
     ],
 )
 def test_custom_resources_breaking_the_schema_are_422(fake_api, custom_objects, spec):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -22,7 +23,17 @@ def kubeconfig(fake_api) -> str:
     return str(fake_api.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig"))
 
 
-def test_run_binds_and_stops(fake_api, core_v1):
+@pytest.fixture
+def restore_logging():
+    """`run` configures the root logger for the process; put pytest's set-up back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_run_binds_and_stops(fake_api, core_v1, restore_logging):
     gpu_node(fake_api, "n1")
     stop = threading.Event()
     env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": kubeconfig(fake_api)}

@@ -110,8 +110,10 @@ class Store:
     def bucket(self, rt: ResourceType) -> Bucket:
         with self._buckets_lock:
             found = self._buckets.get(rt.qualified)
-            if found is None or found.rt != rt:
+            if found is None:
                 found = self._buckets[rt.qualified] = Bucket(rt)
+            elif found.rt != rt:
+                found.rt = rt  # a CRD changed (versions, scope): its objects stay
             return found
 
     def drop(self, rt: ResourceType) -> None:

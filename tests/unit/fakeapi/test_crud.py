@@ -13,6 +13,7 @@ from kubernetes.client import (
     CoreV1Event,
     EventsV1Api,
     EventsV1Event,
+    V1CustomResourceDefinitionVersion,
     V1Lease,
     V1LeaseSpec,
     V1ObjectMeta,
@@ -464,3 +465,26 @@ def test_custom_resources_breaking_the_schema_are_422(fake_api, custom_objects, 
         custom_objects.create_cluster_custom_object(*GADGETS, body)
     assert (err.value.status, _status(err)["reason"]) == (422, "Invalid")
     assert fake_api.list_objects("gadgets") == []
+
+
+def test_updating_a_crd_keeps_its_objects_and_serves_new_versions(
+    fake_api, kube_client, custom_objects
+):
+    from kubernetes.client import ApiextensionsV1Api
+
+    fake_api.register_crd(_strict_crd())
+    body = {
+        "apiVersion": "example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": {"size": 2},
+    }
+    custom_objects.create_cluster_custom_object(*GADGETS, body)
+    ext = ApiextensionsV1Api(kube_client)
+    crd = ext.read_custom_resource_definition("gadgets.example.com")
+    v2 = crd.spec.versions[0].to_dict()
+    v2.update(name="v2", storage=False)
+    crd.spec.versions.append(model(V1CustomResourceDefinitionVersion, v2))
+    ext.replace_custom_resource_definition("gadgets.example.com", crd)
+    read = custom_objects.get_cluster_custom_object("example.com", "v2", "gadgets", "g")
+    assert (read["apiVersion"], read["spec"]) == ("example.com/v2", {"size": 2})

@@ -71,7 +71,9 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
             assert ctx.device_plugin is not None
             bad = str(inventory.gpus[3].uuid)
             started = time.monotonic()
-            ctx.device_plugin.registry.set_unhealthy(frozenset({bad}))
+            fake_nvml = ctx.backend.nvml  # type: ignore[attr-defined]  # the fixture's fake pynvml
+            fake_nvml.set_lost(3)  # a reset-required Xid on a GPU that stays lost: Unhealthy
+            fake_nvml.emit_xid(3, 79)
             assert _wait(
                 lambda: (
                     not decode(fake.get_object("noderesourcetopologies", NODE))

@@ -98,7 +98,14 @@ def _sink(ctx: AgentContext) -> TopologySink:
 class TopologyService:
     name = "topology-publisher"
 
-    def __init__(self, ctx: AgentContext, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ctx: AgentContext,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sink: TopologySink | None = None,
+    ) -> None:
+        """`sink` replaces the API server (or the dry-run printer), e.g. in the demo."""
         cfg = ctx.config
         self._ctx = ctx
         self._oneshot = cfg.oneshot
@@ -113,7 +120,7 @@ class TopologyService:
             node_labels=cfg.node_labels,
             publish_topology=cfg.publish,
         )
-        self.sink = _sink(ctx)
+        self.sink = sink if sink is not None else _sink(ctx)
         phases = getattr(self.sink, "pod_phases", None)
         is_terminal = (
             TerminalPodFilter(lambda: phases(cfg.node_name), clock=clock) if phases else None

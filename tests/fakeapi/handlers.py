@@ -66,6 +66,7 @@ class FakeHttpServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16  # headers and body leave in one send (flushed after each request)
     server: FakeHttpServer
 
     def setup(self) -> None:
@@ -162,6 +163,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        self.wfile.flush()
         self.close_connection = True
         try:
             for event in events:

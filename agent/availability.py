@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from agent.fingerprint import METHOD_ALL, pods_fingerprint
+from agent.fingerprint import METHOD_ALL, METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
 
@@ -292,8 +292,17 @@ def compute_availability(
     )
     if snapshot is None:
         return Availability(source=SOURCE_NONE, gpus=gpus, numa=numa)
-    fingerprint = pods_fingerprint((p.namespace, p.name) for p in snapshot.pods)
-    return Availability(source=SOURCE_PODRESOURCES, gpus=gpus, numa=numa, fingerprint=fingerprint)
+    # RTE's default method: only pods holding exclusive resources (devices, CPUs, memory) count.
+    fingerprint = pods_fingerprint(
+        (p.namespace, p.name) for p in snapshot.pods if p.has_exclusive_resources
+    )
+    return Availability(
+        source=SOURCE_PODRESOURCES,
+        gpus=gpus,
+        numa=numa,
+        fingerprint=fingerprint,
+        fingerprint_method=METHOD_WITH_EXCLUSIVE_RESOURCES,
+    )
 
 
 def allocated_devices(availability: Availability) -> Mapping[int, int]:

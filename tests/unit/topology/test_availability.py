@@ -56,7 +56,9 @@ def test_allocations_reduce_gpu_and_numa_available() -> None:
     assert counts(av, 0)[GPU_RESOURCE] == (4, 4, 2)
     assert counts(av, 1)[GPU_RESOURCE] == (4, 4, 4)
     assert [gpu_counts(av, i)[GPU_RESOURCE][2] for i in range(8)] == [0, 0, 1, 1, 1, 1, 1, 1]
-    assert av.fingerprint == pods_fingerprint([("ml", "train-0"), ("ml", "idle")])
+    # with-exclusive-resources: the pod holding no device, CPU or memory is not counted
+    assert av.fingerprint == pods_fingerprint([("ml", "train-0")])
+    assert av.fingerprint_method == "with-exclusive-resources"
     assert allocated_devices(av)[0] == 1
 
 

@@ -17,6 +17,7 @@ def _grants(scope: str, group: str, resource: str, verbs: str) -> set[tuple[str,
 
 AGENT = (
     _grants(CLUSTER, "", "nodes", "get list watch patch")
+    | _grants(CLUSTER, "", "pods", "get list")
     | _grants(
         CLUSTER,
         "topology.node.k8s.io",

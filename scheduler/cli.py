@@ -10,9 +10,10 @@ from agent.cli import dispatch
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("scheduler.run_cmd", "the secondary scheduler against a cluster"),
     "simulate": ("scheduler.sim.simulate_cmd", "replay a workload on a simulated cluster"),
+    "demo": ("scheduler.demo", "the demo on an embedded default (no GPU, no cluster)"),
 }
 
-USAGE = "usage: gputopo-scheduler {run,simulate} [--help] ...\n" + "".join(
+USAGE = "usage: gputopo-scheduler {run,simulate,demo} [--help] ...\n" + "".join(
     f"  {name:<10} {text}\n" for name, (_, text) in SUBCOMMANDS.items()
 )
 

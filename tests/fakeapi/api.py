@@ -128,6 +128,12 @@ class Api:
             raise invalid(ref.rt, obj["metadata"].get("name", ""), problems)
         return pruned
 
+    def _tracked(self, old: Obj, new: Obj | Delete, manager: str) -> Obj | Delete:
+        """`new` with `manager` recorded as the Update owner of what it changed."""
+        if manager and isinstance(new, dict):
+            ssa.record_update(old, new, manager, self.now())
+        return new
+
     def _check_namespace(self, ref: Ref) -> None:
         if not ref.rt.namespaced:
             return
@@ -145,11 +151,13 @@ class Api:
                 "terminated",
             )
 
-    def create(self, ref: Ref, body: Any) -> tuple[int, Obj]:
+    def create(self, ref: Ref, body: Any, manager: str = "") -> tuple[int, Obj]:
         if ref.sub == "binding":
             return self.bind(ref, body)
         self._check_namespace(ref)
         obj = self._new_object(ref, body)
+        if manager:
+            ssa.record_update(None, obj, manager, self.now())
         name = obj["metadata"]["name"]
 
         def change(old: Obj | None) -> Obj:
@@ -193,13 +201,13 @@ class Api:
             return DELETE
         return new
 
-    def replace(self, ref: Ref, body: Any) -> tuple[int, Obj]:
+    def replace(self, ref: Ref, body: Any, manager: str = "") -> tuple[int, Obj]:
         new = check_body(ref, body)
 
         def change(old: Obj | None) -> Obj | Delete:
             if old is None:
                 raise not_found(ref.rt, ref.name)
-            return self._updated(ref, old, clone(new))
+            return self._tracked(old, self._updated(ref, old, clone(new)), manager)
 
         stored = self.store.mutate(ref.rt, ref.namespace, ref.name, change)
         assert stored is not None
@@ -207,8 +215,14 @@ class Api:
         return 200, self.present(ref, stored)
 
     def patch(
-        self, ref: Ref, raw: bytes, content_type: str, query: Mapping[str, str]
+        self,
+        ref: Ref,
+        raw: bytes,
+        content_type: str,
+        query: Mapping[str, str],
+        manager: str = "",
     ) -> tuple[int, Obj]:
+        """PATCH in any content type; apply needs `fieldManager` in `query`."""
         kind = content_type.split(";", 1)[0].strip().lower()
         body = parse_patch(raw, kind, ref.rt)
         if kind == patches.APPLY_PATCH:
@@ -230,7 +244,7 @@ class Api:
                 patched = patches.strategic_merge(current, body)
             if not isinstance(patched, dict):
                 raise bad_request("the patched object is not a JSON object")
-            return self._updated(ref, old, patched)
+            return self._tracked(old, self._updated(ref, old, patched), manager)
 
         stored = self.store.mutate(ref.rt, ref.namespace, ref.name, change)
         assert stored is not None

@@ -1,9 +1,11 @@
 """Server-side apply, simplified: field ownership per Apply manager in `metadata.managedFields`.
 
-Each manager owns the leaf fields of the configuration it last applied (lists are atomic leaves).
-Applying removes the fields the manager applied before and no longer sends (unless someone else owns
-them), sets every field it sends, and answers 409 Conflict when another Apply manager owns a field
-it would change, unless `force=true`. Update (PUT/merge patch) managers are not tracked.
+Each Apply manager owns the leaf fields of the configuration it last applied (lists are atomic
+leaves); each Update manager (create, PUT, non-apply PATCH; named by `fieldManager` or the
+User-Agent's first word, as a real server does) owns the fields it last changed. Applying removes
+the fields the manager applied before and no longer sends (unless another manager owns them), sets
+every field it sends, and answers 409 Conflict when another manager owns a field it would change
+to a different value, unless `force=true` (then that manager loses the field).
 """
 
 from __future__ import annotations
@@ -90,46 +92,48 @@ def _delete(obj: Obj, path: Path) -> None:
             del parent[part]
 
 
-def _conflicts(
-    existing: Obj, config: Obj, mine: set[Path], others: list[tuple[str, set[Path]]]
-) -> list[str]:
-    found = []
-    for manager, owned in others:
-        for path in sorted(mine & owned):
-            if _get(existing, path) != _get(config, path):
-                found.append(f'conflict with "{manager}": .{".".join(path)}')
-    return found
+Owned = list[tuple[Obj, set[Path]]]
 
 
-def _ownership(entries: list[Obj], manager: str) -> tuple[set[Path], list[tuple[str, set[Path]]]]:
-    """What `manager` applied before, and what every other Apply manager owns."""
+def _ownership(entries: list[Obj], manager: str) -> tuple[set[Path], Owned]:
+    """What `manager` applied before, and each other entry (Apply or Update) with what it owns."""
     mine: set[Path] = set()
-    others: list[tuple[str, set[Path]]] = []
+    others: Owned = []
     for entry in entries:
-        if entry.get("operation") != "Apply":
-            continue
         owned = from_fields_v1(entry.get("fieldsV1"))
-        if entry.get("manager") == manager:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
             mine = owned
         else:
-            others.append((str(entry.get("manager")), owned))
+            others.append((entry, owned))
     return mine, others
 
 
-def _new_entries(
-    entries: list[Obj], manager: str, paths: set[Path], config: Obj, now: str
-) -> list[Obj]:
-    """managedFields after the apply: ours replaced, fields we took removed from other managers."""
-    result = [_entry(manager, paths, config, now)] if paths else []
-    for entry in entries:
-        if entry.get("operation") != "Apply":
+def _conflicts(existing: Obj, config: Obj, paths: set[Path], others: Owned) -> list[set[Path]]:
+    """Per other entry: the fields it owns that this apply would change."""
+    return [
+        {p for p in paths & owned if _get(existing, p) != _get(config, p)} for _, owned in others
+    ]
+
+
+def _conflict_error(others: Owned, conflicts: list[set[Path]], api_version: str) -> ApiError:
+    found = [
+        f'conflict with "{entry.get("manager")}" using {api_version}: .{".".join(path)}'
+        for (entry, _), paths in zip(others, conflicts, strict=True)
+        for path in sorted(paths)
+    ]
+    plural = "s" if len(found) > 1 else ""
+    return ApiError(409, f"Apply failed with {len(found)} conflict{plural}: " + "; ".join(found))
+
+
+def _rebuilt(entries: Owned, losses: list[set[Path]]) -> list[Obj]:
+    """Entries with `losses` removed from what they own; entries left owning nothing go."""
+    result = []
+    for (entry, owned), lost in zip(entries, losses, strict=True):
+        left = owned - lost
+        if left == owned:
             result.append(entry)
-            continue
-        if entry.get("manager") == manager:
-            continue
-        owned = from_fields_v1(entry.get("fieldsV1")) - paths
-        if owned:
-            result.append(dict(entry, fieldsV1=to_fields_v1(owned)))
+        elif left:
+            result.append(dict(entry, fieldsV1=to_fields_v1(left)))
     return result
 
 
@@ -141,9 +145,8 @@ def apply(existing: Obj | None, config: Obj, manager: str, force: bool, now: str
     new_paths = field_paths(config)
     old_paths, others = _ownership(entries, manager)
     conflicts = _conflicts(base, config, new_paths, others)
-    if conflicts and not force:
-        message = f"Apply failed with {len(conflicts)} conflict(s): " + ", ".join(conflicts)
-        raise ApiError(409, message)
+    if any(conflicts) and not force:
+        raise _conflict_error(others, conflicts, str(config.get("apiVersion", "")))
     kept_by_others: set[Path] = set().union(*(owned for _, owned in others))
     for path in old_paths - new_paths - kept_by_others:
         _delete(base, path)
@@ -152,15 +155,40 @@ def apply(existing: Obj | None, config: Obj, manager: str, force: bool, now: str
     for key in ("apiVersion", "kind"):
         if key in config:
             base[key] = config[key]
-    meta["managedFields"] = _new_entries(entries, manager, new_paths, config, now)
+    mine = [_entry(manager, "Apply", new_paths, config, now)] if new_paths else []
+    meta["managedFields"] = mine + _rebuilt(others, conflicts)
     return base
 
 
-def _entry(manager: str, paths: set[Path], config: Obj, now: str) -> dict[str, Any]:
+def record_update(old: Obj | None, new: Obj, manager: str, now: str) -> None:
+    """managedFields after a non-apply write (create, PUT, patch): `manager` owns its changes."""
+    new_paths = field_paths(new)
+    if old is None:
+        changed, removed = new_paths, set()
+    else:
+        changed = {p for p in new_paths if _get(old, p) != _get(new, p)}
+        removed = field_paths(old) - new_paths
+    if not changed and not removed:
+        return
+    meta = new["metadata"]
+    mine: set[Path] = set()
+    others: Owned = []
+    for entry in meta.get("managedFields") or []:
+        owned = from_fields_v1(entry.get("fieldsV1"))
+        if entry.get("manager") == manager and entry.get("operation") == "Update":
+            mine = owned
+        else:
+            others.append((entry, owned))
+    kept = _rebuilt(others, [changed | removed] * len(others))
+    mine = (mine | changed) - removed
+    meta["managedFields"] = kept + ([_entry(manager, "Update", mine, new, now)] if mine else [])
+
+
+def _entry(manager: str, operation: str, paths: set[Path], obj: Obj, now: str) -> dict[str, Any]:
     return {
         "manager": manager,
-        "operation": "Apply",
-        "apiVersion": config.get("apiVersion", ""),
+        "operation": operation,
+        "apiVersion": obj.get("apiVersion", ""),
         "time": now,
         "fieldsType": "FieldsV1",
         "fieldsV1": to_fields_v1(paths),

@@ -136,16 +136,21 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, (api.get(ref) if ref.name else api.list(ref, query))
         if method == "POST" and (not ref.name or ref.sub == "binding"):
-            return api.create(ref, _json(raw))
+            return api.create(ref, _json(raw), self._manager(query))
         if method == "PUT" and ref.name and ref.sub != "binding":
-            return api.replace(ref, _json(raw))
+            return api.replace(ref, _json(raw), self._manager(query))
         if method == "PATCH" and ref.name and ref.sub != "binding":
-            return api.patch(ref, raw, ctype, query)
+            return api.patch(ref, raw, ctype, query, self._manager(query))
         if method == "DELETE" and not ref.sub:
             if not ref.name:
                 return api.delete_collection(ref, query)
             return api.delete(ref, _json(raw) if raw else None, query)
         raise method_not_allowed()
+
+    def _manager(self, query: dict[str, str]) -> str:
+        """`fieldManager`, else the User-Agent up to its first "/", as a real server names it."""
+        agent = self.headers.get("User-Agent", "")
+        return query.get("fieldManager") or agent.split("/", 1)[0] or "unknown"
 
     def _send_json(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()

@@ -278,12 +278,17 @@ def too_old(rv: int, oldest: int) -> ApiError:
 
 
 def _same_content(old: Obj, new: Obj) -> bool:
-    """Equal but for resourceVersion and managedFields: an update that changes nothing."""
+    """Equal but for resourceVersion and managedFields times: an update that changes nothing."""
     return _strip(old) == _strip(new)
 
 
 def _strip(obj: Obj) -> Obj:
     meta = dict(obj.get("metadata") or {})
     meta.pop("resourceVersion", None)
-    meta.pop("managedFields", None)
+    entries = meta.get("managedFields")
+    if isinstance(entries, list):
+        meta["managedFields"] = [
+            {k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e
+            for e in entries
+        ]
     return dict(obj, metadata=meta)

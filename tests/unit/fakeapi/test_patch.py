@@ -217,3 +217,58 @@ def test_apply_of_node_labels_keeps_other_owners_labels(core_v1):
         "kubernetes.io/hostname": "n1",
         "nvidia.com/gpu.product": "A100",
     }
+
+
+def test_updates_record_their_manager_and_apply_conflicts_with_it(fake_api, custom_objects):
+    custom_objects.create_cluster_custom_object(*NRT, make_nrt("n1", zones=2))
+    entries = custom_objects.get_cluster_custom_object(*NRT, "n1")["metadata"]["managedFields"]
+    assert [(e["manager"], e["operation"]) for e in entries] == [("OpenAPI-Generator", "Update")]
+    with pytest.raises(ApiException) as err:
+        custom_objects.patch_cluster_custom_object(
+            *NRT, "n1", make_nrt("n1", zones=1), field_manager="gputopo-agent", _content_type=APPLY
+        )
+    assert 'conflict with "OpenAPI-Generator"' in status_body(err.value)["message"]
+    custom_objects.patch_cluster_custom_object(
+        *NRT,
+        "n1",
+        make_nrt("n1", zones=1),
+        field_manager="gputopo-agent",
+        force=True,
+        _content_type=APPLY,
+    )
+    managers = {
+        e["manager"]: e["fieldsV1"]
+        for e in custom_objects.get_cluster_custom_object(*NRT, "n1")["metadata"]["managedFields"]
+    }
+    assert "f:zones" in managers["gputopo-agent"]
+    assert "f:zones" not in managers.get("OpenAPI-Generator", {})
+
+
+def test_apply_of_unchanged_values_shares_ownership_without_conflict(custom_objects):
+    custom_objects.create_cluster_custom_object(*NRT, make_nrt("n1", zones=2))
+    custom_objects.patch_cluster_custom_object(
+        *NRT, "n1", make_nrt("n1", zones=2), field_manager="gputopo-agent", _content_type=APPLY
+    )
+    entries = custom_objects.get_cluster_custom_object(*NRT, "n1")["metadata"]["managedFields"]
+    assert sorted(e["manager"] for e in entries) == ["OpenAPI-Generator", "gputopo-agent"]
+
+
+def test_patch_with_field_manager_owns_the_labels_it_set(core_v1):
+    core_v1.create_node({"metadata": {"name": "n1"}})
+    core_v1.patch_node(
+        "n1", {"metadata": {"labels": {"nvidia.com/gpu.count": "8"}}}, field_manager="gputopo-agent"
+    )
+    entries = core_v1.read_node("n1").metadata.managed_fields
+    mine = [e for e in entries if e.manager == "gputopo-agent"]
+    assert [(e.operation, e.fields_v1) for e in mine] == [
+        ("Update", {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}})
+    ]
+
+
+def test_reapplying_the_same_configuration_writes_nothing(fake_api, custom_objects):
+    apply = {"field_manager": "gputopo-agent", "force": True, "_content_type": APPLY}
+    custom_objects.patch_cluster_custom_object(*NRT, "n1", make_nrt("n1", zones=2), **apply)
+    before = fake_api.get_object("noderesourcetopologies", "n1")
+    again = custom_objects.patch_cluster_custom_object(*NRT, "n1", make_nrt("n1", zones=2), **apply)
+    assert again["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert again["metadata"]["managedFields"] == before["metadata"]["managedFields"]

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client import ApiException, CoreV1Api
 
-from tests.unit.fakeapi.builders import make_binding, make_pod
+from tests.unit.fakeapi.builders import make_binding, make_nrt, make_pod, make_podgroup
 
 
 def new_watch() -> Any:
@@ -160,3 +160,35 @@ def test_watch_stream_ends_when_the_server_goes_down(fake_api, core_v1):
     resp = core_v1.list_node(watch=True, resource_version=rv, _preload_content=False)
     fake_api.down()
     assert resp.read() == b""
+
+
+def test_custom_object_watch_streams_nrts_and_podgroups(fake_api, custom_objects):
+    nrt = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
+    rv = custom_objects.list_cluster_custom_object(*nrt)["metadata"]["resourceVersion"]
+    nrts = Collector(
+        custom_objects.list_cluster_custom_object,
+        2,
+        group=nrt[0],
+        version=nrt[1],
+        plural=nrt[2],
+        resource_version=rv,
+        timeout_seconds=5,
+    )
+    groups = Collector(
+        custom_objects.list_namespaced_custom_object,
+        1,
+        group="scheduling.x-k8s.io",
+        version="v1alpha1",
+        namespace="default",
+        plural="podgroups",
+        resource_version=rv,
+        timeout_seconds=5,
+    )
+    custom_objects.create_cluster_custom_object(*nrt, make_nrt("n1"))
+    custom_objects.patch_cluster_custom_object(*nrt, "n1", {"zones": []})
+    custom_objects.create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", "default", "podgroups", make_podgroup("g", 2)
+    )
+    assert nrts.wait() == [("ADDED", "n1"), ("MODIFIED", "n1")]
+    assert groups.wait() == [("ADDED", "g")]
+    assert nrts.raw[-1]["zones"] == []

@@ -15,12 +15,15 @@ idle GPUs, largest free share) skips nodes that certainly fail; it is a necessar
 state: same static shape (labels, taints, allocatable, GPUs and links) and the same dynamic state
 (free milli-GPU per GPU, requested resources, MIG and NUMA-zone counters), since filters and
 scores are pure functions of those. Every change to the snapshot must go through `bind` /
-`unbind` (or be reported with `touch`).
+`unbind` (or be reported with `touch`). Score functions that learn from the pods they score
+(an `observe(pod)` method and a `version` counter, like `FragmentationScore`) are shown every pod
+here, and a new version drops every cached verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +39,7 @@ from scheduler.placement import (
 )
 from scheduler.placement.request import CPU, MEMORY, PODS
 
-__all__ = ["FastPicker", "pod_class"]
+__all__ = ["FastPicker", "Learner", "pod_class"]
 
 _IntArray = npt.NDArray[np.int64]
 _FloatArray = npt.NDArray[np.float64]
@@ -61,6 +64,15 @@ def pod_class(pod: PodRequest) -> _ClassKey:
         pod.unsupported,
         pod.pod_group,
     )
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A score function that learns from the pods it scores (see `FragmentationScore`)."""
+
+    version: int
+
+    def observe(self, pod: PodRequest) -> None: ...
 
 
 @dataclass(slots=True)
@@ -94,6 +106,12 @@ class FastPicker:
         self._log: list[int] = []
         self._classes: dict[_ClassKey, _Verdicts] = {}
         self._memo: dict[tuple[object, ...], _Verdict] = {}
+        self._learners: list[Learner] = []
+        for weighted in scoring.scores:
+            fn: object = weighted.fn
+            if isinstance(fn, Learner):
+                self._learners.append(fn)
+        self._version = self._learned_version()
         shapes: dict[tuple[object, ...], int] = {}
         self._shape = [shapes.setdefault(_static(n), len(shapes)) for n in self._nodes]
         for i in range(size):
@@ -168,7 +186,22 @@ class FastPicker:
             return found
         return replace(found, node=name)
 
+    def _learned_version(self) -> int:
+        return sum(fn.version for fn in self._learners)
+
+    def _observe(self, pod: PodRequest) -> None:
+        """Let learning scores see `pod`; when one refits, every cached verdict is stale."""
+        for fn in self._learners:
+            fn.observe(pod)
+        version = self._learned_version()
+        if version != self._version:
+            self._version = version
+            self._classes.clear()
+            self._memo.clear()
+
     def _refresh(self, pod: PodRequest) -> _Verdicts:
+        if self._learners:
+            self._observe(pod)
         key = pod_class(pod)
         verdicts = self._classes.get(key)
         if verdicts is None:

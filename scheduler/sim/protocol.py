@@ -59,6 +59,8 @@ class RunResult:
     failed: dict[str, int]
     decisions_per_second: float
     gang_wait_seconds: float | None = None
+    mean_allocation: float | None = None  # event mode: time-weighted mean allocation (%)
+    peak_allocation: float | None = None  # event mode: highest allocation (%)
     jobs_total: int = 0
     jobs_placed: int = 0
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)

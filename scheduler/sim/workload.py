@@ -45,6 +45,9 @@ from typing import Any
 
 import yaml
 
+from agent.errors import AgentError
+from agent.model import MigMode
+from agent.nvml.fixture import load_fixture
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
 from scheduler.sim.yamlread import Reader, WorkloadError
 
@@ -299,9 +302,11 @@ def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
     if fixture is not None and ("gpus" in doc or "model" in doc):
         reader.fail(path, "give either fixture or gpus/model, not both")
     gpus = reader.as_int(doc.get("gpus", 0), f"{path}.gpus", 0)
-    model = reader.as_str(doc.get("model", ""), f"{path}.model")
+    model = reader.as_str(doc["model"], f"{path}.model") if "model" in doc else ""
     if gpus and not model:
         reader.fail(f"{path}.model", "required when gpus is set")
+    if fixture is not None:
+        gpus, model = _fixture_gpus(reader, reader.as_str(fixture, f"{path}.fixture"), path)
     return NodeGroup(
         name=reader.as_str(doc["name"], f"{path}.name"),
         count=reader.as_int(doc.get("count", 1), f"{path}.count", 1),
@@ -314,6 +319,16 @@ def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
         labels=reader.str_map(doc.get("labels", {}), f"{path}.labels"),
         topology=reader.str_map(doc.get("topology", {}), f"{path}.topology"),
     )
+
+
+def _fixture_gpus(reader: Reader, ref: str, path: str) -> tuple[int, str]:
+    """(whole GPUs, product) of an NVML fixture; MIG-enabled GPUs are not whole GPUs."""
+    try:
+        inventory = load_fixture(ref).inventory
+    except AgentError as exc:
+        reader.fail(f"{path}.fixture", str(exc))
+    whole = [g for g in inventory.gpus if g.mig_mode is not MigMode.ENABLED]
+    return len(whole), inventory.gpus[0].product if inventory.gpus else ""
 
 
 def trace_cluster(nodes: list[TraceNode], source: str) -> ClusterSpec:

@@ -16,6 +16,7 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,12 @@ class _Fault:
 
 
 class FakeApiServer:
-    """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1."""
+    """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1.
+
+    `clock` stamps creation and deletion times; `install_crds` installs the NRT and PodGroup CRDs;
+    `history_limit` is the watch events kept per resource (older resource versions get 410);
+    `request_log_limit` bounds `requests` to the most recent ones (0 turns the log off).
+    """
 
     def __init__(
         self,
@@ -67,6 +73,7 @@ class FakeApiServer:
         install_crds: bool = True,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         history_limit: int = 50_000,
+        request_log_limit: int = 100_000,
     ) -> None:
         self.lock = threading.RLock()
         self.registry = Registry()
@@ -74,7 +81,7 @@ class FakeApiServer:
             self.registry.add(rt)
         self.store = Store(history_limit)
         self.api = Api(self.registry, self.store, clock)
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=request_log_limit)
         self._faults: list[_Fault] = []
         self._delay = 0.0
         self._generation = 0
@@ -220,12 +227,14 @@ class FakeApiServer:
     def record(
         self, method: str, path: str, query: Mapping[str, str], raw: bytes, content_type: str
     ) -> None:
+        if self._requests.maxlen == 0:
+            return
         body: Any = None
         if raw:
             try:
                 body = json.loads(raw)
             except ValueError:
-                body = yaml.safe_load(raw.decode(errors="replace"))
+                body = _yaml_or_text(raw)
         with self.lock:
             self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
 
@@ -354,6 +363,14 @@ class FakeApiServer:
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 done += self.delete_object("pods", meta["name"], meta.get("namespace", ""))
         return done
+
+
+def _yaml_or_text(raw: bytes) -> Any:
+    text = raw.decode(errors="replace")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def _fault_matches(fault: _Fault, method: str, path: str) -> bool:

@@ -113,3 +113,14 @@ def test_an_unstarted_server_can_be_filled_then_started():
         status = CoreV1Api(api).read_node("n1").status
         assert status is not None
         assert status.capacity == {"nvidia.com/gpu": "8"}
+
+
+def test_request_log_keeps_only_the_most_recent_requests():
+    with FakeApiServer(request_log_limit=2) as fake, ApiClient(fake.configuration()) as api:
+        core = CoreV1Api(api)
+        for name in ("a", "b", "c"):
+            core.create_node({"metadata": {"name": name}})
+        assert [r.body["metadata"]["name"] for r in fake.requests] == ["b", "c"]
+    with FakeApiServer(request_log_limit=0) as quiet, ApiClient(quiet.configuration()) as api:
+        CoreV1Api(api).list_node()
+        assert quiet.requests == []

@@ -6,7 +6,14 @@ import time
 
 import pytest
 from kubernetes import config
-from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api
+from kubernetes.client import (
+    ApiClient,
+    ApiException,
+    Configuration,
+    CoreV1Api,
+    V1Node,
+    V1ObjectMeta,
+)
 from urllib3.exceptions import MaxRetryError
 
 from tests.fakeapi import FakeApiServer
@@ -119,7 +126,7 @@ def test_request_log_keeps_only_the_most_recent_requests():
     with FakeApiServer(request_log_limit=2) as fake, ApiClient(fake.configuration()) as api:
         core = CoreV1Api(api)
         for name in ("a", "b", "c"):
-            core.create_node({"metadata": {"name": name}})
+            core.create_node(V1Node(metadata=V1ObjectMeta(name=name)))
         assert [r.body["metadata"]["name"] for r in fake.requests] == ["b", "c"]
     with FakeApiServer(request_log_limit=0) as quiet, ApiClient(quiet.configuration()) as api:
         CoreV1Api(api).list_node()

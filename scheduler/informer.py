@@ -53,7 +53,8 @@ class Informer:
         self._thread.start()
 
     def close(self) -> None:
-        """End the current watch at once (call after setting `stop`)."""
+        """End the current watch at once. Call after setting `stop`: a watch still opening then
+        sees `stop` and closes itself."""
         with self._lock:
             stream = self._stream
         if stream is not None:
@@ -76,6 +77,9 @@ class Informer:
                 if not self._stop.is_set():
                     log.warning("%s: %s; retrying in %.1fs", self.kind.name, exc, self._retry)
                     self._stop.wait(self._retry)
+            except Exception:
+                log.exception("%s: informer failed; retrying in %.1fs", self.kind.name, self._retry)
+                self._stop.wait(self._retry)
 
     def _list(self) -> str | None:
         """List into the sink; None when the resource is not served (CRD not installed)."""
@@ -104,6 +108,9 @@ class Informer:
         while not self._stop.is_set():
             stream = self._kube.watch(self.kind, resource_version, self._watch_timeout)
             with self._lock:
+                if self._stop.is_set():  # `close()` ran while the watch was opening
+                    stream.close()
+                    return
                 self._stream = stream
             try:
                 for etype, obj in stream.events():

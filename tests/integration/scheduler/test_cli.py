@@ -9,12 +9,21 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from scheduler.run_cmd import run
-from tests.integration.scheduler.harness import create_pod, gpu_node, node_of, pod_body, wait_for
+from scheduler.kube import KubeClient
+from scheduler.run_cmd import Runtime, run
+from tests.integration.scheduler.harness import (
+    create_pod,
+    gpu_node,
+    node_of,
+    pod_body,
+    settings,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -75,3 +84,13 @@ def test_process_stops_cleanly_on_sigterm(fake_api, core_v1):
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0
     assert '"msg": "stopping"' in err
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.05, 0.2])
+def test_stop_is_prompt_at_any_point_of_start_up(fake_api, delay):
+    runtime = Runtime(settings(), KubeClient(fake_api.api_client(), "s", "i"), watch_timeout=300)
+    runtime.start()
+    time.sleep(delay)  # stop while the informers list, open their watches, or watch
+    started = time.monotonic()
+    runtime.stop()
+    assert time.monotonic() - started < 2.0

@@ -1,0 +1,156 @@
+"""`scheduler.placement.fgd`: fragmentation over typical pods, the FGD gradient and scores."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.placement import Assignment, PodRequest
+from scheduler.placement.fgd import (
+    FgdScore,
+    Fragmentation,
+    NodeView,
+    PodShape,
+    TypicalPod,
+    bestfit_score,
+    least_allocated_score,
+    node_view,
+    paper_score,
+    pod_shape,
+    typical_pods,
+)
+from scheduler.sim.cluster import Cluster, NodeSpec
+
+GIB = 1 << 30
+SHARE_600 = PodShape(cpu_milli=4000, gpu_milli=600, gpus=1)
+WHOLE_1 = PodShape(cpu_milli=8000, gpu_milli=1000, gpus=1)
+CPU_ONLY = PodShape(cpu_milli=16000)
+
+
+def frag(*typical: tuple[PodShape, float]) -> Fragmentation:
+    return Fragmentation([TypicalPod(shape, weight) for shape, weight in typical])
+
+
+def test_typical_pods_cover_the_most_frequent_shapes_and_renormalise():
+    shapes = [WHOLE_1] * 60 + [SHARE_600] * 30 + [CPU_ONLY] * 6 + [PodShape(1000)] * 4
+    typical = typical_pods(shapes, coverage=0.9)
+    assert [t.shape for t in typical] == [WHOLE_1, SHARE_600]
+    assert [round(t.weight, 4) for t in typical] == [round(60 / 90, 4), round(30 / 90, 4)]
+    assert math.isclose(sum(t.weight for t in typical), 1.0)
+
+
+def test_typical_pods_break_frequency_ties_by_the_larger_shape():
+    small, big = PodShape(1000), PodShape(2000)
+    assert [t.shape for t in typical_pods([small, big], coverage=1.0)] == [big, small]
+    assert typical_pods([]) == ()
+
+
+@pytest.mark.parametrize(
+    ("view", "expected"),
+    [
+        pytest.param(NodeView("G2", 64_000, (1000, 500)), 500.0, id="both fit: the 500 GPU wastes"),
+        pytest.param(NodeView("G2", 64_000, (500, 500)), 1000.0, id="neither fits: all wasted"),
+        pytest.param(NodeView("G2", 6_000, (1000, 500)), 1000.0, id="cpu too short for 1-GPU pod"),
+        pytest.param(NodeView("G2", 64_000, (0, 0)), 0.0, id="no free GPU: nothing to waste"),
+    ],
+)
+def test_fragmentation_by_hand(view: NodeView, expected: float):
+    f = frag((SHARE_600, 0.5), (WHOLE_1, 0.5))
+    assert f.of(view) == pytest.approx(expected)
+
+
+def test_cpu_only_and_inaccessible_typical_pods_count_every_free_gpu():
+    t4_only = PodShape(cpu_milli=1000, gpu_milli=300, gpus=1, models=("T4",))
+    f = frag((CPU_ONLY, 0.5), (t4_only, 0.5))
+    assert f.of(NodeView("G2", 64_000, (1000, 400))) == pytest.approx(1400.0)
+    assert f.of(NodeView("T4", 64_000, (1000, 400))) == pytest.approx(700.0)
+
+
+def test_gradient_puts_a_share_where_fragmentation_grows_least():
+    f = frag((SHARE_600, 0.5), (WHOLE_1, 0.5))
+    view = NodeView("G2", 64_000, (1000, 700, 1000))
+    # 300 on the 700 GPU leaves 400 (wasted by both); on a whole GPU it breaks one of two.
+    delta, gpus = f.gradient(view, PodShape(cpu_milli=1000, gpu_milli=300, gpus=1)) or (0.0, ())
+    assert gpus == (1,)
+    assert delta == pytest.approx(f.of(view) - f.of(NodeView("G2", 63_000, (1000, 400, 1000))))
+
+
+def test_gradient_takes_the_lowest_free_whole_gpus_and_refuses_what_does_not_fit():
+    f = frag((WHOLE_1, 1.0))
+    view = NodeView("G2", 64_000, (200, 1000, 1000, 1000))
+    assert f.gradient(view, PodShape(cpu_milli=1000, gpu_milli=1000, gpus=2)) is not None
+    assert f.placements(view, PodShape(1000, 1000, 2))[0][1] == (1, 2)
+    assert f.gradient(view, PodShape(1000, 1000, 4)) is None
+    assert f.gradient(view, PodShape(99_000)) is None
+    assert f.gradient(view, PodShape(1000, 500, 1, ("T4",))) is None
+
+
+def test_paper_score_is_fifty_at_no_change_and_monotone():
+    assert paper_score(0.0) == 50
+    assert paper_score(-1000.0) == 26
+    assert paper_score(1000.0) == 73
+    assert paper_score(-1e9) == 0
+    assert [paper_score(d) for d in (-2000, -500, 0, 500)] == sorted(
+        paper_score(d) for d in (-2000, -500, 0, 500)
+    )
+
+
+views = st.builds(
+    NodeView,
+    st.sampled_from(["G2", "T4"]),
+    st.integers(0, 100_000),
+    st.lists(st.integers(0, 1000), min_size=0, max_size=8).map(tuple),
+)
+
+
+@given(views, st.permutations(range(8)))
+def test_fragmentation_is_bounded_and_ignores_gpu_order(view: NodeView, order: list[int]):
+    f = frag((SHARE_600, 0.4), (WHOLE_1, 0.4), (CPU_ONLY, 0.2))
+    value = f.of(view)
+    assert 0.0 <= value <= sum(view.gpu_free) + 1e-9
+    shuffled = tuple(view.gpu_free[i] for i in order if i < len(view.gpu_free))
+    assert f.of(NodeView(view.model, view.cpu_free, shuffled)) == pytest.approx(value)
+
+
+def _node(gpus: int = 2, cpu: int = 32_000, model: str = "G2"):
+    cluster = Cluster.from_specs([NodeSpec(name="n", gpus=gpus, model=model, cpu_milli=cpu)])
+    return cluster.snapshot.node("n")
+
+
+def test_node_view_and_pod_shape_read_placement_objects():
+    node = _node()
+    first = PodRequest(key="a", cpu_milli=2000, gpu_milli=300)
+    node.add_pod(first, Assignment(node="n", share=(1, 300)))
+    assert node_view(node) == NodeView("G2", 30_000, (1000, 700))
+    assert pod_shape(PodRequest(key="b", cpu_milli=500, gpus=2)) == PodShape(500, 1000, 2)
+    assert pod_shape(PodRequest(key="c", gpu_milli=250, gpu_models=frozenset({"T4"}))) == (
+        PodShape(0, 250, 1, ("T4",))
+    )
+
+
+def test_fgd_score_and_its_share_gpu_choice():
+    node = _node(gpus=3)
+    node.add_pod(PodRequest(key="a", gpu_milli=300), Assignment(node="n", share=(2, 300)))
+    score = FgdScore(frag((SHARE_600, 0.5), (WHOLE_1, 0.5)))
+    pod = PodRequest(key="p", cpu_milli=1000, gpu_milli=300)
+    assert score.share_gpu(pod, node) == 2
+    # On GPU 2 (700 -> 400) F grows by 50 milli-GPU, on a whole GPU by 350: ⌊100·σ(-0.05)⌋ = 48.
+    assert score(pod, node, Assignment(node="n", share=(0, 300))) == 48.0
+
+
+def test_bestfit_score_matches_the_published_formula():
+    node = _node(gpus=8, cpu=96_000)
+    pod = PodRequest(key="p", cpu_milli=32_000, gpus=2)
+    expected = int((1.0 - (64_000 / 128_000 * 0.5 + 6000 / 8000 * 0.5)) * 100)
+    assert bestfit_score(pod, node, Assignment(node="n", gpus=(0, 1))) == float(expected) == 37.0
+
+
+def test_least_allocated_prefers_the_emptier_node():
+    empty, busy = _node(), _node()
+    busy.add_pod(PodRequest(key="x", cpu_milli=16_000, gpus=1), Assignment(node="n", gpus=(0,)))
+    pod = PodRequest(key="p", cpu_milli=1000, memory=GIB, gpus=1)
+    a = Assignment(node="n", gpus=(1,))
+    assert least_allocated_score(pod, empty, a) > least_allocated_score(pod, busy, a) > 0.0

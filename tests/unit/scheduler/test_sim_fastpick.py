@@ -1,0 +1,130 @@
+"""`FastPicker` makes the decisions of `pick` (every node ranked), with memoised verdicts."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.model import NvlinkFabric
+from scheduler.placement import PodRequest, Scoring, WeightedScore, pick
+from scheduler.placement.fgd import (
+    FgdScore,
+    Fragmentation,
+    FragmentationScore,
+    PodShape,
+    TypicalPod,
+    bestfit_score,
+    least_allocated_score,
+)
+from scheduler.placement.scores import DEFAULT_WEIGHTS
+from scheduler.sim.cluster import Cluster, NodeSpec
+from scheduler.sim.fastpick import FastPicker, Learner, pod_class
+
+GIB = 1 << 30
+TYPICAL = (
+    TypicalPod(PodShape(4000, 500, 1), 0.4),
+    TypicalPod(PodShape(8000, 1000, 1), 0.4),
+    TypicalPod(PodShape(8000), 0.2),
+)
+
+
+def small_cluster(rng: random.Random) -> Cluster:
+    specs = []
+    for i in range(rng.randint(3, 7)):
+        kind = rng.choice(("dgx", "pairs", "t4", "cpu"))
+        gpus = {"dgx": 8, "pairs": 4, "t4": 2, "cpu": 0}[kind]
+        fabric = NvlinkFabric.DIRECT if kind == "pairs" else NvlinkFabric.NVSWITCH
+        model = "T4" if kind == "t4" else "H100"
+        cpu = rng.choice((16_000, 32_000, 64_000))
+        specs.append(NodeSpec(name=f"n{i}", gpus=gpus, model=model, cpu_milli=cpu, fabric=fabric))
+    return Cluster.from_specs(specs)
+
+
+def random_pod(rng: random.Random, key: str) -> PodRequest:
+    cpu = rng.choice((1000, 4000, 8000))
+    kind = rng.random()
+    models = frozenset({"T4"}) if rng.random() < 0.15 else frozenset()
+    if kind < 0.2:
+        return PodRequest(key=key, cpu_milli=cpu, memory=GIB)
+    if kind < 0.55:
+        share = rng.choice((250, 500, 700))
+        return PodRequest(key=key, cpu_milli=cpu, gpu_milli=share, gpu_models=models)
+    gpus = rng.choice((1, 1, 2, 4))
+    return PodRequest(key=key, cpu_milli=cpu, gpus=gpus, gpu_models=models)
+
+
+def scorings() -> dict[str, Scoring]:
+    def single(fn: object) -> Scoring:
+        return Scoring(scores=(WeightedScore("s", 1.0, fn),), candidate_limit=0)  # type: ignore[arg-type]
+
+    return {
+        "shipped weights": Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0),
+        "bestfit": single(bestfit_score),
+        "spread": single(least_allocated_score),
+        "fgd": single(FgdScore(Fragmentation(TYPICAL))),
+    }
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(sorted(scorings())))
+def test_same_decisions_as_pick(seed: int, name: str):
+    rng = random.Random(seed)
+    cluster = small_cluster(rng)
+    scoring = scorings()[name]
+    fast = FastPicker(cluster.snapshot, scoring)
+    for k in range(40):
+        pod = random_pod(rng, f"default/p{k}")
+        expected = pick(pod, cluster.snapshot, scoring, explain=False)
+        got = fast.pick(pod)
+        assert (got[0] if got else None) == expected.assignment
+        if got is not None:
+            fast.bind(pod, got[0])
+        if k % 7 == 6:
+            fast.unbind(f"default/p{k - 3}")
+
+
+def test_a_learning_score_invalidates_the_cache():
+    rng = random.Random(3)
+    cluster = small_cluster(rng)
+    learner = FragmentationScore()
+    scoring = Scoring(scores=(WeightedScore("fragmentation", 1.0, learner),), candidate_limit=0)
+    fast = FastPicker(cluster.snapshot, scoring)
+    assert isinstance(learner, Learner)
+    for k in range(60):
+        pod = random_pod(rng, f"default/p{k}")
+        got = fast.pick(pod)
+        expected = pick(pod, cluster.snapshot, scoring, explain=False)
+        assert (got[0] if got else None) == expected.assignment
+        if got is not None:
+            fast.bind(pod, got[0])
+    assert learner.version >= 1
+
+
+def test_feasible_and_assignment_on():
+    cluster = Cluster.from_specs(
+        [NodeSpec(name="a", gpus=1), NodeSpec(name="b", gpus=2), NodeSpec(name="c", gpus=0)]
+    )
+    fast = FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=0))
+    two = PodRequest(key="x", gpus=2)
+    assert fast.feasible(two) == ["b"]
+    found = fast.assignment_on(two, "b")
+    assert found is not None
+    assert (found.node, found.gpus) == ("b", (0, 1))
+    assert fast.assignment_on(two, "a") is None
+    assert fast.pick(PodRequest(key="y", gpus=3)) is None
+
+
+def test_pod_class_ignores_only_the_key():
+    a = PodRequest(key="a", cpu_milli=1, gpus=1)
+    assert pod_class(a) == pod_class(PodRequest(key="b", cpu_milli=1, gpus=1))
+    assert pod_class(a) != pod_class(PodRequest(key="a", cpu_milli=2, gpus=1))
+
+
+def test_candidate_limits_are_refused():
+    cluster = Cluster.from_specs([NodeSpec(name="a")])
+    assert not FastPicker.supports(Scoring(scores=(), candidate_limit=64))
+    with pytest.raises(ValueError, match="candidate_limit == 0"):
+        FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=64))

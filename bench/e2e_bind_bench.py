@@ -150,6 +150,7 @@ def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
         mean_cycle_ms = 1000 * (sample(f"{cycle}_sum") or 0.0) / cycles
     finally:
         runtime.stop()
+        runtime.kube.close()
     parent.send(("check", pods))
     check = parent.recv()
     parent.send(("stop", None))

@@ -125,6 +125,11 @@ class KubeClient:
         configuration.connection_pool_maxsize = pool
         return cls(client.ApiClient(configuration), component, identity)
 
+    def close(self) -> None:
+        """Close the connection pool."""
+        api_client: Any = self.api_client
+        api_client.close()
+
     # -- list and watch ------------------------------------------------------------------
     def _list_call(self, kind: Kind, **kw: Any) -> Any:
         if kind is PODS:

@@ -37,6 +37,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._last: dict[Hashable, object] = {}
         self._pending: set[Future[None]] = set()
+        self._queued: dict[Hashable, tuple[object, Callable[[], None]]] = {}  # after the in-flight
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Event `FailedScheduling` and `PodScheduled=False` (reason Unschedulable): `message`."""
@@ -96,15 +97,30 @@ class Reporter:
 
     # -- internals -----------------------------------------------------------------------
     def _submit(self, key: Hashable, value: object, write: Callable[[], None]) -> None:
+        """Write in order per object: while one write of `key` runs, only the newest waits."""
         if not self._fence.may_bind():
             return
         with self._lock:
             if self._last.get(key) == value:
                 return
             self._last[key] = value
-            future = self._pool.submit(self._run, key, value, write)
+            in_flight = key in self._queued
+            self._queued[key] = (value, write)
+            if in_flight:
+                return
+            future = self._pool.submit(self._drain, key)
             self._pending.add(future)
         future.add_done_callback(self._done)
+
+    def _drain(self, key: Hashable) -> None:
+        while True:
+            with self._lock:
+                value, write = self._queued[key]
+            self._run(key, value, write)
+            with self._lock:
+                if self._queued[key][0] == value and self._queued[key][1] is write:
+                    del self._queued[key]
+                    return
 
     def _run(self, key: Hashable, value: object, write: Callable[[], None]) -> None:
         try:

@@ -262,6 +262,7 @@ def run(
     stop.wait()
     log.info("stopping")
     runtime.stop()
+    kube.close()
     return 0
 
 

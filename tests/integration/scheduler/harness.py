@@ -57,7 +57,7 @@ def running(
         yield runtime
     finally:
         runtime.stop()
-        kube.api_client.close()
+        kube.close()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

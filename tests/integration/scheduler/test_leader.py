@@ -22,7 +22,7 @@ class FakeClock:
 def kube(fake_api):
     client = KubeClient(fake_api.api_client(), "gputopo-scheduler", "unused")
     yield client
-    client.api_client.close()
+    client.close()
 
 
 def elector(kube, identity: str, clock: FakeClock) -> LeaderElector:

@@ -146,6 +146,17 @@ def _topology(
     return None
 
 
+ParsedPod = tuple[PodRequest, str | None]
+
+
+def parse_pod(obj: Obj) -> ParsedPod:
+    """The pod's request, or an empty one and the problem (pure: callable without the lock)."""
+    try:
+        return pod_request(obj), None
+    except ValueError as exc:
+        return PodRequest(key=_pod_key(obj)), str(exc)
+
+
 def _pod_key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
@@ -173,17 +184,14 @@ class ClusterCache:
         self._selectors = SelectorCache()
 
     # -- pods ------------------------------------------------------------------------------
-    def _pod_info(self, obj: Obj, old: PodInfo | None) -> PodInfo:
+    def _pod_info(self, obj: Obj, old: PodInfo | None, parsed: ParsedPod | None) -> PodInfo:
         meta, spec, status = (
             obj.get("metadata") or {},
             obj.get("spec") or {},
             obj.get("status") or {},
         )
         key = _pod_key(obj)
-        try:
-            request, error = pod_request(obj), None
-        except ValueError as exc:
-            request, error = PodRequest(key=key), str(exc)
+        request, error = parsed if parsed is not None else parse_pod(obj)
         node = spec.get("nodeName") or None
         assumed = node is None and old is not None and old.assumed
         return PodInfo(
@@ -206,14 +214,17 @@ class ClusterCache:
             created=parse_time(meta.get("creationTimestamp")),
         )
 
-    def upsert_pod(self, obj: Obj) -> tuple[PodInfo | None, PodInfo]:
-        """Record an added or updated pod; returns (before, after)."""
+    def upsert_pod(
+        self, obj: Obj, parsed: ParsedPod | None = None
+    ) -> tuple[PodInfo | None, PodInfo]:
+        """Record an added or updated pod; returns (before, after). `parsed`: `parse_pod(obj)`,
+        when the caller computed it before taking the lock."""
         key = _pod_key(obj)
         old = self.pods.get(key)
         if old is not None and old.uid != str((obj.get("metadata") or {}).get("uid") or ""):
             self.delete_pod(key)  # same name, new pod
             old = None
-        new = self._pod_info(obj, old)
+        new = self._pod_info(obj, old, parsed)
         self.pods[key] = new
         self._index_group(old, new)
         if not self._confirms(old, new):

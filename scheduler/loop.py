@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.cache import ClusterCache, PodInfo
+from scheduler.cache import ClusterCache, ParsedPod, PodInfo, parse_pod
 from scheduler.errors import ApiError, ConflictError
 from scheduler.gangs import GangTracker
 from scheduler.kube import KubeClient
@@ -102,12 +102,15 @@ class Scheduler:
                 self._apply(kind, "DELETED", stub)
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        parsed = parse_pod(obj) if kind == PODS and etype != "DELETED" else None
         with self.cache.lock:
-            self._apply(kind, etype, obj)
+            self._apply(kind, etype, obj, parsed)
 
-    def _apply(self, kind: str, etype: str, obj: Mapping[str, Any]) -> None:
+    def _apply(
+        self, kind: str, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None = None
+    ) -> None:
         if kind == PODS:
-            self._on_pod(etype, obj)
+            self._on_pod(etype, obj, parsed)
         elif kind == NODES:
             self._on_node(etype, obj)
         elif kind == NRTS:
@@ -115,13 +118,13 @@ class Scheduler:
         elif kind == PODGROUPS:
             self.gangs.on_group(etype, obj)
 
-    def _on_pod(self, etype: str, obj: Mapping[str, Any]) -> None:
+    def _on_pod(self, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None) -> None:
         meta = obj.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         if etype == "DELETED":
             old, new = self.cache.delete_pod(key), None
         else:
-            old, new = self.cache.upsert_pod(obj)
+            old, new = self.cache.upsert_pod(obj, parsed)
         if new is None or not new.pending:
             self._reasons.pop(key, None)
         if new is None and old is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.kube import KubeClient
-from scheduler.leader import LeaderElector, micro_time
+from scheduler.leader import AlwaysLeader, Fence, LeaderElector, LeaseStore, micro_time
 from scheduler.run_cmd import LeaseTiming
 from tests.integration.scheduler.harness import create_pod, gpu_node, pod_body, running, wait_for
 
@@ -35,6 +35,13 @@ def elector(kube, identity: str, clock: FakeClock) -> LeaderElector:
 def holder(fake_api) -> str | None:
     lease = fake_api.get_object("leases", "gputopo-scheduler", "default")
     return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+def test_protocols_are_implemented(kube):
+    store: LeaseStore = kube
+    fence: Fence = elector(store, "a", FakeClock())
+    always: Fence = AlwaysLeader()
+    assert (fence.may_bind(), always.may_bind()) == (False, True)
 
 
 def test_one_leader_and_takeover_after_expiry(fake_api, kube):

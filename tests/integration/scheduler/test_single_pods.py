@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from scheduler.informer import Sink
 from tests.integration.scheduler.harness import (
     bound_pods,
     create_pod,
@@ -24,8 +25,10 @@ def test_binds_a_gpu_pod(fake_api, core_v1):
 def test_other_schedulers_pods_are_left_alone(fake_api, core_v1):
     gpu_node(fake_api, "n1")
     with running(fake_api) as rt:
+        sink: Sink = rt.scheduler
         create_pod(core_v1, pod_body("theirs", gpus=1, scheduler="default-scheduler"))
         create_pod(core_v1, pod_body("ours", gpus=1))
         wait_for(lambda: node_of(fake_api, "ours"), 5, "ours bound")
         rt.reporter.flush()
     assert bound_pods(fake_api) == {"ours": "n1"}
+    assert sink is rt.scheduler

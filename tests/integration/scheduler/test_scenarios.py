@@ -166,8 +166,8 @@ def test_survives_an_api_server_outage_and_an_expired_watch(fake_api, core_v1):
         create_pod(core_v1, pod_body("before", gpus=4))
         wait_for(lambda: node_of(fake_api, "before"), 5, "bound before the outage")
         fake_api.down()
-        fake_api.compact()  # resuming the watches from their last resourceVersion gets 410 Gone
         fake_api.put_object("pods", pod_body("during", gpus=4))
+        fake_api.compact()  # resuming the watches from their last resourceVersion gets 410 Gone
         fake_api.up()
         assert wait_for(lambda: node_of(fake_api, "during"), 10, "bound after the outage") == "n1"
         create_pod(core_v1, pod_body("after", gpus=1))

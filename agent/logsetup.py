@@ -31,9 +31,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is at emit time, so a replaced or closed stream (a test
+    harness capturing output, a command run in-process) never breaks logging."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        return None
+
+
 def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     """Configure the root logger once for a command; `fmt` is `text` or `json`."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]

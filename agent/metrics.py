@@ -4,7 +4,7 @@ Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` the 
 (nothing is read from NVML per scrape). The device plugin observes its RPC latency through
 `AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish`.
 Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU labels are `gpu`
-(index), `uuid` and `model`.
+(index), `uuid` and `model`. `MetricsServer` serves the scheduler's registry too.
 """
 
 from __future__ import annotations
@@ -194,7 +194,12 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    """Serves `/metrics`, `/healthz` and `/readyz` on its own thread; `port` is the bound port."""
+    """Serves `/metrics`, `/healthz` and `/readyz` on its own thread; `port` is the bound port.
+
+    The one such server: the agent's and the scheduler's `run` both use it, each with its own
+    registry. `/readyz` answers 200 while `ready()` is true, else 503; `/healthz` the same for
+    `healthy()`.
+    """
 
     def __init__(
         self,
@@ -208,7 +213,10 @@ class MetricsServer:
         server_class = _V6Server if ":" in host else ThreadingHTTPServer
         self._http = server_class((host, port), _handler(registry, ready, healthy))
         self._thread = threading.Thread(
-            target=self._http.serve_forever, name="metrics", daemon=True
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": 0.05},  # stop() returns promptly
+            name="metrics",
+            daemon=True,
         )
 
     @property

@@ -24,13 +24,14 @@ from importlib import metadata
 
 from agent import logsetup
 from agent.errors import ConfigError
+from agent.metrics import MetricsServer, parse_address
 from scheduler.cache import ClusterCache
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.informer import Informer
 from scheduler.kube import NODES, NRTS, PODGROUPS, PODS, KubeClient
 from scheduler.leader import AlwaysLeader, Fence, LeaderElector
 from scheduler.loop import LoopSettings, Scheduler
-from scheduler.metrics import MetricsServer, SchedulerMetrics, parse_address
+from scheduler.metrics import SchedulerMetrics
 from scheduler.queue import SchedulingQueue
 from scheduler.reporter import Reporter
 
@@ -185,7 +186,9 @@ class Runtime:
             for kind in (NODES, NRTS, PODGROUPS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
-        self.server = MetricsServer(settings.metrics_address, self.metrics, self.ready)
+        self.server = MetricsServer(
+            settings.metrics_address, self.metrics.registry, ready=self.ready
+        )
         self._threads: list[threading.Thread] = []
 
     def _elector(self, timing: LeaseTiming) -> LeaderElector:

@@ -7,14 +7,23 @@ import sys
 from collections.abc import Sequence
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("agent.runner", "the DaemonSet process: device plugins, NRT publisher, labels, metrics"),
+    "run": (
+        "agent.runner",
+        "the DaemonSet process: device plugins, NRT publisher, labels, metrics",
+    ),
     "inventory": ("agent.inventory_cmd", "print GPUs, MIG slices, NUMA and the GPU link matrix"),
     "record": ("agent.record_cmd", "dump this node's NVML view as a fixture file"),
 }
 
-USAGE = "usage: gputopo-agent {run,inventory,record} [--help] ...\n" + "".join(
-    f"  {name:<10} {text}\n" for name, (_, text) in SUBCOMMANDS.items()
-)
+
+def usage(prog: str, table: dict[str, tuple[str, str]]) -> str:
+    """`usage: PROG {a,b} [--help] ...` and one line per subcommand."""
+    names = ",".join(table)
+    lines = "".join(f"  {name:<10} {text}\n" for name, (_, text) in table.items())
+    return f"usage: {prog} {{{names}}} [--help] ...\n{lines}"
+
+
+USAGE = usage("gputopo-agent", SUBCOMMANDS)
 
 
 def dispatch(prog: str, table: dict[str, tuple[str, str]], usage: str, argv: Sequence[str]) -> int:

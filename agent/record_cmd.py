@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from agent import logsetup
-from agent.errors import AgentError
-from agent.inventory import load_inventory
-from agent.inventory_cmd import add_source_flags, failure_line
+from agent.cmdline import open_inventory, source_parser
 from agent.nvml.fixture import dump
 
 log = logging.getLogger(__name__)
@@ -23,9 +19,8 @@ log = logging.getLogger(__name__)
 PROG = "gputopo-agent record"
 
 
-def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
-    add_source_flags(p, environ)
+def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    p = source_parser(PROG, __doc__, environ)
     p.add_argument(
         "-o",
         "--output",
@@ -37,12 +32,9 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
-    args = parser(os.environ if environ is None else environ).parse_args(list(argv))
-    logsetup.configure(args.log_format)
-    try:
-        inventory = load_inventory(args.nvml_fixture, args.host_root)
-    except AgentError as exc:
-        sys.stderr.write(failure_line(PROG, exc))
+    args = parser(environ).parse_args(list(argv))
+    inventory = open_inventory(PROG, args)
+    if inventory is None:
         return 1
     text = dump(inventory, fmt="json" if args.output.endswith(".json") else "yaml")
     if args.output == "-":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from agent.cli import dispatch
+from agent.cli import dispatch, usage
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("scheduler.run_cmd", "the secondary scheduler against a cluster"),
@@ -13,9 +13,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("scheduler.demo", "the demo on an embedded default (no GPU, no cluster)"),
 }
 
-USAGE = "usage: gputopo-scheduler {run,simulate,demo} [--help] ...\n" + "".join(
-    f"  {name:<10} {text}\n" for name, (_, text) in SUBCOMMANDS.items()
-)
+USAGE = usage("gputopo-scheduler", SUBCOMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +70,15 @@ def _body(resp: Any) -> Any:
     finally:
         resp.release_conn()
     return json.loads(data) if data else {}
+
+
+def _read_or_none(operation: str, call: Callable[[], Any]) -> dict[str, Any] | None:
+    """The object a raw read returns, or None when it does not exist (404)."""
+    try:
+        with api_call(operation):
+            return dict(_body(call()))
+    except NotFoundError:
+        return None
 
 
 def now_rfc3339() -> str:
@@ -258,16 +267,12 @@ class KubeClient:
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        with api_call(f"get persistentvolumeclaim {namespace}/{name}"):
-            try:
-                resp = self.core.read_namespaced_persistent_volume_claim(
-                    name, namespace, _preload_content=False, _request_timeout=self.timeout
-                )
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            return dict(_body(resp))
+        return _read_or_none(
+            f"get persistentvolumeclaim {namespace}/{name}",
+            lambda: self.core.read_namespaced_persistent_volume_claim(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
 
     def storage_class_modes(self) -> dict[str, str]:
         """StorageClass name → volumeBindingMode; empty when storage classes cannot be listed."""
@@ -288,16 +293,12 @@ class KubeClient:
 
     # -- leases (scheduler.leader.LeaseStore) --------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        with api_call(f"get lease {namespace}/{name}"):
-            try:
-                resp = self.coordination.read_namespaced_lease(
-                    name, namespace, _preload_content=False, _request_timeout=self.timeout
-                )
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            return dict(_body(resp))
+        return _read_or_none(
+            f"get lease {namespace}/{name}",
+            lambda: self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
 
     def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
@@ -315,7 +316,7 @@ class KubeClient:
             ),
         )
 
-    def _lease_write(self, operation: str, call: Any) -> dict[str, Any]:
+    def _lease_write(self, operation: str, call: Callable[[], Any]) -> dict[str, Any]:
         try:
             with api_call(operation):
                 return dict(_body(call()))

@@ -47,8 +47,8 @@ from agent.nrt import (
     ZONE_NODE,
     DecodedTopology,
 )
-from agent.numa_capacity import CPU, HUGEPAGE_BYTES, MEMORY
-from agent.quantity import MIB, to_int, to_milli
+from agent.numa_capacity import HUGEPAGE_BYTES, MEMORY
+from agent.quantity import MIB, resource_units
 
 _LAYOUT_RE = re.compile(
     r"^(?P<profile>[0-9]+g\.[0-9]+gb(?:\+[a-z]+)?)@(?P<start>[0-9]+):(?P<size>[0-9]+)$"
@@ -119,7 +119,7 @@ class _Reader:
         if value is None:
             self.fail(field, "is required")
         try:
-            amount = to_milli(value) if name == CPU else to_int(value)
+            amount = resource_units(name, value)
         except ValueError as exc:
             self.fail(field, str(exc))
         if amount < 0:

@@ -1,7 +1,8 @@
 """Kubernetes resource quantities (`100m`, `1Gi`, `2`, `1e3`) as exact fractions.
 
-Used by the kubelet-config reader (reservations) and the NRT codec (capacity, allocatable,
-available). Standard library only, so the pure codecs can use it.
+Used by the kubelet-config reader (reservations), the NRT codec (capacity, allocatable,
+available) and the scheduler (pod requests, node allocatable). Standard library only, so the
+pure codecs can use it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def to_milli(value: object) -> int:
 def to_int(value: object) -> int:
     """The quantity rounded up to a whole number (bytes, device counts)."""
     return math.ceil(parse_quantity(value))
+
+
+def resource_units(resource: str, value: object) -> int:
+    """`value` in the integer units `resource` is counted in: millicores for `cpu`, whole units
+    rounded up for anything else (memory and storage in bytes, devices in counts)."""
+    return to_milli(value) if resource == "cpu" else to_int(value)
 
 
 def format_milli(milli: int) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from agent.quantity import to_int, to_milli
+from agent.quantity import resource_units
 from scheduler.placement.request import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -35,17 +35,12 @@ ResourceList = dict[str, int]
 _WFFC = "WaitForFirstConsumer"
 
 
-def quantity_units(name: str, value: object) -> int:
-    """Integer units of `name`: millicores for cpu, whole units (rounded up) otherwise."""
-    return to_milli(value) if name == CPU else to_int(value)
-
-
 def resource_list(raw: Obj | None, where: str) -> ResourceList:
     """Parse a `{name: quantity}` map; ValueError names `where` and the resource."""
     out: ResourceList = {}
     for name, value in (raw or {}).items():
         try:
-            out[str(name)] = quantity_units(str(name), value)
+            out[str(name)] = resource_units(str(name), value)
         except ValueError as exc:
             raise ValueError(f"{where}[{name}]: {exc}") from None
     return out

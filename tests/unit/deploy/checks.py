@@ -1,11 +1,11 @@
-"""Offline checks the deploy tests share: RBAC tables, quantities, CRD schemas, container flags."""
+"""Offline checks the deploy tests share: RBAC tables, CRD schemas, container flags (quantities:
+`agent.quantity.parse_quantity`)."""
 
 from __future__ import annotations
 
 import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
@@ -91,31 +91,6 @@ def expand_rules(rules: Sequence[Mapping[str, Any]], scope: str) -> set[tuple[st
         for resource in rule.get("resources", [])
         for verb in rule.get("verbs", [])
     }
-
-
-# -- quantities ------------------------------------------------------------------------------
-
-_QUANTITY = re.compile(
-    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
-)
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes quantity (`500m`, `16Gi`, `1e3`, `2`) as a Decimal; ValueError if not one."""
-    text = str(value)
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    number, suffix = Decimal(match.group(1)), match.group(2) or ""
-    if suffix in _BINARY:
-        return number * (Decimal(1024) ** _BINARY[suffix])
-    if suffix in _DECIMAL:
-        return number * (Decimal(10) ** _DECIMAL[suffix])
-    if suffix:
-        return number * (Decimal(10) ** int(suffix[1:]))
-    return number
 
 
 # -- CRD schemas -----------------------------------------------------------------------------

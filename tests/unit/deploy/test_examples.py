@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from tests.unit.deploy import checks
+from agent.quantity import parse_quantity
 from tests.unit.deploy import render as r
 
 EXPECTED_FILES = {
@@ -30,7 +30,7 @@ def _limits(spec: r.Obj) -> dict[str, int]:
     for container in spec["containers"]:
         for name, value in (container.get("resources", {}).get("limits") or {}).items():
             if name.startswith("nvidia.com/"):
-                total[name] = total.get(name, 0) + int(checks.parse_quantity(value))
+                total[name] = total.get(name, 0) + int(parse_quantity(value))
     return total
 
 
@@ -65,9 +65,7 @@ def test_gpu_requests_follow_extended_resource_rules(examples, name):
             requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
             gpu = {n: v for n, v in limits.items() if n.startswith("nvidia.com/")}
             assert gpu, f"{name}: {container['name']} asks for no GPU"
-            assert all(
-                checks.parse_quantity(v) == int(checks.parse_quantity(v)) for v in gpu.values()
-            )
+            assert all(parse_quantity(v) == int(parse_quantity(v)) for v in gpu.values())
             assert all(str(requests[n]) == str(v) for n, v in gpu.items() if n in requests)
 
 
@@ -102,7 +100,7 @@ def test_gang_is_a_podgroup_of_four_two_gpu_pods_in_one_rack(examples):
     assert count == group["spec"]["minMember"] == 4
     assert all(_limits(spec) == {"nvidia.com/gpu": 2} for _, spec in members)
     gpus = sum(_replicas(o) * _limits(s)["nvidia.com/gpu"] for o, s in members)
-    assert checks.parse_quantity(group["spec"]["minResources"]["nvidia.com/gpu"]) == gpus
+    assert parse_quantity(group["spec"]["minResources"]["nvidia.com/gpu"]) == gpus
 
 
 def test_gang_job_runs_all_members_at_once(examples):

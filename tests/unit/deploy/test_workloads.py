@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent.quantity import parse_quantity
 from tests.unit.deploy import checks
 from tests.unit.deploy import render as r
 
@@ -90,7 +91,7 @@ def test_requests_and_limits_are_set(objects, kind, name, port):
     resources = _container(r.one(objects, kind, name))["resources"]
     for field in ("requests", "limits"):
         assert set(resources[field]) == {"cpu", "memory"}
-        assert all(checks.parse_quantity(v) > 0 for v in resources[field].values())
+        assert all(parse_quantity(v) > 0 for v in resources[field].values())
 
 
 @pytest.mark.parametrize(("kind", "name", "port"), WORKLOADS)

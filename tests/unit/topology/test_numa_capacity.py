@@ -17,7 +17,7 @@ from agent.numa_capacity import (
     KubeletConfig,
     numa_capacity,
 )
-from agent.quantity import MIB, format_milli, parse_quantity, to_int, to_milli
+from agent.quantity import MIB, format_milli, parse_quantity, resource_units, to_int, to_milli
 from tests.unit.topology.builders import make_numa
 
 GIB = 1024 * MIB
@@ -46,6 +46,20 @@ def test_quantity_bytes(text, value) -> None:
 def test_bad_quantities(bad) -> None:
     with pytest.raises(ValueError, match="not a quantity"):
         parse_quantity(bad)
+
+
+@pytest.mark.parametrize(
+    ("resource", "value", "units"),
+    [
+        pytest.param("cpu", "1500m", 1500, id="cpu in millicores"),
+        pytest.param("cpu", 2, 2000, id="whole cpus"),
+        pytest.param("memory", "1Gi", GIB, id="memory in bytes"),
+        pytest.param("nvidia.com/gpu", "2", 2, id="devices"),
+        pytest.param("ephemeral-storage", "1.5", 2, id="rounded up"),
+    ],
+)
+def test_resource_units(resource: str, value: object, units: int) -> None:
+    assert resource_units(resource, value) == units
 
 
 def test_format_milli() -> None:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from agent.model import MILLI_PER_GPU, LinkMatrix, MigMode, NodeInventory
 
 from .request import CPU, MEMORY, PodRequest, Taint
-from .topology import GpuSelector
+from .topology import GpuSelector, mask_indices
 
 __all__ = ["GPU_PRODUCT_LABEL", "Assignment", "NodeState", "TopologyPolicy"]
 
@@ -172,13 +172,7 @@ class NodeState:
 
     def free_whole_gpus(self) -> list[int]:
         """Indices of GPUs with nothing on them (MIG-enabled GPUs excluded)."""
-        mask, out, g = self.idle_mask, [], 0
-        while mask:
-            if mask & 1:
-                out.append(g)
-            mask >>= 1
-            g += 1
-        return out
+        return mask_indices(self.idle_mask)
 
     def gpu_used(self) -> bool:
         """True when any GPU share or MIG device is taken (binpack's "node already open")."""

@@ -145,12 +145,12 @@ class GpuSelector:
         return nv, pc, numa.bit_count()
 
     def _solve(self, avail: int, must: int, size: int) -> tuple[int, ...] | None:
-        chosen = _indices(must)
+        chosen = mask_indices(must)
         if size < len(chosen) or size > len(chosen) + avail.bit_count() or size < 0:
             return None
         if size == len(chosen):
             return tuple(chosen)
-        search = _Search(self, _indices(avail), chosen, size)
+        search = _Search(self, mask_indices(avail), chosen, size)
         return search.run()
 
 
@@ -308,7 +308,8 @@ def _mask(indices: Sequence[int]) -> int:
     return m
 
 
-def _indices(mask: int) -> list[int]:
+def mask_indices(mask: int) -> list[int]:
+    """The GPU indices whose bits are set in `mask`, ascending."""
     out = []
     g = 0
     while mask:

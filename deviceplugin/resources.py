@@ -15,7 +15,7 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.model import (
     GPU_RESOURCE,
@@ -140,15 +140,7 @@ def _mig_devices(gpu: Gpu) -> Iterator[PluginDevice]:
         if not _FULL_GI_PROFILE.fullmatch(mig.profile):
             logger.info("GPU %d: MIG profile %s is not advertised", gpu.index, mig.profile)
             continue
-        yield PluginDevice(
-            id=mig.uuid,
-            gpu_index=gpu.index,
-            gpu_uuid=gpu.uuid,
-            gpu_minor=gpu.minor,
-            numa_node=gpu.numa_node,
-            mig=mig,
-            mig_index=pos,
-        )
+        yield replace(_whole_gpu(gpu), id=mig.uuid, mig=mig, mig_index=pos)
 
 
 def _check_single(gpus: Sequence[Gpu]) -> None:

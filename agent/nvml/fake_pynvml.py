@@ -160,24 +160,14 @@ class FakePynvml(FakeNvmlState):
         return int(self._mig(handle) is not None)
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: DeviceHandle) -> DeviceHandle:
-        self._guard("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
-        if self._mig(handle) is None:
-            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        self._mig_only("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
         return DeviceHandle(handle.gpu)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: DeviceHandle) -> int:
-        self._guard("nvmlDeviceGetGpuInstanceId", handle)
-        mig = self._mig(handle)
-        if mig is None:
-            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
-        return mig.gi_id
+        return self._mig_only("nvmlDeviceGetGpuInstanceId", handle).gi_id
 
     def nvmlDeviceGetComputeInstanceId(self, handle: DeviceHandle) -> int:
-        self._guard("nvmlDeviceGetComputeInstanceId", handle)
-        mig = self._mig(handle)
-        if mig is None:
-            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
-        return mig.ci_id
+        return self._mig_only("nvmlDeviceGetComputeInstanceId", handle).ci_id
 
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, handle: DeviceHandle, profile: int, version: int = 2

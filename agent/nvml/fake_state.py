@@ -174,6 +174,15 @@ class FakeNvmlState:
             raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)  # a stale handle after re-partitioning
         return found
 
+    def _mig_only(self, function: str, handle: DeviceHandle) -> MigDevice:
+        """`_guard(function, handle)`, then the MIG device of a MIG handle (a GPU handle is
+        INVALID_ARGUMENT)."""
+        self._guard(function, handle)
+        mig = self._mig(handle)
+        if mig is None:
+            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        return mig
+
     def _profiles(self, gpu: Gpu) -> tuple[MigProfile, ...]:
         return profiles_for(gpu.product, gpu.memory_mib)
 

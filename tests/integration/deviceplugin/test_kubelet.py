@@ -12,8 +12,8 @@ from agent.model import MigDevice, MigUuid
 from deviceplugin.api import HEALTHY, UNHEALTHY
 from deviceplugin.settings import MigStrategy
 from deviceplugin.testing.kubelet import KubeletEmulator
+from tests.clock import FakeClock
 from tests.integration.deviceplugin.harness import Node, eventually, running_node
-from tests.unit.deviceplugin.builders import FakeClock
 
 MIXED_COUNTS = {
     "nvidia.com/gpu": 4,

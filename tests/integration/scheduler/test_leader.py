@@ -7,15 +7,8 @@ import pytest
 from scheduler.kube import KubeClient
 from scheduler.leader import AlwaysLeader, Fence, LeaderElector, LeaseStore, micro_time
 from scheduler.run_cmd import LeaseTiming
+from tests.clock import FakeClock
 from tests.integration.scheduler.harness import create_pod, gpu_node, pod_body, running, wait_for
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

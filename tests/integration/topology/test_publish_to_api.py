@@ -14,18 +14,11 @@ from agent.nrt import ATTR_FINGERPRINT, decode
 from agent.publish_service import StateReader
 from agent.publisher import Publisher, PublisherSettings, TerminalPodFilter
 from deviceplugin.podresources import PodResourcesClient
+from tests.clock import FakeClock
 from tests.integration.topology.conftest import NODE
 from tests.unit.topology.builders import gpu_pod
 
 NRT_PATH = r"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -33,7 +26,7 @@ def stack(fake_api_with_crd, podresources, inventory):
     api_client = fake_api_with_crd.api_client()
     sink = KubeSink(api_client, timeout_s=2.0)
     client = PodResourcesClient(podresources.socket, timeout_s=1.0)
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     reader = StateReader(
         client,
         inventory=lambda: inventory,

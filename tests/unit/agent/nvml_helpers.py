@@ -20,19 +20,6 @@ BackendFor = Callable[..., tuple[PynvmlBackend, FakePynvml]]
 """The `backend_for` fixture: `backend_for(fixture, **fake_options)`."""
 
 
-class FakeClock:
-    """Time that only moves when something sleeps on it."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.0)
-
-
 def gpu_doc(index: int, **overrides: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "index": index,

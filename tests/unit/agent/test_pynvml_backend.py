@@ -14,7 +14,8 @@ from agent.nvml.backend import GpuStatus, NvmlBackend, XidEvent
 from agent.nvml.fake_pynvml import FakePynvml
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import PynvmlBackend, open_backend, translate
-from tests.unit.agent.nvml_helpers import HAS_DRIVER, BackendFor, FakeClock, node_doc
+from tests.clock import FakeClock
+from tests.unit.agent.nvml_helpers import HAS_DRIVER, BackendFor, node_doc
 
 
 def test_pynvml_backend_implements_the_protocol(tmp_path: Path) -> None:

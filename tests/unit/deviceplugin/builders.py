@@ -30,17 +30,6 @@ A100_PROFILES = {
 }
 
 
-class FakeClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def gpu_uuid(index: int) -> GpuUuid:
     return GpuUuid(f"GPU-00000000-0000-4000-8000-{index:012d}")
 

@@ -3,14 +3,7 @@ from __future__ import annotations
 import threading
 
 from scheduler.queue import SchedulingQueue, UnitKey, UnitKind
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import FakeClock
 
 
 def pod(name: str) -> UnitKey:

@@ -22,20 +22,10 @@ from agent.publisher import (
     TerminalPodFilter,
     TopologySink,
 )
+from tests.clock import FakeClock
 from tests.unit.topology.builders import allocatable_of, dgx_h100, gpu_pod, gpu_uuid
 
 NODE = "gpu-1"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 DEFAULT_NODE = NodeInfo(uid="uid-1", labels={"kubernetes.io/hostname": NODE})

@@ -43,9 +43,10 @@ class FakeHttpServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up is normal; anything else is logged with its traceback."""
+        """A client that hangs up (connection reset, broken pipe) is normal and logged at DEBUG;
+        anything else is logged as an error with its traceback."""
         exc = sys.exc_info()[1]
-        if exc is None or isinstance(exc, ConnectionError):
+        if isinstance(exc, ConnectionResetError | BrokenPipeError):
             logger.debug("fake API server: connection from %s ended: %r", client_address, exc)
             return
         trace = "".join(traceback.format_exception(exc))

@@ -32,15 +32,15 @@ class NvmlError(AgentError):
         self.code = code
 
 
-class NvmlUnavailable(NvmlError):
+class NvmlUnavailable(NvmlError):  # noqa: N818 (the names house-style.md gives)
     """NVML cannot be loaded or initialised (no driver on this machine)."""
 
 
-class NvmlNotSupported(NvmlError):
+class NvmlNotSupported(NvmlError):  # noqa: N818
     """The device does not support the call."""
 
 
-class GpuLost(NvmlError):
+class GpuLost(NvmlError):  # noqa: N818
     """The GPU is lost or needs a reset."""
 
 

@@ -57,16 +57,27 @@ class TopoLevel(IntEnum):
 
     @property
     def distance(self) -> int:
-        """PCIe distance of the preferred-allocation objective: PIX 1, PXB 2, PHB 3, NODE 4, SYS 5."""
+        """PCIe distance for preferred allocation: PIX 1, PXB 2, PHB 3, NODE 4, SYS 5."""
         return self.value // 10
 
 
 TOPO_LEGEND: tuple[tuple[str, str], ...] = (
     ("X", "Self"),
-    ("SYS", "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)"),
-    ("NODE", "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node"),
+    (
+        "SYS",
+        "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+        "(e.g., QPI/UPI)",
+    ),
+    (
+        "NODE",
+        "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+        "within a NUMA node",
+    ),
     ("PHB", "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)"),
-    ("PXB", "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)"),
+    (
+        "PXB",
+        "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    ),
     ("PIX", "Connection traversing at most a single PCIe bridge"),
     ("NV#", "Connection traversing a bonded set of # NVLinks"),
 )
@@ -78,7 +89,7 @@ NRT_NVLINK_BASE = 100
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuLink:
-    """One off-diagonal cell of `nvidia-smi topo -m`: NV<k> when `nvlinks > 0`, else a PCIe level."""
+    """An off-diagonal cell of `nvidia-smi topo -m`: NV<k> when `nvlinks > 0`, else a PCIe level."""
 
     nvlinks: int = 0
     level: TopoLevel = TopoLevel.SYS
@@ -110,7 +121,9 @@ class GpuLink:
             return cls(nvlinks=int(text[2:]))
         if text in TopoLevel.__members__ and text != "INTERNAL":
             return cls(level=TopoLevel[text])
-        raise ValueError(f"not a topo -m cell: {cell!r} (expected NV<k>, PIX, PXB, PHB, NODE or SYS)")
+        raise ValueError(
+            f"not a topo -m cell: {cell!r} (expected NV<k>, PIX, PXB, PHB, NODE or SYS)"
+        )
 
     @classmethod
     def from_nrt_cost(cls, cost: int) -> GpuLink:
@@ -249,10 +262,14 @@ class NodeInventory:
 
     def __post_init__(self) -> None:
         if self.links.size != len(self.gpus):
-            raise ValueError(f"link matrix is {self.links.size}×{self.links.size} for {len(self.gpus)} GPUs")
+            raise ValueError(
+                f"link matrix is {self.links.size}×{self.links.size} for {len(self.gpus)} GPUs"
+            )
         for pos, gpu in enumerate(self.gpus):
             if gpu.index != pos:
-                raise ValueError(f"GPU at position {pos} has index {gpu.index}; GPUs must be in index order")
+                raise ValueError(
+                    f"GPU at position {pos} has index {gpu.index}; GPUs must be in index order"
+                )
         self._by_uuid.update({g.uuid: g for g in self.gpus})
 
     def gpu(self, uuid: str) -> Gpu:

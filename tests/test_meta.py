@@ -10,7 +10,8 @@ RAISES_NAMES = {"raises", "warns", "fail"}
 
 
 def _is_assertive(node: ast.AST) -> bool:
-    """An assert on a non-constant, a pytest.raises/warns block, or a call to an `assert_*`/`check_*` helper."""
+    """An assert on a non-constant, a pytest.raises/warns block, or a call to an `assert_*` or
+    `check_*` helper."""
     for sub in ast.walk(node):
         if isinstance(sub, ast.Assert) and not isinstance(sub.test, ast.Constant):
             return True
@@ -27,7 +28,9 @@ def _test_functions() -> list[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef
     for path in sorted(TESTS.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+                "test"
+            ):
                 found.append((path, node))
     return found
 

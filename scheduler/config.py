@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from agent.errors import ConfigError
-from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FUNCTIONS, Scoring
+from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -177,8 +177,8 @@ def _parse_weights(raw: object, errors: list[str]) -> dict[str, float] | None:
         return None
     out: dict[str, float] = {}
     for name, weight in raw.items():
-        if name not in SCORE_FUNCTIONS:
-            known = ", ".join(SCORE_FUNCTIONS)
+        if name not in SCORE_FUNCTIONS and name not in SCORE_FACTORIES:
+            known = ", ".join((*SCORE_FUNCTIONS, *SCORE_FACTORIES))
             errors.append(f"scoring.weights.{name}: unknown score (known: {known})")
         elif isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
             errors.append(f"scoring.weights.{name}: must be a number >= 0, got {weight!r}")

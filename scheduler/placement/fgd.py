@@ -25,23 +25,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
 
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState
-from .request import CPU, MEMORY, PodRequest
+from .request import CPU, PodRequest
 
 __all__ = [
     "FgdScore",
     "Fragmentation",
-    "FragmentationScore",
     "NodeView",
     "PodShape",
     "TypicalPod",
-    "bestfit_score",
-    "least_allocated_score",
     "node_view",
     "paper_score",
     "pod_shape",
@@ -108,20 +105,21 @@ class NodeView:
 
 
 def typical_pods(
-    shapes: Iterable[PodShape], coverage: float = DEFAULT_COVERAGE
+    shapes: Iterable[PodShape] | Mapping[PodShape, float], coverage: float = DEFAULT_COVERAGE
 ) -> tuple[TypicalPod, ...]:
     """The most frequent shapes covering `coverage` of the pods, weights re-normalised to 1.
 
-    Ties in frequency are ordered by the larger shape first, so the result is deterministic.
+    `shapes` lists pods, or maps shapes to (possibly fractional) counts. Ties in frequency are
+    ordered by the larger shape first, so the result is deterministic.
     """
-    counts = Counter(shapes)
+    counts: Mapping[PodShape, float] = shapes if isinstance(shapes, Mapping) else Counter(shapes)
     total = sum(counts.values())
-    if total == 0:
+    if total <= 0:
         return ()
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
     wanted = coverage * total
-    kept: list[tuple[PodShape, int]] = []
-    covered = 0
+    kept: list[tuple[PodShape, float]] = []
+    covered = 0.0
     for shape, count in ranked:
         if covered >= wanted:
             break
@@ -153,11 +151,26 @@ def _bucket(view: NodeView, shape: PodShape, total: int) -> tuple[int, int]:
     return (_LACK_GPU if cpu_ok else _LACK_BOTH), total
 
 
-class Fragmentation:
-    """F(node) and the FGD gradient under one typical-pod distribution, memoised per node state."""
+def _cpu_per_milli(typical: Sequence[TypicalPod]) -> float:
+    """Mean cpu (milli-cores) per milli-GPU over the typical pods that use GPUs (0 if none)."""
+    gpu = sum(t.weight * t.shape.total_milli for t in typical)
+    cpu = sum(t.weight * t.shape.cpu_milli for t in typical if t.shape.gpus)
+    return cpu / gpu if gpu > 0 else 0.0
 
-    def __init__(self, typical: Sequence[TypicalPod]) -> None:
+
+class Fragmentation:
+    """F(node) and the FGD gradient under one typical-pod distribution, memoised per node state.
+
+    With `cpu_aware`, F also counts the GPU capacity that cannot be used for want of cpu: a node
+    needs about `cpu_per_milli` (the typical GPU pods' cpu per milli-GPU) cpu for each free
+    milli-GPU, and what its free cpu cannot cover, max(0, free GPU − free cpu / cpu_per_milli),
+    is stranded. FGD looks one pod ahead, so it lets cpu-only and cpu-heavy pods drain the cpu of
+    GPU-dense nodes a little at a time; the stranding term makes each such step cost what it will.
+    """
+
+    def __init__(self, typical: Sequence[TypicalPod], *, cpu_aware: bool = False) -> None:
         self.typical = tuple(typical)
+        self.cpu_per_milli = _cpu_per_milli(self.typical) if cpu_aware else 0.0
         self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
 
     def of(self, view: NodeView) -> float:
@@ -184,7 +197,10 @@ class Fragmentation:
                 buckets[_SATISFIED] += typical.weight * (total - fragment)
             else:
                 buckets[bucket] += typical.weight * fragment
-        return sum(v for i, v in enumerate(buckets) if i != _SATISFIED)
+        fragmented = sum(v for i, v in enumerate(buckets) if i != _SATISFIED)
+        if self.cpu_per_milli > 0:
+            fragmented += max(0.0, total - view.cpu_free / self.cpu_per_milli)
+        return fragmented
 
     def gradient(self, view: NodeView, pod: PodShape) -> tuple[float, tuple[int, ...]] | None:
         """(F(before) − F(after), GPUs used) of the best placement of `pod`; None if none fits.
@@ -236,11 +252,6 @@ class Fragmentation:
 
 # -- placement score functions (`ScoreFn`: pod, node before the pod, assignment -> 0..100) -------
 
-MAX_SPEC_CPU = 128_000
-"""The published simulator's BestFit normaliser for free cpu (milli-cores)."""
-MAX_SPEC_GPU = 8_000
-"""The published simulator's BestFit normaliser for free GPU (milli-GPU)."""
-
 
 def node_view(node: NodeState) -> NodeView:
     """A placement node as fragmentation sees it (MIG-enabled GPUs left out)."""
@@ -274,91 +285,3 @@ class FgdScore:
             if gpus and (best is None or score > best[0]):
                 best = (score, gpus[0])
         return None if best is None else best[1]
-
-
-def bestfit_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-    """The published BestFit: 100·(1 − ½·cpu left/128 cores − ½·GPU left/8 GPUs), truncated.
-
-    Left = free after the pod. The fullest node scores highest; many nodes tie.
-    """
-    del assignment
-    gpu_free = sum(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
-    left = (node.free(CPU) - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
-    left += (gpu_free - pod.gpu_milli_total) / MAX_SPEC_GPU * 0.5
-    return float(int((1.0 - left) * 100))
-
-
-def least_allocated_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-    """LeastAllocated over cpu, memory and (on GPU nodes) milli-GPU: the emptiest node wins."""
-    del assignment
-    parts = []
-    for name, qty in ((CPU, pod.cpu_milli), (MEMORY, pod.memory)):
-        alloc = node.allocatable.get(name, 0)
-        if alloc > 0:
-            parts.append(max(0, node.free(name) - qty) * 100.0 / alloc)
-    capacity = node.gpu_capacity_milli()
-    if capacity:
-        left = capacity - node.gpu_used_milli() - pod.gpu_milli_total
-        parts.append(max(0, left) * 100.0 / capacity)
-    return sum(parts) / len(parts) if parts else 0.0
-
-
-class FragmentationScore:
-    """The scheduler's fragmentation score (`ScoreFn`): FGD with a learned typical-pod distribution.
-
-    Score = ⌊100·σ(Δ/1000)⌋ where Δ = F(before) − F(after) in milli-GPU (`paper_score`): 50 when
-    the pod adds no fragmentation, lower the more it adds. Whole points on purpose: placements
-    within a few dozen milli-GPU of each other tie and go to the lowest node name, a fixed order
-    that packs nodes one after another; breaking those ties by tiny differences (or at random)
-    scatters pods and costs far more than it gains (the FGD paper's simulator behaves the same).
-
-    The typical pods are learned from the pods scored (`observe`, once per pod key), refitted
-    after 16, 32, 64, ... pods (then every `max_refit` pods); until the first fit the score is 50
-    everywhere. A refit takes effect when the next pod is observed and bumps `version`, so one
-    pod is always scored against one distribution; callers that cache scores watch `version`.
-    `typical` seeds a fixed distribution instead (no learning).
-    """
-
-    first_refit = 16
-    max_refit = 8192
-    remembered_keys = 65536
-
-    def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
-        self.learning = typical is None
-        self.fragmentation = Fragmentation(typical or ())
-        self.version = 0
-        self._counts: Counter[PodShape] = Counter()
-        self._seen: dict[str, None] = {}
-        self._last_key: str | None = None
-        self._pending = False
-        self._next_refit = self.first_refit
-
-    def observe(self, pod: PodRequest) -> None:
-        """Count `pod` (once per key) toward the learned distribution."""
-        if pod.key == self._last_key:
-            return
-        self._last_key = pod.key
-        if self._pending:
-            self._refit()
-        if not self.learning or pod.key in self._seen:
-            return
-        self._seen[pod.key] = None
-        if len(self._seen) > self.remembered_keys:
-            del self._seen[next(iter(self._seen))]
-        self._counts[pod_shape(pod)] += 1
-        if self._counts.total() >= self._next_refit:
-            self._pending = True
-            self._next_refit += min(self._next_refit, self.max_refit)
-
-    def _refit(self) -> None:
-        self._pending = False
-        typical = typical_pods(self._counts.elements())
-        if typical != self.fragmentation.typical:
-            self.fragmentation = Fragmentation(typical)
-            self.version += 1
-
-    def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        del assignment
-        self.observe(pod)
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
-        return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0

@@ -25,13 +25,8 @@ from scheduler.placement import (
     WeightedScore,
     pick,
 )
-from scheduler.placement.fgd import (
-    FgdScore,
-    Fragmentation,
-    TypicalPod,
-    bestfit_score,
-    least_allocated_score,
-)
+from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
+from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.fastpick import FastPicker
 

@@ -15,13 +15,12 @@ from scheduler.placement.fgd import (
     NodeView,
     PodShape,
     TypicalPod,
-    bestfit_score,
-    least_allocated_score,
     node_view,
     paper_score,
     pod_shape,
     typical_pods,
 )
+from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 GIB = 1 << 30

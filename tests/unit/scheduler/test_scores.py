@@ -104,4 +104,9 @@ def test_scoring_is_pluggable():
 
 def test_default_scoring_weights():
     names = {s.name: s.weight for s in default_scoring().scores}
-    assert names == {"binpack": 10.0, "topology": 5.0, "spread": 1.0, "gpuAvoidance": 1.0}
+    assert names == {
+        "fragmentation": 10.0,
+        "topology": 5.0,
+        "spreadOnCpuNodes": 1.0,
+        "gpuAvoidance": 1.0,
+    }

@@ -10,12 +10,9 @@ from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
 from scheduler.placement import PodRequest, Scoring, WeightedScore, pick
-from scheduler.placement.fgd import (
-    FgdScore,
-    Fragmentation,
+from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
+from scheduler.placement.fragscores import (
     FragmentationScore,
-    PodShape,
-    TypicalPod,
     bestfit_score,
     least_allocated_score,
 )

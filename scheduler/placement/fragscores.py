@@ -1,0 +1,160 @@
+"""Score functions built on fragmentation (`ScoreFn`: pod, node before the pod, assignment).
+
+* `FragmentationScore`, the scheduler's `fragmentation` score: cpu-aware FGD over a typical-pod
+  distribution it learns from the pods it scores;
+* `spread_on_cpu_nodes_score` (`spreadOnCpuNodes`): cpu-only pods spread over cpu-only nodes;
+* `bestfit_score` and `least_allocated_score`: the FGD paper's BestFit baseline and the
+  LeastAllocated spread, used by the simulator's `bestfit` and `spread` policies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .fgd import (
+    Fragmentation,
+    PodShape,
+    TypicalPod,
+    node_view,
+    paper_score,
+    pod_shape,
+    typical_pods,
+)
+from .node import Assignment, NodeState
+from .request import CPU, MEMORY, PodRequest
+
+__all__ = [
+    "MAX_SPEC_CPU",
+    "MAX_SPEC_GPU",
+    "PRIOR",
+    "FragmentationScore",
+    "bestfit_score",
+    "least_allocated_score",
+    "spread_on_cpu_nodes_score",
+]
+
+PRIOR = (
+    PodShape(0, 250, 1),
+    PodShape(0, 500, 1),
+    PodShape(0, 750, 1),
+    PodShape(0, 1000, 1),
+    PodShape(0, 1000, 2),
+    PodShape(0, 1000, 4),
+    PodShape(0, 1000, 8),
+)
+"""The shapes `FragmentationScore` assumes before it has seen the workload (no cpu: the cpu term
+starts once real pods are counted)."""
+
+MAX_SPEC_CPU = 128_000
+"""The published simulator's BestFit normaliser for free cpu (milli-cores)."""
+MAX_SPEC_GPU = 8_000
+"""The published simulator's BestFit normaliser for free GPU (milli-GPU)."""
+
+
+def bestfit_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """The published BestFit: 100·(1 − ½·cpu left/128 cores − ½·GPU left/8 GPUs), truncated.
+
+    Left = free after the pod. The fullest node scores highest; many nodes tie.
+    """
+    del assignment
+    gpu_free = sum(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
+    left = (node.free(CPU) - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
+    left += (gpu_free - pod.gpu_milli_total) / MAX_SPEC_GPU * 0.5
+    return float(int((1.0 - left) * 100))
+
+
+def least_allocated_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """LeastAllocated over cpu, memory and (on GPU nodes) milli-GPU: the emptiest node wins."""
+    del assignment
+    parts = []
+    for name, qty in ((CPU, pod.cpu_milli), (MEMORY, pod.memory)):
+        alloc = node.allocatable.get(name, 0)
+        if alloc > 0:
+            parts.append(max(0, node.free(name) - qty) * 100.0 / alloc)
+    capacity = node.gpu_capacity_milli()
+    if capacity:
+        left = capacity - node.gpu_used_milli() - pod.gpu_milli_total
+        parts.append(max(0, left) * 100.0 / capacity)
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+def spread_on_cpu_nodes_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """Pods without GPUs on nodes without GPUs: LeastAllocated cpu and memory; else 0.
+
+    Spreading cpu-only pods over GPU nodes would take a little cpu from every GPU node and leave
+    GPUs that no GPU pod can use for want of cpu; on GPU nodes they are packed by fragmentation.
+    """
+    if pod.wants_gpu or node.gpu_count:
+        return 0.0
+    return least_allocated_score(pod, node, assignment)
+
+
+class FragmentationScore:
+    """The scheduler's `fragmentation` score: cpu-aware FGD over a learned typical-pod distribution.
+
+    F is `Fragmentation(typical, cpu_aware=True)`: the expected GPU capacity the next typical pod
+    cannot use, plus the GPU capacity the node's free cpu cannot feed (see `Fragmentation`).
+    Score = ⌊100·σ(Δ/1000)⌋ where Δ = F(before) − F(after) in milli-GPU (`paper_score`): 50 when
+    the pod adds no fragmentation, lower the more it adds. Whole points on purpose: placements
+    within a few dozen milli-GPU of each other tie and go to the lowest node name, a fixed order
+    that packs nodes one after another; breaking those ties by tiny differences (or at random)
+    scatters pods and costs far more than it gains (the FGD paper's simulator behaves the same).
+
+    The typical pods are learned from the pods scored (`observe`, once per pod key), refitted
+    after 16, 32, 64, ... pods (then every `max_refit` pods). The counts start from a weak prior,
+    `PRIOR` (GPU shares of ¼, ½ and ¾ and 1, 2, 4 and 8 whole GPUs, equally likely, worth
+    `prior_pods` pods in all): a fresh scheduler already keeps big GPU sets whole, and the
+    prior fades as pods are seen. A refit takes effect when the next pod is observed and bumps
+    `version`, so one pod is always scored against one distribution; callers that cache scores
+    watch `version`. `typical` fixes the distribution instead (no learning).
+    """
+
+    first_refit = 16
+    max_refit = 8192
+    remembered_keys = 65536
+    prior_pods = 16.0
+
+    def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
+        self.learning = typical is None
+        share = self.prior_pods / len(PRIOR)
+        self._counts: dict[PodShape, float] = dict.fromkeys(PRIOR, share) if self.learning else {}
+        self._observed = 0
+        start = typical_pods(self._counts) if typical is None else tuple(typical)
+        self.fragmentation = Fragmentation(start, cpu_aware=True)
+        self.version = 0
+        self._seen: dict[str, None] = {}
+        self._last_key: str | None = None
+        self._pending = False
+        self._next_refit = self.first_refit
+
+    def observe(self, pod: PodRequest) -> None:
+        """Count `pod` (once per key) toward the learned distribution."""
+        if pod.key == self._last_key:
+            return
+        self._last_key = pod.key
+        if self._pending:
+            self._refit()
+        if not self.learning or pod.key in self._seen:
+            return
+        self._seen[pod.key] = None
+        if len(self._seen) > self.remembered_keys:
+            del self._seen[next(iter(self._seen))]
+        shape = pod_shape(pod)
+        self._counts[shape] = self._counts.get(shape, 0.0) + 1.0
+        self._observed += 1
+        if self._observed >= self._next_refit:
+            self._pending = True
+            self._next_refit += min(self._next_refit, self.max_refit)
+
+    def _refit(self) -> None:
+        self._pending = False
+        typical = typical_pods(self._counts)
+        if typical != self.fragmentation.typical:
+            self.fragmentation = Fragmentation(typical, cpu_aware=True)
+            self.version += 1
+
+    def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+        del assignment
+        self.observe(pod)
+        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
+        return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0

@@ -1,0 +1,88 @@
+"""`scheduler.placement.fragscores`: the shipped `fragmentation` score and its companions."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.placement import Assignment, PodRequest, Scoring, WeightedScore, pick
+from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
+from scheduler.placement.fragscores import PRIOR, FragmentationScore, spread_on_cpu_nodes_score
+from scheduler.placement.scores import SCORE_FACTORIES, default_scoring
+from scheduler.sim.cluster import Cluster, NodeSpec
+
+WHOLE = PodShape(cpu_milli=12_000, gpu_milli=1000, gpus=1)
+
+
+def test_cpu_aware_fragmentation_counts_gpus_the_free_cpu_cannot_feed():
+    typical = (TypicalPod(WHOLE, 1.0),)
+    plain, aware = Fragmentation(typical), Fragmentation(typical, cpu_aware=True)
+    assert aware.cpu_per_milli == 12.0
+    fed = NodeView("G2", 48_000, (1000,) * 4)  # 4 GPUs, cpu for 4 pods
+    starved = NodeView("G2", 24_000, (1000,) * 4)  # cpu for 2 of them
+    assert plain.of(fed) == plain.of(starved) == 0.0
+    assert aware.of(fed) == 0.0
+    assert aware.of(starved) == pytest.approx(2000.0)
+
+
+def test_cpu_only_pods_go_where_they_strand_no_gpu():
+    """A cpu-heavy pod on the cpu-lean 8-GPU node would strand GPUs; on the cpu-rich one not."""
+    typical = (TypicalPod(WHOLE, 0.8), TypicalPod(PodShape(32_000), 0.2))
+    score = FragmentationScore(typical)
+    cluster = Cluster.from_specs(
+        [
+            NodeSpec(name="a-lean", gpus=8, model="G2", cpu_milli=96_000),
+            NodeSpec(name="b-rich", gpus=2, model="T4", cpu_milli=104_000),
+        ]
+    )
+    scoring = Scoring(scores=(WeightedScore("fragmentation", 1.0, score),), candidate_limit=0)
+    decision = pick(PodRequest(key="etl", cpu_milli=32_000), cluster.snapshot, scoring)
+    assert decision.node == "b-rich"
+
+
+def test_learning_starts_from_the_prior_and_refits_on_the_next_pod():
+    score = FragmentationScore()
+    assert {t.shape for t in score.fragmentation.typical} == set(PRIOR)
+    for i in range(16):
+        score.observe(PodRequest(key=f"p{i}", cpu_milli=4000, gpu_milli=500))
+        score.observe(PodRequest(key=f"p{i}", cpu_milli=4000, gpu_milli=500))  # counted once
+    assert score.version == 0  # the 16th pod scheduled the refit; it applies on the next pod
+    score.observe(PodRequest(key="next", gpus=1))
+    assert score.version == 1
+    weights = {t.shape: t.weight for t in score.fragmentation.typical}
+    assert weights[PodShape(4000, 500, 1)] == pytest.approx(0.5)  # 16 seen + 16 prior pods
+    assert score.fragmentation.cpu_per_milli > 0
+
+
+def test_a_fixed_distribution_does_not_learn():
+    score = FragmentationScore((TypicalPod(WHOLE, 1.0),))
+    for i in range(40):
+        score.observe(PodRequest(key=f"p{i}", gpus=1))
+    assert score.version == 0
+    assert [t.shape for t in score.fragmentation.typical] == [WHOLE]
+
+
+def test_a_fresh_scheduler_keeps_a_whole_node_for_an_eight_gpu_pod():
+    cluster = Cluster.from_specs([NodeSpec(name="a", gpus=8), NodeSpec(name="b", gpus=8)])
+    cluster.bind(PodRequest(key="foreign", gpus=2), Assignment(node="b", gpus=(0, 1)))
+    scoring = default_scoring()
+    for i in range(6):
+        assert cluster.place(PodRequest(key=f"s{i}", gpus=1), scoring).node == "b"
+    assert cluster.place(PodRequest(key="big", gpus=8), scoring).node == "a"
+
+
+def test_spread_on_cpu_nodes_only_between_nodes_without_gpus():
+    cluster = Cluster.from_specs([NodeSpec(name="g", gpus=2), NodeSpec(name="c", gpus=0)])
+    gpu_node, cpu_node = cluster.snapshot.node("g"), cluster.snapshot.node("c")
+    web = PodRequest(key="web", cpu_milli=8000)
+    assert spread_on_cpu_nodes_score(web, gpu_node, Assignment(node="g")) == 0.0
+    assert spread_on_cpu_nodes_score(web, cpu_node, Assignment(node="c")) > 90.0
+    gpu_pod = PodRequest(key="x", gpus=1)
+    assert spread_on_cpu_nodes_score(gpu_pod, cpu_node, Assignment(node="c")) == 0.0
+
+
+def test_each_scoring_gets_its_own_learner():
+    first, second = default_scoring(), default_scoring()
+    learners = [s.fn for s in (*first.scores, *second.scores) if s.name == "fragmentation"]
+    assert len(learners) == 2
+    assert learners[0] is not learners[1]
+    assert "fragmentation" in SCORE_FACTORIES

@@ -11,8 +11,8 @@ The traces are found in `--traces`, else `$GPUTOPO_TRACES`, else `../shared/trac
 repository root. Runs go to `--jobs` worker processes (default 2). `--out FILE.json` keeps every
 run (the simulator's `--json` document plus the trace name).
 
-    .venv/bin/python bench/placement_quality.py [--policies default,bestfit,fgd] [--seeds 42-51]
-        [--variants default,gpushare40] [--jobs 2] [--out results.json]
+    .venv/bin/python bench/placement_quality.py [--policies default,bestfit,fgd,random]
+        [--seeds 42-51] [--variants default,gpushare40] [--jobs 2] [--out results.json]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ NODE_LIST = "openb_node_list_gpu_node.csv"
 PREFIX = "openb_pod_list_"
 PAPER_NAMES = {"01-Random": "random", "05-BestFit": "bestfit", "06-FGD": "fgd"}
 PAPER_ONLY = ("02-DotProd", "03-GpuClustering", "04-GpuPacking")
+Published = dict[tuple[str, str], dict[str, list[float]]]
 
 
 def traces_root(flag: str | None) -> Path:
@@ -60,7 +61,7 @@ def variants(root: Path, wanted: Sequence[str]) -> list[str]:
     return sorted(found, key=lambda v: (v != "default", v))
 
 
-def published(root: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
+def published(root: Path) -> Published:
     """(trace, paper policy) -> {"100": [per seed], "130": [...]}."""
     path = root / RESULTS
     out: dict[tuple[str, str], dict[str, list[float]]] = {}
@@ -100,7 +101,7 @@ def _fmt(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):6.2f} ± {statistics.stdev(values):.2f}"
 
 
-def table(variant: str, runs: Sequence[RunResult], paper: dict[tuple[str, str], dict]) -> str:
+def table(variant: str, runs: Sequence[RunResult], paper: Published) -> str:
     lines = [f"== {variant}", f"{'policy':<22}{'alloc@100':>16}{'alloc@130':>16}  frag%   dec/s"]
     by_policy: dict[str, list[RunResult]] = {}
     for run in runs:
@@ -119,10 +120,35 @@ def table(variant: str, runs: Sequence[RunResult], paper: dict[tuple[str, str], 
     return "\n".join(lines)
 
 
+def _mean_at(runs: Sequence[RunResult], policy: str) -> float | None:
+    values = [r.allocation.get(130, 0.0) for r in runs if r.policy == policy]
+    return statistics.fmean(values) if values else None
+
+
+def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
+    """One line per trace: allocation at 130% per policy, the paper's FGD, default − both FGDs."""
+    policies = list(dict.fromkeys(r.policy for runs in results.values() for r in runs))
+    head = f"{'trace':<14}" + "".join(f"{p:>10}" for p in policies)
+    lines = [head + f"{'paper FGD':>11}{'def-fgd':>9}{'def-paper':>10}"]
+    for variant, runs in results.items():
+        cells = [_mean_at(runs, p) for p in policies]
+        row = f"{variant:<14}" + "".join(
+            f"{c:>10.2f}" if c is not None else f"{'-':>10}" for c in cells
+        )
+        fgd_paper = paper.get((variant, "06-FGD"), {}).get("130")
+        ours, fgd = _mean_at(runs, "default"), _mean_at(runs, "fgd")
+        row += f"{statistics.fmean(fgd_paper):>11.2f}" if fgd_paper else f"{'-':>11}"
+        row += f"{ours - fgd:>+9.2f}" if ours is not None and fgd is not None else f"{'-':>9}"
+        diff = ours - statistics.fmean(fgd_paper) if ours is not None and fgd_paper else None
+        row += f"{diff:>+10.2f}" if diff is not None else f"{'-':>10}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--traces")
-    p.add_argument("--policies", default="default,bestfit,fgd")
+    p.add_argument("--policies", default="default,bestfit,fgd,random")
     p.add_argument("--seeds", default="42-51")
     p.add_argument("--variants", default="")
     p.add_argument("--jobs", type=int, default=2)
@@ -146,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     paper = published(root)
     for variant in names:
         print(table(variant, results[variant], paper))
+    print("\n== GPU allocation at 130% arrived demand (mean over seeds)")
+    print(summary(results, paper))
     if args.out:
         doc = {v: runs_document(rs)["runs"] for v, rs in results.items()}
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -89,8 +89,8 @@ def format_table(runs: Sequence[RunResult]) -> str:
     if not runs:
         return "no runs\n"
     events = runs[0].mean_allocation is not None
-    alloc = ["alloc mean %", "alloc peak %"] if events else [f"alloc@{k}% %" for k in REPORT_POINTS]
-    header = ["policy", "seeds", *alloc, "fragmented %", "fragmented GPUs", "gang wait s"]
+    alloc = ["alloc mean%", "alloc peak%"] if events else [f"alloc@{k}%" for k in REPORT_POINTS]
+    header = ["policy", "seeds", *alloc, "fragmented%", "fragmented GPUs", "gang wait s"]
     header += ["jobs placed", "decisions/s"]
     rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in _by_policy(runs).items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

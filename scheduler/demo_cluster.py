@@ -1,8 +1,10 @@
 """The cluster half of the demo: the two failures gputopo prevents, replayed on `scheduler/sim/`.
 
 Every decision here is made by the real placement code (`scheduler.placement` through
-`scheduler.sim.cluster.Cluster`): `default` is the scheduler's shipped policy, `spread` is what the
-stock kube-scheduler's LeastAllocated does. Pure and deterministic: no I/O but `out.write`.
+`scheduler.sim.cluster.Cluster`): `default` is the scheduler's shipped policy; `stock` models the
+stock kube-scheduler, which scores with LeastAllocated over cpu and memory only (GPUs are extended
+resources it filters on but does not score) and places every pod on its own. Pure and
+deterministic: no I/O but `out.write`.
 """
 
 from __future__ import annotations
@@ -12,18 +14,36 @@ from typing import TextIO
 
 from agent.inventory import load_inventory
 from scheduler.config import load_config
-from scheduler.placement import Assignment, PodRequest, Scoring, TopologyConstraint
+from scheduler.placement import (
+    Assignment,
+    NodeState,
+    PodRequest,
+    Scoring,
+    TopologyConstraint,
+    WeightedScore,
+)
 from scheduler.sim.cluster import Cluster, NodeSpec
-from scheduler.sim.policies import make_policy
 
 RACK = "gputopo.io/rack"
 GIB = 1 << 30
 
 
+def stock_least_allocated(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+    """kube-scheduler's default NodeResourcesFit score: LeastAllocated over cpu and memory."""
+    del assignment
+    parts = [
+        max(0, alloc - node.requested.get(name, 0) - qty) * 100 / alloc
+        for name, qty in (("cpu", pod.cpu_milli), ("memory", pod.memory))
+        if (alloc := node.allocatable.get(name, 0)) > 0
+    ]
+    return sum(parts) / len(parts) if parts else 0.0
+
+
 def _scoring(policy: str) -> Scoring:
     if policy == "default":
         return load_config(None).scoring()
-    return make_policy(policy, ()).scoring
+    score = WeightedScore("leastAllocated", 1.0, stock_least_allocated)
+    return Scoring(scores=(score,), prefer_used_nodes=False, candidate_limit=0)
 
 
 def _usage(cluster: Cluster) -> str:
@@ -61,13 +81,13 @@ def deadlock(out: TextIO) -> None:
     )
     # Per pod, as kube-scheduler does: each pod is placed on its own as it arrives.
     stock = _cluster_with_six_taken()
-    per_pod = _scoring("default")
+    per_pod = _scoring("stock")
     early = [stock.place(pod, per_pod).node for pod in gang[:5]]
     job_node = stock.place(job, per_pod).node
     late = [stock.place(pod, per_pod).node for pod in gang[5:]]
     bound = sum(n is not None for n in early + late)
     out.write(
-        f"  per pod  {bound} training pods bound, the 5-GPU job "
+        f"  stock    {bound} training pods bound, the 5-GPU job "
         f"{'bound on ' + job_node if job_node else 'Pending'}, "
         f"{late.count(None)} training pods Pending while {bound} hold GPUs"
         f"{': deadlock' if late.count(None) and bound else ''}\n"
@@ -88,10 +108,11 @@ def deadlock(out: TextIO) -> None:
 
 
 def _cluster_with_six_taken() -> Cluster:
-    """Two 8-GPU nodes with 3 GPUs taken on each (pods of another scheduler)."""
+    """Two 8-GPU nodes with 3 GPUs taken on each by running pods; node-b's uses much more cpu."""
     cluster = Cluster.from_specs(NodeSpec(name=f"node-{i}") for i in "ab")
-    for name in ("node-a", "node-b"):
-        cluster.bind(_pod(f"other-{name}", 3), Assignment(node=name, gpus=(0, 1, 2)))
+    for name, cpu in (("node-a", 4), ("node-b", 60)):
+        pod = PodRequest(key=f"other-{name}", cpu_milli=cpu * 1000, memory=32 * GIB, gpus=3)
+        cluster.bind(pod, Assignment(node=name, gpus=(0, 1, 2)))
     return cluster
 
 
@@ -118,7 +139,7 @@ def rack_gang(out: TextIO) -> Sequence[str]:
 
 def run(out: TextIO) -> None:
     out.write("\n== Fragmentation: eight 1-GPU pods, then one 8-GPU pod, on 2 × 8 GPUs ==\n")
-    for policy in ("spread", "default"):
+    for policy in ("stock", "default"):
         fragmentation(out, policy)
     out.write("\n== Deadlock: a gang and a job competing for 10 free GPUs ==\n")
     deadlock(out)

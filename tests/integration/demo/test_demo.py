@@ -11,7 +11,7 @@ def test_cluster_demo_shows_both_failures_and_the_fix() -> None:
     out = io.StringIO()
     demo_cluster.run(out)
     text = out.getvalue()
-    assert "spread   after eight 1-GPU pods: node-a 4/8 GPUs used, node-b 4/8 GPUs used" in text
+    assert "stock    after eight 1-GPU pods: node-a 4/8 GPUs used, node-b 4/8 GPUs used" in text
     assert "the 8-GPU pod: Pending: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in text
     assert "the 8-GPU pod: bound on node-" in text
     assert "3 training pods Pending while 5 hold GPUs: deadlock" in text

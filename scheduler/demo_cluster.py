@@ -9,6 +9,7 @@ deterministic: no I/O but `out.write`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -22,6 +23,7 @@ from scheduler.placement import (
     TopologyConstraint,
     WeightedScore,
 )
+from scheduler.sim import simulate_cmd
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 RACK = "gputopo.io/rack"
@@ -145,3 +147,9 @@ def run(out: TextIO) -> None:
     deadlock(out)
     out.write("\n== Topology: a rack-local gang with NVLink-aware GPU sets ==\n")
     rack_gang(out)
+    out.write(
+        "\n== The simulator's built-in cluster and workload (gangs, arrivals, durations): "
+        "default vs spread ==\n"
+    )
+    with contextlib.redirect_stdout(out):
+        simulate_cmd.main(["--policy", "default,spread"], {})

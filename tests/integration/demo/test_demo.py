@@ -17,6 +17,9 @@ def test_cluster_demo_shows_both_failures_and_the_fix() -> None:
     assert "3 training pods Pending while 5 hold GPUs: deadlock" in text
     assert "the gang waits holding 0 GPUs" in text
     assert "the whole gang binds at once" in text
+    table = text.split("default vs spread ==\n")[1].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[1:3]}
+    assert float(rows["default"][2]) > float(rows["spread"][2])  # higher mean GPU allocation
 
 
 def test_rack_gang_stays_in_one_rack_on_nvlink_pairs() -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "NodeView",
     "PodShape",
     "TypicalPod",
+    "distribution_distance",
     "node_view",
     "paper_score",
     "pod_shape",
@@ -136,19 +137,14 @@ def paper_score(delta: float) -> int:
     return int(sigmoid * 100)
 
 
-def _bucket(view: NodeView, shape: PodShape, total: int) -> tuple[int, int]:
-    """(bucket, fragment milli-GPU) of one typical pod on one node; `view.gpu_free` descending."""
-    cpu_ok = view.cpu_free >= shape.cpu_milli
-    if shape.gpu_milli == 0:
-        return (_CPU_FITS if cpu_ok else _CPU_LACKS), total
-    if shape.models and view.model not in shape.models:
-        return _NO_ACCESS, total
-    free = view.gpu_free
-    if len(free) >= shape.gpus and free[shape.gpus - 1] >= shape.gpu_milli:
-        if not cpu_ok:
-            return _LACK_CPU, total
-        return _SATISFIED, sum(f for f in free if f < shape.gpu_milli)
-    return (_LACK_GPU if cpu_ok else _LACK_BOTH), total
+def distribution_distance(a: Sequence[TypicalPod], b: Sequence[TypicalPod]) -> float:
+    """Total variation distance between two typical-pod distributions (0 same, 1 disjoint)."""
+    weights: dict[PodShape, float] = {}
+    for t in a:
+        weights[t.shape] = weights.get(t.shape, 0.0) + t.weight
+    for t in b:
+        weights[t.shape] = weights.get(t.shape, 0.0) - t.weight
+    return 0.5 * sum(abs(w) for w in weights.values())
 
 
 def _cpu_per_milli(typical: Sequence[TypicalPod]) -> float:
@@ -172,6 +168,16 @@ class Fragmentation:
         self.typical = tuple(typical)
         self.cpu_per_milli = _cpu_per_milli(self.typical) if cpu_aware else 0.0
         self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        self._rows = tuple(
+            (
+                t.shape.cpu_milli,
+                t.shape.gpu_milli,
+                t.shape.gpus,
+                frozenset(t.shape.models),
+                t.weight,
+            )
+            for t in self.typical
+        )
 
     def of(self, view: NodeView) -> float:
         """F(node) in milli-GPU: the free GPU capacity the next typical pod is expected to waste."""
@@ -186,20 +192,35 @@ class Fragmentation:
         return value
 
     def _compute(self, view: NodeView) -> float:
-        total = sum(view.gpu_free)
+        """F of one node state; `view.gpu_free` sorted, most free first."""
+        free = view.gpu_free
+        total = sum(free)
         if total == 0:
             return 0.0
         buckets = [0.0] * 7
-        for typical in self.typical:
-            bucket, fragment = _bucket(view, typical.shape, total)
-            if bucket == _SATISFIED:
-                buckets[_LACK_GPU] += typical.weight * fragment
-                buckets[_SATISFIED] += typical.weight * (total - fragment)
+        cpu, model, count = view.cpu_free, view.model, len(free)
+        for need_cpu, milli, gpus, models, weight in self._rows:
+            cpu_ok = cpu >= need_cpu
+            if milli == 0:
+                buckets[_CPU_FITS if cpu_ok else _CPU_LACKS] += weight * total
+            elif models and model not in models:
+                buckets[_NO_ACCESS] += weight * total
+            elif count >= gpus and free[gpus - 1] >= milli:
+                if not cpu_ok:
+                    buckets[_LACK_CPU] += weight * total
+                    continue
+                fragment = 0
+                for f in reversed(free):  # ascending: stop at the first GPU with room
+                    if f >= milli:
+                        break
+                    fragment += f
+                buckets[_LACK_GPU] += weight * fragment
+                buckets[_SATISFIED] += weight * (total - fragment)
             else:
-                buckets[bucket] += typical.weight * fragment
+                buckets[_LACK_GPU if cpu_ok else _LACK_BOTH] += weight * total
         fragmented = sum(v for i, v in enumerate(buckets) if i != _SATISFIED)
         if self.cpu_per_milli > 0:
-            fragmented += max(0.0, total - view.cpu_free / self.cpu_per_milli)
+            fragmented += max(0.0, total - cpu / self.cpu_per_milli)
         return fragmented
 
     def gradient(self, view: NodeView, pod: PodShape) -> tuple[float, tuple[int, ...]] | None:

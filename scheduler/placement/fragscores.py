@@ -15,6 +15,7 @@ from .fgd import (
     Fragmentation,
     PodShape,
     TypicalPod,
+    distribution_distance,
     node_view,
     paper_score,
     pod_shape,
@@ -106,13 +107,15 @@ class FragmentationScore:
     `prior_pods` pods in all): a fresh scheduler already keeps big GPU sets whole, and the
     prior fades as pods are seen. A refit takes effect when the next pod is observed and bumps
     `version`, so one pod is always scored against one distribution; callers that cache scores
-    watch `version`. `typical` fixes the distribution instead (no learning).
+    watch `version`. A refit within `refit_tolerance` (total variation) of the current fit is
+    skipped. `typical` fixes the distribution instead (no learning).
     """
 
     first_refit = 16
     max_refit = 8192
     remembered_keys = 65536
     prior_pods = 16.0
+    refit_tolerance = 0.02  # keep the current fit (and every cached score) if this close
 
     def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
         self.learning = typical is None
@@ -149,7 +152,7 @@ class FragmentationScore:
     def _refit(self) -> None:
         self._pending = False
         typical = typical_pods(self._counts)
-        if typical != self.fragmentation.typical:
+        if distribution_distance(typical, self.fragmentation.typical) > self.refit_tolerance:
             self.fragmentation = Fragmentation(typical, cpu_aware=True)
             self.version += 1
 

@@ -105,7 +105,8 @@ class FastPicker:
         self._share: _IntArray = np.zeros(size, dtype=np.int64)
         self._log: list[int] = []
         self._classes: dict[_ClassKey, _Verdicts] = {}
-        self._memo: dict[tuple[object, ...], _Verdict] = {}
+        self._memo: dict[tuple[int, int], _Verdict] = {}
+        self._class_ids: dict[_ClassKey, int] = {}
         self._learners: list[Learner] = []
         for weighted in scoring.scores:
             fn: object = weighted.fn
@@ -114,6 +115,8 @@ class FastPicker:
         self._version = self._learned_version()
         shapes: dict[tuple[object, ...], int] = {}
         self._shape = [shapes.setdefault(_static(n), len(shapes)) for n in self._nodes]
+        self._states: dict[tuple[object, ...], int] = {}  # (shape, load) -> small int
+        self._state = [0] * size
         for i in range(size):
             self._measure(i)
 
@@ -141,6 +144,8 @@ class FastPicker:
 
     def _measure(self, i: int) -> None:
         node = self._nodes[i]
+        state = (self._shape[i], *_dynamic(node))
+        self._state[i] = self._states.setdefault(state, len(self._states))
         self._cpu[i] = node.free(CPU)
         self._memory[i] = node.free(MEMORY)
         self._slots[i] = node.free(PODS)
@@ -236,10 +241,10 @@ class FastPicker:
     def _evaluate(self, pod: PodRequest, verdicts: _Verdicts, dirty: _IntArray) -> None:
         maybe = self._maybe(pod, dirty)
         verdicts.feasible[dirty[~maybe]] = False
-        key = pod_class(pod)
+        key = self._class_id(pod)
         for i in dirty[maybe].tolist():
             node = self._nodes[i]
-            state = (key, self._shape[i], *_dynamic(node))
+            state = (key, self._state[i])
             verdict = self._memo.get(state)
             if verdict is None:
                 verdict = self._verdict(pod, node)
@@ -251,6 +256,9 @@ class FastPicker:
             verdicts.tier[i] = tier
             verdicts.score[i] = score
             verdicts.assignment[i] = assignment
+
+    def _class_id(self, pod: PodRequest) -> int:
+        return self._class_ids.setdefault(pod_class(pod), len(self._class_ids))
 
     def _verdict(self, pod: PodRequest, node: NodeState) -> _Verdict:
         fit = filter_node(pod, node)

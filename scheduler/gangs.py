@@ -2,7 +2,8 @@
 
 A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
 reserved) until bound + pending members reach `minMember`; then every pending member is placed
-with `place_gang` on the live snapshot, and only if all fit are they assumed and bound. Once
+with `place_gang` on the live snapshot (through the loop's `FastPicker` when it has one: the same
+decisions), and only if all fit are they assumed and bound. Once
 `minMember` are bound, later members are placed one by one. Binds that keep failing are retried
 (the loop re-queues the gang) until `scheduleTimeoutSeconds` after the first bind; then the group
 gets the Warning event `GangPartiallyBound` and phase `Failed`, and is not tried again until it
@@ -22,7 +23,16 @@ from typing import Any
 from scheduler.cache import ClusterCache, GroupInfo, GroupKey, PodInfo
 from scheduler.kube import now_rfc3339
 from scheduler.metrics import SchedulerMetrics
-from scheduler.placement import Assignment, Scoring, pick, place_gang
+from scheduler.placement import (
+    Assignment,
+    Decision,
+    Picker,
+    PodRequest,
+    Scoring,
+    Snapshot,
+    pick,
+    place_gang,
+)
 from scheduler.queue import SchedulingQueue, UnitKey, UnitKind
 from scheduler.reporter import Reporter
 
@@ -97,8 +107,13 @@ class GangTracker:
 
     # -- attempts --------------------------------------------------------------------------
     def attempt(
-        self, unit: UnitKey, scoring: Scoring, bind: Callable[[UnitKey, Binds], None]
+        self,
+        unit: UnitKey,
+        scoring: Scoring,
+        bind: Callable[[UnitKey, Binds], None],
+        picker: Picker | None = None,
     ) -> str:
+        """Try one gang; `picker`, when given, decides as `pick` on the cache's snapshot."""
         gkey = (unit.namespace, unit.name)
         with self._cache.lock:
             members = self._cache.members(gkey)
@@ -111,7 +126,9 @@ class GangTracker:
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
-            placed, left = self._place(group, members, pending, scoring)
+            if picker is not None and picker.snapshot is not self._cache.snapshot:
+                picker = None
+            placed, left = self._place(group, members, pending, scoring, picker)
             if not placed:
                 return self._park(unit, pending, "unschedulable", left)
             state = self._state(group)
@@ -162,7 +179,12 @@ class GangTracker:
         return None
 
     def _place(
-        self, group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo], scoring: Scoring
+        self,
+        group: GroupInfo,
+        members: Sequence[PodInfo],
+        pending: list[PodInfo],
+        scoring: Scoring,
+        picker: Picker | None,
     ) -> tuple[Binds, str]:
         """Place and assume pending members: (what was placed, why the others were not).
 
@@ -175,7 +197,7 @@ class GangTracker:
         if bound >= group.min_member:
             why = ""
             for info in pending:
-                decision = pick(info.request, snapshot, scoring)
+                decision = _decide(info.request, snapshot, scoring, picker)
                 if decision.assignment is None:
                     why = why or decision.message()
                     continue
@@ -188,6 +210,7 @@ class GangTracker:
             scoring,
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
+            picker=picker,
         )
         if not result.ok:
             return [], result.reason
@@ -293,6 +316,12 @@ class GangTracker:
         if state is not None and state.start_stamp:
             out["scheduleStartTime"] = state.start_stamp
         return out
+
+
+def _decide(
+    request: PodRequest, snapshot: Snapshot, scoring: Scoring, picker: Picker | None
+) -> Decision:
+    return pick(request, snapshot, scoring) if picker is None else picker.decide(request)
 
 
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:

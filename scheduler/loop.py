@@ -2,7 +2,10 @@
 
 Intake (informer threads) updates the cache and the queue under `cache.lock`. A cycle pops one
 unit, decides under the lock with the pure placement code on the live snapshot, assumes what it
-placed, and hands the binds to a thread pool, so the next cycle starts at once.
+placed, and hands the binds to a thread pool, so the next cycle starts at once. When the scoring
+ranks every node (`candidateLimit: 0`, the shipped default), decisions go through
+`scheduler.fastpick.FastPicker`: `pick`'s decisions, with each node's verdict per pod class kept
+until the snapshot says that node changed.
 
 Gangs (DESIGN §7): a PodGroup's pending members are placed together, on one snapshot, once
 bound + pending reach `minMember`; only if every one fits are they assumed and bound (in
@@ -23,11 +26,12 @@ from typing import Any
 
 from scheduler.cache import ClusterCache, ParsedPod, PodInfo, parse_pod
 from scheduler.errors import ApiError, ConflictError
+from scheduler.fastpick import picker_for
 from scheduler.gangs import GangTracker
 from scheduler.kube import KubeClient
 from scheduler.leader import Fence
 from scheduler.metrics import SchedulerMetrics
-from scheduler.placement import Assignment, Scoring, pick
+from scheduler.placement import Assignment, Decision, PodRequest, Scoring, pick
 from scheduler.queue import SchedulingQueue, UnitKey, UnitKind
 from scheduler.reporter import Reporter
 from scheduler.requests import claim_names, volume_problem
@@ -71,6 +75,7 @@ class Scheduler:
         self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
         self._settings = settings or LoopSettings()
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
+        self._picker = picker_for(cache.snapshot, scoring)
         self._reasons: dict[str, str] = {}  # pending pod key -> why it waits (metrics)
         self.gangs = GangTracker(
             cache, queue, reporter, metrics, clock, self.unschedulable, self.precheck
@@ -191,7 +196,7 @@ class Scheduler:
         start = self._clock()
         try:
             if unit.kind is UnitKind.GANG:
-                result = self.gangs.attempt(unit, self._scoring, self._bind)
+                result = self.gangs.attempt(unit, self._scoring, self._bind, self._picker)
             else:
                 result = self._attempt_pod(unit)
         except Exception:
@@ -219,7 +224,7 @@ class Scheduler:
                 self.unschedulable([info], problem[1], problem[0])
                 self.queue.unschedulable(unit)
                 return "unschedulable"
-            decision = pick(info.request, self.cache.snapshot, self._scoring)
+            decision = self._decide(info.request)
             if decision.assignment is None:
                 self.unschedulable([info], decision.message(), "unschedulable")
                 self.queue.unschedulable(unit)
@@ -228,6 +233,13 @@ class Scheduler:
         self.queue.done(unit)
         self._bind(unit, [(info, decision.assignment)])
         return "scheduled"
+
+    def _decide(self, request: PodRequest) -> Decision:
+        """`pick` on the live snapshot (through the memoised picker when there is one)."""
+        picker = self._picker
+        if picker is not None and picker.snapshot is self.cache.snapshot:
+            return picker.decide(request)
+        return pick(request, self.cache.snapshot, self._scoring)
 
     def precheck(self, info: PodInfo) -> tuple[str, str] | None:
         """(category, message) for a pod that cannot be placed whatever the cluster looks like."""

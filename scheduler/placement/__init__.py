@@ -11,7 +11,7 @@ Modules, bottom up: `topology` (GPU sets), `request` (what a pod asks), `node` (
 from .filters import NodeFit, choose_devices, filter_node
 from .gang import GangPlacement, TopologyConstraint, place_gang, topology_domains
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
-from .pick import Decision, VerdictCache, format_reasons, pick, score_node
+from .pick import Decision, Picker, VerdictCache, format_reasons, pick, score_node
 from .request import (
     Effect,
     NodeSelectorRequirement,
@@ -22,7 +22,7 @@ from .request import (
     Toleration,
     mig_resource,
 )
-from .scores import SCORE_FUNCTIONS, ScoreFn, Scoring, WeightedScore, default_scoring
+from .scores import SCORE_FUNCTIONS, Learner, ScoreFn, Scoring, WeightedScore, default_scoring
 from .snapshot import Snapshot
 from .topology import GpuSelector, SharedSlot, objective, pack_shared, select_gpus
 
@@ -34,11 +34,13 @@ __all__ = [
     "Effect",
     "GangPlacement",
     "GpuSelector",
+    "Learner",
     "NodeFit",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "NodeState",
     "Operator",
+    "Picker",
     "PodRequest",
     "ScoreFn",
     "Scoring",

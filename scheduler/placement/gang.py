@@ -1,7 +1,8 @@
 """Gang placement: every member of a pod group fits on one snapshot, or none is placed (DESIGN §7).
 
-Members are placed one by one with `pick`, each charged to the snapshot so the next one sees it,
-largest first (whole GPUs, then GPU share and MIG devices, then cpu, memory, key). Whatever the
+Members are placed one by one with `pick` (or a `Picker` bound to the snapshot, which decides the
+same), each charged to the snapshot so the next one sees it, largest first (whole GPUs, then GPU
+share and MIG devices, then cpu, memory, key). Whatever the
 outcome, every charge is undone before returning: the snapshot is left exactly as it was, and the
 caller assumes the returned assignments itself.
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .node import Assignment
-from .pick import Decision, VerdictCache, pick
+from .pick import Decision, Picker, VerdictCache, pick
 from .request import PodRequest
 from .scores import Scoring
 from .snapshot import Snapshot
@@ -58,12 +59,17 @@ def place_gang(
     *,
     topology: TopologyConstraint | None = None,
     min_resources: Mapping[str, int] | None = None,
+    picker: Picker | None = None,
 ) -> GangPlacement:
     """Place every pod of `pods` or none; `snapshot` is unchanged on return.
 
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
+    `picker`: decides each member instead of `pick`; it must be bound to `snapshot` and `scoring`.
     """
+    if picker is not None and picker.snapshot is not snapshot:
+        raise ValueError("place_gang: picker.snapshot is not the snapshot the gang is placed on")
+    run = _Run(snapshot, scoring, picker)
     short = _short_of(snapshot.free_totals(), min_resources) if min_resources else None
     if short:
         return GangPlacement(
@@ -71,16 +77,16 @@ def place_gang(
         )
     ordered = sorted(pods, key=_size_key)
     if topology is None:
-        return _place_in(ordered, snapshot, scoring, None, None, explain=True)
+        return _place_in(ordered, run, None, None, explain=True)
     domains = _ordered_domains(snapshot, topology.label, ordered)
     last: GangPlacement | None = None
     for value, names in domains:
-        result = _place_in(ordered, snapshot, scoring, names, value, explain=False)
+        result = _place_in(ordered, run, names, value, explain=False)
         if result.ok:
             return result
         last = last or result
     if not topology.required:
-        return _place_in(ordered, snapshot, scoring, None, None, explain=True)
+        return _place_in(ordered, run, None, None, explain=True)
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return GangPlacement(
@@ -90,15 +96,35 @@ def place_gang(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What one `place_gang` call decides with."""
+
+    snapshot: Snapshot
+    scoring: Scoring
+    picker: Picker | None
+
+    def decide(
+        self,
+        pod: PodRequest,
+        allowed: frozenset[str] | None,
+        explain: bool,
+        cache: VerdictCache,
+    ) -> Decision:
+        if self.picker is not None:
+            return self.picker.decide(pod, allowed=allowed, explain=explain)
+        return pick(pod, self.snapshot, self.scoring, allowed=allowed, explain=explain, cache=cache)
+
+
 def _place_in(
     ordered: Sequence[PodRequest],
-    snapshot: Snapshot,
-    scoring: Scoring,
+    run: _Run,
     allowed: frozenset[str] | None,
     domain: str | None,
     *,
     explain: bool,
 ) -> GangPlacement:
+    snapshot = run.snapshot
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
     cache = VerdictCache()
@@ -106,7 +132,7 @@ def _place_in(
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = pick(pod, snapshot, scoring, allowed=allowed, explain=explain, cache=cache)
+            decision = run.decide(pod, allowed, explain, cache)
             if decision.assignment is None:
                 return GangPlacement(
                     ok=False, reason=decision.message(), failed=decision, domain=domain

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol, runtime_checkable
 
 from agent.model import MILLI_PER_GPU
 
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "SCORE_FACTORIES",
     "SCORE_FUNCTIONS",
+    "Learner",
     "ScoreFn",
     "Scoring",
     "WeightedScore",
@@ -133,6 +135,19 @@ SCORE_FACTORIES: Mapping[str, Callable[[], ScoreFn]] = MappingProxyType(
 `Scoring` gets a fresh one, so nothing is shared between schedulers or simulations."""
 
 
+@runtime_checkable
+class Learner(Protocol):
+    """A score function that learns from the pods it scores (see `FragmentationScore`).
+
+    `observe(pod)` counts a pod (once per key); `version` grows whenever what it learned changes
+    its scores, so callers that cache scores (`scheduler.fastpick`) know to drop them.
+    """
+
+    version: int
+
+    def observe(self, pod: PodRequest) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class WeightedScore:
     name: str
@@ -176,6 +191,20 @@ class Scoring:
 
     def total(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         return sum(s.weight * s.fn(pod, node, assignment) for s in self.scores if s.weight)
+
+    def learners(self) -> tuple[Learner, ...]:
+        """The score functions that learn from the pods they see."""
+        found: list[Learner] = []
+        for weighted in self.scores:
+            fn: object = weighted.fn
+            if isinstance(fn, Learner):
+                found.append(fn)
+        return tuple(found)
+
+    def observe(self, pod: PodRequest) -> None:
+        """Show `pod` to every learning score before it is decided (`pick` does, once per pod)."""
+        for fn in self.learners():
+            fn.observe(pod)
 
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(

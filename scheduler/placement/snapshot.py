@@ -13,6 +13,11 @@ derived from the pod key (CRC-32), so equal pods spread without any mutable curs
 Also kept incrementally: cluster resource totals (for a PodGroup's `minResources`) and, per
 topology label asked for once, the domains of that label with their free milli-GPU.
 
+Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
+`generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
+(`scheduler.fastpick.FastPicker`) asks `changed_since(generation)` for what to recompute instead of
+being told. Removed nodes are remembered (the last `_REMOVED_KEPT`) so their removal is reported.
+
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
 
@@ -33,6 +38,7 @@ from .request import PodRequest
 __all__ = ["Domain", "Snapshot"]
 
 _SHARE_BUCKET = 100
+_REMOVED_KEPT = 4096
 _IndexKey = tuple[str, object]
 
 
@@ -58,6 +64,10 @@ class Snapshot:
         self._req_total: dict[str, int] = {}
         self._free_milli: dict[str, int] = {}
         self._domains: dict[str, dict[str, Domain]] = {}
+        self._generation = 0
+        self._stamps: dict[str, int] = {}  # node -> generation of its last change, oldest first
+        self._removed: dict[str, int] = {}  # removed nodes still in _stamps, oldest first
+        self._horizon = 0  # changed_since(g) is complete for every g >= _horizon
         for node in nodes:
             self.add_node(node)
 
@@ -87,6 +97,7 @@ class Snapshot:
         """Add `node`, or replace the node of that name (its pods come from the new state)."""
         if node.name in self._nodes:
             self.remove_node(node.name)
+        self._removed.pop(node.name, None)
         self._nodes[node.name] = node
         insort(self._all, node.name)
         self._max_gpus = max(self._max_gpus, node.gpu_count)
@@ -120,11 +131,48 @@ class Snapshot:
                 domains[value].names.discard(name)
                 if not domains[value].names:
                     del domains[value]
+        self._stamp(name)
+        self._removed[name] = self._generation
+        if len(self._removed) > _REMOVED_KEPT:
+            oldest = next(iter(self._removed))
+            self._horizon = max(self._horizon, self._removed.pop(oldest))
+            del self._stamps[oldest]
         return node
 
     def copy(self) -> Snapshot:
         """A deep copy (nodes cloned; link matrices and selectors shared)."""
         return Snapshot(node.clone() for node in self._nodes.values())
+
+    # -- change tracking -----------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """How many node changes this snapshot has seen (grows with every mutation)."""
+        return self._generation
+
+    def node_version(self, name: str) -> int:
+        """The node's change counter: the `generation` of its last change (0: never seen).
+
+        It increases with every change to that node (add, replace, remove, assume, forget,
+        `refresh`), so an unchanged value means an unchanged node.
+        """
+        return self._stamps.get(name, 0)
+
+    def changed_since(self, generation: int) -> list[str] | None:
+        """Nodes added, removed or changed after `generation`, newest first; None when that is
+        older than what is remembered (then the caller must look at every node again)."""
+        if generation < self._horizon:
+            return None
+        out: list[str] = []
+        for name, stamp in reversed(self._stamps.items()):
+            if stamp <= generation:
+                break
+            out.append(name)
+        return out
+
+    def _stamp(self, name: str) -> None:
+        self._generation += 1
+        self._stamps.pop(name, None)
+        self._stamps[name] = self._generation
 
     # -- pods ----------------------------------------------------------------------------------
     def assume(self, pod: PodRequest, assignment: Assignment) -> None:
@@ -193,7 +241,9 @@ class Snapshot:
 
     # -- indexes -------------------------------------------------------------------------------
     def refresh(self, name: str) -> None:
-        """Re-index one node; call after changing a node's state other than through this class."""
+        """Re-index one node and count it changed; call after changing a node's state other than
+        through this class (replacing it with `add_node` is the other way)."""
+        self._stamp(name)
         self._unindex(name)
         node = self._nodes[name]
         keys = _index_keys(node)

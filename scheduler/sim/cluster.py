@@ -28,6 +28,7 @@ from scheduler.placement import (
     GangPlacement,
     GpuSelector,
     NodeState,
+    Picker,
     PodRequest,
     Scoring,
     Snapshot,
@@ -203,9 +204,10 @@ class Cluster:
     def unbind(self, key: str) -> Assignment | None:
         return self.snapshot.forget(key)
 
-    def place(self, pod: PodRequest, scoring: Scoring) -> Decision:
-        """Pick a node for `pod` and bind it there when one fits."""
-        decision = pick(pod, self.snapshot, scoring)
+    def place(self, pod: PodRequest, scoring: Scoring, picker: Picker | None = None) -> Decision:
+        """Pick a node for `pod` and bind it there when one fits. `picker` (bound to `snapshot`
+        and `scoring`, e.g. `scheduler.fastpick.FastPicker`) decides instead of `pick`."""
+        decision = pick(pod, self.snapshot, scoring) if picker is None else picker.decide(pod)
         if decision.assignment is not None:
             self.bind(pod, decision.assignment)
         return decision
@@ -217,10 +219,16 @@ class Cluster:
         *,
         topology: TopologyConstraint | None = None,
         min_resources: Mapping[str, int] | None = None,
+        picker: Picker | None = None,
     ) -> GangPlacement:
-        """Place a whole gang and bind every member, or bind none."""
+        """Place a whole gang and bind every member, or bind none (`picker`: as in `place`)."""
         result = place_gang(
-            pods, self.snapshot, scoring, topology=topology, min_resources=min_resources
+            pods,
+            self.snapshot,
+            scoring,
+            topology=topology,
+            min_resources=min_resources,
+            picker=picker,
         )
         if result.ok:
             by_key = {p.key: p for p in pods}

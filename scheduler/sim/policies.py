@@ -7,7 +7,8 @@
 * `spread`: LeastAllocated over cpu, memory and GPU (the emptiest node wins).
 
 All of them run the real placement code: `filter_node` and a `Scoring` through `pick`, or through
-`FastPicker`, which makes the same decision with memoised verdicts when every node is ranked.
+`scheduler.fastpick.FastPicker`, which makes the same decision with memoised verdicts when every
+node is ranked (it follows the snapshot's changes itself).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.config import SchedulerConfig, load_config
+from scheduler.fastpick import FastPicker
 from scheduler.placement import (
     Assignment,
     NodeState,
@@ -28,7 +30,6 @@ from scheduler.placement import (
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster
-from scheduler.sim.fastpick import FastPicker
 
 __all__ = ["POLICIES", "Placer", "SimPolicy", "make_policy"]
 
@@ -121,13 +122,7 @@ class Placer:
         return assignment
 
     def bind(self, pod: PodRequest, assignment: Assignment) -> None:
-        if self.fast is not None:
-            self.fast.bind(pod, assignment)
-        else:
-            self.cluster.bind(pod, assignment)
+        self.cluster.bind(pod, assignment)
 
     def unbind(self, key: str) -> None:
-        if self.fast is not None:
-            self.fast.unbind(key)
-        else:
-            self.cluster.unbind(key)
+        self.cluster.unbind(key)

@@ -1,4 +1,5 @@
-"""`FastPicker` makes the decisions of `pick` (every node ranked), with memoised verdicts."""
+"""`FastPicker` makes the decisions of `pick` (every node ranked), with memoised verdicts, and
+follows every change to its snapshot by itself."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
+from scheduler.fastpick import FastPicker, Learner, picker_for, pod_class
 from scheduler.placement import PodRequest, Scoring, WeightedScore, pick
 from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
@@ -18,7 +20,6 @@ from scheduler.placement.fragscores import (
 )
 from scheduler.placement.scores import DEFAULT_WEIGHTS
 from scheduler.sim.cluster import Cluster, NodeSpec
-from scheduler.sim.fastpick import FastPicker, Learner, pod_class
 
 GIB = 1 << 30
 TYPICAL = (
@@ -78,9 +79,9 @@ def test_same_decisions_as_pick(seed: int, name: str):
         got = fast.pick(pod)
         assert (got[0] if got else None) == expected.assignment
         if got is not None:
-            fast.bind(pod, got[0])
+            cluster.bind(pod, got[0])
         if k % 7 == 6:
-            fast.unbind(f"default/p{k - 3}")
+            cluster.unbind(f"default/p{k - 3}")
 
 
 def test_a_learning_score_invalidates_the_cache():
@@ -96,17 +97,17 @@ def test_a_learning_score_invalidates_the_cache():
         expected = pick(pod, cluster.snapshot, scoring, explain=False)
         assert (got[0] if got else None) == expected.assignment
         if got is not None:
-            fast.bind(pod, got[0])
+            cluster.bind(pod, got[0])
     assert learner.version >= 1
 
 
 def test_feasible_and_assignment_on():
     cluster = Cluster.from_specs(
-        [NodeSpec(name="a", gpus=1), NodeSpec(name="b", gpus=2), NodeSpec(name="c", gpus=0)]
+        [NodeSpec(name="b", gpus=2), NodeSpec(name="a", gpus=1), NodeSpec(name="c", gpus=2)]
     )
     fast = FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=0))
     two = PodRequest(key="x", gpus=2)
-    assert fast.feasible(two) == ["b"]
+    assert fast.feasible(two) == ["b", "c"]
     found = fast.assignment_on(two, "b")
     assert found is not None
     assert (found.node, found.gpus) == ("b", (0, 1))
@@ -114,14 +115,60 @@ def test_feasible_and_assignment_on():
     assert fast.pick(PodRequest(key="y", gpus=3)) is None
 
 
-def test_pod_class_ignores_only_the_key():
+def test_pod_class_ignores_only_the_key_and_pod_group():
     a = PodRequest(key="a", cpu_milli=1, gpus=1)
-    assert pod_class(a) == pod_class(PodRequest(key="b", cpu_milli=1, gpus=1))
+    assert pod_class(a) == pod_class(PodRequest(key="b", cpu_milli=1, gpus=1, pod_group="g"))
     assert pod_class(a) != pod_class(PodRequest(key="a", cpu_milli=2, gpus=1))
 
 
 def test_candidate_limits_are_refused():
     cluster = Cluster.from_specs([NodeSpec(name="a")])
     assert not FastPicker.supports(Scoring(scores=(), candidate_limit=64))
+    assert picker_for(cluster.snapshot, Scoring(scores=(), candidate_limit=64)) is None
+    assert picker_for(cluster.snapshot, Scoring(scores=(), candidate_limit=0)) is not None
     with pytest.raises(ValueError, match="candidate_limit == 0"):
         FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=64))
+
+
+def test_changes_made_behind_its_back_are_seen():
+    """Nodes added, removed and replaced and pods bound straight on the snapshot: no reporting."""
+    cluster = Cluster.from_specs([NodeSpec(name="b", gpus=8), NodeSpec(name="c", gpus=8)])
+    scoring = Scoring.from_weights({"binpack": 1.0}, candidate_limit=0)
+    fast = FastPicker(cluster.snapshot, scoring)
+    four = PodRequest(key="p", gpus=4)
+    assert fast.decide(four).node == "b"
+    cluster.bind(PodRequest(key="q", gpus=2), fast.decide(PodRequest(key="q", gpus=2)).assignment)  # type: ignore[arg-type]
+    cluster.add_spec(NodeSpec(name="a", gpus=8))
+    assert fast.decide(four).node == "b"  # binpack: the used node
+    cluster.remove_node("b")
+    assert fast.decide(four).node == "a"  # ties: the lowest name
+    cluster.add_spec(NodeSpec(name="a", gpus=2))  # replaced: too small now
+    assert fast.decide(four).node == "c"
+    cluster.remove_node("c")
+    decision = fast.decide(four)
+    assert decision.assignment is None
+    assert decision.message() == pick(four, cluster.snapshot, scoring).message()
+
+
+def test_long_runs_rebuild_the_heap_and_bulk_updates_stay_exact():
+    """Many changes between two uses of a class (the vectorised update), a heap that keeps only
+    the best 4 nodes, and a heap grown long enough to be compacted: still `pick`'s choices."""
+    cluster = Cluster.from_specs(NodeSpec(name=f"n{i:02d}", gpus=4) for i in range(80))
+    scoring = Scoring.from_weights({"binpack": 10.0, "topology": 5.0}, candidate_limit=0)
+    fast = FastPicker(cluster.snapshot, scoring, heap_top=4)
+    rng = random.Random(7)
+    rare = PodRequest(key="rare", gpus=3, cpu_milli=1000)
+    bound: list[str] = []
+    for k in range(1500):
+        pod = PodRequest(key=f"p{k}", gpu_milli=rng.choice((250, 500)), cpu_milli=100)
+        got = fast.decide(pod)
+        if k % 25 == 0:
+            assert got.assignment == pick(pod, cluster.snapshot, scoring).assignment
+        if k % 100 == 50:
+            assert fast.decide(rare).assignment == pick(rare, cluster.snapshot, scoring).assignment
+        if got.assignment is not None:
+            cluster.bind(pod, got.assignment)
+            bound.append(pod.key)
+        if len(bound) > 150:
+            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+    assert len(bound) == 150

@@ -223,7 +223,7 @@ class FastPicker:
     def _refresh(self, pod: PodRequest) -> Verdicts:
         if self._learners:
             self._observe(pod)
-        if self._nodes.sync():  # slots added or states renumbered: start every class afresh
+        if self._nodes.sync():  # slots added: every class starts afresh
             self._classes.clear()
         key = pod_class(pod)
         verdicts = self._classes.pop(key, None)
@@ -246,8 +246,8 @@ class FastPicker:
         else:
             for slot in dirty:
                 self._evaluate_one(pod, verdicts, slot)
-        if not verdicts.oversized(capacity):
-            self._classes[key] = verdicts  # most recently used last
+        verdicts.prune()
+        self._classes[key] = verdicts  # most recently used last
         return verdicts
 
     def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
@@ -305,7 +305,7 @@ class FastPicker:
         if not verdicts.labels:
             return state
         values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
-        return verdicts.combos.setdefault((state, values), len(verdicts.combos))
+        return verdicts.combo(state, values)
 
     def _verdict(self, pod: PodRequest, node: NodeState) -> Verdict:
         fit = filter_node(pod, node)

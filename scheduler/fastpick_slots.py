@@ -6,13 +6,14 @@ idle-GPU / largest-share headroom sits in arrays for the vectorised pre-check, a
 appended to a log of slots, so a pod class decided at log position `p` recomputes only the slots
 logged after `p`. Each slot also carries a *state id*: equal ids mean equal static shape, GPU
 product label and load (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are
-interned once per node change, not once per pod class. Ties between equal scores go to the lowest
-node name (`first_by_name`).
+interned once per node change, not once per pod class, and never reused for another state
+(`Interner`). Ties between equal scores go to the lowest node name (`first_by_name`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,14 +27,24 @@ from scheduler.placement import (
 )
 from scheduler.placement.request import CPU, MEMORY, PODS
 
-__all__ = ["BoolArray", "FloatArray", "IntArray", "NodeSlots", "dynamic_state", "static_shape"]
+__all__ = [
+    "BoolArray",
+    "FloatArray",
+    "IntArray",
+    "Interner",
+    "NodeSlots",
+    "dynamic_state",
+    "static_shape",
+]
 
 IntArray = npt.NDArray[np.int64]
 StateKey = tuple[int, str | None, tuple[object, ...]]
+K = TypeVar("K", bound=Hashable)
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 _LOG_KEPT = 1 << 16  # log entries kept at least (older classes are recomputed in full)
-_STATES_KEPT = 1 << 16  # interned states kept at least before the table is rebuilt
+_IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may come back to one)
+_IDLE_SHAPES = 64
 
 
 def static_shape(node: NodeState) -> tuple[object, ...]:
@@ -66,6 +77,42 @@ def dynamic_state(node: NodeState) -> tuple[object, ...]:
     return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones)
 
 
+class Interner(Generic[K]):
+    """Ids for the keys slots are in (an id is never given to another key). A key no slot is
+    in is kept a while (the last `idle` of them), so a node that leaves a state and comes back
+    (assume, then forget) finds its id, and the verdicts cached for it, again."""
+
+    def __init__(self, idle: int) -> None:
+        self._ids: dict[K, int] = {}
+        self._users: dict[K, int] = {}
+        self._idle: dict[K, None] = {}  # keys without users, oldest first
+        self._keep = idle
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def take(self, key: K | None, previous: K | None) -> int:
+        """The id of `key` for a slot that was in `previous` (None: in nothing / leaving)."""
+        found = -1
+        if key is not None:
+            found = self._ids.get(key, -1)
+            if found < 0:
+                found = self._ids[key] = self._next
+                self._next += 1
+            self._users[key] = self._users.get(key, 0) + 1
+            self._idle.pop(key, None)
+        if previous is not None:
+            self._users[previous] -= 1
+            if not self._users[previous]:
+                del self._users[previous]
+                self._idle[previous] = None
+                if len(self._idle) > self._keep:
+                    oldest = next(iter(self._idle))
+                    del self._idle[oldest], self._ids[oldest]
+        return found
+
+
 class NodeSlots:
     """The nodes of `snapshot` in stable slots, kept up to date by `sync`."""
 
@@ -78,10 +125,11 @@ class NodeSlots:
         self._nodes: list[NodeState | None] = []
         self._index: dict[str, int] = {}
         self._free: list[int] = []
-        self._shapes: dict[tuple[object, ...], int] = {}
+        self._shapes: Interner[tuple[object, ...]] = Interner(_IDLE_SHAPES)
         self._shape: list[int] = []
+        self._shape_keys: list[tuple[object, ...] | None] = []
+        self._states: Interner[StateKey] = Interner(_IDLE_STATES)
         self._state_keys: list[StateKey | None] = []
-        self._state_ids: dict[StateKey, int] = {}
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
         self._headroom: IntArray = np.zeros((5, 0), dtype=np.int64)  # cpu, mem, pods, idle, share
         self._room: list[tuple[int, int, int, int, int] | None] = []  # the same, per slot
@@ -93,8 +141,8 @@ class NodeSlots:
 
     # -- following the snapshot ------------------------------------------------------------------
     def sync(self) -> bool:
-        """Take in the snapshot's changes. True when slots were added or state ids renumbered:
-        per-slot arrays and state-keyed tables made before are no longer valid."""
+        """Take in the snapshot's changes. True when slots were added: per-slot arrays made
+        before are too short."""
         snapshot = self._snapshot
         if snapshot.generation == self._generation:
             return False
@@ -111,10 +159,7 @@ class NodeSlots:
             cut = len(self._log) // 2
             del self._log[:cut]
             self._base += cut
-        renumbered = len(self._state_ids) > max(_STATES_KEPT, 8 * self.capacity)
-        if renumbered:
-            self._renumber()
-        return renumbered or self.capacity != capacity
+        return self.capacity != capacity
 
     def _update(self, name: str) -> None:
         node = self._snapshot.nodes.get(name)
@@ -125,22 +170,17 @@ class NodeSlots:
             return
         if slot is None:
             slot = self._allocate(name)
-        if self._nodes[slot] is not node:
+        if self._nodes[slot] is not node:  # a new node object: its static shape may differ
             self._nodes[slot] = node
-            self._shape[slot] = self._shapes.setdefault(static_shape(node), len(self._shapes))
+            shape = static_shape(node)
+            self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
+            self._shape_keys[slot] = shape
         key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), dynamic_state(node))
+        self.states[slot] = self._states.take(key, self._state_keys[slot])
         self._state_keys[slot] = key
-        self.states[slot] = self._state_ids.setdefault(key, len(self._state_ids))
         room = self._room[slot] = _headroom(node)
         self._headroom[:, slot] = room
         self._log.append(slot)
-
-    def _renumber(self) -> None:
-        """Forget the states no node is in (the table only grows otherwise)."""
-        self._state_ids = {}
-        for slot, key in enumerate(self._state_keys):
-            if key is not None:
-                self.states[slot] = self._state_ids.setdefault(key, len(self._state_ids))
 
     def _reserve(self, count: int) -> None:
         """Make room for `count` more nodes (at least doubling, so growth stays rare)."""
@@ -152,6 +192,7 @@ class NodeSlots:
         self._names.extend([None] * extra)
         self._nodes.extend([None] * extra)
         self._shape.extend([-1] * extra)
+        self._shape_keys.extend([None] * extra)
         self._state_keys.extend([None] * extra)
         self._room.extend([None] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
@@ -171,7 +212,10 @@ class NodeSlots:
         del self._index[name]
         self._names[slot] = None
         self._nodes[slot] = None
+        self._shapes.take(None, self._shape_keys[slot])
+        self._states.take(None, self._state_keys[slot])
         self._shape[slot] = -1
+        self._shape_keys[slot] = None
         self._state_keys[slot] = None
         self.states[slot] = -1
         self._headroom[:, slot] = -1

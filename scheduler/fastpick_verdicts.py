@@ -82,6 +82,7 @@ class Verdicts:
     combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
     heap: list[_Entry] = field(default_factory=list)
     threshold: tuple[bool, float, str] | None = None
+    next_code: int = 0
 
     @classmethod
     def empty(
@@ -98,10 +99,22 @@ class Verdicts:
             top=top,
         )
 
-    def oversized(self, capacity: int) -> bool:
-        """True when the tables hold far more states than there are nodes (time to start over)."""
-        limit = 2 * capacity + 256
-        return len(self.table) > limit or len(self.combos) > limit
+    def prune(self) -> None:
+        """Drop the verdicts of states no slot is in when they far outnumber the slots."""
+        limit = 2 * len(self.code) + 256
+        if len(self.table) <= limit and len(self.combos) <= limit:
+            return
+        live = set(self.code[self.code >= 0].tolist())
+        self.table = {c: v for c, v in self.table.items() if c in live}
+        self.combos = {k: c for k, c in self.combos.items() if c in live}
+
+    def combo(self, state: int, values: tuple[str | None, ...]) -> int:
+        """The code of (state id, label values)."""
+        code = self.combos.get((state, values))
+        if code is None:
+            code = self.combos[(state, values)] = self.next_code
+            self.next_code += 1
+        return code
 
     def put(self, slot: int, code: int, verdict: Verdict, name: str) -> None:
         """Record slot `slot`'s verdict (its node is `name`)."""

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
 from scheduler.fastpick import FastPicker, Learner, picker_for, pod_class
+from scheduler.fastpick_slots import Interner
 from scheduler.placement import PodRequest, Scoring, WeightedScore, pick
 from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
@@ -172,3 +173,21 @@ def test_long_runs_rebuild_the_heap_and_bulk_updates_stay_exact():
         if len(bound) > 150:
             cluster.unbind(bound.pop(rng.randrange(len(bound))))
     assert len(bound) == 150
+
+
+def test_interner_keeps_ids_of_states_left_for_a_while_and_never_reuses_one():
+    interner: Interner[str] = Interner(idle=2)
+    a = interner.take("a", None)
+    assert interner.take("a", None) == a  # two slots in state a
+    b = interner.take("b", "a")  # one moves on to b
+    assert interner.take("a", "b") == a  # and back: the same id
+    interner.take(None, "a")
+    interner.take(None, "a")  # nobody in a now: its id is kept while few states are idle
+    assert interner.take("a", None) == a
+    interner.take(None, "a")
+    for key in ("c", "d", "e"):  # three more states, each left at once: a and b are evicted
+        interner.take(key, None)
+        interner.take(None, key)
+    fresh = interner.take("a", None)
+    assert fresh not in {a, b}
+    assert len(interner) == 3  # a (in use), d and e (idle)

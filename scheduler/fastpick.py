@@ -21,6 +21,12 @@ product label: all that filters and scores read of labels) and the same load (fr
 GPU, requested resources, MIG and NUMA-zone counters). A node object is never changed in place
 except through its snapshot; a node whose labels or capacity change is replaced (`add_node`).
 
+The best node of a class comes from a heap kept with its verdicts (`Verdicts.best`), so a decision
+after a few changes touches only the changed nodes and stays in plain Python: numpy calls
+(`unique`, sorts, even small reductions) can release the GIL, and in the scheduler another
+thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
+class unused for long) are evaluated vectorised, one verdict per distinct state.
+
 Score functions that learn (`Learner`, like `FragmentationScore`) see every pod first, as in
 `pick` (`Scoring.observe`), and a new `version` drops every cached verdict.
 
@@ -265,16 +271,16 @@ class FastPicker:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the
         caller rebuilds the heap)."""
         maybe = self._nodes.maybe_fits(pod, dirty)
-        rejected = dirty[~maybe]
+        rejected, kept = dirty[~maybe], dirty[maybe]
         verdicts.feasible[rejected] = False
         verdicts.code[rejected] = -1
-        slots = dirty[maybe].tolist()
+        slots = kept.tolist()
         if not slots:
             return
         if verdicts.labels:
             codes = [self._code(verdicts, slot) for slot in slots]
         else:
-            codes = self._nodes.states[dirty[maybe]].tolist()
+            codes = self._nodes.states[kept].tolist()
         index: dict[int, int] = {}  # code -> its position among the distinct codes
         first: list[int] = []  # per distinct code, the first slot in that state
         where: list[int] = []
@@ -292,11 +298,11 @@ class FastPicker:
             if verdict is None:
                 verdict = verdicts.table[code] = self._verdict(pod, self._nodes.node(first[j]))
             feasible[j], tier[j], score[j] = verdict[0], verdict[1], verdict[2]
-        at, targets = np.array(where, dtype=np.int64), np.array(slots, dtype=np.int64)
-        verdicts.feasible[targets] = feasible[at]
-        verdicts.tier[targets] = tier[at]
-        verdicts.score[targets] = score[at]
-        verdicts.code[targets] = np.array(codes, dtype=np.int64)
+        at = np.array(where, dtype=np.int64)
+        verdicts.feasible[kept] = feasible[at]
+        verdicts.tier[kept] = tier[at]
+        verdicts.score[kept] = score[at]
+        verdicts.code[kept] = np.array(codes, dtype=np.int64)
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
@@ -127,7 +128,8 @@ class FastPicker:
     def feasible(self, pod: PodRequest) -> list[str]:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
         verdicts = self._refresh(pod)
-        return [self._nodes.name(i) for i in self._nodes.by_name(verdicts.feasible)]
+        names = self._nodes.names  # a feasible slot always holds a node: no None here
+        return cast("list[str]", [names[i] for i in self._nodes.by_name(verdicts.feasible)])
 
     def assignment_on(self, pod: PodRequest, name: str) -> Assignment | None:
         """The devices `pod` gets on `name` (None if it does not fit), from the cache."""

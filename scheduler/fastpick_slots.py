@@ -135,6 +135,7 @@ class NodeSlots:
         self._room: list[tuple[int, int, int, int, int] | None] = []  # the same, per slot
         self._rank: IntArray = np.zeros(0, dtype=np.int64)
         self._ranked = True
+        self._in_order = True
         self._log: list[int] = []
         self._base = 0  # log positions before this one were dropped
         self.sync()
@@ -308,7 +309,11 @@ class NodeSlots:
     def by_name(self, mask: BoolArray) -> list[int]:
         """The slots set in `mask`, in node-name order."""
         slots = np.flatnonzero(mask)
-        return [int(s) for s in slots[np.argsort(self.ranks()[slots], kind="stable")]]
+        ranks = self.ranks()
+        if not self._in_order:
+            slots = slots[np.argsort(ranks[slots], kind="stable")]
+        found: list[int] = slots.tolist()
+        return found
 
     def ranks(self) -> IntArray:
         """Each slot's position in node-name order (free slots last)."""
@@ -317,6 +322,7 @@ class NodeSlots:
             for position, name in enumerate(sorted(self._index)):
                 rank[self._index[name]] = position
             self._rank, self._ranked = rank, True
+            self._in_order = bool(np.all(rank[:-1] <= rank[1:]))  # slots already in name order
         return self._rank
 
 

@@ -140,6 +140,7 @@ def test_changes_made_behind_its_back_are_seen():
     assert fast.decide(four).node == "b"
     cluster.bind(PodRequest(key="q", gpus=2), fast.decide(PodRequest(key="q", gpus=2)).assignment)  # type: ignore[arg-type]
     cluster.add_spec(NodeSpec(name="a", gpus=8))
+    assert fast.feasible(four) == ["a", "b", "c"]  # in name order, whatever the slots
     assert fast.decide(four).node == "b"  # binpack: the used node
     cluster.remove_node("b")
     assert fast.decide(four).node == "a"  # ties: the lowest name

@@ -3,8 +3,8 @@
 A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
 reserved) until bound + pending members reach `minMember`; then every pending member is placed
 with `place_gang` on the live snapshot (through the loop's `FastPicker` when it has one: the same
-decisions), and only if all fit are they assumed and bound. Once
-`minMember` are bound, later members are placed one by one. Binds that keep failing are retried
+decisions as `pick`), and only if all fit are they assumed and bound. Once `minMember` are
+bound, later members are placed one by one. Binds that keep failing are retried
 (the loop re-queues the gang) until `scheduleTimeoutSeconds` after the first bind; then the group
 gets the Warning event `GangPartiallyBound` and phase `Failed`, and is not tried again until it
 is re-created.

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, ClassVar
 
+from agent.docread import DocReader
 from agent.errors import FixtureError
 from agent.model import Gpu, GpuUuid, MigDevice, MigMode, MigUuid, NumaNode, parse_cpulist
 from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profiles_for
@@ -19,80 +20,13 @@ from agent.nvml.sysfs import hugepage_kb
 
 _BUS_RE = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 _CC_RE = re.compile(r"\d+\.\d+")
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
 @dataclass(frozen=True, slots=True)
-class Ctx:
-    """Where we are: the file's name, for messages."""
+class Ctx(DocReader):
+    """Reads one fixture file; failures raise `FixtureError`."""
 
-    source: str
-
-    def fail(self, path: str, reason: str) -> NoReturn:
-        raise FixtureError(f"{self.source}: {path or '(document)'}: {reason}")
-
-    def mapping(
-        self, value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
-    ) -> dict[str, Any]:
-        """`value` as a mapping with exactly these keys (unknown keys and missing ones rejected)."""
-        if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping, got {_kind(value)}")
-        req, opt = tuple(required), tuple(optional)
-        for key in value:
-            if key not in req and key not in opt:
-                allowed = ", ".join((*req, *opt))
-                self.fail(_join(path, str(key)), f"unknown key (allowed: {allowed})")
-        for key in req:
-            if key not in value:
-                self.fail(_join(path, key), "required key is missing")
-        return value
-
-    def any_mapping(self, value: Any, path: str) -> dict[Any, Any]:
-        if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping, got {_kind(value)}")
-        return value
-
-    def as_list(self, value: Any, path: str) -> list[Any]:
-        if not isinstance(value, list):
-            self.fail(path, f"expected a list, got {_kind(value)}")
-        return value
-
-    def as_int(self, value: Any, path: str, minimum: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected an integer, got {_kind(value)}")
-        if minimum is not None and value < minimum:
-            self.fail(path, f"must be >= {minimum}, got {value}")
-        return value
-
-    def as_str(
-        self, value: Any, path: str, pattern: re.Pattern[str] | None = None, hint: str = ""
-    ) -> str:
-        if not isinstance(value, str):
-            self.fail(path, f"expected a string{hint}, got {_kind(value)}")
-        if pattern is not None and not pattern.fullmatch(value):
-            self.fail(path, f"{value!r} is not valid{hint}")
-        return value
-
-    def as_number(self, value: Any, path: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(path, f"expected a number, got {_kind(value)}")
-        if value < 0:
-            self.fail(path, f"must be >= 0, got {value}")
-        return float(value)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} ({value!r})"
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+    error: ClassVar[type[Exception]] = FixtureError
 
 
 def read_numa(ctx: Ctx, raw: Any, path: str, count: int) -> NumaNode:

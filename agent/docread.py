@@ -1,0 +1,96 @@
+"""Typed reading of YAML/JSON documents: every failure names the file, the key path and the reason.
+
+`DocReader` subclasses set `error` (the exception raised as `"<file>: <path>: <reason>"`): the NVML
+fixture loader raises `FixtureError`, the simulator's workload and cluster readers `WorkloadError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+@dataclass(frozen=True, slots=True)
+class DocReader:
+    """Where we are: the file's name, for messages."""
+
+    error: ClassVar[type[Exception]] = ValueError
+
+    source: str
+
+    def fail(self, path: str, reason: str) -> NoReturn:
+        raise self.error(f"{self.source}: {path or '(document)'}: {reason}")
+
+    def mapping(
+        self, value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """`value` as a mapping with exactly these keys (unknown keys and missing ones rejected)."""
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {kind(value)}")
+        req, opt = tuple(required), tuple(optional)
+        for key in value:
+            if key not in req and key not in opt:
+                allowed = ", ".join((*req, *opt))
+                self.fail(join(path, str(key)), f"unknown key (allowed: {allowed})")
+        for key in req:
+            if key not in value:
+                self.fail(join(path, key), "required key is missing")
+        return value
+
+    def any_mapping(self, value: Any, path: str) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {kind(value)}")
+        return value
+
+    def as_list(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {kind(value)}")
+        return value
+
+    def as_int(self, value: Any, path: str, minimum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {kind(value)}")
+        if minimum is not None and value < minimum:
+            self.fail(path, f"must be >= {minimum}, got {value}")
+        return value
+
+    def as_str(
+        self,
+        value: Any,
+        path: str,
+        pattern: re.Pattern[str] | None = None,
+        hint: str = "",
+        *,
+        allow_empty: bool = True,
+    ) -> str:
+        if not isinstance(value, str) or (not value and not allow_empty):
+            what = "a string" if allow_empty else "a non-empty string"
+            self.fail(path, f"expected {what}{hint}, got {kind(value)}")
+        if pattern is not None and not pattern.fullmatch(value):
+            self.fail(path, f"{value!r} is not valid{hint}")
+        return value
+
+    def as_number(self, value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"expected a number, got {kind(value)}")
+        if value < 0:
+            self.fail(path, f"must be >= 0, got {value}")
+        return float(value)
+
+
+def kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} ({value!r})"
+
+
+def join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

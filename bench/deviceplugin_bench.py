@@ -28,8 +28,8 @@ import psutil
 from agent.inventory import discover
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import fake_backend
-from deviceplugin.api import HEALTHY, UNHEALTHY
-from deviceplugin.service import DevicePluginService
+from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
+from deviceplugin.plugin import DevicePluginService
 from deviceplugin.settings import PluginSettings
 from deviceplugin.testing.kubelet import KubeletEmulator
 
@@ -151,8 +151,8 @@ def bench_rss() -> list[Row]:
         kubelet.stop()
         shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)
     imports = (  # what the agent process imports (the runner's services and the NVML layer)
-        "import agent.cli, agent.runner, agent.inventory, agent.nvml.pynvml_backend, "
-        "agent.nvml.fake_pynvml, deviceplugin.service; import time; time.sleep(60)"
+        "import agent.cli.main, agent.cli.run, agent.inventory, agent.nvml.pynvml_backend, "
+        "agent.nvml.fake_pynvml, deviceplugin.plugin; import time; time.sleep(60)"
     )
     baseline = rss_mib([sys.executable, "-c", imports], lambda: True, settle_s=2.0)
     return [("agent RSS, dgx-a100-mig (MiB)", agent, "< 150", agent < 150),

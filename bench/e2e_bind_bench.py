@@ -92,9 +92,9 @@ def serve_fake(nodes: int, conn: Connection) -> None:
 def _runtime(port: int) -> Any:
     from kubernetes import client
 
+    from scheduler.cli.run import RunSettings, Runtime
     from scheduler.config import load_config
-    from scheduler.kube import KubeClient
-    from scheduler.run_cmd import RunSettings, Runtime
+    from scheduler.kubeapi.client import KubeClient
 
     configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
     configuration.connection_pool_maxsize = 32

@@ -9,7 +9,7 @@ Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [-
    members × 4 GPUs placed all-or-nothing with `topology-preferred: gputopo.io/rack`; latency
    per attempt. Placement is pure, so wall time here is placement time.
 
-Decisions are made as the scheduler makes them: through `scheduler.fastpick.FastPicker` when the
+Decisions are made as the scheduler makes them: through `verdict_memo.FastPicker` when the
 scoring ranks every node (the shipped `candidateLimit: 0`), else with `pick`; `--plain` forces
 `pick` (the same decisions, for comparison).
 
@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.config import load_config
-from scheduler.fastpick import picker_for
 from scheduler.placement import Picker, PodRequest, Scoring, TopologyConstraint
+from scheduler.placement.verdict_memo import picker_for
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 GIB = 1 << 30

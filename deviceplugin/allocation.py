@@ -3,7 +3,7 @@
 `Allocator.allocate` validates a whole request before building anything, so a refused request
 leaves nothing half-applied. It is O(request): dictionary look-ups and string building, plus the
 cached CDI check for `cdi-cri`. `Allocator.preferred` calls the shared placement code
-(`scheduler.placement.topology`): the exact GPU-set search for whole GPUs, `pack_shared` for MIG
+(`agent.gpuset`): the exact GPU-set search for whole GPUs, `pack_shared` for MIG
 devices and time-slicing replicas.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
+from agent.gpuset import GpuSelector, SharedSlot, pack_shared
 from agent.model import NodeInventory
 from deviceplugin.cdi import CdiRegistry, cdi_name
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
 from deviceplugin.resources import PluginDevice, Resource
 from deviceplugin.settings import DeviceIdStrategy, DeviceListStrategy, PluginSettings
-from scheduler.placement.topology import GpuSelector, SharedSlot, pack_shared
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"

@@ -26,8 +26,8 @@ from agent.model import (
     MigMode,
     NodeInventory,
 )
-from deviceplugin.api import MAX_DEVICE_ID, socket_name
 from deviceplugin.errors import ResourceError
+from deviceplugin.kubelet_api import MAX_DEVICE_ID, socket_name
 from deviceplugin.settings import MigStrategy, PluginSettings, SharedResource, TimeSlicing
 
 logger = logging.getLogger(__name__)

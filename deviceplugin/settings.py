@@ -1,4 +1,4 @@
-"""What the device plugin is told to do: plain frozen values, built by `agent.config`.
+"""What the device plugin is told to do: plain frozen values, built by `agent.cli.config`.
 
 Pure (stdlib only), so the agent's config loader, the plugin and the tests share one definition.
 """

@@ -23,7 +23,7 @@ import grpc
 
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.api import CHECKPOINT, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
+from deviceplugin.kubelet_api import CHECKPOINT, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
 
 logger = logging.getLogger(__name__)
 

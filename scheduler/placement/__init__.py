@@ -24,7 +24,6 @@ from .request import (
 )
 from .scores import SCORE_FUNCTIONS, Learner, ScoreFn, Scoring, WeightedScore, default_scoring
 from .snapshot import Snapshot
-from .topology import GpuSelector, SharedSlot, objective, pack_shared, select_gpus
 
 __all__ = [
     "GPU_PRODUCT_LABEL",
@@ -33,7 +32,6 @@ __all__ = [
     "Decision",
     "Effect",
     "GangPlacement",
-    "GpuSelector",
     "Learner",
     "NodeFit",
     "NodeSelectorRequirement",
@@ -44,7 +42,6 @@ __all__ = [
     "PodRequest",
     "ScoreFn",
     "Scoring",
-    "SharedSlot",
     "Snapshot",
     "Taint",
     "Toleration",
@@ -57,11 +54,8 @@ __all__ = [
     "filter_node",
     "format_reasons",
     "mig_resource",
-    "objective",
-    "pack_shared",
     "pick",
     "place_gang",
     "score_node",
-    "select_gpus",
     "topology_domains",
 ]

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from agent.gpuset import SharedSlot, pack_shared
+
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, Effect, PodRequest, Taint, mig_resource
-from .topology import SharedSlot, pack_shared
 
 __all__ = [
     "REASON_AFFINITY",

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from agent.gpuset import GpuSelector, mask_indices
 from agent.model import MILLI_PER_GPU, LinkMatrix, MigMode, NodeInventory
 
 from .request import CPU, MEMORY, PodRequest, Taint
-from .topology import GpuSelector, mask_indices
 
 __all__ = ["GPU_PRODUCT_LABEL", "Assignment", "NodeState", "TopologyPolicy"]
 

@@ -62,7 +62,7 @@ def format_reasons(nodes_total: int, reasons: Mapping[str, int]) -> str:
 
 
 class Picker(Protocol):
-    """Makes `pick`'s decisions on one snapshot with one scoring, faster (`scheduler.fastpick`)."""
+    """Makes `pick`'s decisions on one snapshot with one scoring, faster (`verdict_memo`)."""
 
     @property
     def snapshot(self) -> Snapshot: ...

@@ -140,7 +140,7 @@ class Learner(Protocol):
     """A score function that learns from the pods it scores (see `FragmentationScore`).
 
     `observe(pod)` counts a pod (once per key); `version` grows whenever what it learned changes
-    its scores, so callers that cache scores (`scheduler.fastpick`) know to drop them.
+    its scores, so callers that cache scores (`scheduler.placement.verdict_memo`) know to drop them.
     """
 
     version: int

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from agent.gpuset import GpuSelector
 from agent.model import (
     GPU_RESOURCE,
     MILLI_PER_GPU,
@@ -26,7 +27,6 @@ from scheduler.placement import (
     Assignment,
     Decision,
     GangPlacement,
-    GpuSelector,
     NodeState,
     Picker,
     PodRequest,
@@ -206,7 +206,7 @@ class Cluster:
 
     def place(self, pod: PodRequest, scoring: Scoring, picker: Picker | None = None) -> Decision:
         """Pick a node for `pod` and bind it there when one fits. `picker` (bound to `snapshot`
-        and `scoring`, e.g. `scheduler.fastpick.FastPicker`) decides instead of `pick`."""
+        and `scoring`, e.g. `verdict_memo.FastPicker`) decides instead of `pick`."""
         decision = pick(pod, self.snapshot, scoring) if picker is None else picker.decide(pod)
         if decision.assignment is not None:
             self.bind(pod, decision.assignment)

@@ -7,7 +7,7 @@
 * `spread`: LeastAllocated over cpu, memory and GPU (the emptiest node wins).
 
 All of them run the real placement code: `filter_node` and a `Scoring` through `pick`, or through
-`scheduler.fastpick.FastPicker`, which makes the same decision with memoised verdicts when every
+`verdict_memo.FastPicker`, which makes the same decision with memoised verdicts when every
 node is ranked (it follows the snapshot's changes itself).
 """
 
@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.config import SchedulerConfig, load_config
-from scheduler.fastpick import FastPicker
 from scheduler.placement import (
     Assignment,
     NodeState,
@@ -29,6 +28,7 @@ from scheduler.placement import (
 )
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
+from scheduler.placement.verdict_memo import FastPicker
 from scheduler.sim.cluster import Cluster
 
 __all__ = ["POLICIES", "Placer", "SimPolicy", "make_policy"]

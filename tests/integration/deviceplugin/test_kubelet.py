@@ -9,11 +9,11 @@ import grpc
 import pytest
 
 from agent.model import MigDevice, MigUuid
-from deviceplugin.api import HEALTHY, UNHEALTHY
+from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
 from deviceplugin.settings import MigStrategy
 from deviceplugin.testing.kubelet import KubeletEmulator
+from tests.builders.kubelet import Node, eventually, running_node
 from tests.clock import FakeClock
-from tests.integration.deviceplugin.harness import Node, eventually, running_node
 
 MIXED_COUNTS = {
     "nvidia.com/gpu": 4,

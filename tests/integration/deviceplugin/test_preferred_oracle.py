@@ -15,7 +15,7 @@ from itertools import combinations
 import pytest
 import yaml
 
-from tests.integration.deviceplugin.harness import running_node
+from tests.builders.kubelet import running_node
 
 PCIE = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 CASES = 200

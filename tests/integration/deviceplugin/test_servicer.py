@@ -15,17 +15,17 @@ from agent.inventory import load_inventory
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator
+from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.grpc_translation import DevicePluginServicer
+from deviceplugin.resource_plugin import PluginServer
 from deviceplugin.resources import build_resources
-from deviceplugin.server import PluginServer
-from deviceplugin.servicer import DevicePluginServicer
 from deviceplugin.settings import (
     DeviceListStrategy,
     PluginSettings,
     SharedResource,
     TimeSlicing,
 )
-from deviceplugin.state import DeviceRegistry
-from tests.integration.deviceplugin.harness import running_node
+from tests.builders.kubelet import running_node
 
 
 def test_volume_mounts_and_device_specs_cross_the_wire():

@@ -8,9 +8,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from tests.fakeapi import FakeApiServer
-from tests.fakeapi.resources import crd_problems, nrt_crd
-from tests.integration.scheduler.harness import (
+from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     create_podgroup,
@@ -20,6 +18,8 @@ from tests.integration.scheduler.harness import (
     running,
     wait_for,
 )
+from tests.fakeapi import FakeApiServer
+from tests.fakeapi.resources import crd_problems, nrt_crd
 
 CRD = Path(__file__).resolve().parents[3] / "daemonset" / "crds" / "podgroup.yaml"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.integration.scheduler.harness import (
+from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     create_podgroup,

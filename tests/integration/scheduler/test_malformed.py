@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 
-from tests.integration.scheduler.harness import (
+from tests.builders.scheduler import (
     create_pod,
     create_podgroup,
     events_for,

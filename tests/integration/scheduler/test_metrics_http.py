@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 
-from tests.integration.scheduler.harness import running
+from tests.builders.scheduler import running
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

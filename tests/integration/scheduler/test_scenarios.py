@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.model import LinkMatrix, NodeInventory
-from tests.integration.scheduler.harness import (
+from tests.builders.nrt import make_nrt
+from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     events_for,
@@ -16,8 +17,7 @@ from tests.integration.scheduler.harness import (
     scheduled_condition,
     wait_for,
 )
-from tests.unit.runtime.nrt_builders import make_nrt
-from tests.unit.topology.builders import make_gpu, make_numa, mig_mixed, mig_uuid
+from tests.builders.topology import make_gpu, make_numa, mig_mixed, mig_uuid
 
 NRT = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from scheduler.informer import Sink
-from tests.integration.scheduler.harness import (
+from scheduler.kubeapi.informer import Sink
+from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     gpu_node,

@@ -21,8 +21,8 @@ from deviceplugin.settings import (
     SharedResource,
     TimeSlicing,
 )
+from tests.builders.deviceplugin import make_inventory, settings
 from tests.clock import FakeClock
-from tests.unit.deviceplugin.builders import make_inventory, settings
 
 
 def setup(inventory: NodeInventory, **overrides: Any) -> tuple[Allocator, dict[str, Resource]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig, load, split_host_port
+from agent.cli.config import AgentConfig, load, split_host_port
 from agent.errors import ConfigError
 from deviceplugin.settings import (
     DeviceIdStrategy,

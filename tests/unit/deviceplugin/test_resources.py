@@ -12,7 +12,7 @@ from agent.model import NodeInventory
 from deviceplugin.errors import ResourceError
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import MigStrategy, SharedResource, TimeSlicing
-from tests.unit.deviceplugin.builders import make_inventory, settings
+from tests.builders.deviceplugin import make_inventory, settings
 
 
 def counts(inventory: NodeInventory, **overrides: Any) -> dict[str, int]:

@@ -15,8 +15,7 @@ from kubernetes.client import (
 )
 from pydantic import ValidationError
 
-from tests.fakeapi import FakeApiServer
-from tests.unit.fakeapi.builders import (
+from tests.builders.fakeapi import (
     binding_model,
     make_binding,
     make_pod,
@@ -24,6 +23,7 @@ from tests.unit.fakeapi.builders import (
     pod_model,
     status_body,
 )
+from tests.fakeapi import FakeApiServer
 
 NOT_READY = ("node.kubernetes.io/not-ready", "NoSchedule")
 

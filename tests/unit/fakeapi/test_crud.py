@@ -19,7 +19,7 @@ from kubernetes.client import (
     V1ObjectMeta,
 )
 
-from tests.unit.fakeapi.builders import (
+from tests.builders.fakeapi import (
     make_binding,
     make_nrt,
     make_pod,

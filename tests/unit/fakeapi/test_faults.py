@@ -16,8 +16,8 @@ from kubernetes.client import (
 )
 from urllib3.exceptions import MaxRetryError
 
+from tests.builders.fakeapi import make_pod, status_body
 from tests.fakeapi import FakeApiServer
-from tests.unit.fakeapi.builders import make_pod, status_body
 
 
 def test_down_refuses_connections_and_up_serves_the_same_state_on_the_same_port(fake_api, core_v1):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
-from tests.unit.fakeapi.builders import (
+from tests.builders.fakeapi import (
     binding_model,
     make_binding,
     make_nrt,

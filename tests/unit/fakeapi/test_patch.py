@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
+from tests.builders.fakeapi import make_nrt, make_pod, status_body
 from tests.fakeapi.patch import json_patch, merge_patch, strategic_merge
-from tests.unit.fakeapi.builders import make_nrt, make_pod, status_body
 
 NRT = ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies")
 APPLY = "application/apply-patch+yaml"

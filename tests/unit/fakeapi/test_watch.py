@@ -10,7 +10,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client import ApiException, CoreV1Api
 
-from tests.unit.fakeapi.builders import make_binding, make_nrt, make_pod, make_podgroup
+from tests.builders.fakeapi import make_binding, make_nrt, make_pod, make_podgroup
 
 
 def new_watch() -> Any:

@@ -1,0 +1,257 @@
+"""Wiring of the publisher and the metrics into `gputopo-agent run` (CLI wiring: it composes
+`agent` with `deviceplugin`, which only `agent/runner.py` and this module may do).
+
+- `TopologyService`: reads the node state (the device plugin's live inventory and health, the
+  kubelet's PodResources) and runs the `Publisher` on its own thread; a watcher pokes it the
+  moment the device plugin reports a health or MIG-layout change. With `--oneshot` it publishes
+  once in `start()` (or prints with `--dry-run`) and fails the command if that cannot be done.
+- `MetricsService`: the `/metrics` server plus a thread that refreshes the per-GPU snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.errors import AgentError, PublishError
+from agent.kube.publisher import (
+    DryRunSink,
+    NodeState,
+    Publisher,
+    PublisherSettings,
+    TerminalPodFilter,
+    TopologySink,
+)
+from agent.metrics import AgentMetrics, MetricsServer, MetricsSnapshot
+from agent.model import NodeInventory
+from agent.numa_capacity import KubeletConfig
+from agent.nvml.backend import GpuTelemetry, NvmlBackend
+from deviceplugin.podresources import (
+    PodResourcesClient,
+    PodResourcesError,
+    PodResourcesUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from agent.cli.run import AgentContext
+
+log = logging.getLogger(__name__)
+
+ONESHOT_ATTEMPTS = 4
+TELEMETRY_INTERVAL_S = 10.0
+
+
+class StateReader:
+    """`() -> NodeState | None` over PodResources; None while the kubelet does not answer."""
+
+    def __init__(
+        self,
+        client: PodResourcesClient,
+        inventory: Callable[[], NodeInventory],
+        unhealthy: Callable[[], frozenset[str]],
+        is_terminal: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self._client = client
+        self._inventory = inventory
+        self._unhealthy = unhealthy
+        self._is_terminal = is_terminal
+        self._failing = False
+        self._seen_kubelet = False
+
+    def __call__(self) -> NodeState | None:
+        try:
+            snapshot = self._snapshot()
+        except (PodResourcesUnavailableError, PodResourcesError) as exc:
+            # the kubelet is (or was) there but does not answer: "all free" would be a lie
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "%s; not publishing until it answers", exc)
+            self._failing = True
+            return None
+        if self._failing:
+            log.info("PodResources answers again")
+        self._failing = False
+        return NodeState(
+            inventory=self._inventory(), snapshot=snapshot, unhealthy=self._unhealthy()
+        )
+
+    def _snapshot(self) -> PodResourcesSnapshot | None:
+        """None only while no kubelet socket was ever seen (allocationSource `none`)."""
+        if not self._seen_kubelet and not self._client.available():
+            return None
+        self._seen_kubelet = True  # from now on a missing socket is a kubelet restart
+        return self._client.snapshot(self._is_terminal)
+
+
+def _sink(ctx: AgentContext) -> TopologySink:
+    if ctx.config.dry_run:
+        return DryRunSink(sys.stdout)
+    from agent.kube.client import KubeSink, load_api_client
+
+    return KubeSink(load_api_client(ctx.config.kubeconfig))
+
+
+class TopologyService:
+    name = "topology-publisher"
+
+    def __init__(
+        self,
+        ctx: AgentContext,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sink: TopologySink | None = None,
+    ) -> None:
+        """`sink` replaces the API server (or the dry-run printer), e.g. in the demo."""
+        cfg = ctx.config
+        self._ctx = ctx
+        self._oneshot = cfg.oneshot
+        self._stop = threading.Event()
+        kubelet = KubeletConfig.from_file(
+            cfg.kubelet_config, policy=cfg.topology_manager_policy, scope=cfg.topology_manager_scope
+        )
+        settings = PublisherSettings(
+            node_name=cfg.node_name,
+            kubelet=kubelet,
+            mig_strategy=str(cfg.mig_strategy),
+            node_labels=cfg.node_labels,
+            publish_topology=cfg.publish,
+        )
+        self.sink = sink if sink is not None else _sink(ctx)
+        phases = getattr(self.sink, "pod_phases", None)
+        is_terminal = (
+            TerminalPodFilter(lambda: phases(cfg.node_name), clock=clock) if phases else None
+        )
+        self.client = PodResourcesClient(cfg.pod_resources_socket)
+        plugin = ctx.device_plugin
+        reader = StateReader(
+            self.client,
+            inventory=(lambda: plugin.inventory) if plugin else (lambda: ctx.inventory),
+            unhealthy=(lambda: plugin.registry.unhealthy) if plugin else frozenset,
+            is_terminal=is_terminal,
+        )
+        self.publisher = Publisher(
+            settings, self.sink, reader, clock=clock, stop=self._stop, metrics=ctx.metrics
+        )
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self._oneshot:
+            self._publish_once()
+            return
+        self._threads = [
+            threading.Thread(target=self.publisher.run, name="nrt-publisher", daemon=True)
+        ]
+        if self._ctx.device_plugin is not None:
+            self._threads.append(
+                threading.Thread(target=self._watch_device_plugin, name="nrt-poke", daemon=True)
+            )
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.publisher.stop()
+        if self._ctx.device_plugin is not None:
+            self._ctx.device_plugin.registry.wake()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.client.close()
+
+    def _publish_once(self) -> None:
+        delay = 0.5
+        for attempt in range(1, ONESHOT_ATTEMPTS + 1):
+            try:
+                self.publisher.publish_once()
+                return
+            except PublishError as exc:
+                if attempt == ONESHOT_ATTEMPTS:
+                    raise
+                log.warning("oneshot publish failed (attempt %d): %s", attempt, exc)
+                self._stop.wait(delay)
+                delay *= 2
+
+    def _watch_device_plugin(self) -> None:
+        plugin = self._ctx.device_plugin
+        assert plugin is not None
+        version = plugin.registry.snapshot().version
+        while not self._stop.is_set():
+            snapshot = plugin.registry.wait(version, 5.0, cancelled=self._stop.is_set)
+            if snapshot.version != version:
+                version = snapshot.version
+                self.publisher.poke()
+
+
+def topology_service(ctx: AgentContext) -> TopologyService | None:
+    """The NRT publisher and node labeller, unless both `--no-publish` and `--node-labels off`."""
+    if not ctx.config.publish and not ctx.config.node_labels:
+        return None
+    service = TopologyService(ctx)
+    ctx.publisher = service.publisher
+    return service
+
+
+class MetricsService:
+    name = "metrics"
+
+    def __init__(
+        self, ctx: AgentContext, metrics: AgentMetrics, *, interval_s: float = TELEMETRY_INTERVAL_S
+    ) -> None:
+        self._ctx = ctx
+        self._metrics = metrics
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.server = MetricsServer(ctx.config.metrics_address, metrics.registry, ready=self._ready)
+        self._thread = threading.Thread(
+            target=self._refresh_loop, name="metrics-refresh", daemon=True
+        )
+
+    def _ready(self) -> bool:
+        return self._ctx.publisher is None or self._ctx.publisher.ready
+
+    def start(self) -> None:
+        self.refresh()
+        self.server.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.server.stop()
+
+    def refresh(self) -> None:
+        """Replace the metrics snapshot: inventory, health, telemetry, allocations."""
+        plugin, publisher = self._ctx.device_plugin, self._ctx.publisher
+        inventory = plugin.inventory if plugin else self._ctx.inventory
+        availability = publisher.availability if publisher else None
+        self._metrics.update(
+            MetricsSnapshot(
+                inventory=inventory,
+                unhealthy=plugin.registry.unhealthy if plugin else frozenset(),
+                telemetry=_telemetry(self._ctx.backend, inventory),
+                allocated=allocated_devices(availability) if availability else {},
+            )
+        )
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.refresh()
+
+
+def _telemetry(backend: NvmlBackend, inventory: NodeInventory) -> dict[str, GpuTelemetry]:
+    out: dict[str, GpuTelemetry] = {}
+    for gpu in inventory.gpus:
+        try:
+            out[str(gpu.uuid)] = backend.telemetry(gpu.uuid)
+        except AgentError as exc:
+            log.debug("no telemetry for GPU %s: %s", gpu.index, exc)
+    return out
+
+
+def metrics_service(ctx: AgentContext) -> MetricsService | None:
+    """The metrics server, except with `--oneshot`."""
+    if ctx.config.oneshot or ctx.metrics is None:
+        return None
+    return MetricsService(ctx, ctx.metrics)

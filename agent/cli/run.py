@@ -1,0 +1,189 @@
+"""`gputopo-agent run`: the DaemonSet process.
+
+Loads the configuration, opens NVML (or the fake for `--nvml-fixture`), discovers the node, then
+starts the services in order and waits for SIGTERM/SIGINT; services stop in reverse order.
+
+A service is anything with `name`, `start()` and `stop()`. `SERVICE_FACTORIES` builds them from
+the `AgentContext`, in order; a factory returns None when its service is switched off. The device
+plugin is first (its `registry` and live `inventory` are on the context for the services after
+it); the topology publisher, node labels and metrics server are appended after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Protocol
+
+from agent import logsetup
+from agent.cli import config as agent_config
+from agent.cli.config import AgentConfig
+from agent.cli.publish_service import metrics_service, topology_service
+from agent.errors import AgentError, ConfigError
+from agent.kube.publisher import Publisher
+from agent.metrics import AgentMetrics
+from agent.model import NodeInventory
+from agent.nvml.backend import NvmlBackend
+from deviceplugin.errors import PluginError
+from deviceplugin.plugin import DevicePluginService
+
+logger = logging.getLogger(__name__)
+
+PROG = "gputopo-agent run"
+
+
+class Service(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(slots=True)
+class AgentContext:
+    """What the service factories build from; filled in as services are created."""
+
+    config: AgentConfig
+    backend: NvmlBackend
+    inventory: NodeInventory
+    stop: threading.Event
+    device_plugin: DevicePluginService | None = None
+    metrics: AgentMetrics | None = None
+    publisher: Publisher | None = None
+    services: list[Service] = field(default_factory=list)
+
+
+ServiceFactory = Callable[[AgentContext], Service | None]
+
+
+def device_plugin_service(ctx: AgentContext) -> Service | None:
+    """The kubelet device plugin, unless `--no-device-plugin` or `--oneshot`."""
+    if not ctx.config.device_plugin or ctx.config.oneshot:
+        return None
+    observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
+    ctx.device_plugin = DevicePluginService(
+        ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
+    )
+    return ctx.device_plugin
+
+
+SERVICE_FACTORIES: tuple[ServiceFactory, ...] = (
+    device_plugin_service,
+    topology_service,
+    metrics_service,
+)
+
+
+def open_node(cfg: AgentConfig) -> tuple[NvmlBackend, NodeInventory]:
+    """The NVML backend (real, or fake for a fixture) and the node it sees."""
+    from agent.inventory import discover
+    from agent.nvml.pynvml_backend import open_backend
+
+    backend = open_backend(cfg.nvml_fixture, cfg.host_root)
+    try:
+        return backend, discover(backend)
+    except BaseException:
+        backend.close()
+        raise
+
+
+def start_services(ctx: AgentContext, factories: Sequence[ServiceFactory]) -> list[Service]:
+    """Build and start each service in order; on a failure stop the started ones and re-raise."""
+    try:
+        for factory in factories:
+            service = factory(ctx)
+            if service is None:
+                continue
+            service.start()
+            ctx.services.append(service)
+            logger.info("started %s", service.name)
+    except BaseException:
+        stop_services(ctx.services)
+        raise
+    return ctx.services
+
+
+def stop_services(services: Sequence[Service]) -> None:
+    for service in reversed(services):
+        try:
+            service.stop()
+        except Exception:
+            logger.exception("stopping %s failed", service.name)
+        else:
+            logger.info("stopped %s", service.name)
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def run(
+    cfg: AgentConfig,
+    stop: threading.Event,
+    factories: Sequence[ServiceFactory] = SERVICE_FACTORIES,
+) -> int:
+    """Start everything, wait for `stop` (or return at once with `--oneshot`), stop everything."""
+    backend, inventory = open_node(cfg)
+    ctx = AgentContext(
+        config=cfg,
+        backend=backend,
+        inventory=inventory,
+        stop=stop,
+        metrics=AgentMetrics(_version()),
+    )
+    try:
+        logger.info(
+            "node %s: %d GPUs, driver %s",
+            cfg.node_name,
+            len(inventory.gpus),
+            inventory.driver_version,
+        )
+        start_services(ctx, factories)
+        if not cfg.oneshot:
+            while not stop.wait(1.0):
+                pass
+        stop_services(ctx.services)
+    finally:
+        backend.close()
+    return 0
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gputopo")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str]) -> int:
+    try:
+        cfg = agent_config.load(argv, os.environ)
+    except ConfigError as exc:
+        sys.stderr.write(f"{PROG}: {exc}\n")
+        return 2
+    logsetup.configure(cfg.log_format)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    try:
+        return run(cfg, stop)
+    except (AgentError, PluginError) as exc:
+        if cfg.fail_on_init_error:
+            sys.stderr.write(f"{PROG}: {exc}\n")
+            return 1
+        logger.error("%s; waiting (--fail-on-init-error=false)", exc)
+        stop.wait()
+        return 0

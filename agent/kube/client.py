@@ -1,0 +1,159 @@
+"""The agent's Kubernetes API edge: the only module of `agent/` that imports `kubernetes`.
+
+`KubeSink` is the publisher's `TopologySink` over the real client (server-side apply of the NRT
+object, merge patches of node labels, the node's pod phases for the terminal-pod filter);
+`load_api_client` finds credentials for the agent and `kubectl gputopo`. Every failure becomes
+`PublishError` with the object and the HTTP status, so callers retry without knowing the client.
+Responses are read as plain JSON (`_preload_content=False`): no client model objects leave here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from agent.errors import ConfigError, PublishError
+from agent.kube.publisher import FIELD_MANAGER, NodeInfo
+from agent.nrt.encode import GROUP, PLURAL, VERSION
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def load_api_client(kubeconfig: str | Path | None = None) -> client.ApiClient:
+    """`kubeconfig` when given; else in-cluster, then `~/.kube/config`. ConfigError says why not."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        where = kubeconfig or "in-cluster or ~/.kube/config"
+        raise ConfigError(f"no usable Kubernetes credentials ({where}): {exc}") from None
+    return client.ApiClient(configuration)
+
+
+@contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """Turn client, HTTP and socket failures of one call into PublishError naming `what`."""
+    try:
+        yield
+    except ApiException as exc:
+        raise PublishError(f"{what}: HTTP {exc.status} {exc.reason}".rstrip()) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise PublishError(f"{what}: API server unreachable ({type(exc).__name__})") from None
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data or b"{}")
+    return data
+
+
+def _read_or_none(what: str, call: Callable[[], Any]) -> dict[str, Any] | None:
+    """The JSON body of a GET, or None on 404."""
+    with api_errors(what):
+        try:
+            return _json(call())
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+class KubeSink:
+    """The publisher's writes and reads against the API server."""
+
+    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0) -> None:
+        self._api_client = api_client
+        self._custom = client.CustomObjectsApi(api_client)
+        self._timeout = timeout_s
+
+    @cached_property
+    def _core(self) -> client.CoreV1Api:
+        """Made on first use: importing CoreV1Api takes seconds; kubectl gputopo never needs it."""
+        return client.CoreV1Api(self._api_client)
+
+    def node(self, name: str) -> NodeInfo | None:
+        data = _read_or_none(
+            f"reading Node {name}",
+            lambda: self._core.read_node(
+                name, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+        if data is None:
+            return None
+        meta = data.get("metadata") or {}
+        return NodeInfo(uid=meta.get("uid"), labels=dict(meta.get("labels") or {}))
+
+    def get_topology(self, name: str) -> dict[str, Any] | None:
+        return _read_or_none(
+            f"reading NodeResourceTopology {name}",
+            lambda: self._custom.get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, name, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def list_topologies(self) -> list[dict[str, Any]]:
+        with api_errors("listing NodeResourceTopologies"):
+            response = self._custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, _preload_content=False, _request_timeout=self._timeout
+            )
+        items: list[dict[str, Any]] = _json(response).get("items") or []
+        return items
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with api_errors(f"applying NodeResourceTopology {name}"):
+            self._custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                PLURAL,
+                name,
+                dict(obj),
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY_PATCH,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+
+    def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
+        with api_errors(f"patching labels of Node {name}"):
+            self._core.patch_node(
+                name,
+                {"metadata": {"labels": dict(patch)}},
+                field_manager=FIELD_MANAGER,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+
+    def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
+        """(namespace, name) -> phase of every pod bound to `node`."""
+        with api_errors(f"listing pods on {node}"):
+            response = self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        return {
+            (p["metadata"].get("namespace", ""), p["metadata"]["name"]): (
+                p.get("status") or {}
+            ).get("phase", "")
+            for p in _json(response).get("items") or []
+        }

@@ -1,0 +1,338 @@
+"""The NodeResourceTopology publisher and node labeller: the agent's only Kubernetes writes.
+
+One object per node, named after the node, owned by the Node, written with server-side apply
+(field manager `gputopo-agent`, force: gputopo is the object's only writer). The loop:
+
+- polls the node state (inventory, health, PodResources) every `poll_s` (0.5 s) or at once after
+  `poke()` (health or MIG-layout change), encodes it, and applies it only when it differs from what
+  was last written: nothing is written while nothing changes;
+- every `resync_s` (60 s) reads the object and the Node back and repairs any drift (a deleted or
+  edited object, lost labels, a re-created Node with a new UID);
+- on any API failure retries with exponential backoff (0.5 s doubling to 30 s). Every attempt
+  encodes the latest state, so the last state always lands once the API server is back.
+
+`KubeSink` talks to the API server; `DryRunSink` prints instead (`--dry-run`). Tests drive `step()`
+with a fake clock, or `run()` with a stop Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TextIO
+
+import yaml
+
+from agent.availability import Availability, PodResourcesSnapshot, compute_availability
+from agent.errors import PublishError
+from agent.labels import gfd_labels, label_patch
+from agent.metrics import AgentMetrics
+from agent.model import NodeInventory
+from agent.nrt.encode import encode
+from agent.numa_capacity import KubeletConfig, numa_capacity
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gputopo-agent"
+_COMPARED = ("topologyPolicies", "zones", "attributes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    """What the publisher needs of its Node: the UID (ownerReference) and the labels."""
+
+    uid: str | None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class TopologySink(Protocol):
+    def node(self, name: str) -> NodeInfo | None:
+        """The Node, or None when it does not exist."""
+        ...
+
+    def get_topology(self, name: str) -> dict[str, Any] | None: ...
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None: ...
+
+    def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeState:
+    """One reading of the node: GPUs, unhealthy device IDs, and the kubelet's allocations."""
+
+    inventory: NodeInventory
+    snapshot: PodResourcesSnapshot | None  # None: no PodResources socket (allocationSource none)
+    unhealthy: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublisherSettings:
+    node_name: str
+    kubelet: KubeletConfig = field(default_factory=KubeletConfig)
+    mig_strategy: str = "mixed"
+    node_labels: bool = True
+    publish_topology: bool = True  # False (--no-publish): labels only
+    poll_s: float = 0.5
+    resync_s: float = 60.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+
+def matches(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """True when the stored object already says what `desired` says (server fields ignored)."""
+    if current is None:
+        return False
+    if any(current.get(k) != desired.get(k) for k in _COMPARED):
+        return False
+    owners = (current.get("metadata") or {}).get("ownerReferences")
+    return bool(owners == desired["metadata"].get("ownerReferences"))
+
+
+class Publisher:
+    """Keeps the node's NRT object and labels in line with `source()`; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: PublisherSettings,
+        sink: TopologySink,
+        source: Callable[[], NodeState | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        stop: threading.Event | None = None,
+        metrics: AgentMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self._sink = sink
+        self._source = source
+        self._clock = clock
+        self._stop = stop or threading.Event()
+        self._metrics = metrics
+        self._wake = threading.Event()
+        self._node: NodeInfo | None = None
+        self._looked_up = False
+        self._synced: NodeState | None = None
+        self._availability: Availability | None = None
+        self._written: dict[str, Any] | None = None
+        self._next_resync = float("-inf")
+        self._retry_at = float("-inf")
+        self._failures = 0
+
+    @property
+    def written(self) -> dict[str, Any] | None:
+        """The last object that landed (None before the first write)."""
+        return self._written
+
+    @property
+    def ready(self) -> bool:
+        """True once the object was published (or found up to date)."""
+        return self._written is not None
+
+    def poke(self) -> None:
+        """Publish now instead of at the next poll (health or MIG layout changed)."""
+        self._wake.set()
+
+    @property
+    def availability(self) -> Availability | None:
+        """What the last encoded state said is free (the metrics read allocations from it)."""
+        return self._availability
+
+    def desired(self, state: NodeState) -> dict[str, Any]:
+        """The object `state` encodes to, with the ownerReference once the Node's UID is known."""
+        kubelet = self.settings.kubelet
+        capacity = numa_capacity(state.inventory.numa_nodes, kubelet)
+        availability = compute_availability(
+            state.inventory, capacity, state.snapshot, state.unhealthy
+        )
+        self._availability = availability
+        return encode(
+            state.inventory,
+            availability,
+            node_name=self.settings.node_name,
+            policy=kubelet.topology_manager_policy,
+            scope=kubelet.topology_manager_scope,
+            owner_uid=self._node.uid if self._node is not None else None,
+        )
+
+    def step(self) -> float:
+        """One pass: read the state, write what changed; returns the seconds until the next pass."""
+        now = self._clock()
+        if now < self._retry_at:
+            return min(self.settings.poll_s, self._retry_at - now)
+        state = self._source()
+        if state is None:  # allocations unreadable right now: publish nothing rather than guess
+            return self.settings.poll_s
+        try:
+            self._sync(state, resync=now >= self._next_resync)
+        except PublishError as exc:
+            self._failed(exc, now)
+            return min(self.settings.poll_s, self._retry_at - now)
+        if self._failures:
+            log.info("publishing works again after %d failed attempts", self._failures)
+        self._failures = 0
+        if now >= self._next_resync:
+            self._next_resync = now + self.settings.resync_s
+        return self.settings.poll_s
+
+    def run(self) -> None:
+        """Loop until the stop Event is set."""
+        log.info("publishing NodeResourceTopology %s", self.settings.node_name)
+        while not self._stop.is_set():
+            self._wake.clear()
+            delay = self.step()
+            self._wake.wait(max(0.0, delay))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def publish_once(self) -> dict[str, Any]:
+        """Read the state and write it now (`--oneshot`); PublishError when that fails."""
+        state = self._source()
+        if state is None:
+            raise PublishError(
+                f"NodeResourceTopology {self.settings.node_name}: node state unreadable"
+            )
+        self._sync(state, resync=True)
+        assert self._written is not None
+        return self._written
+
+    def _sync(self, state: NodeState, *, resync: bool) -> None:
+        if state == self._synced and not resync:
+            return  # the common idle case: nothing to encode or compare
+        if resync or not self._looked_up:
+            self._node = self._sink.node(self.settings.node_name)
+            self._looked_up = True
+            if self._node is None:
+                log.warning(
+                    "node %s not found: no ownerReference, no labels", self.settings.node_name
+                )
+        desired = self.desired(state)
+        publish = self.settings.publish_topology
+        if publish and (desired != self._written or (resync and not self._stored_matches(desired))):
+            self._write(desired)
+        if self.settings.node_labels:
+            self._label(state.inventory)
+        self._synced = state
+        if not publish:
+            self._written = desired  # nothing to write: ready once the labels are in place
+
+    def _stored_matches(self, desired: dict[str, Any]) -> bool:
+        return matches(self._sink.get_topology(self.settings.node_name), desired)
+
+    def _write(self, desired: dict[str, Any]) -> None:
+        start = self._clock()
+        self._sink.apply_topology(desired)
+        if self._metrics is not None:
+            self._metrics.observe_publish(self._clock() - start, ok=True)
+        if self._written is None or self._written.get("zones") != desired.get("zones"):
+            log.debug("published NodeResourceTopology %s", self.settings.node_name)
+        self._written = desired
+
+    def _label(self, inventory: NodeInventory) -> None:
+        node = self._node
+        if node is None:
+            return
+        patch = label_patch(node.labels, gfd_labels(inventory, self.settings.mig_strategy))
+        if not patch:
+            return
+        self._sink.patch_labels(self.settings.node_name, patch)
+        merged = {k: v for k, v in {**node.labels, **patch}.items() if v is not None}
+        self._node = replace(node, labels=merged)
+        if self._metrics is not None:
+            self._metrics.label_patches.inc()
+        log.info("node %s labels updated: %s", self.settings.node_name, sorted(patch))
+
+    def _failed(self, exc: PublishError, now: float) -> None:
+        self._failures += 1
+        delay = min(
+            self.settings.backoff_max_s, self.settings.backoff_initial_s * 2 ** (self._failures - 1)
+        )
+        self._retry_at = now + delay
+        if self._metrics is not None:
+            self._metrics.observe_publish(0.0, ok=False)
+        level = logging.WARNING if self._failures == 1 else logging.DEBUG
+        log.log(
+            level, "publishing failed (attempt %d, retry in %.1fs): %s", self._failures, delay, exc
+        )
+
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class TerminalPodFilter:
+    """`(namespace, name) -> bool` for the PodResources client: is the pod finished?
+
+    The kubelet may still list finished pods; their phase comes from the API server
+    (`phases()` lists the node's pods). The list is refreshed when an unseen pod shows up or
+    after `ttl_s`, never more often than `min_interval_s`; while the API server is unreachable
+    the last answer stands (unknown pods count as running).
+    """
+
+    def __init__(
+        self,
+        phases: Callable[[], Mapping[tuple[str, str], str]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        ttl_s: float = 60.0,
+        min_interval_s: float = 5.0,
+    ) -> None:
+        self._phases_source = phases
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._min_interval_s = min_interval_s
+        self._phases: Mapping[tuple[str, str], str] = {}
+        self._seen: set[tuple[str, str]] = set()
+        self._refreshed = float("-inf")
+        self._failed = False
+
+    def __call__(self, namespace: str, name: str) -> bool:
+        key = (namespace, name)
+        now = self._clock()
+        stale = now - self._refreshed >= self._ttl_s
+        unseen = key not in self._seen and now - self._refreshed >= self._min_interval_s
+        if stale or unseen:
+            self._refresh(now)
+        self._seen.add(key)
+        return self._phases.get(key) in TERMINAL_PHASES
+
+    def _refresh(self, now: float) -> None:
+        self._refreshed = now
+        try:
+            self._phases = dict(self._phases_source())
+        except PublishError as exc:
+            level = logging.DEBUG if self._failed else logging.WARNING
+            log.log(level, "pod phases unavailable, finished pods count as running: %s", exc)
+            self._failed = True
+            return
+        self._failed = False
+        self._seen = set(self._phases)
+
+
+class DryRunSink:
+    """`--dry-run`: print what would be written, as YAML documents, and write nothing."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def node(self, name: str) -> NodeInfo | None:
+        return NodeInfo(uid=None)
+
+    def get_topology(self, name: str) -> dict[str, Any] | None:
+        return None
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+        self._out.write("---\n" + yaml.safe_dump(dict(obj), sort_keys=False))
+        self._out.flush()
+
+    def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(patch)},
+        }
+        self._out.write("---\n" + yaml.safe_dump(body, sort_keys=False))
+        self._out.flush()

@@ -1,0 +1,191 @@
+"""The `v1beta1.DevicePlugin` gRPC service for one resource: protobuf in, model calls, protobuf out.
+
+Our request errors become `context.abort` with INVALID_ARGUMENT / FAILED_PRECONDITION and a message
+naming the device; anything unexpected is logged once with its traceback and becomes INTERNAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
+
+import grpc
+
+from agent import logkeys
+from deviceplugin._pb import deviceplugin_pb2 as pb
+from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
+from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredRequest, is_healthy
+from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, RequestError
+from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
+from deviceplugin.resources import Resource
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+DeviceView = tuple[tuple[str, bool, int | None], ...]
+"""(ID, healthy, NUMA node) per device: what one ListAndWatch message says."""
+
+
+class RpcObserver(Protocol):
+    """Receives one call per RPC (the metrics' latency histogram)."""
+
+    def __call__(self, method: str, resource: str, seconds: float, code: str) -> None: ...
+
+
+def device_view(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceView:
+    if resource is None:
+        return ()
+    return tuple((d.id, is_healthy(d, unhealthy), d.numa_node) for d in resource.devices)
+
+
+def to_list_response(view: DeviceView) -> pb.ListAndWatchResponse:
+    return pb.ListAndWatchResponse(
+        devices=[
+            pb.Device(
+                ID=device_id,
+                health=HEALTHY if healthy else UNHEALTHY,
+                topology=None if numa is None else pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]),
+            )
+            for device_id, healthy, numa in view
+        ]
+    )
+
+
+def to_container_response(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(alloc.envs),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in alloc.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in alloc.device_nodes
+        ],
+        annotations=dict(alloc.annotations),
+        cdi_devices=[pb.CDIDevice(name=n) for n in alloc.cdi_devices],
+    )
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+    def __init__(
+        self,
+        resource_name: str,
+        registry: DeviceRegistry,
+        allocator: Allocator,
+        *,
+        stop: threading.Event,
+        observer: RpcObserver | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.resource_name = resource_name
+        self._registry = registry
+        self._allocator = allocator
+        self._stop = stop
+        self._observer = observer
+        self._poll_s = poll_s
+
+    def GetDevicePluginOptions(  # noqa: N802
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def PreStartContainer(  # noqa: N802
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+    def ListAndWatch(  # noqa: N802
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> Iterator[pb.ListAndWatchResponse]:
+        """The full list now, then again on every change; ends when the resource goes away."""
+        context.add_callback(self._registry.wake)
+        closing: Callable[[], bool] = lambda: self._stop.is_set() or not context.is_active()  # noqa: E731
+        last: DeviceView | None = None
+        snap = self._registry.snapshot()
+        while not closing():
+            resource = snap.resources.get(self.resource_name)
+            view = device_view(resource, snap.unhealthy)
+            if view != last:
+                logger.debug("ListAndWatch %s: %d devices", self.resource_name, len(view))
+                yield to_list_response(view)
+                last = view
+            if resource is None:
+                return
+            snap = self._registry.wait(snap.version, self._poll_s, closing)
+
+    def Allocate(  # noqa: N802
+        self, request: pb.AllocateRequest, context: grpc.ServicerContext
+    ) -> pb.AllocateResponse:
+        return self._guarded("Allocate", context, lambda: self._allocate(request))
+
+    def GetPreferredAllocation(  # noqa: N802
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        return self._guarded("GetPreferredAllocation", context, lambda: self._preferred(request))
+
+    def _allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
+        ids = [list(c.devices_ids) for c in request.container_requests]
+        allocations = self._allocator.allocate(self._current(), self._registry.unhealthy, ids)
+        return pb.AllocateResponse(
+            container_responses=[to_container_response(a) for a in allocations]
+        )
+
+    def _preferred(self, request: pb.PreferredAllocationRequest) -> pb.PreferredAllocationResponse:
+        resource = self._current()
+        answers = [
+            self._allocator.preferred(
+                resource,
+                PreferredRequest(
+                    available=tuple(c.available_deviceIDs),
+                    must_include=tuple(c.must_include_deviceIDs),
+                    size=c.allocation_size,
+                ),
+            )
+            for c in request.container_requests
+        ]
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(deviceIDs=list(a)) for a in answers
+            ]
+        )
+
+    def _current(self) -> Resource:
+        resource = self._registry.resource(self.resource_name)
+        if resource is None:
+            raise DeviceUnavailableError(f"{self.resource_name} is no longer advertised")
+        return resource
+
+    def _guarded(self, method: str, context: grpc.ServicerContext, body: Callable[[], _T]) -> _T:
+        """Run `body`; our errors abort with their status, anything else is logged and INTERNAL."""
+        start, code = time.perf_counter(), grpc.StatusCode.OK
+        extra = {logkeys.RESOURCE: self.resource_name}
+        try:
+            return body()
+        except RequestError as exc:
+            code = _status_of(exc)
+            logger.info("%s refused: %s", method, exc, extra=extra)
+            context.abort(code, str(exc))
+        except Exception as exc:
+            code = grpc.StatusCode.INTERNAL
+            logger.exception("%s %s failed", method, self.resource_name, extra=extra)
+            context.abort(code, f"{method} {self.resource_name}: internal error: {exc}")
+        finally:
+            if self._observer is not None:
+                elapsed = time.perf_counter() - start
+                self._observer(method, self.resource_name, elapsed, code.name)
+
+
+def _status_of(exc: RequestError) -> grpc.StatusCode:
+    if isinstance(exc, InvalidRequestError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.FAILED_PRECONDITION

@@ -1,0 +1,122 @@
+"""The device plugin as one service of the agent: servers, registration, health, MIG re-scan.
+
+`DevicePluginService(settings, backend, inventory)` builds the advertised resources (raising
+`ResourceError` when the strategy cannot apply), `start()` serves and registers every resource and
+starts the health thread, `stop()` ends the streams and removes the sockets. Other parts of the
+agent read `registry` (its `wait()` wakes on every health or layout change) and `inventory`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from agent.model import Gpu, NodeInventory
+from agent.nvml.backend import NvmlBackend
+from deviceplugin.allocation import Allocator
+from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.errors import ResourceError
+from deviceplugin.grpc_translation import DevicePluginServicer, RpcObserver
+from deviceplugin.health import HealthMonitor, HealthTracker
+from deviceplugin.registration_loop import PluginManager
+from deviceplugin.resources import build_resources
+from deviceplugin.settings import PluginSettings
+
+logger = logging.getLogger(__name__)
+
+
+class DevicePluginService:
+    name = "device-plugin"
+
+    def __init__(
+        self,
+        settings: PluginSettings,
+        backend: NvmlBackend,
+        inventory: NodeInventory,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        observer: RpcObserver | None = None,
+        poll_s: float = 0.1,
+        wait_timeout_s: float = 0.5,
+    ) -> None:
+        self.settings = settings
+        self.inventory = inventory
+        self._backend = backend
+        self._stop = threading.Event()
+        self.registry = DeviceRegistry(build_resources(inventory, settings))
+        self.allocator = Allocator(settings, inventory)
+        self.tracker = HealthTracker(
+            inventory,
+            settings.xid_policy,
+            quiet_period_s=settings.health_quiet_period_s,
+            recheck_interval_s=settings.health_recheck_interval_s,
+            clock=clock,
+        )
+        self.monitor = HealthMonitor(
+            backend,
+            self.tracker,
+            self.registry.set_unhealthy,
+            rescan=self.rescan,
+            rescan_interval_s=settings.rescan_interval_s,
+            wait_timeout_s=wait_timeout_s,
+            clock=clock,
+            checks_enabled=settings.xid_policy.checks_enabled,
+        )
+        self.manager = PluginManager(
+            plugin_dir=settings.device_plugin_dir,
+            registry=self.registry,
+            make_servicer=lambda name: DevicePluginServicer(
+                name, self.registry, self.allocator, stop=self._stop, observer=observer
+            ),
+            poll_s=poll_s,
+            clock=clock,
+        )
+
+    def start(self) -> None:
+        names = ", ".join(self.registry.snapshot().resources) or "nothing"
+        logger.info("device plugin advertising %s", names)
+        self.manager.start(self._stop)
+        self.monitor.start(self._stop)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End the streams, stop the servers and remove their sockets."""
+        self._stop.set()
+        self.registry.wake()
+        self.monitor.join(timeout_s)
+        self.manager.join(timeout_s)
+        self.manager.shutdown()
+
+    def rescan(self) -> bool:
+        """Re-read the GPUs; advertise a changed MIG layout. True when the resources changed."""
+        gpus = self._backend.gpus()
+        if _layout(gpus) == _layout(self.inventory.gpus):
+            return False
+        if [g.uuid for g in gpus] != [g.uuid for g in self.inventory.gpus]:
+            logger.error("the set of GPUs changed; restart the agent to advertise it")
+            return False
+        inventory = NodeInventory(
+            gpus=gpus,
+            links=self.inventory.links,
+            numa_nodes=self.inventory.numa_nodes,
+            driver_version=self.inventory.driver_version,
+            cuda_driver_version=self.inventory.cuda_driver_version,
+            nvlink_fabric=self.inventory.nvlink_fabric,
+        )
+        try:
+            resources = build_resources(inventory, self.settings)
+        except ResourceError as exc:
+            logger.error("new MIG layout not advertised: %s", exc)
+            return False
+        logger.info("MIG layout changed: %s", {g.index: g.mig_layout for g in gpus if g.mig_layout})
+        self.inventory = inventory
+        self.tracker.set_inventory(inventory)
+        return self.registry.set_resources(resources)
+
+
+def _layout(gpus: tuple[Gpu, ...]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    return tuple(
+        (g.uuid, g.mig_mode.value, tuple(f"{m.uuid}:{m.profile}" for m in g.mig_devices))
+        for g in gpus
+    )

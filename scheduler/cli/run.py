@@ -1,0 +1,273 @@
+"""`gputopo-scheduler run`: the secondary scheduler against a cluster.
+
+Settings come from flags, then `GPUTOPO_<FLAG>` environment variables, then the `version: v1`
+config file (`--config`), then defaults. Bad input exits 2 with one line naming the problem.
+
+`Runtime` wires the parts (API client, informers, cache, queue, loop, reporter, leader election,
+metrics server); `main` runs one until SIGTERM/SIGINT. Tests build a `Runtime` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+
+from agent import logsetup
+from agent.errors import ConfigError
+from agent.metrics import MetricsServer, parse_address
+from scheduler.config import SchedulerConfig, load_config
+from scheduler.kubeapi.client import NODES, NRTS, PODGROUPS, PODS, KubeClient
+from scheduler.kubeapi.informer import Informer
+from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector
+from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.loop import LoopSettings, Scheduler
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import SchedulingQueue
+from scheduler.runtime.reporter import Reporter
+
+log = logging.getLogger(__name__)
+
+PROG = "gputopo-scheduler run"
+DEFAULT_NAME = "gputopo-scheduler"
+DEFAULT_NAMESPACE = "gputopo-system"
+DEFAULT_METRICS = ":9446"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSettings:
+    kubeconfig: str | None
+    config: SchedulerConfig
+    scheduler_name: str
+    leader_elect: bool
+    leader_elect_namespace: str
+    metrics_address: str
+    log_format: str
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog=PROG, description="Run the gputopo secondary scheduler against a cluster.")
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)"
+    )
+    p.add_argument("--config", help="scheduler config file (version: v1)")
+    p.add_argument("--scheduler-name", help=f"spec.schedulerName to serve (default {DEFAULT_NAME})")
+    p.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const="true",
+        metavar="true|false",
+        help="elect a leader with a coordination.k8s.io Lease (default off)",
+    )
+    p.add_argument(
+        "--leader-elect-namespace", help=f"namespace of the Lease (default {DEFAULT_NAMESPACE})"
+    )
+    p.add_argument(
+        "--metrics-address",
+        help=f"HOST:PORT of /metrics, /healthz, /readyz (default {DEFAULT_METRICS})",
+    )
+    p.add_argument("--log-format", help="text or json (default text)")
+    return p
+
+
+def _bool(name: str, value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
+
+
+def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
+    """Flags > GPUTOPO_<FLAG> > config file > defaults; ConfigError names what is wrong."""
+    args = _parser().parse_args(list(argv))
+
+    def pick(flag: str) -> str | None:
+        value = getattr(args, flag.replace("-", "_"))
+        if value is None:
+            value = environ.get("GPUTOPO_" + flag.upper().replace("-", "_")) or None
+        return str(value) if value is not None else None
+
+    config = load_config(pick("config"))
+    elect = pick("leader-elect")
+    settings = RunSettings(
+        kubeconfig=pick("kubeconfig") or config.kubeconfig,
+        config=config,
+        scheduler_name=pick("scheduler-name") or config.scheduler_name or DEFAULT_NAME,
+        leader_elect=_bool("--leader-elect", elect)
+        if elect is not None
+        else bool(config.leader_elect),
+        leader_elect_namespace=pick("leader-elect-namespace")
+        or config.leader_elect_namespace
+        or DEFAULT_NAMESPACE,
+        metrics_address=pick("metrics-address") or config.metrics_address or DEFAULT_METRICS,
+        log_format=pick("log-format") or "text",
+    )
+    if settings.log_format not in ("text", "json"):
+        raise ConfigError(f"--log-format: expected text or json, got {settings.log_format!r}")
+    try:
+        parse_address(settings.metrics_address)
+    except ValueError as exc:
+        raise ConfigError(f"--metrics-address: {exc}") from None
+    if settings.kubeconfig is not None and not os.path.isfile(settings.kubeconfig):
+        raise ConfigError(f"--kubeconfig: no such file: {settings.kubeconfig}")
+    return settings
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gputopo")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseTiming:
+    duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+class Runtime:
+    """Every part of a running scheduler; `start()` then `stop()`."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        kube: KubeClient,
+        *,
+        lease: LeaseTiming | None = None,
+        loop: LoopSettings | None = None,
+        queue: SchedulingQueue | None = None,
+        watch_timeout: int = 300,
+    ) -> None:
+        self.settings, self.kube = settings, kube
+        self.stop_event = threading.Event()
+        self.metrics = SchedulerMetrics(_version())
+        self.elector = self._elector(lease or LeaseTiming()) if settings.leader_elect else None
+        self.fence: Fence = self.elector or AlwaysLeader()
+        if self.elector is None:
+            self.metrics.leader.set(1)
+        cfg = settings.config
+        self.cache = ClusterCache(
+            settings.scheduler_name,
+            gang_timeout=cfg.gang_timeout_seconds,
+            topology_levels=cfg.topology_levels,
+        )
+        self.queue = queue or SchedulingQueue(time.monotonic)
+        self.reporter = Reporter(kube, self.fence, self.metrics)
+        self.scheduler = Scheduler(
+            kube,
+            self.cache,
+            self.queue,
+            cfg.scoring(),
+            self.metrics,
+            self.reporter,
+            self.fence,
+            settings=loop,
+        )
+        self.informers = [
+            Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
+            for kind in (NODES, NRTS, PODGROUPS, PODS)
+        ]
+        self.metrics.watch_pending(self.scheduler.pending_reasons)
+        self.server = MetricsServer(
+            settings.metrics_address, self.metrics.registry, ready=self.ready
+        )
+        self._threads: list[threading.Thread] = []
+
+    def _elector(self, timing: LeaseTiming) -> LeaderElector:
+        return LeaderElector(
+            self.kube,
+            self.settings.leader_elect_namespace,
+            self.settings.scheduler_name,
+            self.kube.identity,
+            lease_duration=timing.duration,
+            renew_deadline=timing.renew_deadline,
+            retry_period=timing.retry_period,
+            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+        )
+
+    def ready(self) -> bool:
+        """Every collection listed once (the cache is warm)."""
+        return all(i.synced.is_set() for i in self.informers)
+
+    def start(self) -> None:
+        self.server.start()
+        for informer in self.informers:
+            informer.start()
+        targets = [("scheduler-loop", self.scheduler.run)]
+        if self.elector is not None:
+            targets.append(("leader-election", self.elector.run))
+        for name, target in targets:
+            thread = threading.Thread(
+                target=target, args=(self.stop_event,), name=name, daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        log.info(
+            "scheduler %s started (identity %s)", self.settings.scheduler_name, self.kube.identity
+        )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stop_event.set()
+        self.queue.close()
+        for informer in self.informers:
+            informer.close()
+        for thread in self._threads:
+            thread.join(timeout)
+        for informer in self.informers:
+            informer.join(timeout)
+        self.scheduler.close()
+        self.reporter.close()
+        self.server.stop()
+
+
+def identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def run(
+    argv: Sequence[str], environ: Mapping[str, str], stop: threading.Event | None = None
+) -> int:
+    """Run until `stop` is set (default: until SIGTERM or SIGINT, from the main thread)."""
+    try:
+        settings = load(argv, environ)
+        logsetup.configure(settings.log_format)
+        kube = KubeClient.from_kubeconfig(settings.kubeconfig, settings.scheduler_name, identity())
+        runtime = Runtime(settings, kube)
+    except ConfigError as exc:
+        sys.stderr.write(f"{PROG}: {exc}\n")
+        return 2
+    except Exception as exc:  # noqa: BLE001 (one line, never a traceback, for any start-up failure)
+        sys.stderr.write(f"{PROG}: cannot start: {exc}\n")
+        return 1
+    if stop is None:
+        stop = runtime.stop_event
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: runtime.stop_event.set())
+    runtime.start()
+    stop.wait()
+    log.info("stopping")
+    runtime.stop()
+    kube.close()
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    return run(argv, os.environ)

@@ -1,0 +1,366 @@
+"""Every Kubernetes API call of the scheduler, through the real `kubernetes` client.
+
+Objects travel as plain JSON dicts (camelCase, as the API server sends them): each call asks for the
+raw response (`_preload_content=False`) and parses it once, which is faster than the client's
+models and sidesteps a known client bug — `pods/binding` answers with a `Status`, which the client
+fails to read as a `Binding` although the pod is bound. Errors become `ApiError` (HTTP status 0 for
+a transport failure) or its subclasses `ConflictError` (409) and `GoneError` (410).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch import watch as _watch
+
+from scheduler.errors import (
+    ApiError,
+    ConflictError,
+    GoneError,
+    LeaseConflictError,
+    NotFoundError,
+)
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
+NRT_GROUP, NRT_VERSION, NRT_PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {409: ConflictError, 410: GoneError, 404: NotFoundError}
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+@contextmanager
+def api_call(operation: str) -> Iterator[None]:
+    """Translate the client's and urllib3's exceptions into `ApiError`s naming `operation`."""
+    try:
+        yield
+    except ApiException as exc:
+        status = int(exc.status or 0)
+        raise _BY_STATUS.get(status, ApiError)(operation, status, _status_message(exc)) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(operation, 0, str(exc)) from exc
+
+
+def _body(resp: Any) -> Any:
+    """Read a raw response to the end, return its connection to the pool, parse the JSON."""
+    try:
+        data = resp.data
+    finally:
+        resp.release_conn()
+    return json.loads(data) if data else {}
+
+
+def _read_or_none(operation: str, call: Callable[[], Any]) -> dict[str, Any] | None:
+    """The object a raw read returns, or None when it does not exist (404)."""
+    try:
+        with api_call(operation):
+            return dict(_body(call()))
+    except NotFoundError:
+        return None
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A watched collection: the core group (`group == ""`) or a custom resource."""
+
+    name: str
+    group: str = ""
+    version: str = "v1"
+    plural: str = ""
+
+
+PODS = Kind("pods")
+NODES = Kind("nodes")
+NRTS = Kind("noderesourcetopologies", NRT_GROUP, NRT_VERSION, NRT_PLURAL)
+PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
+
+
+class KubeClient:
+    """The scheduler's API calls. Thread-safe (urllib3 pools connections)."""
+
+    def __init__(
+        self, api_client: client.ApiClient, component: str, identity: str, timeout: float = 30.0
+    ) -> None:
+        """`timeout`: seconds any call may take (a watch: its own length plus this)."""
+        self.api_client = api_client
+        # Typed as Any: every call passes JSON dicts and reads raw responses, not the models.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.coordination: Any = client.CoordinationV1Api(api_client)
+        self.storage: Any = client.StorageV1Api(api_client)
+        self.component, self.identity = component, identity
+        self.timeout = timeout
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None, component: str, identity: str, pool: int = 32
+    ) -> KubeClient:
+        """In-cluster config when no path is given and it is available, else the kubeconfig file."""
+        configuration = client.Configuration()
+        loader: Any = config
+        if path is None:
+            try:
+                loader.load_incluster_config(client_configuration=configuration)
+            except config.ConfigException:
+                loader.load_kube_config(client_configuration=configuration)
+        else:
+            loader.load_kube_config(config_file=path, client_configuration=configuration)
+        configuration.connection_pool_maxsize = pool
+        return cls(client.ApiClient(configuration), component, identity)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        api_client: Any = self.api_client
+        api_client.close()
+
+    # -- list and watch ------------------------------------------------------------------
+    def _list_call(self, kind: Kind, **kw: Any) -> Any:
+        if kind is PODS:
+            return self.core.list_pod_for_all_namespaces(_preload_content=False, **kw)
+        if kind is NODES:
+            return self.core.list_node(_preload_content=False, **kw)
+        if kind is NRTS:
+            return self.custom.list_cluster_custom_object(
+                kind.group, kind.version, kind.plural, _preload_content=False, **kw
+            )
+        return self.custom.list_custom_object_for_all_namespaces(
+            kind.group, kind.version, kind.plural, _preload_content=False, **kw
+        )
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+        """Every object of `kind` and the list's resourceVersion."""
+        with api_call(f"list {kind.name}"):
+            body = _body(self._list_call(kind, _request_timeout=self.timeout))
+        return list(body.get("items") or []), str(
+            (body.get("metadata") or {}).get("resourceVersion", "")
+        )
+
+    def watch(self, kind: Kind, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
+        """Open a watch of `kind` after `resource_version`."""
+        with api_call(f"watch {kind.name}"):
+            resp = self._list_call(
+                kind,
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
+            )
+        return WatchStream(kind, resp)
+
+    # -- binding and status --------------------------------------------------------------
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod to `node`; ConflictError when it is already bound (someone else won)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        with api_call(f"bind pod {namespace}/{name} to {node}"):
+            resp = self.core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+            _body(resp)
+
+    def set_pod_scheduled_false(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """Set the pod's `PodScheduled=False` condition with `reason` and `message`."""
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        patch = {"status": {"conditions": [condition]}}
+        with api_call(f"patch pod {namespace}/{name} status"):
+            resp = self.core.patch_namespaced_pod_status(
+                name,
+                namespace,
+                patch,
+                _content_type=SMP,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            _body(resp)
+
+    def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
+        """Merge `status` into the PodGroup's status subresource."""
+        with api_call(f"patch podgroup {namespace}/{name} status"):
+            resp = self.custom.patch_namespaced_custom_object_status(
+                PODGROUP_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                PODGROUP_PLURAL,
+                name,
+                {"status": dict(status)},
+                _content_type=MERGE,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            _body(resp)
+
+    def create_event(
+        self, involved: Obj, kind: str, event_type: str, reason: str, message: str
+    ) -> None:
+        """A core/v1 Event about `involved` (cluster-scoped objects' events go to `default`)."""
+        meta = involved.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        stamp = now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": str(involved.get("apiVersion") or "v1"),
+                "kind": kind,
+                "namespace": str(meta.get("namespace") or ""),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.identity,
+            "action": "Scheduling",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        with api_call(f"create event {reason} for {kind} {namespace}/{meta.get('name')}"):
+            _body(
+                self.core.create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=self.timeout
+                )
+            )
+
+    # -- volumes -------------------------------------------------------------------------
+    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _read_or_none(
+            f"get persistentvolumeclaim {namespace}/{name}",
+            lambda: self.core.read_namespaced_persistent_volume_claim(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
+
+    def storage_class_modes(self) -> dict[str, str]:
+        """StorageClass name → volumeBindingMode; empty when storage classes cannot be listed."""
+        try:
+            with api_call("list storageclasses"):
+                body = _body(
+                    self.storage.list_storage_class(
+                        _preload_content=False, _request_timeout=self.timeout
+                    )
+                )
+        except ApiError as exc:
+            log.debug("storage classes unavailable: %s", exc)
+            return {}
+        return {
+            str(sc["metadata"]["name"]): str(sc.get("volumeBindingMode") or "Immediate")
+            for sc in body.get("items") or []
+        }
+
+    # -- leases (scheduler.kubeapi.leader.LeaseStore) --------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _read_or_none(
+            f"get lease {namespace}/{name}",
+            lambda: self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
+
+    def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
+        return self._lease_write(
+            f"create lease {namespace}",
+            lambda: self.coordination.create_namespaced_lease(
+                namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
+
+    def replace_lease(self, namespace: str, name: str, body: Obj) -> dict[str, Any]:
+        return self._lease_write(
+            f"replace lease {namespace}/{name}",
+            lambda: self.coordination.replace_namespaced_lease(
+                name, namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
+            ),
+        )
+
+    def _lease_write(self, operation: str, call: Callable[[], Any]) -> dict[str, Any]:
+        try:
+            with api_call(operation):
+                return dict(_body(call()))
+        except ConflictError as exc:
+            raise LeaseConflictError(str(exc)) from exc
+
+
+def _iter_lines(resp: Any) -> Iterator[str]:
+    """The client's own line splitter for watch streams."""
+    splitter: Any = _watch.iter_resp_lines
+    lines: Iterator[str] = splitter(resp)
+    return lines
+
+
+class WatchStream:
+    """One open watch: iterate `events()`; `close()` from another thread ends it at once."""
+
+    def __init__(self, kind: Kind, resp: Any) -> None:
+        self.kind, self._resp = kind, resp
+
+    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) pairs; GoneError when the resourceVersion is too old."""
+        operation = f"watch {self.kind.name}"
+        try:
+            with api_call(operation):
+                for line in _iter_lines(self._resp):
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    etype, obj = str(event.get("type")), event.get("object") or {}
+                    if etype == "ERROR":
+                        code = int(obj.get("code") or 0)
+                        raise _BY_STATUS.get(code, ApiError)(
+                            operation, code, str(obj.get("message"))
+                        )
+                    yield etype, obj
+        except (ValueError, AttributeError) as exc:
+            raise ApiError(operation, 0, f"bad watch stream: {exc}") from exc
+        finally:
+            self._resp.close()
+            self._resp.release_conn()
+
+    def close(self) -> None:
+        try:
+            self._resp.shutdown()
+        except (OSError, AttributeError):
+            self._resp.close()

@@ -1,0 +1,124 @@
+"""List-then-watch of one collection, feeding a sink (client-go's reflector, in a thread).
+
+The informer lists, hands the whole list to `sink.replace` (which drops what disappeared), then
+watches from the list's resourceVersion and hands each event to `sink.event`. A watch that ends
+normally is resumed from the last resourceVersion seen (bookmarks included); `410 Gone` means
+list again; any other failure waits `retry` seconds and lists again. A collection whose CRD is not
+installed (404) counts as synced and empty, and is listed again every `missing_retry` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from scheduler.errors import ApiError, GoneError, NotFoundError
+from scheduler.kubeapi.client import Kind, KubeClient, WatchStream
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> None: ...
+
+    def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None: ...
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Informer:
+    def __init__(
+        self,
+        kube: KubeClient,
+        kind: Kind,
+        sink: Sink,
+        stop: threading.Event,
+        *,
+        watch_timeout: int = 300,
+        retry: float = 1.0,
+        missing_retry: float = 30.0,
+    ) -> None:
+        self._kube, self.kind, self._sink, self._stop = kube, kind, sink, stop
+        self._watch_timeout, self._retry, self._missing_retry = watch_timeout, retry, missing_retry
+        self.synced = threading.Event()
+        self._stream: WatchStream | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self.run, name=f"informer-{kind.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """End the current watch at once. Call after setting `stop`: a watch still opening then
+        sees `stop` and closes itself."""
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                resource_version = self._list()
+                if resource_version is None:
+                    self._stop.wait(self._missing_retry)
+                    continue
+                self._watch_from(resource_version)
+            except GoneError:
+                log.info("%s: watch expired, listing again", self.kind.name)
+            except ApiError as exc:
+                if not self._stop.is_set():
+                    log.warning("%s: %s; retrying in %.1fs", self.kind.name, exc, self._retry)
+                    self._stop.wait(self._retry)
+            except Exception:
+                log.exception("%s: informer failed; retrying in %.1fs", self.kind.name, self._retry)
+                self._stop.wait(self._retry)
+
+    def _list(self) -> str | None:
+        """List into the sink; None when the resource is not served (CRD not installed)."""
+        try:
+            items, resource_version = self._kube.list(self.kind)
+        except NotFoundError:
+            log.warning("%s: not served by the API server (CRD not installed?)", self.kind.name)
+            self._sink.replace(self.kind.name, [])
+            self.synced.set()
+            return None
+        try:
+            self._sink.replace(self.kind.name, items)
+        except Exception:
+            log.exception("%s: handling the list failed", self.kind.name)
+        self.synced.set()
+        return resource_version
+
+    def _deliver(self, etype: str, obj: dict[str, Any]) -> None:
+        """One event to the sink; a failure there is logged and does not stop the watch."""
+        try:
+            self._sink.event(self.kind.name, etype, obj)
+        except Exception:
+            log.exception("%s: handling %s %s failed", self.kind.name, etype, _rv(obj))
+
+    def _watch_from(self, resource_version: str) -> None:
+        while not self._stop.is_set():
+            stream = self._kube.watch(self.kind, resource_version, self._watch_timeout)
+            with self._lock:
+                if self._stop.is_set():  # `close()` ran while the watch was opening
+                    stream.close()
+                    return
+                self._stream = stream
+            try:
+                for etype, obj in stream.events():
+                    if self._stop.is_set():
+                        return
+                    resource_version = _rv(obj) or resource_version
+                    if etype in ("ADDED", "MODIFIED", "DELETED"):
+                        self._deliver(etype, obj)
+            finally:
+                with self._lock:
+                    self._stream = None

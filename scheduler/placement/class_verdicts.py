@@ -1,0 +1,177 @@
+"""`FastPicker`'s per pod class view: each node's verdict, and a heap that yields the best node.
+
+A pod class is a request without its key and pod group (`pod_class`): nothing else differs between
+two pods as filters and scores see them. Its `Verdicts` keep, per node slot, whether the pod fits,
+the used-node tier, the weighted score and a code that keys the full verdict (assignment, reasons)
+in `table`. The heap holds entries (not in the used tier, -score, node name, slot), so its
+smallest valid entry is `pick`'s choice: used tier first (when the scoring prefers used nodes
+and the pod wants a GPU), then the highest score, then the lowest name. A rebuild puts in the
+best `top` feasible slots only and remembers the last one's rank (`threshold`); every slot
+that changes later is pushed again. So any feasible slot without a valid entry ranks below the
+threshold, and a top entry at or above it is the best; otherwise the heap is rebuilt. Entries
+left behind by later changes are dropped when they reach the top.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .node import GPU_PRODUCT_LABEL, Assignment
+from .node_slots import BoolArray, FloatArray, IntArray
+from .request import PodRequest
+
+__all__ = ["HEAP_TOP", "ClassKey", "Verdict", "Verdicts", "label_keys", "pod_class"]
+
+ClassKey = tuple[object, ...]
+Verdict = tuple[bool, bool, float, Assignment | None, tuple[str, ...]]
+"""(feasible, GPUs already in use, weighted score, assignment, reasons when not feasible)."""
+_Entry = tuple[bool, float, str, int]
+HEAP_TOP = 64
+"""Feasible slots a rebuild puts in the heap (the rest rank below the last of them)."""
+_INCOMPLETE = -1
+
+
+def pod_class(pod: PodRequest) -> ClassKey:
+    """Everything in a request that filters and scores read: all but its key and pod group."""
+    return (
+        pod.vector,
+        pod.gpu_milli,
+        tuple(sorted(pod.mig.items())),
+        tuple(sorted(pod.node_selector.items())),
+        pod.affinity,
+        pod.tolerations,
+        tuple(sorted(pod.gpu_models)),
+        pod.priority,
+        pod.guaranteed,
+        pod.unsupported,
+    )
+
+
+def label_keys(pod: PodRequest) -> tuple[str, ...]:
+    """The node labels filters read for `pod` besides the GPU product label (which the GPU model
+    filter and fragmentation read, and every state id includes): its selector's and affinity's
+    keys. Filters and scores read no other label."""
+    keys = set(pod.node_selector)
+    keys.update(r.key for term in pod.affinity for r in term.match_expressions)
+    keys.discard(GPU_PRODUCT_LABEL)
+    return tuple(sorted(keys))
+
+
+@dataclass(slots=True)
+class Verdicts:
+    """One pod class's view of every slot, valid up to log position `seen`.
+
+    `code[i]` keys slot i's verdict in `table`: its state id, or for a class that reads more
+    labels than the GPU product (`labels`), a code for (state id, those labels' values) from
+    `combos`; -1 where the pre-check rejected the node without filtering it (or no node).
+    `tiered`: the used-node tier ranks first for this class.
+    """
+
+    feasible: BoolArray
+    tier: BoolArray
+    score: FloatArray
+    code: IntArray
+    labels: tuple[str, ...]
+    tiered: bool
+    seen: int
+    top: int = HEAP_TOP
+    table: dict[int, Verdict] = field(default_factory=dict)
+    combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
+    heap: list[_Entry] = field(default_factory=list)
+    threshold: tuple[bool, float, str] | None = None
+    next_code: int = 0
+
+    @classmethod
+    def empty(
+        cls, size: int, labels: tuple[str, ...], tiered: bool, seen: int, top: int = HEAP_TOP
+    ) -> Verdicts:
+        return cls(
+            feasible=np.zeros(size, dtype=np.bool_),
+            tier=np.zeros(size, dtype=np.bool_),
+            score=np.zeros(size, dtype=np.float64),
+            code=np.full(size, -1, dtype=np.int64),
+            labels=labels,
+            tiered=tiered,
+            seen=seen,
+            top=top,
+        )
+
+    def prune(self) -> None:
+        """Drop the verdicts of states no slot is in when they far outnumber the slots."""
+        limit = 2 * len(self.code) + 256
+        if len(self.table) <= limit and len(self.combos) <= limit:
+            return
+        live = set(self.code[self.code >= 0].tolist())
+        self.table = {c: v for c, v in self.table.items() if c in live}
+        self.combos = {k: c for k, c in self.combos.items() if c in live}
+
+    def combo(self, state: int, values: tuple[str | None, ...]) -> int:
+        """The code of (state id, label values)."""
+        code = self.combos.get((state, values))
+        if code is None:
+            code = self.combos[(state, values)] = self.next_code
+            self.next_code += 1
+        return code
+
+    def put(self, slot: int, code: int, verdict: Verdict, name: str) -> None:
+        """Record slot `slot`'s verdict (its node is `name`)."""
+        feasible, tier, score = verdict[0], verdict[1], verdict[2]
+        self.feasible[slot], self.tier[slot], self.score[slot] = feasible, tier, score
+        self.code[slot] = code
+        if feasible:
+            heapq.heappush(self.heap, (self.tiered and not tier, -score, name, slot))
+
+    def reject(self, slot: int) -> None:
+        """Slot `slot` certainly does not fit (the pre-check), or holds no node."""
+        self.feasible[slot] = False
+        self.code[slot] = -1
+
+    def rebuild(self, names: Sequence[str | None], ranks: IntArray) -> None:
+        """The heap afresh from the arrays: the best `top` feasible slots (by `ranks`, the
+        slots' name order), after a bulk update or when it grew long."""
+        slots = np.flatnonzero(self.feasible)
+        self.threshold = None
+        if len(slots) > self.top:
+            untiered = ~self.tier[slots] if self.tiered else np.zeros(len(slots), dtype=np.bool_)
+            order = np.lexsort((ranks[slots], -self.score[slots], untiered))
+            slots = slots[order[: self.top]]
+        tiers, scores = self.tier[slots].tolist(), self.score[slots].tolist()
+        self.heap = [
+            (self.tiered and not tier, -score, str(names[slot]), slot)
+            for slot, tier, score in zip(slots.tolist(), tiers, scores, strict=True)
+        ]
+        if len(self.heap) == self.top:
+            self.threshold = max(self.heap)[:3]
+        heapq.heapify(self.heap)
+
+    def best(self, names: Sequence[str | None], ranks: Callable[[], IntArray]) -> int | None:
+        """The slot `pick` would choose among all nodes; None when none fits."""
+        if len(self.heap) > 2 * len(self.feasible) + 4 * self.top:  # mostly left-behind entries
+            self.rebuild(names, ranks())
+        found = self._top(names)
+        if found is _INCOMPLETE:
+            self.rebuild(names, ranks())
+            found = self._top(names)
+        return None if found is _INCOMPLETE else found
+
+    def _top(self, names: Sequence[str | None]) -> int | None:
+        """The smallest valid entry's slot, or `_INCOMPLETE` when a slot left out of the heap
+        (one ranked below `threshold` when it was built) may be better."""
+        heap = self.heap
+        while heap:
+            untiered, negative, name, slot = heap[0]
+            if (
+                self.feasible[slot]
+                and self.score[slot] == -negative
+                and (self.tiered and not self.tier[slot]) == untiered
+                and names[slot] == name
+            ):
+                if self.threshold is not None and heap[0][:3] > self.threshold:
+                    return _INCOMPLETE
+                return slot
+            heapq.heappop(heap)
+        return None if self.threshold is None else _INCOMPLETE

@@ -1,0 +1,327 @@
+"""`FastPicker`'s bookkeeping: the snapshot's nodes in numbered slots, and their states.
+
+`NodeSlots` follows a `Snapshot` through its change counter (`Snapshot.changed_since`): a node
+keeps its slot while it exists (a removed node's slot is reused), its cpu / memory / pod-slot /
+idle-GPU / largest-share headroom sits in arrays for the vectorised pre-check, and every change is
+appended to a log of slots, so a pod class decided at log position `p` recomputes only the slots
+logged after `p`. Each slot also carries a *state id*: equal ids mean equal static shape, GPU
+product label and load (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are
+interned once per node change, not once per pod class, and never reused for another state
+(`Interner`). Ties between equal scores go to the lowest node name (`first_by_name`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
+from .request import CPU, MEMORY, PODS, PodRequest
+from .snapshot import Snapshot
+
+__all__ = [
+    "BoolArray",
+    "FloatArray",
+    "IntArray",
+    "Interner",
+    "NodeSlots",
+    "dynamic_state",
+    "static_shape",
+]
+
+IntArray = npt.NDArray[np.int64]
+StateKey = tuple[int, str | None, tuple[object, ...]]
+K = TypeVar("K", bound=Hashable)
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+_LOG_KEPT = 1 << 16  # log entries kept at least (older classes are recomputed in full)
+_IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may come back to one)
+_IDLE_SHAPES = 64
+
+
+def static_shape(node: NodeState) -> tuple[object, ...]:
+    """What a node keeps for life and filters or scores read, but its name and labels."""
+    return (
+        node.taints,
+        node.unschedulable,
+        tuple(sorted(node.allocatable.items())),
+        node.gpu_numa,
+        node.gpu_mig,
+        node.links,
+        node.topology_policy,
+    )
+
+
+def dynamic_state(node: NodeState) -> tuple[object, ...]:
+    """The node's load: free share per GPU, requested resources, MIG devices (free, in use and the
+    profiles pods hold, which binpack counts) and NUMA-zone headroom where the policy reads it."""
+    mig: tuple[object, ...] = ()
+    if True in node.gpu_mig or any(node.mig_in_use):
+        held = sorted(p for _pod, a in node.pods.values() for _g, p in a.mig)
+        mig = (
+            tuple(tuple(sorted(m.items())) for m in node.mig_free),
+            tuple(node.mig_in_use),
+            tuple(held),
+        )
+    zones: tuple[object, ...] = ()
+    if node.topology_policy is TopologyPolicy.SINGLE_NUMA_NODE and node.numa_free is not None:
+        zones = tuple((k, tuple(sorted(v.items()))) for k, v in sorted(node.numa_free.items()))
+    return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones)
+
+
+class Interner(Generic[K]):
+    """Ids for the keys slots are in (an id is never given to another key). A key no slot is
+    in is kept a while (the last `idle` of them), so a node that leaves a state and comes back
+    (assume, then forget) finds its id, and the verdicts cached for it, again."""
+
+    def __init__(self, idle: int) -> None:
+        self._ids: dict[K, int] = {}
+        self._users: dict[K, int] = {}
+        self._idle: dict[K, None] = {}  # keys without users, oldest first
+        self._keep = idle
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def take(self, key: K | None, previous: K | None) -> int:
+        """The id of `key` for a slot that was in `previous` (None: in nothing / leaving)."""
+        found = -1
+        if key is not None:
+            found = self._ids.get(key, -1)
+            if found < 0:
+                found = self._ids[key] = self._next
+                self._next += 1
+            self._users[key] = self._users.get(key, 0) + 1
+            self._idle.pop(key, None)
+        if previous is not None:
+            self._users[previous] -= 1
+            if not self._users[previous]:
+                del self._users[previous]
+                self._idle[previous] = None
+                if len(self._idle) > self._keep:
+                    oldest = next(iter(self._idle))
+                    del self._idle[oldest], self._ids[oldest]
+        return found
+
+
+class NodeSlots:
+    """The nodes of `snapshot` in stable slots, kept up to date by `sync`."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._generation = 0
+        self.capacity = 0
+        self.epoch = 0  # bumped whenever a node takes or leaves a slot
+        self._names: list[str | None] = []
+        self._nodes: list[NodeState | None] = []
+        self._index: dict[str, int] = {}
+        self._free: list[int] = []
+        self._shapes: Interner[tuple[object, ...]] = Interner(_IDLE_SHAPES)
+        self._shape: list[int] = []
+        self._shape_keys: list[tuple[object, ...] | None] = []
+        self._states: Interner[StateKey] = Interner(_IDLE_STATES)
+        self._state_keys: list[StateKey | None] = []
+        self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
+        self._headroom: IntArray = np.zeros((5, 0), dtype=np.int64)  # cpu, mem, pods, idle, share
+        self._room: list[tuple[int, int, int, int, int] | None] = []  # the same, per slot
+        self._rank: IntArray = np.zeros(0, dtype=np.int64)
+        self._ranked = True
+        self._in_order = True
+        self._log: list[int] = []
+        self._base = 0  # log positions before this one were dropped
+        self.sync()
+
+    # -- following the snapshot ------------------------------------------------------------------
+    def sync(self) -> bool:
+        """Take in the snapshot's changes. True when slots were added: per-slot arrays made
+        before are too short."""
+        snapshot = self._snapshot
+        if snapshot.generation == self._generation:
+            return False
+        changed: Iterable[str] | None = snapshot.changed_since(self._generation)
+        if changed is None:  # too far behind: look at every node
+            changed = set(self._index) | set(snapshot.nodes)
+        self._generation = snapshot.generation
+        names = sorted(changed)
+        capacity = self.capacity
+        self._reserve(sum(1 for n in names if n not in self._index and n in snapshot.nodes))
+        for name in names:
+            self._update(name)
+        if len(self._log) > max(_LOG_KEPT, 4 * self.capacity):
+            cut = len(self._log) // 2
+            del self._log[:cut]
+            self._base += cut
+        return self.capacity != capacity
+
+    def _update(self, name: str) -> None:
+        node = self._snapshot.nodes.get(name)
+        slot = self._index.get(name)
+        if node is None:
+            if slot is not None:
+                self._release(name, slot)
+            return
+        if slot is None:
+            slot = self._allocate(name)
+        if self._nodes[slot] is not node:  # a new node object: its static shape may differ
+            self._nodes[slot] = node
+            shape = static_shape(node)
+            self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
+            self._shape_keys[slot] = shape
+        key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), dynamic_state(node))
+        self.states[slot] = self._states.take(key, self._state_keys[slot])
+        self._state_keys[slot] = key
+        room = self._room[slot] = _headroom(node)
+        self._headroom[:, slot] = room
+        self._log.append(slot)
+
+    def _reserve(self, count: int) -> None:
+        """Make room for `count` more nodes (at least doubling, so growth stays rare)."""
+        if count <= len(self._free):
+            return
+        grown = max(16, 2 * self.capacity, len(self._index) + count)
+        extra = grown - self.capacity
+        self._free = list(range(grown - 1, self.capacity - 1, -1)) + self._free
+        self._names.extend([None] * extra)
+        self._nodes.extend([None] * extra)
+        self._shape.extend([-1] * extra)
+        self._shape_keys.extend([None] * extra)
+        self._state_keys.extend([None] * extra)
+        self._room.extend([None] * extra)
+        self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
+        absent = np.full((5, extra), -1, dtype=np.int64)
+        self._headroom = np.concatenate((self._headroom, absent), axis=1)
+        self.capacity = grown
+
+    def _allocate(self, name: str) -> int:
+        slot = self._free.pop()
+        self._index[name] = slot
+        self._names[slot] = name
+        self.epoch += 1
+        self._ranked = False
+        return slot
+
+    def _release(self, name: str, slot: int) -> None:
+        del self._index[name]
+        self._names[slot] = None
+        self._nodes[slot] = None
+        self._shapes.take(None, self._shape_keys[slot])
+        self._states.take(None, self._state_keys[slot])
+        self._shape[slot] = -1
+        self._shape_keys[slot] = None
+        self._state_keys[slot] = None
+        self.states[slot] = -1
+        self._headroom[:, slot] = -1
+        self._room[slot] = None
+        self._free.append(slot)
+        self.epoch += 1
+        self._ranked = False
+        self._log.append(slot)
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """The log's end: a class decided now has seen every change up to here."""
+        return self._base + len(self._log)
+
+    def changed_after(self, seen: int) -> list[int] | None:
+        """Slots changed after log position `seen`; None when that part of the log is gone (then
+        every slot must be looked at)."""
+        if seen < self._base:
+            return None
+        return sorted(set(self._log[seen - self._base :]))
+
+    def slot(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KeyError(f"no node {name} in the picker's snapshot") from None
+
+    @property
+    def names(self) -> Sequence[str | None]:
+        """Node name per slot (None: free slot)."""
+        return self._names
+
+    def state(self, slot: int) -> int:
+        """The slot's state id (-1: no node)."""
+        return int(self.states[slot])
+
+    def name(self, slot: int) -> str:
+        name = self._names[slot]
+        if name is None:
+            raise KeyError(f"slot {slot} holds no node")
+        return name
+
+    def node(self, slot: int) -> NodeState:
+        node = self._nodes[slot]
+        if node is None:
+            raise KeyError(f"slot {slot} holds no node")
+        return node
+
+    def mask(self, names: Iterable[str]) -> BoolArray:
+        """The slots of `names` (unknown names left out)."""
+        mask = np.zeros(self.capacity, dtype=np.bool_)
+        mask[[self._index[n] for n in names if n in self._index]] = True
+        return mask
+
+    def maybe_fits(self, pod: PodRequest, slots: IntArray) -> BoolArray:
+        """Slots among `slots` with the headroom `filter_node` needs at least (a necessary test:
+        like the filter, only what the pod asks for is checked, so an overcommitted node still
+        takes a pod that asks for none of it)."""
+        cpu, memory, pods, idle, share = self._headroom[:, slots]
+        ok: BoolArray = pods >= 1
+        if pod.cpu_milli:
+            ok &= cpu >= pod.cpu_milli
+        if pod.memory:
+            ok &= memory >= pod.memory
+        if pod.gpus:
+            ok &= idle >= pod.gpus
+        if pod.gpu_milli:
+            ok &= share >= pod.gpu_milli
+        return ok
+
+    def may_fit(self, pod: PodRequest, slot: int) -> bool:
+        """`maybe_fits` for one slot, without numpy (whose calls may hand the GIL away)."""
+        room = self._room[slot]
+        if room is None:
+            return False
+        cpu, memory, pods, idle, share = room
+        return (
+            pods >= 1
+            and (not pod.cpu_milli or cpu >= pod.cpu_milli)
+            and (not pod.memory or memory >= pod.memory)
+            and (not pod.gpus or idle >= pod.gpus)
+            and (not pod.gpu_milli or share >= pod.gpu_milli)
+        )
+
+    def first_by_name(self, slots: IntArray) -> int:
+        """The slot among `slots` whose node name sorts first."""
+        return int(slots[np.argmin(self.ranks()[slots])])
+
+    def by_name(self, mask: BoolArray) -> list[int]:
+        """The slots set in `mask`, in node-name order."""
+        slots = np.flatnonzero(mask)
+        ranks = self.ranks()
+        if not self._in_order:
+            slots = slots[np.argsort(ranks[slots], kind="stable")]
+        found: list[int] = slots.tolist()
+        return found
+
+    def ranks(self) -> IntArray:
+        """Each slot's position in node-name order (free slots last)."""
+        if not self._ranked:
+            rank = np.full(self.capacity, self.capacity, dtype=np.int64)
+            for position, name in enumerate(sorted(self._index)):
+                rank[self._index[name]] = position
+            self._rank, self._ranked = rank, True
+            self._in_order = bool(np.all(rank[:-1] <= rank[1:]))  # slots already in name order
+        return self._rank
+
+
+def _headroom(node: NodeState) -> tuple[int, int, int, int, int]:
+    share = max((f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g]), default=0)
+    idle = node.idle_mask.bit_count()
+    return (node.free(CPU), node.free(MEMORY), node.free(PODS), idle, share)

@@ -1,0 +1,311 @@
+"""`pick`'s decision, memoised: what the scheduler and the simulator use when every node is ranked.
+
+`pick(pod, snapshot, scoring)` filters and scores every candidate node for every pod. Most of that
+work repeats: a node's verdict for a pod depends only on the pod's request and the node's state,
+and one decision changes one node. `FastPicker` keeps, per *pod class* (the request without its
+key and pod group, which no filter or score reads), each node's verdict from the real
+`filter_node` and `Scoring.total`, and recomputes it only for nodes changed since that class was
+last decided. The snapshot says which (`Snapshot.changed_since`: every add, remove, assume,
+forget and `refresh` is counted), so callers change the snapshot as they always do. The choice
+among the cached verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score,
+lowest name).
+
+Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
+makes `pick` depend on the snapshot's candidate order, so callers use the real `pick` then
+(`picker_for` returns None). A vectorised pre-check (free cpu, memory, pod slots, idle GPUs,
+largest free share) skips nodes that certainly fail; it is a necessary condition of
+`filter_node`, never a second copy of it. Verdicts are also shared between nodes in the same
+state: the same static shape (taints, allocatable, GPUs and links, topology policy), the same
+values of the labels the class reads (its node selector's and affinity's keys and the GPU
+product label: all that filters and scores read of labels) and the same load (free milli-GPU per
+GPU, requested resources, MIG and NUMA-zone counters). A node object is never changed in place
+except through its snapshot; a node whose labels or capacity change is replaced (`add_node`).
+
+The best node of a class comes from a heap kept with its verdicts (`Verdicts.best`), so a decision
+after a few changes touches only the changed nodes and stays in plain Python: numpy calls
+(`unique`, sorts, even small reductions) can release the GIL, and in the scheduler another
+thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
+class unused for long) are evaluated vectorised, one verdict per distinct state.
+
+Score functions that learn (`Learner`, like `FragmentationScore`) see every pod first, as in
+`pick` (`Scoring.observe`), and a new `version` drops every cached verdict.
+
+Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from dataclasses import replace
+from typing import cast
+
+import numpy as np
+
+from .class_verdicts import HEAP_TOP, ClassKey, Verdict, Verdicts, label_keys, pod_class
+from .filters import filter_node
+from .node import Assignment, NodeState
+from .node_slots import BoolArray, IntArray, NodeSlots
+from .pick import REASON_OUTSIDE_DOMAIN, Decision
+from .request import PodRequest
+from .scores import Learner, Scoring
+from .snapshot import Snapshot
+
+__all__ = ["FastPicker", "Learner", "picker_for", "pod_class"]
+
+_CLASS_CELLS = 1 << 20  # classes kept × node slots; the least recently used class goes first
+_FEW = 32  # changed slots up to which a class is updated slot by slot (else vectorised)
+
+
+def picker_for(snapshot: Snapshot, scoring: Scoring) -> FastPicker | None:
+    """A `FastPicker` when `scoring` ranks every node (then it decides as `pick`), else None."""
+    return FastPicker(snapshot, scoring) if FastPicker.supports(scoring) else None
+
+
+class FastPicker:
+    """`pick` on one snapshot with one scoring; the snapshot may change in any way between calls."""
+
+    def __init__(self, snapshot: Snapshot, scoring: Scoring, *, heap_top: int = HEAP_TOP) -> None:
+        """`heap_top`: how many best nodes per pod class a heap rebuild keeps (`Verdicts`)."""
+        if not self.supports(scoring):
+            raise ValueError("FastPicker needs scoring.candidate_limit == 0 (rank every node)")
+        self._snapshot = snapshot
+        self.scoring = scoring
+        self._heap_top = max(1, heap_top)
+        self._nodes = NodeSlots(snapshot)
+        self._classes: dict[ClassKey, Verdicts] = {}
+        self._learners: tuple[Learner, ...] = scoring.learners()
+        self._version = self._learned_version()
+        self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @staticmethod
+    def supports(scoring: Scoring) -> bool:
+        return scoring.candidate_limit == 0
+
+    # -- decisions -------------------------------------------------------------------------------
+    def decide(
+        self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
+    ) -> Decision:
+        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain)`: the same node,
+        devices and score, and the same reasons when nothing fits (none when something does)."""
+        total = len(self._snapshot)
+        if pod.unsupported:
+            return Decision(
+                pod=pod.key,
+                assignment=None,
+                reasons={f"unsupported: {pod.unsupported}": total},
+                nodes_total=total,
+            )
+        verdicts = self._refresh(pod)
+        mask = None if allowed is None else self._allowed_mask(allowed)
+        best = self._best(pod, verdicts, mask)
+        if best is not None:
+            return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
+        reasons = self._reasons(pod, verdicts, allowed, explain)
+        return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
+
+    def pick(self, pod: PodRequest) -> tuple[Assignment, float] | None:
+        """The node `pick` would choose, with its assignment and score; None when none fits."""
+        if pod.unsupported:
+            return None
+        return self._best(pod, self._refresh(pod), None)
+
+    def feasible(self, pod: PodRequest) -> list[str]:
+        """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
+        verdicts = self._refresh(pod)
+        names = self._nodes.names  # a feasible slot always holds a node: no None here
+        return cast("list[str]", [names[i] for i in self._nodes.by_name(verdicts.feasible)])
+
+    def assignment_on(self, pod: PodRequest, name: str) -> Assignment | None:
+        """The devices `pod` gets on `name` (None if it does not fit), from the cache."""
+        verdicts = self._refresh(pod)
+        return self._assignment(verdicts, self._nodes.slot(name))
+
+    def _best(
+        self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
+    ) -> tuple[Assignment, float] | None:
+        if mask is None:
+            best = verdicts.best(self._nodes.names, self._nodes.ranks)
+        else:
+            best = self._best_of(verdicts, verdicts.feasible & mask)
+        if best is None:
+            return None
+        chosen = self._assignment(verdicts, best)
+        if chosen is None:  # unreachable: a feasible node always has an assignment
+            raise RuntimeError(f"node {self._nodes.name(best)} is feasible without an assignment")
+        return chosen, float(verdicts.score[best])
+
+    def _best_of(self, verdicts: Verdicts, candidates: BoolArray) -> int | None:
+        """`pick`'s ranking over the slots in `candidates` (vectorised)."""
+        if not candidates.any():
+            return None
+        if verdicts.tiered:
+            used = candidates & verdicts.tier
+            if used.any():
+                candidates = used
+        scores = np.where(candidates, verdicts.score, -np.inf)
+        ties = np.flatnonzero(scores == scores.max())
+        return int(ties[0]) if len(ties) == 1 else self._nodes.first_by_name(ties)
+
+    def _assignment(self, verdicts: Verdicts, i: int) -> Assignment | None:
+        """The cached assignment of slot `i` (cached per state, so named after the node here)."""
+        code = int(verdicts.code[i])
+        found = verdicts.table[code][3] if code >= 0 else None
+        name = self._nodes.name(i)
+        if found is None or found.node == name:
+            return found
+        return replace(found, node=name)
+
+    def _allowed_mask(self, allowed: AbstractSet[str]) -> BoolArray:
+        """`allowed` as a mask over slots (the last one is reused while the node set stands)."""
+        last = self._allowed
+        if last is not None and last[0] is allowed and last[1] == self._nodes.epoch:
+            return last[2]
+        mask = self._nodes.mask(allowed)
+        self._allowed = (allowed, self._nodes.epoch, mask)
+        return mask
+
+    def _reasons(
+        self,
+        pod: PodRequest,
+        verdicts: Verdicts,
+        allowed: AbstractSet[str] | None,
+        explain: bool,
+    ) -> dict[str, int]:
+        """`pick`'s rejection counts when nothing fits: every node with `explain`, else the
+        snapshot's candidates in `allowed`."""
+        reasons: dict[str, int] = {}
+        if explain:
+            nodes = list(self._snapshot.nodes.values())
+        else:
+            nodes = list(self._snapshot.candidates(pod, allowed))
+        for node in nodes:
+            if allowed is not None and node.name not in allowed:
+                found: tuple[str, ...] = (REASON_OUTSIDE_DOMAIN,)
+            else:
+                found = self._rejection(pod, verdicts, node)
+            for reason in found:
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return reasons
+
+    def _rejection(self, pod: PodRequest, verdicts: Verdicts, node: NodeState) -> tuple[str, ...]:
+        """Why `node` rejects `pod` (filtered now, once per state, if the pre-check skipped it)."""
+        slot = self._nodes.slot(node.name)
+        code = int(verdicts.code[slot])
+        if code < 0:
+            code = self._code(verdicts, slot)
+            verdicts.code[slot] = code
+        verdict = verdicts.table.get(code)
+        if verdict is None:
+            verdict = verdicts.table[code] = self._verdict(pod, node)
+        return verdict[4]
+
+    # -- cached verdicts -------------------------------------------------------------------------
+    def _learned_version(self) -> int:
+        return sum(fn.version for fn in self._learners)
+
+    def _observe(self, pod: PodRequest) -> None:
+        """Let learning scores see `pod` (as `pick` does); on a refit every verdict is stale."""
+        for fn in self._learners:
+            fn.observe(pod)
+        version = self._learned_version()
+        if version != self._version:
+            self._version = version
+            self._classes.clear()
+
+    def _refresh(self, pod: PodRequest) -> Verdicts:
+        if self._learners:
+            self._observe(pod)
+        if self._nodes.sync():  # slots added: every class starts afresh
+            self._classes.clear()
+        key = pod_class(pod)
+        verdicts = self._classes.pop(key, None)
+        capacity = self._nodes.capacity
+        dirty: list[int] | None = None
+        if verdicts is None:
+            tiered = self.scoring.prefer_used_nodes and pod.wants_gpu
+            verdicts = Verdicts.empty(
+                capacity, label_keys(pod), tiered, self._nodes.position, self._heap_top
+            )
+            while self._classes and len(self._classes) * capacity >= _CLASS_CELLS:
+                del self._classes[next(iter(self._classes))]  # the least recently used
+        else:
+            dirty = self._nodes.changed_after(verdicts.seen)
+        verdicts.seen = self._nodes.position
+        if dirty is None or len(dirty) > max(_FEW, capacity // 8):
+            all_slots = np.arange(capacity, dtype=np.int64)
+            self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
+            verdicts.rebuild(self._nodes.names, self._nodes.ranks())
+        else:
+            for slot in dirty:
+                self._evaluate_one(pod, verdicts, slot)
+        verdicts.prune()
+        self._classes[key] = verdicts  # most recently used last
+        return verdicts
+
+    def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
+        """Bring one slot's verdict up to date (plain Python: no numpy call gives the GIL away)."""
+        if not self._nodes.may_fit(pod, slot):
+            verdicts.reject(slot)
+            return
+        code = self._code(verdicts, slot)
+        verdict = verdicts.table.get(code)
+        if verdict is None:
+            verdict = verdicts.table[code] = self._verdict(pod, self._nodes.node(slot))
+        verdicts.put(slot, code, verdict, self._nodes.name(slot))
+
+    def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
+        """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the
+        caller rebuilds the heap)."""
+        maybe = self._nodes.maybe_fits(pod, dirty)
+        rejected, kept = dirty[~maybe], dirty[maybe]
+        verdicts.feasible[rejected] = False
+        verdicts.code[rejected] = -1
+        slots = kept.tolist()
+        if not slots:
+            return
+        if verdicts.labels:
+            codes = [self._code(verdicts, slot) for slot in slots]
+        else:
+            codes = self._nodes.states[kept].tolist()
+        index: dict[int, int] = {}  # code -> its position among the distinct codes
+        first: list[int] = []  # per distinct code, the first slot in that state
+        where: list[int] = []
+        for code, slot in zip(codes, slots, strict=True):
+            j = index.get(code)
+            if j is None:
+                j = index[code] = len(first)
+                first.append(slot)
+            where.append(j)
+        feasible = np.zeros(len(first), dtype=np.bool_)
+        tier = np.zeros(len(first), dtype=np.bool_)
+        score = np.zeros(len(first), dtype=np.float64)
+        for code, j in index.items():
+            verdict = verdicts.table.get(code)
+            if verdict is None:
+                verdict = verdicts.table[code] = self._verdict(pod, self._nodes.node(first[j]))
+            feasible[j], tier[j], score[j] = verdict[0], verdict[1], verdict[2]
+        at = np.array(where, dtype=np.int64)
+        verdicts.feasible[kept] = feasible[at]
+        verdicts.tier[kept] = tier[at]
+        verdicts.score[kept] = score[at]
+        verdicts.code[kept] = np.array(codes, dtype=np.int64)
+
+    def _code(self, verdicts: Verdicts, slot: int) -> int:
+        """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
+        (a node selector or affinity) a code for (state id, those labels' values)."""
+        state = self._nodes.state(slot)
+        if not verdicts.labels:
+            return state
+        values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
+        return verdicts.combo(state, values)
+
+    def _verdict(self, pod: PodRequest, node: NodeState) -> Verdict:
+        fit = filter_node(pod, node)
+        if fit.assignment is None:
+            return (False, False, 0.0, None, fit.reasons)
+        score = self.scoring.total(pod, node, fit.assignment)
+        return (True, node.gpu_used(), score, fit.assignment, ())

@@ -1,0 +1,329 @@
+"""Gang scheduling over PodGroups (`scheduling.x-k8s.io/v1alpha1`): attempts, timeouts, status.
+
+A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
+reserved) until bound + pending members reach `minMember`; then every pending member is placed
+with `place_gang` on the live snapshot (through the loop's `FastPicker` when it has one: the same
+decisions as `pick`), and only if all fit are they assumed and bound. Once `minMember` are
+bound, later members are placed one by one. Binds that keep failing are retried
+(the loop re-queues the gang) until `scheduleTimeoutSeconds` after the first bind; then the group
+gets the Warning event `GangPartiallyBound` and phase `Failed`, and is not tried again until it
+is re-created.
+
+Status written to the PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
+Failed), `scheduled`, `running`, `succeeded`, `failed` and `scheduleStartTime`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.kubeapi.client import now_rfc3339
+from scheduler.placement import (
+    Assignment,
+    Decision,
+    Picker,
+    PodRequest,
+    Scoring,
+    Snapshot,
+    pick,
+    place_gang,
+)
+from scheduler.runtime.cache import ClusterCache, GroupInfo, GroupKey, PodInfo
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.reporter import Reporter
+
+log = logging.getLogger(__name__)
+
+Binds = list[tuple[PodInfo, Assignment]]
+Marker = Callable[[list[PodInfo], str, str], None]
+Precheck = Callable[[PodInfo], "tuple[str, str] | None"]
+REASON_PARTIAL = "GangPartiallyBound"
+
+
+@dataclass(slots=True)
+class GangState:
+    uid: str
+    first_seen: float
+    bind_started: float | None = None
+    start_stamp: str = ""
+    bound_keys: set[str] = field(default_factory=set)
+    complete: bool = False
+    failed: str = ""
+
+
+class GangTracker:
+    """Gang bookkeeping; every method runs with `cache.lock` held by the caller or itself."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        queue: SchedulingQueue,
+        reporter: Reporter,
+        metrics: SchedulerMetrics,
+        clock: Callable[[], float],
+        mark: Marker,
+        precheck: Precheck,
+    ) -> None:
+        self._cache, self._queue, self._reporter = cache, queue, reporter
+        self._metrics, self._clock, self._mark, self._precheck = metrics, clock, mark, precheck
+        self._states: dict[GroupKey, GangState] = {}
+
+    # -- intake ----------------------------------------------------------------------------
+    def on_group(self, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        gkey = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        if etype == "DELETED":
+            self._cache.delete_group(gkey)
+            self._states.pop(gkey, None)
+            return
+        old = self._cache.groups.get(gkey)
+        group = self._cache.upsert_group(obj)
+        if group.error:
+            self._reporter.warn(obj, "PodGroup", "InvalidPodGroup", group.error)
+        if old is None or _group_spec(old) != _group_spec(group):
+            self._activate(gkey)
+        self.report(gkey)
+
+    def on_member(self, info: PodInfo, fresh: bool) -> None:
+        """A member pod changed; `fresh` when it is newly pending (or its spec changed)."""
+        gkey = info.group_key
+        if gkey is None:
+            return
+        if fresh:
+            self._states.setdefault(gkey, GangState(uid="", first_seen=self._clock()))
+            self._activate(gkey)
+        self.report(gkey)
+
+    def _activate(self, gkey: GroupKey) -> None:
+        pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
+        if pending:
+            priority = max(m.request.priority for m in pending)
+            created = min(m.created for m in pending)
+            self._queue.add(UnitKey(UnitKind.GANG, *gkey), priority, created)
+
+    # -- attempts --------------------------------------------------------------------------
+    def attempt(
+        self,
+        unit: UnitKey,
+        scoring: Scoring,
+        bind: Callable[[UnitKey, Binds], None],
+        picker: Picker | None = None,
+    ) -> str:
+        """Try one gang; `picker`, when given, decides as `pick` on the cache's snapshot."""
+        gkey = (unit.namespace, unit.name)
+        with self._cache.lock:
+            members = self._cache.members(gkey)
+            pending = [m for m in members if m.pending and not m.gated]
+            group = self._cache.groups.get(gkey)
+            if not pending:
+                self._queue.done(unit)
+                return ""
+            blocked = self._blocked(gkey, group, members, pending)
+            if blocked is not None or group is None:
+                category, message = blocked or ("gang", "")
+                return self._park(unit, pending, category, message)
+            if picker is not None and picker.snapshot is not self._cache.snapshot:
+                picker = None
+            placed, left = self._place(group, members, pending, scoring, picker)
+            if not placed:
+                return self._park(unit, pending, "unschedulable", left)
+            state = self._state(group)
+            if state.bind_started is None:
+                state.bind_started, state.start_stamp = self._clock(), now_rfc3339()
+            if left:  # a complete gang's extra members: some fit now, the rest wait
+                self._mark([m for m in pending if m.node is None], left, "unschedulable")
+                self._queue.unschedulable(unit)
+            else:
+                self._queue.done(unit)
+            self.report(gkey)
+        bind(unit, placed)
+        return "scheduled"
+
+    def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
+        self._mark(pending, message, category)
+        self._queue.unschedulable(unit)
+        self.report((unit.namespace, unit.name))
+        return "unschedulable"
+
+    def _blocked(
+        self,
+        gkey: GroupKey,
+        group: GroupInfo | None,
+        members: Sequence[PodInfo],
+        pending: Sequence[PodInfo],
+    ) -> tuple[str, str] | None:
+        """Why the gang cannot be placed whatever the cluster looks like (or waits for members)."""
+        ns, name = gkey
+        if group is None:
+            return "gang", f'pod group "{ns}/{name}" not found'
+        if group.error:
+            return "invalid", group.error
+        state = self._state(group)
+        if state.failed:
+            return "gang", f"pod group {ns}/{name} failed: {state.failed}"
+        for info in pending:
+            problem = self._precheck(info)
+            if problem is not None:
+                return problem[0], f"pod group member {info.key}: {problem[1]}"
+        present = sum(1 for m in members if m.node is not None) + len(pending)
+        if present < group.min_member:
+            # No count in the text: it would change (and be written again) with every new member.
+            return "gang", (
+                f"waiting for pod group {ns}/{name}: fewer than minMember ({group.min_member}) "
+                "pods exist"
+            )
+        return None
+
+    def _place(
+        self,
+        group: GroupInfo,
+        members: Sequence[PodInfo],
+        pending: list[PodInfo],
+        scoring: Scoring,
+        picker: Picker | None,
+    ) -> tuple[Binds, str]:
+        """Place and assume pending members: (what was placed, why the others were not).
+
+        Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
+        member on its own.
+        """
+        bound = sum(1 for m in members if m.node is not None)
+        snapshot = self._cache.snapshot
+        placed: Binds = []
+        if bound >= group.min_member:
+            why = ""
+            for info in pending:
+                decision = _decide(info.request, snapshot, scoring, picker)
+                if decision.assignment is None:
+                    why = why or decision.message()
+                    continue
+                self._cache.assume(info.key, decision.assignment)
+                placed.append((info, decision.assignment))
+            return placed, why
+        result = place_gang(
+            [m.request for m in pending],
+            snapshot,
+            scoring,
+            topology=group.topology,
+            min_resources=None if bound else group.min_resources,
+            picker=picker,
+        )
+        if not result.ok:
+            return [], result.reason
+        for info in pending:
+            self._cache.assume(info.key, result.assignments[info.key])
+            placed.append((info, result.assignments[info.key]))
+        return placed, ""
+
+    def _state(self, group: GroupInfo) -> GangState:
+        gkey = (group.namespace, group.name)
+        state = self._states.get(gkey)
+        if state is None or (state.uid and state.uid != group.uid):
+            state = self._states[gkey] = GangState(uid=group.uid, first_seen=self._clock())
+        state.uid = group.uid
+        return state
+
+    # -- binding outcomes and timeouts -----------------------------------------------------
+    def bound(self, unit: UnitKey, key: str) -> None:
+        gkey = (unit.namespace, unit.name)
+        with self._cache.lock:
+            group, state = self._cache.groups.get(gkey), self._states.get(gkey)
+            if group is None or state is None:
+                return
+            state.bound_keys.add(key)
+            confirmed = {m.key for m in self._cache.members(gkey) if m.node and not m.assumed}
+            if not state.complete and len(confirmed | state.bound_keys) >= group.min_member:
+                state.complete = True
+                self._metrics.gang_wait_seconds.observe(self._clock() - state.first_seen)
+                log.info("pod group %s/%s: minMember %d bound", *gkey, group.min_member)
+            self.report(gkey)
+
+    def bind_failed(self, unit: UnitKey, key: str) -> None:
+        log.info(
+            "pod group %s/%s: bind of %s failed; the gang will be re-placed",
+            unit.namespace,
+            unit.name,
+            key,
+        )
+
+    def check_timeouts(self) -> None:
+        """Fail gangs whose binds did not complete within `scheduleTimeoutSeconds`."""
+        now = self._clock()
+        for gkey, state in list(self._states.items()):
+            group = self._cache.groups.get(gkey)
+            if group is None or state.complete or state.failed or state.bind_started is None:
+                continue
+            if now - state.bind_started > group.timeout:
+                self._fail(group, state)
+
+    def _fail(self, group: GroupInfo, state: GangState) -> None:
+        gkey = (group.namespace, group.name)
+        members = self._cache.members(gkey)
+        bound = sum(1 for m in members if m.node is not None and not m.assumed)
+        state.failed = (
+            f"{bound} of minMember {group.min_member} pods bound; the rest could not be bound "
+            f"within scheduleTimeoutSeconds ({group.timeout:g}s)"
+        )
+        log.warning("pod group %s/%s: %s", *gkey, state.failed)
+        self._reporter.warn(group.obj, "PodGroup", REASON_PARTIAL, state.failed)
+        self._queue.remove(UnitKey(UnitKind.GANG, *gkey))
+        pending = [m for m in members if m.pending]
+        self._mark(pending, f"pod group {gkey[0]}/{gkey[1]} failed: {state.failed}", "gang")
+        self.report(gkey)
+
+    # -- status ----------------------------------------------------------------------------
+    def report(self, gkey: GroupKey) -> None:
+        """Write the group's status when it changed."""
+        group = self._cache.groups.get(gkey)
+        if group is None or group.error:
+            return
+        status = self.status(group, self._cache.members(gkey), self._states.get(gkey))
+        current = group.obj.get("status") or {}
+        if any(current.get(k) != v for k, v in status.items()):
+            self._reporter.group_status(group.obj, status)
+
+    @staticmethod
+    def status(
+        group: GroupInfo, members: Sequence[PodInfo], state: GangState | None
+    ) -> dict[str, Any]:
+        phases = [str((m.obj.get("status") or {}).get("phase") or "") for m in members]
+        running, succeeded, failed = (phases.count(p) for p in ("Running", "Succeeded", "Failed"))
+        scheduled = sum(1 for m in members if m.node is not None and not m.assumed)
+        need = group.min_member
+        if state is not None and state.failed:
+            phase = "Failed"
+        elif succeeded >= need:
+            phase = "Finished"
+        elif running + succeeded >= need:
+            phase = "Running"
+        elif scheduled >= need:
+            phase = "Scheduled"
+        elif state is not None and state.bind_started is not None:
+            phase = "Scheduling"
+        else:
+            phase = "Pending"
+        out: dict[str, Any] = {
+            "phase": phase,
+            "scheduled": scheduled,
+            "running": running,
+            "succeeded": succeeded,
+            "failed": failed,
+        }
+        if state is not None and state.start_stamp:
+            out["scheduleStartTime"] = state.start_stamp
+        return out
+
+
+def _decide(
+    request: PodRequest, snapshot: Snapshot, scoring: Scoring, picker: Picker | None
+) -> Decision:
+    return pick(request, snapshot, scoring) if picker is None else picker.decide(request)
+
+
+def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
+    meta = group.obj.get("metadata") or {}
+    return (group.uid, group.obj.get("spec"), meta.get("annotations"))

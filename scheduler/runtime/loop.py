@@ -1,0 +1,322 @@
+"""The scheduling loop: watch intake, one unit per cycle (a pod or a gang), parallel binding.
+
+Intake (informer threads) updates the cache and the queue under `cache.lock`. A cycle pops one
+unit, decides under the lock with the pure placement code on the live snapshot, assumes what it
+placed, and hands the binds to a thread pool, so the next cycle starts at once. When the scoring
+ranks every node (`candidateLimit: 0`, the shipped default), decisions go through
+`verdict_memo.FastPicker`: `pick`'s decisions, with each node's verdict per pod class kept
+until the snapshot says that node changed.
+
+Gangs (DESIGN §7): a PodGroup's pending members are placed together, on one snapshot, once
+bound + pending reach `minMember`; only if every one fits are they assumed and bound (in
+parallel). Nothing is reserved while a gang waits. A failed bind is retried on the same node, then
+the member is forgotten and the gang re-placed, until `scheduleTimeoutSeconds` after its first
+bind; then the group gets the event `GangPartiallyBound` and phase `Failed` (see `gangs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.errors import ApiError, ConflictError
+from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.leader import Fence
+from scheduler.placement import Assignment, Decision, PodRequest, Scoring, pick
+from scheduler.placement.verdict_memo import picker_for
+from scheduler.runtime.cache import ClusterCache, ParsedPod, PodInfo, parse_pod
+from scheduler.runtime.gangs import GangTracker
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.podspec import claim_names, volume_problem
+from scheduler.runtime.reporter import Reporter
+
+log = logging.getLogger(__name__)
+
+PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopSettings:
+    bind_workers: int = 16
+    bind_retries: int = 1  # same-node retries before the pod is re-placed
+    idle_wait: float = 0.5
+    storage_class_ttl: float = 30.0
+
+
+def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
+    """Did anything placement reads change (spec, labels)?"""
+    old_meta, new_meta = old.obj.get("metadata") or {}, new.obj.get("metadata") or {}
+    return old.obj.get("spec") != new.obj.get("spec") or old_meta.get("labels") != new_meta.get(
+        "labels"
+    )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        kube: KubeClient,
+        cache: ClusterCache,
+        queue: SchedulingQueue,
+        scoring: Scoring,
+        metrics: SchedulerMetrics,
+        reporter: Reporter,
+        fence: Fence,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        settings: LoopSettings | None = None,
+    ) -> None:
+        self._kube, self.cache, self.queue, self._scoring = kube, cache, queue, scoring
+        self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
+        self._settings = settings or LoopSettings()
+        self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
+        self._picker = picker_for(cache.snapshot, scoring)
+        self._reasons: dict[str, str] = {}  # pending pod key -> why it waits (metrics)
+        self.gangs = GangTracker(
+            cache, queue, reporter, metrics, clock, self.unschedulable, self.precheck
+        )
+        self._modes: tuple[float, dict[str, str]] | None = None
+
+    # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """A full list of `kind`: apply every object, delete what is no longer there."""
+        with self.cache.lock:
+            before = set(self.cache.keys_of(kind))
+            seen = set()
+            for obj in items:
+                self._apply(kind, "ADDED", obj)
+                meta = obj.get("metadata") or {}
+                name = str(meta.get("name") or "")
+                seen.add(
+                    f"{meta.get('namespace') or 'default'}/{name}"
+                    if kind in (PODS, PODGROUPS)
+                    else name
+                )
+            for key in before - seen:
+                ns, _, name = key.rpartition("/")
+                stub = (
+                    {"metadata": {"namespace": ns, "name": name}}
+                    if ns
+                    else {"metadata": {"name": name}}
+                )
+                self._apply(kind, "DELETED", stub)
+
+    def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        parsed = parse_pod(obj) if kind == PODS and etype != "DELETED" else None
+        with self.cache.lock:
+            self._apply(kind, etype, obj, parsed)
+
+    def _apply(
+        self, kind: str, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None = None
+    ) -> None:
+        if kind == PODS:
+            self._on_pod(etype, obj, parsed)
+        elif kind == NODES:
+            self._on_node(etype, obj)
+        elif kind == NRTS:
+            self._on_nrt(etype, obj)
+        elif kind == PODGROUPS:
+            self.gangs.on_group(etype, obj)
+
+    def _on_pod(self, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if etype == "DELETED":
+            old, new = self.cache.delete_pod(key), None
+        else:
+            old, new = self.cache.upsert_pod(obj, parsed)
+        if new is None or not new.pending:
+            self._reasons.pop(key, None)
+        if new is None and old is not None:
+            self._reporter.forget(old.obj)
+        if (
+            old is not None
+            and old.counted
+            and (new is None or not new.counted or new.node != old.node)
+        ):
+            self.queue.move_all_to_active()  # room was freed
+        info = new or old
+        if info is None:
+            return
+        fresh = new is not None and new.pending and not new.gated
+        if new is not None and old is not None and old.pending and not old.gated:
+            fresh = fresh and _spec_changed(old, new)  # else a status update: nothing new to try
+        if info.group is not None:
+            self.gangs.on_member(info, fresh)
+            return
+        unit = UnitKey(UnitKind.POD, info.namespace, info.name)
+        if fresh and new is not None:
+            self.queue.add(unit, new.request.priority, new.created)
+        elif new is None or not new.pending or new.gated:
+            self.queue.remove(unit)
+
+    def _on_node(self, etype: str, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if etype == "DELETED":
+            self.cache.delete_node(name)
+            return
+        changed, problem = self.cache.upsert_node(obj)
+        if problem:
+            self._reporter.warn(obj, "Node", "InvalidNode", problem)
+        if changed:
+            self.queue.move_all_to_active()
+
+    def _on_nrt(self, etype: str, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if etype == "DELETED":
+            self.cache.delete_nrt(name)
+        elif problem := self.cache.upsert_nrt(obj):
+            self._reporter.warn(obj, "NodeResourceTopology", "InvalidNodeResourceTopology", problem)
+        self.queue.move_all_to_active()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Schedule until `stop`; only while the fence allows binding (the leader)."""
+        last_housekeeping = 0.0
+        while not stop.is_set():
+            if not self._fence.may_bind():
+                stop.wait(self._settings.idle_wait)
+                continue
+            self.schedule_next(self._settings.idle_wait)
+            if self._clock() - last_housekeeping >= 1.0:
+                last_housekeeping = self._clock()
+                with self.cache.lock:
+                    self.gangs.check_timeouts()
+
+    def schedule_next(self, timeout: float) -> bool:
+        """Pop and try one unit; False when none came within `timeout`."""
+        unit = self.queue.pop(timeout)
+        if unit is None:
+            return False
+        start = self._clock()
+        try:
+            if unit.kind is UnitKind.GANG:
+                result = self.gangs.attempt(unit, self._scoring, self._bind, self._picker)
+            else:
+                result = self._attempt_pod(unit)
+        except Exception:
+            log.exception("scheduling %s failed", unit)
+            self.queue.backoff(unit)
+            result = "error"
+        if result:
+            self._metrics.attempts.labels(result=result).inc()
+            self._metrics.cycle_seconds.observe(self._clock() - start)
+        return True
+
+    def _attempt_pod(self, unit: UnitKey) -> str:
+        key = f"{unit.namespace}/{unit.name}"
+        with self.cache.lock:
+            info = self.cache.pods.get(key)
+            obj = info.obj if info is not None else None
+        volumes = self._volume_problem(obj) if obj is not None else None
+        with self.cache.lock:
+            info = self.cache.pods.get(key)
+            if info is None or not info.pending or info.gated:
+                self.queue.done(unit)
+                return ""
+            problem = self.precheck(info) or volumes
+            if problem:
+                self.unschedulable([info], problem[1], problem[0])
+                self.queue.unschedulable(unit)
+                return "unschedulable"
+            decision = self._decide(info.request)
+            if decision.assignment is None:
+                self.unschedulable([info], decision.message(), "unschedulable")
+                self.queue.unschedulable(unit)
+                return "unschedulable"
+            self.cache.assume(key, decision.assignment)
+        self.queue.done(unit)
+        self._bind(unit, [(info, decision.assignment)])
+        return "scheduled"
+
+    def _decide(self, request: PodRequest) -> Decision:
+        """`pick` on the live snapshot (through the memoised picker when there is one)."""
+        picker = self._picker
+        if picker is not None and picker.snapshot is self.cache.snapshot:
+            return picker.decide(request)
+        return pick(request, self.cache.snapshot, self._scoring)
+
+    def precheck(self, info: PodInfo) -> tuple[str, str] | None:
+        """(category, message) for a pod that cannot be placed whatever the cluster looks like."""
+        if info.error:
+            return "invalid", f"invalid pod: {info.error}"
+        if info.request.unsupported:
+            return "unsupported", f"unsupported: {info.request.unsupported}"
+        return None
+
+    def _volume_problem(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
+        if not claim_names(obj):
+            return None
+        ns = str((obj.get("metadata") or {}).get("namespace") or "default")
+        try:
+            claims = {name: self._kube.get_pvc(ns, name) for name in claim_names(obj)}
+        except ApiError as exc:
+            return "volumes", f"cannot read the pod's volume claims: {exc}"
+        if self._modes is None or self._clock() - self._modes[0] > self._settings.storage_class_ttl:
+            self._modes = (self._clock(), self._kube.storage_class_modes())
+        problem = volume_problem(obj, claims, self._modes[1])
+        if problem is None:
+            return None
+        return ("unsupported" if problem.startswith("unsupported") else "volumes"), problem
+
+    def unschedulable(self, infos: list[PodInfo], message: str, category: str) -> None:
+        """Record why `infos` wait: Event + `PodScheduled=False`, and the metrics category."""
+        for info in infos:
+            self._reasons[info.key] = category
+            self._reporter.unschedulable(info.obj, message)
+
+    def pending_reasons(self) -> dict[str, int]:
+        """Pending pods of this scheduler by why they wait (for `pending_pods{reason}`)."""
+        counts: dict[str, int] = {}
+        with self.cache.lock:
+            for info in self.cache.pods.values():
+                if info.pending:
+                    reason = "gated" if info.gated else self._reasons.get(info.key, "queued")
+                    counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
+    # -- binding ---------------------------------------------------------------------------
+    def _bind(self, unit: UnitKey, binds: list[tuple[PodInfo, Assignment]]) -> None:
+        for info, assignment in binds:
+            self._binder.submit(self._bind_one, unit, info, assignment.node)
+
+    def _bind_one(self, unit: UnitKey, info: PodInfo, node: str) -> None:
+        outcome = self._try_bind(info, node)
+        self._metrics.binds.labels(result=outcome).inc()
+        if outcome == "bound":
+            self._reporter.scheduled(info.obj, node)
+            if unit.kind is UnitKind.GANG:
+                self.gangs.bound(unit, info.key)
+            return
+        with self.cache.lock:
+            self.cache.forget(info.key)
+            self._reasons[info.key] = "backoff"
+            self.queue.retry(unit, info.request.priority, info.created)
+            if unit.kind is UnitKind.GANG:
+                self.gangs.bind_failed(unit, info.key)
+
+    def _try_bind(self, info: PodInfo, node: str) -> str:
+        for attempt in range(1 + self._settings.bind_retries):
+            if not self._fence.may_bind():
+                return "fenced"
+            try:
+                self._kube.bind(info.namespace, info.name, info.uid, node)
+            except ConflictError:
+                log.info("bind %s to %s: conflict (someone else bound it)", info.key, node)
+                return "conflict"
+            except ApiError as exc:
+                self._metrics.api_errors.labels(operation="bind").inc()
+                log.warning(
+                    "bind %s to %s failed (attempt %d): %s", info.key, node, attempt + 1, exc
+                )
+                continue
+            return "bound"
+        return "error"
+
+    def close(self) -> None:
+        self._binder.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,245 @@
+"""One node's placement state (`NodeState`) from its Node object, its NRT and the pods on it.
+
+Counting (DESIGN §7): free capacity is the Node's allocatable minus the requests of every
+non-terminal pod bound or assumed there, whichever scheduler placed it. The NodeResourceTopology
+adds *which* GPUs, MIG devices and NUMA nodes those are:
+
+- Structure (GPUs, MIG layout, NVLink matrix, NUMA, topology manager policy) always comes from a
+  decodable NRT; devices the NRT reports unhealthy (allocatable 0) are never free.
+- Which devices are free comes from the NRT only when it is *trusted*: its pods fingerprint
+  (pfp0v001) equals the fingerprint of the pods the cache has on the node, counted by the NRT's
+  method. Then pods are charged resources only (their devices are already taken in the NRT).
+- Otherwise each pod is charged with the devices the kubelet would pick (`choose_devices`, the same
+  code as the device plugin's GetPreferredAllocation), or with the devices this scheduler assigned.
+
+Without an NRT the node's GPUs are `nvidia.com/gpu` anonymous GPUs plus one MIG pseudo-GPU holding
+the node's `nvidia.com/mig-*` devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
+from agent.gpuset import GpuSelector
+from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU, MigMode
+from agent.nrt.encode import DecodedTopology
+from scheduler.placement import (
+    Assignment,
+    Effect,
+    NodeState,
+    PodRequest,
+    Taint,
+    TopologyPolicy,
+    choose_devices,
+)
+from scheduler.runtime.podspec import mig_profile, resource_list
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    """What the scheduler reads from a Node object."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    allocatable: Mapping[str, int]
+
+
+def parse_node(obj: Obj) -> NodeInfo:
+    """The scheduler's view of a Node; ValueError names the node and the field."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    name = str(meta.get("name") or "")
+    try:
+        taints = []
+        for i, raw in enumerate(spec.get("taints") or ()):
+            try:
+                effect = Effect(raw.get("effect"))
+            except ValueError:
+                raise ValueError(f"spec.taints[{i}].effect: {raw.get('effect')!r}") from None
+            taints.append(
+                Taint(key=str(raw["key"]), value=str(raw.get("value") or ""), effect=effect)
+            )
+        allocatable = resource_list(
+            (obj.get("status") or {}).get("allocatable"), "status.allocatable"
+        )
+        return NodeInfo(
+            name=name,
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            taints=tuple(taints),
+            unschedulable=bool(spec.get("unschedulable")),
+            allocatable=allocatable,
+        )
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"node {name}: {exc}") from None
+
+
+@dataclass(slots=True)
+class PodOnNode:
+    """A pod counted on a node: its request and, when this scheduler placed it, its devices."""
+
+    request: PodRequest
+    namespace: str
+    name: str
+    assignment: Assignment | None = None
+
+
+@dataclass(slots=True)
+class SelectorCache:
+    """One `GpuSelector` per distinct link matrix and NUMA layout (shared by identical nodes)."""
+
+    by_layout: dict[tuple[Any, ...], GpuSelector] = field(default_factory=dict)
+
+    def get(self, nrt: DecodedTopology) -> GpuSelector:
+        numa = tuple(g.numa_node for g in nrt.inventory.gpus)
+        key = (nrt.inventory.links, numa)
+        if key not in self.by_layout:
+            self.by_layout[key] = GpuSelector(nrt.inventory.links, numa)
+        return self.by_layout[key]
+
+
+def exclusive(request: PodRequest) -> bool:
+    """Pods the `with-exclusive-resources` fingerprint method counts: devices or Guaranteed."""
+    return request.guaranteed or any("/" in name for name, _ in request.vector)
+
+
+def is_trusted(nrt: DecodedTopology, pods: Sequence[PodOnNode]) -> bool:
+    """True when the NRT's pods fingerprint matches the pods the cache has on the node."""
+    if not nrt.fingerprint:
+        return False
+    counted = pods
+    if nrt.availability.fingerprint_method == METHOD_WITH_EXCLUSIVE_RESOURCES:
+        counted = [p for p in pods if exclusive(p.request)]
+    return pods_fingerprint((p.namespace, p.name) for p in counted) == nrt.fingerprint
+
+
+def _policy(nrt: DecodedTopology) -> TopologyPolicy:
+    try:
+        return TopologyPolicy(nrt.topology_manager_policy)
+    except ValueError:
+        return TopologyPolicy.NONE
+
+
+def _numa_free(nrt: DecodedTopology) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    for zone in nrt.availability.numa:
+        counts = {r.name: r.available for r in zone.resources}
+        out[zone.numa_id] = {"cpu": counts.get("cpu", 0), "memory": counts.get("memory", 0)}
+    return out
+
+
+def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[dict[str, int]]]:
+    """Per GPU: free milli-GPU and free MIG devices by profile. Unhealthy devices (allocatable 0)
+    are never free; with a trusted NRT only its available ones are."""
+    gpu_free: list[int] = []
+    mig_free: list[dict[str, int]] = []
+    for gpu in nrt.inventory.gpus:
+        counts = nrt.gpu_counts(gpu.index) if gpu.index < len(nrt.availability.gpus) else {}
+        layout: dict[str, int] = {}
+        for mig in gpu.mig_devices:
+            layout[mig.profile] = layout.get(mig.profile, 0) + 1
+        for name, res in counts.items():
+            if name.startswith(MIG_RESOURCE_PREFIX) and mig_profile(name) in layout:
+                free = res.available if trusted else res.allocatable
+                layout[mig_profile(name)] = min(free, layout[mig_profile(name)])
+        whole = counts.get(GPU_RESOURCE)
+        free_gpu = whole is not None and (whole.available if trusted else whole.allocatable) > 0
+        is_mig = gpu.mig_mode is MigMode.ENABLED
+        gpu_free.append(MILLI_PER_GPU if free_gpu and not is_mig else 0)
+        mig_free.append(layout)
+    return gpu_free, mig_free
+
+
+def _fallback_state(info: NodeInfo) -> NodeState:
+    whole = info.allocatable.get(GPU_RESOURCE, 0)
+    mig = {
+        mig_profile(n): c for n, c in info.allocatable.items() if n.startswith(MIG_RESOURCE_PREFIX)
+    }
+    count = whole + (1 if mig else 0)
+    return NodeState(
+        name=info.name,
+        labels=info.labels,
+        taints=info.taints,
+        unschedulable=info.unschedulable,
+        allocatable=dict(info.allocatable),
+        gpu_numa=(None,) * count,
+        gpu_free=[MILLI_PER_GPU] * whole + ([0] if mig else []),
+        gpu_mig=(False,) * whole + ((True,) if mig else ()),
+        mig_free=[{} for _ in range(whole)] + ([dict(mig)] if mig else []),
+    )
+
+
+def _nrt_state(
+    info: NodeInfo, nrt: DecodedTopology, trusted: bool, selectors: SelectorCache
+) -> NodeState:
+    gpu_free, mig_free = _device_free(nrt, trusted)
+    return NodeState(
+        name=info.name,
+        labels=info.labels,
+        taints=info.taints,
+        unschedulable=info.unschedulable,
+        allocatable=dict(info.allocatable),
+        gpu_numa=tuple(g.numa_node for g in nrt.inventory.gpus),
+        gpu_free=gpu_free,
+        gpu_mig=tuple(g.mig_mode is MigMode.ENABLED for g in nrt.inventory.gpus),
+        mig_free=mig_free,
+        links=nrt.inventory.links,
+        topology_policy=_policy(nrt),
+        numa_free=_numa_free(nrt),
+        selector=selectors.get(nrt),
+    )
+
+
+def build_node_state(
+    info: NodeInfo,
+    nrt: DecodedTopology | None,
+    pods: Sequence[PodOnNode],
+    selectors: SelectorCache,
+) -> NodeState:
+    """The node's state with every pod in `pods` charged."""
+    if nrt is not None and len(nrt.inventory.gpus) == 0 and info.allocatable.get(GPU_RESOURCE):
+        nrt = None  # an NRT without GPUs says nothing about this GPU node's devices
+    if nrt is None:
+        state, trusted = _fallback_state(info), False
+    else:
+        trusted = is_trusted(nrt, pods)
+        state = _nrt_state(info, nrt, trusted, selectors)
+    _charge(state, pods, trusted)
+    return state
+
+
+def _charge(state: NodeState, pods: Sequence[PodOnNode], trusted: bool) -> None:
+    bare = Assignment(node=state.name)
+    if trusted:
+        for pod in pods:
+            state.add_pod(pod.request, bare)
+        return
+    ordered = sorted(pods, key=lambda p: (p.assignment is None, p.request.key))
+    for pod in ordered:
+        assignment = (
+            pod.assignment if pod.assignment and _devices_free(state, pod.assignment) else None
+        )
+        if assignment is None:
+            assignment = choose_devices(pod.request, state, None) or bare
+        state.add_pod(pod.request, assignment)
+
+
+def _devices_free(state: NodeState, assignment: Assignment) -> bool:
+    """True when every device of `assignment` is still free on `state`."""
+    if any(g >= state.gpu_count or state.gpu_free[g] < MILLI_PER_GPU for g in assignment.gpus):
+        return False
+    if assignment.share is not None:
+        g, milli = assignment.share
+        if g >= state.gpu_count or state.gpu_free[g] < milli:
+            return False
+    needed: dict[tuple[int, str], int] = {}
+    for g, profile in assignment.mig:
+        needed[(g, profile)] = needed.get((g, profile), 0) + 1
+    return all(
+        g < state.gpu_count and state.mig_free[g].get(p, 0) >= n for (g, p), n in needed.items()
+    )

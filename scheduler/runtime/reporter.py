@@ -1,0 +1,148 @@
+"""What the scheduler tells users through the API: Events, `PodScheduled=False`, PodGroup status.
+
+Writes go through a small thread pool so a slow API server never stalls the scheduling loop, and
+only while this replica may bind (the leader): two replicas never both report. Each write is
+de-duplicated against the last one that succeeded for the same object, so a pod retried every few
+seconds with the same reason gets one Event and one condition patch, not one per attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from scheduler.errors import ApiError
+from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.leader import Fence
+from scheduler.runtime.metrics import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+REASON_FAILED_SCHEDULING = "FailedScheduling"
+REASON_SCHEDULED = "Scheduled"
+CONDITION_UNSCHEDULABLE = "Unschedulable"
+PODGROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+
+
+class Reporter:
+    def __init__(
+        self, kube: KubeClient, fence: Fence, metrics: SchedulerMetrics, workers: int = 4
+    ) -> None:
+        self._kube, self._fence, self._metrics = kube, fence, metrics
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="report")
+        self._lock = threading.Lock()
+        self._last: dict[Hashable, object] = {}
+        self._pending: set[Future[None]] = set()
+        self._queued: dict[Hashable, tuple[object, Callable[[], None]]] = {}  # after the in-flight
+
+    def unschedulable(self, pod: Obj, message: str) -> None:
+        """Event `FailedScheduling` and `PodScheduled=False` (reason Unschedulable): `message`."""
+        key = ("pod", _ns_name(pod))
+
+        def write() -> None:
+            meta = pod.get("metadata") or {}
+            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+            self._kube.create_event(pod, "Pod", "Warning", REASON_FAILED_SCHEDULING, message)
+            self._kube.set_pod_scheduled_false(ns, name, CONDITION_UNSCHEDULABLE, message)
+
+        self._submit(key, message, write)
+
+    def scheduled(self, pod: Obj, node: str) -> None:
+        """Event `Scheduled`: "Successfully assigned ns/name to node"."""
+        ns, name = _ns_name(pod)
+        message = f"Successfully assigned {ns}/{name} to {node}"
+        self._submit(
+            ("pod", (ns, name)),
+            message,
+            lambda: self._kube.create_event(pod, "Pod", "Normal", REASON_SCHEDULED, message),
+        )
+
+    def warn(self, involved: Obj, kind: str, reason: str, message: str) -> None:
+        """A Warning event about any object (malformed PodGroup, NRT or Node; a failed gang)."""
+        key = ("warn", kind, _ns_name(involved), reason)
+        self._submit(
+            key,
+            message,
+            lambda: self._kube.create_event(involved, kind, "Warning", reason, message),
+        )
+
+    def group_status(self, group: Obj, status: Mapping[str, Any]) -> None:
+        """Patch the PodGroup's status when it differs from what was last written."""
+        ns, name = _ns_name(group)
+        frozen = tuple(sorted(status.items()))
+        self._submit(
+            ("group", (ns, name)),
+            frozen,
+            lambda: self._kube.patch_podgroup_status(ns, name, status),
+        )
+
+    def forget(self, pod: Obj) -> None:
+        """Drop what was reported for a deleted pod."""
+        with self._lock:
+            self._last.pop(("pod", _ns_name(pod)), None)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait for the writes submitted so far (tests and shutdown)."""
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.result(timeout=timeout)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- internals -----------------------------------------------------------------------
+    def _submit(self, key: Hashable, value: object, write: Callable[[], None]) -> None:
+        """Write in order per object: while one write of `key` runs, only the newest waits."""
+        if not self._fence.may_bind():
+            return
+        with self._lock:
+            if self._last.get(key) == value:
+                return
+            self._last[key] = value
+            in_flight = key in self._queued
+            self._queued[key] = (value, write)
+            if in_flight:
+                return
+            future = self._pool.submit(self._drain, key)
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _drain(self, key: Hashable) -> None:
+        while True:
+            with self._lock:
+                value, write = self._queued[key]
+            self._run(key, value, write)
+            with self._lock:
+                if self._queued[key][0] == value and self._queued[key][1] is write:
+                    del self._queued[key]
+                    return
+
+    def _run(self, key: Hashable, value: object, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except ApiError as exc:
+            self._metrics.api_errors.labels(operation=exc.operation.split(" ", 1)[0]).inc()
+            log.warning("report failed: %s", exc)
+            self._retry_later(key, value)
+        except Exception:
+            log.exception("report failed unexpectedly")
+            self._retry_later(key, value)
+
+    def _retry_later(self, key: Hashable, value: object) -> None:
+        with self._lock:
+            if self._last.get(key) == value:
+                del self._last[key]
+
+    def _done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+
+def _ns_name(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")

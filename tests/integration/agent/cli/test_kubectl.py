@@ -1,0 +1,184 @@
+"""`kubectl gputopo` against the fake API server: matrices of every fixture, bad objects, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agent.availability import compute_availability
+from agent.cli import kubectl as kubectl_plugin
+from agent.nrt.encode import encode
+from agent.numa_capacity import KubeletConfig, numa_capacity
+from agent.nvml.fixture import builtin_names, load_fixture
+from agent.topo_table import render_legend, render_topo_matrix
+from tests.builders.topology import allocatable_of, gpu_pod
+from tests.fakeapi import FakeApiServer
+
+PREFIX = "kubectl-gputopo: NodeResourceTopology"
+NOT_OURS = "not written by gputopo (expected 'v1')"
+GOLDEN = Path(__file__).resolve().parents[3] / "golden"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """main() configures the root logger as a command would; put the test run's handlers back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A node per built-in fixture (its GPU 0 held by a pod), a foreign and a broken object."""
+    with FakeApiServer() as fake:
+        for name in builtin_names():
+            inv = load_fixture(name).inventory
+            snapshot = replace(allocatable_of(inv), pods=(gpu_pod("ml", "p", *_first_device(inv)),))
+            av = compute_availability(inv, numa_capacity(inv.numa_nodes, KubeletConfig()), snapshot)
+            fake.put_object(
+                "noderesourcetopologies", encode(inv, av, node_name=name, policy="single-numa-node")
+            )
+        fake.put_object("noderesourcetopologies", _foreign("cpu-only-1"))
+        h100 = load_fixture("dgx-h100").inventory
+        av = compute_availability(h100, numa_capacity(h100.numa_nodes, KubeletConfig()), None)
+        broken = encode(h100, av, node_name="broken-1")
+        broken["zones"][-1]["costs"] = broken["zones"][-1]["costs"][:-1]
+        fake.put_object("noderesourcetopologies", broken)
+        kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+        yield fake, str(kubeconfig)
+
+
+def _first_device(inv) -> tuple[str, ...]:
+    gpu = inv.gpus[0]
+    return (str(gpu.mig_devices[0].uuid),) if gpu.mig_devices else (str(gpu.uuid),)
+
+
+def _foreign(name: str) -> dict:
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "zones": [
+            {
+                "name": "node-0",
+                "type": "Node",
+                "resources": [
+                    {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "8"}
+                ],
+            }
+        ],
+        "attributes": [{"name": "topologyManagerPolicy", "value": "none"}],
+    }
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = kubectl_plugin.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_topo_renders_the_fixture_matrix_exactly(cluster, name: str) -> None:
+    _, kubeconfig = cluster
+    code, out, err = run("--kubeconfig", kubeconfig, "topo", name)
+    assert (code, err) == (0, "")
+    matrix = render_topo_matrix(load_fixture(name).inventory)
+    assert matrix + "\n" + render_legend() in out
+    golden = GOLDEN / f"{name}.topo"
+    if golden.exists():
+        lines = golden.read_text(encoding="utf-8").splitlines()
+        assert "".join(line + "\n" for line in lines if not line.startswith("#")) == matrix
+
+
+def test_topo_shows_numa_gpus_and_mig_layout(cluster) -> None:
+    _, kubeconfig = cluster
+    code, out, _ = run("topo", "dgx-a100-mig", "--kubeconfig", kubeconfig)
+    inv = load_fixture("dgx-a100-mig").inventory
+    assert code == 0
+    assert "topology manager single-numa-node/container" in out
+    assert "MIG LAYOUT" in out
+    for gpu in inv.gpus:
+        if gpu.mig_devices:
+            assert gpu.mig_layout in out
+    assert "CPU FREE/ALLOC" in out
+
+
+def test_topo_json(cluster) -> None:
+    _, kubeconfig = cluster
+    code, out, _ = run("--kubeconfig", kubeconfig, "-o", "json", "topo", "dgx-h100")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["matrix"][0][:3] == ["X", "NV18", "NV18"]
+    assert doc["gpus"][0]["resources"]["nvidia.com/gpu"] == {"allocatable": 1, "available": 0}
+    assert (doc["gpus"], doc["free"]) == (doc["gpus"], 7)
+
+
+def test_nodes_table_reports_bad_objects_one_line_each(cluster) -> None:
+    _, kubeconfig = cluster
+    code, out, err = run("--kubeconfig", kubeconfig, "nodes")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "NODE",
+        "PRODUCT",
+        "GPUS",
+        "FREE",
+        "MIG",
+        "FREE",
+        "NVLINK",
+        "ISLANDS",
+        "HEALTH",
+    ]
+    assert len(lines) == 1 + len(builtin_names())
+    h100 = next(line for line in lines if line.startswith("dgx-h100 "))
+    assert h100.split()[-5:] == ["8", "7", "-", "0-7", "Healthy"]
+    assert err.splitlines() == [
+        f"{PREFIX} broken-1: zones[9] (gpu-7).costs: no cost to gpu-6",
+        f"{PREFIX} cpu-only-1: attributes.gputopo.io/schema: {NOT_OURS}",
+    ]
+
+
+def test_nodes_json_lists_mig_free_by_profile(cluster) -> None:
+    _, kubeconfig = cluster
+    code, out, _ = run("nodes", "-o", "json", "--kubeconfig", kubeconfig)
+    doc = json.loads(out)
+    mig = next(n for n in doc["nodes"] if n["node"] == "dgx-a100-mig")
+    assert code == 0
+    assert sum(mig["migFree"].values()) > 0
+    assert {e["node"] for e in doc["errors"]} == {"broken-1", "cpu-only-1"}
+
+
+def test_missing_node_and_broken_node(cluster) -> None:
+    _, kubeconfig = cluster
+    assert run("--kubeconfig", kubeconfig, "topo", "nope") == (
+        1,
+        "",
+        "kubectl-gputopo: no NodeResourceTopology for node nope\n",
+    )
+    code, out, err = run("--kubeconfig", kubeconfig, "topo", "broken-1")
+    assert (code, out) == (1, "")
+    assert err == f"{PREFIX} broken-1: zones[9] (gpu-7).costs: no cost to gpu-6\n"
+
+
+def test_unreachable_api_server_is_one_line() -> None:
+    with FakeApiServer() as fake:
+        kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+        fake.down()
+        code, out, err = run("--kubeconfig", str(kubeconfig), "nodes")
+    assert (code, out) == (1, "")
+    unreachable = "listing NodeResourceTopologies: API server unreachable (MaxRetryError)"
+    assert err == f"kubectl-gputopo: {unreachable}\n"
+
+
+def test_usage_errors_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        kubectl_plugin.main(["topo"])
+    assert exc.value.code == 2
+    assert "the following arguments are required: node" in capsys.readouterr().err

@@ -1,0 +1,131 @@
+"""`gputopo-agent run` with every service: device plugin (kubelet emulator), publisher, metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from agent.cli import config as agent_config
+from agent.cli.run import SERVICE_FACTORIES, AgentContext, open_node, start_services, stop_services
+from agent.metrics import AgentMetrics
+from agent.nrt.encode import decode
+from deviceplugin.testing.kubelet import KubeletEmulator
+from tests.integration.agent.conftest import NODE
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def _wait(predicate, timeout_s: float = 5.0) -> bool:
+    tick = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.02)
+    return True
+
+
+def _scrape(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_all_services_publish_serve_metrics_and_react_to_health(
+    fake_api_with_crd, podresources
+) -> None:
+    fake = fake_api_with_crd
+    kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+    with KubeletEmulator() as kubelet:
+        argv = [
+            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--kubeconfig", str(kubeconfig),
+            "--device-plugin-dir", str(kubelet.plugin_dir),
+            "--pod-resources-socket", str(podresources.socket),
+            "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
+        ]  # fmt: skip
+        cfg = agent_config.load(argv, {})
+        backend, inventory = open_node(cfg)
+        ctx = AgentContext(
+            config=cfg,
+            backend=backend,
+            inventory=inventory,
+            stop=threading.Event(),
+            metrics=AgentMetrics("t"),
+        )
+        try:
+            services = start_services(ctx, SERVICE_FACTORIES)
+            assert [s.name for s in services] == ["device-plugin", "topology-publisher", "metrics"]
+            assert _wait(lambda: fake.get_object("noderesourcetopologies", NODE) is not None)
+            port = services[-1].server.port
+            assert _wait(lambda: _scrape(port, "/readyz")[0] == 200)
+            assert ctx.device_plugin is not None
+            bad = str(inventory.gpus[3].uuid)
+            started = time.monotonic()
+            fake_nvml = ctx.backend.nvml  # type: ignore[attr-defined]  # the fixture's fake pynvml
+            fake_nvml.set_lost(3)  # a reset-required Xid on a GPU that stays lost: Unhealthy
+            fake_nvml.emit_xid(3, 79)
+            assert _wait(
+                lambda: (
+                    not decode(fake.get_object("noderesourcetopologies", NODE))
+                    .availability.gpus[3]
+                    .healthy
+                ),
+                1.0,
+            )
+            assert time.monotonic() - started < 1.0
+            assert _wait(lambda: kubelet.connected("nvidia.com/gpu"))
+            kubelet.allocate("nvidia.com/gpu", [str(inventory.gpus[0].uuid)])
+            services[-1].refresh()
+            status, body = _scrape(port, "/metrics")
+            assert status == 200
+            labels = f'gpu="3",model="NVIDIA H100 80GB HBM3",uuid="{bad}"'
+            assert f"gputopo_agent_gpu_healthy{{{labels}}} 0.0" in body
+            assert 'rpc_duration_seconds_count{code="OK",method="Allocate"' in body
+            assert "gputopo_agent_publish_writes_total 2.0" in body
+        finally:
+            stop_services(ctx.services)
+            backend.close()
+
+
+def _agent(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUTOPO_", "NODE_NAME"))}
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "run", *args],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env,
+    )  # fmt: skip
+
+
+def test_oneshot_publishes_once_without_a_kubelet(fake_api_with_crd) -> None:
+    fake = fake_api_with_crd
+    kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+    missing = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    done = _agent(
+        "--oneshot", "--node-name", NODE, "--nvml-fixture", "dgx-a100-mig",
+        "--kubeconfig", str(kubeconfig), "--pod-resources-socket", str(missing),
+        "--kubelet-config", "/nonexistent", "--topology-manager-policy", "single-numa-node",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    decoded = decode(fake.get_object("noderesourcetopologies", NODE))
+    assert decoded.availability.source == "none"
+    assert decoded.topology_manager_policy == "single-numa-node"
+    assert fake.get_object("nodes", NODE)["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
+
+
+def test_oneshot_dry_run_prints_and_writes_nothing(fake_api_with_crd) -> None:
+    missing = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    done = _agent("--oneshot", "--dry-run", "--node-name", "n1", "--nvml-fixture", "single-t4",
+                  "--pod-resources-socket", str(missing), "--node-labels", "off")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (doc,) = list(yaml.safe_load_all(done.stdout))
+    assert decode(doc).inventory.gpus[0].product == "Tesla T4"
+    assert fake_api_with_crd.writes() == []

@@ -1,0 +1,127 @@
+"""The PodResources client over a real unix socket against the fake kubelet server."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agent.availability import (
+    ContainerGrant,
+    DeviceGrant,
+    MemoryGrant,
+    PodGrant,
+    PodResourcesSnapshot,
+)
+from deviceplugin.podresources import (
+    PodResourcesClient,
+    PodResourcesError,
+    PodResourcesUnavailableError,
+)
+from deviceplugin.testing.podresources_server import FakePodResourcesServer
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def server():
+    with FakePodResourcesServer() as fake:
+        yield fake
+
+
+def _pod(ns: str, name: str, *ids: str, cpus=(), memory=()) -> PodGrant:
+    devices = (DeviceGrant(resource_name=GPU, device_ids=ids, numa_nodes=(0,)),) if ids else ()
+    return PodGrant(
+        namespace=ns,
+        name=name,
+        containers=(ContainerGrant(name="c", devices=devices, cpu_ids=cpus, memory=memory),),
+    )
+
+
+def test_snapshot_reads_allocatable_and_pods(server) -> None:
+    allocatable = PodResourcesSnapshot(
+        devices=(DeviceGrant(resource_name=GPU, device_ids=("GPU-a", "GPU-b"), numa_nodes=(1,)),),
+        cpu_ids=(3, 1, 2),
+        memory=(MemoryGrant(memory_type="memory", size=1 << 30, numa_nodes=(0,)),),
+    )
+    server.set_allocatable(allocatable)
+    hugepages = (MemoryGrant(memory_type="hugepages-1Gi", size=1 << 30, numa_nodes=(1,)),)
+    server.set_pod(_pod("ml", "train", "GPU-a", cpus=(2, 1), memory=hugepages))
+    with PodResourcesClient(server.socket) as client:
+        snap = client.snapshot()
+    assert snap.devices == allocatable.devices
+    assert snap.cpu_ids == (1, 2, 3)
+    assert snap.memory == allocatable.memory
+    assert snap.pods == (_pod("ml", "train", "GPU-a", cpus=(1, 2), memory=hugepages),)
+    assert server.calls == {"GetAllocatableResources": 1, "List": 1}
+
+
+def test_terminal_pods_are_skipped(server) -> None:
+    server.set_pod(_pod("a", "done", "GPU-a"))
+    server.set_pod(_pod("a", "running", "GPU-b"))
+    with PodResourcesClient(server.socket) as client:
+        snap = client.snapshot(is_terminal=lambda ns, name: name == "done")
+    assert [p.name for p in snap.pods] == ["running"]
+
+
+def test_absent_socket_is_unavailable() -> None:
+    missing = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    with PodResourcesClient(missing) as client:
+        assert not client.available()
+        with pytest.raises(PodResourcesUnavailableError, match="does not exist"):
+            client.snapshot()
+
+
+def test_rpc_failures_name_the_call(server) -> None:
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        server.fail_next(grpc.StatusCode.UNIMPLEMENTED)
+        with pytest.raises(
+            PodResourcesError, match=r"GetAllocatableResources.*UNIMPLEMENTED.*older than 1.23"
+        ):
+            client.snapshot()
+        server.fail_next(grpc.StatusCode.UNAVAILABLE)
+        with pytest.raises(PodResourcesUnavailableError, match="UNAVAILABLE"):
+            client.snapshot()
+        server.fail_next(grpc.StatusCode.INTERNAL, method="List")
+        with pytest.raises(PodResourcesError, match=r"List on .*INTERNAL"):
+            client.snapshot()
+        assert client.snapshot().pods == ()
+
+
+def test_kubelet_restart_is_survived(server) -> None:
+    server.set_pod(_pod("a", "p", "GPU-a"))
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        assert len(client.snapshot().pods) == 1
+        server.stop()
+        with pytest.raises(PodResourcesUnavailableError):
+            client.snapshot()
+        server.start()
+        assert len(client.snapshot().pods) == 1
+
+
+def test_state_reader_no_kubelet_versus_kubelet_restart() -> None:
+    from agent.cli.publish_service import StateReader
+    from tests.builders.topology import dgx_h100
+
+    inv = dgx_h100()
+    server = FakePodResourcesServer()
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        reader = StateReader(client, inventory=lambda: inv, unhealthy=frozenset)
+        no_kubelet = reader()
+        assert no_kubelet is not None
+        assert no_kubelet.snapshot is None  # never seen a kubelet: allocationSource none
+        server.start()
+        server.set_pod(_pod("a", "p", "GPU-a"))
+        seen = reader()
+        assert seen is not None
+        assert seen.snapshot is not None
+        assert len(seen.snapshot.pods) == 1
+        server.stop()  # the kubelet restarts: its socket is gone for a while
+        assert reader() is None  # publish nothing rather than "all free"
+        server.start()
+        back = reader()
+        assert back is not None
+        assert back.snapshot is not None
+    server.stop()

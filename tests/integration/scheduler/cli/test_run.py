@@ -1,0 +1,99 @@
+"""`gputopo-scheduler run` end to end: flags and environment, the API, bind, clean stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.cli.run import Runtime, run
+from scheduler.kubeapi.client import KubeClient
+from tests.builders.scheduler import (
+    create_pod,
+    gpu_node,
+    node_of,
+    pod_body,
+    settings,
+    wait_for,
+)
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def kubeconfig(fake_api) -> str:
+    return str(fake_api.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig"))
+
+
+@pytest.fixture
+def restore_logging():
+    """`run` configures the root logger for the process; put pytest's set-up back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_run_binds_and_stops(fake_api, core_v1, restore_logging):
+    gpu_node(fake_api, "n1")
+    stop = threading.Event()
+    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": kubeconfig(fake_api)}
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(run([], env, stop)), daemon=True)
+    thread.start()
+    try:
+        create_pod(core_v1, pod_body("p", gpus=1))
+        assert wait_for(lambda: node_of(fake_api, "p"), 10, "p bound") == "n1"
+    finally:
+        stop.set()
+        thread.join(10)
+    assert codes == [0]
+
+
+def test_unreachable_kubeconfig_server_is_one_line(tmp_path, capsys):
+    assert run(["--kubeconfig", str(tmp_path / "missing")], {}) == 2
+    err = capsys.readouterr().err
+    assert err == f"gputopo-scheduler run: --kubeconfig: no such file: {tmp_path / 'missing'}\n"
+
+
+@pytest.mark.slow
+def test_process_stops_cleanly_on_sigterm(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    env = {**os.environ, "GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "scheduler.cli", "run", "--log-format", "json"]
+    proc = subprocess.Popen(
+        [*command, "--kubeconfig", kubeconfig(fake_api)],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        create_pod(core_v1, pod_body("p", gpus=1))
+        assert wait_for(lambda: node_of(fake_api, "p"), 25, "p bound by the process") == "n1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert '"msg": "stopping"' in err
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.05, 0.2])
+def test_stop_is_prompt_at_any_point_of_start_up(fake_api, delay):
+    kube = KubeClient(fake_api.api_client(), "s", "i")
+    runtime = Runtime(settings(), kube, watch_timeout=300)
+    runtime.start()
+    time.sleep(delay)  # stop while the informers list, open their watches, or watch
+    started = time.monotonic()
+    runtime.stop()
+    took = time.monotonic() - started
+    kube.close()
+    assert took < 2.0

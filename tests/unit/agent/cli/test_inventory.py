@@ -1,0 +1,128 @@
+"""`gputopo-agent inventory` and `record`: formats, one-line errors, the record round trip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.cli import inventory as inventory_cmd
+from agent.cli import main as cli
+from agent.cli import record as record_cmd
+from agent.inventory import load_inventory
+from agent.nvml.fixture import builtin_names, fixture_from_mapping, load_fixture
+from agent.topo_table import render_legend, render_topo_matrix
+from tests.builders.nvml import HAS_DRIVER
+
+NO_ENV: dict[str, str] = {}
+
+
+def test_table_prints_the_matrix_and_the_legend(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inventory_cmd.main(["--nvml-fixture", "dgx-h100"], NO_ENV) == 0
+    out = capsys.readouterr().out
+    assert render_topo_matrix(load_fixture("dgx-h100").inventory) in out
+    assert out.endswith(render_legend())
+    assert "NVIDIA H100 80GB HBM3" in out
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_json_and_yaml_output_is_the_fixture_format(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert inventory_cmd.main(["--nvml-fixture", "dgx-a100-mig", "-o", fmt], NO_ENV) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+    assert fixture_from_mapping(doc).inventory == load_inventory("dgx-a100-mig")
+
+
+def test_fixture_can_come_from_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inventory_cmd.main(["-o", "json"], {"GPUTOPO_NVML_FIXTURE": "single-t4"}) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"][0]["name"] == "Tesla T4"
+
+
+@pytest.mark.skipif(HAS_DRIVER, reason="this machine has an NVIDIA driver")
+def test_no_driver_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inventory_cmd.main([], NO_ENV) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "gputopo-agent inventory: NVML is not available on this machine (nvmlInit: NVML error"
+    )
+    assert "--nvml-fixture NAME" in err
+
+
+def test_bad_fixture_is_one_line_with_the_key_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\ndriverVersion: '1'\ncudaDriverVersion: 1\ngpus: 3\ntopology: []\n")
+    assert inventory_cmd.main(["--nvml-fixture", str(bad)], NO_ENV) == 1
+    assert (
+        capsys.readouterr().err
+        == f"gputopo-agent inventory: {bad}: gpus: expected a list, got an integer (3)\n"
+    )
+
+
+def test_bad_flag_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        inventory_cmd.main(["-o", "xml"], NO_ENV)
+    assert info.value.code == 2
+    assert "invalid choice: 'xml'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_record_then_load_gives_an_equal_inventory(name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.yaml"
+    assert record_cmd.main(["--nvml-fixture", name, "-o", str(path)], NO_ENV) == 0
+    assert load_inventory(str(path)) == load_inventory(name)
+
+
+def test_record_writes_json_by_extension_and_yaml_to_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "node.json"
+    assert record_cmd.main(["--nvml-fixture", "pcie-4x-nvlink-pairs", "-o", str(path)], NO_ENV) == 0
+    assert json.loads(path.read_text())["nvlinkFabric"] == "direct"
+    assert record_cmd.main(["--nvml-fixture", "single-t4"], NO_ENV) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["topology"] == [["X"]]
+
+
+def test_record_to_an_unwritable_path_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing-dir" / "node.yaml"
+    assert record_cmd.main(["--nvml-fixture", "single-t4", "-o", str(target)], NO_ENV) == 1
+    assert (
+        capsys.readouterr().err
+        == f"gputopo-agent record: cannot write {target}: No such file or directory\n"
+    )
+
+
+def test_dispatcher_runs_inventory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inventory", "--nvml-fixture", "single-t4"]) == 0
+    assert "Tesla T4" in capsys.readouterr().out
+
+
+def test_process_prints_no_traceback_on_bad_input(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli.main",
+            "inventory",
+            "--nvml-fixture",
+            str(tmp_path / "nope.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0
+    assert "cannot read: No such file or directory" in result.stderr

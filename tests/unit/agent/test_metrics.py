@@ -1,0 +1,137 @@
+"""Agent metrics: registry values and the HTTP endpoints."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+
+from agent.metrics import AgentMetrics, MetricsServer, MetricsSnapshot, parse_address
+from agent.nvml.backend import GpuTelemetry
+from agent.quantity import MIB
+from tests.builders.topology import dgx_h100, gpu_uuid
+
+
+def _sample(metrics: AgentMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_per_gpu_gauges_follow_the_snapshot() -> None:
+    metrics = AgentMetrics("1.2.3")
+    assert (
+        _sample(
+            metrics,
+            "gputopo_agent_gpu_healthy",
+            gpu="0",
+            uuid=gpu_uuid(0),
+            model="NVIDIA H100 80GB HBM3",
+        )
+        is None
+    )
+    tele = {
+        gpu_uuid(0): GpuTelemetry(
+            utilization_percent=50, memory_used_mib=1024, temperature_c=40, power_w=300.5
+        )
+    }
+    metrics.update(
+        MetricsSnapshot(
+            inventory=dgx_h100(),
+            unhealthy=frozenset({gpu_uuid(3)}),
+            telemetry=tele,
+            allocated={0: 1},
+        )
+    )
+    g0 = {"gpu": "0", "uuid": gpu_uuid(0), "model": "NVIDIA H100 80GB HBM3"}
+    g3 = {**g0, "gpu": "3", "uuid": gpu_uuid(3)}
+    assert _sample(metrics, "gputopo_agent_gpu_healthy", **g0) == 1.0
+    assert _sample(metrics, "gputopo_agent_gpu_healthy", **g3) == 0.0
+    assert _sample(metrics, "gputopo_agent_gpu_utilization_ratio", **g0) == 0.5
+    assert _sample(metrics, "gputopo_agent_gpu_memory_used_bytes", **g0) == 1024 * MIB
+    assert _sample(metrics, "gputopo_agent_gpu_memory_total_bytes", **g3) == 81559 * MIB
+    assert _sample(metrics, "gputopo_agent_gpu_power_watts", **g0) == 300.5
+    assert _sample(metrics, "gputopo_agent_gpu_allocated_devices", **g0) == 1.0
+    assert _sample(metrics, "gputopo_agent_gpu_allocated_devices", **g3) == 0.0
+    assert _sample(metrics, "gputopo_agent_gpu_utilization_ratio", **g3) is None  # no telemetry
+    assert (
+        _sample(
+            metrics,
+            "gputopo_agent_build_info",
+            version="1.2.3",
+            python_version=__import__("platform").python_version(),
+        )
+        == 1.0
+    )
+
+
+def test_rpc_and_publish_observations() -> None:
+    metrics = AgentMetrics()
+    metrics.observe_rpc("Allocate", "nvidia.com/gpu", 0.002)
+    metrics.observe_rpc("Allocate", "nvidia.com/gpu", 0.004, code="INVALID_ARGUMENT")
+    ticks = iter([10.0, 10.25])
+    with (
+        pytest.raises(RuntimeError),
+        metrics.time_rpc("ListAndWatch", "nvidia.com/gpu", clock=lambda: next(ticks)),
+    ):
+        raise RuntimeError("boom")
+    ok = {"method": "Allocate", "resource": "nvidia.com/gpu", "code": "OK"}
+    assert _sample(metrics, "gputopo_agent_deviceplugin_rpc_duration_seconds_count", **ok) == 1.0
+    assert (
+        _sample(
+            metrics,
+            "gputopo_agent_deviceplugin_rpc_errors_total",
+            method="Allocate",
+            resource="nvidia.com/gpu",
+        )
+        == 1.0
+    )
+    unknown = {"method": "ListAndWatch", "resource": "nvidia.com/gpu", "code": "UNKNOWN"}
+    assert (
+        _sample(metrics, "gputopo_agent_deviceplugin_rpc_duration_seconds_sum", **unknown) == 0.25
+    )
+    metrics.observe_publish(0.02, ok=True)
+    metrics.observe_publish(0.0, ok=False)
+    assert _sample(metrics, "gputopo_agent_publish_writes_total") == 1.0
+    assert _sample(metrics, "gputopo_agent_publish_failures_total") == 1.0
+    assert _sample(metrics, "gputopo_agent_publish_duration_seconds_count") == 1.0
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_http_endpoints_on_an_ephemeral_port() -> None:
+    metrics = AgentMetrics("0.1.0")
+    metrics.update(MetricsSnapshot(inventory=dgx_h100()))
+    ready = {"value": False}
+    server = MetricsServer("127.0.0.1:0", metrics.registry, ready=lambda: ready["value"]).start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        status, body = _get(base + "/metrics")
+        assert status == 200
+        assert 'gputopo_agent_gpu_healthy{gpu="7"' in body
+        assert _get(base + "/healthz") == (200, "ok\n")
+        assert _get(base + "/readyz")[0] == 503
+        ready["value"] = True
+        assert _get(base + "/readyz") == (200, "ok\n")
+        assert _get(base + "/nope")[0] == 404
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [(":9445", ("", 9445)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:80", ("::1", 80))],
+)
+def test_parse_address(text, parsed) -> None:
+    assert parse_address(text) == parsed
+
+
+@pytest.mark.parametrize("bad", ["9445", "host:", "h:99999", "h:x"])
+def test_bad_address(bad) -> None:
+    with pytest.raises(ValueError, match="bad address"):
+        parse_address(bad)

@@ -1,0 +1,131 @@
+"""daemonset/examples/: what each example asks for, and that it asks gputopo-scheduler for it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from agent.quantity import parse_quantity
+from tests.builders import render as r
+
+EXPECTED_FILES = {
+    "mig-pod.yaml",
+    "nvlink-8gpu-job.yaml",
+    "gang-podgroup.yaml",
+    "kueue-gated-pod.yaml",
+}
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-[1-7]g\.[0-9]+gb(\.[a-z]+)*$")
+
+
+def _pods(docs: list[r.Obj]) -> list[tuple[r.Obj, r.Obj]]:
+    """(owner object, pod spec) for every pod an example creates or templates."""
+    return [(o, spec) for o in docs for spec in r.pod_specs(o)]
+
+
+def _limits(spec: r.Obj) -> dict[str, int]:
+    """Summed integer extended-resource limits (nvidia.com/*) of a pod spec's containers."""
+    total: dict[str, int] = {}
+    for container in spec["containers"]:
+        for name, value in (container.get("resources", {}).get("limits") or {}).items():
+            if name.startswith("nvidia.com/"):
+                total[name] = total.get(name, 0) + int(parse_quantity(value))
+    return total
+
+
+def _pod_labels(owner: r.Obj) -> dict[str, str]:
+    """The labels the pods get: the Pod's own, or its owner's pod template's."""
+    meta = owner["metadata"] if owner["kind"] == "Pod" else owner["spec"]["template"]["metadata"]
+    labels: dict[str, str] = meta.get("labels") or {}
+    return labels
+
+
+def _replicas(owner: r.Obj) -> int:
+    return int(owner["spec"].get("parallelism", 1)) if owner["kind"] == "Job" else 1
+
+
+def test_the_examples_are_there(examples):
+    assert set(examples) == EXPECTED_FILES
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FILES))
+def test_every_example_pod_uses_gputopo_scheduler(examples, name):
+    pods = _pods(examples[name])
+    assert pods
+    assert {spec.get("schedulerName") for _, spec in pods} == {"gputopo-scheduler"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FILES))
+def test_gpu_requests_follow_extended_resource_rules(examples, name):
+    """Extended resources: integer limits; requests, if given, equal the limits."""
+    for _, spec in _pods(examples[name]):
+        for container in spec["containers"]:
+            resources = container.get("resources") or {}
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            gpu = {n: v for n, v in limits.items() if n.startswith("nvidia.com/")}
+            assert gpu, f"{name}: {container['name']} asks for no GPU"
+            assert all(parse_quantity(v) == int(parse_quantity(v)) for v in gpu.values())
+            assert all(str(requests[n]) == str(v) for n, v in gpu.items() if n in requests)
+
+
+def test_mig_pod_asks_for_one_1g_10gb_slice(examples):
+    ((owner, spec),) = _pods(examples["mig-pod.yaml"])
+    assert owner["kind"] == "Pod"
+    assert _limits(spec) == {"nvidia.com/mig-1g.10gb": 1}
+    assert all(MIG_RESOURCE.match(n) for n in _limits(spec))
+
+
+def test_nvlink_job_is_one_pod_with_eight_gpus(examples):
+    ((owner, spec),) = _pods(examples["nvlink-8gpu-job.yaml"])
+    assert (owner["apiVersion"], owner["kind"]) == ("batch/v1", "Job")
+    assert _replicas(owner) == 1
+    assert owner["spec"].get("completions", 1) == 1
+    assert _limits(spec) == {"nvidia.com/gpu": 8}
+
+
+def test_gang_is_a_podgroup_of_four_two_gpu_pods_in_one_rack(examples):
+    docs = examples["gang-podgroup.yaml"]
+    (group,) = [d for d in docs if d["kind"] == "PodGroup"]
+    assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    assert group["metadata"]["annotations"]["gputopo.io/topology-required"] == "gputopo.io/rack"
+    pods = _pods(docs)
+    members = [
+        (owner, spec)
+        for owner, spec in pods
+        if _pod_labels(owner).get("scheduling.x-k8s.io/pod-group") == group["metadata"]["name"]
+    ]
+    assert members == pods
+    count = sum(_replicas(owner) for owner, _ in members)
+    assert count == group["spec"]["minMember"] == 4
+    assert all(_limits(spec) == {"nvidia.com/gpu": 2} for _, spec in members)
+    gpus = sum(_replicas(o) * _limits(s)["nvidia.com/gpu"] for o, s in members)
+    assert parse_quantity(group["spec"]["minResources"]["nvidia.com/gpu"]) == gpus
+
+
+def test_gang_job_runs_all_members_at_once(examples):
+    (job,) = [d for d in examples["gang-podgroup.yaml"] if d["kind"] == "Job"]
+    assert job["spec"]["parallelism"] == job["spec"]["completions"]
+
+
+def test_kueue_pod_is_gated(examples):
+    ((owner, spec),) = _pods(examples["kueue-gated-pod.yaml"])
+    assert owner["kind"] == "Pod"
+    assert spec["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+
+
+def test_examples_leave_the_namespace_to_the_user(examples):
+    namespaced = [
+        d["metadata"]["name"]
+        for docs in examples.values()
+        for d in docs
+        if "namespace" in d["metadata"]
+    ]
+    assert namespaced == []
+
+
+def test_gang_topology_label_is_a_configured_topology_level(examples, objects):
+    (group,) = [d for d in examples["gang-podgroup.yaml"] if d["kind"] == "PodGroup"]
+    config = r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
+    levels = yaml.safe_load(config).get("topologyLevels", [])
+    assert group["metadata"]["annotations"]["gputopo.io/topology-required"] in levels

@@ -1,0 +1,173 @@
+"""Least privilege per component: exactly the permissions DESIGN §9 and the task list, no more."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import manifests as checks
+from tests.builders import render as r
+
+NS = "gputopo-system"
+CLUSTER = "cluster"
+
+
+def _grants(scope: str, group: str, resource: str, verbs: str) -> set[tuple[str, str, str, str]]:
+    return {(scope, group, resource, verb) for verb in verbs.split()}
+
+
+AGENT = (
+    _grants(CLUSTER, "", "nodes", "get list watch patch")
+    | _grants(CLUSTER, "", "pods", "get list")
+    | _grants(
+        CLUSTER,
+        "topology.node.k8s.io",
+        "noderesourcetopologies",
+        "create get list watch update patch",
+    )
+    | _grants(CLUSTER, "", "events", "create patch")
+    | _grants(CLUSTER, "events.k8s.io", "events", "create patch")
+)
+
+SCHEDULER = (
+    _grants(CLUSTER, "", "pods", "get list watch")
+    | _grants(CLUSTER, "", "pods/binding", "create")
+    | _grants(CLUSTER, "", "pods/status", "patch update")
+    | _grants(CLUSTER, "", "events", "create patch")
+    | _grants(CLUSTER, "events.k8s.io", "events", "create patch")
+    | _grants(CLUSTER, "", "nodes", "get list watch")
+    | _grants(CLUSTER, "topology.node.k8s.io", "noderesourcetopologies", "get list watch")
+    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "get list watch")
+    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch update")
+    | _grants(CLUSTER, "", "persistentvolumeclaims", "get list watch")
+    | _grants(CLUSTER, "storage.k8s.io", "storageclasses", "get list watch")
+    | _grants(NS, "coordination.k8s.io", "leases", "create get update patch")
+)
+
+
+def _role(objects: tuple[r.Obj, ...], ref: r.Obj, namespace: str | None) -> r.Obj:
+    kind = ref["kind"]
+    matches = [
+        o
+        for o in r.by_kind(objects, kind)
+        if o["metadata"]["name"] == ref["name"]
+        and (kind == "ClusterRole" or o["metadata"].get("namespace") == namespace)
+    ]
+    assert len(matches) == 1, f"{kind} {ref['name']} referenced but not rendered"
+    role: r.Obj = matches[0]
+    return role
+
+
+def effective_permissions(
+    objects: tuple[r.Obj, ...], sa_name: str, sa_namespace: str
+) -> set[tuple[str, str, str, str]]:
+    """Everything the bindings in `objects` grant the ServiceAccount, by scope."""
+    granted: set[tuple[str, str, str, str]] = set()
+    for binding in [*r.by_kind(objects, "ClusterRoleBinding"), *r.by_kind(objects, "RoleBinding")]:
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount"
+            and s["name"] == sa_name
+            and s.get("namespace", binding["metadata"].get("namespace")) == sa_namespace
+            for s in subjects
+        ):
+            continue
+        namespace = binding["metadata"].get("namespace")
+        role = _role(objects, binding["roleRef"], namespace)
+        scope = CLUSTER if binding["kind"] == "ClusterRoleBinding" else namespace
+        granted |= checks.expand_rules(role["rules"], scope)
+    return granted
+
+
+@pytest.mark.parametrize(
+    ("sa", "expected"),
+    [
+        pytest.param("gputopo-agent", AGENT, id="agent"),
+        pytest.param("gputopo-scheduler", SCHEDULER, id="scheduler"),
+    ],
+)
+def test_service_account_gets_exactly_its_permissions(objects, sa, expected):
+    granted = effective_permissions(objects, sa, NS)
+    assert granted - expected == set(), "more than least privilege"
+    assert expected - granted == set(), "missing permissions"
+
+
+def test_leases_are_granted_only_in_the_scheduler_namespace(objects):
+    leases = {
+        g for g in effective_permissions(objects, "gputopo-scheduler", NS) if g[2] == "leases"
+    }
+    assert leases
+    assert {g[0] for g in leases} == {NS}
+
+
+def _known(crds: list[r.Obj]) -> dict[tuple[str, str], frozenset[str]]:
+    return {**checks.KNOWN_RESOURCES, **checks.EXPECTED_CRD_RESOURCES, **checks.crd_resources(crds)}
+
+
+def test_every_rule_names_a_served_resource_and_verb(objects, crds):
+    roles = [*r.by_kind(objects, "ClusterRole"), *r.by_kind(objects, "Role")]
+    assert len(roles) == 3
+    problems = {
+        o["metadata"]["name"]: checks.rule_problems(o["rules"], _known(crds)) for o in roles
+    }
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_rules_for_custom_resources_match_our_crds(objects, crds):
+    if len(crds) < 2:
+        pytest.skip("daemonset/crds/*.yaml are not all in the tree yet (written by other parts)")
+    from_crds = checks.crd_resources(crds)
+    named = {
+        (g, res)
+        for o in [*r.by_kind(objects, "ClusterRole"), *r.by_kind(objects, "Role")]
+        for (_, g, res, _) in checks.expand_rules(o["rules"], "")
+        if g in {"topology.node.k8s.io", "scheduling.x-k8s.io"}
+    }
+    assert named - set(from_crds) == set()
+
+
+def test_rule_check_flags_unknown_resources_and_verbs():
+    rules = [
+        {"apiGroups": [""], "resources": ["pod"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["get"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+    ]
+    assert checks.rule_problems(rules, checks.KNOWN_RESOURCES) == [
+        "rule 0: unknown resource core/pod",
+        "rule 1: core/pods/binding has no verb 'get'",
+        "rule 2: unknown resource */*",
+    ]
+
+
+def test_crd_resources_table_from_a_crd():
+    crd = {
+        "spec": {
+            "group": "scheduling.x-k8s.io",
+            "names": {"plural": "podgroups", "kind": "PodGroup"},
+            "versions": [{"name": "v1alpha1", "subresources": {"status": {}}}],
+        }
+    }
+    assert checks.crd_resources([crd]) == {
+        ("scheduling.x-k8s.io", "podgroups"): checks.ALL_VERBS,
+        ("scheduling.x-k8s.io", "podgroups/status"): checks.STATUS_VERBS,
+    }
+
+
+def test_bindings_point_at_rendered_service_accounts(objects):
+    accounts = {
+        (o["metadata"]["namespace"], o["metadata"]["name"])
+        for o in r.by_kind(objects, "ServiceAccount")
+    }
+    subjects = {
+        (s["namespace"], s["name"])
+        for b in [*r.by_kind(objects, "ClusterRoleBinding"), *r.by_kind(objects, "RoleBinding")]
+        for s in b["subjects"]
+        if s["kind"] == "ServiceAccount"
+    }
+    assert subjects == accounts == {(NS, "gputopo-agent"), (NS, "gputopo-scheduler")}
+
+
+def test_workloads_use_their_own_service_accounts(objects):
+    accounts = {o["metadata"]["name"] for o in r.by_kind(objects, "ServiceAccount")}
+    used = {o["kind"]: spec.get("serviceAccountName") for o in objects for spec in r.pod_specs(o)}
+    assert used == {"DaemonSet": "gputopo-agent", "Deployment": "gputopo-scheduler"}
+    assert set(used.values()) <= accounts

@@ -1,0 +1,116 @@
+"""`gputopo-scheduler simulate`: flags, env, table, DESIGN §8 JSON, plot, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler.cli import main as cli
+from scheduler.cli.simulate import main
+from tests.builders.sim import WORKLOAD_YAML, write_trace
+
+RUN_KEYS = {
+    "policy",
+    "seed",
+    "allocationRatio",
+    "fragmentedGpuShare",
+    "failedPods",
+    "decisionsPerSecond",
+}
+
+
+def test_protocol_json_has_the_design_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=40)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd,bestfit"]
+    assert main([*argv, "--seed", "42,43", "--inflate", "1.0", "--json"], environ={}) == 0
+    doc = json.loads(capsys.readouterr().out)
+    runs = doc["runs"]
+    assert [(r["policy"], r["seed"]) for r in runs] == [
+        ("fgd", 42),
+        ("fgd", 43),
+        ("bestfit", 42),
+        ("bestfit", 43),
+    ]
+    assert all(set(r) == RUN_KEYS for r in runs)
+    assert all(set(r["allocationRatio"]) <= {"100", "130"} for r in runs)
+    assert all(isinstance(v, int) for r in runs for v in r["failedPods"].values())
+
+
+def test_table_per_policy_from_the_dispatcher(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=30)
+    argv = ["simulate", "--cluster", str(nodes), "--workload", str(pods), "--policy", "random"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["policy", "seeds"]
+    assert "decisions/s" in out[0]
+    assert out[1].split()[:2] == ["random", "1"]
+
+
+def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(WORKLOAD_YAML, encoding="utf-8")
+    assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert set(run) == RUN_KEYS | {"gangWaitSeconds", "jobsPlaced", "jobsTotal"}
+    assert set(run["allocationRatio"]) == {"mean", "peak"}
+    assert run["jobsPlaced"] == run["jobsTotal"] == 5
+
+
+def test_environment_is_read_and_flags_win(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    env = {
+        "GPUTOPO_CLUSTER": str(nodes),
+        "GPUTOPO_WORKLOAD": str(pods),
+        "GPUTOPO_POLICY": "bestfit",
+        "GPUTOPO_SEED": "5",
+    }
+    assert main(["--json", "--policy", "spread"], environ=env) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["policy"], run["seed"]) == ("spread", 5)
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    png = tmp_path / "alloc.png"
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd,spread"]
+    assert main([*argv, "--plot", str(png)], environ={}) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fgd" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--policy", "fgd,best"], "--policy: unknown ['best']", id="policy"),
+        pytest.param(["--seed", "4x"], "--seed: expected integers", id="seed"),
+        pytest.param(["--inflate", "-1"], "--inflate: must be > 0", id="inflate"),
+        pytest.param(["--cluster", "missing.yaml"], "missing.yaml: cannot read", id="file"),
+        pytest.param(["--workload", "nope"], "no such built-in workload", id="builtin"),
+        pytest.param(["--config", "missing.yaml"], "cannot read the scheduler config", id="config"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+):
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gputopo-scheduler simulate: ")
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_bad_trace_rows_name_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=5)
+    pods.write_text(pods.read_text(encoding="utf-8") + "bad,1,1,1,0,,LS,Running\n", "utf-8")
+    assert main(["--cluster", str(nodes), "--workload", str(pods)], environ={}) == 2
+    assert f"{pods}:7: column 'gpu_milli'" in capsys.readouterr().err
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"], environ={})
+    assert done.value.code == 0
+    assert "--inflate" in capsys.readouterr().out

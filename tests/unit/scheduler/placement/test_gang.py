@@ -1,0 +1,194 @@
+"""`place_gang`: all or nothing on one snapshot, topology domains, minResources."""
+
+from __future__ import annotations
+
+from scheduler.placement import (
+    Assignment,
+    PodRequest,
+    Snapshot,
+    TopologyConstraint,
+    default_scoring,
+    pick,
+    place_gang,
+    topology_domains,
+)
+from tests.builders.placement import make_node, pod, snapshot
+
+RACK = "gputopo.io/rack"
+
+
+def state(snap: Snapshot) -> dict[str, object]:
+    """Everything a placement can change, for before/after comparisons."""
+    return {
+        name: (dict(n.requested), list(n.gpu_free), [dict(m) for m in n.mig_free], dict(n.pods))
+        for name, n in snap.nodes.items()
+    }
+
+
+def members(name: str, count: int, **kwargs: object) -> list[PodRequest]:
+    return [pod(f"default/{name}-{i}", pod_group=name, **kwargs) for i in range(count)]
+
+
+def test_gang_fits_and_leaves_the_snapshot_unchanged():
+    snap = snapshot(make_node("node-a"), make_node("node-b"))
+    before = state(snap)
+    result = place_gang(members("train", 4, gpus=4), snap, default_scoring())
+    assert result.ok
+    assert state(snap) == before
+    used = [(a.node, g) for a in result.assignments.values() for g in a.gpus]
+    assert len(used) == len(set(used)) == 16
+
+
+def test_gang_that_does_not_fit_places_nothing():
+    snap = snapshot(make_node("node-a"), make_node("node-b"))
+    snap.assume(pod("default/other", gpus=3), Assignment(node="node-a", gpus=(0, 1, 2)))
+    before = state(snap)
+    result = place_gang(members("train", 4, gpus=4), snap, default_scoring())
+    assert not result.ok
+    assert result.assignments == {}
+    assert state(snap) == before
+    assert result.failed is not None
+    assert result.reason == result.failed.message()
+    assert "Insufficient nvidia.com/gpu" in result.reason
+
+
+def test_deadlock_scenario_gang_holds_nothing_while_waiting():
+    """16 GPUs, 6 taken; a gang of eight 1-GPU pods and a 5-GPU pod. The stock scheduler binds 5
+    members and the 5-GPU pod and deadlocks; here the gang is placed whole or not at all."""
+    snap = snapshot(make_node("node-a"), make_node("node-b"))
+    snap.assume(pod("default/old", gpus=6), Assignment(node="node-a", gpus=tuple(range(6))))
+    gang = members("train", 8, gpus=1)
+    # Gang complete first: all eight fit, then the 5-GPU pod waits with a clear reason.
+    first = place_gang(gang, snap, default_scoring())
+    assert first.ok
+    for p in gang:
+        snap.assume(p, first.assignments[p.key])
+    late = pick(pod("default/five", gpus=5), snap, default_scoring())
+    assert late.assignment is None
+    for p in gang:
+        snap.forget(p.key)
+    # 5-GPU pod first: the gang then fits nowhere and holds no GPU while it waits.
+    five = pick(pod("default/five", gpus=5), snap, default_scoring())
+    assert five.assignment is not None
+    snap.assume(pod("default/five", gpus=5), five.assignment)
+    before = state(snap)
+    assert not place_gang(gang, snap, default_scoring()).ok
+    assert state(snap) == before
+
+
+def racked_cluster() -> Snapshot:
+    nodes = [make_node(f"a{i}", labels={RACK: "rack-a"}) for i in range(3)]
+    nodes += [make_node(f"b{i}", labels={RACK: "rack-b"}) for i in range(2)]
+    nodes.append(make_node("loose"))
+    return snapshot(*nodes)
+
+
+def test_required_domain_keeps_the_gang_in_one_rack_tightest_first():
+    snap = racked_cluster()
+    result = place_gang(
+        members("train", 4, gpus=4),
+        snap,
+        default_scoring(),
+        topology=TopologyConstraint(label=RACK),
+    )
+    assert result.ok
+    assert result.domain == "rack-b"  # 16 free GPUs: the tightest rack that fits 16
+    assert {a.node for a in result.assignments.values()} == {"b0", "b1"}
+
+
+def test_required_domain_moves_to_a_bigger_rack_when_the_tight_one_is_short():
+    snap = racked_cluster()
+    snap.assume(pod("default/x", gpus=1), Assignment(node="b0", gpus=(0,)))
+    result = place_gang(
+        members("train", 4, gpus=4),
+        snap,
+        default_scoring(),
+        topology=TopologyConstraint(label=RACK),
+    )
+    assert result.ok
+    assert result.domain == "rack-a"
+    assert {a.node for a in result.assignments.values()} <= {"a0", "a1", "a2"}
+
+
+def test_required_domain_that_nothing_fits_fails():
+    snap = racked_cluster()
+    before = state(snap)
+    result = place_gang(
+        members("train", 4, gpus=8),
+        snap,
+        default_scoring(),
+        topology=TopologyConstraint(label=RACK),
+    )
+    assert not result.ok
+    assert result.reason == f"no {RACK} domain fits the whole pod group"
+    assert state(snap) == before
+
+
+def test_preferred_domain_falls_back_to_the_whole_cluster():
+    snap = racked_cluster()
+    result = place_gang(
+        members("train", 4, gpus=8),
+        snap,
+        default_scoring(),
+        topology=TopologyConstraint(label=RACK, required=False),
+    )
+    assert result.ok
+    assert result.domain is None
+    assert len({a.node for a in result.assignments.values()}) == 4
+
+
+def test_unknown_label_required():
+    snap = racked_cluster()
+    result = place_gang(
+        members("t", 1, gpus=1), snap, default_scoring(), topology=TopologyConstraint(label="nope")
+    )
+    assert not result.ok
+    assert result.reason == "no node has the topology label nope"
+
+
+def test_topology_domains_lists_label_values():
+    snap = racked_cluster()
+    assert topology_domains(snap, RACK) == {
+        "rack-a": frozenset({"a0", "a1", "a2"}),
+        "rack-b": frozenset({"b0", "b1"}),
+    }
+    assert snap.domains(RACK)["rack-b"].free_milli == 16_000
+    snap.assume(pod("default/x", gpus=2), Assignment(node="b1", gpus=(0, 1)))
+    assert snap.domains(RACK)["rack-b"].free_milli == 14_000
+    snap.forget("default/x")
+    assert snap.domains(RACK)["rack-b"].free_milli == 16_000
+
+
+def test_min_resources_must_be_free_in_the_cluster():
+    snap = snapshot(make_node("node-a"))
+    result = place_gang(
+        members("t", 1, gpus=1), snap, default_scoring(), min_resources={"nvidia.com/gpu": 9}
+    )
+    assert not result.ok
+    assert result.reason == "Insufficient nvidia.com/gpu for the pod group's minResources"
+    ok = place_gang(members("t", 1, gpus=1), snap, default_scoring(), min_resources={"cpu": 1000})
+    assert ok.ok
+
+
+def test_members_already_assumed_are_replaced_and_restored():
+    snap = snapshot(make_node("node-a"), make_node("node-b"))
+    gang = members("t", 2, gpus=4)
+    snap.assume(gang[0], Assignment(node="node-b", gpus=(4, 5, 6, 7)))
+    before = state(snap)
+    result = place_gang(gang, snap, default_scoring())
+    assert result.ok
+    assert state(snap) == before
+    assert snap.node_of(gang[0].key) == "node-b"
+
+
+def test_largest_members_are_placed_first():
+    # 8 + 4 + 4 GPUs on 8 + 8: the 8-GPU member must go first or the gang fails.
+    snap = snapshot(make_node("node-a"), make_node("node-b"))
+    gang = [
+        pod("default/g-small-0", gpus=4),
+        pod("default/g-small-1", gpus=4),
+        pod("default/g-big", gpus=8),
+    ]
+    result = place_gang(gang, snap, default_scoring())
+    assert result.ok
+    assert result.assignments["default/g-big"].gpus == tuple(range(8))

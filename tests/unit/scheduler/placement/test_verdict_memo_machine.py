@@ -1,0 +1,219 @@
+"""Hypothesis state machine: a `FastPicker` decides exactly as `pick` on a snapshot that anyone
+changes in any way (assume, forget, bound elsewhere, nodes added, removed and replaced, a node
+changed in place then `refresh`ed), for single pods, pods limited to a domain and whole gangs."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from scheduler.placement import (
+    Assignment,
+    Decision,
+    Effect,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    NodeState,
+    Operator,
+    PodRequest,
+    Scoring,
+    Snapshot,
+    Taint,
+    Toleration,
+    TopologyConstraint,
+    TopologyPolicy,
+    default_scoring,
+    filter_node,
+    pick,
+    place_gang,
+)
+from scheduler.placement.fgd import PodShape, TypicalPod
+from scheduler.placement.fragscores import FragmentationScore
+from scheduler.placement.scores import WeightedScore, topology_score
+from scheduler.placement.verdict_memo import FastPicker
+from tests.builders.placement import GIB, make_node
+
+RACK = "gputopo.io/rack"
+HOST = "kubernetes.io/hostname"
+TAINT = Taint(key="dedicated", value="ml", effect=Effect.NO_SCHEDULE)
+FIXED = (TypicalPod(PodShape(4000, 500, 1), 0.5), TypicalPod(PodShape(8000, 1000, 2), 0.5))
+
+
+def scorings() -> dict[str, Scoring]:
+    """Fresh scorings (learning scores keep state): shipped, binpack tier, fixed fragmentation."""
+    fixed = FragmentationScore(FIXED)
+    return {
+        "shipped": default_scoring(),
+        "binpack": Scoring.from_weights(
+            {"binpack": 10.0, "topology": 5.0, "spread": 1.0, "gpuAvoidance": 1.0},
+            candidate_limit=0,
+        ),
+        "fixed": Scoring(
+            scores=(WeightedScore("f", 10.0, fixed), WeightedScore("t", 5.0, topology_score)),
+            prefer_used_nodes=False,
+            candidate_limit=0,
+        ),
+    }
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str) -> NodeState:
+    gpus = draw(st.sampled_from([0, 2, 4, 8]))
+    mig = {}
+    if gpus >= 4 and draw(st.integers(0, 3)) == 0:
+        mig = {0: {"1g.10gb": draw(st.integers(1, 7))}, 1: {"3g.40gb": 2}}
+    labels = {HOST: name, RACK: draw(st.sampled_from(["r0", "r1"]))}
+    if draw(st.booleans()):
+        labels["pool"] = draw(st.sampled_from(["a", "b"]))
+    return make_node(
+        name,
+        gpus=gpus,
+        preset=draw(st.sampled_from(["nvswitch", "pairs", "pcie"])),
+        cpu_milli=draw(st.sampled_from([8_000, 32_000, 64_000])),
+        max_pods=draw(st.sampled_from([3, 110])),
+        labels=labels,
+        taints=(TAINT,) if draw(st.integers(0, 6)) == 0 else (),
+        unschedulable=draw(st.integers(0, 9)) == 0,
+        policy=draw(st.sampled_from([TopologyPolicy.NONE, TopologyPolicy.SINGLE_NUMA_NODE])),
+        numa_cpu=draw(st.sampled_from([None, 4_000, 16_000])),
+        mig=mig,
+    )
+
+
+@st.composite
+def pods(draw: st.DrawFn, key: str) -> PodRequest:
+    kind = draw(st.sampled_from(["cpu", "whole", "whole", "share", "mig"]))
+    extra: dict[str, object] = {}
+    if kind == "whole":
+        extra["gpus"] = draw(st.sampled_from([1, 2, 4, 8]))
+    elif kind == "share":
+        extra["gpu_milli"] = draw(st.sampled_from([250, 500, 900]))
+    elif kind == "mig":
+        extra["mig"] = {draw(st.sampled_from(["1g.10gb", "3g.40gb"])): draw(st.integers(1, 2))}
+    constraint = draw(st.sampled_from(["none", "none", "selector", "affinity", "toleration"]))
+    if constraint == "selector":
+        extra["node_selector"] = {"pool": draw(st.sampled_from(["a", "b"]))}
+    elif constraint == "affinity":
+        requirement = NodeSelectorRequirement(key="pool", operator=Operator.NOT_IN, values=("a",))
+        extra["affinity"] = (NodeSelectorTerm(match_expressions=(requirement,)),)
+    elif constraint == "toleration":
+        extra["tolerations"] = (Toleration(key="dedicated", operator="Exists"),)
+    return PodRequest(
+        key=key,
+        cpu_milli=draw(st.sampled_from([0, 1_000, 3_000, 12_000])),
+        memory=draw(st.sampled_from([0, GIB, 64 * GIB])),
+        guaranteed=draw(st.booleans()),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def same(got: Decision, expected: Decision) -> None:
+    assert (got.assignment, got.score, got.nodes_total) == (
+        expected.assignment,
+        expected.score,
+        expected.nodes_total,
+    )
+    if expected.assignment is None:
+        assert dict(got.reasons) == dict(expected.reasons)
+
+
+class PickerFollowsTheSnapshot(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.snap = Snapshot()
+        self.scoring = Scoring(candidate_limit=0)
+        self.fast = FastPicker(self.snap, self.scoring)
+        self.counter = 0
+
+    @initialize(
+        data=st.data(), scoring=st.sampled_from(sorted(scorings())), top=st.sampled_from([1, 2, 64])
+    )
+    def build(self, data: st.DataObject, scoring: str, top: int) -> None:
+        """`top`: a heap rebuild keeps the best 1, 2 or 64 nodes (64: all of these)."""
+        count = data.draw(st.integers(1, 6))
+        self.snap = Snapshot(data.draw(nodes(f"n{i}")) for i in range(count))
+        self.scoring = scorings()[scoring]
+        self.fast = FastPicker(self.snap, self.scoring, heap_top=top)
+
+    def _key(self, prefix: str) -> str:
+        self.counter += 1
+        return f"default/{prefix}-{self.counter}"
+
+    @rule(data=st.data(), explain=st.booleans(), limit=st.booleans())
+    def decide_and_assume(self, data: st.DataObject, explain: bool, limit: bool) -> None:
+        pod = data.draw(pods(self._key("p")))
+        allowed = None
+        if limit and self.snap.names():
+            allowed = frozenset(data.draw(st.sets(st.sampled_from(self.snap.names()))))
+        expected = pick(pod, self.snap, self.scoring, allowed=allowed, explain=explain)
+        same(self.fast.decide(pod, allowed=allowed, explain=explain), expected)
+        if expected.assignment is not None:
+            self.snap.assume(pod, expected.assignment)
+
+    @rule(data=st.data())
+    def bound_elsewhere(self, data: st.DataObject) -> None:
+        if not self.snap.names():
+            return
+        pod = data.draw(pods(self._key("other")))
+        name = data.draw(st.sampled_from(self.snap.names()))
+        if filter_node(pod, self.snap.node(name)).assignment is not None:
+            self.snap.assume_on(pod, name)
+
+    @precondition(lambda self: any(n.pods for n in self.snap.nodes.values()))
+    @rule(data=st.data())
+    def forget(self, data: st.DataObject) -> None:
+        keys = sorted(k for n in self.snap.nodes.values() for k in n.pods)
+        self.snap.forget(data.draw(st.sampled_from(keys)))
+
+    @rule(data=st.data())
+    def add_or_replace_node(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from([*self.snap.names(), f"m{self.counter}", "a0"]))
+        self.counter += 1
+        self.snap.add_node(data.draw(nodes(name)))
+
+    @precondition(lambda self: len(self.snap) > 0)
+    @rule(data=st.data())
+    def remove_node(self, data: st.DataObject) -> None:
+        self.snap.remove_node(data.draw(st.sampled_from(self.snap.names())))
+
+    @precondition(lambda self: len(self.snap) > 0)
+    @rule(data=st.data())
+    def charge_in_place_then_refresh(self, data: st.DataObject) -> None:
+        """A node changed directly (a pod the snapshot does not track), then `refresh`ed."""
+        node = self.snap.node(data.draw(st.sampled_from(self.snap.names())))
+        pod = PodRequest(key=self._key("raw"), cpu_milli=2_000, memory=GIB)
+        node.add_pod(pod, Assignment(node=node.name))
+        self.snap.refresh(node.name)
+
+    @precondition(lambda self: not self.scoring.learners())
+    @rule(data=st.data(), topology=st.sampled_from([None, True, False]))
+    def gang(self, data: st.DataObject, topology: bool | None) -> None:
+        size = data.draw(st.integers(1, 4))
+        members = [data.draw(pods(self._key("g"))) for _ in range(size)]
+        constraint = None if topology is None else TopologyConstraint(label=RACK, required=topology)
+        expected = place_gang(members, self.snap, self.scoring, topology=constraint)
+        got = place_gang(members, self.snap, self.scoring, topology=constraint, picker=self.fast)
+        assert (got.ok, dict(got.assignments), got.domain, got.reason) == (
+            expected.ok,
+            dict(expected.assignments),
+            expected.domain,
+            expected.reason,
+        )
+        if got.ok:
+            for pod in members:
+                self.snap.assume(pod, got.assignments[pod.key])
+
+    @invariant()
+    def probes_agree(self) -> None:
+        for probe in (
+            PodRequest(key="probe/cpu", cpu_milli=1_000),
+            PodRequest(key="probe/gpu", gpus=1),
+        ):
+            same(self.fast.decide(probe), pick(probe, self.snap, self.scoring))
+
+
+PickerFollowsTheSnapshot.TestCase.settings = settings(
+    max_examples=30, stateful_step_count=20, deadline=None
+)
+TestPickerFollowsTheSnapshot = PickerFollowsTheSnapshot.TestCase

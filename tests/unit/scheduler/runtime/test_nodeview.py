@@ -1,0 +1,196 @@
+from __future__ import annotations
+
+import pytest
+
+from agent.nrt.encode import decode
+from scheduler.placement import Effect, PodRequest
+from scheduler.runtime.cache import ClusterCache, parse_group
+from scheduler.runtime.nodeview import (
+    PodOnNode,
+    SelectorCache,
+    build_node_state,
+    is_trusted,
+    parse_node,
+)
+from tests.builders.nrt import make_nrt
+from tests.builders.pods import container, pod
+from tests.builders.topology import dgx_h100, gpu_uuid, mig_mixed
+
+
+def node_obj(name: str, gpus: int = 8, taints=None, **alloc: str) -> dict:
+    allocatable = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        "nvidia.com/gpu": str(gpus),
+        **alloc,
+    }
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": allocatable},
+    }
+
+
+def bound_pod(name: str, node: str, gpus: int, scheduler: str = "default-scheduler") -> dict:
+    body = pod(
+        name,
+        containers=[container(limits={"nvidia.com/gpu": gpus})],
+        nodeName=node,
+        schedulerName=scheduler,
+    )
+    body["metadata"]["uid"] = f"uid-{name}"
+    return body
+
+
+def test_parse_node_reads_taints_and_allocatable():
+    info = parse_node(
+        node_obj("n1", taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    )
+    assert info.taints[0].effect is Effect.NO_SCHEDULE
+    assert info.allocatable["cpu"] == 64000
+    assert info.allocatable["nvidia.com/gpu"] == 8
+    with pytest.raises(ValueError, match=r"node bad: .*status.allocatable\[cpu\]"):
+        parse_node({"metadata": {"name": "bad"}, "status": {"allocatable": {"cpu": "many"}}})
+
+
+def test_foreign_pods_take_room_without_an_nrt():
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_pod(bound_pod("foreign", "n1", 3))
+    state = cache.snapshot.node("n1")
+    assert state.free("nvidia.com/gpu") == 5
+    assert len(state.free_whole_gpus()) == 5
+
+
+def test_trusted_nrt_says_which_gpus_are_free():
+    inv = dgx_h100()
+    # The kubelet gave GPUs 5 and 6 (not the ones the scheduler would predict) to the foreign pod.
+    nrt = make_nrt("n1", inv, {("default", "foreign"): [gpu_uuid(5), gpu_uuid(6)]})
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    assert cache.upsert_nrt(nrt) is None
+    cache.upsert_pod(bound_pod("foreign", "n1", 2))
+    state = cache.snapshot.node("n1")
+    assert state.free_whole_gpus() == [0, 1, 2, 3, 4, 7]
+    assert state.free("nvidia.com/gpu") == 6
+
+
+def test_stale_nrt_is_not_trusted():
+    inv = dgx_h100()
+    nrt = make_nrt("n1", inv, {("default", "foreign"): [gpu_uuid(5), gpu_uuid(6)]})
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_nrt(nrt)
+    cache.upsert_pod(bound_pod("foreign", "n1", 2))
+    cache.upsert_pod(bound_pod("newer", "n1", 1))  # bound after the NRT was published
+    state = cache.snapshot.node("n1")
+    assert state.free("nvidia.com/gpu") == 5
+    assert len(state.free_whole_gpus()) == 5  # devices predicted, NRT's picture not used
+
+
+def test_is_trusted_compares_fingerprints():
+    nrt = decode(make_nrt("n1", dgx_h100(), {("ml", "a"): [gpu_uuid(0)]}))
+    a = PodOnNode(PodRequest(key="ml/a", gpus=1), "ml", "a")
+    b = PodOnNode(PodRequest(key="ml/b", gpus=1), "ml", "b")
+    assert is_trusted(nrt, [a])
+    assert not is_trusted(nrt, [a, b])
+    no_kubelet = decode(make_nrt("n1", dgx_h100(), podresources=False))
+    assert not is_trusted(no_kubelet, [])
+
+
+def test_mig_layout_from_the_nrt():
+    inv = mig_mixed()
+    info = parse_node(
+        node_obj("m1", gpus=1, **{"nvidia.com/mig-1g.10gb": "3", "nvidia.com/mig-3g.40gb": "1"})
+    )
+    state = build_node_state(info, decode(make_nrt("m1", inv)), [], SelectorCache())
+    assert state.gpu_mig == (True, False)
+    assert state.mig_free[0] == {"3g.40gb": 1, "1g.10gb": 3}
+
+
+def test_mig_without_an_nrt_is_one_pseudo_gpu():
+    info = parse_node(node_obj("m1", gpus=0, **{"nvidia.com/mig-1g.10gb": "7"}))
+    state = build_node_state(info, None, [], SelectorCache())
+    assert state.gpu_mig == (True,)
+    assert state.mig_free == [{"1g.10gb": 7}]
+
+
+def test_our_assumption_is_kept_and_forgotten():
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    mine = bound_pod("mine", "n1", 2, scheduler="gputopo-scheduler")
+    del mine["spec"]["nodeName"]
+    _, info = cache.upsert_pod(mine)
+    assert info.pending
+    from scheduler.placement import Assignment
+
+    cache.assume("default/mine", Assignment(node="n1", gpus=(6, 7)))
+    assert cache.snapshot.node("n1").free_whole_gpus() == [0, 1, 2, 3, 4, 5]
+    cache.upsert_pod(mine)  # a status update while the bind is in flight keeps the assumption
+    assert cache.pods["default/mine"].node == "n1"
+    assert cache.forget("default/mine")
+    assert cache.snapshot.node("n1").free("nvidia.com/gpu") == 8
+    assert cache.pods["default/mine"].pending
+
+
+def test_terminal_pods_free_their_room():
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    done = bound_pod("done", "n1", 4)
+    cache.upsert_pod(done)
+    assert cache.snapshot.node("n1").free("nvidia.com/gpu") == 4
+    done["status"] = {"phase": "Succeeded"}
+    cache.upsert_pod(done)
+    assert cache.snapshot.node("n1").free("nvidia.com/gpu") == 8
+
+
+@pytest.mark.parametrize(
+    ("spec", "annotations", "problem"),
+    [
+        pytest.param({"minMember": "eight"}, {}, "spec.minMember", id="minMember not a number"),
+        pytest.param(
+            {"minMember": 2, "scheduleTimeoutSeconds": 0},
+            {},
+            "scheduleTimeoutSeconds",
+            id="timeout",
+        ),
+        pytest.param(
+            {"minMember": 2, "minResources": {"cpu": "x"}}, {}, "minResources", id="quantity"
+        ),
+        pytest.param(
+            {"minMember": 2},
+            {"gputopo.io/topology-required": "example.com/row"},
+            "not a configured topology level",
+            id="unknown level",
+        ),
+    ],
+)
+def test_malformed_podgroups_are_named(spec, annotations, problem):
+    obj = {"metadata": {"name": "g", "namespace": "ml", "annotations": annotations}, "spec": spec}
+    group = parse_group(obj, levels=("gputopo.io/rack",))
+    assert group.error is not None
+    assert "invalid PodGroup ml/g" in group.error
+    assert problem in group.error
+
+
+def test_podgroup_fields():
+    obj = {
+        "metadata": {
+            "name": "g",
+            "namespace": "ml",
+            "uid": "u1",
+            "annotations": {"gputopo.io/topology-preferred": "gputopo.io/rack"},
+        },
+        "spec": {
+            "minMember": 4,
+            "minResources": {"nvidia.com/gpu": "8"},
+            "scheduleTimeoutSeconds": 30,
+        },
+    }
+    group = parse_group(obj, levels=("gputopo.io/rack",))
+    assert group.error is None
+    assert (group.min_member, group.timeout) == (4, 30.0)
+    assert dict(group.min_resources or {}) == {"nvidia.com/gpu": 8}
+    assert group.topology is not None
+    assert (group.topology.label, group.topology.required) == ("gputopo.io/rack", False)

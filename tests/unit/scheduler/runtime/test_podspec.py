@@ -1,0 +1,219 @@
+from __future__ import annotations
+
+import pytest
+
+from scheduler.placement.request import Effect, Operator
+from scheduler.runtime.podspec import (
+    claim_names,
+    is_guaranteed,
+    mig_profile,
+    pod_group_name,
+    pod_request,
+    pod_requests,
+    unsupported_feature,
+    volume_problem,
+)
+from tests.builders.pods import container, pod
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "overhead", "expected"),
+    [
+        pytest.param(
+            [
+                container(requests={"cpu": "500m", "memory": "1Gi"}),
+                container("b", requests={"cpu": "1.5"}),
+            ],
+            None,
+            None,
+            {"cpu": 2000, "memory": 2**30},
+            id="sum of app containers",
+        ),
+        pytest.param(
+            [container(requests={"cpu": "1"})],
+            [container("i", requests={"cpu": "3"})],
+            None,
+            {"cpu": 3000},
+            id="a bigger init container wins",
+        ),
+        pytest.param(
+            [container(requests={"cpu": "1"})],
+            [
+                container("side", requests={"cpu": "1"}, restart_policy="Always"),
+                container("i", requests={"cpu": "2"}),
+            ],
+            None,
+            {"cpu": 3000},
+            id="sidecar adds to the init container after it",
+        ),
+        pytest.param(
+            [container(requests={"cpu": "3"})],
+            [container("side", requests={"cpu": "1"}, restart_policy="Always")],
+            None,
+            {"cpu": 4000},
+            id="sidecar adds to app containers",
+        ),
+        pytest.param(
+            [container(limits={"nvidia.com/gpu": 2})],
+            None,
+            None,
+            {"nvidia.com/gpu": 2},
+            id="limit without request counts",
+        ),
+        pytest.param(
+            [container(requests={"cpu": "100m"})],
+            None,
+            {"cpu": "250m", "memory": "120Mi"},
+            {"cpu": 350, "memory": 120 * 2**20},
+            id="overhead added",
+        ),
+        pytest.param(
+            [container(requests={"cpu": "1m", "memory": "1.5"})],
+            None,
+            None,
+            {"cpu": 1, "memory": 2},
+            id="rounded up like Value()",
+        ),
+    ],
+)
+def test_pod_requests_match_the_stock_scheduler(containers, init, overhead, expected):
+    body = pod(containers=containers, init=init)
+    if overhead:
+        body["spec"]["overhead"] = overhead
+    assert pod_requests(body) == expected
+
+
+def test_bad_quantity_names_the_field():
+    body = pod(containers=[container(requests={"cpu": "lots"})])
+    with pytest.raises(ValueError, match=r"spec.containers\[0\].resources.requests\[cpu\]"):
+        pod_requests(body)
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        pytest.param(
+            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
+            "inter-pod affinity",
+            id="pod affinity",
+        ),
+        pytest.param(
+            {
+                "affinity": {
+                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{}]}
+                }
+            },
+            "inter-pod anti-affinity",
+            id="pod anti-affinity",
+        ),
+        pytest.param(
+            {"topologySpreadConstraints": [{"maxSkew": 1}]},
+            "topology spread constraints",
+            id="spread",
+        ),
+        pytest.param(
+            {"resources": {"requests": {"cpu": "1"}}}, "pod-level resources", id="pod resources"
+        ),
+        pytest.param(
+            {"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
+            "host ports",
+            id="host port",
+        ),
+        pytest.param({"affinity": {"nodeAffinity": {}}}, None, id="node affinity is supported"),
+    ],
+)
+def test_unsupported_features_are_named(spec, reason):
+    assert unsupported_feature(pod(**spec)) == reason
+
+
+def test_volume_problems():
+    body = pod(
+        volumes=[
+            {"name": "data", "persistentVolumeClaim": {"claimName": "c1"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}},
+        ]
+    )
+    assert claim_names(body) == ["c1", "p-scratch"]
+    bound = {"spec": {"volumeName": "pv-1"}}
+    wffc = {"spec": {"storageClassName": "local"}}
+    modes = {"local": "WaitForFirstConsumer", "fast": "Immediate"}
+    assert volume_problem(body, {"c1": bound, "p-scratch": bound}, modes) is None
+    assert volume_problem(body, {"c1": bound, "p-scratch": wffc}, modes) == (
+        "unsupported: unbound WaitForFirstConsumer volume"
+    )
+    assert (
+        volume_problem(body, {"c1": bound}, modes) == 'persistentvolumeclaim "p-scratch" not found'
+    )
+    immediate = {"spec": {"storageClassName": "fast"}}
+    assert "unbound immediate" in str(
+        volume_problem(body, {"c1": immediate, "p-scratch": bound}, modes)
+    )
+
+
+def test_pod_request_translation():
+    body = pod(
+        "train-0",
+        "ml",
+        containers=[
+            container(
+                requests={
+                    "cpu": "2",
+                    "memory": "4Gi",
+                    "hugepages-2Mi": "1Gi",
+                    "example.com/nic": 1,
+                },
+                limits={"nvidia.com/gpu": 4, "nvidia.com/mig-1g.10gb.me": 1},
+            )
+        ],
+        labels={"pod-group.scheduling.sigs.k8s.io": "train"},
+        nodeSelector={"nvidia.com/gpu.product": "H100"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "gputopo.io/rack", "operator": "In", "values": ["r1"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        priority=100,
+    )
+    req = pod_request(body)
+    assert (req.key, req.cpu_milli, req.memory, req.gpus) == ("ml/train-0", 2000, 4 * 2**30, 4)
+    assert dict(req.mig) == {"1g.10gb+me": 1}
+    assert dict(req.hugepages) == {"hugepages-2Mi": 2**30}
+    assert dict(req.extended) == {"example.com/nic": 1}
+    assert req.pod_group == "train"
+    assert req.priority == 100
+    assert req.tolerations[0].effect is Effect.NO_SCHEDULE
+    assert req.affinity[0].match_expressions[0].operator is Operator.IN
+    assert req.unsupported is None
+    assert not req.guaranteed
+
+
+def test_malformed_pod_is_a_value_error_naming_the_pod():
+    body = pod("bad", containers=[container(requests={"cpu": "x"})])
+    with pytest.raises(ValueError, match=r"pod default/bad: .*cpu"):
+        pod_request(body)
+
+
+def test_guaranteed_and_groups_and_mig_names():
+    g = pod(
+        containers=[
+            container(requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"})
+        ]
+    )
+    burstable = pod(
+        containers=[container(requests={"cpu": "1"}, limits={"cpu": "2", "memory": "1Gi"})]
+    )
+    assert is_guaranteed(g)
+    assert not is_guaranteed(burstable)
+    assert pod_group_name(pod(labels={"scheduling.x-k8s.io/pod-group": "a"})) == "a"
+    assert pod_group_name(pod()) is None
+    assert mig_profile("nvidia.com/mig-3g.40gb") == "3g.40gb"
+    assert mig_profile("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"

@@ -16,7 +16,7 @@ from agent.gpuset import GpuSelector, SharedSlot, pack_shared
 from agent.model import NodeInventory
 from deviceplugin.cdi import CdiRegistry, cdi_name
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
-from deviceplugin.resources import PluginDevice, Resource
+from deviceplugin.resources import PluginDevice, Resource, is_healthy
 from deviceplugin.settings import DeviceIdStrategy, DeviceListStrategy, PluginSettings
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -54,11 +54,6 @@ class PreferredRequest:
     available: tuple[str, ...]
     must_include: tuple[str, ...]
     size: int
-
-
-def is_healthy(device: PluginDevice, unhealthy: Set[str]) -> bool:
-    """Unhealthy when its GPU or its MIG device is in `unhealthy` (a set of GPU / MIG UUIDs)."""
-    return device.gpu_uuid not in unhealthy and device.unit_uuid not in unhealthy
 
 
 class Allocator:

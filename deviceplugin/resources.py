@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from agent.model import (
@@ -60,6 +60,11 @@ class PluginDevice:
         return (
             str(self.gpu_index) if self.mig_index is None else f"{self.gpu_index}:{self.mig_index}"
         )
+
+
+def is_healthy(device: PluginDevice, unhealthy: Set[str]) -> bool:
+    """Unhealthy when its GPU or its MIG device is in `unhealthy` (a set of GPU / MIG UUIDs)."""
+    return device.gpu_uuid not in unhealthy and device.unit_uuid not in unhealthy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

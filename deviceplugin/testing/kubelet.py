@@ -29,7 +29,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceState:
+class ListedDevice:
+    """One device as the resource's last ListAndWatch message listed it."""
+
     id: str
     health: str
     numa_nodes: tuple[int, ...]
@@ -48,7 +50,7 @@ class _Endpoint:
     registration: Registration
     channel: grpc.Channel
     stub: pb_grpc.DevicePluginStub
-    devices: dict[str, DeviceState] = field(default_factory=dict)
+    devices: dict[str, ListedDevice] = field(default_factory=dict)
     updates: int = 0
     connected: bool = True
     stream: grpc.Future | None = None  # type: ignore[type-arg]
@@ -109,11 +111,11 @@ class KubeletEmulator:
 
     # --- the live view -------------------------------------------------------------------------
 
-    def resources(self) -> dict[str, dict[str, DeviceState]]:
+    def resources(self) -> dict[str, dict[str, ListedDevice]]:
         with self._cond:
             return {name: dict(e.devices) for name, e in self._endpoints.items()}
 
-    def devices(self, resource: str) -> dict[str, DeviceState]:
+    def devices(self, resource: str) -> dict[str, ListedDevice]:
         return self.resources().get(resource, {})
 
     def healthy(self, resource: str) -> set[str]:
@@ -235,7 +237,7 @@ class KubeletEmulator:
         try:
             for message in endpoint.stub.ListAndWatch(pb.Empty()):
                 devices = {
-                    d.ID: DeviceState(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
+                    d.ID: ListedDevice(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
                     for d in message.devices
                 }
                 with self._cond:
@@ -247,7 +249,7 @@ class KubeletEmulator:
         with self._cond:
             endpoint.connected = False
             endpoint.devices = {
-                i: DeviceState(i, UNHEALTHY, d.numa_nodes) for i, d in endpoint.devices.items()
+                i: ListedDevice(i, UNHEALTHY, d.numa_nodes) for i, d in endpoint.devices.items()
             }
             self._cond.notify_all()
 

@@ -29,7 +29,7 @@ from agent.inventory import discover
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import fake_backend
 from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
-from deviceplugin.plugin import DevicePluginService
+from deviceplugin.plugin import DevicePlugin
 from deviceplugin.settings import PluginSettings
 from deviceplugin.testing.kubelet import KubeletEmulator
 
@@ -52,13 +52,13 @@ def node(fixture: str, clock: Callable[[], float] = time.monotonic) -> Iterator[
     backend, fake = fake_backend(replace(load_fixture(fixture), events=()))
     inventory = discover(backend)
     settings = PluginSettings(device_plugin_dir=kubelet.plugin_dir, health_quiet_period_s=1.0)
-    service = DevicePluginService(settings, backend, inventory, clock=clock, wait_timeout_s=0.5)
-    service.start()
+    plugin = DevicePlugin(settings, backend, inventory, clock=clock, wait_timeout_s=0.5)
+    plugin.start()
     try:
         kubelet.wait_for(lambda k: bool(k.devices("nvidia.com/gpu")), 10.0)
         yield kubelet, fake, inventory
     finally:
-        service.stop()
+        plugin.stop()
         backend.close()
         kubelet.stop()
         shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)

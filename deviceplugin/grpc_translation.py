@@ -1,6 +1,8 @@
-"""The `v1beta1.DevicePlugin` gRPC service for one resource: protobuf in, model calls, protobuf out.
+"""`GrpcTranslation`: the `v1beta1.DevicePlugin` servicer of one resource; it only translates.
 
-Our request errors become `context.abort` with INVALID_ARGUMENT / FAILED_PRECONDITION and a message
+Each RPC turns protobuf into model values, asks `DeviceState` (what is advertised, what is
+Unhealthy) and the `Allocator` (the decisions), and turns the answer back into protobuf. Our
+request errors become `context.abort` with INVALID_ARGUMENT / FAILED_PRECONDITION and a message
 naming the device; anything unexpected is logged once with its traceback and becomes INTERNAL.
 """
 
@@ -18,7 +20,7 @@ from agent import logkeys
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredRequest
-from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, RequestError
 from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
 from deviceplugin.resources import Resource, is_healthy
@@ -27,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-DeviceView = tuple[tuple[str, bool, int | None], ...]
+DeviceList = tuple[tuple[str, bool, int | None], ...]
 """(ID, healthy, NUMA node) per device: what one ListAndWatch message says."""
 
 
@@ -37,13 +39,13 @@ class RpcObserver(Protocol):
     def __call__(self, method: str, resource: str, seconds: float, code: str) -> None: ...
 
 
-def device_view(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceView:
+def device_list(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceList:
     if resource is None:
         return ()
     return tuple((d.id, is_healthy(d, unhealthy), d.numa_node) for d in resource.devices)
 
 
-def to_list_response(view: DeviceView) -> pb.ListAndWatchResponse:
+def to_list_response(devices: DeviceList) -> pb.ListAndWatchResponse:
     return pb.ListAndWatchResponse(
         devices=[
             pb.Device(
@@ -51,7 +53,7 @@ def to_list_response(view: DeviceView) -> pb.ListAndWatchResponse:
                 health=HEALTHY if healthy else UNHEALTHY,
                 topology=None if numa is None else pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]),
             )
-            for device_id, healthy, numa in view
+            for device_id, healthy, numa in devices
         ]
     )
 
@@ -74,11 +76,13 @@ def to_container_response(alloc: ContainerAllocation) -> pb.ContainerAllocateRes
     )
 
 
-class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+class GrpcTranslation(pb_grpc.DevicePluginServicer):
+    """Answers the kubelet's calls for `resource_name` from the device state and the allocator."""
+
     def __init__(
         self,
         resource_name: str,
-        registry: DeviceRegistry,
+        device_state: DeviceState,
         allocator: Allocator,
         *,
         stop: threading.Event,
@@ -86,7 +90,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         poll_s: float = 1.0,
     ) -> None:
         self.resource_name = resource_name
-        self._registry = registry
+        self._device_state = device_state
         self._allocator = allocator
         self._stop = stop
         self._observer = observer
@@ -108,20 +112,20 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self, request: pb.Empty, context: grpc.ServicerContext
     ) -> Iterator[pb.ListAndWatchResponse]:
         """The full list now, then again on every change; ends when the resource goes away."""
-        context.add_callback(self._registry.wake)
+        context.add_callback(self._device_state.wake)
         closing: Callable[[], bool] = lambda: self._stop.is_set() or not context.is_active()  # noqa: E731
-        last: DeviceView | None = None
-        snap = self._registry.snapshot()
+        last: DeviceList | None = None
+        state = self._device_state.view()
         while not closing():
-            resource = snap.resources.get(self.resource_name)
-            view = device_view(resource, snap.unhealthy)
-            if view != last:
-                logger.debug("ListAndWatch %s: %d devices", self.resource_name, len(view))
-                yield to_list_response(view)
-                last = view
+            resource = state.resources.get(self.resource_name)
+            devices = device_list(resource, state.unhealthy)
+            if devices != last:
+                logger.debug("ListAndWatch %s: %d devices", self.resource_name, len(devices))
+                yield to_list_response(devices)
+                last = devices
             if resource is None:
                 return
-            snap = self._registry.wait(snap.version, self._poll_s, closing)
+            state = self._device_state.wait(state.version, self._poll_s, closing)
 
     def Allocate(  # noqa: N802
         self, request: pb.AllocateRequest, context: grpc.ServicerContext
@@ -135,7 +139,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def _allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
         ids = [list(c.devices_ids) for c in request.container_requests]
-        allocations = self._allocator.allocate(self._current(), self._registry.unhealthy, ids)
+        allocations = self._allocator.allocate(self._current(), self._device_state.unhealthy, ids)
         return pb.AllocateResponse(
             container_responses=[to_container_response(a) for a in allocations]
         )
@@ -160,7 +164,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         )
 
     def _current(self) -> Resource:
-        resource = self._registry.resource(self.resource_name)
+        resource = self._device_state.resource(self.resource_name)
         if resource is None:
             raise DeviceUnavailableError(f"{self.resource_name} is no longer advertised")
         return resource

@@ -1,9 +1,11 @@
-"""The device plugin as one service of the agent: servers, registration, health, MIG re-scan.
+"""`DevicePlugin`: the device plugin as one service of the agent.
 
-`DevicePluginService(settings, backend, inventory)` builds the advertised resources (raising
-`ResourceError` when the strategy cannot apply), `start()` serves and registers every resource and
-starts the health thread, `stop()` ends the streams and removes the sockets. Other parts of the
-agent read `registry` (its `wait()` wakes on every health or layout change) and `inventory`.
+It puts together the device state, the allocator, the health monitor, the MIG re-scan and the
+registration loop (one resource plugin per advertised resource). `DevicePlugin(settings, backend,
+inventory)` builds the advertised resources (raising `ResourceError` when the strategy cannot
+apply), `start()` serves and registers every resource and starts the health thread, `stop()` ends
+the streams and removes the sockets. Other parts of the agent read `device_state` (its `wait()`
+wakes on every health or layout change) and `inventory`.
 """
 
 from __future__ import annotations
@@ -16,18 +18,20 @@ from collections.abc import Callable
 from agent.model import Gpu, NodeInventory
 from agent.nvml.backend import NvmlBackend
 from deviceplugin.allocation import Allocator
-from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import ResourceError
-from deviceplugin.grpc_translation import DevicePluginServicer, RpcObserver
+from deviceplugin.grpc_translation import GrpcTranslation, RpcObserver
 from deviceplugin.health import HealthMonitor, HealthTracker
-from deviceplugin.registration_loop import PluginManager
+from deviceplugin.registration_loop import RegistrationLoop
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import PluginSettings
 
 logger = logging.getLogger(__name__)
 
 
-class DevicePluginService:
+class DevicePlugin:
+    """The device plugin of one node, started and stopped as one agent service."""
+
     name = "device-plugin"
 
     def __init__(
@@ -45,7 +49,7 @@ class DevicePluginService:
         self.inventory = inventory
         self._backend = backend
         self._stop = threading.Event()
-        self.registry = DeviceRegistry(build_resources(inventory, settings))
+        self.device_state = DeviceState(build_resources(inventory, settings))
         self.allocator = Allocator(settings, inventory)
         self.tracker = HealthTracker(
             inventory,
@@ -57,36 +61,36 @@ class DevicePluginService:
         self.monitor = HealthMonitor(
             backend,
             self.tracker,
-            self.registry.set_unhealthy,
+            self.device_state.set_unhealthy,
             rescan=self.rescan,
             rescan_interval_s=settings.rescan_interval_s,
             wait_timeout_s=wait_timeout_s,
             clock=clock,
             checks_enabled=settings.xid_policy.checks_enabled,
         )
-        self.manager = PluginManager(
+        self.registration_loop = RegistrationLoop(
             plugin_dir=settings.device_plugin_dir,
-            registry=self.registry,
-            make_servicer=lambda name: DevicePluginServicer(
-                name, self.registry, self.allocator, stop=self._stop, observer=observer
+            device_state=self.device_state,
+            make_translation=lambda name: GrpcTranslation(
+                name, self.device_state, self.allocator, stop=self._stop, observer=observer
             ),
             poll_s=poll_s,
             clock=clock,
         )
 
     def start(self) -> None:
-        names = ", ".join(self.registry.snapshot().resources) or "nothing"
+        names = ", ".join(self.device_state.view().resources) or "nothing"
         logger.info("device plugin advertising %s", names)
-        self.manager.start(self._stop)
+        self.registration_loop.start(self._stop)
         self.monitor.start(self._stop)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """End the streams, stop the servers and remove their sockets."""
         self._stop.set()
-        self.registry.wake()
+        self.device_state.wake()
         self.monitor.join(timeout_s)
-        self.manager.join(timeout_s)
-        self.manager.shutdown()
+        self.registration_loop.join(timeout_s)
+        self.registration_loop.shutdown()
 
     def rescan(self) -> bool:
         """Re-read the GPUs; advertise a changed MIG layout. True when the resources changed."""
@@ -112,7 +116,7 @@ class DevicePluginService:
         logger.info("MIG layout changed: %s", {g.index: g.mig_layout for g in gpus if g.mig_layout})
         self.inventory = inventory
         self.tracker.set_inventory(inventory)
-        return self.registry.set_resources(resources)
+        return self.device_state.set_resources(resources)
 
 
 def _layout(gpus: tuple[Gpu, ...]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

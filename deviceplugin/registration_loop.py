@@ -1,9 +1,10 @@
-"""Keeps one registered server per advertised resource, through kubelet restarts and MIG changes.
+"""`RegistrationLoop`: one registered `ResourcePlugin` per advertised resource, kept so through
+kubelet restarts and MIG layout changes.
 
-A watcher thread polls every `poll_s` (100 ms): it starts servers for new resources and stops
-servers of resources that went away, re-creates a socket the kubelet deleted, and registers every
-server again when `kubelet.sock` is re-created (a kubelet restart). A failed registration is retried
-every `retry_s`, or at once when `kubelet.sock` changes.
+A thread polls every `poll_s` (100 ms): it starts a resource plugin for each new resource in the
+`DeviceState` and stops those whose resource went away, re-creates a socket the kubelet deleted, and
+registers every resource again when `kubelet.sock` is re-created (a kubelet restart). A failed
+registration is retried every `retry_s`, or at once when `kubelet.sock` changes.
 """
 
 from __future__ import annotations
@@ -15,35 +16,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import logkeys
-from deviceplugin.device_state import DeviceRegistry
+from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import RegistrationError
-from deviceplugin.grpc_translation import DevicePluginServicer
+from deviceplugin.grpc_translation import GrpcTranslation
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import SocketWatch, register
-from deviceplugin.resource_plugin import PluginServer
+from deviceplugin.resource_plugin import ResourcePlugin
 
 logger = logging.getLogger(__name__)
 
 
-class PluginManager:
+class RegistrationLoop:
+    """Serves and registers a resource plugin per advertised resource until `stop` is set."""
+
     def __init__(
         self,
         *,
         plugin_dir: Path,
-        registry: DeviceRegistry,
-        make_servicer: Callable[[str], DevicePluginServicer],
+        device_state: DeviceState,
+        make_translation: Callable[[str], GrpcTranslation],
         poll_s: float = 0.1,
         retry_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plugin_dir = plugin_dir
-        self._registry = registry
-        self._make_servicer = make_servicer
+        self._device_state = device_state
+        self._make_translation = make_translation
         self._poll_s = poll_s
         self._retry_s = retry_s
         self._clock = clock
         self._kubelet = SocketWatch(plugin_dir / KUBELET_SOCKET)
-        self._servers: dict[str, PluginServer] = {}
+        self._plugins: dict[str, ResourcePlugin] = {}
         self._registered: set[str] = set()
         self._next_retry = 0.0
         self._thread: threading.Thread | None = None
@@ -52,9 +55,9 @@ class PluginManager:
 
     @property
     def serving(self) -> dict[str, Path]:
-        """Resource name -> socket path of every running server."""
+        """Resource name -> socket path of every running resource plugin."""
         with self._lock:
-            return {name: s.socket_path for name, s in self._servers.items() if s.running}
+            return {name: p.socket_path for name, p in self._plugins.items() if p.running}
 
     @property
     def registered(self) -> frozenset[str]:
@@ -66,7 +69,7 @@ class PluginManager:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.tick()
         self._thread = threading.Thread(
-            target=self._run, args=(stop,), name="deviceplugin-manager", daemon=True
+            target=self._run, args=(stop,), name="deviceplugin-registration", daemon=True
         )
         self._thread.start()
 
@@ -83,7 +86,7 @@ class PluginManager:
             self._thread.join(timeout_s)
 
     def tick(self) -> None:
-        """One pass: sync servers with the registry, repair sockets, (re-)register."""
+        """One pass: sync resource plugins with the device state, repair sockets, (re-)register."""
         with self._lock:
             self._tick()
 
@@ -92,35 +95,35 @@ class PluginManager:
         if kubelet_restarted:
             logger.info("kubelet socket %s changed: registering again", self._kubelet.path)
             self._registered.clear()
-        self._sync_servers()
-        for name, server in self._servers.items():
-            if server.socket_lost():
-                logger.info("socket %s was removed: serving it again", server.socket_path)
-                server.start()
+        self._sync_plugins()
+        for name, plugin in self._plugins.items():
+            if plugin.socket_lost():
+                logger.info("socket %s was removed: serving it again", plugin.socket_path)
+                plugin.start()
                 self._registered.discard(name)
         self._register_pending(force=kubelet_restarted)
 
-    def _sync_servers(self) -> None:
-        wanted = self._registry.snapshot().resources
-        for name in [n for n in self._servers if n not in wanted]:
+    def _sync_plugins(self) -> None:
+        wanted = self._device_state.view().resources
+        for name in [n for n in self._plugins if n not in wanted]:
             logger.info("resource %s is no longer advertised", name, extra={logkeys.RESOURCE: name})
-            self._servers.pop(name).stop()
+            self._plugins.pop(name).stop()
             self._registered.discard(name)
-        for name in sorted(n for n in wanted if n not in self._servers):
-            server = PluginServer(self.plugin_dir, self._make_servicer(name))
-            server.start()
-            self._servers[name] = server
+        for name in sorted(n for n in wanted if n not in self._plugins):
+            plugin = ResourcePlugin(self.plugin_dir, self._make_translation(name))
+            plugin.start()
+            self._plugins[name] = plugin
 
     def _register_pending(self, *, force: bool) -> None:
-        pending = [n for n in self._servers if n not in self._registered]
+        pending = [n for n in self._plugins if n not in self._registered]
         if not pending or self._kubelet.current is None:
             return
         if not force and self._clock() < self._next_retry:
             return
         for name in pending:
-            server = self._servers[name]
+            plugin = self._plugins[name]
             try:
-                register(self._kubelet.path, endpoint=server.socket_name, resource_name=name)
+                register(self._kubelet.path, endpoint=plugin.socket_name, resource_name=name)
             except RegistrationError as exc:
                 logger.warning("%s; retrying in %.0f s", exc, self._retry_s)
                 self._next_retry = self._clock() + self._retry_s
@@ -130,12 +133,12 @@ class PluginManager:
             logger.info("registered %s", name, extra={logkeys.RESOURCE: name})
 
     def shutdown(self) -> None:
-        """Stop every server and remove its socket."""
+        """Stop every resource plugin and remove its socket."""
         with self._lock:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        for server in self._servers.values():
-            server.stop()
-        self._servers.clear()
+        for plugin in self._plugins.values():
+            plugin.stop()
+        self._plugins.clear()
         self._registered.clear()

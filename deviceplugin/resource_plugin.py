@@ -1,4 +1,8 @@
-"""One gRPC server per resource, on `<device-plugin-dir>/gputopo-<resource tail>.sock`."""
+"""`ResourcePlugin`: one resource's gRPC server, on `<plugin dir>/gputopo-<resource tail>.sock`.
+
+It serves the resource's `GrpcTranslation` on its unix socket, notices when the kubelet deleted or
+replaced that socket, and removes the socket when it stops (only if it is still ours).
+"""
 
 from __future__ import annotations
 
@@ -9,21 +13,21 @@ from pathlib import Path
 import grpc
 
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.grpc_translation import DevicePluginServicer
+from deviceplugin.grpc_translation import GrpcTranslation
 from deviceplugin.kubelet_api import socket_name
 from deviceplugin.kubelet_registration import FileId, file_id
 
 logger = logging.getLogger(__name__)
 
 
-class PluginServer:
-    """Serves one `DevicePluginServicer` on its unix socket; `start` again re-creates it."""
+class ResourcePlugin:
+    """Serves one resource's `GrpcTranslation` on its unix socket; `start` again re-creates it."""
 
-    def __init__(self, plugin_dir: Path, servicer: DevicePluginServicer, *, max_workers: int = 8):
-        self.resource_name = servicer.resource_name
+    def __init__(self, plugin_dir: Path, translation: GrpcTranslation, *, max_workers: int = 8):
+        self.resource_name = translation.resource_name
         self.socket_name = socket_name(self.resource_name)
         self.socket_path = plugin_dir / self.socket_name
-        self._servicer = servicer
+        self._translation = translation
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self._socket_id: FileId | None = None
@@ -41,7 +45,7 @@ class PluginServer:
                 max_workers=self._max_workers, thread_name_prefix=f"dp-{self.socket_name}"
             )
         )
-        pb_grpc.add_DevicePluginServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_DevicePluginServicer_to_server(self._translation, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
         self._server = server

@@ -130,7 +130,7 @@ class TopologyService:
         reader = StateReader(
             self.client,
             inventory=(lambda: plugin.inventory) if plugin else (lambda: ctx.inventory),
-            unhealthy=(lambda: plugin.registry.unhealthy) if plugin else frozenset,
+            unhealthy=(lambda: plugin.device_state.unhealthy) if plugin else frozenset,
             is_terminal=is_terminal,
         )
         self.publisher = Publisher(
@@ -155,7 +155,7 @@ class TopologyService:
     def stop(self) -> None:
         self.publisher.stop()
         if self._ctx.device_plugin is not None:
-            self._ctx.device_plugin.registry.wake()
+            self._ctx.device_plugin.device_state.wake()
         for thread in self._threads:
             thread.join(timeout=5)
         self.client.close()
@@ -176,9 +176,9 @@ class TopologyService:
     def _watch_device_plugin(self) -> None:
         plugin = self._ctx.device_plugin
         assert plugin is not None
-        version = plugin.registry.snapshot().version
+        version = plugin.device_state.view().version
         while not self._stop.is_set():
-            snapshot = plugin.registry.wait(version, 5.0, cancelled=self._stop.is_set)
+            snapshot = plugin.device_state.wait(version, 5.0, cancelled=self._stop.is_set)
             if snapshot.version != version:
                 version = snapshot.version
                 self.publisher.poke()
@@ -229,7 +229,7 @@ class MetricsService:
         self._metrics.update(
             MetricsSnapshot(
                 inventory=inventory,
-                unhealthy=plugin.registry.unhealthy if plugin else frozenset(),
+                unhealthy=plugin.device_state.unhealthy if plugin else frozenset(),
                 telemetry=_telemetry(self._ctx.backend, inventory),
                 allocated=allocated_devices(availability) if availability else {},
             )

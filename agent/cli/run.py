@@ -5,7 +5,7 @@ starts the services in order and waits for SIGTERM/SIGINT; services stop in reve
 
 A service is anything with `name`, `start()` and `stop()`. `SERVICE_FACTORIES` builds them from
 the `AgentContext`, in order; a factory returns None when its service is switched off. The device
-plugin is first (its `registry` and live `inventory` are on the context for the services after
+plugin is first (its `device_state` and live `inventory` are on the context for the services after
 it); the topology publisher, node labels and metrics server are appended after it.
 """
 
@@ -31,7 +31,7 @@ from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
 from deviceplugin.errors import PluginError
-from deviceplugin.plugin import DevicePluginService
+from deviceplugin.plugin import DevicePlugin
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class AgentContext:
     backend: NvmlBackend
     inventory: NodeInventory
     stop: threading.Event
-    device_plugin: DevicePluginService | None = None
+    device_plugin: DevicePlugin | None = None
     metrics: AgentMetrics | None = None
     publisher: Publisher | None = None
     services: list[Service] = field(default_factory=list)
@@ -68,7 +68,7 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     if not ctx.config.device_plugin or ctx.config.oneshot:
         return None
     observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
-    ctx.device_plugin = DevicePluginService(
+    ctx.device_plugin = DevicePlugin(
         ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
     )
     return ctx.device_plugin

@@ -1,4 +1,4 @@
-"""A node for integration tests: the real backend on the fake pynvml, the device-plugin service
+"""A node for integration tests: the real backend on the fake pynvml, the device plugin
 serving real gRPC on unix sockets, and the kubelet emulator in a short /tmp directory."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from agent.inventory import discover
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import fake_backend
-from deviceplugin.plugin import DevicePluginService
+from deviceplugin.plugin import DevicePlugin
 from deviceplugin.settings import PluginSettings
 from deviceplugin.testing.kubelet import KubeletEmulator
 
@@ -33,7 +33,7 @@ class Node:
         self.backend, self.fake = fake_backend(quiet)
         self.inventory = discover(self.backend)
         self.settings = PluginSettings(device_plugin_dir=kubelet.plugin_dir, **settings)
-        self.service = DevicePluginService(
+        self.plugin = DevicePlugin(
             self.settings,
             self.backend,
             self.inventory,
@@ -45,7 +45,7 @@ class Node:
         return self.inventory.gpus[gpu].uuid
 
     def wait_registered(self, names: set[str] | None = None, timeout_s: float = 5.0) -> bool:
-        wanted = names or set(self.service.registry.snapshot().resources)
+        wanted = names or set(self.plugin.device_state.view().resources)
         return self.kubelet.wait_for(
             lambda k: all(k.connected(n) and k.devices(n) for n in wanted), timeout_s
         )
@@ -58,11 +58,11 @@ def running_node(fixture: str = "dgx-a100-mig", **kwargs: Any) -> Iterator[Node]
     kubelet.start()
     node = Node(kubelet, fixture, **kwargs)
     try:
-        node.service.start()
+        node.plugin.start()
         assert node.wait_registered(), f"not registered: {kubelet.resources()}"
         yield node
     finally:
-        node.service.stop()
+        node.plugin.stop()
         node.backend.close()
         kubelet.stop()
         shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)

@@ -140,7 +140,7 @@ def test_mig_layout_change_is_advertised_without_restart():
 
 def test_stop_ends_streams_and_removes_sockets():
     with running_node("dgx-a100") as node:
-        node.service.stop()
+        node.plugin.stop()
         assert node.kubelet.wait_for(lambda k: not k.connected("nvidia.com/gpu"), 2.0)
         assert node.kubelet.healthy("nvidia.com/gpu") == set()
         leftovers = sorted(p.name for p in node.kubelet.plugin_dir.iterdir())
@@ -152,12 +152,12 @@ def test_plugin_started_before_the_kubelet_registers_when_it_appears():
     node = Node(kubelet, "single-t4")
     try:
         kubelet.plugin_dir.mkdir(parents=True, exist_ok=True)
-        node.service.start()
-        assert node.service.manager.serving  # serving without a kubelet
+        node.plugin.start()
+        assert node.plugin.registration_loop.serving  # serving without a kubelet
         kubelet.start()
         assert node.wait_registered(timeout_s=2.0)
     finally:
-        node.service.stop()
+        node.plugin.stop()
         node.backend.close()
         kubelet.stop()
         shutil.rmtree(kubelet.plugin_dir, ignore_errors=True)

@@ -15,9 +15,9 @@ from agent.inventory import load_inventory
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator
-from deviceplugin.device_state import DeviceRegistry
-from deviceplugin.grpc_translation import DevicePluginServicer
-from deviceplugin.resource_plugin import PluginServer
+from deviceplugin.device_state import DeviceState
+from deviceplugin.grpc_translation import GrpcTranslation
+from deviceplugin.resource_plugin import ResourcePlugin
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import (
     DeviceListStrategy,
@@ -73,19 +73,19 @@ def socket_dir():
 def test_unexpected_errors_are_internal_logged_once_and_observed(socket_dir, caplog):
     inventory = load_inventory("single-t4")
     settings = PluginSettings(device_plugin_dir=socket_dir)
-    registry = DeviceRegistry(build_resources(inventory, settings))
+    device_state = DeviceState(build_resources(inventory, settings))
     calls: list[tuple[str, str, str]] = []
-    servicer = DevicePluginServicer(
+    translation = GrpcTranslation(
         "nvidia.com/gpu",
-        registry,
+        device_state,
         ExplodingAllocator(settings, inventory),
         stop=threading.Event(),
         observer=lambda method, resource, seconds, code: calls.append((method, resource, code)),
     )
-    server = PluginServer(socket_dir, servicer)
-    server.start()
+    plugin = ResourcePlugin(socket_dir, translation)
+    plugin.start()
     try:
-        with grpc.insecure_channel(f"unix://{server.socket_path}") as channel:
+        with grpc.insecure_channel(f"unix://{plugin.socket_path}") as channel:
             stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
             request = pb.AllocateRequest(
                 container_requests=[
@@ -105,7 +105,7 @@ def test_unexpected_errors_are_internal_logged_once_and_observed(socket_dir, cap
                 timeout=5,
             )
     finally:
-        server.stop()
+        plugin.stop()
     assert info.value.code() is grpc.StatusCode.INTERNAL
     assert "internal error: boom" in str(info.value.details())
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -116,4 +116,4 @@ def test_unexpected_errors_are_internal_logged_once_and_observed(socket_dir, cap
         ("Allocate", "nvidia.com/gpu", "INTERNAL"),
         ("GetPreferredAllocation", "nvidia.com/gpu", "OK"),
     ]
-    assert not server.socket_path.exists()
+    assert not plugin.socket_path.exists()

@@ -22,8 +22,8 @@ from agent.kube.publisher import (
 )
 from agent.labels import COUNT, PRESENT
 from agent.metrics import AgentMetrics
+from tests.builders.clock import FakeClock
 from tests.builders.topology import allocatable_of, dgx_h100, gpu_pod, gpu_uuid
-from tests.clock import FakeClock
 
 NODE = "gpu-1"
 

@@ -45,7 +45,7 @@ class Rig:
 def sink(fake_api_with_crd: FakeApiServer) -> Iterator[KubeSink]:
     api_client = fake_api_with_crd.api_client()
     yield KubeSink(api_client, timeout_s=2.0)
-    api_client.close()
+    api_client.close()  # type: ignore[no-untyped-call]
 
 
 def make(sink: KubeSink, **settings: Any) -> Rig:

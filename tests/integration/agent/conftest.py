@@ -9,11 +9,10 @@ import pytest
 from agent.nvml.fixture import load_fixture
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
 from tests.builders import openapi
+from tests.builders.agentnode import NODE, NODE_CAPACITY
 from tests.builders.topology import allocatable_of
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi.resources import podgroup_crd
-
-NODE = "gpu-node-1"
 
 
 @pytest.fixture
@@ -22,9 +21,7 @@ def fake_api_with_crd() -> Iterator[FakeApiServer]:
     with FakeApiServer(install_crds=False) as fake:
         fake.register_crd(openapi.load_crd())
         fake.register_crd(podgroup_crd())
-        fake.add_node(
-            NODE, capacity={"cpu": "224", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": "8"}
-        )
+        fake.add_node(NODE, capacity=NODE_CAPACITY)
         yield fake
 
 

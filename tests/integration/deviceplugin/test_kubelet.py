@@ -12,8 +12,8 @@ from agent.model import MigDevice, MigUuid
 from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
 from deviceplugin.settings import MigStrategy
 from deviceplugin.testing.kubelet import KubeletEmulator
+from tests.builders.clock import FakeClock
 from tests.builders.kubelet import Node, eventually, running_node
-from tests.clock import FakeClock
 
 MIXED_COUNTS = {
     "nvidia.com/gpu": 4,

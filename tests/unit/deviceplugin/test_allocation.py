@@ -21,8 +21,8 @@ from deviceplugin.settings import (
     SharedResource,
     TimeSlicing,
 )
+from tests.builders.clock import FakeClock
 from tests.builders.deviceplugin import make_inventory, settings
-from tests.clock import FakeClock
 
 
 def setup(inventory: NodeInventory, **overrides: Any) -> tuple[Allocator, dict[str, Resource]]:

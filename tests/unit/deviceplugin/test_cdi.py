@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from deviceplugin.cdi import CdiRegistry, cdi_name
-from tests.clock import FakeClock
+from tests.builders.clock import FakeClock
 
 
 def test_names_from_json_and_yaml_specs_and_bad_files_are_skipped(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import fake_backend
 from deviceplugin.health import HealthMonitor, HealthTracker, XidClass, classify
 from deviceplugin.settings import XidPolicy
-from tests.clock import FakeClock
+from tests.builders.clock import FakeClock
 
 QUIET, RECHECK = 60.0, 5.0
 

@@ -18,7 +18,7 @@ from agent.cli.run import SERVICE_FACTORIES, AgentContext, open_node, start_serv
 from agent.metrics import AgentMetrics
 from agent.nrt.encode import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
-from tests.integration.agent.conftest import NODE
+from tests.builders.agentnode import NODE
 
 ROOT = Path(__file__).resolve().parents[4]
 

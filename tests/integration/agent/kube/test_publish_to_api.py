@@ -14,9 +14,9 @@ from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
 from agent.labels import COUNT, PRESENT
 from agent.nrt.encode import ATTR_FINGERPRINT, decode
 from deviceplugin.podresources import PodResourcesClient
+from tests.builders.agentnode import NODE
+from tests.builders.clock import FakeClock
 from tests.builders.topology import gpu_pod
-from tests.clock import FakeClock
-from tests.integration.agent.conftest import NODE
 
 NRT_PATH = r"/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
 

@@ -7,8 +7,8 @@ import pytest
 from scheduler.cli.run import LeaseTiming
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector, LeaseStore, micro_time
+from tests.builders.clock import FakeClock
 from tests.builders.scheduler import create_pod, gpu_node, pod_body, running, wait_for
-from tests.clock import FakeClock
 
 
 @pytest.fixture

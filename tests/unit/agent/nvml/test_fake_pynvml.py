@@ -13,7 +13,7 @@ from agent.model import MigDevice, MigUuid
 from agent.nvml import fake_structs, sysfs
 from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
 from agent.nvml.fixture import load_fixture
-from tests.clock import FakeClock
+from tests.builders.clock import FakeClock
 
 
 def _fake(name: str, **options: object) -> FakePynvml:

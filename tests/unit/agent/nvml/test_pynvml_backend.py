@@ -14,8 +14,8 @@ from agent.nvml.backend import GpuStatus, NvmlBackend, XidEvent
 from agent.nvml.fake_pynvml import FakePynvml
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import PynvmlBackend, open_backend, translate
+from tests.builders.clock import FakeClock
 from tests.builders.nvml import HAS_DRIVER, BackendFor, node_doc
-from tests.clock import FakeClock
 
 
 def test_pynvml_backend_implements_the_protocol(tmp_path: Path) -> None:

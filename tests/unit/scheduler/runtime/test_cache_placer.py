@@ -8,10 +8,10 @@ import random
 from scheduler.placement import Decision, PodRequest, default_scoring, pick
 from scheduler.placement.verdict_memo import picker_for
 from scheduler.runtime.cache import ClusterCache
+from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
 from tests.builders.pods import container, pod
 from tests.builders.topology import dgx_h100, gpu_uuid
-from tests.unit.scheduler.runtime.test_nodeview import bound_pod, node_obj
 
 GIB = 1 << 30
 

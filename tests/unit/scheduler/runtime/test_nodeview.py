@@ -12,35 +12,9 @@ from scheduler.runtime.nodeview import (
     is_trusted,
     parse_node,
 )
+from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
-from tests.builders.pods import container, pod
 from tests.builders.topology import dgx_h100, gpu_uuid, mig_mixed
-
-
-def node_obj(name: str, gpus: int = 8, taints=None, **alloc: str) -> dict:
-    allocatable = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "110",
-        "nvidia.com/gpu": str(gpus),
-        **alloc,
-    }
-    return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {"taints": taints or []},
-        "status": {"allocatable": allocatable},
-    }
-
-
-def bound_pod(name: str, node: str, gpus: int, scheduler: str = "default-scheduler") -> dict:
-    body = pod(
-        name,
-        containers=[container(limits={"nvidia.com/gpu": gpus})],
-        nodeName=node,
-        schedulerName=scheduler,
-    )
-    body["metadata"]["uid"] = f"uid-{name}"
-    return body
 
 
 def test_parse_node_reads_taints_and_allocatable():

@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from tests.clock import FakeClock
+from tests.builders.clock import FakeClock
 
 
 def pod(name: str) -> UnitKey:

@@ -24,8 +24,9 @@ from typing import Any
 
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from agent.gpuset import GpuSelector
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU, MigMode
+from agent.model import MILLI_PER_GPU, MigMode
 from agent.nrt.encode import DecodedTopology
+from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement import (
     Assignment,
     Effect,
@@ -35,7 +36,7 @@ from scheduler.placement import (
     TopologyPolicy,
     choose_devices,
 )
-from scheduler.runtime.podspec import mig_profile, resource_list
+from scheduler.runtime.podspec import resource_list
 
 Obj = Mapping[str, Any]
 
@@ -144,9 +145,10 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
         for mig in gpu.mig_devices:
             layout[mig.profile] = layout.get(mig.profile, 0) + 1
         for name, res in counts.items():
-            if name.startswith(MIG_RESOURCE_PREFIX) and mig_profile(name) in layout:
+            profile = mig_profile(name)
+            if profile is not None and profile in layout:
                 free = res.available if trusted else res.allocatable
-                layout[mig_profile(name)] = min(free, layout[mig_profile(name)])
+                layout[profile] = min(free, layout[profile])
         whole = counts.get(GPU_RESOURCE)
         free_gpu = whole is not None and (whole.available if trusted else whole.allocatable) > 0
         is_mig = gpu.mig_mode is MigMode.ENABLED
@@ -157,9 +159,7 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
 
 def _fallback_state(info: NodeInfo) -> NodeState:
     whole = info.allocatable.get(GPU_RESOURCE, 0)
-    mig = {
-        mig_profile(n): c for n, c in info.allocatable.items() if n.startswith(MIG_RESOURCE_PREFIX)
-    }
+    mig = {p: c for n, c in info.allocatable.items() if (p := mig_profile(n)) is not None}
     count = whole + (1 if mig else 0)
     return NodeState(
         name=info.name,

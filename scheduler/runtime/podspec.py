@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from agent.quantity import resource_units
+from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement.request import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -157,12 +157,6 @@ def pod_group_name(pod: Obj) -> str | None:
     return None
 
 
-def mig_profile(resource: str) -> str:
-    """`nvidia.com/mig-1g.10gb.me` -> `1g.10gb+me` (NVIDIA's resource tail back to the profile)."""
-    parts = resource[len(MIG_RESOURCE_PREFIX) :].split(".")
-    return ".".join(parts[:2]) + "".join(f"+{attr}" for attr in parts[2:])
-
-
 def is_guaranteed(pod: Obj) -> bool:
     """Guaranteed QoS: every container sets cpu and memory limits equal to its requests."""
     spec = pod.get("spec") or {}
@@ -226,8 +220,8 @@ def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
             fields[simple[name]] = amount
         elif name == GPU_RESOURCE:
             fields["gpus"] = amount
-        elif name.startswith(MIG_RESOURCE_PREFIX):
-            fields["mig"][mig_profile(name)] = amount
+        elif (profile := mig_profile(name)) is not None:
+            fields["mig"][profile] = amount
         elif name.startswith(HUGEPAGES_PREFIX):
             fields["hugepages"][name] = amount
         else:

@@ -36,6 +36,7 @@ from scheduler.placement import (
     TopologyPolicy,
     choose_devices,
 )
+from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import resource_list
 
 Obj = Mapping[str, Any]
@@ -81,16 +82,6 @@ def parse_node(obj: Obj) -> NodeInfo:
 
 
 @dataclass(slots=True)
-class PodOnNode:
-    """A pod counted on a node: its request and, when this scheduler placed it, its devices."""
-
-    request: PodRequest
-    namespace: str
-    name: str
-    assignment: Assignment | None = None
-
-
-@dataclass(slots=True)
 class SelectorCache:
     """One `GpuSelector` per distinct link matrix and NUMA layout (shared by identical nodes)."""
 
@@ -109,7 +100,7 @@ def exclusive(request: PodRequest) -> bool:
     return request.guaranteed or any("/" in name for name, _ in request.vector)
 
 
-def is_trusted(nrt: DecodedTopology, pods: Sequence[PodOnNode]) -> bool:
+def is_trusted(nrt: DecodedTopology, pods: Sequence[PodInfo]) -> bool:
     """True when the NRT's pods fingerprint matches the pods the cache has on the node."""
     if not nrt.fingerprint:
         return False
@@ -198,7 +189,7 @@ def _nrt_state(
 def build_node_state(
     info: NodeInfo,
     nrt: DecodedTopology | None,
-    pods: Sequence[PodOnNode],
+    pods: Sequence[PodInfo],
     selectors: SelectorCache,
 ) -> NodeState:
     """The node's state with every pod in `pods` charged."""
@@ -213,7 +204,7 @@ def build_node_state(
     return state
 
 
-def _charge(state: NodeState, pods: Sequence[PodOnNode], trusted: bool) -> None:
+def _charge(state: NodeState, pods: Sequence[PodInfo], trusted: bool) -> None:
     bare = Assignment(node=state.name)
     if trusted:
         for pod in pods:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.objkey import ObjectKey, key_of
 from agent.quantity import resource_units
 from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement.request import (
@@ -229,10 +230,11 @@ def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
     return fields
 
 
-def pod_request(pod: Obj) -> PodRequest:
-    """The placement view of a pod. ValueError (naming the field) for a malformed pod."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
+    """The placement view of a pod, under `key` (default: the pod's own key). ValueError (naming
+    the field) for a malformed pod."""
+    spec = pod.get("spec") or {}
+    key = key_of(pod) if key is None else key
     try:
         fields = _split_resources(pod_requests(pod))
         terms, affinity_problem = _affinity_terms(spec)

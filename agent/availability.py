@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from agent.fingerprint import METHOD_ALL, METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, NodeInventory
+from agent.model import NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
+from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 
 SOURCE_PODRESOURCES = "podresources"
 SOURCE_NONE = "none"
@@ -115,7 +116,7 @@ def _inventory_devices(inventory: NodeInventory) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for gpu in inventory.gpus:
         if gpu.mig_devices:
-            out += [(MIG_RESOURCE_PREFIX + m.resource_suffix, str(m.uuid)) for m in gpu.mig_devices]
+            out += [(mig_resource(m.profile), str(m.uuid)) for m in gpu.mig_devices]
         else:
             out.append((GPU_RESOURCE, str(gpu.uuid)))
     return out

@@ -27,9 +27,6 @@ NodeName = NewType("NodeName", str)
 MILLI_PER_GPU = 1000
 """One whole GPU in milli-GPU shares (the simulator's and time-slicing's unit)."""
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-
 
 class MigMode(StrEnum):
     DISABLED = "disabled"
@@ -206,11 +203,6 @@ class MigDevice:
     memory_mib: int
     start: int  # placement start, in memory slices
     size: int  # placement size, in memory slices
-
-    @property
-    def resource_suffix(self) -> str:
-        """NVIDIA's resource tail: `+` becomes `.` (`1g.10gb+me` -> `1g.10gb.me`)."""
-        return self.profile.replace("+", ".")
 
     @property
     def compute_slices(self) -> int:

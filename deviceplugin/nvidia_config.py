@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.resource_names import GPU_RESOURCE, mig_profile
 from deviceplugin.settings import SharedResource, TimeSlicing
 
 NVIDIA_FLAGS = frozenset({
@@ -108,9 +109,7 @@ def _shared(where: str, entry: Any, errors: list[str]) -> SharedResource | None:
         return None
     problems = [f"{k}: unknown key" for k in entry if k not in _SHARED_KEYS]
     name, replicas, rename = entry.get("name"), entry.get("replicas"), entry.get("rename")
-    if not isinstance(name, str) or not (
-        name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")
-    ):
+    if not isinstance(name, str) or not (name == GPU_RESOURCE or mig_profile(name) is not None):
         problems.append(f"name: expected nvidia.com/gpu or nvidia.com/mig-<profile>, got {name!r}")
         name = ""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:

@@ -18,14 +18,13 @@ from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from agent.model import (
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
     Gpu,
     GpuUuid,
     MigDevice,
     MigMode,
     NodeInventory,
 )
+from agent.resource_names import GPU_RESOURCE, mig_resource
 from deviceplugin.errors import ResourceError
 from deviceplugin.kubelet_api import MAX_DEVICE_ID, socket_name
 from deviceplugin.settings import MigStrategy, PluginSettings, SharedResource, TimeSlicing
@@ -122,7 +121,7 @@ def _units(inventory: NodeInventory, strategy: MigStrategy) -> dict[str, list[Pl
                 )
             for dev in _mig_devices(gpu):
                 assert dev.mig is not None
-                out[MIG_RESOURCE_PREFIX + dev.mig.resource_suffix].append(dev)
+                out[mig_resource(dev.mig.profile)].append(dev)
         else:
             out[GPU_RESOURCE].append(_whole_gpu(gpu))
     return out

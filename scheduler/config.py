@@ -1,15 +1,17 @@
 """The scheduler's `version: v1` config file: scoring weights, topology levels, gang defaults.
 
-`load_config(None)` returns the shipped defaults (`scheduler/default-config.yaml`); a path is read
+`load_config(None)` reads the shipped file (`scheduler/default-config.yaml`); a path is read
 and validated, every problem gathered into one `ConfigError` naming the file and key paths. Keys
-left out of a file keep their default. Flags and environment variables (precedence flag > env >
-file > default) are merged by the `run` command on top of `SchedulerConfig`.
+left out of a file keep the `SchedulerConfig` defaults, which are the shipped file's values (a
+test holds them equal), so `version: v1` alone means the shipped policy. Flags and environment
+variables (precedence flag > env > file > default) are merged by the `run` command on top of
+`SchedulerConfig`.
 
 ```yaml
 version: v1
 schedulerName: gputopo-scheduler
-scoring: {weights: {binpack: 10, topology: 5, spread: 1, gpuAvoidance: 1},
-          preferUsedNodes: true, candidateLimit: 32}
+scoring: {weights: {fragmentation: 10, topology: 5, spreadOnCpuNodes: 1, gpuAvoidance: 1},
+          preferUsedNodes: false, candidateLimit: 0}
 topologyLevels: [topology.kubernetes.io/zone, gputopo.io/rack, nvidia.com/gpu.clique]
 gang: {scheduleTimeoutSeconds: 60}
 ```
@@ -30,6 +32,7 @@ from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_F
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_GANG_TIMEOUT_SECONDS",
     "DEFAULT_TOPOLOGY_LEVELS",
     "ConfigError",
     "SchedulerConfig",
@@ -54,20 +57,23 @@ DEFAULT_TOPOLOGY_LEVELS = (
     "gputopo.io/rack",
     "nvidia.com/gpu.clique",
 )
+DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
+"""A gang's `scheduleTimeoutSeconds` when neither its PodGroup nor the config file sets one."""
 _SCORING_KEYS = {"weights", "preferUsedNodes", "candidateLimit"}
 _GANG_KEYS = {"scheduleTimeoutSeconds"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerConfig:
-    """The parsed file. A run option left None was not set in the file (flag/env/default decide)."""
+    """The parsed file. The defaults are `default-config.yaml`'s values. A run option left None was
+    not set in the file (flag/env/default decide)."""
 
     scheduler_name: str = "gputopo-scheduler"
     weights: Mapping[str, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
-    prefer_used_nodes: bool = True
-    candidate_limit: int = 32
+    prefer_used_nodes: bool = False
+    candidate_limit: int = 0
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
-    gang_timeout_seconds: float = 60.0
+    gang_timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
     leader_elect: bool | None = None
     leader_elect_namespace: str | None = None
     metrics_address: str | None = None
@@ -110,11 +116,12 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
     values: dict[str, Any] = {"source": source}
     values.update(_parse_run_options(data, errors))
     values.update(_parse_scoring(data.get("scoring"), errors))
-    levels = data.get("topologyLevels", list(DEFAULT_TOPOLOGY_LEVELS))
-    if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
-        errors.append("topologyLevels: must be a list of node label names")
-    else:
-        values["topology_levels"] = tuple(levels)
+    if "topologyLevels" in data:
+        levels = data["topologyLevels"]
+        if not isinstance(levels, list) or not all(isinstance(v, str) and v for v in levels):
+            errors.append("topologyLevels: must be a list of node label names")
+        else:
+            values["topology_levels"] = tuple(levels)
     values.update(_parse_gang(data.get("gang"), errors))
     if errors:
         raise ConfigError(f"{source}: invalid scheduler config: " + "; ".join(errors))
@@ -194,7 +201,9 @@ def _parse_gang(raw: object, errors: list[str]) -> dict[str, Any]:
         errors.append("gang: must be a mapping")
         return {}
     errors.extend(f"gang.{key}: unknown key" for key in sorted(set(raw) - _GANG_KEYS, key=str))
-    timeout = raw.get("scheduleTimeoutSeconds", 60)
+    if "scheduleTimeoutSeconds" not in raw:
+        return {}
+    timeout = raw["scheduleTimeoutSeconds"]
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         errors.append(f"gang.scheduleTimeoutSeconds: must be a number > 0, got {timeout!r}")
         return {}

@@ -22,8 +22,9 @@ from typing import Any, NoReturn, TextIO
 
 from agent import logsetup
 from agent.errors import AgentError, TopologyDecodeError
-from agent.model import MIG_RESOURCE_PREFIX, format_cpulist
+from agent.model import format_cpulist
 from agent.nrt.encode import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
+from agent.resource_names import MIG_RESOURCE_PREFIX
 from agent.topo_table import render_legend, render_topo_matrix
 
 PROG = "kubectl-gputopo"

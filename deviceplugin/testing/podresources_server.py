@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from agent.availability import DeviceGrant, MemoryGrant, PodGrant, PodResourcesSnapshot
+from agent.objkey import object_key
 from deviceplugin._pb import podresources_pb2 as pb
 from deviceplugin._pb import podresources_pb2_grpc as pb_grpc
 
@@ -156,6 +157,6 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
         if pod is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"pod {request.pod_namespace}/{request.pod_name} not found",
+                f"pod {object_key(request.pod_namespace, request.pod_name)} not found",
             )
         return pb.GetPodResourcesResponse(pod_resources=_pod(pod))

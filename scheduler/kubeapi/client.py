@@ -23,6 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
+from agent.objkey import object_key
 from scheduler.errors import (
     ApiError,
     ConflictError,
@@ -183,7 +184,7 @@ class KubeClient:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        with api_call(f"bind pod {namespace}/{name} to {node}"):
+        with api_call(f"bind pod {object_key(namespace, name)} to {node}"):
             resp = self.core.create_namespaced_pod_binding(
                 name, namespace, body, _preload_content=False, _request_timeout=self.timeout
             )
@@ -199,7 +200,7 @@ class KubeClient:
             "lastTransitionTime": now_rfc3339(),
         }
         patch = {"status": {"conditions": [condition]}}
-        with api_call(f"patch pod {namespace}/{name} status"):
+        with api_call(f"patch pod {object_key(namespace, name)} status"):
             resp = self.core.patch_namespaced_pod_status(
                 name,
                 namespace,
@@ -212,7 +213,7 @@ class KubeClient:
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
-        with api_call(f"patch podgroup {namespace}/{name} status"):
+        with api_call(f"patch podgroup {object_key(namespace, name)} status"):
             resp = self.custom.patch_namespaced_custom_object_status(
                 PODGROUP_GROUP,
                 PODGROUP_VERSION,
@@ -258,7 +259,9 @@ class KubeClient:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        with api_call(f"create event {reason} for {kind} {namespace}/{meta.get('name')}"):
+        with api_call(
+            f"create event {reason} for {kind} {object_key(namespace, str(meta.get('name')))}"
+        ):
             _body(
                 self.core.create_namespaced_event(
                     namespace, body, _preload_content=False, _request_timeout=self.timeout
@@ -268,7 +271,7 @@ class KubeClient:
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _read_or_none(
-            f"get persistentvolumeclaim {namespace}/{name}",
+            f"get persistentvolumeclaim {object_key(namespace, name)}",
             lambda: self.core.read_namespaced_persistent_volume_claim(
                 name, namespace, _preload_content=False, _request_timeout=self.timeout
             ),
@@ -294,7 +297,7 @@ class KubeClient:
     # -- leases (scheduler.kubeapi.leader.LeaseStore) --------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _read_or_none(
-            f"get lease {namespace}/{name}",
+            f"get lease {object_key(namespace, name)}",
             lambda: self.coordination.read_namespaced_lease(
                 name, namespace, _preload_content=False, _request_timeout=self.timeout
             ),
@@ -310,7 +313,7 @@ class KubeClient:
 
     def replace_lease(self, namespace: str, name: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
-            f"replace lease {namespace}/{name}",
+            f"replace lease {object_key(namespace, name)}",
             lambda: self.coordination.replace_namespaced_lease(
                 name, namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
             ),

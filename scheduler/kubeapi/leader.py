@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from agent.objkey import object_key
 from scheduler.errors import LeaseConflictError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class LeaderElector:
         if not retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs retry_period < renew_deadline < lease_duration")
         self._store, self._ns, self._name, self.identity = store, namespace, name, identity
+        self._key = object_key(namespace, name)
         self._clock, self._wall = clock, wall
         self._duration, self._deadline, self._retry = lease_duration, renew_deadline, retry_period
         self._on_change = on_change
@@ -92,7 +94,7 @@ class LeaderElector:
             try:
                 self.try_acquire_or_renew()
             except Exception:
-                log.warning("lease %s/%s: round failed", self._ns, self._name, exc_info=True)
+                log.warning("lease %s: round failed", self._key, exc_info=True)
             self._notify()
             stop.wait(self._retry)
         self.release()
@@ -139,7 +141,7 @@ class LeaderElector:
                 }
                 self._store.replace_lease(self._ns, self._name, body)
         except Exception:
-            log.warning("lease %s/%s: release failed", self._ns, self._name, exc_info=True)
+            log.warning("lease %s: release failed", self._key, exc_info=True)
         self._notify()
 
     # -- internals -----------------------------------------------------------------------
@@ -182,6 +184,6 @@ class LeaderElector:
         leader = self.may_bind()
         if leader != self._was_leader:
             self._was_leader = leader
-            log.info("lease %s/%s: %s", self._ns, self._name, "acquired" if leader else "lost")
+            log.info("lease %s: %s", self._key, "acquired" if leader else "lost")
             if self._on_change is not None:
                 self._on_change(leader)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU
+from agent.model import MILLI_PER_GPU
+from agent.resource_names import GPU_RESOURCE, mig_resource
 
 __all__ = [
     "CPU",
@@ -36,11 +37,6 @@ PODS = "pods"
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 _EMPTY_STR: Mapping[str, str] = MappingProxyType({})
-
-
-def mig_resource(profile: str) -> str:
-    """`1g.10gb` (or `1g.10gb+me`) -> `nvidia.com/mig-1g.10gb` (`.me`)."""
-    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
 class Operator(StrEnum):

@@ -5,7 +5,9 @@ Every non-terminal pod bound or assumed on a node is counted there, whichever sc
 is kept up to date incrementally: a node is rebuilt (`nodeview.build_node_state`) when its Node,
 its NRT or the set of pods on it changes; this scheduler's own assumptions are charged directly.
 
-Not thread-safe by itself: callers hold `cache.lock` (an RLock) around reads and writes.
+Pods and PodGroups are keyed by their `ObjectKey` (`namespace/name`), made once when the object
+is read (`podinfo.read_pod`, `parse_group`). Not thread-safe by itself: callers hold `cache.lock`
+(an RLock) around reads and writes.
 """
 
 from __future__ import annotations
@@ -14,102 +16,57 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from agent.errors import TopologyDecodeError
 from agent.nrt.encode import DecodedTopology, decode
-from scheduler.placement import Assignment, PodRequest, Snapshot, TopologyConstraint
-from scheduler.runtime.nodeview import (
-    NodeInfo,
-    PodOnNode,
-    SelectorCache,
-    build_node_state,
-    parse_node,
-)
-from scheduler.runtime.podspec import pod_request, resource_list
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
+from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
+from scheduler.placement import Assignment, Snapshot, TopologyConstraint
+from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
+from scheduler.runtime.podinfo import PodInfo, read_pod
+from scheduler.runtime.podspec import resource_list
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-GroupKey = tuple[str, str]
 TOPOLOGY_REQUIRED = "gputopo.io/topology-required"
 TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
-DEFAULT_GANG_TIMEOUT = 60.0
-_TERMINAL = ("Succeeded", "Failed")
-
-
-def parse_time(text: object) -> float:
-    """An RFC 3339 timestamp as epoch seconds (0.0 when absent or unreadable)."""
-    if not isinstance(text, str) or not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-@dataclass(slots=True)
-class PodInfo:
-    """One pod as the scheduler tracks it. `node` is the bound node, or the assumed one."""
-
-    key: str
-    uid: str
-    namespace: str
-    name: str
-    obj: Obj
-    request: PodRequest
-    error: str | None
-    node: str | None
-    assumed: bool
-    assignment: Assignment | None
-    ours: bool
-    gated: bool
-    terminal: bool
-    group: str | None
-    created: float
-
-    @property
-    def pending(self) -> bool:
-        """Ours, not bound or assumed, not finished: waiting for this scheduler."""
-        return self.ours and self.node is None and not self.terminal
-
-    @property
-    def counted(self) -> bool:
-        """Takes room on `node`."""
-        return self.node is not None and not self.terminal
-
-    @property
-    def group_key(self) -> GroupKey | None:
-        return None if self.group is None else (self.namespace, self.group)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupInfo:
     """A PodGroup (`scheduling.x-k8s.io/v1alpha1`); `error` says why it is unusable."""
 
+    key: ObjectKey
     namespace: str
     name: str
     uid: str
     obj: Obj
     min_member: int = 1
     min_resources: Mapping[str, int] | None = None
-    timeout: float = DEFAULT_GANG_TIMEOUT
+    timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS
     topology: TopologyConstraint | None = None
     error: str | None = None
 
 
 def parse_group(
-    obj: Obj, *, default_timeout: float = DEFAULT_GANG_TIMEOUT, levels: Iterable[str] | None = None
+    obj: Obj,
+    *,
+    default_timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS,
+    levels: Iterable[str] | None = None,
 ) -> GroupInfo:
     """Read a PodGroup; a malformed one comes back with `error` set (never raises).
 
     `levels`: the configured topology levels a topology annotation may name (None: any label).
     """
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
+    name = str(meta.get("name") or "")
     base = GroupInfo(
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
+        key=object_key(namespace, name),
+        namespace=namespace,
+        name=name,
         uid=str(meta.get("uid") or ""),
         obj=obj,
     )
@@ -131,7 +88,7 @@ def parse_group(
             topology=_topology(meta.get("annotations") or {}, levels),
         )
     except (ValueError, TypeError, AttributeError) as exc:
-        return replace(base, error=f"invalid PodGroup {base.namespace}/{base.name}: {exc}")
+        return replace(base, error=f"invalid PodGroup {base.key}: {exc}")
 
 
 def _topology(
@@ -152,28 +109,12 @@ def _topology(
     return None
 
 
-ParsedPod = tuple[PodRequest, str | None]
-
-
-def parse_pod(obj: Obj) -> ParsedPod:
-    """The pod's request, or an empty one and the problem (pure: callable without the lock)."""
-    try:
-        return pod_request(obj), None
-    except ValueError as exc:
-        return PodRequest(key=_pod_key(obj)), str(exc)
-
-
-def _pod_key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
-
 class ClusterCache:
     def __init__(
         self,
         scheduler_name: str,
         *,
-        gang_timeout: float = DEFAULT_GANG_TIMEOUT,
+        gang_timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS,
         topology_levels: Iterable[str] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
@@ -181,60 +122,32 @@ class ClusterCache:
         self._levels = None if topology_levels is None else tuple(topology_levels)
         self.lock = threading.RLock()
         self.snapshot = Snapshot()
-        self.pods: dict[str, PodInfo] = {}
+        self.pods: dict[ObjectKey, PodInfo] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.nrts: dict[str, DecodedTopology] = {}
-        self.groups: dict[GroupKey, GroupInfo] = {}
-        self._node_pods: dict[str, set[str]] = {}
-        self._group_pods: dict[GroupKey, set[str]] = {}
+        self.groups: dict[ObjectKey, GroupInfo] = {}
+        self._node_pods: dict[str, set[ObjectKey]] = {}
+        self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
 
     # -- pods ------------------------------------------------------------------------------
-    def _pod_info(self, obj: Obj, old: PodInfo | None, parsed: ParsedPod | None) -> PodInfo:
-        meta, spec, status = (
-            obj.get("metadata") or {},
-            obj.get("spec") or {},
-            obj.get("status") or {},
-        )
-        key = _pod_key(obj)
-        request, error = parsed if parsed is not None else parse_pod(obj)
-        node = spec.get("nodeName") or None
-        assumed = node is None and old is not None and old.assumed
-        return PodInfo(
-            key=key,
-            uid=str(meta.get("uid") or ""),
-            namespace=str(meta.get("namespace") or "default"),
-            name=str(meta.get("name") or ""),
-            obj=obj,
-            request=request,
-            error=error,
-            node=str(node) if node else (old.node if assumed and old else None),
-            assumed=assumed,
-            assignment=old.assignment
-            if old is not None and (assumed or old.node == node)
-            else None,
-            ours=spec.get("schedulerName") == self.scheduler_name,
-            gated=bool(spec.get("schedulingGates")),
-            terminal=status.get("phase") in _TERMINAL,
-            group=request.pod_group,
-            created=parse_time(meta.get("creationTimestamp")),
-        )
+    def read_pod(self, obj: Obj) -> PodInfo:
+        """`obj` as this scheduler reads it (pure: callable without the lock)."""
+        return read_pod(obj, self.scheduler_name)
 
-    def upsert_pod(
-        self, obj: Obj, parsed: ParsedPod | None = None
-    ) -> tuple[PodInfo | None, PodInfo]:
-        """Record an added or updated pod; returns (before, after). `parsed`: `parse_pod(obj)`,
-        when the caller computed it before taking the lock."""
-        key = _pod_key(obj)
-        old = self.pods.get(key)
-        if old is not None and old.uid != str((obj.get("metadata") or {}).get("uid") or ""):
-            self.delete_pod(key)  # same name, new pod
+    def upsert_pod(self, obj: Obj, read: PodInfo | None = None) -> tuple[PodInfo | None, PodInfo]:
+        """Record an added or updated pod; returns (before, after). `read`: `self.read_pod(obj)`,
+        when the caller made it before taking the lock (it becomes the cache's entry)."""
+        new = read if read is not None else self.read_pod(obj)
+        old = self.pods.get(new.key)
+        if old is not None and old.uid != new.uid:
+            self.delete_pod(new.key)  # same name, new pod
             old = None
-        new = self._pod_info(obj, old, parsed)
-        self.pods[key] = new
+        _keep_assumption(old, new)
+        self.pods[new.key] = new
         self._index_group(old, new)
         if not self._confirms(old, new):
-            self._move(key, old, new)
+            self._move(new.key, old, new)
         return old, new
 
     def _confirms(self, old: PodInfo | None, new: PodInfo) -> bool:
@@ -249,7 +162,7 @@ class ClusterCache:
             and new.node not in self.nrts
         )
 
-    def delete_pod(self, key: str) -> PodInfo | None:
+    def delete_pod(self, key: ObjectKey) -> PodInfo | None:
         old = self.pods.pop(key, None)
         if old is not None:
             self._index_group(old, None)
@@ -262,7 +175,7 @@ class ClusterCache:
         if new is not None and new.group_key is not None:
             self._group_pods.setdefault(new.group_key, set()).add(new.key)
 
-    def _move(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
+    def _move(self, key: ObjectKey, old: PodInfo | None, new: PodInfo | None) -> None:
         before = old.node if old is not None and old.counted else None
         after = new.node if new is not None and new.counted else None
         if before is not None:
@@ -272,14 +185,14 @@ class ClusterCache:
         for node in {before, after} - {None}:
             self._rebuild(str(node))
 
-    def assume(self, key: str, assignment: Assignment) -> None:
+    def assume(self, key: ObjectKey, assignment: Assignment) -> None:
         """Charge a pending pod of ours to `assignment.node` before binding it."""
         info = self.pods[key]
         info.node, info.assumed, info.assignment = assignment.node, True, assignment
         self._node_pods.setdefault(assignment.node, set()).add(key)
         self.snapshot.assume(info.request, assignment)
 
-    def forget(self, key: str) -> bool:
+    def forget(self, key: ObjectKey) -> bool:
         """Undo `assume` when the binding failed; False when the pod is bound or gone by now."""
         info = self.pods.get(key)
         if info is None or not info.assumed or info.node is None:
@@ -335,21 +248,18 @@ class ClusterCache:
             self.snapshot.remove_node(name)
             return
         pods = [self.pods[k] for k in sorted(self._node_pods.get(name, ()))]
-        on_node = [PodOnNode(p.request, p.namespace, p.name, p.assignment) for p in pods]
-        self.snapshot.add_node(
-            build_node_state(info, self.nrts.get(name), on_node, self._selectors)
-        )
+        self.snapshot.add_node(build_node_state(info, self.nrts.get(name), pods, self._selectors))
 
     # -- pod groups ------------------------------------------------------------------------
     def upsert_group(self, obj: Obj) -> GroupInfo:
         group = parse_group(obj, default_timeout=self._gang_timeout, levels=self._levels)
-        self.groups[(group.namespace, group.name)] = group
+        self.groups[group.key] = group
         return group
 
-    def delete_group(self, key: GroupKey) -> GroupInfo | None:
+    def delete_group(self, key: ObjectKey) -> GroupInfo | None:
         return self.groups.pop(key, None)
 
-    def members(self, key: GroupKey) -> list[PodInfo]:
+    def members(self, key: ObjectKey) -> list[PodInfo]:
         """The group's pods (any state), oldest first."""
         found = [self.pods[k] for k in self._group_pods.get(key, ()) if k in self.pods]
         return sorted(found, key=lambda p: (p.created, p.key))
@@ -363,7 +273,19 @@ class ClusterCache:
             return list(self.nodes)
         if kind == "noderesourcetopologies":
             return list(self.nrts)
-        return [f"{ns}/{name}" for ns, name in self.groups]
+        return list(self.groups)
 
-    def node_pod_keys(self, name: str) -> set[str]:
+    def node_pod_keys(self, name: str) -> set[ObjectKey]:
         return set(self._node_pods.get(name, ()))
+
+
+def _keep_assumption(old: PodInfo | None, new: PodInfo) -> None:
+    """Carry over to `new` what only the cache knows about `old`: while the API does not show
+    the pod bound, the node this scheduler assumed it on; the devices it chose, while the pod
+    stays assumed or bound to the same node."""
+    if old is None:
+        return
+    if new.node is None and old.assumed:
+        new.node, new.assumed, new.assignment = old.node, True, old.assignment
+    elif old.node == new.node:
+        new.assignment = old.assignment

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.objkey import ObjectKey, key_of
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import (
     Assignment,
@@ -31,9 +32,10 @@ from scheduler.placement import (
     pick,
     place_gang,
 )
-from scheduler.runtime.cache import ClusterCache, GroupInfo, GroupKey, PodInfo
+from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ class GangState:
     first_seen: float
     bind_started: float | None = None
     start_stamp: str = ""
-    bound_keys: set[str] = field(default_factory=set)
+    bound_keys: set[ObjectKey] = field(default_factory=set)
     complete: bool = False
     failed: str = ""
 
@@ -70,12 +72,11 @@ class GangTracker:
     ) -> None:
         self._cache, self._queue, self._reporter = cache, queue, reporter
         self._metrics, self._clock, self._mark, self._precheck = metrics, clock, mark, precheck
-        self._states: dict[GroupKey, GangState] = {}
+        self._states: dict[ObjectKey, GangState] = {}
 
     # -- intake ----------------------------------------------------------------------------
     def on_group(self, etype: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        gkey = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        gkey = key_of(obj)
         if etype == "DELETED":
             self._cache.delete_group(gkey)
             self._states.pop(gkey, None)
@@ -98,12 +99,12 @@ class GangTracker:
             self._activate(gkey)
         self.report(gkey)
 
-    def _activate(self, gkey: GroupKey) -> None:
+    def _activate(self, gkey: ObjectKey) -> None:
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
         if pending:
             priority = max(m.request.priority for m in pending)
             created = min(m.created for m in pending)
-            self._queue.add(UnitKey(UnitKind.GANG, *gkey), priority, created)
+            self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created)
 
     # -- attempts --------------------------------------------------------------------------
     def attempt(
@@ -114,7 +115,7 @@ class GangTracker:
         picker: Picker | None = None,
     ) -> str:
         """Try one gang; `picker`, when given, decides as `pick` on the cache's snapshot."""
-        gkey = (unit.namespace, unit.name)
+        gkey = unit.key
         with self._cache.lock:
             members = self._cache.members(gkey)
             pending = [m for m in members if m.pending and not m.gated]
@@ -146,25 +147,24 @@ class GangTracker:
     def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
         self._mark(pending, message, category)
         self._queue.unschedulable(unit)
-        self.report((unit.namespace, unit.name))
+        self.report(unit.key)
         return "unschedulable"
 
     def _blocked(
         self,
-        gkey: GroupKey,
+        gkey: ObjectKey,
         group: GroupInfo | None,
         members: Sequence[PodInfo],
         pending: Sequence[PodInfo],
     ) -> tuple[str, str] | None:
         """Why the gang cannot be placed whatever the cluster looks like (or waits for members)."""
-        ns, name = gkey
         if group is None:
-            return "gang", f'pod group "{ns}/{name}" not found'
+            return "gang", f'pod group "{gkey}" not found'
         if group.error:
             return "invalid", group.error
         state = self._state(group)
         if state.failed:
-            return "gang", f"pod group {ns}/{name} failed: {state.failed}"
+            return "gang", f"pod group {gkey} failed: {state.failed}"
         for info in pending:
             problem = self._precheck(info)
             if problem is not None:
@@ -173,7 +173,7 @@ class GangTracker:
         if present < group.min_member:
             # No count in the text: it would change (and be written again) with every new member.
             return "gang", (
-                f"waiting for pod group {ns}/{name}: fewer than minMember ({group.min_member}) "
+                f"waiting for pod group {gkey}: fewer than minMember ({group.min_member}) "
                 "pods exist"
             )
         return None
@@ -220,7 +220,7 @@ class GangTracker:
         return placed, ""
 
     def _state(self, group: GroupInfo) -> GangState:
-        gkey = (group.namespace, group.name)
+        gkey = group.key
         state = self._states.get(gkey)
         if state is None or (state.uid and state.uid != group.uid):
             state = self._states[gkey] = GangState(uid=group.uid, first_seen=self._clock())
@@ -228,8 +228,8 @@ class GangTracker:
         return state
 
     # -- binding outcomes and timeouts -----------------------------------------------------
-    def bound(self, unit: UnitKey, key: str) -> None:
-        gkey = (unit.namespace, unit.name)
+    def bound(self, unit: UnitKey, key: ObjectKey) -> None:
+        gkey = unit.key
         with self._cache.lock:
             group, state = self._cache.groups.get(gkey), self._states.get(gkey)
             if group is None or state is None:
@@ -239,16 +239,11 @@ class GangTracker:
             if not state.complete and len(confirmed | state.bound_keys) >= group.min_member:
                 state.complete = True
                 self._metrics.gang_wait_seconds.observe(self._clock() - state.first_seen)
-                log.info("pod group %s/%s: minMember %d bound", *gkey, group.min_member)
+                log.info("pod group %s: minMember %d bound", gkey, group.min_member)
             self.report(gkey)
 
-    def bind_failed(self, unit: UnitKey, key: str) -> None:
-        log.info(
-            "pod group %s/%s: bind of %s failed; the gang will be re-placed",
-            unit.namespace,
-            unit.name,
-            key,
-        )
+    def bind_failed(self, unit: UnitKey, key: ObjectKey) -> None:
+        log.info("pod group %s: bind of %s failed; the gang will be re-placed", unit.key, key)
 
     def check_timeouts(self) -> None:
         """Fail gangs whose binds did not complete within `scheduleTimeoutSeconds`."""
@@ -261,22 +256,22 @@ class GangTracker:
                 self._fail(group, state)
 
     def _fail(self, group: GroupInfo, state: GangState) -> None:
-        gkey = (group.namespace, group.name)
+        gkey = group.key
         members = self._cache.members(gkey)
         bound = sum(1 for m in members if m.node is not None and not m.assumed)
         state.failed = (
             f"{bound} of minMember {group.min_member} pods bound; the rest could not be bound "
             f"within scheduleTimeoutSeconds ({group.timeout:g}s)"
         )
-        log.warning("pod group %s/%s: %s", *gkey, state.failed)
+        log.warning("pod group %s: %s", gkey, state.failed)
         self._reporter.warn(group.obj, "PodGroup", REASON_PARTIAL, state.failed)
-        self._queue.remove(UnitKey(UnitKind.GANG, *gkey))
+        self._queue.remove(UnitKey(UnitKind.GANG, gkey))
         pending = [m for m in members if m.pending]
-        self._mark(pending, f"pod group {gkey[0]}/{gkey[1]} failed: {state.failed}", "gang")
+        self._mark(pending, f"pod group {gkey} failed: {state.failed}", "gang")
         self.report(gkey)
 
     # -- status ----------------------------------------------------------------------------
-    def report(self, gkey: GroupKey) -> None:
+    def report(self, gkey: ObjectKey) -> None:
         """Write the group's status when it changed."""
         group = self._cache.groups.get(gkey)
         if group is None or group.error:

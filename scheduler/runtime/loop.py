@@ -24,15 +24,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of, split_key
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Decision, PodRequest, Scoring, pick
 from scheduler.placement.verdict_memo import picker_for
-from scheduler.runtime.cache import ClusterCache, ParsedPod, PodInfo, parse_pod
+from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import claim_names, volume_problem
 from scheduler.runtime.reporter import Reporter
 
@@ -57,6 +59,22 @@ def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
     )
 
 
+def _key(kind: str, obj: Mapping[str, Any]) -> str:
+    """What `ClusterCache.keys_of(kind)` lists for `obj`: pods and PodGroups by object key,
+    nodes and NRTs by name."""
+    if kind in (PODS, PODGROUPS):
+        return key_of(obj)
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _stub(kind: str, key: str) -> dict[str, Any]:
+    """A deleted object's stand-in (its metadata) for `_key(kind, ...)` == `key`."""
+    if kind in (PODS, PODGROUPS):
+        namespace, name = split_key(key)
+        return {"metadata": {"namespace": namespace, "name": name}}
+    return {"metadata": {"name": key}}
+
+
 class Scheduler:
     def __init__(
         self,
@@ -76,7 +94,7 @@ class Scheduler:
         self._settings = settings or LoopSettings()
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._picker = picker_for(cache.snapshot, scoring)
-        self._reasons: dict[str, str] = {}  # pending pod key -> why it waits (metrics)
+        self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
         self.gangs = GangTracker(
             cache, queue, reporter, metrics, clock, self.unschedulable, self.precheck
         )
@@ -90,32 +108,20 @@ class Scheduler:
             seen = set()
             for obj in items:
                 self._apply(kind, "ADDED", obj)
-                meta = obj.get("metadata") or {}
-                name = str(meta.get("name") or "")
-                seen.add(
-                    f"{meta.get('namespace') or 'default'}/{name}"
-                    if kind in (PODS, PODGROUPS)
-                    else name
-                )
+                seen.add(_key(kind, obj))
             for key in before - seen:
-                ns, _, name = key.rpartition("/")
-                stub = (
-                    {"metadata": {"namespace": ns, "name": name}}
-                    if ns
-                    else {"metadata": {"name": name}}
-                )
-                self._apply(kind, "DELETED", stub)
+                self._apply(kind, "DELETED", _stub(kind, key))
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        parsed = parse_pod(obj) if kind == PODS and etype != "DELETED" else None
+        read = self.cache.read_pod(obj) if kind == PODS and etype != "DELETED" else None
         with self.cache.lock:
-            self._apply(kind, etype, obj, parsed)
+            self._apply(kind, etype, obj, read)
 
     def _apply(
-        self, kind: str, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None = None
+        self, kind: str, etype: str, obj: Mapping[str, Any], read: PodInfo | None = None
     ) -> None:
         if kind == PODS:
-            self._on_pod(etype, obj, parsed)
+            self._on_pod(etype, obj, read)
         elif kind == NODES:
             self._on_node(etype, obj)
         elif kind == NRTS:
@@ -123,13 +129,13 @@ class Scheduler:
         elif kind == PODGROUPS:
             self.gangs.on_group(etype, obj)
 
-    def _on_pod(self, etype: str, obj: Mapping[str, Any], parsed: ParsedPod | None) -> None:
-        meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
+            key = key_of(obj)
             old, new = self.cache.delete_pod(key), None
         else:
-            old, new = self.cache.upsert_pod(obj, parsed)
+            old, new = self.cache.upsert_pod(obj, read)
+            key = new.key
         if new is None or not new.pending:
             self._reasons.pop(key, None)
         if new is None and old is not None:
@@ -149,7 +155,7 @@ class Scheduler:
         if info.group is not None:
             self.gangs.on_member(info, fresh)
             return
-        unit = UnitKey(UnitKind.POD, info.namespace, info.name)
+        unit = UnitKey(UnitKind.POD, info.key)
         if fresh and new is not None:
             self.queue.add(unit, new.request.priority, new.created)
         elif new is None or not new.pending or new.gated:
@@ -209,7 +215,7 @@ class Scheduler:
         return True
 
     def _attempt_pod(self, unit: UnitKey) -> str:
-        key = f"{unit.namespace}/{unit.name}"
+        key = unit.key
         with self.cache.lock:
             info = self.cache.pods.get(key)
             obj = info.obj if info is not None else None
@@ -252,7 +258,7 @@ class Scheduler:
     def _volume_problem(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
         if not claim_names(obj):
             return None
-        ns = str((obj.get("metadata") or {}).get("namespace") or "default")
+        ns = str((obj.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE)
         try:
             claims = {name: self._kube.get_pvc(ns, name) for name in claim_names(obj)}
         except ApiError as exc:

@@ -24,8 +24,9 @@ from typing import Any
 
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from agent.gpuset import GpuSelector
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MILLI_PER_GPU, MigMode
+from agent.model import MILLI_PER_GPU, MigMode
 from agent.nrt.encode import DecodedTopology
+from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement import (
     Assignment,
     Effect,
@@ -35,7 +36,8 @@ from scheduler.placement import (
     TopologyPolicy,
     choose_devices,
 )
-from scheduler.runtime.podspec import mig_profile, resource_list
+from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.podspec import resource_list
 
 Obj = Mapping[str, Any]
 
@@ -80,16 +82,6 @@ def parse_node(obj: Obj) -> NodeInfo:
 
 
 @dataclass(slots=True)
-class PodOnNode:
-    """A pod counted on a node: its request and, when this scheduler placed it, its devices."""
-
-    request: PodRequest
-    namespace: str
-    name: str
-    assignment: Assignment | None = None
-
-
-@dataclass(slots=True)
 class SelectorCache:
     """One `GpuSelector` per distinct link matrix and NUMA layout (shared by identical nodes)."""
 
@@ -108,7 +100,7 @@ def exclusive(request: PodRequest) -> bool:
     return request.guaranteed or any("/" in name for name, _ in request.vector)
 
 
-def is_trusted(nrt: DecodedTopology, pods: Sequence[PodOnNode]) -> bool:
+def is_trusted(nrt: DecodedTopology, pods: Sequence[PodInfo]) -> bool:
     """True when the NRT's pods fingerprint matches the pods the cache has on the node."""
     if not nrt.fingerprint:
         return False
@@ -144,9 +136,10 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
         for mig in gpu.mig_devices:
             layout[mig.profile] = layout.get(mig.profile, 0) + 1
         for name, res in counts.items():
-            if name.startswith(MIG_RESOURCE_PREFIX) and mig_profile(name) in layout:
+            profile = mig_profile(name)
+            if profile is not None and profile in layout:
                 free = res.available if trusted else res.allocatable
-                layout[mig_profile(name)] = min(free, layout[mig_profile(name)])
+                layout[profile] = min(free, layout[profile])
         whole = counts.get(GPU_RESOURCE)
         free_gpu = whole is not None and (whole.available if trusted else whole.allocatable) > 0
         is_mig = gpu.mig_mode is MigMode.ENABLED
@@ -157,9 +150,7 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
 
 def _fallback_state(info: NodeInfo) -> NodeState:
     whole = info.allocatable.get(GPU_RESOURCE, 0)
-    mig = {
-        mig_profile(n): c for n, c in info.allocatable.items() if n.startswith(MIG_RESOURCE_PREFIX)
-    }
+    mig = {p: c for n, c in info.allocatable.items() if (p := mig_profile(n)) is not None}
     count = whole + (1 if mig else 0)
     return NodeState(
         name=info.name,
@@ -198,7 +189,7 @@ def _nrt_state(
 def build_node_state(
     info: NodeInfo,
     nrt: DecodedTopology | None,
-    pods: Sequence[PodOnNode],
+    pods: Sequence[PodInfo],
     selectors: SelectorCache,
 ) -> NodeState:
     """The node's state with every pod in `pods` charged."""
@@ -213,7 +204,7 @@ def build_node_state(
     return state
 
 
-def _charge(state: NodeState, pods: Sequence[PodOnNode], trusted: bool) -> None:
+def _charge(state: NodeState, pods: Sequence[PodInfo], trusted: bool) -> None:
     bare = Assignment(node=state.name)
     if trusted:
         for pod in pods:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from agent.objkey import ObjectKey
+
 
 class UnitKind(StrEnum):
     POD = "pod"
@@ -31,12 +33,13 @@ class UnitKind(StrEnum):
 
 
 class UnitKey(NamedTuple):
+    """A pod, or the PodGroup of a gang, by its object key (a pod and a group may share one)."""
+
     kind: UnitKind
-    namespace: str
-    name: str
+    key: ObjectKey
 
     def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.key}"
 
 
 @dataclass(slots=True)

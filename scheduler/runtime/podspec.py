@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.model import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from agent.objkey import ObjectKey, key_of
 from agent.quantity import resource_units
+from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement.request import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -157,12 +158,6 @@ def pod_group_name(pod: Obj) -> str | None:
     return None
 
 
-def mig_profile(resource: str) -> str:
-    """`nvidia.com/mig-1g.10gb.me` -> `1g.10gb+me` (NVIDIA's resource tail back to the profile)."""
-    parts = resource[len(MIG_RESOURCE_PREFIX) :].split(".")
-    return ".".join(parts[:2]) + "".join(f"+{attr}" for attr in parts[2:])
-
-
 def is_guaranteed(pod: Obj) -> bool:
     """Guaranteed QoS: every container sets cpu and memory limits equal to its requests."""
     spec = pod.get("spec") or {}
@@ -226,8 +221,8 @@ def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
             fields[simple[name]] = amount
         elif name == GPU_RESOURCE:
             fields["gpus"] = amount
-        elif name.startswith(MIG_RESOURCE_PREFIX):
-            fields["mig"][mig_profile(name)] = amount
+        elif (profile := mig_profile(name)) is not None:
+            fields["mig"][profile] = amount
         elif name.startswith(HUGEPAGES_PREFIX):
             fields["hugepages"][name] = amount
         else:
@@ -235,10 +230,11 @@ def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
     return fields
 
 
-def pod_request(pod: Obj) -> PodRequest:
-    """The placement view of a pod. ValueError (naming the field) for a malformed pod."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
+    """The placement view of a pod, under `key` (default: the pod's own key). ValueError (naming
+    the field) for a malformed pod."""
+    spec = pod.get("spec") or {}
+    key = key_of(pod) if key is None else key
     try:
         fields = _split_resources(pod_requests(pod))
         terms, affinity_problem = _affinity_terms(spec)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from agent.objkey import key_of, split_key
 from scheduler.errors import ApiError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
@@ -41,29 +42,28 @@ class Reporter:
 
     def unschedulable(self, pod: Obj, message: str) -> None:
         """Event `FailedScheduling` and `PodScheduled=False` (reason Unschedulable): `message`."""
-        key = ("pod", _ns_name(pod))
+        key = key_of(pod)
 
         def write() -> None:
-            meta = pod.get("metadata") or {}
-            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+            ns, name = split_key(key)
             self._kube.create_event(pod, "Pod", "Warning", REASON_FAILED_SCHEDULING, message)
             self._kube.set_pod_scheduled_false(ns, name, CONDITION_UNSCHEDULABLE, message)
 
-        self._submit(key, message, write)
+        self._submit(("pod", key), message, write)
 
     def scheduled(self, pod: Obj, node: str) -> None:
         """Event `Scheduled`: "Successfully assigned ns/name to node"."""
-        ns, name = _ns_name(pod)
-        message = f"Successfully assigned {ns}/{name} to {node}"
+        key = key_of(pod)
+        message = f"Successfully assigned {key} to {node}"
         self._submit(
-            ("pod", (ns, name)),
+            ("pod", key),
             message,
             lambda: self._kube.create_event(pod, "Pod", "Normal", REASON_SCHEDULED, message),
         )
 
     def warn(self, involved: Obj, kind: str, reason: str, message: str) -> None:
         """A Warning event about any object (malformed PodGroup, NRT or Node; a failed gang)."""
-        key = ("warn", kind, _ns_name(involved), reason)
+        key = ("warn", kind, key_of(involved), reason)
         self._submit(
             key,
             message,
@@ -72,10 +72,11 @@ class Reporter:
 
     def group_status(self, group: Obj, status: Mapping[str, Any]) -> None:
         """Patch the PodGroup's status when it differs from what was last written."""
-        ns, name = _ns_name(group)
+        key = key_of(group)
+        ns, name = split_key(key)
         frozen = tuple(sorted(status.items()))
         self._submit(
-            ("group", (ns, name)),
+            ("group", key),
             frozen,
             lambda: self._kube.patch_podgroup_status(ns, name, status),
         )
@@ -83,7 +84,7 @@ class Reporter:
     def forget(self, pod: Obj) -> None:
         """Drop what was reported for a deleted pod."""
         with self._lock:
-            self._last.pop(("pod", _ns_name(pod)), None)
+            self._last.pop(("pod", key_of(pod)), None)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait for the writes submitted so far (tests and shutdown)."""
@@ -141,8 +142,3 @@ class Reporter:
     def _done(self, future: Future[None]) -> None:
         with self._lock:
             self._pending.discard(future)
-
-
-def _ns_name(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -14,7 +14,6 @@ from types import MappingProxyType
 
 from agent.gpuset import GpuSelector
 from agent.model import (
-    GPU_RESOURCE,
     MILLI_PER_GPU,
     GpuLink,
     LinkMatrix,
@@ -22,6 +21,7 @@ from agent.model import (
     NvlinkFabric,
     TopoLevel,
 )
+from agent.resource_names import GPU_RESOURCE, mig_resource
 from scheduler.placement import (
     GPU_PRODUCT_LABEL,
     Assignment,
@@ -180,7 +180,7 @@ class Cluster:
         whole = sum(1 for g in inventory.gpus if not g.mig_devices)
         alloc = _allocatable(cpu_milli, memory, whole, 110, 1024 * GIB)
         for _gpu, mig in inventory.mig_devices():
-            res = "nvidia.com/mig-" + mig.resource_suffix
+            res = mig_resource(mig.profile)
             alloc[res] = alloc.get(res, 0) + 1
         all_labels = dict(labels or {})
         if inventory.gpus:

@@ -27,11 +27,16 @@ def node_obj(
 
 
 def bound_pod(
-    name: str, node: str, gpus: int, scheduler: str = "default-scheduler"
+    name: str,
+    node: str,
+    gpus: int,
+    scheduler: str = "default-scheduler",
+    namespace: str = "default",
 ) -> dict[str, Any]:
-    """A pod in `default` bound to `node`, holding `gpus` GPUs, with uid `uid-<name>`."""
+    """A pod in `namespace` bound to `node`, holding `gpus` GPUs, with uid `uid-<name>`."""
     body = pod(
         name,
+        namespace,
         containers=[container(limits={"nvidia.com/gpu": gpus})],
         nodeName=node,
         schedulerName=scheduler,

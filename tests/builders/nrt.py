@@ -12,9 +12,10 @@ from agent.availability import (
     PodResourcesSnapshot,
     compute_availability,
 )
-from agent.model import GPU_RESOURCE, NodeInventory
+from agent.model import NodeInventory
 from agent.nrt.encode import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
+from agent.resource_names import GPU_RESOURCE
 from tests.builders.topology import allocatable_of
 
 

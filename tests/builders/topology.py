@@ -12,8 +12,6 @@ from agent.availability import (
     PodResourcesSnapshot,
 )
 from agent.model import (
-    GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX,
     Gpu,
     GpuUuid,
     LinkMatrix,
@@ -25,6 +23,7 @@ from agent.model import (
     NvlinkFabric,
     parse_cpulist,
 )
+from agent.resource_names import GPU_RESOURCE, mig_resource
 
 
 def gpu_uuid(index: int) -> GpuUuid:
@@ -156,7 +155,7 @@ def allocatable_of(inventory: NodeInventory, cpus: Sequence[int] = ()) -> PodRes
             for m in gpu.mig_devices:
                 grants.append(
                     DeviceGrant(
-                        resource_name=MIG_RESOURCE_PREFIX + m.resource_suffix,
+                        resource_name=mig_resource(m.profile),
                         device_ids=(str(m.uuid),),
                         numa_nodes=numa,
                     )

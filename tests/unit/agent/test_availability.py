@@ -14,9 +14,9 @@ from agent.availability import (
     compute_availability,
 )
 from agent.fingerprint import pods_fingerprint
-from agent.model import GPU_RESOURCE
 from agent.numa_capacity import CPU, HUGEPAGES_2MI, MEMORY, KubeletConfig, numa_capacity
 from agent.quantity import MIB
+from agent.resource_names import GPU_RESOURCE
 from tests.builders.topology import (
     allocatable_of,
     dgx_h100,

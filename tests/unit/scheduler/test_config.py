@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.errors import ConfigError
 from scheduler.config import DEFAULT_CONFIG_PATH, SchedulerConfig, load_config, parse_config
-from scheduler.placement import default_scoring
+from scheduler.placement import Scoring, default_scoring
 
 
 def test_shipped_defaults_match_the_dataclass_and_the_default_scoring():
@@ -24,12 +26,48 @@ def test_shipped_defaults_match_the_dataclass_and_the_default_scoring():
     assert names == [s.name for s in default_scoring().scores]
 
 
+@pytest.mark.parametrize(
+    "field_name", [f.name for f in fields(SchedulerConfig) if f.name != "source"]
+)
+def test_shipped_file_equals_the_dataclass_defaults(field_name: str):
+    shipped = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
+    parsed = parse_config(shipped, source=str(DEFAULT_CONFIG_PATH))
+    assert getattr(parsed, field_name) == getattr(SchedulerConfig(), field_name)
+
+
+def _scoring_settings(scoring: Scoring) -> tuple[object, ...]:
+    weights = tuple((s.name, s.weight) for s in scoring.scores)
+    return weights, scoring.prefer_used_nodes, scoring.candidate_limit
+
+
+def test_version_alone_means_the_shipped_policy(tmp_path: Path):
+    path = tmp_path / "bare.yaml"
+    path.write_text("version: v1\n", encoding="utf-8")
+    bare = load_config(path)
+    no_file = SchedulerConfig()
+    assert _scoring_settings(bare.scoring()) == _scoring_settings(no_file.scoring())
+    assert _scoring_settings(bare.scoring()) == _scoring_settings(load_config().scoring())
+    assert _scoring_settings(bare.scoring()) == _scoring_settings(default_scoring())
+    assert (bare.topology_levels, bare.gang_timeout_seconds, bare.scheduler_name) == (
+        no_file.topology_levels,
+        no_file.gang_timeout_seconds,
+        no_file.scheduler_name,
+    )
+
+
+def test_empty_sections_keep_the_defaults():
+    config = parse_config({"version": "v1", "scoring": {}, "gang": {}})
+    assert config.gang_timeout_seconds == SchedulerConfig().gang_timeout_seconds
+    assert _scoring_settings(config.scoring()) == _scoring_settings(SchedulerConfig().scoring())
+
+
 def test_partial_file_keeps_defaults(tmp_path: Path):
     path = tmp_path / "c.yaml"
     path.write_text("version: v1\nscoring:\n  weights: {binpack: 1}\n", encoding="utf-8")
     config = load_config(path)
     assert dict(config.weights) == {"binpack": 1.0}
-    assert config.prefer_used_nodes is True
+    assert config.prefer_used_nodes is False
+    assert config.candidate_limit == 0
     assert config.leader_elect is None
     assert [s.name for s in config.scoring().scores] == ["binpack"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from agent.availability import compute_availability
 from agent.errors import TopologyDecodeError
-from agent.model import GPU_RESOURCE, GpuLink, NodeInventory, TopoLevel
+from agent.model import GpuLink, NodeInventory, TopoLevel
 from agent.nrt.encode import (
     API_VERSION,
     ATTR_FINGERPRINT,
@@ -19,6 +19,7 @@ from agent.nrt.encode import (
     legacy_topology_policy,
 )
 from agent.numa_capacity import KubeletConfig, numa_capacity
+from agent.resource_names import GPU_RESOURCE
 from tests.builders import openapi
 from tests.builders.topology import (
     INVENTORIES,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from agent.objkey import ObjectKey, object_key
 from scheduler.placement import Decision, PodRequest, default_scoring, pick
 from scheduler.placement.verdict_memo import picker_for
 from scheduler.runtime.cache import ClusterCache
@@ -41,7 +42,7 @@ def test_picker_follows_every_kind_of_cache_change():
     for i in range(6):
         cache.upsert_node(node_obj(f"n{i}", gpus=rng.choice((4, 8))))
     cache.upsert_nrt(make_nrt("n1", dgx_h100(), {("default", "f-n1"): [gpu_uuid(5)]}))
-    assumed: list[str] = []
+    assumed: list[ObjectKey] = []
     for step in range(60):
         roll = rng.random()
         if roll < 0.1:
@@ -57,10 +58,11 @@ def test_picker_follows_every_kind_of_cache_change():
         else:
             obj = ours(f"p{step}", rng.choice((1, 2, 4)))
             cache.upsert_pod(obj)
-            request: PodRequest = cache.pods[f"default/p{step}"].request
+            key = object_key("default", f"p{step}")
+            request: PodRequest = cache.pods[key].request
             expected = pick(request, cache.snapshot, scoring)
             same(picker.decide(request), expected)
             if expected.assignment is not None:
-                cache.assume(request.key, expected.assignment)
-                assumed.append(request.key)
+                cache.assume(key, expected.assignment)
+                assumed.append(key)
     assert assumed

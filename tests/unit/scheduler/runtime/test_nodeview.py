@@ -3,15 +3,11 @@ from __future__ import annotations
 import pytest
 
 from agent.nrt.encode import decode
-from scheduler.placement import Effect, PodRequest
+from agent.objkey import object_key
+from scheduler.placement import Assignment, Effect
 from scheduler.runtime.cache import ClusterCache, parse_group
-from scheduler.runtime.nodeview import (
-    PodOnNode,
-    SelectorCache,
-    build_node_state,
-    is_trusted,
-    parse_node,
-)
+from scheduler.runtime.nodeview import SelectorCache, build_node_state, is_trusted, parse_node
+from scheduler.runtime.podinfo import read_pod
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
 from tests.builders.topology import dgx_h100, gpu_uuid, mig_mixed
@@ -65,8 +61,8 @@ def test_stale_nrt_is_not_trusted():
 
 def test_is_trusted_compares_fingerprints():
     nrt = decode(make_nrt("n1", dgx_h100(), {("ml", "a"): [gpu_uuid(0)]}))
-    a = PodOnNode(PodRequest(key="ml/a", gpus=1), "ml", "a")
-    b = PodOnNode(PodRequest(key="ml/b", gpus=1), "ml", "b")
+    a = read_pod(bound_pod("a", "n1", 1, namespace="ml"), "gputopo-scheduler")
+    b = read_pod(bound_pod("b", "n1", 1, namespace="ml"), "gputopo-scheduler")
     assert is_trusted(nrt, [a])
     assert not is_trusted(nrt, [a, b])
     no_kubelet = decode(make_nrt("n1", dgx_h100(), podresources=False))
@@ -97,15 +93,17 @@ def test_our_assumption_is_kept_and_forgotten():
     del mine["spec"]["nodeName"]
     _, info = cache.upsert_pod(mine)
     assert info.pending
-    from scheduler.placement import Assignment
+    key = object_key("default", "mine")
+    assert info.key == key
 
-    cache.assume("default/mine", Assignment(node="n1", gpus=(6, 7)))
+    cache.assume(key, Assignment(node="n1", gpus=(6, 7)))
     assert cache.snapshot.node("n1").free_whole_gpus() == [0, 1, 2, 3, 4, 5]
     cache.upsert_pod(mine)  # a status update while the bind is in flight keeps the assumption
-    assert cache.pods["default/mine"].node == "n1"
-    assert cache.forget("default/mine")
+    assert cache.pods[key].node == "n1"
+    assert cache.pods[key].assignment == Assignment(node="n1", gpus=(6, 7))
+    assert cache.forget(key)
     assert cache.snapshot.node("n1").free("nvidia.com/gpu") == 8
-    assert cache.pods["default/mine"].pending
+    assert cache.pods[key].pending
 
 
 def test_terminal_pods_free_their_room():

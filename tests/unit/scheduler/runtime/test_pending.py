@@ -2,16 +2,17 @@ from __future__ import annotations
 
 import threading
 
+from agent.objkey import object_key
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from tests.builders.clock import FakeClock
 
 
 def pod(name: str) -> UnitKey:
-    return UnitKey(UnitKind.POD, "default", name)
+    return UnitKey(UnitKind.POD, object_key("default", name))
 
 
 def gang(name: str) -> UnitKey:
-    return UnitKey(UnitKind.GANG, "default", name)
+    return UnitKey(UnitKind.GANG, object_key("default", name))
 
 
 def drain(queue: SchedulingQueue) -> list[UnitKey]:

@@ -6,7 +6,6 @@ from scheduler.placement.request import Effect, Operator
 from scheduler.runtime.podspec import (
     claim_names,
     is_guaranteed,
-    mig_profile,
     pod_group_name,
     pod_request,
     pod_requests,
@@ -202,7 +201,7 @@ def test_malformed_pod_is_a_value_error_naming_the_pod():
         pod_request(body)
 
 
-def test_guaranteed_and_groups_and_mig_names():
+def test_guaranteed_and_groups():
     g = pod(
         containers=[
             container(requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"})
@@ -215,5 +214,3 @@ def test_guaranteed_and_groups_and_mig_names():
     assert not is_guaranteed(burstable)
     assert pod_group_name(pod(labels={"scheduling.x-k8s.io/pod-group": "a"})) == "a"
     assert pod_group_name(pod()) is None
-    assert mig_profile("nvidia.com/mig-3g.40gb") == "3g.40gb"
-    assert mig_profile("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"

@@ -1,0 +1,51 @@
+"""`scheduler/runtime/podinfo.py`: a pod read once at intake, under one key."""
+
+from __future__ import annotations
+
+from agent.objkey import object_key
+from scheduler.runtime.podinfo import parse_time, read_pod
+from tests.builders.pods import container, pod
+
+SCHEDULER = "gputopo-scheduler"
+
+
+def test_the_key_is_built_once_and_shared_with_the_request():
+    body = pod(
+        "train-0",
+        "ml",
+        containers=[container(limits={"nvidia.com/gpu": 2})],
+        labels={"scheduling.x-k8s.io/pod-group": "train"},
+        schedulerName=SCHEDULER,
+    )
+    info = read_pod(body, SCHEDULER)
+    assert info.key == object_key("ml", "train-0")
+    assert info.request.key is info.key
+    assert (info.namespace, info.name, info.group) == ("ml", "train-0", "train")
+    assert info.group_key == object_key("ml", "train")
+    assert (info.pending, info.ours, info.assumed) == (True, True, False)
+    assert info.request.gpus == 2
+
+
+def test_a_pod_without_a_namespace_is_keyed_in_default_everywhere():
+    body = pod("p")
+    body["metadata"]["namespace"] = None
+    info = read_pod(body, SCHEDULER)
+    assert info.key == info.request.key == "default/p"
+
+
+def test_a_malformed_pod_keeps_its_key_and_says_what_is_wrong():
+    info = read_pod(pod("bad", containers=[container(requests={"cpu": "x"})]), SCHEDULER)
+    assert info.error is not None
+    assert "pod default/bad" in info.error
+    assert info.request.key == info.key == "default/bad"
+    assert info.group_key is None
+
+
+def test_bound_foreign_and_finished_pods():
+    body = pod("f", nodeName="n1", schedulerName="default-scheduler")
+    body["status"] = {"phase": "Succeeded"}
+    body["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    info = read_pod(body, SCHEDULER)
+    assert (info.node, info.ours, info.terminal, info.counted) == ("n1", False, True, False)
+    assert info.created == parse_time("2024-01-01T00:00:00Z") > 0
+    assert parse_time("not a time") == parse_time(None) == 0.0

@@ -30,6 +30,10 @@ MILLI_PER_GPU = 1000
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
+# A device's health, as the kubelet's device-plugin API and the NRT's GPU zones both spell it.
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
 
 class MigMode(StrEnum):
     DISABLED = "disabled"

@@ -87,9 +87,6 @@ TOPO_LEGEND: tuple[tuple[str, str], ...] = (
 )
 """The legend `nvidia-smi topo -m` prints under its matrix."""
 
-NRT_NVLINK_BASE = 100
-"""NRT GPU-zone cost: `100 - k` for k NVLinks, `100 + TopoLevel` for PCIe-only pairs."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuLink:
@@ -111,12 +108,6 @@ class GpuLink:
         """0 for an NVLink pair, else PIX 1 … SYS 5."""
         return 0 if self.nvlinks else self.level.distance
 
-    @property
-    def nrt_cost(self) -> int:
-        if self.nvlinks:
-            return NRT_NVLINK_BASE - self.nvlinks
-        return NRT_NVLINK_BASE + int(self.level)
-
     @classmethod
     def from_cell(cls, cell: str) -> GpuLink:
         """Parse a `topo -m` cell (`NV12`, `PIX`, ...); raises ValueError for anything else."""
@@ -128,16 +119,6 @@ class GpuLink:
         raise ValueError(
             f"not a topo -m cell: {cell!r} (expected NV<k>, PIX, PXB, PHB, NODE or SYS)"
         )
-
-    @classmethod
-    def from_nrt_cost(cls, cost: int) -> GpuLink:
-        """Inverse of `nrt_cost`; raises ValueError for values no GpuLink encodes to."""
-        if 0 < cost < NRT_NVLINK_BASE:
-            return cls(nvlinks=NRT_NVLINK_BASE - cost)
-        level = cost - NRT_NVLINK_BASE
-        if level in {lv.value for lv in TopoLevel} and level != TopoLevel.INTERNAL:
-            return cls(level=TopoLevel(level))
-        raise ValueError(f"not a gputopo GPU cost: {cost} (expected 1..99 or 110/120/130/140/150)")
 
 
 @dataclass(frozen=True, slots=True)

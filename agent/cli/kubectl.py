@@ -22,8 +22,8 @@ from typing import Any, NoReturn, TextIO
 
 from agent import logsetup
 from agent.errors import AgentError, TopologyDecodeError
-from agent.model import MIG_RESOURCE_PREFIX, format_cpulist
-from agent.nrt.encode import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
+from agent.model import HEALTHY, MIG_RESOURCE_PREFIX, UNHEALTHY, format_cpulist
+from agent.nrt import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
 from agent.topo_table import render_legend, render_topo_matrix
 
 PROG = "kubectl-gputopo"
@@ -86,8 +86,8 @@ def node_summary(topology: DecodedTopology) -> dict[str, Any]:
 
 def _health_text(unhealthy: Sequence[int], total: int) -> str:
     if not unhealthy:
-        return "Healthy"
-    return f"{len(unhealthy)}/{total} Unhealthy (GPU {format_cpulist(unhealthy)})"
+        return HEALTHY
+    return f"{len(unhealthy)}/{total} {UNHEALTHY} (GPU {format_cpulist(unhealthy)})"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -155,7 +155,7 @@ def render_topo(topology: DecodedTopology) -> str:
             str(g.uuid),
             "N/A" if g.numa_node is None else str(g.numa_node),
             str(island_of[g.index]),
-            "Healthy" if a.healthy else "Unhealthy",
+            HEALTHY if a.healthy else UNHEALTHY,
             _counts_text(a.resources),
         )
         for g, a in zip(inv.gpus, topology.availability.gpus, strict=True)

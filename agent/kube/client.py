@@ -23,7 +23,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from agent.errors import ConfigError, PublishError
 from agent.kube.publisher import FIELD_MANAGER, NodeInfo
-from agent.nrt.encode import GROUP, PLURAL, VERSION
+from agent.nrt import GROUP, PLURAL, VERSION
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"

@@ -23,6 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
+from agent import nrt
 from scheduler.errors import (
     ApiError,
     ConflictError,
@@ -37,7 +38,6 @@ Obj = Mapping[str, Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-NRT_GROUP, NRT_VERSION, NRT_PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {409: ConflictError, 410: GoneError, 404: NotFoundError}
@@ -97,7 +97,7 @@ class Kind:
 
 PODS = Kind("pods")
 NODES = Kind("nodes")
-NRTS = Kind("noderesourcetopologies", NRT_GROUP, NRT_VERSION, NRT_PLURAL)
+NRTS = Kind(nrt.PLURAL, nrt.GROUP, nrt.VERSION, nrt.PLURAL)
 PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.errors import TopologyDecodeError
-from agent.nrt.encode import DecodedTopology, decode
+from agent.nrt import DecodedTopology, decode
 from scheduler.placement import Assignment, PodRequest, Snapshot, TopologyConstraint
 from scheduler.runtime.nodeview import (
     NodeInfo,

@@ -16,7 +16,7 @@ import yaml
 from agent.cli import config as agent_config
 from agent.cli.run import SERVICE_FACTORIES, AgentContext, open_node, start_services, stop_services
 from agent.metrics import AgentMetrics
-from agent.nrt.encode import decode
+from agent.nrt import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.integration.agent.conftest import NODE
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.nrt.encode import decode
+from agent.nrt import decode
 from scheduler.placement import Effect, PodRequest
 from scheduler.runtime.cache import ClusterCache, parse_group
 from scheduler.runtime.nodeview import (

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from agent.availability import PodResourcesSnapshot, allocated_devices
 from agent.errors import AgentError, PublishError
+from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
     NodeState,
@@ -27,7 +28,7 @@ from agent.kube.publisher import (
     TerminalPodFilter,
     TopologySink,
 )
-from agent.metrics import AgentMetrics, MetricsServer, MetricsSnapshot
+from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend

@@ -24,7 +24,7 @@ from importlib import metadata
 
 from agent import logsetup
 from agent.errors import ConfigError
-from agent.metrics import MetricsServer, parse_address
+from agent.httpserver import MetricsServer, parse_address
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.kubeapi.client import NODES, NRTS, PODGROUPS, PODS, KubeClient
 from scheduler.kubeapi.informer import Informer

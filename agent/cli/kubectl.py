@@ -255,7 +255,8 @@ def main(
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     kubeconfig, output, log_format = options(args)
     logsetup.configure(log_format)
-    from agent.kube.client import KubeSink, load_api_client
+    from agent.kube.client import KubeSink
+    from agent.kube.connect import load_api_client
 
     try:
         sink = KubeSink(load_api_client(kubeconfig))

@@ -91,7 +91,8 @@ class StateReader:
 def _sink(ctx: AgentContext) -> TopologySink:
     if ctx.config.dry_run:
         return DryRunSink(sys.stdout)
-    from agent.kube.client import KubeSink, load_api_client
+    from agent.kube.client import KubeSink
+    from agent.kube.connect import load_api_client
 
     return KubeSink(load_api_client(ctx.config.kubeconfig))
 

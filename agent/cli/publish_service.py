@@ -1,5 +1,6 @@
-"""Wiring of the publisher and the metrics into `gputopo-agent run` (CLI wiring: it composes
-`agent` with `deviceplugin`, which only `agent/runner.py` and this module may do).
+"""The topology publisher and the metrics as services of `gputopo-agent run` (built from the
+`AgentContext` by `topology_service` and `metrics_service`). Command wiring: it composes `agent`
+with `deviceplugin` (the kubelet's PodResources, the device plugin's live state).
 
 - `TopologyService`: reads the node state (the device plugin's live inventory and health, the
   kubelet's PodResources) and runs the `Publisher` on its own thread; a watcher pokes it the
@@ -15,9 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.cli.services import AgentContext
 from agent.errors import AgentError, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
@@ -37,9 +38,6 @@ from deviceplugin.podresources import (
     PodResourcesError,
     PodResourcesUnavailableError,
 )
-
-if TYPE_CHECKING:
-    from agent.cli.run import AgentContext
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from agent import logsetup
 from agent.availability import ContainerGrant, DeviceGrant, PodGrant, PodResourcesSnapshot
 from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService
-from agent.cli.run import AgentContext, device_plugin_service, stop_services
+from agent.cli.run import device_plugin_service, stop_services
+from agent.cli.services import AgentContext
 from agent.inventory import discover
 from agent.kube.publisher import NodeInfo
 from agent.metrics import AgentMetrics

@@ -16,8 +16,6 @@ import xxhash
 
 PREFIX = "pfp0"
 VERSION = "v001"
-ATTRIBUTE = "nodeTopologyPodsFingerprint"
-METHOD_ATTRIBUTE = "nodeTopologyPodsFingerprintMethod"
 METHOD_ALL = "all"
 METHOD_WITH_EXCLUSIVE_RESOURCES = "with-exclusive-resources"
 

@@ -1,40 +1,27 @@
-"""Agent metrics on their own registry, and the `/metrics`, `/healthz`, `/readyz` HTTP server.
+"""Agent metrics on their own registry (served by `agent.httpserver.MetricsServer`).
 
-Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` the runner handed in
-(nothing is read from NVML per scrape). The device plugin observes its RPC latency through
+Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` handed in (nothing is
+read from NVML per scrape). The device plugin observes its RPC latency through
 `AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish`.
 Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU labels are `gpu`
-(index), `uuid` and `model`. `MetricsServer` serves the scheduler's registry too.
+(index), `uuid` and `model`.
 """
 
 from __future__ import annotations
 
-import logging
 import platform
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.model import Gpu, NodeInventory
 from agent.nvml.backend import GpuTelemetry
 from agent.quantity import MIB
-
-log = logging.getLogger(__name__)
 
 PREFIX = "gputopo_agent"
 _RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -43,7 +30,7 @@ _PUBLISH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsSnapshot:
-    """What the per-GPU gauges show; the runner replaces it as state changes."""
+    """What the per-GPU gauges show; replaced as the node's state changes."""
 
     inventory: NodeInventory
     unhealthy: frozenset[str] = frozenset()
@@ -183,82 +170,3 @@ class AgentMetrics:
             self.publish_writes.inc()
         else:
             self.publish_failures.inc()
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`:9445` -> ("", 9445); `127.0.0.1:0`; `[::1]:9445`. ValueError names the address."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bad address {address!r}: expected HOST:PORT (port 0 = ephemeral)")
-    return host.strip("[]"), int(port)
-
-
-class MetricsServer:
-    """Serves `/metrics`, `/healthz` and `/readyz` on its own thread; `port` is the bound port.
-
-    The one such server: the agent's and the scheduler's `run` both use it, each with its own
-    registry. `/readyz` answers 200 while `ready()` is true, else 503; `/healthz` the same for
-    `healthy()`.
-    """
-
-    def __init__(
-        self,
-        address: str,
-        registry: CollectorRegistry,
-        *,
-        ready: Callable[[], bool] = lambda: True,
-        healthy: Callable[[], bool] = lambda: True,
-    ) -> None:
-        host, port = parse_address(address)
-        server_class = _V6Server if ":" in host else ThreadingHTTPServer
-        self._http = server_class((host, port), _handler(registry, ready, healthy))
-        self._thread = threading.Thread(
-            target=self._http.serve_forever,
-            kwargs={"poll_interval": 0.05},  # stop() returns promptly
-            name="metrics",
-            daemon=True,
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._http.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        log.info("metrics on port %s", self.port)
-        return self
-
-    def stop(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-
-
-class _V6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-def _handler(
-    registry: CollectorRegistry, ready: Callable[[], bool], healthy: Callable[[], bool]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in {"/healthz", "/readyz"}:
-                ok = (healthy if path == "/healthz" else ready)()
-                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
-            else:
-                self._reply(404, b"not found\n")
-
-        def _reply(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Nothing is logged per scrape."""
-
-    return Handler

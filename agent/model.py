@@ -27,6 +27,10 @@ NodeName = NewType("NodeName", str)
 MILLI_PER_GPU = 1000
 """One whole GPU in milli-GPU shares (the simulator's and time-slicing's unit)."""
 
+# A device's health, as the kubelet's device-plugin API and the NRT's GPU zones both spell it.
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
 
 class MigMode(StrEnum):
     DISABLED = "disabled"
@@ -80,9 +84,6 @@ TOPO_LEGEND: tuple[tuple[str, str], ...] = (
 )
 """The legend `nvidia-smi topo -m` prints under its matrix."""
 
-NRT_NVLINK_BASE = 100
-"""NRT GPU-zone cost: `100 - k` for k NVLinks, `100 + TopoLevel` for PCIe-only pairs."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuLink:
@@ -104,12 +105,6 @@ class GpuLink:
         """0 for an NVLink pair, else PIX 1 … SYS 5."""
         return 0 if self.nvlinks else self.level.distance
 
-    @property
-    def nrt_cost(self) -> int:
-        if self.nvlinks:
-            return NRT_NVLINK_BASE - self.nvlinks
-        return NRT_NVLINK_BASE + int(self.level)
-
     @classmethod
     def from_cell(cls, cell: str) -> GpuLink:
         """Parse a `topo -m` cell (`NV12`, `PIX`, ...); raises ValueError for anything else."""
@@ -121,16 +116,6 @@ class GpuLink:
         raise ValueError(
             f"not a topo -m cell: {cell!r} (expected NV<k>, PIX, PXB, PHB, NODE or SYS)"
         )
-
-    @classmethod
-    def from_nrt_cost(cls, cost: int) -> GpuLink:
-        """Inverse of `nrt_cost`; raises ValueError for values no GpuLink encodes to."""
-        if 0 < cost < NRT_NVLINK_BASE:
-            return cls(nvlinks=NRT_NVLINK_BASE - cost)
-        level = cost - NRT_NVLINK_BASE
-        if level in {lv.value for lv in TopoLevel} and level != TopoLevel.INTERNAL:
-            return cls(level=TopoLevel(level))
-        raise ValueError(f"not a gputopo GPU cost: {cost} (expected 1..99 or 110/120/130/140/150)")
 
 
 @dataclass(frozen=True, slots=True)

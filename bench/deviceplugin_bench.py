@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 
 from agent.inventory import discover
+from agent.model import HEALTHY, UNHEALTHY
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import fake_backend
-from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
 from deviceplugin.plugin import DevicePlugin
 from deviceplugin.settings import PluginSettings
 from deviceplugin.testing.kubelet import KubeletEmulator

@@ -34,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.nrt.encode import decode  # noqa: E402
+from agent.nrt import decode  # noqa: E402
 from agent.nvml.fixture import load_fixture  # noqa: E402
 from deviceplugin.testing.kubelet import KubeletEmulator  # noqa: E402
 from deviceplugin.testing.podresources_server import FakePodResourcesServer  # noqa: E402

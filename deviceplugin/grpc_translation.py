@@ -17,12 +17,12 @@ from typing import Protocol, TypeVar
 import grpc
 
 from agent import logkeys
+from agent.model import HEALTHY, UNHEALTHY
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredRequest
 from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, RequestError
-from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
 from deviceplugin.resources import Resource, is_healthy
 
 logger = logging.getLogger(__name__)

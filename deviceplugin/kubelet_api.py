@@ -7,9 +7,6 @@ from pathlib import Path
 VERSION = "v1beta1"
 """The only API version the kubelet accepts in `RegisterRequest.version`."""
 
-HEALTHY = "Healthy"
-UNHEALTHY = "Unhealthy"
-
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
 """The kubelet's Registration socket, inside the device-plugin directory."""

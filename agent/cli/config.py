@@ -22,6 +22,15 @@ from typing import Any
 import yaml
 
 from agent.errors import ConfigError
+from agent.precedence import (
+    Setting,
+    env_var,
+    first_set,
+    first_value,
+    from_env,
+    from_flag,
+    from_value,
+)
 from deviceplugin.nvidia_config import fold_flags, parse_sharing
 from deviceplugin.settings import (
     DeviceIdStrategy,
@@ -34,7 +43,6 @@ from deviceplugin.settings import (
 
 logger = logging.getLogger(__name__)
 
-ENV_PREFIX = "GPUTOPO_"
 CONFIG_VERSION = "v1"
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
@@ -58,7 +66,7 @@ class _Opt:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.dest.upper()
+        return env_var(self.flag)
 
     @property
     def key(self) -> str:
@@ -168,7 +176,12 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     """Build the configuration; raises ConfigError listing every problem."""
     args = vars(build_parser().parse_args(list(argv)))
     errors: list[str] = []
-    config_path = args.pop("config") or environ.get(ENV_PREFIX + "CONFIG") or path
+    config_path = first_value(
+        from_flag("--config", args.pop("config")),
+        from_env(environ, env_var("--config")),
+        from_value("argument", path),
+        skip_blank=True,
+    )
     file_values, sharing = _read_file(Path(config_path), errors) if config_path else ({}, None)
     raw: dict[str, Any] = {}
     for opt in _OPTIONS:
@@ -233,20 +246,18 @@ def _resolve(
     errors: list[str],
 ) -> Any:  # fmt: skip
     """The option's value from the first source that sets it, converted; problems go to errors."""
-    env = next((e for e in (opt.env, *opt.env_aliases) if e in environ), None)
-    if flag is not None:
-        source, value = f"flag {opt.flag}", flag
-    elif env is not None:
-        source, value = f"environment {env}", environ[env]
-    elif opt.key in file_values:
-        source, value = file_values[opt.key]
-    else:
-        return _convert(opt, opt.default) if opt.default is not None else None
-    try:
-        return _convert(opt, value)
-    except ValueError as exc:
-        errors.append(f"{source}: {exc}")
-        return _convert(opt, opt.default) if opt.default is not None else None
+    in_file = opt.key in file_values
+    found = first_set(
+        from_flag(opt.flag, flag),
+        from_env(environ, opt.env, *opt.env_aliases),
+        Setting(source=file_values[opt.key][0], value=file_values[opt.key][1]) if in_file else None,
+    )
+    if found is not None:
+        try:
+            return _convert(opt, found.value)
+        except ValueError as exc:
+            errors.append(f"{found.source}: {exc}")
+    return _convert(opt, opt.default) if opt.default is not None else None
 
 
 def _convert(opt: _Opt, value: Any) -> Any:

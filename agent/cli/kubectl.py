@@ -22,8 +22,8 @@ from typing import Any, NoReturn, TextIO
 
 from agent import logsetup
 from agent.errors import AgentError, TopologyDecodeError
-from agent.model import format_cpulist
-from agent.nrt.encode import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
+from agent.model import HEALTHY, UNHEALTHY, format_cpulist
+from agent.nrt import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
 from agent.resource_names import MIG_RESOURCE_PREFIX
 from agent.topo_table import render_legend, render_topo_matrix
 
@@ -87,8 +87,8 @@ def node_summary(topology: DecodedTopology) -> dict[str, Any]:
 
 def _health_text(unhealthy: Sequence[int], total: int) -> str:
     if not unhealthy:
-        return "Healthy"
-    return f"{len(unhealthy)}/{total} Unhealthy (GPU {format_cpulist(unhealthy)})"
+        return HEALTHY
+    return f"{len(unhealthy)}/{total} {UNHEALTHY} (GPU {format_cpulist(unhealthy)})"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -156,7 +156,7 @@ def render_topo(topology: DecodedTopology) -> str:
             str(g.uuid),
             "N/A" if g.numa_node is None else str(g.numa_node),
             str(island_of[g.index]),
-            "Healthy" if a.healthy else "Unhealthy",
+            HEALTHY if a.healthy else UNHEALTHY,
             _counts_text(a.resources),
         )
         for g, a in zip(inv.gpus, topology.availability.gpus, strict=True)
@@ -256,7 +256,8 @@ def main(
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     kubeconfig, output, log_format = options(args)
     logsetup.configure(log_format)
-    from agent.kube.client import KubeSink, load_api_client
+    from agent.kube.client import KubeSink
+    from agent.kube.connect import load_api_client
 
     try:
         sink = KubeSink(load_api_client(kubeconfig))

@@ -15,6 +15,7 @@ from agent.errors import AgentError, NvmlUnavailable
 from agent.inventory import load_inventory
 from agent.model import NodeInventory
 from agent.nvml.fixture import builtin_names
+from agent.precedence import Setting, env_var, first_value, from_env
 
 
 def source_parser(
@@ -22,12 +23,17 @@ def source_parser(
 ) -> argparse.ArgumentParser:
     """A parser with `--nvml-fixture`, `--host-root` and `--log-format` (defaults from
     GPUTOPO_<FLAG> in `environ`, the process environment when None)."""
-    env = os.environ if environ is None else environ
+    variables = os.environ if environ is None else environ
+
+    def env(flag: str) -> Setting | None:
+        """GPUTOPO_<FLAG>, the flag's default; one set to "" counts as unset."""
+        return from_env(variables, env_var(flag), blank_is_unset=True)
+
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--nvml-fixture",
         metavar="NAME|PATH",
-        default=env.get("GPUTOPO_NVML_FIXTURE") or None,
+        default=first_value(env("--nvml-fixture")),
         help="answer from a fake NVML fixture instead of the driver "
         f"(built-in: {', '.join(builtin_names())})",
     )
@@ -35,13 +41,13 @@ def source_parser(
         "--host-root",
         metavar="PATH",
         type=Path,
-        default=Path(env.get("GPUTOPO_HOST_ROOT") or "/"),
+        default=Path(first_value(env("--host-root"), default="/")),
         help="where /sys is read (default: /)",
     )
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),
-        default=env.get("GPUTOPO_LOG_FORMAT") or "text",
+        default=first_value(env("--log-format"), default="text"),
         help="log line format on stderr (default: text)",
     )
     return parser

@@ -1,5 +1,6 @@
-"""Wiring of the publisher and the metrics into `gputopo-agent run` (CLI wiring: it composes
-`agent` with `deviceplugin`, which only `agent/runner.py` and this module may do).
+"""The topology publisher and the metrics as services of `gputopo-agent run` (built from the
+`AgentContext` by `topology_service` and `metrics_service`). Command wiring: it composes `agent`
+with `deviceplugin` (the kubelet's PodResources, the device plugin's live state).
 
 - `TopologyService`: reads the node state (the device plugin's live inventory and health, the
   kubelet's PodResources) and runs the `Publisher` on its own thread; a watcher pokes it the
@@ -15,10 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.cli.services import AgentContext
 from agent.errors import AgentError, PublishError
+from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
     NodeState,
@@ -27,7 +29,7 @@ from agent.kube.publisher import (
     TerminalPodFilter,
     TopologySink,
 )
-from agent.metrics import AgentMetrics, MetricsServer, MetricsSnapshot
+from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
@@ -36,9 +38,6 @@ from deviceplugin.podresources import (
     PodResourcesError,
     PodResourcesUnavailableError,
 )
-
-if TYPE_CHECKING:
-    from agent.cli.run import AgentContext
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,8 @@ class StateReader:
 def _sink(ctx: AgentContext) -> TopologySink:
     if ctx.config.dry_run:
         return DryRunSink(sys.stdout)
-    from agent.kube.client import KubeSink, load_api_client
+    from agent.kube.client import KubeSink
+    from agent.kube.connect import load_api_client
 
     return KubeSink(load_api_client(ctx.config.kubeconfig))
 

@@ -3,10 +3,10 @@
 Loads the configuration, opens NVML (or the fake for `--nvml-fixture`), discovers the node, then
 starts the services in order and waits for SIGTERM/SIGINT; services stop in reverse order.
 
-A service is anything with `name`, `start()` and `stop()`. `SERVICE_FACTORIES` builds them from
-the `AgentContext`, in order; a factory returns None when its service is switched off. The device
-plugin is first (its `device_state` and live `inventory` are on the context for the services after
-it); the topology publisher, node labels and metrics server are appended after it.
+`SERVICE_FACTORIES` builds the services (`agent.cli.services.Service`) from the `AgentContext`, in
+order; a factory returns None when its service is switched off. The device plugin is first (its
+`device_state` and live `inventory` are on the context for the services after it); the topology
+publisher with the node labels (`agent.cli.publish_service`) and the metrics server follow.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from types import FrameType
-from typing import Protocol
 
 from agent import logsetup
 from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
 from agent.cli.publish_service import metrics_service, topology_service
+from agent.cli.services import AgentContext, Service, ServiceFactory
 from agent.errors import AgentError, ConfigError
-from agent.kube.publisher import Publisher
 from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
@@ -36,31 +34,6 @@ from deviceplugin.plugin import DevicePlugin
 logger = logging.getLogger(__name__)
 
 PROG = "gputopo-agent run"
-
-
-class Service(Protocol):
-    name: str
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-@dataclass(slots=True)
-class AgentContext:
-    """What the service factories build from; filled in as services are created."""
-
-    config: AgentConfig
-    backend: NvmlBackend
-    inventory: NodeInventory
-    stop: threading.Event
-    device_plugin: DevicePlugin | None = None
-    metrics: AgentMetrics | None = None
-    publisher: Publisher | None = None
-    services: list[Service] = field(default_factory=list)
-
-
-ServiceFactory = Callable[[AgentContext], Service | None]
 
 
 def device_plugin_service(ctx: AgentContext) -> Service | None:

@@ -1,10 +1,10 @@
-"""The agent's Kubernetes API edge: the only module of `agent/` that imports `kubernetes`.
+"""The agent's Kubernetes API calls, over the real client (credentials: `agent.kube.connect`).
 
-`KubeSink` is the publisher's `TopologySink` over the real client (server-side apply of the NRT
-object, merge patches of node labels, the node's pod phases for the terminal-pod filter);
-`load_api_client` finds credentials for the agent and `kubectl gputopo`. Every failure becomes
-`PublishError` with the object and the HTTP status, so callers retry without knowing the client.
-Responses are read as plain JSON (`_preload_content=False`): no client model objects leave here.
+`KubeSink` is the publisher's `TopologySink` (server-side apply of the NRT object, merge patches
+of node labels, the node's pod phases for the terminal-pod filter), also used by `kubectl gputopo`.
+Every failure becomes `PublishError` with the object and the HTTP status, so callers retry without
+knowing the client. Responses are read as plain JSON (`_preload_content=False`): no client model
+objects leave here.
 """
 
 from __future__ import annotations
@@ -13,39 +13,18 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
-import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
-from agent.errors import ConfigError, PublishError
+from agent.errors import PublishError
+from agent.kube.connect import TRANSPORT_ERRORS, read_or_none
 from agent.kube.publisher import FIELD_MANAGER, NodeInfo
-from agent.nrt.encode import GROUP, PLURAL, VERSION
+from agent.nrt import GROUP, PLURAL, VERSION
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
-
-
-def load_api_client(kubeconfig: str | Path | None = None) -> client.ApiClient:
-    """`kubeconfig` when given; else in-cluster, then `~/.kube/config`. ConfigError says why not."""
-    configuration = client.Configuration()
-    try:
-        if kubeconfig:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), client_configuration=configuration
-            )
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except ConfigException:
-                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or "in-cluster or ~/.kube/config"
-        raise ConfigError(f"no usable Kubernetes credentials ({where}): {exc}") from None
-    return client.ApiClient(configuration)
 
 
 @contextmanager
@@ -55,7 +34,7 @@ def api_errors(what: str) -> Iterator[None]:
         yield
     except ApiException as exc:
         raise PublishError(f"{what}: HTTP {exc.status} {exc.reason}".rstrip()) from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+    except TRANSPORT_ERRORS as exc:
         raise PublishError(f"{what}: API server unreachable ({type(exc).__name__})") from None
 
 
@@ -67,12 +46,8 @@ def _json(response: Any) -> dict[str, Any]:
 def _read_or_none(what: str, call: Callable[[], Any]) -> dict[str, Any] | None:
     """The JSON body of a GET, or None on 404."""
     with api_errors(what):
-        try:
-            return _json(call())
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        response = read_or_none(call)
+        return None if response is None else _json(response)
 
 
 class KubeSink:

@@ -31,7 +31,7 @@ from agent.errors import PublishError
 from agent.labels import gfd_labels, label_patch
 from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
-from agent.nrt.encode import encode
+from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Decoder half of the NRT codec (`agent.nrt.encode.decode` calls `decode_object`).
+"""Decoder half of the NRT codec: a NodeResourceTopology object -> `DecodedTopology`.
 
 Reads an object `agent.nrt.encode` wrote back into an inventory, per-GPU and per-NUMA counts and the
 attributes. Anything else (another producer's object, a hand-edited one, a different schema) raises
@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from agent.availability import Availability, GpuAvailability, NumaAvailability, ResourceCounts
 from agent.errors import TopologyDecodeError
 from agent.model import (
+    HEALTHY,
+    UNHEALTHY,
     Gpu,
     GpuLink,
     GpuUuid,
@@ -28,106 +30,86 @@ from agent.model import (
     NvlinkFabric,
     parse_cpulist,
 )
-from agent.nrt.encode import (
+from agent.nrt.fields import FieldReader
+from agent.nrt.wire import (
     API_VERSION,
     ATTR_CUDA,
     ATTR_DRIVER,
     ATTR_FABRIC,
     ATTR_FINGERPRINT,
     ATTR_FINGERPRINT_METHOD,
+    ATTR_POLICY,
     ATTR_SCHEMA,
+    ATTR_SCOPE,
     ATTR_SOURCE,
+    GPU_ATTR_COMPUTE_CAPABILITY,
+    GPU_ATTR_HEALTH,
+    GPU_ATTR_MEMORY_MIB,
+    GPU_ATTR_MIG_DEVICES,
+    GPU_ATTR_MIG_LAYOUT,
+    GPU_ATTR_MIG_MODE,
+    GPU_ATTR_MINOR,
+    GPU_ATTR_PCI_BUS_ID,
+    GPU_ATTR_PRODUCT,
+    GPU_ATTR_UUID,
     GPU_PREFIX,
-    HEALTHY,
     KIND,
+    NODE_ATTR_CPUS,
     NODE_PREFIX,
     SCHEMA_VERSION,
-    UNHEALTHY,
     ZONE_GPU,
     ZONE_NODE,
-    DecodedTopology,
+    gpu_zone_name,
+    link_of_cost,
+    node_zone_name,
 )
 from agent.numa_capacity import HUGEPAGE_BYTES, MEMORY
-from agent.quantity import MIB, resource_units
+from agent.quantity import MIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodedTopology:
+    """What a NodeResourceTopology written by gputopo says about its node."""
+
+    node_name: str
+    inventory: NodeInventory
+    availability: Availability
+    attributes: Mapping[str, str]
+
+    @property
+    def topology_manager_policy(self) -> str:
+        return self.attributes.get(ATTR_POLICY, "none")
+
+    @property
+    def topology_manager_scope(self) -> str:
+        return self.attributes.get(ATTR_SCOPE, "container")
+
+    @property
+    def fingerprint(self) -> str:
+        return self.availability.fingerprint
+
+    def gpu_counts(self, index: int) -> Mapping[str, ResourceCounts]:
+        """The resources of GPU zone `gpu-<index>` by name."""
+        return {r.name: r for r in self.availability.gpus[index].resources}
+
+    def numa_counts(self, numa_id: int) -> Mapping[str, ResourceCounts]:
+        """The resources of zone `node-<numa_id>` by name (empty for an unknown NUMA node)."""
+        found = next((n for n in self.availability.numa if n.numa_id == numa_id), None)
+        return {r.name: r for r in found.resources} if found else {}
+
 
 _LAYOUT_RE = re.compile(
     r"^(?P<profile>[0-9]+g\.[0-9]+gb(?:\+[a-z]+)?)@(?P<start>[0-9]+):(?P<size>[0-9]+)$"
 )
-_GPU_ATTRS = ("uuid", "pciBusId", "product", "memoryMiB", "computeCapability", "migMode", "health")
-
-
-@dataclass(frozen=True, slots=True)
-class _Reader:
-    """Typed access to the raw object; every failure names the node and the field."""
-
-    node: str
-
-    def fail(self, field: str, reason: str) -> NoReturn:
-        raise TopologyDecodeError(self.node, field, reason)
-
-    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            self.fail(field, f"expected an object, got {type(value).__name__}")
-        return value
-
-    def items(self, value: object, field: str) -> Sequence[Any]:
-        if not isinstance(value, list):
-            self.fail(field, f"expected a list, got {type(value).__name__}")
-        return value
-
-    def text(self, value: object, field: str) -> str:
-        if not isinstance(value, str):
-            self.fail(field, f"expected a string, got {type(value).__name__}")
-        return value
-
-    def integer(self, value: object, field: str, *, minimum: int = 0) -> int:
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.fail(field, f"expected an integer >= {minimum}, got {value!r}")
-        return value
-
-    def suffix_id(self, name: str, prefix: str, field: str) -> int:
-        tail = name[len(prefix) :]
-        if not name.startswith(prefix) or not tail.isdigit():
-            self.fail(field, f"zone name {name!r} is not {prefix}<number>")
-        return int(tail)
-
-    def attributes(self, value: object, field: str) -> dict[str, str]:
-        """name -> value; the first entry wins for a duplicated name (as the Go helper does)."""
-        out: dict[str, str] = {}
-        for pos, raw in enumerate(self.items(value if value is not None else [], field)):
-            entry = self.mapping(raw, f"{field}[{pos}]")
-            name = self.text(entry.get("name"), f"{field}[{pos}].name")
-            out.setdefault(name, self.text(entry.get("value"), f"{field}[{pos}].value"))
-        return out
-
-    def resources(self, value: object, field: str) -> tuple[ResourceCounts, ...]:
-        out = []
-        for pos, raw in enumerate(self.items(value if value is not None else [], field)):
-            entry = self.mapping(raw, f"{field}[{pos}]")
-            name = self.text(entry.get("name"), f"{field}[{pos}].name")
-            amounts = [self.quantity(name, entry.get(k), f"{field}[{pos}].{k}") for k in _AMOUNTS]
-            out.append(
-                ResourceCounts(
-                    name=name, capacity=amounts[0], allocatable=amounts[1], available=amounts[2]
-                )
-            )
-        return tuple(out)
-
-    def quantity(self, name: str, value: object, field: str) -> int:
-        if value is None:
-            self.fail(field, "is required")
-        try:
-            amount = resource_units(name, value)
-        except ValueError as exc:
-            self.fail(field, str(exc))
-        if amount < 0:
-            self.fail(field, f"negative quantity {value!r}")
-        return amount
-
-
-_AMOUNTS = ("capacity", "allocatable", "available")
+_REQUIRED_GPU_ATTRS = (
+    GPU_ATTR_UUID,
+    GPU_ATTR_PCI_BUS_ID,
+    GPU_ATTR_PRODUCT,
+    GPU_ATTR_MEMORY_MIB,
+    GPU_ATTR_COMPUTE_CAPABILITY,
+    GPU_ATTR_MIG_MODE,
+    GPU_ATTR_HEALTH,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,10 +123,10 @@ class _Zone:
         return f"zones[{self.pos}] ({self.name})"
 
 
-def decode_object(obj: object) -> DecodedTopology:
-    """See `agent.nrt.encode.decode`."""
+def decode(obj: object) -> DecodedTopology:
+    """Read an NRT object written by `encode`; TopologyDecodeError names the node and field."""
     node = _node_name(obj)
-    r = _Reader(node)
+    r = FieldReader(node)
     doc = r.mapping(obj, "(object)")
     if doc.get("kind") != KIND:
         r.fail("kind", f"expected {KIND}, got {doc.get('kind')!r}")
@@ -179,7 +161,7 @@ def _node_name(obj: object) -> str:
     return name
 
 
-def _split_zones(r: _Reader, value: object) -> tuple[list[_Zone], list[_Zone]]:
+def _split_zones(r: FieldReader, value: object) -> tuple[list[_Zone], list[_Zone]]:
     """Node and GPU zones, each sorted by number; other zone types are ignored."""
     nodes: dict[int, _Zone] = {}
     gpus: dict[int, _Zone] = {}
@@ -206,16 +188,16 @@ def _split_zones(r: _Reader, value: object) -> tuple[list[_Zone], list[_Zone]]:
 
 
 def _decode_numa(
-    r: _Reader, zones: Sequence[_Zone]
+    r: FieldReader, zones: Sequence[_Zone]
 ) -> tuple[tuple[NumaNode, ...], tuple[NumaAvailability, ...]]:
     ids = [int(z.name[len(NODE_PREFIX) :]) for z in zones]
     nodes, counts = [], []
     for numa_id, zone in zip(ids, zones, strict=True):
         attrs = r.attributes(zone.raw.get("attributes"), f"{zone.field}.attributes")
         try:
-            cpus = parse_cpulist(attrs.get("cpus", ""))
+            cpus = parse_cpulist(attrs.get(NODE_ATTR_CPUS, ""))
         except ValueError as exc:
-            r.fail(f"{zone.field}.attributes.cpus", str(exc))
+            r.fail(f"{zone.field}.attributes.{NODE_ATTR_CPUS}", str(exc))
         resources = r.resources(zone.raw.get("resources"), f"{zone.field}.resources")
         by_name = {res.name: res.capacity for res in resources}
         hugepages = tuple(
@@ -236,17 +218,17 @@ def _decode_numa(
     return tuple(nodes), tuple(counts)
 
 
-def _distances(r: _Reader, zone: _Zone, ids: Sequence[int]) -> tuple[int, ...]:
+def _distances(r: FieldReader, zone: _Zone, ids: Sequence[int]) -> tuple[int, ...]:
     costs = _costs(r, zone)
     if not costs:
         return ()
-    missing = [i for i in ids if f"{NODE_PREFIX}{i}" not in costs]
+    missing = [i for i in ids if node_zone_name(i) not in costs]
     if missing:
-        r.fail(f"{zone.field}.costs", f"no cost to {NODE_PREFIX}{missing[0]}")
-    return tuple(costs[f"{NODE_PREFIX}{i}"] for i in ids)
+        r.fail(f"{zone.field}.costs", f"no cost to {node_zone_name(missing[0])}")
+    return tuple(costs[node_zone_name(i)] for i in ids)
 
 
-def _costs(r: _Reader, zone: _Zone) -> dict[str, int]:
+def _costs(r: FieldReader, zone: _Zone) -> dict[str, int]:
     out: dict[str, int] = {}
     field = f"{zone.field}.costs"
     for pos, raw in enumerate(r.items(zone.raw.get("costs") or [], field)):
@@ -257,43 +239,44 @@ def _costs(r: _Reader, zone: _Zone) -> dict[str, int]:
 
 
 def _decode_gpus(
-    r: _Reader, zones: Sequence[_Zone], numa_ids: set[int]
+    r: FieldReader, zones: Sequence[_Zone], numa_ids: set[int]
 ) -> tuple[tuple[Gpu, ...], tuple[GpuAvailability, ...]]:
     gpus, counts = [], []
     for index, zone in enumerate(zones):
         field = f"{zone.field}.attributes"
         attrs = r.attributes(zone.raw.get("attributes"), field)
-        missing = [a for a in _GPU_ATTRS if a not in attrs]
+        missing = [a for a in _REQUIRED_GPU_ATTRS if a not in attrs]
         if missing:
             r.fail(f"{field}.{missing[0]}", "is required")
-        if attrs["health"] not in {HEALTHY, UNHEALTHY}:
-            r.fail(f"{field}.health", f"expected {HEALTHY} or {UNHEALTHY}, got {attrs['health']!r}")
+        health = attrs[GPU_ATTR_HEALTH]
+        if health not in {HEALTHY, UNHEALTHY}:
+            r.fail(
+                f"{field}.{GPU_ATTR_HEALTH}", f"expected {HEALTHY} or {UNHEALTHY}, got {health!r}"
+            )
         try:
-            mig_mode = MigMode(attrs["migMode"])
+            mig_mode = MigMode(attrs[GPU_ATTR_MIG_MODE])
         except ValueError:
-            r.fail(f"{field}.migMode", f"unknown MIG mode {attrs['migMode']!r}")
+            r.fail(f"{field}.{GPU_ATTR_MIG_MODE}", f"unknown MIG mode {attrs[GPU_ATTR_MIG_MODE]!r}")
         gpus.append(
             Gpu(
                 index=index,
-                uuid=GpuUuid(attrs["uuid"]),
-                product=attrs["product"],
-                memory_mib=r.integer(attrs["memoryMiB"], f"{field}.memoryMiB"),
-                pci_bus_id=attrs["pciBusId"],
-                minor=r.integer(attrs.get("minor", str(index)), f"{field}.minor"),
+                uuid=GpuUuid(attrs[GPU_ATTR_UUID]),
+                product=attrs[GPU_ATTR_PRODUCT],
+                memory_mib=r.integer(attrs[GPU_ATTR_MEMORY_MIB], f"{field}.{GPU_ATTR_MEMORY_MIB}"),
+                pci_bus_id=attrs[GPU_ATTR_PCI_BUS_ID],
+                minor=r.integer(attrs.get(GPU_ATTR_MINOR, str(index)), f"{field}.{GPU_ATTR_MINOR}"),
                 numa_node=_parent(r, zone, numa_ids),
-                compute_capability=attrs["computeCapability"],
+                compute_capability=attrs[GPU_ATTR_COMPUTE_CAPABILITY],
                 mig_mode=mig_mode,
                 mig_devices=_mig_devices(r, attrs, field),
             )
         )
         resources = r.resources(zone.raw.get("resources"), f"{zone.field}.resources")
-        counts.append(
-            GpuAvailability(index=index, healthy=attrs["health"] == HEALTHY, resources=resources)
-        )
+        counts.append(GpuAvailability(index=index, healthy=health == HEALTHY, resources=resources))
     return tuple(gpus), tuple(counts)
 
 
-def _parent(r: _Reader, zone: _Zone, numa_ids: set[int]) -> int | None:
+def _parent(r: FieldReader, zone: _Zone, numa_ids: set[int]) -> int | None:
     parent = zone.raw.get("parent")
     if parent is None:
         return None
@@ -304,20 +287,27 @@ def _parent(r: _Reader, zone: _Zone, numa_ids: set[int]) -> int | None:
     return numa_id
 
 
-def _mig_devices(r: _Reader, attrs: Mapping[str, str], field: str) -> tuple[MigDevice, ...]:
-    layout = [p for p in attrs.get("migLayout", "").split(",") if p]
-    devices = [p for p in attrs.get("migDevices", "").split(",") if p]
+def _mig_devices(r: FieldReader, attrs: Mapping[str, str], field: str) -> tuple[MigDevice, ...]:
+    layout = [p for p in attrs.get(GPU_ATTR_MIG_LAYOUT, "").split(",") if p]
+    devices = [p for p in attrs.get(GPU_ATTR_MIG_DEVICES, "").split(",") if p]
     if len(layout) != len(devices):
-        r.fail(f"{field}.migDevices", f"lists {len(devices)} devices for a layout of {len(layout)}")
+        r.fail(
+            f"{field}.{GPU_ATTR_MIG_DEVICES}",
+            f"lists {len(devices)} devices for a layout of {len(layout)}",
+        )
     out = []
     for pos, (slot, device) in enumerate(zip(layout, devices, strict=True)):
         match = _LAYOUT_RE.match(slot)
         if match is None:
-            r.fail(f"{field}.migLayout", f"entry {pos} {slot!r} is not <profile>@<start>:<size>")
+            r.fail(
+                f"{field}.{GPU_ATTR_MIG_LAYOUT}",
+                f"entry {pos} {slot!r} is not <profile>@<start>:<size>",
+            )
         parts = device.split(":")
         if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
             r.fail(
-                f"{field}.migDevices", f"entry {pos} {device!r} is not <uuid>:<gi>:<ci>:<memoryMiB>"
+                f"{field}.{GPU_ATTR_MIG_DEVICES}",
+                f"entry {pos} {device!r} is not <uuid>:<gi>:<ci>:<memoryMiB>",
             )
         out.append(
             MigDevice(
@@ -333,7 +323,7 @@ def _mig_devices(r: _Reader, attrs: Mapping[str, str], field: str) -> tuple[MigD
     return tuple(out)
 
 
-def _decode_links(r: _Reader, zones: Sequence[_Zone]) -> LinkMatrix:
+def _decode_links(r: FieldReader, zones: Sequence[_Zone]) -> LinkMatrix:
     rows: list[tuple[GpuLink | None, ...]] = []
     for i, zone in enumerate(zones):
         costs = _costs(r, zone)
@@ -342,12 +332,13 @@ def _decode_links(r: _Reader, zones: Sequence[_Zone]) -> LinkMatrix:
             if i == j:
                 row.append(None)
                 continue
-            if f"{GPU_PREFIX}{j}" not in costs:
-                r.fail(f"{zone.field}.costs", f"no cost to {GPU_PREFIX}{j}")
+            other = gpu_zone_name(j)
+            if other not in costs:
+                r.fail(f"{zone.field}.costs", f"no cost to {other}")
             try:
-                row.append(GpuLink.from_nrt_cost(costs[f"{GPU_PREFIX}{j}"]))
+                row.append(link_of_cost(costs[other]))
             except ValueError as exc:
-                r.fail(f"{zone.field}.costs", f"to {GPU_PREFIX}{j}: {exc}")
+                r.fail(f"{zone.field}.costs", f"to {other}: {exc}")
         rows.append(tuple(row))
     try:
         return LinkMatrix(tuple(rows))
@@ -356,7 +347,7 @@ def _decode_links(r: _Reader, zones: Sequence[_Zone]) -> LinkMatrix:
 
 
 def _inventory(
-    r: _Reader,
+    r: FieldReader,
     attrs: Mapping[str, str],
     gpus: tuple[Gpu, ...],
     links: LinkMatrix,

@@ -1,83 +1,62 @@
-"""NodeResourceTopology (topology.node.k8s.io/v1alpha2) codec: the node's GPUs, NUMA nodes and
-what is free, both ways. Pure: dicts in and out, no Kubernetes client.
+"""Encoder half of the NRT codec: a node's inventory and what is free on it -> its
+NodeResourceTopology object (a plain dict; no Kubernetes client).
 
-Object shape (DESIGN.md §5)::
+Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
 
     zones  node-<N>  type Node   costs = SLIT distances; cpu, memory, hugepages-*, nvidia.com/*
            gpu-<i>   type GPU    parent node-<N>; attributes uuid, pciBusId, product, ...;
-                                 costs to every other GPU zone (GpuLink.nrt_cost); its resources
+                                 costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
                 gputopo.io/{schema,driverVersion,cudaDriverVersion,nvlinkFabric,nvlinkIslands,
                 allocationSource,gpuCount,gpusFree}
 
-Quantities are written as strings (cpu as `"112"` or `"111500m"`, memory and hugepages in bytes).
-`decode` reads them back losslessly into a `DecodedTopology` (an inventory, per-GPU and per-NUMA
-counts, attributes) and raises `TopologyDecodeError` naming the node and field for anything else.
-The decoder lives in `agent.nrt.decode`; both are re-exported here.
+Quantities are written as strings (cpu as `"112"` or `"111500m"`, memory and hugepages in bytes),
+so that `agent.nrt.decode` reads them back losslessly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from agent.availability import Availability, GpuAvailability, ResourceCounts
-from agent.fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
-from agent.fingerprint import METHOD_ATTRIBUTE as FINGERPRINT_METHOD_ATTRIBUTE
-from agent.model import Gpu, NodeInventory, NumaNode
+from agent.model import HEALTHY, UNHEALTHY, Gpu, NodeInventory, NumaNode
+from agent.nrt.wire import (
+    API_VERSION,
+    ATTR_CUDA,
+    ATTR_DRIVER,
+    ATTR_FABRIC,
+    ATTR_FINGERPRINT,
+    ATTR_FINGERPRINT_METHOD,
+    ATTR_GPU_COUNT,
+    ATTR_GPUS_FREE,
+    ATTR_ISLANDS,
+    ATTR_POLICY,
+    ATTR_SCHEMA,
+    ATTR_SCOPE,
+    ATTR_SOURCE,
+    GPU_ATTR_COMPUTE_CAPABILITY,
+    GPU_ATTR_HEALTH,
+    GPU_ATTR_MEMORY_MIB,
+    GPU_ATTR_MIG_DEVICES,
+    GPU_ATTR_MIG_LAYOUT,
+    GPU_ATTR_MIG_MODE,
+    GPU_ATTR_MINOR,
+    GPU_ATTR_NVLINK_ISLAND,
+    GPU_ATTR_PCI_BUS_ID,
+    GPU_ATTR_PRODUCT,
+    GPU_ATTR_UUID,
+    KIND,
+    NODE_ATTR_CPUS,
+    SCHEMA_VERSION,
+    ZONE_GPU,
+    ZONE_NODE,
+    gpu_cost,
+    gpu_zone_name,
+    legacy_topology_policy,
+    node_zone_name,
+)
 from agent.numa_capacity import CPU
 from agent.quantity import format_milli
-
-GROUP = "topology.node.k8s.io"
-VERSION = "v1alpha2"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "NodeResourceTopology"
-PLURAL = "noderesourcetopologies"
-SCHEMA_VERSION = "v1"
-
-ZONE_NODE = "Node"
-ZONE_GPU = "GPU"
-NODE_PREFIX = "node-"
-GPU_PREFIX = "gpu-"
-
-ATTR_POLICY = "topologyManagerPolicy"
-ATTR_SCOPE = "topologyManagerScope"
-ATTR_FINGERPRINT = FINGERPRINT_ATTRIBUTE
-ATTR_FINGERPRINT_METHOD = FINGERPRINT_METHOD_ATTRIBUTE
-ATTR_SCHEMA = "gputopo.io/schema"
-ATTR_DRIVER = "gputopo.io/driverVersion"
-ATTR_CUDA = "gputopo.io/cudaDriverVersion"
-ATTR_FABRIC = "gputopo.io/nvlinkFabric"
-ATTR_ISLANDS = "gputopo.io/nvlinkIslands"
-ATTR_SOURCE = "gputopo.io/allocationSource"
-ATTR_GPU_COUNT = "gputopo.io/gpuCount"
-ATTR_GPUS_FREE = "gputopo.io/gpusFree"
-
-HEALTHY = "Healthy"
-UNHEALTHY = "Unhealthy"
-
-_LEGACY_POLICY = {
-    "single-numa-node": "SingleNUMANode",
-    "restricted": "Restricted",
-    "best-effort": "BestEffort",
-}
-
-
-def node_zone_name(numa_id: int) -> str:
-    return f"{NODE_PREFIX}{numa_id}"
-
-
-def gpu_zone_name(index: int) -> str:
-    return f"{GPU_PREFIX}{index}"
-
-
-def legacy_topology_policy(policy: str, scope: str) -> str:
-    """The deprecated `topologyPolicies` value (`SingleNUMANodePodLevel`, `None`, ...)."""
-    base = _LEGACY_POLICY.get(policy)
-    if base is None:
-        return "None"
-    return base + ("PodLevel" if scope == "pod" else "ContainerLevel")
 
 
 def _quantity(name: str, value: int) -> str:
@@ -111,32 +90,32 @@ def _node_zone(
             for pos, other in enumerate(numa_ids)
             if pos < len(node.distances)
         ]
-    zone["attributes"] = _attrs([("cpus", node.cpulist)])
+    zone["attributes"] = _attrs([(NODE_ATTR_CPUS, node.cpulist)])
     zone["resources"] = _resources(counts)
     return zone
 
 
 def _gpu_attributes(gpu: Gpu, island: int, healthy: bool) -> list[tuple[str, str]]:
     pairs = [
-        ("uuid", str(gpu.uuid)),
-        ("pciBusId", gpu.pci_bus_id),
-        ("product", gpu.product),
-        ("memoryMiB", str(gpu.memory_mib)),
-        ("computeCapability", gpu.compute_capability),
-        ("minor", str(gpu.minor)),
-        ("migMode", str(gpu.mig_mode)),
+        (GPU_ATTR_UUID, str(gpu.uuid)),
+        (GPU_ATTR_PCI_BUS_ID, gpu.pci_bus_id),
+        (GPU_ATTR_PRODUCT, gpu.product),
+        (GPU_ATTR_MEMORY_MIB, str(gpu.memory_mib)),
+        (GPU_ATTR_COMPUTE_CAPABILITY, gpu.compute_capability),
+        (GPU_ATTR_MINOR, str(gpu.minor)),
+        (GPU_ATTR_MIG_MODE, str(gpu.mig_mode)),
     ]
     if gpu.mig_devices:
         ordered = sorted(gpu.mig_devices, key=lambda m: (m.start, m.gi_id, m.ci_id))
-        pairs.append(("migLayout", gpu.mig_layout))
+        pairs.append((GPU_ATTR_MIG_LAYOUT, gpu.mig_layout))
         pairs.append(
             (
-                "migDevices",
+                GPU_ATTR_MIG_DEVICES,
                 ",".join(f"{m.uuid}:{m.gi_id}:{m.ci_id}:{m.memory_mib}" for m in ordered),
             )
         )
-    pairs.append(("nvlinkIsland", str(island)))
-    pairs.append(("health", HEALTHY if healthy else UNHEALTHY))
+    pairs.append((GPU_ATTR_NVLINK_ISLAND, str(island)))
+    pairs.append((GPU_ATTR_HEALTH, HEALTHY if healthy else UNHEALTHY))
     return pairs
 
 
@@ -150,7 +129,7 @@ def _gpu_zone(
     costs = [
         {
             "name": gpu_zone_name(other.index),
-            "value": inventory.links.link(gpu.index, other.index).nrt_cost,
+            "value": gpu_cost(inventory.links.link(gpu.index, other.index)),
         }
         for other in inventory.gpus
         if other.index != gpu.index
@@ -223,41 +202,3 @@ def encode(
         "zones": zones,
         "attributes": _attrs(_top_attributes(inventory, availability, policy, scope)),
     }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DecodedTopology:
-    """What a NodeResourceTopology written by gputopo says about its node."""
-
-    node_name: str
-    inventory: NodeInventory
-    availability: Availability
-    attributes: Mapping[str, str]
-
-    @property
-    def topology_manager_policy(self) -> str:
-        return self.attributes.get(ATTR_POLICY, "none")
-
-    @property
-    def topology_manager_scope(self) -> str:
-        return self.attributes.get(ATTR_SCOPE, "container")
-
-    @property
-    def fingerprint(self) -> str:
-        return self.availability.fingerprint
-
-    def gpu_counts(self, index: int) -> Mapping[str, ResourceCounts]:
-        """The resources of GPU zone `gpu-<index>` by name."""
-        return {r.name: r for r in self.availability.gpus[index].resources}
-
-    def numa_counts(self, numa_id: int) -> Mapping[str, ResourceCounts]:
-        """The resources of zone `node-<numa_id>` by name (empty for an unknown NUMA node)."""
-        found = next((n for n in self.availability.numa if n.numa_id == numa_id), None)
-        return {r.name: r for r in found.resources} if found else {}
-
-
-def decode(obj: object) -> DecodedTopology:
-    """Read an NRT object written by `encode`; TopologyDecodeError names the node and field."""
-    from agent.nrt.decode import decode_object
-
-    return decode_object(obj)

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import grpc
 
+from agent.model import HEALTHY, UNHEALTHY
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.kubelet_api import CHECKPOINT, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
+from deviceplugin.kubelet_api import CHECKPOINT, KUBELET_SOCKET, VERSION
 
 logger = logging.getLogger(__name__)
 

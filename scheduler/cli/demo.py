@@ -30,10 +30,13 @@ from agent import logsetup
 from agent.availability import ContainerGrant, DeviceGrant, PodGrant, PodResourcesSnapshot
 from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService
-from agent.cli.run import AgentContext, device_plugin_service, stop_services
+from agent.cli.run import device_plugin_service, stop_services
+from agent.cli.services import AgentContext
 from agent.inventory import discover
 from agent.kube.publisher import NodeInfo
 from agent.metrics import AgentMetrics
+from agent.model import HEALTHY, UNHEALTHY
+from agent.nrt import wire
 from agent.nvml.fixture import ScriptedEvent, load_fixture
 from agent.nvml.pynvml_backend import fake_backend
 from deviceplugin.testing.kubelet import KubeletEmulator
@@ -92,7 +95,7 @@ def gpu_available(obj: Mapping[str, Any]) -> int:
     return sum(
         int(r["available"])
         for z in obj["zones"]
-        if z["type"] == "Node"
+        if z["type"] == wire.ZONE_NODE
         for r in z.get("resources", [])
         if r["name"] == "nvidia.com/gpu"
     )
@@ -209,18 +212,18 @@ def _xid_demo(
     out: TextIO, ctx: AgentContext, kubelet: KubeletEmulator, sink: CaptureSink, quiet_s: float
 ) -> None:
     uuid = ctx.inventory.gpus[XID_GPU].uuid
-    zone_name = f"gpu-{XID_GPU}"
+    zone_name = wire.gpu_zone_name(XID_GPU)
     out.write(f"\n== Health: a scripted Xid {XID} (contained ECC error) on GPU {XID_GPU} ==\n")
     t0 = time.monotonic()
     kubelet.wait_for(lambda k: uuid not in k.healthy("nvidia.com/gpu"), 15.0)
-    sink.wait(lambda o: zone_attr(o, zone_name, "health") == "Unhealthy")
+    sink.wait(lambda o: zone_attr(o, zone_name, wire.GPU_ATTR_HEALTH) == UNHEALTHY)
     healthy = len(kubelet.healthy("nvidia.com/gpu"))
     out.write(
         f"  t={time.monotonic() - t0:4.1f}s  GPU {XID_GPU} Unhealthy: ListAndWatch resent, "
         f"NRT zone {zone_name} health=Unhealthy, {healthy} GPUs allocatable\n"
     )
     kubelet.wait_for(lambda k: uuid in k.healthy("nvidia.com/gpu"), quiet_s + 15.0)
-    sink.wait(lambda o: zone_attr(o, zone_name, "health") == "Healthy")
+    sink.wait(lambda o: zone_attr(o, zone_name, wire.GPU_ATTR_HEALTH) == HEALTHY)
     healthy = len(kubelet.healthy("nvidia.com/gpu"))
     out.write(
         f"  t={time.monotonic() - t0:4.1f}s  no new Xid for {quiet_s:g}s: "
@@ -242,13 +245,14 @@ def _summary(obj: Mapping[str, Any]) -> str:
             for r in z.get("resources", [])
             if str(r["capacity"]) != "0" and r["name"] not in {"memory", "cpu"}
         )
-        if z["type"] == "Node":
-            lines.append(f"  zone {z['name']} (NUMA, cpus {attrs.get('cpus', '?')}): {res or '-'}")
+        if z["type"] == wire.ZONE_NODE:
+            cpus = attrs.get(wire.NODE_ATTR_CPUS, "?")
+            lines.append(f"  zone {z['name']} (NUMA, cpus {cpus}): {res or '-'}")
         else:
-            layout = attrs.get("migLayout") or "whole GPU"
+            layout = attrs.get(wire.GPU_ATTR_MIG_LAYOUT) or "whole GPU"
+            health = attrs.get(wire.GPU_ATTR_HEALTH)
             lines.append(
-                f"    zone {z['name']} (GPU under {z.get('parent')}, {attrs.get('health')}, "
-                f"{layout}): {res}"
+                f"    zone {z['name']} (GPU under {z.get('parent')}, {health}, {layout}): {res}"
             )
     return "".join(f"  {line}\n" for line in lines)
 

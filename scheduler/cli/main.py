@@ -1,11 +1,12 @@
-"""`gputopo-scheduler`: dispatch to `run` (against a cluster) or `simulate` (in memory)."""
+"""`gputopo-scheduler`: the scheduler's subcommands (`run` against a cluster, `simulate` in memory,
+`demo`), dispatched by `agent.dispatch`."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from agent.cli.main import dispatch, usage
+from agent.dispatch import dispatch, usage
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("scheduler.cli.run", "the secondary scheduler against a cluster"),

@@ -21,10 +21,20 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TypeVar
 
 from agent import logsetup
 from agent.errors import ConfigError
-from agent.metrics import MetricsServer, parse_address
+from agent.httpserver import MetricsServer, parse_address
+from agent.precedence import (
+    Setting,
+    env_var,
+    first_set,
+    first_value,
+    from_env,
+    from_flag,
+    from_value,
+)
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.kubeapi.client import NODES, NRTS, PODGROUPS, PODS, KubeClient
 from scheduler.kubeapi.informer import Informer
@@ -42,6 +52,7 @@ DEFAULT_NAME = "gputopo-scheduler"
 DEFAULT_NAMESPACE = "gputopo-system"
 DEFAULT_METRICS = ":9446"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+Default = TypeVar("Default", str, None)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,26 +108,32 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
     """Flags > GPUTOPO_<FLAG> > config file > defaults; ConfigError names what is wrong."""
     args = _parser().parse_args(list(argv))
 
-    def pick(flag: str) -> str | None:
-        value = getattr(args, flag.replace("-", "_"))
-        if value is None:
-            value = environ.get("GPUTOPO_" + flag.upper().replace("-", "_")) or None
-        return str(value) if value is not None else None
+    def given(flag: str) -> Setting | None:
+        """`--<flag>`, else GPUTOPO_<FLAG> unless that is empty."""
+        return first_set(
+            from_flag(f"--{flag}", getattr(args, flag.replace("-", "_"))),
+            from_env(environ, env_var(flag), blank_is_unset=True),
+        )
 
-    config = load_config(pick("config"))
-    elect = pick("leader-elect")
+    def pick(flag: str, in_file: str | None, default: Default) -> str | Default:
+        """The first non-empty of the flag, its variable, the file's value; else `default`."""
+        found = first_set(given(flag), from_value("config file", in_file), skip_blank=True)
+        return default if found is None else str(found.value)
+
+    config = load_config(first_value(given("config")))
+    elect = given("leader-elect")
     settings = RunSettings(
-        kubeconfig=pick("kubeconfig") or config.kubeconfig,
+        kubeconfig=pick("kubeconfig", config.kubeconfig, None),
         config=config,
-        scheduler_name=pick("scheduler-name") or config.scheduler_name or DEFAULT_NAME,
-        leader_elect=_bool("--leader-elect", elect)
+        scheduler_name=pick("scheduler-name", config.scheduler_name, DEFAULT_NAME),
+        leader_elect=_bool("--leader-elect", elect.value)
         if elect is not None
         else bool(config.leader_elect),
-        leader_elect_namespace=pick("leader-elect-namespace")
-        or config.leader_elect_namespace
-        or DEFAULT_NAMESPACE,
-        metrics_address=pick("metrics-address") or config.metrics_address or DEFAULT_METRICS,
-        log_format=pick("log-format") or "text",
+        leader_elect_namespace=pick(
+            "leader-elect-namespace", config.leader_elect_namespace, DEFAULT_NAMESPACE
+        ),
+        metrics_address=pick("metrics-address", config.metrics_address, DEFAULT_METRICS),
+        log_format=pick("log-format", None, "text"),
     )
     if settings.log_format not in ("text", "json"):
         raise ConfigError(f"--log-format: expected text or json, got {settings.log_format!r}")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agent import logsetup
 from agent.errors import AgentError
+from agent.precedence import env_var, first_value, from_env, from_flag
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.sim.events import run_events
 from scheduler.sim.policies import POLICIES
@@ -69,10 +70,8 @@ class UsageError(ValueError):
 
 
 def _setting(args: argparse.Namespace, flag: str, environ: Mapping[str, str], default: str) -> str:
-    value = getattr(args, flag)
-    if value is None:
-        value = environ.get(f"GPUTOPO_{flag.upper()}", default)
-    return str(value)
+    flagged = from_flag(f"--{flag}", getattr(args, flag))
+    return str(first_value(flagged, from_env(environ, env_var(flag)), default=default))
 
 
 def _ints(text: str, flag: str) -> list[int]:

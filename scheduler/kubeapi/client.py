@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
+from agent import nrt
+from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_none, status_message
 from agent.objkey import object_key
 from scheduler.errors import (
     ApiError,
@@ -38,18 +39,9 @@ Obj = Mapping[str, Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-NRT_GROUP, NRT_VERSION, NRT_PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {409: ConflictError, 410: GoneError, 404: NotFoundError}
-
-
-def _status_message(exc: ApiException) -> str:
-    try:
-        body = json.loads(exc.body or "{}")
-        return str(body.get("message") or exc.reason)
-    except (ValueError, AttributeError):
-        return str(exc.reason)
 
 
 @contextmanager
@@ -59,8 +51,8 @@ def api_call(operation: str) -> Iterator[None]:
         yield
     except ApiException as exc:
         status = int(exc.status or 0)
-        raise _BY_STATUS.get(status, ApiError)(operation, status, _status_message(exc)) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _BY_STATUS.get(status, ApiError)(operation, status, status_message(exc)) from exc
+    except TRANSPORT_ERRORS as exc:
         raise ApiError(operation, 0, str(exc)) from exc
 
 
@@ -75,11 +67,9 @@ def _body(resp: Any) -> Any:
 
 def _read_or_none(operation: str, call: Callable[[], Any]) -> dict[str, Any] | None:
     """The object a raw read returns, or None when it does not exist (404)."""
-    try:
-        with api_call(operation):
-            return dict(_body(call()))
-    except NotFoundError:
-        return None
+    with api_call(operation):
+        response = read_or_none(call)
+        return None if response is None else dict(_body(response))
 
 
 def now_rfc3339() -> str:
@@ -98,7 +88,7 @@ class Kind:
 
 PODS = Kind("pods")
 NODES = Kind("nodes")
-NRTS = Kind("noderesourcetopologies", NRT_GROUP, NRT_VERSION, NRT_PLURAL)
+NRTS = Kind(nrt.PLURAL, nrt.GROUP, nrt.VERSION, nrt.PLURAL)
 PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 
 
@@ -122,16 +112,8 @@ class KubeClient:
     def from_kubeconfig(
         cls, path: str | None, component: str, identity: str, pool: int = 32
     ) -> KubeClient:
-        """In-cluster config when no path is given and it is available, else the kubeconfig file."""
-        configuration = client.Configuration()
-        loader: Any = config
-        if path is None:
-            try:
-                loader.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                loader.load_kube_config(client_configuration=configuration)
-        else:
-            loader.load_kube_config(config_file=path, client_configuration=configuration)
+        """The kubeconfig file at `path`; with no path in-cluster config, then `~/.kube/config`."""
+        configuration = load_configuration(path)
         configuration.connection_pool_maxsize = pool
         return cls(client.ApiClient(configuration), component, identity)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.errors import TopologyDecodeError
-from agent.nrt.encode import DecodedTopology, decode
+from agent.nrt import DecodedTopology, decode
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import Assignment, Snapshot, TopologyConstraint

@@ -1,4 +1,4 @@
-"""Scheduler metrics on their own registry (served by `agent.metrics.MetricsServer`).
+"""Scheduler metrics on their own registry (served by `agent.httpserver.MetricsServer`).
 
 Names follow `gputopo_scheduler_<name>_<unit>`; counters end in `_total`. Pending pods by reason
 are read at scrape time from a callback (the loop's view), so nothing is computed per decision.

@@ -25,7 +25,7 @@ from typing import Any
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from agent.gpuset import GpuSelector
 from agent.model import MILLI_PER_GPU, MigMode
-from agent.nrt.encode import DecodedTopology
+from agent.nrt import DecodedTopology
 from agent.resource_names import GPU_RESOURCE, mig_profile
 from scheduler.placement import (
     Assignment,

@@ -1,4 +1,4 @@
-"""NodeResourceTopology objects for scheduler tests, made by the real encoder (agent.nrt.encode)."""
+"""NodeResourceTopology objects for scheduler tests, made by the real encoder (agent.nrt)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agent.availability import (
     compute_availability,
 )
 from agent.model import NodeInventory
-from agent.nrt.encode import encode
+from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.resource_names import GPU_RESOURCE
 from tests.builders.topology import allocatable_of

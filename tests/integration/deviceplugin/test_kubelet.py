@@ -8,8 +8,7 @@ import time
 import grpc
 import pytest
 
-from agent.model import MigDevice, MigUuid
-from deviceplugin.kubelet_api import HEALTHY, UNHEALTHY
+from agent.model import HEALTHY, UNHEALTHY, MigDevice, MigUuid
 from deviceplugin.settings import MigStrategy
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.clock import FakeClock

@@ -13,7 +13,7 @@ import pytest
 
 from agent.availability import compute_availability
 from agent.cli import kubectl as kubectl_plugin
-from agent.nrt.encode import encode
+from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.nvml.fixture import builtin_names, load_fixture
 from agent.topo_table import render_legend, render_topo_matrix

@@ -14,9 +14,10 @@ from pathlib import Path
 import yaml
 
 from agent.cli import config as agent_config
-from agent.cli.run import SERVICE_FACTORIES, AgentContext, open_node, start_services, stop_services
+from agent.cli.run import SERVICE_FACTORIES, open_node, start_services, stop_services
+from agent.cli.services import AgentContext
 from agent.metrics import AgentMetrics
-from agent.nrt.encode import decode
+from agent.nrt import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
 

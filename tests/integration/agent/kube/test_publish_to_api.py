@@ -12,7 +12,7 @@ from agent.fingerprint import pods_fingerprint
 from agent.kube.client import FIELD_MANAGER, KubeSink
 from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
 from agent.labels import COUNT, PRESENT
-from agent.nrt.encode import ATTR_FINGERPRINT, decode
+from agent.nrt import ATTR_FINGERPRINT, decode
 from deviceplugin.podresources import PodResourcesClient
 from tests.builders.agentnode import NODE
 from tests.builders.clock import FakeClock

@@ -15,7 +15,7 @@ from agent.kube.client import KubeSink
 from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
 from agent.labels import COUNT, PRESENT
 from agent.metrics import AgentMetrics
-from agent.nrt.encode import GROUP, PLURAL, VERSION
+from agent.nrt import GROUP, PLURAL, VERSION
 from tests.builders.agentnode import NODE, NODE_CAPACITY, NodeStateSource, gpu_available
 from tests.builders.clock import FakeClock
 from tests.builders.topology import gpu_pod, gpu_uuid

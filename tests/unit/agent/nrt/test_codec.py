@@ -10,7 +10,7 @@ import pytest
 from agent.availability import compute_availability
 from agent.errors import TopologyDecodeError
 from agent.model import GpuLink, NodeInventory, TopoLevel
-from agent.nrt.encode import (
+from agent.nrt import (
     API_VERSION,
     ATTR_FINGERPRINT,
     ATTR_SCHEMA,

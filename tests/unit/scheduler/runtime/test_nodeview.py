@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.nrt.encode import decode
+from agent.nrt import decode
 from agent.objkey import object_key
 from scheduler.placement import Assignment, Effect
 from scheduler.runtime.cache import ClusterCache, parse_group

@@ -1,0 +1,44 @@
+"""Subcommand dispatch for the console scripts (`gputopo-agent`, `gputopo-scheduler`).
+
+A command is a table `name -> (module, one-line help)`; each module has `main(argv) -> int` and is
+imported only when its subcommand runs, so `--help` and a light subcommand never pay for a heavy
+one's imports. Help goes to stdout (exit 0, or 2 with no arguments at all); an unknown name goes
+to stderr with the usage (exit 2).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping, Sequence
+
+Subcommands = Mapping[str, tuple[str, str]]
+"""Subcommand name -> (module with `main(argv) -> int`, one-line help)."""
+
+
+def usage(prog: str, table: Subcommands) -> str:
+    """`usage: PROG {a,b} [--help] ...` and one line per subcommand."""
+    names = ",".join(table)
+    lines = "".join(f"  {name:<10} {text}\n" for name, (_, text) in table.items())
+    return f"usage: {prog} {{{names}}} [--help] ...\n{lines}"
+
+
+def dispatch(prog: str, table: Subcommands, usage_text: str, argv: Sequence[str]) -> int:
+    """Run `table[argv[0]]`'s `main(argv[1:])`; exit 2 with a one-line reason otherwise."""
+    if not argv or argv[0] in {"-h", "--help"}:
+        sys.stdout.write(usage_text)
+        return 0 if argv else 2
+    name, rest = argv[0], list(argv[1:])
+    if name not in table:
+        sys.stderr.write(f"{prog}: unknown command {name!r}\n{usage_text}")
+        return 2
+    module_name = table[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        sys.stderr.write(f"{prog} {name}: not available yet\n")
+        return 2
+    code: int = module.main(rest)
+    return code

@@ -1,0 +1,40 @@
+"""Subcommand dispatch shared by the console scripts: help, unknown names, missing modules."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.dispatch import dispatch, usage
+
+TABLE = {
+    "inventory": ("agent.cli.inventory", "print the GPUs"),
+    "later": ("agent.cli.not_written_yet", "a subcommand whose module does not exist"),
+}
+USAGE = usage("tool", TABLE)
+
+
+def test_usage_lists_every_subcommand() -> None:
+    assert USAGE == (
+        "usage: tool {inventory,later} [--help] ...\n"
+        "  inventory  print the GPUs\n"
+        "  later      a subcommand whose module does not exist\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [pytest.param(["--help"], 0, id="--help"), pytest.param([], 2, id="no arguments")],
+)
+def test_help_goes_to_stdout(argv, code, capsys) -> None:
+    assert dispatch("tool", TABLE, USAGE, argv) == code
+    assert capsys.readouterr().out == USAGE
+
+
+def test_unknown_command_is_one_line_and_the_usage(capsys) -> None:
+    assert dispatch("tool", TABLE, USAGE, ["nope"]) == 2
+    assert capsys.readouterr().err == f"tool: unknown command 'nope'\n{USAGE}"
+
+
+def test_missing_module_says_not_available(capsys) -> None:
+    assert dispatch("tool", TABLE, USAGE, ["later", "--x"]) == 2
+    assert capsys.readouterr().err == "tool later: not available yet\n"

@@ -121,7 +121,7 @@ class _EventRun:
         if job.is_gang and not entry.gang_placed:
             members = entry.requests[: job.min_member]
             start = time.perf_counter()
-            result = place_gang(members, self.placer.cluster.snapshot, self.placer.policy.scoring)
+            result = place_gang(members, self.placer.placer)
             self._account(start, len(members))
             if not result.ok:
                 return False

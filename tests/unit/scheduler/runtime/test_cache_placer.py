@@ -1,12 +1,12 @@
-"""The runtime's `FastPicker` follows the `ClusterCache` by itself: nodes, NRTs and foreign pods
-coming and going, our own assume / forget, each decision the same as `pick` on the live snapshot."""
+"""The runtime's `Placer` follows the `ClusterCache` by itself: nodes, NRTs and foreign pods coming
+and going, our own assume / forget, each decision the same as `pick` on the live snapshot."""
 
 from __future__ import annotations
 
 import random
 
-from scheduler.placement import Decision, PodRequest, default_scoring, pick
-from scheduler.placement.verdict_memo import picker_for
+from scheduler.placement import Decision, Placer, PodRequest, default_scoring
+from scheduler.placement.pick import pick
 from scheduler.runtime.cache import ClusterCache
 from tests.builders.nrt import make_nrt
 from tests.builders.pods import container, pod
@@ -32,11 +32,10 @@ def same(got: Decision, expected: Decision) -> None:
         assert got.message() == expected.message()
 
 
-def test_picker_follows_every_kind_of_cache_change():
+def test_placer_follows_every_kind_of_cache_change():
     cache = ClusterCache("gputopo-scheduler")
     scoring = default_scoring()
-    picker = picker_for(cache.snapshot, scoring)
-    assert picker is not None
+    placer = Placer(cache.snapshot, scoring)
     rng = random.Random(5)
     for i in range(6):
         cache.upsert_node(node_obj(f"n{i}", gpus=rng.choice((4, 8))))
@@ -59,7 +58,7 @@ def test_picker_follows_every_kind_of_cache_change():
             cache.upsert_pod(obj)
             request: PodRequest = cache.pods[f"default/p{step}"].request
             expected = pick(request, cache.snapshot, scoring)
-            same(picker.decide(request), expected)
+            same(placer.decide(request), expected)
             if expected.assignment is not None:
                 cache.assume(request.key, expected.assignment)
                 assumed.append(request.key)

@@ -1,4 +1,4 @@
-"""The policies the simulator compares, and `Placer`, which places pods with one of them.
+"""The policies the simulator compares, and `SimScheduler`, which places pods with one of them.
 
 * `default`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it;
 * `bestfit`, `fgd`, `random`: the baselines of the FGD paper (Weng et al., ATC '23) as its
@@ -27,7 +27,7 @@ from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster
 
-__all__ = ["POLICIES", "Placer", "SimPolicy", "make_policy"]
+__all__ = ["POLICIES", "SimPolicy", "SimScheduler", "make_policy"]
 
 POLICIES = ("default", "spread", "bestfit", "random", "fgd")
 
@@ -77,7 +77,7 @@ def make_policy(
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 
 
-class Placer:
+class SimScheduler:
     """Places pods on `cluster` with `policy`; `rng` draws the random policy's choices."""
 
     def __init__(self, cluster: Cluster, policy: SimPolicy, rng: random.Random) -> None:

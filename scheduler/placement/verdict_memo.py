@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
-from functools import partial
 from typing import cast
 
 import numpy as np
@@ -47,7 +46,7 @@ from .class_verdicts import HEAP_TOP, ClassKey, Verdict, Verdicts, label_keys, p
 from .filters import filter_node
 from .node import Assignment, NodeState
 from .node_slots import BoolArray, IntArray, NodeSlots
-from .pick import Decision, count_reasons
+from .pick import Decision, Rejection, count_reasons
 from .request import PodRequest
 from .scores import Learner, Scoring
 from .snapshot import Snapshot
@@ -91,7 +90,7 @@ class VerdictMemo:
             nodes: Iterable[NodeState] = self._snapshot.nodes.values()
         else:
             nodes = self._snapshot.candidates(pod, allowed)
-        reasons = count_reasons(nodes, allowed, partial(self._rejection, pod, verdicts))
+        reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts))
         return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
     def best(self, pod: PodRequest) -> Assignment | None:
@@ -154,18 +153,24 @@ class VerdictMemo:
         self._allowed = (allowed, self._nodes.epoch, mask)
         return mask
 
-    def _rejection(self, pod: PodRequest, verdicts: Verdicts, node: NodeState) -> tuple[str, ...]:
-        """Why `node` rejects `pod` (filtered now, once per state, if the pre-check skipped it);
-        the node is in the snapshot and `verdicts` are `pod`'s class, up to date."""
-        slot = self._nodes.slot(node.name)
-        code = int(verdicts.code[slot])
-        if code < 0:
-            code = self._code(verdicts, slot)
-            verdicts.code[slot] = code
-        verdict = verdicts.table.get(code)
-        if verdict is None:
-            verdict = verdicts.table[code] = self._verdict(pod, node)
-        return verdict[4]
+    def _rejections(self, pod: PodRequest, verdicts: Verdicts) -> Rejection:
+        """Why a node of the snapshot rejects `pod`, from `verdicts` (`pod`'s class, up to date);
+        a node the pre-check skipped is filtered now, once per state."""
+        codes: list[int] = verdicts.code.tolist()  # a list reads faster, node after node
+        slot_of, table = self._nodes.slot, verdicts.table
+
+        def rejection(node: NodeState) -> tuple[str, ...]:
+            slot = slot_of(node.name)
+            code = codes[slot]
+            if code < 0:
+                code = codes[slot] = self._code(verdicts, slot)
+                verdicts.code[slot] = code
+            verdict = table.get(code)
+            if verdict is None:
+                verdict = table[code] = self._verdict(pod, node)
+            return verdict[4]
+
+        return rejection
 
     # -- cached verdicts -------------------------------------------------------------------------
     def _learned_version(self) -> int:

@@ -9,9 +9,9 @@ Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [-
    members × 4 GPUs placed all-or-nothing with `topology-preferred: gputopo.io/rack`; latency
    per attempt. Placement is pure, so wall time here is placement time.
 
-Decisions are made as the scheduler makes them: through `verdict_memo.FastPicker` when the
-scoring ranks every node (the shipped `candidateLimit: 0`), else with `pick`; `--plain` forces
-`pick` (the same decisions, for comparison).
+Decisions are made as the scheduler makes them, through a `Placer` with the shipped scoring.
+`--plain` sets the scoring's candidate limit above the node count: every node is still ranked
+(the same decisions), but the Placer takes its plain path, for comparison.
 
 Both wall-clock and process CPU time are reported: on a shared machine wall time includes time
 the process waited for a core, CPU time does not.
@@ -24,14 +24,14 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.config import load_config
-from scheduler.placement import Picker, PodRequest, Scoring, TopologyConstraint
-from scheduler.placement.verdict_memo import picker_for
+from scheduler.placement import PodRequest, Scoring, TopologyConstraint
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 GIB = 1 << 30
@@ -94,27 +94,32 @@ class Clock:
         }
 
 
-def picker(cluster: Cluster, scoring: Scoring, plain: bool) -> Picker | None:
-    return None if plain else picker_for(cluster.snapshot, scoring)
+def shipped_scoring(nodes: int, plain: bool) -> Scoring:
+    """The shipped scoring; with `plain` (and every node ranked), a candidate limit above `nodes`:
+    still every node ranked, by the Placer's plain path."""
+    scoring = load_config().scoring()
+    if plain and scoring.candidate_limit == 0:
+        return replace(scoring, candidate_limit=nodes + 1)
+    return scoring
 
 
 def bench_pods(nodes: int, pods: int, seed: int, plain: bool) -> dict[str, float]:
     cluster = make_cluster(nodes, 50)
-    scoring = load_config().scoring()
-    fast = picker(cluster, scoring, plain)
+    scoring = shipped_scoring(nodes, plain)
+    cluster.placer(scoring)  # built before the clock starts, as the scheduler builds it at start
     rng = random.Random(seed)
     clock, placed = Clock(), 0
     for i in range(pods):
         pod = random_pod(rng, f"default/pod-{i}")
-        decision = clock(partial(cluster.place, pod, scoring, fast))
+        decision = clock(partial(cluster.place, pod, scoring))
         placed += getattr(decision, "assignment", None) is not None
     return clock.row(placed)
 
 
 def bench_gangs(nodes: int, gangs: int, seed: int, plain: bool) -> dict[str, float]:
     cluster = make_cluster(nodes, 50)
-    scoring = load_config().scoring()
-    fast = picker(cluster, scoring, plain)
+    scoring = shipped_scoring(nodes, plain)
+    cluster.placer(scoring)  # built before the clock starts, as the scheduler builds it at start
     rng = random.Random(seed)
     topology = TopologyConstraint(label="gputopo.io/rack", required=False)
     clock, placed = Clock(), 0
@@ -130,7 +135,7 @@ def bench_gangs(nodes: int, gangs: int, seed: int, plain: bool) -> dict[str, flo
             for m in range(8)
         ]
         rng.shuffle(members)
-        place = partial(cluster.place_gang, members, scoring, topology=topology, picker=fast)
+        place = partial(cluster.place_gang, members, scoring, topology=topology)
         result = clock(place)
         placed += bool(getattr(result, "ok", False))
     return clock.row(placed)
@@ -142,11 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--gangs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--plain", action="store_true", help="decide with pick, no FastPicker")
+    parser.add_argument(
+        "--plain", action="store_true", help="rank every node on the Placer's plain path"
+    )
     args = parser.parse_args(argv)
     build = timed(lambda: make_cluster(args.nodes, 50))
-    how = "pick" if args.plain else "FastPicker where the scoring allows"
-    print(f"cluster: {args.nodes} nodes × 8 GPUs, built in {build:.2f} s; decisions by {how}")
+    how = "the plain path" if args.plain else "the shipped scoring"
+    print(f"cluster: {args.nodes} nodes × 8 GPUs, built in {build:.2f} s; Placer with {how}")
     pods = bench_pods(args.nodes, args.pods, args.seed, args.plain)
     gangs = bench_gangs(args.nodes, args.gangs, args.seed, args.plain)
     rows = [

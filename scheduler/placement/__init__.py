@@ -1,17 +1,21 @@
-"""Pure placement: the best GPU set on a node, filter/score/pick for one pod, gang placement.
+"""Pure placement: one decision API (`Placer`) for single pods and gangs, and what it decides with.
 
-Standard library and `agent.model` only; no I/O, no wall clock, no unseeded randomness. Used by the
-device plugin (`select_gpus`, `pack_shared`), the scheduler runtime and the simulator, so the node
-the scheduler predicts and the GPUs the kubelet hands out agree.
+Standard library, numpy and the agent core only; no I/O, no wall clock, no unseeded randomness.
+The scheduler runtime, the simulator and the benchmarks decide through a `Placer` bound to their
+live `Snapshot`; `place_gang` places a pod group through one.
 
-Modules, bottom up: `topology` (GPU sets), `request` (what a pod asks), `node` (one node's state),
-`filters`, `scores`, `snapshot` (nodes + indexes), `pick` (one pod), `gang` (a pod group).
+Modules, bottom up: `request` (what a pod asks), `node` (one node's state), `filters`, `fgd` and
+`fragscores` (fragmentation scores), `scores` (`Scoring`), `snapshot` (nodes + indexes + change
+tracking), `pick` (the plain decision: the reference, and the path with a candidate limit),
+`node_slots` and `class_verdicts` (the memo's bookkeeping), `verdict_memo` (decisions memoised
+per pod class), `placer` (the decision API), `gang` (a pod group).
 """
 
 from .filters import NodeFit, choose_devices, filter_node
 from .gang import GangPlacement, TopologyConstraint, place_gang, topology_domains
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
-from .pick import Decision, Picker, VerdictCache, format_reasons, pick, score_node
+from .pick import Decision, format_reasons, score_node
+from .placer import Placer
 from .request import (
     Effect,
     NodeSelectorRequirement,
@@ -38,7 +42,7 @@ __all__ = [
     "NodeSelectorTerm",
     "NodeState",
     "Operator",
-    "Picker",
+    "Placer",
     "PodRequest",
     "ScoreFn",
     "Scoring",
@@ -47,14 +51,12 @@ __all__ = [
     "Toleration",
     "TopologyConstraint",
     "TopologyPolicy",
-    "VerdictCache",
     "WeightedScore",
     "choose_devices",
     "default_scoring",
     "filter_node",
     "format_reasons",
     "mig_resource",
-    "pick",
     "place_gang",
     "score_node",
     "topology_domains",

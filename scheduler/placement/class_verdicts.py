@@ -1,4 +1,4 @@
-"""`FastPicker`'s per pod class view: each node's verdict, and a heap that yields the best node.
+"""`VerdictMemo`'s per pod class view: each node's verdict, and a heap that yields the best node.
 
 A pod class is a request without its key and pod group (`pod_class`): nothing else differs between
 two pods as filters and scores see them. Its `Verdicts` keep, per node slot, whether the pod fits,

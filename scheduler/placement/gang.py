@@ -1,10 +1,9 @@
 """Gang placement: every member of a pod group fits on one snapshot, or none is placed (DESIGN §7).
 
-Members are placed one by one with `pick` (or a `Picker` bound to the snapshot, which decides the
-same), each charged to the snapshot so the next one sees it, largest first (whole GPUs, then GPU
-share and MIG devices, then cpu, memory, key). Whatever the
-outcome, every charge is undone before returning: the snapshot is left exactly as it was, and the
-caller assumes the returned assignments itself.
+Members are decided one by one by the caller's `Placer`, each charged to its snapshot so the next
+one sees it, largest first (whole GPUs, then GPU share and MIG devices, then cpu, memory, key).
+Whatever the outcome, every charge is undone before returning: the snapshot is left exactly as it
+was, and the caller assumes the returned assignments itself.
 
 Topology domains: the nodes sharing one value of a node label (`gputopo.io/rack`, ...). With a
 `required` constraint the gang must fit inside one domain; with `preferred` it tries each domain
@@ -19,9 +18,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .node import Assignment
-from .pick import Decision, Picker, VerdictCache, pick
+from .pick import Decision
+from .placer import Placer
 from .request import PodRequest
-from .scores import Scoring
 from .snapshot import Snapshot
 
 __all__ = ["GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
@@ -54,22 +53,17 @@ class GangPlacement:
 
 def place_gang(
     pods: Sequence[PodRequest],
-    snapshot: Snapshot,
-    scoring: Scoring,
+    placer: Placer,
     *,
     topology: TopologyConstraint | None = None,
     min_resources: Mapping[str, int] | None = None,
-    picker: Picker | None = None,
 ) -> GangPlacement:
-    """Place every pod of `pods` or none; `snapshot` is unchanged on return.
+    """Place every pod of `pods` or none on `placer.snapshot`, which is unchanged on return.
 
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
-    `picker`: decides each member instead of `pick`; it must be bound to `snapshot` and `scoring`.
     """
-    if picker is not None and picker.snapshot is not snapshot:
-        raise ValueError("place_gang: picker.snapshot is not the snapshot the gang is placed on")
-    run = _Run(snapshot, scoring, picker)
+    snapshot = placer.snapshot
     short = _short_of(snapshot.free_totals(), min_resources) if min_resources else None
     if short:
         return GangPlacement(
@@ -77,16 +71,16 @@ def place_gang(
         )
     ordered = sorted(pods, key=_size_key)
     if topology is None:
-        return _place_in(ordered, run, None, None, explain=True)
+        return _place_in(ordered, placer, None, None, explain=True)
     domains = _ordered_domains(snapshot, topology.label, ordered)
     last: GangPlacement | None = None
     for value, names in domains:
-        result = _place_in(ordered, run, names, value, explain=False)
+        result = _place_in(ordered, placer, names, value, explain=False)
         if result.ok:
             return result
         last = last or result
     if not topology.required:
-        return _place_in(ordered, run, None, None, explain=True)
+        return _place_in(ordered, placer, None, None, explain=True)
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return GangPlacement(
@@ -96,49 +90,27 @@ def place_gang(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """What one `place_gang` call decides with."""
-
-    snapshot: Snapshot
-    scoring: Scoring
-    picker: Picker | None
-
-    def decide(
-        self,
-        pod: PodRequest,
-        allowed: frozenset[str] | None,
-        explain: bool,
-        cache: VerdictCache,
-    ) -> Decision:
-        if self.picker is not None:
-            return self.picker.decide(pod, allowed=allowed, explain=explain)
-        return pick(pod, self.snapshot, self.scoring, allowed=allowed, explain=explain, cache=cache)
-
-
 def _place_in(
     ordered: Sequence[PodRequest],
-    run: _Run,
+    placer: Placer,
     allowed: frozenset[str] | None,
     domain: str | None,
     *,
     explain: bool,
 ) -> GangPlacement:
-    snapshot = run.snapshot
+    snapshot = placer.snapshot
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
-    cache = VerdictCache()
     try:
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = run.decide(pod, allowed, explain, cache)
+            decision = placer.decide(pod, allowed=allowed, explain=explain)
             if decision.assignment is None:
                 return GangPlacement(
                     ok=False, reason=decision.message(), failed=decision, domain=domain
                 )
             snapshot.assume(pod, decision.assignment)
-            cache.touch(decision.assignment.node)
             placed.append((pod, decision.assignment))
     finally:
         for pod, _assignment in reversed(placed):

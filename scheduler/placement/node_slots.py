@@ -1,4 +1,4 @@
-"""`FastPicker`'s bookkeeping: the snapshot's nodes in numbered slots, and their states.
+"""`VerdictMemo`'s bookkeeping: the snapshot's nodes in numbered slots, and their states.
 
 `NodeSlots` follows a `Snapshot` through its change counter (`Snapshot.changed_since`): a node
 keeps its slot while it exists (a removed node's slot is reused), its cpu / memory / pod-slot /
@@ -238,7 +238,7 @@ class NodeSlots:
         try:
             return self._index[name]
         except KeyError:
-            raise KeyError(f"no node {name} in the picker's snapshot") from None
+            raise KeyError(f"no node {name} in the memo's snapshot") from None
 
     @property
     def names(self) -> Sequence[str | None]:

@@ -1,20 +1,23 @@
-"""One pod, one decision: filter the snapshot's candidates, score the feasible ones, pick the best.
+"""One pod, one decision, the plain way: filter the snapshot's candidates, score the feasible ones.
 
-Ranking is documented in `scores`: (used-node tier, weighted score, lowest name). When no node fits,
-every node is filtered so `Decision.reasons` counts each node's reason, as the stock scheduler's
-"0/N nodes are available: ..." does. When a node is found, `reasons` covers the nodes examined.
+`pick` is the reference the `Placer` (the decision API every caller uses) is tested against, and
+the Placer's own path when the scoring has a candidate limit. Ranking is documented in `scores`:
+(used-node tier, weighted score, lowest name). When no node fits, every node is filtered so
+`Decision.reasons` counts each node's reason, as the stock scheduler's "0/N nodes are available:
+..." does (`count_reasons`, shared with the memoised path). When a node is found, `reasons`
+covers the nodes examined.
 
-`VerdictCache` lets a caller placing several pods of one shape in a row (a gang's members) reuse
-each node's verdict until that node changes; the decisions are the same as without it.
+`VerdictCache` keeps each node's verdict for one pod shape until the snapshot says that node
+changed, so pods of one shape in a row (a gang's members) are filtered and scored once per node;
+the decisions are the same as without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
 
 from .filters import filter_node
 from .node import Assignment, NodeState
@@ -25,8 +28,9 @@ from .snapshot import Snapshot
 __all__ = [
     "REASON_OUTSIDE_DOMAIN",
     "Decision",
-    "Picker",
+    "Rejection",
     "VerdictCache",
+    "count_reasons",
     "format_reasons",
     "pick",
     "score_node",
@@ -34,6 +38,9 @@ __all__ = [
 
 REASON_OUTSIDE_DOMAIN = "node(s) outside the pod group's topology domain"
 _NO_REASONS: Mapping[str, int] = MappingProxyType({})
+
+Rejection = Callable[[NodeState], tuple[str, ...]]
+"""Why a node rejects the pod being decided (its filter reasons)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,18 +68,20 @@ def format_reasons(nodes_total: int, reasons: Mapping[str, int]) -> str:
     return f"0/{nodes_total} nodes are available: {', '.join(parts)}."
 
 
-class Picker(Protocol):
-    """Makes `pick`'s decisions on one snapshot with one scoring, faster (`verdict_memo`)."""
-
-    @property
-    def snapshot(self) -> Snapshot: ...
-
-    def decide(
-        self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
-    ) -> Decision:
-        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain)`'s node, devices and
-        score; `reasons` as `pick`'s when nothing fits (a picker may leave them out otherwise)."""
-        ...
+def count_reasons(
+    nodes: Iterable[NodeState], allowed: AbstractSet[str] | None, rejection: Rejection
+) -> dict[str, int]:
+    """How many of `nodes` reject the pod for each reason: a node outside `allowed` because of
+    the domain, any other for the reasons `rejection` gives."""
+    reasons: dict[str, int] = {}
+    for node in nodes:
+        if allowed is not None and node.name not in allowed:
+            found: tuple[str, ...] = (REASON_OUTSIDE_DOMAIN,)
+        else:
+            found = rejection(node)
+        for reason in found:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
 
 
 def score_node(pod: PodRequest, node: NodeState, assignment: Assignment, scoring: Scoring) -> float:
@@ -93,7 +102,8 @@ def pick(
 
     When nothing fits and `explain` is set, every node is filtered for the reasons (O(nodes));
     without it the reasons cover only the candidates examined. Learning scores see the pod first
-    (`Scoring.observe`), whether or not it fits.
+    (`Scoring.observe`), whether or not it fits. `cache`: verdicts kept for `snapshot` between
+    calls (the same decisions).
     """
     total = len(snapshot)
     if pod.unsupported:
@@ -105,7 +115,7 @@ def pick(
         )
     scoring.observe(pod)
     reasons: dict[str, int] = {}
-    verdicts = cache.verdicts(pod, scoring) if cache is not None else None
+    verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None
     best = _best_candidate(pod, snapshot, scoring, allowed, reasons, verdicts)
     if best is not None:
         rank, _name, assignment = best
@@ -113,7 +123,9 @@ def pick(
             pod=pod.key, assignment=assignment, score=rank[1], reasons=reasons, nodes_total=total
         )
     if explain:
-        reasons = _all_reasons(pod, snapshot, allowed)
+        reasons = count_reasons(
+            snapshot.nodes.values(), allowed, lambda node: filter_node(pod, node).reasons
+        )
     return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
 
@@ -124,27 +136,36 @@ _REJECTED: _Rank = (False, 0.0)
 
 
 class VerdictCache:
-    """Each node's verdict (rank and assignment, or reasons) for one pod shape and scoring.
+    """Each node's verdict (rank and assignment, or reasons) for one pod shape, on one snapshot.
 
-    Valid while the nodes it covers are unchanged: call `touch(node)` after assuming or
-    forgetting a pod there. A pod of another shape (its request without key and pod group),
+    A node's verdict is dropped when the snapshot reports the node changed
+    (`Snapshot.changed_since`). A pod of another shape (its request without key and pod group),
     another scoring or a learning score that refitted (`Learner.version`) starts afresh. Score
     functions must depend only on (pod, node, assignment) and what they learned.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._seen = snapshot.generation
         self._shape: tuple[PodRequest, Scoring, int] | None = None
         self._by_node: dict[str, _Verdict] = {}
 
-    def verdicts(self, pod: PodRequest, scoring: Scoring) -> dict[str, _Verdict]:
+    def verdicts(
+        self, pod: PodRequest, scoring: Scoring, snapshot: Snapshot
+    ) -> dict[str, _Verdict]:
+        """The verdicts still valid for `pod`'s shape (a dict the caller fills)."""
+        if snapshot is not self._snapshot:
+            raise ValueError("VerdictCache: used with a snapshot other than its own")
         learned = sum(fn.version for fn in scoring.learners())
         shape = (replace(pod, key="", pod_group=None), scoring, learned)
-        if shape != self._shape:
+        changed = snapshot.changed_since(self._seen)
+        self._seen = snapshot.generation
+        if shape != self._shape or changed is None:
             self._shape, self._by_node = shape, {}
+        else:
+            for name in changed:
+                self._by_node.pop(name, None)
         return self._by_node
-
-    def touch(self, node: str) -> None:
-        self._by_node.pop(node, None)
 
 
 def _best_candidate(
@@ -184,17 +205,3 @@ def _verdict(pod: PodRequest, node: NodeState, scoring: Scoring) -> _Verdict:
         return _REJECTED, None, fit.reasons
     tiered = scoring.prefer_used_nodes and pod.wants_gpu and node.gpu_used()
     return (tiered, scoring.total(pod, node, fit.assignment)), fit.assignment, ()
-
-
-def _all_reasons(
-    pod: PodRequest, snapshot: Snapshot, allowed: AbstractSet[str] | None
-) -> dict[str, int]:
-    reasons: dict[str, int] = {}
-    for name, node in snapshot.nodes.items():
-        if allowed is not None and name not in allowed:
-            found: tuple[str, ...] = (REASON_OUTSIDE_DOMAIN,)
-        else:
-            found = filter_node(pod, node).reasons
-        for reason in found:
-            reasons[reason] = reasons.get(reason, 0) + 1
-    return reasons

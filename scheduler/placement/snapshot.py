@@ -15,8 +15,8 @@ topology label asked for once, the domains of that label with their free milli-G
 
 Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
 `generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
-(`verdict_memo.FastPicker`) asks `changed_since(generation)` for what to recompute instead of
-being told. Removed nodes are remembered (the last `_REMOVED_KEPT`) so their removal is reported.
+asks `changed_since(generation)` for what to recompute instead of being told. Removed nodes are
+remembered (the last `_REMOVED_KEPT`) so their removal is reported.
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """

@@ -1,8 +1,8 @@
-"""`pick`'s decision, memoised: what the scheduler and the simulator use when every node is ranked.
+"""The `Placer`'s memo: `pick`'s decisions with each node's verdict kept until that node changes.
 
 `pick(pod, snapshot, scoring)` filters and scores every candidate node for every pod. Most of that
 work repeats: a node's verdict for a pod depends only on the pod's request and the node's state,
-and one decision changes one node. `FastPicker` keeps, per *pod class* (the request without its
+and one decision changes one node. `VerdictMemo` keeps, per *pod class* (the request without its
 key and pod group, which no filter or score reads), each node's verdict from the real
 `filter_node` and `Scoring.total`, and recomputes it only for nodes changed since that class was
 last decided. The snapshot says which (`Snapshot.changed_since`: every add, remove, assume,
@@ -11,15 +11,15 @@ among the cached verdicts follows `pick`'s ranking exactly: (used-node tier, wei
 lowest name).
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
-makes `pick` depend on the snapshot's candidate order, so callers use the real `pick` then
-(`picker_for` returns None). A vectorised pre-check (free cpu, memory, pod slots, idle GPUs,
-largest free share) skips nodes that certainly fail; it is a necessary condition of
-`filter_node`, never a second copy of it. Verdicts are also shared between nodes in the same
-state: the same static shape (taints, allocatable, GPUs and links, topology policy), the same
-values of the labels the class reads (its node selector's and affinity's keys and the GPU
-product label: all that filters and scores read of labels) and the same load (free milli-GPU per
-GPU, requested resources, MIG and NUMA-zone counters). A node object is never changed in place
-except through its snapshot; a node whose labels or capacity change is replaced (`add_node`).
+makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.
+A vectorised pre-check (free cpu, memory, pod slots, idle GPUs, largest free share) skips nodes
+that certainly fail; it is a necessary condition of `filter_node`, never a second copy of it.
+Verdicts are also shared between nodes in the same state: the same static shape (taints,
+allocatable, GPUs and links, topology policy), the same values of the labels the class reads (its
+node selector's and affinity's keys and the GPU product label: all that filters and scores read
+of labels) and the same load (free milli-GPU per GPU, requested resources, MIG and NUMA-zone
+counters). A node object is never changed in place except through its snapshot; a node whose
+labels or capacity change is replaced (`add_node`).
 
 The best node of a class comes from a heap kept with its verdicts (`Verdicts.best`), so a decision
 after a few changes touches only the changed nodes and stays in plain Python: numpy calls
@@ -35,6 +35,7 @@ Not thread-safe: the caller serialises access (the scheduler holds its cache loc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import cast
@@ -45,31 +46,26 @@ from .class_verdicts import HEAP_TOP, ClassKey, Verdict, Verdicts, label_keys, p
 from .filters import filter_node
 from .node import Assignment, NodeState
 from .node_slots import BoolArray, IntArray, NodeSlots
-from .pick import REASON_OUTSIDE_DOMAIN, Decision
+from .pick import Decision, Rejection, count_reasons
 from .request import PodRequest
 from .scores import Learner, Scoring
 from .snapshot import Snapshot
 
-__all__ = ["FastPicker", "Learner", "picker_for", "pod_class"]
+__all__ = ["VerdictMemo"]
 
 _CLASS_CELLS = 1 << 20  # classes kept × node slots; the least recently used class goes first
 _FEW = 32  # changed slots up to which a class is updated slot by slot (else vectorised)
 
 
-def picker_for(snapshot: Snapshot, scoring: Scoring) -> FastPicker | None:
-    """A `FastPicker` when `scoring` ranks every node (then it decides as `pick`), else None."""
-    return FastPicker(snapshot, scoring) if FastPicker.supports(scoring) else None
-
-
-class FastPicker:
+class VerdictMemo:
     """`pick` on one snapshot with one scoring; the snapshot may change in any way between calls."""
 
     def __init__(self, snapshot: Snapshot, scoring: Scoring, *, heap_top: int = HEAP_TOP) -> None:
         """`heap_top`: how many best nodes per pod class a heap rebuild keeps (`Verdicts`)."""
-        if not self.supports(scoring):
-            raise ValueError("FastPicker needs scoring.candidate_limit == 0 (rank every node)")
+        if scoring.candidate_limit != 0:
+            raise ValueError("VerdictMemo needs scoring.candidate_limit == 0 (rank every node)")
         self._snapshot = snapshot
-        self.scoring = scoring
+        self._scoring = scoring
         self._heap_top = max(1, heap_top)
         self._nodes = NodeSlots(snapshot)
         self._classes: dict[ClassKey, Verdicts] = {}
@@ -77,41 +73,30 @@ class FastPicker:
         self._version = self._learned_version()
         self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
 
-    @property
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
-    @staticmethod
-    def supports(scoring: Scoring) -> bool:
-        return scoring.candidate_limit == 0
-
     # -- decisions -------------------------------------------------------------------------------
     def decide(
         self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
     ) -> Decision:
-        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain)`: the same node,
-        devices and score, and the same reasons when nothing fits (none when something does)."""
+        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain)` for a supported pod:
+        the same node, devices and score, and the same reasons when nothing fits (none when
+        something does). An unsupported pod is the caller's (the `Placer` hands it to `pick`)."""
         total = len(self._snapshot)
-        if pod.unsupported:
-            return Decision(
-                pod=pod.key,
-                assignment=None,
-                reasons={f"unsupported: {pod.unsupported}": total},
-                nodes_total=total,
-            )
         verdicts = self._refresh(pod)
         mask = None if allowed is None else self._allowed_mask(allowed)
         best = self._best(pod, verdicts, mask)
         if best is not None:
             return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
-        reasons = self._reasons(pod, verdicts, allowed, explain)
+        if explain:
+            nodes: Iterable[NodeState] = self._snapshot.nodes.values()
+        else:
+            nodes = self._snapshot.candidates(pod, allowed)
+        reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts))
         return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
-    def pick(self, pod: PodRequest) -> tuple[Assignment, float] | None:
-        """The node `pick` would choose, with its assignment and score; None when none fits."""
-        if pod.unsupported:
-            return None
-        return self._best(pod, self._refresh(pod), None)
+    def best(self, pod: PodRequest) -> Assignment | None:
+        """`decide(pod)`'s assignment, without counting reasons when nothing fits."""
+        best = self._best(pod, self._refresh(pod), None)
+        return None if best is None else best[0]
 
     def feasible(self, pod: PodRequest) -> list[str]:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
@@ -168,40 +153,24 @@ class FastPicker:
         self._allowed = (allowed, self._nodes.epoch, mask)
         return mask
 
-    def _reasons(
-        self,
-        pod: PodRequest,
-        verdicts: Verdicts,
-        allowed: AbstractSet[str] | None,
-        explain: bool,
-    ) -> dict[str, int]:
-        """`pick`'s rejection counts when nothing fits: every node with `explain`, else the
-        snapshot's candidates in `allowed`."""
-        reasons: dict[str, int] = {}
-        if explain:
-            nodes = list(self._snapshot.nodes.values())
-        else:
-            nodes = list(self._snapshot.candidates(pod, allowed))
-        for node in nodes:
-            if allowed is not None and node.name not in allowed:
-                found: tuple[str, ...] = (REASON_OUTSIDE_DOMAIN,)
-            else:
-                found = self._rejection(pod, verdicts, node)
-            for reason in found:
-                reasons[reason] = reasons.get(reason, 0) + 1
-        return reasons
+    def _rejections(self, pod: PodRequest, verdicts: Verdicts) -> Rejection:
+        """Why a node of the snapshot rejects `pod`, from `verdicts` (`pod`'s class, up to date);
+        a node the pre-check skipped is filtered now, once per state."""
+        codes: list[int] = verdicts.code.tolist()  # a list reads faster, node after node
+        slot_of, table = self._nodes.slot, verdicts.table
 
-    def _rejection(self, pod: PodRequest, verdicts: Verdicts, node: NodeState) -> tuple[str, ...]:
-        """Why `node` rejects `pod` (filtered now, once per state, if the pre-check skipped it)."""
-        slot = self._nodes.slot(node.name)
-        code = int(verdicts.code[slot])
-        if code < 0:
-            code = self._code(verdicts, slot)
-            verdicts.code[slot] = code
-        verdict = verdicts.table.get(code)
-        if verdict is None:
-            verdict = verdicts.table[code] = self._verdict(pod, node)
-        return verdict[4]
+        def rejection(node: NodeState) -> tuple[str, ...]:
+            slot = slot_of(node.name)
+            code = codes[slot]
+            if code < 0:
+                code = codes[slot] = self._code(verdicts, slot)
+                verdicts.code[slot] = code
+            verdict = table.get(code)
+            if verdict is None:
+                verdict = table[code] = self._verdict(pod, node)
+            return verdict[4]
+
+        return rejection
 
     # -- cached verdicts -------------------------------------------------------------------------
     def _learned_version(self) -> int:
@@ -226,7 +195,7 @@ class FastPicker:
         capacity = self._nodes.capacity
         dirty: list[int] | None = None
         if verdicts is None:
-            tiered = self.scoring.prefer_used_nodes and pod.wants_gpu
+            tiered = self._scoring.prefer_used_nodes and pod.wants_gpu
             verdicts = Verdicts.empty(
                 capacity, label_keys(pod), tiered, self._nodes.position, self._heap_top
             )
@@ -307,5 +276,5 @@ class FastPicker:
         fit = filter_node(pod, node)
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        score = self.scoring.total(pod, node, fit.assignment)
+        score = self._scoring.total(pod, node, fit.assignment)
         return (True, node.gpu_used(), score, fit.assignment, ())

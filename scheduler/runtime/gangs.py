@@ -2,9 +2,8 @@
 
 A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
 reserved) until bound + pending members reach `minMember`; then every pending member is placed
-with `place_gang` on the live snapshot (through the loop's `FastPicker` when it has one: the same
-decisions as `pick`), and only if all fit are they assumed and bound. Once `minMember` are
-bound, later members are placed one by one. Binds that keep failing are retried
+with `place_gang` on the live snapshot, and only if all fit are they assumed and bound. Once
+`minMember` are bound, later members are placed one by one. Binds that keep failing are retried
 (the loop re-queues the gang) until `scheduleTimeoutSeconds` after the first bind; then the group
 gets the Warning event `GangPartiallyBound` and phase `Failed`, and is not tried again until it
 is re-created.
@@ -22,16 +21,7 @@ from typing import Any
 
 from agent.objkey import ObjectKey, key_of
 from scheduler.kubeapi.client import now_rfc3339
-from scheduler.placement import (
-    Assignment,
-    Decision,
-    Picker,
-    PodRequest,
-    Scoring,
-    Snapshot,
-    pick,
-    place_gang,
-)
+from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
@@ -43,6 +33,7 @@ log = logging.getLogger(__name__)
 Binds = list[tuple[PodInfo, Assignment]]
 Marker = Callable[[list[PodInfo], str, str], None]
 Precheck = Callable[[PodInfo], "tuple[str, str] | None"]
+LivePlacer = Callable[[], Placer]
 REASON_PARTIAL = "GangPartiallyBound"
 
 
@@ -69,9 +60,12 @@ class GangTracker:
         clock: Callable[[], float],
         mark: Marker,
         precheck: Precheck,
+        live_placer: LivePlacer,
     ) -> None:
+        """`live_placer`: the Placer bound to the cache's live snapshot (called under the lock)."""
         self._cache, self._queue, self._reporter = cache, queue, reporter
         self._metrics, self._clock, self._mark, self._precheck = metrics, clock, mark, precheck
+        self._live_placer = live_placer
         self._states: dict[ObjectKey, GangState] = {}
 
     # -- intake ----------------------------------------------------------------------------
@@ -107,14 +101,8 @@ class GangTracker:
             self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created)
 
     # -- attempts --------------------------------------------------------------------------
-    def attempt(
-        self,
-        unit: UnitKey,
-        scoring: Scoring,
-        bind: Callable[[UnitKey, Binds], None],
-        picker: Picker | None = None,
-    ) -> str:
-        """Try one gang; `picker`, when given, decides as `pick` on the cache's snapshot."""
+    def attempt(self, unit: UnitKey, bind: Callable[[UnitKey, Binds], None]) -> str:
+        """Try one gang; `bind` hands over what was placed and assumed."""
         gkey = unit.key
         with self._cache.lock:
             members = self._cache.members(gkey)
@@ -127,9 +115,7 @@ class GangTracker:
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
-            if picker is not None and picker.snapshot is not self._cache.snapshot:
-                picker = None
-            placed, left = self._place(group, members, pending, scoring, picker)
+            placed, left = self._place(group, members, pending, self._live_placer())
             if not placed:
                 return self._park(unit, pending, "unschedulable", left)
             state = self._state(group)
@@ -183,8 +169,7 @@ class GangTracker:
         group: GroupInfo,
         members: Sequence[PodInfo],
         pending: list[PodInfo],
-        scoring: Scoring,
-        picker: Picker | None,
+        placer: Placer,
     ) -> tuple[Binds, str]:
         """Place and assume pending members: (what was placed, why the others were not).
 
@@ -192,12 +177,11 @@ class GangTracker:
         member on its own.
         """
         bound = sum(1 for m in members if m.node is not None)
-        snapshot = self._cache.snapshot
         placed: Binds = []
         if bound >= group.min_member:
             why = ""
             for info in pending:
-                decision = _decide(info.request, snapshot, scoring, picker)
+                decision = placer.decide(info.request)
                 if decision.assignment is None:
                     why = why or decision.message()
                     continue
@@ -206,11 +190,9 @@ class GangTracker:
             return placed, why
         result = place_gang(
             [m.request for m in pending],
-            snapshot,
-            scoring,
+            placer,
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
-            picker=picker,
         )
         if not result.ok:
             return [], result.reason
@@ -311,12 +293,6 @@ class GangTracker:
         if state is not None and state.start_stamp:
             out["scheduleStartTime"] = state.start_stamp
         return out
-
-
-def _decide(
-    request: PodRequest, snapshot: Snapshot, scoring: Scoring, picker: Picker | None
-) -> Decision:
-    return pick(request, snapshot, scoring) if picker is None else picker.decide(request)
 
 
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:

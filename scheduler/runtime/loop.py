@@ -1,11 +1,8 @@
 """The scheduling loop: watch intake, one unit per cycle (a pod or a gang), parallel binding.
 
 Intake (informer threads) updates the cache and the queue under `cache.lock`. A cycle pops one
-unit, decides under the lock with the pure placement code on the live snapshot, assumes what it
-placed, and hands the binds to a thread pool, so the next cycle starts at once. When the scoring
-ranks every node (`candidateLimit: 0`, the shipped default), decisions go through
-`verdict_memo.FastPicker`: `pick`'s decisions, with each node's verdict per pod class kept
-until the snapshot says that node changed.
+unit, decides under the lock with a `Placer` bound to the live snapshot, assumes what it placed,
+and hands the binds to a thread pool, so the next cycle starts at once.
 
 Gangs (DESIGN §7): a PodGroup's pending members are placed together, on one snapshot, once
 bound + pending reach `minMember`; only if every one fits are they assumed and bound (in
@@ -28,8 +25,7 @@ from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of, split_key
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
-from scheduler.placement import Assignment, Decision, PodRequest, Scoring, pick
-from scheduler.placement.verdict_memo import picker_for
+from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
@@ -93,10 +89,17 @@ class Scheduler:
         self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
         self._settings = settings or LoopSettings()
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
-        self._picker = picker_for(cache.snapshot, scoring)
+        self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
         self.gangs = GangTracker(
-            cache, queue, reporter, metrics, clock, self.unschedulable, self.precheck
+            cache,
+            queue,
+            reporter,
+            metrics,
+            clock,
+            self.unschedulable,
+            self.precheck,
+            self._live_placer,
         )
         self._modes: tuple[float, dict[str, str]] | None = None
 
@@ -202,7 +205,7 @@ class Scheduler:
         start = self._clock()
         try:
             if unit.kind is UnitKind.GANG:
-                result = self.gangs.attempt(unit, self._scoring, self._bind, self._picker)
+                result = self.gangs.attempt(unit, self._bind)
             else:
                 result = self._attempt_pod(unit)
         except Exception:
@@ -230,7 +233,7 @@ class Scheduler:
                 self.unschedulable([info], problem[1], problem[0])
                 self.queue.unschedulable(unit)
                 return "unschedulable"
-            decision = self._decide(info.request)
+            decision = self._live_placer().decide(info.request)
             if decision.assignment is None:
                 self.unschedulable([info], decision.message(), "unschedulable")
                 self.queue.unschedulable(unit)
@@ -240,12 +243,12 @@ class Scheduler:
         self._bind(unit, [(info, decision.assignment)])
         return "scheduled"
 
-    def _decide(self, request: PodRequest) -> Decision:
-        """`pick` on the live snapshot (through the memoised picker when there is one)."""
-        picker = self._picker
-        if picker is not None and picker.snapshot is self.cache.snapshot:
-            return picker.decide(request)
-        return pick(request, self.cache.snapshot, self._scoring)
+    def _live_placer(self) -> Placer:
+        """The Placer bound to the cache's live snapshot (bound anew if that object was replaced);
+        call it with `cache.lock` held."""
+        if self._placer.snapshot is not self.cache.snapshot:
+            self._placer = Placer(self.cache.snapshot, self._scoring)
+        return self._placer
 
     def precheck(self, info: PodInfo) -> tuple[str, str] | None:
         """(category, message) for a pod that cannot be placed whatever the cluster looks like."""

@@ -3,7 +3,8 @@
 Nodes come from `NodeInventory`s (real or fixture topologies) or from `NodeSpec`s (GPU count,
 model, cpu, memory, labels; a link matrix is synthesised for the spec's NVLink fabric). Nodes with
 the same link matrix share one `GpuSelector`, so the GPU-set search is memoised cluster-wide.
-Binding charges the pod to the placement snapshot; `snapshot` is that live object.
+Binding charges the pod to the placement snapshot; `snapshot` is that live object, and
+`placer(scoring)` the `Placer` that decides on it with a scoring (one per scoring, kept).
 """
 
 from __future__ import annotations
@@ -28,14 +29,13 @@ from scheduler.placement import (
     Decision,
     GangPlacement,
     NodeState,
-    Picker,
+    Placer,
     PodRequest,
     Scoring,
     Snapshot,
     Taint,
     TopologyConstraint,
     TopologyPolicy,
-    pick,
     place_gang,
 )
 from scheduler.placement.request import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
@@ -108,6 +108,7 @@ class Cluster:
 
     def __init__(self, nodes: Iterable[NodeState] = ()) -> None:
         self.snapshot = Snapshot()
+        self._placers: dict[int, Placer] = {}  # id(scoring) -> its Placer (which holds it)
         self._selectors: dict[tuple[LinkMatrix, tuple[int | None, ...]], GpuSelector] = {}
         self._links: dict[tuple[int, NvlinkFabric, int], LinkMatrix] = {}
         for node in nodes:
@@ -204,10 +205,16 @@ class Cluster:
     def unbind(self, key: str) -> Assignment | None:
         return self.snapshot.forget(key)
 
-    def place(self, pod: PodRequest, scoring: Scoring, picker: Picker | None = None) -> Decision:
-        """Pick a node for `pod` and bind it there when one fits. `picker` (bound to `snapshot`
-        and `scoring`, e.g. `verdict_memo.FastPicker`) decides instead of `pick`."""
-        decision = pick(pod, self.snapshot, scoring) if picker is None else picker.decide(pod)
+    def placer(self, scoring: Scoring) -> Placer:
+        """The `Placer` deciding on `snapshot` with `scoring`, made on first use and kept."""
+        placer = self._placers.get(id(scoring))
+        if placer is None or placer.snapshot is not self.snapshot:
+            placer = self._placers[id(scoring)] = Placer(self.snapshot, scoring)
+        return placer
+
+    def place(self, pod: PodRequest, scoring: Scoring) -> Decision:
+        """Decide a node for `pod` and bind it there when one fits."""
+        decision = self.placer(scoring).decide(pod)
         if decision.assignment is not None:
             self.bind(pod, decision.assignment)
         return decision
@@ -219,16 +226,10 @@ class Cluster:
         *,
         topology: TopologyConstraint | None = None,
         min_resources: Mapping[str, int] | None = None,
-        picker: Picker | None = None,
     ) -> GangPlacement:
-        """Place a whole gang and bind every member, or bind none (`picker`: as in `place`)."""
+        """Place a whole gang and bind every member, or bind none."""
         result = place_gang(
-            pods,
-            self.snapshot,
-            scoring,
-            topology=topology,
-            min_resources=min_resources,
-            picker=picker,
+            pods, self.placer(scoring), topology=topology, min_resources=min_resources
         )
         if result.ok:
             by_key = {p.key: p for p in pods}

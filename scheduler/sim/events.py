@@ -27,7 +27,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, typical_pods
 from scheduler.sim.build import build_cluster, job_requests
-from scheduler.sim.policies import Placer, make_policy
+from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.workload import ClusterSpec, Job, Workload
 
@@ -71,8 +71,8 @@ class _Clock:
 
 
 class _EventRun:
-    def __init__(self, spec: ClusterSpec, workload: Workload, placer: Placer) -> None:
-        self.placer = placer
+    def __init__(self, spec: ClusterSpec, workload: Workload, scheduler: SimScheduler) -> None:
+        self.scheduler = scheduler
         self.jobs = sorted(workload.jobs, key=lambda j: (j.arrival, j.name))
         self.clock = _Clock(capacity=spec.gpu_count * MILLI_PER_GPU)
         self.finishing: list[tuple[float, int, str, int]] = []
@@ -96,7 +96,7 @@ class _EventRun:
             self.clock.advance(min(arrival, finish))
             while self.finishing and self.finishing[0][0] <= self.clock.now:
                 _t, _seq, key, milli = heapq.heappop(self.finishing)
-                self.placer.unbind(key)
+                self.scheduler.unbind(key)
                 self.clock.charge(-milli)
             while next_job < len(self.jobs) and self.jobs[next_job].arrival <= self.clock.now:
                 job = self.jobs[next_job]
@@ -121,7 +121,7 @@ class _EventRun:
         if job.is_gang and not entry.gang_placed:
             members = entry.requests[: job.min_member]
             start = time.perf_counter()
-            result = place_gang(members, self.placer.cluster.snapshot, self.placer.policy.scoring)
+            result = place_gang(members, self.scheduler.placer)
             self._account(start, len(members))
             if not result.ok:
                 return False
@@ -133,7 +133,7 @@ class _EventRun:
             if pod.key in entry.placed:
                 continue
             start = time.perf_counter()
-            assignment = self.placer.choose(pod)
+            assignment = self.scheduler.choose(pod)
             self._account(start, 1)
             if assignment is None:
                 continue
@@ -148,7 +148,7 @@ class _EventRun:
         self.decisions += decisions
 
     def _started(self, pod: PodRequest, assignment: Assignment, entry: _Pending) -> None:
-        self.placer.bind(pod, assignment)
+        self.scheduler.bind(pod, assignment)
         entry.placed.add(pod.key)
         self.clock.charge(pod.gpu_milli_total)
         self.events.append((self.arrived, self.clock.used))
@@ -181,8 +181,10 @@ def run_events(
         for _ in range(j.replicas)
     ]
     typical = typical_pods(shapes)
-    placer = Placer(cluster, make_policy(policy_name, typical, config), random.Random(seed))
-    state = _EventRun(spec, workload, placer)
+    scheduler = SimScheduler(
+        cluster, make_policy(policy_name, typical, config), random.Random(seed)
+    )
+    state = _EventRun(spec, workload, scheduler)
     fragmentation = Fragmentation(typical)
     state.measure = lambda: (
         fragmented_share(cluster, fragmentation, state.clock.capacity),

@@ -1,4 +1,4 @@
-"""The policies the simulator compares, and `Placer`, which places pods with one of them.
+"""The policies the simulator compares, and `SimScheduler`, which places pods with one of them.
 
 * `default`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it;
 * `bestfit`, `fgd`, `random`: the baselines of the FGD paper (Weng et al., ATC '23) as its
@@ -6,9 +6,7 @@
   FGD puts a GPU share on the GPU its score prefers, `random` on a random GPU that fits;
 * `spread`: LeastAllocated over cpu, memory and GPU (the emptiest node wins).
 
-All of them run the real placement code: `filter_node` and a `Scoring` through `pick`, or through
-`verdict_memo.FastPicker`, which makes the same decision with memoised verdicts when every
-node is ranked (it follows the snapshot's changes itself).
+All of them run the real placement code: their `Scoring` through the cluster's `Placer`.
 """
 
 from __future__ import annotations
@@ -24,14 +22,12 @@ from scheduler.placement import (
     PodRequest,
     Scoring,
     WeightedScore,
-    pick,
 )
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
-from scheduler.placement.verdict_memo import FastPicker
 from scheduler.sim.cluster import Cluster
 
-__all__ = ["POLICIES", "Placer", "SimPolicy", "make_policy"]
+__all__ = ["POLICIES", "SimPolicy", "SimScheduler", "make_policy"]
 
 POLICIES = ("default", "spread", "bestfit", "random", "fgd")
 
@@ -40,7 +36,8 @@ ShareChooser = Callable[[PodRequest, NodeState, random.Random], int | None]
 
 @dataclass(frozen=True, slots=True)
 class SimPolicy:
-    """A `Scoring`, plus how the paper's baselines differ from `pick` (uniform node, share GPU)."""
+    """A `Scoring`, plus how the paper's baselines differ from the scheduler's decision (uniform
+    node, share GPU)."""
 
     name: str
     scoring: Scoring
@@ -80,32 +77,24 @@ def make_policy(
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 
 
-class Placer:
+class SimScheduler:
     """Places pods on `cluster` with `policy`; `rng` draws the random policy's choices."""
 
     def __init__(self, cluster: Cluster, policy: SimPolicy, rng: random.Random) -> None:
         self.cluster = cluster
         self.policy = policy
         self.rng = rng
-        self.fast = (
-            FastPicker(cluster.snapshot, policy.scoring)
-            if FastPicker.supports(policy.scoring)
-            else None
-        )
+        self.placer = cluster.placer(policy.scoring)
 
     def choose(self, pod: PodRequest) -> Assignment | None:
         """Where `pod` would go (nothing is bound)."""
-        if self.policy.uniform and self.fast is not None:
-            names = self.fast.feasible(pod)
+        if self.policy.uniform:
+            names = self.placer.feasible(pod)
             if not names:
                 return None
-            assignment = self.fast.assignment_on(pod, self.rng.choice(names))
-        elif self.fast is not None:
-            found = self.fast.pick(pod)
-            assignment = None if found is None else found[0]
+            assignment = self.placer.assignment_on(pod, self.rng.choice(names))
         else:
-            decision = pick(pod, self.cluster.snapshot, self.policy.scoring, explain=False)
-            assignment = decision.assignment
+            assignment = self.placer.best_assignment(pod)
         if assignment is None or assignment.share is None or self.policy.share_gpu is None:
             return assignment
         node = self.cluster.snapshot.node(assignment.node)

@@ -31,7 +31,7 @@ from scheduler.placement import PodRequest
 from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_pods
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
-from scheduler.sim.policies import Placer, make_policy
+from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
 
 __all__ = ["RunResult", "allocation_by_arrival", "inflate", "run_protocol", "workload_pods"]
@@ -154,8 +154,8 @@ def run_protocol(
     rng.shuffle(order)
     cluster = build_cluster(spec, ranked_names(names, order).__getitem__)
     typical = typical_pods(_shape(p.spec) for p in pods)
-    placer = Placer(cluster, make_policy(policy_name, typical, config), rng)
-    events, failed, seconds = _place_all(placer, arrivals, progress)
+    scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
+    events, failed, seconds = _place_all(scheduler, arrivals, progress)
     stats = cluster.stats()
     return RunResult(
         policy=policy_name,
@@ -174,7 +174,7 @@ def run_protocol(
 
 
 def _place_all(
-    placer: Placer, arrivals: Sequence[SimPod], progress: Progress | None
+    scheduler: SimScheduler, arrivals: Sequence[SimPod], progress: Progress | None
 ) -> tuple[list[tuple[int, int]], Counter[str], float]:
     events: list[tuple[int, int]] = []
     failed: Counter[str] = Counter()
@@ -183,7 +183,7 @@ def _place_all(
     for k, pod in enumerate(arrivals):
         request: PodRequest = pod_request(pod.spec, f"{pod.name}#{k}")
         start = time.perf_counter()
-        assignment = placer.place(request)
+        assignment = scheduler.place(request)
         seconds += time.perf_counter() - start
         arrived += _demand(pod)
         if assignment is None:

@@ -224,7 +224,8 @@ def test_gpu_model(models, reasons):
 
 
 def test_unsupported_is_not_a_node_filter_but_pick_rejects_it():
-    from scheduler.placement import Scoring, pick
+    from scheduler.placement import Scoring
+    from scheduler.placement.pick import pick
     from tests.builders.placement import snapshot
 
     decision = pick(pod(unsupported="inter-pod affinity"), snapshot(make_node()), Scoring())

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement import Assignment, PodRequest, Scoring, WeightedScore, pick
+from scheduler.placement import Assignment, PodRequest, Scoring, WeightedScore
 from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
 from scheduler.placement.fragscores import PRIOR, FragmentationScore, spread_on_cpu_nodes_score
+from scheduler.placement.pick import pick
 from scheduler.placement.scores import SCORE_FACTORIES, default_scoring
 from scheduler.sim.cluster import Cluster, NodeSpec
 

@@ -1,20 +1,37 @@
-"""`place_gang`: all or nothing on one snapshot, topology domains, minResources."""
+"""`place_gang`: all or nothing on one snapshot, topology domains, minResources; with a Placer on
+its memo path and on its plain path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
 from scheduler.placement import (
     Assignment,
+    Placer,
     PodRequest,
     Snapshot,
     TopologyConstraint,
     default_scoring,
-    pick,
     place_gang,
     topology_domains,
 )
 from tests.builders.placement import make_node, pod, snapshot
 
 RACK = "gputopo.io/rack"
+PlacerFor = Callable[[Snapshot], Placer]
+
+
+@pytest.fixture(
+    params=[pytest.param(0, id="memo"), pytest.param(1 << 30, id="plain, every node ranked")]
+)
+def placer_for(request: pytest.FixtureRequest) -> PlacerFor:
+    """A Placer with the shipped scoring; a candidate limit above the node count takes the plain
+    path and still ranks every node."""
+    limit: int = request.param
+    return lambda snap: Placer(snap, replace(default_scoring(), candidate_limit=limit))
 
 
 def state(snap: Snapshot) -> dict[str, object]:
@@ -29,21 +46,21 @@ def members(name: str, count: int, **kwargs: object) -> list[PodRequest]:
     return [pod(f"default/{name}-{i}", pod_group=name, **kwargs) for i in range(count)]
 
 
-def test_gang_fits_and_leaves_the_snapshot_unchanged():
+def test_gang_fits_and_leaves_the_snapshot_unchanged(placer_for: PlacerFor):
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     before = state(snap)
-    result = place_gang(members("train", 4, gpus=4), snap, default_scoring())
+    result = place_gang(members("train", 4, gpus=4), placer_for(snap))
     assert result.ok
     assert state(snap) == before
     used = [(a.node, g) for a in result.assignments.values() for g in a.gpus]
     assert len(used) == len(set(used)) == 16
 
 
-def test_gang_that_does_not_fit_places_nothing():
+def test_gang_that_does_not_fit_places_nothing(placer_for: PlacerFor):
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     snap.assume(pod("default/other", gpus=3), Assignment(node="node-a", gpus=(0, 1, 2)))
     before = state(snap)
-    result = place_gang(members("train", 4, gpus=4), snap, default_scoring())
+    result = place_gang(members("train", 4, gpus=4), placer_for(snap))
     assert not result.ok
     assert result.assignments == {}
     assert state(snap) == before
@@ -52,27 +69,28 @@ def test_gang_that_does_not_fit_places_nothing():
     assert "Insufficient nvidia.com/gpu" in result.reason
 
 
-def test_deadlock_scenario_gang_holds_nothing_while_waiting():
+def test_deadlock_scenario_gang_holds_nothing_while_waiting(placer_for: PlacerFor):
     """16 GPUs, 6 taken; a gang of eight 1-GPU pods and a 5-GPU pod. The stock scheduler binds 5
     members and the 5-GPU pod and deadlocks; here the gang is placed whole or not at all."""
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     snap.assume(pod("default/old", gpus=6), Assignment(node="node-a", gpus=tuple(range(6))))
     gang = members("train", 8, gpus=1)
+    placer = placer_for(snap)
     # Gang complete first: all eight fit, then the 5-GPU pod waits with a clear reason.
-    first = place_gang(gang, snap, default_scoring())
+    first = place_gang(gang, placer)
     assert first.ok
     for p in gang:
         snap.assume(p, first.assignments[p.key])
-    late = pick(pod("default/five", gpus=5), snap, default_scoring())
+    late = placer.decide(pod("default/five", gpus=5))
     assert late.assignment is None
     for p in gang:
         snap.forget(p.key)
     # 5-GPU pod first: the gang then fits nowhere and holds no GPU while it waits.
-    five = pick(pod("default/five", gpus=5), snap, default_scoring())
+    five = placer.decide(pod("default/five", gpus=5))
     assert five.assignment is not None
     snap.assume(pod("default/five", gpus=5), five.assignment)
     before = state(snap)
-    assert not place_gang(gang, snap, default_scoring()).ok
+    assert not place_gang(gang, placer).ok
     assert state(snap) == before
 
 
@@ -83,12 +101,11 @@ def racked_cluster() -> Snapshot:
     return snapshot(*nodes)
 
 
-def test_required_domain_keeps_the_gang_in_one_rack_tightest_first():
+def test_required_domain_keeps_the_gang_in_one_rack_tightest_first(placer_for: PlacerFor):
     snap = racked_cluster()
     result = place_gang(
         members("train", 4, gpus=4),
-        snap,
-        default_scoring(),
+        placer_for(snap),
         topology=TopologyConstraint(label=RACK),
     )
     assert result.ok
@@ -96,13 +113,12 @@ def test_required_domain_keeps_the_gang_in_one_rack_tightest_first():
     assert {a.node for a in result.assignments.values()} == {"b0", "b1"}
 
 
-def test_required_domain_moves_to_a_bigger_rack_when_the_tight_one_is_short():
+def test_required_domain_moves_to_a_bigger_rack_when_the_tight_one_is_short(placer_for: PlacerFor):
     snap = racked_cluster()
     snap.assume(pod("default/x", gpus=1), Assignment(node="b0", gpus=(0,)))
     result = place_gang(
         members("train", 4, gpus=4),
-        snap,
-        default_scoring(),
+        placer_for(snap),
         topology=TopologyConstraint(label=RACK),
     )
     assert result.ok
@@ -110,13 +126,12 @@ def test_required_domain_moves_to_a_bigger_rack_when_the_tight_one_is_short():
     assert {a.node for a in result.assignments.values()} <= {"a0", "a1", "a2"}
 
 
-def test_required_domain_that_nothing_fits_fails():
+def test_required_domain_that_nothing_fits_fails(placer_for: PlacerFor):
     snap = racked_cluster()
     before = state(snap)
     result = place_gang(
         members("train", 4, gpus=8),
-        snap,
-        default_scoring(),
+        placer_for(snap),
         topology=TopologyConstraint(label=RACK),
     )
     assert not result.ok
@@ -124,12 +139,11 @@ def test_required_domain_that_nothing_fits_fails():
     assert state(snap) == before
 
 
-def test_preferred_domain_falls_back_to_the_whole_cluster():
+def test_preferred_domain_falls_back_to_the_whole_cluster(placer_for: PlacerFor):
     snap = racked_cluster()
     result = place_gang(
         members("train", 4, gpus=8),
-        snap,
-        default_scoring(),
+        placer_for(snap),
         topology=TopologyConstraint(label=RACK, required=False),
     )
     assert result.ok
@@ -137,10 +151,10 @@ def test_preferred_domain_falls_back_to_the_whole_cluster():
     assert len({a.node for a in result.assignments.values()}) == 4
 
 
-def test_unknown_label_required():
+def test_unknown_label_required(placer_for: PlacerFor):
     snap = racked_cluster()
     result = place_gang(
-        members("t", 1, gpus=1), snap, default_scoring(), topology=TopologyConstraint(label="nope")
+        members("t", 1, gpus=1), placer_for(snap), topology=TopologyConstraint(label="nope")
     )
     assert not result.ok
     assert result.reason == "no node has the topology label nope"
@@ -159,29 +173,29 @@ def test_topology_domains_lists_label_values():
     assert snap.domains(RACK)["rack-b"].free_milli == 16_000
 
 
-def test_min_resources_must_be_free_in_the_cluster():
+def test_min_resources_must_be_free_in_the_cluster(placer_for: PlacerFor):
     snap = snapshot(make_node("node-a"))
     result = place_gang(
-        members("t", 1, gpus=1), snap, default_scoring(), min_resources={"nvidia.com/gpu": 9}
+        members("t", 1, gpus=1), placer_for(snap), min_resources={"nvidia.com/gpu": 9}
     )
     assert not result.ok
     assert result.reason == "Insufficient nvidia.com/gpu for the pod group's minResources"
-    ok = place_gang(members("t", 1, gpus=1), snap, default_scoring(), min_resources={"cpu": 1000})
+    ok = place_gang(members("t", 1, gpus=1), placer_for(snap), min_resources={"cpu": 1000})
     assert ok.ok
 
 
-def test_members_already_assumed_are_replaced_and_restored():
+def test_members_already_assumed_are_replaced_and_restored(placer_for: PlacerFor):
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     gang = members("t", 2, gpus=4)
     snap.assume(gang[0], Assignment(node="node-b", gpus=(4, 5, 6, 7)))
     before = state(snap)
-    result = place_gang(gang, snap, default_scoring())
+    result = place_gang(gang, placer_for(snap))
     assert result.ok
     assert state(snap) == before
     assert snap.node_of(gang[0].key) == "node-b"
 
 
-def test_largest_members_are_placed_first():
+def test_largest_members_are_placed_first(placer_for: PlacerFor):
     # 8 + 4 + 4 GPUs on 8 + 8: the 8-GPU member must go first or the gang fails.
     snap = snapshot(make_node("node-a"), make_node("node-b"))
     gang = [
@@ -189,6 +203,6 @@ def test_largest_members_are_placed_first():
         pod("default/g-small-1", gpus=4),
         pod("default/g-big", gpus=8),
     ]
-    result = place_gang(gang, snap, default_scoring())
+    result = place_gang(gang, placer_for(snap))
     assert result.ok
     assert result.assignments["default/g-big"].gpus == tuple(range(8))

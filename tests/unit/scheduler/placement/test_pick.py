@@ -14,8 +14,8 @@ from scheduler.placement import (
     Taint,
     default_scoring,
     format_reasons,
-    pick,
 )
+from scheduler.placement.pick import pick
 from tests.builders.placement import make_node, pod, snapshot
 
 NOT_READY = Taint(key="node.kubernetes.io/not-ready", effect=Effect.NO_SCHEDULE)

@@ -13,18 +13,18 @@ from agent.model import MILLI_PER_GPU
 from scheduler.placement import (
     Effect,
     NodeState,
+    Placer,
     PodRequest,
     Scoring,
     Snapshot,
     Taint,
     TopologyConstraint,
     TopologyPolicy,
-    VerdictCache,
     default_scoring,
     filter_node,
-    pick,
     place_gang,
 )
+from scheduler.placement.pick import pick
 from tests.builders.placement import GIB, make_node
 
 RACK = "gputopo.io/rack"
@@ -169,7 +169,7 @@ def test_gang_is_all_or_nothing(cluster, gang, topology):
     snap = Snapshot(n.clone() for n in cluster)
     before = {n.name: (dict(n.requested), list(n.gpu_free)) for n in snap.nodes.values()}
     constraint = None if topology is None else TopologyConstraint(label=RACK, required=topology)
-    result = place_gang(gang, snap, default_scoring(), topology=constraint)
+    result = place_gang(gang, Placer(snap, default_scoring()), topology=constraint)
     assert {n.name: (dict(n.requested), list(n.gpu_free)) for n in snap.nodes.values()} == before
     if not result.ok:
         assert result.assignments == {}
@@ -262,18 +262,29 @@ TestAssumeForget = AssumeForget.TestCase
 
 
 @settings(max_examples=40, deadline=None)
-@given(cluster=clusters(), shape=pods("default/shape"), count=st.integers(1, 8))
-def test_verdict_cache_gives_the_same_decisions(cluster, shape, count):
+@given(
+    cluster=clusters(),
+    shape=pods("default/shape"),
+    count=st.integers(1, 8),
+    limit=st.integers(1, 3),
+)
+def test_a_placer_with_a_candidate_limit_decides_as_pick(cluster, shape, count, limit):
+    """Its plain path keeps each node's verdict for pods of one shape in a row (a gang's members)
+    until the node changes: the same decisions and reasons as `pick` without it."""
+    scoring = replace(UNLIMITED, candidate_limit=limit)
     plain = Snapshot(n.clone() for n in cluster)
-    cached = Snapshot(n.clone() for n in cluster)
-    cache = VerdictCache()
+    placed = Snapshot(n.clone() for n in cluster)
+    placer = Placer(placed, scoring)
     for i in range(count):
         p = replace(shape, key=f"default/m{i}")
-        expected = pick(p, plain, default_scoring())
-        got = pick(p, cached, default_scoring(), cache=cache)
-        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        expected = pick(p, plain, scoring)
+        got = placer.decide(p)
+        assert (got.assignment, got.score, dict(got.reasons)) == (
+            expected.assignment,
+            expected.score,
+            dict(expected.reasons),
+        )
         if expected.assignment is None:
             break
         plain.assume(p, expected.assignment)
-        cached.assume(p, expected.assignment)
-        cache.touch(expected.assignment.node)
+        placed.assume(p, expected.assignment)

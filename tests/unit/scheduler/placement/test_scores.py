@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement import Assignment, NodeState, Scoring, WeightedScore, default_scoring, pick
+from scheduler.placement import Assignment, NodeState, Scoring, WeightedScore, default_scoring
+from scheduler.placement.pick import pick
 from scheduler.placement.scores import (
     binpack_score,
     gpu_avoidance_score,

@@ -1,13 +1,13 @@
-"""The runtime's `FastPicker` follows the `ClusterCache` by itself: nodes, NRTs and foreign pods
-coming and going, our own assume / forget, each decision the same as `pick` on the live snapshot."""
+"""The runtime's `Placer` follows the `ClusterCache` by itself: nodes, NRTs and foreign pods coming
+and going, our own assume / forget, each decision the same as `pick` on the live snapshot."""
 
 from __future__ import annotations
 
 import random
 
 from agent.objkey import ObjectKey, object_key
-from scheduler.placement import Decision, PodRequest, default_scoring, pick
-from scheduler.placement.verdict_memo import picker_for
+from scheduler.placement import Decision, Placer, PodRequest, default_scoring
+from scheduler.placement.pick import pick
 from scheduler.runtime.cache import ClusterCache
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
@@ -33,11 +33,10 @@ def same(got: Decision, expected: Decision) -> None:
         assert got.message() == expected.message()
 
 
-def test_picker_follows_every_kind_of_cache_change():
+def test_placer_follows_every_kind_of_cache_change():
     cache = ClusterCache("gputopo-scheduler")
     scoring = default_scoring()
-    picker = picker_for(cache.snapshot, scoring)
-    assert picker is not None
+    placer = Placer(cache.snapshot, scoring)
     rng = random.Random(5)
     for i in range(6):
         cache.upsert_node(node_obj(f"n{i}", gpus=rng.choice((4, 8))))
@@ -61,7 +60,7 @@ def test_picker_follows_every_kind_of_cache_change():
             key = object_key("default", f"p{step}")
             request: PodRequest = cache.pods[key].request
             expected = pick(request, cache.snapshot, scoring)
-            same(picker.decide(request), expected)
+            same(placer.decide(request), expected)
             if expected.assignment is not None:
                 cache.assume(key, expected.assignment)
                 assumed.append(key)

@@ -1,16 +1,19 @@
-"""`FastPicker` makes the decisions of `pick` (every node ranked), with memoised verdicts, and
-follows every change to its snapshot by itself."""
+"""`Placer` makes the decisions of `pick` on both of its paths (the verdict memo when every node is
+ranked, `pick` with kept verdicts under a candidate limit) and follows every change to its
+snapshot by itself."""
 
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
-from scheduler.placement import PodRequest, Scoring, WeightedScore, pick
+from scheduler.placement import Assignment, Placer, PodRequest, Scoring, WeightedScore
+from scheduler.placement.class_verdicts import pod_class
 from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
     FragmentationScore,
@@ -18,8 +21,9 @@ from scheduler.placement.fragscores import (
     least_allocated_score,
 )
 from scheduler.placement.node_slots import Interner
-from scheduler.placement.scores import DEFAULT_WEIGHTS
-from scheduler.placement.verdict_memo import FastPicker, Learner, picker_for, pod_class
+from scheduler.placement.pick import pick
+from scheduler.placement.scores import DEFAULT_WEIGHTS, Learner
+from scheduler.placement.verdict_memo import VerdictMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 GIB = 1 << 30
@@ -73,14 +77,17 @@ def test_same_decisions_as_pick(seed: int, name: str):
     rng = random.Random(seed)
     cluster = small_cluster(rng)
     scoring = scorings()[name]
-    fast = FastPicker(cluster.snapshot, scoring)
+    placer = Placer(cluster.snapshot, scoring)
     for k in range(40):
         pod = random_pod(rng, f"default/p{k}")
         expected = pick(pod, cluster.snapshot, scoring, explain=False)
-        got = fast.pick(pod)
-        assert (got[0] if got else None) == expected.assignment
-        if got is not None:
-            cluster.bind(pod, got[0])
+        got = placer.decide(pod, explain=False)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if expected.assignment is None:
+            assert got.message() == expected.message()
+        assert placer.best_assignment(pod) == expected.assignment
+        if got.assignment is not None:
+            cluster.bind(pod, got.assignment)
         if k % 7 == 6:
             cluster.unbind(f"default/p{k - 3}")
 
@@ -90,30 +97,31 @@ def test_a_learning_score_invalidates_the_cache():
     cluster = small_cluster(rng)
     learner = FragmentationScore()
     scoring = Scoring(scores=(WeightedScore("fragmentation", 1.0, learner),), candidate_limit=0)
-    fast = FastPicker(cluster.snapshot, scoring)
+    placer = Placer(cluster.snapshot, scoring)
     assert isinstance(learner, Learner)
     for k in range(60):
         pod = random_pod(rng, f"default/p{k}")
-        got = fast.pick(pod)
+        got = placer.best_assignment(pod)
         expected = pick(pod, cluster.snapshot, scoring, explain=False)
-        assert (got[0] if got else None) == expected.assignment
+        assert got == expected.assignment
         if got is not None:
-            cluster.bind(pod, got[0])
+            cluster.bind(pod, got)
     assert learner.version >= 1
 
 
-def test_feasible_and_assignment_on():
+@pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
+def test_feasible_and_assignment_on(limit: int):
     cluster = Cluster.from_specs(
         [NodeSpec(name="b", gpus=2), NodeSpec(name="a", gpus=1), NodeSpec(name="c", gpus=2)]
     )
-    fast = FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=0))
+    placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
     two = PodRequest(key="x", gpus=2)
-    assert fast.feasible(two) == ["b", "c"]
-    found = fast.assignment_on(two, "b")
+    assert placer.feasible(two) == ["b", "c"]
+    found = placer.assignment_on(two, "b")
     assert found is not None
     assert (found.node, found.gpus) == ("b", (0, 1))
-    assert fast.assignment_on(two, "a") is None
-    assert fast.pick(PodRequest(key="y", gpus=3)) is None
+    assert placer.assignment_on(two, "a") is None
+    assert placer.best_assignment(PodRequest(key="y", gpus=3)) is None
 
 
 def test_pod_class_ignores_only_the_key_and_pod_group():
@@ -122,42 +130,67 @@ def test_pod_class_ignores_only_the_key_and_pod_group():
     assert pod_class(a) != pod_class(PodRequest(key="a", cpu_milli=2, gpus=1))
 
 
-def test_candidate_limits_are_refused():
-    cluster = Cluster.from_specs([NodeSpec(name="a")])
-    assert not FastPicker.supports(Scoring(scores=(), candidate_limit=64))
-    assert picker_for(cluster.snapshot, Scoring(scores=(), candidate_limit=64)) is None
-    assert picker_for(cluster.snapshot, Scoring(scores=(), candidate_limit=0)) is not None
+def test_the_memo_refuses_a_candidate_limit_and_the_placer_decides_as_pick_with_it():
+    """With a limit the first feasible nodes in the snapshot's order decide (binpack order:
+    used nodes first), which a memo could not reproduce; the Placer takes `pick`'s path."""
+
+    def emptiest(limit: int) -> Scoring:  # binpack turned round: the emptiest node wins
+        return Scoring.from_weights(
+            {"binpack": -1.0}, prefer_used_nodes=False, candidate_limit=limit
+        )
+
+    cluster = Cluster.from_specs(NodeSpec(name=f"n{i}", gpus=8) for i in range(4))
     with pytest.raises(ValueError, match="candidate_limit == 0"):
-        FastPicker(cluster.snapshot, Scoring(scores=(), candidate_limit=64))
+        VerdictMemo(cluster.snapshot, emptiest(1))
+    limited, ranked = Placer(cluster.snapshot, emptiest(1)), Placer(cluster.snapshot, emptiest(0))
+    cluster.snapshot.assume_on(PodRequest(key="busy", gpus=1, cpu_milli=8000), "n0")
+    one = PodRequest(key="one", gpus=1)
+    assert limited.decide(one).node == "n0"  # the used node is visited first, and only it scored
+    assert ranked.decide(one).node == "n1"  # every node ranked: an idle one
+    assert limited.decide(one) == pick(one, cluster.snapshot, emptiest(1))
 
 
-def test_changes_made_behind_its_back_are_seen():
+@pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
+def test_an_unsupported_pod_is_refused_on_every_node(limit: int):
+    cluster = Cluster.from_specs([NodeSpec(name="a"), NodeSpec(name="b")])
+    placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
+    pod = PodRequest(key="x", gpus=1, unsupported="inter-pod affinity")
+    decision = placer.decide(pod)
+    assert decision.assignment is None
+    assert decision.message() == "0/2 nodes are available: 2 unsupported: inter-pod affinity."
+    assert placer.best_assignment(pod) is None
+
+
+@pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
+def test_changes_made_behind_its_back_are_seen(limit: int):
     """Nodes added, removed and replaced and pods bound straight on the snapshot: no reporting."""
     cluster = Cluster.from_specs([NodeSpec(name="b", gpus=8), NodeSpec(name="c", gpus=8)])
-    scoring = Scoring.from_weights({"binpack": 1.0}, candidate_limit=0)
-    fast = FastPicker(cluster.snapshot, scoring)
+    scoring = Scoring.from_weights({"binpack": 1.0}, candidate_limit=limit)
+    placer = Placer(cluster.snapshot, scoring)
     four = PodRequest(key="p", gpus=4)
-    assert fast.decide(four).node == "b"
-    cluster.bind(PodRequest(key="q", gpus=2), fast.decide(PodRequest(key="q", gpus=2)).assignment)  # type: ignore[arg-type]
+    assert placer.decide(four).node == "b"
+    two = PodRequest(key="q", gpus=2)
+    cluster.bind(two, cast("Assignment", placer.decide(two).assignment))
     cluster.add_spec(NodeSpec(name="a", gpus=8))
-    assert fast.feasible(four) == ["a", "b", "c"]  # in name order, whatever the slots
-    assert fast.decide(four).node == "b"  # binpack: the used node
+    assert placer.feasible(four) == ["a", "b", "c"]  # in name order, whatever the slots
+    assert placer.decide(four).node == "b"  # binpack: the used node
     cluster.remove_node("b")
-    assert fast.decide(four).node == "a"  # ties: the lowest name
+    assert placer.decide(four).node == "a"  # ties: the lowest name
     cluster.add_spec(NodeSpec(name="a", gpus=2))  # replaced: too small now
-    assert fast.decide(four).node == "c"
+    assert placer.decide(four).node == "c"
     cluster.remove_node("c")
-    decision = fast.decide(four)
+    decision = placer.decide(four)
     assert decision.assignment is None
     assert decision.message() == pick(four, cluster.snapshot, scoring).message()
 
 
 def test_long_runs_rebuild_the_heap_and_bulk_updates_stay_exact():
     """Many changes between two uses of a class (the vectorised update), a heap that keeps only
-    the best 4 nodes, and a heap grown long enough to be compacted: still `pick`'s choices."""
+    the best 4 nodes, and a heap grown long enough to be compacted: still `pick`'s choices (the
+    memo itself, with a heap smaller than the Placer's)."""
     cluster = Cluster.from_specs(NodeSpec(name=f"n{i:02d}", gpus=4) for i in range(80))
     scoring = Scoring.from_weights({"binpack": 10.0, "topology": 5.0}, candidate_limit=0)
-    fast = FastPicker(cluster.snapshot, scoring, heap_top=4)
+    fast = VerdictMemo(cluster.snapshot, scoring, heap_top=4)
     rng = random.Random(7)
     rare = PodRequest(key="rare", gpus=3, cpu_milli=1000)
     bound: list[str] = []

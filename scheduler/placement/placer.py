@@ -1,0 +1,106 @@
+"""The decision API: a `Placer` decides every pod placed on one snapshot with one scoring.
+
+The runtime loop, gang placement, the simulator and the benchmarks all decide through
+`Placer.decide` (or `best_assignment` when no reasons are wanted; the simulator's random policy
+asks `feasible` and `assignment_on`) and never choose how. The decisions are `pick`'s: the same
+node, devices and score, and the same reasons when nothing fits. How they are made is the
+Placer's own business:
+
+- with `scoring.candidate_limit == 0` (every feasible node ranked; the shipped default) through
+  the `verdict_memo`, which keeps each node's verdict per pod class until the snapshot says the
+  node changed;
+- with a candidate limit through `pick` itself (the first feasible nodes in the snapshot's
+  order decide, which a memo cannot reproduce), keeping each node's verdict for pods of one
+  shape in a row (`VerdictCache`: a gang's members).
+
+The snapshot may change in any way between calls (assume, forget, nodes added, replaced or
+removed); the Placer sees it through the snapshot's change tracking. Not thread-safe: the caller
+serialises access (the scheduler holds its cache lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+
+from .filters import filter_node
+from .node import Assignment
+from .pick import Decision, VerdictCache, pick
+from .request import PodRequest
+from .scores import Scoring
+from .snapshot import Snapshot
+from .verdict_memo import VerdictMemo
+
+__all__ = ["Placer"]
+
+
+class Placer:
+    """Decides pods on `snapshot` with `scoring`, exactly as `pick` does."""
+
+    def __init__(self, snapshot: Snapshot, scoring: Scoring) -> None:
+        self._snapshot = snapshot
+        self._scoring = scoring
+        self._memo = VerdictMemo(snapshot, scoring) if scoring.candidate_limit == 0 else None
+        self._cache = VerdictCache(snapshot) if self._memo is None else None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The live snapshot decided on (changed by the caller, never by the Placer)."""
+        return self._snapshot
+
+    @property
+    def scoring(self) -> Scoring:
+        return self._scoring
+
+    def decide(
+        self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
+    ) -> Decision:
+        """The best node for `pod` among `allowed` (default: all nodes); the snapshot is unchanged.
+
+        When nothing fits, `reasons` counts every node's reason with `explain`, else only the
+        candidates' (cheaper); when a node is found they may be left out. Learning scores see
+        the pod first, whether or not it fits.
+        """
+        memo = self._memo_for(pod)
+        if memo is None:
+            return pick(
+                pod,
+                self._snapshot,
+                self._scoring,
+                allowed=allowed,
+                explain=explain,
+                cache=self._cache,
+            )
+        return memo.decide(pod, allowed=allowed, explain=explain)
+
+    def best_assignment(self, pod: PodRequest) -> Assignment | None:
+        """`decide(pod).assignment`, without the reasons `decide` counts when nothing fits (the
+        simulator asks this of every pod, and at the end of a run most fit nowhere)."""
+        memo = self._memo_for(pod)
+        if memo is None:
+            decision = pick(pod, self._snapshot, self._scoring, explain=False, cache=self._cache)
+            return decision.assignment
+        return memo.best(pod)
+
+    def feasible(self, pod: PodRequest) -> list[str]:
+        """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
+        if self._memo is not None:
+            return self._memo.feasible(pod)
+        self._scoring.observe(pod)
+        nodes = self._snapshot.nodes
+        return [
+            name
+            for name in self._snapshot.names()
+            if filter_node(pod, nodes[name]).assignment is not None
+        ]
+
+    def assignment_on(self, pod: PodRequest, node_name: str) -> Assignment | None:
+        """The devices `pod` gets on `node_name` (None if it does not fit there)."""
+        if self._memo is not None:
+            return self._memo.assignment_on(pod, node_name)
+        self._scoring.observe(pod)
+        return filter_node(pod, self._snapshot.node(node_name)).assignment
+
+    def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:
+        """The memo when it decides `pod`, else None: `pick` decides (and refuses an unsupported
+        pod before reading anything)."""
+        return None if pod.unsupported else self._memo

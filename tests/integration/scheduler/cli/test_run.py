@@ -81,7 +81,12 @@ def test_process_stops_cleanly_on_sigterm(fake_api, core_v1):
         assert wait_for(lambda: node_of(fake_api, "p"), 25, "p bound by the process") == "n1"
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave a scheduler behind when the test fails
+            _, err = proc.communicate()
+            raise
     assert proc.returncode == 0
     assert '"msg": "stopping"' in err
 

@@ -33,6 +33,8 @@ from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.gangstatus import (
+    CONDITION_LOST,
+    REASON_REPLACED,
     GangProgress,
     Loss,
     LostMembers,
@@ -52,8 +54,7 @@ Marker = Callable[[list[PodInfo], str, str], None]
 Precheck = Callable[[PodInfo], "tuple[str, str] | None"]
 LivePlacer = Callable[[], Placer]
 REASON_PARTIAL = "GangPartiallyBound"
-REASON_LOST = "MembersLost"
-REASON_REPLACED = "MembersReplaced"
+REASON_LOST = CONDITION_LOST  # the Event's reason is the condition's type
 
 
 @dataclass(slots=True)

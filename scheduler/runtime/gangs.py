@@ -8,8 +8,17 @@ with `place_gang` on the live snapshot, and only if all fit are they assumed and
 gets the Warning event `GangPartiallyBound` and phase `Failed`, and is not tried again until it
 is re-created.
 
+Members lost after they were bound (their node deleted or shut down, a drain, a failure:
+`gangstatus`) that leave fewer than `minMember` bound get the Warning event `MembersLost`, the
+condition `MembersLost` and phase `Unknown`. Their replacements are a gang again: nothing is
+placed until bound + pending reach `minMember`, then all pending members together, on one
+snapshot, under a fresh `scheduleTimeoutSeconds`; once `minMember` are bound the condition turns
+False (`MembersReplaced`, with a Normal event).
+
 Status written to the PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
-Failed), `scheduled`, `running`, `succeeded`, `failed` and `scheduleStartTime`.
+Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
+member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as
+bound, neither in the status nor when the gang's placement counts its bound members.
 """
 
 from __future__ import annotations
@@ -23,6 +32,16 @@ from agent.objkey import ObjectKey, key_of
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.cache import ClusterCache, GroupInfo
+from scheduler.runtime.gangstatus import (
+    CONDITION_LOST,
+    REASON_REPLACED,
+    GangProgress,
+    Loss,
+    LostMembers,
+    bound_count,
+    group_status,
+    holds_place,
+)
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
@@ -35,6 +54,7 @@ Marker = Callable[[list[PodInfo], str, str], None]
 Precheck = Callable[[PodInfo], "tuple[str, str] | None"]
 LivePlacer = Callable[[], Placer]
 REASON_PARTIAL = "GangPartiallyBound"
+REASON_LOST = CONDITION_LOST  # the Event's reason is the condition's type
 
 
 @dataclass(slots=True)
@@ -46,6 +66,7 @@ class GangState:
     bound_keys: set[ObjectKey] = field(default_factory=set)
     complete: bool = False
     failed: str = ""
+    losses: LostMembers = field(default_factory=LostMembers)
 
 
 class GangTracker:
@@ -88,10 +109,31 @@ class GangTracker:
         gkey = info.group_key
         if gkey is None:
             return
+        state = self._states.setdefault(gkey, GangState(uid="", first_seen=self._clock()))
+        deleted = self._cache.pods.get(info.key) is not info
+        loss = state.losses.observe(info, deleted)
+        if loss is not None:
+            self._lost(gkey, state, loss)
         if fresh:
-            self._states.setdefault(gkey, GangState(uid="", first_seen=self._clock()))
             self._activate(gkey)
         self.report(gkey)
+
+    def _lost(self, gkey: ObjectKey, state: GangState, loss: Loss) -> None:
+        """A bound member is gone or Failed: report it when the gang is now short of minMember,
+        and make the replacements a gang again (a fresh timeout from their first bind)."""
+        state.bound_keys.discard(loss.key)
+        group = self._cache.groups.get(gkey)
+        bound = bound_count(self._cache.members(gkey))
+        if group is None or group.error or bound >= group.min_member:
+            log.info("pod group %s: member lost, %d still bound: %s", gkey, bound, loss.describe())
+            return
+        state.losses.record(loss, now_rfc3339())
+        if state.complete:
+            state.complete, state.bind_started = False, None
+            state.first_seen = self._clock()
+        message = state.losses.message(bound, group.min_member)
+        log.warning("pod group %s: %s", gkey, message)
+        self._reporter.warn(group.obj, "PodGroup", REASON_LOST, message)
 
     def _activate(self, gkey: ObjectKey) -> None:
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
@@ -120,7 +162,8 @@ class GangTracker:
                 return self._park(unit, pending, "unschedulable", left)
             state = self._state(group)
             if state.bind_started is None:
-                state.bind_started, state.start_stamp = self._clock(), now_rfc3339()
+                state.bind_started = self._clock()
+                state.start_stamp = state.start_stamp or now_rfc3339()
             if left:  # a complete gang's extra members: some fit now, the rest wait
                 self._mark([m for m in pending if m.node is None], left, "unschedulable")
                 self._queue.unschedulable(unit)
@@ -155,7 +198,7 @@ class GangTracker:
             problem = self._precheck(info)
             if problem is not None:
                 return problem[0], f"pod group member {info.key}: {problem[1]}"
-        present = sum(1 for m in members if m.node is not None) + len(pending)
+        present = sum(1 for m in members if holds_place(m)) + len(pending)
         if present < group.min_member:
             # No count in the text: it would change (and be written again) with every new member.
             return "gang", (
@@ -176,7 +219,7 @@ class GangTracker:
         Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
         member on its own.
         """
-        bound = sum(1 for m in members if m.node is not None)
+        bound = sum(1 for m in members if holds_place(m))
         placed: Binds = []
         if bound >= group.min_member:
             why = ""
@@ -217,7 +260,8 @@ class GangTracker:
             if group is None or state is None:
                 return
             state.bound_keys.add(key)
-            confirmed = {m.key for m in self._cache.members(gkey) if m.node and not m.assumed}
+            members = self._cache.members(gkey)
+            confirmed = {m.key for m in members if holds_place(m) and not m.assumed}
             if not state.complete and len(confirmed | state.bound_keys) >= group.min_member:
                 state.complete = True
                 self._metrics.gang_wait_seconds.observe(self._clock() - state.first_seen)
@@ -240,7 +284,7 @@ class GangTracker:
     def _fail(self, group: GroupInfo, state: GangState) -> None:
         gkey = group.key
         members = self._cache.members(gkey)
-        bound = sum(1 for m in members if m.node is not None and not m.assumed)
+        bound = bound_count(members)
         state.failed = (
             f"{bound} of minMember {group.min_member} pods bound; the rest could not be bound "
             f"within scheduleTimeoutSeconds ({group.timeout:g}s)"
@@ -258,41 +302,34 @@ class GangTracker:
         group = self._cache.groups.get(gkey)
         if group is None or group.error:
             return
-        status = self.status(group, self._cache.members(gkey), self._states.get(gkey))
+        members = self._cache.members(gkey)
+        state = self._states.get(gkey)
+        if state is not None:
+            self._settle(group, state, members)
+        status = group_status(group, members, _progress(state))
         current = group.obj.get("status") or {}
         if any(current.get(k) != v for k, v in status.items()):
             self._reporter.group_status(group.obj, status)
 
-    @staticmethod
-    def status(
-        group: GroupInfo, members: Sequence[PodInfo], state: GangState | None
-    ) -> dict[str, Any]:
-        phases = [str((m.obj.get("status") or {}).get("phase") or "") for m in members]
-        running, succeeded, failed = (phases.count(p) for p in ("Running", "Succeeded", "Failed"))
-        scheduled = sum(1 for m in members if m.node is not None and not m.assumed)
-        need = group.min_member
-        if state is not None and state.failed:
-            phase = "Failed"
-        elif succeeded >= need:
-            phase = "Finished"
-        elif running + succeeded >= need:
-            phase = "Running"
-        elif scheduled >= need:
-            phase = "Scheduled"
-        elif state is not None and state.bind_started is not None:
-            phase = "Scheduling"
-        else:
-            phase = "Pending"
-        out: dict[str, Any] = {
-            "phase": phase,
-            "scheduled": scheduled,
-            "running": running,
-            "succeeded": succeeded,
-            "failed": failed,
-        }
-        if state is not None and state.start_stamp:
-            out["scheduleStartTime"] = state.start_stamp
-        return out
+    def _settle(self, group: GroupInfo, state: GangState, members: Sequence[PodInfo]) -> None:
+        """Lost members replaced (minMember bound again): say so once."""
+        replaced = state.losses.settle(bound_count(members), group.min_member, now_rfc3339())
+        if replaced:
+            message = state.losses.replaced_message(group.min_member)
+            log.info("pod group %s: %s", group.key, message)
+            self._reporter.note(group.obj, "PodGroup", REASON_REPLACED, message)
+
+
+def _progress(state: GangState | None) -> GangProgress:
+    if state is None:
+        return GangProgress(now=now_rfc3339())
+    return GangProgress(
+        failed=bool(state.failed),
+        binding=state.bind_started is not None,
+        start_stamp=state.start_stamp,
+        losses=state.losses,
+        now=now_rfc3339(),
+    )
 
 
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:

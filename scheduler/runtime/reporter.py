@@ -70,6 +70,15 @@ class Reporter:
             lambda: self._kube.create_event(involved, kind, "Warning", reason, message),
         )
 
+    def note(self, involved: Obj, kind: str, reason: str, message: str) -> None:
+        """A Normal event about any object (a gang whose lost members were replaced)."""
+        key = ("note", kind, key_of(involved), reason)
+        self._submit(
+            key,
+            message,
+            lambda: self._kube.create_event(involved, kind, "Normal", reason, message),
+        )
+
     def group_status(self, group: Obj, status: Mapping[str, Any]) -> None:
         """Patch the PodGroup's status when it differs from what was last written."""
         key = key_of(group)

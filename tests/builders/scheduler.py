@@ -172,3 +172,38 @@ def create_podgroup(custom: client.CustomObjectsApi, body: dict[str, Any]) -> No
 
 def delete_pod(core: client.CoreV1Api, name: str, namespace: str = "default") -> None:
     core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
+
+
+def set_pod_phase(
+    core: client.CoreV1Api,
+    name: str,
+    phase: str,
+    namespace: str = "default",
+    conditions: list[dict[str, Any]] | None = None,
+    reason: str | None = None,
+) -> None:
+    """What a kubelet writes through `pods/status`: the phase (and conditions, a reason)."""
+    status: dict[str, Any] = {"phase": phase}
+    if conditions:
+        status["conditions"] = conditions
+    if reason:
+        status["reason"] = reason
+    core.patch_namespaced_pod_status(name, namespace, {"status": status}, _preload_content=False)
+
+
+def delete_node(core: client.CoreV1Api, name: str) -> None:
+    core.delete_node(name, _preload_content=False)
+
+
+def podgroup_status(fake: FakeApiServer, name: str, namespace: str = "default") -> dict[str, Any]:
+    return dict((fake.get_object("podgroups", name, namespace) or {}).get("status") or {})
+
+
+def group_condition(
+    fake: FakeApiServer, name: str, kind: str, namespace: str = "default"
+) -> dict[str, Any] | None:
+    """The PodGroup's status condition of type `kind`, or None."""
+    for condition in podgroup_status(fake, name, namespace).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None

@@ -61,3 +61,37 @@ def ready_status(name: str, cap: dict[str, str], alloc: dict[str, str], now: str
         architecture="amd64",
     )
     return status
+
+
+PODGC_REASON = "DeletionByPodGC"
+PODGC_MESSAGE = "PodGC: node no longer exists"
+
+
+def podgc_fail_change(now: str) -> Callable[[Obj | None], Obj | None]:
+    """A store mutation: what PodGC writes (v1.26+, PodDisruptionConditions on by default) before
+    it force-deletes a pod whose node is gone: phase Failed and the `DisruptionTarget` condition.
+    A pod already Succeeded or Failed is left as it is (PodGC then only deletes it)."""
+
+    def change(old: Obj | None) -> Obj | None:
+        if old is None:
+            return None
+        status = old.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return old
+        pod = clone(old)
+        new_status = pod.setdefault("status", {})
+        new_status["phase"] = "Failed"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": PODGC_REASON,
+            "message": PODGC_MESSAGE,
+            "lastTransitionTime": now,
+        }
+        others = [
+            c for c in new_status.get("conditions") or [] if c.get("type") != "DisruptionTarget"
+        ]
+        new_status["conditions"] = [*others, condition]
+        return pod
+
+    return change

@@ -364,6 +364,33 @@ class FakeApiServer:
                 done += self.delete_object("pods", meta["name"], meta.get("namespace", ""))
         return done
 
+    def collect_orphaned_pods(self) -> list[str]:
+        """What the pod garbage collector (kube-controller-manager's PodGC) does to pods bound to
+        a Node that no longer exists: mark each Failed with the `DisruptionTarget` condition
+        (reason `DeletionByPodGC`), then delete it with grace 0. Returns the `ns/name` it removed.
+
+        A real PodGC waits 40 s (its quarantine) before it acts; tests call this when they want
+        it to have run. Pods with finalizers stay Terminating, as they would on a real server.
+        """
+        pods_rt, nodes_rt = self.resource("pods"), self.resource("nodes")
+        objects, _ = self.store.snapshot(pods_rt, None)
+        removed: list[str] = []
+        for pod in objects:
+            meta, node = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
+            if not node or self.store.get(nodes_rt, "", node) is not None:
+                continue
+            ns, name = meta.get("namespace", ""), meta["name"]
+            self.store.mutate(pods_rt, ns, name, controllers.podgc_fail_change(self.api.now()))
+            ref = Ref(pods_rt, pods_rt.versions[-1], ns, name)
+            try:
+                deletion.delete(self.api, ref, None, {"gracePeriodSeconds": "0"})
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                continue
+            removed.append(f"{ns}/{name}")
+        return removed
+
 
 def _yaml_or_text(raw: bytes) -> Any:
     text = raw.decode(errors="replace")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 from kubernetes import client
 
+from scheduler.kubeapi.client import KubeClient
+from scheduler.runtime.cache import parse_group
+from scheduler.runtime.gangstatus import GangProgress, LostMembers, group_status
+from scheduler.runtime.podinfo import read_pod
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -75,3 +80,28 @@ def test_scheduler_status_fits_the_schema():
     allowed = set(schema["properties"]["status"]["properties"])
     assert set(found) <= allowed
     assert found["scheduled"] == 2
+
+
+def test_members_lost_condition_is_kept_by_the_schema():
+    """The scheduler's `MembersLost` status survives the manifest's structural schema (pruning)."""
+    fake = FakeApiServer(install_crds=False)
+    fake.register_crd(manifest())
+    with fake:
+        api = fake.api_client()
+        custom = client.CustomObjectsApi(api)
+        create_podgroup(custom, podgroup("g", 2))
+        group = parse_group(fake.get_object("podgroups", "g", "default") or {})
+        member = read_pod(pod_body("g-1", gpus=1, node="n1"), "gputopo-scheduler")
+        losses = LostMembers()
+        losses.observe(replace(member, uid="u1"), deleted=False)
+        loss = losses.observe(replace(member, uid="u1"), deleted=True)
+        assert loss is not None
+        losses.record(loss, "2026-01-01T00:00:00Z")
+        status = group_status(group, [], GangProgress(losses=losses))
+        kube = KubeClient(api, "gputopo-scheduler", "test")
+        kube.patch_podgroup_status("default", "g", status)
+        stored = (fake.get_object("podgroups", "g", "default") or {}).get("status") or {}
+        api.close()
+    assert stored == status
+    assert stored["phase"] == "Unknown"
+    assert stored["conditions"][0]["reason"] == "PodDeleted"

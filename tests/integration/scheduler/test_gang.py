@@ -5,17 +5,23 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     create_podgroup,
+    delete_node,
     delete_pod,
     events_for,
     gpu_node,
+    group_condition,
     pod_body,
     podgroup,
+    podgroup_status,
     running,
     scheduled_condition,
+    set_pod_phase,
     wait_for,
 )
 
@@ -186,3 +192,155 @@ def test_members_beyond_min_member_are_placed_after_the_gang(fake_api, core_v1, 
         )
     assert "g-4" not in bound_pods(fake_api)
     assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+class BindLog:
+    """Samples the fake's request log every few ms: when each pod's first binding POST appeared."""
+
+    def __init__(self, fake, names: set[str]) -> None:
+        self.fake, self.names = fake, names
+        self.first: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        pattern = r"/pods/(" + "|".join(sorted(self.names)) + r")/binding$"
+        while not self.stop.is_set():
+            for request in self.fake.requests_matching("POST", pattern):
+                name = request.path.rsplit("/", 2)[-2]
+                self.first.setdefault(name, time.monotonic())
+            time.sleep(0.005)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(2)
+
+
+def lose_by_podgc(fake, core_v1, node: str) -> str:
+    """The node is deleted; PodGC marks its pods Failed, then deletes them."""
+    delete_node(core_v1, node)
+    assert len(fake.collect_orphaned_pods()) == 2
+    return "DeletionByPodGC"
+
+
+def lose_by_node_shutdown(fake, core_v1, node: str) -> str:
+    """The kubelet's graceful node shutdown: its pods turn Failed and stay (a Job keeps them);
+    the node goes NotReady and the node lifecycle controller taints it."""
+    taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    core_v1.patch_node(node, {"spec": {"taints": [taint]}}, _preload_content=False)
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": "Pod was terminated in response to imminent node shutdown.",
+    }
+    for name, where in bound_pods(fake).items():
+        if where == node:
+            set_pod_phase(core_v1, name, "Failed", conditions=[condition], reason="Terminated")
+    return "TerminationByKubelet"
+
+
+LOSSES = pytest.mark.parametrize(
+    "lose",
+    [
+        pytest.param(lose_by_podgc, id="node deleted, PodGC deletes its pods"),
+        pytest.param(lose_by_node_shutdown, id="node shut down, its pods stay Failed"),
+    ],
+)
+
+
+def running_gang_across_two_nodes(fake, core_v1, custom_objects) -> None:
+    """A 4-member gang (minMember 4) bound 2 + 2 on n1 and n2, every member Running."""
+    gpu_node(fake, "n1", gpus=2)
+    gpu_node(fake, "n2", gpus=2)
+    members = [f"g-{i}" for i in range(4)]
+    create_podgroup(custom_objects, podgroup("g", 4))
+    for name in members:
+        create_pod(core_v1, gang_pod(name, "g"))
+    wait_for(lambda: set(members) <= set(bound_pods(fake)), 5, "the gang bound")
+    assert set(bound_pods(fake).values()) == {"n1", "n2"}
+    for name in members:
+        set_pod_phase(core_v1, name, "Running")
+    wait_for(lambda: podgroup_status(fake, "g").get("phase") == "Running", 5, "Running")
+
+
+def members_lost_condition(fake, status: str, prefix: str = "") -> dict | None:
+    found = group_condition(fake, "g", "MembersLost") or {}
+    if found.get("status") == status and found.get("message", "").startswith(prefix):
+        return found
+    return None
+
+
+@LOSSES
+def test_lost_members_are_reported(fake_api, core_v1, custom_objects, lose):
+    with running(fake_api):
+        running_gang_across_two_nodes(fake_api, core_v1, custom_objects)
+        reason = lose(fake_api, core_v1, "n2")
+        two = "2 of 4 bound members lost"
+
+        def lost_event():
+            found = [e for e in events_for(fake_api, "g") if e["reason"] == "MembersLost"]
+            return [e for e in found if e["message"].startswith(two)]
+
+        lost = wait_for(lambda: members_lost_condition(fake_api, "True", two), 5, "MembersLost")
+        status = podgroup_status(fake_api, "g")
+        event = wait_for(lost_event, 5, "MembersLost event")[0]
+    assert lost["reason"] == reason
+    assert "default/g-2 on node n2" in lost["message"]
+    assert "placed together once 2 replacement pods exist" in lost["message"]
+    assert (status["phase"], status["scheduled"], status["running"]) == ("Unknown", 2, 2)
+    assert event["type"] == "Warning"
+
+
+@LOSSES
+def test_lost_members_are_replaced_as_one_unit(fake_api, core_v1, custom_objects, lose):
+    with running(fake_api) as rt:
+        running_gang_across_two_nodes(fake_api, core_v1, custom_objects)
+        lose(fake_api, core_v1, "n2")
+        wait_for(lambda: bound_count_of(fake_api, "g") == 2, 5, "2 members left bound")
+        # A new node, and the Job controller's replacements one second apart: r-0 alone would fit.
+        gpu_node(fake_api, "n3", gpus=2)
+        with BindLog(fake_api, {"r-0", "r-1"}) as binds:
+            create_pod(core_v1, gang_pod("r-0", "g"))
+            wait_for(
+                lambda: "r-0" in binds.first or scheduled_condition(fake_api, "r-0"),
+                5,
+                "r-0 tried",
+            )
+            waiting = (scheduled_condition(fake_api, "r-0") or {}).get("message") or ""
+            time.sleep(1.0)
+            alone = "r-0" in binds.first
+            create_pod(core_v1, gang_pod("r-1", "g"))
+            wait_for(lambda: len(binds.first) == 2, 5, "both replacements bound")
+        assert not alone, "a replacement was bound alone"
+        assert "fewer than minMember (4) pods exist" in waiting
+        assert abs(binds.first["r-0"] - binds.first["r-1"]) < 0.5
+        assert {bound_pods(fake_api)[n] for n in ("r-0", "r-1")} == {"n3"}
+        for name in ("r-0", "r-1"):
+            set_pod_phase(core_v1, name, "Running")
+        back = wait_for(lambda: members_lost_condition(fake_api, "False"), 5, "MembersReplaced")
+        wait_for(lambda: podgroup_status(fake_api, "g").get("phase") == "Running", 5, "Running")
+        replaced = wait_for(
+            lambda: [e for e in events_for(fake_api, "g") if e["reason"] == "MembersReplaced"],
+            5,
+            "MembersReplaced event",
+        )
+        rt.reporter.flush()
+    assert back["reason"] == "MembersReplaced"
+    assert podgroup_status(fake_api, "g")["running"] == 4
+    assert replaced[0]["type"] == "Normal"
+
+
+def bound_count_of(fake, group: str) -> int:
+    """Members of `group` bound and not Failed, as the API server has them."""
+    return sum(
+        1
+        for p in fake.list_objects("pods", "default")
+        if (p["metadata"].get("labels") or {}).get(GANG_LABEL) == group
+        and (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") != "Failed"
+    )

@@ -116,3 +116,39 @@ def test_node_name_index_follows_binds_and_deletes(fake_api, core_v1):
         return [p["metadata"]["name"] for p in json.loads(resp.data)["items"]]
 
     assert (on("n0"), on("n1"), on("")) == (["p2"], ["p1", "p3"], ["p4", "p5"])
+
+
+def test_deleting_a_node_leaves_its_pods_until_podgc_fails_then_deletes_them(fake_api, core_v1):
+    for name in ("n1", "n2"):
+        fake_api.add_node(name)
+    for n, node in enumerate(("n1", "n2", "n2")):
+        core_v1.create_namespaced_pod("default", make_pod(f"p{n}", node=node))
+    core_v1.create_namespaced_pod("default", make_pod("unbound"))
+    start = core_v1.list_namespaced_pod("default").metadata.resource_version
+    core_v1.delete_node("n2")
+    # A real API server does not touch pods when their node goes: PodGC does, 40 s later.
+    assert {p.metadata.name for p in core_v1.list_namespaced_pod("default").items} == {
+        "p0",
+        "p1",
+        "p2",
+        "unbound",
+    }
+    assert fake_api.collect_orphaned_pods() == ["default/p1", "default/p2"]
+    resp = core_v1.list_namespaced_pod(
+        "default", watch=True, resource_version=start, timeout_seconds=1, _preload_content=False
+    )
+    seen = [json.loads(line) for line in resp.read().splitlines() if line]
+    p1 = [(e["type"], e["object"]["status"].get("phase")) for e in seen if _named(e, "p1")]
+    failed = next(e["object"] for e in seen if _named(e, "p1") and e["type"] == "MODIFIED")
+    condition = failed["status"]["conditions"][-1]
+    assert p1 == [("MODIFIED", "Failed"), ("DELETED", "Failed")]
+    assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "DeletionByPodGC")
+    assert condition["message"] == "PodGC: node no longer exists"
+    assert {p.metadata.name for p in core_v1.list_namespaced_pod("default").items} == {
+        "p0",
+        "unbound",
+    }
+
+
+def _named(event: dict[str, Any], name: str) -> bool:
+    return bool(event["object"]["metadata"]["name"] == name)

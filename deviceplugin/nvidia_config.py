@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_profile
-from deviceplugin.settings import SharedResource, TimeSlicing, extended_resource_problem
+from deviceplugin.settings import (
+    MAX_REPLICAS,
+    SharedResource,
+    TimeSlicing,
+    extended_resource_problem,
+)
 
 NVIDIA_FLAGS = frozenset({
     "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "driverRoot",
@@ -109,7 +114,7 @@ def _name_problems(
         given = f"{entry.rename!r} advertises {target}" if entry.rename else target
         why = extended_resource_problem(target)
         if why is not None:
-            problems.append(f"{field}: {given} is not a valid extended resource name: {why}")
+            problems.append(f"{field}: {given}, a name the kubelet refuses: {why}")
         elif target in taken:
             problems.append(f"{field}: {given}, the same name as resources[{taken[target]}]")
         elif target != entry.name and _reserved(target, entry.name):
@@ -147,6 +152,11 @@ def _shared(where: str, entry: Any, errors: list[str]) -> SharedResource | None:
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         problems.append(f"replicas: expected an integer >= 1, got {replicas!r}")
         replicas = 1
+    elif replicas > MAX_REPLICAS:
+        problems.append(
+            f"replicas: at most {MAX_REPLICAS} (the device list must fit one gRPC message), "
+            f"got {replicas:,}"
+        )
     if rename is not None and (not isinstance(rename, str) or not rename):
         problems.append(f"rename: expected a resource name, got {rename!r}")
     devices = _devices(entry.get("devices"), problems)

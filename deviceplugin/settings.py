@@ -16,6 +16,13 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 
+MAX_REPLICAS = 256
+"""Most time-slicing replicas per device. Each replica is one `Device` of ~66 bytes in the
+resource's ListAndWatch message, which the kubelet drops whole (0 devices, nothing logged) past
+gRPC's 4 MiB receive limit, i.e. past ~63,000 devices. The largest node, 16 GPUs x 7 MIG
+devices = 112 units, stays under half of that at 256 replicas (28,672 devices, 1.9 MB); more
+than the kubelet's 110 pods per node would ever use, even on one GPU."""
+
 DEFAULT_DOMAIN = "nvidia.com"
 """The domain a bare `rename` tail gets (`gpu-shared` -> `nvidia.com/gpu-shared`)."""
 

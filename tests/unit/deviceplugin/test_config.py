@@ -10,14 +10,20 @@ import pytest
 
 from agent.cli.config import AgentConfig, load, split_host_port
 from agent.errors import ConfigError
+from deviceplugin.grpc_translation import device_list, to_list_response
+from deviceplugin.resources import build_resources
 from deviceplugin.settings import (
+    MAX_REPLICAS,
     DeviceIdStrategy,
     DeviceListStrategy,
     MigStrategy,
     SharedResource,
 )
+from tests.builders.deviceplugin import make_inventory, settings
 
 ENV = {"NODE_NAME": "node-a"}
+GRPC_MAX_RECEIVE = 4 * 1024 * 1024
+"""The kubelet's gRPC client default: a bigger ListAndWatch message is dropped whole."""
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -244,7 +250,7 @@ def test_renames_the_kubelet_refuses_are_refused_at_load(tmp_path, rename, reaso
         load(["--config", str(path)], ENV)
     message = str(info.value)
     assert f"sharing.timeSlicing.resources[0].rename: {rename!r} advertises" in message
-    assert "is not a valid extended resource name" in message
+    assert ", a name the kubelet refuses: " in message
     assert re.search(reason, message), message
     assert "\n" not in message
 
@@ -305,3 +311,51 @@ def test_rename_by_default_names_are_not_collisions(tmp_path):
         "nvidia.com/mig-1g.10gb.shared",
         "nvidia.com/mig-2g.20gb.shared",
     ]
+
+
+@pytest.mark.parametrize("replicas", [257, 10_000, 200_000])
+def test_replicas_above_the_bound_are_refused_naming_the_field(tmp_path, replicas):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/gpu, replicas: {replicas}}}")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert f"sharing.timeSlicing.resources[0].replicas: at most {MAX_REPLICAS}" in str(info.value)
+    assert f"got {replicas:,}" in str(info.value)
+
+
+def test_the_replica_bound_keeps_the_largest_node_in_one_grpc_message(tmp_path):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/mig-1g.10gb, replicas: {MAX_REPLICAS}}}")
+    time_slicing = load(["--config", str(path)], ENV).plugin.time_slicing
+    inventory = make_inventory(16, mig={g: ["1g.10gb"] * 7 for g in range(16)})
+    (resource,) = build_resources(inventory, settings(time_slicing=time_slicing))
+    unhealthy = frozenset(g.uuid for g in inventory.gpus)  # "Unhealthy": the longer word
+    message = to_list_response(device_list(resource, unhealthy))
+    assert len(message.devices) == 16 * 7 * MAX_REPLICAS
+    assert message.ByteSize() < GRPC_MAX_RECEIVE // 2
+
+
+def test_a_binary_config_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"version: v1\n\xff\xfe\x00binary")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert str(info.value) == (
+        f"invalid configuration: config file {path}: not a text file "
+        "(byte 0xff at offset 12 is not UTF-8); expected YAML"
+    )
+
+
+def test_a_yaml_syntax_error_is_one_line_with_line_and_column(tmp_path):
+    path = write(tmp_path, "version: v1\nfoo: [1, 2\nbar: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert str(info.value) == (
+        f"invalid configuration: config file {path}:3:4: YAML syntax error: expected ',' or ']', "
+        "but got ':' (while parsing a flow sequence at 2:6)"
+    )
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_seconds_must_be_finite(tmp_path, value):
+    path = write(tmp_path, f"version: v1\nhealthQuietPeriod: {value}\n")
+    with pytest.raises(ConfigError, match=rf"{path}: healthQuietPeriod: expected a \w+ number"):
+        load(["--config", str(path)], ENV)

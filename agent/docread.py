@@ -1,5 +1,7 @@
 """Typed reading of YAML/JSON documents: every failure names the file, the key path and the reason.
 
+`read_yaml` turns a file into a document, or raises one line naming the file: unreadable, not
+UTF-8, or `<file>:<line>:<column>` of a YAML syntax error (never PyYAML's five-line report).
 `DocReader` subclasses set `error` (the exception raised as `"<file>: <path>: <reason>"`): the NVML
 fixture loader raises `FixtureError`, the simulator's workload and cluster readers `WorkloadError`.
 """
@@ -9,7 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, NoReturn
+
+import yaml
 
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
@@ -94,3 +99,42 @@ def kind(value: Any) -> str:
 
 def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def read_yaml(path: Path, error: type[Exception] = ValueError, what: str = "it") -> Any:
+    """The YAML document in `path`; `error` with one line naming the file when there is none."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not a text file (byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            "is not UTF-8); expected YAML"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(f"{path}{_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """`:<line>:<column>: YAML syntax error: <problem> (<context> at <l>:<c>)`, on one line."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f": offset {exc.position}: character #x{exc.character:04x} is not allowed in YAML"
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f": not valid YAML: {_one_line(str(exc))}"
+    mark = exc.problem_mark or exc.context_mark
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    text = f"{where}: YAML syntax error: {_one_line(exc.problem or exc.context or '')}"
+    if exc.problem and exc.context:
+        started = exc.context_mark
+        at = f" at {started.line + 1}:{started.column + 1}" if started is not None else ""
+        text += f" ({_one_line(exc.context)}{at})"
+    return text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -2,13 +2,14 @@
 
 `Allocator.allocate` validates a whole request before building anything, so a refused request
 leaves nothing half-applied. It is O(request): dictionary look-ups and string building, plus the
-cached CDI check for `cdi-cri`. `Allocator.preferred` calls the shared placement code
-(`agent.gpuset`): the exact GPU-set search for whole GPUs, `pack_shared` for MIG
-devices and time-slicing replicas.
+cached CDI check for `cdi-cri`; an error names at most `LISTED` IDs, so it stays short.
+`Allocator.preferred` calls the shared placement code (`agent.gpuset`): the exact GPU-set search
+for whole GPUs, `pack_shared` for MIG devices and time-slicing replicas.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
@@ -16,12 +17,35 @@ from agent.gpuset import GpuSelector, SharedSlot, pack_shared
 from agent.model import NodeInventory
 from deviceplugin.cdi import CdiRegistry, cdi_name
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
+from deviceplugin.kubelet_api import MAX_DEVICE_ID
 from deviceplugin.resources import PluginDevice, Resource, is_healthy
 from deviceplugin.settings import DeviceIdStrategy, DeviceListStrategy, PluginSettings
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+LISTED = 10
+"""Items an error message names before `and N more`: a refusal stays a few hundred bytes, far
+under gRPC's 8 KiB metadata limit (a longer status message reaches the client as
+RESOURCE_EXHAUSTED, not as our INVALID_ARGUMENT)."""
+
+
+def listed(items: Sequence[str], *, quote: bool = True, sep: str = ", ") -> str:
+    """The first `LISTED` items, each cut to a device ID's length, then `and N more`."""
+    shown = sep.join(_cut(i, quote) for i in items[:LISTED])
+    rest = len(items) - LISTED
+    return f"{shown} and {rest:,} more" if rest > 0 else shown
+
+
+def named_ids(items: Sequence[str]) -> str:
+    """`ID 'a'` or `IDs 'a', 'b' and 3 more`."""
+    return f"ID{'s' if len(items) > 1 else ''} {listed(items)}"
+
+
+def _cut(item: str, quote: bool) -> str:
+    limit = 2 * MAX_DEVICE_ID if not quote else MAX_DEVICE_ID
+    text = repr(item[:limit]) if quote else item[:limit]
+    return text if len(item) <= limit else f"{text}… ({len(item):,} characters)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,31 +96,33 @@ class Allocator:
     def allocate(
         self, resource: Resource, unhealthy: Set[str], requests: Sequence[Sequence[str]]
     ) -> list[ContainerAllocation]:
-        """One allocation per container request; raises a RequestError naming every bad ID."""
+        """One allocation per container request; a RequestError names the bad IDs (`listed`)."""
         chosen = [self._validate(resource, unhealthy, pos, ids) for pos, ids in enumerate(requests)]
         return [self._build(devices) for devices in chosen]
 
     def _validate(
         self, resource: Resource, unhealthy: Set[str], pos: int, ids: Sequence[str]
     ) -> list[PluginDevice]:
+        """The request's devices; linear in len(ids), whatever the IDs are."""
         where = f"{resource.name} container request {pos}"
+        counts = Counter(ids)
         invalid: list[str] = []
         if not ids:
             invalid.append("names no devices")
-        if len(set(ids)) != len(ids):
-            invalid.append(f"repeats device IDs {sorted({i for i in ids if ids.count(i) > 1})}")
+        repeated = [i for i, n in counts.items() if n > 1]
+        if repeated:
+            invalid.append(f"repeats device {named_ids(repeated)}")
         if resource.shared and resource.fail_requests_greater_than_one and len(ids) > 1:
             invalid.append(
                 f"asks for {len(ids)} replicas; the maximum request size for a shared resource "
                 "is 1 (failRequestsGreaterThanOne)"
             )
-        devices = [resource.device(i) for i in ids]
-        invalid += [
-            f"unknown device ID {i!r}" for i, d in zip(ids, devices, strict=True) if d is None
-        ]
+        unknown = [i for i in counts if resource.device(i) is None]
+        if unknown:
+            invalid.append(f"unknown device {named_ids(unknown)}")
         if invalid:
             raise InvalidRequestError(f"{where}: " + "; ".join(invalid))
-        known = [d for d in devices if d is not None]
+        known = [d for i in ids if (d := resource.device(i)) is not None]
         unavailable = [
             f"device {d.id} (GPU {d.gpu_index}) is Unhealthy"
             for d in known
@@ -104,7 +130,7 @@ class Allocator:
         ]
         unavailable += self._cdi_problems(known)
         if unavailable:
-            raise DeviceUnavailableError(f"{where}: " + "; ".join(unavailable))
+            raise DeviceUnavailableError(f"{where}: {listed(unavailable, quote=False, sep='; ')}")
         return known
 
     def _cdi_problems(self, devices: Sequence[PluginDevice]) -> list[str]:
@@ -139,20 +165,32 @@ class Allocator:
         return ContainerAllocation(envs=envs, mounts=mounts, device_nodes=nodes, cdi_devices=cdi)
 
     def preferred(self, resource: Resource, request: PreferredRequest) -> tuple[str, ...]:
-        """The IDs the kubelet should pick; raises InvalidRequestError when none can be given."""
+        """The IDs the kubelet should pick; raises InvalidRequestError when none can be given.
+
+        The kubelet offers `available = aligned ∪ allocated` and `must_include = allocated`, so a
+        must-include ID outside `available` is a malformed request, refused like an unknown ID.
+        """
         where = f"{resource.name} preferred allocation"
-        candidates = list(dict.fromkeys((*request.must_include, *request.available)))
-        unknown = [i for i in candidates if resource.device(i) is None]
+        available = tuple(dict.fromkeys(request.available))
+        must = tuple(dict.fromkeys(request.must_include))
+        unknown = [i for i in available if resource.device(i) is None]
         if unknown:
-            raise InvalidRequestError(f"{where}: unknown device IDs {unknown}")
-        if not len(set(request.must_include)) <= request.size <= len(candidates):
+            raise InvalidRequestError(f"{where}: unknown device {named_ids(unknown)}")
+        offered = set(available)
+        outside = [i for i in must if i not in offered]
+        if outside:
+            raise InvalidRequestError(
+                f"{where}: must-include device {named_ids(outside)} not in available_deviceIDs"
+            )
+        if not len(must) <= request.size <= len(available):
             raise InvalidRequestError(
                 f"{where}: allocation_size {request.size} is outside "
-                f"[{len(set(request.must_include))}, {len(candidates)}] (must-include, available)"
+                f"[{len(must)}, {len(available)}] (must-include, available)"
             )
+        request = PreferredRequest(available=available, must_include=must, size=request.size)
         if resource.whole_gpus:
             return self._preferred_gpus(resource, request, where)
-        return self._preferred_shared(resource, candidates, request, where)
+        return self._preferred_shared(resource, available, request, where)
 
     def _preferred_gpus(
         self, resource: Resource, request: PreferredRequest, where: str
@@ -183,5 +221,5 @@ class Allocator:
     def _device(resource: Resource, device_id: str) -> PluginDevice:
         device = resource.device(device_id)
         if device is None:
-            raise InvalidRequestError(f"{resource.name}: unknown device ID {device_id!r}")
+            raise InvalidRequestError(f"{resource.name}: unknown device ID {listed([device_id])}")
         return device

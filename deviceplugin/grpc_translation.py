@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+MAX_DETAIL = 2_000
+"""Longest status message we send (the allocator's own messages stay far below)."""
+
 DeviceList = tuple[tuple[str, bool, int | None], ...]
 """(ID, healthy, NUMA node) per device: what one ListAndWatch message says."""
 
@@ -178,15 +181,21 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
         except RequestError as exc:
             code = _status_of(exc)
             logger.info("%s refused: %s", method, exc, extra=extra)
-            context.abort(code, str(exc))
+            context.abort(code, _detail(str(exc)))
         except Exception as exc:
             code = grpc.StatusCode.INTERNAL
             logger.exception("%s %s failed", method, self.resource_name, extra=extra)
-            context.abort(code, f"{method} {self.resource_name}: internal error: {exc}")
+            context.abort(code, _detail(f"{method} {self.resource_name}: internal error: {exc}"))
         finally:
             if self._observer is not None:
                 elapsed = time.perf_counter() - start
                 self._observer(method, self.resource_name, elapsed, code.name)
+
+
+def _detail(message: str) -> str:
+    """A status message the client can receive: over gRPC's 8 KiB metadata limit it would
+    arrive as RESOURCE_EXHAUSTED instead of our code."""
+    return message if len(message) <= MAX_DETAIL else message[:MAX_DETAIL] + "… (cut)"
 
 
 def _status_of(exc: RequestError) -> grpc.StatusCode:

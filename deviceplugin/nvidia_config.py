@@ -8,10 +8,17 @@ Problems are appended to `errors` as `<file>: <key path>: <reason>`.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from agent.resource_names import GPU_RESOURCE, mig_profile
-from deviceplugin.settings import SharedResource, TimeSlicing
+from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_profile
+from deviceplugin.settings import (
+    MAX_REPLICAS,
+    SharedResource,
+    TimeSlicing,
+    extended_resource_problem,
+)
 
 NVIDIA_FLAGS = frozenset({
     "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "driverRoot",
@@ -85,14 +92,44 @@ def parse_sharing(where: str, sharing: Any, errors: list[str]) -> TimeSlicing:
         entries = []
     parsed = [_shared(f"{at}.resources[{i}]", e, errors) for i, e in enumerate(entries)]
     resources = tuple(r for r in parsed if r is not None)
-    names = [r.name for r in resources]
-    errors += [
-        f"{at}.resources: {n} listed twice"
-        for n in sorted({n for n in names if names.count(n) > 1})
-    ]
+    names = Counter(r.name for r in resources)
+    errors += [f"{at}.resources: {n} listed twice" for n in sorted(names) if names[n] > 1]
+    errors += _name_problems(at, parsed, rename_by_default=rename)
     return TimeSlicing(
         rename_by_default=rename, fail_requests_greater_than_one=fail, resources=resources
     )
+
+
+def _name_problems(
+    at: str, entries: Sequence[SharedResource | None], *, rename_by_default: bool
+) -> list[str]:
+    """Advertised names the kubelet would refuse, or that two resources would share."""
+    problems: list[str] = []
+    taken: dict[str, int] = {}
+    for pos, entry in enumerate(entries):
+        if entry is None:
+            continue
+        target = entry.advertised_name(rename_by_default)
+        field = f"{at}.resources[{pos}]." + ("rename" if entry.rename else "name")
+        given = f"{entry.rename!r} advertises {target}" if entry.rename else target
+        why = extended_resource_problem(target)
+        if why is not None:
+            problems.append(f"{field}: {given}, a name the kubelet refuses: {why}")
+        elif target in taken:
+            problems.append(f"{field}: {given}, the same name as resources[{taken[target]}]")
+        elif target != entry.name and _reserved(target, entry.name):
+            problems.append(
+                f"{field}: {given}, a name the device plugin advertises itself (pick another)"
+            )
+        taken.setdefault(target, pos)
+    return problems
+
+
+def _reserved(target: str, source: str) -> bool:
+    """`target` may name devices advertised unshared: whole GPUs or a MIG profile's devices."""
+    if target == GPU_RESOURCE:
+        return True
+    return target.startswith(MIG_RESOURCE_PREFIX) and target != f"{source}.shared"
 
 
 def _flag(at: str, section: dict[str, Any], key: str, errors: list[str]) -> bool:
@@ -115,6 +152,11 @@ def _shared(where: str, entry: Any, errors: list[str]) -> SharedResource | None:
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         problems.append(f"replicas: expected an integer >= 1, got {replicas!r}")
         replicas = 1
+    elif replicas > MAX_REPLICAS:
+        problems.append(
+            f"replicas: at most {MAX_REPLICAS} (the device list must fit one gRPC message), "
+            f"got {replicas:,}"
+        )
     if rename is not None and (not isinstance(rename, str) or not rename):
         problems.append(f"rename: expected a resource name, got {rename!r}")
     devices = _devices(entry.get("devices"), problems)

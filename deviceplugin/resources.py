@@ -187,7 +187,7 @@ def _apply_time_slicing(
         if entry.name not in units:
             logger.warning("time-slicing: %s is not advertised on this node; ignored", entry.name)
             continue
-        target = _shared_name(entry, sharing.rename_by_default)
+        target = entry.advertised_name(sharing.rename_by_default)
         if target in shared or (target != entry.name and target in units):
             raise ResourceError(f"time-slicing: resource name {target} is used twice")
         chosen = _select(units[entry.name], entry)
@@ -204,12 +204,6 @@ def _apply_time_slicing(
         for name, devs in shared.items()
     ]
     return out
-
-
-def _shared_name(entry: SharedResource, rename_by_default: bool) -> str:
-    if entry.rename:
-        return entry.rename if "/" in entry.rename else f"nvidia.com/{entry.rename}"
-    return f"{entry.name}.shared" if rename_by_default else entry.name
 
 
 def _select(devices: Sequence[PluginDevice], entry: SharedResource) -> list[PluginDevice]:

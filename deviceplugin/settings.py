@@ -5,6 +5,7 @@ Pure (stdlib only), so the agent's config loader, the plugin and the tests share
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -14,6 +15,51 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
 
 DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+
+MAX_REPLICAS = 256
+"""Most time-slicing replicas per device. Each replica is one `Device` of ~66 bytes in the
+resource's ListAndWatch message, which the kubelet drops whole (0 devices, nothing logged) past
+gRPC's 4 MiB receive limit, i.e. past ~63,000 devices. The largest node, 16 GPUs x 7 MIG
+devices = 112 units, stays under half of that at 256 replicas (28,672 devices, 1.9 MB); more
+than the kubelet's 110 pods per node would ever use, even on one GPU."""
+
+DEFAULT_DOMAIN = "nvidia.com"
+"""The domain a bare `rename` tail gets (`gpu-shared` -> `nvidia.com/gpu-shared`)."""
+
+_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUOTA_PREFIX = "requests."
+
+
+def extended_resource_problem(name: str) -> str | None:
+    """Why the kubelet's Register refuses `name`, or None when it accepts it.
+
+    The kubelet's `IsExtendedResourceName`: not native (it has a `/`, and no `kubernetes.io/`),
+    not starting `requests.`, and `requests.<name>` is a qualified name: a DNS subdomain of at
+    most 253 characters, one `/`, then 1-63 letters, digits, `-`, `_`, `.`, alphanumeric at
+    both ends.
+    """
+    domain, slash, tail = name.partition("/")
+    if not slash:
+        return "it has no domain (write example.com/<name>)"
+    if "kubernetes.io/" in name:
+        return "the kubernetes.io/ domain is reserved for Kubernetes' own resources"
+    if name.startswith(_QUOTA_PREFIX):
+        return f"names starting {_QUOTA_PREFIX!r} are reserved for quota"
+    if "/" in tail:
+        return "it has more than one /"
+    quota_domain = _QUOTA_PREFIX + domain
+    if len(quota_domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(quota_domain):
+        return (
+            f"the domain {domain!r} is not a lowercase DNS subdomain of at most "
+            f"{253 - len(_QUOTA_PREFIX)} characters"
+        )
+    if len(tail) > 63 or not _NAME_PART.fullmatch(tail):
+        return (
+            f"the part after / ({tail!r}) must be 1-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
 
 
 class MigStrategy(StrEnum):
@@ -43,6 +89,12 @@ class SharedResource:
     replicas: int
     rename: str | None = None  # advertised name; a bare tail gets the `nvidia.com/` domain
     devices: int | tuple[str, ...] | None = None  # None = all; N = the first N; else indices/UUIDs
+
+    def advertised_name(self, rename_by_default: bool) -> str:
+        """The name its replicas are advertised under: `rename`, `<name>.shared` or `name`."""
+        if self.rename:
+            return self.rename if "/" in self.rename else f"{DEFAULT_DOMAIN}/{self.rename}"
+        return f"{self.name}.shared" if rename_by_default else self.name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,14 +19,14 @@ gang: {scheduleTimeoutSeconds: 60}
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
-import yaml
-
+from agent.docread import read_yaml
 from agent.errors import ConfigError
 from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
 
@@ -92,16 +92,7 @@ class SchedulerConfig:
 def load_config(path: str | Path | None = None) -> SchedulerConfig:
     """Read and validate `path` (default: the shipped `default-config.yaml`); ConfigError if bad."""
     where = Path(path) if path is not None else DEFAULT_CONFIG_PATH
-    try:
-        text = where.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"{where}: cannot read the scheduler config: {exc.strerror or exc}"
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    data = read_yaml(where, ConfigError, "the scheduler config")
     return parse_config(data, source=str(where))
 
 
@@ -187,8 +178,8 @@ def _parse_weights(raw: object, errors: list[str]) -> dict[str, float] | None:
         if name not in SCORE_FUNCTIONS and name not in SCORE_FACTORIES:
             known = ", ".join((*SCORE_FUNCTIONS, *SCORE_FACTORIES))
             errors.append(f"scoring.weights.{name}: unknown score (known: {known})")
-        elif isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
-            errors.append(f"scoring.weights.{name}: must be a number >= 0, got {weight!r}")
+        elif not _finite(weight) or weight < 0:
+            errors.append(f"scoring.weights.{name}: must be a finite number >= 0, got {weight!r}")
         else:
             out[str(name)] = float(weight)
     return out
@@ -204,7 +195,12 @@ def _parse_gang(raw: object, errors: list[str]) -> dict[str, Any]:
     if "scheduleTimeoutSeconds" not in raw:
         return {}
     timeout = raw["scheduleTimeoutSeconds"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        errors.append(f"gang.scheduleTimeoutSeconds: must be a number > 0, got {timeout!r}")
+    if not _finite(timeout) or timeout <= 0:
+        errors.append(f"gang.scheduleTimeoutSeconds: must be a finite number > 0, got {timeout!r}")
         return {}
     return {"gang_timeout_seconds": float(timeout)}
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    """A YAML number other than `.nan` / `.inf` (which compare false, or beat every bound)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.precedence import (
     Setting,
@@ -297,6 +297,8 @@ def _seconds(value: Any) -> float:
         raise ValueError(f"expected a number of seconds, got {value!r}") from None
     if not seconds > 0:
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"expected a finite number of seconds, got {value!r}")
     return seconds
 
 
@@ -326,9 +328,9 @@ def _list(opt: _Opt, value: Any) -> tuple[str, ...]:
 def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any]:
     """File values as key -> (source, raw value), and the raw `sharing` section."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        errors.append(f"config file {path}: cannot read it: {exc}")
+        doc = read_yaml(path)
+    except ValueError as exc:
+        errors.append(f"config file {exc}")
         return {}, None
     if not isinstance(doc, dict):
         errors.append(f"config file {path}: expected a mapping with `version: {CONFIG_VERSION}`")

@@ -102,7 +102,7 @@ def test_several_containers_each_get_their_own_response():
             ["GPU-nope"], InvalidRequestError, r"unknown device ID 'GPU-nope'", id="unknown"
         ),
         pytest.param([], InvalidRequestError, r"names no devices", id="empty"),
-        pytest.param(["@0", "@0"], InvalidRequestError, r"repeats device IDs", id="duplicate"),
+        pytest.param(["@0", "@0"], InvalidRequestError, r"repeats device ID '\S+'", id="duplicate"),
         pytest.param(
             ["@1"], DeviceUnavailableError, r"device GPU-\S+ \(GPU 1\) is Unhealthy", id="unhealthy"
         ),
@@ -214,7 +214,10 @@ def test_preferred_mig_packs_onto_a_gpu_already_in_use():
 @pytest.mark.parametrize(
     ("available", "must", "size", "match"),
     [
-        pytest.param(("x",), (), 1, "unknown device IDs", id="unknown"),
+        pytest.param(("x",), (), 1, "unknown device ID 'x'", id="unknown"),
+        pytest.param(
+            ("@0",), ("@1",), 1, r"must-include device ID \S+ not in available", id="must outside"
+        ),
         pytest.param(("@0",), (), 2, r"allocation_size 2 is outside \[0, 1\]", id="too big"),
         pytest.param(("@0", "@1"), ("@0", "@1"), 1, r"outside \[2, 2\]", id="must > size"),
     ],

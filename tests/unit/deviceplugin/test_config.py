@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -9,14 +10,20 @@ import pytest
 
 from agent.cli.config import AgentConfig, load, split_host_port
 from agent.errors import ConfigError
+from deviceplugin.grpc_translation import device_list, to_list_response
+from deviceplugin.resources import build_resources
 from deviceplugin.settings import (
+    MAX_REPLICAS,
     DeviceIdStrategy,
     DeviceListStrategy,
     MigStrategy,
     SharedResource,
 )
+from tests.builders.deviceplugin import make_inventory, settings
 
 ENV = {"NODE_NAME": "node-a"}
+GRPC_MAX_RECEIVE = 4 * 1024 * 1024
+"""The kubelet's gRPC client default: a bigger ListAndWatch message is dropped whole."""
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -192,3 +199,163 @@ def test_a_non_mapping_file_is_refused(tmp_path):
 )
 def test_split_host_port(address, expected):
     assert split_host_port(address) == expected
+
+
+def sharing_file(tmp_path: Path, *entries: str, rename_by_default: bool = False) -> Path:
+    lines = "".join(f"\n            - {e}" for e in entries)
+    return write(
+        tmp_path,
+        f"""
+        version: v1
+        sharing:
+          timeSlicing:
+            renameByDefault: {str(rename_by_default).lower()}
+            resources:{lines}
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    ("rename", "advertised"),
+    [
+        pytest.param("gpu-shared", "nvidia.com/gpu-shared", id="bare tail"),
+        pytest.param("example.com/gpu", "example.com/gpu", id="own domain"),
+        pytest.param("gpu.example.com/A100_80GB", "gpu.example.com/A100_80GB", id="mixed case"),
+        pytest.param("nvidia.com/gpu", "nvidia.com/gpu", id="its own name"),
+    ],
+)
+def test_valid_renames_are_accepted(tmp_path, rename, advertised):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/gpu, replicas: 2, rename: '{rename}'}}")
+    (entry,) = load(["--config", str(path)], ENV).plugin.time_slicing.resources
+    assert entry.advertised_name(rename_by_default=False) == advertised
+
+
+@pytest.mark.parametrize(
+    ("rename", "reason"),
+    [
+        pytest.param("Bad Name!", r"the part after / \('Bad Name!'\) must be 1-63", id="space"),
+        pytest.param("kubernetes.io/gpu", "kubernetes.io/ domain is reserved", id="k8s domain"),
+        pytest.param("node.kubernetes.io/gpu", "kubernetes.io/ domain", id="k8s subdomain"),
+        pytest.param("requests.example.com/gpu", "reserved for quota", id="quota prefix"),
+        pytest.param("Example.com/gpu", "'Example.com' is not a lowercase DNS", id="upper domain"),
+        pytest.param("example.com/a/b", "more than one /", id="two slashes"),
+        pytest.param("example.com/" + "g" * 64, "must be 1-63", id="64-char name"),
+        pytest.param("example.com/gpu-", "must be 1-63", id="ends with dash"),
+        pytest.param("a" * 245 + ".com/gpu", "at most 244 characters", id="long domain"),
+    ],
+)
+def test_renames_the_kubelet_refuses_are_refused_at_load(tmp_path, rename, reason):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/gpu, replicas: 2, rename: '{rename}'}}")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    message = str(info.value)
+    assert f"sharing.timeSlicing.resources[0].rename: {rename!r} advertises" in message
+    assert ", a name the kubelet refuses: " in message
+    assert re.search(reason, message), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("entries", "rename_by_default", "expected"),
+    [
+        pytest.param(
+            ("{name: nvidia.com/gpu, replicas: 2}", "{name: nvidia.com/mig-1g.10gb, replicas: 2, "
+             "rename: gpu.shared}"),
+            True,
+            "resources[1].rename: 'gpu.shared' advertises nvidia.com/gpu.shared, the same name as "
+            "resources[0]",
+            id="rename meets .shared",
+        ),
+        pytest.param(
+            ("{name: nvidia.com/mig-1g.10gb, replicas: 2, rename: example.com/shared}",
+             "{name: nvidia.com/mig-2g.20gb, replicas: 2, rename: example.com/shared}"),
+            False,
+            "resources[1].rename: 'example.com/shared' advertises example.com/shared, the same "
+            "name as resources[0]",
+            id="two renames",
+        ),
+        pytest.param(
+            ("{name: nvidia.com/mig-1g.10gb, replicas: 2, rename: nvidia.com/gpu}",),
+            False,
+            "resources[0].rename: 'nvidia.com/gpu' advertises nvidia.com/gpu, a name the device "
+            "plugin advertises itself",
+            id="onto whole GPUs",
+        ),
+        pytest.param(
+            ("{name: nvidia.com/mig-1g.10gb, replicas: 2, rename: mig-2g.20gb}",),
+            False,
+            "resources[0].rename: 'mig-2g.20gb' advertises nvidia.com/mig-2g.20gb, a name the "
+            "device plugin advertises itself",
+            id="onto another MIG profile",
+        ),
+    ],
+)  # fmt: skip
+def test_colliding_names_are_refused_at_load(tmp_path, entries, rename_by_default, expected):
+    path = sharing_file(tmp_path, *entries, rename_by_default=rename_by_default)
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert expected in str(info.value)
+
+
+def test_rename_by_default_names_are_not_collisions(tmp_path):
+    path = sharing_file(
+        tmp_path,
+        "{name: nvidia.com/gpu, replicas: 2}",
+        "{name: nvidia.com/mig-1g.10gb, replicas: 2, rename: nvidia.com/mig-1g.10gb.shared}",
+        "{name: nvidia.com/mig-2g.20gb, replicas: 2}",
+        rename_by_default=True,
+    )
+    ts = load(["--config", str(path)], ENV).plugin.time_slicing
+    assert [r.advertised_name(ts.rename_by_default) for r in ts.resources] == [
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.10gb.shared",
+        "nvidia.com/mig-2g.20gb.shared",
+    ]
+
+
+@pytest.mark.parametrize("replicas", [257, 10_000, 200_000])
+def test_replicas_above_the_bound_are_refused_naming_the_field(tmp_path, replicas):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/gpu, replicas: {replicas}}}")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert f"sharing.timeSlicing.resources[0].replicas: at most {MAX_REPLICAS}" in str(info.value)
+    assert f"got {replicas:,}" in str(info.value)
+
+
+def test_the_replica_bound_keeps_the_largest_node_in_one_grpc_message(tmp_path):
+    path = sharing_file(tmp_path, f"{{name: nvidia.com/mig-1g.10gb, replicas: {MAX_REPLICAS}}}")
+    time_slicing = load(["--config", str(path)], ENV).plugin.time_slicing
+    inventory = make_inventory(16, mig={g: ["1g.10gb"] * 7 for g in range(16)})
+    (resource,) = build_resources(inventory, settings(time_slicing=time_slicing))
+    unhealthy = frozenset(g.uuid for g in inventory.gpus)  # "Unhealthy": the longer word
+    message = to_list_response(device_list(resource, unhealthy))
+    assert len(message.devices) == 16 * 7 * MAX_REPLICAS
+    assert message.ByteSize() < GRPC_MAX_RECEIVE // 2
+
+
+def test_a_binary_config_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"version: v1\n\xff\xfe\x00binary")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert str(info.value) == (
+        f"invalid configuration: config file {path}: not a text file "
+        "(byte 0xff at offset 12 is not UTF-8); expected YAML"
+    )
+
+
+def test_a_yaml_syntax_error_is_one_line_with_line_and_column(tmp_path):
+    path = write(tmp_path, "version: v1\nfoo: [1, 2\nbar: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load(["--config", str(path)], ENV)
+    assert str(info.value) == (
+        f"invalid configuration: config file {path}:3:4: YAML syntax error: expected ',' or ']', "
+        "but got ':' (while parsing a flow sequence at 2:6)"
+    )
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_seconds_must_be_finite(tmp_path, value):
+    path = write(tmp_path, f"version: v1\nhealthQuietPeriod: {value}\n")
+    with pytest.raises(ConfigError, match=rf"{path}: healthQuietPeriod: expected a \w+ number"):
+        load(["--config", str(path)], ENV)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -114,11 +115,11 @@ def test_every_problem_is_reported_at_once():
         "cfg.yaml: invalid scheduler config",
         "version: must be v1, got 'v2'",
         "extra: unknown key",
-        "scoring.weights.binpack: must be a number >= 0, got -1",
+        "scoring.weights.binpack: must be a finite number >= 0, got -1",
         "scoring.weights.nope: unknown score",
         "scoring.candidateLimit: must be an integer >= 0",
         "scoring.what: unknown key",
-        "gang.scheduleTimeoutSeconds: must be a number > 0",
+        "gang.scheduleTimeoutSeconds: must be a finite number > 0",
         "topologyLevels: must be a list of node label names",
         "leaderElect: must be true or false",
     ):
@@ -128,7 +129,14 @@ def test_every_problem_is_reported_at_once():
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        pytest.param("version: [", "not valid YAML", id="bad yaml"),
+        pytest.param("version: [", r"bad.yaml:1:11: YAML syntax error: expected", id="bad yaml"),
+        pytest.param(
+            "version: v1\ngang: {scheduleTimeoutSeconds: 1\nscoring: {}\n",
+            r"bad.yaml:3:8: YAML syntax error: expected ',' or '}', but got ':' "
+            r"\(while parsing a flow mapping at 2:7\)",
+            id="unclosed flow mapping",
+        ),
+        pytest.param("version: v1\nx: \x01\n", r"bad.yaml: offset 15: character #x0001", id="ctrl"),
         pytest.param("- a\n- b\n", "must be a mapping with `version: v1`", id="not a mapping"),
         pytest.param("scoring: {}\n", "version: must be v1, got None", id="no version"),
     ],
@@ -139,6 +147,39 @@ def test_file_errors_name_the_file(tmp_path: Path, content: str, message: str):
     with pytest.raises(ConfigError, match=message) as info:
         load_config(path)
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        pytest.param("scoring: {weights: {fragmentation: .nan}}", "scoring.weights.fragmentation",
+                     id="nan weight"),
+        pytest.param("scoring: {weights: {topology: .inf}}", "scoring.weights.topology",
+                     id="inf weight"),
+        pytest.param("gang: {scheduleTimeoutSeconds: .inf}", "gang.scheduleTimeoutSeconds",
+                     id="inf timeout"),
+        pytest.param("gang: {scheduleTimeoutSeconds: .nan}", "gang.scheduleTimeoutSeconds",
+                     id="nan timeout"),
+    ],
+)  # fmt: skip
+def test_not_a_number_and_infinity_are_refused_naming_the_key(tmp_path, content, key):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"version: v1\n{content}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert re.search(
+        rf"{re.escape(key)}: must be a finite number .* got (nan|inf)", str(info.value)
+    )
+
+
+def test_a_binary_file_is_refused_in_one_line_naming_it(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes(b"version: v1\n\xff\xfe\x00\x01")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"{path}: not a text file (byte 0xff at offset 12 is not UTF-8); expected YAML"
+    )
 
 
 def test_missing_file():

@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.availability import PodResourcesSnapshot, RestartHold, allocated_devices
 from agent.cli.services import AgentContext
 from agent.errors import AgentError, PublishError
 from agent.httpserver import MetricsServer
@@ -33,6 +34,8 @@ from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
+from deviceplugin.kubelet_api import KUBELET_SOCKET
+from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
     PodResourcesClient,
     PodResourcesError,
@@ -46,7 +49,12 @@ TELEMETRY_INTERVAL_S = 10.0
 
 
 class StateReader:
-    """`() -> NodeState | None` over PodResources; None while the kubelet does not answer."""
+    """`() -> NodeState | None` over PodResources; None while the kubelet does not answer.
+
+    A kubelet restart (its PodResources socket or the device plugins' `kubelet_socket` is a new
+    file, or PodResources answer again after failing) starts a `RestartHold`: the kubelet answers
+    with no pods for about a second after it starts, and "all free" must not be published.
+    """
 
     def __init__(
         self,
@@ -54,13 +62,25 @@ class StateReader:
         inventory: Callable[[], NodeInventory],
         unhealthy: Callable[[], frozenset[str]],
         is_terminal: Callable[[str, str], bool] | None = None,
+        *,
+        kubelet_socket: Path | None = None,
+        hold: RestartHold | None = None,
     ) -> None:
         self._client = client
         self._inventory = inventory
         self._unhealthy = unhealthy
         self._is_terminal = is_terminal
         self._failing = False
+        self._problem = ""
         self._seen_kubelet = False
+        self.hold = hold or RestartHold()
+        watched = [client.socket] + ([kubelet_socket] if kubelet_socket is not None else [])
+        self._socket_ids = {path: file_id(path) for path in watched}
+
+    @property
+    def problem(self) -> str | None:
+        """Why nothing is published now (PodResources failing), else None."""
+        return self._problem if self._failing else None
 
     def __call__(self) -> NodeState | None:
         try:
@@ -69,11 +89,11 @@ class StateReader:
             # the kubelet is (or was) there but does not answer: "all free" would be a lie
             level = logging.DEBUG if self._failing else logging.WARNING
             log.log(level, "%s; not publishing until it answers", exc)
-            self._failing = True
+            self._failing, self._problem = True, str(exc)
             return None
-        if self._failing:
-            log.info("PodResources answers again")
-        self._failing = False
+        self._check_restart()  # after the read: a restart during the read counts for it
+        if snapshot is not None:
+            snapshot = self.hold.apply(snapshot)
         return NodeState(
             inventory=self._inventory(), snapshot=snapshot, unhealthy=self._unhealthy()
         )
@@ -84,6 +104,16 @@ class StateReader:
             return None
         self._seen_kubelet = True  # from now on a missing socket is a kubelet restart
         return self._client.snapshot(self._is_terminal)
+
+    def _check_restart(self) -> None:
+        if self._failing:
+            self.hold.restarted("PodResources answers again after failing")
+        self._failing = False
+        for path, before in self._socket_ids.items():
+            now = file_id(path)
+            if now != before:
+                self._socket_ids[path] = now
+                self.hold.restarted(f"kubelet restarted ({path} is a new socket)")
 
 
 def _sink(ctx: AgentContext) -> TopologySink:
@@ -127,14 +157,16 @@ class TopologyService:
         )
         self.client = PodResourcesClient(cfg.pod_resources_socket)
         plugin = ctx.device_plugin
-        reader = StateReader(
+        self.reader = StateReader(
             self.client,
             inventory=(lambda: plugin.inventory) if plugin else (lambda: ctx.inventory),
             unhealthy=(lambda: plugin.device_state.unhealthy) if plugin else frozenset,
             is_terminal=is_terminal,
+            kubelet_socket=cfg.device_plugin_dir / KUBELET_SOCKET,
+            hold=RestartHold(clock=clock),
         )
         self.publisher = Publisher(
-            settings, self.sink, reader, clock=clock, stop=self._stop, metrics=ctx.metrics
+            settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
         )
         self._threads: list[threading.Thread] = []
 

@@ -6,7 +6,10 @@ with `deviceplugin` (the kubelet's PodResources, the device plugin's live state)
   kubelet's PodResources) and runs the `Publisher` on its own thread; a watcher pokes it the
   moment the device plugin reports a health or MIG-layout change. With `--oneshot` it publishes
   once in `start()` (or prints with `--dry-run`) and fails the command if that cannot be done.
-- `MetricsService`: the `/metrics` server plus a thread that refreshes the per-GPU snapshot.
+  Without usable Kubernetes credentials it keeps running (`KubeConnection`): the publisher retries
+  with its backoff and `/readyz` says why nothing is published; the device plugin keeps serving.
+- `MetricsService`: the `/metrics` server plus a thread that refreshes the per-GPU snapshot, and
+  `/readyz` over the context's ready checks.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.availability import PodResourcesSnapshot, RestartHold, allocated_devices
 from agent.cli.services import AgentContext
-from agent.errors import AgentError, PublishError
+from agent.errors import AgentError, ConfigError, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
+    NodeInfo,
     NodeState,
     Publisher,
     PublisherSettings,
@@ -42,7 +47,11 @@ from deviceplugin.podresources import (
     PodResourcesUnavailableError,
 )
 
+if TYPE_CHECKING:
+    from agent.kube.client import KubeSink
+
 log = logging.getLogger(__name__)
+Result = TypeVar("Result")
 
 ONESHOT_ATTEMPTS = 4
 TELEMETRY_INTERVAL_S = 10.0
@@ -116,13 +125,61 @@ class StateReader:
                 self.hold.restarted(f"kubelet restarted ({path} is a new socket)")
 
 
+class KubeConnection:
+    """The publisher's `TopologySink` on the API server, connected on first use.
+
+    While the credentials cannot be loaded (no service account, a missing kubeconfig) every call
+    fails with a PublishError that says why, and the next call tries to load them again: the
+    publisher retries with its backoff while the device plugin keeps serving the kubelet.
+    `problem` is the last call's failure (None after a success), for `/readyz`.
+    """
+
+    def __init__(self, connect: Callable[[], KubeSink]) -> None:
+        self._connect = connect
+        self._sink: KubeSink | None = None
+        self.problem: str | None = None
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._call(lambda sink: sink.node(name))
+
+    def get_topology(self, name: str) -> dict[str, Any] | None:
+        return self._call(lambda sink: sink.get_topology(name))
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+        self._call(lambda sink: sink.apply_topology(obj))
+
+    def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
+        self._call(lambda sink: sink.patch_labels(name, patch))
+
+    def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
+        return self._call(lambda sink: sink.pod_phases(node))
+
+    def _call(self, call: Callable[[KubeSink], Result]) -> Result:
+        try:
+            if self._sink is None:
+                self._sink = self._connect()
+            result = call(self._sink)
+        except ConfigError as exc:
+            self.problem = str(exc)
+            raise PublishError(str(exc)) from None
+        except PublishError as exc:
+            self.problem = str(exc)
+            raise
+        self.problem = None
+        return result
+
+
 def _sink(ctx: AgentContext) -> TopologySink:
     if ctx.config.dry_run:
         return DryRunSink(sys.stdout)
     from agent.kube.client import KubeSink
     from agent.kube.connect import load_api_client
 
-    return KubeSink(load_api_client(ctx.config.kubeconfig))
+    def connect() -> KubeSink:
+        return KubeSink(load_api_client(ctx.config.kubeconfig))
+
+    # --oneshot has nothing to keep serving: no credentials fail the command at once
+    return connect() if ctx.config.oneshot else KubeConnection(connect)
 
 
 class TopologyService:
@@ -192,6 +249,15 @@ class TopologyService:
             thread.join(timeout=5)
         self.client.close()
 
+    def problem(self) -> str | None:
+        """Why the NodeResourceTopology is not published yet (a ready check), else None."""
+        if self.publisher.ready:
+            return None
+        why = self.reader.problem
+        if why is None and isinstance(self.sink, KubeConnection):
+            why = self.sink.problem
+        return f"NodeResourceTopology not published yet{f': {why}' if why else ''}"
+
     def _publish_once(self) -> None:
         delay = 0.5
         for attempt in range(1, ONESHOT_ATTEMPTS + 1):
@@ -222,6 +288,7 @@ def topology_service(ctx: AgentContext) -> TopologyService | None:
         return None
     service = TopologyService(ctx)
     ctx.publisher = service.publisher
+    ctx.ready_checks.append(service.problem)
     return service
 
 
@@ -235,13 +302,19 @@ class MetricsService:
         self._metrics = metrics
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self.server = MetricsServer(ctx.config.metrics_address, metrics.registry, ready=self._ready)
+        self.server = MetricsServer(
+            ctx.config.metrics_address,
+            metrics.registry,
+            ready=lambda: not self.problems(),
+            unready_reason=lambda: "; ".join(self.problems()),
+        )
         self._thread = threading.Thread(
             target=self._refresh_loop, name="metrics-refresh", daemon=True
         )
 
-    def _ready(self) -> bool:
-        return self._ctx.publisher is None or self._ctx.publisher.ready
+    def problems(self) -> list[str]:
+        """What the context's ready checks say is wrong (empty: ready)."""
+        return [why for check in self._ctx.ready_checks if (why := check()) is not None]
 
     def start(self) -> None:
         self.refresh()
@@ -283,7 +356,10 @@ def _telemetry(backend: NvmlBackend, inventory: NodeInventory) -> dict[str, GpuT
 
 
 def metrics_service(ctx: AgentContext) -> MetricsService | None:
-    """The metrics server, except with `--oneshot`."""
+    """The metrics server, except with `--oneshot`; ConfigError when its port cannot be bound."""
     if ctx.config.oneshot or ctx.metrics is None:
         return None
-    return MetricsService(ctx, ctx.metrics)
+    try:
+        return MetricsService(ctx, ctx.metrics)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-address {ctx.config.metrics_address}: {exc}") from None

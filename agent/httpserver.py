@@ -29,7 +29,8 @@ def parse_address(address: str) -> tuple[str, int]:
 class MetricsServer:
     """Serves `/metrics`, `/healthz` and `/readyz` on its own thread; `port` is the bound port.
 
-    `/readyz` answers 200 while `ready()` is true, else 503; `/healthz` the same for `healthy()`.
+    `/readyz` answers 200 while `ready()` is true, else 503 with `unready_reason()` in the body;
+    `/healthz` the same for `healthy()`.
     """
 
     def __init__(
@@ -39,10 +40,11 @@ class MetricsServer:
         *,
         ready: Callable[[], bool] = lambda: True,
         healthy: Callable[[], bool] = lambda: True,
+        unready_reason: Callable[[], str] = lambda: "",
     ) -> None:
         host, port = parse_address(address)
         server_class = _V6Server if ":" in host else ThreadingHTTPServer
-        self._http = server_class((host, port), _handler(registry, ready, healthy))
+        self._http = server_class((host, port), _handler(registry, ready, healthy, unready_reason))
         self._thread = threading.Thread(
             target=self._http.serve_forever,
             kwargs={"poll_interval": 0.05},  # stop() returns promptly
@@ -69,7 +71,10 @@ class _V6Server(ThreadingHTTPServer):
 
 
 def _handler(
-    registry: CollectorRegistry, ready: Callable[[], bool], healthy: Callable[[], bool]
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    healthy: Callable[[], bool],
+    unready_reason: Callable[[], str],
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -78,7 +83,9 @@ def _handler(
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path in {"/healthz", "/readyz"}:
                 ok = (healthy if path == "/healthz" else ready)()
-                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+                why = "" if ok or path == "/healthz" else unready_reason()
+                body = "ok" if ok else f"not ready: {why}" if why else "not ready"
+                self._reply(200 if ok else 503, f"{body}\n".encode())
             else:
                 self._reply(404, b"not found\n")
 

@@ -6,7 +6,10 @@ with `deviceplugin` (the kubelet's PodResources, the device plugin's live state)
   kubelet's PodResources) and runs the `Publisher` on its own thread; a watcher pokes it the
   moment the device plugin reports a health or MIG-layout change. With `--oneshot` it publishes
   once in `start()` (or prints with `--dry-run`) and fails the command if that cannot be done.
-- `MetricsService`: the `/metrics` server plus a thread that refreshes the per-GPU snapshot.
+  Without usable Kubernetes credentials it keeps running (`KubeConnection`): the publisher retries
+  with its backoff and `/readyz` says why nothing is published; the device plugin keeps serving.
+- `MetricsService`: the `/metrics` server plus a thread that refreshes the per-GPU snapshot, and
+  `/readyz` over the context's ready checks.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.availability import PodResourcesSnapshot, RestartHold, allocated_devices
 from agent.cli.services import AgentContext
-from agent.errors import AgentError, PublishError
+from agent.errors import AgentError, ConfigError, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
+    NodeInfo,
     NodeState,
     Publisher,
     PublisherSettings,
@@ -33,20 +39,31 @@ from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
+from deviceplugin.kubelet_api import KUBELET_SOCKET
+from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
     PodResourcesClient,
     PodResourcesError,
     PodResourcesUnavailableError,
 )
 
+if TYPE_CHECKING:
+    from agent.kube.client import KubeSink
+
 log = logging.getLogger(__name__)
+Result = TypeVar("Result")
 
 ONESHOT_ATTEMPTS = 4
 TELEMETRY_INTERVAL_S = 10.0
 
 
 class StateReader:
-    """`() -> NodeState | None` over PodResources; None while the kubelet does not answer."""
+    """`() -> NodeState | None` over PodResources; None while the kubelet does not answer.
+
+    A kubelet restart (its PodResources socket or the device plugins' `kubelet_socket` is a new
+    file, or PodResources answer again after failing) starts a `RestartHold`: the kubelet answers
+    with no pods for about a second after it starts, and "all free" must not be published.
+    """
 
     def __init__(
         self,
@@ -54,13 +71,25 @@ class StateReader:
         inventory: Callable[[], NodeInventory],
         unhealthy: Callable[[], frozenset[str]],
         is_terminal: Callable[[str, str], bool] | None = None,
+        *,
+        kubelet_socket: Path | None = None,
+        hold: RestartHold | None = None,
     ) -> None:
         self._client = client
         self._inventory = inventory
         self._unhealthy = unhealthy
         self._is_terminal = is_terminal
         self._failing = False
+        self._problem = ""
         self._seen_kubelet = False
+        self.hold = hold or RestartHold()
+        watched = [client.socket] + ([kubelet_socket] if kubelet_socket is not None else [])
+        self._socket_ids = {path: file_id(path) for path in watched}
+
+    @property
+    def problem(self) -> str | None:
+        """Why nothing is published now (PodResources failing), else None."""
+        return self._problem if self._failing else None
 
     def __call__(self) -> NodeState | None:
         try:
@@ -69,11 +98,11 @@ class StateReader:
             # the kubelet is (or was) there but does not answer: "all free" would be a lie
             level = logging.DEBUG if self._failing else logging.WARNING
             log.log(level, "%s; not publishing until it answers", exc)
-            self._failing = True
+            self._failing, self._problem = True, str(exc)
             return None
-        if self._failing:
-            log.info("PodResources answers again")
-        self._failing = False
+        self._check_restart()  # after the read: a restart during the read counts for it
+        if snapshot is not None:
+            snapshot = self.hold.apply(snapshot)
         return NodeState(
             inventory=self._inventory(), snapshot=snapshot, unhealthy=self._unhealthy()
         )
@@ -85,6 +114,60 @@ class StateReader:
         self._seen_kubelet = True  # from now on a missing socket is a kubelet restart
         return self._client.snapshot(self._is_terminal)
 
+    def _check_restart(self) -> None:
+        if self._failing:
+            self.hold.restarted("PodResources answers again after failing")
+        self._failing = False
+        for path, before in self._socket_ids.items():
+            now = file_id(path)
+            if now != before:
+                self._socket_ids[path] = now
+                self.hold.restarted(f"kubelet restarted ({path} is a new socket)")
+
+
+class KubeConnection:
+    """The publisher's `TopologySink` on the API server, connected on first use.
+
+    While the credentials cannot be loaded (no service account, a missing kubeconfig) every call
+    fails with a PublishError that says why, and the next call tries to load them again: the
+    publisher retries with its backoff while the device plugin keeps serving the kubelet.
+    `problem` is the last call's failure (None after a success), for `/readyz`.
+    """
+
+    def __init__(self, connect: Callable[[], KubeSink]) -> None:
+        self._connect = connect
+        self._sink: KubeSink | None = None
+        self.problem: str | None = None
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._call(lambda sink: sink.node(name))
+
+    def get_topology(self, name: str) -> dict[str, Any] | None:
+        return self._call(lambda sink: sink.get_topology(name))
+
+    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+        self._call(lambda sink: sink.apply_topology(obj))
+
+    def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
+        self._call(lambda sink: sink.patch_labels(name, patch))
+
+    def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
+        return self._call(lambda sink: sink.pod_phases(node))
+
+    def _call(self, call: Callable[[KubeSink], Result]) -> Result:
+        try:
+            if self._sink is None:
+                self._sink = self._connect()
+            result = call(self._sink)
+        except ConfigError as exc:
+            self.problem = str(exc)
+            raise PublishError(str(exc)) from None
+        except PublishError as exc:
+            self.problem = str(exc)
+            raise
+        self.problem = None
+        return result
+
 
 def _sink(ctx: AgentContext) -> TopologySink:
     if ctx.config.dry_run:
@@ -92,7 +175,11 @@ def _sink(ctx: AgentContext) -> TopologySink:
     from agent.kube.client import KubeSink
     from agent.kube.connect import load_api_client
 
-    return KubeSink(load_api_client(ctx.config.kubeconfig))
+    def connect() -> KubeSink:
+        return KubeSink(load_api_client(ctx.config.kubeconfig))
+
+    # --oneshot has nothing to keep serving: no credentials fail the command at once
+    return connect() if ctx.config.oneshot else KubeConnection(connect)
 
 
 class TopologyService:
@@ -127,14 +214,16 @@ class TopologyService:
         )
         self.client = PodResourcesClient(cfg.pod_resources_socket)
         plugin = ctx.device_plugin
-        reader = StateReader(
+        self.reader = StateReader(
             self.client,
             inventory=(lambda: plugin.inventory) if plugin else (lambda: ctx.inventory),
             unhealthy=(lambda: plugin.device_state.unhealthy) if plugin else frozenset,
             is_terminal=is_terminal,
+            kubelet_socket=cfg.device_plugin_dir / KUBELET_SOCKET,
+            hold=RestartHold(clock=clock),
         )
         self.publisher = Publisher(
-            settings, self.sink, reader, clock=clock, stop=self._stop, metrics=ctx.metrics
+            settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
         )
         self._threads: list[threading.Thread] = []
 
@@ -159,6 +248,15 @@ class TopologyService:
         for thread in self._threads:
             thread.join(timeout=5)
         self.client.close()
+
+    def problem(self) -> str | None:
+        """Why the NodeResourceTopology is not published yet (a ready check), else None."""
+        if self.publisher.ready:
+            return None
+        why = self.reader.problem
+        if why is None and isinstance(self.sink, KubeConnection):
+            why = self.sink.problem
+        return f"NodeResourceTopology not published yet{f': {why}' if why else ''}"
 
     def _publish_once(self) -> None:
         delay = 0.5
@@ -190,6 +288,7 @@ def topology_service(ctx: AgentContext) -> TopologyService | None:
         return None
     service = TopologyService(ctx)
     ctx.publisher = service.publisher
+    ctx.ready_checks.append(service.problem)
     return service
 
 
@@ -203,13 +302,19 @@ class MetricsService:
         self._metrics = metrics
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self.server = MetricsServer(ctx.config.metrics_address, metrics.registry, ready=self._ready)
+        self.server = MetricsServer(
+            ctx.config.metrics_address,
+            metrics.registry,
+            ready=lambda: not self.problems(),
+            unready_reason=lambda: "; ".join(self.problems()),
+        )
         self._thread = threading.Thread(
             target=self._refresh_loop, name="metrics-refresh", daemon=True
         )
 
-    def _ready(self) -> bool:
-        return self._ctx.publisher is None or self._ctx.publisher.ready
+    def problems(self) -> list[str]:
+        """What the context's ready checks say is wrong (empty: ready)."""
+        return [why for check in self._ctx.ready_checks if (why := check()) is not None]
 
     def start(self) -> None:
         self.refresh()
@@ -251,7 +356,10 @@ def _telemetry(backend: NvmlBackend, inventory: NodeInventory) -> dict[str, GpuT
 
 
 def metrics_service(ctx: AgentContext) -> MetricsService | None:
-    """The metrics server, except with `--oneshot`."""
+    """The metrics server, except with `--oneshot`; ConfigError when its port cannot be bound."""
     if ctx.config.oneshot or ctx.metrics is None:
         return None
-    return MetricsService(ctx, ctx.metrics)
+    try:
+        return MetricsService(ctx, ctx.metrics)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-address {ctx.config.metrics_address}: {exc}") from None

@@ -7,6 +7,11 @@ starts the services in order and waits for SIGTERM/SIGINT; services stop in reve
 order; a factory returns None when its service is switched off. The device plugin is first (its
 `device_state` and live `inventory` are on the context for the services after it); the topology
 publisher with the node labels (`agent.cli.publish_service`) and the metrics server follow.
+
+Every service is built before any starts, so a configuration error refuses the start before the
+kubelet sees a device plugin. Once serving, the agent keeps serving: a missing kubelet or API
+server (no credentials, API errors) is logged, retried, and reported by `/readyz`; it never stops
+the device plugin.
 """
 
 from __future__ import annotations
@@ -17,18 +22,20 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from agent import logsetup
 from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
 from agent.cli.publish_service import metrics_service, topology_service
-from agent.cli.services import AgentContext, Service, ServiceFactory
+from agent.cli.services import AgentContext, ReadyCheck, Service, ServiceFactory
 from agent.errors import AgentError, ConfigError
 from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
 from deviceplugin.errors import PluginError
+from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.plugin import DevicePlugin
 
 logger = logging.getLogger(__name__)
@@ -44,7 +51,17 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     ctx.device_plugin = DevicePlugin(
         ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
     )
+    ctx.ready_checks.append(kubelet_check(ctx.config.device_plugin_dir / KUBELET_SOCKET))
     return ctx.device_plugin
+
+
+def kubelet_check(socket: Path) -> ReadyCheck:
+    """Not ready while the kubelet's registration socket is absent."""
+
+    def check() -> str | None:
+        return None if socket.exists() else f"waiting for the kubelet: no {socket}"
+
+    return check
 
 
 SERVICE_FACTORIES: tuple[ServiceFactory, ...] = (
@@ -68,12 +85,11 @@ def open_node(cfg: AgentConfig) -> tuple[NvmlBackend, NodeInventory]:
 
 
 def start_services(ctx: AgentContext, factories: Sequence[ServiceFactory]) -> list[Service]:
-    """Build and start each service in order; on a failure stop the started ones and re-raise."""
+    """Build every service, then start each in order; on a failure stop the started ones and
+    re-raise. A service that cannot be built fails the start before anything serves."""
+    built = [service for service in (factory(ctx) for factory in factories) if service is not None]
     try:
-        for factory in factories:
-            service = factory(ctx)
-            if service is None:
-                continue
+        for service in built:
             service.start()
             ctx.services.append(service)
             logger.info("started %s", service.name)
@@ -124,6 +140,8 @@ def run(
             inventory.driver_version,
         )
         start_services(ctx, factories)
+        if ctx.device_plugin is not None:
+            _log_waiting_for_kubelet(cfg.device_plugin_dir / KUBELET_SOCKET)
         if not cfg.oneshot:
             while not stop.wait(1.0):
                 pass
@@ -131,6 +149,14 @@ def run(
     finally:
         backend.close()
     return 0
+
+
+def _log_waiting_for_kubelet(socket: Path) -> None:
+    if not socket.exists():
+        logger.warning(
+            "waiting for the kubelet: no %s yet; the device plugin registers when it appears",
+            socket,
+        )
 
 
 def _version() -> str:

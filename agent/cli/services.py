@@ -3,6 +3,8 @@ the `AgentContext` the service factories build from, and the factory type.
 
 The context is filled in as the services are created, in order: the device plugin puts itself
 there for the services after it, the topology service its publisher for the metrics service.
+Each service may add a `ReadyCheck` to `ready_checks`; `/readyz` answers ready when none of them
+names a problem, else 503 with the problems in the body.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ class AgentContext:
     metrics: AgentMetrics | None = None
     publisher: Publisher | None = None
     services: list[Service] = field(default_factory=list)
+    ready_checks: list[ReadyCheck] = field(default_factory=list)
 
+
+ReadyCheck = Callable[[], str | None]
+"""None while a service's part of readiness holds, else what is wrong (one line, for /readyz)."""
 
 ServiceFactory = Callable[[AgentContext], Service | None]
 """Builds one service from the context, or returns None when that service is switched off."""

@@ -4,12 +4,20 @@ It serves `List`, `GetAllocatableResources` and `Get` from state the test sets w
 dataclasses of `agent.availability` (`set_allocatable`, `set_pod`, `remove_pod`). `fail_next(code)`
 makes the next call(s) fail with a gRPC status; `calls` counts requests per method; `changed`
 is an Event set on every state change (benchmarks time from it).
+
+`restart(down_s=..., unsynced_s=...)` is what a kubelet restart looks like from the outside: the
+socket goes away, a new socket file is served at the same path, and for `unsynced_s` `List` (and
+`Get`) see no pods while `GetAllocatableResources` is already right, as the real kubelet answers
+before it has re-synced its pods from the API server (reference notes, kubelet item 13).
+`sync_now()` ends that window early.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from concurrent import futures
@@ -74,6 +82,8 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
         self._pods: dict[tuple[str, str], PodGrant] = {}
         self._failures: list[tuple[str | None, grpc.StatusCode]] = []
         self._server: grpc.Server | None = None
+        self._unsynced_until = -math.inf
+        self.restarts = 0
 
     def __enter__(self) -> FakePodResourcesServer:
         self.start()
@@ -82,7 +92,11 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
+    def start(self, *, unsynced_s: float = 0.0) -> None:
+        """Serve on `socket`; `List` and `Get` see no pods for `unsynced_s` (math.inf: until
+        `sync_now()`)."""
+        with self._lock:
+            self._unsynced_until = time.monotonic() + unsynced_s if unsynced_s > 0 else -math.inf
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_PodResourcesListerServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{self.socket}")
@@ -94,6 +108,27 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
             self._server.stop(grace=None).wait()
             self._server = None
         self.socket.unlink(missing_ok=True)
+
+    def restart(self, *, down_s: float = 0.0, unsynced_s: float = 1.0) -> None:
+        """A kubelet restart: no socket for `down_s`, then a new one whose `List` answers no pods
+        for `unsynced_s` (the real kubelet: about a second)."""
+        self.stop()
+        if down_s > 0:
+            threading.Event().wait(down_s)  # the kubelet process is down: nothing listens
+        self.restarts += 1
+        self.start(unsynced_s=unsynced_s)
+
+    @property
+    def synced(self) -> bool:
+        """False while `List` answers no pods after a restart."""
+        with self._lock:
+            return self._synced_locked()
+
+    def sync_now(self) -> None:
+        """End the after-restart window now: `List` answers the pods again."""
+        with self._lock:
+            self._unsynced_until = -math.inf
+        self.changed.set()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -128,12 +163,15 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
         if failure is not None:
             context.abort(failure, f"injected failure of {method}")
 
+    def _synced_locked(self) -> bool:
+        return time.monotonic() >= self._unsynced_until
+
     def List(  # noqa: N802
         self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
     ) -> pb.ListPodResourcesResponse:
         self._enter("List", context)
         with self._lock:
-            pods = list(self._pods.values())
+            pods = list(self._pods.values()) if self._synced_locked() else []
         return pb.ListPodResourcesResponse(pod_resources=[_pod(p) for p in pods])
 
     def GetAllocatableResources(  # noqa: N802
@@ -154,6 +192,7 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
         self._enter("Get", context)
         with self._lock:
             pod = self._pods.get((request.pod_namespace, request.pod_name))
+            pod = pod if self._synced_locked() else None
         if pod is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
+import threading
 from pathlib import Path
 
 import grpc
@@ -125,3 +127,37 @@ def test_state_reader_no_kubelet_versus_kubelet_restart() -> None:
         assert back is not None
         assert back.snapshot is not None
     server.stop()
+
+
+def test_restart_serves_a_new_socket_that_lists_no_pods_until_synced(server) -> None:
+    allocatable = PodResourcesSnapshot(
+        devices=(DeviceGrant(resource_name=GPU, device_ids=("GPU-a", "GPU-b")),)
+    )
+    server.set_allocatable(allocatable)
+    server.set_pod(_pod("a", "p", "GPU-a"))
+    before = server.socket.stat()
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        server.restart(unsynced_s=math.inf)  # as the real kubelet: no pods until it re-synced
+        after = server.socket.stat()
+        unsynced = client.snapshot()
+        assert not server.synced
+        server.sync_now()
+        synced = client.snapshot()
+    assert (after.st_ino, after.st_ctime_ns) != (before.st_ino, before.st_ctime_ns)
+    assert unsynced.pods == ()
+    assert unsynced.devices == allocatable.devices  # GetAllocatableResources is already right
+    assert [p.name for p in synced.pods] == ["p"]
+    assert server.restarts == 1
+
+
+def test_unsynced_window_ends_by_itself(server) -> None:
+    server.set_pod(_pod("a", "p", "GPU-a"))
+    server.restart(down_s=0.05, unsynced_s=2.0)
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        first = client.snapshot()
+        ended = threading.Event()
+        while not server.synced:
+            ended.wait(0.02)
+        last = client.snapshot()
+    assert first.pods == ()
+    assert [p.name for p in last.pods] == ["p"]

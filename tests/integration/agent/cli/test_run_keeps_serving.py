@@ -1,0 +1,189 @@
+"""Issue 11 item 9: `gputopo-agent run` never serves the kubelet and then dies.
+
+The real agent process, with node labels on (the default): without Kubernetes credentials it keeps
+its device-plugin sockets and answers the kubelet emulator, logs the failure once and says it in
+`/readyz`; without a `kubelet.sock` it logs once that it waits for the kubelet, and where.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.kubelet_api import KUBELET_SOCKET
+from deviceplugin.testing.kubelet import KubeletEmulator
+from tests.builders.agentnode import NODE
+
+ROOT = Path(__file__).resolve().parents[4]
+CREDENTIALS = "no usable Kubernetes credentials"
+PLURAL = "noderesourcetopologies"
+
+
+class AgentProcess:
+    """`python -m agent.cli run ...` with its stderr collected line by line."""
+
+    def __init__(self, *args: str, home: Path) -> None:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GPUTOPO_", "NODE_NAME", "KUBERNETES_", "KUBECONFIG"))
+        }
+        env["HOME"] = str(home)  # no ~/.kube/config
+        command = [sys.executable, "-m", "agent.cli", "run", "--node-name", NODE, *args]
+        self.proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def logged(self, text: str) -> list[str]:
+        return [line for line in list(self.lines) if text in line]
+
+    def port(self) -> int:
+        started = wait_for(
+            lambda: self.logged("metrics on port") or self.proc.poll() is not None, 30
+        )
+        assert started, "\n".join(self.lines)
+        assert self.proc.poll() is None, "the agent exited:\n" + "\n".join(self.lines)
+        match = re.search(r"metrics on port (\d+)", self.logged("metrics on port")[0])
+        assert match is not None
+        return int(match.group(1))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            self._reader.join(timeout=5)
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+
+
+def wait_for(predicate, timeout_s: float) -> bool:
+    tick, deadline = threading.Event(), time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.05)
+    return True
+
+
+def readyz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def empty_dir() -> Path:
+    return Path(tempfile.mkdtemp(dir="/tmp"))
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        pytest.param(["--kubeconfig", "/nonexistent/kubeconfig"], id="missing kubeconfig file"),
+        pytest.param([], id="not in a cluster, no ~/.kube/config"),
+    ],
+)
+def test_without_credentials_it_keeps_serving_the_kubelet(credentials) -> None:
+    missing_podresources = empty_dir() / "kubelet.sock"
+    with KubeletEmulator() as kubelet:
+        agent = AgentProcess(
+            "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(kubelet.plugin_dir),
+            "--pod-resources-socket", str(missing_podresources),
+            "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
+            *credentials, home=empty_dir(),
+        )  # fmt: skip
+        try:
+            port = agent.port()
+            registered = kubelet.wait_for(lambda k: len(k.devices("nvidia.com/gpu")) == 8, 30.0)
+            assert registered, "\n".join(agent.lines)
+            with pytest.raises(subprocess.TimeoutExpired):
+                agent.proc.wait(timeout=4.0)  # still running seconds after the API side failed
+            assert kubelet.connected("nvidia.com/gpu")
+            device = sorted(kubelet.devices("nvidia.com/gpu"))[0]
+            response = kubelet.allocate("nvidia.com/gpu", [device])
+            assert len(response.container_responses) == 1
+            status, body = readyz(port)
+        finally:
+            code = agent.stop()
+    assert code == 0, "\n".join(agent.lines)
+    assert status == 503
+    assert body.startswith("not ready: NodeResourceTopology not published yet: " + CREDENTIALS)
+    warnings = [line for line in agent.logged(CREDENTIALS) if " WARNING " in line]
+    assert len(warnings) == 1, agent.lines  # retried with backoff, logged once
+    assert len(agent.logged("stopped serving nvidia.com/gpu")) == 1  # only at SIGTERM
+
+
+def test_without_a_kubelet_it_says_it_waits_and_where(fake_api_with_crd) -> None:
+    kubeconfig = fake_api_with_crd.write_kubeconfig(empty_dir() / "kubeconfig")
+    plugin_dir = empty_dir()
+    kubelet_socket = plugin_dir / KUBELET_SOCKET
+    agent = AgentProcess(
+        "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(empty_dir() / "kubelet.sock"),
+        "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
+        "--kubeconfig", str(kubeconfig), home=empty_dir(),
+    )  # fmt: skip
+    try:
+        port = agent.port()
+        assert wait_for(lambda: agent.logged("waiting for the kubelet"), 10.0), agent.lines
+        published = wait_for(lambda: fake_api_with_crd.get_object(PLURAL, NODE), 20.0)
+        assert published, agent.lines
+        status, body = readyz(port)
+        with KubeletEmulator(plugin_dir) as kubelet:
+            registered = kubelet.wait_for(lambda k: len(k.devices("nvidia.com/gpu")) == 8, 30.0)
+            ready = wait_for(lambda: readyz(port)[0] == 200, 10.0)
+    finally:
+        code = agent.stop()
+    assert code == 0, "\n".join(agent.lines)
+    assert (status, body) == (503, f"not ready: waiting for the kubelet: no {kubelet_socket}\n")
+    (waiting,) = agent.logged("waiting for the kubelet")
+    assert f"no {kubelet_socket} yet" in waiting
+    assert registered, agent.lines
+    assert ready
+
+
+def test_a_service_that_cannot_be_built_refuses_the_start_before_serving() -> None:
+    with socket.socket() as taken, KubeletEmulator() as kubelet:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        agent = AgentProcess(
+            "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(kubelet.plugin_dir),
+            "--pod-resources-socket", str(empty_dir() / "kubelet.sock"), "--dry-run",
+            "--metrics-address", address, "--kubelet-config", "/nonexistent/config.yaml",
+            home=empty_dir(),
+        )  # fmt: skip
+        agent.proc.wait(timeout=30)
+        code = agent.stop()
+    assert code == 1
+    assert agent.lines[-1].startswith(f"gputopo-agent run: --metrics-address {address}: ")
+    assert "Address already in use" in agent.lines[-1]
+    assert kubelet.registrations == []
+    assert not agent.logged("serving nvidia.com/gpu")  # no device-plugin socket, ever

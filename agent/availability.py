@@ -400,7 +400,7 @@ class RestartHold:
         released = sorted(k for k in self._counted if k not in fresh)
         shown = ", ".join(released[:5]) + (", ..." if len(released) > 5 else "")
         log.info(
-            "PodResources view %s: %d pods it no longer lists are released%s",
+            "PodResources view %s: %d pod(s) it no longer lists released%s",
             outcome,
             len(released),
             f" ({shown})" if released else "",

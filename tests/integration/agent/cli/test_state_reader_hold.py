@@ -80,7 +80,7 @@ def test_pods_missing_after_a_restart_stay_used_until_the_view_settles(
     assert len(lines(caplog, HOLD_STARTS)) == 1
     (end,) = lines(caplog, "PodResources view")
     assert "settled after" in end
-    assert "1 pods it no longer lists are released (ml/train-1)" in end
+    assert "1 pod(s) it no longer lists released (ml/train-1)" in end
 
 
 def test_a_new_pod_counts_at_once_during_a_hold(reading, podresources) -> None:

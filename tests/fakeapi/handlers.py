@@ -126,6 +126,8 @@ class Handler(BaseHTTPRequestHandler):
             self._watch(ref, query)
             return
         code, body = self._dispatch(method, ref, query, raw, ctype)
+        if code == 201 and method in ("PUT", "PATCH"):
+            fake.record_created(method, path, query)
         self._send_json(code, body)
 
     def _dispatch(

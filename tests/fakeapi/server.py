@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.fakeapi import controllers, deletion
+from tests.fakeapi import authz, controllers, deletion
 from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
@@ -82,6 +82,7 @@ class FakeApiServer:
         self.store = Store(history_limit)
         self.api = Api(self.registry, self.store, clock)
         self._requests: deque[RecordedRequest] = deque(maxlen=request_log_limit)
+        self._checks: deque[authz.Attributes] = deque(maxlen=request_log_limit)
         self._faults: list[_Fault] = []
         self._delay = 0.0
         self._generation = 0
@@ -235,8 +236,24 @@ class FakeApiServer:
                 body = json.loads(raw)
             except ValueError:
                 body = _yaml_or_text(raw)
+        check = authz.resolve(method, path, query)
         with self.lock:
             self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
+            if check is not None:
+                self._checks.append(check)
+
+    def record_created(self, method: str, path: str, query: Mapping[str, str]) -> None:
+        """A PUT or PATCH created its object: the real server authorized `create` as well."""
+        check = authz.resolve(method, path, query)
+        if check is not None and self._checks.maxlen != 0:
+            with self.lock:
+                self._checks.append(authz.created(check))
+
+    @property
+    def authorization_checks(self) -> list[authz.Attributes]:
+        """What RBAC would have been asked for every resource request so far, oldest first."""
+        with self.lock:
+            return list(self._checks)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -262,6 +279,7 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         with self.lock:
             self._requests.clear()
+            self._checks.clear()
 
     # direct object access ----------------------------------------------------------------------
 

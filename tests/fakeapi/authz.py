@@ -11,7 +11,9 @@ RBAC about (verb, apiGroup, resource, subresource, namespace, name) before it ha
   without a name; a `/watch/` path segment is `watch`;
 - `/namespaces/<ns>/<resource>/...` is namespaced; `/namespaces/<ns>` and its `status` and
   `finalize` subresources address the Namespace object itself;
-- a list or watch whose fieldSelector is `metadata.name=<name>` carries that name.
+- a list or watch whose fieldSelector is `metadata.name=<name>` carries that name;
+- the user is the bearer token as sent (`Authorization: Bearer <token>`; "" without one): the
+  fake authenticates nothing, it only tells clients apart.
 
 One more check happens while a request runs: a PUT or PATCH that creates its object (server-side
 apply of an object that does not exist, answered 201) is also authorized as `create`.
@@ -42,6 +44,7 @@ class Attributes:
     subresource: str = ""
     namespace: str = ""
     name: str = ""
+    user: str = ""  # the bearer token the client sent: the fake authenticates it as that user
 
     @property
     def rbac_resource(self) -> str:
@@ -49,8 +52,8 @@ class Attributes:
         return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
 
-def resolve(method: str, path: str, query: Mapping[str, str]) -> Attributes | None:
-    """The attributes RBAC sees for a request; None for a non-resource URL."""
+def resolve(method: str, path: str, query: Mapping[str, str], user: str = "") -> Attributes | None:
+    """The attributes RBAC sees for a request by `user`; None for a non-resource URL."""
     parts = [p for p in path.split("/") if p]
     if len(parts) < 3 or parts[0] not in ("api", "apis"):
         return None
@@ -71,7 +74,7 @@ def resolve(method: str, path: str, query: Mapping[str, str]) -> Attributes | No
     subresource = rest[2] if len(rest) > 2 else ""
     if not name:
         verb, name = _collection_verb(verb, query)
-    return Attributes(verb, group, resource, subresource, namespace, name)
+    return Attributes(verb, group, resource, subresource, namespace, name, user)
 
 
 def _namespace(rest: list[str]) -> tuple[str, list[str]]:

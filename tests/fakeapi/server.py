@@ -135,14 +135,19 @@ class FakeApiServer:
     def host(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def configuration(self) -> client.Configuration:
+    def configuration(self, token: str | None = None) -> client.Configuration:
+        """Client configuration; `token` is sent as a bearer token (the user in
+        `authorization_checks`)."""
         config = client.Configuration(host=self.host)
         config.retries = 1
+        if token is not None:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
         return config
 
-    def api_client(self) -> client.ApiClient:
+    def api_client(self, token: str | None = None) -> client.ApiClient:
         """A real `kubernetes.client.ApiClient` talking to this server."""
-        return client.ApiClient(self.configuration())
+        return client.ApiClient(self.configuration(token))
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         """Write a kubeconfig for `--kubeconfig` flags; returns the path."""
@@ -226,7 +231,13 @@ class FakeApiServer:
     # request log ------------------------------------------------------------------------------
 
     def record(
-        self, method: str, path: str, query: Mapping[str, str], raw: bytes, content_type: str
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        raw: bytes,
+        content_type: str,
+        user: str = "",
     ) -> None:
         if self._requests.maxlen == 0:
             return
@@ -236,15 +247,17 @@ class FakeApiServer:
                 body = json.loads(raw)
             except ValueError:
                 body = _yaml_or_text(raw)
-        check = authz.resolve(method, path, query)
+        check = authz.resolve(method, path, query, user)
         with self.lock:
             self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
             if check is not None:
                 self._checks.append(check)
 
-    def record_created(self, method: str, path: str, query: Mapping[str, str]) -> None:
+    def record_created(
+        self, method: str, path: str, query: Mapping[str, str], user: str = ""
+    ) -> None:
         """A PUT or PATCH created its object: the real server authorized `create` as well."""
-        check = authz.resolve(method, path, query)
+        check = authz.resolve(method, path, query, user)
         if check is not None and self._checks.maxlen != 0:
             with self.lock:
                 self._checks.append(authz.created(check))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 
 from tests.builders.fakeapi import make_nrt, make_pod
 from tests.fakeapi import authz
@@ -96,3 +97,11 @@ def test_checks_are_recorded_for_answered_and_failed_requests(fake_api, core_v1)
     ]
     fake_api.clear_requests()
     assert fake_api.authorization_checks == []
+
+
+def test_the_bearer_token_tells_clients_apart(fake_api) -> None:
+    with fake_api.api_client(token="system:serviceaccount:ns:sa") as api:
+        client.CoreV1Api(api).list_node(_preload_content=False)
+    with fake_api.api_client() as api:
+        client.CoreV1Api(api).list_node(_preload_content=False)
+    assert [c.user for c in fake_api.authorization_checks] == ["system:serviceaccount:ns:sa", ""]

@@ -189,3 +189,175 @@ def env_references(container: Mapping[str, Any]) -> set[str]:
     """Names used as `$(NAME)` in a container's command and args (`$$(NAME)` is an escape)."""
     words = [*container.get("command", []), *container.get("args", [])]
     return {name for word in words for name in _ENV_REF.findall(word)}
+
+
+# -- CEL (ValidatingAdmissionPolicy) ---------------------------------------------------------
+# No CEL compiler runs offline here; this is a lexer-level check: the tokens are CEL tokens, the
+# brackets and quotes balance, and every field path on a root variable is listed (see
+# `cel_field_paths`) so that a test can look each one up in the schemas.
+
+_CEL_TOKEN = re.compile(
+    r"""\s+|(?P<string>'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")|(?P<number>\d+(?:\.\d+)?)"""
+    r"""|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>==|!=|<=|>=|&&|\|\||[-+*/%<>!?:.,()\[\]{}])"""
+)
+_CEL_CLOSE = {")": "(", "]": "[", "}": "{"}
+CEL_ROOTS = frozenset({"object", "oldObject", "request", "variables", "params", "namespaceObject"})
+
+
+def cel_tokens(expression: str) -> list[tuple[str, str]]:
+    """(kind, text) per token; ValueError naming the offset of anything that is not CEL."""
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(expression):
+        match = _CEL_TOKEN.match(expression, pos)
+        if match is None:
+            raise ValueError(f"not a CEL token at offset {pos}: {expression[pos : pos + 20]!r}")
+        if match.lastgroup is not None:
+            tokens.append((match.lastgroup, match.group()))
+        pos = match.end()
+    return tokens
+
+
+def cel_syntax_problems(expression: str) -> list[str]:
+    """Unbalanced brackets, an empty expression or a non-CEL character ([] when none)."""
+    try:
+        tokens = cel_tokens(expression)
+    except ValueError as exc:
+        return [str(exc)]
+    if not tokens:
+        return ["empty expression"]
+    stack: list[str] = []
+    for kind, text in tokens:
+        if kind != "op":
+            continue
+        if text in ("(", "[", "{"):
+            stack.append(text)
+        elif text in _CEL_CLOSE and (not stack or stack.pop() != _CEL_CLOSE[text]):
+            return [f"unbalanced {text!r}"]
+    return [f"unclosed {stack[-1]!r}"] if stack else []
+
+
+def cel_field_paths(expression: str) -> set[tuple[str, ...]]:
+    """Every `root.field.field...` path on a root variable (`object`, `request`, ...); a path ends
+    at an index `[...]`, a call, or the last field."""
+    tokens = cel_tokens(expression)
+    paths: set[tuple[str, ...]] = set()
+    for i, (kind, text) in enumerate(tokens):
+        after_dot = i > 0 and tokens[i - 1] == ("op", ".")
+        if kind != "ident" or text not in CEL_ROOTS or after_dot:
+            continue
+        path = [text]
+        j = i + 1
+        while j + 1 < len(tokens) and tokens[j] == ("op", ".") and tokens[j + 1][0] == "ident":
+            if j + 2 < len(tokens) and tokens[j + 2] == ("op", "("):
+                break  # a method call (`.all(`, `.startsWith(`), not a field
+            path.append(tokens[j + 1][1])
+            j += 2
+        paths.add(tuple(path))
+    return paths
+
+
+def schema_has_path(
+    schema: Mapping[str, Any], path: Sequence[str], defs: Mapping[str, Any]
+) -> bool:
+    """Whether `path` names fields an OpenAPI/JSON schema declares (`$ref`s resolved in `defs`);
+    a path into a map (additionalProperties) or preserved unknown fields is accepted."""
+    node = _deref(schema, defs)
+    for name in path:
+        props = node.get("properties") or {}
+        if name not in props:
+            open_ended = node.get("additionalProperties") or node.get(
+                "x-kubernetes-preserve-unknown-fields"
+            )
+            return bool(open_ended)
+        node = _deref(props[name], defs)
+    return True
+
+
+def _deref(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
+    while "$ref" in node:
+        node = defs[str(node["$ref"]).rpartition("/")[2]]
+    for combined in ("allOf", "oneOf", "anyOf"):
+        if combined in node and "properties" not in node:
+            return _deref(node[combined][0], defs)
+    return node
+
+
+# -- Pod Security Standards ------------------------------------------------------------------
+# The checks of the baseline and restricted levels that gputopo's pods could meet or break
+# (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
+
+PSS_LEVELS = ("restricted", "baseline", "privileged")  # strictest first
+_RESTRICTED_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim"}
+    | {"projected", "secret"}
+)
+_BASELINE_CAPS = frozenset(
+    [
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    ]
+)
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
+
+
+def baseline_problems(pod: Mapping[str, Any]) -> list[str]:
+    problems = [f"{f}: true" for f in ("hostNetwork", "hostPID", "hostIPC") if pod.get(f)]
+    problems += [f"hostPath volume {v['name']}" for v in pod.get("volumes", []) if "hostPath" in v]
+    for c in _containers(pod):
+        sec = c.get("securityContext") or {}
+        if sec.get("privileged"):
+            problems.append(f"{c['name']}: privileged")
+        added = set((sec.get("capabilities") or {}).get("add", [])) - _BASELINE_CAPS
+        problems += [f"{c['name']}: capability {cap}" for cap in sorted(added)]
+        problems += [f"{c['name']}: hostPort" for p in c.get("ports", []) if p.get("hostPort")]
+    return problems
+
+
+def restricted_problems(pod: Mapping[str, Any]) -> list[str]:
+    problems = baseline_problems(pod)
+    problems += [
+        f"volume {v['name']} of a type restricted forbids"
+        for v in pod.get("volumes", [])
+        if not set(v) - {"name"} <= _RESTRICTED_VOLUMES
+    ]
+    pod_sec = pod.get("securityContext") or {}
+    for c in _containers(pod):
+        sec = {**pod_sec, **(c.get("securityContext") or {})}
+        problems += _restricted_container(str(c["name"]), sec)
+    return problems
+
+
+def _restricted_container(name: str, sec: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if sec.get("allowPrivilegeEscalation") is not False:
+        problems.append(f"{name}: allowPrivilegeEscalation not false")
+    if sec.get("runAsNonRoot") is not True or sec.get("runAsUser") == 0:
+        problems.append(f"{name}: may run as root")
+    if (sec.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+        problems.append(f"{name}: no RuntimeDefault/Localhost seccomp profile")
+    caps = sec.get("capabilities") or {}
+    if "ALL" not in caps.get("drop", []) or set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+        problems.append(f"{name}: capabilities not dropped to at most NET_BIND_SERVICE")
+    return problems
+
+
+def strictest_level(pod: Mapping[str, Any]) -> str:
+    """The strictest Pod Security Standard level `pod` passes."""
+    if not restricted_problems(pod):
+        return "restricted"
+    return "baseline" if not baseline_problems(pod) else "privileged"

@@ -8,6 +8,7 @@ write) are left out of a temporary copy and reported in `Rendered.missing`.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "daemonset"
 EXAMPLES = DAEMONSET / "examples"
+OPTIONAL = DAEMONSET / "optional"
 
 Obj = dict[str, Any]
 
@@ -150,3 +152,22 @@ def pod_specs(obj: Mapping[str, Any]) -> list[Obj]:
     if isinstance(template, dict) and "spec" in template:
         return [template["spec"]]
     return []
+
+
+def render_with_components(*components: Path) -> list[Obj]:
+    """`daemonset/` plus kustomize Components (e.g. `optional/cdi`), through an overlay the way a
+    user writes one; needs kubectl (the fallback renderer does not apply components)."""
+    kubectl = kubectl_path()
+    if kubectl is None:
+        raise LookupError("kubectl is not installed")
+    overlay = Path(tempfile.mkdtemp(prefix="gputopo-overlay-", dir="/tmp"))
+    try:
+        # kustomize takes only relative paths to bases and components
+        kust = {
+            "resources": [os.path.relpath(DAEMONSET, overlay)],
+            "components": [os.path.relpath(c, overlay) for c in components],
+        }
+        (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kust), encoding="utf-8")
+        return render_with_kubectl(kubectl, overlay)
+    finally:
+        shutil.rmtree(overlay, ignore_errors=True)

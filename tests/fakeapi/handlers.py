@@ -98,7 +98,8 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         content_type = self.headers.get("Content-Type", "")
-        fake.record(method, parts.path, query, raw, content_type)
+        user = self._user()
+        fake.record(method, parts.path, query, raw, content_type, user)
         try:
             fake.before_request(method, parts.path)
             self._route(method, parts.path, query, raw, content_type)
@@ -126,6 +127,8 @@ class Handler(BaseHTTPRequestHandler):
             self._watch(ref, query)
             return
         code, body = self._dispatch(method, ref, query, raw, ctype)
+        if code == 201 and method in ("PUT", "PATCH"):
+            fake.record_created(method, path, query, self._user())
         self._send_json(code, body)
 
     def _dispatch(
@@ -147,6 +150,11 @@ class Handler(BaseHTTPRequestHandler):
                 return api.delete_collection(ref, query)
             return api.delete(ref, _json(raw) if raw else None, query)
         raise method_not_allowed()
+
+    def _user(self) -> str:
+        """The bearer token as sent, which the fake takes as the user's name ("" without one)."""
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else ""
 
     def _manager(self, query: dict[str, str]) -> str:
         """`fieldManager`, else the User-Agent up to its first "/", as a real server names it."""

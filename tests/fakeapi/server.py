@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.fakeapi import controllers, deletion
+from tests.fakeapi import authz, controllers, deletion
 from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
@@ -82,6 +82,7 @@ class FakeApiServer:
         self.store = Store(history_limit)
         self.api = Api(self.registry, self.store, clock)
         self._requests: deque[RecordedRequest] = deque(maxlen=request_log_limit)
+        self._checks: deque[authz.Attributes] = deque(maxlen=request_log_limit)
         self._faults: list[_Fault] = []
         self._delay = 0.0
         self._generation = 0
@@ -134,14 +135,19 @@ class FakeApiServer:
     def host(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def configuration(self) -> client.Configuration:
+    def configuration(self, token: str | None = None) -> client.Configuration:
+        """Client configuration; `token` is sent as a bearer token (the user in
+        `authorization_checks`)."""
         config = client.Configuration(host=self.host)
         config.retries = 1
+        if token is not None:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
         return config
 
-    def api_client(self) -> client.ApiClient:
+    def api_client(self, token: str | None = None) -> client.ApiClient:
         """A real `kubernetes.client.ApiClient` talking to this server."""
-        return client.ApiClient(self.configuration())
+        return client.ApiClient(self.configuration(token))
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         """Write a kubeconfig for `--kubeconfig` flags; returns the path."""
@@ -225,7 +231,13 @@ class FakeApiServer:
     # request log ------------------------------------------------------------------------------
 
     def record(
-        self, method: str, path: str, query: Mapping[str, str], raw: bytes, content_type: str
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        raw: bytes,
+        content_type: str,
+        user: str = "",
     ) -> None:
         if self._requests.maxlen == 0:
             return
@@ -235,8 +247,26 @@ class FakeApiServer:
                 body = json.loads(raw)
             except ValueError:
                 body = _yaml_or_text(raw)
+        check = authz.resolve(method, path, query, user)
         with self.lock:
             self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
+            if check is not None:
+                self._checks.append(check)
+
+    def record_created(
+        self, method: str, path: str, query: Mapping[str, str], user: str = ""
+    ) -> None:
+        """A PUT or PATCH created its object: the real server authorized `create` as well."""
+        check = authz.resolve(method, path, query, user)
+        if check is not None and self._checks.maxlen != 0:
+            with self.lock:
+                self._checks.append(authz.created(check))
+
+    @property
+    def authorization_checks(self) -> list[authz.Attributes]:
+        """What RBAC would have been asked for every resource request so far, oldest first."""
+        with self.lock:
+            return list(self._checks)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -262,6 +292,7 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         with self.lock:
             self._requests.clear()
+            self._checks.clear()
 
     # direct object access ----------------------------------------------------------------------
 

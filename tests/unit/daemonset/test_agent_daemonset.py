@@ -93,10 +93,9 @@ def test_root_without_capabilities(pod, container):
 HOST_MOUNTS = {
     "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", False),
     "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
-    "/host/sys": ("/sys", True),
+    "/host/sys/devices": ("/sys/devices", True),
+    "/host/sys/bus/pci/devices": ("/sys/bus/pci/devices", True),
     "/var/lib/kubelet/config.yaml": ("/var/lib/kubelet/config.yaml", True),
-    "/etc/cdi": ("/etc/cdi", True),
-    "/var/run/cdi": ("/var/run/cdi", True),
 }
 
 
@@ -128,7 +127,8 @@ def test_flags_point_at_the_mounts(container):
     assert flags["--kubelet-config"] == "/var/lib/kubelet/config.yaml"
     assert flags["--config"] == "/etc/gputopo/agent.yaml"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert f"{flags['--host-root']}/sys" in mounts
+    host_root = flags["--host-root"]
+    assert {f"{host_root}/sys/devices", f"{host_root}/sys/bus/pci/devices"} <= mounts
     assert flags["--kubelet-config"] in mounts
     assert flags["--device-plugin-dir"] in mounts
     socket = flags["--pod-resources-socket"]
@@ -183,7 +183,8 @@ def test_agent_loader_accepts_the_manifest_and_configmap(objects, container, tmp
     assert config.metrics_address == ":9445"
     assert config.log_format == "json"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {str(p) for p in config.plugin.cdi_spec_dirs} <= mounts
+    assert [str(s) for s in config.plugin.device_list_strategies] == ["envvar"]
+    assert not {str(p) for p in config.plugin.cdi_spec_dirs} & mounts  # read only by cdi-cri
     assert str(config.device_plugin_dir) in mounts
 
 

@@ -5,98 +5,64 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import manifests as checks
+from tests.builders import rbac
 from tests.builders import render as r
 
-NS = "gputopo-system"
-CLUSTER = "cluster"
+AGENT_NS = "gputopo-agent"
+SCHEDULER_NS = "gputopo-system"
+CLUSTER = rbac.CLUSTER
 
 
 def _grants(scope: str, group: str, resource: str, verbs: str) -> set[tuple[str, str, str, str]]:
     return {(scope, group, resource, verb) for verb in verbs.split()}
 
 
+# The offline statement of what the derivation tests measure from the running components
+# (tests/integration/agent/kube/test_rbac_derived.py, .../scheduler/kubeapi/test_rbac_derived.py).
 AGENT = (
-    _grants(CLUSTER, "", "nodes", "get list watch patch")
-    | _grants(CLUSTER, "", "pods", "get list")
-    | _grants(
-        CLUSTER,
-        "topology.node.k8s.io",
-        "noderesourcetopologies",
-        "create get list watch update patch",
-    )
-    | _grants(CLUSTER, "", "events", "create patch")
-    | _grants(CLUSTER, "events.k8s.io", "events", "create patch")
+    _grants(CLUSTER, "", "nodes", "get patch")
+    | _grants(CLUSTER, "", "pods", "list")
+    | _grants(CLUSTER, "topology.node.k8s.io", "noderesourcetopologies", "create get patch")
 )
 
 SCHEDULER = (
-    _grants(CLUSTER, "", "pods", "get list watch")
+    _grants(CLUSTER, "", "pods", "list watch")
     | _grants(CLUSTER, "", "pods/binding", "create")
-    | _grants(CLUSTER, "", "pods/status", "patch update")
-    | _grants(CLUSTER, "", "events", "create patch")
-    | _grants(CLUSTER, "events.k8s.io", "events", "create patch")
-    | _grants(CLUSTER, "", "nodes", "get list watch")
-    | _grants(CLUSTER, "topology.node.k8s.io", "noderesourcetopologies", "get list watch")
-    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "get list watch")
-    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch update")
-    | _grants(CLUSTER, "", "persistentvolumeclaims", "get list watch")
-    | _grants(CLUSTER, "storage.k8s.io", "storageclasses", "get list watch")
-    | _grants(NS, "coordination.k8s.io", "leases", "create get update patch")
+    | _grants(CLUSTER, "", "pods/status", "patch")
+    | _grants(CLUSTER, "", "events", "create")
+    | _grants(CLUSTER, "", "nodes", "list watch")
+    | _grants(CLUSTER, "topology.node.k8s.io", "noderesourcetopologies", "list watch")
+    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "list watch")
+    | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch")
+    | _grants(CLUSTER, "", "persistentvolumeclaims", "get")
+    | _grants(CLUSTER, "storage.k8s.io", "storageclasses", "list")
+    | _grants(SCHEDULER_NS, "coordination.k8s.io", "leases", "create get update")
 )
 
-
-def _role(objects: tuple[r.Obj, ...], ref: r.Obj, namespace: str | None) -> r.Obj:
-    kind = ref["kind"]
-    matches = [
-        o
-        for o in r.by_kind(objects, kind)
-        if o["metadata"]["name"] == ref["name"]
-        and (kind == "ClusterRole" or o["metadata"].get("namespace") == namespace)
-    ]
-    assert len(matches) == 1, f"{kind} {ref['name']} referenced but not rendered"
-    role: r.Obj = matches[0]
-    return role
-
-
-def effective_permissions(
-    objects: tuple[r.Obj, ...], sa_name: str, sa_namespace: str
-) -> set[tuple[str, str, str, str]]:
-    """Everything the bindings in `objects` grant the ServiceAccount, by scope."""
-    granted: set[tuple[str, str, str, str]] = set()
-    for binding in [*r.by_kind(objects, "ClusterRoleBinding"), *r.by_kind(objects, "RoleBinding")]:
-        subjects = binding.get("subjects") or []
-        if not any(
-            s["kind"] == "ServiceAccount"
-            and s["name"] == sa_name
-            and s.get("namespace", binding["metadata"].get("namespace")) == sa_namespace
-            for s in subjects
-        ):
-            continue
-        namespace = binding["metadata"].get("namespace")
-        role = _role(objects, binding["roleRef"], namespace)
-        scope = CLUSTER if binding["kind"] == "ClusterRoleBinding" else namespace
-        granted |= checks.expand_rules(role["rules"], scope)
-    return granted
+effective_permissions = rbac.effective_permissions
 
 
 @pytest.mark.parametrize(
-    ("sa", "expected"),
+    ("sa", "namespace", "expected"),
     [
-        pytest.param("gputopo-agent", AGENT, id="agent"),
-        pytest.param("gputopo-scheduler", SCHEDULER, id="scheduler"),
+        pytest.param("gputopo-agent", AGENT_NS, AGENT, id="agent"),
+        pytest.param("gputopo-scheduler", SCHEDULER_NS, SCHEDULER, id="scheduler"),
     ],
 )
-def test_service_account_gets_exactly_its_permissions(objects, sa, expected):
-    granted = effective_permissions(objects, sa, NS)
+def test_service_account_gets_exactly_its_permissions(objects, sa, namespace, expected):
+    granted = effective_permissions(objects, sa, namespace)
     assert granted - expected == set(), "more than least privilege"
     assert expected - granted == set(), "missing permissions"
 
 
 def test_leases_are_granted_only_in_the_scheduler_namespace(objects):
     leases = {
-        g for g in effective_permissions(objects, "gputopo-scheduler", NS) if g[2] == "leases"
+        g
+        for g in effective_permissions(objects, "gputopo-scheduler", SCHEDULER_NS)
+        if g[2] == "leases"
     }
     assert leases
-    assert {g[0] for g in leases} == {NS}
+    assert {g[0] for g in leases} == {SCHEDULER_NS}
 
 
 def _known(crds: list[r.Obj]) -> dict[tuple[str, str], frozenset[str]]:
@@ -163,7 +129,9 @@ def test_bindings_point_at_rendered_service_accounts(objects):
         for s in b["subjects"]
         if s["kind"] == "ServiceAccount"
     }
-    assert subjects == accounts == {(NS, "gputopo-agent"), (NS, "gputopo-scheduler")}
+    assert (
+        subjects == accounts == {(AGENT_NS, "gputopo-agent"), (SCHEDULER_NS, "gputopo-scheduler")}
+    )
 
 
 def test_workloads_use_their_own_service_accounts(objects):

@@ -15,6 +15,7 @@ EXPECTED_RESOURCES = [
     "rbac-agent.yaml",
     "rbac-scheduler.yaml",
     "configmaps.yaml",
+    "networkpolicies.yaml",
     "agent-daemonset.yaml",
     "scheduler-deployment.yaml",
 ]
@@ -24,13 +25,13 @@ def test_kustomization_lists_every_part_of_the_install():
     kust = r.kustomization()
     assert kust["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert kust["kind"] == "Kustomization"
-    assert kust["namespace"] == "gputopo-system"
+    assert "namespace" not in kust  # two namespaces: each file names its own
     assert kust["resources"] == EXPECTED_RESOURCES
 
 
 def test_kustomization_leaves_out_files_that_are_not_cluster_objects():
     listed = set(r.kustomization()["resources"])
-    assert not any(x.startswith("examples") or "Containerfile" in x for x in listed)
+    assert not any(x.startswith(("examples", "optional")) or "Containerfile" in x for x in listed)
     assert "README.md" not in listed
 
 
@@ -40,9 +41,15 @@ def test_every_yaml_file_in_daemonset_is_listed_or_an_example():
     on_disk = {
         str(p.relative_to(r.DAEMONSET))
         for p in r.DAEMONSET.rglob("*.yaml")
-        if r.EXAMPLES not in p.parents
+        if r.EXAMPLES not in p.parents and r.OPTIONAL not in p.parents
     }
     assert on_disk - listed == set()
+
+
+def test_optional_holds_only_opt_in_kustomizations():
+    folders = sorted(p.parent.name for p in r.OPTIONAL.glob("*/kustomization.yaml"))
+    assert folders == ["admission", "cdi"]
+    assert sorted(p.name for p in r.OPTIONAL.iterdir()) == folders
 
 
 def test_only_files_owned_by_other_parts_may_be_missing(rendered):
@@ -51,7 +58,8 @@ def test_only_files_owned_by_other_parts_may_be_missing(rendered):
 
 def test_render_produces_the_install(objects):
     kinds = Counter(o["kind"] for o in objects)
-    assert kinds["Namespace"] == 1
+    assert kinds["Namespace"] == 2
+    assert kinds["NetworkPolicy"] == 2
     assert kinds["ServiceAccount"] == 2
     assert kinds["ClusterRole"] == 2
     assert kinds["ClusterRoleBinding"] == 2
@@ -68,21 +76,28 @@ def test_rendered_objects_are_unique_and_named(objects):
     assert all(o["metadata"].get("name") for o in objects)
 
 
-def test_namespaced_objects_land_in_gputopo_system(objects):
-    wrong = [
-        r.key(o)
+NAMESPACE_OF = {"agent": "gputopo-agent", "scheduler": "gputopo-system"}
+
+
+def test_each_component_lands_in_its_own_namespace(objects):
+    placed = {
+        r.key(o): o["metadata"].get("namespace")
         for o in objects
         if o["kind"] not in r.CLUSTER_SCOPED_KINDS
-        and o["metadata"].get("namespace") != "gputopo-system"
-    ]
-    assert wrong == []
+    }
+    expected = {
+        r.key(o): NAMESPACE_OF[o["metadata"]["labels"]["app.kubernetes.io/component"]]
+        for o in objects
+        if o["kind"] not in r.CLUSTER_SCOPED_KINDS
+    }
+    assert placed == expected
     cluster_scoped = [o for o in objects if o["kind"] in r.CLUSTER_SCOPED_KINDS]
     assert all("namespace" not in o["metadata"] for o in cluster_scoped)
 
 
-def test_namespace_comes_first_so_apply_creates_it_before_its_contents(objects):
-    assert objects[0]["kind"] == "Namespace"
-    assert objects[0]["metadata"]["name"] == "gputopo-system"
+def test_namespaces_come_first_so_apply_creates_them_before_their_contents(objects):
+    assert [o["kind"] for o in objects[:2]] == ["Namespace", "Namespace"]
+    assert {o["metadata"]["name"] for o in objects[:2]} == set(NAMESPACE_OF.values())
 
 
 def test_crds_are_rendered_when_present(rendered, crds):

@@ -1,0 +1,87 @@
+"""The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
+authorization checks while the real scheduler runs with leader election through its scenarios: a
+pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a pod
+with a volume claim (PVC read, StorageClasses), informers listing and watching."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from scheduler.cli.run import LeaseTiming
+from tests.builders import rbac
+from tests.builders import render as r
+from tests.builders.scheduler import (
+    create_pod,
+    create_podgroup,
+    gpu_node,
+    node_of,
+    pod_body,
+    podgroup,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+
+SA = "gputopo-scheduler"
+SETUP = "test-setup"  # the bearer token of this test's own requests, left out of the derivation
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+FAST_LEASE = LeaseTiming(duration=2.0, renew_deadline=1.5, retry_period=0.1)
+
+
+@pytest.fixture(scope="module")
+def objects() -> tuple[r.Obj, ...]:
+    return r.render().objects
+
+
+@pytest.fixture
+def setup_client(fake_api) -> Iterator[client.ApiClient]:
+    with fake_api.api_client(token=SETUP) as api:
+        yield api
+
+
+def _create_workload(api: client.ApiClient) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    create_pod(core, pod_body("fits", gpus=2))
+    create_pod(core, pod_body("too-big", gpus=16))
+    create_podgroup(custom, podgroup("gang", 2))
+    for name in ("gang-0", "gang-1"):
+        create_pod(core, pod_body(name, gpus=4, labels={GANG_LABEL: "gang"}))
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    create_pod(core, pod_body("with-claim", gpus=1, volumes=[claim]))
+
+
+def _called(fake, verb: str, resource: str) -> bool:
+    return any(
+        c.verb == verb and c.rbac_resource == resource and c.user != SETUP
+        for c in fake.authorization_checks
+    )
+
+
+def _wait_for_every_scenario(fake) -> None:
+    wait_for(lambda: node_of(fake, "fits"), 30, "pod fits bound")
+    wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
+    wait_for(lambda: scheduled_condition(fake, "too-big"), 30, "too-big: PodScheduled=False")
+    wait_for(lambda: scheduled_condition(fake, "with-claim"), 30, "with-claim: PodScheduled")
+    wait_for(lambda: _called(fake, "patch", "podgroups/status"), 30, "the PodGroup status")
+    wait_for(lambda: _called(fake, "update", "leases"), 30, "a Lease renewal")
+
+
+def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
+    objects, fake_api, setup_client
+) -> None:
+    namespace = rbac.service_account_namespace(objects, SA)
+    client.CoreV1Api(setup_client).create_namespace(
+        {"metadata": {"name": namespace}}, _preload_content=False
+    )
+    gpu_node(fake_api, "gpu-a", gpus=8)
+    gpu_node(fake_api, "gpu-b", gpus=8)
+    with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
+        _create_workload(setup_client)
+        _wait_for_every_scenario(fake_api)
+    calls = [c for c in fake_api.authorization_checks if c.user != SETUP]
+    used = rbac.used_permissions(calls, namespace)
+    granted = rbac.effective_permissions(objects, SA, namespace)
+    assert rbac.describe(granted) == rbac.describe(used)  # no more, no less

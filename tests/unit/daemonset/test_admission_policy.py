@@ -1,0 +1,162 @@
+"""daemonset/optional/admission/: the ValidatingAdmissionPolicy that keeps each agent to its own
+node's objects parses, validates against the 1.30 schemas, is not in the default install, and its
+CEL is well formed and references only fields that exist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from agent.labels import MANAGED
+from tests.builders import manifests as checks
+from tests.builders import rbac
+from tests.builders import render as r
+
+K8S_VERSION = "1.30"
+POLICY_DIR = r.DAEMONSET / "optional" / "admission"
+SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+
+# AdmissionRequest (k8s.io/api/admission/v1) is not a served resource, so no schema file has it:
+# its fields, with userInfo from the UserInfo schema.
+ADMISSION_REQUEST: dict[str, Any] = {
+    "properties": {
+        name: {}
+        for name in [
+            "uid",
+            "kind",
+            "resource",
+            "subResource",
+            "requestKind",
+            "requestResource",
+            "requestSubResource",
+            "name",
+            "namespace",
+            "operation",
+            "object",
+            "oldObject",
+            "dryRun",
+            "options",
+        ]
+    }
+    | {
+        "userInfo": {"$ref": "#/$defs/io.k8s.api.authentication.v1.UserInfo"},
+        "resource": {"properties": {"group": {}, "version": {}, "resource": {}}},
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def policy_objects() -> tuple[r.Obj, ...]:
+    return r.render(POLICY_DIR).objects
+
+
+@pytest.fixture(scope="module")
+def policy(policy_objects) -> r.Obj:
+    return r.one(policy_objects, "ValidatingAdmissionPolicy", "gputopo-agent-own-node")
+
+
+@pytest.fixture(scope="module")
+def defs() -> dict[str, Any]:
+    folder = SCHEMAS / f"v{K8S_VERSION}.0-local-strict"
+    found: dict[str, Any] = json.loads((folder / "_definitions.json").read_text())["$defs"]
+    return found
+
+
+def _expressions(spec: r.Obj) -> list[str]:
+    parts = [*spec.get("matchConditions", []), *spec.get("variables", [])]
+    parts += spec.get("validations", [])
+    found = [p["expression"] for p in parts]
+    found += [v["messageExpression"] for v in spec["validations"] if "messageExpression" in v]
+    return found
+
+
+def test_policy_and_binding_validate_against_the_schemas(policy_objects) -> None:
+    assert sorted(o["kind"] for o in policy_objects) == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    for obj in policy_objects:
+        assert obj["apiVersion"] == "admissionregistration.k8s.io/v1"
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    binding = r.one(policy_objects, "ValidatingAdmissionPolicyBinding", "gputopo-agent-own-node")
+    assert binding["spec"] == {
+        "policyName": "gputopo-agent-own-node",
+        "validationActions": ["Deny"],
+    }
+
+
+def test_policy_is_not_in_the_default_install(objects) -> None:
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def test_cel_is_well_formed(policy) -> None:
+    expressions = _expressions(policy["spec"])
+    assert len(expressions) == 12
+    assert {e: checks.cel_syntax_problems(e) for e in expressions} == {e: [] for e in expressions}
+
+
+def test_cel_references_only_fields_that_exist(policy, defs, crds) -> None:
+    node = json.loads((SCHEMAS / f"v{K8S_VERSION}.0-local-strict" / "node-v1.json").read_text())
+    nrt = checks.crd_schema(
+        next(c for c in crds if c["spec"]["names"]["kind"] == "NodeResourceTopology"), "v1alpha2"
+    )
+    variables = {v["name"] for v in policy["spec"]["variables"]}
+    missing = []
+    for expression in _expressions(policy["spec"]):
+        for root, *path in checks.cel_field_paths(expression):
+            if root in ("object", "oldObject"):
+                ok = any(checks.schema_has_path(s, path, defs) for s in (node, nrt))
+            elif root == "request":
+                ok = checks.schema_has_path(ADMISSION_REQUEST, path, defs)
+            else:
+                ok = root == "variables" and len(path) == 1 and path[0] in variables
+            if not ok:
+                missing.append(".".join([root, *path]))
+    assert missing == []
+
+
+def test_field_check_rejects_a_misspelt_field(defs) -> None:
+    paths = checks.cel_field_paths("object.metadata.lables == oldObject.spec.taints")
+    assert paths == {("object", "metadata", "lables"), ("oldObject", "spec", "taints")}
+    node = {
+        "properties": {
+            "metadata": {"$ref": "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+        }
+    }
+    assert not checks.schema_has_path(node, ["metadata", "lables"], defs)
+    assert checks.schema_has_path(node, ["metadata", "labels", "any-key"], defs)
+    assert checks.cel_syntax_problems("has(object.spec") == ["unclosed '('"]
+    assert checks.cel_syntax_problems("a ~ b") != []
+
+
+def test_policy_matches_the_agent_and_every_write_its_role_grants(policy, objects) -> None:
+    namespace = rbac.service_account_namespace(objects, "gputopo-agent")
+    username = f"system:serviceaccount:{namespace}:gputopo-agent"
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"'{username}'" in condition["expression"]
+    granted = rbac.effective_permissions(objects, "gputopo-agent", namespace)
+    operations = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+    writes = {(g, res, operations[v]) for _, g, res, v in granted if v in operations}
+    matched = {
+        (g, res, op)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        for g in rule["apiGroups"]
+        for res in rule["resources"]
+        for op in rule["operations"]
+    }
+    assert writes == matched
+
+
+def test_node_name_comes_from_the_token_and_labels_cover_what_the_agent_manages(policy) -> None:
+    text = json.dumps(policy["spec"])
+    assert f"request.userInfo.extra['{NODE_NAME_KEY}']" in text
+    assert "NODE_NAME" not in text
+    prefixes = ("nvidia.com/gpu.", "nvidia.com/mig.")
+    assert all(label.startswith(prefixes) for label in MANAGED)
+    assert all(f"'{p}'" in text for p in prefixes)

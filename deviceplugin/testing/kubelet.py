@@ -69,6 +69,7 @@ class KubeletEmulator:
         self.in_use: dict[str, set[str]] = {}
         self._endpoints: dict[str, _Endpoint] = {}
         self._refused: dict[str, float] = {}
+        self._registering: dict[str, int] = {}  # Register calls running now, per resource
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
         self._generation = 0  # one per start(): a Register still running from before is dropped
@@ -133,6 +134,16 @@ class KubeletEmulator:
         """How long a refused `Register` of `resource` takes; None when it is not refused."""
         with self._cond:
             return self._refused.get(resource)
+
+    def registering(self, resource: str) -> int:
+        """How many `Register` calls for `resource` are running now."""
+        with self._cond:
+            return self._registering.get(resource, 0)
+
+    def _count_register(self, resource: str, delta: int) -> None:
+        with self._cond:
+            self._registering[resource] = self._registering.get(resource, 0) + delta
+            self._cond.notify_all()
 
     # --- the live view -------------------------------------------------------------------------
 
@@ -300,6 +311,13 @@ class _Registration(pb_grpc.RegistrationServicer):
     def Register(  # noqa: N802
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
     ) -> pb.Empty:
+        self._kubelet._count_register(request.resource_name, 1)
+        try:
+            return self._register(request, context)
+        finally:
+            self._kubelet._count_register(request.resource_name, -1)
+
+    def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         if request.version != VERSION:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,

@@ -49,12 +49,14 @@ class ResourcePlugin:
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
         self._server = server
-        self._socket_id = file_id(self.socket_path)
+        self._socket_id = file_id(self.socket_path)  # None if the kubelet removed it already
         logger.info("serving %s on %s", self.resource_name, self.socket_path)
 
     def socket_lost(self) -> bool:
-        """True when our socket file was deleted or replaced (the kubelet cleaned the directory)."""
-        return self._server is not None and file_id(self.socket_path) != self._socket_id
+        """True when our socket file is missing, was replaced, or was gone before we saw it."""
+        if self._server is None:
+            return False
+        return self._socket_id is None or file_id(self.socket_path) != self._socket_id
 
     def stop(self, grace_s: float = 0.2) -> None:
         """Stop serving (ending open streams) and remove our socket if it is still ours."""
@@ -62,7 +64,7 @@ class ResourcePlugin:
         if server is None:
             return
         server.stop(grace_s).wait()
-        if file_id(self.socket_path) == self._socket_id:
+        if self._socket_id is not None and file_id(self.socket_path) == self._socket_id:
             self.socket_path.unlink(missing_ok=True)
         self._socket_id = None
         logger.info("stopped serving %s", self.resource_name)

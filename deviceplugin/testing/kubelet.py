@@ -89,7 +89,7 @@ class KubeletEmulator:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         (self.plugin_dir / CHECKPOINT).touch()
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubelet")
+            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="kubelet")
         )
         with self._cond:
             self._generation += 1

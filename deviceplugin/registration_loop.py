@@ -3,8 +3,13 @@ kubelet restarts and MIG layout changes.
 
 A thread polls every `poll_s` (100 ms): it starts a resource plugin for each new resource in the
 `DeviceState` and stops those whose resource went away, re-creates a socket the kubelet deleted, and
-registers every resource again when `kubelet.sock` is re-created (a kubelet restart). A failed
-registration is retried every `retry_s`, or at once when `kubelet.sock` changes.
+registers every resource again when `kubelet.sock` is re-created (a kubelet restart).
+
+Each pending resource gets its own `Register` call in a short-lived thread, so one the kubelet
+refuses or answers slowly (its dial timeout is 10 s) delays no other, and the lock is never held
+across a kubelet call. A failed registration is retried after `retry_s`, doubling per failure up
+to 30 s, or at once when `kubelet.sock` changes. A result that arrives after the resource's socket
+or the kubelet changed is dropped; the next pass registers again.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent import logkeys
@@ -48,7 +54,9 @@ class RegistrationLoop:
         self._kubelet = SocketWatch(plugin_dir / KUBELET_SOCKET)
         self._plugins: dict[str, ResourcePlugin] = {}
         self._registered: set[str] = set()
-        self._next_retry = 0.0
+        self._in_flight: set[str] = set()
+        self._retry: dict[str, _Retry] = {}
+        self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
         self.registrations = 0  # successful Register calls, for tests and the benchmark
@@ -91,46 +99,73 @@ class RegistrationLoop:
             self._tick()
 
     def _tick(self) -> None:
-        kubelet_restarted = self._kubelet.changed()
-        if kubelet_restarted:
+        if self._kubelet.changed():
             logger.info("kubelet socket %s changed: registering again", self._kubelet.path)
-            self._registered.clear()
+            for name in self._plugins:
+                self._unregister(name)
         self._sync_plugins()
         for name, plugin in self._plugins.items():
             if plugin.socket_lost():
                 logger.info("socket %s was removed: serving it again", plugin.socket_path)
                 plugin.start()
-                self._registered.discard(name)
-        self._register_pending(force=kubelet_restarted)
+                self._unregister(name)
+        self._register_pending()
 
     def _sync_plugins(self) -> None:
         wanted = self._device_state.view().resources
         for name in [n for n in self._plugins if n not in wanted]:
             logger.info("resource %s is no longer advertised", name, extra={logkeys.RESOURCE: name})
             self._plugins.pop(name).stop()
-            self._registered.discard(name)
+            self._unregister(name)
         for name in sorted(n for n in wanted if n not in self._plugins):
             plugin = ResourcePlugin(self.plugin_dir, self._make_translation(name))
             plugin.start()
             self._plugins[name] = plugin
 
-    def _register_pending(self, *, force: bool) -> None:
-        pending = [n for n in self._plugins if n not in self._registered]
-        if not pending or self._kubelet.current is None:
+    def _register_pending(self) -> None:
+        """Start a Register call for each due resource; none waits on another or holds the lock."""
+        if self._kubelet.current is None:
             return
-        if not force and self._clock() < self._next_retry:
-            return
-        for name in pending:
-            plugin = self._plugins[name]
-            try:
-                register(self._kubelet.path, endpoint=plugin.socket_name, resource_name=name)
-            except RegistrationError as exc:
-                logger.warning("%s; retrying in %.0f s", exc, self._retry_s)
-                self._next_retry = self._clock() + self._retry_s
+        now = self._clock()
+        for name, plugin in self._plugins.items():
+            if name in self._registered or name in self._in_flight:
+                continue
+            if now < self._retry.get(name, _Retry()).at:
+                continue
+            self._in_flight.add(name)
+            threading.Thread(
+                target=self._register,
+                args=(name, plugin.socket_name, self._epochs.get(name, 0)),
+                name=f"register-{plugin.socket_name}",
+                daemon=True,
+            ).start()
+
+    def _register(self, name: str, endpoint: str, epoch: int) -> None:
+        """One Register call, outside the lock; its result counts only if nothing changed since."""
+        error: RegistrationError | None = None
+        try:
+            register(self._kubelet.path, endpoint=endpoint, resource_name=name)
+        except RegistrationError as exc:
+            error = exc
+        with self._lock:
+            self._in_flight.discard(name)
+            if name not in self._plugins or self._epochs.get(name, 0) != epoch:
+                return  # the socket or the kubelet changed meanwhile: the next pass registers again
+            if error is not None:
+                retry = self._retry.get(name, _Retry()).after_failure(self._clock(), self._retry_s)
+                self._retry[name] = retry
+                logger.warning("%s; retrying in %.0f s", error, retry.delay_s)
                 return
+            self._retry.pop(name, None)
             self._registered.add(name)
             self.registrations += 1
-            logger.info("registered %s", name, extra={logkeys.RESOURCE: name})
+        logger.info("registered %s", name, extra={logkeys.RESOURCE: name})
+
+    def _unregister(self, name: str) -> None:
+        """Forget `name`'s registration: a Register in flight for it no longer counts."""
+        self._registered.discard(name)
+        self._retry.pop(name, None)
+        self._epochs[name] = self._epochs.get(name, 0) + 1
 
     def shutdown(self) -> None:
         """Stop every resource plugin and remove its socket."""
@@ -140,5 +175,18 @@ class RegistrationLoop:
     def _shutdown(self) -> None:
         for plugin in self._plugins.values():
             plugin.stop()
+        for name in self._plugins:
+            self._unregister(name)
         self._plugins.clear()
-        self._registered.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    """When a resource whose Register failed is tried again: the delay doubles up to a cap."""
+
+    at: float = 0.0
+    delay_s: float = 0.0
+
+    def after_failure(self, now: float, first_s: float, cap_s: float = 30.0) -> _Retry:
+        delay = min(cap_s, self.delay_s * 2) if self.delay_s else first_s
+        return _Retry(at=now + delay, delay_s=delay)

@@ -6,7 +6,9 @@ calls `GetDevicePluginOptions` (a plugin that is not yet serving fails its regis
 each resource's `ListAndWatch` stream into a live view (a closed stream marks the resource's
 devices Unhealthy); `admit` runs the kubelet's allocation flow (healthy minus in use, then
 `GetPreferredAllocation` when offered, then `Allocate`); `restart()` deletes every file in the
-directory but `kubelet_internal_checkpoint` and serves a new `kubelet.sock`.
+directory but `kubelet_internal_checkpoint` and serves a new `kubelet.sock`; a `Register` still
+running from before a restart is answered UNAVAILABLE and leaves no endpoint behind. `refuse()`
+makes it fail one resource's `Register`, at once or after a delay (a kubelet that cannot dial).
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ class KubeletEmulator:
         self.registrations: list[Registration] = []
         self.in_use: dict[str, set[str]] = {}
         self._endpoints: dict[str, _Endpoint] = {}
+        self._refused: dict[str, float] = {}
+        self._registering: dict[str, int] = {}  # Register calls running now, per resource
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
+        self._generation = 0  # one per start(): a Register still running from before is dropped
 
     @property
     def socket(self) -> Path:
@@ -84,15 +89,20 @@ class KubeletEmulator:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         (self.plugin_dir / CHECKPOINT).touch()
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubelet")
+            futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="kubelet")
         )
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]
+        with self._cond:
+            self._generation += 1
+            registration = _Registration(self, self._generation)
+        pb_grpc.add_RegistrationServicer_to_server(registration, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server
 
     def stop(self) -> None:
         server, self._server = self._server, None
+        with self._cond:
+            self._generation += 1
         if server is not None:
             server.stop(0).wait()
         with self._cond:
@@ -109,6 +119,31 @@ class KubeletEmulator:
             if path.name != CHECKPOINT and not path.is_dir():
                 path.unlink(missing_ok=True)
         self.start()
+
+    def refuse(self, resource: str, *, after_s: float = 0.0) -> None:
+        """Fail every `Register` of `resource` with UNAVAILABLE, after `after_s` (a slow dial)."""
+        with self._cond:
+            self._refused[resource] = after_s
+
+    def accept(self, resource: str) -> None:
+        """Undo `refuse`."""
+        with self._cond:
+            self._refused.pop(resource, None)
+
+    def refusal(self, resource: str) -> float | None:
+        """How long a refused `Register` of `resource` takes; None when it is not refused."""
+        with self._cond:
+            return self._refused.get(resource)
+
+    def registering(self, resource: str) -> int:
+        """How many `Register` calls for `resource` are running now."""
+        with self._cond:
+            return self._registering.get(resource, 0)
+
+    def _count_register(self, resource: str, delta: int) -> None:
+        with self._cond:
+            self._registering[resource] = self._registering.get(resource, 0) + delta
+            self._cond.notify_all()
 
     # --- the live view -------------------------------------------------------------------------
 
@@ -204,8 +239,12 @@ class KubeletEmulator:
     def _stub(self, resource: str) -> pb_grpc.DevicePluginStub:
         return self._endpoint(resource).stub
 
-    def _connect(self, request: pb.RegisterRequest) -> None:
-        """Dial the plugin and ask for its options, as the kubelet does inside Register."""
+    def _connect(self, request: pb.RegisterRequest, generation: int) -> None:
+        """Dial the plugin and ask for its options, as the kubelet does inside Register.
+
+        Raises `grpc.RpcError` when the dial fails and `_StoppedError` when this kubelet was stopped
+        or restarted meanwhile (the endpoint belonged to the kubelet that is gone).
+        """
         channel = grpc.insecure_channel(f"unix://{self.plugin_dir / request.endpoint}")
         stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
         try:
@@ -223,6 +262,9 @@ class KubeletEmulator:
         )
         endpoint = _Endpoint(registration=registration, channel=channel, stub=stub)
         with self._cond:
+            if generation != self._generation:
+                channel.close()
+                raise _StoppedError(f"kubelet stopped while registering {request.resource_name}")
             old = self._endpoints.get(request.resource_name)
             self._endpoints[request.resource_name] = endpoint
             self.registrations.append(registration)
@@ -247,6 +289,8 @@ class KubeletEmulator:
                     self._cond.notify_all()
         except grpc.RpcError as exc:
             logger.debug("ListAndWatch %s ended: %s", name, exc)
+        except ValueError as exc:  # the channel was closed (a restart, a newer Register) first
+            logger.debug("ListAndWatch %s not opened: %s", name, exc)
         with self._cond:
             endpoint.connected = False
             endpoint.devices = {
@@ -255,13 +299,25 @@ class KubeletEmulator:
             self._cond.notify_all()
 
 
+class _StoppedError(Exception):
+    """The kubelet that received a Register was stopped before it finished."""
+
+
 class _Registration(pb_grpc.RegistrationServicer):
-    def __init__(self, kubelet: KubeletEmulator) -> None:
+    def __init__(self, kubelet: KubeletEmulator, generation: int) -> None:
         self._kubelet = kubelet
+        self._generation = generation
 
     def Register(  # noqa: N802
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
     ) -> pb.Empty:
+        self._kubelet._count_register(request.resource_name, 1)
+        try:
+            return self._register(request, context)
+        finally:
+            self._kubelet._count_register(request.resource_name, -1)
+
+    def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         if request.version != VERSION:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -272,14 +328,27 @@ class _Registration(pb_grpc.RegistrationServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"invalid extended resource name {request.resource_name!r}",
             )
+        self._refuse_if_asked(request, context)
         try:
-            self._kubelet._connect(request)
+            self._kubelet._connect(request, self._generation)
         except grpc.RpcError as exc:
             context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"failed to dial device plugin {request.endpoint}: {exc}",
             )
+        except _StoppedError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.Empty()
+
+    def _refuse_if_asked(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> None:
+        after_s = self._kubelet.refusal(request.resource_name)
+        if after_s is None:
+            return
+        threading.Event().wait(after_s)
+        context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"failed to dial device plugin {request.endpoint}: refused by the test",
+        )
 
 
 def _extended_resource(name: str) -> bool:

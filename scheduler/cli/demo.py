@@ -180,7 +180,7 @@ def _run_node(
     started = time.monotonic()
     out.write(f"== Node {NODE}: simulated DGX A100, GPUs 0-3 in MIG mode (fixture {FIXTURE}) ==\n")
     _start(ctx, sink)
-    kubelet.wait_for(lambda k: len(k.resources()) >= 5, 10.0)
+    kubelet.wait_for(lambda k: len(k.resources()) >= 5 and all(k.resources().values()), 10.0)
     out.write("Resources the kubelet sees (device-plugin API v1beta1 over unix sockets):\n")
     for res, devices in sorted(kubelet.resources().items()):
         numa = sorted({n for d in devices.values() for n in d.numa_nodes})

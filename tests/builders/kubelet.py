@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -52,14 +52,26 @@ class Node:
 
 
 @contextmanager
-def running_node(fixture: str = "dgx-a100-mig", **kwargs: Any) -> Iterator[Node]:
-    """A started kubelet emulator and a started device plugin; both stopped afterwards."""
+def running_node(
+    fixture: str = "dgx-a100-mig",
+    *,
+    refuse: Mapping[str, float] | None = None,
+    **kwargs: Any,
+) -> Iterator[Node]:
+    """A started kubelet emulator and a started device plugin; both stopped afterwards.
+
+    Waits until every resource is registered, unless `refuse` names resources (with the delay)
+    whose `Register` the kubelet fails; the test then waits for what it expects.
+    """
     kubelet = KubeletEmulator()
+    for resource, after_s in (refuse or {}).items():
+        kubelet.refuse(resource, after_s=after_s)
     kubelet.start()
     node = Node(kubelet, fixture, **kwargs)
     try:
         node.plugin.start()
-        assert node.wait_registered(), f"not registered: {kubelet.resources()}"
+        if not refuse:
+            assert node.wait_registered(), f"not registered: {kubelet.resources()}"
         yield node
     finally:
         node.plugin.stop()

@@ -1,0 +1,39 @@
+"""Rapid kubelet restarts: every resource's socket comes back and is registered again."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.builders.kubelet import running_node
+
+MIXED = (
+    "nvidia.com/gpu",
+    "nvidia.com/mig-1g.10gb",
+    "nvidia.com/mig-2g.20gb",
+    "nvidia.com/mig-3g.40gb",
+    "nvidia.com/mig-4g.40gb",
+)
+
+
+def _restart_many(node, restarts: int) -> None:
+    pause = threading.Event()
+    for n in range(restarts):
+        node.kubelet.restart()
+        pause.wait(0.001 * (n % 7))  # back to back, or a few ms apart: every phase of a pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_every_socket_is_back_and_registered_after_100_rapid_kubelet_restarts():
+    runs, restarts, missing_runs = 3, 100, []
+    for run in range(runs):
+        with running_node("dgx-a100-mig") as node:
+            _restart_many(node, restarts)
+            registered = node.wait_registered(set(MIXED), timeout_s=10.0)
+            sockets = {p.name for p in node.kubelet.plugin_dir.iterdir()}
+            wanted = {path.name for path in node.plugin.registration_loop.serving.values()}
+            if not registered or not wanted <= sockets or len(wanted) != len(MIXED):
+                missing_runs.append((run, sorted(wanted - sockets), node.kubelet.resources()))
+    assert missing_runs == [], f"{len(missing_runs)} of {runs} runs lost a socket"

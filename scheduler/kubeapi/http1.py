@@ -145,7 +145,8 @@ class PooledWriter:
             if conn.sock is None:
                 conn.timeout = self._timeout
                 conn.connect()
-            conn.sock.settimeout(self._timeout)
+            if conn.sock.gettimeout() != self._timeout:  # a watch may have left its own
+                conn.sock.settimeout(self._timeout)
             conn.sock.sendall(data)
             answer, keep = read_answer(conn.sock.recv, method)
             return answer

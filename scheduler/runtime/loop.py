@@ -224,10 +224,10 @@ class Scheduler:
 
     def _attempt_pod(self, unit: UnitKey) -> str:
         key = unit.key
-        with self.cache.lock:
-            info = self.cache.pods.get(key)
-            obj = info.obj if info is not None else None
-        volumes = self._volume_problem(obj) if obj is not None else None
+        # Volumes may need API reads, so they are checked before taking the lock, on the entry
+        # as it is now (a dict read needs no lock); the lock then reads the entry again.
+        seen = self.cache.pods.get(key)
+        volumes = self._volume_problem(seen.obj) if seen is not None else None
         with self.cache.lock:
             info = self.cache.pods.get(key)
             if info is None or not info.pending or info.gated:

@@ -16,9 +16,9 @@ from urllib3.exceptions import ProtocolError
 from scheduler.errors import ApiError, ConflictError, NotFoundError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.http1 import read_answer
-from tests.builders.scheduler import pod_body
+from tests.builders.scheduler import create_pod, gpu_node, pod_body, running, wait_for
 
-BIND_CALL_BUDGET = 150  # Python function calls; through the client's models a bind took ~700
+BIND_CALL_BUDGET = 150  # Python function calls; through the client's models a bind took 411
 
 
 @pytest.fixture
@@ -134,3 +134,22 @@ def test_answers_are_read_by_length_by_chunks_and_to_the_end() -> None:
 def test_an_answer_cut_short_is_an_error() -> None:
     with pytest.raises(ProtocolError, match="closed before the answer was complete"):
         read_answer(_recv(b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\n{}"), "POST")
+
+
+def _failed_scheduling(fake_api) -> list[dict[str, Any]]:
+    return [
+        e for e in fake_api.list_objects("events", "default") if e["reason"] == "FailedScheduling"
+    ]
+
+
+def test_a_condition_the_pod_already_shows_is_not_written_again(fake_api, core_v1) -> None:
+    gpu_node(fake_api, "n1", gpus=8)
+    create_pod(core_v1, pod_body("big", gpus=16))
+    with running(fake_api):
+        wait_for(lambda: fake_api.requests_matching("PATCH", r"/pods/big/status$"), 10, "patch")
+        wait_for(lambda: _failed_scheduling(fake_api), 10, "the first FailedScheduling event")
+    fake_api.clear_requests()
+    with running(fake_api):  # a new run: its reporter remembers nothing
+        wait_for(lambda: len(_failed_scheduling(fake_api)) >= 2, 10, "a second event")
+        runtime_patches = fake_api.requests_matching("PATCH", r"/pods/big/status$")
+    assert runtime_patches == []

@@ -17,7 +17,7 @@ from scheduler.runtime.podspec import units
 from tests.builders.pods import container, pod
 
 SCHEDULER = "gputopo-scheduler"
-CONFIRM_CALL_BUDGET = 40  # Python calls; reading every container again took ~300
+CONFIRM_CALL_BUDGET = 40  # Python calls; reading every container again took 120
 
 
 def _pending() -> dict[str, Any]:

@@ -6,11 +6,24 @@ the real scheduler `Runtime` (informers, cache, queue, loop, binder, reporter) w
 the clock runs from then until the scheduler has bound all P (its own count of `201` answers),
 and the child then checks that every pod is bound and no node holds more GPUs than it has.
 
-    .venv/bin/python bench/e2e_bind_bench.py [--nodes 1000] [--pods 2000] [--json]
+    .venv/bin/python bench/e2e_bind_bench.py [--nodes 1000] [--pods 2000] [--json] [--root DIR]
+    .venv/bin/python bench/e2e_bind_bench.py --compare BASE_DIR [--runs 3] [--nodes N] [--pods P]
 
 Prints bound pods per second, the time to the first and the last bind, the scheduler process's
-CPU time over that span (on a shared machine wall time includes waiting for a core), and the
-scheduler's attempt counts.
+CPU time over that span (on a shared machine wall time includes waiting for a core) and per
+bound pod, and the scheduler's attempt counts. The CPU is broken down by thread, read from each
+thread's own CPU clock at both ends of the span (nothing is timed inside the scheduler):
+
+    decode  the informer threads: read the watch streams, parse JSON, read each pod into a
+            `PodInfo`, update the cache and the queue
+    decide  the scheduling loop: pop, decide, assume, hand the binds over
+    bind    the bind workers: send each binding (and hand the `Scheduled` event over)
+    report  the reporter's workers: Events and `PodScheduled=False` writes
+    other   the rest of the process (this benchmark's own polling, the metrics server)
+
+`--root DIR` runs the scheduler (and the fake API server) of another checkout, so one harness
+measures two commits; `--compare BASE_DIR` runs base and this checkout alternately, `--runs`
+times each, each in a fresh process, and prints every run and the medians.
 """
 
 from __future__ import annotations
@@ -18,14 +31,16 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import statistics
+import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 GPU = "nvidia.com/gpu"
 SCHEDULER = "gputopo-scheduler"
@@ -111,13 +126,99 @@ def _runtime(port: int) -> Any:
     return Runtime(settings, kube)
 
 
-def _wait(predicate: Any, timeout: float) -> float | None:
+def _wait(predicate: Any, timeout: float, interval: float = 0.005) -> float | None:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if predicate():
             return time.monotonic() - start
-        time.sleep(0.002)
+        time.sleep(interval)
     return None
+
+
+PARTS = ("decode", "decide", "bind", "report")
+_PART_OF_PREFIX = (
+    ("informer-", "decode"),
+    ("scheduler-loop", "decide"),
+    ("bind", "bind"),
+    ("report", "report"),
+)
+
+
+def _part(thread_name: str) -> str:
+    for prefix, part in _PART_OF_PREFIX:
+        if thread_name.startswith(prefix):
+            return part
+    return "other"
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Thread id -> (name, CPU seconds so far) for every live thread, from its own CPU clock."""
+    out: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # it ended between enumerate() and now
+            continue
+        out[thread.ident] = (thread.name, seconds)
+    return out
+
+
+def breakdown(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], total: float
+) -> dict[str, float]:
+    """CPU seconds per part over the span; `other` is the process's `total` less the parts (a
+    thread started during the span counts from zero)."""
+    parts = dict.fromkeys(PARTS, 0.0)
+    for ident, (name, seconds) in after.items():
+        part = _part(name)
+        if part != "other":
+            parts[part] += seconds - before.get(ident, (name, 0.0))[1]
+    parts["other"] = max(0.0, total - sum(parts.values()))
+    return parts
+
+
+def _counter(metric: Any, result: str) -> float:
+    """One labelled counter's value, from that metric alone (the registry-wide collect also
+    evaluates the pending-pods callback, which walks every pod under the cache lock)."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels.get("result") == result:
+                return float(sample.value)
+    return 0.0
+
+
+def _bind_span(runtime: Any, parent: Connection, pods: int, timeout: float) -> dict[str, Any]:
+    """Store the pods and measure until the scheduler has bound them all."""
+
+    def bound() -> float:
+        return _counter(runtime.metrics.binds, "bound")
+
+    start, cpu_start, threads_start = time.monotonic(), time.process_time(), thread_cpu()
+    parent.send(("pods", pods))
+    first = _wait(lambda: bound() >= 1, timeout, 0.001)
+    last = _wait(lambda: bound() >= pods, timeout)
+    cpu, threads_end = time.process_time() - cpu_start, thread_cpu()
+    elapsed = time.monotonic() - start if last is not None else None
+    parent.recv()
+    return {
+        "elapsed": elapsed,
+        "first": first,
+        "cpu": cpu,
+        "parts": breakdown(threads_start, threads_end, cpu),
+    }
+
+
+def _metrics(runtime: Any) -> dict[str, Any]:
+    sample = runtime.metrics.registry.get_sample_value
+    attempts = {
+        r: sample("gputopo_scheduler_schedule_attempts_total", {"result": r}) or 0.0
+        for r in ("scheduled", "unschedulable", "error")
+    }
+    cycle = "gputopo_scheduler_scheduling_cycle_duration_seconds"
+    cycles = sample(f"{cycle}_count") or 1.0
+    return {"attempts": attempts, "meanCycleMs": 1000 * (sample(f"{cycle}_sum") or 0.0) / cycles}
 
 
 def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
@@ -131,25 +232,8 @@ def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
     try:
         if _wait(runtime.ready, 60) is None:
             raise SystemExit("the scheduler's cache did not sync within 60 s")
-        sample = runtime.metrics.registry.get_sample_value
-
-        def bound() -> float:
-            return sample("gputopo_scheduler_binds_total", {"result": "bound"}) or 0.0
-
-        start, cpu_start = time.monotonic(), time.process_time()
-        parent.send(("pods", pods))
-        first = _wait(lambda: bound() >= 1, timeout)
-        last = _wait(lambda: bound() >= pods, timeout)
-        cpu = time.process_time() - cpu_start
-        parent.recv()
-        elapsed = time.monotonic() - start if last is not None else None
-        attempts = {
-            r: sample("gputopo_scheduler_schedule_attempts_total", {"result": r}) or 0.0
-            for r in ("scheduled", "unschedulable", "error")
-        }
-        cycle = "gputopo_scheduler_scheduling_cycle_duration_seconds"
-        cycles = sample(f"{cycle}_count") or 1.0
-        mean_cycle_ms = 1000 * (sample(f"{cycle}_sum") or 0.0) / cycles
+        span = _bind_span(runtime, parent, pods, timeout)
+        counts = _metrics(runtime)
     finally:
         runtime.stop()
         runtime.kube.close()
@@ -158,6 +242,14 @@ def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
     parent.send(("stop", None))
     parent.recv()
     proc.join(10)
+    return _result(nodes, pods, span, counts, check)
+
+
+def _result(
+    nodes: int, pods: int, span: dict[str, Any], counts: dict[str, Any], check: dict[str, Any]
+) -> dict[str, Any]:
+    elapsed, first, cpu = span["elapsed"], span["first"], span["cpu"]
+    per_pod = {part: round(1e6 * seconds / pods, 1) for part, seconds in span["parts"].items()}
     return {
         "nodes": nodes,
         "pods": pods,
@@ -165,9 +257,75 @@ def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
         "boundPodsPerSecond": None if elapsed is None else round(pods / elapsed, 1),
         "firstBindSeconds": None if first is None else round(first, 3),
         "schedulerCpuSeconds": round(cpu, 3),
-        "attempts": attempts,
-        "meanCycleMs": round(mean_cycle_ms, 3),
+        "cpuPerBoundPodUs": round(1e6 * cpu / pods, 1),
+        "cpuPerBoundPodUsByPart": per_pod,
+        "attempts": counts["attempts"],
+        "meanCycleMs": round(counts["meanCycleMs"], 3),
         "check": check,
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"{result['pods']} pods on {result['nodes']} nodes: "
+        f"{result['boundPodsPerSecond']} bound pods/s "
+        f"(all bound in {result['seconds']} s, first after {result['firstBindSeconds']} s; "
+        f"scheduler CPU {result['schedulerCpuSeconds']} s)"
+    )
+    parts = ", ".join(f"{k} {v}" for k, v in result["cpuPerBoundPodUsByPart"].items())
+    print(f"CPU per bound pod: {result['cpuPerBoundPodUs']} us ({parts})")
+    print(f"attempts: {result['attempts']}, mean cycle {result['meanCycleMs']} ms")
+    print(f"check: {result['check']}")
+
+
+def _one(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of `root`'s scheduler in a fresh process (this file, `--root root --json`)."""
+    command = [sys.executable, __file__, "--root", str(root), "--json"]
+    command += ["--nodes", str(args.nodes), "--pods", str(args.pods)]
+    command += ["--timeout", str(args.timeout)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 and not done.stdout.strip():
+        raise SystemExit(f"run of {root} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Base and this checkout alternately, `args.runs` each; every run and the medians."""
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+    for i in range(args.runs):
+        for label, root in (("base", base), ("new", ROOT)):
+            result = _one(root, args)
+            runs[label].append(result)
+            parts = result["cpuPerBoundPodUsByPart"]
+            print(
+                f"run {i + 1} {label}: {result['cpuPerBoundPodUs']} us CPU/pod {parts}, "
+                f"{result['boundPodsPerSecond']} pods/s, bound {result['check']['bound']}",
+                flush=True,
+            )
+    summary = {label: _medians(results) for label, results in runs.items()}
+    for label, med in summary.items():
+        print(f"median {label}: {med}")
+    ratio = summary["new"]["cpuPerBoundPodUs"] / summary["base"]["cpuPerBoundPodUs"]
+    print(f"CPU per bound pod new/base: {ratio:.3f}")
+    return {"runs": runs, "medians": summary, "cpuRatio": ratio}
+
+
+def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    return {
+        "cpuPerBoundPodUs": med([r["cpuPerBoundPodUs"] for r in results]),
+        "boundPodsPerSecond": med([r["boundPodsPerSecond"] or 0.0 for r in results]),
+        "boundPodsPerSecondRange": [
+            min(r["boundPodsPerSecond"] or 0.0 for r in results),
+            max(r["boundPodsPerSecond"] or 0.0 for r in results),
+        ],
+        "byPart": {
+            part: med([r["cpuPerBoundPodUsByPart"][part] for r in results])
+            for part in (*PARTS, "other")
+        },
     }
 
 
@@ -177,19 +335,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--root", type=Path, default=ROOT, help="checkout whose scheduler runs")
+    parser.add_argument("--compare", type=Path, metavar="BASE_DIR", help="base checkout")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each with --compare")
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        summary = compare(args.compare.resolve(), args)
+        if args.json:
+            print(json.dumps(summary))
+        return 0
+    sys.path.insert(0, str(args.root.resolve()))
     result = run(args.nodes, args.pods, args.timeout)
     if args.json:
         print(json.dumps(result))
     else:
-        print(
-            f"{result['pods']} pods on {result['nodes']} nodes: "
-            f"{result['boundPodsPerSecond']} bound pods/s "
-            f"(all bound in {result['seconds']} s, first after {result['firstBindSeconds']} s; "
-            f"scheduler CPU {result['schedulerCpuSeconds']} s)"
-        )
-        print(f"attempts: {result['attempts']}, mean cycle {result['meanCycleMs']} ms")
-        print(f"check: {result['check']}")
+        _print(result)
     ok = result["check"]["bound"] == result["pods"] and not result["check"]["overcommittedNodes"]
     return 0 if ok else 1
 

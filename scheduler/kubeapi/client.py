@@ -5,6 +5,12 @@ raw response (`_preload_content=False`) and parses it once, which is faster than
 models and sidesteps a known client bug — `pods/binding` answers with a `Status`, which the client
 fails to read as a `Binding` although the pod is bound. Errors become `ApiError` (HTTP status 0 for
 a transport failure) or its subclasses `ConflictError` (409) and `GoneError` (410).
+
+The writes made once per pod (the binding, its Events, `PodScheduled=False`) skip the client's
+request building (argument validation, model serialisation, per-call header and timeout objects):
+they send JSON bytes through the client's own urllib3 pool, with its configuration's headers and
+credentials (read per call, so a refreshed token is used), and do not parse the answer. Watch
+streams are split into lines and parsed once, straight into dicts.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch import watch as _watch
 
 from agent import nrt
 from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_none, status_message
@@ -32,6 +39,7 @@ from scheduler.errors import (
     LeaseConflictError,
     NotFoundError,
 )
+from scheduler.kubeapi.http1 import PooledWriter
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,20 @@ def _read_or_none(operation: str, call: Callable[[], Any]) -> dict[str, Any] | N
         return None if response is None else dict(_body(response))
 
 
+def _status_text(data: bytes, reason: str | None) -> str:
+    """The `message` of the `Status` an error answer carries, else the HTTP reason (as
+    `status_message` reads the client's `ApiException`)."""
+    try:
+        return str(json.loads(data or b"{}").get("message") or reason)
+    except (ValueError, AttributeError):
+        return str(reason)
+
+
+def _path(*parts: str) -> str:
+    """Path segments quoted as the client quotes path parameters (nothing left unescaped)."""
+    return "/".join(quote(part, safe="") for part in parts)
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -107,6 +129,9 @@ class KubeClient:
         self.storage: Any = client.StorageV1Api(api_client)
         self.component, self.identity = component, identity
         self.timeout = timeout
+        self._writer = PooledWriter(
+            api_client.rest_client.pool_manager, api_client.configuration.host, timeout
+        )
 
     @classmethod
     def from_kubeconfig(
@@ -166,11 +191,13 @@ class KubeClient:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        with api_call(f"bind pod {object_key(namespace, name)} to {node}"):
-            resp = self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
-            _body(resp)
+        self._send(
+            "POST",
+            f"/api/v1/namespaces/{_path(namespace)}/pods/{_path(name)}/binding",
+            body,
+            "application/json",
+            f"bind pod {object_key(namespace, name)} to {node}",
+        )
 
     def set_pod_scheduled_false(self, namespace: str, name: str, reason: str, message: str) -> None:
         """Set the pod's `PodScheduled=False` condition with `reason` and `message`."""
@@ -181,17 +208,43 @@ class KubeClient:
             "message": message,
             "lastTransitionTime": now_rfc3339(),
         }
-        patch = {"status": {"conditions": [condition]}}
-        with api_call(f"patch pod {object_key(namespace, name)} status"):
-            resp = self.core.patch_namespaced_pod_status(
-                name,
-                namespace,
-                patch,
-                _content_type=SMP,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            _body(resp)
+        self._send(
+            "PATCH",
+            f"/api/v1/namespaces/{_path(namespace)}/pods/{_path(name)}/status",
+            {"status": {"conditions": [condition]}},
+            SMP,
+            f"patch pod {object_key(namespace, name)} status",
+        )
+
+    def _send(self, method: str, path: str, body: Obj, content_type: str, operation: str) -> None:
+        """One write through the client's connection pool, with the client's headers and
+        credentials; the answer is read, not parsed. Errors as `api_call` maps them."""
+        api_client: Any = self.api_client
+        headers = {"Accept": "application/json", **api_client.default_headers}
+        headers["Content-Type"] = content_type
+        if api_client.cookie:
+            headers["Cookie"] = api_client.cookie
+        for auth in api_client.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        data = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            if self._writer.usable:
+                answer = self._writer.request(method, path, data, headers)
+                status, reason, text = answer.status, answer.reason, answer.body
+            else:
+                resp = api_client.rest_client.pool_manager.urlopen(
+                    method,
+                    api_client.configuration.host + path,
+                    body=data,
+                    headers=headers,
+                    timeout=urllib3.Timeout(total=self.timeout),
+                )
+                status, reason, text = int(resp.status), str(resp.reason), resp.data
+        except TRANSPORT_ERRORS as exc:
+            raise ApiError(operation, 0, str(exc)) from exc
+        if not 200 <= status < 300:
+            raise _BY_STATUS.get(status, ApiError)(operation, status, _status_text(text, reason))
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
@@ -241,14 +294,13 @@ class KubeClient:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        with api_call(
-            f"create event {reason} for {kind} {object_key(namespace, str(meta.get('name')))}"
-        ):
-            _body(
-                self.core.create_namespaced_event(
-                    namespace, body, _preload_content=False, _request_timeout=self.timeout
-                )
-            )
+        self._send(
+            "POST",
+            f"/api/v1/namespaces/{_path(namespace)}/events",
+            body,
+            "application/json",
+            f"create event {reason} for {kind} {object_key(namespace, str(meta.get('name')))}",
+        )
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -309,11 +361,17 @@ class KubeClient:
             raise LeaseConflictError(str(exc)) from exc
 
 
-def _iter_lines(resp: Any) -> Iterator[str]:
-    """The client's own line splitter for watch streams."""
-    splitter: Any = _watch.iter_resp_lines
-    lines: Iterator[str] = splitter(resp)
-    return lines
+def _lines(resp: Any) -> Iterator[bytes]:
+    """The non-empty lines of a watch stream, as they arrive (one JSON event each)."""
+    rest = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line:
+                yield line
+    if rest:
+        yield rest
 
 
 class WatchStream:
@@ -327,9 +385,7 @@ class WatchStream:
         operation = f"watch {self.kind.name}"
         try:
             with api_call(operation):
-                for line in _iter_lines(self._resp):
-                    if not line:
-                        continue
+                for line in _lines(self._resp):
                     event = json.loads(line)
                     etype, obj = str(event.get("type")), event.get("object") or {}
                     if etype == "ERROR":

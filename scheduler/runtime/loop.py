@@ -30,7 +30,7 @@ from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.podinfo import PodInfo, read_pod
 from scheduler.runtime.podspec import claim_names, volume_problem
 from scheduler.runtime.reporter import Reporter
 
@@ -116,7 +116,12 @@ class Scheduler:
                 self._apply(kind, "DELETED", _stub(kind, key))
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        read = self.cache.read_pod(obj) if kind == PODS and etype != "DELETED" else None
+        read = None
+        if kind == PODS and etype != "DELETED":
+            # Only this informer's thread replaces pod entries, so the entry read without the
+            # lock is the pod as last read (its request and object are never changed in place).
+            previous = self.cache.pods.get(key_of(obj))
+            read = read_pod(obj, self.cache.scheduler_name, previous)
         with self.cache.lock:
             self._apply(kind, etype, obj, read)
 
@@ -219,10 +224,10 @@ class Scheduler:
 
     def _attempt_pod(self, unit: UnitKey) -> str:
         key = unit.key
-        with self.cache.lock:
-            info = self.cache.pods.get(key)
-            obj = info.obj if info is not None else None
-        volumes = self._volume_problem(obj) if obj is not None else None
+        # Volumes may need API reads, so they are checked before taking the lock, on the entry
+        # as it is now (a dict read needs no lock); the lock then reads the entry again.
+        seen = self.cache.pods.get(key)
+        volumes = self._volume_problem(seen.obj) if seen is not None else None
         with self.cache.lock:
             info = self.cache.pods.get(key)
             if info is None or not info.pending or info.gated:

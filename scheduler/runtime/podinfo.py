@@ -2,8 +2,11 @@
 
 `read_pod` turns the pod's JSON into its key, its placement request (or the problem that stops
 one being made) and the flags the loop tests; it is pure, so intake calls it before taking the
-cache lock. The cache then adds what only it knows: whether this scheduler assumed the pod on a
-node before the API reported the binding, and the devices it assigned there.
+cache lock. Given the pod as last read, it keeps that request when nothing placement reads has
+changed (the spec apart from `nodeName`, the labels): the update that confirms a binding costs a
+dict comparison, not a second reading of every container. The cache then adds what only it
+knows: whether this scheduler assumed the pod on a node before the API reported the binding, and
+the devices it assigned there.
 """
 
 from __future__ import annotations
@@ -66,22 +69,52 @@ class PodInfo:
         return self.node is not None and not self.terminal
 
 
-def read_pod(obj: Obj, scheduler_name: str) -> PodInfo:
+def _placement_inputs_equal(old: Obj, new: Obj) -> bool:
+    """Do `old` and `new` agree on everything `pod_request` reads (spec but `nodeName`, labels)?"""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if old_meta.get("labels") != new_meta.get("labels"):
+        return False
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    if len(old_spec) == len(new_spec) and old_spec.get("nodeName") == new_spec.get("nodeName"):
+        return bool(old_spec == new_spec)
+    return {k: v for k, v in old_spec.items() if k != "nodeName"} == {
+        k: v for k, v in new_spec.items() if k != "nodeName"
+    }
+
+
+def _request(
+    obj: Obj, key: ObjectKey, uid: str, previous: PodInfo | None
+) -> tuple[PodRequest, str | None]:
+    """The pod's request and the error that stops one being made; `previous`'s when it is the
+    same pod (key and uid) and nothing placement reads changed."""
+    if (
+        previous is not None
+        and previous.key == key
+        and previous.uid == uid
+        and _placement_inputs_equal(previous.obj, obj)
+    ):
+        return previous.request, previous.error
+    try:
+        return pod_request(obj, key), None
+    except ValueError as exc:
+        return PodRequest(key=key), str(exc)
+
+
+def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> PodInfo:
     """The pod as the API object says (bound or not; nothing assumed). Never raises: a malformed
-    pod gets an empty request and `error` says what is wrong."""
+    pod gets an empty request and `error` says what is wrong. `previous`: the same pod as last
+    read, whose request is kept when nothing placement reads changed."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
     name = str(meta.get("name") or "")
     key = object_key(namespace, name)
-    try:
-        request, error = pod_request(obj, key), None
-    except ValueError as exc:
-        request, error = PodRequest(key=key), str(exc)
+    uid = str(meta.get("uid") or "")
+    request, error = _request(obj, key, uid, previous)
     node = spec.get("nodeName")
     group = request.pod_group
     return PodInfo(
         key=key,
-        uid=str(meta.get("uid") or ""),
+        uid=uid,
         namespace=namespace,
         name=name,
         obj=obj,

@@ -12,6 +12,7 @@ Objects are plain JSON mappings (camelCase keys), as the API server sends them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,13 +36,35 @@ ResourceList = dict[str, int]
 
 _WFFC = "WaitForFirstConsumer"
 
+# `Ei` is left to `resource_units`, which reads it as an exponent and rejects it: same answer.
+_WHOLE = re.compile(r"([0-9]{1,18})(|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|m)")
+_SCALE: dict[str, int] = {
+    **{s: 1000**i for i, s in enumerate(("", "k", "M", "G", "T", "P", "E"))},
+    **{s: 1024 ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi"))},
+}
+
+
+def units(resource: str, value: object) -> int:
+    """`agent.quantity.resource_units`, in integer arithmetic for the spellings pods and nodes
+    almost always use (`2`, `500m`, `16Gi`, an int), which are exact without fractions; any
+    other spelling goes to `resource_units`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1000 if resource == CPU else value
+    match = _WHOLE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return resource_units(resource, value)
+    number, suffix = int(match[1]), match[2]
+    if suffix == "m":
+        return number if resource == CPU else -(-number // 1000)
+    return number * _SCALE[suffix] * (1000 if resource == CPU else 1)
+
 
 def resource_list(raw: Obj | None, where: str) -> ResourceList:
     """Parse a `{name: quantity}` map; ValueError names `where` and the resource."""
     out: ResourceList = {}
     for name, value in (raw or {}).items():
         try:
-            out[str(name)] = resource_units(str(name), value)
+            out[str(name)] = units(str(name), value)
         except ValueError as exc:
             raise ValueError(f"{where}[{name}]: {exc}") from None
     return out

@@ -29,6 +29,18 @@ CONDITION_UNSCHEDULABLE = "Unschedulable"
 PODGROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 
 
+def _shows_unschedulable(pod: Obj, message: str) -> bool:
+    """Does the pod's status carry `PodScheduled=False`, reason Unschedulable, with `message`?"""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled":
+            return bool(
+                condition.get("status") == "False"
+                and condition.get("reason") == CONDITION_UNSCHEDULABLE
+                and condition.get("message") == message
+            )
+    return False
+
+
 class Reporter:
     def __init__(
         self, kube: KubeClient, fence: Fence, metrics: SchedulerMetrics, workers: int = 4
@@ -41,13 +53,17 @@ class Reporter:
         self._queued: dict[Hashable, tuple[object, Callable[[], None]]] = {}  # after the in-flight
 
     def unschedulable(self, pod: Obj, message: str) -> None:
-        """Event `FailedScheduling` and `PodScheduled=False` (reason Unschedulable): `message`."""
+        """Event `FailedScheduling` and `PodScheduled=False` (reason Unschedulable): `message`.
+        The condition is not patched when the pod already shows it, word for word (written by an
+        earlier run of this scheduler, say)."""
         key = key_of(pod)
+        shown = _shows_unschedulable(pod, message)
 
         def write() -> None:
             ns, name = split_key(key)
             self._kube.create_event(pod, "Pod", "Warning", REASON_FAILED_SCHEDULING, message)
-            self._kube.set_pod_scheduled_false(ns, name, CONDITION_UNSCHEDULABLE, message)
+            if not shown:
+                self._kube.set_pod_scheduled_false(ns, name, CONDITION_UNSCHEDULABLE, message)
 
         self._submit(("pod", key), message, write)
 

@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from agent.errors import PublishError
-from agent.kube.connect import TRANSPORT_ERRORS, read_or_none
+from agent.kube.connect import TRANSPORT_ERRORS, read_or_none, transport_reason
 from agent.kube.publisher import FIELD_MANAGER, NodeInfo
 from agent.nrt import GROUP, PLURAL, VERSION
 
@@ -35,7 +35,7 @@ def api_errors(what: str) -> Iterator[None]:
     except ApiException as exc:
         raise PublishError(f"{what}: HTTP {exc.status} {exc.reason}".rstrip()) from None
     except TRANSPORT_ERRORS as exc:
-        raise PublishError(f"{what}: API server unreachable ({type(exc).__name__})") from None
+        raise PublishError(f"{what}: API server unreachable: {transport_reason(exc)}") from None
 
 
 def _json(response: Any) -> dict[str, Any]:

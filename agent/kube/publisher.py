@@ -8,8 +8,13 @@ One object per node, named after the node, owned by the Node, written with serve
   was last written: nothing is written while nothing changes;
 - every `resync_s` (60 s) reads the object and the Node back and repairs any drift (a deleted or
   edited object, lost labels, a re-created Node with a new UID);
-- on any API failure retries with exponential backoff (0.5 s doubling to 30 s). Every attempt
-  encodes the latest state, so the last state always lands once the API server is back.
+- on any API failure retries after 0.5 s, then every 1 s (`backoff_max_s`) until a write lands,
+  and starts over from 0.5 s after a success. The cap is low on purpose: the retry is the probe
+  that finds the API server back, so the object is current within about a second of recovery (a
+  longer cap left it stale for up to the cap). A failing node costs the API server one request a
+  second, and only while it has a change to write. Every attempt encodes the latest state, so the
+  last state always lands. The first failure of a run is a WARNING, the later ones DEBUG (one
+  line each, with the reason), the recovery INFO.
 
 `KubeSink` talks to the API server; `DryRunSink` prints instead (`--dry-run`). Tests drive `step()`
 with a fake clock, or `run()` with a stop Event.
@@ -79,7 +84,7 @@ class PublisherSettings:
     poll_s: float = 0.5
     resync_s: float = 60.0
     backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
+    backoff_max_s: float = 1.0  # the retry finds the API server back: see the module docstring
 
 
 def matches(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:

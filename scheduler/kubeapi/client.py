@@ -30,7 +30,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from agent import nrt
-from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_none, status_message
+from agent.kube.connect import (
+    TRANSPORT_ERRORS,
+    load_configuration,
+    read_or_none,
+    status_message,
+    transport_reason,
+)
 from agent.objkey import object_key
 from scheduler.errors import (
     ApiError,
@@ -61,7 +67,7 @@ def api_call(operation: str) -> Iterator[None]:
         status = int(exc.status or 0)
         raise _BY_STATUS.get(status, ApiError)(operation, status, status_message(exc)) from exc
     except TRANSPORT_ERRORS as exc:
-        raise ApiError(operation, 0, str(exc)) from exc
+        raise ApiError(operation, 0, transport_reason(exc)) from exc
 
 
 def _body(resp: Any) -> Any:

@@ -8,6 +8,10 @@ between replicas does not matter); the holder renews every `retry_period`. Updat
 Fencing: `may_bind()` is true only until `renew_deadline` (< `lease_duration`) after the last
 successful renewal. A leader cut off from the API server therefore stops binding before any other
 replica can consider the lease expired and start binding itself.
+
+A failed round (the API server unreachable or failing) is one WARNING line with the reason, every
+round, with its traceback only when DEBUG is on; an error that is not an API failure (a bug) also
+gets its traceback the first time in a row.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from agent.objkey import object_key
-from scheduler.errors import LeaseConflictError
+from scheduler.errors import LeaseConflictError, SchedulerError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,7 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self._was_leader = False
+        self._failing = False  # the last round failed
 
     def may_bind(self) -> bool:
         """True while this replica holds the lease and its renew deadline has not passed."""
@@ -93,8 +98,10 @@ class LeaderElector:
         while not stop.is_set():
             try:
                 self.try_acquire_or_renew()
-            except Exception:
-                log.warning("lease %s: round failed", self._key, exc_info=True)
+            except Exception as exc:  # noqa: BLE001 (one line per failed round; see the docstring)
+                self._round_failed("round", exc)
+            else:
+                self._failing = False
             self._notify()
             stop.wait(self._retry)
         self.release()
@@ -140,8 +147,8 @@ class LeaderElector:
                     "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1},
                 }
                 self._store.replace_lease(self._ns, self._name, body)
-        except Exception:
-            log.warning("lease %s: release failed", self._key, exc_info=True)
+        except Exception as exc:  # noqa: BLE001 (as a failed round)
+            self._round_failed("release", exc)
         self._notify()
 
     # -- internals -----------------------------------------------------------------------
@@ -175,6 +182,14 @@ class LeaderElector:
             self._renewed_at = now
         self._observed, self._observed_at = (self.identity, spec["renewTime"]), now
         return True
+
+    def _round_failed(self, what: str, exc: Exception) -> None:
+        """One line with the reason; the traceback at DEBUG, or once in a row for a bug."""
+        expected = isinstance(exc, SchedulerError)
+        reason = str(exc) if expected else f"{type(exc).__name__}: {exc}"
+        trace = log.isEnabledFor(logging.DEBUG) or (not expected and not self._failing)
+        self._failing = True
+        log.warning("lease %s: %s failed: %s", self._key, what, reason, exc_info=trace)
 
     def _lose(self) -> None:
         with self._lock:

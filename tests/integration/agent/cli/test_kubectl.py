@@ -173,7 +173,7 @@ def test_unreachable_api_server_is_one_line() -> None:
         fake.down()
         code, out, err = run("--kubeconfig", str(kubeconfig), "nodes")
     assert (code, out) == (1, "")
-    unreachable = "listing NodeResourceTopologies: API server unreachable (MaxRetryError)"
+    unreachable = "listing NodeResourceTopologies: API server unreachable: Connection refused"
     assert err == f"kubectl-gputopo: {unreachable}\n"
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pytest
 
 from scheduler.cli.run import LeaseTiming
@@ -123,3 +126,51 @@ def test_second_replica_without_the_lease_binds_nothing(fake_api, core_v1):
     assert min(binds) > took_over
     assert writes_before == []  # no binding, event or status write while another replica led
     assert gauge == 1
+
+
+def test_an_outage_costs_one_line_per_failed_round_with_the_reason(fake_api, tmp_path, caplog):
+    caplog.set_level(logging.INFO)  # what an operator sees
+    kubeconfig = str(fake_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube = KubeClient.from_kubeconfig(kubeconfig, "gputopo-scheduler", "a")  # as `run` makes it
+    a = LeaderElector(
+        kube, "default", "gputopo-scheduler", "a",
+        lease_duration=3, renew_deadline=2, retry_period=0.05,
+    )  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=a.run, args=(stop,))
+    fake_api.fail_next(25, 500, path_regex="/leases/")
+    thread.start()
+    try:
+        wait_for(a.may_bind, 20, "the lease after 25 failed rounds")
+        fake_api.down()
+        wait_for(lambda: len(failed(caplog, "Connection refused")) >= 25, 20, "25 rounds down")
+        at_info = failed(caplog, "")
+        caplog.set_level(logging.DEBUG, logger="scheduler.kubeapi.leader")
+        wait_for(
+            lambda: [r for r in failed(caplog, "refused")[len(at_info) :] if r.exc_info],
+            20,
+            "a round with its traceback at DEBUG",
+        )
+        caplog.set_level(logging.INFO, logger="scheduler.kubeapi.leader")
+        fake_api.up()
+        wait_for(a.may_bind, 20, "the lease again after the outage")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        kube.close()
+    assert len(failed(caplog, "HTTP 500")) == 25  # one line per failed round, with the reason
+    assert {r.levelno for r in at_info} == {logging.WARNING}
+    assert [r for r in at_info if r.exc_info] == []
+    assert [r for r in at_info if "\n" in r.getMessage()] == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == []
+
+
+def failed(caplog, reason: str) -> list[logging.LogRecord]:
+    """The election's "failed" lines that give `reason`."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == "scheduler.kubeapi.leader"
+        and "failed" in r.getMessage()
+        and reason in r.getMessage()
+    ]

@@ -3,11 +3,22 @@ objects."""
 
 from __future__ import annotations
 
+import http.client
+import socket
+
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
+from urllib3.connection import HTTPConnection
 
 from agent.errors import ConfigError
-from agent.kube.connect import load_api_client, load_configuration, read_or_none, status_message
+from agent.kube.connect import (
+    load_api_client,
+    load_configuration,
+    read_or_none,
+    status_message,
+    transport_reason,
+)
 
 KUBECONFIG = """
 apiVersion: v1
@@ -30,6 +41,53 @@ def test_an_explicit_kubeconfig_file_is_used(tmp_path) -> None:
     path.write_text(KUBECONFIG)
     assert load_configuration(path).host == "https://192.0.2.10:6443"
     assert load_api_client(str(path)).configuration.host == "https://192.0.2.10:6443"
+
+
+def test_the_client_makes_one_attempt_per_call(tmp_path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    assert load_configuration(path).retries is False  # the callers retry, one line per failure
+
+
+def _refused() -> urllib3.exceptions.NewConnectionError:
+    try:
+        raise ConnectionRefusedError(111, "Connection refused")
+    except ConnectionRefusedError as exc:
+        try:
+            conn = HTTPConnection("127.0.0.1", 1)
+            raise urllib3.exceptions.NewConnectionError(conn, f"Failed: {exc}") from exc
+        except urllib3.exceptions.NewConnectionError as wrapped:
+            return wrapped
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        pytest.param(_refused(), "Connection refused", id="refused"),
+        pytest.param(
+            urllib3.exceptions.MaxRetryError(None, "/api", _refused()),  # type: ignore[arg-type]
+            "Connection refused",
+            id="refused, after retries",
+        ),
+        pytest.param(
+            urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out. (timeout=2)"),  # type: ignore[arg-type]
+            "read timed out",
+            id="read timeout",
+        ),
+        pytest.param(
+            urllib3.exceptions.ProtocolError(
+                "Connection aborted.", http.client.RemoteDisconnected("Remote end closed")
+            ),
+            "Remote end closed",
+            id="hung up",
+        ),
+        pytest.param(
+            socket.gaierror(-2, "Name or service not known"), "Name or service not known", id="DNS"
+        ),
+    ],
+)
+def test_transport_reason(error, reason) -> None:
+    assert transport_reason(error).endswith(reason)
 
 
 def test_unusable_credentials_are_one_config_error(tmp_path) -> None:

@@ -155,6 +155,10 @@ def test_without_a_kubelet_it_says_it_waits_and_where(fake_api_with_crd) -> None
         assert wait_for(lambda: agent.logged("waiting for the kubelet"), 10.0), agent.lines
         published = wait_for(lambda: fake_api_with_crd.get_object(PLURAL, NODE), 20.0)
         assert published, agent.lines
+        # The object is stored a moment before the agent records its own write: wait for the
+        # one reason left, then read the answer the test asserts on.
+        waiting_only = (503, f"not ready: waiting for the kubelet: no {kubelet_socket}\n")
+        wait_for(lambda: readyz(port) == waiting_only, 10.0)
         status, body = readyz(port)
         with KubeletEmulator(plugin_dir) as kubelet:
             registered = kubelet.wait_for(lambda k: len(k.devices("nvidia.com/gpu")) == 8, 30.0)

@@ -45,7 +45,7 @@ from scheduler.errors import (
     LeaseConflictError,
     NotFoundError,
 )
-from scheduler.kubeapi.http1 import PooledWriter
+from scheduler.kubeapi.pooled_writes import PooledWriter
 
 log = logging.getLogger(__name__)
 

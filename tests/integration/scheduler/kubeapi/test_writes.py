@@ -15,7 +15,7 @@ from urllib3.exceptions import ProtocolError
 
 from scheduler.errors import ApiError, ConflictError, NotFoundError
 from scheduler.kubeapi.client import KubeClient
-from scheduler.kubeapi.http1 import read_answer
+from scheduler.kubeapi.pooled_writes import read_answer
 from tests.builders.scheduler import create_pod, gpu_node, pod_body, running, wait_for
 
 BIND_CALL_BUDGET = 150  # Python function calls; through the client's models a bind took 411
@@ -134,6 +134,30 @@ def test_answers_are_read_by_length_by_chunks_and_to_the_end() -> None:
 def test_an_answer_cut_short_is_an_error() -> None:
     with pytest.raises(ProtocolError, match="closed before the answer was complete"):
         read_answer(_recv(b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\n{}"), "POST")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 201 Created\r\nContent-Length: two\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\n{}",
+    ],
+    ids=["length", "chunk-size", "status"],
+)
+def test_a_malformed_answer_is_a_protocol_error(answer: bytes) -> None:
+    """A transport error (`api_call` maps it to status 0), never a `ValueError` that escapes."""
+    with pytest.raises(ProtocolError, match="malformed HTTP answer"):
+        read_answer(_recv(answer), "POST")
+
+
+def test_bytes_after_the_answer_stop_the_connection_being_reused() -> None:
+    """They would be read as the next request's answer."""
+    answer_bytes = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}"
+    answer, keep = read_answer(_recv(answer_bytes + answer_bytes), "POST")
+    assert (answer.status, answer.body, keep) == (201, b"{}", False)
+    answer, keep = read_answer(_recv(answer_bytes + b"garbage\r\n\r\n"), "POST")
+    assert (answer.status, answer.body, keep) == (201, b"{}", False)
 
 
 def _failed_scheduling(fake_api) -> list[dict[str, Any]]:

@@ -5,10 +5,10 @@ The scheduler makes two or three writes per pod (the binding, its `Scheduled` Ev
 `PodScheduled=False`); through the client each costs far more CPU than the decision itself
 (request models, header dicts, retry and timeout objects, `http.client`'s e-mail header parser).
 `PooledWriter` takes a connection from the client's pool (opened, TLS included, by urllib3 as for
-any other call), writes the whole request with one `sendall`, reads the answer with a minimal
-HTTP/1.1 reader (`Content-Length`, chunked, or until close), and returns the connection to the pool
-when it may be reused. Only a direct pool is used: behind a proxy the caller takes the client's
-own path (`usable` is False).
+any other call), writes the whole request with one `sendall`, reads the answer with `httptools`
+(llhttp: `Content-Length`, chunked, or until close; 1xx interim answers skipped), and returns the
+connection to the pool when it may be reused. Only a direct pool is used: behind a proxy the
+caller takes the client's own path (`usable` is False).
 
 A failure to send or to read raises `OSError` or `urllib3.exceptions.HTTPError` (the
 connection is closed, never reused); an HTTP error status is an answer, returned like any other.
@@ -20,11 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httptools
 import urllib3
 from urllib3.exceptions import ClosedPoolError, ProtocolError
 
-_MAX_LINE = 65536
-_MAX_HEADERS = 200
+_RECV_SIZE = 65536
+_MAX_HEAD = 1 << 20  # bytes read before the answer's headers ended
+_FRAMING = (b"content-length", b"transfer-encoding")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -37,82 +39,78 @@ class Answer:
     body: bytes
 
 
-class _Reader:
-    """Buffered reads from one socket (`recv` releases the GIL once per call, not per line)."""
+class _Message:
+    """`httptools` callbacks collecting one answer; 1xx interim answers are dropped."""
 
-    def __init__(self, recv: Callable[[int], bytes]) -> None:
-        self._recv, self._buf = recv, b""
+    def __init__(self, method: str) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_only = method == "HEAD"
+        self.reason, self.body, self.framed = b"", [b""], False
+        self.headers_done = self.done = self.extra = self.keep = False
 
-    def _fill(self) -> None:
-        data = self._recv(_MAX_LINE)
-        if not data:
-            raise ProtocolError("connection closed before the answer was complete")
-        self._buf += data
+    def on_message_begin(self) -> None:
+        self.extra = self.done  # a second answer: the connection is out of step
 
-    def line(self) -> bytes:
-        while (end := self._buf.find(b"\r\n")) < 0:
-            if len(self._buf) > _MAX_LINE:
-                raise ProtocolError("answer line too long")
-            self._fill()
-        line, self._buf = self._buf[:end], self._buf[end + 2 :]
-        return line
+    def on_status(self, status: bytes) -> None:
+        if not self.done:
+            self.reason += status
 
-    def exactly(self, size: int) -> bytes:
-        while len(self._buf) < size:
-            self._fill()
-        data, self._buf = self._buf[:size], self._buf[size:]
-        return data
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in _FRAMING:
+            self.framed = True
 
-    def rest(self) -> bytes:
-        """Everything until the peer closes."""
-        chunks = [self._buf]
-        while data := self._recv(_MAX_LINE):
-            chunks.append(data)
-        self._buf = b""
-        return b"".join(chunks)
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        if self.head_only and not self.done and self.parser.get_status_code() >= 200:
+            self._finish()
 
+    def on_body(self, body: bytes) -> None:
+        if not self.done:  # after a HEAD answer or a complete one: not this answer's body
+            self.body.append(body)
 
-def _head(reader: _Reader) -> tuple[bytes, int, str, dict[bytes, bytes]]:
-    """Status line and headers (names lower-cased); 1xx interim answers are skipped."""
-    while True:
-        version, _, rest = reader.line().partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            raise ProtocolError(f"not an HTTP/1.x status line: {version + b' ' + rest!r}")
-        headers: dict[bytes, bytes] = {}
-        while line := reader.line():
-            if len(headers) > _MAX_HEADERS:
-                raise ProtocolError("too many answer headers")
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        if not 100 <= int(code) < 200:
-            return version, int(code), reason.decode("latin-1"), headers
+    def on_message_complete(self) -> None:
+        if self.done:
+            return
+        if self.parser.get_status_code() >= 200:
+            self._finish()
+        else:  # 100 Continue and the like: the real answer follows
+            self.reason, self.body, self.framed, self.headers_done = b"", [b""], False, False
+
+    def _finish(self) -> None:
+        # llhttp clears what decides keep-alive once the callback returns: ask now
+        self.done, self.keep = True, self.parser.should_keep_alive()
+
+    def answer(self) -> Answer:
+        reason = self.reason.decode("latin-1")
+        return Answer(self.parser.get_status_code(), reason, b"".join(self.body))
 
 
-def _chunked(reader: _Reader) -> bytes:
-    chunks = []
-    while size := int(reader.line().split(b";", 1)[0].strip() or b"0", 16):
-        chunks.append(reader.exactly(size))
-        reader.line()
-    while reader.line():  # trailers, up to the blank line
-        pass
-    return b"".join(chunks)
+def _feed(message: _Message, data: bytes) -> None:
+    """Parse `data`; bytes after a complete answer only stop the connection's reuse."""
+    try:
+        message.parser.feed_data(data)
+    except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+        if not message.done:
+            raise ProtocolError(f"malformed HTTP answer: {exc}") from exc
+        message.extra = True
 
 
 def read_answer(recv: Callable[[int], bytes], method: str) -> tuple[Answer, bool]:
     """One HTTP/1.1 answer from `recv`; also whether the connection may carry another request."""
-    reader = _Reader(recv)
-    version, status, reason, headers = _head(reader)
-    keep = version != b"HTTP/1.0" and headers.get(b"connection", b"").lower() != b"close"
-    if method == "HEAD" or status in (204, 304):
-        body = b""
-    elif b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        body = _chunked(reader)
-    elif (length := headers.get(b"content-length")) is not None:
-        body = reader.exactly(int(length))
-    else:
-        body, keep = reader.rest(), False
-    return Answer(status, reason, body), keep
+    message, received = _Message(method), 0
+    try:
+        while not message.done:
+            if not (data := recv(_RECV_SIZE)):
+                if message.headers_done and not message.framed:  # the body ends at close
+                    return message.answer(), False
+                raise ProtocolError("connection closed before the answer was complete")
+            received += len(data)
+            if received > _MAX_HEAD and not message.headers_done:
+                raise ProtocolError("answer head too long")
+            _feed(message, data)
+        return message.answer(), message.keep and not message.extra
+    finally:
+        del message.parser  # the parser holds the callbacks: break the cycle
 
 
 class PooledWriter:

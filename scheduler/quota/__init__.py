@@ -1,0 +1,52 @@
+"""Queues and elastic quotas (DESIGN §10), pure: the tree, usage, admission, order, fair share.
+
+Standard library, the agent core and `scheduler.placement` (for `PodRequest`) only; no I/O, no
+clock. The scheduler runtime and the simulator both decide through these functions.
+
+Modules, bottom up: `amounts` (quota units), `spec` (a Queue or ElasticQuota read), `tree` (the
+validated tree), `usage` (subtree usage from charged pods), `resolve` (which queue a pod is in),
+`admission` (max at every level, within guarantee), `order` (which queue next; fair share).
+"""
+
+from .admission import admission_problem, queue_problem, within_guarantee
+from .amounts import Amounts, add_into, format_amount, parse_amount, request_amounts
+from .order import below_min, choose_leaf, dominant_share, fair_shares
+from .resolve import resolve_queue
+from .spec import (
+    DEFAULT_QUEUE,
+    ELASTIC_PREFIX,
+    QUEUE_LABEL,
+    ROOT,
+    QueueSpec,
+    read_elastic_quota,
+    read_queue,
+)
+from .tree import Problem, QuotaTree
+from .usage import Charge, Usage
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "ELASTIC_PREFIX",
+    "QUEUE_LABEL",
+    "ROOT",
+    "Amounts",
+    "Charge",
+    "Problem",
+    "QueueSpec",
+    "QuotaTree",
+    "Usage",
+    "add_into",
+    "admission_problem",
+    "below_min",
+    "choose_leaf",
+    "dominant_share",
+    "fair_shares",
+    "format_amount",
+    "parse_amount",
+    "queue_problem",
+    "read_elastic_quota",
+    "read_queue",
+    "request_amounts",
+    "resolve_queue",
+    "within_guarantee",
+]

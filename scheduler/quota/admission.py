@@ -1,0 +1,65 @@
+"""Admission of one unit (a pod, or a gang's pending members summed) and whether it is within
+its guarantee (DESIGN §10). Pure functions over the tree and the usage."""
+
+from __future__ import annotations
+
+from scheduler.quota.amounts import Amounts, format_amount
+from scheduler.quota.spec import DEFAULT_QUEUE
+from scheduler.quota.tree import QuotaTree
+from scheduler.quota.usage import Usage
+
+__all__ = ["admission_problem", "queue_problem", "within_guarantee"]
+
+
+def queue_problem(tree: QuotaTree, leaf: str) -> str | None:
+    """Why nothing of `leaf` may start now whatever it asks: invalid, not a leaf, paused."""
+    if leaf not in tree.specs:
+        problem = tree.problems.get(leaf)
+        return problem.message if problem else f"queue {leaf} does not exist"
+    if not tree.is_leaf(leaf):
+        return f"queue {leaf} is not a leaf queue (it has child queues)"
+    paused = tree.paused(leaf)
+    if paused is not None:
+        return (
+            "the scheduler is paused (queue root)"
+            if paused == "root"
+            else (f"queue {paused} is paused")
+        )
+    return None
+
+
+def admission_problem(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) -> str | None:
+    """None when `demand` fits under every max on `leaf`'s path, else the first breach, e.g.
+    `queue team-a: nvidia.com/gpu 14 used + 4 requested > max 16`."""
+    for queue in tree.paths[leaf]:
+        limits = tree.specs[queue].max
+        if not limits:
+            continue
+        used = usage.used(queue)
+        for resource, asked in demand.items():
+            limit = limits.get(resource)
+            if limit is not None and used.get(resource, 0) + asked > limit:
+                return (
+                    f"queue {queue}: {resource} {format_amount(resource, used.get(resource, 0))}"
+                    f" used + {format_amount(resource, asked)} requested > max "
+                    f"{format_amount(resource, limit)}"
+                )
+    return None
+
+
+def within_guarantee(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) -> bool:
+    """Does `demand` ask for a resource with a min on its path, and fit under every such min?"""
+    if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
+        return False
+    guarded = False
+    for queue in tree.paths[leaf]:
+        mins = tree.specs[queue].min
+        used = usage.used(queue)
+        for resource, asked in demand.items():
+            low = mins.get(resource)
+            if low is None or asked <= 0:
+                continue
+            if used.get(resource, 0) + asked > low:
+                return False
+            guarded = True
+    return guarded

@@ -1,0 +1,113 @@
+"""Which queue goes next, and each queue's fair share (DESIGN §10). Pure.
+
+Level by level from the root, among the children with work pending in their subtree: first those
+with within-guarantee work (furthest below its min first: smallest used / min), then the lowest
+weighted dominant share (DRF: the largest used / root capacity over managed resources, divided by
+weight); ties by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from scheduler.quota.admission import within_guarantee
+from scheduler.quota.amounts import Amounts
+from scheduler.quota.spec import ROOT
+from scheduler.quota.tree import QuotaTree
+from scheduler.quota.usage import Usage
+
+__all__ = ["below_min", "choose_leaf", "dominant_share", "fair_shares"]
+
+
+def below_min(tree: QuotaTree, usage: Usage, queue: str) -> float:
+    """used / min, the smallest over the resources `queue` names in its min (inf: none)."""
+    used = usage.used(queue)
+    ratios = [used.get(r, 0) / low for r, low in tree.specs[queue].min.items() if low > 0]
+    return min(ratios, default=math.inf)
+
+
+def dominant_share(tree: QuotaTree, usage: Usage, queue: str, capacity: Amounts) -> float:
+    used = usage.used(queue)
+    shares = [used.get(r, 0) / capacity[r] for r in tree.managed if capacity.get(r, 0) > 0]
+    return max(shares, default=0.0) / tree.specs[queue].weight
+
+
+def choose_leaf(
+    tree: QuotaTree, usage: Usage, capacity: Amounts, heads: Mapping[str, Amounts]
+) -> str:
+    """The leaf whose next unit goes first; `heads`: each leaf with work and that unit's demand.
+    A leaf the tree does not know (its pods only wait) goes first: nothing to order."""
+    unknown = sorted(leaf for leaf in heads if leaf not in tree.paths)
+    if unknown:
+        return unknown[0]
+    guaranteed: set[str] = set()
+    active: set[str] = set()
+    for leaf, demand in heads.items():
+        path = tree.paths[leaf]
+        active.update(path)
+        if within_guarantee(tree, usage, leaf, demand):
+            guaranteed.update(path)
+    queue = ROOT
+    while tree.children[queue]:
+        candidates = [c for c in tree.children[queue] if c in active]
+        queue = min(candidates, key=lambda c: _rank(tree, usage, capacity, c, c in guaranteed))
+    return queue
+
+
+def _rank(
+    tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool
+) -> tuple[int, float, str]:
+    if guaranteed:
+        return 0, below_min(tree, usage, queue), queue
+    return 1, dominant_share(tree, usage, queue, capacity), queue
+
+
+def fair_shares(
+    tree: QuotaTree, usage: Usage, pending: Mapping[str, Amounts], capacity: Amounts
+) -> dict[str, dict[str, int]]:
+    """Each queue's fair share per managed resource: its min, plus the parent's surplus split by
+    weight among siblings that want more (used + pending in their subtree), capped by max."""
+    wants = _wants(tree, usage, pending)
+    shares: dict[str, dict[str, int]] = {ROOT: {r: capacity.get(r, 0) for r in tree.managed}}
+    stack = [ROOT]
+    while stack:
+        parent = stack.pop()
+        kids = tree.children[parent]
+        for r in tree.managed:
+            split = _water_fill(tree, kids, r, shares[parent].get(r, 0), wants)
+            for kid, amount in split.items():
+                shares.setdefault(kid, {})[r] = amount
+        stack.extend(kids)
+    return shares
+
+
+def _wants(
+    tree: QuotaTree, usage: Usage, pending: Mapping[str, Amounts]
+) -> dict[str, dict[str, int]]:
+    wants = {q: dict(usage.used(q)) for q in tree.specs}
+    for leaf, demand in pending.items():
+        for queue in tree.paths.get(leaf, ()):
+            for r, amount in demand.items():
+                wants[queue][r] = wants[queue].get(r, 0) + amount
+    return wants
+
+
+def _water_fill(
+    tree: QuotaTree, kids: list[str], r: str, total: int, wants: Mapping[str, Mapping[str, int]]
+) -> dict[str, int]:
+    caps = {k: min(tree.specs[k].max.get(r, total), total) for k in kids}
+    give = {k: min(tree.specs[k].min.get(r, 0), caps[k]) for k in kids}
+    left = total - sum(give.values())
+    hungry = [k for k in kids if min(wants[k].get(r, 0), caps[k]) > give[k]]
+    while left > 0 and hungry:
+        weights = sum(tree.specs[k].weight for k in hungry)
+        step = max(left // weights, 1)
+        for k in list(hungry):
+            room = min(wants[k].get(r, 0), caps[k]) - give[k]
+            extra = min(room, step * tree.specs[k].weight, left)
+            give[k] += extra
+            left -= extra
+            if extra >= room:
+                hungry.remove(k)
+    return give

@@ -36,7 +36,15 @@ from agent.precedence import (
     from_value,
 )
 from scheduler.config import SchedulerConfig, load_config
-from scheduler.kubeapi.client import NODES, NRTS, PODGROUPS, PODS, KubeClient
+from scheduler.kubeapi.client import (
+    ELASTIC_QUOTAS,
+    NODES,
+    NRTS,
+    PODGROUPS,
+    PODS,
+    QUEUES,
+    KubeClient,
+)
 from scheduler.kubeapi.informer import Informer
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector
 from scheduler.runtime.cache import ClusterCache
@@ -200,9 +208,10 @@ class Runtime:
         )
         self.informers = [
             Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
-            for kind in (NODES, NRTS, PODGROUPS, PODS)
+            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
+        self.metrics.watch_queues(self.scheduler.quota.metric_samples)
         self.server = MetricsServer(
             settings.metrics_address, self.metrics.registry, ready=self.ready
         )

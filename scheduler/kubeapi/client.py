@@ -118,6 +118,9 @@ PODS = Kind("pods")
 NODES = Kind("nodes")
 NRTS = Kind(nrt.PLURAL, nrt.GROUP, nrt.VERSION, nrt.PLURAL)
 PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", "queues"
+QUEUES = Kind(QUEUE_PLURAL, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
+ELASTIC_QUOTAS = Kind("elasticquotas", PODGROUP_GROUP, "v1alpha1", "elasticquotas")
 
 
 class KubeClient:
@@ -159,7 +162,7 @@ class KubeClient:
             return self.core.list_pod_for_all_namespaces(_preload_content=False, **kw)
         if kind is NODES:
             return self.core.list_node(_preload_content=False, **kw)
-        if kind is NRTS:
+        if kind is NRTS or kind is QUEUES:
             return self.custom.list_cluster_custom_object(
                 kind.group, kind.version, kind.plural, _preload_content=False, **kw
             )
@@ -260,6 +263,21 @@ class KubeClient:
                 PODGROUP_VERSION,
                 namespace,
                 PODGROUP_PLURAL,
+                name,
+                {"status": dict(status)},
+                _content_type=MERGE,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            _body(resp)
+
+    def patch_queue_status(self, name: str, status: Obj) -> None:
+        """Merge `status` into the (cluster-scoped) Queue's status subresource."""
+        with api_call(f"patch queue {name} status"):
+            resp = self.custom.patch_cluster_custom_object_status(
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
                 name,
                 {"status": dict(status)},
                 _content_type=MERGE,

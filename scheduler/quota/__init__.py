@@ -9,7 +9,14 @@ validated tree), `usage` (subtree usage from charged pods), `resolve` (which que
 """
 
 from .admission import admission_problem, queue_problem, within_guarantee
-from .amounts import Amounts, add_into, format_amount, parse_amount, request_amounts
+from .amounts import (
+    Amounts,
+    add_into,
+    allocatable_amounts,
+    format_amount,
+    parse_amount,
+    request_amounts,
+)
 from .order import below_min, choose_leaf, dominant_share, fair_shares
 from .resolve import resolve_queue
 from .spec import (
@@ -37,6 +44,7 @@ __all__ = [
     "Usage",
     "add_into",
     "admission_problem",
+    "allocatable_amounts",
     "below_min",
     "choose_leaf",
     "dominant_share",

@@ -14,7 +14,14 @@ from agent.quantity import format_milli, to_int, to_milli
 from agent.resource_names import GPU_RESOURCE
 from scheduler.placement import PodRequest
 
-__all__ = ["Amounts", "add_into", "format_amount", "parse_amount", "request_amounts"]
+__all__ = [
+    "Amounts",
+    "add_into",
+    "allocatable_amounts",
+    "format_amount",
+    "parse_amount",
+    "request_amounts",
+]
 
 Amounts = Mapping[str, int]
 _MILLI = frozenset({"cpu", GPU_RESOURCE})
@@ -42,6 +49,14 @@ def request_amounts(request: PodRequest) -> dict[str, int]:
     out = {name: qty for name, qty in request.vector if name not in _NOT_QUOTA}
     if request.gpu_milli_total:
         out[GPU_RESOURCE] = request.gpu_milli_total
+    return out
+
+
+def allocatable_amounts(allocatable: Amounts) -> dict[str, int]:
+    """A node's allocatable (canonical units: cpu in millicores, GPUs whole) in quota units."""
+    out = {name: qty for name, qty in allocatable.items() if name not in _NOT_QUOTA}
+    if GPU_RESOURCE in out:
+        out[GPU_RESOURCE] *= MILLI_PER_GPU
     return out
 
 

@@ -117,6 +117,7 @@ def _reach(
                 problems[member] = Problem(
                     "Cycle", f"queue {member}: parents form a cycle: {cycle}"
                 )
+            _flag_below(chain, problems)
             return False
         chain.append(name)
         parent = _parent_of(by_name[name])
@@ -125,10 +126,19 @@ def _reach(
             problems.setdefault(
                 chain[-1], Problem("UnknownParent", f"queue {chain[-1]}: parent {parent} {why}")
             )
+            _flag_below(chain, problems)
             return False
         name = parent
     ok.update(chain)
     return True
+
+
+def _flag_below(chain: list[str], problems: dict[str, Problem]) -> None:
+    """Each queue of `chain` (child first) not yet flagged: its parent, next in line, is invalid."""
+    for child, parent in zip(chain, chain[1:], strict=False):
+        problems.setdefault(
+            child, Problem("UnknownParent", f"queue {child}: parent {parent} is invalid")
+        )
 
 
 def _flag_namespace_conflicts(by_name: dict[str, QueueSpec], problems: dict[str, Problem]) -> None:

@@ -26,6 +26,7 @@ from scheduler.placement import Assignment, Snapshot, TopologyConstraint
 from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
 from scheduler.runtime.podinfo import PodInfo, read_pod
 from scheduler.runtime.podspec import resource_list
+from scheduler.runtime.queuebook import QueueBook
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class ClusterCache:
         self._node_pods: dict[str, set[ObjectKey]] = {}
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
+        self.queues = QueueBook()
 
     # -- pods ------------------------------------------------------------------------------
     def read_pod(self, obj: Obj) -> PodInfo:
@@ -148,6 +150,7 @@ class ClusterCache:
         self._index_group(old, new)
         if not self._confirms(old, new):
             self._move(new.key, old, new)
+        self._charge(new.key)
         return old, new
 
     def _confirms(self, old: PodInfo | None, new: PodInfo) -> bool:
@@ -167,6 +170,7 @@ class ClusterCache:
         if old is not None:
             self._index_group(old, None)
             self._move(key, old, None)
+            self._charge(key)
         return old
 
     def _index_group(self, old: PodInfo | None, new: PodInfo | None) -> None:
@@ -191,6 +195,7 @@ class ClusterCache:
         info.node, info.assumed, info.assignment = assignment.node, True, assignment
         self._node_pods.setdefault(assignment.node, set()).add(key)
         self.snapshot.assume(info.request, assignment)
+        self._charge(key)
 
     def forget(self, key: ObjectKey) -> bool:
         """Undo `assume` when the binding failed; False when the pod is bound or gone by now."""
@@ -200,6 +205,7 @@ class ClusterCache:
         self._node_pods.get(info.node, set()).discard(key)
         self.snapshot.forget(key)
         info.node, info.assumed, info.assignment = None, False, None
+        self._charge(key)
         return True
 
     # -- nodes and NRTs --------------------------------------------------------------------
@@ -214,16 +220,19 @@ class ClusterCache:
             info = parse_node(obj)
         except ValueError as exc:
             self.nodes.pop(name, None)
+            self.queues.set_node(name, None)
             self._rebuild(name)
             return old is not None, str(exc)
         if info == old:
             return False, None
         self.nodes[name] = info
+        self.queues.set_node(name, info.allocatable)
         self._rebuild(name)
         return True, None
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.queues.set_node(name, None)
         self._rebuild(name)
 
     def upsert_nrt(self, obj: Obj) -> str | None:
@@ -250,10 +259,48 @@ class ClusterCache:
         pods = [self.pods[k] for k in sorted(self._node_pods.get(name, ()))]
         self.snapshot.add_node(build_node_state(info, self.nrts.get(name), pods, self._selectors))
 
+    # -- queues ----------------------------------------------------------------------------
+    def _charge(self, key: ObjectKey) -> None:
+        info = self.pods.get(key)
+        self.queues.charge(key, info, self.group_obj(info))
+
+    def group_obj(self, info: PodInfo | None) -> Obj | None:
+        """The PodGroup object of `info`'s gang (None: no gang, or not seen yet)."""
+        if info is None or info.group_key is None:
+            return None
+        group = self.groups.get(info.group_key)
+        return None if group is None else group.obj
+
+    def apply_queue(
+        self, kind: str, etype: str, obj: Obj | None, items: list[Any] | None = None
+    ) -> bool:
+        """A Queue or ElasticQuota event (`obj`), or a full list (`items`); True when the tree
+        changed (every pod is charged again)."""
+        if items is not None:
+            changed = self.queues.replace(kind, items)
+        else:
+            changed = obj is not None and self.queues.apply(kind, etype, obj)
+        if changed:
+            self.recharge_all()
+        return changed
+
+    def recharge_all(self) -> None:
+        self.queues.restart_usage()
+        for key in self.pods:
+            self._charge(key)
+
+    def leaf_of(self, info: PodInfo) -> tuple[str, str | None]:
+        """`info`'s leaf queue and why it must wait whatever it asks (None: may be tried)."""
+        return self.queues.resolve(info, self.group_obj(info))
+
     # -- pod groups ------------------------------------------------------------------------
     def upsert_group(self, obj: Obj) -> GroupInfo:
         group = parse_group(obj, default_timeout=self._gang_timeout, levels=self._levels)
+        old = self.groups.get(group.key)
         self.groups[group.key] = group
+        if old is None or _labels(old.obj) != _labels(obj):  # the gang's queue may have moved
+            for key in self._group_pods.get(group.key, ()):
+                self._charge(key)
         return group
 
     def delete_group(self, key: ObjectKey) -> GroupInfo | None:
@@ -273,10 +320,18 @@ class ClusterCache:
             return list(self.nodes)
         if kind == "noderesourcetopologies":
             return list(self.nrts)
+        if kind == "queues":
+            return list(self.queues.queue_objs)
+        if kind == "elasticquotas":
+            return list(self.queues.quota_objs)
         return list(self.groups)
 
     def node_pod_keys(self, name: str) -> set[ObjectKey]:
         return set(self._node_pods.get(name, ()))
+
+
+def _labels(obj: Obj) -> object:
+    return (obj.get("metadata") or {}).get("labels")
 
 
 def _keep_assumption(old: PodInfo | None, new: PodInfo) -> None:

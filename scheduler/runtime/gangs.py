@@ -45,6 +45,7 @@ from scheduler.runtime.gangstatus import (
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,13 @@ class GangTracker:
         mark: Marker,
         precheck: Precheck,
         live_placer: LivePlacer,
+        quota: QueueGate,
     ) -> None:
-        """`live_placer`: the Placer bound to the cache's live snapshot (called under the lock)."""
+        """`live_placer`: the Placer bound to the cache's live snapshot (called under the lock);
+        `quota`: the gang's queue admits its pending members (summed) before they are placed."""
         self._cache, self._queue, self._reporter = cache, queue, reporter
         self._metrics, self._clock, self._mark, self._precheck = metrics, clock, mark, precheck
-        self._live_placer = live_placer
+        self._live_placer, self._quota = live_placer, quota
         self._states: dict[ObjectKey, GangState] = {}
 
     # -- intake ----------------------------------------------------------------------------
@@ -140,7 +143,8 @@ class GangTracker:
         if pending:
             priority = max(m.request.priority for m in pending)
             created = min(m.created for m in pending)
-            self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created)
+            leaf = self._cache.leaf_of(pending[0])[0]
+            self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created, leaf)
 
     # -- attempts --------------------------------------------------------------------------
     def attempt(self, unit: UnitKey, bind: Callable[[UnitKey, Binds], None]) -> str:
@@ -153,7 +157,7 @@ class GangTracker:
             if not pending:
                 self._queue.done(unit)
                 return ""
-            blocked = self._blocked(gkey, group, members, pending)
+            blocked = self._blocked(gkey, group, members, pending) or self._quota.problem(pending)
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)

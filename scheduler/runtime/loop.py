@@ -32,6 +32,8 @@ from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo, read_pod
 from scheduler.runtime.podspec import claim_names, volume_problem
+from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
+from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class LoopSettings:
     bind_retries: int = 1  # same-node retries before the pod is re-placed
     idle_wait: float = 0.5
     storage_class_ttl: float = 30.0
+    queue_status_period: float = 2.0  # Queue status written at most this often (on change)
 
 
 def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
@@ -58,14 +61,14 @@ def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
     """What `ClusterCache.keys_of(kind)` lists for `obj`: pods and PodGroups by object key,
     nodes and NRTs by name."""
-    if kind in (PODS, PODGROUPS):
+    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
         return key_of(obj)
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _stub(kind: str, key: str) -> dict[str, Any]:
     """A deleted object's stand-in (its metadata) for `_key(kind, ...)` == `key`."""
-    if kind in (PODS, PODGROUPS):
+    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
         namespace, name = split_key(key)
         return {"metadata": {"namespace": namespace, "name": name}}
     return {"metadata": {"name": key}}
@@ -91,6 +94,8 @@ class Scheduler:
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
+        self.quota = QueueGate(cache, queue, reporter)
+        queue.chooser = self.quota.choose
         self.gangs = GangTracker(
             cache,
             queue,
@@ -100,6 +105,7 @@ class Scheduler:
             self.unschedulable,
             self.precheck,
             self._live_placer,
+            self.quota,
         )
         self._modes: tuple[float, dict[str, str]] | None = None
 
@@ -107,6 +113,10 @@ class Scheduler:
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         """A full list of `kind`: apply every object, delete what is no longer there."""
         with self.cache.lock:
+            if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
+                if self.quota.on_queue(kind, "ADDED", None, items):
+                    self._requeue_all()
+                return
             before = set(self.cache.keys_of(kind))
             seen = set()
             for obj in items:
@@ -136,6 +146,8 @@ class Scheduler:
             self._on_nrt(etype, obj)
         elif kind == PODGROUPS:
             self.gangs.on_group(etype, obj)
+        elif kind in (QUEUES, ELASTIC_QUOTAS) and self.quota.on_queue(kind, etype, obj):
+            self._requeue_all()
 
     def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
@@ -165,9 +177,23 @@ class Scheduler:
             return
         unit = UnitKey(UnitKind.POD, info.key)
         if fresh and new is not None:
-            self.queue.add(unit, new.request.priority, new.created)
+            self.queue.add(unit, new.request.priority, new.created, self.cache.leaf_of(new)[0])
         elif new is None or not new.pending or new.gated:
             self.queue.remove(unit)
+
+    def _requeue_all(self) -> None:
+        """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried."""
+        for info in list(self.cache.pods.values()):
+            if not info.pending or info.gated:
+                continue
+            if info.group is not None:
+                self.gangs.on_member(info, True)
+            else:
+                unit = UnitKey(UnitKind.POD, info.key)
+                self.queue.add(
+                    unit, info.request.priority, info.created, self.cache.leaf_of(info)[0]
+                )
+        self.queue.move_all_to_active()
 
     def _on_node(self, etype: str, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -191,7 +217,7 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         """Schedule until `stop`; only while the fence allows binding (the leader)."""
-        last_housekeeping = 0.0
+        last_housekeeping = last_queue_report = 0.0
         while not stop.is_set():
             if not self._fence.may_bind():
                 stop.wait(self._settings.idle_wait)
@@ -201,6 +227,10 @@ class Scheduler:
                 last_housekeeping = self._clock()
                 with self.cache.lock:
                     self.gangs.check_timeouts()
+            if self._clock() - last_queue_report >= self._settings.queue_status_period:
+                last_queue_report = self._clock()
+                with self.cache.lock:
+                    self.quota.report()
 
     def schedule_next(self, timeout: float) -> bool:
         """Pop and try one unit; False when none came within `timeout`."""
@@ -233,7 +263,7 @@ class Scheduler:
             if info is None or not info.pending or info.gated:
                 self.queue.done(unit)
                 return ""
-            problem = self.precheck(info) or volumes
+            problem = self.precheck(info) or volumes or self.quota.problem([info])
             if problem:
                 self.unschedulable([info], problem[1], problem[0])
                 self.queue.unschedulable(unit)

@@ -32,6 +32,34 @@ class _PendingCollector(Collector):
         yield family
 
 
+QueueSamples = Mapping[str, list[tuple[tuple[str, ...], float]]]
+"""Per-queue gauge samples by metric suffix: `used` -> [((queue, resource), value)]."""
+_QUEUE_GAUGES = {
+    "used": "What the queue's subtree uses (GPUs and CPUs in units, memory in bytes)",
+    "borrowed": "What the queue's subtree uses beyond its min",
+    "min": "The queue's guaranteed share",
+    "max": "The queue's cap",
+    "fair_share": "The queue's fair share (min plus its weighted part of idle capacity)",
+    "pending_units": "Units (pods or gangs) waiting in the queue",
+}
+
+
+class _QueueCollector(Collector):
+    """`gputopo_scheduler_queue_<figure>{queue,resource}` from a callback, per scrape."""
+
+    def __init__(self, source: Callable[[], QueueSamples]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        samples = self._source()
+        for suffix, doc in _QUEUE_GAUGES.items():
+            labels = ["queue"] if suffix == "pending_units" else ["queue", "resource"]
+            family = GaugeMetricFamily(f"{PREFIX}_queue_{suffix}", doc, labels=labels)
+            for values, value in samples.get(suffix, ()):
+                family.add_metric(list(values), value)
+            yield family
+
+
 class SchedulerMetrics:
     """Every metric of `gputopo-scheduler run`, registered on `self.registry`."""
 
@@ -73,6 +101,10 @@ class SchedulerMetrics:
         )
         build = Gauge(f"{PREFIX}_build_info", "Build information", ["version"], registry=reg)
         build.labels(version=version).set(1)
+
+    def watch_queues(self, source: Callable[[], QueueSamples]) -> None:
+        """Report `source()` as the per-queue gauges on every scrape."""
+        self.registry.register(_QueueCollector(source))
 
     def watch_pending(self, source: Callable[[], Mapping[str, int]]) -> None:
         """Report `source()` as pending pods by reason on every scrape."""

@@ -10,8 +10,12 @@ A unit is in exactly one of these places:
     in flight      popped and being tried; an `add` meanwhile makes it active again when the
                    attempt ends, so news that arrived during the attempt is never lost
 
-The queue knows units only by key and sort order; pods, gangs and gates are the loop's business.
-Time comes from `clock`; `pop` blocks on a condition variable, never a sleep loop.
+Active units wait in their leaf queue (DESIGN §10), each a heap by priority then age. With one
+leaf holding work, `pop` takes its head; with several, `chooser` (the loop's: the order across
+queues) picks the leaf from each leaf's head unit, called outside this queue's lock.
+
+The queue knows units only by key, leaf and sort order; pods, gangs, gates and quotas are the
+loop's business. Time comes from `clock`; `pop` blocks on a condition variable, never a sleep loop.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
 from agent.objkey import ObjectKey
+from scheduler.quota import DEFAULT_QUEUE
+
+Chooser = Callable[[Mapping[str, "UnitKey"]], str]
+"""Given each leaf's head unit, the leaf to pop from."""
 
 
 class UnitKind(StrEnum):
@@ -47,6 +55,7 @@ class _Unit:
     key: UnitKey
     priority: int
     created: float
+    leaf: str = DEFAULT_QUEUE
     attempts: int = 0
     ready_at: float = 0.0
     where: str = "active"
@@ -76,22 +85,24 @@ class SchedulingQueue:
         self._max = max_backoff
         self._flush = unschedulable_flush
         self._units: dict[UnitKey, _Unit] = {}
-        self._active: list[_Entry] = []
+        self._active: dict[str, list[_Entry]] = {}  # leaf queue -> its active units
+        self.chooser: Chooser | None = None
         self._waiting: list[_Entry] = []  # backoff and unschedulable, by ready time
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
 
     # -- producers -----------------------------------------------------------------------
-    def add(self, key: UnitKey, priority: int, created: float) -> None:
+    def add(self, key: UnitKey, priority: int, created: float, leaf: str = DEFAULT_QUEUE) -> None:
         """Add a unit or refresh it (new member, update): it becomes active unless backing off."""
         with self._cond:
             unit = self._units.get(key)
             if unit is None:
-                unit = self._units[key] = _Unit(key=key, priority=priority, created=created)
+                unit = _Unit(key=key, priority=priority, created=created, leaf=leaf)
+                self._units[key] = unit
                 self._push_active(unit)
                 return
-            unit.priority, unit.created = priority, created
+            unit.priority, unit.created, unit.leaf = priority, created, leaf
             if unit.where == "in flight":
                 unit.dirty = True
             elif unit.where == "unschedulable" or unit.where == "active":
@@ -117,22 +128,34 @@ class SchedulingQueue:
     # -- the consumer --------------------------------------------------------------------
     def pop(self, timeout: float) -> UnitKey | None:
         """The next unit to try, or None after `timeout` seconds (or when closed)."""
-        with self._cond:
-            deadline = self._clock() + timeout
-            while not self._closed:
-                self._promote_ready()
-                entry = self._pop_active()
-                if entry is not None:
-                    unit = self._units[entry.key]
-                    unit.where, unit.dirty = "in flight", False
-                    return entry.key
-                wait = deadline - self._clock()
-                if wait <= 0:
+        deadline = self._clock() + timeout
+        choice: tuple[str, UnitKey] | None = None
+        while True:
+            with self._cond:
+                if self._closed:
                     return None
-                if self._waiting:
-                    wait = min(wait, max(self._waiting[0].sort[0] - self._clock(), 0.0))
-                self._cond.wait(wait if wait > 0 else 0.001)
-            return None
+                self._promote_ready()
+                if choice is not None and self._head(choice[0]) == choice[1]:
+                    return self._take(choice[0])
+                heads = self._heads()
+                if len(heads) == 1 or (heads and self.chooser is None):
+                    return self._take(next(iter(heads)))
+                if not heads:
+                    if not self._wait_until(deadline):
+                        return None
+                    continue
+            leaf = self.chooser(heads) if self.chooser is not None else next(iter(heads))
+            choice = (leaf, heads[leaf]) if leaf in heads else None
+
+    def _wait_until(self, deadline: float) -> bool:
+        """Wait for news (a unit, a timer); False when `deadline` passed."""
+        wait = deadline - self._clock()
+        if wait <= 0:
+            return False
+        if self._waiting:
+            wait = min(wait, max(self._waiting[0].sort[0] - self._clock(), 0.0))
+        self._cond.wait(wait if wait > 0 else 0.001)
+        return True
 
     def done(self, key: UnitKey) -> None:
         """The attempt succeeded: forget the unit, unless news arrived while it was in flight."""
@@ -210,19 +233,34 @@ class SchedulingQueue:
         unit.where, unit.dirty = "active", False
         unit.version += 1
         sort = (-float(unit.priority), unit.created)
-        heapq.heappush(self._active, _Entry(sort, next(self._seq), unit.key, unit.version))
+        heap = self._active.setdefault(unit.leaf, [])
+        heapq.heappush(heap, _Entry(sort, next(self._seq), unit.key, unit.version))
         self._cond.notify_all()
 
     def _current(self, entry: _Entry) -> _Unit | None:
         unit = self._units.get(entry.key)
         return unit if unit is not None and unit.version == entry.version else None
 
-    def _pop_active(self) -> _Entry | None:
-        while self._active:
-            entry = heapq.heappop(self._active)
-            if self._current(entry) is not None:
-                return entry
+    def _head(self, leaf: str) -> UnitKey | None:
+        """The leaf's next active unit (stale entries dropped); an empty leaf is forgotten."""
+        heap = self._active.get(leaf)
+        while heap:
+            unit = self._current(heap[0])
+            if unit is not None and unit.leaf == leaf and unit.where == "active":
+                return heap[0].key
+            heapq.heappop(heap)
+        self._active.pop(leaf, None)
         return None
+
+    def _heads(self) -> dict[str, UnitKey]:
+        heads = {leaf: self._head(leaf) for leaf in list(self._active)}
+        return {leaf: key for leaf, key in heads.items() if key is not None}
+
+    def _take(self, leaf: str) -> UnitKey:
+        entry = heapq.heappop(self._active[leaf])
+        unit = self._units[entry.key]
+        unit.where, unit.dirty = "in flight", False
+        return entry.key
 
     def _promote_ready(self) -> None:
         now = self._clock()

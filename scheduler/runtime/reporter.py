@@ -8,6 +8,7 @@ seconds with the same reason gets one Event and one condition patch, not one per
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping
@@ -104,6 +105,15 @@ class Reporter:
             ("group", key),
             frozen,
             lambda: self._kube.patch_podgroup_status(ns, name, status),
+        )
+
+    def queue_status(self, queue: Obj, patch: Mapping[str, Any]) -> None:
+        """Merge-patch the Queue's status when it differs from what was last written."""
+        name = str((queue.get("metadata") or {}).get("name") or "")
+        self._submit(
+            ("queue", name),
+            json.dumps(patch, sort_keys=True),
+            lambda: self._kube.patch_queue_status(name, patch),
         )
 
     def forget(self, pod: Obj) -> None:

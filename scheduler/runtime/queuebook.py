@@ -1,0 +1,126 @@
+"""The queues as the scheduler runtime sees them (DESIGN §10): the Queue and ElasticQuota objects,
+the tree built from them, what each queue uses and the root's capacity.
+
+Usage is charged from pods (`charge`: bound or assumed, not finished, scheduled by gputopo), so a
+new leader counts the same as the old one. The root's capacity is the allocatable of the known
+nodes minus what other schedulers' pods there request. The decisions themselves (admission, order,
+fair share) are the pure functions of `scheduler.quota`. Callers hold `cache.lock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.objkey import ObjectKey, key_of
+from scheduler.quota import (
+    ROOT,
+    Amounts,
+    QueueSpec,
+    QuotaTree,
+    Usage,
+    add_into,
+    allocatable_amounts,
+    read_elastic_quota,
+    read_queue,
+    request_amounts,
+    resolve_queue,
+)
+from scheduler.runtime.podinfo import PodInfo
+
+__all__ = ["QueueBook"]
+
+Obj = Mapping[str, Any]
+QUEUES, ELASTIC_QUOTAS = "queues", "elasticquotas"
+
+
+class QueueBook:
+    def __init__(self) -> None:
+        self.queue_objs: dict[str, Obj] = {}
+        self.quota_objs: dict[ObjectKey, Obj] = {}
+        self.tree = QuotaTree.build([])
+        self.usage = Usage(self.tree)
+        self._foreign = Usage(self.tree)  # other schedulers' pods, charged to the root only
+        self._allocatable: dict[str, dict[str, int]] = {}
+        self._total: dict[str, int] = {}
+
+    # -- queue objects ---------------------------------------------------------------------
+    def apply(self, kind: str, etype: str, obj: Obj) -> bool:
+        """A Queue or ElasticQuota event; True when the tree changed (usage must be recharged)."""
+        if kind == QUEUES:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            _store(self.queue_objs, name, etype, obj)
+        else:
+            _store(self.quota_objs, key_of(obj), etype, obj)
+        return self._rebuild()
+
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> bool:
+        """A full list of Queues or ElasticQuotas; True when the tree changed."""
+        if kind == QUEUES:
+            self.queue_objs = {str((o.get("metadata") or {}).get("name") or ""): o for o in items}
+        else:
+            self.quota_objs = {key_of(o): o for o in items}
+        return self._rebuild()
+
+    def _rebuild(self) -> bool:
+        specs: list[QueueSpec] = [read_queue(o) for _, o in sorted(self.queue_objs.items())]
+        specs += [read_elastic_quota(o) for _, o in sorted(self.quota_objs.items())]
+        tree = QuotaTree.build(specs)
+        if tree.specs == self.tree.specs and tree.problems == self.tree.problems:
+            return False
+        self.tree = tree
+        return True
+
+    def object_of(self, name: str) -> tuple[str, Obj] | None:
+        """(kind, object) behind queue `name` (None for the implicit root and default)."""
+        if name in self.queue_objs:
+            return "Queue", self.queue_objs[name]
+        for obj in self.quota_objs.values():
+            if read_elastic_quota(obj).name == name:
+                return "ElasticQuota", obj
+        return None
+
+    # -- pods ------------------------------------------------------------------------------
+    def resolve(self, info: PodInfo, group: Obj | None) -> tuple[str, str | None]:
+        """The pod's leaf queue and why it must wait whatever it asks (None: it may be tried)."""
+        labels = (info.obj.get("metadata") or {}).get("labels") or {}
+        group_labels = ((group or {}).get("metadata") or {}).get("labels") or {}
+        return resolve_queue(self.tree, info.namespace, labels, group_labels)
+
+    def charge(self, key: ObjectKey, info: PodInfo | None, group: Obj | None) -> None:
+        """Charge the pod as it is now (nothing when gone, finished or not on a node)."""
+        if info is None or not info.counted:
+            self.usage.charge(key, None)
+            self._foreign.charge(key, None)
+        elif info.ours:
+            leaf, _ = self.resolve(info, group)
+            self.usage.charge(key, (leaf, request_amounts(info.request)))
+            self._foreign.charge(key, None)
+        else:
+            self.usage.charge(key, None)
+            self._foreign.charge(key, (ROOT, request_amounts(info.request)))
+
+    def restart_usage(self) -> None:
+        """Forget every charge (under a new tree); the caller charges every pod again."""
+        self.usage = Usage(self.tree)
+
+    # -- capacity --------------------------------------------------------------------------
+    def set_node(self, name: str, allocatable: Amounts | None) -> None:
+        old = self._allocatable.pop(name, None)
+        if old is not None:
+            add_into(self._total, old, -1)
+        if allocatable is not None:
+            self._allocatable[name] = allocatable_amounts(allocatable)
+            add_into(self._total, self._allocatable[name])
+
+    def capacity(self) -> dict[str, int]:
+        """What gputopo can schedule, per managed resource."""
+        foreign = self._foreign.used(ROOT)
+        return {r: max(self._total.get(r, 0) - foreign.get(r, 0), 0) for r in self.tree.managed}
+
+
+def _store(into: dict[Any, Obj], key: Any, etype: str, obj: Obj) -> None:
+    if etype == "DELETED":
+        into.pop(key, None)
+    else:
+        into[key] = obj

@@ -1,0 +1,143 @@
+"""Queues in the scheduling loop (DESIGN §10): which leaf goes next, whether a unit is admitted,
+and what users see about queues.
+
+A unit (a pod, or a gang's pending members summed) is admitted in the same cycle as it is placed,
+under `cache.lock`, so quota never admits what cannot be placed: its queue must be valid, a leaf,
+not paused, and at every level used + request <= max. With only the implicit root and `default`
+queue (no Queue or ElasticQuota objects) nothing is ordered or checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler.kubeapi.client import now_rfc3339
+from scheduler.quota import Amounts, add_into, admission_problem, choose_leaf, request_amounts
+from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.queuebook import QueueBook
+from scheduler.runtime.queuestatus import (
+    PendingWork,
+    QueueFigures,
+    merge_patch,
+    queue_figures,
+    queue_status,
+)
+from scheduler.runtime.reporter import Reporter
+
+__all__ = ["QueueGate"]
+
+Obj = Mapping[str, Any]
+CATEGORY = "queue"  # the pending_pods{reason} of a unit its queue holds back
+
+
+class QueueGate:
+    """Every method but `choose` runs with `cache.lock` held by the caller."""
+
+    def __init__(self, cache: ClusterCache, queue: SchedulingQueue, reporter: Reporter) -> None:
+        self._cache, self._queue, self._reporter = cache, queue, reporter
+        self.figures: dict[str, QueueFigures] = {}  # as last reported (for the metrics)
+
+    @property
+    def book(self) -> QueueBook:
+        return self._cache.queues
+
+    def on_queue(
+        self, kind: str, etype: str, obj: Obj | None, items: list[Any] | None = None
+    ) -> bool:
+        """A Queue or ElasticQuota event, or a full list (`items`); True when the tree changed."""
+        changed = self._cache.apply_queue(kind, etype, obj, items)
+        if changed:
+            self._report_problems()
+        return changed
+
+    def _report_problems(self) -> None:
+        for name, problem in sorted(self.book.tree.problems.items()):
+            found = self.book.object_of(name)
+            if found is not None:
+                self._reporter.warn(found[1], found[0], problem.reason, problem.message)
+
+    def choose(self, heads: Mapping[str, UnitKey]) -> str:
+        """The leaf to pop from, given each leaf's head unit (the order across queues)."""
+        with self._cache.lock:
+            book = self.book
+            demands = {leaf: self.demand(unit) for leaf, unit in heads.items()}
+            return choose_leaf(book.tree, book.usage, book.capacity(), demands)
+
+    def demand(self, unit: UnitKey) -> Amounts:
+        """What `unit` asks of its queue: the pod's request, or the gang's pending members'."""
+        if unit.kind is UnitKind.POD:
+            info = self._cache.pods.get(unit.key)
+            return request_amounts(info.request) if info is not None else {}
+        total: dict[str, int] = {}
+        for member in self._cache.members(unit.key):
+            if member.pending and not member.gated:
+                add_into(total, request_amounts(member.request))
+        return total
+
+    def problem(self, infos: Sequence[PodInfo]) -> tuple[str, str] | None:
+        """(category, message) when the queue holds `infos` (one unit) back, else None."""
+        tree = self.book.tree
+        if not infos or tree.trivial:
+            return None
+        leaf, why = self._cache.leaf_of(infos[0])
+        if why is not None:
+            return CATEGORY, why
+        demand: dict[str, int] = {}
+        for info in infos:
+            add_into(demand, request_amounts(info.request))
+        breach = admission_problem(tree, self.book.usage, leaf, demand)
+        return None if breach is None else (CATEGORY, breach)
+
+    # -- status --------------------------------------------------------------------------
+    def report(self) -> None:
+        """Recompute every queue's figures; write the Queue statuses that changed."""
+        book = self.book
+        self.figures = queue_figures(book.tree, book.usage, self._pending(), book.capacity())
+        stamp = now_rfc3339()
+        for name, obj in sorted(book.queue_objs.items()):
+            current = obj.get("status") or {}
+            problem = book.tree.problems.get(name)
+            status = queue_status(self.figures.get(name), problem, current, stamp)
+            if any(current.get(k) != v for k, v in status.items()):
+                self._reporter.queue_status(obj, merge_patch(status, current))
+
+    def _pending(self) -> dict[str, PendingWork]:
+        """Waiting units by leaf: a pod alone, or a gang once (its pending members summed)."""
+        pending: dict[str, PendingWork] = {}
+        gangs: set[object] = set()
+        for info in self._cache.pods.values():
+            if not info.pending or info.gated:
+                continue
+            work = pending.setdefault(self._cache.leaf_of(info)[0], PendingWork())
+            if info.group_key is None or info.group_key not in gangs:
+                work.units += 1
+            if info.group_key is not None:
+                gangs.add(info.group_key)
+            add_into(work.resources, request_amounts(info.request))
+        return pending
+
+    def metric_samples(self) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+        """The per-queue gauges (`SchedulerMetrics.watch_queues`), from the last `report`."""
+        with self._cache.lock:
+            tree, figures = self.book.tree, dict(self.figures)
+        out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+        for name, fig in sorted(figures.items()):
+            spec = tree.specs.get(name)
+            if spec is None:
+                continue
+            rows = {"used": fig.used, "borrowed": fig.borrowed, "min": spec.min, "max": spec.max}
+            rows["fair_share"] = fig.fair_share
+            for suffix, amounts in rows.items():
+                out.setdefault(suffix, []).extend(
+                    ((name, r), _gauge(r, v)) for r, v in sorted(amounts.items())
+                )
+            out.setdefault("pending_units", []).append(((name,), float(fig.pending.units)))
+        return out
+
+
+def _gauge(resource: str, amount: int) -> float:
+    """Quota units as the resource is usually counted (GPUs and CPUs whole, not thousandths)."""
+    return amount / 1000 if resource in ("cpu", "nvidia.com/gpu") else float(amount)

@@ -8,6 +8,7 @@ Children whose mins sum above their parent's min are kept but flagged `Overcommi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -135,7 +136,7 @@ def _reach(
 
 def _flag_below(chain: list[str], problems: dict[str, Problem]) -> None:
     """Each queue of `chain` (child first) not yet flagged: its parent, next in line, is invalid."""
-    for child, parent in zip(chain, chain[1:], strict=False):
+    for child, parent in itertools.pairwise(chain):
         problems.setdefault(
             child, Problem("UnknownParent", f"queue {child}: parent {parent} is invalid")
         )

@@ -80,13 +80,15 @@ def test_overcommitted_children_and_a_child_min_above_its_parent_are_flagged_not
     assert not built.problems["org"].fatal
     assert built.problems["b"].reason == "MinAboveParent"
     assert built.paths["a"] == ("a", "org")
-    assert built.is_leaf("b") and not built.is_leaf("org")
+    assert built.is_leaf("b")
+    assert not built.is_leaf("org")
 
 
 def test_a_namespace_two_queues_claim_flags_both() -> None:
     built = tree(queue("a", namespaces=["ml"]), queue("b", namespaces=["ml"]), queue("c"))
     assert built.problems["a"].reason == built.problems["b"].reason == "NamespaceConflict"
-    assert "a" not in built.specs and "b" not in built.specs
+    assert "a" not in built.specs
+    assert "b" not in built.specs
 
 
 def test_resolution_order_label_then_namespace_then_elastic_quota_then_default() -> None:

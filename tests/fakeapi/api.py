@@ -14,6 +14,7 @@ from tests.fakeapi.errors import (
     ApiError,
     already_exists,
     bad_request,
+    forbidden,
     invalid,
     not_found,
     stale,
@@ -116,7 +117,35 @@ class Api:
         obj["apiVersion"], obj["kind"] = ref.rt.api_version(ref.version), ref.rt.kind
         if ref.rt.status_subresource:
             obj.pop("status", None)
-        return kinds.prepare_create(ref.rt, self._conform(ref, obj))
+        obj = kinds.prepare_create(ref.rt, self._conform(ref, obj))
+        if ref.rt.builtin and ref.rt.group == "" and ref.rt.plural == "pods":
+            self._admit_priority(ref, obj)
+        return obj
+
+    def _admit_priority(self, ref: Ref, pod: Obj) -> None:
+        """The Priority admission plugin: `spec.priority` (and `preemptionPolicy`) from the
+        PriorityClass named, else the global default class, else 0; 403 for a missing class."""
+        spec, name = pod["spec"], pod["metadata"].get("name", "")
+        classes = self.store.snapshot(self.registry.resolve("priorityclasses"), None)[0]
+        wanted = spec.get("priorityClassName")
+        if wanted:
+            found = next((c for c in classes if c["metadata"]["name"] == wanted), None)
+            if found is None:
+                raise forbidden(ref.rt, name, f"no PriorityClass with name {wanted} was found")
+        else:
+            found = next((c for c in classes if c.get("globalDefault")), None)
+        value = int(found["value"]) if found is not None else 0
+        given = spec.get("priority")
+        if given is not None and given != value:
+            raise forbidden(
+                ref.rt,
+                name,
+                f"the integer value of priority ({given}) must not be provided in pod spec; "
+                f"priority admission controller computed {value} from the given PriorityClass name",
+            )
+        spec["priority"] = value
+        policy = (found or {}).get("preemptionPolicy") or "PreemptLowerPriority"
+        spec.setdefault("preemptionPolicy", policy)
 
     @staticmethod
     def _conform(ref: Ref, obj: Obj) -> Obj:

@@ -92,6 +92,25 @@ def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
         return _create_namespace(obj)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         return _create_crd(rt, obj)
+    if rt.builtin and rt.plural == "priorityclasses":
+        return _create_priority_class(rt, obj)
+    return obj
+
+
+_MAX_USER_PRIORITY = 1_000_000_000
+
+
+def _create_priority_class(rt: ResourceType, obj: Obj) -> Obj:
+    """`value` is required and at most 1e9 outside the `system-` names; the policy is defaulted."""
+    name = obj["metadata"].get("name", "")
+    value = obj.get("value")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid(rt, name, ["value: Required value"])
+    if value > _MAX_USER_PRIORITY and not name.startswith("system-"):
+        raise invalid(rt, name, [f"value: Invalid value: {value}: must be <= 1000000000"])
+    policy = obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    if policy not in ("PreemptLowerPriority", "Never"):
+        raise invalid(rt, name, [f'preemptionPolicy: Unsupported value: "{policy}"'])
     return obj
 
 

@@ -31,7 +31,15 @@ from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
 from tests.fakeapi.objects import Ref, format_time
-from tests.fakeapi.resources import Registry, ResourceType, builtin_types, nrt_crd, podgroup_crd
+from tests.fakeapi.resources import (
+    Registry,
+    ResourceType,
+    builtin_types,
+    elasticquota_crd,
+    nrt_crd,
+    podgroup_crd,
+    queue_crd,
+)
 from tests.fakeapi.store import DELETE, Obj, Store, clone
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -58,10 +66,17 @@ class _Fault:
     message: str = field(default="injected failure")
 
 
+BUILTIN_PRIORITY_CLASSES = {
+    "system-cluster-critical": 2000000000,
+    "system-node-critical": 2000001000,
+}
+
+
 class FakeApiServer:
     """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1.
 
-    `clock` stamps creation and deletion times; `install_crds` installs the NRT and PodGroup CRDs;
+    `clock` stamps creation and deletion times; `install_crds` installs the NRT, PodGroup, Queue
+    and ElasticQuota CRDs; the built-in PriorityClasses exist as on a real server;
     `history_limit` is the watch events kept per resource (older resource versions get 410);
     `request_log_limit` bounds `requests` to the most recent ones (0 turns the log off).
     """
@@ -92,9 +107,11 @@ class FakeApiServer:
         self.port = 0
         for ns in namespaces:
             self._create("namespaces", {"metadata": {"name": ns}})
+        for name, value in BUILTIN_PRIORITY_CLASSES.items():
+            self._create("priorityclasses", {"metadata": {"name": name}, "value": value})
         if install_crds:
-            self.register_crd(nrt_crd())
-            self.register_crd(podgroup_crd())
+            for crd in (nrt_crd(), podgroup_crd(), queue_crd(), elasticquota_crd()):
+                self.register_crd(crd)
 
     # lifecycle -------------------------------------------------------------------------------
 

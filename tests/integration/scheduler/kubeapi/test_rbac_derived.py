@@ -1,7 +1,8 @@
 """The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
 authorization checks while the real scheduler runs with leader election through its scenarios: a
 pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a pod
-with a volume claim (PVC read, StorageClasses), informers listing and watching."""
+with a volume claim (PVC read, StorageClasses), a Queue (its status), informers listing and
+watching."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def _create_workload(api: client.ApiClient) -> None:
         create_pod(core, pod_body(name, gpus=4, labels={GANG_LABEL: "gang"}))
     claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     create_pod(core, pod_body("with-claim", gpus=1, volumes=[claim]))
+    queue = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 16}}}
+    custom.create_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", queue)
 
 
 def _called(fake, verb: str, resource: str) -> bool:
@@ -67,6 +70,7 @@ def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: scheduled_condition(fake, "with-claim"), 30, "with-claim: PodScheduled")
     wait_for(lambda: _called(fake, "patch", "podgroups/status"), 30, "the PodGroup status")
     wait_for(lambda: _called(fake, "update", "leases"), 30, "a Lease renewal")
+    wait_for(lambda: _called(fake, "patch", "queues/status"), 30, "the Queue status")
 
 
 def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(

@@ -1,0 +1,266 @@
+"""Queues and elastic quotas end to end (DESIGN §10): the real scheduler against the fake API
+server, driven through the real client. 16 GPUs (two 8-GPU nodes) unless a test says otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tests.builders.queues import (
+    QUEUE_LABEL,
+    bind_order,
+    condition,
+    create_namespace,
+    create_queue,
+    patch_queue,
+    queue_body,
+    queue_status,
+)
+from tests.builders.scheduler import (
+    bound_pods,
+    create_pod,
+    gpu_node,
+    pod_body,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+
+TEAMS = ("team-a", "team-b", "team-c")
+
+
+@pytest.fixture
+def api(fake_api) -> Iterator[tuple[client.CoreV1Api, client.CustomObjectsApi]]:
+    with fake_api.api_client() as api_client:
+        core = client.CoreV1Api(api_client)
+        for ns in TEAMS:
+            create_namespace(core, ns)
+        gpu_node(fake_api, "gpu-a", gpus=8)
+        gpu_node(fake_api, "gpu-b", gpus=8)
+        yield core, client.CustomObjectsApi(api_client)
+
+
+def _pods(core: client.CoreV1Api, ns: str, count: int, gpus: int = 1, prefix: str = "p") -> None:
+    for i in range(count):
+        create_pod(core, pod_body(f"{prefix}{i}", gpus=gpus, namespace=ns))
+
+
+def _gpus_bound(fake, ns: str) -> int:
+    pods = {p["metadata"]["name"]: p for p in fake.list_objects("pods", ns)}
+    return sum(
+        int(pods[name]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+        for name in bound_pods(fake, ns)
+    )
+
+
+def _reason(fake, name: str, ns: str) -> str:
+    cond = scheduled_condition(fake, name, ns) or {}
+    return str(cond.get("message") or "")
+
+
+def test_a_queue_borrows_idle_gpus_up_to_max_and_the_other_waits_within_guarantee(
+    fake_api, api
+) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_min=8, gpu_max=16, namespaces=["team-a"]))
+    create_queue(custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
+    with running(fake_api):
+        _pods(core, "team-a", 18)
+        wait_for(lambda: _gpus_bound(fake_api, "team-a") == 16, 20, "a runs 16 GPUs")
+        waiting = [f"p{i}" for i in range(18) if f"p{i}" not in bound_pods(fake_api, "team-a")]
+        message = "queue a: nvidia.com/gpu 16 used + 1 requested > max 16"
+        for name in waiting:
+            wait_for(lambda n=name: _reason(fake_api, n, "team-a") == message, 10, "the reason")
+        _pods(core, "team-b", 2)
+        wait_for(lambda: scheduled_condition(fake_api, "p0", "team-b"), 10, "b's pod waits")
+        wait_for(
+            lambda: queue_status(fake_api, "a").get("used") == {"nvidia.com/gpu": "16"},
+            10,
+            "status",
+        )
+        status = queue_status(fake_api, "a")
+        assert status["borrowed"] == {"nvidia.com/gpu": "8"}
+        assert _gpus_bound(fake_api, "team-a") == 16
+        assert _gpus_bound(fake_api, "team-b") == 0
+
+
+def test_a_queue_without_min_never_exceeds_its_max_on_an_idle_cluster(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("c", gpu_max=4, namespaces=["team-c"]))
+    with running(fake_api):
+        _pods(core, "team-c", 6)
+        wait_for(lambda: _gpus_bound(fake_api, "team-c") == 4, 20, "c runs 4")
+        wait_for(
+            lambda: (
+                "max 4" in _reason(fake_api, "p5", "team-c")
+                or "max 4" in _reason(fake_api, "p4", "team-c")
+            ),
+            10,
+            "reason",
+        )
+        assert _gpus_bound(fake_api, "team-c") == 4
+
+
+def test_children_of_a_capped_parent_together_stay_under_it(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("org", gpu_max=12))
+    create_queue(custom, queue_body("x", gpu_max=10, parent="org", namespaces=["team-a"]))
+    create_queue(custom, queue_body("y", gpu_max=10, parent="org", namespaces=["team-b"]))
+    with running(fake_api):
+        _pods(core, "team-a", 8)
+        _pods(core, "team-b", 8)
+        wait_for(
+            lambda: _gpus_bound(fake_api, "team-a") + _gpus_bound(fake_api, "team-b") == 12,
+            20,
+            "12 bound",
+        )
+        wait_for(
+            lambda: queue_status(fake_api, "org").get("used") == {"nvidia.com/gpu": "12"},
+            10,
+            "org used",
+        )
+        assert _gpus_bound(fake_api, "team-a") + _gpus_bound(fake_api, "team-b") == 12
+
+
+def test_an_elastic_quota_acts_as_a_leaf_with_its_min_and_max(fake_api, api) -> None:
+    core, custom = api
+    quota = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {"name": "quota", "namespace": "team-c"},
+        "spec": {"min": {"nvidia.com/gpu": 2}, "max": {"nvidia.com/gpu": 3}},
+    }
+    custom.create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", "team-c", "elasticquotas", quota
+    )
+    with running(fake_api):
+        _pods(core, "team-c", 5)
+        wait_for(lambda: _gpus_bound(fake_api, "team-c") == 3, 20, "3 bound")
+        wait_for(
+            lambda: (
+                "queue ns/team-c" in _reason(fake_api, "p4", "team-c")
+                or "queue ns/team-c" in _reason(fake_api, "p3", "team-c")
+            ),
+            10,
+            "reason",
+        )
+        assert _gpus_bound(fake_api, "team-c") == 3
+
+
+def test_the_queue_furthest_below_its_min_goes_first(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("root", paused=True))
+    create_queue(custom, queue_body("a", gpu_min=8, gpu_max=16, namespaces=["team-a"]))
+    create_queue(custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
+    for ns, running_gpus in (("team-a", 2), ("team-b", 6)):  # already bound by gputopo
+        create_pod(
+            core,
+            pod_body(
+                "old", gpus=running_gpus, namespace=ns, node="gpu-a" if ns == "team-a" else "gpu-b"
+            ),
+        )
+    with running(fake_api):
+        create_pod(core, pod_body("new", gpus=1, namespace="team-b"))  # older of the two
+        create_pod(core, pod_body("new", gpus=1, namespace="team-a"))
+        fake_api.clear_requests()
+        patch_queue(custom, "root", {"paused": False})
+        wait_for(lambda: len(bind_order(fake_api)) == 2, 10, "both bound")
+        assert bind_order(fake_api) == ["team-a/new", "team-b/new"]
+
+
+def test_inside_a_queue_a_higher_priority_class_goes_first(fake_api, api) -> None:
+    core, custom = api
+    client.SchedulingV1Api(core.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}
+    )
+    create_queue(custom, queue_body("a", gpu_max=16, namespaces=["team-a"], paused=True))
+    with running(fake_api):
+        create_pod(core, pod_body("low", gpus=1, namespace="team-a"))
+        create_pod(core, pod_body("high", gpus=1, namespace="team-a", priorityClassName="high"))
+        wait_for(lambda: "paused" in _reason(fake_api, "high", "team-a"), 10, "paused reason")
+        fake_api.clear_requests()
+        patch_queue(custom, "a", {"paused": False})
+        wait_for(lambda: len(bind_order(fake_api)) == 2, 10, "both bound")
+        assert bind_order(fake_api) == ["team-a/high", "team-a/low"]
+
+
+def test_a_unit_that_does_not_fit_does_not_block_the_ones_behind_it(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_max=16, namespaces=["team-a"]))
+    with running(fake_api):
+        create_pod(core, pod_body("huge", gpus=12, namespace="team-a"))
+        create_pod(core, pod_body("small", gpus=1, namespace="team-a"))
+        wait_for(lambda: bound_pods(fake_api, "team-a").get("small"), 10, "small bound")
+        assert "huge" not in bound_pods(fake_api, "team-a")
+
+
+def test_pause_stops_new_starts_in_the_queue_and_resume_starts_them_within_a_second(
+    fake_api, api
+) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_max=16, namespaces=["team-a"], paused=True))
+    create_queue(custom, queue_body("b", gpu_max=16, namespaces=["team-b"]))
+    with running(fake_api):
+        _pods(core, "team-a", 2)
+        _pods(core, "team-b", 2)
+        wait_for(lambda: len(bound_pods(fake_api, "team-b")) == 2, 10, "b runs")
+        wait_for(lambda: _reason(fake_api, "p0", "team-a") == "queue a is paused", 10, "reason")
+        assert bound_pods(fake_api, "team-a") == {}
+        import time
+
+        start = time.monotonic()
+        patch_queue(custom, "a", {"paused": False})
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 5, "a runs")
+        assert time.monotonic() - start < 1.0
+        create_queue(custom, queue_body("root", paused=True))
+        wait_for(lambda: condition(fake_api, "root", "Valid"), 10, "root status")
+        _pods(core, "team-b", 1, prefix="late")
+        wait_for(
+            lambda: "scheduler is paused" in _reason(fake_api, "late0", "team-b"), 10, "root paused"
+        )
+        assert "late0" not in bound_pods(fake_api, "team-b")
+
+
+def test_malformed_queues_get_a_condition_and_the_others_keep_scheduling(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("cyc1", parent="cyc2"))
+    create_queue(custom, queue_body("cyc2", parent="cyc1"))
+    create_queue(custom, queue_body("orphan", parent="missing"))
+    create_queue(custom, queue_body("inverted", gpu_min=8, gpu_max=4))
+    create_queue(custom, queue_body("negative", gpu_max=-1))
+    create_queue(custom, queue_body("good", gpu_max=4, namespaces=["team-a"]))
+    with running(fake_api):
+        _pods(core, "team-a", 2)
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 10, "good queue schedules")
+        for name, reason in (
+            ("cyc1", "Cycle"),
+            ("cyc2", "Cycle"),
+            ("orphan", "UnknownParent"),
+            ("inverted", "Invalid"),
+            ("negative", "Invalid"),
+        ):
+            cond = wait_for(lambda n=name: condition(fake_api, n, "Valid"), 10, f"{name} condition")
+            assert cond["status"] == "False"
+            assert cond["reason"] == reason
+        assert condition(fake_api, "good", "Valid")["status"] == "True"
+        assert (
+            "spec.min[nvidia.com/gpu] is above spec.max"
+            in condition(fake_api, "inverted", "Valid")["message"]
+        )
+        labelled = pod_body("lost", gpus=1, namespace="team-b", labels={QUEUE_LABEL: "good"})
+        create_pod(core, labelled)
+        create_pod(
+            core, pod_body("cyclic", gpus=1, namespace="team-b", labels={QUEUE_LABEL: "cyc1"})
+        )
+        wait_for(
+            lambda: "does not serve namespace team-b" in _reason(fake_api, "lost", "team-b"),
+            10,
+            "ns reason",
+        )
+        wait_for(lambda: "cycle" in _reason(fake_api, "cyclic", "team-b"), 10, "cycle reason")
+        warnings = [
+            e for e in fake_api.list_objects("events", "default") if e.get("reason") == "Cycle"
+        ]
+        assert warnings

@@ -264,3 +264,29 @@ def test_malformed_queues_get_a_condition_and_the_others_keep_scheduling(fake_ap
             e for e in fake_api.list_objects("events", "default") if e.get("reason") == "Cycle"
         ]
         assert warnings
+
+
+def test_a_new_scheduler_counts_the_same_usage_and_no_max_is_exceeded_across_a_restart(
+    fake_api, api
+) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_max=8, namespaces=["team-a"]))
+    fake_api.slow(0.02)  # binds in flight when the first scheduler stops
+    with running(fake_api) as first:
+        _pods(core, "team-a", 12)
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) >= 3, 20, "some bound")
+    with first.cache.lock:
+        used_by_first = dict(first.cache.queues.usage.used("a"))
+    bound_then = _gpus_bound(fake_api, "team-a")
+    assert used_by_first == ({"nvidia.com/gpu": bound_then * 1000} if bound_then else {})
+    with running(fake_api) as second:
+        with second.cache.lock:
+            assert dict(second.cache.queues.usage.used("a")) == used_by_first
+        wait_for(lambda: _gpus_bound(fake_api, "team-a") == 8, 20, "8 bound")
+        wait_for(
+            lambda: queue_status(fake_api, "a").get("used") == {"nvidia.com/gpu": "8"}, 10, "status"
+        )
+    fake_api.slow(0)
+    binds = [name for name in bind_order(fake_api) if name.startswith("team-a/")]
+    assert len(set(binds)) == 8  # every bind ever asked for, across both: never above max
+    assert _gpus_bound(fake_api, "team-a") == 8

@@ -21,6 +21,8 @@ from tests.builders.queues import (
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
+    create_podgroup,
+    podgroup,
     gpu_node,
     pod_body,
     running,
@@ -290,3 +292,20 @@ def test_a_new_scheduler_counts_the_same_usage_and_no_max_is_exceeded_across_a_r
     binds = [name for name in bind_order(fake_api) if name.startswith("team-a/")]
     assert len(set(binds)) == 8  # every bind ever asked for, across both: never above max
     assert _gpus_bound(fake_api, "team-a") == 8
+
+
+def test_a_gang_is_admitted_whole_in_the_queue_its_podgroup_names(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("small", gpu_max=8))
+    for name, members in (("too-big", 3), ("fits", 2)):
+        group = podgroup(name, members, namespace="team-a")
+        group["metadata"]["labels"] = {QUEUE_LABEL: "small"}
+        create_podgroup(custom, group)
+        for i in range(members):
+            labels = {"scheduling.x-k8s.io/pod-group": name}
+            create_pod(core, pod_body(f"{name}-{i}", gpus=4, namespace="team-a", labels=labels))
+    with running(fake_api):
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 10, "the fitting gang")
+        assert set(bound_pods(fake_api, "team-a")) == {"fits-0", "fits-1"}
+        message = "queue small: nvidia.com/gpu 8 used + 12 requested > max 8"
+        wait_for(lambda: _reason(fake_api, "too-big-0", "team-a") == message, 10, "gang reason")

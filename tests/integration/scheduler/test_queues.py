@@ -3,6 +3,8 @@ server, driven through the real client. 16 GPUs (two 8-GPU nodes) unless a test 
 
 from __future__ import annotations
 
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -22,9 +24,9 @@ from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     create_podgroup,
-    podgroup,
     gpu_node,
     pod_body,
+    podgroup,
     running,
     scheduled_condition,
     wait_for,
@@ -210,8 +212,6 @@ def test_pause_stops_new_starts_in_the_queue_and_resume_starts_them_within_a_sec
         wait_for(lambda: len(bound_pods(fake_api, "team-b")) == 2, 10, "b runs")
         wait_for(lambda: _reason(fake_api, "p0", "team-a") == "queue a is paused", 10, "reason")
         assert bound_pods(fake_api, "team-a") == {}
-        import time
-
         start = time.monotonic()
         patch_queue(custom, "a", {"paused": False})
         wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 5, "a runs")
@@ -309,3 +309,30 @@ def test_a_gang_is_admitted_whole_in_the_queue_its_podgroup_names(fake_api, api)
         assert set(bound_pods(fake_api, "team-a")) == {"fits-0", "fits-1"}
         message = "queue small: nvidia.com/gpu 8 used + 12 requested > max 8"
         wait_for(lambda: _reason(fake_api, "too-big-0", "team-a") == message, 10, "gang reason")
+
+
+def _status_patches(fake) -> int:
+    return len(fake.requests_matching("PATCH", r"/queues/[^/]+/status$"))
+
+
+def test_queue_status_is_written_only_on_change_and_metrics_show_each_queue(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_min=2, gpu_max=4, namespaces=["team-a"]))
+    with running(fake_api) as runtime:
+        _pods(core, "team-a", 3)
+        wait_for(
+            lambda: queue_status(fake_api, "a").get("used") == {"nvidia.com/gpu": "3"}, 10, "used"
+        )
+        status = queue_status(fake_api, "a")
+        assert status["borrowed"] == {"nvidia.com/gpu": "1"}
+        assert status["pending"] == {"units": 0, "resources": {}}
+        assert condition(fake_api, "a", "Valid")["status"] == "True"
+        settled = _status_patches(fake_api)
+        time.sleep(4.5)  # two status periods with nothing new: nothing written
+        assert _status_patches(fake_api) == settled
+        url = f"http://127.0.0.1:{runtime.server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            text = reply.read().decode()
+        assert 'gputopo_scheduler_queue_used{queue="a",resource="nvidia.com/gpu"} 3.0' in text
+        assert 'gputopo_scheduler_queue_max{queue="a",resource="nvidia.com/gpu"} 4.0' in text
+        assert 'gputopo_scheduler_queue_pending_units{queue="a"} 0.0' in text

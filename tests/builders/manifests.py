@@ -38,6 +38,10 @@ KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("storage.k8s.io", "csinodes"): ALL_VERBS,
     ("apps", "replicasets"): ALL_VERBS,
     ("policy", "poddisruptionbudgets"): ALL_VERBS,
+    # scheduler-plugins' CapacityScheduling CRD: gputopo reads it where it is installed, never
+    # ships it (DESIGN §10).
+    ("scheduling.x-k8s.io", "elasticquotas"): ALL_VERBS,
+    ("scheduling.x-k8s.io", "elasticquotas/status"): STATUS_VERBS,
 }
 
 # The two CRDs others ship in daemonset/crds/, for when those files are not in the tree yet.
@@ -45,6 +49,8 @@ EXPECTED_CRD_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("topology.node.k8s.io", "noderesourcetopologies"): ALL_VERBS,
     ("scheduling.x-k8s.io", "podgroups"): ALL_VERBS,
     ("scheduling.x-k8s.io", "podgroups/status"): STATUS_VERBS,
+    ("scheduling.gputopo.io", "queues"): ALL_VERBS,
+    ("scheduling.gputopo.io", "queues/status"): STATUS_VERBS,
 }
 
 

@@ -48,7 +48,7 @@ def test_every_yaml_file_in_daemonset_is_listed_or_an_example():
 
 def test_optional_holds_only_opt_in_kustomizations():
     folders = sorted(p.parent.name for p in r.OPTIONAL.glob("*/kustomization.yaml"))
-    assert folders == ["admission", "cdi"]
+    assert folders == ["admission", "cdi", "queue-label"]
     assert sorted(p.name for p in r.OPTIONAL.iterdir()) == folders
 
 

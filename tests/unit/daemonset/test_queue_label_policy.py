@@ -1,6 +1,6 @@
-"""daemonset/optional/queue-label/: the opt-in policy that makes `gputopo.io/queue` immutable parses,
-validates against the 1.30 schemas, is not in the default install, and its CEL is well formed and
-reads only fields a Pod has."""
+"""daemonset/optional/queue-label/: the opt-in policy that makes `gputopo.io/queue` immutable
+parses, validates against the 1.30 schemas, is not in the default install, and its CEL is well
+formed and reads only fields a Pod has."""
 
 from __future__ import annotations
 

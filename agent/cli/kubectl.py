@@ -1,14 +1,19 @@
 """`kubectl gputopo` (installed as `kubectl-gputopo`): GPU capacity and topology from the nodes'
-NodeResourceTopology objects.
+NodeResourceTopology objects, and the scheduler's queues.
 
     kubectl gputopo nodes            per node: product, GPUs total/free, MIG free by profile,
                                      NVLink islands, health
     kubectl gputopo topo NODE        the `nvidia-smi topo -m` matrix with its legend, NUMA and MIG
+    kubectl gputopo queues           the Queue tree: GPUs min, max, used, borrowed, pending, fair
+                                     share, and each queue's state
+    kubectl gputopo queue pause|resume NAME
+                                     set the Queue's spec.paused (`root`: the whole scheduler)
     --kubeconfig PATH, -o table|json, --log-format text|json
 
 An object gputopo cannot read (another producer's, or a damaged one) gives one line naming the node
 and the field, on stderr; the other nodes are still shown. Exit codes: 0 done, 1 the cluster could
-not be read (or the node has no object), 2 bad usage.
+not be read (the node has no object, the queue does not exist, the Queue CRD is not installed),
+2 bad usage.
 """
 
 from __future__ import annotations
@@ -18,16 +23,26 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from agent import logsetup
+from agent.cli import kubectl_queues as queues
 from agent.errors import AgentError, TopologyDecodeError
 from agent.model import HEALTHY, UNHEALTHY, format_cpulist
 from agent.nrt import ATTR_SOURCE, DecodedTopology, decode, is_gpu_free
 from agent.resource_names import MIG_RESOURCE_PREFIX
 from agent.topo_table import render_legend, render_topo_matrix
 
+if TYPE_CHECKING:
+    from agent.kube.client import KubeSink
+
 PROG = "kubectl-gputopo"
+NO_QUEUE_CRD = "the Queue CRD (queues.scheduling.gputopo.io) is not installed"
+SCHEDULER_PAUSED = "scheduler paused: queue root has spec.paused, nothing new starts"
+NO_QUEUES = (
+    "no queues: every pod uses the default queue; create one with `kubectl apply -f` on a Queue "
+    "(apiVersion scheduling.gputopo.io/v1alpha1, spec.min/max, e.g. nvidia.com/gpu: 8)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         "topo", parents=[common], help="a node's GPU link matrix, NUMA and MIG layout"
     )
     topo.add_argument("node", help="node name")
+    sub.add_parser("queues", parents=[common], help="the queue tree: GPUs min/max/used/pending")
+    queue = sub.add_parser("queue", parents=[common], help="pause or resume a queue")
+    queue.add_argument("action", choices=("pause", "resume"))
+    queue.add_argument("name", help="Queue name (`root`: the whole scheduler)")
     return parser
 
 
@@ -243,6 +262,52 @@ def cmd_topo(obj: Any, node: str, output: str, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def render_queues(tree: queues.QueueTree) -> str:
+    """One table over every section, so the columns line up; problem sections under headings."""
+    sections = [
+        (s.problem, [queues.queue_row(d, o, s.unplaced_reason(d)) for d, o in s.entries])
+        for s in tree.sections
+    ]
+    rows = [queues.root_row(tree.root_paused)] + [r for _, rs in sections for r in rs]
+    lines = iter(_table(queues.HEADER, rows).splitlines())
+    out = [SCHEDULER_PAUSED] if tree.root_paused else []
+    out += [next(lines), next(lines)]  # the header and the root
+    for problem, section_rows in sections:
+        if problem is not None:
+            out += ["", f"{problem} (not scheduled):"]
+        out += [next(lines) for _ in section_rows]
+    return "\n".join(out) + "\n"
+
+
+def cmd_queues(objects: Sequence[Any] | None, output: str, out: TextIO, err: TextIO) -> int:
+    if objects is None:
+        err.write(f"{PROG}: {NO_QUEUE_CRD}\n")
+        return 1
+    tree = queues.build_tree(objects)
+    if output == "json":
+        out.write(json.dumps(queues.tree_json(tree), indent=2) + "\n")
+    elif tree.queue_count:
+        out.write(render_queues(tree))
+    else:
+        out.write(f"{SCHEDULER_PAUSED}\n" * tree.root_paused + NO_QUEUES + "\n")
+    return 0
+
+
+def cmd_queue(sink: KubeSink, action: str, name: str, out: TextIO, err: TextIO) -> int:
+    """Merge-patch `spec.paused`; pausing `root` creates that Queue when there is none."""
+    paused = action == "pause"
+    if sink.patch_queue(name, {"spec": {"paused": paused}}) is None:
+        if sink.list_queues() is None:
+            err.write(f"{PROG}: {NO_QUEUE_CRD}\n")
+            return 1
+        if not (paused and name == queues.ROOT):
+            err.write(f"{PROG}: queue {name} not found\n")
+            return 1
+        sink.create_queue({"metadata": {"name": name}, "spec": {"paused": True}})
+    out.write(f"queue {name} {'paused' if paused else 'resumed'}\n")
+    return 0
+
+
 def options(args: argparse.Namespace) -> tuple[str | None, str, str]:
     """(kubeconfig, output, log format), defaults filled in."""
     get = args.__dict__.get
@@ -263,6 +328,10 @@ def main(
         sink = KubeSink(load_api_client(kubeconfig))
         if args.command == "nodes":
             return cmd_nodes(sink.list_topologies(), output, out, err)
+        if args.command == "queues":
+            return cmd_queues(sink.list_queues(), output, out, err)
+        if args.command == "queue":
+            return cmd_queue(sink, args.action, args.name, out, err)
         return cmd_topo(sink.get_topology(args.node), args.node, output, out, err)
     except AgentError as exc:
         err.write(f"{PROG}: {exc}\n")

@@ -1,7 +1,8 @@
 """The agent's Kubernetes API calls, over the real client (credentials: `agent.kube.connect`).
 
 `KubeSink` is the publisher's `TopologySink` (server-side apply of the NRT object, merge patches
-of node labels, the node's pod phases for the terminal-pod filter), also used by `kubectl gputopo`.
+of node labels, the node's pod phases for the terminal-pod filter), also used by `kubectl gputopo`
+(which also lists Queues and merge-patches their `spec.paused`).
 Every failure becomes `PublishError` with the object and the HTTP status, so callers retry without
 knowing the client. Responses are read as plain JSON (`_preload_content=False`): no client model
 objects leave here.
@@ -25,6 +26,8 @@ from agent.nrt import GROUP, PLURAL, VERSION
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", "queues"
+"""The Queue CRD (DESIGN §10), cluster-scoped; only the scheduler writes its status."""
 
 
 @contextmanager
@@ -132,3 +135,49 @@ class KubeSink:
             ).get("phase", "")
             for p in _json(response).get("items") or []
         }
+
+    def list_queues(self) -> list[dict[str, Any]] | None:
+        """Every Queue, or None when the API server does not serve Queues (CRD not installed)."""
+        data = _read_or_none(
+            "listing Queues",
+            lambda: self._custom.list_cluster_custom_object(
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
+        if data is None:
+            return None
+        items: list[dict[str, Any]] = data.get("items") or []
+        return items
+
+    def patch_queue(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch the Queue (its spec, never its status); None when there is no such Queue."""
+        return _read_or_none(
+            f"patching Queue {name}",
+            lambda: self._custom.patch_cluster_custom_object(
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                name,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
+
+    def create_queue(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue", **obj}
+        with api_errors(f"creating Queue {obj['metadata']['name']}"):
+            response = self._custom.create_cluster_custom_object(
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                body,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        return _json(response)

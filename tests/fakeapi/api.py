@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tests.fakeapi import apply as ssa
-from tests.fakeapi import deletion, kinds, pods
+from tests.fakeapi import deletion, kinds, pods, priority
 from tests.fakeapi import patch as patches
 from tests.fakeapi.errors import (
     ApiError,
@@ -90,9 +90,16 @@ class Api:
             "items": shown,
         }
 
+    def priority_classes(self) -> list[Obj]:
+        """The stored PriorityClasses (what the Priority admission plugin's lister sees)."""
+        objects, _ = self.store.snapshot(self.registry.resolve("priorityclasses"), None)
+        return objects
+
     def _new_object(self, ref: Ref, body: Obj) -> Obj:
         obj = check_body(ref, body)
         meta = obj.setdefault("metadata", {})
+        if ref.rt.builtin and ref.rt.group == "" and ref.rt.plural == "pods":
+            priority.admit_pod(ref.rt, obj, self.priority_classes())
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise invalid(
@@ -116,7 +123,7 @@ class Api:
         obj["apiVersion"], obj["kind"] = ref.rt.api_version(ref.version), ref.rt.kind
         if ref.rt.status_subresource:
             obj.pop("status", None)
-        return kinds.prepare_create(ref.rt, self._conform(ref, obj))
+        return kinds.prepare_create(ref.rt, self._conform(ref, obj), self.priority_classes)
 
     @staticmethod
     def _conform(ref: Ref, obj: Obj) -> Obj:
@@ -194,7 +201,9 @@ class Api:
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         new["apiVersion"], new["kind"] = old.get("apiVersion"), ref.rt.kind
         check_meta(ref.rt, meta)
-        new = self._conform(ref, kinds.prepare_update(ref.rt, old, new, ref.sub))
+        new = self._conform(
+            ref, kinds.prepare_update(ref.rt, old, new, ref.sub, self.priority_classes)
+        )
         if spec_part(new) != spec_part(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         if kinds.finalized(new):

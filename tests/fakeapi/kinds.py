@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakeapi import pods
+from tests.fakeapi import pods, priority
 from tests.fakeapi.errors import invalid
 from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
 
+Classes = Callable[[], Sequence[Obj]]
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 _NODE_INFO_FIELDS = [
     "architecture",
@@ -82,8 +83,15 @@ def _create_crd(rt: ResourceType, crd: Obj) -> Obj:
     return crd
 
 
-def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
-    """Kind-specific defaults and checks on a new object (status subresource already dropped)."""
+def _is(rt: ResourceType, group: str, plural: str) -> bool:
+    return rt.builtin and rt.group == group and rt.plural == plural
+
+
+def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
+    """Kind-specific defaults and checks on a new object (status subresource already dropped);
+    `classes` lists the stored PriorityClasses."""
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        return priority.prepare_class_create(rt, obj, classes())
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.prepare_create(obj)
     if rt.builtin and rt.group == "" and rt.plural == "nodes":
@@ -95,7 +103,7 @@ def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
     return obj
 
 
-def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
+def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Classes) -> Obj:
     """Carry over what this endpoint may not change; 422 for forbidden changes."""
     if sub == "status":
         merged = clone(old)
@@ -109,8 +117,11 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
             new["status"] = clone(old["status"])
         else:
             new.pop("status", None)
-    if rt.builtin and rt.group == "" and rt.plural == "pods":
+    if _is(rt, "", "pods"):
+        priority.carry_over(old, new)
         pods.check_update(old, new)
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        return priority.check_class_update(rt, old, new, classes())
     if rt.builtin and rt.plural == "customresourcedefinitions":
         problems = crd_problems(new)
         if problems:
@@ -122,6 +133,8 @@ def delete(
     rt: ResourceType, obj: Obj, grace: int | None, now_s: float, fmt: Callable[[float], str]
 ) -> Obj | Delete:
     """DELETE or the object left behind (Terminating pod, or finalizers still pending)."""
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        priority.check_class_delete(rt, obj["metadata"]["name"])
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.delete(obj, grace, now_s, fmt)
     if not obj["metadata"].get("finalizers"):

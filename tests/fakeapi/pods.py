@@ -127,9 +127,7 @@ def prepare_create(pod: Obj) -> Obj:
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("securityContext", {})
-    spec.setdefault("priority", 0)
     spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     for container in list(spec["containers"]) + list(spec.get("initContainers") or []):
         _default_container(container)
     tolerations = spec.setdefault("tolerations", [])

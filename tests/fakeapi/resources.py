@@ -11,6 +11,7 @@ from tests.fakeapi.schema import version_schemas
 
 NRT_GROUP = "topology.node.k8s.io"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
+QUEUE_GROUP = "scheduling.gputopo.io"
 APPROVAL_ANNOTATION = "api-approved.kubernetes.io"
 PROTECTED_GROUP_SUFFIXES = (".k8s.io", ".kubernetes.io")
 
@@ -104,6 +105,7 @@ def builtin_types() -> list[ResourceType]:
         _core("configmaps", "ConfigMap", True),
         _grouped("coordination.k8s.io", "leases", "Lease", True),
         _grouped("events.k8s.io", "events", "Event", True),
+        _grouped("scheduling.k8s.io", "priorityclasses", "PriorityClass", False),
         _grouped(
             "apiextensions.k8s.io",
             "customresourcedefinitions",
@@ -219,6 +221,31 @@ def podgroup_crd() -> dict[str, Any]:
         [_version("v1alpha1", True, status=True)],
     )
     crd["spec"]["names"]["shortNames"] = ["pg", "pgs"]
+    return crd
+
+
+def queue_crd() -> dict[str, Any]:
+    """queues.scheduling.gputopo.io: cluster-scoped, v1alpha1, with a status subresource.
+
+    The schema keeps every field (as for the NRT and PodGroup CRDs here), so malformed queues
+    reach the scheduler; register `daemonset/crds/queue.yaml` for the shipped schema.
+    """
+    crd = _crd(QUEUE_GROUP, "queues", "Queue", "Cluster", [_version("v1alpha1", True, status=True)])
+    crd["spec"]["names"]["shortNames"] = ["q"]
+    return crd
+
+
+def elasticquota_crd() -> dict[str, Any]:
+    """elasticquotas.scheduling.x-k8s.io (scheduler-plugins' CapacityScheduling): namespaced,
+    v1alpha1, with a status subresource."""
+    crd = _crd(
+        PODGROUP_GROUP,
+        "elasticquotas",
+        "ElasticQuota",
+        "Namespaced",
+        [_version("v1alpha1", True, status=True)],
+    )
+    crd["spec"]["names"]["shortNames"] = ["eq", "eqs"]
     return crd
 
 

@@ -31,7 +31,16 @@ from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
 from tests.fakeapi.objects import Ref, format_time
-from tests.fakeapi.resources import Registry, ResourceType, builtin_types, nrt_crd, podgroup_crd
+from tests.fakeapi.priority import system_classes
+from tests.fakeapi.resources import (
+    Registry,
+    ResourceType,
+    builtin_types,
+    elasticquota_crd,
+    nrt_crd,
+    podgroup_crd,
+    queue_crd,
+)
 from tests.fakeapi.store import DELETE, Obj, Store, clone
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -61,7 +70,8 @@ class _Fault:
 class FakeApiServer:
     """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1.
 
-    `clock` stamps creation and deletion times; `install_crds` installs the NRT and PodGroup CRDs;
+    `clock` stamps creation and deletion times; `install_crds` installs the NRT, PodGroup, Queue
+    and ElasticQuota CRDs (the built-in PriorityClasses exist either way);
     `history_limit` is the watch events kept per resource (older resource versions get 410);
     `request_log_limit` bounds `requests` to the most recent ones (0 turns the log off).
     """
@@ -92,9 +102,11 @@ class FakeApiServer:
         self.port = 0
         for ns in namespaces:
             self._create("namespaces", {"metadata": {"name": ns}})
+        for pc in system_classes():
+            self._create("priorityclasses", pc)
         if install_crds:
-            self.register_crd(nrt_crd())
-            self.register_crd(podgroup_crd())
+            for crd in (nrt_crd(), podgroup_crd(), queue_crd(), elasticquota_crd()):
+                self.register_crd(crd)
 
     # lifecycle -------------------------------------------------------------------------------
 

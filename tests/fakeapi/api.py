@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tests.fakeapi import apply as ssa
@@ -90,7 +90,7 @@ class Api:
             "items": shown,
         }
 
-    def priority_classes(self) -> list[Obj]:
+    def priority_classes(self) -> Sequence[Obj]:
         """The stored PriorityClasses (what the Priority admission plugin's lister sees)."""
         objects, _ = self.store.snapshot(self.registry.resolve("priorityclasses"), None)
         return objects

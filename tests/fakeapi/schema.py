@@ -2,9 +2,9 @@
 
 As kube-apiserver does for `apiextensions.k8s.io/v1` CRDs: fields the schema does not declare are
 dropped silently (unless `x-kubernetes-preserve-unknown-fields`), `null` in a non-nullable field is
-dropped, a declared property that is absent gets its `default`, and a value of the wrong type, a missing `required` field or a value outside `enum`,
-`pattern`, `minimum` or `maximum` makes the write 422 Invalid. `apiVersion`, `kind` and
-`metadata` are always kept.
+dropped, a declared property that is absent gets its `default`, and a value of the wrong type, a
+missing `required` field or a value outside `enum`, `pattern`, `minimum` or `maximum` makes the
+write 422 Invalid. `apiVersion`, `kind` and `metadata` are always kept.
 """
 
 from __future__ import annotations

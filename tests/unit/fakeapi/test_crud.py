@@ -446,7 +446,11 @@ def test_absent_properties_get_their_schema_default(fake_api, custom_objects):
     props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props["properties"]["weight"] = {"type": "integer", "minimum": 1, "default": 1}
     fake_api.register_crd(crd)
-    body = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}
+    body: dict[str, Any] = {
+        "apiVersion": "example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+    }
     made = custom_objects.create_cluster_custom_object(*GADGETS, {**body, "spec": {"size": 2}})
     assert made["spec"] == {"size": 2, "weight": 1}
     body["metadata"]["name"] = "h"

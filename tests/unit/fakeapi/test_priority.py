@@ -6,13 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiException, SchedulingV1Api, V1ObjectMeta, V1PriorityClass
+from kubernetes.client import (
+    ApiClient,
+    ApiException,
+    SchedulingV1Api,
+    V1ObjectMeta,
+    V1PriorityClass,
+)
 
 from tests.builders.fakeapi import make_pod, status_body
 
 
 @pytest.fixture
-def scheduling(kube_client) -> SchedulingV1Api:
+def scheduling(kube_client: ApiClient) -> SchedulingV1Api:
     return SchedulingV1Api(kube_client)
 
 

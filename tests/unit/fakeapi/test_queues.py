@@ -35,7 +35,7 @@ def _quota(name: str, lo: str, hi: str) -> dict[str, Any]:
 
 
 def _events(custom: CustomObjectsApi, rv: str) -> list[tuple[str, str]]:
-    w = watch.Watch()  # type: ignore[no-untyped-call]
+    w: Any = watch.Watch()  # type: ignore[no-untyped-call]
     stream = w.stream(
         custom.list_cluster_custom_object, *QUEUES, resource_version=rv, timeout_seconds=1
     )

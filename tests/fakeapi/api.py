@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tests.fakeapi import apply as ssa
-from tests.fakeapi import deletion, kinds, pods
+from tests.fakeapi import deletion, kinds, pods, priority
 from tests.fakeapi import patch as patches
 from tests.fakeapi.errors import (
     ApiError,
     already_exists,
     bad_request,
-    forbidden,
     invalid,
     not_found,
     stale,
@@ -91,9 +90,16 @@ class Api:
             "items": shown,
         }
 
+    def priority_classes(self) -> Sequence[Obj]:
+        """The stored PriorityClasses (what the Priority admission plugin's lister sees)."""
+        objects, _ = self.store.snapshot(self.registry.resolve("priorityclasses"), None)
+        return objects
+
     def _new_object(self, ref: Ref, body: Obj) -> Obj:
         obj = check_body(ref, body)
         meta = obj.setdefault("metadata", {})
+        if ref.rt.builtin and ref.rt.group == "" and ref.rt.plural == "pods":
+            priority.admit_pod(ref.rt, obj, self.priority_classes())
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise invalid(
@@ -117,35 +123,7 @@ class Api:
         obj["apiVersion"], obj["kind"] = ref.rt.api_version(ref.version), ref.rt.kind
         if ref.rt.status_subresource:
             obj.pop("status", None)
-        obj = kinds.prepare_create(ref.rt, self._conform(ref, obj))
-        if ref.rt.builtin and ref.rt.group == "" and ref.rt.plural == "pods":
-            self._admit_priority(ref, obj)
-        return obj
-
-    def _admit_priority(self, ref: Ref, pod: Obj) -> None:
-        """The Priority admission plugin: `spec.priority` (and `preemptionPolicy`) from the
-        PriorityClass named, else the global default class, else 0; 403 for a missing class."""
-        spec, name = pod["spec"], pod["metadata"].get("name", "")
-        classes = self.store.snapshot(self.registry.resolve("priorityclasses"), None)[0]
-        wanted = spec.get("priorityClassName")
-        if wanted:
-            found = next((c for c in classes if c["metadata"]["name"] == wanted), None)
-            if found is None:
-                raise forbidden(ref.rt, name, f"no PriorityClass with name {wanted} was found")
-        else:
-            found = next((c for c in classes if c.get("globalDefault")), None)
-        value = int(found["value"]) if found is not None else 0
-        given = spec.get("priority")
-        if given is not None and given != value:
-            raise forbidden(
-                ref.rt,
-                name,
-                f"the integer value of priority ({given}) must not be provided in pod spec; "
-                f"priority admission controller computed {value} from the given PriorityClass name",
-            )
-        spec["priority"] = value
-        policy = (found or {}).get("preemptionPolicy") or "PreemptLowerPriority"
-        spec.setdefault("preemptionPolicy", policy)
+        return kinds.prepare_create(ref.rt, self._conform(ref, obj), self.priority_classes)
 
     @staticmethod
     def _conform(ref: Ref, obj: Obj) -> Obj:
@@ -223,7 +201,9 @@ class Api:
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         new["apiVersion"], new["kind"] = old.get("apiVersion"), ref.rt.kind
         check_meta(ref.rt, meta)
-        new = self._conform(ref, kinds.prepare_update(ref.rt, old, new, ref.sub))
+        new = self._conform(
+            ref, kinds.prepare_update(ref.rt, old, new, ref.sub, self.priority_classes)
+        )
         if spec_part(new) != spec_part(old):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         if kinds.finalized(new):

@@ -109,11 +109,6 @@ def invalid(rt: ResourceType, name: str, causes: list[str]) -> ApiError:
     return ApiError(422, message, details=details)
 
 
-def forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
-    """403 Forbidden from an admission plugin: `<plural> "<name>" is forbidden: <why>`."""
-    return ApiError(403, f'{rt.plural} "{name}" is forbidden: {why}', details=_details(rt, name))
-
-
 def bad_request(message: str) -> ApiError:
     return ApiError(400, message)
 

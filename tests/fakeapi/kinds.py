@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakeapi import pods
+from tests.fakeapi import pods, priority
 from tests.fakeapi.errors import invalid
 from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
 
+Classes = Callable[[], Sequence[Obj]]
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 _NODE_INFO_FIELDS = [
     "architecture",
@@ -82,8 +83,15 @@ def _create_crd(rt: ResourceType, crd: Obj) -> Obj:
     return crd
 
 
-def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
-    """Kind-specific defaults and checks on a new object (status subresource already dropped)."""
+def _is(rt: ResourceType, group: str, plural: str) -> bool:
+    return rt.builtin and rt.group == group and rt.plural == plural
+
+
+def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
+    """Kind-specific defaults and checks on a new object (status subresource already dropped);
+    `classes` lists the stored PriorityClasses."""
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        return priority.prepare_class_create(rt, obj, classes())
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.prepare_create(obj)
     if rt.builtin and rt.group == "" and rt.plural == "nodes":
@@ -92,29 +100,10 @@ def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
         return _create_namespace(obj)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         return _create_crd(rt, obj)
-    if rt.builtin and rt.plural == "priorityclasses":
-        return _create_priority_class(rt, obj)
     return obj
 
 
-_MAX_USER_PRIORITY = 1_000_000_000
-
-
-def _create_priority_class(rt: ResourceType, obj: Obj) -> Obj:
-    """`value` is required and at most 1e9 outside the `system-` names; the policy is defaulted."""
-    name = obj["metadata"].get("name", "")
-    value = obj.get("value")
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid(rt, name, ["value: Required value"])
-    if value > _MAX_USER_PRIORITY and not name.startswith("system-"):
-        raise invalid(rt, name, [f"value: Invalid value: {value}: must be <= 1000000000"])
-    policy = obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
-    if policy not in ("PreemptLowerPriority", "Never"):
-        raise invalid(rt, name, [f'preemptionPolicy: Unsupported value: "{policy}"'])
-    return obj
-
-
-def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
+def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Classes) -> Obj:
     """Carry over what this endpoint may not change; 422 for forbidden changes."""
     if sub == "status":
         merged = clone(old)
@@ -128,8 +117,11 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
             new["status"] = clone(old["status"])
         else:
             new.pop("status", None)
-    if rt.builtin and rt.group == "" and rt.plural == "pods":
+    if _is(rt, "", "pods"):
+        priority.carry_over(old, new)
         pods.check_update(old, new)
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        return priority.check_class_update(rt, old, new, classes())
     if rt.builtin and rt.plural == "customresourcedefinitions":
         problems = crd_problems(new)
         if problems:
@@ -141,6 +133,8 @@ def delete(
     rt: ResourceType, obj: Obj, grace: int | None, now_s: float, fmt: Callable[[float], str]
 ) -> Obj | Delete:
     """DELETE or the object left behind (Terminating pod, or finalizers still pending)."""
+    if _is(rt, priority.GROUP, "priorityclasses"):
+        priority.check_class_delete(rt, obj["metadata"]["name"])
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.delete(obj, grace, now_s, fmt)
     if not obj["metadata"].get("finalizers"):

@@ -225,14 +225,19 @@ def podgroup_crd() -> dict[str, Any]:
 
 
 def queue_crd() -> dict[str, Any]:
-    """queues.scheduling.gputopo.io: cluster-scoped, v1alpha1, with a status subresource."""
+    """queues.scheduling.gputopo.io: cluster-scoped, v1alpha1, with a status subresource.
+
+    The schema keeps every field (as for the NRT and PodGroup CRDs here), so malformed queues
+    reach the scheduler; register `daemonset/crds/queue.yaml` for the shipped schema.
+    """
     crd = _crd(QUEUE_GROUP, "queues", "Queue", "Cluster", [_version("v1alpha1", True, status=True)])
     crd["spec"]["names"]["shortNames"] = ["q"]
     return crd
 
 
 def elasticquota_crd() -> dict[str, Any]:
-    """elasticquotas.scheduling.x-k8s.io (scheduler-plugins): namespaced, v1alpha1, status."""
+    """elasticquotas.scheduling.x-k8s.io (scheduler-plugins' CapacityScheduling): namespaced,
+    v1alpha1, with a status subresource."""
     crd = _crd(
         PODGROUP_GROUP,
         "elasticquotas",

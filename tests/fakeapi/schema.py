@@ -2,13 +2,14 @@
 
 As kube-apiserver does for `apiextensions.k8s.io/v1` CRDs: fields the schema does not declare are
 dropped silently (unless `x-kubernetes-preserve-unknown-fields`), `null` in a non-nullable field is
-dropped, and a value of the wrong type, a missing `required` field or a value outside `enum`,
-`pattern`, `minimum` or `maximum` makes the write 422 Invalid. `apiVersion`, `kind` and
-`metadata` are always kept.
+dropped, a declared property that is absent gets its `default`, and a value of the wrong type, a
+missing `required` field or a value outside `enum`, `pattern`, `minimum` or `maximum` makes the
+write 422 Invalid. `apiVersion`, `kind` and `metadata` are always kept.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -99,6 +100,10 @@ def _walk_object(
             walked = _DROP
         if walked is not _DROP:
             result[key] = walked
+    for key, sub in props.items():
+        if key not in result and isinstance(sub, Mapping) and "default" in sub:
+            where = f"{path}.{key}" if path else key
+            result[key] = _walk(copy.deepcopy(sub["default"]), sub, where, problems)
     for key in schema.get("required") or []:
         if key not in result:
             problems.append(f"{path + '.' if path else ''}{key}: Required value")

@@ -31,6 +31,7 @@ from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
 from tests.fakeapi.objects import Ref, format_time
+from tests.fakeapi.priority import system_classes
 from tests.fakeapi.resources import (
     Registry,
     ResourceType,
@@ -66,17 +67,11 @@ class _Fault:
     message: str = field(default="injected failure")
 
 
-BUILTIN_PRIORITY_CLASSES = {
-    "system-cluster-critical": 2000000000,
-    "system-node-critical": 2000001000,
-}
-
-
 class FakeApiServer:
     """The fake API server; `start()` (or `with`) serves it on an ephemeral port of 127.0.0.1.
 
     `clock` stamps creation and deletion times; `install_crds` installs the NRT, PodGroup, Queue
-    and ElasticQuota CRDs; the built-in PriorityClasses exist as on a real server;
+    and ElasticQuota CRDs (the built-in PriorityClasses exist either way);
     `history_limit` is the watch events kept per resource (older resource versions get 410);
     `request_log_limit` bounds `requests` to the most recent ones (0 turns the log off).
     """
@@ -107,8 +102,8 @@ class FakeApiServer:
         self.port = 0
         for ns in namespaces:
             self._create("namespaces", {"metadata": {"name": ns}})
-        for name, value in BUILTIN_PRIORITY_CLASSES.items():
-            self._create("priorityclasses", {"metadata": {"name": name}, "value": value})
+        for pc in system_classes():
+            self._create("priorityclasses", pc)
         if install_crds:
             for crd in (nrt_crd(), podgroup_crd(), queue_crd(), elasticquota_crd()):
                 self.register_crd(crd)

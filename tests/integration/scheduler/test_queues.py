@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from kubernetes import client
 
 from tests.builders.queues import (
@@ -20,6 +21,7 @@ from tests.builders.queues import (
     queue_body,
     queue_status,
 )
+from tests.builders.render import DAEMONSET
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -31,6 +33,7 @@ from tests.builders.scheduler import (
     scheduled_condition,
     wait_for,
 )
+from tests.fakeapi import FakeApiServer
 
 TEAMS = ("team-a", "team-b", "team-c")
 
@@ -336,3 +339,23 @@ def test_queue_status_is_written_only_on_change_and_metrics_show_each_queue(fake
         assert 'gputopo_scheduler_queue_used{queue="a",resource="nvidia.com/gpu"} 3.0' in text
         assert 'gputopo_scheduler_queue_max{queue="a",resource="nvidia.com/gpu"} 4.0' in text
         assert 'gputopo_scheduler_queue_pending_units{queue="a"} 0.0' in text
+
+
+def test_the_status_the_scheduler_writes_fits_the_shipped_queue_crd() -> None:
+    shipped = yaml.safe_load((DAEMONSET / "crds" / "queue.yaml").read_text())
+    with FakeApiServer(install_crds=False) as fake:
+        fake.register_crd(shipped)
+        gpu_node(fake, "gpu-a", gpus=8)
+        with fake.api_client() as api_client:
+            core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+            create_namespace(core, "team-a")
+            create_queue(custom, queue_body("a", gpu_min=2, gpu_max=4, namespaces=["team-a"]))
+            create_queue(custom, queue_body("orphan", gpu_max=4, parent="missing"))
+            with running(fake):
+                _pods(core, "team-a", 3)
+                used = {"nvidia.com/gpu": "3"}
+                wait_for(lambda: queue_status(fake, "a").get("used") == used, 10, "a's status")
+                cond = wait_for(lambda: condition(fake, "orphan", "Valid"), 10, "orphan's status")
+        assert cond["reason"] == "UnknownParent"
+        assert queue_status(fake, "a")["borrowed"] == {"nvidia.com/gpu": "1"}
+        assert queue_status(fake, "a")["pending"]["units"] == 0

@@ -10,12 +10,16 @@ import yaml
 from agent.quantity import parse_quantity
 from tests.builders import render as r
 
-EXPECTED_FILES = {
+POD_FILES = {
     "mig-pod.yaml",
     "nvlink-8gpu-job.yaml",
     "gang-podgroup.yaml",
     "kueue-gated-pod.yaml",
+    "queues-borrowing-demo.yaml",
+    "queues-hierarchy.yaml",
 }
+EXPECTED_FILES = POD_FILES | {"queues-two-teams.yaml", "elasticquota.yaml"}
+GPU = "nvidia.com/gpu"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-[1-7]g\.[0-9]+gb(\.[a-z]+)*$")
 
 
@@ -49,14 +53,14 @@ def test_the_examples_are_there(examples):
     assert set(examples) == EXPECTED_FILES
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_FILES))
+@pytest.mark.parametrize("name", sorted(POD_FILES))
 def test_every_example_pod_uses_gputopo_scheduler(examples, name):
     pods = _pods(examples[name])
     assert pods
     assert {spec.get("schedulerName") for _, spec in pods} == {"gputopo-scheduler"}
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_FILES))
+@pytest.mark.parametrize("name", sorted(POD_FILES))
 def test_gpu_requests_follow_extended_resource_rules(examples, name):
     """Extended resources: integer limits; requests, if given, equal the limits."""
     for _, spec in _pods(examples[name]):
@@ -129,3 +133,46 @@ def test_gang_topology_label_is_a_configured_topology_level(examples, objects):
     config = r.one(objects, "ConfigMap", "gputopo-scheduler-config")["data"]["scheduler.yaml"]
     levels = yaml.safe_load(config).get("topologyLevels", [])
     assert group["metadata"]["annotations"]["gputopo.io/topology-required"] in levels
+
+
+def _queues(docs: list[r.Obj]) -> dict[str, r.Obj]:
+    return {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Queue"}
+
+
+def _gpus(limits: r.Obj) -> int:
+    return int(parse_quantity(limits[GPU]))
+
+
+def test_two_teams_are_guaranteed_8_and_capped_at_16_in_their_namespaces(examples):
+    queues = _queues(examples["queues-two-teams.yaml"])
+    assert set(queues) == {"team-a", "team-b"}
+    for name, spec in queues.items():
+        assert (_gpus(spec["min"]), _gpus(spec["max"])) == (8, 16)
+        assert spec["namespaces"] == [name]
+        assert spec["weight"] >= 1
+
+
+def test_borrowing_demo_asks_team_a_for_more_than_its_min(examples):
+    team_a = _queues(examples["queues-two-teams.yaml"])["team-a"]
+    pods = _pods(examples["queues-borrowing-demo.yaml"])
+    asked = sum(_replicas(owner) * _limits(spec)[GPU] for owner, spec in pods)
+    assert _gpus(team_a["min"]) < asked <= _gpus(team_a["max"])
+    assert all("gputopo.io/queue" not in _pod_labels(owner) for owner, _ in pods)
+
+
+def test_hierarchy_children_are_capped_by_org(examples):
+    docs = examples["queues-hierarchy.yaml"]
+    queues = _queues(docs)
+    assert "parent" not in queues["org"]
+    assert _gpus(queues["org"]["max"]) == 12
+    children = {n: q for n, q in queues.items() if q.get("parent") == "org"}
+    assert {n: _gpus(q["max"]) for n, q in children.items()} == {"a": 10, "b": 10}
+    ((owner, spec),) = _pods(docs)
+    assert _pod_labels(owner)["gputopo.io/queue"] in children
+    assert _replicas(owner) * _limits(spec)[GPU] > _gpus(children["a"]["max"])
+
+
+def test_elasticquota_guarantees_less_than_its_max(examples):
+    (quota,) = examples["elasticquota.yaml"]
+    assert (quota["apiVersion"], quota["kind"]) == ("scheduling.x-k8s.io/v1alpha1", "ElasticQuota")
+    assert 0 < _gpus(quota["spec"]["min"]) <= _gpus(quota["spec"]["max"])

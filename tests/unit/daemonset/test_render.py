@@ -12,6 +12,7 @@ EXPECTED_RESOURCES = [
     "namespace.yaml",
     "crds/noderesourcetopology.yaml",
     "crds/podgroup.yaml",
+    "crds/queue.yaml",
     "rbac-agent.yaml",
     "rbac-scheduler.yaml",
     "configmaps.yaml",

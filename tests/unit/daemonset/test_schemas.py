@@ -10,7 +10,7 @@ from tests.builders import manifests as checks
 from tests.builders import render as r
 
 K8S_VERSION = "1.30"
-CRD_GROUPS = {"topology.node.k8s.io", "scheduling.x-k8s.io"}
+CRD_GROUPS = {"topology.node.k8s.io", "scheduling.x-k8s.io", "scheduling.gputopo.io"}
 
 SCHEMA = {
     "type": "object",

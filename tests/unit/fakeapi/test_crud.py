@@ -441,6 +441,25 @@ def test_custom_resources_are_pruned_to_the_crd_schema(fake_api, custom_objects)
     assert ("extra" in made, made["metadata"]["labels"]) == (False, {"a": "b"})
 
 
+def test_absent_properties_get_their_schema_default(fake_api, custom_objects):
+    crd = _strict_crd()
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    props["properties"]["weight"] = {"type": "integer", "minimum": 1, "default": 1}
+    fake_api.register_crd(crd)
+    body: dict[str, Any] = {
+        "apiVersion": "example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+    }
+    made = custom_objects.create_cluster_custom_object(*GADGETS, {**body, "spec": {"size": 2}})
+    assert made["spec"] == {"size": 2, "weight": 1}
+    body["metadata"]["name"] = "h"
+    kept = custom_objects.create_cluster_custom_object(
+        *GADGETS, {**body, "spec": {"size": 2, "weight": 5}}
+    )
+    assert kept["spec"]["weight"] == 5
+
+
 @pytest.mark.parametrize(
     "spec",
     [

@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from agent import nrt
+from agent.kube.client import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from agent.kube.connect import (
     TRANSPORT_ERRORS,
     load_configuration,
@@ -118,7 +119,6 @@ PODS = Kind("pods")
 NODES = Kind("nodes")
 NRTS = Kind(nrt.PLURAL, nrt.GROUP, nrt.VERSION, nrt.PLURAL)
 PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
-QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", "queues"
 QUEUES = Kind(QUEUE_PLURAL, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
 ELASTIC_QUOTAS = Kind("elasticquotas", PODGROUP_GROUP, "v1alpha1", "elasticquotas")
 

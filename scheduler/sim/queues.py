@@ -2,7 +2,8 @@
 
 For every queue of the tree but the root (`default` only when a job used it):
 
-* GPU-time: GPU-seconds its subtree's pods held (a GPU share counts its fraction);
+* GPU-time: GPU-seconds its subtree's pods held (a GPU share counts its fraction); peak: the
+  most GPUs they held at once;
 * wait p50 / p99: seconds from a job's arrival to the start of each of its pods (nearest rank,
   over the pods that started; `pods` and `podsStarted` say how many did not);
 * guarantee deficit: GPU-seconds of guarantee owed and not given. While the queue has work
@@ -35,6 +36,7 @@ class QueueReport:
     pods: int
     pods_started: int
     gpu_seconds: float
+    peak_gpus: float
     wait_p50: float | None
     wait_p99: float | None
     deficit_gpu_seconds: float
@@ -49,7 +51,8 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 class QueueMeter:
-    """Accumulates the figures; the run calls `arrived`, `started`, `settle` and `advance`."""
+    """Accumulates the figures; the run calls `arrived`, `started` (after charging the pod to
+    the usage), `settle` and `advance`."""
 
     def __init__(self, tree: QuotaTree, usage: Usage) -> None:
         self.tree = tree
@@ -59,6 +62,7 @@ class QueueMeter:
         self.deficit_milli_seconds = dict.fromkeys(self.queues, 0.0)
         self.pending_milli = dict.fromkeys(self.queues, 0)
         self.pods = dict.fromkeys(self.queues, 0)
+        self.peak_milli = dict.fromkeys(self.queues, 0)
         self.waits: dict[str, list[float]] = {q: [] for q in self.queues}
         self._shortfall: dict[str, int] = {}
 
@@ -71,6 +75,8 @@ class QueueMeter:
         for queue in self.tree.paths[leaf]:
             self.pending_milli[queue] -= gpu_milli
             self.waits[queue].append(wait)
+            used = self.usage.used(queue).get(GPU_RESOURCE, 0)
+            self.peak_milli[queue] = max(self.peak_milli[queue], used)
 
     def settle(self, heads: Mapping[str, Mapping[str, int]]) -> None:
         """After a scheduling pass: `heads` maps each leaf with work to its first unit's demand."""
@@ -110,6 +116,7 @@ class QueueMeter:
             pods=self.pods[queue],
             pods_started=len(waits),
             gpu_seconds=round(self.gpu_milli_seconds[queue] / MILLI_PER_GPU, 2),
+            peak_gpus=self.peak_milli[queue] / MILLI_PER_GPU,
             wait_p50=_rounded(percentile(waits, 0.50)),
             wait_p99=_rounded(percentile(waits, 0.99)),
             deficit_gpu_seconds=round(self.deficit_milli_seconds[queue] / MILLI_PER_GPU, 2),

@@ -15,8 +15,8 @@ the `peak` instead of the protocol's 100/130 points, and each run adds `gangWait
 
 ```json
 {"name": "t1", "parent": null, "minGpus": 2484.0, "maxGpus": null, "pods": 3260,
- "podsStarted": 3260, "gpuSeconds": 1.2e9, "waitSeconds": {"p50": 0.0, "p99": 3600.0},
- "guaranteeDeficitGpuSeconds": 0.0}
+ "podsStarted": 3260, "gpuSeconds": 1.2e9, "peakGpus": 3100.0,
+ "waitSeconds": {"p50": 0.0, "p99": 3600.0}, "guaranteeDeficitGpuSeconds": 0.0}
 ```
 
 The text table is followed by one row per policy, seed and queue.
@@ -69,6 +69,7 @@ def _queue_document(queue: QueueReport) -> dict[str, Any]:
         "pods": queue.pods,
         "podsStarted": queue.pods_started,
         "gpuSeconds": queue.gpu_seconds,
+        "peakGpus": queue.peak_gpus,
         "waitSeconds": {"p50": queue.wait_p50, "p99": queue.wait_p99},
         "guaranteeDeficitGpuSeconds": queue.deficit_gpu_seconds,
     }
@@ -143,6 +144,7 @@ _QUEUE_HEADER = (
     "max GPUs",
     "pods started",
     "GPU-s",
+    "peak GPUs",
     "wait p50 s",
     "wait p99 s",
     "deficit GPU-s",
@@ -162,6 +164,7 @@ def _queue_rows(runs: Sequence[RunResult]) -> list[list[str]]:
                     _figure(q.max_gpus),
                     f"{q.pods_started}/{q.pods}",
                     _figure(q.gpu_seconds),
+                    _figure(q.peak_gpus),
                     _figure(q.wait_p50),
                     _figure(q.wait_p99),
                     _figure(q.deficit_gpu_seconds),

@@ -67,7 +67,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quota",
-        choices=("borrow", "hard"),
         help="with --tenants: borrow (max unlimited, the default) or hard (max = min)",
     )
     p.add_argument("--config", help="scheduler config file for the default policy")

@@ -28,6 +28,7 @@ from scheduler.sim.events import run_events
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.report import format_table, plot_runs, runs_document
+from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.trace import TraceError
 from scheduler.sim.workload import (
     ClusterSpec,
@@ -58,6 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default 1.3)")
     p.add_argument("--seed", help="comma-separated seeds (default 42)")
     p.add_argument("--mode", choices=("auto", "protocol", "events"), help="default: auto")
+    p.add_argument(
+        "--tenants",
+        help="event mode: split the jobs over leaf queues t1..tN, one per percentage (e.g. "
+        "40,30,20,10): min = that %% of the cluster's GPUs (rounded down); each job goes to a "
+        "tenant by a stable hash (SHA-256) of its name, weighted by the percentages",
+    )
+    p.add_argument(
+        "--quota",
+        help="with --tenants: borrow (max unlimited, the default) or hard (max = min)",
+    )
     p.add_argument("--config", help="scheduler config file for the default policy")
     p.add_argument("--json", action="store_true", help="print the DESIGN §8 JSON document")
     p.add_argument("--plot", help="write allocation vs arrived demand to this PNG file")
@@ -128,6 +139,8 @@ class Settings:
     mode: str  # protocol | events
     config: str
     plot: str
+    tenants: list[int] | None = None
+    hard_quota: bool = False
 
 
 def _run_all(
@@ -154,14 +167,33 @@ def _run_all(
     return runs
 
 
+def _tenants(text: str, mode: str) -> list[int] | None:
+    if not text:
+        return None
+    if mode == "protocol":
+        raise UsageError("--tenants: queues run in event mode only (--mode events)")
+    try:
+        return parse_shares(text)
+    except ValueError as exc:
+        raise UsageError(f"--tenants: {exc}") from None
+
+
+def _quota(text: str) -> bool:
+    if text not in ("borrow", "hard"):
+        raise UsageError(f"--quota: must be borrow or hard, got {text!r}")
+    return text == "hard"
+
+
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
     workload_ref = _setting(args, "workload", environ, "default")
     inflate_text = _setting(args, "inflate", environ, "")
+    tenants_text = _setting(args, "tenants", environ, "")
     mode = _setting(args, "mode", environ, "auto")
     if mode not in ("auto", "protocol", "events"):
         raise UsageError(f"--mode: must be auto, protocol or events, got {mode!r}")
     if mode == "auto":
-        mode = "protocol" if inflate_text or workload_ref.endswith(".csv") else "events"
+        by_protocol = inflate_text or (workload_ref.endswith(".csv") and not tenants_text)
+        mode = "protocol" if by_protocol else "events"
     return Settings(
         cluster=_setting(args, "cluster", environ, "default"),
         workload=workload_ref,
@@ -171,7 +203,16 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         mode=mode,
         config=_setting(args, "config", environ, ""),
         plot=_setting(args, "plot", environ, ""),
+        tenants=_tenants(tenants_text, mode),
+        hard_quota=_quota(_setting(args, "quota", environ, "borrow")),
     )
+
+
+def _split(workload: Workload, spec: ClusterSpec, shares: list[int], hard: bool) -> Workload:
+    try:
+        return tenant_workload(workload, shares, spec.gpu_count, hard)
+    except ValueError as exc:
+        raise UsageError(f"--tenants: {exc}") from None
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
@@ -184,6 +225,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         workload = load_workload(settings.workload)
         if not spec.groups or not workload.jobs:
             raise UsageError("the cluster has no nodes or the workload has no jobs")
+        if settings.tenants is not None:
+            workload = _split(workload, spec, settings.tenants, settings.hard_quota)
         runs = _run_all(spec, workload, settings, config)
         if settings.plot:
             plot_runs(runs, Path(settings.plot), title=Path(workload.source).name)

@@ -19,29 +19,36 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, typical_pods
+from scheduler.quota import (
+    DEFAULT_QUEUE,
+    Amounts,
+    QuotaTree,
+    Usage,
+    add_into,
+    admission_problem,
+    allocatable_amounts,
+    choose_leaf,
+    queue_problem,
+    request_amounts,
+)
 from scheduler.sim.build import build_cluster, job_requests
+from scheduler.sim.cluster import Cluster
 from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
+from scheduler.sim.queues import QueueMeter
+from scheduler.sim.units import LeafRound, Pending, Unit, enqueue
 from scheduler.sim.workload import ClusterSpec, Job, Workload
 
 __all__ = ["run_events"]
 
 Progress = Callable[[int, int], None]
-
-
-@dataclass(slots=True)
-class _Pending:
-    job: Job
-    requests: list[PodRequest]
-    gang_placed: bool = False
-    placed: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -76,7 +83,11 @@ class _EventRun:
         self.jobs = sorted(workload.jobs, key=lambda j: (j.arrival, j.name))
         self.clock = _Clock(capacity=spec.gpu_count * MILLI_PER_GPU)
         self.finishing: list[tuple[float, int, str, int]] = []
-        self.pending: list[_Pending] = []
+        self.leaves: dict[str, list[Pending]] = {}
+        self.tree = QuotaTree.build(workload.queues)
+        self.usage = Usage(self.tree)
+        self.capacity = _root_capacity(scheduler.cluster)
+        self.meter = QueueMeter(self.tree, self.usage)
         self.waits: list[float] = []
         self.jobs_placed = 0
         self.decisions = 0
@@ -93,15 +104,15 @@ class _EventRun:
         while next_job < len(self.jobs) or self.finishing:
             arrival = self.jobs[next_job].arrival if next_job < len(self.jobs) else float("inf")
             finish = self.finishing[0][0] if self.finishing else float("inf")
+            self.meter.advance(min(arrival, finish) - self.clock.now)
             self.clock.advance(min(arrival, finish))
             while self.finishing and self.finishing[0][0] <= self.clock.now:
                 _t, _seq, key, milli = heapq.heappop(self.finishing)
                 self.scheduler.unbind(key)
+                self.usage.charge(key, None)
                 self.clock.charge(-milli)
             while next_job < len(self.jobs) and self.jobs[next_job].arrival <= self.clock.now:
-                job = self.jobs[next_job]
-                self.pending.append(_Pending(job, job_requests(job)))
-                self.arrived += job.replicas * job.pod.gpu_milli_total
+                self._arrive(self.jobs[next_job])
                 next_job += 1
             self._schedule()
             if next_job == len(self.jobs) and self.fragmented == (0.0, 0):
@@ -109,46 +120,63 @@ class _EventRun:
             if progress is not None:
                 progress(next_job, len(self.jobs))
 
-    def _schedule(self) -> None:
-        still: list[_Pending] = []
-        for entry in self.pending:
-            if not self._try(entry):
-                still.append(entry)
-        self.pending = still
+    def _arrive(self, job: Job) -> None:
+        leaf = job.queue or DEFAULT_QUEUE
+        enqueue(self.leaves.setdefault(leaf, []), Pending(job, job_requests(job)))
+        self.arrived += job.replicas * job.pod.gpu_milli_total
+        self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
 
-    def _try(self, entry: _Pending) -> bool:
-        job = entry.job
-        if job.is_gang and not entry.gang_placed:
-            members = entry.requests[: job.min_member]
-            start = time.perf_counter()
-            result = place_gang(members, self.scheduler.placer)
-            self._account(start, len(members))
+    def _schedule(self) -> None:
+        """Offer every waiting unit once: the leaf `choose_leaf` puts first offers its next unit,
+        then the order is asked again; a unit that does not start never blocks those behind it."""
+        rounds = {leaf: LeafRound(entries) for leaf, entries in self.leaves.items() if entries}
+        while heads := _heads(rounds):
+            leaf = next(iter(heads)) if len(heads) == 1 else self._choose(heads)
+            self._try(leaf, rounds[leaf].take())
+        for entries in self.leaves.values():
+            entries[:] = [e for e in entries if not e.done]
+        fresh = {leaf: LeafRound(entries) for leaf, entries in self.leaves.items() if entries}
+        self.meter.settle(_heads(fresh))
+
+    def _choose(self, heads: Mapping[str, Amounts]) -> str:
+        return choose_leaf(self.tree, self.usage, self.capacity, heads)
+
+    def _admits(self, leaf: str, unit: Unit) -> bool:
+        return (
+            queue_problem(self.tree, leaf) is None
+            and admission_problem(self.tree, self.usage, leaf, unit.demand) is None
+        )
+
+    def _try(self, leaf: str, unit: Unit) -> None:
+        if not self._admits(leaf, unit):
+            return
+        entry, start = unit.entry, time.perf_counter()
+        if unit.gang:
+            result = place_gang(unit.pods, self.scheduler.placer)
+            self._account(start, len(unit.pods))
             if not result.ok:
-                return False
-            for pod in members:
-                self._started(pod, result.assignments[pod.key], entry)
+                return
+            for pod in unit.pods:
+                self._started(leaf, pod, result.assignments[pod.key], entry)
             entry.gang_placed = True
-            self.waits.append(self.clock.now - job.arrival)
-        for pod in entry.requests:
-            if pod.key in entry.placed:
-                continue
-            start = time.perf_counter()
-            assignment = self.scheduler.choose(pod)
+            self.waits.append(self.clock.now - entry.job.arrival)
+        else:
+            assignment = self.scheduler.choose(unit.pods[0])
             self._account(start, 1)
             if assignment is None:
-                continue
-            self._started(pod, assignment, entry)
-        if len(entry.placed) < len(entry.requests):
-            return False
-        self.jobs_placed += 1
-        return True
+                return
+            self._started(leaf, unit.pods[0], assignment, entry)
+        if entry.done:
+            self.jobs_placed += 1
 
     def _account(self, start: float, decisions: int) -> None:
         self.seconds += time.perf_counter() - start
         self.decisions += decisions
 
-    def _started(self, pod: PodRequest, assignment: Assignment, entry: _Pending) -> None:
+    def _started(self, leaf: str, pod: PodRequest, assignment: Assignment, entry: Pending) -> None:
         self.scheduler.bind(pod, assignment)
+        self.usage.charge(pod.key, (leaf, request_amounts(pod)))
+        self.meter.started(leaf, pod.gpu_milli_total, self.clock.now - entry.job.arrival)
         entry.placed.add(pod.key)
         self.clock.charge(pod.gpu_milli_total)
         self.events.append((self.arrived, self.clock.used))
@@ -159,9 +187,37 @@ class _EventRun:
 
     def failed(self) -> Counter[str]:
         out: Counter[str] = Counter()
-        for entry in self.pending:
-            out[entry.job.pod.pod_class] += len(entry.requests) - len(entry.placed)
+        for entries in self.leaves.values():
+            for entry in entries:
+                out[entry.job.pod.pod_class] += len(entry.requests) - len(entry.placed)
         return out
+
+
+def _heads(rounds: dict[str, LeafRound]) -> dict[str, Amounts]:
+    """Each leaf's next unit's demand; leaves with nothing left drop out of `rounds`."""
+    heads: dict[str, Amounts] = {}
+    for leaf, leaf_round in list(rounds.items()):
+        unit = leaf_round.head()
+        if unit is None:
+            del rounds[leaf]
+        else:
+            heads[leaf] = unit.demand
+    return heads
+
+
+def _root_capacity(cluster: Cluster) -> dict[str, int]:
+    """What the root queue holds: the allocatable of every node, in quota units."""
+    total: dict[str, int] = {}
+    for node in cluster.snapshot.nodes.values():
+        add_into(total, allocatable_amounts(node.allocatable))
+    return total
+
+
+def _check_queues(workload: Workload) -> None:
+    tree = QuotaTree.build(workload.queues)
+    for job in workload.jobs:
+        if job.queue is not None and not tree.is_leaf(job.queue):
+            raise ValueError(f"job {job.name}: queue {job.queue} is not a leaf of the workload")
 
 
 def run_events(
@@ -184,6 +240,7 @@ def run_events(
     scheduler = SimScheduler(
         cluster, make_policy(policy_name, typical, config), random.Random(seed)
     )
+    _check_queues(workload)
     state = _EventRun(spec, workload, scheduler)
     fragmentation = Fragmentation(typical)
     state.measure = lambda: (
@@ -209,4 +266,5 @@ def run_events(
         peak_allocation=round(100.0 * state.clock.peak / capacity, 2) if capacity else 0.0,
         jobs_total=len(workload.jobs),
         jobs_placed=state.jobs_placed,
+        queues=state.meter.reports() if workload.queues else (),
     )

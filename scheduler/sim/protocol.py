@@ -32,6 +32,7 @@ from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.policies import SimScheduler, make_policy
+from scheduler.sim.queues import QueueReport
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
 
 __all__ = ["RunResult", "allocation_by_arrival", "inflate", "run_protocol", "workload_pods"]
@@ -63,6 +64,7 @@ class RunResult:
     peak_allocation: float | None = None  # event mode: highest allocation (%)
     jobs_total: int = 0
     jobs_placed: int = 0
+    queues: tuple[QueueReport, ...] = ()  # event mode with queues: one per queue
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
 
 

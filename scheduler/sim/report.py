@@ -10,7 +10,16 @@ JSON (`--json`), one entry per policy and seed; ratios in percent of the cluster
 
 In event mode (workloads with arrival times) `allocationRatio` holds the time-weighted `mean` and
 the `peak` instead of the protocol's 100/130 points, and each run adds `gangWaitSeconds`,
-`jobsPlaced` and `jobsTotal`.
+`jobsPlaced` and `jobsTotal`. A run with queues (a workload's `queues:` or `--tenants`) adds
+`queues`, one entry per queue (see `scheduler.sim.queues` for what each figure means):
+
+```json
+{"name": "t1", "parent": null, "minGpus": 2484.0, "maxGpus": null, "pods": 3260,
+ "podsStarted": 3260, "gpuSeconds": 1.2e9, "peakGpus": 3100.0,
+ "waitSeconds": {"p50": 0.0, "p99": 3600.0}, "guaranteeDeficitGpuSeconds": 0.0}
+```
+
+The text table is followed by one row per policy, seed and queue.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.sim.protocol import RunResult
+from scheduler.sim.queues import QueueReport
 
 __all__ = ["REPORT_POINTS", "format_table", "plot_runs", "runs_document"]
 
@@ -45,7 +55,24 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["gangWaitSeconds"] = run.gang_wait_seconds
         doc["jobsPlaced"] = run.jobs_placed
         doc["jobsTotal"] = run.jobs_total
+    if run.queues:
+        doc["queues"] = [_queue_document(q) for q in run.queues]
     return doc
+
+
+def _queue_document(queue: QueueReport) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "parent": queue.parent,
+        "minGpus": queue.min_gpus,
+        "maxGpus": queue.max_gpus,
+        "pods": queue.pods,
+        "podsStarted": queue.pods_started,
+        "gpuSeconds": queue.gpu_seconds,
+        "peakGpus": queue.peak_gpus,
+        "waitSeconds": {"p50": queue.wait_p50, "p99": queue.wait_p99},
+        "guaranteeDeficitGpuSeconds": queue.deficit_gpu_seconds,
+    }
 
 
 def runs_document(runs: Iterable[RunResult]) -> dict[str, Any]:
@@ -93,9 +120,57 @@ def format_table(runs: Sequence[RunResult]) -> str:
     header = ["policy", "seeds", *alloc, "fragmented%", "fragmented GPUs", "gang wait s"]
     header += ["jobs placed", "decisions/s"]
     rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in _by_policy(runs).items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    text = _columns(rows)
+    if any(r.queues for r in runs):
+        text += "\n" + _columns(_queue_rows(runs))
+    return text
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+_QUEUE_HEADER = (
+    "policy",
+    "seed",
+    "queue",
+    "min GPUs",
+    "max GPUs",
+    "pods started",
+    "GPU-s",
+    "peak GPUs",
+    "wait p50 s",
+    "wait p99 s",
+    "deficit GPU-s",
+)
+
+
+def _queue_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    rows = [list(_QUEUE_HEADER)]
+    for run in runs:
+        for q in run.queues:
+            rows.append(
+                [
+                    run.policy,
+                    str(run.seed),
+                    q.name,
+                    _figure(q.min_gpus),
+                    _figure(q.max_gpus),
+                    f"{q.pods_started}/{q.pods}",
+                    _figure(q.gpu_seconds),
+                    _figure(q.peak_gpus),
+                    _figure(q.wait_p50),
+                    _figure(q.wait_p99),
+                    _figure(q.deficit_gpu_seconds),
+                ]
+            )
+    return rows
 
 
 def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:

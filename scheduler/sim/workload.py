@@ -14,6 +14,11 @@ jobs:
     interval: 0
     pod: {cpu: 8, memoryGiB: 64, gpus: 8, gpuModels: [NVIDIA-H100-80GB-HBM3]}
     # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}
+    queue: team-a        # a leaf of `queues` (omitted: the implicit `default` queue)
+    priority: 0          # inside a queue: higher first, then arrival
+queues:                  # optional; the fields of a Queue's spec, read as a Queue is read
+  - {name: org, max: {nvidia.com/gpu: 12}}
+  - {name: team-a, parent: org, min: {nvidia.com/gpu: 4}, weight: 2}
 ```
 
 Cluster (`version: v1`), one entry per node group (nodes `<name>-0` ... `<name>-<count-1>`):
@@ -48,6 +53,7 @@ import yaml
 from agent.errors import AgentError
 from agent.model import MigMode
 from agent.nvml.fixture import load_fixture
+from scheduler.quota import QueueSpec, QuotaTree, read_queue
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
 from scheduler.sim.yamlread import Reader, WorkloadError
 
@@ -100,6 +106,8 @@ class Job:
     min_member: int = 1
     arrival: float = 0.0
     duration: float | None = None
+    queue: str | None = None  # a leaf queue (None: `default`)
+    priority: int = 0
 
     @property
     def is_gang(self) -> bool:
@@ -111,6 +119,7 @@ class Workload:
     jobs: tuple[Job, ...]
     source: str = "<workload>"
     from_trace: bool = False
+    queues: tuple[QueueSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,7 +189,7 @@ def _document(text: str, source: str) -> dict[str, Any]:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise WorkloadError(f"{source}: (document): not valid YAML/JSON: {exc}") from None
     reader = Reader(source)
-    doc = reader.mapping(data, "", ("version",), ("kind", "jobs", "nodeGroups"))
+    doc = reader.mapping(data, "", ("version",), ("kind", "jobs", "nodeGroups", "queues"))
     if doc["version"] != "v1":
         reader.fail("version", f"unsupported version {doc['version']!r} (expected v1)")
     return doc
@@ -193,20 +202,60 @@ def load_workload(ref: str) -> Workload:
     text, source = _source(ref, "workload")
     doc = _document(text, source)
     reader = Reader(source)
+    queues = read_queues(reader, doc.get("queues"))
+    tree = QuotaTree.build(queues)
+    leaves = frozenset(name for name in tree.specs if tree.is_leaf(name))
     items = reader.as_list(doc.get("jobs"), "jobs")
     jobs: list[Job] = []
     for i, raw in enumerate(items):
-        jobs.extend(_jobs(reader, raw, f"jobs[{i}]"))
+        jobs.extend(_jobs(reader, raw, f"jobs[{i}]", leaves))
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})[0]
         raise WorkloadError(f"{source}: jobs: duplicate job name {dup!r}")
-    return Workload(tuple(sorted(jobs, key=lambda j: (j.arrival, j.name))), source)
+    return Workload(tuple(sorted(jobs, key=lambda j: (j.arrival, j.name))), source, queues=queues)
 
 
-def _jobs(reader: Reader, raw: Any, path: str) -> list[Job]:
+_QUEUE_FIELDS = ("parent", "min", "max", "weight", "paused")
+
+
+def read_queues(reader: Reader, raw: Any) -> tuple[QueueSpec, ...]:
+    """The `queues:` list of a workload (absent: none); WorkloadError on the first bad entry."""
+    if raw is None:
+        return ()
+    specs = []
+    for i, item in enumerate(reader.as_list(raw, "queues")):
+        path = f"queues[{i}]"
+        doc = reader.mapping(item, path, ("name",), _QUEUE_FIELDS)
+        name = reader.as_str(doc["name"], f"{path}.name")
+        spec = read_queue(
+            {"metadata": {"name": name}, "spec": {k: doc.get(k) for k in _QUEUE_FIELDS}}
+        )
+        if spec.problem:
+            reader.fail(path, spec.problem)
+        specs.append(spec)
+    problems = QuotaTree.build(specs).problems
+    fatal = sorted((name, p) for name, p in problems.items() if p.fatal)
+    if fatal:
+        name, problem = fatal[0]
+        where = next((f"queues[{i}]" for i, s in enumerate(specs) if s.name == name), "queues")
+        reader.fail(where, problem.message)
+    return tuple(specs)
+
+
+def _queue(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> str | None:
+    if raw is None:
+        return None
+    name = reader.as_str(raw, path)
+    if name not in leaves:
+        known = ", ".join(sorted(leaves))
+        reader.fail(path, f"{name!r} is not a leaf queue of this workload (leaves: {known})")
+    return name
+
+
+def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[Job]:
     keys = ("arrival", "duration", "replicas", "minMember", "count", "interval")
-    doc = reader.mapping(raw, path, ("name", "pod"), keys)
+    doc = reader.mapping(raw, path, ("name", "pod"), (*keys, "queue", "priority"))
     name = reader.as_str(doc["name"], f"{path}.name")
     pod = _pod(reader, doc["pod"], f"{path}.pod")
     replicas = reader.as_int(doc.get("replicas", 1), f"{path}.replicas", 1)
@@ -219,6 +268,8 @@ def _jobs(reader: Reader, raw: Any, path: str) -> list[Job]:
         duration = reader.as_float(duration, f"{path}.duration", 0.0)
     count = reader.as_int(doc.get("count", 1), f"{path}.count", 1)
     interval = reader.as_float(doc.get("interval", 0), f"{path}.interval", 0.0)
+    queue = _queue(reader, doc.get("queue"), f"{path}.queue", leaves)
+    priority = reader.as_int(doc.get("priority", 0), f"{path}.priority")
     return [
         Job(
             name=name if count == 1 else f"{name}-{k}",
@@ -227,6 +278,8 @@ def _jobs(reader: Reader, raw: Any, path: str) -> list[Job]:
             min_member=min_member,
             arrival=arrival + k * interval,
             duration=duration,
+            queue=queue,
+            priority=priority,
         )
         for k in range(count)
     ]

@@ -89,6 +89,15 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
         pytest.param(["--cluster", "missing.yaml"], "missing.yaml: cannot read", id="file"),
         pytest.param(["--workload", "nope"], "no such built-in workload", id="builtin"),
         pytest.param(["--config", "missing.yaml"], "cannot read the scheduler config", id="config"),
+        pytest.param(["--tenants", "60,50"], "--tenants: the shares sum to 110%", id="tenants"),
+        pytest.param(
+            ["--tenants", "50,50", "--mode", "protocol"],
+            "--tenants: queues run in event",
+            id="mode",
+        ),
+        pytest.param(
+            ["--tenants", "50", "--quota", "soft"], "--quota: must be borrow or hard", id="quota"
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -114,3 +123,32 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]):
         main(["--help"], environ={})
     assert done.value.code == 0
     assert "--inflate" in capsys.readouterr().out
+
+
+def test_tenants_split_the_trace_and_report_each_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40)  # 22 GPUs
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "bestfit", "--json"]
+    assert main([*argv, "--tenants", "50,30,20", "--quota", "hard"], environ={}) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    queues = {q["name"]: q for q in run["queues"]}
+    assert set(queues) == {"t1", "t2", "t3"}
+    assert [queues[t]["minGpus"] for t in ("t1", "t2", "t3")] == [11.0, 6.0, 4.0]
+    assert all(q["maxGpus"] == q["minGpus"] for q in queues.values())
+    assert all(q["peakGpus"] <= q["maxGpus"] for q in queues.values())
+    assert sum(q["pods"] for q in queues.values()) == 40
+    assert set(queues["t1"]) >= {"gpuSeconds", "waitSeconds", "guaranteeDeficitGpuSeconds"}
+    assert main([*argv, "--tenants", "50,30,20", "--quota", "hard"], environ={}) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["queues"] == run["queues"]
+
+
+def test_tenants_table_adds_a_row_per_queue(capsys: pytest.CaptureFixture[str]):
+    argv = ["--policy", "bestfit", "--tenants", "40,30,20,10"]
+    assert main(argv, environ={"GPUTOPO_QUOTA": "hard"}) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines.index(
+        next(line for line in lines if line.startswith("policy") and "queue" in line)
+    )
+    assert "deficit GPU-s" in lines[header]
+    assert [line.split()[2] for line in lines[header + 1 :]] == ["t1", "t2", "t3", "t4"]

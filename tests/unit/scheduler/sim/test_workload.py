@@ -85,6 +85,84 @@ def test_bad_workloads_name_the_file_and_key(tmp_path: Path, text: str, message:
         load_workload(write(tmp_path, "w.yaml", text))
 
 
+QUEUES_YAML = """version: v1
+queues:
+  - {name: org, max: {nvidia.com/gpu: 12}}
+  - {name: a, parent: org, min: {nvidia.com/gpu: 4}, weight: 2}
+  - {name: b, parent: org, max: {nvidia.com/gpu: "10"}}
+jobs:
+  - {name: j, queue: a, priority: 5, pod: {gpus: 1}}
+  - {name: k, pod: {gpus: 1}}
+"""
+
+
+def test_queues_are_read_as_queue_objects_and_jobs_name_their_leaf(tmp_path: Path):
+    workload = load_workload(write(tmp_path, "w.yaml", QUEUES_YAML))
+    by_name = {q.name: q for q in workload.queues}
+    assert set(by_name) == {"org", "a", "b"}
+    assert dict(by_name["org"].max) == {"nvidia.com/gpu": 12_000}  # milli-GPUs, as quota counts
+    assert (by_name["a"].parent, dict(by_name["a"].min), by_name["a"].weight) == (
+        "org",
+        {"nvidia.com/gpu": 4000},
+        2,
+    )
+    assert dict(by_name["b"].max) == {"nvidia.com/gpu": 10_000}
+    jobs = {j.name: j for j in workload.jobs}
+    assert (jobs["j"].queue, jobs["j"].priority) == ("a", 5)
+    assert (jobs["k"].queue, jobs["k"].priority) == (None, 0)
+
+
+@pytest.mark.parametrize(
+    ("queues", "job_queue", "message"),
+    [
+        pytest.param(
+            "[{name: a}, {name: b, min: {nvidia.com/gpu: 4}, max: {nvidia.com/gpu: 2}}]",
+            "a",
+            r"queues\[1\]: Queue b: spec.min\[nvidia.com/gpu\] is above spec.max",
+            id="min above max",
+        ),
+        pytest.param(
+            "[{name: a, max: {nvidia.com/gpu: -1}}]",
+            "a",
+            r"queues\[0\]: Queue a: spec.max\[nvidia.com/gpu\]: must not be negative",
+            id="negative",
+        ),
+        pytest.param(
+            "[{name: a, weight: 0}]",
+            "a",
+            r"queues\[0\]: Queue a: spec.weight: must be an integer >= 1",
+            id="weight",
+        ),
+        pytest.param(
+            "[{name: a, parent: nope}]",
+            "a",
+            r"queues\[0\]: queue a: parent nope does not exist",
+            id="unknown parent",
+        ),
+        pytest.param(
+            "[{name: a, parent: b}, {name: b, parent: a}]",
+            "a",
+            r"queues\[0\]: queue a: parents form a cycle",
+            id="cycle",
+        ),
+        pytest.param("[{name: a, colour: red}]", "a", r"queues\[0\].colour: unknown key", id="key"),
+        pytest.param("[{name: a}]", "x", r"jobs\[0\].queue: 'x' is not a leaf queue", id="job"),
+        pytest.param(
+            "[{name: a}, {name: b, parent: a}]",
+            "a",
+            r"jobs\[0\].queue: 'a' is not a leaf queue",
+            id="inner queue",
+        ),
+    ],
+)
+def test_a_bad_queue_is_one_error_naming_the_entry_and_field(
+    tmp_path: Path, queues: str, job_queue: str, message: str
+):
+    text = f"version: v1\nqueues: {queues}\njobs: [{{name: j, queue: {job_queue}, pod: {{}}}}]\n"
+    with pytest.raises(WorkloadError, match=message):
+        load_workload(write(tmp_path, "w.yaml", text))
+
+
 def test_json_workloads_are_read(tmp_path: Path):
     doc = '{"version": "v1", "jobs": [{"name": "a", "replicas": 3, "pod": {"gpus": 2}}]}'
     workload = load_workload(write(tmp_path, "w.json", doc))

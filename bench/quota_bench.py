@@ -4,13 +4,13 @@ tree (5 orgs × 4 teams × 5 leaves), beside the same run with no queues (one `d
 Run: `.venv/bin/python bench/quota_bench.py [--nodes 5000] [--pods 10000] [--repeat 3]`.
 
 Every decision is made as the scheduler and the simulator make it: the heads of the leaves with
-pending work, `choose_leaf` over them, `queue_problem` and `admission_problem` at the chosen leaf,
-then `Placer.decide` (the shipped scoring); a placed pod is charged to the usage. The same seeded
-pods (`scheduler_bench.random_pod`), spread round-robin over the leaves, all pending at the start;
-each is offered once (a refused or unplaced unit goes to backoff, outside this bench). Quotas are
-generous enough that no unit is refused, so both runs place the same pods and the ratio is the cost
-of the queues alone. Reported: decisions/s, mean and p99 µs per decision, the time inside
-`scheduler.quota` (heads, order, admission, charge) and inside placement, and the ratio.
+pending work, `QueueOrder.choose` over them, `queue_problem` and `admission_problem` at the chosen
+leaf, then `Placer.decide` (the shipped scoring); a placed pod is charged to the usage. The same
+seeded pods (`scheduler_bench.random_pod`), spread round-robin over the leaves, all pending at the
+start; each is offered once (a refused or unplaced unit goes to backoff, outside this bench).
+Quotas are generous enough that no unit is refused, so both runs place the same pods and the ratio
+is the cost of the queues alone. Reported: decisions/s, mean and p99 µs per decision, the time
+inside `scheduler.quota` (heads, order, admission, charge) and inside placement, and the ratio.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from scheduler_bench import make_cluster, percentile, random_pod, shipped_scorin
 from scheduler.placement import PodRequest
 from scheduler.quota import (
     DEFAULT_QUEUE,
+    QueueOrder,
     QueueSpec,
     QuotaTree,
     Usage,
     add_into,
     admission_problem,
     allocatable_amounts,
-    choose_leaf,
     queue_problem,
     read_queue,
     request_amounts,
@@ -74,14 +74,17 @@ class Run:
         self.capacity: dict[str, int] = {}
         for node in cluster.snapshot.nodes.values():
             add_into(self.capacity, allocatable_amounts(node.allocatable))
+        self.order = QueueOrder()
         self.samples: list[float] = []
         self.quota_s = self.place_s = 0.0
         self.placed = self.refused = 0
 
     def decide(self, pending: dict[str, deque[tuple[PodRequest, dict[str, int]]]], scoring) -> None:  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
-        heads = {leaf: units[0][1] for leaf, units in pending.items() if units}
-        leaf = choose_leaf(self.tree, self.usage, self.capacity, heads)
+        heads = {leaf: units[0][0].key for leaf, units in pending.items() if units}
+        leaf = self.order.choose(
+            self.tree, self.usage, self.capacity, heads, lambda q: pending[q][0][1]
+        )
         pod, demand = pending[leaf].popleft()
         ok = (
             queue_problem(self.tree, leaf) is None

@@ -17,7 +17,7 @@ from .amounts import (
     parse_amount,
     request_amounts,
 )
-from .order import below_min, choose_leaf, dominant_share, fair_shares
+from .order import QueueOrder, below_min, choose_leaf, dominant_share, fair_shares
 from .resolve import resolve_queue
 from .spec import (
     DEFAULT_QUEUE,
@@ -39,6 +39,7 @@ __all__ = [
     "Amounts",
     "Charge",
     "Problem",
+    "QueueOrder",
     "QueueSpec",
     "QuotaTree",
     "Usage",

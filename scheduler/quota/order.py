@@ -9,15 +9,15 @@ weight); ties by name.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 from scheduler.quota.admission import within_guarantee
 from scheduler.quota.amounts import Amounts
 from scheduler.quota.spec import ROOT
 from scheduler.quota.tree import QuotaTree
-from scheduler.quota.usage import Usage
+from scheduler.quota.usage import Changes, Usage
 
-__all__ = ["below_min", "choose_leaf", "dominant_share", "fair_shares"]
+__all__ = ["QueueOrder", "below_min", "choose_leaf", "dominant_share", "fair_shares"]
 
 
 def below_min(tree: QuotaTree, usage: Usage, queue: str) -> float:
@@ -53,6 +53,109 @@ def choose_leaf(
         candidates = [c for c in tree.children[queue] if c in active]
         queue = min(candidates, key=lambda c: _rank(tree, usage, capacity, c, c in guaranteed))
     return queue
+
+
+class QueueOrder:
+    """`choose_leaf` with a memory, for callers that ask after every decision. It walks the same
+    levels, but a leaf's within-guarantee answer is kept until its head unit changes or usage
+    moves the way that can change it (a rise on a queue with a min above it can only end a
+    guarantee, a fall only start one), and whether a queue has active or guaranteed work below it
+    is kept until one of those leaves changes. Same answers as `choose_leaf` (a property test
+    compares them).
+
+    `heads` maps each leaf with work to a token of its head unit (hashable, compared with `==`);
+    `demand_of(leaf)` gives that unit's demand and is called only when needed.
+    """
+
+    def __init__(self) -> None:
+        self._tree: QuotaTree | None = None
+        self._usage: Usage | None = None
+        self._changes = Changes()
+        self._below: dict[str, tuple[str, ...]] = {}  # queue -> the leaves under it
+        self._heads: dict[str, Hashable] = {}  # as last asked
+        self._flags: dict[str, bool] = {}  # leaf -> its head is within guarantee
+        self._has: dict[str, tuple[bool, bool]] = {}  # queue -> (active, guaranteed) below it
+
+    def choose(
+        self,
+        tree: QuotaTree,
+        usage: Usage,
+        capacity: Amounts,
+        heads: Mapping[str, Hashable],
+        demand_of: Callable[[str], Amounts],
+    ) -> str:
+        unknown = sorted(leaf for leaf in heads if leaf not in tree.paths)
+        if unknown:
+            return unknown[0]
+        self._follow(tree, usage, heads)
+        queue = ROOT
+        while tree.children[queue]:
+            ranks = []
+            for child in tree.children[queue]:
+                active, has = self._below_of(child, heads, demand_of)
+                if active:
+                    ranks.append(_rank(tree, usage, capacity, child, has))
+            queue = min(ranks)[2]
+        return queue
+
+    def _below_of(
+        self, queue: str, heads: Mapping[str, Hashable], demand_of: Callable[[str], Amounts]
+    ) -> tuple[bool, bool]:
+        """(any leaf below `queue` has work, any such leaf's head is within guarantee)."""
+        known = self._has.get(queue)
+        if known is not None:
+            return known
+        tree, usage = self._tree, self._usage
+        if tree is None or usage is None:
+            raise RuntimeError("QueueOrder: _follow() first")
+        active = guaranteed = False
+        for leaf in self._below.get(queue, ()):
+            if leaf not in heads:
+                continue
+            active = True
+            flag = self._flags.get(leaf)
+            if flag is None:
+                flag = self._flags[leaf] = within_guarantee(tree, usage, leaf, demand_of(leaf))
+            if flag:
+                guaranteed = True
+                break
+        self._has[queue] = (active, guaranteed)
+        return active, guaranteed
+
+    def _follow(self, tree: QuotaTree, usage: Usage, heads: Mapping[str, Hashable]) -> None:
+        """Start over for a new tree or usage; else forget what changed heads and usage made
+        stale."""
+        if tree is not self._tree or usage is not self._usage:
+            self._tree, self._usage = tree, usage
+            self._changes = usage.watch()
+            self._below = _leaves_below(tree)
+            self._flags, self._has, self._heads = {}, {}, dict(heads)
+            return
+        for leaf, _ in heads.items() ^ self._heads.items():
+            self._forget(tree, leaf)
+        self._heads = dict(heads)
+        for queues, ended in ((self._changes.up, True), (self._changes.down, False)):
+            for queue in queues:
+                if queue in tree.specs and tree.specs[queue].min:
+                    for leaf in self._below.get(queue, ()):
+                        if self._flags.get(leaf) is ended:
+                            self._forget(tree, leaf)
+            queues.clear()
+
+    def _forget(self, tree: QuotaTree, leaf: str) -> None:
+        self._flags.pop(leaf, None)
+        for queue in tree.paths.get(leaf, ()):
+            self._has.pop(queue, None)
+
+
+def _leaves_below(tree: QuotaTree) -> dict[str, tuple[str, ...]]:
+    """Every queue's leaves (a leaf's own entry is itself)."""
+    below: dict[str, list[str]] = {}
+    for name, path in tree.paths.items():
+        if tree.is_leaf(name):
+            for queue in path:
+                below.setdefault(queue, []).append(name)
+    return {queue: tuple(leaves) for queue, leaves in below.items()}
 
 
 def _rank(

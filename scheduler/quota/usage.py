@@ -8,14 +8,23 @@ the tree changed. Pure bookkeeping; the caller serialises access.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 
 from scheduler.quota.amounts import Amounts, add_into
 from scheduler.quota.spec import ROOT
 from scheduler.quota.tree import QuotaTree
 
-__all__ = ["Charge", "Usage"]
+__all__ = ["Changes", "Charge", "Usage"]
 
 Charge = tuple[str, Amounts]  # (leaf queue, amounts)
+
+
+@dataclass(slots=True)
+class Changes:
+    """Queues whose usage rose (`up`) or fell (`down`) since the watcher last emptied these."""
+
+    up: set[str] = field(default_factory=set)
+    down: set[str] = field(default_factory=set)
 
 
 class Usage:
@@ -23,7 +32,14 @@ class Usage:
         self.tree = tree
         self._charges: dict[Hashable, Charge] = {}
         self._used: dict[str, dict[str, int]] = {}
+        self._watchers: list[Changes] = []
         self.version = 0
+
+    def watch(self) -> Changes:
+        """Where usage rises and falls from now on (the watcher empties the sets)."""
+        changes = Changes()
+        self._watchers.append(changes)
+        return changes
 
     def used(self, queue: str) -> Mapping[str, int]:
         """What `queue`'s subtree uses (`root`: everything charged)."""
@@ -49,6 +65,9 @@ class Usage:
         """Recount under `tree`; `leaf_of` gives each charged key's leaf now (None: uncharged)."""
         old = self._charges
         self.tree, self._charges, self._used = tree, {}, {}
+        for changes in self._watchers:
+            changes.up.update(tree.specs)
+            changes.down.update(tree.specs)
         for key, (_, amounts) in old.items():
             leaf = leaf_of.get(key)
             if leaf is not None:
@@ -57,5 +76,8 @@ class Usage:
 
     def _apply(self, charge: Charge, sign: int) -> None:
         leaf, amounts = charge
-        for queue in (*self.tree.paths.get(leaf, ()), ROOT):
+        path = self.tree.paths.get(leaf, ())
+        for queue in (*path, ROOT):
             add_into(self._used.setdefault(queue, {}), amounts, sign)
+        for changes in self._watchers:
+            (changes.up if sign > 0 else changes.down).update(path)

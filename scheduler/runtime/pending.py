@@ -31,8 +31,9 @@ from typing import NamedTuple
 from agent.objkey import ObjectKey
 from scheduler.quota import DEFAULT_QUEUE
 
-Chooser = Callable[[Mapping[str, "UnitKey"]], str]
-"""Given each leaf's head unit, the leaf to pop from."""
+Chooser = Callable[[Mapping[str, "tuple[UnitKey, int]"]], str]
+"""Given each leaf's head unit (its key, and a version that changes whenever it is re-added),
+the leaf to pop from."""
 
 
 class UnitKind(StrEnum):
@@ -144,7 +145,8 @@ class SchedulingQueue:
                     if not self._wait_until(deadline):
                         return None
                     continue
-            leaf = self.chooser(heads) if self.chooser is not None else next(iter(heads))
+                tokens = {leaf: (key, self._units[key].version) for leaf, key in heads.items()}
+            leaf = self.chooser(tokens) if self.chooser is not None else next(iter(heads))
             choice = (leaf, heads[leaf]) if leaf in heads else None
 
     def _wait_until(self, deadline: float) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.kubeapi.client import now_rfc3339
-from scheduler.quota import Amounts, add_into, admission_problem, choose_leaf, request_amounts
+from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
@@ -39,6 +39,7 @@ class QueueGate:
     def __init__(self, cache: ClusterCache, queue: SchedulingQueue, reporter: Reporter) -> None:
         self._cache, self._queue, self._reporter = cache, queue, reporter
         self.figures: dict[str, QueueFigures] = {}  # as last reported (for the metrics)
+        self._order = QueueOrder()
 
     @property
     def book(self) -> QueueBook:
@@ -59,12 +60,18 @@ class QueueGate:
             if found is not None:
                 self._reporter.warn(found[1], found[0], problem.reason, problem.message)
 
-    def choose(self, heads: Mapping[str, UnitKey]) -> str:
-        """The leaf to pop from, given each leaf's head unit (the order across queues)."""
+    def choose(self, heads: Mapping[str, tuple[UnitKey, int]]) -> str:
+        """The leaf to pop from, given each leaf's head unit and its version (the order across
+        queues); a head's demand is read only when its version is new to the order's memo."""
         with self._cache.lock:
             book = self.book
-            demands = {leaf: self.demand(unit) for leaf, unit in heads.items()}
-            return choose_leaf(book.tree, book.usage, book.capacity(), demands)
+            return self._order.choose(
+                book.tree,
+                book.usage,
+                book.capacity(),
+                heads,
+                lambda leaf: self.demand(heads[leaf][0]),
+            )
 
     def demand(self, unit: UnitKey) -> Amounts:
         """What `unit` asks of its queue: the pod's request, or the gang's pending members'."""

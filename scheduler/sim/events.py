@@ -29,12 +29,12 @@ from scheduler.placement.fgd import Fragmentation, PodShape, typical_pods
 from scheduler.quota import (
     DEFAULT_QUEUE,
     Amounts,
+    QueueOrder,
     QuotaTree,
     Usage,
     add_into,
     admission_problem,
     allocatable_amounts,
-    choose_leaf,
     queue_problem,
     request_amounts,
 )
@@ -86,6 +86,7 @@ class _EventRun:
         self.leaves: dict[str, list[Pending]] = {}
         self.tree = QuotaTree.build(workload.queues)
         self.usage = Usage(self.tree)
+        self._order = QueueOrder()
         self.capacity = _root_capacity(scheduler.cluster)
         self.meter = QueueMeter(self.tree, self.usage)
         self.waits: list[float] = []
@@ -127,7 +128,7 @@ class _EventRun:
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
 
     def _schedule(self) -> None:
-        """Offer every waiting unit once: the leaf `choose_leaf` puts first offers its next unit,
+        """Offer every waiting unit once: the leaf `QueueOrder` puts first offers its next unit,
         then the order is asked again; a unit that does not start never blocks those behind it."""
         rounds = {leaf: LeafRound(entries) for leaf, entries in self.leaves.items() if entries}
         while heads := _heads(rounds):
@@ -139,7 +140,9 @@ class _EventRun:
         self.meter.settle(_heads(fresh))
 
     def _choose(self, heads: Mapping[str, Amounts]) -> str:
-        return choose_leaf(self.tree, self.usage, self.capacity, heads)
+        # The demand is its own token: an equal demand has the same within-guarantee answer.
+        tokens = {leaf: tuple(sorted(demand.items())) for leaf, demand in heads.items()}
+        return self._order.choose(self.tree, self.usage, self.capacity, tokens, heads.__getitem__)
 
     def _admits(self, leaf: str, unit: Unit) -> bool:
         return (

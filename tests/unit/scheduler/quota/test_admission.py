@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.quota import (
+    QueueOrder,
     QuotaTree,
     Usage,
     admission_problem,
@@ -196,3 +197,46 @@ def test_usage_is_the_sum_of_charges_whatever_the_order(drawn, charges) -> None:
         assert forward.used(q) == backward.used(q)
     expected = sum(g for _, g in charges) * G
     assert forward.used("root").get(GPU, 0) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    trees(),
+    st.lists(
+        st.tuples(st.integers(0, 20), st.integers(1, 6), st.integers(0, 3), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_the_memoised_order_answers_as_choose_leaf(drawn, steps) -> None:
+    """Heads come and go, usage changes under them: `QueueOrder` never answers differently."""
+    tree, leaves = drawn
+    usage, order = Usage(tree), QueueOrder()
+    capacity = {GPU: 64 * G}
+    heads: dict[str, tuple[int, dict[str, int]]] = {}
+    for i, (pick, gpus, action, finish) in enumerate(steps):  # 0 new head, 1-2 choose, 3 other
+        leaf = leaves[pick % len(leaves)]
+        if action == 0:
+            heads[leaf] = (i, {GPU: gpus * G})  # a new head unit
+        elif action in (1, 2) and heads:
+            chosen = choose_leaf(tree, usage, capacity, {q: d for q, (_, d) in heads.items()})
+            tokens = {q: token for q, (token, _) in heads.items()}
+            memo = order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1])
+            assert memo == chosen
+            usage.charge(i, (chosen, heads.pop(chosen)[1]))
+        else:  # work that started elsewhere changes usage under the waiting heads
+            usage.charge(i, (leaf, {GPU: gpus * G}))
+        if finish and i:
+            usage.charge(i // 2, None)
+
+
+def test_the_memoised_order_sees_usage_change_under_a_waiting_head() -> None:
+    tree = QuotaTree.build([queue("a", min={GPU: 8}), queue("b", min={GPU: 4})])
+    usage, order = Usage(tree), QueueOrder()
+    usage.charge("a-running", ("a", {GPU: 7 * G}))
+    heads = {"a": ("a-head", {GPU: G}), "b": ("b-head", {GPU: 2 * G})}
+    tokens = {q: token for q, (token, _) in heads.items()}
+    capacity = {GPU: 16 * G}
+    assert order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1]) == "b"  # 0/4 < 7/8
+    usage.charge("b-running", ("b", {GPU: 3 * G}))  # b's head no longer fits its guarantee
+    assert order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1]) == "a"

@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         "--tenants",
         help="event mode: split the jobs over leaf queues t1..tN, one per percentage (e.g. "
         "40,30,20,10): min = that %% of the cluster's GPUs (rounded down); each job goes to a "
-        "tenant by a stable hash (SHA-256) of its name, weighted by the percentages",
+        "tenant by a stable hash (SHA-256) of its name, evenly (same work, different guarantees)",
     )
     p.add_argument(
         "--quota",

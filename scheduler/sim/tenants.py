@@ -3,14 +3,15 @@
 `--tenants 40,30,20,10` (`tenant_queues`, `assign_tenants`): one leaf queue per share, `t1`, `t2`,
 ... under the root, `min` = that percentage of the cluster's whole GPUs rounded down, `max`
 unlimited (borrowing) or equal to `min` (`hard`). Each job goes to a tenant chosen by a stable hash
-of its name (SHA-256, not Python's salted `hash`), weighted by the shares: the same workload
-always splits the same way. (The Alibaba trace has no user or group column to split by.)
+of its name (SHA-256, not Python's salted `hash`), evenly: every tenant submits about the same
+work and only their guarantees differ, so the small tenants need to borrow and the big ones leave
+guarantee idle, which is what quotas are for. The same workload always splits the same way. (The
+Alibaba trace has no user or group column to split by.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -47,14 +48,12 @@ def tenant_queues(shares: Sequence[int], gpu_count: int, hard: bool) -> tuple[Qu
     return tuple(specs)
 
 
-def assign_tenants(jobs: Sequence[Job], shares: Sequence[int]) -> tuple[Job, ...]:
-    """Each job in queue `tK`, K drawn by the stable hash of its name weighted by `shares`."""
-    bounds = list(itertools.accumulate(shares))
+def assign_tenants(jobs: Sequence[Job], tenants: int) -> tuple[Job, ...]:
+    """Each job in queue `tK`, K (1..`tenants`) from the stable hash of its name."""
     out = []
     for job in jobs:
         digest = hashlib.sha256(job.name.encode("utf-8")).digest()
-        point = int.from_bytes(digest[:8], "big") % bounds[-1]
-        tenant = next(k for k, bound in enumerate(bounds, start=1) if point < bound)
+        tenant = 1 + int.from_bytes(digest[:8], "big") % tenants
         out.append(replace(job, queue=f"t{tenant}"))
     return tuple(out)
 
@@ -67,6 +66,6 @@ def tenant_workload(
         raise ValueError("the workload already defines queues")
     return replace(
         workload,
-        jobs=assign_tenants(workload.jobs, shares),
+        jobs=assign_tenants(workload.jobs, len(shares)),
         queues=tenant_queues(shares, gpu_count, hard),
     )

@@ -258,33 +258,30 @@ class KubeClient:
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
         with api_call(f"patch podgroup {object_key(namespace, name)} status"):
-            resp = self.custom.patch_namespaced_custom_object_status(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                name,
-                {"status": dict(status)},
-                _content_type=MERGE,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            _body(resp)
+            self._merge_status(PODGROUPS, namespace, name, status)
 
     def patch_queue_status(self, name: str, status: Obj) -> None:
         """Merge `status` into the (cluster-scoped) Queue's status subresource."""
         with api_call(f"patch queue {name} status"):
-            resp = self.custom.patch_cluster_custom_object_status(
-                QUEUE_GROUP,
-                QUEUE_VERSION,
-                QUEUE_PLURAL,
-                name,
-                {"status": dict(status)},
-                _content_type=MERGE,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            _body(resp)
+            self._merge_status(QUEUES, "", name, status)
+
+    def _merge_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
+        """A merge patch of a custom resource's status subresource (cluster-scoped: no
+        namespace)."""
+        args = (kind.group, kind.version, *([namespace] if namespace else []), kind.plural, name)
+        patch = (
+            self.custom.patch_namespaced_custom_object_status
+            if namespace
+            else self.custom.patch_cluster_custom_object_status
+        )
+        resp = patch(
+            *args,
+            {"status": dict(status)},
+            _content_type=MERGE,
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        _body(resp)
 
     def create_event(
         self, involved: Obj, kind: str, event_type: str, reason: str, message: str

@@ -4,39 +4,43 @@
 `parse_address` reads the `--metrics-address` flag (`HOST:PORT`; port 0 binds an ephemeral port,
 an IPv6 host is written in brackets).
 
-What a connection may cost is bounded (`ServerLimits`), so that idle, half-sent or abandoned
-connections cannot starve the kubelet's probes or grow the process:
+The HTTP protocol is waitress's (a pure-Python WSGI server); this module holds the small WSGI app
+and maps `ServerLimits` onto waitress's settings, so that idle, half-sent or abandoned connections
+cannot starve the kubelet's probes or grow the process:
 
-- one thread accepts connections and reads request heads without blocking (a selector): a
-  connection that has not sent its whole head costs a socket, not a thread. It gets
-  `request_timeout_s` to send it; beyond `max_connections` such connections the oldest is closed;
-- complete requests go to `workers` handler threads through a queue of at most `max_queued`;
-  beyond that a request is answered 503 at once. A reply must be taken within `request_timeout_s`;
-- every connection carries one request (`Connection: close`). A client that hangs up costs one
-  DEBUG line; nothing else is logged per request.
+- one thread polls every connection; a connection that has not sent a whole request costs a
+  socket, not a thread, and is closed after `request_timeout_s` without activity;
+- requests are answered by `workers` threads; at most `max_connections` connections are open, and
+  beyond that new ones wait in the listen backlog until idle ones time out;
+- a connection may carry several requests (HTTP/1.1 keep-alive); between them it is idle, as
+  above. A client that hangs up costs at most one DEBUG line and never a traceback; nothing else
+  is logged per request.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import selectors
+import math
 import socket
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from waitress.server import create_server
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
 TEXT = "text/plain; charset=utf-8"
 MAX_HEAD_BYTES = 8192
-"""A longer request head is answered 431: ours are a request line and a few headers."""
-_POLL_S = 0.05  # how often the loops look at the stop flag and the deadlines
-_ACCEPT_BATCH = 64  # connections accepted per wake-up, so reads are not starved by a flood
+"""A longer request head is refused (431): ours are a request line and a few headers."""
+_LOOP_S = 1  # how long waitress's poll waits at most (whole seconds); stop() wakes it at once
+_STOP_WAIT_S = 2.0  # how long stop() waits for a handler still answering
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -53,24 +57,26 @@ class ServerLimits:
 
     request_timeout_s: float = 5.0
     workers: int = 4
-    max_connections: int = 256
-    max_queued: int = 64
+    max_connections: int = 2048
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A connection still sending its request head."""
+class _Quiet(logging.Filter):
+    """Keeps waitress's per-connection noise out of the log.
 
-    peer: str
-    deadline: float
-    head: bytearray = field(default_factory=bytearray)
+    A client that hung up mid-reply becomes one DEBUG line of ours; "Task queue depth is N" (a
+    request waiting for a busy worker, normal for a metrics server) is dropped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Client disconnected"):
+            log.debug("metrics client hung up: %s", message)
+            return False
+        return not message.startswith("Task queue depth")
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    conn: socket.socket
-    peer: str
-    head: bytes
+_QUIET = _Quiet()
+_WAITRESS_LOGGERS = ("waitress", "waitress.queue")  # a filter sees only its own logger's records
 
 
 class MetricsServer:
@@ -89,170 +95,63 @@ class MetricsServer:
         healthy: Callable[[], bool] = lambda: True,
         unready_reason: Callable[[], str] = lambda: "",
         limits: ServerLimits | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         host, port = parse_address(address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family, backlog=1024)
-        self._listener.setblocking(False)
+        listener = socket.create_server((host, port), family=family, backlog=1024)
         self._registry, self._ready, self._healthy = registry, ready, healthy
         self._unready_reason = unready_reason
-        self._limits = limits = limits or ServerLimits()
-        self._clock = clock
-        self._pending: dict[socket.socket, _Pending] = {}  # oldest first; the accept thread's
-        self._queue: queue.Queue[_Request] = queue.Queue(maxsize=limits.max_queued)
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._serve, name="metrics", daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._work, name=f"metrics-{n}", daemon=True)
-            for n in range(limits.workers)
-        ]
-        self._crowded_logged_at = float("-inf")
+        self._map: dict[int, Any] = {}  # waitress's connections by file descriptor
+        self._server = _waitress(self._app, listener, self._map, limits or ServerLimits())
+        self._port = int(listener.getsockname()[1])
+        self._thread = threading.Thread(target=self._server.run, name="metrics", daemon=True)
+        for name in _WAITRESS_LOGGERS:
+            logging.getLogger(name).addFilter(_QUIET)  # a no-op when already there
 
     @property
     def port(self) -> int:
-        return int(self._listener.getsockname()[1])
+        return self._port
 
     def start(self) -> MetricsServer:
-        for thread in self._threads:
-            thread.start()
+        self._thread.start()
         log.info("metrics on port %s", self.port)
         return self
 
     def stop(self) -> None:
         """Stop accepting and close every connection; a reply being sent may finish."""
-        self._stop.set()
-        if self._threads[0].is_alive():
-            self._threads[0].join(timeout=5)
-        self._listener.close()
-        self._drain()
+        if self._thread.is_alive():
+            self._server.trigger.pull_trigger(self._close_all)  # runs on the polling thread
+            self._thread.join(timeout=5)
+        else:
+            self._close_all()
+        self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=_STOP_WAIT_S)
 
-    # -- the accept/read thread ------------------------------------------------------------------
-    def _serve(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            while not self._stop.is_set():
-                for key, _ in selector.select(timeout=_POLL_S):
-                    if key.fileobj is self._listener:
-                        self._accept(selector)
-                    else:
-                        assert isinstance(key.fileobj, socket.socket)
-                        self._receive(selector, key.fileobj)
-                self._expire(selector)
-            for conn in list(self._pending):
-                self._close(selector, conn)
+    def _close_all(self) -> None:
+        """Close the listener and every connection; waitress's loop ends with an empty map."""
+        for dispatcher in list(self._map.values()):
+            dispatcher.close()
 
-    def _accept(self, selector: selectors.BaseSelector) -> None:
-        for _ in range(_ACCEPT_BATCH):
-            try:
-                conn, address = self._listener.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:  # e.g. out of file descriptors: try again on the next wake-up
-                log.debug("metrics server: accept failed: %s", exc)
-                return
-            if len(self._pending) >= self._limits.max_connections:
-                self._crowded(selector)
-            conn.setblocking(False)
-            peer = f"{address[0]}:{address[1]}"
-            deadline = self._clock() + self._limits.request_timeout_s
-            self._pending[conn] = _Pending(peer, deadline)
-            selector.register(conn, selectors.EVENT_READ)
-
-    def _crowded(self, selector: selectors.BaseSelector) -> None:
-        """Too many connections without a request: close the oldest."""
-        oldest = next(iter(self._pending))
-        log.debug(
-            "metrics client %s: closed, too many open connections", self._pending[oldest].peer
-        )
-        self._close(selector, oldest)
-        now = self._clock()
-        if now - self._crowded_logged_at >= 60.0:
-            self._crowded_logged_at = now
-            log.warning(
-                "metrics server: %d connections sent no request; closing the oldest",
-                self._limits.max_connections,
-            )
-
-    def _receive(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
-        pending = self._pending[conn]
-        try:
-            data = conn.recv(4096)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            log.debug("metrics client %s hung up: %s", pending.peer, exc)
-            self._close(selector, conn)
-            return
-        if not data:
-            log.debug("metrics client %s hung up before sending a request", pending.peer)
-            self._close(selector, conn)
-            return
-        pending.head += data
-        end = head_end(pending.head)
-        too_long = (end if end >= 0 else len(pending.head)) > MAX_HEAD_BYTES
-        if end < 0 and not too_long:
-            return
-        selector.unregister(conn)
-        del self._pending[conn]
-        head = b"" if too_long else bytes(pending.head[:end])  # b"": answered 431
-        self._dispatch(_Request(conn, pending.peer, head))
-
-    def _dispatch(self, request: _Request) -> None:
-        if not request.head:
-            _reply_now(request, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-            return
-        try:
-            self._queue.put_nowait(request)
-        except queue.Full:
-            log.debug("metrics client %s: 503, every handler is busy", request.peer)
-            _reply_now(request, HTTPStatus.SERVICE_UNAVAILABLE)
-
-    def _expire(self, selector: selectors.BaseSelector) -> None:
-        """Close connections whose request head is late (deadlines grow in insertion order)."""
-        now = self._clock()
-        while self._pending:
-            conn, pending = next(iter(self._pending.items()))
-            if pending.deadline > now:
-                return
-            log.debug("metrics client %s: closed, no request within the timeout", pending.peer)
-            self._close(selector, conn)
-
-    def _close(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
-        selector.unregister(conn)
-        del self._pending[conn]
-        conn.close()
-
-    # -- the handler threads ---------------------------------------------------------------------
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            try:
-                request = self._queue.get(timeout=_POLL_S)
-            except queue.Empty:
-                continue
-            self._answer(request)
-
-    def _answer(self, request: _Request) -> None:
-        try:
-            reply = self._respond(request)
-            request.conn.settimeout(self._limits.request_timeout_s)
-            request.conn.sendall(reply)
-        except OSError as exc:  # reset, broken pipe, or the reply not taken within the timeout
-            log.debug("metrics client %s hung up: %s", request.peer, exc)
-        finally:
-            request.conn.close()
-
-    def _respond(self, request: _Request) -> bytes:
-        method, path = request_line(request.head)
+    def _app(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
         if method not in {"GET", "HEAD"}:
-            status = HTTPStatus.BAD_REQUEST if not method else HTTPStatus.METHOD_NOT_ALLOWED
-            return response(status, f"{status.phrase.lower()}\n".encode())
-        try:
-            status, body, content_type = self._route(path)
-        except Exception:
-            log.exception("metrics server: answering %s failed", path)
-            status, body, content_type = HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", TEXT
-        return response(status, body, content_type, with_body=method == "GET")
+            status, body, content_type = (
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"method not allowed\n",
+                TEXT,
+            )
+        else:
+            try:
+                status, body, content_type = self._route(path)
+            except Exception:
+                log.exception("metrics server: answering %s failed", path)
+                status, body, content_type = (
+                    HTTPStatus.INTERNAL_SERVER_ERROR,
+                    b"internal error\n",
+                    TEXT,
+                )
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        start_response(f"{status.value} {status.phrase}", headers)
+        return [body]
 
     def _route(self, path: str) -> tuple[HTTPStatus, bytes, str]:
         if path == "/metrics":
@@ -265,50 +164,25 @@ class MetricsServer:
             return HTTPStatus.SERVICE_UNAVAILABLE, body.encode(), TEXT
         return HTTPStatus.NOT_FOUND, b"not found\n", TEXT
 
-    def _drain(self) -> None:
-        """Close the connections still queued when the server stops."""
-        while True:
-            try:
-                self._queue.get_nowait().conn.close()
-            except queue.Empty:
-                return
 
-
-def head_end(data: bytes | bytearray) -> int:
-    """The length of the request head in `data` (through its blank line), or -1 if incomplete."""
-    for blank in (b"\r\n\r\n", b"\n\n"):
-        at = data.find(blank)
-        if at >= 0:
-            return at + len(blank)
-    return -1
-
-
-def request_line(head: bytes) -> tuple[str, str]:
-    """(method, path without query) of a request head; ("", "") when it is not HTTP/1.x."""
-    parts = head.split(b"\n", 1)[0].strip().split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        return "", ""
-    return parts[0].decode("latin-1"), parts[1].decode("latin-1").split("?", 1)[0]
-
-
-def response(
-    status: HTTPStatus, body: bytes, content_type: str = TEXT, *, with_body: bool = True
-) -> bytes:
-    """A whole HTTP/1.1 response; the connection closes after it."""
-    head = (
-        f"HTTP/1.1 {status.value} {status.phrase}\r\n"
-        f"Content-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
+def _waitress(
+    app: Any, listener: socket.socket, connections: dict[int, Any], limits: ServerLimits
+) -> Any:
+    """A waitress server on `listener` (not yet running) with `limits` applied."""
+    return create_server(
+        app,
+        map=connections,
+        sockets=[listener],
+        threads=limits.workers,
+        channel_timeout=math.ceil(limits.request_timeout_s),  # waitress counts whole seconds
+        cleanup_interval=1,
+        connection_limit=limits.max_connections,
+        backlog=1024,
+        asyncore_use_poll=True,  # select() cannot watch descriptors above 1023
+        asyncore_loop_timeout=_LOOP_S,
+        max_request_header_size=MAX_HEAD_BYTES,
+        max_request_body_size=MAX_HEAD_BYTES,
+        expose_tracebacks=False,
+        log_socket_errors=False,  # a reset or broken pipe is the client's business
+        ident="gputopo",
     )
-    return head.encode("latin-1") + (body if with_body else b"")
-
-
-def _reply_now(request: _Request, status: HTTPStatus) -> None:
-    """Answer from the accept thread without waiting: a short reply into an empty send buffer."""
-    try:
-        request.conn.send(response(status, f"{status.phrase.lower()}\n".encode()))
-    except OSError as exc:
-        log.debug("metrics client %s hung up: %s", request.peer, exc)
-    finally:
-        request.conn.close()

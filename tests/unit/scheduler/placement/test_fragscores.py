@@ -6,7 +6,12 @@ import pytest
 
 from scheduler.placement import Assignment, PodRequest, Scoring, WeightedScore
 from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
-from scheduler.placement.fragscores import PRIOR, FragmentationScore, spread_on_cpu_nodes_score
+from scheduler.placement.fragscores import (
+    PRIOR,
+    FragmentationScore,
+    big_gpus,
+    spread_on_cpu_nodes_score,
+)
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import SCORE_FACTORIES, default_scoring
 from scheduler.sim.cluster import Cluster, NodeSpec
@@ -87,3 +92,45 @@ def test_each_scoring_gets_its_own_learner():
     assert len(learners) == 2
     assert learners[0] is not learners[1]
     assert "fragmentation" in SCORE_FACTORIES
+
+
+def _living_cluster() -> tuple[Cluster, Scoring, FragmentationScore]:
+    """An 8-GPU node half used, and an empty 2-GPU node sorting after it by name."""
+    typical = (TypicalPod(WHOLE, 0.7), TypicalPod(PodShape(12_000, 1000, 8), 0.3))
+    score = FragmentationScore(typical)
+    cluster = Cluster.from_specs(
+        [
+            NodeSpec(name="a-big", gpus=8, model="G2", cpu_milli=224_000),
+            NodeSpec(name="b-small", gpus=2, model="T4", cpu_milli=104_000),
+        ]
+    )
+    for i in range(4):
+        running = PodRequest(key=f"running-{i}", cpu_milli=1000, gpus=1)
+        cluster.bind(running, Assignment(node="a-big", gpus=(i,)))
+    assert cluster.snapshot.node("a-big").gpu_free.count(1000) == 4
+    scoring = Scoring(
+        scores=(WeightedScore("fragmentation", 1.0, score),),
+        prefer_used_nodes=False,  # as shipped
+        candidate_limit=0,
+    )
+    return cluster, scoring, score
+
+
+def test_small_work_goes_to_a_node_that_can_never_host_the_big_pods():
+    """Both placements fragment alike (the FGD measure ties at 50); without the half point the
+    tie went to the lowest name, the big node, which then takes longer to become whole again
+    for the 8-GPU pods the workload shows (the gang waits on the built-in living workload)."""
+    cluster, scoring, score = _living_cluster()
+    assert score.big_gpus == 8
+    one_gpu = PodRequest(key="inference", cpu_milli=8000, gpus=1)
+    assert pick(one_gpu, cluster.snapshot, scoring).node == "b-small"
+    score.keep_whole_bonus = 0.0
+    assert pick(one_gpu, cluster.snapshot, scoring).node == "a-big"  # the old decision
+
+
+def test_big_gpus_is_the_largest_size_with_a_real_share_of_the_gpu_demand():
+    shapes = {WHOLE: 90.0, PodShape(0, 1000, 2): 4.0, PodShape(0, 1000, 8): 1.0}
+    assert big_gpus(shapes, 0.05) == 8  # 8 of the 106 GPUs asked (7.5 %)
+    assert big_gpus({WHOLE: 90.0, PodShape(0, 1000, 8): 1.0}, 0.05) == 8
+    assert big_gpus({WHOLE: 200.0, PodShape(0, 1000, 8): 1.0}, 0.05) == 0
+    assert big_gpus({PodShape(0, 300, 1): 10.0}, 0.05) == 0

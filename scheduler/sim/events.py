@@ -308,6 +308,7 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
     failed = state.failed()
     total_pods = sum(j.replicas for j in workload.jobs)
     samples = state.timeline.samples
+    longest = state.book.longest_8gpu
     return RunResult(
         policy=policy_name,
         seed=seed,
@@ -327,6 +328,6 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
         utilisation=state.clock.utilisation(samples[-1].allocation if samples else 0.0),
         fragmentation_mean=state.timeline.mean_fragmentation(),
         waits=state.book.report(),
-        longest_8gpu_wait=state.book.longest_8gpu,
+        longest_8gpu_wait=None if longest is None else round(longest, 2),
         timeline=tuple(samples),
     )

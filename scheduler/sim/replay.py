@@ -13,6 +13,11 @@ Rules, per pod of the list:
   Burstable 1, BE 0 (empty: 0);
 * multi-GPU pods stay as they are: one pod asking 2, 4 or 8 GPUs on one node.
 
+`start` (seconds of recorded time, None = the first arrival) begins the replay later, from the
+cluster as it was then: a pod created earlier and still running at `start` arrives at `start`
+and runs what it had left (`deletion_time − start`); one that had ended is left out (counted in
+`before_start`). The replay's clock reads recorded time − `start`, divided by the load.
+
 `load` K multiplies the recorded arrival rate (arrival times divided by K). Replayed at its own
 times on its own node list (6,212 GPUs) the default trace never holds more than 65 GPUs at once
 (1 %), so every policy ties; `STUDY_LOAD` is the load of the studies (see the README's table).
@@ -22,22 +27,39 @@ shape (GPUs, share, cpu, memory, GPU models, qos) created within `gang_window` s
 first of them form one job, all or nothing (`minMember` = their count), arriving with the first
 and running as long as the longest. The default trace holds no such group at 0, 60 or 600 s.
 
+The whole trace holds at most 88 % of its node list's GPUs in demand even if every pod arrived at
+once, so no load alone makes the cluster full: the studies also replay it on a share of the
+nodes (`node_share`): every node whose rank among the nodes of its kind (GPU model and count, in
+name order) crosses a multiple of 1/fraction, so each kind keeps its proportion.
+
 Files without time columns (`multigpu*`) cannot be replayed: `TraceError` says so.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.sim.trace import TraceError, TracePod, read_pod_list
-from scheduler.sim.workload import MIB, Job, PodSpec, Workload
+from scheduler.sim.workload import MIB, ClusterSpec, Job, NodeGroup, PodSpec, Workload
 
-__all__ = ["QOS_PRIORITY", "STUDY_LOAD", "Replay", "living_replay", "read_replay"]
+__all__ = [
+    "QOS_PRIORITY",
+    "STUDY_LOAD",
+    "STUDY_NODES",
+    "STUDY_START",
+    "Replay",
+    "living_replay",
+    "node_share",
+    "read_replay",
+]
 
 QOS_PRIORITY = {"LS": 3, "Guaranteed": 2, "Burstable": 1, "BE": 0}
 STUDY_LOAD = 2000.0
+STUDY_NODES = 0.5
+STUDY_START = 10_000_000  # day 115.7: 99 % of the pods that ran arrive after it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +71,8 @@ class Replay:
     never_ran: int  # no scheduled_time: never ran in production, left out
     trace_end: int  # seconds, recorded time
     load: float
+    start: int  # recorded time the replay begins at
+    before_start: int  # ended before `start`: left out
     gangs: int  # jobs made of more than one pod (gang_window)
 
 
@@ -73,13 +97,16 @@ def _spec(pod: TracePod) -> PodSpec:
     )
 
 
-def _duration(pod: TracePod, end: int) -> float:
+def _finish(pod: TracePod, end: int) -> int:
+    return end if pod.deletion_time is None else pod.deletion_time
+
+
+def _duration(pod: TracePod, end: int, start: int) -> float:
     assert pod.scheduled_time is not None
-    finish = end if pod.deletion_time is None else pod.deletion_time
-    return float(max(0, finish - pod.scheduled_time))
+    return float(max(0, _finish(pod, end) - max(pod.scheduled_time, start)))
 
 
-def _job(members: Sequence[TracePod], end: int, load: float) -> Job:
+def _job(members: Sequence[TracePod], end: int, start: int, load: float) -> Job:
     first = members[0]
     assert first.creation_time is not None
     return Job(
@@ -87,8 +114,8 @@ def _job(members: Sequence[TracePod], end: int, load: float) -> Job:
         pod=_spec(first),
         replicas=len(members),
         min_member=len(members),
-        arrival=first.creation_time / load,
-        duration=max(_duration(p, end) for p in members),
+        arrival=max(0, first.creation_time - start) / load,
+        duration=max(_duration(p, end, start) for p in members),
         priority=QOS_PRIORITY.get(first.qos, 0),
     )
 
@@ -121,6 +148,7 @@ def living_replay(
     *,
     load: float = 1.0,
     gang_window: float | None = None,
+    start: int | None = None,
 ) -> Replay:
     """The replay of `pods` (see the module docstring); `TraceError` when it has no times."""
     if load <= 0:
@@ -132,7 +160,10 @@ def living_replay(
         )
     end = _trace_end(pods)
     ran = [p for p in pods if p.scheduled_time is not None and p.creation_time is not None]
-    jobs = [_job(group, end, load) for group in _groups(ran, gang_window)]
+    first = min((p.creation_time or 0 for p in ran), default=0)
+    begin = first if start is None else start
+    live = [p for p in ran if _finish(p, end) > begin or (p.creation_time or 0) >= begin]
+    jobs = [_job(group, end, begin, load) for group in _groups(live, gang_window)]
     jobs.sort(key=lambda j: (j.arrival, j.name))
     return Replay(
         workload=Workload(tuple(jobs), source, from_trace=True),
@@ -140,10 +171,32 @@ def living_replay(
         never_ran=len(pods) - len(ran),
         trace_end=end,
         load=load,
+        start=begin,
+        before_start=len(ran) - len(live),
         gangs=sum(1 for j in jobs if j.replicas > 1),
     )
 
 
-def read_replay(path: Path, *, load: float = 1.0, gang_window: float | None = None) -> Replay:
+def read_replay(
+    path: Path, *, load: float = 1.0, gang_window: float | None = None, start: int | None = None
+) -> Replay:
     """`living_replay` of a pod-list file."""
-    return living_replay(read_pod_list(path), str(path), load=load, gang_window=gang_window)
+    pods = read_pod_list(path)
+    return living_replay(pods, str(path), load=load, gang_window=gang_window, start=start)
+
+
+def node_share(spec: ClusterSpec, fraction: float) -> ClusterSpec:
+    """`spec` with `fraction` (0 < fraction <= 1) of each kind of node (see the module)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"the node share must be in (0, 1], got {fraction}")
+    kinds: dict[tuple[str, int], list[NodeGroup]] = {}
+    for group in sorted(spec.groups, key=lambda g: g.name):
+        kinds.setdefault((group.model, group.gpus), []).append(group)
+    kept = {
+        group.name
+        for groups in kinds.values()
+        for i, group in enumerate(groups)
+        if math.floor((i + 1) * fraction) > math.floor(i * fraction)
+    }
+    groups = tuple(g for g in spec.groups if g.name in kept)
+    return ClusterSpec(groups, f"{spec.source} ({fraction:g} of the nodes)")

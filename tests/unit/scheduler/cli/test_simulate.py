@@ -19,6 +19,15 @@ RUN_KEYS = {
     "failedPods",
     "decisionsPerSecond",
 }
+EVENT_KEYS = {
+    "gangWaitSeconds",
+    "jobsPlaced",
+    "jobsTotal",
+    "utilisation",
+    "fragmentationOverTime",
+    "longest8GpuWaitSeconds",
+    "waitSeconds",
+}
 
 
 def test_protocol_json_has_the_design_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -53,7 +62,7 @@ def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFi
     workload.write_text(WORKLOAD_YAML, encoding="utf-8")
     assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
-    assert set(run) == RUN_KEYS | {"gangWaitSeconds", "jobsPlaced", "jobsTotal"}
+    assert set(run) == RUN_KEYS | EVENT_KEYS
     assert set(run["allocationRatio"]) == {"mean", "peak"}
     assert run["jobsPlaced"] == run["jobsTotal"] == 5
 
@@ -128,7 +137,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]):
 def test_tenants_split_the_trace_and_report_each_queue(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    nodes, pods = write_trace(tmp_path, pods=40)  # 22 GPUs
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 22 GPUs
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "bestfit", "--json"]
     assert main([*argv, "--tenants", "50,30,20", "--quota", "hard"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]

@@ -3,7 +3,10 @@
 Two modes. *Protocol* (the FGD paper's, see `protocol`): pods shuffled and inflated to
 `--inflate` × GPU capacity, each tried once, nothing departs; the default for a trace pod list
 (CSV) and whenever `--inflate` is given. *Events* (see `events`): jobs arrive at their times, run
-for their durations, gangs wait; the default for a YAML/JSON workload.
+for their durations, gangs wait; the default for a YAML/JSON workload. A trace pod list in event
+mode (`--mode events`, or `--tenants`) is the living-cluster replay (`scheduler.sim.replay`):
+`--load`, `--replay-start` and `--gang-window` shape it; `--node-share` keeps a share of each kind
+of node; `--shuffle-nodes` ranks the nodes by the seed in event mode (the protocol always does).
 
 Every flag can also be set with an environment variable `GPUTOPO_<FLAG>` (`GPUTOPO_POLICY=fgd`);
 a flag wins over the variable. `--config` is the scheduler config the `default` policy uses.
@@ -19,6 +22,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent import logsetup
 from agent.errors import AgentError
@@ -27,7 +31,15 @@ from scheduler.config import SchedulerConfig, load_config
 from scheduler.sim.events import run_events
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.protocol import RunResult, run_protocol
-from scheduler.sim.report import format_table, plot_runs, runs_document
+from scheduler.sim.replay import (
+    STUDY_LOAD,
+    STUDY_NODES,
+    STUDY_START,
+    Replay,
+    node_share,
+    read_replay,
+)
+from scheduler.sim.report import format_table, plot_runs, replay_document, runs_document
 from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.trace import TraceError
 from scheduler.sim.workload import (
@@ -69,9 +81,38 @@ def _parser() -> argparse.ArgumentParser:
         "--quota",
         help="with --tenants: borrow (max unlimited, the default) or hard (max = min)",
     )
+    p.add_argument(
+        "--load",
+        help="event-mode trace replay: K times the recorded arrival rate (arrival times / K; "
+        f"durations as recorded; default 1; the studies use {STUDY_LOAD:g})",
+    )
+    p.add_argument(
+        "--replay-start",
+        help="event-mode trace replay: begin at this recorded second, from the pods running then "
+        f"(default: the first arrival; the studies use {STUDY_START})",
+    )
+    p.add_argument(
+        "--gang-window",
+        help="event-mode trace replay: multi-GPU pods of one shape created within this many "
+        "recorded seconds of the first form one gang (default: no gangs)",
+    )
+    p.add_argument(
+        "--node-share",
+        help="keep this share (0..1] of each kind of node (default 1; the trace studies use "
+        f"{STUDY_NODES:g})",
+    )
+    p.add_argument(
+        "--shuffle-nodes",
+        action="store_true",
+        help="event mode: rank the nodes by the seed, so ties fall on another node order per seed",
+    )
     p.add_argument("--config", help="scheduler config file for the default policy")
     p.add_argument("--json", action="store_true", help="print the DESIGN §8 JSON document")
-    p.add_argument("--plot", help="write allocation vs arrived demand to this PNG file")
+    p.add_argument(
+        "--plot",
+        help="write a PNG: allocation vs arrived demand (protocol), allocation and fragmentation "
+        "vs time (events)",
+    )
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     return p
 
@@ -141,6 +182,11 @@ class Settings:
     plot: str
     tenants: list[int] | None = None
     hard_quota: bool = False
+    load: float = 1.0
+    replay_start: int | None = None
+    gang_window: float | None = None
+    node_share: float = 1.0
+    shuffle_nodes: bool = False
 
 
 def _run_all(
@@ -151,7 +197,15 @@ def _run_all(
         for seed in settings.seeds:
             progress = _progress(f"{policy} seed {seed}")
             if settings.mode == "events":
-                run = run_events(spec, workload, policy, seed, config=config, progress=progress)
+                run = run_events(
+                    spec,
+                    workload,
+                    policy,
+                    seed,
+                    config=config,
+                    progress=progress,
+                    shuffle_nodes=settings.shuffle_nodes,
+                )
             else:
                 run = run_protocol(
                     spec,
@@ -176,6 +230,32 @@ def _tenants(text: str, mode: str) -> list[int] | None:
         return parse_shares(text)
     except ValueError as exc:
         raise UsageError(f"--tenants: {exc}") from None
+
+
+def _number(text: str, flag: str, top: float | None = None) -> float | None:
+    """A number > 0 (and <= `top`), or None when `text` is empty."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--{flag}: expected a number, got {text!r}") from None
+    if value <= 0 or (top is not None and value > top):
+        bound = f"in (0, {top:g}]" if top is not None else "> 0"
+        raise UsageError(f"--{flag}: must be {bound}, got {text}")
+    return value
+
+
+def _replay_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
+    start = _setting(args, "replay_start", environ, "")
+    window = _setting(args, "gang_window", environ, "")
+    return {
+        "load": _number(_setting(args, "load", environ, ""), "load") or 1.0,
+        "replay_start": None if not start else int(_ints(start, "replay-start")[0]),
+        "gang_window": None if not window else float(_ints(window, "gang-window")[0]),
+        "node_share": _number(_setting(args, "node_share", environ, ""), "node-share", 1.0) or 1.0,
+        "shuffle_nodes": bool(args.shuffle_nodes),
+    }
 
 
 def _quota(text: str) -> bool:
@@ -205,6 +285,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         plot=_setting(args, "plot", environ, ""),
         tenants=_tenants(tenants_text, mode),
         hard_quota=_quota(_setting(args, "quota", environ, "borrow")),
+        **_replay_settings(args, environ),
     )
 
 
@@ -215,14 +296,29 @@ def _split(workload: Workload, spec: ClusterSpec, shares: list[int], hard: bool)
         raise UsageError(f"--tenants: {exc}") from None
 
 
+def _inputs(settings: Settings) -> tuple[ClusterSpec, Workload, Replay | None]:
+    """The cluster, the workload and, for a trace in event mode, the replay it came from."""
+    spec = load_cluster(settings.cluster)
+    if settings.node_share < 1:
+        spec = node_share(spec, settings.node_share)
+    if settings.mode != "events" or not settings.workload.endswith(".csv"):
+        return spec, load_workload(settings.workload), None
+    replay = read_replay(
+        Path(settings.workload),
+        load=settings.load,
+        gang_window=settings.gang_window,
+        start=settings.replay_start,
+    )
+    return spec, replay.workload, replay
+
+
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     args = _parser().parse_args(list(argv))
     logsetup.configure(args.log_format, logging.WARNING)
     try:
         settings = _settings(args, os.environ if environ is None else environ)
         config = load_config(settings.config) if settings.config else None
-        spec = load_cluster(settings.cluster)
-        workload = load_workload(settings.workload)
+        spec, workload, replay = _inputs(settings)
         if not spec.groups or not workload.jobs:
             raise UsageError("the cluster has no nodes or the workload has no jobs")
         if settings.tenants is not None:
@@ -237,7 +333,19 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
     if args.json:
-        sys.stdout.write(json.dumps(runs_document(runs), indent=2) + "\n")
+        sys.stdout.write(json.dumps(runs_document(runs, replay), indent=2) + "\n")
     else:
+        if replay is not None:
+            sys.stdout.write(_replay_line(replay))
         sys.stdout.write(format_table(runs))
     return 0
+
+
+def _replay_line(replay: Replay) -> str:
+    doc = replay_document(replay)
+    return (
+        f"replay: {doc['podsReplayed']} of {doc['podsInTrace']} pods; {doc['neverRan']} never "
+        f"ran in production and {doc['endedBeforeStart']} ended before the start "
+        f"({doc['start']} s), left out; load {doc['load']:g}; {doc['gangs']} gangs; "
+        f"arrival window {doc['arrivalWindowSeconds']:,.0f} s\n"
+    )

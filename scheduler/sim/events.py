@@ -9,7 +9,13 @@ time from arrival until its gang was placed.
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the
 allocation against arrived demand (as in the protocol), fragmentation as the last job arrived, the
-pods never placed (by class) and placement decisions per second.
+pods never placed (by class) and placement decisions per second; and the living-cluster figures
+(`metrics`): utilisation (the time-weighted allocation over the arrival window, first to last
+arrival), waits per pod class, the longest 8-GPU wait, and the timeline of allocation and
+fragmentation, whose mean is the fragmentation over time.
+
+`shuffle_nodes` ranks the nodes by the seed (`0042-<name>`) as the protocol does, so that ties
+between equal scores fall on a different fixed node order per seed.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
-from scheduler.placement.fgd import Fragmentation, PodShape, typical_pods
+from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.quota import (
     DEFAULT_QUEUE,
     Amounts,
@@ -38,8 +44,9 @@ from scheduler.quota import (
     queue_problem,
     request_amounts,
 )
-from scheduler.sim.build import build_cluster, job_requests
+from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.metrics import Timeline, WaitBook
 from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.queues import QueueMeter
@@ -61,9 +68,13 @@ class _Clock:
     used: int = 0
     area: float = 0.0
     peak: int = 0
+    window_end: float = 0.0  # the last arrival
+    window_area: float = 0.0  # the area up to window_end
 
     def advance(self, to: float) -> None:
         self.area += self.used * (to - self.now)
+        inside = min(to, self.window_end) - min(self.now, self.window_end)
+        self.window_area += self.used * max(0.0, inside)
         self.now = to
 
     def charge(self, milli: int) -> None:
@@ -75,6 +86,13 @@ class _Clock:
         if span <= 0 or not self.capacity:
             return round(100.0 * self.used / self.capacity, 2) if self.capacity else 0.0
         return round(100.0 * self.area / span / self.capacity, 2)
+
+    def utilisation(self, at_last_arrival: float) -> float:
+        """The mean over [start, window_end]; `at_last_arrival` when that window is empty."""
+        span = self.window_end - self.start
+        if span <= 0 or not self.capacity:
+            return round(at_last_arrival, 2)
+        return round(100.0 * self.window_area / span / self.capacity, 2)
 
 
 class _EventRun:
@@ -98,6 +116,10 @@ class _EventRun:
         self._seq = 0
         self.fragmented: tuple[float, int] = (0.0, 0)
         self.measure: Callable[[], tuple[float, int]] = lambda: (0.0, 0)
+        self.book = WaitBook()
+        first, last = (self.jobs[0].arrival, self.jobs[-1].arrival) if self.jobs else (0.0, 0.0)
+        self.clock.window_end = last
+        self.timeline = Timeline(first, last, lambda: (0.0, 0.0))
 
     def run(self, progress: Progress | None) -> None:
         self.clock.start = self.clock.now = self.jobs[0].arrival if self.jobs else 0.0
@@ -105,6 +127,7 @@ class _EventRun:
         while next_job < len(self.jobs) or self.finishing:
             arrival = self.jobs[next_job].arrival if next_job < len(self.jobs) else float("inf")
             finish = self.finishing[0][0] if self.finishing else float("inf")
+            self.timeline.sample_until(min(arrival, finish))
             self.meter.advance(min(arrival, finish) - self.clock.now)
             self.clock.advance(min(arrival, finish))
             while self.finishing and self.finishing[0][0] <= self.clock.now:
@@ -120,12 +143,14 @@ class _EventRun:
                 self.fragmented = self.measure()  # the cluster as the last job arrived
             if progress is not None:
                 progress(next_job, len(self.jobs))
+        self.timeline.finish()
 
     def _arrive(self, job: Job) -> None:
         leaf = job.queue or DEFAULT_QUEUE
         enqueue(self.leaves.setdefault(leaf, []), Pending(job, job_requests(job)))
         self.arrived += job.replicas * job.pod.gpu_milli_total
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
+        self.book.arrived(job)
 
     def _schedule(self) -> None:
         """Offer every waiting unit once: the leaf `QueueOrder` puts first offers its next unit,
@@ -180,6 +205,7 @@ class _EventRun:
         self.scheduler.bind(pod, assignment)
         self.usage.charge(pod.key, (leaf, request_amounts(pod)))
         self.meter.started(leaf, pod.gpu_milli_total, self.clock.now - entry.job.arrival)
+        self.book.started(entry.job, pod, self.clock.now - entry.job.arrival)
         entry.placed.add(pod.key)
         self.clock.charge(pod.gpu_milli_total)
         self.events.append((self.arrived, self.clock.used))
@@ -223,6 +249,37 @@ def _check_queues(workload: Workload) -> None:
             raise ValueError(f"job {job.name}: queue {job.queue} is not a leaf of the workload")
 
 
+def _cluster(spec: ClusterSpec, rng: random.Random, shuffle_nodes: bool) -> Cluster:
+    if not shuffle_nodes:
+        return build_cluster(spec)
+    names = node_names(spec)
+    order = list(range(len(names)))
+    rng.shuffle(order)
+    return build_cluster(spec, ranked_names(names, order).__getitem__)
+
+
+def _typical(workload: Workload) -> Sequence[TypicalPod]:
+    return typical_pods(
+        PodShape.of(j.pod.cpu_milli, j.pod.gpus, j.pod.gpu_milli, j.pod.gpu_models)
+        for j in workload.jobs
+        for _ in range(j.replicas)
+    )
+
+
+def _instrument(state: _EventRun, cluster: Cluster, typical: Sequence[TypicalPod]) -> None:
+    fragmentation = Fragmentation(typical)
+    capacity = state.clock.capacity
+
+    def share() -> float:
+        return fragmented_share(cluster, fragmentation, capacity)
+
+    def used() -> float:
+        return round(100.0 * state.clock.used / capacity, 2) if capacity else 0.0
+
+    state.measure = lambda: (share(), cluster.stats().fragmented_gpus)
+    state.timeline.measure = lambda: (used(), share())
+
+
 def run_events(
     spec: ClusterSpec,
     workload: Workload,
@@ -231,29 +288,27 @@ def run_events(
     *,
     config: SchedulerConfig | None = None,
     progress: Progress | None = None,
+    shuffle_nodes: bool = False,
 ) -> RunResult:
-    """One event-mode run; `seed` draws the random policy's choices."""
-    cluster = build_cluster(spec)
-    shapes = [
-        PodShape.of(j.pod.cpu_milli, j.pod.gpus, j.pod.gpu_milli, j.pod.gpu_models)
-        for j in workload.jobs
-        for _ in range(j.replicas)
-    ]
-    typical = typical_pods(shapes)
-    scheduler = SimScheduler(
-        cluster, make_policy(policy_name, typical, config), random.Random(seed)
-    )
+    """One event-mode run; `seed` draws the random policy's choices (and the node order when
+    `shuffle_nodes`)."""
+    rng = random.Random(seed)
+    cluster = _cluster(spec, rng, shuffle_nodes)
+    typical = _typical(workload)
+    scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     _check_queues(workload)
     state = _EventRun(spec, workload, scheduler)
-    fragmentation = Fragmentation(typical)
-    state.measure = lambda: (
-        fragmented_share(cluster, fragmentation, state.clock.capacity),
-        cluster.stats().fragmented_gpus,
-    )
+    _instrument(state, cluster, typical)
     state.run(progress)
+    return _result(state, workload, policy_name, seed)
+
+
+def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -> RunResult:
     capacity = state.clock.capacity
     failed = state.failed()
     total_pods = sum(j.replicas for j in workload.jobs)
+    samples = state.timeline.samples
+    longest = state.book.longest_8gpu
     return RunResult(
         policy=policy_name,
         seed=seed,
@@ -270,4 +325,9 @@ def run_events(
         jobs_total=len(workload.jobs),
         jobs_placed=state.jobs_placed,
         queues=state.meter.reports() if workload.queues else (),
+        utilisation=state.clock.utilisation(samples[-1].allocation if samples else 0.0),
+        fragmentation_mean=state.timeline.mean_fragmentation(),
+        waits=state.book.report(),
+        longest_8gpu_wait=None if longest is None else round(longest, 2),
+        timeline=tuple(samples),
     )

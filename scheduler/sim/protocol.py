@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent.model import MILLI_PER_GPU
@@ -31,6 +31,7 @@ from scheduler.placement import PodRequest
 from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_pods
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.metrics import ClassWaits, Sample
 from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
@@ -65,6 +66,11 @@ class RunResult:
     jobs_total: int = 0
     jobs_placed: int = 0
     queues: tuple[QueueReport, ...] = ()  # event mode with queues: one per queue
+    utilisation: float | None = None  # event mode: time-weighted allocation over arrivals (%)
+    fragmentation_mean: float | None = None  # event mode: mean of the timeline's samples (%)
+    waits: Mapping[str, ClassWaits] = field(default_factory=dict)  # event mode: per class
+    longest_8gpu_wait: float | None = None  # event mode: seconds
+    timeline: tuple[Sample, ...] = field(default=(), repr=False)  # event mode
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
 
 

@@ -10,7 +10,17 @@ JSON (`--json`), one entry per policy and seed; ratios in percent of the cluster
 
 In event mode (workloads with arrival times) `allocationRatio` holds the time-weighted `mean` and
 the `peak` instead of the protocol's 100/130 points, and each run adds `gangWaitSeconds`,
-`jobsPlaced` and `jobsTotal`. A run with queues (a workload's `queues:` or `--tenants`) adds
+`jobsPlaced`, `jobsTotal` and the living-cluster figures (`scheduler.sim.metrics`; every field is
+defined in `scheduler/sim/README.md`):
+
+```json
+{"utilisation": 51.2, "fragmentationOverTime": 9.2, "longest8GpuWaitSeconds": 755.4,
+ "waitSeconds": {"8-gpu": {"pods": 44, "started": 44, "p50": 0.0, "p99": 755.4,
+                           "longest": 755.4}, "gang": {...}}}
+```
+
+A living-cluster replay of a trace adds a top-level `replay` object (`replay_document`).
+A run with queues (a workload's `queues:` or `--tenants`) adds
 `queues`, one entry per queue (see `scheduler.sim.queues` for what each figure means):
 
 ```json
@@ -29,10 +39,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from scheduler.sim.metrics import ClassWaits
 from scheduler.sim.protocol import RunResult
 from scheduler.sim.queues import QueueReport
+from scheduler.sim.replay import Replay
 
-__all__ = ["REPORT_POINTS", "format_table", "plot_runs", "runs_document"]
+__all__ = ["REPORT_POINTS", "format_table", "plot_runs", "replay_document", "runs_document"]
 
 REPORT_POINTS = (100, 130)
 
@@ -55,9 +67,40 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["gangWaitSeconds"] = run.gang_wait_seconds
         doc["jobsPlaced"] = run.jobs_placed
         doc["jobsTotal"] = run.jobs_total
+        doc["utilisation"] = run.utilisation
+        doc["fragmentationOverTime"] = run.fragmentation_mean
+        doc["longest8GpuWaitSeconds"] = run.longest_8gpu_wait
+        doc["waitSeconds"] = {name: _waits_document(w) for name, w in run.waits.items()}
     if run.queues:
         doc["queues"] = [_queue_document(q) for q in run.queues]
     return doc
+
+
+def _waits_document(waits: ClassWaits) -> dict[str, Any]:
+    return {
+        "pods": waits.pods,
+        "started": waits.started,
+        "p50": waits.p50,
+        "p99": waits.p99,
+        "longest": waits.longest,
+    }
+
+
+def replay_document(replay: Replay) -> dict[str, Any]:
+    """What a living-cluster replay kept and left out (recorded seconds; `load` K)."""
+    jobs = replay.workload.jobs
+    return {
+        "source": replay.workload.source,
+        "podsInTrace": replay.pods_in_trace,
+        "podsReplayed": sum(j.replicas for j in jobs),
+        "neverRan": replay.never_ran,
+        "endedBeforeStart": replay.before_start,
+        "start": replay.start,
+        "traceEnd": replay.trace_end,
+        "load": replay.load,
+        "gangs": replay.gangs,
+        "arrivalWindowSeconds": jobs[-1].arrival - jobs[0].arrival if jobs else 0.0,
+    }
 
 
 def _queue_document(queue: QueueReport) -> dict[str, Any]:
@@ -75,9 +118,12 @@ def _queue_document(queue: QueueReport) -> dict[str, Any]:
     }
 
 
-def runs_document(runs: Iterable[RunResult]) -> dict[str, Any]:
+def runs_document(runs: Iterable[RunResult], replay: Replay | None = None) -> dict[str, Any]:
     """The `--json` document."""
-    return {"runs": [_run_document(r) for r in runs]}
+    doc: dict[str, Any] = {"runs": [_run_document(r) for r in runs]}
+    if replay is not None:
+        doc["replay"] = replay_document(replay)
+    return doc
 
 
 def _mean_sd(values: Sequence[float]) -> str:
@@ -108,6 +154,11 @@ def _row(policy: str, runs: Sequence[RunResult], points: Sequence[int]) -> list[
     row.append(_mean_sd(waits) if waits else "-")
     row.append(f"{statistics.fmean(r.jobs_placed for r in runs):.0f}/{runs[0].jobs_total}")
     row.append(f"{statistics.fmean(r.decisions_per_second for r in runs):,.0f}")
+    if runs[0].mean_allocation is not None:
+        row.append(_mean_sd([r.utilisation or 0.0 for r in runs]))
+        row.append(_mean_sd([r.fragmentation_mean or 0.0 for r in runs]))
+        longest = [r.longest_8gpu_wait for r in runs if r.longest_8gpu_wait is not None]
+        row.append(_mean_sd(longest))
     return row
 
 
@@ -119,11 +170,38 @@ def format_table(runs: Sequence[RunResult]) -> str:
     alloc = ["alloc mean%", "alloc peak%"] if events else [f"alloc@{k}%" for k in REPORT_POINTS]
     header = ["policy", "seeds", *alloc, "fragmented%", "fragmented GPUs", "gang wait s"]
     header += ["jobs placed", "decisions/s"]
+    if events:
+        header += ["util%", "frag over time%", "8-GPU max wait s"]
     rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in _by_policy(runs).items()]
     text = _columns(rows)
+    if events:
+        text += "\n" + _columns(_wait_rows(runs))
     if any(r.queues for r in runs):
         text += "\n" + _columns(_queue_rows(runs))
     return text
+
+
+_WAIT_HEADER = ("policy", "class", "pods", "started", "wait p50 s", "wait p99 s", "longest s")
+
+
+def _wait_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    """Per policy and pod class: mean ± sd over seeds."""
+    rows = [list(_WAIT_HEADER)]
+    for policy, group in _by_policy(runs).items():
+        for name in group[0].waits:
+            waits = [r.waits[name] for r in group if name in r.waits]
+            rows.append(
+                [
+                    policy,
+                    name,
+                    str(waits[0].pods),
+                    f"{statistics.fmean(w.started for w in waits):.0f}",
+                    _mean_sd([w.p50 for w in waits if w.p50 is not None]),
+                    _mean_sd([w.p99 for w in waits if w.p99 is not None]),
+                    _mean_sd([w.longest for w in waits if w.longest is not None]),
+                ]
+            )
+    return rows
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> str:
@@ -183,13 +261,30 @@ def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float], list[float]]:
+    """Hours since the first sample, and allocation and fragmentation (mean over seeds)."""
+    samples = [r.timeline for r in runs if r.timeline]
+    if not samples:
+        return [], [], []
+    points = min(len(s) for s in samples)
+    start = samples[0][0].time
+    hours = [(samples[0][i].time - start) / 3600 for i in range(points)]
+    alloc = [statistics.fmean(s[i].allocation for s in samples) for i in range(points)]
+    frag = [statistics.fmean(s[i].fragmentation for s in samples) for i in range(points)]
+    return hours, alloc, frag
+
+
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
-    """Allocation ratio vs arrived GPU demand, one line per policy (mean over seeds)."""
+    """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time over
+    the arrival window. One line per policy (mean over seeds)."""
     import matplotlib  # optional dependency: loaded only for --plot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if runs and runs[0].mean_allocation is not None:
+        _plot_timeline(plt, runs, path, title)
+        return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for policy, group in _by_policy(runs).items():
         xs, ys = _mean_curve(group)
@@ -199,6 +294,24 @@ def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
     ax.set_title(title or "GPU allocation vs arrived demand")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) -> None:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for policy, group in _by_policy(runs).items():
+        hours, alloc, frag = _mean_timeline(group)
+        top.plot(hours, alloc, label=policy, linewidth=1.2)
+        bottom.plot(hours, frag, label=policy, linewidth=1.2)
+    top.set_ylabel("GPU allocation (%)")
+    bottom.set_ylabel("fragmentation (% of GPUs)")
+    bottom.set_xlabel("hours since the first arrival")
+    top.set_title(title or "allocation and fragmentation over the arrival window")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+    top.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

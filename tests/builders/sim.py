@@ -16,8 +16,12 @@ node-04,16000,122880,2,P100
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase\n"
 
 
-def trace_pods(count: int = 40, seed: int = 7) -> str:
-    """A seeded pod list shaped like the real one: shares, whole GPUs, a few multi-GPU and cpu."""
+TIMES_HEADER = ",creation_time,deletion_time,scheduled_time"
+
+
+def trace_pods(count: int = 40, seed: int = 7, timed: bool = False) -> str:
+    """A seeded pod list shaped like the real one: shares, whole GPUs, a few multi-GPU and cpu;
+    `timed`: with times (pod i created at 10·i, scheduled then, deleted 300 s later)."""
     rng = random.Random(seed)
     rows = []
     for i in range(count):
@@ -32,14 +36,16 @@ def trace_pods(count: int = 40, seed: int = 7) -> str:
             gpus, milli = rng.choice((2, 4)), 1000
         spec = "T4" if gpus == 1 and rng.random() < 0.1 else ""
         cpu = rng.choice((4000, 8000, 12000))
-        rows.append(f"pod-{i:03d},{cpu},{cpu * 2},{gpus},{milli},{spec},LS,Running")
-    return POD_HEADER + "\n".join(rows) + "\n"
+        row = f"pod-{i:03d},{cpu},{cpu * 2},{gpus},{milli},{spec},LS,Running"
+        rows.append(row + (f",{10 * i},{10 * i + 300},{10 * i}" if timed else ""))
+    header = POD_HEADER.rstrip("\n") + TIMES_HEADER + "\n" if timed else POD_HEADER
+    return header + "\n".join(rows) + "\n"
 
 
-def write_trace(tmp: Path, pods: int = 40) -> tuple[Path, Path]:
+def write_trace(tmp: Path, pods: int = 40, timed: bool = False) -> tuple[Path, Path]:
     nodes, pod_list = tmp / "nodes.csv", tmp / "pods.csv"
     nodes.write_text(TRACE_NODES, encoding="utf-8")
-    pod_list.write_text(trace_pods(pods), encoding="utf-8")
+    pod_list.write_text(trace_pods(pods, timed=timed), encoding="utf-8")
     return nodes, pod_list
 
 

@@ -19,6 +19,15 @@ RUN_KEYS = {
     "failedPods",
     "decisionsPerSecond",
 }
+EVENT_KEYS = {
+    "gangWaitSeconds",
+    "jobsPlaced",
+    "jobsTotal",
+    "utilisation",
+    "fragmentationOverTime",
+    "longest8GpuWaitSeconds",
+    "waitSeconds",
+}
 
 
 def test_protocol_json_has_the_design_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -53,7 +62,7 @@ def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFi
     workload.write_text(WORKLOAD_YAML, encoding="utf-8")
     assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
-    assert set(run) == RUN_KEYS | {"gangWaitSeconds", "jobsPlaced", "jobsTotal"}
+    assert set(run) == RUN_KEYS | EVENT_KEYS
     assert set(run["allocationRatio"]) == {"mean", "peak"}
     assert run["jobsPlaced"] == run["jobsTotal"] == 5
 
@@ -98,6 +107,8 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
         pytest.param(
             ["--tenants", "50", "--quota", "soft"], "--quota: must be borrow or hard", id="quota"
         ),
+        pytest.param(["--load", "0"], "--load: must be > 0", id="load"),
+        pytest.param(["--node-share", "1.5"], "--node-share: must be in (0, 1]", id="node share"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -128,7 +139,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]):
 def test_tenants_split_the_trace_and_report_each_queue(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    nodes, pods = write_trace(tmp_path, pods=40)  # 22 GPUs
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 22 GPUs
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "bestfit", "--json"]
     assert main([*argv, "--tenants", "50,30,20", "--quota", "hard"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
@@ -152,3 +163,74 @@ def test_tenants_table_adds_a_row_per_queue(capsys: pytest.CaptureFixture[str]):
     )
     assert "deficit GPU-s" in lines[header]
     assert [line.split()[2] for line in lines[header + 1 :]] == ["t1", "t2", "t3", "t4"]
+
+
+WAIT_KEYS = {"pods", "started", "p50", "p99", "longest"}
+REPLAY_KEYS = {
+    "source",
+    "podsInTrace",
+    "podsReplayed",
+    "neverRan",
+    "endedBeforeStart",
+    "start",
+    "traceEnd",
+    "load",
+    "gangs",
+    "arrivalWindowSeconds",
+}
+
+
+def _replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> dict:
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events", "--json"]
+    assert main([*argv, "--policy", "default,random", "--seed", "1,2", *flags], environ={}) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_events_mode_on_a_trace_is_the_replay_with_every_documented_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    doc = _replay_json(tmp_path, capsys)
+    assert set(doc["replay"]) == REPLAY_KEYS
+    assert (doc["replay"]["podsReplayed"], doc["replay"]["neverRan"]) == (40, 0)
+    assert doc["replay"]["arrivalWindowSeconds"] == 390.0  # pod i created at 10 i
+    assert len(doc["runs"]) == 4
+    assert all(set(r) == RUN_KEYS | EVENT_KEYS for r in doc["runs"])
+    assert all(set(w) == WAIT_KEYS for r in doc["runs"] for w in r["waitSeconds"].values())
+
+
+def test_load_divides_the_arrival_times(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    doc = _replay_json(tmp_path, capsys, "--load", "10")
+    assert doc["replay"]["arrivalWindowSeconds"] == 39.0
+    assert doc["replay"]["load"] == 10.0
+
+
+def test_a_trace_without_times_cannot_be_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=10)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err
+    assert "no creation/scheduled/deletion times" in err
+    assert err.count("\n") == 1
+
+
+def test_replay_table_names_what_was_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=30, timed=True)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    flags = ["--policy", "fgd", "--shuffle-nodes", "--node-share", "0.5"]
+    assert main([*argv, *flags], environ={}) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("replay: 30 of 30 pods; 0 never ran in production")
+    assert "util%" in lines[1]
+    assert any(line.split()[:2] == ["policy", "class"] for line in lines)
+
+
+def test_events_plot_is_allocation_and_fragmentation_over_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    png = tmp_path / "living.png"
+    assert main(["--policy", "default,spread", "--plot", str(png)], environ={}) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "frag over time%" in capsys.readouterr().out

@@ -75,3 +75,78 @@ def test_time_weighted_allocation():
     result = run_events(TWO_NODES, workload, "spread", 1)
     assert result.mean_allocation == 50.0
     assert result.decisions_per_second > 0
+
+
+ONE_DGX = ClusterSpec(
+    (NodeGroup(name="d", count=1, gpus=8, model="H100", cpu_milli=64_000, memory=512 * GIB),)
+)
+
+
+def test_utilisation_is_time_weighted_over_the_arrival_window_only():
+    # 4 of 8 GPUs for 50 s of a 100 s arrival window: 25 %; the long tail after it does not count.
+    workload = Workload(
+        (
+            job("a", 0.0, 4, duration=50.0),
+            job("b", 100.0, 0, duration=0.0),
+            job("tail", 100.0, 4, replicas=2, duration=10_000.0),
+        )
+    )
+    result = run_events(TWO_NODES, workload, "spread", 1)
+    assert result.utilisation == 25.0
+    assert result.mean_allocation is not None
+    assert result.mean_allocation > 90.0
+
+
+def test_waits_per_class_and_the_longest_8_gpu_wait():
+    workload = Workload(
+        (
+            job("big", 0.0, 8, duration=100.0),
+            job("eight", 10.0, 8, duration=100.0),  # starts at 100: waits 90
+            job("one", 20.0, 1, replicas=2, duration=10.0),  # start at 200: wait 180 each
+        )
+    )
+    result = run_events(ONE_DGX, workload, "default", 1)
+    eight, one = result.waits["8-gpu"], result.waits["1-gpu"]
+    assert (eight.pods, eight.started, eight.p50, eight.p99, eight.longest) == (
+        2,
+        2,
+        0.0,
+        90.0,
+        90.0,
+    )
+    assert (one.pods, one.started, one.p50, one.p99) == (2, 2, 180.0, 180.0)
+    assert result.longest_8gpu_wait == 90.0
+    assert list(result.waits) == ["1-gpu", "8-gpu"]
+
+
+def test_gang_pods_are_their_own_class_and_count_in_the_8_gpu_wait():
+    workload = Workload(
+        (
+            job("fill", 0.0, 4, replicas=2, duration=50.0),
+            job("gang", 10.0, 4, replicas=2, min_member=2, duration=10.0),
+        )
+    )
+    result = run_events(TWO_NODES, workload, "default", 1)
+    gang = result.waits["gang"]
+    assert (gang.pods, gang.started, gang.p99) == (2, 2, 40.0)
+    assert result.longest_8gpu_wait is None  # 4-GPU members: no 8-GPU work here
+
+
+def test_pods_never_placed_are_counted_and_left_out_of_the_waits():
+    workload = Workload((job("huge", 0.0, 16), job("ok", 5.0, 1)))
+    result = run_events(ONE_DGX, workload, "bestfit", 1)
+    assert result.failed == {"other": 1}
+    assert result.waits["other"].started == 0
+    assert result.waits["other"].p99 is None
+
+
+def test_the_timeline_samples_the_arrival_window_at_a_fixed_period():
+    workload = Workload((job("a", 0.0, 4, duration=50.0), job("b", 100.0, 0, duration=0.0)))
+    result = run_events(TWO_NODES, workload, "spread", 1)
+    times = [s.time for s in result.timeline]
+    assert len(times) == 101
+    assert (times[0], times[49], times[50], times[-1]) == (0.0, 49.0, 50.0, 100.0)
+    allocation = [s.allocation for s in result.timeline]
+    assert (allocation[0], allocation[49], allocation[50]) == (50.0, 50.0, 0.0)
+    fragmentation = [s.fragmentation for s in result.timeline]
+    assert result.fragmentation_mean == round(sum(fragmentation) / len(fragmentation), 2)

@@ -1,0 +1,177 @@
+"""Placement quality in a living cluster (issue 13): every policy, seeds 1-5, two workloads.
+
+* `builtin`: the simulator's built-in cluster and workload (`gputopo-scheduler simulate` with no
+  `--cluster`/`--workload`: gangs, shares, arrivals and departures);
+* `trace`: the living-cluster replay (`scheduler.sim.replay`) of `openb_pod_list_default.csv` on
+  `openb_node_list_gpu_node.csv` at the study settings: from `STUDY_START` (recorded second
+  10,000,000, 99 % of the pods arrive after it), `STUDY_LOAD` (2000 × the recorded arrival rate)
+  on `STUDY_NODES` (half of each kind of node, 3,087 GPUs). The whole trace never asks for more
+  than 88 % of its own 6,212 GPUs at once, so the study replays it on half of them: GPUs in use
+  then peak at about 95 % of the cluster and 8-GPU pods wait.
+
+Both run in event mode with `shuffle_nodes` (the node order is drawn from the seed, as the
+protocol does), so deterministic policies vary across seeds too; `--given-order` turns it off
+(the built-in workload then matches `simulate` exactly). Per study and policy: mean and
+[min-max] over the seeds of utilisation (arrival window), fragmentation over time, p99 wait of
+2-, 4-, 8-GPU and gang pods, and the longest 8-GPU wait (every figure is defined in
+`scheduler/sim/README.md`). Runs go to `--jobs` processes.
+
+    .venv/bin/python bench/living_cluster.py [--jobs 2] [--seeds 1-5] [--policies ...]
+        [--studies builtin,trace] [--json] [--plot PREFIX]  # PREFIX-builtin.png, PREFIX-trace.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.sim.events import run_events
+from scheduler.sim.policies import POLICIES
+from scheduler.sim.protocol import RunResult
+from scheduler.sim.replay import (
+    STUDY_LOAD,
+    STUDY_NODES,
+    STUDY_START,
+    Replay,
+    node_share,
+    read_replay,
+)
+from scheduler.sim.report import plot_runs, replay_document, runs_document
+from scheduler.sim.workload import ClusterSpec, Workload, load_cluster, load_workload
+
+TRACE_DIR = "alibaba-cluster-trace-gpu-v2023"
+STUDIES = ("builtin", "trace")
+CLASSES = ("2-gpu", "4-gpu", "8-gpu", "gang")
+
+
+def traces_root() -> Path:
+    if os.environ.get("GPUTOPO_TRACES"):
+        return Path(os.environ["GPUTOPO_TRACES"])
+    return Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def trace_replay() -> Replay:
+    pods = traces_root() / TRACE_DIR / "openb_pod_list_default.csv"
+    return read_replay(pods, load=STUDY_LOAD, start=STUDY_START)
+
+
+def inputs(study: str) -> tuple[ClusterSpec, Workload]:
+    if study == "builtin":
+        return load_cluster("default"), load_workload("default")
+    nodes = load_cluster(str(traces_root() / TRACE_DIR / "openb_node_list_gpu_node.csv"))
+    return node_share(nodes, STUDY_NODES), trace_replay().workload
+
+
+def one_run(study: str, policy: str, seed: int, shuffle: bool) -> tuple[str, RunResult]:
+    spec, workload = inputs(study)
+    return study, run_events(spec, workload, policy, seed, shuffle_nodes=shuffle)
+
+
+def _spread(values: Sequence[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    mean = statistics.fmean(known)
+    if len(known) == 1 or min(known) == max(known):
+        return f"{mean:,.1f}"
+    return f"{mean:,.1f} [{min(known):,.1f}-{max(known):,.1f}]"
+
+
+def _p99(name: str) -> Callable[[RunResult], float | None]:
+    def get(run: RunResult) -> float | None:
+        waits = run.waits.get(name)
+        return None if waits is None else waits.p99
+
+    return get
+
+
+COLUMNS: tuple[tuple[str, Callable[[RunResult], float | None]], ...] = (
+    ("util %", lambda r: r.utilisation),
+    ("frag over time %", lambda r: r.fragmentation_mean),
+    *((f"p99 wait {c} s", _p99(c)) for c in CLASSES),
+    ("longest 8-GPU wait s", lambda r: r.longest_8gpu_wait),
+)
+
+
+def table(runs: Sequence[RunResult]) -> str:
+    """Per policy: mean [min-max] over the seeds of each column."""
+    rows = [["policy", "seeds", *(name for name, _ in COLUMNS)]]
+    for policy in dict.fromkeys(r.policy for r in runs):
+        group = [r for r in runs if r.policy == policy]
+        rows.append(
+            [policy, str(len(group)), *(_spread([f(r) for r in group]) for _, f in COLUMNS)]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def seeds_of(text: str) -> list[int]:
+    if "-" in text:
+        low, high = (int(part) for part in text.split("-", 1))
+        return list(range(low, high + 1))
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seeds", default="1-5")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--studies", default=",".join(STUDIES))
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--given-order", action="store_true", help="do not shuffle the node order")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead")
+    p.add_argument("--plot", help="write PREFIX-<study>.png (allocation, fragmentation vs time)")
+    return p.parse_args(argv)
+
+
+def run_all(args: argparse.Namespace) -> dict[str, list[RunResult]]:
+    studies = [s for s in args.studies.split(",") if s]
+    policies = [p for p in args.policies.split(",") if p]
+    work = [(s, p, seed) for s in studies for p in policies for seed in seeds_of(args.seeds)]
+    results: dict[str, list[RunResult]] = {s: [] for s in studies}
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(one_run, s, p, seed, not args.given_order) for s, p, seed in work]
+        for future in futures:
+            study, run = future.result()
+            results[study].append(run)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    began = time.perf_counter()
+    results = run_all(args)
+    elapsed = time.perf_counter() - began
+    if args.plot:
+        for study, runs in results.items():
+            plot_runs(runs, Path(f"{args.plot}-{study}.png"), title=f"living cluster: {study}")
+    if args.json:
+        doc: dict[str, Any] = {"seconds": round(elapsed, 1), "shuffleNodes": not args.given_order}
+        for study, runs in results.items():
+            doc[study] = runs_document(runs, trace_replay() if study == "trace" else None)
+        doc.get("trace", {}).get("replay", {})["nodeShare"] = STUDY_NODES
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    for study, runs in results.items():
+        extra = ""
+        if study == "trace":
+            replay = replay_document(trace_replay())
+            extra = f" ({replay['podsReplayed']} pods, load {STUDY_LOAD:g}, {STUDY_NODES:g} nodes)"
+        sys.stdout.write(f"\n## {study}{extra}\n" + table(runs))
+    sys.stdout.write(f"\n{elapsed:.0f} s on {args.jobs} processes\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -50,6 +50,48 @@ def make_binding(pod: str, node: str) -> dict[str, Any]:
     }
 
 
+def make_pdb(
+    name: str,
+    *,
+    match_labels: dict[str, str] | None = None,
+    min_available: int | str | None = None,
+    max_unavailable: int | str | None = None,
+) -> dict[str, Any]:
+    """A `policy/v1` PodDisruptionBudget selecting `match_labels` (no selector when None)."""
+    spec: dict[str, Any] = {}
+    if match_labels is not None:
+        spec["selector"] = {"matchLabels": match_labels}
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def make_eviction(
+    pod: str, *, grace: int | None = None, dry_run: bool = False, namespace: str = "default"
+) -> dict[str, Any]:
+    """A `policy/v1` Eviction of `pod`, with `deleteOptions` when a grace or dry run is given."""
+    eviction: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    }
+    options: dict[str, Any] = {}
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    if dry_run:
+        options["dryRun"] = ["All"]
+    if options:
+        eviction["deleteOptions"] = options
+    return eviction
+
+
 def make_nrt(node: str, zones: int = 1, version: str = "v1alpha2") -> dict[str, Any]:
     return {
         "apiVersion": f"topology.node.k8s.io/{version}",

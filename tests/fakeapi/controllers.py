@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.fakeapi.kinds import NOT_READY_TAINT
+from tests.fakeapi.objects import upsert_condition
 from tests.fakeapi.store import Obj, clone
 
 
@@ -61,6 +62,34 @@ def ready_status(name: str, cap: dict[str, str], alloc: dict[str, str], now: str
         architecture="amd64",
     )
     return status
+
+
+def pod_started_change(now: str, ready: bool) -> Callable[[Obj | None], Obj]:
+    """A store mutation: what a kubelet reports once a bound pod's containers run: phase
+    `Running`, `startTime`, and `Initialized`, `Ready`, `ContainersReady` conditions (the last
+    two False with `ready=False`)."""
+
+    def change(old: Obj | None) -> Obj:
+        if old is None or not (old.get("spec") or {}).get("nodeName"):
+            raise KeyError("fake API server: only an existing, bound pod can start")
+        pod = clone(old)
+        status = pod.setdefault("status", {})
+        status["phase"] = "Running"
+        status.setdefault("startTime", now)
+        conditions = list(status.get("conditions") or [])
+        for kind in ("Initialized", "Ready", "ContainersReady"):
+            state = "True" if ready or kind == "Initialized" else "False"
+            wanted = {
+                "type": kind,
+                "status": state,
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+            }
+            conditions = upsert_condition(conditions, wanted)
+        status["conditions"] = conditions
+        return pod
+
+    return change
 
 
 PODGC_REASON = "DeletionByPodGC"

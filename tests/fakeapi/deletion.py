@@ -29,7 +29,7 @@ def _grace(body: Mapping[str, Any], query: Mapping[str, str]) -> int | None:
     return int(value) if value is not None else None
 
 
-def _check_preconditions(old: Obj, pre: Mapping[str, Any]) -> None:
+def check_preconditions(old: Obj, pre: Mapping[str, Any]) -> None:
     for key in ("uid", "resourceVersion"):
         if pre.get(key) and pre[key] != old["metadata"].get(key):
             raise ApiError(
@@ -49,7 +49,7 @@ def delete(api: Api, ref: Ref, body: Any, query: Mapping[str, str]) -> tuple[int
     def change(old: Obj | None) -> Obj | Delete:
         if old is None:
             raise not_found(ref.rt, ref.name)
-        _check_preconditions(old, options.get("preconditions") or {})
+        check_preconditions(old, options.get("preconditions") or {})
         result = kinds.delete(ref.rt, old, grace, api.clock(), format_time)
         removed.append(isinstance(result, Delete))
         return result

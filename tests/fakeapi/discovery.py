@@ -51,7 +51,7 @@ def parse_ref(registry: Registry, segments: list[str]) -> Ref | None:
 def _has_sub(rt: ResourceType, sub: str) -> bool:
     if sub == "status":
         return rt.status_subresource
-    return sub == "binding" and rt.builtin and rt.group == "" and rt.plural == "pods"
+    return sub in ("binding", "eviction") and rt.builtin and rt.group == "" and rt.plural == "pods"
 
 
 def answer(registry: Registry, segments: list[str]) -> dict[str, Any] | None:
@@ -105,6 +105,16 @@ def _resource_list(registry: Registry, group: str, version: str) -> dict[str, An
             )
         if _has_sub(rt, "binding"):
             resources.append(dict(base, name="pods/binding", kind="Binding", verbs=["create"]))
+            resources.append(
+                dict(
+                    base,
+                    name="pods/eviction",
+                    group="policy",
+                    version="v1",
+                    kind="Eviction",
+                    verbs=["create"],
+                )
+            )
     group_version = rt.api_version(version)
     return {
         "kind": "APIResourceList",

@@ -42,7 +42,7 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.reason = reason if reason is not None else REASONS.get(code, "Unknown")
+        self.reason = reason if reason is not None else REASONS.get(code, "Unknown")  # "": none
         self.details = details
 
     def status_body(self) -> dict[str, Any]:
@@ -56,6 +56,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del body["reason"]  # a Status a handler built itself (e.g. eviction's 500)
         if self.details is not None:
             body["details"] = self.details
         return body

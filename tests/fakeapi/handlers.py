@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakeapi import discovery
+from tests.fakeapi import discovery, eviction
 from tests.fakeapi.errors import ApiError, bad_request, method_not_allowed
 from tests.fakeapi.objects import Ref
 from tests.fakeapi.watch import stream
@@ -104,7 +104,10 @@ class Handler(BaseHTTPRequestHandler):
             fake.before_request(method, parts.path)
             self._route(method, parts.path, query, raw, content_type)
         except ApiError as exc:
-            self._send_json(exc.code, exc.status_body())
+            retry = (exc.details or {}).get("retryAfterSeconds")
+            self._send_json(
+                exc.code, exc.status_body(), {"Retry-After": str(retry)} if retry else {}
+            )
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:
@@ -135,12 +138,16 @@ class Handler(BaseHTTPRequestHandler):
         self, method: str, ref: Ref, query: dict[str, str], raw: bytes, ctype: str
     ) -> tuple[int, dict[str, Any]]:
         api = self.server.fake.api
+        if method == "POST" and ref.name and ref.sub == "eviction":
+            return eviction.evict(api, ref, _json(raw), query)
         if query.get("dryRun"):
             raise NotImplementedError("fake API server: dryRun is not modelled")
         if method == "GET":
             return 200, (api.get(ref) if ref.name else api.list(ref, query))
         if method == "POST" and (not ref.name or ref.sub == "binding"):
             return api.create(ref, _json(raw), self._manager(query))
+        if ref.sub == "eviction":
+            raise method_not_allowed()
         if method == "PUT" and ref.name and ref.sub != "binding":
             return api.replace(ref, _json(raw), self._manager(query))
         if method == "PATCH" and ref.name and ref.sub != "binding":
@@ -161,9 +168,13 @@ class Handler(BaseHTTPRequestHandler):
         agent = self.headers.get("User-Agent", "")
         return query.get("fieldManager") or agent.split("/", 1)[0] or "unknown"
 
-    def _send_json(self, code: int, body: dict[str, Any]) -> None:
+    def _send_json(
+        self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakeapi import pods, priority
+from tests.fakeapi import disruption, pods, priority
 from tests.fakeapi.errors import invalid
 from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
@@ -94,6 +94,8 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
         return priority.prepare_class_create(rt, obj, classes())
     if rt.builtin and rt.group == "" and rt.plural == "pods":
         return pods.prepare_create(obj)
+    if _is(rt, disruption.GROUP, disruption.PLURAL):
+        return disruption.prepare_create(rt, obj)
     if rt.builtin and rt.group == "" and rt.plural == "nodes":
         return _create_node(obj)
     if rt.builtin and rt.group == "" and rt.plural == "namespaces":
@@ -111,6 +113,8 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Clas
         merged["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
         if "managedFields" in new["metadata"]:
             merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
+        if _is(rt, disruption.GROUP, disruption.PLURAL):
+            return disruption.check_update(rt, merged, sub)
         return merged
     if rt.status_subresource:
         if "status" in old:
@@ -122,6 +126,8 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Clas
         pods.check_update(old, new)
     if _is(rt, priority.GROUP, "priorityclasses"):
         return priority.check_class_update(rt, old, new, classes())
+    if _is(rt, disruption.GROUP, disruption.PLURAL):
+        return disruption.check_update(rt, new, sub)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         problems = crd_problems(new)
         if problems:

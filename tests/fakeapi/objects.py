@@ -36,6 +36,24 @@ def format_time(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(text: str) -> float:
+    """The seconds since the epoch of an RFC 3339 time as the server writes it (`format_time`)."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def upsert_condition(conditions: list[Obj], wanted: Obj) -> list[Obj]:
+    """`conditions` with `wanted` in place of the one of its type (or appended); the transition
+    time stays when the condition's status does not change, as Kubernetes' helpers keep it."""
+    result = list(conditions)
+    for n, current in enumerate(result):
+        if current.get("type") == wanted.get("type"):
+            if current.get("status") == wanted.get("status") and "lastTransitionTime" in current:
+                wanted = dict(wanted, lastTransitionTime=current["lastTransitionTime"])
+            result[n] = wanted
+            return result
+    return [*result, wanted]
+
+
 def success_status(code: int, details: dict[str, Any] | None = None) -> Obj:
     status: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
     if details is not None:

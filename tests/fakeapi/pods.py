@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from tests.fakeapi.errors import ApiError, conflict, invalid
+from tests.fakeapi.objects import parse_time
 from tests.fakeapi.resources import ResourceType
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
 
@@ -225,21 +226,46 @@ def bind(pod: Obj | None, binding: Obj, name: str, now: str) -> Obj:
 
 
 def delete(pod: Obj, grace: int | None, now_s: float, fmt: Any) -> Obj | Delete:
-    """Graceful deletion: a bound, running pod stays Terminating until grace 0 (no kubelet here)."""
-    spec, meta = pod.get("spec") or {}, pod["metadata"]
+    """Graceful deletion (`BeforeDelete` + the pod strategy's `CheckGracefulDelete`).
+
+    `grace` is the request's `gracePeriodSeconds` (None: the pod's own
+    `terminationGracePeriodSeconds`; negative: 1). A bound, unfinished pod stays Terminating with
+    `deletionTimestamp` = now + grace (no kubelet here); unbound or finished pods go at once. A
+    second delete may only shorten the grace, counted from the first request.
+    """
+    meta = pod["metadata"]
+    if grace is not None and grace < 0:
+        grace = 1
+    if meta.get("deletionTimestamp"):
+        return _shortened(pod, grace, fmt)
+    spec = pod.get("spec") or {}
     if grace is None:
-        grace = int(
-            meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
-        )
+        grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        grace = 1 if grace < 0 else grace
     phase = (pod.get("status") or {}).get("phase")
     if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
         grace = 0
-    if grace <= 0 and not meta.get("finalizers"):
+    if grace == 0 and not meta.get("finalizers"):
         return DELETE
-    current = meta.get("deletionGracePeriodSeconds")
-    if current is not None and current <= grace:
-        return pod
     new = clone(pod)
     new["metadata"]["deletionTimestamp"] = fmt(now_s + grace)
+    new["metadata"]["deletionGracePeriodSeconds"] = grace
+    return new
+
+
+def _shortened(pod: Obj, grace: int | None, fmt: Any) -> Obj | Delete:
+    """A pod already Terminating: a shorter grace moves `deletionTimestamp` earlier (from the
+    first request's time); anything else leaves it pending."""
+    meta = pod["metadata"]
+    current = meta.get("deletionGracePeriodSeconds")
+    if not current:
+        return pod if meta.get("finalizers") else DELETE
+    if grace is None or grace >= current:
+        return pod
+    if grace == 0 and not meta.get("finalizers"):
+        return DELETE
+    requested = parse_time(meta["deletionTimestamp"]) - current
+    new = clone(pod)
+    new["metadata"]["deletionTimestamp"] = fmt(requested + grace)
     new["metadata"]["deletionGracePeriodSeconds"] = grace
     return new

@@ -106,6 +106,7 @@ def builtin_types() -> list[ResourceType]:
         _grouped("coordination.k8s.io", "leases", "Lease", True),
         _grouped("events.k8s.io", "events", "Event", True),
         _grouped("scheduling.k8s.io", "priorityclasses", "PriorityClass", False),
+        _grouped("policy", "poddisruptionbudgets", "PodDisruptionBudget", True, **status),
         _grouped(
             "apiextensions.k8s.io",
             "customresourcedefinitions",

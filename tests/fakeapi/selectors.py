@@ -125,3 +125,21 @@ def field_matcher(selector: str | None, rt: ResourceType) -> FieldSelector:
             raise bad_request(f"field label not supported: {m['key']}")
         reqs.append((m["key"], m["op"] != "!=", m["value"]))
     return FieldSelector(tuple(reqs))
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether `labels` satisfy a LabelSelector object (`matchLabels`, `matchExpressions`);
+    `{}` matches everything."""
+    wanted = selector.get("matchLabels") or {}
+    if any(labels.get(k) != v for k, v in wanted.items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if (op == "Exists") != present and op in ("Exists", "DoesNotExist"):
+            return False
+    return True

@@ -26,11 +26,11 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.fakeapi import authz, controllers, deletion
+from tests.fakeapi import authz, controllers, deletion, disruption
 from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
-from tests.fakeapi.objects import Ref, format_time
+from tests.fakeapi.objects import Ref, format_time, parse_time
 from tests.fakeapi.priority import system_classes
 from tests.fakeapi.resources import (
     Registry,
@@ -396,16 +396,45 @@ class FakeApiServer:
         created = self._create("nodes", {"metadata": {"name": name, "labels": node_labels}})
         return self.make_node_ready(name, capacity, allocatable) if ready else created
 
-    def complete_pod_deletions(self) -> int:
-        """What kubelets would do: remove every Terminating pod. Returns how many went."""
+    def complete_pod_deletions(self, *, only_expired: bool = False) -> int:
+        """What kubelets would do: remove every Terminating pod (`only_expired`: only those whose
+        grace period has ended by the server's clock, as when containers ignore SIGTERM).
+        Returns how many went."""
         rt = self.resource("pods")
         objects, _ = self.store.snapshot(rt, None)
-        done = 0
+        now, done = self.api.clock(), 0
         for pod in objects:
             meta = pod["metadata"]
-            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                done += self.delete_object("pods", meta["name"], meta.get("namespace", ""))
+            if not meta.get("deletionTimestamp") or meta.get("finalizers"):
+                continue
+            if only_expired and parse_time(meta["deletionTimestamp"]) > now:
+                continue
+            done += self.delete_object("pods", meta["name"], meta.get("namespace", ""))
         return done
+
+    def start_pod(self, name: str, namespace: str = "default", *, ready: bool = True) -> Obj:
+        """What a kubelet reports for a bound pod whose containers run: phase Running and the
+        Ready condition (False with `ready=False`)."""
+        change = controllers.pod_started_change(self.api.now(), ready)
+        stored = self.store.mutate(self.resource("pods"), namespace, name, change)
+        assert stored is not None
+        return clone(stored)
+
+    def settle_pdb(self, name: str, namespace: str = "default") -> Obj:
+        """One pass of the disruption controller over a PodDisruptionBudget: count the healthy
+        pods it selects and write `status` (observedGeneration, disruptionsAllowed, ...) as
+        kube-controller-manager would. A real API server never does this by itself."""
+        pods, _ = self.store.snapshot(self.resource("pods"), namespace)
+        now = self.api.clock()
+
+        def change(old: Obj | None) -> Obj:
+            if old is None:
+                raise KeyError(f"fake API server: no PodDisruptionBudget {namespace}/{name}")
+            return disruption.settled(old, pods, now, format_time)
+
+        stored = self.store.mutate(self.resource("poddisruptionbudgets"), namespace, name, change)
+        assert stored is not None
+        return clone(stored)
 
     def collect_orphaned_pods(self) -> list[str]:
         """What the pod garbage collector (kube-controller-manager's PodGC) does to pods bound to

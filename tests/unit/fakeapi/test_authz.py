@@ -60,6 +60,30 @@ from tests.fakeapi.authz import Attributes
             {},
             Attributes("update", "", "namespaces", "finalize", "ns", "ns"),
         ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods/p/eviction",
+            {},
+            Attributes("create", "", "pods", "eviction", "ns", "p"),
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/pods/p/status",
+            {},
+            Attributes("patch", "", "pods", "status", "ns", "p"),
+        ),
+        (
+            "GET",
+            "/apis/policy/v1/poddisruptionbudgets",
+            {"watch": "true"},
+            Attributes("watch", "policy", "poddisruptionbudgets"),
+        ),
+        (
+            "GET",
+            "/apis/policy/v1/namespaces/ns/poddisruptionbudgets",
+            {},
+            Attributes("list", "policy", "poddisruptionbudgets", namespace="ns"),
+        ),
         ("GET", "/api/v1", {}, None),
         ("GET", "/apis/topology.node.k8s.io/v1alpha2", {}, None),
         ("GET", "/version", {}, None),
@@ -105,3 +129,18 @@ def test_the_bearer_token_tells_clients_apart(fake_api) -> None:
     with fake_api.api_client() as api:
         client.CoreV1Api(api).list_node(_preload_content=False)
     assert [c.user for c in fake_api.authorization_checks] == ["system:serviceaccount:ns:sa", ""]
+
+
+def test_preemption_requests_are_checked_as_rbac_sees_them(fake_api, core_v1) -> None:
+    core_v1.create_namespaced_pod("default", make_pod("p"))
+    policy = client.PolicyV1Api(core_v1.api_client)
+    fake_api.clear_requests()
+    policy.list_pod_disruption_budget_for_all_namespaces()
+    core_v1.patch_namespaced_pod_status("p", "default", {"status": {"nominatedNodeName": "n1"}})
+    body = {"metadata": {"name": "p", "namespace": "default"}}
+    core_v1.create_namespaced_pod_eviction("p", "default", body)
+    assert [(c.verb, c.group, c.rbac_resource) for c in fake_api.authorization_checks] == [
+        ("list", "policy", "poddisruptionbudgets"),
+        ("patch", "", "pods/status"),
+        ("create", "", "pods/eviction"),
+    ]

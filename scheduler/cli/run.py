@@ -237,7 +237,7 @@ class Runtime:
         self.server.start()
         for informer in self.informers:
             informer.start()
-        targets = [("scheduler-loop", self.scheduler.run)]
+        targets = [("scheduler-loop", self._schedule_when_synced)]
         if self.elector is not None:
             targets.append(("leader-election", self.elector.run))
         for name, target in targets:
@@ -249,6 +249,13 @@ class Runtime:
         log.info(
             "scheduler %s started (identity %s)", self.settings.scheduler_name, self.kube.identity
         )
+
+    def _schedule_when_synced(self, stop: threading.Event) -> None:
+        """Schedule only once every collection was listed: before the Queues are known, a pod
+        would be admitted against no quota (a new leader could exceed a max)."""
+        while not stop.is_set() and not self.ready():
+            stop.wait(0.05)
+        self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stop_event.set()

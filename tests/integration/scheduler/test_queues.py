@@ -359,3 +359,16 @@ def test_the_status_the_scheduler_writes_fits_the_shipped_queue_crd() -> None:
         assert cond["reason"] == "UnknownParent"
         assert queue_status(fake, "a")["borrowed"] == {"nvidia.com/gpu": "1"}
         assert queue_status(fake, "a")["pending"]["units"] == 0
+
+
+def test_nothing_is_scheduled_before_the_queues_are_listed(fake_api, api) -> None:
+    """A scheduler that placed pods before its Queue list arrived would admit them against no
+    quota: the first Queue list fails, pods are pending, and still nothing passes max."""
+    core, custom = api
+    create_queue(custom, queue_body("a", gpu_max=2, namespaces=["team-a"]))
+    _pods(core, "team-a", 6)
+    fake_api.fail_next(1, 500, path_regex=r"/queues$", method="GET")
+    with running(fake_api):
+        wait_for(lambda: _gpus_bound(fake_api, "team-a") == 2, 20, "2 bound")
+        time.sleep(0.5)
+        assert _gpus_bound(fake_api, "team-a") == 2

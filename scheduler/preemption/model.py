@@ -1,0 +1,125 @@
+"""What the victim search reads and returns (DESIGN §11), plain data shared by the runtime and the
+simulator. The runtime and the simulator build these from their own state; `scheduler.preemption`
+decides on them without I/O or a clock (times are passed in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduler.placement import PodRequest, TopologyConstraint
+
+__all__ = [
+    "Budget",
+    "Eviction",
+    "NoChoice",
+    "PreemptionSettings",
+    "Preemptor",
+    "Running",
+    "VictimChoice",
+    "VictimReason",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptionSettings:
+    """The scheduler config's `preemption:` block (DESIGN §11), durations in seconds."""
+
+    enabled: bool = True  # priority preemption inside a leaf queue
+    reclaim: bool = True  # reclaim of borrowed capacity across queues
+    reclaim_to_fair_share: bool = False
+    pdb_required: bool = False  # `pdb: required` (default `preferred`)
+    non_preemptible_priority: int = 1_000_000_000
+    nomination_timeout: float = 60.0
+    starvation_seconds: float = 300.0
+    starvation_hold_seconds: float = 600.0
+    max_starvation_holds: int = 2
+    # Candidate nodes (or node sets) fully evaluated among those tied on the cheap bound, as
+    # kube-scheduler's minCandidateNodesAbsolute; keeps the search fast at thousands of nodes.
+    candidate_limit: int = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Running:
+    """A unit that may be a victim: one pod, or a gang's bound members on every node.
+
+    `pods`: the pod keys as the snapshot holds them. `started`: when it started (the younger, the
+    less work is lost). `spare`: members above the gang's `minMember`, up to this many of which
+    may be taken alone (0 for a pod). Only pods of this scheduler that are not terminating are
+    ever `Running` (the caller leaves the others out).
+    """
+
+    key: str
+    pods: tuple[str, ...]
+    leaf: str
+    priority: int
+    started: float
+    spare: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """A PodDisruptionBudget as the search sees it: `namespace/name`, its
+    `status.disruptionsAllowed`, and the keys of the pods its selector covers."""
+
+    name: str
+    allowed: int
+    pods: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemptor:
+    """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
+    `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`."""
+
+    key: str
+    pods: tuple[PodRequest, ...]
+    leaf: str
+    priority: int
+    never: bool = False
+    topology: TopologyConstraint | None = None
+    min_resources: Mapping[str, int] | None = None
+
+
+class VictimReason(StrEnum):
+    """The `reason` label of `gputopo_scheduler_preemption_victims_total`."""
+
+    PREEMPT = "preempt"  # a lower-priority unit of U's own leaf
+    RECLAIM = "reclaim"  # a borrowing unit of another queue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Eviction:
+    """One victim unit: the pods of it to delete (all of them, or spare members taken alone)."""
+
+    unit: str
+    pods: tuple[str, ...]
+    reason: VictimReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VictimChoice:
+    """The chosen victim set and where U then starts (pod key -> node), on the snapshot without
+    the victims. `violated`: the names of the budgets the set violates (empty unless
+    `pdb: preferred` found no set violating none)."""
+
+    evictions: tuple[Eviction, ...]
+    nodes: Mapping[str, str]
+    violated: tuple[str, ...] = ()
+    gpus: int = 0  # whole-GPU equivalents freed (milli / 1000, rounded up)
+
+    @property
+    def pods(self) -> tuple[str, ...]:
+        return tuple(pod for eviction in self.evictions for pod in eviction.pods)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoChoice:
+    """No victim set lets U start; `reason` says why in one line (it is shown on U), e.g.
+    `preemption: evicting every lower-priority pod would still not fit the pod group` or
+    `preemption: every victim set violates PodDisruptionBudget ns/name (pdb: required)`."""
+
+    reason: str
+    budgets: tuple[str, ...] = field(default=())

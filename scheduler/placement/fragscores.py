@@ -30,6 +30,7 @@ __all__ = [
     "PRIOR",
     "FragmentationScore",
     "bestfit_score",
+    "big_cpu",
     "big_gpus",
     "least_allocated_score",
     "spread_on_cpu_nodes_score",
@@ -112,14 +113,18 @@ class FragmentationScore:
     skipped. `typical` fixes the distribution instead (no learning).
 
     Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size whose
-    pods ask at least `big_share` of the whole-GPU demand seen (the prior included). A pod asking
-    fewer GPUs scores `keep_whole_bonus` (half a point) more on a node with fewer GPUs than that,
-    a node that can never host the big pods. Half a point only reorders placements that
-    fragment equally (which otherwise go to the lowest node name): small work then fills the
-    small nodes first and leaves the big ones to become whole again when their pods leave, which
-    the FGD measure (one snapshot, nobody leaves) cannot see. On the built-in living workload
-    this cut the mean gang wait from 3,122 to 2,128 s; the static protocol stays within 0.02
-    points.
+    pods ask at least `big_share` of the whole-GPU demand seen (the prior included), `big_cpu`
+    the most cpu a pod that big has asked (raised as soon as a wider one is seen). A pod asking
+    fewer GPUs scores `keep_whole_bonus` (half a point) more on a node that cannot host every
+    big pod: fewer GPUs than `big_gpus`, or less allocatable cpu than `big_cpu`. Half a point
+    only reorders placements that fragment equally (which otherwise go to the lowest node
+    name): small work then fills those nodes first and leaves the ones every big pod fits on to
+    become whole again when their pods leave, which the FGD measure (one snapshot, nobody
+    leaves) cannot see, nor pods too rare to be typical. On the built-in living workload the
+    GPU-count rule cut the mean gang wait from 3,122 to 2,128 s; on the trace replay the cpu
+    rule cut the p99 wait of 8-GPU pods from 1,900 to 661 s (its 120-core 8-GPU pods fit only
+    the 128-core nodes, which small pods had filled by name order). The static protocol keeps
+    95.90 %.
     """
 
     first_refit = 16
@@ -139,6 +144,7 @@ class FragmentationScore:
         self.fragmentation = Fragmentation(start, cpu_aware=True)
         weights = self._counts if typical is None else {t.shape: t.weight for t in typical}
         self.big_gpus = big_gpus(weights, self.big_share)
+        self.big_cpu = big_cpu(weights, self.big_gpus)
         self.version = 0
         self._seen: dict[str, None] = {}
         self._last_key: str | None = None
@@ -160,6 +166,9 @@ class FragmentationScore:
         shape = pod_shape(pod)
         self._counts[shape] = self._counts.get(shape, 0.0) + 1.0
         self._observed += 1
+        if self.big_gpus and pod.gpus >= self.big_gpus and shape.cpu_milli > self.big_cpu:
+            self.big_cpu = shape.cpu_milli  # at once: a pod this wide may be waiting now
+            self.version += 1
         if self._observed >= self._next_refit:
             self._pending = True
             self._next_refit += min(self._next_refit, self.max_refit)
@@ -171,7 +180,7 @@ class FragmentationScore:
         moved = distribution_distance(typical, self.fragmentation.typical)
         if moved > self.refit_tolerance or big != self.big_gpus:
             self.fragmentation = Fragmentation(typical, cpu_aware=True)
-            self.big_gpus = big
+            self.big_gpus, self.big_cpu = big, big_cpu(self._counts, big)
             self.version += 1
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
@@ -181,9 +190,12 @@ class FragmentationScore:
         if not options:
             return 0.0
         score = float(max(paper_score(d) for d, _gpus in options))
-        if pod.wants_gpu and pod.gpus < self.big_gpus and node.gpu_count < self.big_gpus:
+        if pod.wants_gpu and pod.gpus < self.big_gpus and not self._hosts_every_big_pod(node):
             score += self.keep_whole_bonus
         return score
+
+    def _hosts_every_big_pod(self, node: NodeState) -> bool:
+        return node.gpu_count >= self.big_gpus and node.allocatable.get(CPU, 0) >= self.big_cpu
 
 
 def big_gpus(counts: Mapping[PodShape, float], share: float) -> int:
@@ -193,3 +205,10 @@ def big_gpus(counts: Mapping[PodShape, float], share: float) -> int:
     total = sum(demand.values())
     big = [s.gpus for s, d in demand.items() if s.gpus > 1 and total and d / total >= share]
     return max(big, default=0)
+
+
+def big_cpu(counts: Mapping[PodShape, float], big: int) -> int:
+    """The most cpu (milli) a whole-GPU pod of at least `big` GPUs in `counts` asks (0: none)."""
+    if not big:
+        return 0
+    return max((s.cpu_milli for s in counts if s.gpus >= big and not s.is_share), default=0)

@@ -9,6 +9,7 @@ from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPo
 from scheduler.placement.fragscores import (
     PRIOR,
     FragmentationScore,
+    big_cpu,
     big_gpus,
     spread_on_cpu_nodes_score,
 )
@@ -126,6 +127,45 @@ def test_small_work_goes_to_a_node_that_can_never_host_the_big_pods():
     assert pick(one_gpu, cluster.snapshot, scoring).node == "b-small"
     score.keep_whole_bonus = 0.0
     assert pick(one_gpu, cluster.snapshot, scoring).node == "a-big"  # the old decision
+
+
+def test_small_work_leaves_the_only_nodes_the_widest_big_pods_fit_on():
+    """The trace replay's 8-GPU pods ask up to 120 cores, so only its 128-core 8-GPU nodes host
+    them all; too rare to be a typical pod, the FGD measure does not see them, and both
+    placements fragment alike. The tie went to the lowest name, the wide node, and small pods
+    kept it busy while a 120-core 8-GPU pod waited (p99 of 8-GPU pods 1,900 s over seeds 1-5).
+    Now the narrow node, which can never host that pod, takes the small work."""
+    score = FragmentationScore()
+    seen = [PodRequest(key=f"small-{i}", cpu_milli=12_000, gpus=1) for i in range(120)]
+    seen += [PodRequest(key=f"train-{i}", cpu_milli=88_000, gpus=8) for i in range(6)]
+    seen += [PodRequest(key="wide-train", cpu_milli=120_000, gpus=8)]
+    seen += [PodRequest(key=f"more-{i}", cpu_milli=12_000, gpus=1) for i in range(3)]
+    for pod in seen:
+        score.observe(pod)  # refits after the 128th
+    assert (score.big_gpus, score.big_cpu) == (8, 120_000)
+    assert all(t.shape.cpu_milli < 120_000 for t in score.fragmentation.typical)
+    cluster = Cluster.from_specs(
+        [
+            NodeSpec(name="a-wide", gpus=8, model="G2", cpu_milli=128_000),
+            NodeSpec(name="b-narrow", gpus=8, model="G2", cpu_milli=96_000),
+        ]
+    )
+    scoring = Scoring(
+        scores=(WeightedScore("fragmentation", 1.0, score),),
+        prefer_used_nodes=False,
+        candidate_limit=0,
+    )
+    one_gpu = PodRequest(key="inference", cpu_milli=8000, gpus=1)
+    assert pick(one_gpu, cluster.snapshot, scoring).node == "b-narrow"
+    score.keep_whole_bonus = 0.0
+    assert pick(one_gpu, cluster.snapshot, scoring).node == "a-wide"  # the old decision
+
+
+def test_big_cpu_is_the_widest_big_pod():
+    shapes = {WHOLE: 50.0, PodShape(88_000, 1000, 8): 3.0, PodShape(120_000, 1000, 8): 1.0}
+    assert big_cpu(shapes, 8) == 120_000
+    assert big_cpu(shapes, 0) == 0
+    assert big_cpu({PodShape(200_000, 500, 1): 1.0}, 1) == 0  # shares never count
 
 
 def test_big_gpus_is_the_largest_size_with_a_real_share_of_the_gpu_demand():

@@ -77,7 +77,10 @@ class _Opt:
 _OPTIONS: tuple[_Opt, ...] = (
     _Opt("--node-name", "this node's name (also env NODE_NAME; default: the host name)",
          env_aliases=("NODE_NAME",)),
-    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH"),
+    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH; its fake "
+         "GPUs reach a kubelet only with --allow-fake-gpus"),
+    _Opt("--allow-fake-gpus", "let --nvml-fixture's fake GPUs register with the kubelet "
+         "(tests and demos; never beside a real kubelet)", "bool", False),
     _Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
     _Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
          "/var/lib/kubelet/device-plugins"),
@@ -132,6 +135,7 @@ class AgentConfig:
     dry_run: bool = False
     log_format: str = "text"
     fail_on_init_error: bool = True
+    allow_fake_gpus: bool = False
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -198,9 +202,22 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     time_slicing = (
         parse_sharing(str(config_path), sharing, errors) if config_path else TimeSlicing()
     )
+    errors += _fake_gpu_problems(raw)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
     return _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+
+
+def _fake_gpu_problems(raw: Mapping[str, Any]) -> list[str]:
+    """A fixture's GPUs do not exist: serving them to a kubelet needs `--allow-fake-gpus`."""
+    serves_kubelet = not raw["noDevicePlugin"] and not raw["oneshot"]
+    if raw["nvmlFixture"] is None or not serves_kubelet or raw["allowFakeGpus"]:
+        return []
+    return [
+        f"--nvml-fixture {raw['nvmlFixture']}: refusing to register fake GPUs with the kubelet "
+        f"in {raw['devicePluginDir']}; pass --allow-fake-gpus to do that on purpose, or "
+        "--oneshot or --no-device-plugin to skip the kubelet"
+    ]
 
 
 def _build(
@@ -237,6 +254,7 @@ def _build(
         dry_run=raw["dryRun"],
         log_format=raw["logFormat"],
         fail_on_init_error=raw["failOnInitError"],
+        allow_fake_gpus=raw["allowFakeGpus"],
         plugin=plugin,
     )
 

@@ -49,7 +49,8 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
     kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
     with KubeletEmulator() as kubelet:
         argv = [
-            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--kubeconfig", str(kubeconfig),
+            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+            "--kubeconfig", str(kubeconfig),
             "--device-plugin-dir", str(kubelet.plugin_dir),
             "--pod-resources-socket", str(podresources.socket),
             "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",

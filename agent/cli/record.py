@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from agent.cli.nvml_source import open_inventory, source_parser
 from agent.nvml.fixture import dump
+from agent.plural import counted
 
 log = logging.getLogger(__name__)
 
@@ -46,5 +47,5 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     except OSError as exc:
         sys.stderr.write(f"{PROG}: cannot write {args.output}: {exc.strerror}\n")
         return 1
-    log.info("recorded %d GPUs to %s", len(inventory.gpus), args.output)
+    log.info("recorded %s to %s", counted(len(inventory.gpus), "GPU"), args.output)
     return 0

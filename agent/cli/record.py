@@ -1,4 +1,5 @@
-"""`gputopo-agent record`: write this node's NVML view as a fixture file (DESIGN.md §3).
+"""`gputopo-agent record`: write this node's NVML view as a fixture file (the format of the
+built-in fixtures in agent/nvml/fixtures/).
 
 Attach the file to a bug report, or load it back with `--nvml-fixture FILE`: the inventory it gives
 equals the one recorded.

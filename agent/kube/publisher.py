@@ -81,6 +81,7 @@ class PublisherSettings:
     mig_strategy: str = "mixed"
     node_labels: bool = True
     publish_topology: bool = True  # False (--no-publish): labels only
+    dry_run: bool = False  # the sink prints instead of writing: logs say "would"
     poll_s: float = 0.5
     resync_s: float = 60.0
     backoff_initial_s: float = 0.5
@@ -249,7 +250,8 @@ class Publisher:
         self._node = replace(node, labels=merged)
         if self._metrics is not None:
             self._metrics.label_patches.inc()
-        log.info("node %s labels updated: %s", self.settings.node_name, sorted(patch))
+        done = "would update labels (--dry-run)" if self.settings.dry_run else "labels updated"
+        log.info("node %s %s: %s", self.settings.node_name, done, sorted(patch))
 
     def _failed(self, exc: PublishError, now: float) -> None:
         self._failures += 1

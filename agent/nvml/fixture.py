@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from agent.docread import yaml_problem
 from agent.errors import FixtureError
 from agent.model import Gpu, GpuLink, LinkMatrix, NodeInventory, NumaNode, NvlinkFabric
 from agent.nvml.fixture_schema import Ctx, read_gpu, read_numa
@@ -59,13 +60,14 @@ def load_fixture(ref: str | Path) -> Fixture:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise FixtureError(f"{source}: (document): invalid JSON: {exc}") from None
+            raise FixtureError(
+                f"{source}:{exc.lineno}:{exc.colno}: JSON syntax error: {exc.msg}"
+            ) from None
     else:
         try:
             data = yaml.load(text, Loader=yaml.CSafeLoader)
         except yaml.YAMLError as exc:
-            reason = " ".join(str(exc).split())
-            raise FixtureError(f"{source}: (document): invalid YAML: {reason}") from None
+            raise FixtureError(f"{source}{yaml_problem(exc)}") from None
     return parse_fixture(data, source)
 
 
@@ -78,10 +80,10 @@ def _read_source(ref: str | Path) -> tuple[str, str]:
         try:
             return Path(text_ref).read_text(encoding="utf-8"), text_ref
         except OSError as exc:
-            raise FixtureError(f"{text_ref}: (document): cannot read: {exc.strerror}") from None
+            raise FixtureError(f"{text_ref}: cannot read: {exc.strerror}") from None
     if text_ref not in builtin_names():
         known = ", ".join(builtin_names())
-        raise FixtureError(f"{text_ref}: (document): no such built-in fixture (built-in: {known})")
+        raise FixtureError(f"{text_ref}: no such built-in fixture (built-in: {known})")
     folder = resources.files("agent.nvml").joinpath("fixtures")
     return folder.joinpath(f"{text_ref}.yaml").read_text(encoding="utf-8"), f"{text_ref}.yaml"
 
@@ -90,7 +92,7 @@ def parse_fixture(data: Any, source: str) -> Fixture:
     """Validate a decoded document and build the inventory it describes."""
     ctx = Ctx(source)
     if data is None:
-        ctx.fail("(document)", "empty document")
+        ctx.fail("", "empty document")
     doc = ctx.mapping(data, "", _TOP_KEYS, _TOP_OPTIONAL)
     version = ctx.as_int(doc["version"], "version")
     if version != 1:

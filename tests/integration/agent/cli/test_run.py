@@ -131,3 +131,14 @@ def test_oneshot_dry_run_prints_and_writes_nothing(fake_api_with_crd) -> None:
     (doc,) = list(yaml.safe_load_all(done.stdout))
     assert decode(doc).inventory.gpus[0].product == "Tesla T4"
     assert fake_api_with_crd.writes() == []
+
+
+def test_dry_run_says_it_would_update_labels(fake_api_with_crd) -> None:
+    missing = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    done = _agent("--oneshot", "--dry-run", "--node-name", "n1", "--nvml-fixture", "single-t4",
+                  "--pod-resources-socket", str(missing))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "labels" in line]
+    assert "node n1 would update labels (--dry-run): ['nvidia.com/gpu.compute.major'" in line
+    assert "updated" not in line
+    assert fake_api_with_crd.writes() == []

@@ -27,17 +27,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import yaml
 
 from agent.availability import Availability, PodResourcesSnapshot, compute_availability
 from agent.errors import PublishError
 from agent.labels import gfd_labels, label_patch
-from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
+
+if TYPE_CHECKING:
+    from agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 

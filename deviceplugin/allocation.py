@@ -115,8 +115,8 @@ class Allocator:
             invalid.append(f"repeats device {named_ids(repeated)}")
         if resource.shared and resource.fail_requests_greater_than_one and len(ids) > 1:
             invalid.append(
-                f"asks for {len(ids)} replicas; the maximum request size for a shared resource "
-                "is 1 (failRequestsGreaterThanOne)"
+                f"asks for {counted(len(ids), 'replica')}; the maximum request size for a shared "
+                "resource is 1 (failRequestsGreaterThanOne)"
             )
         unknown = [i for i in counts if resource.device(i) is None]
         if unknown:

@@ -21,6 +21,7 @@ from agent.docread import yaml_problem
 from agent.errors import FixtureError
 from agent.model import Gpu, GpuLink, LinkMatrix, NodeInventory, NumaNode, NvlinkFabric
 from agent.nvml.fixture_schema import Ctx, read_gpu, read_numa
+from agent.plural import counted
 
 NVLINK_MAX_LINKS = 36
 """NVML_NVLINK_MAX_LINKS: no GPU has more NVLinks than this."""
@@ -167,7 +168,10 @@ def _read_gpus(ctx: Ctx, raw: Any, numa_ids: frozenset[int]) -> tuple[Gpu, ...]:
 def _read_topology(ctx: Ctx, raw: Any, count: int, fabric: NvlinkFabric) -> LinkMatrix:
     rows = ctx.as_list(raw, "topology")
     if len(rows) != count:
-        ctx.fail("topology", f"{len(rows)} rows for {count} GPUs (the matrix must be square)")
+        ctx.fail(
+            "topology",
+            f"{counted(len(rows), 'row')} for {counted(count, 'GPU')} (the matrix must be square)",
+        )
     cells = [[_cell(ctx, rows, i, j, count) for j in range(count)] for i in range(count)]
     for i in range(count):
         for j in range(i + 1, count):
@@ -189,7 +193,7 @@ def _cell(ctx: Ctx, rows: Sequence[Any], i: int, j: int, count: int) -> GpuLink:
     if len(row) != count:
         ctx.fail(
             f"topology[{i}]",
-            f"{len(row)} cells in a row, expected {count} (the matrix must be square)",
+            f"{counted(len(row), 'cell')} in a row, expected {count} (the matrix must be square)",
         )
     text = ctx.as_str(row[j], f"topology[{i}][{j}]")
     if i == j:
@@ -247,7 +251,7 @@ def _read_events(ctx: Ctx, raw: Any, gpus: Sequence[Gpu]) -> tuple[ScriptedEvent
         doc = ctx.mapping(item, path, ("afterSeconds", "gpu", "xid"), ("giId", "ciId"))
         gpu = ctx.as_int(doc["gpu"], f"{path}.gpu", minimum=0)
         if gpu >= len(gpus):
-            ctx.fail(f"{path}.gpu", f"no GPU with index {gpu} ({len(gpus)} GPUs)")
+            ctx.fail(f"{path}.gpu", f"no GPU with index {gpu} ({counted(len(gpus), 'GPU')})")
         gi = doc.get("giId")
         ci = doc.get("ciId")
         events.append(

@@ -84,12 +84,12 @@ MALFORMED = [
     ),
     pytest.param(
         variant(node_doc(), "topology", [["X", "NV12"]]),
-        "test.yaml: topology: 1 rows for 2 GPUs (the matrix must be square)",
+        "test.yaml: topology: 1 row for 2 GPUs (the matrix must be square)",
         id="too few rows",
     ),
     pytest.param(
         variant(node_doc(), "topology[1]", ["NV12"]),
-        "test.yaml: topology[1]: 1 cells in a row, expected 2 (the matrix must be square)",
+        "test.yaml: topology[1]: 1 cell in a row, expected 2 (the matrix must be square)",
         id="short row",
     ),
     pytest.param(

@@ -53,11 +53,12 @@ def test_runs_on_nodes_any_labeller_marks_and_never_on_its_own_label_alone(pod):
     assert "nodeSelector" not in pod, "a nodeSelector would AND with the affinity terms"
 
 
-def test_tolerates_gpu_and_critical_addon_taints(pod):
+def test_tolerates_gpu_critical_addon_and_dedicated_taints(pod):
     tolerations = {(t["key"], t["operator"], t.get("effect")) for t in pod["tolerations"]}
     assert tolerations == {
         ("nvidia.com/gpu", "Exists", "NoSchedule"),
         ("CriticalAddonsOnly", "Exists", None),
+        ("gputopo.io/dedicated", "Exists", None),  # README: GPU nodes given to gputopo alone
     }
 
 

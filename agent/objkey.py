@@ -18,6 +18,7 @@ __all__ = ["DEFAULT_NAMESPACE", "ObjectKey", "key_of", "name_problem", "object_k
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SUBDOMAIN_MAX = 253
+_LABEL_MAX = 63
 
 ObjectKey = NewType("ObjectKey", str)
 
@@ -41,14 +42,17 @@ def split_key(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def name_problem(name: str) -> str | None:
-    """Why the API server would reject `name` as an object name (a DNS-1123 subdomain, RFC 1123);
-    None when it is valid."""
-    if len(name) > _SUBDOMAIN_MAX:
-        return f"{len(name)} characters, at most {_SUBDOMAIN_MAX} allowed"
-    if not _SUBDOMAIN.fullmatch(name):
+def name_problem(name: str, *, label: bool = False) -> str | None:
+    """Why the API server would reject `name` as an object name: a DNS-1123 subdomain (RFC 1123),
+    or with `label` a DNS-1123 label (namespaces: at most 63 characters, no dots); None when it
+    is valid."""
+    limit = _LABEL_MAX if label else _SUBDOMAIN_MAX
+    if len(name) > limit:
+        return f"{len(name)} characters, at most {limit} allowed"
+    if not _SUBDOMAIN.fullmatch(name) or (label and "." in name):
+        dots = "" if label else ", '.'"
         return (
-            "not a valid name (RFC 1123: lowercase letters, digits, '-' and '.', starting and "
+            f"not a valid name (RFC 1123: lowercase letters, digits{dots} and '-', starting and "
             "ending with a letter or digit)"
         )
     return None

@@ -168,11 +168,11 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
         raise ConfigError(f"--metrics-address: {exc}") from None
     if settings.kubeconfig is not None and not os.path.isfile(settings.kubeconfig):
         raise ConfigError(f"--kubeconfig: no such file: {settings.kubeconfig}")
-    for flag, name in (
-        ("--scheduler-name", settings.scheduler_name),
-        ("--leader-elect-namespace", settings.leader_elect_namespace),
+    for flag, name, label in (
+        ("--scheduler-name", settings.scheduler_name, False),
+        ("--leader-elect-namespace", settings.leader_elect_namespace, True),
     ):
-        if (problem := name_problem(name)) is not None:
+        if (problem := name_problem(name, label=label)) is not None:
             raise ConfigError(f"{flag}: {name!r}: {problem}")
     return settings
 

@@ -50,3 +50,20 @@ def test_name_problem_follows_rfc_1123_subdomains(name, problem) -> None:
     else:
         assert found is not None
         assert found.startswith(problem)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        pytest.param("gputopo-system", None, id="plain"),
+        pytest.param("team.a", "not a valid name (RFC 1123", id="a dot"),
+        pytest.param("n" * 64, "64 characters, at most 63 allowed", id="too long"),
+    ],
+)
+def test_namespaces_are_labels(name, problem) -> None:
+    found = name_problem(name, label=True)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(problem)

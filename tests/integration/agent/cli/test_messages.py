@@ -78,7 +78,7 @@ def test_run_help_shows_defaults_and_choices() -> None:
         pytest.param(
             ["--node-name", "GPU_Node_1"],
             "gputopo-agent run: invalid configuration: flag --node-name: 'GPU_Node_1' is not a "
-            "valid name (RFC 1123: lowercase letters, digits, '-' and '.', starting and ending "
+            "valid name (RFC 1123: lowercase letters, digits, '.' and '-', starting and ending "
             "with a letter or digit)",
             id="upper case and underscores",
         ),

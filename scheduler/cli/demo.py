@@ -106,6 +106,7 @@ def _config(tmp: Path, quiet_s: float) -> agent_config.AgentConfig:
         [
             f"--node-name={NODE}",
             f"--nvml-fixture={FIXTURE}",
+            "--allow-fake-gpus",
             f"--device-plugin-dir={tmp / 'dp'}",
             f"--pod-resources-socket={tmp / 'podres.sock'}",
             f"--kubelet-config={tmp / 'no-kubelet-config.yaml'}",

@@ -7,8 +7,9 @@ terminating. Only this scheduler's pods that are not terminating belong here (DE
 Where each pod runs and what it asks are read from the snapshot when the unit is added (assume
 its pods first) and kept, so `remove` works after the snapshot has forgotten them. Besides the
 units by key, the index keeps, per leaf queue and priority, what the units of that class would
-free on each node (milli-GPU, cpu, memory): the search's cheap bound reads those sums instead of
-walking every node. `add` and `remove` cost O(the unit's pods), never a scan.
+free on each node (milli-GPU, cpu, memory, pods), and the same per priority over every leaf as
+columns (`NodeColumns`): the search's cheap bound reads those sums instead of walking every
+node. `add` and `remove` cost O(the unit's pods), never a scan.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from scheduler.placement import PodRequest, Snapshot
 
+from .columns import IntArray, NodeColumns, grown
 from .model import Running
 
 __all__ = ["Freed", "PodPlace", "RunningIndex"]
@@ -47,6 +51,8 @@ class RunningIndex:
         self._on_node: dict[str, dict[str, None]] = {}
         self._by_leaf: dict[str, dict[str, None]] = {}
         self._sums: dict[tuple[str, int], dict[str, Freed]] = {}
+        self.columns = NodeColumns(snapshot)
+        self._by_priority: dict[int, IntArray] = {}
 
     def __len__(self) -> int:
         return len(self._units)
@@ -77,6 +83,7 @@ class RunningIndex:
         for place in places:
             self._on_node.setdefault(place.node, {})[unit.key] = None
             _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place.request, 1)
+            self._column(unit.priority, place, 1)
 
     def remove(self, key: str) -> Running | None:
         """Drop the unit `key`; returns it, or None when unknown."""
@@ -94,6 +101,7 @@ class RunningIndex:
             _discard(self._on_node, place.node, key)
             freed = sums[place.node]
             _charge(freed, place.request, -1)
+            self._column(unit.priority, place, -1)
             if not freed[3]:
                 del sums[place.node]
         if not sums:
@@ -122,6 +130,10 @@ class RunningIndex:
         """Where the pods of unit `key` were when it was added (empty when unknown)."""
         return self._places.get(key, ())
 
+    def leaves_at(self, priority: int) -> list[str]:
+        """The leaves with units at `priority`, sorted."""
+        return sorted(q for q, p in self._sums if p == priority)
+
     def priorities(self, leaf: str) -> list[int]:
         """The priorities of `leaf`'s units, ascending."""
         return sorted(p for q, p in self._sums if q == leaf)
@@ -129,6 +141,28 @@ class RunningIndex:
     def freed(self, leaf: str, priority: int) -> Mapping[str, Freed]:
         """Per node, what the units of `leaf` at `priority` would free there (do not change)."""
         return self._sums.get((leaf, priority), {})
+
+    def freed_columns(self, priority: int) -> IntArray:
+        """Per slot of `columns`, what every unit at `priority` frees: rows milli-GPU, cpu,
+        memory, pods (do not change)."""
+        found = self._by_priority.get(priority)
+        if found is None:
+            return np.zeros((4, self.columns.capacity), dtype=np.int64)
+        if found.shape[1] < self.columns.capacity:
+            found = self._by_priority[priority] = grown(found, self.columns.capacity)
+        return found
+
+    def _column(self, priority: int, place: PodPlace, sign: int) -> None:
+        slot = self.columns.slot_of(place.node)
+        table = self._by_priority.get(priority)
+        if table is None or table.shape[1] <= slot:
+            table = np.zeros((4, self.columns.capacity), dtype=np.int64) if table is None else table
+            table = self._by_priority[priority] = grown(table, self.columns.capacity)
+        request = place.request
+        table[0, slot] += sign * request.gpu_milli_total
+        table[1, slot] += sign * request.cpu_milli
+        table[2, slot] += sign * request.memory
+        table[3, slot] += sign
 
 
 def _charge(freed: Freed, request: PodRequest, sign: int) -> None:

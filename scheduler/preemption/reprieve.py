@@ -17,16 +17,16 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.placement import Assignment, NodeState, Placer, PodRequest, place_gang
-from scheduler.placement.request import CPU, MEMORY, PODS
+from scheduler.placement import Assignment, Placer, PodRequest, place_gang
 
 from .budgets import BudgetBook
 from .eligibility import Piece
 from .ledger import Ledger
 from .model import Preemptor
+from .room import Room
 
 __all__ = ["Miss", "Outcome", "Workbench", "reprieve_order"]
 
@@ -83,7 +83,8 @@ class Workbench:
         self._preemptor = preemptor
         self._ledger = ledger
         self._budgets = budgets
-        self._removed: dict[int, Piece] = {}
+        self._removed: dict[int, Piece] = {}  # taken out (by id)
+        self._gone: dict[int, Piece] = {}  # taken out of the clones (`_sync`)
         self._saved: dict[str, tuple[PodRequest, Assignment]] = {}
         for node in self._snapshot.nodes.values():
             self._saved.update(node.pods)
@@ -95,20 +96,22 @@ class Workbench:
         eligible pieces elsewhere, in eviction order (only for a max U breaks). The clones are
         as they were on return."""
         try:
-            order = self._ordered(pool)
-            problem = self._greedy(order, off)
+            problem = self._greedy(self._ordered(pool), off)
             if problem is not None:
                 return Miss(quota=problem)
-            taken = sorted(self._removed.values(), key=reprieve_order)
-            order = self._ordered(taken)
-            self._reprieve(order, lambda: self._may_fit(area))
+            order = self._ordered(sorted(self._removed.values(), key=reprieve_order))
+            self._sync()
+            room = Room(self._snapshot, area, self._saved)
+            self._reprieve(order, room, area)
+            self._sync()
             placed = self._place(area)
             if placed is None:
                 for piece in order:
                     self._remove(piece)
+                self._sync()
                 if self._place(area) is None:
                     return Miss()
-                self._reprieve(order, lambda: self._place(area) is not None)
+                self._reprieve(order, None, area)
                 placed = self._place(area)
                 if placed is None:  # unreachable: the last step kept U placeable
                     return Miss()
@@ -116,6 +119,7 @@ class Workbench:
         finally:
             for piece in list(self._removed.values()):
                 self._restore(piece)
+            self._sync()
 
     # -- the two steps ---------------------------------------------------------------------------
     def _ordered(self, pieces: Iterable[Piece]) -> list[Piece]:
@@ -147,7 +151,9 @@ class Workbench:
             for member in group:
                 self._remove(member)
 
-    def _reprieve(self, order: Sequence[Piece], fits: Callable[[], bool]) -> None:
+    def _reprieve(self, order: Sequence[Piece], room: Room | None, area: frozenset[str]) -> None:
+        """Give pieces back in `order` while U stays admitted and fits: by `room`'s arithmetic
+        (the clones are synced afterwards), or, without one, placing U on the clones."""
         cores = {p.unit.key: p for p in order if p.core}
         for piece in order:
             if id(piece) not in self._removed:
@@ -156,41 +162,47 @@ class Workbench:
             if not piece.core and core is not None and id(core) in self._removed:
                 continue
             self._restore(piece)
-            if self._ledger.admission() is not None or not fits():
-                self._remove(piece)
+            if room is not None:
+                room.charge(piece, 1)
+            if self._ledger.admission() is None and self._fits(room, area):
+                continue
+            self._remove(piece)
+            if room is not None:
+                room.charge(piece, -1)
 
-    # -- pieces on the clones --------------------------------------------------------------------
+    def _fits(self, room: Room | None, area: frozenset[str]) -> bool:
+        if room is not None:
+            return room.may_fit(self._preemptor.pods)
+        self._sync()
+        return self._place(area) is not None
+
+    # -- pieces: taken out logically, then on the clones -----------------------------------------
     def _remove(self, piece: Piece) -> None:
-        if id(piece) in self._removed:
-            return
-        self._removed[id(piece)] = piece
-        self._ledger.remove(piece)
-        for place in piece.pods:
-            if place.key in self._saved:
-                self._snapshot.forget(place.key)
+        if id(piece) not in self._removed:
+            self._removed[id(piece)] = piece
+            self._ledger.remove(piece)
 
     def _restore(self, piece: Piece) -> None:
-        if self._removed.pop(id(piece), None) is None:
-            return
-        self._ledger.restore(piece)
-        for place in piece.pods:
-            saved = self._saved.get(place.key)
-            if saved is not None:
-                self._snapshot.assume(saved[0], saved[1])
+        if self._removed.pop(id(piece), None) is not None:
+            self._ledger.restore(piece)
+
+    def _sync(self) -> None:
+        """Make the clones hold every pod but those of the pieces taken out."""
+        for key, piece in list(self._gone.items()):
+            if key not in self._removed:
+                del self._gone[key]
+                for place in piece.pods:
+                    saved = self._saved.get(place.key)
+                    if saved is not None:
+                        self._snapshot.assume(saved[0], saved[1])
+        for key, piece in self._removed.items():
+            if key not in self._gone:
+                self._gone[key] = piece
+                for place in piece.pods:
+                    if place.key in self._saved:
+                        self._snapshot.forget(place.key)
 
     # -- does U fit ------------------------------------------------------------------------------
-    def _may_fit(self, area: frozenset[str]) -> bool:
-        """Necessary conditions for U on `area`: enough idle GPUs, GPU share, cpu, memory and
-        pod slots in all, and a node with idle GPUs for the largest pod."""
-        pods = self._preemptor.pods
-        nodes = [self._snapshot.node(n) for n in area]
-        whole = max((p.gpus for p in pods), default=0)
-        if whole and not any(n.idle_mask.bit_count() >= whole for n in nodes):
-            return False
-        room = [sum(_room(n)[i] for n in nodes) for i in range(5)]
-        need = [sum(_need(p)[i] for p in pods) for i in range(5)]
-        return all(r >= w for r, w in zip(room, need, strict=True) if w > 0)
-
     def _place(self, area: frozenset[str]) -> tuple[dict[str, str], float] | None:
         """Where the placement code puts all of U on the clones of `area`, and U's score."""
         pods = self._preemptor.pods
@@ -225,13 +237,3 @@ class Workbench:
             violations=count,
             violated=names,
         )
-
-
-def _room(node: NodeState) -> tuple[int, int, int, int, int]:
-    """Idle GPUs, free milli-GPU, cpu, memory, pod slots."""
-    milli = node.gpu_capacity_milli() - node.used_milli
-    return (node.idle_mask.bit_count(), milli, node.free(CPU), node.free(MEMORY), node.free(PODS))
-
-
-def _need(pod: PodRequest) -> tuple[int, int, int, int, int]:
-    return (pod.gpus, pod.gpu_milli_total, pod.cpu_milli, pod.memory, 1)

@@ -21,6 +21,7 @@ from scheduler.quota import QuotaTree, Usage
 
 from .budgets import BudgetBook
 from .candidates import Bound, Tally, gang_sets, node_candidates
+from .columns import BoolArray
 from .eligibility import Piece, Rules, gpus_of, pieces_of, root_capacity, rules_for
 from .index import RunningIndex
 from .ledger import Ledger, guaranteed_leaves
@@ -87,8 +88,9 @@ class _Search:
             return NoChoice(reason=f"preemption: no eligible victims ({self._why_none()})")
         tally = Tally(self.index)
         for priority, leaves in thresholds:
-            touched = tally.add(leaves, priority)
-            self._evaluate(tally, touched, priority)
+            touched = tally.add(priority, leaves)
+            if touched.any():
+                self._evaluate(tally, touched, priority)
             if self.best is not None and self.best.violations == 0:
                 break
         if self.best is None:
@@ -120,13 +122,11 @@ class _Search:
             names.update(self.placer.feasible(pod)[: len(self.pods)])
         return sorted(names)
 
-    def _evaluate(self, tally: Tally, touched: set[str], priority: int) -> None:
+    def _evaluate(self, tally: Tally, touched: BoolArray, priority: int) -> None:
         """Evaluate the candidate areas of this threshold (nodes with new victims only)."""
-        if not touched:
-            return
         limit = self.settings.candidate_limit
         if len(self.pods) == 1:
-            nodes = node_candidates(self.live, tally, touched, Bound.of(self.pods), limit)
+            nodes = node_candidates(tally, touched, Bound.of(self.pods), limit)
             nodes += [n for n in self.fits_now if n not in nodes]
             bench = self._bench(nodes)
             for name in nodes:
@@ -134,7 +134,7 @@ class _Search:
             return
         topology = self.rules.preemptor.topology
         label = topology.label if topology is not None and topology.required else None
-        for names, cut in gang_sets(self.live, tally, self.fits_now, self.pods, label, limit):
+        for names, cut in gang_sets(tally, self.fits_now, self.pods, label, limit):
             while True:
                 area = names[:cut]
                 found = self._bench(area).evaluate(frozenset(area), *self._pools(area, priority))

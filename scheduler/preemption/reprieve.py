@@ -28,7 +28,38 @@ from .ledger import Ledger
 from .model import Preemptor
 from .room import Room
 
-__all__ = ["Miss", "Outcome", "Workbench", "reprieve_order"]
+__all__ = ["Estimate", "Miss", "Outcome", "Workbench", "reprieve_order", "victim_rank"]
+
+
+Rank = tuple[int, int, int, float]
+
+
+def victim_rank(pieces: Sequence[Piece], violations: int) -> Rank:
+    """Smaller is better: PDB violations, highest victim priority, milli-GPU evicted, work lost
+    (with the GPUs equal, Σ milli × (now − started) is smallest where Σ milli × started is
+    largest: no clock needed)."""
+    priority = max((p.unit.priority for p in pieces), default=-(2**63))
+    milli = sum(p.milli for p in pieces)
+    work = sum(p.milli * p.unit.started for p in pieces)
+    return (violations, priority, milli, -work)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """An area's victims as counted (greedy, then the reprieve by arithmetic), before the
+    placement code confirms them. `greedy`: the set before the reprieve, in reprieve order."""
+
+    area: frozenset[str]
+    greedy: tuple[Piece, ...]
+    pieces: tuple[Piece, ...]
+    violations: int
+    violated: tuple[str, ...]
+
+    def rank(self) -> tuple[int, int, int, float, float, str]:
+        """`Outcome.rank` with the best score possible, taken as a bound on the area's outcome
+        (confirming keeps these victims, or redoes the reprieve placing U, which gives back
+        no more than the arithmetic did)."""
+        return (*victim_rank(self.pieces, self.violations), -float("inf"), _name(self.area))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,13 +74,12 @@ class Outcome:
     violated: tuple[str, ...]
 
     def rank(self) -> tuple[int, int, int, float, float, str]:
-        """Smaller is better: PDB violations, highest victim priority, milli-GPU evicted, work
-        lost (with the GPUs equal, Σ milli × (now − started) is smallest where Σ milli ×
-        started is largest: no clock needed), then U's placement score there, then the name."""
-        priority = max((p.unit.priority for p in self.pieces), default=-(2**63))
-        milli = sum(p.milli for p in self.pieces)
-        work = sum(p.milli * p.unit.started for p in self.pieces)
-        return (self.violations, priority, milli, -work, -self.score, self.area)
+        """`victim_rank`, then U's placement score there (higher first), then the name."""
+        return (*victim_rank(self.pieces, self.violations), -self.score, self.area)
+
+
+def _name(area: Iterable[str]) -> str:
+    return ",".join(sorted(area))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,37 +119,63 @@ class Workbench:
         for node in self._snapshot.nodes.values():
             self._saved.update(node.pods)
 
-    def evaluate(
+    def estimate(
         self, area: frozenset[str], pool: Sequence[Piece], off: Sequence[Piece]
-    ) -> Outcome | Miss:
-        """Greedy then reprieve on `area`; `pool`: eligible pieces with a pod there, `off`:
-        eligible pieces elsewhere, in eviction order (only for a max U breaks). The clones are
-        as they were on return."""
+    ) -> Estimate | Miss:
+        """Greedy, then the reprieve by arithmetic, on `area`; `pool`: eligible pieces with a
+        pod there, `off`: eligible pieces elsewhere, in eviction order (only for a max U
+        breaks). Nothing is changed on return."""
         try:
             problem = self._greedy(self._ordered(pool), off)
             if problem is not None:
                 return Miss(quota=problem)
-            order = self._ordered(sorted(self._removed.values(), key=reprieve_order))
-            self._sync()
+            greedy = tuple(self._ordered(sorted(self._removed.values(), key=reprieve_order)))
             room = Room(self._snapshot, area, self._saved)
-            self._reprieve(order, room, area)
+            for piece in greedy:
+                room.charge(piece, -1)
+            self._reprieve(greedy, room, area)
+            pieces = tuple(sorted(self._removed.values(), key=reprieve_order))
+            count, names = self._violations(pieces)
+            return Estimate(
+                area=area, greedy=greedy, pieces=pieces, violations=count, violated=names
+            )
+        finally:
+            self._reset()
+
+    def confirm(self, estimate: Estimate) -> Outcome | Miss:
+        """Place U on the clones without the estimate's victims; should the placement code
+        refuse, the reprieve is redone from the greedy set placing U at every step."""
+        area = estimate.area
+        try:
+            for piece in estimate.pieces:
+                self._remove(piece)
             self._sync()
             placed = self._place(area)
             if placed is None:
-                for piece in order:
+                for piece in estimate.greedy:
                     self._remove(piece)
                 self._sync()
                 if self._place(area) is None:
                     return Miss()
-                self._reprieve(order, None, area)
+                self._reprieve(estimate.greedy, None, area)
                 placed = self._place(area)
                 if placed is None:  # unreachable: the last step kept U placeable
                     return Miss()
             return self._outcome(area, placed)
         finally:
-            for piece in list(self._removed.values()):
-                self._restore(piece)
-            self._sync()
+            self._reset()
+
+    def evaluate(
+        self, area: frozenset[str], pool: Sequence[Piece], off: Sequence[Piece]
+    ) -> Outcome | Miss:
+        """`estimate`, then `confirm`."""
+        found = self.estimate(area, pool, off)
+        return found if isinstance(found, Miss) else self.confirm(found)
+
+    def _reset(self) -> None:
+        for piece in list(self._removed.values()):
+            self._restore(piece)
+        self._sync()
 
     # -- the two steps ---------------------------------------------------------------------------
     def _ordered(self, pieces: Iterable[Piece]) -> list[Piece]:
@@ -227,13 +283,17 @@ class Workbench:
 
     def _outcome(self, area: frozenset[str], placed: tuple[dict[str, str], float]) -> Outcome:
         pieces = tuple(sorted(self._removed.values(), key=reprieve_order))
-        pods = [place.key for piece in reversed(pieces) for place in piece.pods]
-        count, names = self._budgets.violations(pods) if self._budgets else (0, ())
+        count, names = self._violations(pieces)
         return Outcome(
-            area=",".join(sorted(area)),
+            area=_name(area),
             pieces=pieces,
             nodes=placed[0],
             score=placed[1],
             violations=count,
             violated=names,
         )
+
+    def _violations(self, pieces: Sequence[Piece]) -> tuple[int, tuple[str, ...]]:
+        if not self._budgets:
+            return 0, ()
+        return self._budgets.violations(p.key for piece in reversed(pieces) for p in piece.pods)

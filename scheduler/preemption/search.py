@@ -14,6 +14,7 @@ The live snapshot is never changed: areas are evaluated on clones of their nodes
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 
 from scheduler.placement import Placer, Snapshot
@@ -34,7 +35,7 @@ from .model import (
     Running,
     VictimChoice,
 )
-from .reprieve import Miss, Outcome, Workbench, reprieve_order
+from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
 
 __all__ = ["find_victims"]
 
@@ -129,19 +130,49 @@ class _Search:
             nodes = node_candidates(tally, touched, Bound.of(self.pods), limit)
             nodes += [n for n in self.fits_now if n not in nodes]
             bench = self._bench(nodes)
+            estimates = []
             for name in nodes:
-                self._keep(bench.evaluate(frozenset((name,)), *self._pools([name], priority)))
+                found = bench.estimate(frozenset((name,)), *self._pools([name], priority))
+                if isinstance(found, Miss):
+                    self.misses.append(found)
+                else:
+                    estimates.append(found)
+            self._confirm(bench, estimates)
             return
         topology = self.rules.preemptor.topology
         label = topology.label if topology is not None and topology.required else None
         for names, cut in gang_sets(tally, self.fits_now, self.pods, label, limit):
             while True:
                 area = names[:cut]
-                found = self._bench(area).evaluate(frozenset(area), *self._pools(area, priority))
-                if isinstance(found, Outcome) or found.quota or cut >= len(names):
-                    self._keep(found)
+                bench = self._bench(area)
+                done = bench.evaluate(frozenset(area), *self._pools(area, priority))
+                if isinstance(done, Outcome) or done.quota or cut >= len(names):
+                    self._keep(done)
                     break
                 cut *= 2
+
+    def _confirm(self, bench: Workbench, estimates: list[Estimate]) -> None:
+        """Confirm estimates best first until a confirmed outcome ranks first: only areas
+        whose counted rank ties with or beats it are ever placed (an estimate ranks as well as
+        any outcome of its area can)."""
+        heap: list[tuple[tuple[int, int, int, float, float, str], int, Estimate | Outcome]]
+        heap = [(e.rank(), i, e) for i, e in enumerate(estimates)]
+        heapq.heapify(heap)
+        tie = len(heap)
+        while heap:
+            _rank, _i, item = heapq.heappop(heap)
+            if isinstance(item, Outcome):
+                if not (self.settings.pdb_required and item.violations):
+                    self._keep(item)
+                    return
+                self.violated.update(item.violated)
+                continue
+            found = bench.confirm(item)
+            if isinstance(found, Miss):
+                self.misses.append(found)
+            else:
+                heapq.heappush(heap, (found.rank(), tie, found))
+                tie += 1
 
     def _bench(self, nodes: Iterable[str]) -> Workbench:
         small = Snapshot(self.live.node(n).clone() for n in nodes)

@@ -79,7 +79,7 @@ class RunningIndex:
         self._by_leaf.setdefault(unit.leaf, {})[unit.key] = None
         for pod in unit.pods:
             self._unit_of_pod[pod] = unit.key
-        sums = self._sums.setdefault((unit.leaf, unit.priority), {})
+        sums = self._sums.setdefault((unit.leaf, unit.priority), {}) if places else {}
         for place in places:
             self._on_node.setdefault(place.node, {})[unit.key] = None
             _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place.request, 1)
@@ -96,7 +96,7 @@ class RunningIndex:
             if self._unit_of_pod.get(pod) == key:
                 del self._unit_of_pod[pod]
         bucket = (unit.leaf, unit.priority)
-        sums = self._sums[bucket]
+        sums = self._sums.get(bucket, {})
         for place in places:
             _discard(self._on_node, place.node, key)
             freed = sums[place.node]
@@ -105,7 +105,7 @@ class RunningIndex:
             if not freed[3]:
                 del sums[place.node]
         if not sums:
-            del self._sums[bucket]
+            self._sums.pop(bucket, None)
         return unit
 
     def get(self, key: str) -> Running | None:

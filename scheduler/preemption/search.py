@@ -112,10 +112,9 @@ class _Search:
         return sorted(by_priority.items())
 
     def _fits_now(self) -> list[str]:
-        """Nodes where U's pods fit already (a max alone keeps U out, or a gang partly fits)."""
+        """Nodes where U's pods fit already (a max alone keeps U out, a gang partly fits, or
+        the caller asked for a unit that needs no eviction at all)."""
         if len(self.pods) == 1:
-            if self.quota is None:
-                return []
             decision = self.placer.decide(self.pods[0], explain=False)
             return [] if decision.assignment is None else [decision.assignment.node]
         names: set[str] = set()
@@ -162,10 +161,9 @@ class _Search:
         while heap:
             _rank, _i, item = heapq.heappop(heap)
             if isinstance(item, Outcome):
-                if not (self.settings.pdb_required and item.violations):
+                if self._acceptable(item):
                     self._keep(item)
                     return
-                self.violated.update(item.violated)
                 continue
             found = bench.confirm(item)
             if isinstance(found, Miss):
@@ -184,10 +182,26 @@ class _Search:
     def _keep(self, found: Outcome | Miss) -> None:
         if isinstance(found, Miss):
             self.misses.append(found)
-        elif self.settings.pdb_required and found.violations:
-            self.violated.update(found.violated)
-        elif self.best is None or found.rank() < self.best.rank():
+        elif self._acceptable(found) and (self.best is None or found.rank() < self.best.rank()):
             self.best = found
+
+    def _acceptable(self, found: Outcome) -> bool:
+        """False (noting why) for a set that violates a budget under `pdb: required`, or that
+        leaves less free in the cluster than the gang's `minResources`."""
+        if self.settings.pdb_required and found.violations:
+            self.violated.update(found.violated)
+            return False
+        wanted = self.rules.preemptor.min_resources
+        if wanted:
+            free = self.live.free_totals()
+            for piece in found.pieces:
+                for place in piece.pods:
+                    for resource, qty in place.request.vector:
+                        free[resource] = free.get(resource, 0) + qty
+            if any(free.get(r, 0) < qty for r, qty in wanted.items()):
+                self.misses.append(Miss())
+                return False
+        return True
 
     # -- victims ---------------------------------------------------------------------------------
     def _pools(self, area: Sequence[str], priority: int) -> tuple[list[Piece], list[Piece]]:

@@ -229,3 +229,34 @@ def test_preemption_can_be_switched_off(enabled: bool, expected: int) -> None:
     result = w.find(preemptor(gpus=1), PreemptionSettings(enabled=enabled))
     found = len(result.evictions) if isinstance(result, VictimChoice) else 0
     assert found == expected
+
+
+def test_reclaim_to_fair_share_takes_from_a_queue_above_its_share() -> None:
+    w = world("n1", "n2", queues=[queue("a", max={GPU: 16}), queue("b", max={GPU: 16})])
+    w.fill("n1", 8, prefix="b-x", leaf="b", priority=5)
+    w.fill("n2", 8, prefix="b-y", leaf="b", priority=5, started=50)
+    u = preemptor(gpus=8, leaf="a", priority=0)
+    assert isinstance(w.find(u), NoChoice)  # no min anywhere: not within guarantee
+    fair = PreemptionSettings(reclaim_to_fair_share=True)
+    choice = chosen(w.find(u, fair))
+    assert sorted(e.unit for e in choice.evictions) == [f"b-y-{i}" for i in range(8)]
+    assert {e.reason for e in choice.evictions} == {VictimReason.RECLAIM}
+    too_much = preemptor(gpus=8, members=2, leaf="a", priority=0)  # past a's fair share of 8
+    assert isinstance(w.find(too_much, fair), NoChoice)
+
+
+def test_a_unit_that_fits_needs_no_victim() -> None:
+    w = world("a", "b")
+    w.fill("a", 8, prefix="pa")
+    choice = chosen(w.find(preemptor(gpus=8)))
+    assert choice.evictions == ()
+    assert choice.nodes == {"ns/u-0": "b"}
+
+
+def test_min_resources_count_the_cluster_with_the_victims_gone() -> None:
+    w = world("a", "b")
+    w.fill("a", 8, prefix="pa")
+    w.fill("b", 8, prefix="pb")
+    u = preemptor(gpus=8, min_resources={GPU: 9})
+    assert isinstance(w.find(u), NoChoice)
+    assert len(chosen(w.find(preemptor(gpus=8, min_resources={GPU: 8}))).evictions) == 8

@@ -54,22 +54,7 @@ def cases(draw: st.DrawFn) -> Case:
     )
     names = [f"n{i}" for i in range(draw(st.integers(1, 4)))]
     w = world(*names, gpus=draw(st.sampled_from([4, 8])), queues=TREES[shape])
-    pods: list[str] = []
-    for u in range(draw(st.integers(0, 12))):
-        members = draw(st.integers(1, 3))
-        gpus = draw(st.sampled_from([1, 1, 2, 4]))
-        placed = _place(w, [pod(f"ns/u{u}-{m}", gpus=gpus) for m in range(members)])
-        if placed is None:
-            continue
-        w.run(
-            f"u{u}",
-            placed,
-            leaf=draw(st.sampled_from(leaves)),
-            priority=draw(st.integers(0, 3)),
-            started=draw(st.integers(0, 100)),
-            spare=draw(st.integers(0, members - 1)),
-        )
-        pods += [p.key for _n, p in placed]
+    pods = draw(running(w, leaves))
     budgets = (
         tuple(
             Budget(name=f"ns/pdb{i}", allowed=draw(st.integers(0, 2)), pods=frozenset(chosen))
@@ -93,6 +78,28 @@ def cases(draw: st.DrawFn) -> Case:
         candidate_limit=draw(st.sampled_from([1, 3, 100])),
     )
     return Case(world=w, preemptor=u, budgets=budgets, settings=config)
+
+
+@st.composite
+def running(draw: st.DrawFn, w: World, leaves: list[str]) -> list[str]:
+    """Start up to 12 units (gangs of 1-3 members) where they fit; their pod keys."""
+    pods: list[str] = []
+    for u in range(draw(st.integers(0, 12))):
+        members = draw(st.integers(1, 3))
+        gpus = draw(st.sampled_from([1, 1, 2, 4]))
+        placed = _place(w, [pod(f"ns/u{u}-{m}", gpus=gpus) for m in range(members)])
+        if placed is None:
+            continue
+        w.run(
+            f"u{u}",
+            placed,
+            leaf=draw(st.sampled_from(leaves)),
+            priority=draw(st.integers(0, 3)),
+            started=draw(st.integers(0, 100)),
+            spare=draw(st.integers(0, members - 1)),
+        )
+        pods += [p.key for _n, p in placed]
+    return pods
 
 
 def _place(w: World, pods: list) -> list | None:  # type: ignore[type-arg]

@@ -77,7 +77,7 @@ class _Search:
         self.guaranteed = guaranteed_leaves(tree, usage, index.leaves())
         self.pods = rules.preemptor.pods
         self.quota = Ledger(tree, usage, rules).admission()
-        self.fits_now = self._fits_now()
+        self.fits_now: list[str] = []  # set once there is anything to search
         self.best: Outcome | None = None
         self.misses: list[Miss] = []
         self.violated: set[str] = set()
@@ -87,6 +87,7 @@ class _Search:
         thresholds = self._thresholds()
         if not thresholds:
             return NoChoice(reason=f"preemption: no eligible victims ({self._why_none()})")
+        self.fits_now = self._fits_now()
         tally = Tally(self.index)
         for priority, leaves in thresholds:
             touched = tally.add(priority, leaves)

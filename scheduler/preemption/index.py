@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from .columns import IntArray, NodeColumns, grown
 from .model import Running
 
 __all__ = ["Freed", "PodPlace", "RunningIndex"]
+
+_T = TypeVar("_T")
 
 Freed = list[int]
 """What some units free on one node: [milli-GPU, cpu millicores, memory bytes, pods]."""
@@ -51,6 +54,7 @@ class RunningIndex:
         self._on_node: dict[str, dict[str, None]] = {}
         self._by_leaf: dict[str, dict[str, None]] = {}
         self._sums: dict[tuple[str, int], dict[str, Freed]] = {}
+        self._priorities: dict[str, dict[int, None]] = {}  # leaf -> priorities with sums
         self.columns = NodeColumns(snapshot)
         self._by_priority: dict[int, IntArray] = {}
 
@@ -80,6 +84,8 @@ class RunningIndex:
         for pod in unit.pods:
             self._unit_of_pod[pod] = unit.key
         sums = self._sums.setdefault((unit.leaf, unit.priority), {}) if places else {}
+        if places:
+            self._priorities.setdefault(unit.leaf, {})[unit.priority] = None
         for place in places:
             self._on_node.setdefault(place.node, {})[unit.key] = None
             _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place.request, 1)
@@ -104,8 +110,8 @@ class RunningIndex:
             self._column(unit.priority, place, -1)
             if not freed[3]:
                 del sums[place.node]
-        if not sums:
-            self._sums.pop(bucket, None)
+        if not sums and self._sums.pop(bucket, None) is not None:
+            _discard(self._priorities, unit.leaf, unit.priority)
         return unit
 
     def get(self, key: str) -> Running | None:
@@ -136,7 +142,7 @@ class RunningIndex:
 
     def priorities(self, leaf: str) -> list[int]:
         """The priorities of `leaf`'s units, ascending."""
-        return sorted(p for q, p in self._sums if q == leaf)
+        return sorted(self._priorities.get(leaf, ()))
 
     def freed(self, leaf: str, priority: int) -> Mapping[str, Freed]:
         """Per node, what the units of `leaf` at `priority` would free there (do not change)."""
@@ -172,7 +178,7 @@ def _charge(freed: Freed, request: PodRequest, sign: int) -> None:
     freed[3] += sign
 
 
-def _discard(table: dict[str, dict[str, None]], key: str, member: str) -> None:
+def _discard(table: dict[str, dict[_T, None]], key: str, member: _T) -> None:
     members = table.get(key)
     if members is not None:
         members.pop(member, None)

@@ -50,7 +50,11 @@ def find_victims(
     settings: PreemptionSettings,
 ) -> VictimChoice | NoChoice:
     """The victims whose eviction lets U start (admission and placement of all of U), and where
-    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage)."""
+    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage);
+    the index's node columns (a cache) catch up with the snapshot. `index` must read the
+    placer's snapshot. Not thread-safe: the caller serialises, as for the `Placer`."""
+    if index.columns.snapshot is not placer.snapshot:
+        raise ValueError("find_victims: the index and the placer read different snapshots")
     if preemptor.never:
         return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
     if not preemptor.pods:

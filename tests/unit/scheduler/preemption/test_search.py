@@ -10,6 +10,7 @@ from scheduler.preemption import (
     PreemptionSettings,
     VictimChoice,
     VictimReason,
+    find_victims,
 )
 from tests.builders.placement import pod
 from tests.builders.preemption import GPU, preemptor, queue, world
@@ -260,3 +261,21 @@ def test_min_resources_count_the_cluster_with_the_victims_gone() -> None:
     u = preemptor(gpus=8, min_resources={GPU: 9})
     assert isinstance(w.find(u), NoChoice)
     assert len(chosen(w.find(preemptor(gpus=8, min_resources={GPU: 8}))).evictions) == 8
+
+
+def test_pods_a_budget_protects_are_given_back_first() -> None:
+    w = world("a")
+    w.fill("a", 8, prefix="pa")  # started 0..7: the oldest are given back first otherwise
+    guard = budget_on("ns/guard", [f"ns/pa-{i}" for i in range(4, 8)])
+    choice = chosen(w.find(preemptor(gpus=4), budgets=[guard]))
+    assert sorted(e.unit for e in choice.evictions) == [f"pa-{i}" for i in range(4)]
+    assert choice.violated == ()
+    plain = chosen(w.find(preemptor(gpus=4)))
+    assert sorted(e.unit for e in plain.evictions) == [f"pa-{i}" for i in range(4, 8)]
+
+
+def test_the_index_must_read_the_placers_snapshot() -> None:
+    w = world("a")
+    other = world("a")
+    with pytest.raises(ValueError, match="different snapshots"):
+        find_victims(preemptor(), other.placer, w.index, w.tree, w.usage, (), PreemptionSettings())

@@ -78,7 +78,7 @@ def show(name: str, runs: dict[str, RunResult], seconds: dict[str, float]) -> No
             print(
                 f"  {'':<15} victim sets {p.preemptions}  pods evicted {p.pods_evicted}  "
                 f"GPU-h lost {_hours(p.gpu_seconds_lost)}  partial gangs {p.partial_gangs}  "
-                f"evictions without start {p.wasted}"
+                f"evictions without start {p.wasted}  by reason {dict(p.by_reason)}"
             )
     print(
         f"  {'tenant':<8}" + "".join(f"{m + ' p99 wait h':>28}{'deficit GPU-h':>15}" for m in runs)

@@ -17,8 +17,9 @@ beyond their spares (must be 0), and evictions after which U still did not start
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from scheduler.placement import Placer, PodRequest
 from scheduler.preemption import (
@@ -46,6 +47,7 @@ class EvictionReport:
     gpu_seconds_lost: float
     partial_gangs: int
     wasted: int  # victim sets after which the preemptor still did not start
+    by_reason: Mapping[str, int] = field(default_factory=dict)  # pods evicted per VictimReason
 
 
 @dataclass(slots=True, kw_only=True)
@@ -72,6 +74,7 @@ class SimPreemption:
         self._since: dict[str, float] = {}  # pod key -> when it started
         self._retry: dict[str, float] = {}  # unit key -> no search before
         self.preemptions = self.evicted = self.partial = self.wasted = 0
+        self.reasons: Counter[str] = Counter()
         self.lost = 0.0
 
     def started(
@@ -134,6 +137,7 @@ class SimPreemption:
         self._retry.pop(key, None)
         self.preemptions += 1
         for eviction in found.evictions:
+            self.reasons[eviction.reason.value] += len(eviction.pods)
             unit = self.index.get(eviction.unit)
             whole = unit is not None and set(eviction.pods) == set(unit.pods)
             if unit is not None and not whole and len(eviction.pods) > unit.spare:
@@ -152,4 +156,5 @@ class SimPreemption:
             gpu_seconds_lost=round(self.lost, 1),
             partial_gangs=self.partial,
             wasted=self.wasted,
+            by_reason=dict(sorted(self.reasons.items())),
         )

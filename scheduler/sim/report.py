@@ -81,6 +81,7 @@ def _run_document(run: RunResult) -> dict[str, Any]:
             "gpuSecondsLost": p.gpu_seconds_lost,
             "partialGangs": p.partial_gangs,
             "evictionsWithoutStart": p.wasted,
+            "podsEvictedByReason": dict(p.by_reason),
         }
     return doc
 

@@ -36,6 +36,7 @@ def test_a_guaranteed_queue_reclaims_what_another_borrowed() -> None:
     assert without.preemption is None
     assert result.preemption is not None
     assert (result.preemption.preemptions, result.preemption.pods_evicted) == (1, 4)
+    assert result.preemption.by_reason == {"reclaim": 4}
     assert result.preemption.gpu_seconds_lost == 4 * 10.0
     assert (result.preemption.partial_gangs, result.preemption.wasted) == (0, 0)
     a = {q.name: q for q in result.queues}["a"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.placement import Snapshot, TopologyConstraint
 from scheduler.preemption import (
     Budget,
     NoChoice,
@@ -12,8 +13,9 @@ from scheduler.preemption import (
     VictimReason,
     find_victims,
 )
-from tests.builders.placement import pod
-from tests.builders.preemption import GPU, preemptor, queue, world
+from scheduler.quota import QuotaTree
+from tests.builders.placement import make_node, pod
+from tests.builders.preemption import GPU, World, preemptor, queue, world
 
 
 def chosen(result: VictimChoice | NoChoice) -> VictimChoice:
@@ -279,3 +281,18 @@ def test_the_index_must_read_the_placers_snapshot() -> None:
     other = world("a")
     with pytest.raises(ValueError, match="different snapshots"):
         find_victims(preemptor(), other.placer, w.index, w.tree, w.usage, (), PreemptionSettings())
+
+
+def test_a_gang_that_must_stay_in_one_rack_takes_its_victims_there() -> None:
+    rack = "gputopo.io/rack"
+    nodes = [make_node(n, labels={rack: r}) for n, r in (("a", "r1"), ("b", "r2"), ("c", "r2"))]
+    w = World(Snapshot(nodes), QuotaTree.build([]))
+    w.fill("a", 8, prefix="pa", priority=0)  # the cheapest victims, alone in r1
+    w.fill("b", 8, prefix="pb", priority=1)
+    w.fill("c", 8, prefix="pc", priority=1)
+    u = preemptor(gpus=8, members=2, topology=TopologyConstraint(label=rack))
+    choice = chosen(w.find(u))
+    assert set(choice.nodes.values()) == {"b", "c"}
+    assert {e.unit[:2] for e in choice.evictions} == {"pb", "pc"}
+    free = preemptor(gpus=8, members=2)  # anywhere: the lowest priorities are a and b or c
+    assert "a" in set(chosen(w.find(free)).nodes.values())

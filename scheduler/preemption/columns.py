@@ -56,6 +56,8 @@ class NodeColumns:
         snapshot = self.snapshot
         changed = snapshot.changed_since(self._seen) if self._seen >= 0 else None
         self._seen = snapshot.generation
+        if changed is None:  # too far behind: every slot again (a removed node frees nothing)
+            self.free[:] = _GONE
         names = snapshot.names() if changed is None else changed
         nodes = snapshot.nodes
         for name in names:

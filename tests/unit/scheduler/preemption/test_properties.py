@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.placement import Placer, Snapshot, place_gang
+from scheduler.placement import Placer, Scoring, Snapshot, default_scoring, place_gang
 from scheduler.preemption import (
     Budget,
     PreemptionSettings,
@@ -25,6 +25,9 @@ from scheduler.preemption.eligibility import demand_of
 from scheduler.quota import ROOT, Usage, admission_problem, within_guarantee
 from tests.builders.placement import pod
 from tests.builders.preemption import GPU, World, queue, world
+
+LIMITED = Scoring.from_weights({"binpack": 10.0, "topology": 5.0}, candidate_limit=2)
+"""A scoring with a candidate limit: the Placer decides with `pick` itself."""
 
 TREES = {
     "trivial": [],
@@ -53,7 +56,8 @@ def cases(draw: st.DrawFn) -> Case:
         ["default"] if shape == "trivial" else [q.name for q in TREES[shape] if q.name != "org"]
     )
     names = [f"n{i}" for i in range(draw(st.integers(1, 4)))]
-    w = world(*names, gpus=draw(st.sampled_from([4, 8])), queues=TREES[shape])
+    scoring = draw(st.sampled_from([default_scoring(), LIMITED]))
+    w = world(*names, gpus=draw(st.sampled_from([4, 8])), queues=TREES[shape], scoring=scoring)
     pods = draw(running(w, leaves))
     budgets = (
         tuple(

@@ -183,9 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "victims/decision",
         "no set",
     )
-    print(f"{'preemptor':<12}" + "".join(f"{c:>12}" for c in columns))
+    print(f"{'preemptor':<12}" + "".join(f"{c:>18}" for c in columns))
     for name, r in rows.items():
-        print(f"{name:<12}" + "".join(f"{r[c]:>12.1f}" for c in columns))
+        print(f"{name:<12}" + "".join(f"{r[c]:>18.1f}" for c in columns))
     worst = max(r["p99 ms"] for r in rows.values())
     print(f"worst p99: {worst:.1f} ms (target ≤ 50 ms)")
     if args.json:

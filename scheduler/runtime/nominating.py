@@ -1,0 +1,279 @@
+"""Preemption and reclaim in the scheduling loop (DESIGN §11): what happens when a unit U (a pod,
+or a gang's pending members) cannot start.
+
+`unfit` runs in U's scheduling cycle, under `cache.lock`, after placement (capacity) or admission
+(a max on U's path) refused it. Unless U is already nominated, it builds the `Preemptor` and asks
+the pure victim search (`find_victims`, on the live snapshot and the cache's `RunningIndex`, which
+it leaves unchanged); a choice is recorded at once — the victims leave the index, U is nominated
+on their nodes — and the API writes go to the `EvictionWriter`'s threads. While any victim of U
+is terminating, U never searches again; the nodes it was nominated on are kept from every unit of
+equal or lower priority (`allowed`, `placer`) until U is placed, deleted, or the nomination
+times out after its last victim is gone. With no victim set, U's reason says why (the search's
+`NoChoice`). The starvation guard gives a unit that passed admission and waited longer than
+`starvationSeconds` a hold on the nodes with the fewest GPUs in use, without evicting anyone.
+
+A new leader (`recover`) rebuilds the nominations from the API: victims carry `DisruptionTarget`
+naming their preemptor's unit, preemptors `status.nominatedNodeName`. A victim marked but not yet
+deleted when the old leader stopped is deleted now, so a gang is never left half evicted; no
+unit searches again while its victims terminate, so none is evicted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+
+from agent.objkey import ObjectKey
+from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.leader import Fence
+from scheduler.placement import Placer, Snapshot
+from scheduler.preemption import (
+    NoChoice,
+    Nominations,
+    PreemptionSettings,
+    Preemptor,
+    VictimChoice,
+    find_victims,
+    starvation_nodes,
+)
+from scheduler.runtime.cache import ClusterCache, GroupInfo
+from scheduler.runtime.evicting import EvictionWriter, Victim, disruption_message, preemptor_of
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import UnitKey
+from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.reporter import Reporter
+from scheduler.runtime.running import unit_name
+
+__all__ = ["Preemption"]
+
+log = logging.getLogger(__name__)
+
+NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
+
+
+class Preemption:
+    """Every method runs with `cache.lock` held, except the writer's callback (`_failed`)."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        kube: KubeClient,
+        fence: Fence,
+        reporter: Reporter,
+        metrics: SchedulerMetrics,
+        settings: PreemptionSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self._cache, self._metrics, self.settings, self._clock = cache, metrics, settings, clock
+        self._writer = EvictionWriter(kube, fence, reporter, metrics, self._failed)
+        self._nominations = Nominations()
+        self._nominated: dict[str, dict[ObjectKey, str]] = {}  # unit -> its pods' nodes
+        self._waiting: dict[str, float] = {}  # unit -> when it first could not start
+        self._held = 0.0  # held GPU-seconds already counted in the metric
+
+    # -- what placement may use ------------------------------------------------------------
+    def allowed(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
+        """The nodes `unit` may be placed on (None: every node; nothing is held for others)."""
+        if not self._waiting:  # no nomination nor hold without a waiting unit
+            return None
+        blocked = self._nominations.blocked(priority, str(unit))
+        if not blocked:
+            return None
+        return self._cache.snapshot.nodes.keys() - blocked
+
+    def placer(self, unit: UnitKey, priority: int, live: Placer) -> Placer:
+        """`live`, or a Placer on a copy of its snapshot without the nodes held for others."""
+        if not self._waiting:
+            return live
+        blocked = self._nominations.blocked(priority, str(unit))
+        if not blocked:
+            return live
+        snapshot: Snapshot = live.snapshot.copy()
+        for name in blocked:
+            snapshot.remove_node(name)
+        return Placer(snapshot, live.scoring)
+
+    # -- a unit that cannot start ----------------------------------------------------------
+    def unfit(
+        self,
+        unit: UnitKey,
+        infos: Sequence[PodInfo],
+        group: GroupInfo | None,
+        message: str,
+        *,
+        admitted: bool,
+        placer: Placer,
+    ) -> str:
+        """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
+        set lets it start, else maybe hold nodes against starvation. Returns what U shows."""
+        name, now = str(unit), self._clock()
+        since = self._waiting.setdefault(name, now)
+        if self._nominations.terminating(name):
+            nodes = ", ".join(sorted(self._nominations.nodes_of(name)))
+            return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
+        if name in self._nominated:
+            return message  # victims gone: the freed room is held while U is placed
+        preemptor = self._preemptor(name, infos, group)
+        note = ""
+        if not preemptor.never and (self.settings.enabled or self.settings.reclaim):
+            choice = self._search(preemptor, placer)
+            if isinstance(choice, VictimChoice):
+                return self._evict(preemptor, infos, choice, now)
+            note = choice.reason
+        if admitted and now - since >= self.settings.starvation_seconds:
+            self._starving(preemptor, placer, now)
+        return f"{message}; {note}" if note else message
+
+    def _preemptor(self, name: str, infos: Sequence[PodInfo], group: GroupInfo | None) -> Preemptor:
+        spec = infos[0].obj.get("spec") or {}
+        return Preemptor(
+            key=name,
+            pods=tuple(i.request for i in infos),
+            leaf=self._cache.leaf_of(infos[0])[0],
+            priority=max(i.request.priority for i in infos),
+            never=spec.get("preemptionPolicy") == NEVER,
+            topology=None if group is None else group.topology,
+            min_resources=None if group is None else group.min_resources,
+        )
+
+    def _search(self, preemptor: Preemptor, placer: Placer) -> VictimChoice | NoChoice:
+        book = self._cache.queues
+        choice = find_victims(
+            preemptor,
+            placer,
+            self._cache.running.index,
+            book.tree,
+            book.usage,
+            self._cache.budgets.budgets(),
+            self.settings,
+        )
+        result = "evicted" if isinstance(choice, VictimChoice) else "none"
+        self._metrics.preemption_attempts.labels(result=result).inc()
+        return choice
+
+    def _evict(
+        self, preemptor: Preemptor, infos: Sequence[PodInfo], choice: VictimChoice, now: float
+    ) -> str:
+        name, pods = preemptor.key, [ObjectKey(key) for key in choice.pods]
+        victims = [self._victim(key) for key in pods if key in self._cache.pods]
+        self._cache.doom(pods)
+        nodes = sorted(set(choice.nodes.values()))
+        self._nominations.nominate(name, preemptor.priority, nodes, pods, now)
+        self._nominated[name] = {ObjectKey(k): node for k, node in choice.nodes.items()}
+        for eviction in choice.evictions:
+            self._metrics.preemption_victims.labels(reason=eviction.reason).inc(len(eviction.pods))
+        where = ", ".join(nodes)
+        violated = f", violating {', '.join(choice.violated)}" if choice.violated else ""
+        note = f"preempting {len(pods)} pods on {where}{violated}"
+        log.info("%s: %s (%s)", name, note, ", ".join(pods))
+        message = disruption_message(self._cache.scheduler_name, name, preemptor.priority)
+        self._writer.evict(name, message, victims)
+        self._writer.nominate(
+            {i.key: (i.obj, choice.nodes.get(i.key)) for i in infos if i.key in choice.nodes},
+            f"{note}; waiting for them to terminate",
+        )
+        return f"{note}; waiting for them to terminate"
+
+    def _victim(self, key: ObjectKey) -> Victim:
+        info = self._cache.pods[key]
+        return Victim(
+            key=key,
+            namespace=info.namespace,
+            name=info.name,
+            uid=info.uid,
+            node=info.node or "",
+            obj=info.obj,
+        )
+
+    def _starving(self, preemptor: Preemptor, placer: Placer, now: float) -> None:
+        nodes = starvation_nodes(preemptor, placer)
+        if nodes and self._nominations.hold(preemptor.key, preemptor.priority, nodes, now):
+            log.info("%s starves: holding %s for it", preemptor.key, ", ".join(sorted(nodes)))
+
+    # -- what ends a nomination ------------------------------------------------------------
+    def placed(self, unit: UnitKey) -> None:
+        """`unit` was placed: what was held for it is free again."""
+        if self._waiting:
+            self._end(str(unit))
+
+    def pod_gone(self, old: PodInfo) -> None:
+        """A pod was deleted or finished: a victim gone, or a nominated unit's pod deleted."""
+        self._nominations.victim_gone(old.key, self._clock())
+        name = unit_name(old)
+        if name in self._waiting and not self._pending(old):
+            self._end(name)
+
+    def _pending(self, old: PodInfo) -> bool:
+        if old.group_key is None:
+            return False
+        return any(m.pending for m in self._cache.members(old.group_key))
+
+    def _end(self, name: str) -> None:
+        self._waiting.pop(name, None)
+        self._nominations.release(name)
+        nodes = self._nominated.pop(name, None)
+        if nodes:
+            pods = {k: (self._cache.pods[k].obj, None) for k in nodes if k in self._cache.pods}
+            self._writer.nominate(pods, "")
+
+    def tick(self) -> None:
+        """Housekeeping: nominations past their timeout end; held GPU-seconds are counted."""
+        now = self._clock()
+        for name in self._nominations.expire(now, self.settings):
+            log.info("%s: nomination timed out", name)
+            self._end(name)
+        held = self._nominations.held_gpu_seconds(now)
+        if held > self._held:
+            self._metrics.held_gpu_seconds.inc(held - self._held)
+            self._held = held
+
+    def _failed(self, name: str, pod: ObjectKey) -> None:
+        """(writer thread) A victim could not be evicted: U may search again later."""
+        with self._cache.lock:
+            self._cache.spare([pod])
+            self._nominations.release(name)
+            self._nominated.pop(name, None)
+
+    # -- a new leader ----------------------------------------------------------------------
+    def recover(self) -> None:
+        """Rebuild the nominations the API shows; finish evictions the old leader began."""
+        victims: dict[str, list[PodInfo]] = {}
+        nominated: dict[str, dict[ObjectKey, str]] = {}
+        pending: dict[str, list[PodInfo]] = {}
+        for info in self._cache.pods.values():
+            unit = preemptor_of(info.obj, self._cache.scheduler_name)
+            if unit is not None and info.counted:
+                victims.setdefault(unit, []).append(info)
+            if info.pending:
+                pending.setdefault(unit_name(info), []).append(info)
+                node = (info.obj.get("status") or {}).get("nominatedNodeName")
+                if node:
+                    nominated.setdefault(unit_name(info), {})[info.key] = str(node)
+        for name in sorted(set(victims) | set(nominated)):
+            if name not in self._nominated and name in pending:
+                found = victims.get(name, [])
+                self._recover_one(name, found, nominated.get(name, {}), pending[name])
+
+    def _recover_one(
+        self,
+        name: str,
+        victims: list[PodInfo],
+        nodes: dict[ObjectKey, str],
+        pending: list[PodInfo],
+    ) -> None:
+        self._waiting.setdefault(name, self._clock())
+        priority = max(i.request.priority for i in pending)
+        keys = [v.key for v in victims]
+        self._cache.doom(keys)
+        where = sorted({str(v.node) for v in victims} | set(nodes.values()))
+        self._nominations.nominate(name, priority, where, keys, self._clock())
+        self._nominated[name] = nodes or {i.key: where[0] for i in pending if where}
+        unfinished = [self._victim(v.key) for v in victims if not v.terminating]
+        if unfinished:
+            message = disruption_message(self._cache.scheduler_name, name, priority)
+            self._writer.evict(name, message, unfinished)
+        log.info("%s: nomination on %s recovered (%d victims left)", name, where, len(keys))
+
+    def close(self) -> None:
+        self._writer.close()

@@ -3,8 +3,14 @@ bookkeeping of nominations and starvation holds, shared by the scheduler runtime
 
 Standard library, `scheduler.quota` and `scheduler.placement` only; no I/O, no clock (the caller
 passes times in).
+
+Modules, bottom up: `model` (the plain data in and out), `index` (running units, kept by the
+caller), `budgets` (PodDisruptionBudgets counted), `eligibility` (who may evict whom), `ledger`
+(quota with victims taken out), `candidates` (the cheap bound), `reprieve` (greedy then reprieve
+on one node or node set), `search` (`find_victims`).
 """
 
+from .index import RunningIndex
 from .model import (
     Budget,
     Eviction,
@@ -15,6 +21,7 @@ from .model import (
     VictimChoice,
     VictimReason,
 )
+from .search import find_victims
 
 __all__ = [
     "Budget",
@@ -23,6 +30,8 @@ __all__ = [
     "PreemptionSettings",
     "Preemptor",
     "Running",
+    "RunningIndex",
     "VictimChoice",
     "VictimReason",
+    "find_victims",
 ]

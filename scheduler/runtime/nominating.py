@@ -34,6 +34,7 @@ from scheduler.preemption import (
     PreemptionSettings,
     Preemptor,
     VictimChoice,
+    VictimReason,
     find_victims,
     starvation_nodes,
 )
@@ -110,7 +111,7 @@ class Preemption:
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name):
-            nodes = ", ".join(sorted(self._nominations.nodes_of(name)))
+            nodes = ", ".join(sorted(set((self._nominations.nodes_of(name) or {}).values())))
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:
             return message  # victims gone: the freed room is held while U is placed
@@ -159,7 +160,10 @@ class Preemption:
         victims = [self._victim(key) for key in pods if key in self._cache.pods]
         self._cache.doom(pods)
         nodes = sorted(set(choice.nodes.values()))
-        self._nominations.nominate(name, preemptor.priority, nodes, pods, now)
+        reclaim = any(e.reason is VictimReason.RECLAIM for e in choice.evictions)
+        self._nominations.nominate(
+            name, preemptor.priority, choice.nodes, pods, now, reclaim=reclaim
+        )
         self._nominated[name] = {ObjectKey(k): node for k, node in choice.nodes.items()}
         for eviction in choice.evictions:
             self._metrics.preemption_victims.labels(reason=eviction.reason).inc(len(eviction.pods))
@@ -188,8 +192,13 @@ class Preemption:
 
     def _starving(self, preemptor: Preemptor, placer: Placer, now: float) -> None:
         nodes = starvation_nodes(preemptor, placer)
-        if nodes and self._nominations.hold(preemptor.key, preemptor.priority, nodes, now):
-            log.info("%s starves: holding %s for it", preemptor.key, ", ".join(sorted(nodes)))
+        if not nodes:
+            return
+        gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
+        settings = self.settings
+        if self._nominations.hold(preemptor.key, preemptor.priority, nodes, gpus, now, settings):
+            where = ", ".join(sorted(set(nodes.values())))
+            log.info("%s starves: %s held for it", preemptor.key, where)
 
     # -- what ends a nomination ------------------------------------------------------------
     def placed(self, unit: UnitKey) -> None:
@@ -211,7 +220,7 @@ class Preemption:
 
     def _end(self, name: str) -> None:
         self._waiting.pop(name, None)
-        self._nominations.release(name)
+        self._nominations.release(name, self._clock())
         nodes = self._nominated.pop(name, None)
         if nodes:
             pods = {k: (self._cache.pods[k].obj, None) for k in nodes if k in self._cache.pods}
@@ -232,7 +241,7 @@ class Preemption:
         """(writer thread) A victim could not be evicted: U may search again later."""
         with self._cache.lock:
             self._cache.spare([pod])
-            self._nominations.release(name)
+            self._nominations.release(name, self._clock())
             self._nominated.pop(name, None)
 
     # -- a new leader ----------------------------------------------------------------------
@@ -267,8 +276,9 @@ class Preemption:
         keys = [v.key for v in victims]
         self._cache.doom(keys)
         where = sorted({str(v.node) for v in victims} | set(nodes.values()))
-        self._nominations.nominate(name, priority, where, keys, self._clock())
-        self._nominated[name] = nodes or {i.key: where[0] for i in pending if where}
+        held = nodes or {i.key: where[0] for i in pending if where}
+        self._nominations.nominate(name, priority, held, keys, self._clock())
+        self._nominated[name] = dict(held)
         unfinished = [self._victim(v.key) for v in victims if not v.terminating]
         if unfinished:
             message = disruption_message(self._cache.scheduler_name, name, priority)

@@ -7,7 +7,8 @@ passes times in).
 Modules, bottom up: `model` (the plain data in and out), `index` (running units, kept by the
 caller), `budgets` (PodDisruptionBudgets counted), `eligibility` (who may evict whom), `ledger`
 (quota with victims taken out), `candidates` (the cheap bound), `reprieve` (greedy then reprieve
-on one node or node set), `search` (`find_victims`).
+on one node or node set), `search` (`find_victims`), `nominations` (capacity held for a unit
+after a preemption or while it starves), `starvation` (where a starving unit's hold goes).
 """
 
 from .index import RunningIndex
@@ -21,12 +22,15 @@ from .model import (
     VictimChoice,
     VictimReason,
 )
+from .nominations import Nominations
 from .search import find_victims
+from .starvation import starvation_nodes
 
 __all__ = [
     "Budget",
     "Eviction",
     "NoChoice",
+    "Nominations",
     "PreemptionSettings",
     "Preemptor",
     "Running",
@@ -34,4 +38,5 @@ __all__ = [
     "VictimChoice",
     "VictimReason",
     "find_victims",
+    "starvation_nodes",
 ]

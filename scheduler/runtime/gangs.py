@@ -170,11 +170,11 @@ class GangTracker:
             placer = self._preemption.placer(unit, priority, self._live_placer())
             quota = self._quota.problem(pending)
             if quota is not None:
-                return self._unfit(unit, pending, group, quota, placer, admitted=False)
+                return self._unfit(unit, pending, group, quota, admitted=False)
             placed, left = self._place(group, members, pending, placer)
             if not placed:
                 failure = ("unschedulable", left)
-                return self._unfit(unit, pending, group, failure, placer, admitted=True)
+                return self._unfit(unit, pending, group, failure, admitted=True)
             self._preemption.placed(unit)
             state = self._state(group)
             if state.bind_started is None:
@@ -195,7 +195,6 @@ class GangTracker:
         pending: list[PodInfo],
         group: GroupInfo,
         problem: tuple[str, str],
-        placer: Placer,
         *,
         admitted: bool,
     ) -> str:
@@ -205,7 +204,7 @@ class GangTracker:
         bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
         if bound < group.min_member and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
-                unit, pending, group, message, admitted=admitted, placer=placer
+                unit, pending, group, message, admitted=admitted, live=self._live_placer()
             )
         return self._park(unit, pending, category, message)
 

@@ -316,9 +316,8 @@ class Scheduler:
         help it; False when a max on its path refused it, True when no node fits: then it may
         preempt (or get a starvation hold)."""
         if admitted is not None and self.unfit_may_preempt(info, category):
-            placer = self.preemption.placer(unit, info.request.priority, self._live_placer())
             message = self.preemption.unfit(
-                unit, [info], None, message, admitted=admitted, placer=placer
+                unit, [info], None, message, admitted=admitted, live=self._live_placer()
             )
         self.unschedulable([info], message, category)
         self.queue.unschedulable(unit)

@@ -70,29 +70,64 @@ class Preemption:
         self._writer = EvictionWriter(kube, fence, reporter, metrics, self._failed)
         self._nominations = Nominations()
         self._nominated: dict[str, dict[ObjectKey, str]] = {}  # unit -> its pods' nodes
+        self._priority: dict[str, int] = {}  # unit nominated or holding -> its priority
+        self._holds: set[str] = set()  # units holding against starvation
+        self._victims: dict[str, list[ObjectKey]] = {}  # nominated unit -> its victims
         self._waiting: dict[str, float] = {}  # unit -> when it first could not start
         self._held = 0.0  # held GPU-seconds already counted in the metric
 
     # -- what placement may use ------------------------------------------------------------
     def allowed(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
         """The nodes `unit` may be placed on (None: every node; nothing is held for others)."""
-        if not self._waiting:  # no nomination nor hold without a waiting unit
-            return None
-        blocked = self._nominations.blocked(priority, str(unit))
-        if not blocked:
-            return None
-        return self._cache.snapshot.nodes.keys() - blocked
+        blocked = self._blocked(unit, priority)
+        return None if blocked is None else self._cache.snapshot.nodes.keys() - blocked
 
     def placer(self, unit: UnitKey, priority: int, live: Placer) -> Placer:
         """`live`, or a Placer on a copy of its snapshot without the nodes held for others."""
-        if not self._waiting:
-            return live
-        blocked = self._nominations.blocked(priority, str(unit))
-        if not blocked:
+        blocked = self._blocked(unit, priority)
+        if blocked is None:
             return live
         snapshot: Snapshot = live.snapshot.copy()
         for name in blocked:
             snapshot.remove_node(name)
+        return Placer(snapshot, live.scoring)
+
+    def _blocked(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
+        """The nodes held for other units of at least `priority`, but those held for `unit`
+        too: units nominated on one node share the room their victims free (each search
+        counted the others), so none waits for another."""
+        if not self._waiting:  # no nomination nor hold without a waiting unit
+            return None
+        name = str(unit)
+        blocked = self._nominations.blocked(priority, name)
+        if not blocked:
+            return None
+        own = self._nominations.nodes_of(name)
+        if own:
+            blocked = blocked - set(own.values())
+        return blocked or None
+
+    def _search_placer(self, name: str, priority: int, live: Placer) -> Placer:
+        """What the searches of a unit of `priority` see: the live snapshot, with the pods
+        nominated for other units of at least that priority on their nodes (as kube-scheduler
+        adds nominated pods in its dry run, in the place of their victims) and the nodes of such
+        starvation holds left out."""
+        others = [n for n, p in self._priority.items() if n != name and p >= priority]
+        if not others:
+            return live
+        snapshot: Snapshot = live.snapshot.copy()
+        for other in others:
+            for victim in self._victims.get(other, ()):  # their room is the nominee's
+                snapshot.forget(victim)
+            held = self._nominations.nodes_of(other) or {}
+            for pod, node in held.items():
+                info = self._cache.pods.get(ObjectKey(pod))
+                if node not in snapshot:
+                    continue
+                if other in self._holds:
+                    snapshot.remove_node(node)
+                elif info is not None and info.pending:
+                    snapshot.assume_on(info.request, node)
         return Placer(snapshot, live.scoring)
 
     # -- a unit that cannot start ----------------------------------------------------------
@@ -104,10 +139,11 @@ class Preemption:
         message: str,
         *,
         admitted: bool,
-        placer: Placer,
+        live: Placer,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
-        set lets it start, else maybe hold nodes against starvation. Returns what U shows."""
+        set lets it start, else maybe hold nodes against starvation. Returns what U shows.
+        `live`: the Placer on the live snapshot."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name):
@@ -116,8 +152,9 @@ class Preemption:
         if name in self._nominated:
             return message  # victims gone: the freed room is held while U is placed
         preemptor = self._preemptor(name, infos, group)
+        placer = self._search_placer(name, preemptor.priority, live)
         note = ""
-        if not preemptor.never and (self.settings.enabled or self.settings.reclaim):
+        if self.settings.enabled or self.settings.reclaim:
             choice = self._search(preemptor, placer)
             if isinstance(choice, VictimChoice):
                 return self._evict(preemptor, infos, choice, now)
@@ -161,10 +198,12 @@ class Preemption:
         self._cache.doom(pods)
         nodes = sorted(set(choice.nodes.values()))
         reclaim = any(e.reason is VictimReason.RECLAIM for e in choice.evictions)
-        self._nominations.nominate(
+        ended = self._nominations.nominate(
             name, preemptor.priority, choice.nodes, pods, now, reclaim=reclaim
         )
+        self._claimed(name, preemptor.priority, ended)
         self._nominated[name] = {ObjectKey(k): node for k, node in choice.nodes.items()}
+        self._victims[name] = pods
         for eviction in choice.evictions:
             self._metrics.preemption_victims.labels(reason=eviction.reason).inc(len(eviction.pods))
         where = ", ".join(nodes)
@@ -191,12 +230,14 @@ class Preemption:
         )
 
     def _starving(self, preemptor: Preemptor, placer: Placer, now: float) -> None:
-        nodes = starvation_nodes(preemptor, placer)
+        nodes = starvation_nodes(preemptor, placer, self._cache.running.index)
         if not nodes:
             return
         gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
         settings = self.settings
         if self._nominations.hold(preemptor.key, preemptor.priority, nodes, gpus, now, settings):
+            self._priority[preemptor.key] = preemptor.priority
+            self._holds.add(preemptor.key)
             where = ", ".join(sorted(set(nodes.values())))
             log.info("%s starves: %s held for it", preemptor.key, where)
 
@@ -218,9 +259,26 @@ class Preemption:
             return False
         return any(m.pending for m in self._cache.members(old.group_key))
 
+    def _claimed(self, name: str, priority: int, ended: list[str]) -> None:
+        """`name` is nominated; the starvation holds in `ended` gave way to it."""
+        self._holds.discard(name)
+        self._priority[name] = priority
+        for other in ended:
+            log.info("%s: its starvation hold gives way to %s", other, name)
+            self._holds.discard(other)
+            self._priority.pop(other, None)
+
     def _end(self, name: str) -> None:
+        """`name` was placed or deleted."""
         self._waiting.pop(name, None)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        """What `name` held ended, but it still waits (it may search or starve again)."""
         self._nominations.release(name, self._clock())
+        self._priority.pop(name, None)
+        self._holds.discard(name)
+        self._victims.pop(name, None)
         nodes = self._nominated.pop(name, None)
         if nodes:
             pods = {k: (self._cache.pods[k].obj, None) for k in nodes if k in self._cache.pods}
@@ -230,8 +288,8 @@ class Preemption:
         """Housekeeping: nominations past their timeout end; held GPU-seconds are counted."""
         now = self._clock()
         for name in self._nominations.expire(now, self.settings):
-            log.info("%s: nomination timed out", name)
-            self._end(name)
+            log.info("%s: its nomination or hold timed out", name)
+            self._forget(name)
         held = self._nominations.held_gpu_seconds(now)
         if held > self._held:
             self._metrics.held_gpu_seconds.inc(held - self._held)
@@ -241,8 +299,7 @@ class Preemption:
         """(writer thread) A victim could not be evicted: U may search again later."""
         with self._cache.lock:
             self._cache.spare([pod])
-            self._nominations.release(name, self._clock())
-            self._nominated.pop(name, None)
+            self._forget(name)
 
     # -- a new leader ----------------------------------------------------------------------
     def recover(self) -> None:
@@ -276,9 +333,12 @@ class Preemption:
         keys = [v.key for v in victims]
         self._cache.doom(keys)
         where = sorted({str(v.node) for v in victims} | set(nodes.values()))
-        held = nodes or {i.key: where[0] for i in pending if where}
-        self._nominations.nominate(name, priority, held, keys, self._clock())
-        self._nominated[name] = dict(held)
+        held: dict[str, str] = {str(k): v for k, v in nodes.items()}
+        held = held or {i.key: where[0] for i in pending if where}
+        ended = self._nominations.nominate(name, priority, held, keys, self._clock())
+        self._claimed(name, priority, ended)
+        self._nominated[name] = {ObjectKey(k): node for k, node in held.items()}
+        self._victims[name] = keys
         unfinished = [self._victim(v.key) for v in victims if not v.terminating]
         if unfinished:
             message = disruption_message(self._cache.scheduler_name, name, priority)

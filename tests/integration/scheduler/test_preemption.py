@@ -17,6 +17,7 @@ from kubernetes import client
 
 from scheduler.config import load_config
 from scheduler.preemption import PreemptionSettings
+from scheduler.runtime.evicting import disruption_message
 from tests.builders.fakeapi import make_pdb
 from tests.builders.queues import create_namespace, create_queue, queue_body
 from tests.builders.scheduler import (
@@ -144,9 +145,9 @@ def _on(c: Cluster, names: list[str], ns: str = "team-a") -> dict[str, str]:
 # -- (1) priority, (5) no repeated evictions while victims terminate ----------------------------
 def test_a_high_priority_pod_evicts_one_whole_node_and_the_freed_gpus_wait_for_it(cluster):
     c = cluster
-    low = c.fill(16, terminationGracePeriodSeconds=30)
-    before = _on(c, low)
     with running(c.fake, config=config()) as runtime:
+        low = c.fill(16, terminationGracePeriodSeconds=30)
+        before = _on(c, low)
         c.pod("big", gpus=8, priorityClassName="high")
         wait_for(lambda: len(c.terminating()) == 8, 20, "8 victims terminating")
         victims = c.terminating()
@@ -176,8 +177,8 @@ def test_a_high_priority_pod_evicts_one_whole_node_and_the_freed_gpus_wait_for_i
 
 def test_victims_get_disruption_target_before_their_deletion(cluster):
     c = cluster
-    c.fill(16)
     with running(c.fake, config=config()):
+        c.fill(16)
         c.pod("big", gpus=8, priorityClassName="high")
         wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
     writes = [(r.method, r.path) for r in c.fake.writes()]
@@ -289,8 +290,8 @@ def test_pdb_required_waits_naming_the_budget_and_deletes_nothing(cluster):
 def test_preemption_policy_never_evicts_nothing(cluster):
     c = cluster
     c.priority_class("polite", 100, preemptionPolicy="Never")
-    c.fill(16)
     with running(c.fake, config=config()):
+        c.fill(16)
         c.pod("big", gpus=8, priorityClassName="polite")
         wait_for(lambda: "preemptionPolicy is Never" in c.reason("big"), 20, "the reason")
     assert c.deleted() == []
@@ -299,8 +300,8 @@ def test_preemption_policy_never_evicts_nothing(cluster):
 def test_pods_at_the_non_preemptible_priority_are_never_victims(cluster):
     c = cluster
     c.priority_class("mid", 50)
-    c.fill(16, priorityClassName="mid")
     with running(c.fake, config=config(non_preemptible_priority=50)):
+        c.fill(16, priorityClassName="mid")
         c.pod("big", gpus=8, priorityClassName="high")
         wait_for(lambda: "preemption:" in c.reason("big"), 20, "the reason")
         time.sleep(0.5)
@@ -320,8 +321,8 @@ def test_pods_of_other_schedulers_are_never_victims(cluster):
 
 def test_with_preemption_and_reclaim_off_nothing_is_evicted(cluster):
     c = cluster
-    c.fill(16)
     with running(c.fake, config=config(enabled=False, reclaim=False)):
+        c.fill(16)
         c.pod("big", gpus=8, priorityClassName="high")
         wait_for(lambda: c.reason("big"), 20, "the reason")
         time.sleep(0.5)
@@ -331,8 +332,8 @@ def test_with_preemption_and_reclaim_off_nothing_is_evicted(cluster):
 # -- (8) a new leader during a preemption ----------------------------------------------------------
 def test_a_new_leader_neither_evicts_twice_nor_loses_the_nomination(cluster):
     c = cluster
-    c.fill(16, terminationGracePeriodSeconds=30)
     with running(c.fake, config=config()):
+        c.fill(16, terminationGracePeriodSeconds=30)
         c.pod("big", gpus=8, priorityClassName="high")
         wait_for(lambda: len(c.terminating()) == 8, 20, "8 victims terminating")
         wait_for(lambda: c.nominated("big"), 10, "big nominated")
@@ -360,7 +361,7 @@ def test_a_new_leader_finishes_an_eviction_the_old_one_only_marked(cluster):
             "type": "DisruptionTarget",
             "status": "True",
             "reason": "PreemptionByScheduler",
-            "message": "gputopo-scheduler: preempted to make room for pod/team-a/big (priority 100)",
+            "message": disruption_message("gputopo-scheduler", "pod/team-a/big", 100),
         }
         c.core.patch_namespaced_pod_status(
             name, "team-a", {"status": {"conditions": [condition]}}, _preload_content=False
@@ -403,9 +404,9 @@ def test_the_starvation_guard_lets_a_big_pod_start_in_a_stream_of_small_ones(
     cluster, starvation, starts
 ):
     c = cluster
-    c.fill(16)
     settings = config(enabled=False, reclaim=False, starvation_seconds=starvation)
     with running(c.fake, config=settings) as runtime:
+        c.fill(16)
         c.pod("big", gpus=8)
         took = _stream(c, seconds=6.0, period=0.15, big="big")
         if starts:

@@ -51,6 +51,9 @@ __all__ = ["Preemption"]
 log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
+# The search's answer when no running unit may be evicted for U at all: left out of U's reason,
+# which then reads as it would without preemption.
+NOTHING_ELIGIBLE = "preemption: no eligible victims"
 
 
 class Preemption:
@@ -158,7 +161,8 @@ class Preemption:
             choice = self._search(preemptor, placer)
             if isinstance(choice, VictimChoice):
                 return self._evict(preemptor, infos, choice, now)
-            note = choice.reason
+            if not choice.reason.startswith(NOTHING_ELIGIBLE):
+                note = choice.reason  # something stands in the way: say what
         if admitted and now - since >= self.settings.starvation_seconds:
             self._starving(preemptor, placer, now)
         return f"{message}; {note}" if note else message

@@ -303,7 +303,7 @@ def test_pods_at_the_non_preemptible_priority_are_never_victims(cluster):
     with running(c.fake, config=config(non_preemptible_priority=50)):
         c.fill(16, priorityClassName="mid")
         c.pod("big", gpus=8, priorityClassName="high")
-        wait_for(lambda: "preemption:" in c.reason("big"), 20, "the reason")
+        wait_for(lambda: "Insufficient nvidia.com/gpu" in c.reason("big"), 20, "the reason")
         time.sleep(0.5)
     assert c.deleted() == []
 
@@ -314,7 +314,7 @@ def test_pods_of_other_schedulers_are_never_victims(cluster):
         c.fill(8, prefix=f"other-{node}-", node=node, scheduler="default-scheduler")
     with running(c.fake, config=config()):
         c.pod("big", gpus=8, priorityClassName="high")
-        wait_for(lambda: "preemption:" in c.reason("big"), 20, "the reason")
+        wait_for(lambda: "Insufficient nvidia.com/gpu" in c.reason("big"), 20, "the reason")
         time.sleep(0.5)
     assert c.deleted() == []
 

@@ -74,12 +74,10 @@ def _wait_for_every_scenario(fake) -> None:
 
 
 def _preempt(fake, api: client.ApiClient) -> None:
-    """Fill the GPUs left, then a higher-priority pod evicts one (DisruptionTarget + delete)."""
+    """A higher-priority pod that fits nowhere evicts (DisruptionTarget + delete)."""
     core = client.CoreV1Api(api)
-    create_pod(core, pod_body("filler", gpus=6))
-    wait_for(lambda: node_of(fake, "filler"), 30, "filler bound")
     client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": "high"}, "value": 9})
-    create_pod(core, pod_body("urgent", gpus=1, priorityClassName="high"))
+    create_pod(core, pod_body("urgent", gpus=8, priorityClassName="high"))
     wait_for(lambda: _called(fake, "delete", "pods"), 30, "a victim deleted")
     wait_for(lambda: _called(fake, "list", "poddisruptionbudgets"), 30, "budgets listed")
 

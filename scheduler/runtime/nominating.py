@@ -77,6 +77,8 @@ class Preemption:
         self._holds: set[str] = set()  # units holding against starvation
         self._victims: dict[str, list[ObjectKey]] = {}  # nominated unit -> its victims
         self._waiting: dict[str, float] = {}  # unit -> when it first could not start
+        self._order: dict[str, tuple[str, int, float]] = {}  # unit -> leaf, priority, created
+        self._heads: dict[str, str] | None = None  # leaf -> its first waiting unit (per tick)
         self._held = 0.0  # held GPU-seconds already counted in the metric
 
     # -- what placement may use ------------------------------------------------------------
@@ -155,6 +157,7 @@ class Preemption:
         if name in self._nominated:
             return message  # victims gone: the freed room is held while U is placed
         preemptor = self._preemptor(name, infos, group)
+        self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         placer = self._search_placer(name, preemptor.priority, live)
         note = ""
         if self.settings.enabled or self.settings.reclaim:
@@ -163,7 +166,8 @@ class Preemption:
                 return self._evict(preemptor, infos, choice, now)
             if not choice.reason.startswith(NOTHING_ELIGIBLE):
                 note = choice.reason  # something stands in the way: say what
-        if admitted and now - since >= self.settings.starvation_seconds:
+        starved = admitted and now - since >= self.settings.starvation_seconds
+        if starved and self._first_in_queue(name):
             self._starving(preemptor, placer, now)
         return f"{message}; {note}" if note else message
 
@@ -233,6 +237,19 @@ class Preemption:
             obj=info.obj,
         )
 
+    def _first_in_queue(self, name: str) -> bool:
+        """Is `name` first in its leaf's order (priority, then age) among the waiting units?
+        Worked out at most once per housekeeping tick."""
+        if self._heads is None:
+            best: dict[str, tuple[int, float, str]] = {}
+            for unit, (leaf, priority, created) in self._order.items():
+                rank = (-priority, created, unit)
+                if leaf not in best or rank < best[leaf]:
+                    best[leaf] = rank
+            self._heads = {leaf: rank[2] for leaf, rank in best.items()}
+        order = self._order.get(name)
+        return order is not None and self._heads.get(order[0]) == name
+
     def _starving(self, preemptor: Preemptor, placer: Placer, now: float) -> None:
         nodes = starvation_nodes(preemptor, placer, self._cache.running.index)
         if not nodes:
@@ -275,6 +292,8 @@ class Preemption:
     def _end(self, name: str) -> None:
         """`name` was placed or deleted."""
         self._waiting.pop(name, None)
+        if self._order.pop(name, None) is not None:
+            self._heads = None
         self._forget(name)
 
     def _forget(self, name: str) -> None:
@@ -291,6 +310,7 @@ class Preemption:
     def tick(self) -> None:
         """Housekeeping: nominations past their timeout end; held GPU-seconds are counted."""
         now = self._clock()
+        self._heads = None
         for name in self._nominations.expire(now, self.settings):
             log.info("%s: its nomination or hold timed out", name)
             self._forget(name)

@@ -265,6 +265,7 @@ class ClusterCache:
         new = name not in self.snapshot
         self.snapshot.add_node(build_node_state(info, self.nrts.get(name), pods, self._selectors))
         if new:  # pods seen before their node: their running units read their places now
+            self.running.moved(keys)
             for key in keys:
                 self._track(key, self.pods[key], None)
 
@@ -329,6 +330,7 @@ class ClusterCache:
 
     def recharge_all(self) -> None:
         self.queues.restart_usage()
+        self.running.invalidate()
         for key in self.pods:
             self._charge(key)
 

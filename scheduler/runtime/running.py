@@ -38,6 +38,9 @@ class RunningUnits:
         """`snapshot`: the cache's live snapshot (where the index reads each pod's place)."""
         self.index = RunningIndex(snapshot)
         self._doomed: set[ObjectKey] = set()  # chosen as victims, their deletion not yet seen
+        # What each single pod's unit was added with (request, node, start, generation).
+        self._seen: dict[ObjectKey, tuple[object, str | None, object, int]] = {}
+        self._generation = 0
 
     def eligible(self, info: PodInfo) -> bool:
         """May `info` be (part of) a victim?"""
@@ -52,22 +55,37 @@ class RunningUnits:
         self._doomed.difference_update(keys)
 
     def track_pod(self, key: ObjectKey, info: PodInfo | None, leaf_of: LeafOf) -> None:
-        """A pod without a gang changed (None: gone)."""
-        name = str(UnitKey(UnitKind.POD, key))
-        if info is None:
-            self._doomed.discard(key)
+        """A pod without a gang changed (None: gone). Most pod events change nothing the unit
+        holds (a status update, our binding confirmed): those cost one tuple comparison."""
         if info is None or not self.eligible(info):
-            self.index.remove(name)
+            if info is None:
+                self._doomed.discard(key)
+            if self._seen.pop(key, None) is not None:
+                self.index.remove(str(UnitKey(UnitKind.POD, key)))
             return
+        mark = (info.request, info.node, _start_text(info), self._generation)
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] is mark[0] and seen[1:] == mark[1:]:
+            return
+        self._seen[key] = mark
         self.index.add(
             Running(
-                key=name,
+                key=str(UnitKey(UnitKind.POD, key)),
                 pods=(key,),
                 leaf=leaf_of(info),
                 priority=info.request.priority,
                 started=_started(info),
             )
         )
+
+    def moved(self, keys: Sequence[ObjectKey]) -> None:
+        """The node of `keys` (re)appeared: their units read their places again when tracked."""
+        for key in keys:
+            self._seen.pop(key, None)
+
+    def invalidate(self) -> None:
+        """The queues changed: every unit's leaf is read again when its pod is next tracked."""
+        self._generation += 1
 
     def track_gang(
         self,
@@ -97,6 +115,10 @@ class RunningUnits:
         )
 
 
+def _start_text(info: PodInfo) -> object:
+    return (info.obj.get("status") or {}).get("startTime")
+
+
 def _started(info: PodInfo) -> float:
     """When the pod started (`status.startTime`), else when it was created."""
-    return parse_time((info.obj.get("status") or {}).get("startTime")) or info.created
+    return parse_time(_start_text(info)) or info.created

@@ -7,20 +7,27 @@ terminating. Only this scheduler's pods that are not terminating belong here (DE
 Where each pod runs and what it asks are read from the snapshot when the unit is added (assume
 its pods first) and kept, so `remove` works after the snapshot has forgotten them. Besides the
 units by key, the index keeps, per leaf queue and priority, what the units of that class would
-free on each node (milli-GPU, cpu, memory): the search's cheap bound reads those sums instead of
-walking every node. `add` and `remove` cost O(the unit's pods), never a scan.
+free on each node (milli-GPU, cpu, memory, pods), and the same per priority over every leaf as
+columns (`NodeColumns`): the search's cheap bound reads those sums instead of walking every
+node. `add` and `remove` cost O(the unit's pods), never a scan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
 
 from scheduler.placement import PodRequest, Snapshot
 
+from .columns import IntArray, NodeColumns, grown
 from .model import Running
 
 __all__ = ["Freed", "PodPlace", "RunningIndex"]
+
+_T = TypeVar("_T")
 
 Freed = list[int]
 """What some units free on one node: [milli-GPU, cpu millicores, memory bytes, pods]."""
@@ -47,6 +54,9 @@ class RunningIndex:
         self._on_node: dict[str, dict[str, None]] = {}
         self._by_leaf: dict[str, dict[str, None]] = {}
         self._sums: dict[tuple[str, int], dict[str, Freed]] = {}
+        self._priorities: dict[str, dict[int, None]] = {}  # leaf -> priorities with sums
+        self.columns = NodeColumns(snapshot)
+        self._by_priority: dict[int, IntArray] = {}
 
     def __len__(self) -> int:
         return len(self._units)
@@ -73,10 +83,13 @@ class RunningIndex:
         self._by_leaf.setdefault(unit.leaf, {})[unit.key] = None
         for pod in unit.pods:
             self._unit_of_pod[pod] = unit.key
-        sums = self._sums.setdefault((unit.leaf, unit.priority), {})
+        sums = self._sums.setdefault((unit.leaf, unit.priority), {}) if places else {}
+        if places:
+            self._priorities.setdefault(unit.leaf, {})[unit.priority] = None
         for place in places:
             self._on_node.setdefault(place.node, {})[unit.key] = None
             _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place.request, 1)
+            self._column(unit.priority, place, 1)
 
     def remove(self, key: str) -> Running | None:
         """Drop the unit `key`; returns it, or None when unknown."""
@@ -89,15 +102,16 @@ class RunningIndex:
             if self._unit_of_pod.get(pod) == key:
                 del self._unit_of_pod[pod]
         bucket = (unit.leaf, unit.priority)
-        sums = self._sums[bucket]
+        sums = self._sums.get(bucket, {})
         for place in places:
             _discard(self._on_node, place.node, key)
             freed = sums[place.node]
             _charge(freed, place.request, -1)
+            self._column(unit.priority, place, -1)
             if not freed[3]:
                 del sums[place.node]
-        if not sums:
-            del self._sums[bucket]
+        if not sums and self._sums.pop(bucket, None) is not None:
+            _discard(self._priorities, unit.leaf, unit.priority)
         return unit
 
     def get(self, key: str) -> Running | None:
@@ -122,13 +136,39 @@ class RunningIndex:
         """Where the pods of unit `key` were when it was added (empty when unknown)."""
         return self._places.get(key, ())
 
+    def leaves_at(self, priority: int) -> list[str]:
+        """The leaves with units at `priority`, sorted."""
+        return sorted(q for q, p in self._sums if p == priority)
+
     def priorities(self, leaf: str) -> list[int]:
         """The priorities of `leaf`'s units, ascending."""
-        return sorted(p for q, p in self._sums if q == leaf)
+        return sorted(self._priorities.get(leaf, ()))
 
     def freed(self, leaf: str, priority: int) -> Mapping[str, Freed]:
         """Per node, what the units of `leaf` at `priority` would free there (do not change)."""
         return self._sums.get((leaf, priority), {})
+
+    def freed_columns(self, priority: int) -> IntArray:
+        """Per slot of `columns`, what every unit at `priority` frees: rows milli-GPU, cpu,
+        memory, pods (do not change)."""
+        found = self._by_priority.get(priority)
+        if found is None:
+            return np.zeros((4, self.columns.capacity), dtype=np.int64)
+        if found.shape[1] < self.columns.capacity:
+            found = self._by_priority[priority] = grown(found, self.columns.capacity)
+        return found
+
+    def _column(self, priority: int, place: PodPlace, sign: int) -> None:
+        slot = self.columns.slot_of(place.node)
+        table = self._by_priority.get(priority)
+        if table is None or table.shape[1] <= slot:
+            table = np.zeros((4, self.columns.capacity), dtype=np.int64) if table is None else table
+            table = self._by_priority[priority] = grown(table, self.columns.capacity)
+        request = place.request
+        table[0, slot] += sign * request.gpu_milli_total
+        table[1, slot] += sign * request.cpu_milli
+        table[2, slot] += sign * request.memory
+        table[3, slot] += sign
 
 
 def _charge(freed: Freed, request: PodRequest, sign: int) -> None:
@@ -138,7 +178,7 @@ def _charge(freed: Freed, request: PodRequest, sign: int) -> None:
     freed[3] += sign
 
 
-def _discard(table: dict[str, dict[str, None]], key: str, member: str) -> None:
+def _discard(table: dict[str, dict[_T, None]], key: str, member: _T) -> None:
     members = table.get(key)
     if members is not None:
         members.pop(member, None)

@@ -17,18 +17,49 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.placement import Assignment, NodeState, Placer, PodRequest, place_gang
-from scheduler.placement.request import CPU, MEMORY, PODS
+from scheduler.placement import Assignment, Placer, PodRequest, place_gang
 
 from .budgets import BudgetBook
 from .eligibility import Piece
 from .ledger import Ledger
 from .model import Preemptor
+from .room import Room
 
-__all__ = ["Miss", "Outcome", "Workbench", "reprieve_order"]
+__all__ = ["Estimate", "Miss", "Outcome", "Workbench", "reprieve_order", "victim_rank"]
+
+
+Rank = tuple[int, int, int, float]
+
+
+def victim_rank(pieces: Sequence[Piece], violations: int) -> Rank:
+    """Smaller is better: PDB violations, highest victim priority, milli-GPU evicted, work lost
+    (with the GPUs equal, Σ milli × (now − started) is smallest where Σ milli × started is
+    largest: no clock needed)."""
+    priority = max((p.unit.priority for p in pieces), default=-(2**63))
+    milli = sum(p.milli for p in pieces)
+    work = sum(p.milli * p.unit.started for p in pieces)
+    return (violations, priority, milli, -work)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """An area's victims as counted (greedy, then the reprieve by arithmetic), before the
+    placement code confirms them. `greedy`: the set before the reprieve, in reprieve order."""
+
+    area: frozenset[str]
+    greedy: tuple[Piece, ...]
+    pieces: tuple[Piece, ...]
+    violations: int
+    violated: tuple[str, ...]
+
+    def rank(self) -> tuple[int, int, int, float, float, str]:
+        """`Outcome.rank` with the best score possible, taken as a bound on the area's outcome
+        (confirming keeps these victims, or redoes the reprieve placing U, which gives back
+        no more than the arithmetic did)."""
+        return (*victim_rank(self.pieces, self.violations), -float("inf"), _name(self.area))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,13 +74,12 @@ class Outcome:
     violated: tuple[str, ...]
 
     def rank(self) -> tuple[int, int, int, float, float, str]:
-        """Smaller is better: PDB violations, highest victim priority, milli-GPU evicted, work
-        lost (with the GPUs equal, Σ milli × (now − started) is smallest where Σ milli ×
-        started is largest: no clock needed), then U's placement score there, then the name."""
-        priority = max((p.unit.priority for p in self.pieces), default=-(2**63))
-        milli = sum(p.milli for p in self.pieces)
-        work = sum(p.milli * p.unit.started for p in self.pieces)
-        return (self.violations, priority, milli, -work, -self.score, self.area)
+        """`victim_rank`, then U's placement score there (higher first), then the name."""
+        return (*victim_rank(self.pieces, self.violations), -self.score, self.area)
+
+
+def _name(area: Iterable[str]) -> str:
+    return ",".join(sorted(area))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,39 +113,69 @@ class Workbench:
         self._preemptor = preemptor
         self._ledger = ledger
         self._budgets = budgets
-        self._removed: dict[int, Piece] = {}
+        self._removed: dict[int, Piece] = {}  # taken out (by id)
+        self._gone: dict[int, Piece] = {}  # taken out of the clones (`_sync`)
         self._saved: dict[str, tuple[PodRequest, Assignment]] = {}
         for node in self._snapshot.nodes.values():
             self._saved.update(node.pods)
 
-    def evaluate(
+    def estimate(
         self, area: frozenset[str], pool: Sequence[Piece], off: Sequence[Piece]
-    ) -> Outcome | Miss:
-        """Greedy then reprieve on `area`; `pool`: eligible pieces with a pod there, `off`:
-        eligible pieces elsewhere, in eviction order (only for a max U breaks). The clones are
-        as they were on return."""
+    ) -> Estimate | Miss:
+        """Greedy, then the reprieve by arithmetic, on `area`; `pool`: eligible pieces with a
+        pod there, `off`: eligible pieces elsewhere, in eviction order (only for a max U
+        breaks). Nothing is changed on return."""
         try:
-            order = self._ordered(pool)
-            problem = self._greedy(order, off)
+            problem = self._greedy(self._ordered(pool), off)
             if problem is not None:
                 return Miss(quota=problem)
-            taken = sorted(self._removed.values(), key=reprieve_order)
-            order = self._ordered(taken)
-            self._reprieve(order, lambda: self._may_fit(area))
+            greedy = tuple(self._ordered(sorted(self._removed.values(), key=reprieve_order)))
+            room = Room(self._snapshot, area, self._saved)
+            for piece in greedy:
+                room.charge(piece, -1)
+            self._reprieve(greedy, room, area)
+            pieces = tuple(sorted(self._removed.values(), key=reprieve_order))
+            count, names = self._violations(pieces)
+            return Estimate(
+                area=area, greedy=greedy, pieces=pieces, violations=count, violated=names
+            )
+        finally:
+            self._reset()
+
+    def confirm(self, estimate: Estimate) -> Outcome | Miss:
+        """Place U on the clones without the estimate's victims; should the placement code
+        refuse, the reprieve is redone from the greedy set placing U at every step."""
+        area = estimate.area
+        try:
+            for piece in estimate.pieces:
+                self._remove(piece)
+            self._sync()
             placed = self._place(area)
             if placed is None:
-                for piece in order:
+                for piece in estimate.greedy:
                     self._remove(piece)
+                self._sync()
                 if self._place(area) is None:
                     return Miss()
-                self._reprieve(order, lambda: self._place(area) is not None)
+                self._reprieve(estimate.greedy, None, area)
                 placed = self._place(area)
                 if placed is None:  # unreachable: the last step kept U placeable
                     return Miss()
             return self._outcome(area, placed)
         finally:
-            for piece in list(self._removed.values()):
-                self._restore(piece)
+            self._reset()
+
+    def evaluate(
+        self, area: frozenset[str], pool: Sequence[Piece], off: Sequence[Piece]
+    ) -> Outcome | Miss:
+        """`estimate`, then `confirm`."""
+        found = self.estimate(area, pool, off)
+        return found if isinstance(found, Miss) else self.confirm(found)
+
+    def _reset(self) -> None:
+        for piece in list(self._removed.values()):
+            self._restore(piece)
+        self._sync()
 
     # -- the two steps ---------------------------------------------------------------------------
     def _ordered(self, pieces: Iterable[Piece]) -> list[Piece]:
@@ -147,7 +207,9 @@ class Workbench:
             for member in group:
                 self._remove(member)
 
-    def _reprieve(self, order: Sequence[Piece], fits: Callable[[], bool]) -> None:
+    def _reprieve(self, order: Sequence[Piece], room: Room | None, area: frozenset[str]) -> None:
+        """Give pieces back in `order` while U stays admitted and fits: by `room`'s arithmetic
+        (the clones are synced afterwards), or, without one, placing U on the clones."""
         cores = {p.unit.key: p for p in order if p.core}
         for piece in order:
             if id(piece) not in self._removed:
@@ -156,41 +218,47 @@ class Workbench:
             if not piece.core and core is not None and id(core) in self._removed:
                 continue
             self._restore(piece)
-            if self._ledger.admission() is not None or not fits():
-                self._remove(piece)
+            if room is not None:
+                room.charge(piece, 1)
+            if self._ledger.admission() is None and self._fits(room, area):
+                continue
+            self._remove(piece)
+            if room is not None:
+                room.charge(piece, -1)
 
-    # -- pieces on the clones --------------------------------------------------------------------
+    def _fits(self, room: Room | None, area: frozenset[str]) -> bool:
+        if room is not None:
+            return room.may_fit(self._preemptor.pods)
+        self._sync()
+        return self._place(area) is not None
+
+    # -- pieces: taken out logically, then on the clones -----------------------------------------
     def _remove(self, piece: Piece) -> None:
-        if id(piece) in self._removed:
-            return
-        self._removed[id(piece)] = piece
-        self._ledger.remove(piece)
-        for place in piece.pods:
-            if place.key in self._saved:
-                self._snapshot.forget(place.key)
+        if id(piece) not in self._removed:
+            self._removed[id(piece)] = piece
+            self._ledger.remove(piece)
 
     def _restore(self, piece: Piece) -> None:
-        if self._removed.pop(id(piece), None) is None:
-            return
-        self._ledger.restore(piece)
-        for place in piece.pods:
-            saved = self._saved.get(place.key)
-            if saved is not None:
-                self._snapshot.assume(saved[0], saved[1])
+        if self._removed.pop(id(piece), None) is not None:
+            self._ledger.restore(piece)
+
+    def _sync(self) -> None:
+        """Make the clones hold every pod but those of the pieces taken out."""
+        for key, piece in list(self._gone.items()):
+            if key not in self._removed:
+                del self._gone[key]
+                for place in piece.pods:
+                    saved = self._saved.get(place.key)
+                    if saved is not None:
+                        self._snapshot.assume(saved[0], saved[1])
+        for key, piece in self._removed.items():
+            if key not in self._gone:
+                self._gone[key] = piece
+                for place in piece.pods:
+                    if place.key in self._saved:
+                        self._snapshot.forget(place.key)
 
     # -- does U fit ------------------------------------------------------------------------------
-    def _may_fit(self, area: frozenset[str]) -> bool:
-        """Necessary conditions for U on `area`: enough idle GPUs, GPU share, cpu, memory and
-        pod slots in all, and a node with idle GPUs for the largest pod."""
-        pods = self._preemptor.pods
-        nodes = [self._snapshot.node(n) for n in area]
-        whole = max((p.gpus for p in pods), default=0)
-        if whole and not any(n.idle_mask.bit_count() >= whole for n in nodes):
-            return False
-        room = [sum(_room(n)[i] for n in nodes) for i in range(5)]
-        need = [sum(_need(p)[i] for p in pods) for i in range(5)]
-        return all(r >= w for r, w in zip(room, need, strict=True) if w > 0)
-
     def _place(self, area: frozenset[str]) -> tuple[dict[str, str], float] | None:
         """Where the placement code puts all of U on the clones of `area`, and U's score."""
         pods = self._preemptor.pods
@@ -215,10 +283,9 @@ class Workbench:
 
     def _outcome(self, area: frozenset[str], placed: tuple[dict[str, str], float]) -> Outcome:
         pieces = tuple(sorted(self._removed.values(), key=reprieve_order))
-        pods = [place.key for piece in reversed(pieces) for place in piece.pods]
-        count, names = self._budgets.violations(pods) if self._budgets else (0, ())
+        count, names = self._violations(pieces)
         return Outcome(
-            area=",".join(sorted(area)),
+            area=_name(area),
             pieces=pieces,
             nodes=placed[0],
             score=placed[1],
@@ -226,12 +293,7 @@ class Workbench:
             violated=names,
         )
 
-
-def _room(node: NodeState) -> tuple[int, int, int, int, int]:
-    """Idle GPUs, free milli-GPU, cpu, memory, pod slots."""
-    milli = node.gpu_capacity_milli() - node.used_milli
-    return (node.idle_mask.bit_count(), milli, node.free(CPU), node.free(MEMORY), node.free(PODS))
-
-
-def _need(pod: PodRequest) -> tuple[int, int, int, int, int]:
-    return (pod.gpus, pod.gpu_milli_total, pod.cpu_milli, pod.memory, 1)
+    def _violations(self, pieces: Sequence[Piece]) -> tuple[int, tuple[str, ...]]:
+        if not self._budgets:
+            return 0, ()
+        return self._budgets.violations(p.key for piece in reversed(pieces) for p in piece.pods)

@@ -14,6 +14,7 @@ The live snapshot is never changed: areas are evaluated on clones of their nodes
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 
 from scheduler.placement import Placer, Snapshot
@@ -21,6 +22,7 @@ from scheduler.quota import QuotaTree, Usage
 
 from .budgets import BudgetBook
 from .candidates import Bound, Tally, gang_sets, node_candidates
+from .columns import BoolArray
 from .eligibility import Piece, Rules, gpus_of, pieces_of, root_capacity, rules_for
 from .index import RunningIndex
 from .ledger import Ledger, guaranteed_leaves
@@ -33,7 +35,7 @@ from .model import (
     Running,
     VictimChoice,
 )
-from .reprieve import Miss, Outcome, Workbench, reprieve_order
+from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
 
 __all__ = ["find_victims"]
 
@@ -48,7 +50,11 @@ def find_victims(
     settings: PreemptionSettings,
 ) -> VictimChoice | NoChoice:
     """The victims whose eviction lets U start (admission and placement of all of U), and where
-    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage)."""
+    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage);
+    the index's node columns (a cache) catch up with the snapshot. `index` must read the
+    placer's snapshot. Not thread-safe: the caller serialises, as for the `Placer`."""
+    if index.columns.snapshot is not placer.snapshot:
+        raise ValueError("find_victims: the index and the placer read different snapshots")
     if preemptor.never:
         return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
     if not preemptor.pods:
@@ -75,7 +81,7 @@ class _Search:
         self.guaranteed = guaranteed_leaves(tree, usage, index.leaves())
         self.pods = rules.preemptor.pods
         self.quota = Ledger(tree, usage, rules).admission()
-        self.fits_now = self._fits_now()
+        self.fits_now: list[str] = []  # set once there is anything to search
         self.best: Outcome | None = None
         self.misses: list[Miss] = []
         self.violated: set[str] = set()
@@ -85,10 +91,12 @@ class _Search:
         thresholds = self._thresholds()
         if not thresholds:
             return NoChoice(reason=f"preemption: no eligible victims ({self._why_none()})")
+        self.fits_now = self._fits_now()
         tally = Tally(self.index)
         for priority, leaves in thresholds:
-            touched = tally.add(leaves, priority)
-            self._evaluate(tally, touched, priority)
+            touched = tally.add(priority, leaves)
+            if touched.any():
+                self._evaluate(tally, touched, priority)
             if self.best is not None and self.best.violations == 0:
                 break
         if self.best is None:
@@ -109,10 +117,9 @@ class _Search:
         return sorted(by_priority.items())
 
     def _fits_now(self) -> list[str]:
-        """Nodes where U's pods fit already (a max alone keeps U out, or a gang partly fits)."""
+        """Nodes where U's pods fit already (a max alone keeps U out, a gang partly fits, or
+        the caller asked for a unit that needs no eviction at all)."""
         if len(self.pods) == 1:
-            if self.quota is None:
-                return []
             decision = self.placer.decide(self.pods[0], explain=False)
             return [] if decision.assignment is None else [decision.assignment.node]
         names: set[str] = set()
@@ -120,28 +127,55 @@ class _Search:
             names.update(self.placer.feasible(pod)[: len(self.pods)])
         return sorted(names)
 
-    def _evaluate(self, tally: Tally, touched: set[str], priority: int) -> None:
+    def _evaluate(self, tally: Tally, touched: BoolArray, priority: int) -> None:
         """Evaluate the candidate areas of this threshold (nodes with new victims only)."""
-        if not touched:
-            return
         limit = self.settings.candidate_limit
         if len(self.pods) == 1:
-            nodes = node_candidates(self.live, tally, touched, Bound.of(self.pods), limit)
+            nodes = node_candidates(tally, touched, Bound.of(self.pods), limit)
             nodes += [n for n in self.fits_now if n not in nodes]
             bench = self._bench(nodes)
+            estimates = []
             for name in nodes:
-                self._keep(bench.evaluate(frozenset((name,)), *self._pools([name], priority)))
+                found = bench.estimate(frozenset((name,)), *self._pools([name], priority))
+                if isinstance(found, Miss):
+                    self.misses.append(found)
+                else:
+                    estimates.append(found)
+            self._confirm(bench, estimates)
             return
         topology = self.rules.preemptor.topology
         label = topology.label if topology is not None and topology.required else None
-        for names, cut in gang_sets(self.live, tally, self.fits_now, self.pods, label, limit):
+        for names, cut in gang_sets(tally, self.fits_now, self.pods, label, limit):
             while True:
                 area = names[:cut]
-                found = self._bench(area).evaluate(frozenset(area), *self._pools(area, priority))
-                if isinstance(found, Outcome) or found.quota or cut >= len(names):
-                    self._keep(found)
+                bench = self._bench(area)
+                done = bench.evaluate(frozenset(area), *self._pools(area, priority))
+                if isinstance(done, Outcome) or done.quota or cut >= len(names):
+                    self._keep(done)
                     break
                 cut *= 2
+
+    def _confirm(self, bench: Workbench, estimates: list[Estimate]) -> None:
+        """Confirm estimates best first until a confirmed outcome ranks first: only areas
+        whose counted rank ties with or beats it are ever placed (an estimate ranks as well as
+        any outcome of its area can)."""
+        heap: list[tuple[tuple[int, int, int, float, float, str], int, Estimate | Outcome]]
+        heap = [(e.rank(), i, e) for i, e in enumerate(estimates)]
+        heapq.heapify(heap)
+        tie = len(heap)
+        while heap:
+            _rank, _i, item = heapq.heappop(heap)
+            if isinstance(item, Outcome):
+                if self._acceptable(item):
+                    self._keep(item)
+                    return
+                continue
+            found = bench.confirm(item)
+            if isinstance(found, Miss):
+                self.misses.append(found)
+            else:
+                heapq.heappush(heap, (found.rank(), tie, found))
+                tie += 1
 
     def _bench(self, nodes: Iterable[str]) -> Workbench:
         small = Snapshot(self.live.node(n).clone() for n in nodes)
@@ -153,10 +187,26 @@ class _Search:
     def _keep(self, found: Outcome | Miss) -> None:
         if isinstance(found, Miss):
             self.misses.append(found)
-        elif self.settings.pdb_required and found.violations:
-            self.violated.update(found.violated)
-        elif self.best is None or found.rank() < self.best.rank():
+        elif self._acceptable(found) and (self.best is None or found.rank() < self.best.rank()):
             self.best = found
+
+    def _acceptable(self, found: Outcome) -> bool:
+        """False (noting why) for a set that violates a budget under `pdb: required`, or that
+        leaves less free in the cluster than the gang's `minResources`."""
+        if self.settings.pdb_required and found.violations:
+            self.violated.update(found.violated)
+            return False
+        wanted = self.rules.preemptor.min_resources
+        if wanted:
+            free = self.live.free_totals()
+            for piece in found.pieces:
+                for place in piece.pods:
+                    for resource, qty in place.request.vector:
+                        free[resource] = free.get(resource, 0) + qty
+            if any(free.get(r, 0) < qty for r, qty in wanted.items()):
+                self.misses.append(Miss())
+                return False
+        return True
 
     # -- victims ---------------------------------------------------------------------------------
     def _pools(self, area: Sequence[str], priority: int) -> tuple[list[Piece], list[Piece]]:

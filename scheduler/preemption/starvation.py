@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, place_gang
+from scheduler.placement.request import CPU, MEMORY
 
 from .candidates import GANG_SETS, Bound
 from .index import RunningIndex
@@ -111,9 +112,10 @@ def _capacity_cut(live: Snapshot, names: Sequence[str], total: Bound) -> int:
     for i, name in enumerate(names):
         node = live.node(name)
         room[0] += node.gpu_capacity_milli()
-        room[1] += node.allocatable.get("cpu", 0)
-        room[2] += node.allocatable.get("memory", 0)
-        if total.covered_by((room[0], room[1], room[2])):
+        room[1] += node.allocatable.get(CPU, 0)
+        room[2] += node.allocatable.get(MEMORY, 0)
+        need = (total.milli, total.cpu, total.memory)
+        if all(have >= want for have, want in zip(room, need, strict=True)):
             return i + 1
     return 0
 

@@ -73,6 +73,16 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["waitSeconds"] = {name: _waits_document(w) for name, w in run.waits.items()}
     if run.queues:
         doc["queues"] = [_queue_document(q) for q in run.queues]
+    if run.preemption is not None:
+        p = run.preemption
+        doc["preemption"] = {
+            "victimSets": p.preemptions,
+            "podsEvicted": p.pods_evicted,
+            "gpuSecondsLost": p.gpu_seconds_lost,
+            "partialGangs": p.partial_gangs,
+            "evictionsWithoutStart": p.wasted,
+            "podsEvictedByReason": dict(p.by_reason),
+        }
     return doc
 
 
@@ -178,6 +188,8 @@ def format_table(runs: Sequence[RunResult]) -> str:
         text += "\n" + _columns(_wait_rows(runs))
     if any(r.queues for r in runs):
         text += "\n" + _columns(_queue_rows(runs))
+    if any(r.preemption is not None for r in runs):
+        text += "\n" + _columns(_preemption_rows(runs))
     return text
 
 
@@ -248,6 +260,27 @@ def _queue_rows(runs: Sequence[RunResult]) -> list[list[str]]:
                     _figure(q.deficit_gpu_seconds),
                 ]
             )
+    return rows
+
+
+_PREEMPTION_HEADER = (
+    "policy",
+    "seed",
+    "victim sets",
+    "pods evicted",
+    "GPU-s lost",
+    "partial gangs",
+    "evictions without start",
+)
+
+
+def _preemption_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    rows = [list(_PREEMPTION_HEADER)]
+    for run in runs:
+        p = run.preemption
+        if p is not None:
+            cells = (p.preemptions, p.pods_evicted, p.gpu_seconds_lost, p.partial_gangs, p.wasted)
+            rows.append([run.policy, str(run.seed), *(_figure(c) for c in cells)])
     return rows
 
 

@@ -110,9 +110,13 @@ class World:
         )
 
 
-def world(*names: str, gpus: int = 8, queues: Iterable[Any] = ()) -> World:
-    """Nodes `names` of `gpus` GPUs each, under the queue tree built from `queues`."""
-    return World(Snapshot(make_node(n, gpus=gpus) for n in names), QuotaTree.build(queues))
+def world(
+    *names: str, gpus: int = 8, queues: Iterable[Any] = (), scoring: Scoring | None = None
+) -> World:
+    """Nodes `names` of `gpus` GPUs each, under the queue tree built from `queues`, decided
+    with `scoring` (default: the shipped one)."""
+    nodes = Snapshot(make_node(n, gpus=gpus) for n in names)
+    return World(nodes, QuotaTree.build(queues), scoring or default_scoring())
 
 
 def preemptor(

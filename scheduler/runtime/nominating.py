@@ -21,13 +21,14 @@ unit searches again while its victims terminate, so none is evicted twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 
 from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
-from scheduler.placement import Placer, Snapshot
+from scheduler.placement import Assignment, Placer, PodRequest, Snapshot
 from scheduler.preemption import (
     NoChoice,
     Nominations,
@@ -112,28 +113,37 @@ class Preemption:
             blocked = blocked - set(own.values())
         return blocked or None
 
-    def _search_placer(self, name: str, priority: int, live: Placer) -> Placer:
-        """What the searches of a unit of `priority` see: the live snapshot, with the pods
-        nominated for other units of at least that priority on their nodes (as kube-scheduler
-        adds nominated pods in its dry run, in the place of their victims) and the nodes of such
-        starvation holds left out."""
+    @contextmanager
+    def _nominees_placed(self, name: str, priority: int) -> Iterator[None]:
+        """While open, the live snapshot holds the pods nominated for other units of at least
+        `priority` on their nodes, in the place of their victims (as kube-scheduler adds
+        nominated pods in its dry run), so a search never counts room already promised; undone
+        on exit. The search must read the snapshot its index reads: the live one, changed here
+        only under `cache.lock`."""
         others = [n for n, p in self._priority.items() if n != name and p >= priority]
-        if not others:
-            return live
-        snapshot: Snapshot = live.snapshot.copy()
-        for other in others:
-            for victim in self._victims.get(other, ()):  # their room is the nominee's
-                snapshot.forget(victim)
-            held = self._nominations.nodes_of(other) or {}
-            for pod, node in held.items():
-                info = self._cache.pods.get(ObjectKey(pod))
-                if node not in snapshot:
-                    continue
+        snapshot = self._cache.snapshot
+        taken: list[tuple[PodRequest, Assignment]] = []
+        added: list[str] = []
+        try:
+            for other in others:
                 if other in self._holds:
-                    snapshot.remove_node(node)
-                elif info is not None and info.pending:
-                    snapshot.assume_on(info.request, node)
-        return Placer(snapshot, live.scoring)
+                    continue
+                for victim in self._victims.get(other, ()):  # their room is the nominee's
+                    node = snapshot.node_of(victim)
+                    if node is not None:
+                        request = snapshot.node(node).pods[victim][0]
+                        taken.append((request, snapshot.forget(victim) or Assignment(node=node)))
+                for pod, node in (self._nominations.nodes_of(other) or {}).items():
+                    info = self._cache.pods.get(ObjectKey(pod))
+                    if info is not None and info.pending and node in snapshot:
+                        snapshot.assume_on(info.request, node)
+                        added.append(pod)
+            yield
+        finally:
+            for pod in added:
+                snapshot.forget(pod)
+            for request, assignment in taken:
+                snapshot.assume(request, assignment)
 
     # -- a unit that cannot start ----------------------------------------------------------
     def unfit(
@@ -158,18 +168,18 @@ class Preemption:
             return message  # victims gone: the freed room is held while U is placed
         preemptor = self._preemptor(name, infos, group)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
-        placer = self._search_placer(name, preemptor.priority, live)
-        note = ""
-        if self.settings.enabled or self.settings.reclaim:
-            choice = self._search(preemptor, placer)
-            if isinstance(choice, VictimChoice):
-                return self._evict(preemptor, infos, choice, now)
-            if not choice.reason.startswith(NOTHING_ELIGIBLE):
-                note = choice.reason  # something stands in the way: say what
-        starved = admitted and now - since >= self.settings.starvation_seconds
-        if starved and self._first_in_queue(name):
-            self._starving(preemptor, placer, now)
-        return f"{message}; {note}" if note else message
+        choice: VictimChoice | NoChoice | None = None
+        with self._nominees_placed(name, preemptor.priority):
+            if self.settings.enabled or self.settings.reclaim:
+                choice = self._search(preemptor, live)
+            starved = admitted and now - since >= self.settings.starvation_seconds
+            if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
+                self._starving(preemptor, live, now)
+        if isinstance(choice, VictimChoice):
+            return self._evict(preemptor, infos, choice, now)
+        if choice is None or choice.reason.startswith(NOTHING_ELIGIBLE):
+            return message
+        return f"{message}; {choice.reason}"  # something stands in the way: say what
 
     def _preemptor(self, name: str, infos: Sequence[PodInfo], group: GroupInfo | None) -> Preemptor:
         spec = infos[0].obj.get("spec") or {}

@@ -246,6 +246,36 @@ def test_a_gang_that_would_not_fit_after_every_allowed_eviction_evicts_nothing(c
     assert c.deleted() == []
 
 
+def test_a_gang_preemptor_is_nominated_member_by_member_and_binds_whole(cluster):
+    c = cluster
+    create_podgroup(c.custom, podgroup("pair", 2, namespace="team-a"))
+    with running(c.fake, config=config()):
+        c.fill(16, terminationGracePeriodSeconds=30)
+        for i in range(2):
+            c.pod(f"pair{i}", gpus=8, labels={GANG_LABEL: "pair"}, priorityClassName="high")
+        wait_for(lambda: len(c.terminating()) == 16, 20, "every low pod terminating")
+        wait_for(lambda: c.nominated("pair0") and c.nominated("pair1"), 10, "both nominated")
+        assert {c.nominated("pair0"), c.nominated("pair1")} == {"gpu-a", "gpu-b"}
+        c.fake.complete_pod_deletions()
+        wait_for(
+            lambda: {"pair0", "pair1"} <= set(bound_pods(c.fake, "team-a")), 20, "the gang bound"
+        )
+    assert len(c.deleted()) == 16
+
+
+def test_a_pod_held_back_by_its_queue_max_preempts_in_its_own_queue(cluster):
+    c = cluster
+    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
+    create_queue(c.custom, queue_body("a", gpu_max=4, namespaces=["team-a"]))
+    with running(c.fake, config=config()):
+        low = c.fill(4)
+        c.pod("urgent", gpus=1, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("urgent"), 20, "urgent bound")
+    assert len(c.deleted()) == 1
+    assert c.deleted()[0] in {f"team-a/{n}" for n in low}
+    assert len(bound_pods(c.fake, "team-a")) == 4  # the max holds
+
+
 # -- (4) PodDisruptionBudgets ---------------------------------------------------------------------
 def _guarded(c: Cluster, guard_a: bool, guard_b: bool) -> None:
     c.fill(8, prefix="a", node="gpu-a", labels={"app": "a"})

@@ -102,7 +102,14 @@ class Scheduler:
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
-            cache, kube, fence, reporter, metrics, preemption or PreemptionSettings(), clock
+            cache,
+            kube,
+            fence,
+            reporter,
+            metrics,
+            preemption or PreemptionSettings(),
+            clock,
+            queue.move_all_to_active,
         )
         self.gangs = GangTracker(
             cache,

@@ -8,7 +8,8 @@ it leaves unchanged); a choice is recorded at once — the victims leave the ind
 on their nodes — and the API writes go to the `EvictionWriter`'s threads. While any victim of U
 is terminating, U never searches again; the nodes it was nominated on are kept from every unit of
 equal or lower priority (`allowed`, `placer`) until U is placed, deleted, or the nomination
-times out after its last victim is gone. With no victim set, U's reason says why (the search's
+times out after its last victim is gone; U still not fitting once its victims are gone (one
+could not be deleted) searches again, on the room they left. With no victim set, U's reason says why (the search's
 `NoChoice`). The starvation guard gives a unit that passed admission and waited longer than
 `starvationSeconds` a hold on the nodes with the fewest GPUs in use, without evicting anyone.
 
@@ -69,8 +70,11 @@ class Preemption:
         metrics: SchedulerMetrics,
         settings: PreemptionSettings,
         clock: Callable[[], float],
+        retry: Callable[[], object],
     ) -> None:
+        """`retry`: every parked unit is tried again (an eviction failed: U may search anew)."""
         self._cache, self._metrics, self.settings, self._clock = cache, metrics, settings, clock
+        self._retry = retry
         self._writer = EvictionWriter(kube, fence, reporter, metrics, self._failed)
         self._nominations = Nominations()
         self._nominated: dict[str, dict[ObjectKey, str]] = {}  # unit -> its pods' nodes
@@ -164,8 +168,8 @@ class Preemption:
         if self._nominations.terminating(name):
             nodes = ", ".join(sorted(set((self._nominations.nodes_of(name) or {}).values())))
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
-        if name in self._nominated:
-            return message  # victims gone: the freed room is held while U is placed
+        if name in self._nominated:  # its victims are gone, yet it does not start: look again
+            self._forget(name)
         preemptor = self._preemptor(name, infos, group)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None
@@ -330,10 +334,12 @@ class Preemption:
             self._held = held
 
     def _failed(self, name: str, pod: ObjectKey) -> None:
-        """(writer thread) A victim could not be evicted: U may search again later."""
+        """(writer thread) A victim could not be evicted: it may be chosen again, and once the
+        other victims are gone U, still not fitting, searches again (on the room they left)."""
         with self._cache.lock:
             self._cache.spare([pod])
-            self._forget(name)
+            self._nominations.victim_gone(pod, self._clock())
+        self._retry()
 
     # -- a new leader ----------------------------------------------------------------------
     def recover(self) -> None:

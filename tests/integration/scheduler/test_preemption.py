@@ -199,6 +199,20 @@ def test_victims_get_disruption_target_before_their_deletion(cluster):
     assert all("pod/team-a/big" in x["message"] for x in conditions)
 
 
+def test_a_failed_deletion_spares_the_victim_and_the_preemptor_searches_again(cluster):
+    c = cluster
+    with running(c.fake, config=config()):
+        low = c.fill(16)
+        before = _on(c, low)
+        c.fake.fail_next(1, status=500, path_regex=r"/pods/low\d+$", method="DELETE")
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
+        where = bound_pods(c.fake, "team-a")["big"]
+    gone = [n for n in low if c.fake.get_object("pods", n, "team-a") is None]
+    assert len(gone) == 8
+    assert {before[n] for n in gone} == {where}
+
+
 # -- (2) reclaim ----------------------------------------------------------------------------------
 def test_a_queue_within_its_guarantee_reclaims_what_another_borrows(cluster):
     c = cluster

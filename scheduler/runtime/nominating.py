@@ -9,9 +9,10 @@ on their nodes — and the API writes go to the `EvictionWriter`'s threads. Whil
 is terminating, U never searches again; the nodes it was nominated on are kept from every unit of
 equal or lower priority (`allowed`, `placer`) until U is placed, deleted, or the nomination
 times out after its last victim is gone; U still not fitting once its victims are gone (one
-could not be deleted) searches again, on the room they left. With no victim set, U's reason says why (the search's
-`NoChoice`). The starvation guard gives a unit that passed admission and waited longer than
-`starvationSeconds` a hold on the nodes with the fewest GPUs in use, without evicting anyone.
+could not be deleted) searches again, on the room they left. With no victim set, U's reason
+says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
+that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
+fewest GPUs in use, without evicting anyone.
 
 A new leader (`recover`) rebuilds the nominations from the API: victims carry `DisruptionTarget`
 naming their preemptor's unit, preemptors `status.nominatedNodeName`. A victim marked but not yet

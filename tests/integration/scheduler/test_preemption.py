@@ -460,7 +460,10 @@ def test_the_starvation_guard_lets_a_big_pod_start_in_a_stream_of_small_ones(
             assert sample("gputopo_scheduler_held_gpu_seconds_total") > 0
         else:
             assert took is None
-            for name in bound_pods(c.fake, "team-a"):  # the stream ends; its pods finish
-                c.core.delete_namespaced_pod(name, "team-a", grace_period_seconds=0)
+            for pod in c.fake.list_objects("pods", "team-a"):  # the stream ends, its pods go
+                if pod["metadata"]["name"] != "big":
+                    c.core.delete_namespaced_pod(
+                        pod["metadata"]["name"], "team-a", grace_period_seconds=0
+                    )
             wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound at the end")
     assert c.deleted() == []

@@ -111,7 +111,8 @@ class SchedulerMetrics:
         )
         self.held_gpu_seconds = Counter(
             f"{PREFIX}_held_gpu_seconds_total",
-            "GPU-seconds kept free for nominated units and starvation holds",
+            "GPU-seconds held for starving units (starvation holds: nodes kept from lower-"
+            "priority units, nobody evicted)",
             registry=reg,
         )
         self.leader = Gauge(

@@ -174,7 +174,8 @@ def test_a_high_priority_pod_evicts_one_whole_node_and_the_freed_gpus_wait_for_i
     for victim in victims:
         assert any(e["reason"] == "Preempted" for e in events_for(c.fake, victim, "team-a"))
     preempting = [e for e in events_for(c.fake, "big", "team-a") if e["reason"] == "Preempting"]
-    assert preempting and f"preempting 8 pods on {where}" in preempting[0]["message"]
+    assert preempting
+    assert f"preempting 8 pods on {where}" in preempting[0]["message"]
 
 
 def test_victims_get_disruption_target_before_their_deletion(cluster):

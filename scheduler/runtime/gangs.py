@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,12 +167,12 @@ class GangTracker:
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
-            priority = max(m.request.priority for m in pending)
-            placer = self._preemption.placer(unit, priority, self._live_placer())
             quota = self._quota.problem(pending)
             if quota is not None:
                 return self._unfit(unit, pending, group, quota, admitted=False)
-            placed, left = self._place(group, members, pending, placer)
+            priority = max(m.request.priority for m in pending)
+            excluded = self._preemption.excluded(unit, priority)
+            placed, left = self._place(group, members, pending, excluded)
             if not placed:
                 failure = ("unschedulable", left)
                 return self._unfit(unit, pending, group, failure, admitted=True)
@@ -247,25 +248,24 @@ class GangTracker:
         group: GroupInfo,
         members: Sequence[PodInfo],
         pending: list[PodInfo],
-        placer: Placer,
+        excluded: AbstractSet[str] | None,
     ) -> tuple[Binds, str]:
         """Place and assume pending members: (what was placed, why the others were not).
 
         Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
-        member on its own.
+        member on its own; never on `excluded` (nodes held for other units).
         """
+        placer = self._live_placer()
         bound = sum(1 for m in members if holds_place(m))
         placed: Binds = []
         if bound >= group.min_member:
             why = ""
             for info in pending:
-                decision = placer.decide(info.request)
+                decision = placer.decide(info.request, excluded=excluded)
                 if decision.assignment is None:
                     why = why or decision.message()
                     continue
                 self._cache.assume(info.key, decision.assignment)
-                if placer.snapshot is not self._cache.snapshot:  # a copy without held nodes
-                    placer.snapshot.assume(info.request, decision.assignment)
                 placed.append((info, decision.assignment))
             return placed, why
         result = place_gang(
@@ -273,6 +273,7 @@ class GangTracker:
             placer,
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
+            excluded=excluded,
         )
         if not result.ok:
             return [], result.reason

@@ -301,8 +301,8 @@ class Scheduler:
             if problem:
                 return self._refuse(unit, info, *problem, admitted=False)
             priority = info.request.priority
-            allowed = self.preemption.allowed(unit, priority)
-            decision = self._live_placer().decide(info.request, allowed=allowed)
+            excluded = self.preemption.excluded(unit, priority)
+            decision = self._live_placer().decide(info.request, excluded=excluded)
             if decision.assignment is None:
                 return self._refuse(unit, info, "unschedulable", decision.message(), admitted=True)
             self.cache.assume(key, decision.assignment)

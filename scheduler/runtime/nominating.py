@@ -7,7 +7,7 @@ the pure victim search (`find_victims`, on the live snapshot and the cache's `Ru
 it leaves unchanged); a choice is recorded at once — the victims leave the index, U is nominated
 on their nodes — and the API writes go to the `EvictionWriter`'s threads. While any victim of U
 is terminating, U never searches again; the nodes it was nominated on are kept from every unit of
-equal or lower priority (`allowed`, `placer`) until U is placed, deleted, or the nomination
+equal or lower priority (`excluded`) until U is placed, deleted, or the nomination
 times out after its last victim is gone; U still not fitting once its victims are gone (one
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
-from scheduler.placement import Assignment, Placer, PodRequest, Snapshot
+from scheduler.placement import Assignment, Placer, PodRequest
 from scheduler.preemption import (
     NoChoice,
     Nominations,
@@ -88,25 +88,11 @@ class Preemption:
         self._held = 0.0  # held GPU-seconds already counted in the metric
 
     # -- what placement may use ------------------------------------------------------------
-    def allowed(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
-        """The nodes `unit` may be placed on (None: every node; nothing is held for others)."""
-        blocked = self._blocked(unit, priority)
-        return None if blocked is None else self._cache.snapshot.nodes.keys() - blocked
-
-    def placer(self, unit: UnitKey, priority: int, live: Placer) -> Placer:
-        """`live`, or a Placer on a copy of its snapshot without the nodes held for others."""
-        blocked = self._blocked(unit, priority)
-        if blocked is None:
-            return live
-        snapshot: Snapshot = live.snapshot.copy()
-        for name in blocked:
-            snapshot.remove_node(name)
-        return Placer(snapshot, live.scoring)
-
-    def _blocked(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
-        """The nodes held for other units of at least `priority`, but those held for `unit`
-        too: units nominated on one node share the room their victims free (each search
-        counted the others), so none waits for another."""
+    def excluded(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
+        """The nodes `unit` must not be placed on (None: none): those held for other units of
+        at least `priority`, but those held for `unit` too: units nominated on one node share
+        the room their victims free (each search counted the others), so none waits for
+        another. Costs nothing while no unit waits, else O(what is held)."""
         if not self._waiting:  # no nomination nor hold without a waiting unit
             return None
         name = str(unit)

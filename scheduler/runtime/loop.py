@@ -9,6 +9,9 @@ bound + pending reach `minMember`; only if every one fits are they assumed and b
 parallel). Nothing is reserved while a gang waits. A failed bind is retried on the same node, then
 the member is forgotten and the gang re-placed, until `scheduleTimeoutSeconds` after its first
 bind; then the group gets the event `GangPartiallyBound` and phase `Failed` (see `gangs`).
+
+A unit refused for capacity or a queue's max goes to `nominating.Preemption` (DESIGN §11), which
+may evict for it and keeps the nodes held for nominated units out of other units' placement.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from scheduler.kubeapi.client import (
     ELASTIC_QUOTAS,
     NODES,
     NRTS,
+    PDBS,
     PODGROUPS,
     PODS,
     QUEUES,
@@ -241,10 +242,11 @@ class Runtime:
             self.reporter,
             self.fence,
             settings=loop,
+            preemption=cfg.preemption,
         )
         self.informers = [
             Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
-            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PODS)
+            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)

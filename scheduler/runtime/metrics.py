@@ -96,6 +96,25 @@ class SchedulerMetrics:
             ["operation"],
             registry=reg,
         )
+        self.preemption_victims = Counter(
+            f"{PREFIX}_preemption_victims_total",
+            "Pods evicted to make room for another unit, by reason (preempt, reclaim)",
+            ["reason"],
+            registry=reg,
+        )
+        self.preemption_attempts = Counter(
+            f"{PREFIX}_preemption_attempts_total",
+            "Victim searches for a unit that could not start, by result (evicted: victims "
+            "chosen; none: no victim set lets it start)",
+            ["result"],
+            registry=reg,
+        )
+        self.held_gpu_seconds = Counter(
+            f"{PREFIX}_held_gpu_seconds_total",
+            "GPU-seconds held for starving units (starvation holds: nodes kept from lower-"
+            "priority units, nobody evicted)",
+            registry=reg,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the lease", registry=reg
         )

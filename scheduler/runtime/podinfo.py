@@ -39,7 +39,8 @@ def parse_time(text: object) -> float:
 @dataclass(slots=True, kw_only=True)
 class PodInfo:
     """One pod. `node` is the bound node, or the one this scheduler assumed it on (`assumed`);
-    `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins."""
+    `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins.
+    `terminating`: deleted with a grace period (it keeps its room until it is gone)."""
 
     key: ObjectKey
     uid: str
@@ -54,6 +55,7 @@ class PodInfo:
     ours: bool
     gated: bool
     terminal: bool
+    terminating: bool = False  # `deletionTimestamp` set: still takes room, never a victim
     group: str | None
     group_key: ObjectKey | None
     created: float
@@ -124,6 +126,7 @@ def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> 
         ours=spec.get("schedulerName") == scheduler_name,
         gated=bool(spec.get("schedulingGates")),
         terminal=status.get("phase") in _TERMINAL,
+        terminating=bool(meta.get("deletionTimestamp")),
         group=group,
         group_key=None if group is None else object_key(namespace, group),
         created=parse_time(meta.get("creationTimestamp")),

@@ -10,8 +10,9 @@
   share with U's demand added. Fair shares are computed with U's demand as the only pending work.
 
 Never a unit at or above `nonPreemptiblePriority`; `default` (or a leaf the tree does not know)
-never reclaims, while units of `default` (no min: all of it borrows) may be reclaimed. Spare gang members (above `minMember`) are pieces of their own: each may be
-taken alone, while taking the rest of the gang (its core) takes them all.
+never reclaims, while units of `default` (no min: all of it borrows) may be reclaimed. Spare
+gang members (above `minMember`) are pieces of their own: each may be taken alone, while taking
+the rest of the gang (its core) takes them all.
 """
 
 from __future__ import annotations

@@ -90,7 +90,10 @@ class _Search:
     def run(self) -> VictimChoice | NoChoice:
         thresholds = self._thresholds()
         if not thresholds:
-            return NoChoice(reason=f"preemption: no eligible victims ({self._why_none()})")
+            return NoChoice(
+                reason=f"preemption: no eligible victims ({self._why_none()})",
+                nothing_eligible=True,
+            )
         self.fits_now = self._fits_now()
         tally = Tally(self.index)
         for priority, leaves in thresholds:

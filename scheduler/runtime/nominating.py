@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
 # The search's answer when no running unit may be evicted for U at all: left out of U's reason,
 # which then reads as it would without preemption.
-NOTHING_ELIGIBLE = "preemption: no eligible victims"
 
 
 class Preemption:
@@ -168,7 +167,7 @@ class Preemption:
                 self._starving(preemptor, live, now)
         if isinstance(choice, VictimChoice):
             return self._evict(preemptor, infos, choice, now)
-        if choice is None or choice.reason.startswith(NOTHING_ELIGIBLE):
+        if choice is None or choice.nothing_eligible:
             return message
         return f"{message}; {choice.reason}"  # something stands in the way: say what
 

@@ -75,6 +75,7 @@ def test_equal_or_higher_priority_and_non_preemptible_pods_are_never_victims() -
     settings = PreemptionSettings(non_preemptible_priority=5)
     result = refused(w.find(preemptor(gpus=1, priority=10), settings))
     assert result.reason.startswith("preemption: no eligible victims")
+    assert result.nothing_eligible
     assert chosen(w.find(preemptor(gpus=1, priority=10))).evictions[0].unit.startswith("pc-")
 
 
@@ -217,6 +218,7 @@ def test_a_quota_breach_that_no_victim_lowers_names_the_queue() -> None:
     w.fill("n1", 8, prefix="a-high", leaf="a", priority=9)
     result = refused(w.find(preemptor(gpus=2, leaf="a", priority=5)))
     assert result.reason.startswith("preemption: no eligible victims")
+    assert result.nothing_eligible
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,9 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
     errors: list[str] = []
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: the config must be a mapping with `version: v1`")
-    if data.get("version") != "v1":
+    if "version" not in data:
+        errors.append("version: missing (the file must say `version: v1`)")
+    elif data.get("version") != "v1":
         errors.append(f"version: must be v1, got {data.get('version')!r}")
     errors.extend(f"{key}: unknown key" for key in sorted(set(data) - _TOP_KEYS, key=str))
     values: dict[str, Any] = {"source": source}

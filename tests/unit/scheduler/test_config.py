@@ -139,7 +139,11 @@ def test_every_problem_is_reported_at_once():
         ),
         pytest.param("version: v1\nx: \x01\n", r"bad.yaml: offset 15: character #x0001", id="ctrl"),
         pytest.param("- a\n- b\n", "must be a mapping with `version: v1`", id="not a mapping"),
-        pytest.param("scoring: {}\n", "version: must be v1, got None", id="no version"),
+        pytest.param(
+            "scoring: {}\n",
+            r"version: missing \(the file must say `version: v1`\)",
+            id="no version",
+        ),
     ],
 )
 def test_file_errors_name_the_file(tmp_path: Path, content: str, message: str):

@@ -35,7 +35,7 @@ from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo, read_pod
+from scheduler.runtime.podinfo import PodInfo, admission_rejection, read_pod
 from scheduler.runtime.podspec import claim_names, volume_problem
 from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
@@ -187,6 +187,9 @@ class Scheduler:
             self._reporter.forget(old.obj)
         if old is not None and not old.terminal and (new is None or new.terminal):
             self.preemption.pod_gone(old)
+            rejected = None if new is None or not new.ours else admission_rejection(new.obj)
+            if rejected is not None:
+                self._metrics.admission_rejections.labels(reason=rejected).inc()
         if (
             old is not None
             and old.counted

@@ -115,6 +115,14 @@ class SchedulerMetrics:
             "priority units, nobody evicted)",
             registry=reg,
         )
+        self.admission_rejections = Counter(
+            f"{PREFIX}_admission_rejections_total",
+            "Pods this scheduler bound that the kubelet refused at admission, by the pod's "
+            "status reason (UnexpectedAdmissionError, OutOf<resource>): another scheduler took "
+            "the same free resources at the same moment",
+            ["reason"],
+            registry=reg,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the lease", registry=reg
         )

@@ -20,7 +20,7 @@ from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.placement import Assignment, PodRequest
 from scheduler.runtime.podspec import pod_request
 
-__all__ = ["PodInfo", "parse_time", "read_pod"]
+__all__ = ["PodInfo", "admission_rejection", "parse_time", "read_pod"]
 
 Obj = Mapping[str, Any]
 _TERMINAL = ("Succeeded", "Failed")
@@ -131,3 +131,16 @@ def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> 
         group_key=None if group is None else object_key(namespace, group),
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def admission_rejection(obj: Obj) -> str | None:
+    """The kubelet's reason when it refused a bound pod at admission (`UnexpectedAdmissionError`
+    from its device manager, `OutOf<resource>` from its resource check), else None. Seen when
+    another scheduler bound a pod to the same free GPUs at the same moment."""
+    status = obj.get("status") or {}
+    reason = status.get("reason")
+    if status.get("phase") != "Failed" or not isinstance(reason, str):
+        return None
+    if reason == "UnexpectedAdmissionError" or reason.startswith("OutOf"):
+        return reason
+    return None

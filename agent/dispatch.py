@@ -4,12 +4,14 @@ A command is a table `name -> (module, one-line help)`; each module has `main(ar
 imported only when its subcommand runs, so `--help` and a light subcommand never pay for a heavy
 one's imports. Help goes to stdout (exit 0, or 2 with no arguments at all); an unknown name goes
 to stderr with the usage (exit 2). `--version` prints `PROG VERSION` (the installed distribution's
-version), as every subcommand's `--version` does.
+version), as every subcommand's `--version` does. Output into a pipe closed early (`... | head`)
+ends the command quietly with 141 (128 + SIGPIPE, as a shell reports it), not a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -59,5 +61,21 @@ def dispatch(prog: str, table: Subcommands, usage_text: str, argv: Sequence[str]
             raise
         sys.stderr.write(f"{prog} {name}: not available yet\n")
         return 2
-    code: int = module.main(rest)
+    try:
+        code: int = module.main(rest)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_went_away()
     return code
+
+
+SIGPIPE_EXIT = 141
+
+
+def reader_went_away() -> int:
+    """The reader of stdout closed the pipe: point stdout at /dev/null so the interpreter's own
+    flush at exit does not fail again, and exit as a shell reports SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT

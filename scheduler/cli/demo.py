@@ -32,6 +32,7 @@ from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService
 from agent.cli.run import device_plugin_service, stop_services
 from agent.cli.services import AgentContext
+from agent.dispatch import version_line
 from agent.inventory import discover
 from agent.kube.publisher import NodeInfo
 from agent.metrics import AgentMetrics
@@ -259,9 +260,19 @@ def _summary(obj: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gputopo demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--quiet-period", type=float, default=5.0, help="Xid quiet period (s)")
+    parser = argparse.ArgumentParser(
+        prog="gputopo-scheduler demo",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--quiet-period",
+        type=float,
+        default=5.0,
+        help="seconds without a new Xid before a GPU that had one is Healthy again",
+    )
     parser.add_argument("--skip-node", action="store_true", help="only the scheduler part")
+    parser.add_argument("--version", action="version", version=version_line(parser.prog))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logsetup.configure("text", level=40)
     out = sys.stdout

@@ -9,7 +9,7 @@ mode (`--mode events`, or `--tenants`) is the living-cluster replay (`scheduler.
 of node; `--shuffle-nodes` ranks the nodes by the seed in event mode (the protocol always does).
 
 Every flag can also be set with an environment variable `GPUTOPO_<FLAG>` (`GPUTOPO_POLICY=fgd`);
-a flag wins over the variable. `--config` is the scheduler config the `default` policy uses.
+a flag wins over the variable. `--config` is the scheduler config the gputopo policy uses.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import logsetup
+from agent.dispatch import version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
 from scheduler.config import SchedulerConfig, load_config
@@ -39,7 +40,13 @@ from scheduler.sim.replay import (
     node_share,
     read_replay,
 )
-from scheduler.sim.report import format_table, plot_runs, replay_document, runs_document
+from scheduler.sim.report import (
+    format_table,
+    plot_problem,
+    plot_runs,
+    replay_document,
+    runs_document,
+)
 from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.trace import TraceError
 from scheduler.sim.workload import (
@@ -65,31 +72,43 @@ def _parser() -> argparse.ArgumentParser:
         f"workloads: {', '.join(builtin_names('workload'))}. "
         "Each flag is also read from GPUTOPO_<FLAG> (e.g. GPUTOPO_POLICY).",
     )
-    p.add_argument("--cluster", help="built-in name, YAML file or trace node-list CSV")
-    p.add_argument("--workload", help="built-in name, YAML/JSON file or trace pod-list CSV")
-    p.add_argument("--policy", help=f"comma-separated, from {','.join(POLICIES)} (default: all)")
-    p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default 1.3)")
-    p.add_argument("--seed", help="comma-separated seeds (default 42)")
-    p.add_argument("--mode", choices=("auto", "protocol", "events"), help="default: auto")
+    p.add_argument(
+        "--cluster", help="built-in name, YAML file or trace node-list CSV (default: default)"
+    )
+    p.add_argument(
+        "--workload",
+        help="built-in name, YAML/JSON file or trace pod-list CSV (default: default)",
+    )
+    p.add_argument(
+        "--policy", help=f"comma-separated, from {','.join(POLICIES)} (default: all of them)"
+    )
+    p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default: 1.3)")
+    p.add_argument("--seed", help="comma-separated seeds (default: 42)")
+    p.add_argument(
+        "--mode",
+        choices=("auto", "protocol", "events"),
+        help="protocol for a trace pod list or with --inflate, else events (default: auto)",
+    )
     p.add_argument(
         "--tenants",
         help="event mode: split the jobs over leaf queues t1..tN, one per percentage (e.g. "
         "40,30,20,10): min = that %% of the cluster's GPUs (rounded down); each job goes to a "
-        "tenant by a stable hash (SHA-256) of its name, evenly (same work, different guarantees)",
+        "tenant by a stable hash (SHA-256) of its name, evenly (same work, different guarantees; "
+        "default: no queues)",
     )
     p.add_argument(
         "--quota",
-        help="with --tenants: borrow (max unlimited, the default) or hard (max = min)",
+        help="with --tenants: borrow (max unlimited) or hard (max = min) (default: borrow)",
     )
     p.add_argument(
         "--load",
         help="event-mode trace replay: K times the recorded arrival rate (arrival times / K; "
-        f"durations as recorded; default 1; the studies use {STUDY_LOAD:g})",
+        f"durations as recorded; the studies use {STUDY_LOAD:g}) (default: 1)",
     )
     p.add_argument(
         "--replay-start",
         help="event-mode trace replay: begin at this recorded second, from the pods running then "
-        f"(default: the first arrival; the studies use {STUDY_START})",
+        f"(the studies use {STUDY_START}) (default: the first arrival)",
     )
     p.add_argument(
         "--gang-window",
@@ -99,21 +118,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--node-share",
         help="keep this share (0..1] of each kind of node (default 1; the trace studies use "
-        f"{STUDY_NODES:g})",
+        f"{STUDY_NODES:g}) (default: 1)",
     )
     p.add_argument(
         "--shuffle-nodes",
         action="store_true",
-        help="event mode: rank the nodes by the seed, so ties fall on another node order per seed",
+        help="event mode: rank the nodes by the seed, so ties fall on another node order per seed "
+        "(default: the given order)",
     )
-    p.add_argument("--config", help="scheduler config file for the default policy")
-    p.add_argument("--json", action="store_true", help="print the DESIGN §8 JSON document")
+    p.add_argument(
+        "--config",
+        help="scheduler config file for the gputopo policy (default: the shipped scoring)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print every run as one JSON document (scheduler/sim/README.md defines its fields) "
+        "instead of the table (default: the table)",
+    )
     p.add_argument(
         "--plot",
         help="write a PNG: allocation vs arrived demand (protocol), allocation and fragmentation "
-        "vs time (events)",
+        "vs time (events); .png, .pdf or .svg (default: no plot)",
     )
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="(default: text)")
+    p.add_argument("--version", action="version", version=version_line(PROG))
     return p
 
 
@@ -317,6 +346,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     logsetup.configure(args.log_format, logging.WARNING)
     try:
         settings = _settings(args, os.environ if environ is None else environ)
+        if settings.plot and (problem := plot_problem(Path(settings.plot))):
+            raise UsageError(f"--plot: {problem}")
         config = load_config(settings.config) if settings.config else None
         spec, workload, replay = _inputs(settings)
         if not spec.groups or not workload.jobs:

@@ -307,6 +307,24 @@ def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float],
     return hours, alloc, frag
 
 
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def plot_problem(path: Path) -> str | None:
+    """Why `--plot path` cannot be written, in one line (checked before any run), else None."""
+    try:
+        import matplotlib  # noqa: F401  (an optional dependency)
+    except ImportError:
+        return "matplotlib is not installed: pip install -e '.[plot]' (or pip install matplotlib)"
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        known = ", ".join(f".{f}" for f in PLOT_FORMATS)
+        return f"{path}: unknown plot format {path.suffix or '(no extension)'!r} (use {known})"
+    if not path.parent.is_dir():
+        return f"{path}: directory {path.parent} does not exist"
+    return None
+
+
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
     """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time over
     the arrival window. One line per policy (mean over seeds)."""

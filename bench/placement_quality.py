@@ -11,7 +11,7 @@ The traces are found in `--traces`, else `$GPUTOPO_TRACES`, else `../shared/trac
 repository root. Runs go to `--jobs` worker processes (default 2). `--out FILE.json` keeps every
 run (the simulator's `--json` document plus the trace name).
 
-    .venv/bin/python bench/placement_quality.py [--policies default,bestfit,fgd,random]
+    .venv/bin/python bench/placement_quality.py [--policies gputopo,bestfit,fgd,random]
         [--seeds 42-51] [--variants default,gpushare40] [--jobs 2] [--out results.json]
 """
 
@@ -58,7 +58,7 @@ def variants(root: Path, wanted: Sequence[str]) -> list[str]:
         if missing:
             raise SystemExit(f"placement_quality: no pod list for {', '.join(missing)} in {root}")
         return list(wanted)
-    return sorted(found, key=lambda v: (v != "default", v))
+    return sorted(found, key=lambda v: (v != "gputopo", v))
 
 
 def published(root: Path) -> Published:
@@ -126,7 +126,7 @@ def _mean_at(runs: Sequence[RunResult], policy: str) -> float | None:
 
 
 def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
-    """One line per trace: allocation at 130% per policy, the paper's FGD, default − both FGDs."""
+    """One line per trace: allocation at 130% per policy, the paper's FGD, gputopo − both FGDs."""
     policies = list(dict.fromkeys(r.policy for runs in results.values() for r in runs))
     head = f"{'trace':<14}" + "".join(f"{p:>10}" for p in policies)
     lines = [head + f"{'paper FGD':>11}{'def-fgd':>9}{'def-paper':>10}"]
@@ -136,7 +136,7 @@ def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
             f"{c:>10.2f}" if c is not None else f"{'-':>10}" for c in cells
         )
         fgd_paper = paper.get((variant, "06-FGD"), {}).get("130")
-        ours, fgd = _mean_at(runs, "default"), _mean_at(runs, "fgd")
+        ours, fgd = _mean_at(runs, "gputopo"), _mean_at(runs, "fgd")
         row += f"{statistics.fmean(fgd_paper):>11.2f}" if fgd_paper else f"{'-':>11}"
         row += f"{ours - fgd:>+9.2f}" if ours is not None and fgd is not None else f"{'-':>9}"
         diff = ours - statistics.fmean(fgd_paper) if ours is not None and fgd_paper else None
@@ -148,7 +148,7 @@ def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--traces")
-    p.add_argument("--policies", default="default,bestfit,fgd,random")
+    p.add_argument("--policies", default="gputopo,bestfit,fgd,random")
     p.add_argument("--seeds", default="42-51")
     p.add_argument("--variants", default="")
     p.add_argument("--jobs", type=int, default=2)

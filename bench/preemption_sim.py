@@ -1,7 +1,7 @@
 """Preemption and reclaim in a living cluster: the same runs without and with them (DESIGN §11).
 
 Run: `.venv/bin/python bench/preemption_sim.py [--seeds 1] [--tenants 40,30,20,10]
-[--policy default] [--json]`.
+[--policy gputopo] [--json]`.
 
 Two workloads, each split over tenant leaf queues as `simulate --tenants` splits them (min =
 the share of the GPUs, max unlimited: every tenant may borrow), each run twice on the same seed:
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--tenants", default="40,30,20,10")
-    parser.add_argument("--policy", default="default")
+    parser.add_argument("--policy", default="gputopo")
     parser.add_argument("--only", help="builtin or trace (default: both)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

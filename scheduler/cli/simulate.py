@@ -30,7 +30,7 @@ from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.sim.events import run_events
-from scheduler.sim.policies import POLICIES
+from scheduler.sim.policies import POLICIES, canonical_policy
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.replay import (
     STUDY_LOAD,
@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
         help="built-in name, YAML/JSON file or trace pod-list CSV (default: default)",
     )
     p.add_argument(
-        "--policy", help=f"comma-separated, from {','.join(POLICIES)} (default: all of them)"
+        "--policy",
+        help=f"comma-separated, from {','.join(POLICIES)}; gputopo is this scheduler, spread "
+        "the stock default-scheduler's LeastAllocated (default: all of them)",
     )
     p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default: 1.3)")
     p.add_argument("--seed", help="comma-separated seeds (default: 42)")
@@ -166,7 +168,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
+    names = [canonical_policy(p.strip()) for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise UsageError(f"--policy: unknown {unknown or text!r} (known: {', '.join(POLICIES)})")

@@ -48,7 +48,7 @@ from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.evictions import SimPreemption
 from scheduler.sim.metrics import AllocationClock, Timeline, WaitBook
-from scheduler.sim.policies import SimScheduler, make_policy
+from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.queues import QueueMeter
 from scheduler.sim.units import LeafRound, Pending, Unit, enqueue
@@ -334,6 +334,7 @@ def run_events(
     rng = random.Random(seed)
     cluster = _cluster(spec, rng, shuffle_nodes)
     typical = _typical(workload)
+    policy_name = canonical_policy(policy_name)
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     _check_queues(workload)
     state = _EventRun(spec, workload, scheduler, preemption)

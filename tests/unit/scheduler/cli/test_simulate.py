@@ -62,6 +62,7 @@ def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFi
     workload.write_text(WORKLOAD_YAML, encoding="utf-8")
     assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["policy"] == "gputopo"  # `default` is the old name, still accepted
     assert set(run) == RUN_KEYS | EVENT_KEYS
     assert set(run["allocationRatio"]) == {"mean", "peak"}
     assert run["jobsPlaced"] == run["jobsTotal"] == 5
@@ -183,7 +184,7 @@ REPLAY_KEYS = {
 def _replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> dict:
     nodes, pods = write_trace(tmp_path, pods=40, timed=True)
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events", "--json"]
-    assert main([*argv, "--policy", "default,random", "--seed", "1,2", *flags], environ={}) == 0
+    assert main([*argv, "--policy", "gputopo,random", "--seed", "1,2", *flags], environ={}) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -231,6 +232,6 @@ def test_events_plot_is_allocation_and_fragmentation_over_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     png = tmp_path / "living.png"
-    assert main(["--policy", "default,spread", "--plot", str(png)], environ={}) == 0
+    assert main(["--policy", "gputopo,spread", "--plot", str(png)], environ={}) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "frag over time%" in capsys.readouterr().out

@@ -96,7 +96,7 @@ def test_no_gang_is_cut_and_no_eviction_is_in_vain(specs: list) -> None:  # type
         for i, (gpus, n, gang, p, t, leaf) in enumerate(specs)
     )
     workload = Workload(jobs, queues=(queue("a", 4), queue("b", 2)))  # type: ignore[arg-type]
-    result = run_events(TWO_NODES, workload, "default", 1, preemption=ON)
+    result = run_events(TWO_NODES, workload, "gputopo", 1, preemption=ON)
     assert result.preemption is not None
     assert result.preemption.partial_gangs == 0
     assert result.preemption.wasted == 0

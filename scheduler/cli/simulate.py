@@ -28,7 +28,9 @@ from agent import logsetup
 from agent.dispatch import version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
+from scheduler.cli.simulate_text import header, inputs_document, legend, mismatch_lines
 from scheduler.config import SchedulerConfig, load_config
+from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
 from scheduler.sim.policies import POLICIES, canonical_policy
 from scheduler.sim.protocol import RunResult, run_protocol
@@ -44,6 +46,7 @@ from scheduler.sim.report import (
     format_table,
     plot_problem,
     plot_runs,
+    plot_title,
     replay_document,
     runs_document,
 )
@@ -100,7 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quota",
-        help="with --tenants: borrow (max unlimited) or hard (max = min) (default: borrow)",
+        help="with --tenants: borrow (max unlimited), hard (max = min), or borrow+reclaim "
+        "(borrow, and preemption and reclaim as the scheduler's `preemption:` defaults run "
+        "them) (default: borrow)",
     )
     p.add_argument(
         "--load",
@@ -212,7 +217,12 @@ class Settings:
     config: str
     plot: str
     tenants: list[int] | None = None
-    hard_quota: bool = False
+    quota: str = "borrow"  # borrow | hard | borrow+reclaim
+
+    @property
+    def hard_quota(self) -> bool:
+        return self.quota == "hard"
+
     load: float = 1.0
     replay_start: int | None = None
     gang_window: float | None = None
@@ -236,6 +246,7 @@ def _run_all(
                     config=config,
                     progress=progress,
                     shuffle_nodes=settings.shuffle_nodes,
+                    preemption=PreemptionSettings() if settings.quota == "borrow+reclaim" else None,
                 )
             else:
                 run = run_protocol(
@@ -289,10 +300,13 @@ def _replay_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> di
     }
 
 
-def _quota(text: str) -> bool:
-    if text not in ("borrow", "hard"):
-        raise UsageError(f"--quota: must be borrow or hard, got {text!r}")
-    return text == "hard"
+QUOTAS = ("borrow", "hard", "borrow+reclaim")
+
+
+def _quota(text: str) -> str:
+    if text not in QUOTAS:
+        raise UsageError(f"--quota: must be one of {', '.join(QUOTAS)}, got {text!r}")
+    return text
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -315,7 +329,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         config=_setting(args, "config", environ, ""),
         plot=_setting(args, "plot", environ, ""),
         tenants=_tenants(tenants_text, mode),
-        hard_quota=_quota(_setting(args, "quota", environ, "borrow")),
+        quota=_quota(_setting(args, "quota", environ, "borrow")),
         **_replay_settings(args, environ),
     )
 
@@ -356,9 +370,12 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
             raise UsageError("the cluster has no nodes or the workload has no jobs")
         if settings.tenants is not None:
             workload = _split(workload, spec, settings.tenants, settings.hard_quota)
+        inputs = inputs_document(settings, spec, workload)
+        for line in mismatch_lines(spec, workload):
+            sys.stderr.write(f"{PROG}: {line}\n")
         runs = _run_all(spec, workload, settings, config)
         if settings.plot:
-            plot_runs(runs, Path(settings.plot), title=Path(workload.source).name)
+            plot_runs(runs, Path(settings.plot), title=plot_title(inputs))
     except (UsageError, WorkloadError, TraceError, AgentError) as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
@@ -366,11 +383,14 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
     if args.json:
-        sys.stdout.write(json.dumps(runs_document(runs, replay), indent=2) + "\n")
+        document = {"inputs": inputs, **runs_document(runs, replay)}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
+        sys.stdout.write(header(inputs))
         if replay is not None:
             sys.stdout.write(_replay_line(replay))
         sys.stdout.write(format_table(runs))
+        sys.stdout.write(legend(settings.mode == "events"))
     return 0
 
 

@@ -35,7 +35,7 @@ The text table is followed by one row per policy, seed and queue.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,16 @@ from scheduler.sim.protocol import RunResult
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.replay import Replay
 
-__all__ = ["REPORT_POINTS", "format_table", "plot_runs", "replay_document", "runs_document"]
+__all__ = [
+    "PLOT_FORMATS",
+    "REPORT_POINTS",
+    "format_table",
+    "plot_problem",
+    "plot_runs",
+    "plot_title",
+    "replay_document",
+    "runs_document",
+]
 
 REPORT_POINTS = (100, 130)
 
@@ -323,6 +332,21 @@ def plot_problem(path: Path) -> str | None:
     if not path.parent.is_dir():
         return f"{path}: directory {path.parent} does not exist"
     return None
+
+
+def plot_title(inputs: Mapping[str, Any]) -> str:
+    """What a plot compares: policies, cluster, workload, seeds, and the inflation (protocol)."""
+    seeds = inputs["seeds"]
+    seed_text = (
+        f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {','.join(map(str, seeds))}"
+    )
+    mode = (
+        f"inflated to {inputs['inflate'] * 100:g} %" if inputs["mode"] == "protocol" else "events"
+    )
+    return (
+        f"{' vs '.join(inputs['policies'])}\n{Path(inputs['cluster']).name} × "
+        f"{Path(inputs['workload']).name} ({seed_text}; {mode})"
+    )
 
 
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:

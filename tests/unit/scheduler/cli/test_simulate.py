@@ -51,7 +51,7 @@ def test_table_per_policy_from_the_dispatcher(tmp_path: Path, capsys: pytest.Cap
     nodes, pods = write_trace(tmp_path, pods=30)
     argv = ["simulate", "--cluster", str(nodes), "--workload", str(pods), "--policy", "random"]
     assert cli.main(argv) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out.splitlines()[2:]  # after the two header lines
     assert out[0].split()[:2] == ["policy", "seeds"]
     assert "decisions/s" in out[0]
     assert out[1].split()[:2] == ["random", "1"]
@@ -106,7 +106,9 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
             id="mode",
         ),
         pytest.param(
-            ["--tenants", "50", "--quota", "soft"], "--quota: must be borrow or hard", id="quota"
+            ["--tenants", "50", "--quota", "soft"],
+            "--quota: must be one of borrow, hard, borrow+reclaim",
+            id="quota",
         ),
         pytest.param(["--load", "0"], "--load: must be > 0", id="load"),
         pytest.param(["--node-share", "1.5"], "--node-share: must be in (0, 1]", id="node share"),
@@ -163,7 +165,8 @@ def test_tenants_table_adds_a_row_per_queue(capsys: pytest.CaptureFixture[str]):
         next(line for line in lines if line.startswith("policy") and "queue" in line)
     )
     assert "deficit GPU-s" in lines[header]
-    assert [line.split()[2] for line in lines[header + 1 :]] == ["t1", "t2", "t3", "t4"]
+    rows = lines[header + 1 : lines.index("", header)]
+    assert [line.split()[2] for line in rows] == ["t1", "t2", "t3", "t4"]
 
 
 WAIT_KEYS = {"pods", "started", "p50", "p99", "longest"}
@@ -222,7 +225,7 @@ def test_replay_table_names_what_was_left_out(tmp_path: Path, capsys: pytest.Cap
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
     flags = ["--policy", "fgd", "--shuffle-nodes", "--node-share", "0.5"]
     assert main([*argv, *flags], environ={}) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()[2:]  # after the two header lines
     assert lines[0].startswith("replay: 30 of 30 pods; 0 never ran in production")
     assert "util%" in lines[1]
     assert any(line.split()[:2] == ["policy", "class"] for line in lines)
@@ -235,3 +238,74 @@ def test_events_plot_is_allocation_and_fragmentation_over_time(
     assert main(["--policy", "gputopo,spread", "--plot", str(png)], environ={}) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "frag over time%" in capsys.readouterr().out
+
+
+def test_the_table_says_what_ran_and_what_its_columns_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "default,fgd"]
+    assert main([*argv, "--seed", "1,2"], environ={}) == 0
+    out = capsys.readouterr().out
+    first, second = out.splitlines()[:2]
+    assert first.startswith(f"cluster {nodes.name} (")
+    assert f"workload {pods.name} (20 jobs, 20 pods)" in first
+    assert second == "mode protocol, pods inflated to 130 % of GPU capacity; seeds 1,2; " + (
+        "policies gputopo, fgd"
+    )
+    assert "alloc@N%: GPUs allocated" in out
+    assert "fragmented%: GPU capacity the workload's typical pods cannot use" in out
+
+
+def test_the_json_records_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd", "--json"]
+    assert main([*argv, "--inflate", "1.1"], environ={}) == 0
+    inputs = json.loads(capsys.readouterr().out)["inputs"]
+    assert inputs["cluster"] == str(nodes)
+    assert inputs["workload"] == str(pods)
+    assert (inputs["mode"], inputs["inflate"], inputs["seeds"]) == ("protocol", 1.1, [42])
+    assert (inputs["jobs"], inputs["pods"], inputs["policies"]) == (20, 20, ["fgd"])
+    assert inputs["gpus"] > 0
+    assert inputs["nodes"] > 0
+
+
+def test_jobs_no_node_could_host_are_named_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "version: v1\nnodeGroups:\n"
+        "  - {name: small, count: 2, gpus: 2, model: T4, cpu: 16, memoryGiB: 64}\n",
+        encoding="utf-8",
+    )
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        "version: v1\njobs:\n"
+        "  - {name: big, arrival: 0, duration: 10, pod: {gpus: 8}}\n"
+        "  - {name: v100, arrival: 0, duration: 10, pod: {gpus: 1, gpuModels: [V100]}}\n"
+        "  - {name: fine, arrival: 0, duration: 10, pod: {gpus: 1}}\n",
+        encoding="utf-8",
+    )
+    argv = ["--cluster", str(cluster), "--workload", str(workload), "--policy", "gputopo"]
+    assert main(argv, environ={}) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "gputopo-scheduler simulate: warning: 1 job can never be placed: no node has GPU model "
+        "V100 (the cluster has T4)",
+        "gputopo-scheduler simulate: warning: 1 job can never be placed: no node is big enough "
+        "for 8 GPU, 1 cpu, 1 GiB",
+    ]
+
+
+def test_borrow_and_reclaim_runs_the_scheduler_preemption(capsys: pytest.CaptureFixture[str]):
+    argv = ["--policy", "gputopo", "--tenants", "40,30,20,10", "--json"]
+    assert main([*argv, "--quota", "borrow+reclaim"], environ={}) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (run,) = doc["runs"]
+    assert doc["inputs"]["quota"] == "borrow+reclaim"
+    assert run["preemption"]["podsEvicted"] > 0  # the built-in workload has reclaim to do
+    assert run["preemption"]["partialGangs"] == 0
+    assert run["preemption"]["evictionsWithoutStart"] == 0
+    assert main([*argv, "--quota", "borrow"], environ={}) == 0
+    assert "preemption" not in json.loads(capsys.readouterr().out)["runs"][0]

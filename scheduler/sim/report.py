@@ -317,6 +317,7 @@ def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float],
 
 
 PLOT_FORMATS = ("png", "pdf", "svg")
+ZOOM = (90, 130)  # % arrived demand: the protocol's range where policies part
 
 
 def plot_problem(path: Path) -> str | None:
@@ -343,10 +344,17 @@ def plot_title(inputs: Mapping[str, Any]) -> str:
     mode = (
         f"inflated to {inputs['inflate'] * 100:g} %" if inputs["mode"] == "protocol" else "events"
     )
+    cluster, workload = (_input_name(inputs[k]) for k in ("cluster", "workload"))
     return (
-        f"{' vs '.join(inputs['policies'])}\n{Path(inputs['cluster']).name} × "
-        f"{Path(inputs['workload']).name} ({seed_text}; {mode})"
+        f"{' vs '.join(inputs['policies'])}\ncluster {cluster} × workload {workload} "
+        f"({seed_text}; {mode})"
     )
+
+
+def _input_name(ref: str) -> str:
+    """A file's name, or `built-in <name>`."""
+    path = Path(ref)
+    return path.name if path.suffix or "/" in ref else f"built-in {ref}"
 
 
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
@@ -360,15 +368,23 @@ def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
     if runs and runs[0].mean_allocation is not None:
         _plot_timeline(plt, runs, path, title)
         return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy, group in _by_policy(runs).items():
-        xs, ys = _mean_curve(group)
-        ax.plot(xs, ys, label=policy, linewidth=1.5)
-    ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
-    ax.set_ylabel("GPU allocation ratio (%)")
-    ax.set_title(title or "GPU allocation vs arrived demand")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    fig, (whole, zoom) = plt.subplots(1, 2, figsize=(11, 4.8))
+    curves = {policy: _mean_curve(group) for policy, group in _by_policy(runs).items()}
+    for policy, (xs, ys) in curves.items():
+        whole.plot(xs, ys, label=policy, linewidth=1.5)
+        zoom.plot(xs, ys, label=policy, linewidth=1.5)
+    whole.set_title("whole run")
+    zoom.set_title(f"zoom: {ZOOM[0]}–{ZOOM[1]} % arrived, where policies differ")
+    zoom.set_xlim(*ZOOM)
+    low = [y for xs, ys in curves.values() for x, y in zip(xs, ys, strict=True) if x >= ZOOM[0]]
+    if low:
+        zoom.set_ylim(max(0.0, min(low) - 1.0), min(100.0, max(low) + 0.5))
+    for ax in (whole, zoom):
+        ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
+        ax.set_ylabel("GPUs allocated (% of capacity)")
+        ax.grid(True, alpha=0.3)
+    whole.legend()
+    fig.suptitle(title or "GPU allocation vs arrived demand")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -383,7 +399,7 @@ def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) 
     top.set_ylabel("GPU allocation (%)")
     bottom.set_ylabel("fragmentation (% of GPUs)")
     bottom.set_xlabel("hours since the first arrival")
-    top.set_title(title or "allocation and fragmentation over the arrival window")
+    fig.suptitle(title or "allocation and fragmentation over the arrival window")
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
     top.legend()

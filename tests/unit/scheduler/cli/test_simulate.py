@@ -309,3 +309,18 @@ def test_borrow_and_reclaim_runs_the_scheduler_preemption(capsys: pytest.Capture
     assert run["preemption"]["evictionsWithoutStart"] == 0
     assert main([*argv, "--quota", "borrow"], environ={}) == 0
     assert "preemption" not in json.loads(capsys.readouterr().out)["runs"][0]
+
+
+def test_plot_titles_say_what_was_compared():
+    from scheduler.sim.report import plot_title
+
+    protocol = {"policies": ["gputopo", "fgd"], "cluster": "/t/nodes.csv", "seeds": [42]}
+    protocol |= {"workload": "/t/pods.csv", "mode": "protocol", "inflate": 1.3}
+    assert plot_title(protocol) == (
+        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv (seed 42; inflated to 130 %)"
+    )
+    events = {"policies": ["gputopo"], "cluster": "default", "workload": "default"}
+    events |= {"seeds": [1, 2], "mode": "events"}
+    assert plot_title(events) == (
+        "gputopo\ncluster built-in default × workload built-in default (mean of seeds 1,2; events)"
+    )

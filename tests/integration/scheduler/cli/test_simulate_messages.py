@@ -37,7 +37,7 @@ def run(argv: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
 
 
-def _one_line(done: subprocess.CompletedProcess[str], expected: str) -> None:
+def assert_one_line(done: subprocess.CompletedProcess[str], expected: str) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert expected in done.stderr
@@ -57,13 +57,13 @@ def test_a_plot_that_cannot_be_written_is_refused_before_running(
     tmp_path: Path, target: str, expected: str
 ) -> None:
     done = run([*SIMULATE, "--policy", "random", "--plot", target], cwd=tmp_path)
-    _one_line(done, f"gputopo-scheduler simulate: --plot: {target}: {expected}")
+    assert_one_line(done, f"gputopo-scheduler simulate: --plot: {target}: {expected}")
 
 
 def test_without_matplotlib_plot_names_the_extra(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", NO_MATPLOTLIB, "simulate", "--plot", str(tmp_path / "a.png")]
     done = run(argv)
-    _one_line(done, "matplotlib is not installed: pip install -e '.[plot]'")
+    assert_one_line(done, "matplotlib is not installed: pip install -e '.[plot]'")
     assert not (tmp_path / "a.png").exists()
 
 

@@ -89,9 +89,11 @@ class Preemption:
     # -- what placement may use ------------------------------------------------------------
     def excluded(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
         """The nodes `unit` must not be placed on (None: none): those held for other units of
-        at least `priority`, but those held for `unit` too: units nominated on one node share
-        the room their victims free (each search counted the others), so none waits for
-        another. Costs nothing while no unit waits, else O(what is held)."""
+        at least `priority`, but those held for `unit` too once its own victims are gone: units
+        nominated on one node share the room their victims free (each search counted the
+        others), so none waits for another; a unit whose victims still terminate must not take
+        the room another's victims freed (that one would search again, and the first one's
+        victims would go in vain). Costs nothing while no unit waits, else O(what is held)."""
         if not self._waiting:  # no nomination nor hold without a waiting unit
             return None
         name = str(unit)
@@ -99,7 +101,7 @@ class Preemption:
         if not blocked:
             return None
         own = self._nominations.nodes_of(name)
-        if own:
+        if own and not self._nominations.terminating(name):
             blocked = blocked - set(own.values())
         return blocked or None
 
@@ -151,7 +153,7 @@ class Preemption:
         `live`: the Placer on the live snapshot."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
-        if self._nominations.terminating(name):
+        if self._nominations.terminating(name) or self._shared_room_coming(name):
             nodes = ", ".join(sorted(set((self._nominations.nodes_of(name) or {}).values())))
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
@@ -170,6 +172,18 @@ class Preemption:
         if choice is None or choice.nothing_eligible:
             return message
         return f"{message}; {choice.reason}"  # something stands in the way: say what
+
+    def _shared_room_coming(self, name: str) -> bool:
+        """Another unit nominated on one of `name`'s nodes still has victims terminating: units
+        share the room their victims free, so the room `name` counted on may yet come (another
+        may have taken `name`'s first). Searching now would evict in vain."""
+        own = set((self._nominated.get(name) or {}).values())
+        return bool(own) and any(
+            other != name
+            and own & set(nodes.values())
+            and self._nominations.terminating(other)
+            for other, nodes in self._nominated.items()
+        )
 
     def _preemptor(self, name: str, infos: Sequence[PodInfo], group: GroupInfo | None) -> Preemptor:
         spec = infos[0].obj.get("spec") or {}

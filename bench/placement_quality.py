@@ -11,7 +11,7 @@ The traces are found in `--traces`, else `$GPUTOPO_TRACES`, else `../shared/trac
 repository root. Runs go to `--jobs` worker processes (default 2). `--out FILE.json` keeps every
 run (the simulator's `--json` document plus the trace name).
 
-    .venv/bin/python bench/placement_quality.py [--policies default,bestfit,fgd,random]
+    .venv/bin/python bench/placement_quality.py [--policies gputopo,bestfit,fgd,random]
         [--seeds 42-51] [--variants default,gpushare40] [--jobs 2] [--out results.json]
 """
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler.sim.policies import policy_name
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.report import runs_document
 from scheduler.sim.workload import load_cluster, load_workload
@@ -126,21 +127,21 @@ def _mean_at(runs: Sequence[RunResult], policy: str) -> float | None:
 
 
 def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
-    """One line per trace: allocation at 130% per policy, the paper's FGD, default − both FGDs."""
+    """One line per trace: allocation at 130% per policy, the paper's FGD, gputopo − both FGDs."""
     policies = list(dict.fromkeys(r.policy for runs in results.values() for r in runs))
     head = f"{'trace':<14}" + "".join(f"{p:>10}" for p in policies)
-    lines = [head + f"{'paper FGD':>11}{'def-fgd':>9}{'def-paper':>10}"]
+    lines = [head + f"{'paper FGD':>11}{'ours-fgd':>9}{'ours-paper':>11}"]
     for variant, runs in results.items():
         cells = [_mean_at(runs, p) for p in policies]
         row = f"{variant:<14}" + "".join(
             f"{c:>10.2f}" if c is not None else f"{'-':>10}" for c in cells
         )
         fgd_paper = paper.get((variant, "06-FGD"), {}).get("130")
-        ours, fgd = _mean_at(runs, "default"), _mean_at(runs, "fgd")
+        ours, fgd = _mean_at(runs, "gputopo"), _mean_at(runs, "fgd")
         row += f"{statistics.fmean(fgd_paper):>11.2f}" if fgd_paper else f"{'-':>11}"
         row += f"{ours - fgd:>+9.2f}" if ours is not None and fgd is not None else f"{'-':>9}"
         diff = ours - statistics.fmean(fgd_paper) if ours is not None and fgd_paper else None
-        row += f"{diff:>+10.2f}" if diff is not None else f"{'-':>10}"
+        row += f"{diff:>+11.2f}" if diff is not None else f"{'-':>11}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -148,7 +149,7 @@ def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--traces")
-    p.add_argument("--policies", default="default,bestfit,fgd,random")
+    p.add_argument("--policies", default="gputopo,bestfit,fgd,random")
     p.add_argument("--seeds", default="42-51")
     p.add_argument("--variants", default="")
     p.add_argument("--jobs", type=int, default=2)
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (root / TRACE_DIR).is_dir():
         raise SystemExit(f"placement_quality: no {TRACE_DIR}/ under {root} (use --traces)")
     names = variants(root, [v for v in args.variants.split(",") if v])
-    policies = [x for x in args.policies.split(",") if x]
+    policies = [policy_name(x) for x in args.policies.split(",") if x]
     seeds = seeds_of(args.seeds)
     tasks = [(str(root), v, pol, s) for v in names for pol in policies for s in seeds]
     results: dict[str, list[RunResult]] = {v: [] for v in names}

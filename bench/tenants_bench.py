@@ -1,7 +1,7 @@
 """Four tenants on the Alibaba default trace: hard quotas (max = min) beside borrowing.
 
 Run: `.venv/bin/python bench/tenants_bench.py [--tenants 40,30,20,10] [--compress 1,10000]
-[--policy default]`.
+[--policy gputopo]`.
 
 Event mode (`scheduler.sim.events`) on `openb_node_list_gpu_node.csv` (6,212 GPUs) and
 `openb_pod_list_default.csv`, the jobs split as `simulate --tenants` splits them (min = share of
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tenants", default="40,30,20,10")
     parser.add_argument("--compress", default="1,10000", help="arrival-time divisors to run")
     parser.add_argument("--extra", type=int, default=30, help="percent of pods run twice")
-    parser.add_argument("--policy", default="default")
+    parser.add_argument("--policy", default="gputopo")
     args = parser.parse_args(argv)
     root = traces_root() / TRACE_DIR
     spec = load_cluster(str(root / "openb_node_list_gpu_node.csv"))

@@ -42,6 +42,7 @@ from agent.nvml.pynvml_backend import fake_backend
 from deviceplugin.testing.kubelet import KubeletEmulator
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
 from scheduler.cli import demo_cluster
+from scheduler.cli.pipes import reader_gone
 
 NODE = "demo-dgx-a100"
 FIXTURE = "dgx-a100-mig"
@@ -257,17 +258,41 @@ def _summary(obj: Mapping[str, Any]) -> str:
     return "".join(f"  {line}\n" for line in lines)
 
 
+PROG = "bash scripts/demo.sh"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="The gputopo demo: a simulated DGX A100 node (agent, device plugin, NRT, one "
+        "Xid) and the scheduler's placement next to the stock kube-scheduler's, on simulated "
+        "clusters. No GPU and no cluster needed. Also runs as "
+        "`.venv/bin/python -m scheduler.cli.demo`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--quiet-period",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds without a new Xid before the GPU is Healthy again",
+    )
+    parser.add_argument(
+        "--skip-node", action="store_true", help="only the scheduler part (no node demo)"
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gputopo demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--quiet-period", type=float, default=5.0, help="Xid quiet period (s)")
-    parser.add_argument("--skip-node", action="store_true", help="only the scheduler part")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     logsetup.configure("text", level=40)
     out = sys.stdout
-    if not args.skip_node:
-        node_demo(out, args.quiet_period)
-    demo_cluster.run(out)
-    return 0
+    with reader_gone() as gone:
+        if not args.skip_node:
+            node_demo(out, args.quiet_period)
+        demo_cluster.run(out)
+        out.flush()
+    return gone.exit_code
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The policies the simulator compares, and `SimScheduler`, which places pods with one of them.
 
-* `default`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it;
+* `gputopo`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it
+  (`default` is an alias kept for older scripts; Kubernetes users read "default" as the stock
+  kube-scheduler, which this is not);
 * `bestfit`, `fgd`, `random`: the baselines of the FGD paper (Weng et al., ATC '23) as its
   simulator runs them: one score plugin, every feasible node ranked, ties to the lowest node name;
   FGD puts a GPU share on the GPU its score prefers, `random` on a random GPU that fits;
@@ -27,9 +29,16 @@ from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster
 
-__all__ = ["POLICIES", "SimPolicy", "SimScheduler", "make_policy"]
+__all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "make_policy", "policy_name"]
 
-POLICIES = ("default", "spread", "bestfit", "random", "fgd")
+POLICIES = ("gputopo", "spread", "bestfit", "random", "fgd")
+ALIASES = {"default": "gputopo"}
+
+
+def policy_name(name: str) -> str:
+    """The policy `name` stands for (an alias resolved); `name` itself when it is not an alias."""
+    return ALIASES.get(name, name)
+
 
 ShareChooser = Callable[[PodRequest, NodeState, random.Random], int | None]
 
@@ -59,8 +68,10 @@ def _random_share(pod: PodRequest, node: NodeState, rng: random.Random) -> int |
 def make_policy(
     name: str, typical: Sequence[TypicalPod], config: SchedulerConfig | None = None
 ) -> SimPolicy:
-    """The policy called `name` (one of `POLICIES`); `typical` feeds the fragmentation scores."""
-    if name == "default":
+    """The policy called `name` (one of `POLICIES` or `ALIASES`); `typical` feeds the
+    fragmentation scores."""
+    name = policy_name(name)
+    if name == "gputopo":
         return SimPolicy(name, (config or load_config(None)).scoring())
     if name == "spread":
         return SimPolicy(name, _single("leastAllocated", least_allocated_score))

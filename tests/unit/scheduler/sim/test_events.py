@@ -36,7 +36,7 @@ def test_a_gang_waits_until_every_member_fits_then_starts_together():
             job("gang", 10.0, 4, replicas=2, min_member=2, duration=10.0),
         )
     )
-    result = run_events(TWO_NODES, workload, "default", 1)
+    result = run_events(TWO_NODES, workload, "gputopo", 1)
     assert result.jobs_placed == result.jobs_total == 2
     assert result.gang_wait_seconds == 40.0
     assert result.failed == {}
@@ -105,7 +105,7 @@ def test_waits_per_class_and_the_longest_8_gpu_wait():
             job("one", 20.0, 1, replicas=2, duration=10.0),  # start at 200: wait 180 each
         )
     )
-    result = run_events(ONE_DGX, workload, "default", 1)
+    result = run_events(ONE_DGX, workload, "gputopo", 1)
     eight, one = result.waits["8-gpu"], result.waits["1-gpu"]
     assert (eight.pods, eight.started, eight.p50, eight.p99, eight.longest) == (
         2,
@@ -126,7 +126,7 @@ def test_gang_pods_are_their_own_class_and_count_in_the_8_gpu_wait():
             job("gang", 10.0, 4, replicas=2, min_member=2, duration=10.0),
         )
     )
-    result = run_events(TWO_NODES, workload, "default", 1)
+    result = run_events(TWO_NODES, workload, "gputopo", 1)
     gang = result.waits["gang"]
     assert (gang.pods, gang.started, gang.p99) == (2, 2, 40.0)
     assert result.longest_8gpu_wait is None  # 4-GPU members: no 8-GPU work here

@@ -143,9 +143,9 @@ def test_without_queues_there_is_no_queue_report_and_one_unlimited_queue_changes
         job("gang", None, gpus=4, replicas=2, min_member=2, arrival=10.0, duration=10.0),
         job("small", None, arrival=12.0, duration=5.0),
     )
-    plain = run_events(TWO_NODES, Workload(jobs), "default", 1)
+    plain = run_events(TWO_NODES, Workload(jobs), "gputopo", 1)
     queued = Workload(tuple(replace(j, queue="all") for j in jobs), queues=(queue("all"),))
-    one = run_events(TWO_NODES, queued, "default", 1)
+    one = run_events(TWO_NODES, queued, "gputopo", 1)
     assert plain.queues == ()
     assert (plain.gang_wait_seconds, plain.mean_allocation, plain.jobs_placed) == (40.0, 93.27, 3)
     keep = ("gang_wait_seconds", "mean_allocation", "peak_allocation", "allocation", "failed")

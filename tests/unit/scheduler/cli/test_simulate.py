@@ -240,3 +240,60 @@ def test_events_plot_is_allocation_and_fragmentation_over_time(
     assert main(["--policy", "gputopo,spread", "--plot", str(png)], environ={}) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "frag over time%" in capsys.readouterr().out
+
+
+def test_default_is_an_alias_of_gputopo_in_runs_and_inputs(capsys: pytest.CaptureFixture[str]):
+    assert main(["--policy", "default,spread", "--json"], environ={}) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in doc["runs"]] == ["gputopo", "spread"]
+    assert doc["inputs"]["policies"] == ["gputopo", "spread"]
+
+
+def test_json_records_the_inputs_of_a_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    doc = _replay_json(tmp_path, capsys, "--load", "10", "--gang-window", "60")
+    inputs = doc["inputs"]
+    assert inputs["cluster"] == {"source": str(tmp_path / "nodes.csv"), "nodes": 5, "gpus": 22}
+    assert inputs["workload"]["pods"] == 40
+    assert (inputs["mode"], inputs["inflate"], inputs["seeds"]) == ("events", None, [1, 2])
+    assert inputs["replay"] == {"load": 10.0, "start": None, "gangWindow": 60.0, "nodeShare": 1.0}
+    assert inputs["version"]
+
+
+def test_the_table_starts_with_what_was_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=30)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd", "--seed", "3"]
+    assert main(argv, environ={}) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"cluster:  {nodes} (5 nodes, 22 GPUs)"
+    assert lines[1] == f"workload: {pods} (30 jobs, 30 pods)"
+    assert lines[2] == "policies: fgd; seeds: 3"
+    assert lines[3].startswith(
+        "mode:     protocol; pods shuffled by the seed and inflated to 130 %"
+    )
+
+
+def test_jobs_no_node_can_hold_are_named_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, _pods = write_trace(tmp_path)  # models G2, T4, P100; the built-in asks for Tesla-T4
+    assert main(["--cluster", str(nodes), "--policy", "bestfit"], environ={}) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "never be placed" in line]
+    assert warnings == [
+        "gputopo-scheduler simulate: warning: 34 of 286 jobs (38 pods) fit no node of the cluster "
+        "and will never be placed: 30 ask for GPU model Tesla-T4; 4 ask for 96 cpu, 512 GiB and "
+        "the GPUs together (the cluster's GPU models: G2, P100, T4)"
+    ]
+
+
+def test_a_replay_too_light_to_load_the_cluster_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 300 s each, 10 s apart
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    assert main([*argv, "--policy", "bestfit", "--load", "0.1"], environ={}) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "the workload never asks for more than" in line
+    assert "of the cluster's 22 GPUs at once" in line
+    assert "raise --load (the studies: --load 2000 --replay-start 10000000" in line
+    assert main([*argv, "--policy", "bestfit"], environ={}) == 0
+    assert capsys.readouterr().err == ""

@@ -3,24 +3,42 @@
 A command is a table `name -> (module, one-line help)`; each module has `main(argv) -> int` and is
 imported only when its subcommand runs, so `--help` and a light subcommand never pay for a heavy
 one's imports. Help goes to stdout (exit 0, or 2 with no arguments at all); an unknown name goes
-to stderr with the usage (exit 2).
+to stderr with the usage (exit 2). `--version` prints `PROG VERSION` (the installed distribution's
+version), as every subcommand's `--version` does. Output into a pipe closed early (`... | head`)
+ends the command quietly with 141 (128 + SIGPIPE, as a shell reports it), not a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib import metadata
+
+DISTRIBUTION = "gputopo"
 
 Subcommands = Mapping[str, tuple[str, str]]
 """Subcommand name -> (module with `main(argv) -> int`, one-line help)."""
 
 
+def package_version() -> str:
+    """The installed gputopo's version; "unknown" when running from a tree that is not installed."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def version_line(prog: str) -> str:
+    return f"{prog} {package_version()}"
+
+
 def usage(prog: str, table: Subcommands) -> str:
-    """`usage: PROG {a,b} [--help] ...` and one line per subcommand."""
+    """`usage: PROG {a,b} [--help] [--version] ...` and one line per subcommand."""
     names = ",".join(table)
     lines = "".join(f"  {name:<10} {text}\n" for name, (_, text) in table.items())
-    return f"usage: {prog} {{{names}}} [--help] ...\n{lines}"
+    return f"usage: {prog} {{{names}}} [--help] [--version] ...\n{lines}"
 
 
 def dispatch(prog: str, table: Subcommands, usage_text: str, argv: Sequence[str]) -> int:
@@ -28,6 +46,9 @@ def dispatch(prog: str, table: Subcommands, usage_text: str, argv: Sequence[str]
     if not argv or argv[0] in {"-h", "--help"}:
         sys.stdout.write(usage_text)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        sys.stdout.write(version_line(prog) + "\n")
+        return 0
     name, rest = argv[0], list(argv[1:])
     if name not in table:
         sys.stderr.write(f"{prog}: unknown command {name!r}\n{usage_text}")
@@ -40,5 +61,21 @@ def dispatch(prog: str, table: Subcommands, usage_text: str, argv: Sequence[str]
             raise
         sys.stderr.write(f"{prog} {name}: not available yet\n")
         return 2
-    code: int = module.main(rest)
+    try:
+        code: int = module.main(rest)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_went_away()
     return code
+
+
+SIGPIPE_EXIT = 141
+
+
+def reader_went_away() -> int:
+    """The reader of stdout closed the pipe: point stdout at /dev/null so the interpreter's own
+    flush at exit does not fail again, and exit as a shell reports SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_EXIT

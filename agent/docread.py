@@ -1,7 +1,8 @@
 """Typed reading of YAML/JSON documents: every failure names the file, the key path and the reason.
 
 `read_yaml` turns a file into a document, or raises one line naming the file: unreadable, not
-UTF-8, or `<file>:<line>:<column>` of a YAML syntax error (never PyYAML's five-line report).
+UTF-8, or `<file>:<line>:<column>` of a YAML syntax error (never PyYAML's five-line report;
+`yaml_problem` makes that suffix for callers that parse text they read themselves).
 `DocReader` subclasses set `error` (the exception raised as `"<file>: <path>: <reason>"`): the NVML
 fixture loader raises `FixtureError`, the simulator's workload and cluster readers `WorkloadError`.
 """
@@ -28,7 +29,8 @@ class DocReader:
     source: str
 
     def fail(self, path: str, reason: str) -> NoReturn:
-        raise self.error(f"{self.source}: {path or '(document)'}: {reason}")
+        """`<file>: <path>: <reason>`, or `<file>: <reason>` about the document as a whole."""
+        raise self.error(f"{self.source}: {path}: {reason}" if path else f"{self.source}: {reason}")
 
     def mapping(
         self, value: Any, path: str, required: Iterable[str], optional: Iterable[str] = ()
@@ -117,10 +119,10 @@ def read_yaml(path: Path, error: type[Exception] = ValueError, what: str = "it")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise error(f"{path}{_yaml_problem(exc)}") from None
+        raise error(f"{path}{yaml_problem(exc)}") from None
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """`:<line>:<column>: YAML syntax error: <problem> (<context> at <l>:<c>)`, on one line."""
     if isinstance(exc, yaml.reader.ReaderError):
         return f": offset {exc.position}: character #x{exc.character:04x} is not allowed in YAML"

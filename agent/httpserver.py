@@ -120,7 +120,10 @@ class MetricsServer:
     def stop(self) -> None:
         """Stop accepting and close every connection; a reply being sent may finish."""
         if self._thread.is_alive():
-            self._server.trigger.pull_trigger(self._close_all)  # runs on the polling thread
+            try:
+                self._server.trigger.pull_trigger(self._close_all)  # runs on the polling thread
+            except OSError:  # the trigger's pipe is already closed: the loop is ending anyway
+                self._close_all()
             self._thread.join(timeout=5)
         else:
             self._close_all()

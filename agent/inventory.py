@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from agent.model import LinkMatrix, NodeInventory, NvlinkFabric
 from agent.nvml.backend import NvmlBackend
+from agent.plural import counted
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,11 @@ def discover(backend: NvmlBackend) -> NodeInventory:
         cuda_driver_version=backend.cuda_driver_version(),
         nvlink_fabric=fabric,
     )
-    log.debug("discovered %d GPUs, %d NUMA nodes", len(gpus), len(inventory.numa_nodes))
+    log.debug(
+        "discovered %s, %s",
+        counted(len(gpus), "GPU"),
+        counted(len(inventory.numa_nodes), "NUMA node"),
+    )
     return inventory
 
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.model import NumaNode, parse_cpulist
 from agent.quantity import MIB, to_int, to_milli
@@ -88,15 +87,9 @@ class KubeletConfig:
     ) -> KubeletConfig:
         """Read the kubelet config file; an absent or unreadable file gives the fallbacks."""
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            log.warning(
-                "kubelet config %s unreadable (%s); using policy=%s scope=%s",
-                path,
-                exc,
-                policy,
-                scope,
-            )
+            data = read_yaml(path, what="the kubelet config") or {}
+        except ValueError as exc:  # one line: unreadable, or `file:line:column` of a YAML error
+            log.warning("kubelet config not used: %s; using policy=%s scope=%s", exc, policy, scope)
             return cls(topology_manager_policy=policy, topology_manager_scope=scope)
         if not isinstance(data, Mapping):
             raise ConfigError(

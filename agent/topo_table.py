@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.model import TOPO_LEGEND, Gpu, NodeInventory, NumaNode
+from agent.plural import counted
 
 _NA = "N/A"
 _LABEL_WIDTH = 8  # `topo -m` starts the GPU columns at a tab stop
@@ -88,7 +89,7 @@ def _summary(inventory: NodeInventory) -> str:
     cuda = inventory.cuda_driver_version
     return (
         f"Driver {inventory.driver_version or _NA}, CUDA {cuda // 1000}.{cuda % 1000 // 10}, "
-        f"{len(inventory.gpus)} GPUs, NVLink fabric: {inventory.nvlink_fabric}\n"
+        f"{counted(len(inventory.gpus), 'GPU')}, NVLink fabric: {inventory.nvlink_fabric}\n"
     )
 
 

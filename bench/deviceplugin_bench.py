@@ -143,6 +143,7 @@ def bench_rss() -> list[Row]:
     try:
         agent = rss_mib(
             [sys.executable, "-m", "agent.cli", "run", "--nvml-fixture", "dgx-a100-mig",
+             "--allow-fake-gpus",
              "--device-plugin-dir", str(kubelet.plugin_dir), "--no-publish",
              "--node-labels", "off", "--metrics-address", "127.0.0.1:0"],
             lambda: len(kubelet.resources()) == 5,

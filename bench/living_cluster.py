@@ -36,8 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.sim.events import run_events
-from scheduler.sim.plot import PlotCaption, plot_runs
-from scheduler.sim.policies import POLICIES, policy_name
+from scheduler.sim.policies import POLICIES
 from scheduler.sim.protocol import RunResult
 from scheduler.sim.replay import (
     STUDY_LOAD,
@@ -47,7 +46,7 @@ from scheduler.sim.replay import (
     node_share,
     read_replay,
 )
-from scheduler.sim.report import replay_document, runs_document
+from scheduler.sim.report import plot_runs, replay_document, runs_document
 from scheduler.sim.workload import ClusterSpec, Workload, load_cluster, load_workload
 
 TRACE_DIR = "alibaba-cluster-trace-gpu-v2023"
@@ -136,23 +135,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def caption(study: str, args: argparse.Namespace) -> PlotCaption:
-    """What a study's plot compares (its cluster, workload and settings)."""
-    order = "nodes in the given order" if args.given_order else "nodes ranked by the seed"
-    if study == "builtin":
-        return PlotCaption(
-            cluster="default (built-in)", workload="default (built-in)", settings=order
-        )
-    return PlotCaption(
-        cluster=f"openb_node_list_gpu_node.csv, node share {STUDY_NODES:g}",
-        workload="openb_pod_list_default.csv (living-cluster replay)",
-        settings=f"load {STUDY_LOAD:g}, from second {STUDY_START:,}, {order}",
-    )
-
-
 def run_all(args: argparse.Namespace) -> dict[str, list[RunResult]]:
     studies = [s for s in args.studies.split(",") if s]
-    policies = [policy_name(p) for p in args.policies.split(",") if p]
+    policies = [p for p in args.policies.split(",") if p]
     work = [(s, p, seed) for s in studies for p in policies for seed in seeds_of(args.seeds)]
     results: dict[str, list[RunResult]] = {s: [] for s in studies}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -170,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - began
     if args.plot:
         for study, runs in results.items():
-            plot_runs(runs, Path(f"{args.plot}-{study}.png"), caption(study, args))
+            plot_runs(runs, Path(f"{args.plot}-{study}.png"), title=f"living cluster: {study}")
     if args.json:
         doc: dict[str, Any] = {"seconds": round(elapsed, 1), "shuffleNodes": not args.given_order}
         for study, runs in results.items():

@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.sim.policies import policy_name
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.report import runs_document
 from scheduler.sim.workload import load_cluster, load_workload
@@ -59,7 +58,7 @@ def variants(root: Path, wanted: Sequence[str]) -> list[str]:
         if missing:
             raise SystemExit(f"placement_quality: no pod list for {', '.join(missing)} in {root}")
         return list(wanted)
-    return sorted(found, key=lambda v: (v != "default", v))
+    return sorted(found, key=lambda v: (v != "gputopo", v))
 
 
 def published(root: Path) -> Published:
@@ -130,7 +129,7 @@ def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
     """One line per trace: allocation at 130% per policy, the paper's FGD, gputopo − both FGDs."""
     policies = list(dict.fromkeys(r.policy for runs in results.values() for r in runs))
     head = f"{'trace':<14}" + "".join(f"{p:>10}" for p in policies)
-    lines = [head + f"{'paper FGD':>11}{'ours-fgd':>9}{'ours-paper':>11}"]
+    lines = [head + f"{'paper FGD':>11}{'def-fgd':>9}{'def-paper':>10}"]
     for variant, runs in results.items():
         cells = [_mean_at(runs, p) for p in policies]
         row = f"{variant:<14}" + "".join(
@@ -141,7 +140,7 @@ def summary(results: dict[str, list[RunResult]], paper: Published) -> str:
         row += f"{statistics.fmean(fgd_paper):>11.2f}" if fgd_paper else f"{'-':>11}"
         row += f"{ours - fgd:>+9.2f}" if ours is not None and fgd is not None else f"{'-':>9}"
         diff = ours - statistics.fmean(fgd_paper) if ours is not None and fgd_paper else None
-        row += f"{diff:>+11.2f}" if diff is not None else f"{'-':>11}"
+        row += f"{diff:>+10.2f}" if diff is not None else f"{'-':>10}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -159,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (root / TRACE_DIR).is_dir():
         raise SystemExit(f"placement_quality: no {TRACE_DIR}/ under {root} (use --traces)")
     names = variants(root, [v for v in args.variants.split(",") if v])
-    policies = [policy_name(x) for x in args.policies.split(",") if x]
+    policies = [x for x in args.policies.split(",") if x]
     seeds = seeds_of(args.seeds)
     tasks = [(str(root), v, pol, s) for v in names for pol in policies for s in seeds]
     results: dict[str, list[RunResult]] = {v: [] for v in names}

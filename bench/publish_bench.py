@@ -72,6 +72,7 @@ def start_agent(
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUTOPO_") and k != "NODE_NAME"}
     args = [
         sys.executable, "-m", "agent.cli", "run", "--node-name", NODE, "--nvml-fixture", fixture,
+        "--allow-fake-gpus",
         "--kubeconfig", str(kubeconfig), "--pod-resources-socket", str(podres.socket),
         "--metrics-address", "127.0.0.1:0",
         "--kubelet-config", str(folder / "absent-kubelet-config.yaml"),

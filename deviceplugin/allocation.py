@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from agent.gpuset import GpuSelector, SharedSlot, pack_shared
 from agent.model import NodeInventory
+from agent.plural import counted
 from deviceplugin.cdi import CdiRegistry, cdi_name
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError
 from deviceplugin.kubelet_api import MAX_DEVICE_ID
@@ -114,8 +115,8 @@ class Allocator:
             invalid.append(f"repeats device {named_ids(repeated)}")
         if resource.shared and resource.fail_requests_greater_than_one and len(ids) > 1:
             invalid.append(
-                f"asks for {len(ids)} replicas; the maximum request size for a shared resource "
-                "is 1 (failRequestsGreaterThanOne)"
+                f"asks for {counted(len(ids), 'replica')}; the maximum request size for a shared "
+                "resource is 1 (failRequestsGreaterThanOne)"
             )
         unknown = [i for i in counts if resource.device(i) is None]
         if unknown:
@@ -199,7 +200,7 @@ class Allocator:
         must = [self._device(resource, i).gpu_index for i in request.must_include]
         picked = self._selector.select(list(index_of.values()), must, request.size)
         if picked is None:
-            raise InvalidRequestError(f"{where}: no set of {request.size} GPUs exists")
+            raise InvalidRequestError(f"{where}: no set of {counted(request.size, 'GPU')} exists")
         id_of = {d.gpu_index: d.id for d in resource.devices}
         return tuple(id_of[g] for g in picked)
 
@@ -214,7 +215,9 @@ class Allocator:
         ]
         picked = pack_shared(slots, list(request.must_include), request.size, used)
         if len(picked) != request.size:
-            raise InvalidRequestError(f"{where}: no set of {request.size} devices exists")
+            raise InvalidRequestError(
+                f"{where}: no set of {counted(request.size, 'device')} exists"
+            )
         return picked
 
     @staticmethod

@@ -18,6 +18,7 @@ import grpc
 
 from agent import logkeys
 from agent.model import HEALTHY, UNHEALTHY
+from agent.plural import counted
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredRequest
@@ -123,7 +124,9 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
             resource = state.resources.get(self.resource_name)
             devices = device_list(resource, state.unhealthy)
             if devices != last:
-                logger.debug("ListAndWatch %s: %d devices", self.resource_name, len(devices))
+                logger.debug(
+                    "ListAndWatch %s: %s", self.resource_name, counted(len(devices), "device")
+                )
                 yield to_list_response(devices)
                 last = devices
             if resource is None:

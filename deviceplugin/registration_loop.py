@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agent import logkeys
 from deviceplugin.device_state import DeviceState
-from deviceplugin.errors import RegistrationError
+from deviceplugin.errors import PluginError, RegistrationError
 from deviceplugin.grpc_translation import GrpcTranslation
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import SocketWatch, register
@@ -73,8 +73,15 @@ class RegistrationLoop:
             return frozenset(self._registered)
 
     def start(self, stop: threading.Event) -> None:
-        """Serve and register every resource now, then keep watching in a thread until `stop`."""
-        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        """Serve and register every resource now, then keep watching in a thread until `stop`.
+
+        The directory is the kubelet's: a missing one is an error, never created here (a new
+        directory would only hide a wrong path, or a host with no kubelet)."""
+        if not self.plugin_dir.is_dir():
+            raise PluginError(
+                f"device-plugin directory {self.plugin_dir} does not exist: the kubelet creates "
+                "it; set --device-plugin-dir to the kubelet's (<root-dir>/device-plugins)"
+            )
         self.tick()
         self._thread = threading.Thread(
             target=self._run, args=(stop,), name="deviceplugin-registration", daemon=True

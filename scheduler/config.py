@@ -1,4 +1,5 @@
-"""The scheduler's `version: v1` config file: scoring weights, topology levels, gang defaults.
+"""The scheduler's `version: v1` config file: scoring weights, topology levels, gang defaults,
+preemption (DESIGN §11).
 
 `load_config(None)` reads the shipped file (`scheduler/default-config.yaml`); a path is read
 and validated, every problem gathered into one `ConfigError` naming the file and key paths. Keys
@@ -14,6 +15,9 @@ scoring: {weights: {fragmentation: 10, topology: 5, spreadOnCpuNodes: 1, gpuAvoi
           preferUsedNodes: false, candidateLimit: 0}
 topologyLevels: [topology.kubernetes.io/zone, gputopo.io/rack, nvidia.com/gpu.clique]
 gang: {scheduleTimeoutSeconds: 60}
+preemption: {enabled: true, reclaim: true, reclaimToFairShare: false, pdb: preferred,
+             nonPreemptiblePriority: 1000000000, nominationTimeoutSeconds: 60,
+             starvationSeconds: 300, starvationHoldSeconds: 600, maxStarvationHolds: 2}
 ```
 """
 
@@ -29,6 +33,7 @@ from typing import Any, TypeGuard
 from agent.docread import read_yaml
 from agent.errors import ConfigError
 from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
+from scheduler.preemption import PreemptionSettings
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -47,6 +52,7 @@ _TOP_KEYS = {
     "scoring",
     "topologyLevels",
     "gang",
+    "preemption",
     "leaderElect",
     "leaderElectNamespace",
     "metricsAddress",
@@ -61,6 +67,24 @@ DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
 """A gang's `scheduleTimeoutSeconds` when neither its PodGroup nor the config file sets one."""
 _SCORING_KEYS = {"weights", "preferUsedNodes", "candidateLimit"}
 _GANG_KEYS = {"scheduleTimeoutSeconds"}
+_PREEMPTION_FLAGS = {
+    "enabled": "enabled",
+    "reclaim": "reclaim",
+    "reclaimToFairShare": "reclaim_to_fair_share",
+}
+_PREEMPTION_SECONDS = {  # key -> (field, may be 0)
+    "nominationTimeoutSeconds": ("nomination_timeout", True),
+    "starvationSeconds": ("starvation_seconds", True),
+    "starvationHoldSeconds": ("starvation_hold_seconds", False),
+}
+_PREEMPTION_KEYS = {
+    *_PREEMPTION_FLAGS,
+    *_PREEMPTION_SECONDS,
+    "pdb",
+    "nonPreemptiblePriority",
+    "maxStarvationHolds",
+}
+PDB_MODES = ("preferred", "required")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +98,7 @@ class SchedulerConfig:
     candidate_limit: int = 0
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
     gang_timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     leader_elect: bool | None = None
     leader_elect_namespace: str | None = None
     metrics_address: str | None = None
@@ -101,7 +126,9 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
     errors: list[str] = []
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: the config must be a mapping with `version: v1`")
-    if data.get("version") != "v1":
+    if "version" not in data:
+        errors.append("version: missing (the file must say `version: v1`)")
+    elif data.get("version") != "v1":
         errors.append(f"version: must be v1, got {data.get('version')!r}")
     errors.extend(f"{key}: unknown key" for key in sorted(set(data) - _TOP_KEYS, key=str))
     values: dict[str, Any] = {"source": source}
@@ -114,6 +141,9 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
         else:
             values["topology_levels"] = tuple(levels)
     values.update(_parse_gang(data.get("gang"), errors))
+    preemption = _parse_preemption(data.get("preemption"), errors)
+    if preemption is not None:
+        values["preemption"] = preemption
     if errors:
         raise ConfigError(f"{source}: invalid scheduler config: " + "; ".join(errors))
     return SchedulerConfig(**values)
@@ -199,6 +229,57 @@ def _parse_gang(raw: object, errors: list[str]) -> dict[str, Any]:
         errors.append(f"gang.scheduleTimeoutSeconds: must be a finite number > 0, got {timeout!r}")
         return {}
     return {"gang_timeout_seconds": float(timeout)}
+
+
+def _parse_preemption(raw: object, errors: list[str]) -> PreemptionSettings | None:
+    """The `preemption:` block (DESIGN §11) over the `PreemptionSettings` defaults."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        errors.append("preemption: must be a mapping")
+        return None
+    errors.extend(
+        f"preemption.{key}: unknown key" for key in sorted(set(raw) - _PREEMPTION_KEYS, key=str)
+    )
+    out: dict[str, Any] = {}
+    for key, attr in _PREEMPTION_FLAGS.items():
+        if key in raw:
+            if isinstance(raw[key], bool):
+                out[attr] = raw[key]
+            else:
+                errors.append(f"preemption.{key}: must be true or false")
+    if "pdb" in raw:
+        if raw["pdb"] in PDB_MODES:
+            out["pdb_required"] = raw["pdb"] == "required"
+        else:
+            errors.append(f"preemption.pdb: must be preferred or required, got {raw['pdb']!r}")
+    out.update(_preemption_numbers(raw, errors))
+    return PreemptionSettings(**out)
+
+
+def _preemption_numbers(raw: Mapping[str, Any], errors: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, (attr, zero_ok) in _PREEMPTION_SECONDS.items():
+        if key in raw:
+            value = raw[key]
+            if _finite(value) and (value > 0 or (zero_ok and value == 0)):
+                out[attr] = float(value)
+            else:
+                bound = ">= 0" if zero_ok else "> 0"
+                errors.append(f"preemption.{key}: must be a finite number {bound}, got {value!r}")
+    for key, attr, low in (
+        ("nonPreemptiblePriority", "non_preemptible_priority", None),
+        ("maxStarvationHolds", "max_starvation_holds", 0),
+    ):
+        if key in raw:
+            value = raw[key]
+            integer = isinstance(value, int) and not isinstance(value, bool)
+            if integer and (low is None or value >= low):
+                out[attr] = value
+            else:
+                bound = "an integer" if low is None else f"an integer >= {low}"
+                errors.append(f"preemption.{key}: must be {bound}, got {value!r}")
+    return out
 
 
 def _finite(value: object) -> TypeGuard[int | float]:

@@ -25,6 +25,7 @@ MIRRORED = {
         "deviceplugin": ROOT / "deviceplugin",
         "scheduler": ROOT / "scheduler",
         "daemonset": ROOT / "daemonset",
+        "scripts": ROOT / "scripts",
         "fakeapi": TESTS / "fakeapi",
     },
     "integration": {

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.dispatch import version_line
 from agent.docread import read_yaml
 from agent.errors import ConfigError
+from agent.objkey import name_problem
 from agent.precedence import (
     Setting,
     env_var,
@@ -75,9 +77,12 @@ class _Opt:
 
 
 _OPTIONS: tuple[_Opt, ...] = (
-    _Opt("--node-name", "this node's name (also env NODE_NAME; default: the host name)",
-         env_aliases=("NODE_NAME",)),
-    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH"),
+    _Opt("--node-name", "this node's name (default: the host name in lower case, as the "
+         "kubelet names its Node)", env_aliases=("NODE_NAME",)),
+    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH; its fake "
+         "GPUs reach a kubelet only with --allow-fake-gpus"),
+    _Opt("--allow-fake-gpus", "let --nvml-fixture's fake GPUs register with the kubelet "
+         "(tests and demos; never beside a real kubelet)", "bool", False),
     _Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
     _Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
          "/var/lib/kubelet/device-plugins"),
@@ -132,6 +137,7 @@ class AgentConfig:
     dry_run: bool = False
     log_format: str = "text"
     fail_on_init_error: bool = True
+    allow_fake_gpus: bool = False
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -162,14 +168,51 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gputopo-agent run", description="the gputopo node agent")
-    parser.add_argument("--config", help="config file (ours or NVIDIA's device-plugin config)")
+    parser = _Parser(
+        prog="gputopo-agent run",
+        description="The gputopo node agent: device plugins, NodeResourceTopology publisher, GPU "
+        "node labels and metrics. Precedence: flag > env > config file > default.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"config file: ours or NVIDIA's device-plugin config (default: none; env "
+        f"{env_var('--config')})",
+    )
+    parser.add_argument("--version", action="version", version=version_line(parser.prog))
     for opt in _OPTIONS:
-        kwargs: dict[str, Any] = {"default": None, "help": f"{opt.help} (env {opt.env})"}
+        kwargs: dict[str, Any] = {"default": None, "help": _help(opt)}
         if opt.kind == "bool":
             kwargs.update(nargs="?", const="true", metavar="BOOL")
+        elif opt.kind == "choice":
+            kwargs.update(metavar="{" + ",".join(opt.choices) + "}")
+        else:
+            kwargs.update(metavar=_METAVARS.get(opt.flag) or _METAVARS[opt.kind])
         parser.add_argument(opt.flag, **kwargs)
     return parser
+
+
+_METAVARS = {
+    "path": "PATH",
+    "float": "SECONDS",
+    "list": "A,B,...",
+    "str": "VALUE",
+    "--node-name": "NAME",
+    "--nvml-fixture": "NAME|PATH",
+    "--metrics-address": "HOST:PORT",
+}
+
+
+def _help(opt: _Opt) -> str:
+    """The option's help with its default and its variables."""
+    if opt.default is None:
+        default = ""
+    elif opt.kind == "bool":
+        default = f"default: {str(opt.default).lower()}; "
+    else:
+        default = f"default: {opt.default}; "
+    variables = ", ".join((opt.env, *opt.env_aliases))
+    return f"{opt.help} ({default}env {variables})"
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = None) -> AgentConfig:
@@ -187,7 +230,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     for opt in _OPTIONS:
         raw[opt.key] = _resolve(opt, args[opt.dest], environ, file_values, errors)
     if raw["nodeName"] is None:
-        raw["nodeName"] = socket.gethostname()
+        raw["nodeName"] = socket.gethostname().strip().lower()
     try:
         xid_policy = XidPolicy.from_env(
             environ.get("DP_DISABLE_HEALTHCHECKS"), environ.get("DP_ENABLE_HEALTHCHECKS")
@@ -198,9 +241,22 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     time_slicing = (
         parse_sharing(str(config_path), sharing, errors) if config_path else TimeSlicing()
     )
+    errors += _fake_gpu_problems(raw)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
     return _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+
+
+def _fake_gpu_problems(raw: Mapping[str, Any]) -> list[str]:
+    """A fixture's GPUs do not exist: serving them to a kubelet needs `--allow-fake-gpus`."""
+    serves_kubelet = not raw["noDevicePlugin"] and not raw["oneshot"]
+    if raw["nvmlFixture"] is None or not serves_kubelet or raw["allowFakeGpus"]:
+        return []
+    return [
+        f"--nvml-fixture {raw['nvmlFixture']}: refusing to register fake GPUs with the kubelet "
+        f"in {raw['devicePluginDir']}; pass --allow-fake-gpus to do that on purpose, or "
+        "--oneshot or --no-device-plugin to skip the kubelet"
+    ]
 
 
 def _build(
@@ -237,6 +293,7 @@ def _build(
         dry_run=raw["dryRun"],
         log_format=raw["logFormat"],
         fail_on_init_error=raw["failOnInitError"],
+        allow_fake_gpus=raw["allowFakeGpus"],
         plugin=plugin,
     )
 
@@ -272,6 +329,8 @@ def _convert(opt: _Opt, value: Any) -> Any:
     converted = converters[opt.kind](opt, value)
     if opt.key == "metricsAddress":
         split_host_port(converted)
+    if opt.key == "nodeName" and (problem := name_problem(converted)) is not None:
+        raise ValueError(f"{converted!r} is {problem}" if problem.startswith("not") else problem)
     return converted
 
 
@@ -335,8 +394,10 @@ def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any]:
     if not isinstance(doc, dict):
         errors.append(f"config file {path}: expected a mapping with `version: {CONFIG_VERSION}`")
         return {}, None
-    if doc.get("version") != CONFIG_VERSION:
-        errors.append(f"{path}: version: expected {CONFIG_VERSION!r}, got {doc.get('version')!r}")
+    if "version" not in doc:
+        errors.append(f"{path}: version: missing (the file must say `version: {CONFIG_VERSION}`)")
+    elif doc["version"] != CONFIG_VERSION:
+        errors.append(f"{path}: version: expected {CONFIG_VERSION!r}, got {doc['version']!r}")
     values: dict[str, Any] = {}
     for key, value in doc.items():
         if key in _BY_KEY:

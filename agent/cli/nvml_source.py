@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agent import logsetup
+from agent.dispatch import version_line
 from agent.errors import AgentError, NvmlUnavailable
 from agent.inventory import load_inventory
 from agent.model import NodeInventory
@@ -30,12 +31,13 @@ def source_parser(
         return from_env(variables, env_var(flag), blank_is_unset=True)
 
     parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--version", action="version", version=version_line(prog))
     parser.add_argument(
         "--nvml-fixture",
         metavar="NAME|PATH",
         default=first_value(env("--nvml-fixture")),
         help="answer from a fake NVML fixture instead of the driver "
-        f"(built-in: {', '.join(builtin_names())})",
+        f"(default: the driver; built-in: {', '.join(builtin_names())})",
     )
     parser.add_argument(
         "--host-root",

@@ -206,6 +206,7 @@ class TopologyService:
             mig_strategy=str(cfg.mig_strategy),
             node_labels=cfg.node_labels,
             publish_topology=cfg.publish,
+            dry_run=cfg.dry_run,
         )
         self.sink = sink if sink is not None else _sink(ctx)
         phases = getattr(self.sink, "pod_phases", None)

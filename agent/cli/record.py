@@ -1,4 +1,5 @@
-"""`gputopo-agent record`: write this node's NVML view as a fixture file (DESIGN.md §3).
+"""`gputopo-agent record`: write this node's NVML view as a fixture file (the format of the
+built-in fixtures in agent/nvml/fixtures/).
 
 Attach the file to a bug report, or load it back with `--nvml-fixture FILE`: the inventory it gives
 equals the one recorded.
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from agent.cli.nvml_source import open_inventory, source_parser
 from agent.nvml.fixture import dump
+from agent.plural import counted
 
 log = logging.getLogger(__name__)
 
@@ -46,5 +48,5 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     except OSError as exc:
         sys.stderr.write(f"{PROG}: cannot write {args.output}: {exc.strerror}\n")
         return 1
-    log.info("recorded %d GPUs to %s", len(inventory.gpus), args.output)
+    log.info("recorded %s to %s", counted(len(inventory.gpus), "GPU"), args.output)
     return 0

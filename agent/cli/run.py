@@ -30,10 +30,12 @@ from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
 from agent.cli.publish_service import metrics_service, topology_service
 from agent.cli.services import AgentContext, ReadyCheck, Service, ServiceFactory
+from agent.dispatch import package_version
 from agent.errors import AgentError, ConfigError
 from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
+from agent.plural import counted
 from deviceplugin.errors import PluginError
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.plugin import DevicePlugin
@@ -130,13 +132,13 @@ def run(
         backend=backend,
         inventory=inventory,
         stop=stop,
-        metrics=AgentMetrics(_version()),
+        metrics=AgentMetrics(package_version()),
     )
     try:
         logger.info(
-            "node %s: %d GPUs, driver %s",
+            "node %s: %s, driver %s",
             cfg.node_name,
-            len(inventory.gpus),
+            counted(len(inventory.gpus), "GPU"),
             inventory.driver_version,
         )
         start_services(ctx, factories)
@@ -157,15 +159,6 @@ def _log_waiting_for_kubelet(socket: Path) -> None:
             "waiting for the kubelet: no %s yet; the device plugin registers when it appears",
             socket,
         )
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("gputopo")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def main(argv: list[str]) -> int:

@@ -31,14 +31,16 @@ QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", 
 
 
 @contextmanager
-def api_errors(what: str) -> Iterator[None]:
-    """Turn client, HTTP and socket failures of one call into PublishError naming `what`."""
+def api_errors(what: str, server: str = "") -> Iterator[None]:
+    """Turn client, HTTP and socket failures of one call into PublishError naming `what` (and,
+    when it got no answer, the `server` it tried)."""
     try:
         yield
     except ApiException as exc:
         raise PublishError(f"{what}: HTTP {exc.status} {exc.reason}".rstrip()) from None
     except TRANSPORT_ERRORS as exc:
-        raise PublishError(f"{what}: API server unreachable: {transport_reason(exc)}") from None
+        where = f"API server {server}" if server else "API server"
+        raise PublishError(f"{what}: {where} unreachable: {transport_reason(exc)}") from None
 
 
 def _json(response: Any) -> dict[str, Any]:
@@ -46,9 +48,9 @@ def _json(response: Any) -> dict[str, Any]:
     return data
 
 
-def _read_or_none(what: str, call: Callable[[], Any]) -> dict[str, Any] | None:
+def _read_or_none(what: str, call: Callable[[], Any], server: str) -> dict[str, Any] | None:
     """The JSON body of a GET, or None on 404."""
-    with api_errors(what):
+    with api_errors(what, server):
         response = read_or_none(call)
         return None if response is None else _json(response)
 
@@ -60,6 +62,7 @@ class KubeSink:
         self._api_client = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._timeout = timeout_s
+        self.server: str = api_client.configuration.host
 
     @cached_property
     def _core(self) -> client.CoreV1Api:
@@ -72,6 +75,7 @@ class KubeSink:
             lambda: self._core.read_node(
                 name, _preload_content=False, _request_timeout=self._timeout
             ),
+            self.server,
         )
         if data is None:
             return None
@@ -84,10 +88,11 @@ class KubeSink:
             lambda: self._custom.get_cluster_custom_object(
                 GROUP, VERSION, PLURAL, name, _preload_content=False, _request_timeout=self._timeout
             ),
+            self.server,
         )
 
     def list_topologies(self) -> list[dict[str, Any]]:
-        with api_errors("listing NodeResourceTopologies"):
+        with api_errors("listing NodeResourceTopologies", self.server):
             response = self._custom.list_cluster_custom_object(
                 GROUP, VERSION, PLURAL, _preload_content=False, _request_timeout=self._timeout
             )
@@ -96,7 +101,7 @@ class KubeSink:
 
     def apply_topology(self, obj: Mapping[str, Any]) -> None:
         name = obj["metadata"]["name"]
-        with api_errors(f"applying NodeResourceTopology {name}"):
+        with api_errors(f"applying NodeResourceTopology {name}", self.server):
             self._custom.patch_cluster_custom_object(
                 GROUP,
                 VERSION,
@@ -111,7 +116,7 @@ class KubeSink:
             )
 
     def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
-        with api_errors(f"patching labels of Node {name}"):
+        with api_errors(f"patching labels of Node {name}", self.server):
             self._core.patch_node(
                 name,
                 {"metadata": {"labels": dict(patch)}},
@@ -123,7 +128,7 @@ class KubeSink:
 
     def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
         """(namespace, name) -> phase of every pod bound to `node`."""
-        with api_errors(f"listing pods on {node}"):
+        with api_errors(f"listing pods on {node}", self.server):
             response = self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
                 _preload_content=False,
@@ -147,6 +152,7 @@ class KubeSink:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
+            self.server,
         )
         if data is None:
             return None
@@ -167,11 +173,12 @@ class KubeSink:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
+            self.server,
         )
 
     def create_queue(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         body = {"apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}", "kind": "Queue", **obj}
-        with api_errors(f"creating Queue {obj['metadata']['name']}"):
+        with api_errors(f"creating Queue {obj['metadata']['name']}", self.server):
             response = self._custom.create_cluster_custom_object(
                 QUEUE_GROUP,
                 QUEUE_VERSION,

@@ -38,12 +38,17 @@ TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 Response = TypeVar("Response")
 
 
-def load_configuration(kubeconfig: str | Path | None = None) -> client.Configuration:
-    """`kubeconfig` when given; else in-cluster, then `~/.kube/config`."""
+def load_configuration(
+    kubeconfig: str | Path | None = None, context: str | None = None
+) -> client.Configuration:
+    """`kubeconfig` when given; else in-cluster, then `$KUBECONFIG` or `~/.kube/config`.
+    `context` (a kubeconfig context) skips the in-cluster credentials."""
     configuration = client.Configuration()
-    if kubeconfig:
+    if kubeconfig or context:
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig), client_configuration=configuration
+            config_file=str(kubeconfig) if kubeconfig else None,
+            context=context,
+            client_configuration=configuration,
         )
     else:
         try:
@@ -54,12 +59,18 @@ def load_configuration(kubeconfig: str | Path | None = None) -> client.Configura
     return configuration
 
 
-def load_api_client(kubeconfig: str | Path | None = None) -> client.ApiClient:
+def load_api_client(
+    kubeconfig: str | Path | None = None, context: str | None = None
+) -> client.ApiClient:
     """An API client from `load_configuration`; ConfigError says why there is none."""
+    if kubeconfig and not Path(kubeconfig).is_file():
+        raise ConfigError(f"no usable Kubernetes credentials: no kubeconfig file {kubeconfig}")
     try:
-        configuration = load_configuration(kubeconfig)
+        configuration = load_configuration(kubeconfig, context)
     except CREDENTIAL_ERRORS as exc:
-        where = kubeconfig or "in-cluster or ~/.kube/config"
+        where = str(kubeconfig or ("~/.kube/config" if context else "in-cluster or ~/.kube/config"))
+        if context:
+            where = f"{where}, context {context}"
         raise ConfigError(f"no usable Kubernetes credentials ({where}): {exc}") from None
     return client.ApiClient(configuration)
 

@@ -27,17 +27,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import yaml
 
 from agent.availability import Availability, PodResourcesSnapshot, compute_availability
 from agent.errors import PublishError
 from agent.labels import gfd_labels, label_patch
-from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
+
+if TYPE_CHECKING:
+    from agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class PublisherSettings:
     mig_strategy: str = "mixed"
     node_labels: bool = True
     publish_topology: bool = True  # False (--no-publish): labels only
+    dry_run: bool = False  # the sink prints instead of writing: logs say "would"
     poll_s: float = 0.5
     resync_s: float = 60.0
     backoff_initial_s: float = 0.5
@@ -249,7 +252,8 @@ class Publisher:
         self._node = replace(node, labels=merged)
         if self._metrics is not None:
             self._metrics.label_patches.inc()
-        log.info("node %s labels updated: %s", self.settings.node_name, sorted(patch))
+        done = "would update labels (--dry-run)" if self.settings.dry_run else "labels updated"
+        log.info("node %s %s: %s", self.settings.node_name, done, sorted(patch))
 
     def _failed(self, exc: PublishError, now: float) -> None:
         self._failures += 1

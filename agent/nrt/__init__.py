@@ -9,7 +9,7 @@ encoding) are defined once in `agent.nrt.wire`; callers import everything from t
 """
 
 from agent.nrt.decode import DecodedTopology, decode
-from agent.nrt.encode import encode, is_gpu_free
+from agent.nrt.encode import encode, is_gpu_free, is_whole_gpu
 from agent.nrt.wire import (
     API_VERSION,
     ATTR_FINGERPRINT,
@@ -45,5 +45,6 @@ __all__ = [
     "encode",
     "gpu_zone_name",
     "is_gpu_free",
+    "is_whole_gpu",
     "legacy_topology_policy",
 ]

@@ -64,6 +64,7 @@ from agent.nrt.wire import (
     node_zone_name,
 )
 from agent.numa_capacity import HUGEPAGE_BYTES, MEMORY
+from agent.plural import counted
 from agent.quantity import MIB
 
 
@@ -293,7 +294,7 @@ def _mig_devices(r: FieldReader, attrs: Mapping[str, str], field: str) -> tuple[
     if len(layout) != len(devices):
         r.fail(
             f"{field}.{GPU_ATTR_MIG_DEVICES}",
-            f"lists {len(devices)} devices for a layout of {len(layout)}",
+            f"lists {counted(len(devices), 'device')} for a layout of {len(layout)}",
         )
     out = []
     for pos, (slot, device) in enumerate(zip(layout, devices, strict=True)):

@@ -8,7 +8,8 @@ Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
                                  costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
                 gputopo.io/{schema,driverVersion,cudaDriverVersion,nvlinkFabric,nvlinkIslands,
-                allocationSource,gpuCount,gpusFree}
+                allocationSource,gpuCount,gpusFree,migGpus}: GPUs, whole GPUs free (not in MIG
+                mode), GPUs in MIG mode (requested by slice)
 
 Quantities are written as strings (cpu as `"112"` or `"111500m"`, memory and hugepages in bytes),
 so that `agent.nrt.decode` reads them back losslessly.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.availability import Availability, GpuAvailability, ResourceCounts
-from agent.model import HEALTHY, UNHEALTHY, Gpu, NodeInventory, NumaNode
+from agent.model import HEALTHY, UNHEALTHY, Gpu, MigMode, NodeInventory, NumaNode
 from agent.nrt.wire import (
     API_VERSION,
     ATTR_CUDA,
@@ -30,6 +31,7 @@ from agent.nrt.wire import (
     ATTR_GPU_COUNT,
     ATTR_GPUS_FREE,
     ATTR_ISLANDS,
+    ATTR_MIG_GPUS,
     ATTR_POLICY,
     ATTR_SCHEMA,
     ATTR_SCOPE,
@@ -159,8 +161,23 @@ def _top_attributes(
         (ATTR_ISLANDS, str(len(inventory.links.nvlink_islands()))),
         (ATTR_SOURCE, availability.source),
         (ATTR_GPU_COUNT, str(len(inventory.gpus))),
-        (ATTR_GPUS_FREE, str(sum(1 for g in availability.gpus if is_gpu_free(g)))),
+        (ATTR_GPUS_FREE, str(whole_gpus_free(inventory, availability))),
+        (ATTR_MIG_GPUS, str(sum(1 for g in inventory.gpus if not is_whole_gpu(g)))),
     ]
+
+
+def is_whole_gpu(gpu: Gpu) -> bool:
+    """Requested whole: not partitioned into MIG slices (those are requested by profile)."""
+    return gpu.mig_mode is not MigMode.ENABLED
+
+
+def whole_gpus_free(inventory: NodeInventory, availability: Availability) -> int:
+    """Whole GPUs a pod can get now: not in MIG mode, healthy, nothing on them allocated."""
+    return sum(
+        1
+        for gpu, counts in zip(inventory.gpus, availability.gpus, strict=True)
+        if is_whole_gpu(gpu) and is_gpu_free(counts)
+    )
 
 
 def is_gpu_free(gpu: GpuAvailability) -> bool:

@@ -36,8 +36,9 @@ ATTR_CUDA = "gputopo.io/cudaDriverVersion"
 ATTR_FABRIC = "gputopo.io/nvlinkFabric"
 ATTR_ISLANDS = "gputopo.io/nvlinkIslands"
 ATTR_SOURCE = "gputopo.io/allocationSource"
-ATTR_GPU_COUNT = "gputopo.io/gpuCount"
-ATTR_GPUS_FREE = "gputopo.io/gpusFree"
+ATTR_GPU_COUNT = "gputopo.io/gpuCount"  # physical GPUs
+ATTR_GPUS_FREE = "gputopo.io/gpusFree"  # whole GPUs (not in MIG mode) with nothing allocated
+ATTR_MIG_GPUS = "gputopo.io/migGpus"  # GPUs in MIG mode: requested by slice, never whole
 
 # Attributes of a Node (NUMA) zone.
 NODE_ATTR_CPUS = "cpus"

@@ -17,9 +17,11 @@ from typing import Any
 
 import yaml
 
+from agent.docread import yaml_problem
 from agent.errors import FixtureError
 from agent.model import Gpu, GpuLink, LinkMatrix, NodeInventory, NumaNode, NvlinkFabric
 from agent.nvml.fixture_schema import Ctx, read_gpu, read_numa
+from agent.plural import counted
 
 NVLINK_MAX_LINKS = 36
 """NVML_NVLINK_MAX_LINKS: no GPU has more NVLinks than this."""
@@ -59,13 +61,14 @@ def load_fixture(ref: str | Path) -> Fixture:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise FixtureError(f"{source}: (document): invalid JSON: {exc}") from None
+            raise FixtureError(
+                f"{source}:{exc.lineno}:{exc.colno}: JSON syntax error: {exc.msg}"
+            ) from None
     else:
         try:
             data = yaml.load(text, Loader=yaml.CSafeLoader)
         except yaml.YAMLError as exc:
-            reason = " ".join(str(exc).split())
-            raise FixtureError(f"{source}: (document): invalid YAML: {reason}") from None
+            raise FixtureError(f"{source}{yaml_problem(exc)}") from None
     return parse_fixture(data, source)
 
 
@@ -78,10 +81,10 @@ def _read_source(ref: str | Path) -> tuple[str, str]:
         try:
             return Path(text_ref).read_text(encoding="utf-8"), text_ref
         except OSError as exc:
-            raise FixtureError(f"{text_ref}: (document): cannot read: {exc.strerror}") from None
+            raise FixtureError(f"{text_ref}: cannot read: {exc.strerror}") from None
     if text_ref not in builtin_names():
         known = ", ".join(builtin_names())
-        raise FixtureError(f"{text_ref}: (document): no such built-in fixture (built-in: {known})")
+        raise FixtureError(f"{text_ref}: no such built-in fixture (built-in: {known})")
     folder = resources.files("agent.nvml").joinpath("fixtures")
     return folder.joinpath(f"{text_ref}.yaml").read_text(encoding="utf-8"), f"{text_ref}.yaml"
 
@@ -90,7 +93,7 @@ def parse_fixture(data: Any, source: str) -> Fixture:
     """Validate a decoded document and build the inventory it describes."""
     ctx = Ctx(source)
     if data is None:
-        ctx.fail("(document)", "empty document")
+        ctx.fail("", "empty document")
     doc = ctx.mapping(data, "", _TOP_KEYS, _TOP_OPTIONAL)
     version = ctx.as_int(doc["version"], "version")
     if version != 1:
@@ -165,7 +168,10 @@ def _read_gpus(ctx: Ctx, raw: Any, numa_ids: frozenset[int]) -> tuple[Gpu, ...]:
 def _read_topology(ctx: Ctx, raw: Any, count: int, fabric: NvlinkFabric) -> LinkMatrix:
     rows = ctx.as_list(raw, "topology")
     if len(rows) != count:
-        ctx.fail("topology", f"{len(rows)} rows for {count} GPUs (the matrix must be square)")
+        ctx.fail(
+            "topology",
+            f"{counted(len(rows), 'row')} for {counted(count, 'GPU')} (the matrix must be square)",
+        )
     cells = [[_cell(ctx, rows, i, j, count) for j in range(count)] for i in range(count)]
     for i in range(count):
         for j in range(i + 1, count):
@@ -187,7 +193,7 @@ def _cell(ctx: Ctx, rows: Sequence[Any], i: int, j: int, count: int) -> GpuLink:
     if len(row) != count:
         ctx.fail(
             f"topology[{i}]",
-            f"{len(row)} cells in a row, expected {count} (the matrix must be square)",
+            f"{counted(len(row), 'cell')} in a row, expected {count} (the matrix must be square)",
         )
     text = ctx.as_str(row[j], f"topology[{i}][{j}]")
     if i == j:
@@ -245,7 +251,7 @@ def _read_events(ctx: Ctx, raw: Any, gpus: Sequence[Gpu]) -> tuple[ScriptedEvent
         doc = ctx.mapping(item, path, ("afterSeconds", "gpu", "xid"), ("giId", "ciId"))
         gpu = ctx.as_int(doc["gpu"], f"{path}.gpu", minimum=0)
         if gpu >= len(gpus):
-            ctx.fail(f"{path}.gpu", f"no GPU with index {gpu} ({len(gpus)} GPUs)")
+            ctx.fail(f"{path}.gpu", f"no GPU with index {gpu} ({counted(len(gpus), 'GPU')})")
         gi = doc.get("giId")
         ci = doc.get("ciId")
         events.append(

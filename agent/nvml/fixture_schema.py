@@ -17,6 +17,7 @@ from agent.errors import FixtureError
 from agent.model import Gpu, GpuUuid, MigDevice, MigMode, MigUuid, NumaNode, parse_cpulist
 from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profiles_for
 from agent.nvml.sysfs import hugepage_kb
+from agent.plural import counted
 
 _BUS_RE = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 _CC_RE = re.compile(r"\d+\.\d+")
@@ -58,7 +59,10 @@ def _read_distances(ctx: Ctx, doc: Mapping[str, Any], path: str, count: int) -> 
         return ()  # filled in with Linux's defaults (10 local, 20 remote) once positions are known
     raw = ctx.as_list(doc["distances"], f"{path}.distances")
     if len(raw) != count:
-        ctx.fail(f"{path}.distances", f"has {len(raw)} entries for {count} NUMA nodes")
+        ctx.fail(
+            f"{path}.distances",
+            f"has {counted(len(raw), 'entry', 'entries')} for {counted(count, 'NUMA node')}",
+        )
     return tuple(ctx.as_int(d, f"{path}.distances[{i}]", minimum=1) for i, d in enumerate(raw))
 
 

@@ -32,6 +32,7 @@ from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService
 from agent.cli.run import device_plugin_service, stop_services
 from agent.cli.services import AgentContext
+from agent.dispatch import version_line
 from agent.inventory import discover
 from agent.kube.publisher import NodeInfo
 from agent.metrics import AgentMetrics
@@ -42,7 +43,6 @@ from agent.nvml.pynvml_backend import fake_backend
 from deviceplugin.testing.kubelet import KubeletEmulator
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
 from scheduler.cli import demo_cluster
-from scheduler.cli.pipes import reader_gone
 
 NODE = "demo-dgx-a100"
 FIXTURE = "dgx-a100-mig"
@@ -107,6 +107,7 @@ def _config(tmp: Path, quiet_s: float) -> agent_config.AgentConfig:
         [
             f"--node-name={NODE}",
             f"--nvml-fixture={FIXTURE}",
+            "--allow-fake-gpus",
             f"--device-plugin-dir={tmp / 'dp'}",
             f"--pod-resources-socket={tmp / 'podres.sock'}",
             f"--kubelet-config={tmp / 'no-kubelet-config.yaml'}",
@@ -258,41 +259,27 @@ def _summary(obj: Mapping[str, Any]) -> str:
     return "".join(f"  {line}\n" for line in lines)
 
 
-PROG = "bash scripts/demo.sh"
-
-
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="The gputopo demo: a simulated DGX A100 node (agent, device plugin, NRT, one "
-        "Xid) and the scheduler's placement next to the stock kube-scheduler's, on simulated "
-        "clusters. No GPU and no cluster needed. Also runs as "
-        "`.venv/bin/python -m scheduler.cli.demo`.",
+        prog="gputopo-scheduler demo",
+        description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "--quiet-period",
         type=float,
         default=5.0,
-        metavar="SECONDS",
-        help="seconds without a new Xid before the GPU is Healthy again",
+        help="seconds without a new Xid before a GPU that had one is Healthy again",
     )
-    parser.add_argument(
-        "--skip-node", action="store_true", help="only the scheduler part (no node demo)"
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--skip-node", action="store_true", help="only the scheduler part")
+    parser.add_argument("--version", action="version", version=version_line(parser.prog))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logsetup.configure("text", level=40)
     out = sys.stdout
-    with reader_gone() as gone:
-        if not args.skip_node:
-            node_demo(out, args.quiet_period)
-        demo_cluster.run(out)
-        out.flush()
-    return gone.exit_code
+    if not args.skip_node:
+        node_demo(out, args.quiet_period)
+    demo_cluster.run(out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
 """The cluster half of the demo: the two failures gputopo prevents, replayed on `scheduler/sim/`.
 
 Every decision here is made by the real placement code (`scheduler.placement` through
-`scheduler.sim.cluster.Cluster`): `gputopo` is the scheduler's shipped policy; `stock
-kube-scheduler` models the stock kube-scheduler, which scores with LeastAllocated over cpu and
-memory only (GPUs are extended resources it filters on but does not score) and places every pod
-on its own. Pure and
+`scheduler.sim.cluster.Cluster`): `gputopo` is the scheduler's shipped policy; `stock` models the
+stock kube-scheduler, which scores with LeastAllocated over cpu and memory only (GPUs are extended
+resources it filters on but does not score) and places every pod on its own. Pure and
 deterministic: no I/O but `out.write`.
 """
 
@@ -29,6 +28,7 @@ from scheduler.sim.cluster import Cluster, NodeSpec
 
 RACK = "gputopo.io/rack"
 GIB = 1 << 30
+LABELS = {"stock": "stock kube-scheduler", "gputopo": "gputopo"}
 
 
 def stock_least_allocated(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
@@ -42,13 +42,8 @@ def stock_least_allocated(pod: PodRequest, node: NodeState, assignment: Assignme
     return sum(parts) / len(parts) if parts else 0.0
 
 
-STOCK = "stock kube-scheduler"
-GPUTOPO = "gputopo"
-LABEL = max(len(STOCK), len(GPUTOPO))
-
-
 def _scoring(policy: str) -> Scoring:
-    if policy == GPUTOPO:
+    if policy == "gputopo":
         return load_config(None).scoring()
     score = WeightedScore("leastAllocated", 1.0, stock_least_allocated)
     return Scoring(scores=(score,), prefer_used_nodes=False, candidate_limit=0)
@@ -73,10 +68,11 @@ def fragmentation(out: TextIO, policy: str) -> bool:
     scoring = _scoring(policy)
     for i in range(8):
         cluster.place(_pod(f"small-{i}", 1), scoring)
-    out.write(f"  {policy:<{LABEL}}  after eight 1-GPU pods: {_usage(cluster)}\n")
+    label = LABELS[policy]
+    out.write(f"  {label:<20} after eight 1-GPU pods: {_usage(cluster)}\n")
     big = cluster.place(_pod("train-8gpu", 8), scoring)
     verdict = f"bound on {big.node}" if big.node else f"Pending: {big.message()}"
-    out.write(f"  {'':<{LABEL}}  the 8-GPU pod: {verdict}\n")
+    out.write(f"  {'':<20} the 8-GPU pod: {verdict}\n")
     return big.node is not None
 
 
@@ -89,31 +85,33 @@ def deadlock(out: TextIO) -> None:
     )
     # Per pod, as kube-scheduler does: each pod is placed on its own as it arrives.
     stock = _cluster_with_six_taken()
-    per_pod = _scoring(STOCK)
+    per_pod = _scoring("stock")
     early = [stock.place(pod, per_pod).node for pod in gang[:5]]
     job_node = stock.place(job, per_pod).node
     late = [stock.place(pod, per_pod).node for pod in gang[5:]]
     bound = sum(n is not None for n in early + late)
     out.write(
-        f"  {STOCK:<{LABEL}}  {bound} training pods bound, the 5-GPU job "
+        f"  {LABELS['stock']:<20} {bound} training pods bound, the 5-GPU job "
         f"{'bound on ' + job_node if job_node else 'Pending'}, "
         f"{late.count(None)} training pods Pending while {bound} hold GPUs"
         f"{': deadlock' if late.count(None) and bound else ''}\n"
     )
     # gputopo: the gang is placed only as a whole; while it waits it holds nothing.
     ours = _cluster_with_six_taken()
-    ours_scoring = _scoring(GPUTOPO)
-    job_decision = ours.place(job, ours_scoring)
-    waiting = ours.place_gang(gang, ours_scoring)
+    default = _scoring("gputopo")
+    job_decision = ours.place(job, default)
+    waiting = ours.place_gang(gang, default)
     out.write(
-        f"  {GPUTOPO:<{LABEL}}  the 5-GPU job bound on {job_decision.node}; the gang "
+        f"  {LABELS['gputopo']:<20} the 5-GPU job bound on {job_decision.node}; the gang "
         f"{'bound' if waiting.ok else 'waits holding 0 GPUs'} ({waiting.reason or 'fits'})\n"
     )
     ours.unbind(job.key)
-    after = ours.place_gang(gang, ours_scoring)
+    after = ours.place_gang(gang, default)
     nodes = sorted({a.node for a in after.assignments.values()})
-    finish = f"the job finishes: the whole gang binds at once on {', '.join(nodes)}"
-    out.write(f"  {GPUTOPO:<{LABEL}}  {finish}\n")
+    out.write(
+        f"  {LABELS['gputopo']:<20} the job finishes: the whole gang binds at once on "
+        f"{', '.join(nodes)}\n"
+    )
 
 
 def _cluster_with_six_taken() -> Cluster:
@@ -131,7 +129,7 @@ def rack_gang(out: TextIO) -> Sequence[str]:
     cluster = Cluster()
     for i, rack in enumerate(("r1", "r1", "r2", "r2")):
         cluster.add_inventory(f"dgx-{i}", inventory, labels={RACK: rack})
-    scoring = _scoring(GPUTOPO)
+    scoring = _scoring("gputopo")
     cluster.place(_pod("busy", 6), scoring)  # rack r1 is partly used
     gang = [_pod(f"worker-{i}", 2, "gang") for i in range(4)]
     result = cluster.place_gang(
@@ -148,7 +146,7 @@ def rack_gang(out: TextIO) -> Sequence[str]:
 
 def run(out: TextIO) -> None:
     out.write("\n== Fragmentation: eight 1-GPU pods, then one 8-GPU pod, on 2 × 8 GPUs ==\n")
-    for policy in (STOCK, GPUTOPO):
+    for policy in ("stock", "gputopo"):
         fragmentation(out, policy)
     out.write("\n== Deadlock: a gang and a job competing for 10 free GPUs ==\n")
     deadlock(out)
@@ -156,10 +154,7 @@ def run(out: TextIO) -> None:
     rack_gang(out)
     out.write(
         "\n== The simulator's built-in cluster and workload (gangs, arrivals, durations): "
-        f"{GPUTOPO} vs spread ==\n"
-        "(spread: LeastAllocated over cpu, memory and GPU, the emptiest node first, which is "
-        "the stock kube-scheduler's default strategy with nvidia.com/gpu added to its "
-        "resources)\n"
+        "gputopo vs spread (the stock kube-scheduler's LeastAllocated) ==\n"
     )
     with contextlib.redirect_stdout(out):
-        simulate_cmd.main(["--policy", f"{GPUTOPO},spread"], {})
+        simulate_cmd.main(["--policy", "gputopo,spread"], {})

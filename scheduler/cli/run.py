@@ -24,8 +24,10 @@ from importlib import metadata
 from typing import TypeVar
 
 from agent import logsetup
+from agent.dispatch import version_line
 from agent.errors import ConfigError
 from agent.httpserver import MetricsServer, parse_address
+from agent.objkey import name_problem
 from agent.precedence import (
     Setting,
     env_var,
@@ -36,10 +38,12 @@ from agent.precedence import (
     from_value,
 )
 from scheduler.config import SchedulerConfig, load_config
+from scheduler.errors import ApiError
 from scheduler.kubeapi.client import (
     ELASTIC_QUOTAS,
     NODES,
     NRTS,
+    PDBS,
     PODGROUPS,
     PODS,
     QUEUES,
@@ -81,11 +85,22 @@ class RunSettings:
 
 def _parser() -> _Parser:
     p = _Parser(prog=PROG, description="Run the gputopo secondary scheduler against a cluster.")
+    p.add_argument("--version", action="version", version=version_line(PROG))
     p.add_argument(
-        "--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)"
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig path (default: in-cluster, then ~/.kube/config)",
     )
-    p.add_argument("--config", help="scheduler config file (version: v1)")
-    p.add_argument("--scheduler-name", help=f"spec.schedulerName to serve (default {DEFAULT_NAME})")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="scheduler config file, `version: v1` (default: none, the built-in defaults)",
+    )
+    p.add_argument(
+        "--scheduler-name",
+        metavar="NAME",
+        help=f"spec.schedulerName to serve, an RFC 1123 name (default {DEFAULT_NAME})",
+    )
     p.add_argument(
         "--leader-elect",
         nargs="?",
@@ -94,13 +109,16 @@ def _parser() -> _Parser:
         help="elect a leader with a coordination.k8s.io Lease (default off)",
     )
     p.add_argument(
-        "--leader-elect-namespace", help=f"namespace of the Lease (default {DEFAULT_NAMESPACE})"
+        "--leader-elect-namespace",
+        metavar="NAMESPACE",
+        help=f"namespace of the Lease (default {DEFAULT_NAMESPACE})",
     )
     p.add_argument(
         "--metrics-address",
+        metavar="HOST:PORT",
         help=f"HOST:PORT of /metrics, /healthz, /readyz (default {DEFAULT_METRICS})",
     )
-    p.add_argument("--log-format", help="text or json (default text)")
+    p.add_argument("--log-format", metavar="{text,json}", help="log line format (default text)")
     return p
 
 
@@ -151,7 +169,26 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
         raise ConfigError(f"--metrics-address: {exc}") from None
     if settings.kubeconfig is not None and not os.path.isfile(settings.kubeconfig):
         raise ConfigError(f"--kubeconfig: no such file: {settings.kubeconfig}")
+    for flag, name, label in (
+        ("--scheduler-name", settings.scheduler_name, False),
+        ("--leader-elect-namespace", settings.leader_elect_namespace, True),
+    ):
+        if (problem := name_problem(name, label=label)) is not None:
+            raise ConfigError(f"{flag}: {name!r}: {problem}")
     return settings
+
+
+def unreachable(kube: KubeClient, settings: RunSettings) -> str | None:
+    """One read before anything starts, so that an API server that cannot be reached is one
+    line naming it (instead of every informer's retries); None when it answered at all (any
+    HTTP status, even 403, will do)."""
+    try:
+        kube.get_lease(settings.leader_elect_namespace, settings.scheduler_name)
+    except ApiError as exc:
+        if exc.status == 0:
+            reason = str(exc).partition(": ")[2]
+            return f"API server {kube.api_client.configuration.host} unreachable: {reason}"
+    return None
 
 
 def _version() -> str:
@@ -205,10 +242,11 @@ class Runtime:
             self.reporter,
             self.fence,
             settings=loop,
+            preemption=cfg.preemption,
         )
         self.informers = [
             Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
-            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PODS)
+            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)
@@ -283,12 +321,17 @@ def run(
         settings = load(argv, environ)
         logsetup.configure(settings.log_format)
         kube = KubeClient.from_kubeconfig(settings.kubeconfig, settings.scheduler_name, identity())
-        runtime = Runtime(settings, kube)
+        why = unreachable(kube, settings)
+        runtime = Runtime(settings, kube) if why is None else None
     except ConfigError as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
     except Exception as exc:  # noqa: BLE001 (one line, never a traceback, for any start-up failure)
         sys.stderr.write(f"{PROG}: cannot start: {exc}\n")
+        return 1
+    if runtime is None:
+        sys.stderr.write(f"{PROG}: {why}\n")
+        kube.close()
         return 1
     if stop is None:
         stop = runtime.stop_event

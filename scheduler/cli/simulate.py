@@ -9,9 +9,7 @@ mode (`--mode events`, or `--tenants`) is the living-cluster replay (`scheduler.
 of node; `--shuffle-nodes` ranks the nodes by the seed in event mode (the protocol always does).
 
 Every flag can also be set with an environment variable `GPUTOPO_<FLAG>` (`GPUTOPO_POLICY=fgd`);
-a flag wins over the variable. `--config` is the scheduler config the `gputopo` policy uses
-(`default` is its alias). Before a run: the `--plot` target is checked, and a warning line says
-when jobs fit no node or the workload is too light to load the cluster (`scheduler.sim.feasible`).
+a flag wins over the variable. `--config` is the scheduler config the gputopo policy uses.
 """
 
 from __future__ import annotations
@@ -23,19 +21,18 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from agent import logsetup
+from agent.dispatch import version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
-from scheduler.cli.pipes import reader_gone
+from scheduler.cli.simulate_text import header, inputs_document, legend, mismatch_lines
 from scheduler.config import SchedulerConfig, load_config
+from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
-from scheduler.sim.feasible import never_placed, peak_demand_gpus
-from scheduler.sim.plot import PlotCaption, PlotError, check_plot_path, plot_runs
-from scheduler.sim.policies import ALIASES, POLICIES, policy_name
+from scheduler.sim.policies import POLICIES, canonical_policy
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.replay import (
     STUDY_LOAD,
@@ -46,11 +43,12 @@ from scheduler.sim.replay import (
     read_replay,
 )
 from scheduler.sim.report import (
-    format_header,
     format_table,
+    plot_problem,
+    plot_runs,
+    plot_title,
     replay_document,
     runs_document,
-    settings_line,
 )
 from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.trace import TraceError
@@ -66,20 +64,16 @@ from scheduler.sim.workload import (
 __all__ = ["main"]
 
 PROG = "gputopo-scheduler simulate"
-LIGHT_LOAD = 0.5  # warn when the workload never asks for this share of the GPUs at once
 log = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Replay a workload on a simulated cluster with the real placement code and "
-        "compare placement policies. Every figure is defined in scheduler/sim/README.md.",
+        description="Replay a workload on a simulated cluster with the real placement code.",
         epilog=f"Built-in clusters: {', '.join(builtin_names('cluster'))}; "
-        f"workloads: {', '.join(builtin_names('workload'))}. Policies: gputopo (the scheduler's "
-        "own scoring as shipped; alias: default), spread (LeastAllocated), bestfit, random, fgd "
-        "(the FGD paper's baselines). Each flag is also read from GPUTOPO_<FLAG> "
-        "(e.g. GPUTOPO_POLICY); a flag wins.",
+        f"workloads: {', '.join(builtin_names('workload'))}. "
+        "Each flag is also read from GPUTOPO_<FLAG> (e.g. GPUTOPO_POLICY).",
     )
     p.add_argument(
         "--cluster", help="built-in name, YAML file or trace node-list CSV (default: default)"
@@ -90,42 +84,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--policy",
-        help=f"comma-separated, from {','.join(POLICIES)} (default: all of them; "
-        f"{', '.join(f'{a} = {n}' for a, n in ALIASES.items())})",
+        help=f"comma-separated, from {','.join(POLICIES)}; gputopo is this scheduler, spread "
+        "the stock default-scheduler's LeastAllocated (default: all of them)",
     )
-    p.add_argument(
-        "--inflate",
-        help="protocol mode: arrived GPU demand / GPU capacity at which arrivals stop "
-        "(default: 1.3; giving it selects the protocol)",
-    )
+    p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default: 1.3)")
     p.add_argument("--seed", help="comma-separated seeds (default: 42)")
     p.add_argument(
         "--mode",
         choices=("auto", "protocol", "events"),
-        help="protocol: the FGD paper's (shuffle, inflate, each pod tried once, nothing "
-        "departs); events: arrivals, durations, gangs; auto: protocol for a trace pod list or "
-        "with --inflate, else events (default: auto)",
+        help="protocol for a trace pod list or with --inflate, else events (default: auto)",
     )
     p.add_argument(
         "--tenants",
         help="event mode: split the jobs over leaf queues t1..tN, one per percentage (e.g. "
         "40,30,20,10): min = that %% of the cluster's GPUs (rounded down); each job goes to a "
-        "tenant by a stable hash (SHA-256) of its name, evenly (same work, different "
-        "guarantees) (default: no queues)",
+        "tenant by a stable hash (SHA-256) of its name, evenly (same work, different guarantees; "
+        "default: no queues)",
     )
     p.add_argument(
         "--quota",
-        help="with --tenants: borrow (max unlimited) or hard (max = min) (default: borrow)",
+        help="with --tenants: borrow (max unlimited), hard (max = min), or borrow+reclaim "
+        "(borrow, and preemption and reclaim as the scheduler's `preemption:` defaults run "
+        "them) (default: borrow)",
     )
     p.add_argument(
         "--load",
         help="event-mode trace replay: K times the recorded arrival rate (arrival times / K; "
-        f"durations as recorded) (default: 1; the studies use {STUDY_LOAD:g})",
+        f"durations as recorded; the studies use {STUDY_LOAD:g}) (default: 1)",
     )
     p.add_argument(
         "--replay-start",
         help="event-mode trace replay: begin at this recorded second, from the pods running then "
-        f"(default: the first arrival; the studies use {STUDY_START})",
+        f"(the studies use {STUDY_START}) (default: the first arrival)",
     )
     p.add_argument(
         "--gang-window",
@@ -134,34 +124,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--node-share",
-        help="keep this share (0..1] of each kind of node (default: 1; the trace studies use "
-        f"{STUDY_NODES:g})",
+        help="keep this share (0..1] of each kind of node (default 1; the trace studies use "
+        f"{STUDY_NODES:g}) (default: 1)",
     )
     p.add_argument(
         "--shuffle-nodes",
         action="store_true",
-        help="event mode: rank the nodes by the seed, so ties fall on another node order per "
-        "seed (default: off; the protocol always does)",
+        help="event mode: rank the nodes by the seed, so ties fall on another node order per seed "
+        "(default: the given order)",
     )
     p.add_argument(
         "--config",
-        help="scheduler config file for the gputopo policy (default: the shipped "
-        "scheduler/default-config.yaml)",
+        help="scheduler config file for the gputopo policy (default: the shipped scoring)",
     )
     p.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON document: the inputs and one entry per policy and seed "
-        "(default: a table)",
+        help="print every run as one JSON document (scheduler/sim/README.md defines its fields) "
+        "instead of the table (default: the table)",
     )
     p.add_argument(
         "--plot",
-        metavar="FILE",
-        help="also write a plot (.png, .svg or .pdf; needs the plot extra: pip install "
-        "'gputopo[plot]'): allocation vs arrived demand (protocol), allocation and "
-        "fragmentation vs time (events) (default: none)",
+        help="write a PNG: allocation vs arrived demand (protocol), allocation and fragmentation "
+        "vs time (events); .png, .pdf or .svg (default: no plot)",
     )
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="(default: text)")
+    p.add_argument("--version", action="version", version=version_line(PROG))
     return p
 
 
@@ -185,11 +173,11 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES and p not in ALIASES]
+    names = [canonical_policy(p.strip()) for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise UsageError(f"--policy: unknown {unknown or text!r} (known: {', '.join(POLICIES)})")
-    return list(dict.fromkeys(policy_name(p) for p in names))
+    return list(dict.fromkeys(names))
 
 
 def _inflate(text: str) -> float:
@@ -229,7 +217,12 @@ class Settings:
     config: str
     plot: str
     tenants: list[int] | None = None
-    hard_quota: bool = False
+    quota: str = "borrow"  # borrow | hard | borrow+reclaim
+
+    @property
+    def hard_quota(self) -> bool:
+        return self.quota == "hard"
+
     load: float = 1.0
     replay_start: int | None = None
     gang_window: float | None = None
@@ -253,6 +246,7 @@ def _run_all(
                     config=config,
                     progress=progress,
                     shuffle_nodes=settings.shuffle_nodes,
+                    preemption=PreemptionSettings() if settings.quota == "borrow+reclaim" else None,
                 )
             else:
                 run = run_protocol(
@@ -306,10 +300,13 @@ def _replay_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> di
     }
 
 
-def _quota(text: str) -> bool:
-    if text not in ("borrow", "hard"):
-        raise UsageError(f"--quota: must be borrow or hard, got {text!r}")
-    return text == "hard"
+QUOTAS = ("borrow", "hard", "borrow+reclaim")
+
+
+def _quota(text: str) -> str:
+    if text not in QUOTAS:
+        raise UsageError(f"--quota: must be one of {', '.join(QUOTAS)}, got {text!r}")
+    return text
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -332,7 +329,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         config=_setting(args, "config", environ, ""),
         plot=_setting(args, "plot", environ, ""),
         tenants=_tenants(tenants_text, mode),
-        hard_quota=_quota(_setting(args, "quota", environ, "borrow")),
+        quota=_quota(_setting(args, "quota", environ, "borrow")),
         **_replay_settings(args, environ),
     )
 
@@ -360,126 +357,41 @@ def _inputs(settings: Settings) -> tuple[ClusterSpec, Workload, Replay | None]:
     return spec, replay.workload, replay
 
 
-def _inputs_document(
-    settings: Settings, spec: ClusterSpec, workload: Workload, replay: Replay | None
-) -> dict[str, Any]:
-    """What was run, as the header prints it and the JSON records it (`inputs`)."""
-    events = settings.mode == "events"
-    doc: dict[str, Any] = {
-        "cluster": {
-            "source": _source(settings.cluster, spec.source, "cluster"),
-            "nodes": sum(g.count for g in spec.groups),
-            "gpus": spec.gpu_count,
-        },
-        "workload": {
-            "source": _source(settings.workload, workload.source, "workload"),
-            "jobs": len(workload.jobs),
-            "pods": sum(j.replicas for j in workload.jobs),
-        },
-        "policies": list(settings.policies),
-        "seeds": list(settings.seeds),
-        "mode": settings.mode,
-        "inflate": None if events else settings.inflate,
-        "shuffleNodes": settings.shuffle_nodes if events else True,
-        "config": settings.config or None,
-        "tenants": settings.tenants,
-        "quota": None
-        if settings.tenants is None
-        else ("hard" if settings.hard_quota else "borrow"),
-        "version": _version(),
-    }
-    if replay is not None:
-        doc["replay"] = {
-            "load": settings.load,
-            "start": settings.replay_start,
-            "gangWindow": settings.gang_window,
-            "nodeShare": settings.node_share,
-        }
-    return doc
-
-
-def _source(ref: str, source: str, kind: str) -> str:
-    return f"{ref} (built-in)" if ref in builtin_names(kind) else source
-
-
-def _version() -> str:
-    try:
-        return metadata.version("gputopo")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _warnings(settings: Settings, spec: ClusterSpec, workload: Workload) -> list[str]:
-    """Lines saying what the run will not show: jobs no node can hold, a workload too light."""
-    lines = []
-    misfits = never_placed(spec, workload)
-    if misfits:
-        lines.append(misfits)
-    if settings.mode == "events" and spec.gpu_count:
-        peak = peak_demand_gpus(workload)
-        if peak < LIGHT_LOAD * spec.gpu_count:
-            hint = (
-                f"raise --load (the studies: --load {STUDY_LOAD:g} --replay-start "
-                f"{STUDY_START} --node-share {STUDY_NODES:g})"
-                if settings.workload.endswith(".csv")
-                else "use a smaller cluster or a heavier workload"
-            )
-            lines.append(
-                f"the workload never asks for more than {peak:,.1f} of the cluster's "
-                f"{spec.gpu_count:,} GPUs at once ({100 * peak / spec.gpu_count:.1f} %), so "
-                f"allocation stays low and the policies barely differ: {hint}"
-            )
-    return lines
-
-
-def _plot_caption(inputs: Mapping[str, Any]) -> PlotCaption:
-    return PlotCaption(
-        cluster=Path(inputs["cluster"]["source"]).name,
-        workload=Path(inputs["workload"]["source"]).name,
-        settings=settings_line(inputs),
-    )
-
-
-def _simulate(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
-    """Run what the flags say; the text to print."""
-    settings = _settings(args, environ)
-    if settings.plot:
-        check_plot_path(Path(settings.plot))
-    config = load_config(settings.config) if settings.config else None
-    spec, workload, replay = _inputs(settings)
-    if not spec.groups or not workload.jobs:
-        raise UsageError("the cluster has no nodes or the workload has no jobs")
-    if settings.tenants is not None:
-        workload = _split(workload, spec, settings.tenants, settings.hard_quota)
-    for line in _warnings(settings, spec, workload):
-        sys.stderr.write(f"{PROG}: warning: {line}\n")
-    inputs = _inputs_document(settings, spec, workload, replay)
-    runs = _run_all(spec, workload, settings, config)
-    if settings.plot:
-        plot_runs(runs, Path(settings.plot), _plot_caption(inputs))
-    if args.json:
-        return json.dumps(runs_document(runs, replay, inputs), indent=2) + "\n"
-    text = format_header(inputs)
-    if replay is not None:
-        text += _replay_line(replay)
-    return text + format_table(runs)
-
-
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     args = _parser().parse_args(list(argv))
     logsetup.configure(args.log_format, logging.WARNING)
     try:
-        text = _simulate(args, os.environ if environ is None else environ)
-    except (UsageError, WorkloadError, TraceError, AgentError, PlotError) as exc:
+        settings = _settings(args, os.environ if environ is None else environ)
+        if settings.plot and (problem := plot_problem(Path(settings.plot))):
+            raise UsageError(f"--plot: {problem}")
+        config = load_config(settings.config) if settings.config else None
+        spec, workload, replay = _inputs(settings)
+        if not spec.groups or not workload.jobs:
+            raise UsageError("the cluster has no nodes or the workload has no jobs")
+        if settings.tenants is not None:
+            workload = _split(workload, spec, settings.tenants, settings.hard_quota)
+        inputs = inputs_document(settings, spec, workload)
+        for line in mismatch_lines(spec, workload):
+            sys.stderr.write(f"{PROG}: {line}\n")
+        runs = _run_all(spec, workload, settings, config)
+        if settings.plot:
+            plot_runs(runs, Path(settings.plot), title=plot_title(inputs))
+    except (UsageError, WorkloadError, TraceError, AgentError) as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
-    with reader_gone() as gone:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return gone.exit_code
+    if args.json:
+        document = {"inputs": inputs, **runs_document(runs, replay)}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write(header(inputs))
+        if replay is not None:
+            sys.stdout.write(_replay_line(replay))
+        sys.stdout.write(format_table(runs))
+        sys.stdout.write(legend(settings.mode == "events"))
+    return 0
 
 
 def _replay_line(replay: Replay) -> str:

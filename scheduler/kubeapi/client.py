@@ -121,6 +121,9 @@ NRTS = Kind(nrt.PLURAL, nrt.GROUP, nrt.VERSION, nrt.PLURAL)
 PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 QUEUES = Kind(QUEUE_PLURAL, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
 ELASTIC_QUOTAS = Kind("elasticquotas", PODGROUP_GROUP, "v1alpha1", "elasticquotas")
+PDBS = Kind("poddisruptionbudgets", "policy", "v1", "poddisruptionbudgets")
+DISRUPTION_TARGET = "DisruptionTarget"  # the pod condition a victim gets before its deletion
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"  # its reason when a scheduler preempts
 
 
 class KubeClient:
@@ -210,20 +213,51 @@ class KubeClient:
 
     def set_pod_scheduled_false(self, namespace: str, name: str, reason: str, message: str) -> None:
         """Set the pod's `PodScheduled=False` condition with `reason` and `message`."""
+        self._pod_condition(namespace, name, "PodScheduled", "False", reason, message)
+
+    def mark_disruption_target(self, namespace: str, name: str, message: str) -> None:
+        """Condition `DisruptionTarget=True` (reason `PreemptionByScheduler`) on `pods/status`,
+        as kube-scheduler writes it before deleting a victim."""
+        self._pod_condition(
+            namespace, name, DISRUPTION_TARGET, "True", PREEMPTION_BY_SCHEDULER, message
+        )
+
+    def _pod_condition(
+        self, namespace: str, name: str, kind: str, status: str, reason: str, message: str
+    ) -> None:
+        """One condition on `pods/status` (a strategic merge joins it to the others by type)."""
         condition = {
-            "type": "PodScheduled",
-            "status": "False",
+            "type": kind,
+            "status": status,
             "reason": reason,
             "message": message,
             "lastTransitionTime": now_rfc3339(),
         }
+        self._patch_pod_status(namespace, name, {"conditions": [condition]})
+
+    def _patch_pod_status(self, namespace: str, name: str, status: Obj) -> None:
         self._send(
             "PATCH",
             f"/api/v1/namespaces/{_path(namespace)}/pods/{_path(name)}/status",
-            {"status": {"conditions": [condition]}},
+            {"status": dict(status)},
             SMP,
             f"patch pod {object_key(namespace, name)} status",
         )
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod with its own grace period (`terminationGracePeriodSeconds`), only if it
+        is still the pod `uid` (a precondition: a new pod of the same name is left alone)."""
+        self._send(
+            "DELETE",
+            f"/api/v1/namespaces/{_path(namespace)}/pods/{_path(name)}",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+            "application/json",
+            f"delete pod {object_key(namespace, name)}",
+        )
+
+    def set_nominated_node(self, namespace: str, name: str, node: str | None) -> None:
+        """Set (or, with None, clear) the pod's `status.nominatedNodeName`."""
+        self._patch_pod_status(namespace, name, {"nominatedNodeName": node})
 
     def _send(self, method: str, path: str, body: Obj, content_type: str, operation: str) -> None:
         """One write through the client's connection pool, with the client's headers and

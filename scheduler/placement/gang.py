@@ -14,6 +14,7 @@ covers the gang's GPU demand, then the label value. Nodes without the label belo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -57,8 +58,10 @@ def place_gang(
     *,
     topology: TopologyConstraint | None = None,
     min_resources: Mapping[str, int] | None = None,
+    excluded: AbstractSet[str] | None = None,
 ) -> GangPlacement:
-    """Place every pod of `pods` or none on `placer.snapshot`, which is unchanged on return.
+    """Place every pod of `pods` or none on `placer.snapshot`, which is unchanged on return;
+    never on `excluded` (nodes held for other pods).
 
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
@@ -71,16 +74,16 @@ def place_gang(
         )
     ordered = sorted(pods, key=_size_key)
     if topology is None:
-        return _place_in(ordered, placer, None, None, explain=True)
+        return _place_in(ordered, placer, (None, excluded), None, explain=True)
     domains = _ordered_domains(snapshot, topology.label, ordered)
     last: GangPlacement | None = None
     for value, names in domains:
-        result = _place_in(ordered, placer, names, value, explain=False)
+        result = _place_in(ordered, placer, (names, excluded), value, explain=False)
         if result.ok:
             return result
         last = last or result
     if not topology.required:
-        return _place_in(ordered, placer, None, None, explain=True)
+        return _place_in(ordered, placer, (None, excluded), None, explain=True)
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return GangPlacement(
@@ -93,19 +96,21 @@ def place_gang(
 def _place_in(
     ordered: Sequence[PodRequest],
     placer: Placer,
-    allowed: frozenset[str] | None,
+    where: tuple[frozenset[str] | None, AbstractSet[str] | None],
     domain: str | None,
     *,
     explain: bool,
 ) -> GangPlacement:
+    """`where`: (allowed, excluded) nodes."""
     snapshot = placer.snapshot
+    allowed, excluded = where
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
     try:
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = placer.decide(pod, allowed=allowed, explain=explain)
+            decision = placer.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
             if decision.assignment is None:
                 return GangPlacement(
                     ok=False, reason=decision.message(), failed=decision, domain=domain

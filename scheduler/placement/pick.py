@@ -26,6 +26,7 @@ from .scores import Scoring
 from .snapshot import Snapshot
 
 __all__ = [
+    "REASON_HELD",
     "REASON_OUTSIDE_DOMAIN",
     "Decision",
     "Rejection",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 REASON_OUTSIDE_DOMAIN = "node(s) outside the pod group's topology domain"
+REASON_HELD = "node(s) held for another pod (nomination or starvation hold)"
 _NO_REASONS: Mapping[str, int] = MappingProxyType({})
 
 Rejection = Callable[[NodeState], tuple[str, ...]]
@@ -69,14 +71,20 @@ def format_reasons(nodes_total: int, reasons: Mapping[str, int]) -> str:
 
 
 def count_reasons(
-    nodes: Iterable[NodeState], allowed: AbstractSet[str] | None, rejection: Rejection
+    nodes: Iterable[NodeState],
+    allowed: AbstractSet[str] | None,
+    rejection: Rejection,
+    excluded: AbstractSet[str] | None = None,
 ) -> dict[str, int]:
     """How many of `nodes` reject the pod for each reason: a node outside `allowed` because of
-    the domain, any other for the reasons `rejection` gives."""
+    the domain, one in `excluded` because it is held, any other for the reasons `rejection`
+    gives."""
     reasons: dict[str, int] = {}
     for node in nodes:
         if allowed is not None and node.name not in allowed:
             found: tuple[str, ...] = (REASON_OUTSIDE_DOMAIN,)
+        elif excluded is not None and node.name in excluded:
+            found = (REASON_HELD,)
         else:
             found = rejection(node)
         for reason in found:
@@ -97,8 +105,10 @@ def pick(
     allowed: AbstractSet[str] | None = None,
     explain: bool = True,
     cache: VerdictCache | None = None,
+    excluded: AbstractSet[str] | None = None,
 ) -> Decision:
-    """The best node for `pod` among `allowed` (default: all nodes). The snapshot is not changed.
+    """The best node for `pod` among `allowed` (default: all nodes) but `excluded` (nodes held
+    for other pods, DESIGN §11). The snapshot is not changed.
 
     When nothing fits and `explain` is set, every node is filtered for the reasons (O(nodes));
     without it the reasons cover only the candidates examined. Learning scores see the pod first
@@ -116,7 +126,7 @@ def pick(
     scoring.observe(pod)
     reasons: dict[str, int] = {}
     verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None
-    best = _best_candidate(pod, snapshot, scoring, allowed, reasons, verdicts)
+    best = _best_candidate(pod, snapshot, scoring, (allowed, excluded), reasons, verdicts)
     if best is not None:
         rank, _name, assignment = best
         return Decision(
@@ -124,7 +134,10 @@ def pick(
         )
     if explain:
         reasons = count_reasons(
-            snapshot.nodes.values(), allowed, lambda node: filter_node(pod, node).reasons
+            snapshot.nodes.values(),
+            allowed,
+            lambda node: filter_node(pod, node).reasons,
+            excluded,
         )
     return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
@@ -172,15 +185,20 @@ def _best_candidate(
     pod: PodRequest,
     snapshot: Snapshot,
     scoring: Scoring,
-    allowed: AbstractSet[str] | None,
+    where: tuple[AbstractSet[str] | None, AbstractSet[str] | None],
     reasons: dict[str, int],
     verdicts: dict[str, _Verdict] | None,
 ) -> _Best | None:
-    """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections."""
+    """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections.
+    `where`: (allowed, excluded) nodes."""
     best: _Best | None = None
     feasible = 0
     limit = scoring.candidate_limit
+    allowed, excluded = where
     for node in snapshot.candidates(pod, allowed):
+        if excluded is not None and node.name in excluded:
+            reasons[REASON_HELD] = reasons.get(REASON_HELD, 0) + 1
+            continue
         verdict = verdicts.get(node.name) if verdicts is not None else None
         if verdict is None:
             verdict = _verdict(pod, node, scoring)

@@ -52,9 +52,15 @@ class Placer:
         return self._scoring
 
     def decide(
-        self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
+        self,
+        pod: PodRequest,
+        *,
+        allowed: AbstractSet[str] | None = None,
+        explain: bool = True,
+        excluded: AbstractSet[str] | None = None,
     ) -> Decision:
-        """The best node for `pod` among `allowed` (default: all nodes); the snapshot is unchanged.
+        """The best node for `pod` among `allowed` (default: all nodes) but `excluded` (nodes
+        held for other pods: `Nominations.blocked`); the snapshot is unchanged.
 
         When nothing fits, `reasons` counts every node's reason with `explain`, else only the
         candidates' (cheaper); when a node is found they may be left out. Learning scores see
@@ -69,8 +75,9 @@ class Placer:
                 allowed=allowed,
                 explain=explain,
                 cache=self._cache,
+                excluded=excluded,
             )
-        return memo.decide(pod, allowed=allowed, explain=explain)
+        return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
 
     def best_assignment(self, pod: PodRequest) -> Assignment | None:
         """`decide(pod).assignment`, without the reasons `decide` counts when nothing fits (the

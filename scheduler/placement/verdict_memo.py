@@ -75,14 +75,23 @@ class VerdictMemo:
 
     # -- decisions -------------------------------------------------------------------------------
     def decide(
-        self, pod: PodRequest, *, allowed: AbstractSet[str] | None = None, explain: bool = True
+        self,
+        pod: PodRequest,
+        *,
+        allowed: AbstractSet[str] | None = None,
+        explain: bool = True,
+        excluded: AbstractSet[str] | None = None,
     ) -> Decision:
-        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain)` for a supported pod:
-        the same node, devices and score, and the same reasons when nothing fits (none when
-        something does). An unsupported pod is the caller's (the `Placer` hands it to `pick`)."""
+        """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain, excluded=excluded)`
+        for a supported pod: the same node, devices and score, and the same reasons when nothing
+        fits (none when something does). An unsupported pod is the caller's (the `Placer` hands
+        it to `pick`). `excluded` costs O(its nodes) plus one vector operation."""
         total = len(self._snapshot)
         verdicts = self._refresh(pod)
         mask = None if allowed is None else self._allowed_mask(allowed)
+        if excluded:
+            held = self._nodes.mask(excluded)
+            mask = ~held if mask is None else mask & ~held
         best = self._best(pod, verdicts, mask)
         if best is not None:
             return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
@@ -90,7 +99,7 @@ class VerdictMemo:
             nodes: Iterable[NodeState] = self._snapshot.nodes.values()
         else:
             nodes = self._snapshot.candidates(pod, allowed)
-        reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts))
+        reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts), excluded)
         return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
     def best(self, pod: PodRequest) -> Assignment | None:

@@ -3,8 +3,15 @@ bookkeeping of nominations and starvation holds, shared by the scheduler runtime
 
 Standard library, `scheduler.quota` and `scheduler.placement` only; no I/O, no clock (the caller
 passes times in).
+
+Modules, bottom up: `model` (the plain data in and out), `index` (running units, kept by the
+caller), `budgets` (PodDisruptionBudgets counted), `eligibility` (who may evict whom), `ledger`
+(quota with victims taken out), `candidates` (the cheap bound), `reprieve` (greedy then reprieve
+on one node or node set), `search` (`find_victims`), `nominations` (capacity held for a unit
+after a preemption or while it starves), `starvation` (where a starving unit's hold goes).
 """
 
+from .index import RunningIndex
 from .model import (
     Budget,
     Eviction,
@@ -15,14 +22,21 @@ from .model import (
     VictimChoice,
     VictimReason,
 )
+from .nominations import Nominations
+from .search import find_victims
+from .starvation import starvation_nodes
 
 __all__ = [
     "Budget",
     "Eviction",
     "NoChoice",
+    "Nominations",
     "PreemptionSettings",
     "Preemptor",
     "Running",
+    "RunningIndex",
     "VictimChoice",
     "VictimReason",
+    "find_victims",
+    "starvation_nodes",
 ]

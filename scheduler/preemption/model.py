@@ -119,7 +119,10 @@ class VictimChoice:
 class NoChoice:
     """No victim set lets U start; `reason` says why in one line (it is shown on U), e.g.
     `preemption: evicting every lower-priority pod would still not fit the pod group` or
-    `preemption: every victim set violates PodDisruptionBudget ns/name (pdb: required)`."""
+    `preemption: every victim set violates PodDisruptionBudget ns/name (pdb: required)`.
+    `nothing_eligible`: no unit may be evicted for U at all (the runtime then shows nothing about
+    preemption on U: the plain reason it waits says it all)."""
 
     reason: str
     budgets: tuple[str, ...] = field(default=())
+    nothing_eligible: bool = False

@@ -8,7 +8,7 @@ validated tree), `usage` (subtree usage from charged pods), `resolve` (which que
 `admission` (max at every level, within guarantee), `order` (which queue next; fair share).
 """
 
-from .admission import admission_problem, queue_problem, within_guarantee
+from .admission import admission_problem, admission_problem_of, queue_problem, within_guarantee
 from .amounts import (
     Amounts,
     add_into,
@@ -45,6 +45,7 @@ __all__ = [
     "Usage",
     "add_into",
     "admission_problem",
+    "admission_problem_of",
     "allocatable_amounts",
     "below_min",
     "choose_leaf",

@@ -3,12 +3,14 @@ its guarantee (DESIGN §10). Pure functions over the tree and the usage."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from scheduler.quota.amounts import Amounts, format_amount
 from scheduler.quota.spec import DEFAULT_QUEUE
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
 
-__all__ = ["admission_problem", "queue_problem", "within_guarantee"]
+__all__ = ["admission_problem", "admission_problem_of", "queue_problem", "within_guarantee"]
 
 
 def queue_problem(tree: QuotaTree, leaf: str) -> str | None:
@@ -31,11 +33,19 @@ def queue_problem(tree: QuotaTree, leaf: str) -> str | None:
 def admission_problem(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) -> str | None:
     """None when `demand` fits under every max on `leaf`'s path, else the first breach, e.g.
     `queue team-a: nvidia.com/gpu 14 used + 4 requested > max 16`."""
+    return admission_problem_of(tree, usage.used, leaf, demand)
+
+
+def admission_problem_of(
+    tree: QuotaTree, used_of: Callable[[str], Mapping[str, int]], leaf: str, demand: Amounts
+) -> str | None:
+    """`admission_problem` against what `used_of(queue)` says each queue uses: the victim search
+    asks it with the victims' usage taken out, without changing the shared `Usage`."""
     for queue in tree.paths[leaf]:
         limits = tree.specs[queue].max
         if not limits:
             continue
-        used = usage.used(queue)
+        used = used_of(queue)
         for resource, asked in demand.items():
             limit = limits.get(resource)
             if limit is not None and used.get(resource, 0) + asked > limit:

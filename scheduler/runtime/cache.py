@@ -23,10 +23,12 @@ from agent.nrt import DecodedTopology, decode
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import Assignment, Snapshot, TopologyConstraint
+from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
 from scheduler.runtime.podinfo import PodInfo, read_pod
 from scheduler.runtime.podspec import resource_list
 from scheduler.runtime.queuebook import QueueBook
+from scheduler.runtime.running import RunningUnits
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,8 @@ class ClusterCache:
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
         self.queues = QueueBook()
+        self.running = RunningUnits(self.snapshot)
+        self.budgets = BudgetBook()
 
     # -- pods ------------------------------------------------------------------------------
     def read_pod(self, obj: Obj) -> PodInfo:
@@ -170,7 +174,7 @@ class ClusterCache:
         if old is not None:
             self._index_group(old, None)
             self._move(key, old, None)
-            self._charge(key)
+            self._charge(key, gone=old)
         return old
 
     def _index_group(self, old: PodInfo | None, new: PodInfo | None) -> None:
@@ -256,13 +260,53 @@ class ClusterCache:
         if info is None:
             self.snapshot.remove_node(name)
             return
-        pods = [self.pods[k] for k in sorted(self._node_pods.get(name, ()))]
+        keys = sorted(self._node_pods.get(name, ()))
+        pods = [self.pods[k] for k in keys]
+        new = name not in self.snapshot
         self.snapshot.add_node(build_node_state(info, self.nrts.get(name), pods, self._selectors))
+        if new:  # pods seen before their node: their running units read their places now
+            self.running.moved(keys)
+            for key in keys:
+                self._track(key, self.pods[key], None)
 
     # -- queues ----------------------------------------------------------------------------
-    def _charge(self, key: ObjectKey) -> None:
+    def _charge(self, key: ObjectKey, gone: PodInfo | None = None) -> None:
+        """Charge the pod to its queue and keep its running unit current (`gone`: the pod as
+        it was, when it was just deleted)."""
         info = self.pods.get(key)
         self.queues.charge(key, info, self.group_obj(info))
+        self._track(key, info, gone)
+        seen = info or gone
+        if seen is not None:
+            self.budgets.on_pod(key, info, seen.namespace)
+
+    def _track(self, key: ObjectKey, info: PodInfo | None, gone: PodInfo | None) -> None:
+        seen = info or gone
+        gkey = None if seen is None else seen.group_key
+        if gkey is None:
+            self.running.track_pod(key, info, self._leaf)
+            return
+        group = self.groups.get(gkey)
+        min_member = group.min_member if group is not None and not group.error else 1
+        members = self.members(gkey)
+        self.running.track_gang(
+            gkey, members, min_member, self._leaf, key if info is None else None
+        )
+
+    def _leaf(self, info: PodInfo) -> str:
+        return self.leaf_of(info)[0]
+
+    def doom(self, keys: list[ObjectKey]) -> None:
+        """`keys` were chosen as victims: no longer in any running unit."""
+        self.running.doom(keys)
+        for key in keys:
+            self._track(key, self.pods.get(key), None)
+
+    def spare(self, keys: list[ObjectKey]) -> None:
+        """The eviction of `keys` failed: they may be chosen again."""
+        self.running.spare(keys)
+        for key in keys:
+            self._track(key, self.pods.get(key), None)
 
     def group_obj(self, info: PodInfo | None) -> Obj | None:
         """The PodGroup object of `info`'s gang (None: no gang, or not seen yet)."""
@@ -286,6 +330,7 @@ class ClusterCache:
 
     def recharge_all(self) -> None:
         self.queues.restart_usage()
+        self.running.invalidate()
         for key in self.pods:
             self._charge(key)
 
@@ -298,7 +343,8 @@ class ClusterCache:
         group = parse_group(obj, default_timeout=self._gang_timeout, levels=self._levels)
         old = self.groups.get(group.key)
         self.groups[group.key] = group
-        if old is None or _labels(old.obj) != _labels(obj):  # the gang's queue may have moved
+        moved = old is None or _labels(old.obj) != _labels(obj)  # the gang's queue may have moved
+        if moved or old is None or old.min_member != group.min_member:
             for key in self._group_pods.get(group.key, ()):
                 self._charge(key)
         return group
@@ -324,6 +370,8 @@ class ClusterCache:
             return list(self.queues.queue_objs)
         if kind == "elasticquotas":
             return list(self.queues.quota_objs)
+        if kind == "poddisruptionbudgets":
+            return self.budgets.keys()
         return list(self.groups)
 
     def node_pod_keys(self, name: str) -> set[ObjectKey]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ from scheduler.runtime.gangstatus import (
     holds_place,
 )
 from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.queueing import QueueGate
@@ -82,14 +84,18 @@ class GangTracker:
         clock: Callable[[], float],
         mark: Marker,
         precheck: Precheck,
+        may_preempt: Callable[[PodInfo, str], bool],
         live_placer: LivePlacer,
         quota: QueueGate,
+        preemption: Preemption,
     ) -> None:
         """`live_placer`: the Placer bound to the cache's live snapshot (called under the lock);
-        `quota`: the gang's queue admits its pending members (summed) before they are placed."""
+        `quota`: the gang's queue admits its pending members (summed) before they are placed;
+        `preemption`: what a gang that cannot start may evict, and the nodes held for others."""
         self._cache, self._queue, self._reporter = cache, queue, reporter
         self._metrics, self._clock, self._mark, self._precheck = metrics, clock, mark, precheck
-        self._live_placer, self._quota = live_placer, quota
+        self._may_preempt = may_preempt
+        self._live_placer, self._quota, self._preemption = live_placer, quota, preemption
         self._states: dict[ObjectKey, GangState] = {}
 
     # -- intake ----------------------------------------------------------------------------
@@ -157,13 +163,20 @@ class GangTracker:
             if not pending:
                 self._queue.done(unit)
                 return ""
-            blocked = self._blocked(gkey, group, members, pending) or self._quota.problem(pending)
+            blocked = self._blocked(gkey, group, members, pending)
             if blocked is not None or group is None:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
-            placed, left = self._place(group, members, pending, self._live_placer())
+            quota = self._quota.problem(pending)
+            if quota is not None:
+                return self._unfit(unit, pending, group, quota, admitted=False)
+            priority = max(m.request.priority for m in pending)
+            excluded = self._preemption.excluded(unit, priority)
+            placed, left = self._place(group, members, pending, excluded)
             if not placed:
-                return self._park(unit, pending, "unschedulable", left)
+                failure = ("unschedulable", left)
+                return self._unfit(unit, pending, group, failure, admitted=True)
+            self._preemption.placed(unit)
             state = self._state(group)
             if state.bind_started is None:
                 state.bind_started = self._clock()
@@ -176,6 +189,25 @@ class GangTracker:
             self.report(gkey)
         bind(unit, placed)
         return "scheduled"
+
+    def _unfit(
+        self,
+        unit: UnitKey,
+        pending: list[PodInfo],
+        group: GroupInfo,
+        problem: tuple[str, str],
+        *,
+        admitted: bool,
+    ) -> str:
+        """The gang cannot start (capacity, or a max on its path): it may preempt. A gang with
+        `minMember` bound places its extra members alone and never preempts for them."""
+        category, message = problem
+        bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
+        if bound < group.min_member and self._may_preempt(pending[0], category):
+            message = self._preemption.unfit(
+                unit, pending, group, message, admitted=admitted, live=self._live_placer()
+            )
+        return self._park(unit, pending, category, message)
 
     def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
         self._mark(pending, message, category)
@@ -216,19 +248,20 @@ class GangTracker:
         group: GroupInfo,
         members: Sequence[PodInfo],
         pending: list[PodInfo],
-        placer: Placer,
+        excluded: AbstractSet[str] | None,
     ) -> tuple[Binds, str]:
         """Place and assume pending members: (what was placed, why the others were not).
 
         Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
-        member on its own.
+        member on its own; never on `excluded` (nodes held for other units).
         """
+        placer = self._live_placer()
         bound = sum(1 for m in members if holds_place(m))
         placed: Binds = []
         if bound >= group.min_member:
             why = ""
             for info in pending:
-                decision = placer.decide(info.request)
+                decision = placer.decide(info.request, excluded=excluded)
                 if decision.assignment is None:
                     why = why or decision.message()
                     continue
@@ -240,6 +273,7 @@ class GangTracker:
             placer,
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
+            excluded=excluded,
         )
         if not result.ok:
             return [], result.reason

@@ -9,6 +9,9 @@ bound + pending reach `minMember`; only if every one fits are they assumed and b
 parallel). Nothing is reserved while a gang waits. A failed bind is retried on the same node, then
 the member is forgotten and the gang re-placed, until `scheduleTimeoutSeconds` after its first
 bind; then the group gets the event `GangPartiallyBound` and phase `Failed` (see `gangs`).
+
+A unit refused for capacity or a queue's max goes to `nominating.Preemption` (DESIGN §11), which
+may evict for it and keeps the nodes held for nominated units out of other units' placement.
 """
 
 from __future__ import annotations
@@ -26,19 +29,23 @@ from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Placer, Scoring
+from scheduler.preemption import PreemptionSettings
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo, read_pod
+from scheduler.runtime.podinfo import PodInfo, admission_rejection, read_pod
 from scheduler.runtime.podspec import claim_names, volume_problem
 from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
+from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
 
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
+PDBS = "poddisruptionbudgets"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +94,7 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.monotonic,
         settings: LoopSettings | None = None,
+        preemption: PreemptionSettings | None = None,
     ) -> None:
         self._kube, self.cache, self.queue, self._scoring = kube, cache, queue, scoring
         self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
@@ -96,6 +104,16 @@ class Scheduler:
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
+        self.preemption = Preemption(
+            cache,
+            kube,
+            fence,
+            reporter,
+            metrics,
+            preemption or PreemptionSettings(),
+            clock,
+            queue.move_all_to_active,
+        )
         self.gangs = GangTracker(
             cache,
             queue,
@@ -104,8 +122,10 @@ class Scheduler:
             clock,
             self.unschedulable,
             self.precheck,
+            self.unfit_may_preempt,
             self._live_placer,
             self.quota,
+            self.preemption,
         )
         self._modes: tuple[float, dict[str, str]] | None = None
 
@@ -116,6 +136,9 @@ class Scheduler:
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
                     self._requeue_all()
+                return
+            if kind == PDBS:
+                self.cache.budgets.replace(items, self.cache.pods.values())
                 return
             before = set(self.cache.keys_of(kind))
             seen = set()
@@ -148,6 +171,8 @@ class Scheduler:
             self.gangs.on_group(etype, obj)
         elif kind in (QUEUES, ELASTIC_QUOTAS) and self.quota.on_queue(kind, etype, obj):
             self._requeue_all()
+        elif kind == PDBS:
+            self.cache.budgets.apply(etype, obj, self.cache.pods.values())
 
     def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
@@ -160,6 +185,11 @@ class Scheduler:
             self._reasons.pop(key, None)
         if new is None and old is not None:
             self._reporter.forget(old.obj)
+        if old is not None and not old.terminal and (new is None or new.terminal):
+            self.preemption.pod_gone(old)
+            rejected = None if new is None or not new.ours else admission_rejection(new.obj)
+            if rejected is not None:
+                self._metrics.admission_rejections.labels(reason=rejected).inc()
         if (
             old is not None
             and old.counted
@@ -218,15 +248,22 @@ class Scheduler:
     def run(self, stop: threading.Event) -> None:
         """Schedule until `stop`; only while the fence allows binding (the leader)."""
         last_housekeeping = last_queue_report = 0.0
+        leading = False
         while not stop.is_set():
             if not self._fence.may_bind():
+                leading = False
                 stop.wait(self._settings.idle_wait)
                 continue
+            if not leading:  # (again) the leader: take over the nominations the API shows
+                leading = True
+                with self.cache.lock:
+                    self.preemption.recover()
             self.schedule_next(self._settings.idle_wait)
             if self._clock() - last_housekeeping >= 1.0:
                 last_housekeeping = self._clock()
                 with self.cache.lock:
                     self.gangs.check_timeouts()
+                    self.preemption.tick()
             if self._clock() - last_queue_report >= self._settings.queue_status_period:
                 last_queue_report = self._clock()
                 with self.cache.lock:
@@ -263,20 +300,45 @@ class Scheduler:
             if info is None or not info.pending or info.gated:
                 self.queue.done(unit)
                 return ""
-            problem = self.precheck(info) or volumes or self.quota.problem([info])
+            problem = self.precheck(info) or volumes
             if problem:
-                self.unschedulable([info], problem[1], problem[0])
-                self.queue.unschedulable(unit)
-                return "unschedulable"
-            decision = self._live_placer().decide(info.request)
+                return self._refuse(unit, info, *problem)
+            problem = self.quota.problem([info])
+            if problem:
+                return self._refuse(unit, info, *problem, admitted=False)
+            priority = info.request.priority
+            excluded = self.preemption.excluded(unit, priority)
+            decision = self._live_placer().decide(info.request, excluded=excluded)
             if decision.assignment is None:
-                self.unschedulable([info], decision.message(), "unschedulable")
-                self.queue.unschedulable(unit)
-                return "unschedulable"
+                return self._refuse(unit, info, "unschedulable", decision.message(), admitted=True)
             self.cache.assume(key, decision.assignment)
+            self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, decision.assignment)])
         return "scheduled"
+
+    def _refuse(
+        self,
+        unit: UnitKey,
+        info: PodInfo,
+        category: str,
+        message: str,
+        admitted: bool | None = None,
+    ) -> str:
+        """The pod waits for `message`. `admitted`: None when nothing in the cluster could
+        help it; False when a max on its path refused it, True when no node fits: then it may
+        preempt (or get a starvation hold)."""
+        if admitted is not None and self.unfit_may_preempt(info, category):
+            message = self.preemption.unfit(
+                unit, [info], None, message, admitted=admitted, live=self._live_placer()
+            )
+        self.unschedulable([info], message, category)
+        self.queue.unschedulable(unit)
+        return "unschedulable"
+
+    def unfit_may_preempt(self, info: PodInfo, category: str) -> bool:
+        """A capacity or quota-max refusal (not an invalid, missing or paused queue)."""
+        return category != QUEUE_CATEGORY or self.cache.leaf_of(info)[1] is None
 
     def _live_placer(self) -> Placer:
         """The Placer bound to the cache's live snapshot (bound anew if that object was replaced);
@@ -364,3 +426,4 @@ class Scheduler:
 
     def close(self) -> None:
         self._binder.shutdown(wait=True, cancel_futures=True)
+        self.preemption.close()

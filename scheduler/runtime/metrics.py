@@ -96,6 +96,33 @@ class SchedulerMetrics:
             ["operation"],
             registry=reg,
         )
+        self.preemption_victims = Counter(
+            f"{PREFIX}_preemption_victims_total",
+            "Pods evicted to make room for another unit, by reason (preempt, reclaim)",
+            ["reason"],
+            registry=reg,
+        )
+        self.preemption_attempts = Counter(
+            f"{PREFIX}_preemption_attempts_total",
+            "Victim searches for a unit that could not start, by result (evicted: victims "
+            "chosen; none: no victim set lets it start)",
+            ["result"],
+            registry=reg,
+        )
+        self.held_gpu_seconds = Counter(
+            f"{PREFIX}_held_gpu_seconds_total",
+            "GPU-seconds held for starving units (starvation holds: nodes kept from lower-"
+            "priority units, nobody evicted)",
+            registry=reg,
+        )
+        self.admission_rejections = Counter(
+            f"{PREFIX}_admission_rejections_total",
+            "Pods this scheduler bound that the kubelet refused at admission, by the pod's "
+            "status reason (UnexpectedAdmissionError, OutOf<resource>): another scheduler took "
+            "the same free resources at the same moment",
+            ["reason"],
+            registry=reg,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the lease", registry=reg
         )

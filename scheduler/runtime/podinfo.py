@@ -20,7 +20,7 @@ from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.placement import Assignment, PodRequest
 from scheduler.runtime.podspec import pod_request
 
-__all__ = ["PodInfo", "parse_time", "read_pod"]
+__all__ = ["PodInfo", "admission_rejection", "parse_time", "read_pod"]
 
 Obj = Mapping[str, Any]
 _TERMINAL = ("Succeeded", "Failed")
@@ -39,7 +39,8 @@ def parse_time(text: object) -> float:
 @dataclass(slots=True, kw_only=True)
 class PodInfo:
     """One pod. `node` is the bound node, or the one this scheduler assumed it on (`assumed`);
-    `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins."""
+    `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins.
+    `terminating`: deleted with a grace period (it keeps its room until it is gone)."""
 
     key: ObjectKey
     uid: str
@@ -54,6 +55,7 @@ class PodInfo:
     ours: bool
     gated: bool
     terminal: bool
+    terminating: bool = False  # `deletionTimestamp` set: still takes room, never a victim
     group: str | None
     group_key: ObjectKey | None
     created: float
@@ -124,7 +126,21 @@ def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> 
         ours=spec.get("schedulerName") == scheduler_name,
         gated=bool(spec.get("schedulingGates")),
         terminal=status.get("phase") in _TERMINAL,
+        terminating=bool(meta.get("deletionTimestamp")),
         group=group,
         group_key=None if group is None else object_key(namespace, group),
         created=parse_time(meta.get("creationTimestamp")),
     )
+
+
+def admission_rejection(obj: Obj) -> str | None:
+    """The kubelet's reason when it refused a bound pod at admission (`UnexpectedAdmissionError`
+    from its device manager, `OutOf<resource>` from its resource check), else None. Seen when
+    another scheduler bound a pod to the same free GPUs at the same moment."""
+    status = obj.get("status") or {}
+    reason = status.get("reason")
+    if status.get("phase") != "Failed" or not isinstance(reason, str):
+        return None
+    if reason == "UnexpectedAdmissionError" or reason.startswith("OutOf"):
+        return reason
+    return None

@@ -26,12 +26,12 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
+from scheduler.preemption import PreemptionSettings
 from scheduler.quota import (
     DEFAULT_QUEUE,
     Amounts,
@@ -46,8 +46,9 @@ from scheduler.quota import (
 )
 from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.cluster import Cluster
-from scheduler.sim.metrics import Timeline, WaitBook
-from scheduler.sim.policies import SimScheduler, make_policy
+from scheduler.sim.evictions import SimPreemption
+from scheduler.sim.metrics import AllocationClock, Timeline, WaitBook
+from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.queues import QueueMeter
 from scheduler.sim.units import LeafRound, Pending, Unit, enqueue
@@ -58,48 +59,17 @@ __all__ = ["run_events"]
 Progress = Callable[[int, int], None]
 
 
-@dataclass(slots=True)
-class _Clock:
-    """Integrates the allocation over time."""
-
-    capacity: int
-    start: float = 0.0
-    now: float = 0.0
-    used: int = 0
-    area: float = 0.0
-    peak: int = 0
-    window_end: float = 0.0  # the last arrival
-    window_area: float = 0.0  # the area up to window_end
-
-    def advance(self, to: float) -> None:
-        self.area += self.used * (to - self.now)
-        inside = min(to, self.window_end) - min(self.now, self.window_end)
-        self.window_area += self.used * max(0.0, inside)
-        self.now = to
-
-    def charge(self, milli: int) -> None:
-        self.used += milli
-        self.peak = max(self.peak, self.used)
-
-    def mean_percent(self) -> float:
-        span = self.now - self.start
-        if span <= 0 or not self.capacity:
-            return round(100.0 * self.used / self.capacity, 2) if self.capacity else 0.0
-        return round(100.0 * self.area / span / self.capacity, 2)
-
-    def utilisation(self, at_last_arrival: float) -> float:
-        """The mean over [start, window_end]; `at_last_arrival` when that window is empty."""
-        span = self.window_end - self.start
-        if span <= 0 or not self.capacity:
-            return round(at_last_arrival, 2)
-        return round(100.0 * self.window_area / span / self.capacity, 2)
-
-
 class _EventRun:
-    def __init__(self, spec: ClusterSpec, workload: Workload, scheduler: SimScheduler) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        workload: Workload,
+        scheduler: SimScheduler,
+        preemption: PreemptionSettings | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.jobs = sorted(workload.jobs, key=lambda j: (j.arrival, j.name))
-        self.clock = _Clock(capacity=spec.gpu_count * MILLI_PER_GPU)
+        self.clock = AllocationClock(capacity=spec.gpu_count * MILLI_PER_GPU)
         self.finishing: list[tuple[float, int, str, int]] = []
         self.leaves: dict[str, list[Pending]] = {}
         self.tree = QuotaTree.build(workload.queues)
@@ -120,6 +90,15 @@ class _EventRun:
         first, last = (self.jobs[0].arrival, self.jobs[-1].arrival) if self.jobs else (0.0, 0.0)
         self.clock.window_end = last
         self.timeline = Timeline(first, last, lambda: (0.0, 0.0))
+        self.preemption = (
+            None
+            if preemption is None
+            else SimPreemption(scheduler.placer, self.tree, self.usage, preemption)
+        )
+        self._running: dict[str, tuple[Pending, str, PodRequest]] = {}  # pod key -> its job
+        self._seq_of: dict[str, int] = {}  # pod key -> its finishing event (absent: cancelled)
+        self._requeue: list[tuple[str, Pending]] = []  # evicted, back in their queue next pass
+        self._restarted: set[str] = set()
 
     def run(self, progress: Progress | None) -> None:
         self.clock.start = self.clock.now = self.jobs[0].arrival if self.jobs else 0.0
@@ -131,10 +110,9 @@ class _EventRun:
             self.meter.advance(min(arrival, finish) - self.clock.now)
             self.clock.advance(min(arrival, finish))
             while self.finishing and self.finishing[0][0] <= self.clock.now:
-                _t, _seq, key, milli = heapq.heappop(self.finishing)
-                self.scheduler.unbind(key)
-                self.usage.charge(key, None)
-                self.clock.charge(-milli)
+                _t, seq, key, _milli = heapq.heappop(self.finishing)
+                if self._seq_of.get(key) == seq:
+                    self._stopped(key)
             while next_job < len(self.jobs) and self.jobs[next_job].arrival <= self.clock.now:
                 self._arrive(self.jobs[next_job])
                 next_job += 1
@@ -159,6 +137,11 @@ class _EventRun:
         while heads := _heads(rounds):
             leaf = next(iter(heads)) if len(heads) == 1 else self._choose(heads)
             self._try(leaf, rounds[leaf].take())
+        for leaf, entry in self._requeue:
+            entries = self.leaves.setdefault(leaf, [])
+            if entry not in entries:
+                enqueue(entries, entry)
+        self._requeue.clear()
         for entries in self.leaves.values():
             entries[:] = [e for e in entries if not e.done]
         fresh = {leaf: LeafRound(entries) for leaf, entries in self.leaves.items() if entries}
@@ -176,14 +159,19 @@ class _EventRun:
         )
 
     def _try(self, leaf: str, unit: Unit) -> None:
-        if not self._admits(leaf, unit):
+        if self._admits(leaf, unit) and self._place(leaf, unit):
             return
+        if self.preemption is not None and queue_problem(self.tree, leaf) is None:
+            self._preempt(self.preemption, leaf, unit)
+
+    def _place(self, leaf: str, unit: Unit) -> bool:
+        """Start `unit` where the policy puts it; False when it does not fit."""
         entry, start = unit.entry, time.perf_counter()
         if unit.gang:
             result = place_gang(unit.pods, self.scheduler.placer)
             self._account(start, len(unit.pods))
             if not result.ok:
-                return
+                return False
             for pod in unit.pods:
                 self._started(leaf, pod, result.assignments[pod.key], entry)
             entry.gang_placed = True
@@ -192,10 +180,47 @@ class _EventRun:
             assignment = self.scheduler.choose(unit.pods[0])
             self._account(start, 1)
             if assignment is None:
-                return
+                return False
             self._started(leaf, unit.pods[0], assignment, entry)
         if entry.done:
             self.jobs_placed += 1
+        return True
+
+    def _preempt(self, preemption: SimPreemption, leaf: str, unit: Unit) -> None:
+        """Evict the victims the search chooses for `unit`, then start it."""
+        job = unit.entry.job
+        key = job.name if unit.gang else unit.pods[0].key
+        choice = preemption.search(key, unit.pods, leaf, job.priority, self.clock.now)
+        if choice is None:
+            return
+        for pod_key in choice.pods:
+            preemption.evicting(pod_key, self._running[pod_key][2].gpu_milli_total, self.clock.now)
+            self._evict(pod_key)
+        if not (self._admits(leaf, unit) and self._place(leaf, unit)):
+            preemption.wasted += 1
+
+    def _evict(self, key: str) -> None:
+        """`key` is deleted by preemption: its job waits for it again."""
+        entry, leaf, pod = self._running[key]
+        self._stopped(key)
+        self.jobs_placed -= entry.done  # placed again when all its pods run again
+        entry.placed.discard(key)
+        if entry.job.is_gang and len(entry.placed) < entry.job.min_member:
+            entry.gang_placed = False
+        if (leaf, entry) not in self._requeue:
+            self._requeue.append((leaf, entry))
+        self.meter.requeued(leaf, pod.gpu_milli_total)
+        self._restarted.add(key)
+
+    def _stopped(self, key: str) -> None:
+        """`key` no longer runs (finished or evicted)."""
+        _entry, _leaf, pod = self._running.pop(key)
+        self._seq_of.pop(key, None)
+        self.scheduler.unbind(key)
+        self.usage.charge(key, None)
+        self.clock.charge(-pod.gpu_milli_total)
+        if self.preemption is not None:
+            self.preemption.finished(key)
 
     def _account(self, start: float, decisions: int) -> None:
         self.seconds += time.perf_counter() - start
@@ -204,13 +229,25 @@ class _EventRun:
     def _started(self, leaf: str, pod: PodRequest, assignment: Assignment, entry: Pending) -> None:
         self.scheduler.bind(pod, assignment)
         self.usage.charge(pod.key, (leaf, request_amounts(pod)))
-        self.meter.started(leaf, pod.gpu_milli_total, self.clock.now - entry.job.arrival)
-        self.book.started(entry.job, pod, self.clock.now - entry.job.arrival)
+        wait = self.clock.now - entry.job.arrival
+        if pod.key in self._restarted:  # its wait was counted when it first started
+            self.meter.restarted(leaf, pod.gpu_milli_total)
+        else:
+            self.meter.started(leaf, pod.gpu_milli_total, wait)
+            self.book.started(entry.job, pod, wait)
         entry.placed.add(pod.key)
+        self._running[pod.key] = (entry, leaf, pod)
         self.clock.charge(pod.gpu_milli_total)
         self.events.append((self.arrived, self.clock.used))
+        if self.preemption is not None:
+            job = entry.job
+            gang = job.min_member if job.is_gang else 0
+            self.preemption.started(
+                job.name, pod, leaf=leaf, priority=job.priority, gang=gang, now=self.clock.now
+            )
         if entry.job.duration is not None:
             self._seq += 1
+            self._seq_of[pod.key] = self._seq
             end = self.clock.now + entry.job.duration
             heapq.heappush(self.finishing, (end, self._seq, pod.key, pod.gpu_milli_total))
 
@@ -289,15 +326,18 @@ def run_events(
     config: SchedulerConfig | None = None,
     progress: Progress | None = None,
     shuffle_nodes: bool = False,
+    preemption: PreemptionSettings | None = None,
 ) -> RunResult:
     """One event-mode run; `seed` draws the random policy's choices (and the node order when
-    `shuffle_nodes`)."""
+    `shuffle_nodes`). With `preemption`, units that cannot start evict victims (DESIGN §11,
+    `evictions`)."""
     rng = random.Random(seed)
     cluster = _cluster(spec, rng, shuffle_nodes)
     typical = _typical(workload)
+    policy_name = canonical_policy(policy_name)
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     _check_queues(workload)
-    state = _EventRun(spec, workload, scheduler)
+    state = _EventRun(spec, workload, scheduler, preemption)
     _instrument(state, cluster, typical)
     state.run(progress)
     return _result(state, workload, policy_name, seed)
@@ -330,4 +370,5 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
         waits=state.book.report(),
         longest_8gpu_wait=None if longest is None else round(longest, 2),
         timeline=tuple(samples),
+        preemption=None if state.preemption is None else state.preemption.report(),
     )

@@ -1,4 +1,4 @@
-"""Event mode's living-cluster figures: waits per pod class and the timeline.
+"""Event mode's living-cluster figures: waits per pod class, the timeline, the allocation clock.
 
 * Wait: seconds from a job's arrival to the start of each of its pods. Pods are grouped by class:
   `share` (< 1 GPU), `1-gpu`, `2-gpu`, `4-gpu`, `8-gpu`, `gang` (every pod of a job with
@@ -22,7 +22,15 @@ from scheduler.placement import PodRequest
 from scheduler.sim.queues import percentile
 from scheduler.sim.workload import Job
 
-__all__ = ["TIMELINE_POINTS", "ClassWaits", "Sample", "Timeline", "WaitBook", "wait_class"]
+__all__ = [
+    "TIMELINE_POINTS",
+    "AllocationClock",
+    "ClassWaits",
+    "Sample",
+    "Timeline",
+    "WaitBook",
+    "wait_class",
+]
 
 TIMELINE_POINTS = 100
 GANG = "gang"
@@ -114,3 +122,41 @@ class Timeline:
         if not self.samples:
             return None
         return round(statistics.fmean(s.fragmentation for s in self.samples), 2)
+
+
+@dataclass(slots=True)
+class AllocationClock:
+    """Event mode's GPU allocation integrated over time (milli-GPU; the mean, the peak and the
+    utilisation over the arrival window)."""
+
+    capacity: int
+    start: float = 0.0
+    now: float = 0.0
+    used: int = 0
+    area: float = 0.0
+    peak: int = 0
+    window_end: float = 0.0  # the last arrival
+    window_area: float = 0.0  # the area up to window_end
+
+    def advance(self, to: float) -> None:
+        self.area += self.used * (to - self.now)
+        inside = min(to, self.window_end) - min(self.now, self.window_end)
+        self.window_area += self.used * max(0.0, inside)
+        self.now = to
+
+    def charge(self, milli: int) -> None:
+        self.used += milli
+        self.peak = max(self.peak, self.used)
+
+    def mean_percent(self) -> float:
+        span = self.now - self.start
+        if span <= 0 or not self.capacity:
+            return round(100.0 * self.used / self.capacity, 2) if self.capacity else 0.0
+        return round(100.0 * self.area / span / self.capacity, 2)
+
+    def utilisation(self, at_last_arrival: float) -> float:
+        """The mean over [start, window_end]; `at_last_arrival` when that window is empty."""
+        span = self.window_end - self.start
+        if span <= 0 or not self.capacity:
+            return round(at_last_arrival, 2)
+        return round(100.0 * self.window_area / span / self.capacity, 2)

@@ -1,8 +1,8 @@
 """The policies the simulator compares, and `SimScheduler`, which places pods with one of them.
 
-* `gputopo`: the scheduler's own scoring, exactly as `scheduler/default-config.yaml` ships it
-  (`default` is an alias kept for older scripts; Kubernetes users read "default" as the stock
-  kube-scheduler, which this is not);
+* `gputopo` (alias `default`): the scheduler's own scoring, exactly as
+  `scheduler/default-config.yaml` ships it ("default" as in gputopo's defaults, not the stock
+  default-scheduler, which is `spread` here);
 * `bestfit`, `fgd`, `random`: the baselines of the FGD paper (Weng et al., ATC '23) as its
   simulator runs them: one score plugin, every feasible node ranked, ties to the lowest node name;
   FGD puts a GPU share on the GPU its score prefers, `random` on a random GPU that fits;
@@ -29,14 +29,14 @@ from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster
 
-__all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "make_policy", "policy_name"]
+__all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "canonical_policy", "make_policy"]
 
 POLICIES = ("gputopo", "spread", "bestfit", "random", "fgd")
-ALIASES = {"default": "gputopo"}
+ALIASES = {"default": "gputopo"}  # the name before 0.2; still accepted
 
 
-def policy_name(name: str) -> str:
-    """The policy `name` stands for (an alias resolved); `name` itself when it is not an alias."""
+def canonical_policy(name: str) -> str:
+    """`name` as results report it (an alias becomes its policy; anything else is unchanged)."""
     return ALIASES.get(name, name)
 
 
@@ -70,7 +70,7 @@ def make_policy(
 ) -> SimPolicy:
     """The policy called `name` (one of `POLICIES` or `ALIASES`); `typical` feeds the
     fragmentation scores."""
-    name = policy_name(name)
+    name = canonical_policy(name)
     if name == "gputopo":
         return SimPolicy(name, (config or load_config(None)).scoring())
     if name == "spread":

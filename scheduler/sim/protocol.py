@@ -31,8 +31,9 @@ from scheduler.placement import PodRequest
 from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_pods
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.evictions import EvictionReport
 from scheduler.sim.metrics import ClassWaits, Sample
-from scheduler.sim.policies import SimScheduler, make_policy
+from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
 
@@ -72,6 +73,7 @@ class RunResult:
     longest_8gpu_wait: float | None = None  # event mode: seconds
     timeline: tuple[Sample, ...] = field(default=(), repr=False)  # event mode
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    preemption: EvictionReport | None = None  # event mode with preemption
 
 
 def workload_pods(workload: Workload) -> list[SimPod]:
@@ -162,6 +164,7 @@ def run_protocol(
     rng.shuffle(order)
     cluster = build_cluster(spec, ranked_names(names, order).__getitem__)
     typical = typical_pods(_shape(p.spec) for p in pods)
+    policy_name = canonical_policy(policy_name)
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     events, failed, seconds = _place_all(scheduler, arrivals, progress)
     stats = cluster.stats()

@@ -78,6 +78,16 @@ class QueueMeter:
             used = self.usage.used(queue).get(GPU_RESOURCE, 0)
             self.peak_milli[queue] = max(self.peak_milli[queue], used)
 
+    def requeued(self, leaf: str, gpu_milli: int) -> None:
+        """A pod of `leaf` was evicted: it is pending again."""
+        for queue in self.tree.paths[leaf]:
+            self.pending_milli[queue] += gpu_milli
+
+    def restarted(self, leaf: str, gpu_milli: int) -> None:
+        """An evicted pod started again (its wait was counted the first time)."""
+        for queue in self.tree.paths[leaf]:
+            self.pending_milli[queue] -= gpu_milli
+
     def settle(self, heads: Mapping[str, Mapping[str, int]]) -> None:
         """After a scheduling pass: `heads` maps each leaf with work to its first unit's demand."""
         owed: set[str] = set()

@@ -1,12 +1,9 @@
-"""Simulator output: the header naming the inputs, a table per policy with the definitions of its
-columns, and the JSON document (its shape is below and in `scheduler/sim/README.md`).
+"""Simulator output: a table per policy, the JSON document of DESIGN §8, and the allocation plot.
 
 JSON (`--json`), one entry per policy and seed; ratios in percent of the cluster's GPU capacity:
 
 ```json
-{"inputs": {"cluster": "...", "workload": "...", "policies": ["gputopo", "fgd"], "seeds": [42],
-            "mode": "protocol", "inflate": 1.3, ...},
- "runs": [{"policy": "fgd", "seed": 42, "allocationRatio": {"100": 95.4, "130": 95.6},
+{"runs": [{"policy": "fgd", "seed": 42, "allocationRatio": {"100": 95.4, "130": 95.6},
            "fragmentedGpuShare": 4.4, "failedPods": {"1-gpu": 1391, "share": 1010},
            "decisionsPerSecond": 2600.0}]}
 ```
@@ -39,6 +36,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from scheduler.sim.metrics import ClassWaits
@@ -47,81 +45,17 @@ from scheduler.sim.queues import QueueReport
 from scheduler.sim.replay import Replay
 
 __all__ = [
-    "COLUMNS",
+    "PLOT_FORMATS",
     "REPORT_POINTS",
-    "format_header",
     "format_table",
+    "plot_problem",
+    "plot_runs",
+    "plot_title",
     "replay_document",
     "runs_document",
 ]
 
 REPORT_POINTS = (100, 130)
-
-# Every column of the text tables, as printed under them (the long form: scheduler/sim/README.md).
-COLUMNS: dict[str, str] = {
-    "seeds": "runs per policy; each figure is the mean ± sd over them",
-    "alloc@100%": "GPU allocation (% of the cluster's GPU capacity) at 100 % arrived GPU demand",
-    "alloc@130%": "the same at 130 % arrived demand (the protocol's end: nothing departs)",
-    "alloc mean%": "GPU allocation (% of capacity), time-weighted over the whole run",
-    "alloc peak%": "the highest GPU allocation during the run",
-    "fragmented%": "free GPU capacity the typical pods cannot use (FGD's fragmentation), % of "
-    "capacity, at the end (events: as the last job arrived)",
-    "fragmented GPUs": "GPUs partly used (a share taken, the rest free) at that moment",
-    "gang wait s": "mean seconds from a gang's arrival to its start (events only)",
-    "jobs placed": "placed / total (protocol: pods, each tried once; events: jobs)",
-    "decisions/s": "placement decisions per second spent deciding",
-    "util%": "GPU allocation integrated from the first to the last arrival, % of capacity",
-    "frag over time%": "fragmentation (as fragmented%) averaged over 101 samples of that window",
-    "8-GPU max wait s": "the longest wait of a pod asking 8 whole GPUs",
-    "class": "pod class: share (< 1 GPU), 1/2/4/8-gpu, gang (members of a gang), cpu, mig",
-    "pods": "pods of that class that arrived",
-    "started": "pods of that class that started",
-    "wait p50 s": "median seconds from a job's arrival to its pod's start (pods that started)",
-    "wait p99 s": "99th percentile of that wait (nearest rank)",
-    "longest s": "the longest of that wait",
-    "seed": "the run's seed (one row per run)",
-    "queue": "a leaf queue (t1..tN with --tenants)",
-    "min GPUs": "the queue's guarantee",
-    "max GPUs": "the queue's cap (- none)",
-    "pods started": "started / arrived pods of the queue",
-    "GPU-s": "GPU-seconds the queue's pods ran",
-    "peak GPUs": "the most GPUs the queue held at once",
-    "deficit GPU-s": "GPU-seconds of within-guarantee work pending while below min",
-}
-
-
-def format_header(inputs: Mapping[str, Any]) -> str:
-    """What was run, before the table: `inputs` as `runs_document` records them."""
-    cluster, workload = inputs["cluster"], inputs["workload"]
-    lines = [
-        f"cluster:  {cluster['source']} ({cluster['nodes']:,} nodes, {cluster['gpus']:,} GPUs)",
-        f"workload: {workload['source']} ({workload['jobs']:,} jobs, {workload['pods']:,} pods)",
-        f"policies: {', '.join(inputs['policies'])}; seeds: "
-        f"{', '.join(str(s) for s in inputs['seeds'])}",
-        f"mode:     {inputs['mode']}; {settings_line(inputs)}",
-    ]
-    return "".join(f"{line}\n" for line in lines) + "\n"
-
-
-def settings_line(inputs: Mapping[str, Any]) -> str:
-    """The mode's settings in words: the protocol's inflation, or event mode's replay knobs."""
-    if inputs["mode"] == "protocol":
-        return (
-            f"pods shuffled by the seed and inflated to {inputs['inflate'] * 100:g} % of GPU "
-            "capacity, each tried once, nothing departs"
-        )
-    replay = inputs.get("replay") or {}
-    parts = ["arrivals, durations and departures as given"]
-    if replay:
-        start = replay["start"]
-        parts.append(f"load {replay['load']:g}")
-        parts.append("from the first arrival" if start is None else f"from second {start:,}")
-        parts.append(f"node share {replay['nodeShare']:g}")
-        window = replay["gangWindow"]
-        parts.append("no gangs" if window is None else f"gang window {window:g} s")
-    if inputs.get("shuffleNodes"):
-        parts.append("nodes ranked by the seed")
-    return ", ".join(parts)
 
 
 def _run_document(run: RunResult) -> dict[str, Any]:
@@ -148,6 +82,16 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["waitSeconds"] = {name: _waits_document(w) for name, w in run.waits.items()}
     if run.queues:
         doc["queues"] = [_queue_document(q) for q in run.queues]
+    if run.preemption is not None:
+        p = run.preemption
+        doc["preemption"] = {
+            "victimSets": p.preemptions,
+            "podsEvicted": p.pods_evicted,
+            "gpuSecondsLost": p.gpu_seconds_lost,
+            "partialGangs": p.partial_gangs,
+            "evictionsWithoutStart": p.wasted,
+            "podsEvictedByReason": dict(p.by_reason),
+        }
     return doc
 
 
@@ -193,14 +137,9 @@ def _queue_document(queue: QueueReport) -> dict[str, Any]:
     }
 
 
-def runs_document(
-    runs: Iterable[RunResult],
-    replay: Replay | None = None,
-    inputs: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The `--json` document; `inputs` (what `format_header` prints) first when given."""
-    doc: dict[str, Any] = {} if inputs is None else {"inputs": dict(inputs)}
-    doc["runs"] = [_run_document(r) for r in runs]
+def runs_document(runs: Iterable[RunResult], replay: Replay | None = None) -> dict[str, Any]:
+    """The `--json` document."""
+    doc: dict[str, Any] = {"runs": [_run_document(r) for r in runs]}
     if replay is not None:
         doc["replay"] = replay_document(replay)
     return doc
@@ -253,19 +192,14 @@ def format_table(runs: Sequence[RunResult]) -> str:
     if events:
         header += ["util%", "frag over time%", "8-GPU max wait s"]
     rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in _by_policy(runs).items()]
-    text = _columns(rows) + _legend(header)
+    text = _columns(rows)
     if events:
-        text += "\n" + _columns(_wait_rows(runs)) + _legend(_WAIT_HEADER)
+        text += "\n" + _columns(_wait_rows(runs))
     if any(r.queues for r in runs):
-        text += "\n" + _columns(_queue_rows(runs)) + _legend(_QUEUE_HEADER)
+        text += "\n" + _columns(_queue_rows(runs))
+    if any(r.preemption is not None for r in runs):
+        text += "\n" + _columns(_preemption_rows(runs))
     return text
-
-
-def _legend(header: Sequence[str]) -> str:
-    """One line per column `COLUMNS` defines, indented under its table."""
-    named = [name for name in header if name in COLUMNS]
-    width = max((len(name) for name in named), default=0)
-    return "".join(f"  {name.ljust(width)}  {COLUMNS[name]}\n" for name in named)
 
 
 _WAIT_HEADER = ("policy", "class", "pods", "started", "wait p50 s", "wait p99 s", "longest s")
@@ -336,3 +270,139 @@ def _queue_rows(runs: Sequence[RunResult]) -> list[list[str]]:
                 ]
             )
     return rows
+
+
+_PREEMPTION_HEADER = (
+    "policy",
+    "seed",
+    "victim sets",
+    "pods evicted",
+    "GPU-s lost",
+    "partial gangs",
+    "evictions without start",
+)
+
+
+def _preemption_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    rows = [list(_PREEMPTION_HEADER)]
+    for run in runs:
+        p = run.preemption
+        if p is not None:
+            cells = (p.preemptions, p.pods_evicted, p.gpu_seconds_lost, p.partial_gangs, p.wasted)
+            rows.append([run.policy, str(run.seed), *(_figure(c) for c in cells)])
+    return rows
+
+
+def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:
+    points = sorted({k for r in runs for k in r.allocation})
+    xs, ys = [], []
+    for k in points:
+        values = [r.allocation[k] for r in runs if k in r.allocation]
+        xs.append(k)
+        ys.append(statistics.fmean(values))
+    return xs, ys
+
+
+def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float], list[float]]:
+    """Hours since the first sample, and allocation and fragmentation (mean over seeds)."""
+    samples = [r.timeline for r in runs if r.timeline]
+    if not samples:
+        return [], [], []
+    points = min(len(s) for s in samples)
+    start = samples[0][0].time
+    hours = [(samples[0][i].time - start) / 3600 for i in range(points)]
+    alloc = [statistics.fmean(s[i].allocation for s in samples) for i in range(points)]
+    frag = [statistics.fmean(s[i].fragmentation for s in samples) for i in range(points)]
+    return hours, alloc, frag
+
+
+PLOT_FORMATS = ("png", "pdf", "svg")
+ZOOM = (90, 130)  # % arrived demand: the protocol's range where policies part
+
+
+def plot_problem(path: Path) -> str | None:
+    """Why `--plot path` cannot be written, in one line (checked before any run), else None."""
+    try:
+        import matplotlib  # noqa: F401  (an optional dependency)
+    except ImportError:
+        return "matplotlib is not installed: pip install -e '.[plot]' (or pip install matplotlib)"
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        known = ", ".join(f".{f}" for f in PLOT_FORMATS)
+        return f"{path}: unknown plot format {path.suffix or '(no extension)'!r} (use {known})"
+    if not path.parent.is_dir():
+        return f"{path}: directory {path.parent} does not exist"
+    return None
+
+
+def plot_title(inputs: Mapping[str, Any]) -> str:
+    """What a plot compares: policies, cluster, workload, seeds, and the inflation (protocol)."""
+    seeds = inputs["seeds"]
+    seed_text = (
+        f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {','.join(map(str, seeds))}"
+    )
+    mode = (
+        f"inflated to {inputs['inflate'] * 100:g} %" if inputs["mode"] == "protocol" else "events"
+    )
+    cluster, workload = (_input_name(inputs[k]) for k in ("cluster", "workload"))
+    return (
+        f"{' vs '.join(inputs['policies'])}\ncluster {cluster} × workload {workload} "
+        f"({seed_text}; {mode})"
+    )
+
+
+def _input_name(ref: str) -> str:
+    """A file's name, or `built-in <name>`."""
+    path = Path(ref)
+    return path.name if path.suffix or "/" in ref else f"built-in {ref}"
+
+
+def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
+    """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time over
+    the arrival window. One line per policy (mean over seeds)."""
+    import matplotlib  # optional dependency: loaded only for --plot
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if runs and runs[0].mean_allocation is not None:
+        _plot_timeline(plt, runs, path, title)
+        return
+    fig, (whole, zoom) = plt.subplots(1, 2, figsize=(11, 4.8))
+    curves = {policy: _mean_curve(group) for policy, group in _by_policy(runs).items()}
+    for policy, (xs, ys) in curves.items():
+        whole.plot(xs, ys, label=policy, linewidth=1.5)
+        zoom.plot(xs, ys, label=policy, linewidth=1.5)
+    whole.set_title("whole run")
+    zoom.set_title(f"zoom: {ZOOM[0]}–{ZOOM[1]} % arrived, where policies differ")
+    zoom.set_xlim(*ZOOM)
+    low = [y for xs, ys in curves.values() for x, y in zip(xs, ys, strict=True) if x >= ZOOM[0]]
+    if low:
+        zoom.set_ylim(max(0.0, min(low) - 1.0), min(100.0, max(low) + 0.5))
+    for ax in (whole, zoom):
+        ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
+        ax.set_ylabel("GPUs allocated (% of capacity)")
+        ax.grid(True, alpha=0.3)
+    whole.legend()
+    fig.suptitle(title or "GPU allocation vs arrived demand")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) -> None:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    for policy, group in _by_policy(runs).items():
+        hours, alloc, frag = _mean_timeline(group)
+        top.plot(hours, alloc, label=policy, linewidth=1.2)
+        bottom.plot(hours, frag, label=policy, linewidth=1.2)
+    top.set_ylabel("GPU allocation (%)")
+    bottom.set_ylabel("fragmentation (% of GPUs)")
+    bottom.set_xlabel("hours since the first arrival")
+    fig.suptitle(title or "allocation and fragmentation over the arrival window")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+    top.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

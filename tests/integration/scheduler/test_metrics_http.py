@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import urllib.request
 
-from tests.builders.scheduler import running
+from tests.builders.scheduler import (
+    create_pod,
+    gpu_node,
+    node_of,
+    pod_body,
+    running,
+    set_pod_phase,
+    wait_for,
+)
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -22,3 +30,33 @@ def test_a_synced_scheduler_is_ready_and_serves_its_own_registry(fake_api) -> No
     assert "gputopo_scheduler_build_info{" in body
     assert "gputopo_scheduler_pending_pods" in body
     assert "gputopo_agent_" not in body
+
+
+def test_pods_the_kubelet_refused_at_admission_are_counted_once_by_reason(
+    fake_api, core_v1
+) -> None:
+    """Two schedulers took the same free GPUs: the kubelet fails the pod it saw second."""
+    gpu_node(fake_api, "n1", gpus=8)
+    with running(fake_api) as runtime:
+        for name in ("late", "also-late", "fine"):
+            create_pod(core_v1, pod_body(name, gpus=1))
+            wait_for(lambda name=name: node_of(fake_api, name), 5, f"{name} bound")
+        set_pod_phase(core_v1, "late", "Failed", reason="OutOfnvidia.com/gpu")
+        set_pod_phase(core_v1, "late", "Failed", reason="OutOfnvidia.com/gpu")  # again: once
+        set_pod_phase(core_v1, "fine", "Failed", reason="Error")  # its own failure: not counted
+        # the informer applies events in order: once this one is counted, so are those above
+        set_pod_phase(core_v1, "also-late", "Failed", reason="UnexpectedAdmissionError")
+
+        def counted_both() -> str | None:
+            body = _get(runtime.server.port, "/metrics")[1]
+            return body if 'reason="UnexpectedAdmissionError"' in body else None
+
+        body = wait_for(counted_both, 5, "the second rejection counted")
+    samples = [line for line in body.splitlines() if line.startswith(REJECTIONS + "{")]
+    assert sorted(samples) == [
+        REJECTIONS + '{reason="OutOfnvidia.com/gpu"} 1.0',
+        REJECTIONS + '{reason="UnexpectedAdmissionError"} 1.0',
+    ]
+
+
+REJECTIONS = "gputopo_scheduler_admission_rejections_total"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.dispatch import dispatch, usage
+from agent.dispatch import dispatch, package_version, usage
 
 TABLE = {
     "inventory": ("agent.cli.inventory", "print the GPUs"),
@@ -15,7 +15,7 @@ USAGE = usage("tool", TABLE)
 
 def test_usage_lists_every_subcommand() -> None:
     assert USAGE == (
-        "usage: tool {inventory,later} [--help] ...\n"
+        "usage: tool {inventory,later} [--help] [--version] ...\n"
         "  inventory  print the GPUs\n"
         "  later      a subcommand whose module does not exist\n"
     )
@@ -38,3 +38,9 @@ def test_unknown_command_is_one_line_and_the_usage(capsys) -> None:
 def test_missing_module_says_not_available(capsys) -> None:
     assert dispatch("tool", TABLE, USAGE, ["later", "--x"]) == 2
     assert capsys.readouterr().err == "tool later: not available yet\n"
+
+
+def test_version_is_one_line_on_stdout(capsys) -> None:
+    assert dispatch("tool", TABLE, USAGE, ["--version"]) == 0
+    assert capsys.readouterr().out == f"tool {package_version()}\n"
+    assert package_version() not in {"", "0.0.0"}

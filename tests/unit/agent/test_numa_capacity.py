@@ -166,3 +166,15 @@ def test_no_numa_information_gives_one_empty_node() -> None:
     (only,) = numa_capacity((), KubeletConfig())
     assert only.numa_id == 0
     assert only.capacity[CPU] == 0
+
+
+def test_a_kubelet_config_with_a_yaml_error_is_one_warning_with_line_and_column(caplog) -> None:
+    path = Path(tempfile.mkdtemp(dir="/tmp")) / "config.yaml"
+    path.write_text("topologyManagerPolicy: [single\n", encoding="utf-8")
+    config = KubeletConfig.from_file(path, policy="restricted", scope="pod")
+    assert config.topology_manager_policy == "restricted"
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    message = record.getMessage()
+    assert message.startswith(f"kubelet config not used: {path}:2:1: YAML syntax error: ")
+    assert message.endswith("; using policy=restricted scope=pod")
+    assert "\n" not in message

@@ -31,34 +31,34 @@ def container(pod: r.Obj) -> r.Obj:
     return found
 
 
-def test_runs_on_nodes_labelled_by_nfd_or_gfd(pod):
+def _term(key: str, operator: str = "In") -> r.Obj:
+    expression: r.Obj = {"key": key, "operator": operator}
+    if operator == "In":
+        expression["values"] = ["true"]
+    return {"matchExpressions": [expression]}
+
+
+def test_runs_on_nodes_any_labeller_marks_and_never_on_its_own_label_alone(pod):
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     assert terms == [
-        {
-            "matchExpressions": [
-                {
-                    "key": "feature.node.kubernetes.io/pci-10de.present",
-                    "operator": "In",
-                    "values": ["true"],
-                }
-            ]
-        },
-        {
-            "matchExpressions": [
-                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
-            ]
-        },
+        _term("feature.node.kubernetes.io/pci-10de.present"),  # NFD, GPU Operator's config
+        _term("feature.node.kubernetes.io/pci-0302_10de.present"),  # NFD defaults: 3D controller
+        _term("feature.node.kubernetes.io/pci-0300_10de.present"),  # NFD defaults: VGA
+        _term("nvidia.com/gpu.present"),  # GFD
+        _term("cloud.google.com/gke-accelerator", "Exists"),  # GKE GPU node pools
+        _term("gputopo.io/gpu-node"),  # set by the admin where nothing else labels
     ]
     assert "nodeSelector" not in pod, "a nodeSelector would AND with the affinity terms"
 
 
-def test_tolerates_gpu_and_critical_addon_taints(pod):
+def test_tolerates_gpu_critical_addon_and_dedicated_taints(pod):
     tolerations = {(t["key"], t["operator"], t.get("effect")) for t in pod["tolerations"]}
     assert tolerations == {
         ("nvidia.com/gpu", "Exists", "NoSchedule"),
         ("CriticalAddonsOnly", "Exists", None),
+        ("gputopo.io/dedicated", "Exists", None),  # README: GPU nodes given to gputopo alone
     }
 
 
@@ -95,7 +95,6 @@ HOST_MOUNTS = {
     "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
     "/host/sys/devices": ("/sys/devices", True),
     "/host/sys/bus/pci/devices": ("/sys/bus/pci/devices", True),
-    "/var/lib/kubelet/config.yaml": ("/var/lib/kubelet/config.yaml", True),
 }
 
 
@@ -124,12 +123,11 @@ def test_flags_point_at_the_mounts(container):
     assert container["command"] == ["gputopo-agent"]
     assert container["args"][0] == "run"
     assert flags["--host-root"] == "/host"
-    assert flags["--kubelet-config"] == "/var/lib/kubelet/config.yaml"
+    assert "--kubelet-config" not in flags  # where it lives differs: optional/kubelet-config/
     assert flags["--config"] == "/etc/gputopo/agent.yaml"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     host_root = flags["--host-root"]
     assert {f"{host_root}/sys/devices", f"{host_root}/sys/bus/pci/devices"} <= mounts
-    assert flags["--kubelet-config"] in mounts
     assert flags["--device-plugin-dir"] in mounts
     socket = flags["--pod-resources-socket"]
     assert socket is not None
@@ -196,3 +194,20 @@ def test_time_slicing_example_in_the_configmap_is_valid(objects, container, tmp_
     config = _agent_load(*_loader_inputs(container, uncommented, tmp_path))
     (resource,) = config.plugin.time_slicing.resources
     assert (resource.name, resource.replicas) == ("nvidia.com/gpu", 4)
+
+
+def test_without_the_kubelet_config_the_configmap_gives_the_topology_manager_settings(
+    objects, container, tmp_path
+):
+    text = r.one(objects, "ConfigMap", "gputopo-agent-config")["data"]["agent.yaml"]
+    default = _agent_load(*_loader_inputs(container, text, tmp_path))
+    assert (default.topology_manager_policy, default.topology_manager_scope) == (
+        "none",
+        "container",
+    )
+    uncommented = re.sub(r"^# (topologyManager)", r"\1", text, flags=re.MULTILINE)
+    config = _agent_load(*_loader_inputs(container, uncommented, tmp_path))
+    assert (config.topology_manager_policy, config.topology_manager_scope) == (
+        "single-numa-node",
+        "pod",
+    )

@@ -27,9 +27,15 @@ def test_every_stage_is_python_311_slim():
     assert set(bases) == {"python:3.11-slim"}
 
 
-def test_installs_the_package_with_pip():
+def test_installs_the_package_with_the_agent_and_scheduler_extras():
+    """The base install is only the kubectl plugin's: the image needs both extras."""
     runs = " ".join(args for op, args in _instructions() if op == "RUN")
-    assert re.search(r"pip install (--\S+ )*\.(\s|$)", runs)
+    assert re.search(r"pip install (--\S+ )*\"?\.\[agent,scheduler\]\"?(\s|$)", runs)
+
+
+def test_setup_installs_what_the_image_installs_and_the_test_tools():
+    setup = (r.REPO / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    assert 'pip install -q -e ".[agent,scheduler,test]"' in setup
 
 
 def test_no_entrypoint_or_cmd():

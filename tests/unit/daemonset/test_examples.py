@@ -14,7 +14,7 @@ POD_FILES = {
     "mig-pod.yaml",
     "nvlink-8gpu-job.yaml",
     "gang-podgroup.yaml",
-    "kueue-gated-pod.yaml",
+    "kueue-pod.yaml",
     "queues-borrowing-demo.yaml",
     "queues-hierarchy.yaml",
 }
@@ -112,10 +112,14 @@ def test_gang_job_runs_all_members_at_once(examples):
     assert job["spec"]["parallelism"] == job["spec"]["completions"]
 
 
-def test_kueue_pod_is_gated(examples):
-    ((owner, spec),) = _pods(examples["kueue-gated-pod.yaml"])
+def test_kueue_pod_leaves_the_gate_to_kueue(examples):
+    """Kueue's webhook adds its admission gate to a pod with a queue-name label; a gate written
+    by hand would be there even where Kueue is not, and the pod would never start."""
+    ((owner, spec),) = _pods(examples["kueue-pod.yaml"])
     assert owner["kind"] == "Pod"
-    assert spec["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+    assert owner["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert "schedulingGates" not in spec
+    assert spec["schedulerName"] == "gputopo-scheduler"
 
 
 def test_examples_leave_the_namespace_to_the_user(examples):

@@ -54,7 +54,14 @@ COMMANDS = [
 ]
 
 # Flags that must never reach a production manifest: they swap in fakes or stop real work.
-TEST_ONLY_FLAGS = {"--nvml-fixture", "--dry-run", "--oneshot", "--no-publish", "--no-device-plugin"}
+TEST_ONLY_FLAGS = {
+    "--nvml-fixture",
+    "--allow-fake-gpus",
+    "--dry-run",
+    "--oneshot",
+    "--no-publish",
+    "--no-device-plugin",
+}
 
 
 def _container_for(objects: tuple[r.Obj, ...], command: str) -> r.Obj:

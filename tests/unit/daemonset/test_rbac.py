@@ -26,7 +26,7 @@ AGENT = (
 )
 
 SCHEDULER = (
-    _grants(CLUSTER, "", "pods", "list watch")
+    _grants(CLUSTER, "", "pods", "delete list watch")
     | _grants(CLUSTER, "", "pods/binding", "create")
     | _grants(CLUSTER, "", "pods/status", "patch")
     | _grants(CLUSTER, "", "events", "create")
@@ -35,6 +35,7 @@ SCHEDULER = (
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "list watch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "elasticquotas", "list watch")
+    | _grants(CLUSTER, "policy", "poddisruptionbudgets", "list watch")
     | _grants(CLUSTER, "scheduling.gputopo.io", "queues", "list watch")
     | _grants(CLUSTER, "scheduling.gputopo.io", "queues/status", "patch")
     | _grants(CLUSTER, "", "persistentvolumeclaims", "get")

@@ -48,9 +48,22 @@ def test_every_yaml_file_in_daemonset_is_listed_or_an_example():
 
 
 def test_optional_holds_only_opt_in_kustomizations():
-    folders = sorted(p.parent.name for p in r.OPTIONAL.glob("*/kustomization.yaml"))
-    assert folders == ["admission", "cdi", "queue-label"]
-    assert sorted(p.name for p in r.OPTIONAL.iterdir()) == folders
+    folders = sorted(
+        str(p.parent.relative_to(r.OPTIONAL)) for p in r.OPTIONAL.rglob("kustomization.yaml")
+    )
+    assert folders == [
+        "admission",
+        "cdi",
+        "kubelet-config/eks",
+        "kubelet-config/gke",
+        "kubelet-config/kubeadm",
+        "monitoring",
+        "queue-label",
+        "upstream-nrt-crd",
+    ]
+    assert sorted(p.name for p in r.OPTIONAL.iterdir()) == sorted(
+        {f.partition("/")[0] for f in folders}
+    )
 
 
 def test_only_files_owned_by_other_parts_may_be_missing(rendered):

@@ -12,6 +12,7 @@ import yaml
 from agent.errors import ConfigError
 from scheduler.config import DEFAULT_CONFIG_PATH, SchedulerConfig, load_config, parse_config
 from scheduler.placement import Scoring, default_scoring
+from scheduler.preemption import PreemptionSettings
 
 
 def test_shipped_defaults_match_the_dataclass_and_the_default_scoring():
@@ -138,7 +139,11 @@ def test_every_problem_is_reported_at_once():
         ),
         pytest.param("version: v1\nx: \x01\n", r"bad.yaml: offset 15: character #x0001", id="ctrl"),
         pytest.param("- a\n- b\n", "must be a mapping with `version: v1`", id="not a mapping"),
-        pytest.param("scoring: {}\n", "version: must be v1, got None", id="no version"),
+        pytest.param(
+            "scoring: {}\n",
+            r"version: missing \(the file must say `version: v1`\)",
+            id="no version",
+        ),
     ],
 )
 def test_file_errors_name_the_file(tmp_path: Path, content: str, message: str):
@@ -185,3 +190,60 @@ def test_a_binary_file_is_refused_in_one_line_naming_it(tmp_path):
 def test_missing_file():
     with pytest.raises(ConfigError, match="cannot read the scheduler config"):
         load_config("/nonexistent/gputopo.yaml")
+
+
+def test_the_preemption_block_is_read_into_the_settings():
+    config = parse_config(
+        {
+            "version": "v1",
+            "preemption": {
+                "enabled": False,
+                "reclaim": True,
+                "reclaimToFairShare": True,
+                "pdb": "required",
+                "nonPreemptiblePriority": 500,
+                "nominationTimeoutSeconds": 5,
+                "starvationSeconds": 0,
+                "starvationHoldSeconds": 30.5,
+                "maxStarvationHolds": 0,
+            },
+        }
+    )
+    settings = config.preemption
+    assert (settings.enabled, settings.reclaim, settings.reclaim_to_fair_share) == (
+        False,
+        True,
+        True,
+    )
+    assert settings.pdb_required is True
+    assert settings.non_preemptible_priority == 500
+    assert (settings.nomination_timeout, settings.starvation_seconds) == (5.0, 0.0)
+    assert (settings.starvation_hold_seconds, settings.max_starvation_holds) == (30.5, 0)
+    assert parse_config({"version": "v1", "preemption": {}}).preemption == PreemptionSettings()
+
+
+def test_preemption_errors_name_the_key():
+    bad = {
+        "pdb": "sometimes",
+        "enabled": "yes",
+        "nominationTimeoutSeconds": -1,
+        "starvationHoldSeconds": 0,
+        "maxStarvationHolds": 1.5,
+        "nonPreemptiblePriority": True,
+        "later": 1,
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config({"version": "v1", "preemption": bad}, source="cfg.yaml")
+    text = str(info.value)
+    for expected in (
+        "preemption.pdb: must be preferred or required, got 'sometimes'",
+        "preemption.enabled: must be true or false",
+        "preemption.nominationTimeoutSeconds: must be a finite number >= 0, got -1",
+        "preemption.starvationHoldSeconds: must be a finite number > 0, got 0",
+        "preemption.maxStarvationHolds: must be an integer >= 0, got 1.5",
+        "preemption.nonPreemptiblePriority: must be an integer, got True",
+        "preemption.later: unknown key",
+    ):
+        assert expected in text
+    with pytest.raises(ConfigError, match="preemption: must be a mapping"):
+        parse_config({"version": "v1", "preemption": [1]})

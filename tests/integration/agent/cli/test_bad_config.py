@@ -43,6 +43,10 @@ def agent(config: Path) -> subprocess.CompletedProcess[str]:
                      id="kubernetes.io rename"),
         pytest.param(b"version: v1\nhealthQuietPeriod: .inf\n", "{F}: healthQuietPeriod: "
                      "expected a finite number of seconds", id="infinite seconds"),
+        pytest.param(b"migStrategy: single\n", "{F}: version: missing (the file must say "
+                     "`version: v1`)", id="no version"),
+        pytest.param(b"version: v1\n- a\n", "{F}:2:1: YAML syntax error: expected <block end>, "
+                     "but found '-' (while parsing a block mapping at 1:1)", id="YAML at line 2"),
     ],
 )  # fmt: skip
 def test_a_bad_config_file_is_one_line_naming_it(content: bytes, expected: str) -> None:

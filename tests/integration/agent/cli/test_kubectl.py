@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.availability import compute_availability
 from agent.cli import kubectl as kubectl_plugin
@@ -117,7 +118,8 @@ def test_topo_json(cluster) -> None:
     assert code == 0
     assert doc["matrix"][0][:3] == ["X", "NV18", "NV18"]
     assert doc["gpus"][0]["resources"]["nvidia.com/gpu"] == {"allocatable": 1, "available": 0}
-    assert (doc["gpus"], doc["free"]) == (doc["gpus"], 7)
+    assert len(doc["gpus"]) == 8
+    assert (doc["wholeGpus"], doc["wholeGpusFree"], doc["migGpus"]) == (8, 7, 0)
 
 
 def test_nodes_table_reports_bad_objects_one_line_each(cluster) -> None:
@@ -126,19 +128,13 @@ def test_nodes_table_reports_bad_objects_one_line_each(cluster) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == [
-        "NODE",
-        "PRODUCT",
-        "GPUS",
-        "FREE",
-        "MIG",
-        "FREE",
-        "NVLINK",
-        "ISLANDS",
-        "HEALTH",
-    ]
-    assert len(lines) == 1 + len(builtin_names())
+        "NODE", "PRODUCT", "GPUS", "WHOLE", "WHOLE", "FREE", "MIG", "GPUS", "MIG", "FREE",
+        "NVLINK", "ISLANDS", "HEALTH",
+    ]  # fmt: skip
+    table = lines[: lines.index("")] if "" in lines else lines
+    assert len(table) == 1 + len(builtin_names())
     h100 = next(line for line in lines if line.startswith("dgx-h100 "))
-    assert h100.split()[-5:] == ["8", "7", "-", "0-7", "Healthy"]
+    assert h100.split()[-7:] == ["8", "8", "7", "-", "-", "0-7", "Healthy"]
     assert err.splitlines() == [
         f"{PREFIX} broken-1: zones[9] (gpu-7).costs: no cost to gpu-6",
         f"{PREFIX} cpu-only-1: attributes.gputopo.io/schema: {NOT_OURS}",
@@ -170,10 +166,13 @@ def test_missing_node_and_broken_node(cluster) -> None:
 def test_unreachable_api_server_is_one_line() -> None:
     with FakeApiServer() as fake:
         kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+        server = fake.host
         fake.down()
         code, out, err = run("--kubeconfig", str(kubeconfig), "nodes")
     assert (code, out) == (1, "")
-    unreachable = "listing NodeResourceTopologies: API server unreachable: Connection refused"
+    unreachable = (
+        f"listing NodeResourceTopologies: API server {server} unreachable: Connection refused"
+    )
     assert err == f"kubectl-gputopo: {unreachable}\n"
 
 
@@ -182,3 +181,63 @@ def test_usage_errors_exit_2(capsys) -> None:
         kubectl_plugin.main(["topo"])
     assert exc.value.code == 2
     assert "the following arguments are required: node" in capsys.readouterr().err
+
+
+def test_nodes_on_a_mig_node_counts_whole_gpus_and_slices_apart(cluster) -> None:
+    """dgx-a100-mig: GPUs 0-3 in MIG mode with 14 slices, GPUs 4-7 whole; all free (the pod
+    the fixture cluster puts there names a MIG device as nvidia.com/gpu, which holds nothing)."""
+    _, kubeconfig = cluster
+    code, out, _ = run("--kubeconfig", kubeconfig, "nodes")
+    row = next(line for line in out.splitlines() if line.startswith("dgx-a100-mig "))
+    inv = load_fixture("dgx-a100-mig").inventory
+    slices = sum(len(g.mig_devices) for g in inv.gpus)
+    assert code == 0
+    assert row.split()[-7:-3] == ["8", "4", "4", "4"]  # GPUS, WHOLE, WHOLE FREE, MIG GPUS
+    assert sum(int(p.split(":")[1]) for p in row.split()[-3].split(",")) == slices == 14
+    assert "WHOLE: GPUs requested as nvidia.com/gpu" in out
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_nodes_and_topo_as_json_and_yaml(cluster, output) -> None:
+    _, kubeconfig = cluster
+    parse = json.loads if output == "json" else yaml.safe_load
+    code, out, _ = run("--kubeconfig", kubeconfig, "nodes", "-o", output)
+    t4 = next(n for n in parse(out)["nodes"] if n["node"] == "single-t4")
+    assert code == 0
+    assert (t4["gpus"], t4["wholeGpus"], t4["wholeGpusFree"], t4["migGpus"]) == (1, 1, 0, 0)
+    code, out, _ = run("--kubeconfig", kubeconfig, "-o", output, "topo", "dgx-a100-mig")
+    doc = parse(out)
+    assert code == 0
+    assert (doc["wholeGpus"], doc["migGpus"]) == (4, 4)
+    assert [g["index"] for g in doc["gpus"]] == list(range(8))
+
+
+def test_one_gpu_is_singular(cluster) -> None:
+    _, kubeconfig = cluster
+    code, out, _ = run("--kubeconfig", kubeconfig, "topo", "single-t4")
+    assert code == 0
+    assert out.startswith("Node single-t4: 1 GPU, driver ")
+
+
+def test_context_picks_the_cluster(cluster, tmp_path) -> None:
+    _, kubeconfig = cluster
+    config = yaml.safe_load(Path(kubeconfig).read_text(encoding="utf-8"))
+    config["clusters"].append({"name": "gone", "cluster": {"server": "http://127.0.0.1:1"}})
+    config["contexts"].append({"name": "other", "context": {"cluster": "gone", "user": "fake"}})
+    config["current-context"] = "other"
+    two = tmp_path / "kubeconfig"
+    two.write_text(yaml.safe_dump(config), encoding="utf-8")
+    code, out, err = run("--kubeconfig", str(two), "--context", "fake", "topo", "single-t4")
+    assert (code, err) == (0, "")
+    assert out.startswith("Node single-t4: ")
+    code, _, err = run("--kubeconfig", str(two), "topo", "single-t4")
+    assert code == 1
+    assert "API server http://127.0.0.1:1 unreachable" in err
+
+
+def test_no_arguments_lists_the_commands() -> None:
+    code, out, err = run()
+    assert (code, err) == (2, "")
+    assert out.startswith("usage: kubectl gputopo ")
+    for command in ("nodes", "topo", "queues", "queue"):
+        assert f"\n    {command} " in out

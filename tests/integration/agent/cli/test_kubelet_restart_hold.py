@@ -122,7 +122,8 @@ def agent(fake_api_with_crd, podresources):
     kubeconfig = fake_api_with_crd.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kc")
     with KubeletEmulator() as kubelet:
         argv = [
-            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--kubeconfig", str(kubeconfig),
+            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+            "--kubeconfig", str(kubeconfig),
             "--device-plugin-dir", str(kubelet.plugin_dir),
             "--pod-resources-socket", str(podresources.socket),
             "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",

@@ -49,7 +49,8 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
     kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
     with KubeletEmulator() as kubelet:
         argv = [
-            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--kubeconfig", str(kubeconfig),
+            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+            "--kubeconfig", str(kubeconfig),
             "--device-plugin-dir", str(kubelet.plugin_dir),
             "--pod-resources-socket", str(podresources.socket),
             "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
@@ -129,4 +130,15 @@ def test_oneshot_dry_run_prints_and_writes_nothing(fake_api_with_crd) -> None:
     assert done.returncode == 0, done.stderr
     (doc,) = list(yaml.safe_load_all(done.stdout))
     assert decode(doc).inventory.gpus[0].product == "Tesla T4"
+    assert fake_api_with_crd.writes() == []
+
+
+def test_dry_run_says_it_would_update_labels(fake_api_with_crd) -> None:
+    missing = Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock"
+    done = _agent("--oneshot", "--dry-run", "--node-name", "n1", "--nvml-fixture", "single-t4",
+                  "--pod-resources-socket", str(missing))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "labels" in line]
+    assert "node n1 would update labels (--dry-run): ['nvidia.com/gpu.compute.major'" in line
+    assert "updated" not in line
     assert fake_api_with_crd.writes() == []

@@ -114,7 +114,8 @@ def test_without_credentials_it_keeps_serving_the_kubelet(credentials) -> None:
     missing_podresources = empty_dir() / "kubelet.sock"
     with KubeletEmulator() as kubelet:
         agent = AgentProcess(
-            "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(kubelet.plugin_dir),
+            "--nvml-fixture", "dgx-a100", "--allow-fake-gpus",
+            "--device-plugin-dir", str(kubelet.plugin_dir),
             "--pod-resources-socket", str(missing_podresources),
             "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
             *credentials, home=empty_dir(),
@@ -145,7 +146,7 @@ def test_without_a_kubelet_it_says_it_waits_and_where(fake_api_with_crd) -> None
     plugin_dir = empty_dir()
     kubelet_socket = plugin_dir / KUBELET_SOCKET
     agent = AgentProcess(
-        "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(plugin_dir),
+        "--nvml-fixture", "dgx-a100", "--allow-fake-gpus", "--device-plugin-dir", str(plugin_dir),
         "--pod-resources-socket", str(empty_dir() / "kubelet.sock"),
         "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
         "--kubeconfig", str(kubeconfig), home=empty_dir(),
@@ -179,7 +180,8 @@ def test_a_service_that_cannot_be_built_refuses_the_start_before_serving() -> No
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         agent = AgentProcess(
-            "--nvml-fixture", "dgx-a100", "--device-plugin-dir", str(kubelet.plugin_dir),
+            "--nvml-fixture", "dgx-a100", "--allow-fake-gpus",
+            "--device-plugin-dir", str(kubelet.plugin_dir),
             "--pod-resources-socket", str(empty_dir() / "kubelet.sock"), "--dry-run",
             "--metrics-address", address, "--kubelet-config", "/nonexistent/config.yaml",
             home=empty_dir(),

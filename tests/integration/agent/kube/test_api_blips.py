@@ -167,7 +167,9 @@ def test_a_failed_call_is_one_attempt_with_the_reason(sink, fake_api_with_crd, c
     with pytest.raises(PublishError) as failure:
         sink.node(NODE)
     assert urllib3_retries(caplog) == []
-    assert str(failure.value) == f"reading Node {NODE}: API server unreachable: Connection refused"
+    assert str(failure.value) == (
+        f"reading Node {NODE}: API server {fake_api_with_crd.host} unreachable: Connection refused"
+    )
 
 
 def urllib3_retries(caplog) -> list[str]:

@@ -55,7 +55,8 @@ def _oneshot(fake, podresources) -> None:
 def _run(fake, podresources, kubelet: KubeletEmulator) -> None:
     """`run` in this process with a fake clock for the publisher, so that it reaches a resync."""
     argv = [
-        "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--kubeconfig", str(_kubeconfig(fake)),
+        "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+        "--kubeconfig", str(_kubeconfig(fake)),
         "--device-plugin-dir", str(kubelet.plugin_dir),
         "--pod-resources-socket", str(podresources.socket),
         "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",

@@ -73,6 +73,15 @@ def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: _called(fake, "patch", "queues/status"), 30, "the Queue status")
 
 
+def _preempt(fake, api: client.ApiClient) -> None:
+    """A higher-priority pod that fits nowhere evicts (DisruptionTarget + delete)."""
+    core = client.CoreV1Api(api)
+    client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": "high"}, "value": 9})
+    create_pod(core, pod_body("urgent", gpus=8, priorityClassName="high"))
+    wait_for(lambda: _called(fake, "delete", "pods"), 30, "a victim deleted")
+    wait_for(lambda: _called(fake, "list", "poddisruptionbudgets"), 30, "budgets listed")
+
+
 def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     objects, fake_api, setup_client
 ) -> None:
@@ -85,6 +94,7 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
         _create_workload(setup_client)
         _wait_for_every_scenario(fake_api)
+        _preempt(fake_api, setup_client)
     calls = [c for c in fake_api.authorization_checks if c.user != SETUP]
     used = rbac.used_permissions(calls, namespace)
     granted = rbac.effective_permissions(objects, SA, namespace)

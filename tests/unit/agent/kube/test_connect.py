@@ -92,8 +92,28 @@ def test_transport_reason(error, reason) -> None:
 
 def test_unusable_credentials_are_one_config_error(tmp_path) -> None:
     missing = tmp_path / "missing"
-    with pytest.raises(ConfigError, match=rf"no usable Kubernetes credentials \({missing}\): "):
+    with pytest.raises(
+        ConfigError, match=rf"^no usable Kubernetes credentials: no kubeconfig file {missing}$"
+    ):
         load_api_client(missing)
+    empty = tmp_path / "empty"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"no usable Kubernetes credentials \({empty}\): "):
+        load_api_client(empty)
+
+
+def test_a_context_not_in_the_kubeconfig_is_named(tmp_path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters: [{name: c, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\n",
+        encoding="utf-8",
+    )
+    assert load_api_client(kubeconfig, "a").configuration.host == "https://10.0.0.1:6443"
+    with pytest.raises(ConfigError, match=rf"\({kubeconfig}, context b\): "):
+        load_api_client(kubeconfig, "b")
 
 
 @pytest.mark.parametrize(

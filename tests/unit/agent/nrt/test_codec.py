@@ -324,3 +324,14 @@ def test_decode_a_foreign_nfd_object() -> None:
         TopologyDecodeError, match=r"worker-3: attributes.gputopo.io/schema: not written by gputopo"
     ):
         decode(nfd)
+
+
+def test_gpus_free_counts_whole_gpus_and_mig_gpus_apart() -> None:
+    """On a node with GPUs in MIG mode, `gpusFree` counts only what `nvidia.com/gpu` can get."""
+    from agent.nvml.fixture import load_fixture
+
+    inv = load_fixture("dgx-a100-mig").inventory
+    _, obj = build(inv)
+    top = attrs(obj)
+    assert (top["gputopo.io/gpuCount"], top["gputopo.io/gpusFree"]) == ("8", "4")
+    assert top["gputopo.io/migGpus"] == "4"

@@ -51,21 +51,18 @@ def test_table_per_policy_from_the_dispatcher(tmp_path: Path, capsys: pytest.Cap
     nodes, pods = write_trace(tmp_path, pods=30)
     argv = ["simulate", "--cluster", str(nodes), "--workload", str(pods), "--policy", "random"]
     assert cli.main(argv) == 0
-    out = capsys.readouterr().out.splitlines()
-    header = _table_start(out)
-    assert "decisions/s" in out[header]
-    assert out[header + 1].split()[:2] == ["random", "1"]
-
-
-def _table_start(lines: list[str]) -> int:
-    return next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "seeds"])
+    out = capsys.readouterr().out.splitlines()[2:]  # after the two header lines
+    assert out[0].split()[:2] == ["policy", "seeds"]
+    assert "decisions/s" in out[0]
+    assert out[1].split()[:2] == ["random", "1"]
 
 
 def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     workload = tmp_path / "w.yaml"
     workload.write_text(WORKLOAD_YAML, encoding="utf-8")
-    assert main(["--workload", str(workload), "--policy", "gputopo", "--json"], environ={}) == 0
+    assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["policy"] == "gputopo"  # `default` is the old name, still accepted
     assert set(run) == RUN_KEYS | EVENT_KEYS
     assert set(run["allocationRatio"]) == {"mean", "peak"}
     assert run["jobsPlaced"] == run["jobsTotal"] == 5
@@ -109,7 +106,9 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
             id="mode",
         ),
         pytest.param(
-            ["--tenants", "50", "--quota", "soft"], "--quota: must be borrow or hard", id="quota"
+            ["--tenants", "50", "--quota", "soft"],
+            "--quota: must be one of borrow, hard, borrow+reclaim",
+            id="quota",
         ),
         pytest.param(["--load", "0"], "--load: must be > 0", id="load"),
         pytest.param(["--node-share", "1.5"], "--node-share: must be in (0, 1]", id="node share"),
@@ -166,7 +165,7 @@ def test_tenants_table_adds_a_row_per_queue(capsys: pytest.CaptureFixture[str]):
         next(line for line in lines if line.startswith("policy") and "queue" in line)
     )
     assert "deficit GPU-s" in lines[header]
-    rows = [line for line in lines[header + 1 :] if not line.startswith("  ")]
+    rows = lines[header + 1 : lines.index("", header)]
     assert [line.split()[2] for line in rows] == ["t1", "t2", "t3", "t4"]
 
 
@@ -226,10 +225,9 @@ def test_replay_table_names_what_was_left_out(tmp_path: Path, capsys: pytest.Cap
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
     flags = ["--policy", "fgd", "--shuffle-nodes", "--node-share", "0.5"]
     assert main([*argv, *flags], environ={}) == 0
-    lines = capsys.readouterr().out.splitlines()
-    header = _table_start(lines)
-    assert lines[header - 1].startswith("replay: 30 of 30 pods; 0 never ran in production")
-    assert "util%" in lines[header]
+    lines = capsys.readouterr().out.splitlines()[2:]  # after the two header lines
+    assert lines[0].startswith("replay: 30 of 30 pods; 0 never ran in production")
+    assert "util%" in lines[1]
     assert any(line.split()[:2] == ["policy", "class"] for line in lines)
 
 
@@ -242,58 +240,87 @@ def test_events_plot_is_allocation_and_fragmentation_over_time(
     assert "frag over time%" in capsys.readouterr().out
 
 
-def test_default_is_an_alias_of_gputopo_in_runs_and_inputs(capsys: pytest.CaptureFixture[str]):
-    assert main(["--policy", "default,spread", "--json"], environ={}) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert [r["policy"] for r in doc["runs"]] == ["gputopo", "spread"]
-    assert doc["inputs"]["policies"] == ["gputopo", "spread"]
-
-
-def test_json_records_the_inputs_of_a_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    doc = _replay_json(tmp_path, capsys, "--load", "10", "--gang-window", "60")
-    inputs = doc["inputs"]
-    assert inputs["cluster"] == {"source": str(tmp_path / "nodes.csv"), "nodes": 5, "gpus": 22}
-    assert inputs["workload"]["pods"] == 40
-    assert (inputs["mode"], inputs["inflate"], inputs["seeds"]) == ("events", None, [1, 2])
-    assert inputs["replay"] == {"load": 10.0, "start": None, "gangWindow": 60.0, "nodeShare": 1.0}
-    assert inputs["version"]
-
-
-def test_the_table_starts_with_what_was_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    nodes, pods = write_trace(tmp_path, pods=30)
-    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd", "--seed", "3"]
-    assert main(argv, environ={}) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"cluster:  {nodes} (5 nodes, 22 GPUs)"
-    assert lines[1] == f"workload: {pods} (30 jobs, 30 pods)"
-    assert lines[2] == "policies: fgd; seeds: 3"
-    assert lines[3].startswith(
-        "mode:     protocol; pods shuffled by the seed and inflated to 130 %"
-    )
-
-
-def test_jobs_no_node_can_hold_are_named_before_the_run(
+def test_the_table_says_what_ran_and_what_its_columns_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    nodes, _pods = write_trace(tmp_path)  # models G2, T4, P100; the built-in asks for Tesla-T4
-    assert main(["--cluster", str(nodes), "--policy", "bestfit"], environ={}) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "never be placed" in line]
-    assert warnings == [
-        "gputopo-scheduler simulate: warning: 34 of 286 jobs (38 pods) fit no node of the cluster "
-        "and will never be placed: 30 ask for GPU model Tesla-T4; 4 ask for 96 cpu, 512 GiB and "
-        "the GPUs together (the cluster's GPU models: G2, P100, T4)"
+    nodes, pods = write_trace(tmp_path, pods=20)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "default,fgd"]
+    assert main([*argv, "--seed", "1,2"], environ={}) == 0
+    out = capsys.readouterr().out
+    first, second = out.splitlines()[:2]
+    assert first.startswith(f"cluster {nodes.name} (")
+    assert f"workload {pods.name} (20 jobs, 20 pods)" in first
+    assert second == "mode protocol, pods inflated to 130 % of GPU capacity; seeds 1,2; " + (
+        "policies gputopo, fgd"
+    )
+    assert "alloc@N%: GPUs allocated" in out
+    assert "fragmented%: GPU capacity the workload's typical pods cannot use" in out
+
+
+def test_the_json_records_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd", "--json"]
+    assert main([*argv, "--inflate", "1.1"], environ={}) == 0
+    inputs = json.loads(capsys.readouterr().out)["inputs"]
+    assert inputs["cluster"] == str(nodes)
+    assert inputs["workload"] == str(pods)
+    assert (inputs["mode"], inputs["inflate"], inputs["seeds"]) == ("protocol", 1.1, [42])
+    assert (inputs["jobs"], inputs["pods"], inputs["policies"]) == (20, 20, ["fgd"])
+    assert inputs["gpus"] > 0
+    assert inputs["nodes"] > 0
+
+
+def test_jobs_no_node_could_host_are_named_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "version: v1\nnodeGroups:\n"
+        "  - {name: small, count: 2, gpus: 2, model: T4, cpu: 16, memoryGiB: 64}\n",
+        encoding="utf-8",
+    )
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        "version: v1\njobs:\n"
+        "  - {name: big, arrival: 0, duration: 10, pod: {gpus: 8}}\n"
+        "  - {name: v100, arrival: 0, duration: 10, pod: {gpus: 1, gpuModels: [V100]}}\n"
+        "  - {name: fine, arrival: 0, duration: 10, pod: {gpus: 1}}\n",
+        encoding="utf-8",
+    )
+    argv = ["--cluster", str(cluster), "--workload", str(workload), "--policy", "gputopo"]
+    assert main(argv, environ={}) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "gputopo-scheduler simulate: warning: 1 job can never be placed: no node has GPU model "
+        "V100 (the cluster has T4)",
+        "gputopo-scheduler simulate: warning: 1 job can never be placed: no node is big enough "
+        "for 8 GPU, 1 cpu, 1 GiB",
     ]
 
 
-def test_a_replay_too_light_to_load_the_cluster_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
-    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 300 s each, 10 s apart
-    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
-    assert main([*argv, "--policy", "bestfit", "--load", "0.1"], environ={}) == 0
-    (line,) = capsys.readouterr().err.splitlines()
-    assert "the workload never asks for more than" in line
-    assert "of the cluster's 22 GPUs at once" in line
-    assert "raise --load (the studies: --load 2000 --replay-start 10000000" in line
-    assert main([*argv, "--policy", "bestfit"], environ={}) == 0
-    assert capsys.readouterr().err == ""
+def test_borrow_and_reclaim_runs_the_scheduler_preemption(capsys: pytest.CaptureFixture[str]):
+    argv = ["--policy", "gputopo", "--tenants", "40,30,20,10", "--json"]
+    assert main([*argv, "--quota", "borrow+reclaim"], environ={}) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (run,) = doc["runs"]
+    assert doc["inputs"]["quota"] == "borrow+reclaim"
+    assert run["preemption"]["podsEvicted"] > 0  # the built-in workload has reclaim to do
+    assert run["preemption"]["partialGangs"] == 0
+    assert run["preemption"]["evictionsWithoutStart"] == 0
+    assert main([*argv, "--quota", "borrow"], environ={}) == 0
+    assert "preemption" not in json.loads(capsys.readouterr().out)["runs"][0]
+
+
+def test_plot_titles_say_what_was_compared():
+    from scheduler.sim.report import plot_title
+
+    protocol = {"policies": ["gputopo", "fgd"], "cluster": "/t/nodes.csv", "seeds": [42]}
+    protocol |= {"workload": "/t/pods.csv", "mode": "protocol", "inflate": 1.3}
+    assert plot_title(protocol) == (
+        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv (seed 42; inflated to 130 %)"
+    )
+    events = {"policies": ["gputopo"], "cluster": "default", "workload": "default"}
+    events |= {"seeds": [1, 2], "mode": "events"}
+    assert plot_title(events) == (
+        "gputopo\ncluster built-in default × workload built-in default (mean of seeds 1,2; events)"
+    )

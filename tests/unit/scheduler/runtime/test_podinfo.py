@@ -49,3 +49,12 @@ def test_bound_foreign_and_finished_pods():
     assert (info.node, info.ours, info.terminal, info.counted) == ("n1", False, True, False)
     assert info.created == parse_time("2024-01-01T00:00:00Z") > 0
     assert parse_time("not a time") == parse_time(None) == 0.0
+
+
+def test_a_pod_with_a_deletion_timestamp_is_terminating_and_still_takes_room():
+    body = pod("p", nodeName="n1")
+    assert read_pod(body, "s").terminating is False
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    info = read_pod(body, "s")
+    assert info.terminating is True
+    assert info.counted is True

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 from scheduler.sim.protocol import RunResult
-from scheduler.sim.report import COLUMNS, format_header, format_table, runs_document
+from scheduler.sim.report import format_table, runs_document
 
 
 def run(policy: str, seed: int, at130: float, waits: float | None = None) -> RunResult:
@@ -44,64 +41,3 @@ def test_json_points_and_event_fields():
     assert entry["allocationRatio"] == {"100": 94.0, "130": 95.0}
     assert entry["failedPods"] == {"share": 10}
     assert "gangWaitSeconds" not in entry
-
-
-def _headers(text: str) -> list[list[str]]:
-    """The column names of each table in `text` (split on two spaces or more)."""
-    return [
-        [c for c in line.split("  ") if c.strip()]
-        for line in text.splitlines()
-        if line.startswith("policy  ")
-    ]
-
-
-def test_every_column_printed_is_defined_under_its_table():
-    events = dataclasses.replace(
-        run("fgd", 1, 95.0, waits=3.0), mean_allocation=50.0, peak_allocation=90.0
-    )
-    for runs in ([run("fgd", 1, 95.0)], [events]):
-        text = format_table(runs)
-        defined = {line.split("  ")[1] for line in text.splitlines() if line.startswith("  ")}
-        for header in _headers(text):
-            assert set(header) - {"policy"} <= defined
-
-
-def test_every_column_is_defined_in_the_simulator_readme():
-    readme = (Path(__file__).resolve().parents[4] / "scheduler/sim/README.md").read_text("utf-8")
-    missing = [name for name in COLUMNS if f"`{name}`" not in readme]
-    assert missing == []
-
-
-INPUTS = {
-    "cluster": {"source": "nodes.csv", "nodes": 1213, "gpus": 6212},
-    "workload": {"source": "pods.csv", "jobs": 8152, "pods": 8152},
-    "policies": ["gputopo", "fgd"],
-    "seeds": [42, 43],
-    "mode": "protocol",
-    "inflate": 1.3,
-}
-
-
-def test_the_header_names_cluster_workload_size_seeds_and_mode():
-    lines = format_header(INPUTS).splitlines()
-    assert lines[0] == "cluster:  nodes.csv (1,213 nodes, 6,212 GPUs)"
-    assert lines[1] == "workload: pods.csv (8,152 jobs, 8,152 pods)"
-    assert lines[2] == "policies: gputopo, fgd; seeds: 42, 43"
-    assert lines[3].startswith(
-        "mode:     protocol; pods shuffled by the seed and inflated to 130 %"
-    )
-
-
-def test_the_header_of_a_replay_gives_its_settings():
-    replay = {"load": 2000.0, "start": 10_000_000, "nodeShare": 0.5, "gangWindow": None}
-    inputs = {**INPUTS, "mode": "events", "inflate": None, "replay": replay, "shuffleNodes": True}
-    assert format_header(inputs).splitlines()[3] == (
-        "mode:     events; arrivals, durations and departures as given, load 2000, from second "
-        "10,000,000, node share 0.5, no gangs, nodes ranked by the seed"
-    )
-
-
-def test_json_records_its_inputs_first():
-    doc = runs_document([run("fgd", 1, 95.0)], inputs=INPUTS)
-    assert list(doc) == ["inputs", "runs"]
-    assert doc["inputs"] == INPUTS

@@ -1,0 +1,187 @@
+"""What `kubectl gputopo nodes` and `kubectl gputopo topo NODE` show of a node's decoded
+NodeResourceTopology: plain dicts for `-o json|yaml`, and the tables.
+
+Whole GPUs and MIG slices are counted apart, in the units a pod requests them: a GPU in MIG mode
+is never handed out whole (its slices are, as `nvidia.com/mig-<profile>`), so it counts in
+`migGpus` and its free slices in `migFree`, never in `wholeGpus` / `wholeGpusFree`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from agent.model import HEALTHY, UNHEALTHY, format_cpulist
+from agent.nrt import ATTR_SOURCE, DecodedTopology, is_gpu_free, is_whole_gpu
+from agent.plural import counted
+from agent.resource_names import MIG_RESOURCE_PREFIX
+from agent.topo_table import render_legend, render_topo_matrix
+
+NODES_HEADER = (
+    "NODE", "PRODUCT", "GPUS", "WHOLE", "WHOLE FREE", "MIG GPUS", "MIG FREE", "NVLINK ISLANDS",
+    "HEALTH",
+)  # fmt: skip
+MIG_NOTE = (
+    "WHOLE: GPUs requested as nvidia.com/gpu; MIG GPUS are in MIG mode, requested by slice "
+    "(MIG FREE: free slices, nvidia.com/mig-<profile>)"
+)
+
+
+def islands(topology: DecodedTopology) -> list[list[int]]:
+    return [sorted(i) for i in topology.inventory.links.nvlink_islands()]
+
+
+def mig_free(topology: DecodedTopology) -> dict[str, int]:
+    """Free MIG devices by profile (resource tail), summed over the GPUs."""
+    free: Counter[str] = Counter()
+    for gpu in topology.availability.gpus:
+        for r in gpu.resources:
+            if r.name.startswith(MIG_RESOURCE_PREFIX):
+                free[r.name[len(MIG_RESOURCE_PREFIX) :]] += r.available
+    return dict(sorted(free.items()))
+
+
+def node_summary(topology: DecodedTopology) -> dict[str, Any]:
+    gpus = topology.inventory.gpus
+    whole = [
+        counts
+        for gpu, counts in zip(gpus, topology.availability.gpus, strict=True)
+        if is_whole_gpu(gpu)
+    ]
+    return {
+        "node": topology.node_name,
+        "product": ", ".join(sorted({g.product for g in gpus})),
+        "gpus": len(gpus),
+        "wholeGpus": len(whole),
+        "wholeGpusFree": sum(1 for counts in whole if is_gpu_free(counts)),
+        "migGpus": len(gpus) - len(whole),
+        "migFree": mig_free(topology),
+        "nvlinkIslands": islands(topology),
+        "unhealthy": [g.index for g in topology.availability.gpus if not g.healthy],
+        "allocationSource": topology.attributes.get(ATTR_SOURCE, ""),
+    }
+
+
+def _health_text(unhealthy: Sequence[int], total: int) -> str:
+    if not unhealthy:
+        return HEALTHY
+    return f"{len(unhealthy)}/{total} {UNHEALTHY} (GPU {format_cpulist(unhealthy)})"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = [
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_nodes(summaries: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        (
+            s["node"],
+            s["product"] or "-",
+            str(s["gpus"]),
+            str(s["wholeGpus"]),
+            str(s["wholeGpusFree"]),
+            str(s["migGpus"]) if s["migGpus"] else "-",
+            ",".join(f"{p}:{n}" for p, n in s["migFree"].items()) or "-",
+            " ".join(format_cpulist(i) for i in s["nvlinkIslands"]) or "-",
+            _health_text(s["unhealthy"], s["gpus"]),
+        )
+        for s in summaries
+    ]
+    note = f"\n{MIG_NOTE}\n" if any(s["migGpus"] for s in summaries) else ""
+    return table(NODES_HEADER, rows) + note
+
+
+def _counts_text(counts: Sequence[Any]) -> str:
+    return (
+        ", ".join(f"{r.name.rpartition('/')[2]} {r.available}/{r.allocatable}" for r in counts)
+        or "-"
+    )
+
+
+def _numa_rows(topology: DecodedTopology) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for node in topology.inventory.numa_nodes:
+        counts = topology.numa_counts(node.id)
+        cpu, mem, gpu = counts.get("cpu"), counts.get("memory"), counts.get("nvidia.com/gpu")
+        rows.append(
+            (
+                str(node.id),
+                node.cpulist or "-",
+                f"{cpu.available / 1000:g}/{cpu.allocatable / 1000:g}" if cpu else "-",
+                f"{mem.available / 2**30:.1f}/{mem.allocatable / 2**30:.1f} GiB" if mem else "-",
+                f"{gpu.available}/{gpu.allocatable}" if gpu else "-",
+                " ".join(map(str, node.distances)) or "-",
+            )
+        )
+    return rows
+
+
+def render_topo(topology: DecodedTopology) -> str:
+    inv = topology.inventory
+    island_of = {i: pos for pos, members in enumerate(islands(topology)) for i in members}
+    head = (
+        f"Node {topology.node_name}: {counted(len(inv.gpus), 'GPU')}, "
+        f"driver {inv.driver_version or 'N/A'}, "
+        f"topology manager {topology.topology_manager_policy}/{topology.topology_manager_scope}, "
+        f"allocations from {topology.attributes.get(ATTR_SOURCE, '?')}\n"
+    )
+    gpu_rows = [
+        (
+            str(g.index),
+            g.product,
+            str(g.uuid),
+            "N/A" if g.numa_node is None else str(g.numa_node),
+            str(island_of[g.index]),
+            HEALTHY if a.healthy else UNHEALTHY,
+            _counts_text(a.resources),
+        )
+        for g, a in zip(inv.gpus, topology.availability.gpus, strict=True)
+    ]
+    numa_header = ("NUMA", "CPUS", "CPU FREE/ALLOC", "MEMORY FREE/ALLOC", "GPU FREE/ALLOC")
+    parts = [
+        head,
+        render_topo_matrix(inv),
+        render_legend(),
+        table((*numa_header, "DISTANCES"), _numa_rows(topology)),
+        table(("GPU", "PRODUCT", "UUID", "NUMA", "ISLAND", "HEALTH", "FREE/ALLOCATABLE"), gpu_rows),
+    ]
+    mig_rows = [(str(g.index), g.mig_layout) for g in inv.gpus if g.mig_devices]
+    if mig_rows:
+        parts.append(table(("GPU", "MIG LAYOUT (profile@start:size)"), mig_rows))
+    return "\n".join(parts)
+
+
+def topo_data(topology: DecodedTopology) -> dict[str, Any]:
+    """The node summary, the matrix, every GPU with its resources (`gpus`: this list replaces
+    the summary's count), NUMA nodes, attributes."""
+    inv = topology.inventory
+    gpus = [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "product": g.product,
+            "numaNode": g.numa_node,
+            "healthy": a.healthy,
+            "migLayout": g.mig_layout,
+            "resources": {
+                r.name: {"allocatable": r.allocatable, "available": r.available}
+                for r in a.resources
+            },
+        }
+        for g, a in zip(inv.gpus, topology.availability.gpus, strict=True)
+    ]
+    return {
+        **node_summary(topology),
+        "matrix": [list(row) for row in inv.links.cells()],
+        "gpus": gpus,
+        "numa": [
+            {"id": n.id, "cpus": n.cpulist, "distances": list(n.distances)} for n in inv.numa_nodes
+        ],
+        "attributes": dict(topology.attributes),
+    }

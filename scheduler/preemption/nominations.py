@@ -1,0 +1,184 @@
+"""Nominations and starvation holds (DESIGN §11): capacity held for one unit, times passed in.
+
+A *nomination* follows a victim choice: U's nodes are held for U while its victims terminate
+(`terminating`: no new search for U meanwhile) and until U binds or is deleted (`release`), or
+`nominationTimeoutSeconds` pass after its last victim is gone (`expire`). A *starvation hold*
+holds the nodes `starvation_nodes` chose for a unit that waited too long, evicting nobody; at
+most `maxStarvationHolds` at once, each for at most `starvationHoldSeconds`; a unit whose hold
+ran out gets no new one for as long again (the next starving unit gets its turn). A hold gives
+way to a nomination of a higher priority, or of reclaim, on any of its nodes.
+
+`blocked(priority, unit)` is what placement must avoid for a unit of that priority: the nodes
+held by *another* unit of at least that priority (an equal priority too: otherwise the units
+queued behind a starving one would keep taking what its hold frees). It costs O(what is held)
+and is None when nothing applies, so the common path costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+from .model import PreemptionSettings
+
+__all__ = ["Nominations"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Claim:
+    """What one unit holds: a nomination (`victims` left to go) or a starvation hold."""
+
+    unit: str
+    priority: int
+    nodes: dict[str, str]
+    since: float
+    hold: bool = False
+    gpus: int = 0
+    victims: set[str] = field(default_factory=set)
+    last_gone: float | None = None
+
+
+class Nominations:
+    """Every nomination and starvation hold of one scheduler. Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, _Claim] = {}
+        self._victim_of: dict[str, str] = {}
+        self._cooling: dict[str, float] = {}  # unit -> when its hold ran out
+        self._held_seconds = 0.0  # GPU-seconds of holds that ended
+        self._seen = 0.0  # the latest time given
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def nominate(
+        self,
+        unit: str,
+        priority: int,
+        nodes: Mapping[str, str],
+        victims: Iterable[str],
+        now: float,
+        *,
+        reclaim: bool = False,
+    ) -> list[str]:
+        """Hold `nodes` (pod key -> node) for `unit` while `victims` (pod keys) terminate; it
+        replaces what `unit` held. Returns the units whose starvation holds gave way."""
+        self._saw(now)
+        self._end(unit, now)
+        claim = _Claim(unit=unit, priority=priority, nodes=dict(nodes), since=now)
+        claim.victims.update(victims)
+        if not claim.victims:
+            claim.last_gone = now
+        for pod in claim.victims:
+            self._victim_of[pod] = unit
+        taken = set(claim.nodes.values())
+        ended = [
+            c.unit
+            for c in self._claims.values()
+            if c.hold and (reclaim or c.priority < priority) and taken & set(c.nodes.values())
+        ]
+        for other in ended:
+            self._end(other, now)
+        self._claims[unit] = claim
+        return ended
+
+    def victim_gone(self, pod: str, now: float) -> str | None:
+        """A victim pod is gone; returns the unit it made room for (None: not a victim)."""
+        self._saw(now)
+        unit = self._victim_of.pop(pod, None)
+        claim = None if unit is None else self._claims.get(unit)
+        if claim is None:
+            return unit
+        claim.victims.discard(pod)
+        if not claim.victims:
+            claim.last_gone = now
+        return unit
+
+    def terminating(self, unit: str) -> bool:
+        """True while victims of `unit` are still there: `unit` must not search again."""
+        claim = self._claims.get(unit)
+        return claim is not None and bool(claim.victims)
+
+    def nodes_of(self, unit: str) -> Mapping[str, str] | None:
+        """The nodes held for `unit` (pod key -> node), None when it holds nothing."""
+        claim = self._claims.get(unit)
+        return None if claim is None else dict(claim.nodes)
+
+    def release(self, unit: str, now: float | None = None) -> None:
+        """`unit` bound or was deleted: what it held is free again. `now` ends a hold's
+        GPU-seconds (default: the latest time this book was given)."""
+        self._cooling.pop(unit, None)
+        self._end(unit, self._seen if now is None else now)
+
+    def _end(self, unit: str, now: float) -> None:
+        claim = self._claims.pop(unit, None)
+        if claim is None:
+            return
+        for pod in claim.victims:
+            if self._victim_of.get(pod) == unit:
+                del self._victim_of[pod]
+        if claim.hold:
+            self._held_seconds += claim.gpus * max(0.0, now - claim.since)
+
+    def expire(self, now: float, settings: PreemptionSettings) -> list[str]:
+        """Drop nominations whose last victim left more than `nomination_timeout` ago and holds
+        older than `starvation_hold_seconds`; returns their units."""
+        self._saw(now)
+        out = []
+        for claim in list(self._claims.values()):
+            if claim.hold:
+                if now - claim.since > settings.starvation_hold_seconds:
+                    self._cooling[claim.unit] = now
+                    out.append(claim.unit)
+            elif (
+                claim.last_gone is not None and now - claim.last_gone > settings.nomination_timeout
+            ):
+                out.append(claim.unit)
+        for unit in out:
+            self._end(unit, now)
+        for unit, when in list(self._cooling.items()):
+            if now - when > settings.starvation_hold_seconds:
+                del self._cooling[unit]
+        return out
+
+    # -- starvation holds ------------------------------------------------------------------------
+    def hold(
+        self,
+        unit: str,
+        priority: int,
+        nodes: Mapping[str, str],
+        gpus: int,
+        now: float,
+        settings: PreemptionSettings,
+    ) -> bool:
+        """Hold `nodes` for a starving `unit` (`gpus`: what the hold keeps idle, for the
+        metric). False when refused: `unit` already holds something, `max_starvation_holds`
+        are taken, or its last hold ran out less than `starvation_hold_seconds` ago."""
+        self._saw(now)
+        holds = sum(c.hold for c in self._claims.values())
+        cooled = now - self._cooling.get(unit, -float("inf")) > settings.starvation_hold_seconds
+        if unit in self._claims or not cooled or holds >= settings.max_starvation_holds:
+            return False
+        self._claims[unit] = _Claim(
+            unit=unit, priority=priority, nodes=dict(nodes), since=now, hold=True, gpus=gpus
+        )
+        return True
+
+    def held_gpu_seconds(self, now: float) -> float:
+        """GPU-seconds held by starvation holds so far (ended and running), never decreasing."""
+        self._saw(now)
+        running = sum(c.gpus * max(0.0, now - c.since) for c in self._claims.values() if c.hold)
+        return self._held_seconds + running
+
+    def blocked(self, priority: int, unit: str) -> AbstractSet[str] | None:
+        """Nodes that `unit` (of `priority`) must not be placed on: those held for another unit
+        of at least that priority. None when there are none."""
+        out: set[str] = set()
+        for claim in self._claims.values():
+            if claim.unit != unit and claim.priority >= priority:
+                out.update(claim.nodes.values())
+        return frozenset(out) if out else None
+
+    def _saw(self, now: float) -> None:
+        self._seen = max(self._seen, now)

@@ -1,0 +1,306 @@
+"""The victim search (DESIGN §11): `find_victims` for a unit U that cannot start.
+
+Who may be evicted is `eligibility`'s; where to look, `candidates`'; how one node or node set
+is decided (greedy, then reprieve, on clones), `reprieve`'s. Victim priorities are thresholds,
+lowest first: every candidate area at threshold p is evaluated with the eligible victims of
+priority ≤ p there, and the search stops at the first threshold with a set that violates no
+PodDisruptionBudget (a higher threshold cannot do better on the first two criteria). Among the
+sets found: fewest PDB violations, lowest highest victim priority, fewest GPUs evicted, least
+work lost, U's best placement score, then the area's name (`Outcome.rank`).
+
+The live snapshot is never changed: areas are evaluated on clones of their nodes, in a small
+`Snapshot` with a `Placer` of the live placer's scoring.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+from scheduler.placement import Placer, Snapshot
+from scheduler.quota import QuotaTree, Usage
+
+from .budgets import BudgetBook
+from .candidates import Bound, Tally, gang_sets, node_candidates
+from .columns import BoolArray
+from .eligibility import Piece, Rules, gpus_of, pieces_of, root_capacity, rules_for
+from .index import RunningIndex
+from .ledger import Ledger, guaranteed_leaves
+from .model import (
+    Budget,
+    Eviction,
+    NoChoice,
+    PreemptionSettings,
+    Preemptor,
+    Running,
+    VictimChoice,
+)
+from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
+
+__all__ = ["find_victims"]
+
+
+def find_victims(
+    preemptor: Preemptor,
+    placer: Placer,
+    index: RunningIndex,
+    tree: QuotaTree,
+    usage: Usage,
+    budgets: Sequence[Budget],
+    settings: PreemptionSettings,
+) -> VictimChoice | NoChoice:
+    """The victims whose eviction lets U start (admission and placement of all of U), and where
+    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage);
+    the index's node columns (a cache) catch up with the snapshot. `index` must read the
+    placer's snapshot. Not thread-safe: the caller serialises, as for the `Placer`."""
+    if index.columns.snapshot is not placer.snapshot:
+        raise ValueError("find_victims: the index and the placer read different snapshots")
+    if preemptor.never:
+        return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
+    if not preemptor.pods:
+        return NoChoice(reason="preemption: nothing to place")
+    capacity = root_capacity(placer.snapshot.free_totals(), usage)
+    rules = rules_for(preemptor, tree, usage, index, settings, capacity)
+    return _Search(placer, index, tree, usage, rules, BudgetBook(budgets), settings).run()
+
+
+class _Search:
+    def __init__(
+        self,
+        placer: Placer,
+        index: RunningIndex,
+        tree: QuotaTree,
+        usage: Usage,
+        rules: Rules,
+        budgets: BudgetBook,
+        settings: PreemptionSettings,
+    ) -> None:
+        self.placer, self.index, self.tree, self.usage = placer, index, tree, usage
+        self.rules, self.budgets, self.settings = rules, budgets, settings
+        self.live = placer.snapshot
+        self.guaranteed = guaranteed_leaves(tree, usage, index.leaves())
+        self.pods = rules.preemptor.pods
+        self.quota = Ledger(tree, usage, rules).admission()
+        self.fits_now: list[str] = []  # set once there is anything to search
+        self.best: Outcome | None = None
+        self.misses: list[Miss] = []
+        self.violated: set[str] = set()
+        self.off_cache: dict[int, list[Piece]] = {}
+
+    def run(self) -> VictimChoice | NoChoice:
+        thresholds = self._thresholds()
+        if not thresholds:
+            return NoChoice(
+                reason=f"preemption: no eligible victims ({self._why_none()})",
+                nothing_eligible=True,
+            )
+        self.fits_now = self._fits_now()
+        tally = Tally(self.index)
+        for priority, leaves in thresholds:
+            touched = tally.add(priority, leaves)
+            if touched.any():
+                self._evaluate(tally, touched, priority)
+            if self.best is not None and self.best.violations == 0:
+                break
+        if self.best is None:
+            return self._no_choice()
+        return _choice(self.best)
+
+    # -- thresholds and areas --------------------------------------------------------------------
+    def _thresholds(self) -> list[tuple[int, list[str]]]:
+        """Victim priorities ascending, each with the leaves that have eligible units at it."""
+        by_priority: dict[int, list[str]] = {}
+        for leaf in self.index.leaves():
+            below = self.rules.max_priority(leaf)
+            if below is None:
+                continue
+            for priority in self.index.priorities(leaf):
+                if priority < below:
+                    by_priority.setdefault(priority, []).append(leaf)
+        return sorted(by_priority.items())
+
+    def _fits_now(self) -> list[str]:
+        """Nodes where U's pods fit already (a max alone keeps U out, a gang partly fits, or
+        the caller asked for a unit that needs no eviction at all)."""
+        if len(self.pods) == 1:
+            decision = self.placer.decide(self.pods[0], explain=False)
+            return [] if decision.assignment is None else [decision.assignment.node]
+        names: set[str] = set()
+        for pod in {(p.gpus, p.gpu_milli, p.cpu_milli, p.memory): p for p in self.pods}.values():
+            names.update(self.placer.feasible(pod)[: len(self.pods)])
+        return sorted(names)
+
+    def _evaluate(self, tally: Tally, touched: BoolArray, priority: int) -> None:
+        """Evaluate the candidate areas of this threshold (nodes with new victims only)."""
+        limit = self.settings.candidate_limit
+        if len(self.pods) == 1:
+            nodes = node_candidates(tally, touched, Bound.of(self.pods), limit)
+            nodes += [n for n in self.fits_now if n not in nodes]
+            bench = self._bench(nodes)
+            estimates = []
+            for name in nodes:
+                found = bench.estimate(frozenset((name,)), *self._pools([name], priority))
+                if isinstance(found, Miss):
+                    self.misses.append(found)
+                else:
+                    estimates.append(found)
+            self._confirm(bench, estimates)
+            return
+        topology = self.rules.preemptor.topology
+        label = topology.label if topology is not None and topology.required else None
+        for names, cut in gang_sets(tally, self.fits_now, self.pods, label, limit):
+            while True:
+                area = names[:cut]
+                bench = self._bench(area)
+                done = bench.evaluate(frozenset(area), *self._pools(area, priority))
+                if isinstance(done, Outcome) or done.quota or cut >= len(names):
+                    self._keep(done)
+                    break
+                cut *= 2
+
+    def _confirm(self, bench: Workbench, estimates: list[Estimate]) -> None:
+        """Confirm estimates best first until a confirmed outcome ranks first: only areas
+        whose counted rank ties with or beats it are ever placed (an estimate ranks as well as
+        any outcome of its area can)."""
+        heap: list[tuple[tuple[int, int, int, float, float, str], int, Estimate | Outcome]]
+        heap = [(e.rank(), i, e) for i, e in enumerate(estimates)]
+        heapq.heapify(heap)
+        tie = len(heap)
+        while heap:
+            _rank, _i, item = heapq.heappop(heap)
+            if isinstance(item, Outcome):
+                if self._acceptable(item):
+                    self._keep(item)
+                    return
+                continue
+            found = bench.confirm(item)
+            if isinstance(found, Miss):
+                self.misses.append(found)
+            else:
+                heapq.heappush(heap, (found.rank(), tie, found))
+                tie += 1
+
+    def _bench(self, nodes: Iterable[str]) -> Workbench:
+        small = Snapshot(self.live.node(n).clone() for n in nodes)
+        ledger = Ledger(self.tree, self.usage, self.rules)
+        return Workbench(
+            Placer(small, self.placer.scoring), self.rules.preemptor, ledger, self.budgets
+        )
+
+    def _keep(self, found: Outcome | Miss) -> None:
+        if isinstance(found, Miss):
+            self.misses.append(found)
+        elif self._acceptable(found) and (self.best is None or found.rank() < self.best.rank()):
+            self.best = found
+
+    def _acceptable(self, found: Outcome) -> bool:
+        """False (noting why) for a set that violates a budget under `pdb: required`, or that
+        leaves less free in the cluster than the gang's `minResources`."""
+        if self.settings.pdb_required and found.violations:
+            self.violated.update(found.violated)
+            return False
+        wanted = self.rules.preemptor.min_resources
+        if wanted:
+            free = self.live.free_totals()
+            for piece in found.pieces:
+                for place in piece.pods:
+                    for resource, qty in place.request.vector:
+                        free[resource] = free.get(resource, 0) + qty
+            if any(free.get(r, 0) < qty for r, qty in wanted.items()):
+                self.misses.append(Miss())
+                return False
+        return True
+
+    # -- victims ---------------------------------------------------------------------------------
+    def _pools(self, area: Sequence[str], priority: int) -> tuple[list[Piece], list[Piece]]:
+        """The eligible pieces of priority ≤ `priority` with a pod in `area`, and (only while a
+        max keeps U out) those elsewhere that may lower it, in eviction order."""
+        on = frozenset(area)
+        seen: set[str] = set()
+        pool: list[Piece] = []
+        for name in area:
+            for unit in self.index.on_node(name):
+                if unit.key not in seen:
+                    seen.add(unit.key)
+                    pool += self._pieces(unit, priority, on)
+        return pool, self._off(priority)
+
+    def _off(self, priority: int) -> list[Piece]:
+        """While a max keeps U out: the eligible pieces of priority ≤ `priority` in leaves under
+        a queue of U's path that has a max, in eviction order (kept for the threshold)."""
+        if self.quota is None:
+            return []
+        cached = self.off_cache.get(priority)
+        if cached is not None:
+            return cached
+        capped = {q for q in self.tree.paths[self.rules.preemptor.leaf] if self.tree.specs[q].max}
+        off: list[Piece] = []
+        for leaf in self.index.leaves():
+            if capped.intersection(self.tree.paths.get(leaf, ())):
+                for unit in self.index.in_leaf(leaf):
+                    off += self._pieces(unit, priority, None)
+        off.sort(key=reprieve_order, reverse=True)
+        self.off_cache[priority] = off
+        return off
+
+    def _pieces(self, unit: Running, priority: int, on: frozenset[str] | None) -> list[Piece]:
+        reason = self.rules.reason(unit)
+        if reason is None or unit.priority > priority:
+            return []
+        places = self.index.places(unit.key)
+        if any(self.live.node_of(p.key) != p.node for p in places):
+            return []  # the index is behind the snapshot: not a victim this time
+        return pieces_of(unit, places, reason, unit.leaf in self.guaranteed, on)
+
+    # -- answers ---------------------------------------------------------------------------------
+    def _why_none(self) -> str:
+        rules = self.rules
+        leaf = rules.preemptor.leaf
+        parts = []
+        if rules.preempt:
+            parts.append(f"no lower-priority pod runs in queue {leaf}")
+        else:
+            parts.append("priority preemption is off")
+        if rules.floors is not None:
+            parts.append("no other queue has reclaimable pods")
+        elif self.settings.reclaim:
+            parts.append(f"queue {leaf} is not within its guarantee, so it reclaims nothing")
+        return "; ".join(parts)
+
+    def _no_choice(self) -> NoChoice:
+        if self.violated:
+            names = tuple(sorted(self.violated))
+            return NoChoice(
+                reason="preemption: every victim set violates PodDisruptionBudget "
+                f"{', '.join(names)} (pdb: required)",
+                budgets=names,
+            )
+        quota = [m.quota for m in self.misses if m.quota]
+        if quota and len(quota) == len(self.misses):
+            return NoChoice(
+                reason=f"preemption: evicting every eligible victim would still "
+                f"exceed a queue max: {quota[0]}"
+            )
+        what = "the pod" if len(self.pods) == 1 else "the pod group"
+        return NoChoice(
+            reason=f"preemption: evicting every eligible victim would still not fit {what}"
+        )
+
+
+def _choice(best: Outcome) -> VictimChoice:
+    by_unit: dict[str, list[Piece]] = {}
+    for piece in best.pieces:
+        by_unit.setdefault(piece.unit.key, []).append(piece)
+    evictions = []
+    for key in sorted(by_unit):
+        pieces = by_unit[key]
+        unit = pieces[0].unit
+        whole = any(p.core for p in pieces)
+        pods = unit.pods if whole else tuple(sorted(pl.key for p in pieces for pl in p.pods))
+        evictions.append(Eviction(unit=key, pods=pods, reason=pieces[0].reason))
+    return VictimChoice(
+        evictions=tuple(evictions),
+        nodes=dict(best.nodes),
+        violated=best.violated,
+        gpus=gpus_of(sum(p.milli for p in best.pieces)),
+    )

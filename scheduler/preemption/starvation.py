@@ -1,0 +1,124 @@
+"""Where a starving unit gets its hold (DESIGN §11): the node (set) with the fewest GPUs in use
+where U would fit once this scheduler's pods there are gone, found without evicting anyone.
+
+Nodes are taken by GPUs in use (milli-GPU, any scheduler's pods), fewest first, then by name.
+For one pod, the first node where the placement code fits it with our pods taken off a clone
+wins (at most `TRIES` nodes are tried: the hold is an optimisation, not a guarantee). For a gang,
+the emptiest nodes (per domain of a required topology label) are taken until their capacity
+covers the gang, placed with `place_gang` on clones without our pods, widened by doubling when
+that fails; the set with the fewest GPUs in use among the domains tried wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, place_gang
+from scheduler.placement.request import CPU, MEMORY
+
+from .candidates import GANG_SETS, Bound
+from .index import RunningIndex
+from .model import Preemptor
+
+__all__ = ["TRIES", "starvation_nodes"]
+
+TRIES = 64
+"""Nodes (or node-set widenings) tried at most per call."""
+
+
+def starvation_nodes(
+    preemptor: Preemptor, placer: Placer, index: RunningIndex | None = None
+) -> Mapping[str, str] | None:
+    """Pod key -> node for U on the emptiest node (set) that would take it without this
+    scheduler's pods (those in `index`; every pod when None). None when there is none."""
+    live = placer.snapshot
+    if not preemptor.pods:
+        return None
+    ranked = sorted(
+        (n.used_milli, n.name) for n in live.nodes.values() if _big_enough(n, preemptor.pods)
+    )
+    if len(preemptor.pods) == 1:
+        for _used, name in ranked[:TRIES]:
+            found = _place(preemptor, placer, [name], index)
+            if found is not None:
+                return found
+        return None
+    return _gang_nodes(preemptor, placer, [name for _u, name in ranked], index)
+
+
+def _gang_nodes(
+    preemptor: Preemptor, placer: Placer, ranked: Sequence[str], index: RunningIndex | None
+) -> Mapping[str, str] | None:
+    live = placer.snapshot
+    topology = preemptor.topology
+    groups: dict[str, list[str]] = {}
+    for name in ranked:
+        value = (
+            ""
+            if topology is None or not topology.required
+            else live.node(name).labels.get(topology.label)
+        )
+        if value is not None:
+            groups.setdefault(value, []).append(name)
+    total = Bound.of(preemptor.pods)
+    best: tuple[int, Mapping[str, str]] | None = None
+    tried = 0
+    for names in sorted(groups.values(), key=lambda g: _used(live, g[:1]))[:GANG_SETS]:
+        cut = _capacity_cut(live, names, total)
+        while cut and tried < TRIES:
+            tried += 1
+            found = _place(preemptor, placer, names[:cut], index)
+            if found is not None:
+                used = _used(live, names[:cut])
+                if best is None or used < best[0]:
+                    best = (used, found)
+                break
+            if cut >= len(names):
+                break
+            cut = min(2 * cut, len(names))
+    return None if best is None else best[1]
+
+
+def _place(
+    preemptor: Preemptor, placer: Placer, names: Sequence[str], index: RunningIndex | None
+) -> Mapping[str, str] | None:
+    """Place U on clones of `names` with our pods taken off."""
+    small = Snapshot(_emptied(placer.snapshot.node(n), index) for n in names)
+    placed = place_gang(preemptor.pods, Placer(small, placer.scoring), topology=preemptor.topology)
+    if not placed.ok:
+        return None
+    return {key: a.node for key, a in placed.assignments.items()}
+
+
+def _emptied(node: NodeState, index: RunningIndex | None) -> NodeState:
+    clone = node.clone()
+    if index is None:
+        ours = list(clone.pods)
+    else:
+        ours = [p for unit in index.on_node(node.name) for p in unit.pods if p in clone.pods]
+    for key in ours:
+        clone.remove_pod(key)
+    return clone
+
+
+def _big_enough(node: NodeState, pods: Sequence[PodRequest]) -> bool:
+    """Could the node hold the largest pod at all (GPU count)?"""
+    return node.gpu_count >= max(p.gpus for p in pods)
+
+
+def _capacity_cut(live: Snapshot, names: Sequence[str], total: Bound) -> int:
+    """How many of `names` it takes for their whole capacity to cover `total`; 0: never."""
+    room = [0, 0, 0]
+    for i, name in enumerate(names):
+        node = live.node(name)
+        room[0] += node.gpu_capacity_milli()
+        room[1] += node.allocatable.get(CPU, 0)
+        room[2] += node.allocatable.get(MEMORY, 0)
+        need = (total.milli, total.cpu, total.memory)
+        if all(have >= want for have, want in zip(room, need, strict=True)):
+            return i + 1
+    return 0
+
+
+def _used(live: Snapshot, names: Sequence[str]) -> int:
+    return sum(live.node(n).used_milli for n in names)

@@ -1,0 +1,472 @@
+"""Preemption and reclaim end to end (DESIGN §11): the real scheduler against the fake API server,
+driven through the real client. 16 GPUs (two 8-GPU nodes, `gpu-a` and `gpu-b`).
+
+The fake API server's clock steps 10 s per pod this test creates, so pods have distinct creation
+times (the API server stamps whole seconds) and "youngest" means something."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from scheduler.config import load_config
+from scheduler.preemption import PreemptionSettings
+from scheduler.runtime.evicting import disruption_message
+from tests.builders.fakeapi import make_pdb
+from tests.builders.queues import create_namespace, create_queue, queue_body
+from tests.builders.scheduler import (
+    bound_pods,
+    create_podgroup,
+    events_for,
+    gpu_node,
+    pod_body,
+    podgroup,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+from tests.fakeapi import FakeApiServer
+
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+TEAMS = ("team-a", "team-b")
+
+
+class SteppingClock:
+    """Wall time plus an offset the test moves forward (creation stamps are whole seconds)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return time.time() + self.offset
+
+    def step(self, seconds: float = 10.0) -> None:
+        with self._lock:
+            self.offset += seconds
+
+
+@dataclasses.dataclass
+class Cluster:
+    fake: FakeApiServer
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    clock: SteppingClock
+
+    def pod(self, name: str, ns: str = "team-a", **kw: Any) -> None:
+        """Create a pod (grace 0 unless `terminationGracePeriodSeconds` is given)."""
+        kw.setdefault("terminationGracePeriodSeconds", 0)
+        self.clock.step()
+        body = pod_body(name, namespace=ns, **kw)
+        self.core.create_namespaced_pod(ns, body, _preload_content=False)
+
+    def fill(
+        self, count: int, ns: str = "team-a", prefix: str = "low", gpus: int = 1, **kw: Any
+    ) -> list[str]:
+        """`count` pods of `gpus` GPUs each, bound (by the scheduler, or at creation with
+        `node=`) before this returns."""
+        names = [f"{prefix}{i}" for i in range(count)]
+        for name in names:
+            self.pod(name, ns, gpus=gpus, **kw)
+        wait_for(lambda: set(names) <= set(bound_pods(self.fake, ns)), 20, f"{prefix}* bound")
+        return names
+
+    def deleted(self) -> list[str]:
+        """`ns/name` of every pod the scheduler deleted (DELETE with a uid precondition)."""
+        out = []
+        for request in self.fake.requests_matching("DELETE", r"/pods/[^/]+$"):
+            if "preconditions" in (request.body or {}):
+                parts = request.path.split("/")
+                out.append(f"{parts[parts.index('namespaces') + 1]}/{parts[-1]}")
+        return out
+
+    def reason(self, name: str, ns: str = "team-a") -> str:
+        return str((scheduled_condition(self.fake, name, ns) or {}).get("message") or "")
+
+    def nominated(self, name: str, ns: str = "team-a") -> str | None:
+        pod = self.fake.get_object("pods", name, ns) or {}
+        return (pod.get("status") or {}).get("nominatedNodeName")
+
+    def terminating(self, ns: str = "team-a") -> set[str]:
+        return {
+            p["metadata"]["name"]
+            for p in self.fake.list_objects("pods", ns)
+            if p["metadata"].get("deletionTimestamp")
+        }
+
+    def pdb(self, name: str, labels: dict[str, str], min_available: int, ns: str = "team-a"):
+        body = make_pdb(name, match_labels=labels, min_available=min_available)
+        client.PolicyV1Api(self.core.api_client).create_namespaced_pod_disruption_budget(
+            ns, body, _preload_content=False
+        )
+        for pod in self.fake.list_objects("pods", ns):
+            if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in labels.items()):
+                self.fake.start_pod(pod["metadata"]["name"], ns)
+        self.fake.settle_pdb(name, ns)
+
+    def priority_class(self, name: str, value: int, **extra: Any) -> None:
+        client.SchedulingV1Api(self.core.api_client).create_priority_class(
+            {"metadata": {"name": name}, "value": value, **extra}
+        )
+
+
+def config(**preemption: Any) -> Any:
+    return dataclasses.replace(load_config(None), preemption=PreemptionSettings(**preemption))
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    clock = SteppingClock()
+    with FakeApiServer(clock=clock) as fake, fake.api_client() as api_client:
+        core = client.CoreV1Api(api_client)
+        for ns in TEAMS:
+            create_namespace(core, ns)
+        gpu_node(fake, "gpu-a", gpus=8)
+        gpu_node(fake, "gpu-b", gpus=8)
+        custom = client.CustomObjectsApi(api_client)
+        create_queue(custom, queue_body("a", namespaces=["team-a"]))
+        created = Cluster(fake, core, custom, clock)
+        created.priority_class("high", 100)
+        yield created
+
+
+def _on(c: Cluster, names: list[str], ns: str = "team-a") -> dict[str, str]:
+    placed = bound_pods(c.fake, ns)
+    return {n: placed[n] for n in names if n in placed}
+
+
+# -- (1) priority, (5) no repeated evictions while victims terminate ----------------------------
+def test_a_high_priority_pod_evicts_one_whole_node_and_the_freed_gpus_wait_for_it(cluster):
+    c = cluster
+    with running(c.fake, config=config()) as runtime:
+        low = c.fill(16, terminationGracePeriodSeconds=30)
+        before = _on(c, low)
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: len(c.terminating()) == 8, 20, "8 victims terminating")
+        victims = c.terminating()
+        node = {before[v] for v in victims}
+        assert len(node) == 1, "the victims are on one node, never spread over two"
+        (where,) = node
+        wait_for(lambda: c.nominated("big") == where, 10, "big nominated there")
+        # Meanwhile: a pod elsewhere finishes (the unit is tried again) and new pods arrive.
+        survivor = next(n for n in low if before[n] != where)
+        c.core.delete_namespaced_pod(survivor, "team-a", grace_period_seconds=0)
+        for i in range(3):
+            c.pod(f"late{i}", gpus=1)
+        time.sleep(1.5)
+        assert sorted(c.deleted()) == sorted(f"team-a/{v}" for v in victims)
+        assert c.terminating() == victims
+        c.fake.complete_pod_deletions()
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == where, 20, "big bound there")
+        late = _on(c, [f"late{i}" for i in range(3)])
+        assert where not in late.values()
+        wait_for(lambda: c.nominated("big") is None, 10, "the nomination cleared")
+        sample = runtime.metrics.registry.get_sample_value
+        assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "preempt"}) == 8
+        assert sample("gputopo_scheduler_preemption_attempts_total", {"result": "evicted"}) == 1
+    for victim in victims:
+        assert any(e["reason"] == "Preempted" for e in events_for(c.fake, victim, "team-a"))
+    preempting = [e for e in events_for(c.fake, "big", "team-a") if e["reason"] == "Preempting"]
+    assert preempting
+    assert f"preempting 8 pods on {where}" in preempting[0]["message"]
+
+
+def test_victims_get_disruption_target_before_their_deletion(cluster):
+    c = cluster
+    with running(c.fake, config=config()):
+        c.fill(16)
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
+    writes = [(r.method, r.path) for r in c.fake.writes()]
+    deleted = {p.split("/")[1] for p in c.deleted()}
+    assert len(deleted) == 8
+    for name in deleted:
+        marked = writes.index(("PATCH", f"/api/v1/namespaces/team-a/pods/{name}/status"))
+        assert marked < writes.index(("DELETE", f"/api/v1/namespaces/team-a/pods/{name}"))
+    conditions = [
+        r.body["status"]["conditions"][0]
+        for r in c.fake.requests_matching("PATCH", r"/pods/low\d+/status$")
+        if "conditions" in (r.body or {}).get("status", {})
+    ]
+    assert len(conditions) == 8
+    assert {(x["type"], x["status"], x["reason"]) for x in conditions} == {
+        ("DisruptionTarget", "True", "PreemptionByScheduler")
+    }
+    assert all("pod/team-a/big" in x["message"] for x in conditions)
+
+
+def test_a_failed_deletion_spares_the_victim_and_the_preemptor_searches_again(cluster):
+    c = cluster
+    with running(c.fake, config=config()):
+        low = c.fill(16)
+        before = _on(c, low)
+        c.fake.fail_next(1, status=500, path_regex=r"/pods/low\d+$", method="DELETE")
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
+        where = bound_pods(c.fake, "team-a")["big"]
+    gone = [n for n in low if c.fake.get_object("pods", n, "team-a") is None]
+    assert len(gone) == 8
+    assert {before[n] for n in gone} == {where}
+
+
+# -- (2) reclaim ----------------------------------------------------------------------------------
+def test_a_queue_within_its_guarantee_reclaims_what_another_borrows(cluster):
+    c = cluster
+    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
+    create_queue(c.custom, queue_body("a", gpu_min=8, gpu_max=16, namespaces=["team-a"]))
+    create_queue(c.custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
+    with running(c.fake, config=config()) as runtime:
+        a_pods = c.fill(16)
+        for i in range(8):
+            c.pod(f"b{i}", "team-b", gpus=1)
+        wait_for(lambda: len(bound_pods(c.fake, "team-b")) == 8, 30, "b gets its 8 GPUs")
+        sample = runtime.metrics.registry.get_sample_value
+        assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "reclaim"}) == 8
+    kept = bound_pods(c.fake, "team-a")
+    assert len(kept) >= 8
+    assert sorted(c.deleted()) == sorted(f"team-a/{n}" for n in a_pods[8:])  # the youngest
+
+
+# -- (3) gangs ------------------------------------------------------------------------------------
+def test_evicting_one_member_of_a_running_gang_evicts_the_whole_gang(cluster):
+    c = cluster
+    create_podgroup(c.custom, podgroup("train", 4, namespace="team-a"))
+    members = [f"train{i}" for i in range(4)]
+    with running(c.fake, config=config()):
+        for name in members:
+            c.pod(name, gpus=4, labels={GANG_LABEL: "train"})
+        wait_for(lambda: set(members) <= set(bound_pods(c.fake, "team-a")), 20, "gang bound")
+        c.pod("big", gpus=4, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
+    assert sorted(c.deleted()) == sorted(f"team-a/{m}" for m in members)
+
+
+def test_a_gang_that_would_not_fit_after_every_allowed_eviction_evicts_nothing(cluster):
+    c = cluster
+    c.priority_class("top", 1000)
+    c.fill(8, prefix="low", node="gpu-a")
+    c.fill(8, prefix="top", node="gpu-b", priorityClassName="top")
+    create_podgroup(c.custom, podgroup("pair", 2, namespace="team-a"))
+    with running(c.fake, config=config()):
+        for i in range(2):
+            c.pod(f"pair{i}", gpus=8, labels={GANG_LABEL: "pair"}, priorityClassName="high")
+        wait_for(lambda: "preemption:" in c.reason("pair0"), 20, "the gang's reason")
+        time.sleep(0.5)
+        assert "would still not fit the pod group" in c.reason("pair0")
+    assert c.deleted() == []
+
+
+def test_a_gang_preemptor_is_nominated_member_by_member_and_binds_whole(cluster):
+    c = cluster
+    create_podgroup(c.custom, podgroup("pair", 2, namespace="team-a"))
+    with running(c.fake, config=config()):
+        c.fill(16, terminationGracePeriodSeconds=30)
+        for i in range(2):
+            c.pod(f"pair{i}", gpus=8, labels={GANG_LABEL: "pair"}, priorityClassName="high")
+        wait_for(lambda: len(c.terminating()) == 16, 20, "every low pod terminating")
+        wait_for(lambda: c.nominated("pair0") and c.nominated("pair1"), 10, "both nominated")
+        assert {c.nominated("pair0"), c.nominated("pair1")} == {"gpu-a", "gpu-b"}
+        c.fake.complete_pod_deletions()
+        wait_for(
+            lambda: {"pair0", "pair1"} <= set(bound_pods(c.fake, "team-a")), 20, "the gang bound"
+        )
+    assert len(c.deleted()) == 16
+
+
+def test_a_pod_held_back_by_its_queue_max_preempts_in_its_own_queue(cluster):
+    c = cluster
+    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
+    create_queue(c.custom, queue_body("a", gpu_max=4, namespaces=["team-a"]))
+    with running(c.fake, config=config()):
+        low = c.fill(4)
+        c.pod("urgent", gpus=1, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("urgent"), 20, "urgent bound")
+    assert len(c.deleted()) == 1
+    assert c.deleted()[0] in {f"team-a/{n}" for n in low}
+    assert len(bound_pods(c.fake, "team-a")) == 4  # the max holds
+
+
+# -- (4) PodDisruptionBudgets ---------------------------------------------------------------------
+def _guarded(c: Cluster, guard_a: bool, guard_b: bool) -> None:
+    c.fill(8, prefix="a", node="gpu-a", labels={"app": "a"})
+    c.fill(8, prefix="b", node="gpu-b", labels={"app": "b"})
+    if guard_a:
+        c.pdb("guard-a", {"app": "a"}, 8)
+    if guard_b:
+        c.pdb("guard-b", {"app": "b"}, 8)
+
+
+def test_pdb_preferred_takes_the_node_whose_pods_no_budget_protects(cluster):
+    c = cluster
+    _guarded(c, guard_a=True, guard_b=False)
+    with running(c.fake, config=config()):
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == "gpu-b", 20, "big on gpu-b")
+    assert sorted(c.deleted()) == sorted(f"team-a/b{i}" for i in range(8))
+
+
+def test_pdb_preferred_violates_a_budget_when_every_set_does(cluster):
+    c = cluster
+    _guarded(c, guard_a=True, guard_b=True)
+    with running(c.fake, config=config()):
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound")
+    assert len(c.deleted()) == 8
+
+
+def test_pdb_required_waits_naming_the_budget_and_deletes_nothing(cluster):
+    c = cluster
+    _guarded(c, guard_a=True, guard_b=True)
+    with running(c.fake, config=config(pdb_required=True)):
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: "PodDisruptionBudget" in c.reason("big"), 20, "the reason")
+        time.sleep(0.5)
+    assert "team-a/guard-a" in c.reason("big")
+    assert c.deleted() == []
+    assert "big" not in bound_pods(c.fake, "team-a")
+
+
+# -- (6) who never evicts, who is never evicted ---------------------------------------------------
+def test_preemption_policy_never_evicts_nothing(cluster):
+    c = cluster
+    c.priority_class("polite", 100, preemptionPolicy="Never")
+    with running(c.fake, config=config()):
+        c.fill(16)
+        c.pod("big", gpus=8, priorityClassName="polite")
+        wait_for(lambda: "preemptionPolicy is Never" in c.reason("big"), 20, "the reason")
+    assert c.deleted() == []
+
+
+def test_pods_at_the_non_preemptible_priority_are_never_victims(cluster):
+    c = cluster
+    c.priority_class("mid", 50)
+    with running(c.fake, config=config(non_preemptible_priority=50)):
+        c.fill(16, priorityClassName="mid")
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: "Insufficient nvidia.com/gpu" in c.reason("big"), 20, "the reason")
+        time.sleep(0.5)
+    assert c.deleted() == []
+
+
+def test_pods_of_other_schedulers_are_never_victims(cluster):
+    c = cluster
+    for node in ("gpu-a", "gpu-b"):
+        c.fill(8, prefix=f"other-{node}-", node=node, scheduler="default-scheduler")
+    with running(c.fake, config=config()):
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: "Insufficient nvidia.com/gpu" in c.reason("big"), 20, "the reason")
+        time.sleep(0.5)
+    assert c.deleted() == []
+
+
+def test_with_preemption_and_reclaim_off_nothing_is_evicted(cluster):
+    c = cluster
+    with running(c.fake, config=config(enabled=False, reclaim=False)):
+        c.fill(16)
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: c.reason("big"), 20, "the reason")
+        time.sleep(0.5)
+    assert c.deleted() == []
+
+
+# -- (8) a new leader during a preemption ----------------------------------------------------------
+def test_a_new_leader_neither_evicts_twice_nor_loses_the_nomination(cluster):
+    c = cluster
+    with running(c.fake, config=config()):
+        c.fill(16, terminationGracePeriodSeconds=30)
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: len(c.terminating()) == 8, 20, "8 victims terminating")
+        wait_for(lambda: c.nominated("big"), 10, "big nominated")
+    where, victims = c.nominated("big"), c.terminating()
+    first = list(c.deleted())
+    with running(c.fake, config=config()):
+        c.pod("late", gpus=1)
+        time.sleep(1.5)
+        assert c.deleted() == first
+        c.fake.complete_pod_deletions()
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == where, 20, "big bound there")
+        time.sleep(0.3)
+    assert bound_pods(c.fake, "team-a").get("late") is None
+    assert victims.isdisjoint(bound_pods(c.fake, "team-a"))
+
+
+def test_a_new_leader_finishes_an_eviction_the_old_one_only_marked(cluster):
+    c = cluster
+    low = c.fill(8, node="gpu-a")
+    c.fill(8, prefix="other", node="gpu-b", scheduler="default-scheduler")
+    c.pod("big", gpus=8, priorityClassName="high")
+    marked = low[:8]
+    for name in marked:  # what the old leader wrote before it stopped
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": disruption_message("gputopo-scheduler", "pod/team-a/big", 100),
+        }
+        c.core.patch_namespaced_pod_status(
+            name, "team-a", {"status": {"conditions": [condition]}}, _preload_content=False
+        )
+    with running(c.fake, config=config()):
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == "gpu-a", 20, "big bound")
+    assert sorted(c.deleted()) == sorted(f"team-a/{n}" for n in marked)
+
+
+# -- (7) the starvation guard ---------------------------------------------------------------------
+def _stream(c: Cluster, seconds: float, period: float, big: str) -> float | None:
+    """Every `period` s the oldest running small pod finishes and two arrive; returns when
+    `big` was bound (seconds from the start), or None if not while the stream ran."""
+    start, n = time.monotonic(), 0
+    order = [f"low{i}" for i in range(16)]
+    while time.monotonic() - start < seconds:
+        if bound_pods(c.fake, "team-a").get(big):
+            return time.monotonic() - start
+        placed = bound_pods(c.fake, "team-a")
+        done = next((p for p in order if p in placed), None)
+        if done is not None:
+            order.remove(done)
+            c.core.delete_namespaced_pod(done, "team-a", grace_period_seconds=0)
+        for _ in range(2):
+            c.pod(f"s{n}", gpus=1)
+            order.append(f"s{n}")
+            n += 1
+        time.sleep(period)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("starvation", "starts"),
+    [
+        pytest.param(1.0, True, id="with the guard: starts within starvationSeconds + a drain"),
+        pytest.param(600.0, False, id="without: waits to the end of the stream"),
+    ],
+)
+def test_the_starvation_guard_lets_a_big_pod_start_in_a_stream_of_small_ones(
+    cluster, starvation, starts
+):
+    c = cluster
+    settings = config(enabled=False, reclaim=False, starvation_seconds=starvation)
+    with running(c.fake, config=settings) as runtime:
+        c.fill(16)
+        c.pod("big", gpus=8)
+        took = _stream(c, seconds=6.0, period=0.15, big="big")
+        if starts:
+            assert took is not None
+            assert took < 1.0 + 8 * 0.15 + 2.5  # starvationSeconds + one node's drain + slack
+            sample = runtime.metrics.registry.get_sample_value
+            assert sample("gputopo_scheduler_held_gpu_seconds_total") > 0
+        else:
+            assert took is None
+            for pod in c.fake.list_objects("pods", "team-a"):  # the stream ends, its pods go
+                if pod["metadata"]["name"] != "big":
+                    c.core.delete_namespaced_pod(
+                        pod["metadata"]["name"], "team-a", grace_period_seconds=0
+                    )
+            wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound at the end")
+    assert c.deleted() == []

@@ -1,0 +1,118 @@
+"""The opt-in parts of the install in daemonset/optional/: the kubelet config per distribution,
+keeping another project's NodeResourceTopology CRD, Prometheus Operator PodMonitors, and the
+image override the README's build step writes."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.numa_capacity import KubeletConfig
+from tests.builders import manifests as checks
+from tests.builders import render as r
+
+KUBELET_CONFIG = r.OPTIONAL / "kubelet-config"
+NRT_CRD = "noderesourcetopologies.topology.node.k8s.io"
+
+
+def _with(*components: Path) -> list[r.Obj]:
+    try:
+        return r.render_with_components(*components)
+    except LookupError:
+        pytest.skip("kubectl is not installed: components cannot be rendered")
+
+
+def _agent_pod(objects) -> r.Obj:
+    return r.pod_specs(r.one(objects, "DaemonSet", "gputopo-agent"))[0]
+
+
+@pytest.mark.parametrize(
+    ("distribution", "host_path"),
+    [
+        pytest.param("kubeadm", "/var/lib/kubelet/config.yaml", id="kubeadm"),
+        pytest.param("eks", "/etc/kubernetes/kubelet/kubelet-config.json", id="EKS (AL2)"),
+        pytest.param("gke", "/home/kubernetes/kubelet-config.yaml", id="GKE"),
+    ],
+)
+def test_kubelet_config_component_mounts_that_distributions_file_read_only(distribution, host_path):
+    pod = _agent_pod(_with(KUBELET_CONFIG / distribution))
+    container = pod["containers"][0]
+    flags = checks.parse_flags(container["args"])
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "kubelet-config"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "kubelet-config"]
+    assert volume["hostPath"] == {"path": host_path, "type": "File"}  # never created on the host
+    assert mount == {
+        "name": "kubelet-config",
+        "mountPath": flags["--kubelet-config"],
+        "readOnly": True,
+    }
+
+
+def test_an_eks_json_kubelet_config_is_read(tmp_path):
+    path = tmp_path / "kubelet-config.json"
+    path.write_text(
+        '{"kind": "KubeletConfiguration", "topologyManagerPolicy": "best-effort",'
+        ' "reservedSystemCPUs": "0-1"}',
+        encoding="utf-8",
+    )
+    config = KubeletConfig.from_file(path)
+    assert config.topology_manager_policy == "best-effort"
+    assert config.reserved_cpus == (0, 1)
+
+
+def test_upstream_nrt_crd_component_leaves_only_our_crd_out(objects):
+    kept = _with(r.OPTIONAL / "upstream-nrt-crd")
+    names = {o["metadata"]["name"] for o in r.by_kind(kept, "CustomResourceDefinition")}
+    shipped = {o["metadata"]["name"] for o in r.by_kind(objects, "CustomResourceDefinition")}
+    assert NRT_CRD in shipped
+    assert names == shipped - {NRT_CRD}
+    assert len(kept) == len(objects) - 1
+
+
+def test_pod_monitors_select_each_component_and_its_metrics_port(objects):
+    monitors = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "monitoring")
+    assert {m["kind"] for m in monitors} == {"PodMonitor"}
+    workloads = [o for o in objects if o["kind"] in {"DaemonSet", "Deployment"}]
+    assert len(monitors) == len(workloads) == 2
+    for workload in workloads:
+        template = workload["spec"]["template"]
+        namespace = workload["metadata"]["namespace"]
+        selecting = [
+            m
+            for m in monitors
+            if m["metadata"]["namespace"] == namespace
+            and m["spec"]["selector"]["matchLabels"].items()
+            <= template["metadata"]["labels"].items()
+        ]
+        assert len(selecting) == 1, workload["metadata"]["name"]
+        ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+        assert [e["port"] for e in selecting[0]["spec"]["podMetricsEndpoints"]] == ["metrics"]
+        assert "metrics" in ports
+
+
+def test_setting_the_image_in_the_kustomization_changes_both_workloads():
+    """What `kustomize edit set image ghcr.io/gputopo/gputopo=IMAGE` writes, rendered."""
+    kubectl = r.kubectl_path()
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    copy = Path(tempfile.mkdtemp(prefix="gputopo-image-", dir="/tmp")) / "daemonset"
+    shutil.copytree(r.DAEMONSET, copy)
+    try:
+        kust = r.kustomization(copy)
+        kust["images"] = [
+            {
+                "name": "ghcr.io/gputopo/gputopo",
+                "newName": "registry.example/gputopo",
+                "newTag": "t1",
+            }
+        ]
+        (copy / "kustomization.yaml").write_text(yaml.safe_dump(kust), encoding="utf-8")
+        rendered = r.render_with_kubectl(kubectl, copy)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    images = {c["image"] for o in rendered for spec in r.pod_specs(o) for c in spec["containers"]}
+    assert images == {"registry.example/gputopo:t1"}

@@ -9,10 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from agent.dispatch import package_version
-from scheduler.sim.fit import never_fit
+from scheduler.sim.fit import never_fit, peak_demand_gpus
+from scheduler.sim.replay import STUDY_LOAD, STUDY_NODES, STUDY_START
 from scheduler.sim.workload import ClusterSpec, Workload
 
-__all__ = ["header", "inputs_document", "legend", "mismatch_lines"]
+__all__ = [
+    "LIGHT_LOAD",
+    "header",
+    "inputs_document",
+    "legend",
+    "light_load_line",
+    "mismatch_lines",
+    "warning_lines",
+]
+
+LIGHT_LOAD = 0.5  # an event-mode workload that never asks this share of the GPUs at once is light
 
 _PROTOCOL_LEGEND = (
     "alloc@N%: GPUs allocated (% of the cluster's GPU capacity) once the pods that arrived ask "
@@ -92,3 +103,35 @@ def mismatch_lines(spec: ClusterSpec, workload: Workload) -> list[str]:
         f"warning: {jobs} job{'s' if jobs != 1 else ''} can never be placed: {reason}"
         for reason, jobs in sorted(never_fit(spec, workload).items())
     ]
+
+
+def light_load_line(spec: ClusterSpec, workload: Workload, hint: str) -> str | None:
+    """A warning when the workload never asks for `LIGHT_LOAD` of the cluster's GPUs at once (every
+    job started on arrival): allocation then stays low and the policies tie, whatever they are
+    (the trace replayed as recorded asks 1 % of its GPUs: `alloc mean% 0.23`). `hint`: what to
+    change."""
+    peak = peak_demand_gpus(workload)
+    if not spec.gpu_count or peak >= LIGHT_LOAD * spec.gpu_count:
+        return None
+    return (
+        f"warning: the workload never asks for more than {peak:,.1f} of the cluster's "
+        f"{spec.gpu_count:,} GPUs at once ({100 * peak / spec.gpu_count:.1f} %), so allocation "
+        f"stays low and the policies barely differ: {hint}"
+    )
+
+
+def warning_lines(settings: Any, spec: ClusterSpec, workload: Workload) -> list[str]:
+    """What the run will not show, said before it: jobs no node can host, and in event mode a
+    workload too light to load the cluster (`settings`: simulate's `Settings`)."""
+    lines = mismatch_lines(spec, workload)
+    if settings.mode == "events":
+        hint = (
+            f"raise --load (the studies: --load {STUDY_LOAD:g} --replay-start {STUDY_START} "
+            f"--node-share {STUDY_NODES:g})"
+            if settings.workload.endswith(".csv")
+            else "use a smaller cluster or a heavier workload"
+        )
+        light = light_load_line(spec, workload, hint)
+        if light is not None:
+            lines.append(light)
+    return lines

@@ -324,3 +324,32 @@ def test_plot_titles_say_what_was_compared():
     assert plot_title(events) == (
         "gputopo\ncluster built-in default × workload built-in default (mean of seeds 1,2; events)"
     )
+
+
+def test_a_replay_too_light_to_load_the_cluster_says_so_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 300 s each, 10 s apart, 22 GPUs
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    assert main([*argv, "--policy", "bestfit", "--load", "0.1"], environ={}) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("gputopo-scheduler simulate: warning: the workload never asks for more")
+    assert "of the cluster's 22 GPUs at once" in line
+    assert line.endswith(
+        "raise --load (the studies: --load 2000 --replay-start 10000000 --node-share 0.5)"
+    )
+    assert main([*argv, "--policy", "bestfit"], environ={}) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_light_yaml_workload_says_what_to_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    env = {"GPUTOPO_CLUSTER": "default", "GPUTOPO_POLICY": "bestfit"}
+    workload = "version: v1\njobs:\n  - {name: one, arrival: 0, duration: 10, pod: {gpus: 1}}\n"
+    path = tmp_path / "w.yaml"
+    path.write_text(workload, encoding="utf-8")
+    assert main(["--workload", str(path)], environ=env) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "never asks for more than 1.0 of the cluster's 64 GPUs at once (1.6 %)" in line
+    assert line.endswith("use a smaller cluster or a heavier workload")

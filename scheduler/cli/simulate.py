@@ -389,8 +389,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         sys.stdout.write(header(inputs))
         if replay is not None:
             sys.stdout.write(_replay_line(replay))
-        sys.stdout.write(format_table(runs))
-        sys.stdout.write(legend(settings.mode == "events"))
+        tables = format_table(runs)
+        sys.stdout.write(tables + legend(tables))
     return 0
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from scheduler.cli import main as cli
 from scheduler.cli.simulate import main
+from scheduler.cli.simulate_text import COLUMN_NOTES, table_columns
 from tests.builders.sim import WORKLOAD_YAML, write_trace
 
 RUN_KEYS = {
@@ -253,8 +255,31 @@ def test_the_table_says_what_ran_and_what_its_columns_mean(
     assert second == "mode protocol, pods inflated to 130 % of GPU capacity; seeds 1,2; " + (
         "policies gputopo, fgd"
     )
-    assert "alloc@N%: GPUs allocated" in out
-    assert "fragmented%: GPU capacity the workload's typical pods cannot use" in out
+    assert re.search(r"\n  alloc@130%\s+the same at 130 %, where the protocol ends\n", out)
+    assert re.search(r"\n  fragmented%\s+GPU capacity the workload's typical pods cannot use", out)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--inflate", "1.3"], id="protocol"),
+        pytest.param(["--tenants", "50,50", "--quota", "borrow+reclaim"], id="events, queues"),
+    ],
+)
+def test_every_column_printed_is_defined_under_the_tables(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+):
+    assert main(["--policy", "gputopo", *argv], environ={}) == 0
+    out = capsys.readouterr().out
+    tables, _, notes = out.partition("\ncolumns (every figure in full: scheduler/sim/README.md):\n")
+    columns = table_columns(tables)
+    assert len(columns) >= 8
+    assert [line.split("  ")[1] for line in notes.splitlines()] == columns
+
+
+def test_every_column_is_defined_in_the_simulator_readme():
+    readme = (Path(__file__).resolve().parents[4] / "scheduler/sim/README.md").read_text("utf-8")
+    assert [name for name in COLUMN_NOTES if f"`{name}`" not in readme] == []
 
 
 def test_the_json_records_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -12,6 +12,7 @@ from typing import Any
 from agent.dispatch import package_version
 from scheduler.sim.fit import never_fit, peak_demand_gpus
 from scheduler.sim.replay import STUDY_LOAD, STUDY_NODES, STUDY_START
+from scheduler.sim.report import event_settings
 from scheduler.sim.workload import ClusterSpec, Workload
 
 __all__ = [
@@ -104,7 +105,7 @@ def header(inputs: Mapping[str, Any]) -> str:
     mode = (
         f"protocol, pods inflated to {inputs['inflate'] * 100:g} % of GPU capacity"
         if inputs["mode"] == "protocol"
-        else "events (arrivals, durations, gangs wait)"
+        else "events (arrivals, durations, gangs wait)" + event_settings(inputs)
     )
     return (
         f"cluster {_name(inputs['cluster'])} ({inputs['nodes']:,} nodes, {inputs['gpus']:,} GPUs); "

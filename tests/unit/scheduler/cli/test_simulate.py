@@ -342,12 +342,18 @@ def test_plot_titles_say_what_was_compared():
     protocol = {"policies": ["gputopo", "fgd"], "cluster": "/t/nodes.csv", "seeds": [42]}
     protocol |= {"workload": "/t/pods.csv", "mode": "protocol", "inflate": 1.3}
     assert plot_title(protocol) == (
-        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv (seed 42; inflated to 130 %)"
+        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv\nseed 42; inflated to 130 %"
     )
     events = {"policies": ["gputopo"], "cluster": "default", "workload": "default"}
     events |= {"seeds": [1, 2], "mode": "events"}
     assert plot_title(events) == (
-        "gputopo\ncluster built-in default × workload built-in default (mean of seeds 1,2; events)"
+        "gputopo\ncluster built-in default × workload built-in default\nmean of seeds 1,2; events"
+    )
+    replay = events | {"load": 2000.0, "replayStart": 10_000_000, "nodeShare": 0.5}
+    replay |= {"gangWindow": None, "shuffleNodes": True}
+    assert plot_title(replay).splitlines()[2] == (
+        "mean of seeds 1,2; events, load 2000, from recorded second 10,000,000, node share 0.5, "
+        "nodes ranked by the seed"
     )
 
 
@@ -378,3 +384,17 @@ def test_a_light_yaml_workload_says_what_to_change(
     (line,) = capsys.readouterr().err.splitlines()
     assert "never asks for more than 1.0 of the cluster's 64 GPUs at once (1.6 %)" in line
     assert line.endswith("use a smaller cluster or a heavier workload")
+
+
+def test_the_header_of_a_replay_gives_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    flags = ["--load", "10", "--replay-start", "100", "--node-share", "0.5", "--shuffle-nodes"]
+    assert main([*argv, "--policy", "fgd", *flags], environ={}) == 0
+    second = capsys.readouterr().out.splitlines()[1]
+    assert second == (
+        "mode events (arrivals, durations, gangs wait), load 10, from recorded second 100, "
+        "node share 0.5, nodes ranked by the seed; seeds 42; policies fgd"
+    )

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from agent import logsetup
 from agent.cli import config as agent_config
@@ -36,6 +34,7 @@ from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
 from agent.plural import counted
+from agent.stopsignals import StopSignals
 from deviceplugin.errors import PluginError
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.plugin import DevicePlugin
@@ -111,19 +110,11 @@ def stop_services(services: Sequence[Service]) -> None:
             logger.info("stopped %s", service.name)
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-
-
 def run(
     cfg: AgentConfig,
     stop: threading.Event,
     factories: Sequence[ServiceFactory] = SERVICE_FACTORIES,
+    signals: StopSignals | None = None,
 ) -> int:
     """Start everything, wait for `stop` (or return at once with `--oneshot`), stop everything."""
     backend, inventory = open_node(cfg)
@@ -145,12 +136,21 @@ def run(
         if ctx.device_plugin is not None:
             _log_waiting_for_kubelet(cfg.device_plugin_dir / KUBELET_SOCKET)
         if not cfg.oneshot:
-            while not stop.wait(1.0):
-                pass
+            _wait_for_stop(stop, signals)
         stop_services(ctx.services)
     finally:
         backend.close()
     return 0
+
+
+def _wait_for_stop(stop: threading.Event, signals: StopSignals | None) -> None:
+    if signals is None:
+        while not stop.wait(1.0):
+            pass
+        return
+    name = signals.wait(stop)
+    if name is not None:
+        logger.info("received %s: stopping", name)
 
 
 def _log_waiting_for_kubelet(socket: Path) -> None:
@@ -169,13 +169,13 @@ def main(argv: list[str]) -> int:
         return 2
     logsetup.configure(cfg.log_format)
     stop = threading.Event()
-    install_signal_handlers(stop)
+    signals = StopSignals().install()
     try:
-        return run(cfg, stop)
+        return run(cfg, stop, signals=signals)
     except (AgentError, PluginError) as exc:
         if cfg.fail_on_init_error:
             sys.stderr.write(f"{PROG}: {exc}\n")
             return 1
         logger.error("%s; waiting (--fail-on-init-error=false)", exc)
-        stop.wait()
+        _wait_for_stop(stop, signals)
         return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -37,6 +36,7 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
+from agent.stopsignals import StopSignals
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.errors import ApiError
 from scheduler.kubeapi.client import (
@@ -333,12 +333,13 @@ def run(
         sys.stderr.write(f"{PROG}: {why}\n")
         kube.close()
         return 1
-    if stop is None:
-        stop = runtime.stop_event
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: runtime.stop_event.set())
+    signals = StopSignals().install() if stop is None else None
+    stop = runtime.stop_event if stop is None else stop
     runtime.start()
-    stop.wait()
+    if signals is not None:
+        signals.wait(stop)
+    else:
+        stop.wait()
     log.info("stopping")
     runtime.stop()
     kube.close()

@@ -28,7 +28,7 @@ from agent import logsetup
 from agent.dispatch import version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
-from scheduler.cli.simulate_text import header, inputs_document, legend, mismatch_lines
+from scheduler.cli.simulate_text import header, inputs_document, legend, warning_lines
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
@@ -371,7 +371,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         if settings.tenants is not None:
             workload = _split(workload, spec, settings.tenants, settings.hard_quota)
         inputs = inputs_document(settings, spec, workload)
-        for line in mismatch_lines(spec, workload):
+        for line in warning_lines(settings, spec, workload):
             sys.stderr.write(f"{PROG}: {line}\n")
         runs = _run_all(spec, workload, settings, config)
         if settings.plot:
@@ -389,8 +389,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         sys.stdout.write(header(inputs))
         if replay is not None:
             sys.stdout.write(_replay_line(replay))
-        sys.stdout.write(format_table(runs))
-        sys.stdout.write(legend(settings.mode == "events"))
+        tables = format_table(runs)
+        sys.stdout.write(tables + legend(tables))
     return 0
 
 

@@ -1,6 +1,7 @@
 """Jobs that no node of the cluster could ever host, whatever else runs: said before a run, so a
 mismatch between a cluster and a workload (a trace's GPU models on another cluster, a pod bigger
-than every node) is a one-line warning instead of jobs quietly left unplaced."""
+than every node) is a one-line warning instead of jobs quietly left unplaced. Likewise the peak
+GPU demand of a workload in event mode: one too light to load the cluster is said before a run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 
 from scheduler.sim.workload import ClusterSpec, NodeGroup, PodSpec, Workload
 
-__all__ = ["never_fit"]
+__all__ = ["never_fit", "peak_demand_gpus"]
 
 GIB = 1 << 30
 
@@ -51,3 +52,19 @@ def _hosts(group: NodeGroup, pod: PodSpec) -> bool:
         and group.memory >= pod.memory
         and (not pod.mig or group.gpus > 0)
     )
+
+
+def peak_demand_gpus(workload: Workload) -> float:
+    """The most GPUs the workload asks for at once if every job started on arrival and ran its
+    duration (a job without one runs to the end): what a run can load the cluster with at most."""
+    changes: list[tuple[float, float]] = []
+    for job in workload.jobs:
+        gpus = job.replicas * job.pod.gpu_milli_total / 1000
+        changes.append((job.arrival, gpus))
+        if job.duration is not None:
+            changes.append((job.arrival + job.duration, -gpus))
+    peak = running = 0.0
+    for _time, delta in sorted(changes):  # at one instant, departures (< 0) before arrivals
+        running += delta
+        peak = max(peak, running)
+    return peak

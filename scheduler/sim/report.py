@@ -47,6 +47,7 @@ from scheduler.sim.replay import Replay
 __all__ = [
     "PLOT_FORMATS",
     "REPORT_POINTS",
+    "event_settings",
     "format_table",
     "plot_problem",
     "plot_runs",
@@ -335,19 +336,38 @@ def plot_problem(path: Path) -> str | None:
     return None
 
 
+def event_settings(inputs: Mapping[str, Any]) -> str:
+    """Event mode's knobs that differ from their defaults, in words ("" when none does)."""
+    parts = []
+    if inputs.get("load", 1) != 1:
+        parts.append(f"load {inputs['load']:g}")
+    if inputs.get("replayStart") is not None:
+        parts.append(f"from recorded second {inputs['replayStart']:,}")
+    if inputs.get("nodeShare", 1) != 1:
+        parts.append(f"node share {inputs['nodeShare']:g}")
+    if inputs.get("gangWindow") is not None:
+        parts.append(f"gang window {inputs['gangWindow']:g} s")
+    if inputs.get("shuffleNodes"):
+        parts.append("nodes ranked by the seed")
+    return f", {', '.join(parts)}" if parts else ""
+
+
 def plot_title(inputs: Mapping[str, Any]) -> str:
-    """What a plot compares: policies, cluster, workload, seeds, and the inflation (protocol)."""
+    """What a plot compares: policies, cluster, workload, seeds, and the inflation (protocol) or
+    the settings that shape a replay (events), one line each."""
     seeds = inputs["seeds"]
     seed_text = (
         f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {','.join(map(str, seeds))}"
     )
     mode = (
-        f"inflated to {inputs['inflate'] * 100:g} %" if inputs["mode"] == "protocol" else "events"
+        f"inflated to {inputs['inflate'] * 100:g} %"
+        if inputs["mode"] == "protocol"
+        else "events" + event_settings(inputs)
     )
     cluster, workload = (_input_name(inputs[k]) for k in ("cluster", "workload"))
     return (
-        f"{' vs '.join(inputs['policies'])}\ncluster {cluster} × workload {workload} "
-        f"({seed_text}; {mode})"
+        f"{' vs '.join(inputs['policies'])}\ncluster {cluster} × workload {workload}\n"
+        f"{seed_text}; {mode}"
     )
 
 
@@ -384,14 +404,14 @@ def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
         ax.set_ylabel("GPUs allocated (% of capacity)")
         ax.grid(True, alpha=0.3)
     whole.legend()
-    fig.suptitle(title or "GPU allocation vs arrived demand")
+    fig.suptitle(title or "GPU allocation vs arrived demand", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) -> None:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for policy, group in _by_policy(runs).items():
         hours, alloc, frag = _mean_timeline(group)
         top.plot(hours, alloc, label=policy, linewidth=1.2)
@@ -399,7 +419,7 @@ def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) 
     top.set_ylabel("GPU allocation (%)")
     bottom.set_ylabel("fragmentation (% of GPUs)")
     bottom.set_xlabel("hours since the first arrival")
-    fig.suptitle(title or "allocation and fragmentation over the arrival window")
+    fig.suptitle(title or "allocation and fragmentation over the arrival window", fontsize=10)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
     top.legend()

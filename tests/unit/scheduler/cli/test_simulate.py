@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from scheduler.cli import main as cli
 from scheduler.cli.simulate import main
+from scheduler.cli.simulate_text import COLUMN_NOTES, table_columns
 from tests.builders.sim import WORKLOAD_YAML, write_trace
 
 RUN_KEYS = {
@@ -253,8 +255,31 @@ def test_the_table_says_what_ran_and_what_its_columns_mean(
     assert second == "mode protocol, pods inflated to 130 % of GPU capacity; seeds 1,2; " + (
         "policies gputopo, fgd"
     )
-    assert "alloc@N%: GPUs allocated" in out
-    assert "fragmented%: GPU capacity the workload's typical pods cannot use" in out
+    assert re.search(r"\n  alloc@130%\s+the same at 130 %, where the protocol ends\n", out)
+    assert re.search(r"\n  fragmented%\s+GPU capacity the workload's typical pods cannot use", out)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--inflate", "1.3"], id="protocol"),
+        pytest.param(["--tenants", "50,50", "--quota", "borrow+reclaim"], id="events, queues"),
+    ],
+)
+def test_every_column_printed_is_defined_under_the_tables(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+):
+    assert main(["--policy", "gputopo", *argv], environ={}) == 0
+    out = capsys.readouterr().out
+    tables, _, notes = out.partition("\ncolumns (every figure in full: scheduler/sim/README.md):\n")
+    columns = table_columns(tables)
+    assert len(columns) >= 8
+    assert [line.split("  ")[1] for line in notes.splitlines()] == columns
+
+
+def test_every_column_is_defined_in_the_simulator_readme():
+    readme = (Path(__file__).resolve().parents[4] / "scheduler/sim/README.md").read_text("utf-8")
+    assert [name for name in COLUMN_NOTES if f"`{name}`" not in readme] == []
 
 
 def test_the_json_records_its_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -317,10 +342,59 @@ def test_plot_titles_say_what_was_compared():
     protocol = {"policies": ["gputopo", "fgd"], "cluster": "/t/nodes.csv", "seeds": [42]}
     protocol |= {"workload": "/t/pods.csv", "mode": "protocol", "inflate": 1.3}
     assert plot_title(protocol) == (
-        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv (seed 42; inflated to 130 %)"
+        "gputopo vs fgd\ncluster nodes.csv × workload pods.csv\nseed 42; inflated to 130 %"
     )
     events = {"policies": ["gputopo"], "cluster": "default", "workload": "default"}
     events |= {"seeds": [1, 2], "mode": "events"}
     assert plot_title(events) == (
-        "gputopo\ncluster built-in default × workload built-in default (mean of seeds 1,2; events)"
+        "gputopo\ncluster built-in default × workload built-in default\nmean of seeds 1,2; events"
+    )
+    replay = events | {"load": 2000.0, "replayStart": 10_000_000, "nodeShare": 0.5}
+    replay |= {"gangWindow": None, "shuffleNodes": True}
+    assert plot_title(replay).splitlines()[2] == (
+        "mean of seeds 1,2; events, load 2000, from recorded second 10,000,000, node share 0.5, "
+        "nodes ranked by the seed"
+    )
+
+
+def test_a_replay_too_light_to_load_the_cluster_says_so_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)  # 300 s each, 10 s apart, 22 GPUs
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    assert main([*argv, "--policy", "bestfit", "--load", "0.1"], environ={}) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("gputopo-scheduler simulate: warning: the workload never asks for more")
+    assert "of the cluster's 22 GPUs at once" in line
+    assert line.endswith(
+        "raise --load (the studies: --load 2000 --replay-start 10000000 --node-share 0.5)"
+    )
+    assert main([*argv, "--policy", "bestfit"], environ={}) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_light_yaml_workload_says_what_to_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    env = {"GPUTOPO_CLUSTER": "default", "GPUTOPO_POLICY": "bestfit"}
+    workload = "version: v1\njobs:\n  - {name: one, arrival: 0, duration: 10, pod: {gpus: 1}}\n"
+    path = tmp_path / "w.yaml"
+    path.write_text(workload, encoding="utf-8")
+    assert main(["--workload", str(path)], environ=env) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "never asks for more than 1.0 of the cluster's 64 GPUs at once (1.6 %)" in line
+    assert line.endswith("use a smaller cluster or a heavier workload")
+
+
+def test_the_header_of_a_replay_gives_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=40, timed=True)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--mode", "events"]
+    flags = ["--load", "10", "--replay-start", "100", "--node-share", "0.5", "--shuffle-nodes"]
+    assert main([*argv, "--policy", "fgd", *flags], environ={}) == 0
+    second = capsys.readouterr().out.splitlines()[1]
+    assert second == (
+        "mode events (arrivals, durations, gangs wait), load 10, from recorded second 100, "
+        "node share 0.5, nodes ranked by the seed; seeds 42; policies fgd"
     )

@@ -179,9 +179,7 @@ class Preemption:
         may have taken `name`'s first). Searching now would evict in vain."""
         own = set((self._nominated.get(name) or {}).values())
         return bool(own) and any(
-            other != name
-            and own & set(nodes.values())
-            and self._nominations.terminating(other)
+            other != name and own & set(nodes.values()) and self._nominations.terminating(other)
             for other, nodes in self._nominated.items()
         )
 

@@ -72,11 +72,19 @@ def _run(fake, podresources, kubelet: KubeletEmulator) -> None:
     try:
         start_services(ctx, (device_plugin_service, topology, metrics_service))
         writes = len(_patches(fake))
-        wait_for(lambda: writes < len(_patches(fake)), 30, "a first write")
+        wait_for(lambda: _first_write(fake, clock, writes), 30, "a first write")
         wait_for(lambda: _resynced(fake, clock), 30, "a resync that reads the NRT back")
     finally:
         stop_services(ctx.services)
         backend.close()
+
+
+def _first_write(fake, clock: FakeClock, writes: int) -> bool:
+    """A second of the publisher's time per look: a first attempt that failed (a slow API
+    server under load) is retried after its backoff, which a clock that stands still never
+    reaches."""
+    clock.advance(1.0)
+    return writes < len(_patches(fake))
 
 
 def _patches(fake) -> list:

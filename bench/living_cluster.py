@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.sim.events import run_events
+from scheduler.sim.plot import plot_runs
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.protocol import RunResult
 from scheduler.sim.replay import (
@@ -46,7 +47,7 @@ from scheduler.sim.replay import (
     node_share,
     read_replay,
 )
-from scheduler.sim.report import plot_runs, replay_document, runs_document
+from scheduler.sim.report import replay_document, runs_document
 from scheduler.sim.workload import ClusterSpec, Workload, load_cluster, load_workload
 
 TRACE_DIR = "alibaba-cluster-trace-gpu-v2023"

@@ -32,6 +32,7 @@ from scheduler.cli.simulate_text import header, inputs_document, legend, warning
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
+from scheduler.sim.plot import plot_problem, plot_runs, plot_title
 from scheduler.sim.policies import POLICIES, canonical_policy
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.replay import (
@@ -42,14 +43,7 @@ from scheduler.sim.replay import (
     node_share,
     read_replay,
 )
-from scheduler.sim.report import (
-    format_table,
-    plot_problem,
-    plot_runs,
-    plot_title,
-    replay_document,
-    runs_document,
-)
+from scheduler.sim.report import format_table, replay_document, runs_document
 from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.trace import TraceError
 from scheduler.sim.workload import (

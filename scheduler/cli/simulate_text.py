@@ -11,8 +11,8 @@ from typing import Any
 
 from agent.dispatch import package_version
 from scheduler.sim.fit import never_fit, peak_demand_gpus
+from scheduler.sim.plot import event_settings
 from scheduler.sim.replay import STUDY_LOAD, STUDY_NODES, STUDY_START
-from scheduler.sim.report import event_settings
 from scheduler.sim.workload import ClusterSpec, Workload
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Simulator output: a table per policy, the JSON document of DESIGN §8, and the allocation plot.
+"""Simulator output: a table per policy and the JSON document (the plots: `scheduler.sim.plot`).
 
 JSON (`--json`), one entry per policy and seed; ratios in percent of the cluster's GPU capacity:
 
@@ -35,8 +35,7 @@ The text table is followed by one row per policy, seed and queue.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from scheduler.sim.metrics import ClassWaits
@@ -45,13 +44,9 @@ from scheduler.sim.queues import QueueReport
 from scheduler.sim.replay import Replay
 
 __all__ = [
-    "PLOT_FORMATS",
     "REPORT_POINTS",
-    "event_settings",
+    "by_policy",
     "format_table",
-    "plot_problem",
-    "plot_runs",
-    "plot_title",
     "replay_document",
     "runs_document",
 ]
@@ -154,7 +149,7 @@ def _mean_sd(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def _by_policy(runs: Iterable[RunResult]) -> dict[str, list[RunResult]]:
+def by_policy(runs: Iterable[RunResult]) -> dict[str, list[RunResult]]:
     grouped: dict[str, list[RunResult]] = {}
     for run in runs:
         grouped.setdefault(run.policy, []).append(run)
@@ -192,7 +187,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
     header += ["jobs placed", "decisions/s"]
     if events:
         header += ["util%", "frag over time%", "8-GPU max wait s"]
-    rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in _by_policy(runs).items()]
+    rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in by_policy(runs).items()]
     text = _columns(rows)
     if events:
         text += "\n" + _columns(_wait_rows(runs))
@@ -209,7 +204,7 @@ _WAIT_HEADER = ("policy", "class", "pods", "started", "wait p50 s", "wait p99 s"
 def _wait_rows(runs: Sequence[RunResult]) -> list[list[str]]:
     """Per policy and pod class: mean ± sd over seeds."""
     rows = [list(_WAIT_HEADER)]
-    for policy, group in _by_policy(runs).items():
+    for policy, group in by_policy(runs).items():
         for name in group[0].waits:
             waits = [r.waits[name] for r in group if name in r.waits]
             rows.append(
@@ -292,137 +287,3 @@ def _preemption_rows(runs: Sequence[RunResult]) -> list[list[str]]:
             cells = (p.preemptions, p.pods_evicted, p.gpu_seconds_lost, p.partial_gangs, p.wasted)
             rows.append([run.policy, str(run.seed), *(_figure(c) for c in cells)])
     return rows
-
-
-def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:
-    points = sorted({k for r in runs for k in r.allocation})
-    xs, ys = [], []
-    for k in points:
-        values = [r.allocation[k] for r in runs if k in r.allocation]
-        xs.append(k)
-        ys.append(statistics.fmean(values))
-    return xs, ys
-
-
-def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float], list[float]]:
-    """Hours since the first sample, and allocation and fragmentation (mean over seeds)."""
-    samples = [r.timeline for r in runs if r.timeline]
-    if not samples:
-        return [], [], []
-    points = min(len(s) for s in samples)
-    start = samples[0][0].time
-    hours = [(samples[0][i].time - start) / 3600 for i in range(points)]
-    alloc = [statistics.fmean(s[i].allocation for s in samples) for i in range(points)]
-    frag = [statistics.fmean(s[i].fragmentation for s in samples) for i in range(points)]
-    return hours, alloc, frag
-
-
-PLOT_FORMATS = ("png", "pdf", "svg")
-ZOOM = (90, 130)  # % arrived demand: the protocol's range where policies part
-
-
-def plot_problem(path: Path) -> str | None:
-    """Why `--plot path` cannot be written, in one line (checked before any run), else None."""
-    try:
-        import matplotlib  # noqa: F401  (an optional dependency)
-    except ImportError:
-        return "matplotlib is not installed: pip install -e '.[plot]' (or pip install matplotlib)"
-    suffix = path.suffix.lower().lstrip(".")
-    if suffix not in PLOT_FORMATS:
-        known = ", ".join(f".{f}" for f in PLOT_FORMATS)
-        return f"{path}: unknown plot format {path.suffix or '(no extension)'!r} (use {known})"
-    if not path.parent.is_dir():
-        return f"{path}: directory {path.parent} does not exist"
-    return None
-
-
-def event_settings(inputs: Mapping[str, Any]) -> str:
-    """Event mode's knobs that differ from their defaults, in words ("" when none does)."""
-    parts = []
-    if inputs.get("load", 1) != 1:
-        parts.append(f"load {inputs['load']:g}")
-    if inputs.get("replayStart") is not None:
-        parts.append(f"from recorded second {inputs['replayStart']:,}")
-    if inputs.get("nodeShare", 1) != 1:
-        parts.append(f"node share {inputs['nodeShare']:g}")
-    if inputs.get("gangWindow") is not None:
-        parts.append(f"gang window {inputs['gangWindow']:g} s")
-    if inputs.get("shuffleNodes"):
-        parts.append("nodes ranked by the seed")
-    return f", {', '.join(parts)}" if parts else ""
-
-
-def plot_title(inputs: Mapping[str, Any]) -> str:
-    """What a plot compares: policies, cluster, workload, seeds, and the inflation (protocol) or
-    the settings that shape a replay (events), one line each."""
-    seeds = inputs["seeds"]
-    seed_text = (
-        f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {','.join(map(str, seeds))}"
-    )
-    mode = (
-        f"inflated to {inputs['inflate'] * 100:g} %"
-        if inputs["mode"] == "protocol"
-        else "events" + event_settings(inputs)
-    )
-    cluster, workload = (_input_name(inputs[k]) for k in ("cluster", "workload"))
-    return (
-        f"{' vs '.join(inputs['policies'])}\ncluster {cluster} × workload {workload}\n"
-        f"{seed_text}; {mode}"
-    )
-
-
-def _input_name(ref: str) -> str:
-    """A file's name, or `built-in <name>`."""
-    path = Path(ref)
-    return path.name if path.suffix or "/" in ref else f"built-in {ref}"
-
-
-def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
-    """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time over
-    the arrival window. One line per policy (mean over seeds)."""
-    import matplotlib  # optional dependency: loaded only for --plot
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if runs and runs[0].mean_allocation is not None:
-        _plot_timeline(plt, runs, path, title)
-        return
-    fig, (whole, zoom) = plt.subplots(1, 2, figsize=(11, 4.8))
-    curves = {policy: _mean_curve(group) for policy, group in _by_policy(runs).items()}
-    for policy, (xs, ys) in curves.items():
-        whole.plot(xs, ys, label=policy, linewidth=1.5)
-        zoom.plot(xs, ys, label=policy, linewidth=1.5)
-    whole.set_title("whole run")
-    zoom.set_title(f"zoom: {ZOOM[0]}–{ZOOM[1]} % arrived, where policies differ")
-    zoom.set_xlim(*ZOOM)
-    low = [y for xs, ys in curves.values() for x, y in zip(xs, ys, strict=True) if x >= ZOOM[0]]
-    if low:
-        zoom.set_ylim(max(0.0, min(low) - 1.0), min(100.0, max(low) + 0.5))
-    for ax in (whole, zoom):
-        ax.set_xlabel("arrived GPU demand (% of cluster GPU capacity)")
-        ax.set_ylabel("GPUs allocated (% of capacity)")
-        ax.grid(True, alpha=0.3)
-    whole.legend()
-    fig.suptitle(title or "GPU allocation vs arrived demand", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) -> None:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
-    for policy, group in _by_policy(runs).items():
-        hours, alloc, frag = _mean_timeline(group)
-        top.plot(hours, alloc, label=policy, linewidth=1.2)
-        bottom.plot(hours, frag, label=policy, linewidth=1.2)
-    top.set_ylabel("GPU allocation (%)")
-    bottom.set_ylabel("fragmentation (% of GPUs)")
-    bottom.set_xlabel("hours since the first arrival")
-    fig.suptitle(title or "allocation and fragmentation over the arrival window", fontsize=10)
-    for ax in (top, bottom):
-        ax.grid(True, alpha=0.3)
-    top.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

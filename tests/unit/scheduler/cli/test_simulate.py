@@ -337,7 +337,7 @@ def test_borrow_and_reclaim_runs_the_scheduler_preemption(capsys: pytest.Capture
 
 
 def test_plot_titles_say_what_was_compared():
-    from scheduler.sim.report import plot_title
+    from scheduler.sim.plot import plot_title
 
     protocol = {"policies": ["gputopo", "fgd"], "cluster": "/t/nodes.csv", "seeds": [42]}
     protocol |= {"workload": "/t/pods.csv", "mode": "protocol", "inflate": 1.3}

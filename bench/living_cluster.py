@@ -18,6 +18,7 @@ protocol does), so deterministic policies vary across seeds too; `--given-order`
 
     .venv/bin/python bench/living_cluster.py [--jobs 2] [--seeds 1-5] [--policies ...]
         [--studies builtin,trace] [--json] [--plot PREFIX]  # PREFIX-builtin.png, PREFIX-trace.png
+        [--config scheduler.yaml]  # the gputopo policy with another scheduler config
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler.config import config_file_argument, load_config
 from scheduler.sim.events import run_events
 from scheduler.sim.plot import plot_runs
 from scheduler.sim.policies import POLICIES
@@ -73,9 +75,13 @@ def inputs(study: str) -> tuple[ClusterSpec, Workload]:
     return node_share(nodes, STUDY_NODES), trace_replay().workload
 
 
-def one_run(study: str, policy: str, seed: int, shuffle: bool) -> tuple[str, RunResult]:
+def one_run(
+    study: str, policy: str, seed: int, shuffle: bool, config: str | None = None
+) -> tuple[str, RunResult]:
     spec, workload = inputs(study)
-    return study, run_events(spec, workload, policy, seed, shuffle_nodes=shuffle)
+    scheduler_config = load_config(config) if config else None
+    run = run_events(spec, workload, policy, seed, shuffle_nodes=shuffle, config=scheduler_config)
+    return study, run
 
 
 def _spread(values: Sequence[float | None]) -> str:
@@ -133,6 +139,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--given-order", action="store_true", help="do not shuffle the node order")
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
     p.add_argument("--plot", help="write PREFIX-<study>.png (allocation, fragmentation vs time)")
+    p.add_argument(
+        "--config",
+        type=config_file_argument,
+        help="scheduler config the gputopo policy uses (default: the shipped one)",
+    )
     return p.parse_args(argv)
 
 
@@ -142,7 +153,10 @@ def run_all(args: argparse.Namespace) -> dict[str, list[RunResult]]:
     work = [(s, p, seed) for s in studies for p in policies for seed in seeds_of(args.seeds)]
     results: dict[str, list[RunResult]] = {s: [] for s in studies}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(one_run, s, p, seed, not args.given_order) for s, p, seed in work]
+        futures = [
+            pool.submit(one_run, s, p, seed, not args.given_order, args.config)
+            for s, p, seed in work
+        ]
         for future in futures:
             study, run = future.result()
             results[study].append(run)

@@ -13,6 +13,7 @@ run (the simulator's `--json` document plus the trace name).
 
     .venv/bin/python bench/placement_quality.py [--policies gputopo,bestfit,fgd,random]
         [--seeds 42-51] [--variants default,gpushare40] [--jobs 2] [--out results.json]
+        [--config scheduler.yaml]  # the gputopo policy with another scheduler config
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler.config import config_file_argument, load_config
 from scheduler.sim.protocol import RunResult, run_protocol
 from scheduler.sim.report import runs_document
 from scheduler.sim.workload import load_cluster, load_workload
@@ -84,12 +86,15 @@ def seeds_of(text: str) -> list[int]:
     return out
 
 
-def one_run(root: str, variant: str, policy: str, seed: int) -> tuple[str, RunResult, float]:
+def one_run(
+    root: str, variant: str, policy: str, seed: int, config: str | None = None
+) -> tuple[str, RunResult, float]:
     base = Path(root) / TRACE_DIR
     spec = load_cluster(str(base / NODE_LIST))
     workload = load_workload(str(base / f"{PREFIX}{variant}.csv"))
+    scheduler_config = load_config(config) if config else None
     start = time.perf_counter()
-    result = run_protocol(spec, workload, policy, seed)
+    result = run_protocol(spec, workload, policy, seed, config=scheduler_config)
     return variant, result, time.perf_counter() - start
 
 
@@ -153,6 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--variants", default="")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out")
+    p.add_argument(
+        "--config",
+        type=config_file_argument,
+        help="scheduler config the gputopo policy uses (default: the shipped one)",
+    )
     args = p.parse_args(argv)
     root = traces_root(args.traces)
     if not (root / TRACE_DIR).is_dir():
@@ -160,11 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = variants(root, [v for v in args.variants.split(",") if v])
     policies = [x for x in args.policies.split(",") if x]
     seeds = seeds_of(args.seeds)
-    tasks = [(str(root), v, pol, s) for v in names for pol in policies for s in seeds]
+    tasks = [(str(root), v, pol, s, args.config) for v in names for pol in policies for s in seeds]
     results: dict[str, list[RunResult]] = {v: [] for v in names}
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        columns = [[t[i] for t in tasks] for i in range(4)]
+        columns = [[t[i] for t in tasks] for i in range(5)]
         for done, (variant, result, _secs) in enumerate(pool.map(one_run, *columns), 1):
             results[variant].append(result)
             sys.stderr.write(f"\r{done}/{len(tasks)} runs, {time.perf_counter() - start:.0f}s")

@@ -23,6 +23,7 @@ preemption: {enabled: true, reclaim: true, reclaimToFairShare: false, pdb: prefe
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_TOPOLOGY_LEVELS",
     "ConfigError",
     "SchedulerConfig",
+    "config_file_argument",
     "load_config",
     "parse_config",
 ]
@@ -119,6 +121,16 @@ def load_config(path: str | Path | None = None) -> SchedulerConfig:
     where = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     data = read_yaml(where, ConfigError, "the scheduler config")
     return parse_config(data, source=str(where))
+
+
+def config_file_argument(text: str) -> str:
+    """An argparse `type=` for a scheduler config path: the path, once the file reads and
+    validates (else argparse's one-line usage error naming the file and key)."""
+    try:
+        load_config(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -10,7 +11,13 @@ import pytest
 import yaml
 
 from agent.errors import ConfigError
-from scheduler.config import DEFAULT_CONFIG_PATH, SchedulerConfig, load_config, parse_config
+from scheduler.config import (
+    DEFAULT_CONFIG_PATH,
+    SchedulerConfig,
+    config_file_argument,
+    load_config,
+    parse_config,
+)
 from scheduler.placement import Scoring, default_scoring
 from scheduler.preemption import PreemptionSettings
 
@@ -247,3 +254,19 @@ def test_preemption_errors_name_the_key():
         assert expected in text
     with pytest.raises(ConfigError, match="preemption: must be a mapping"):
         parse_config({"version": "v1", "preemption": [1]})
+
+
+def test_a_config_file_argument_is_checked_when_the_command_line_is_read(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text("version: v1\nscoring: {preferUsedNodes: true}\n", encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: v1\nscoring: {preferUsedNodes: 3}\n", encoding="utf-8")
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--config", type=config_file_argument)
+    assert parser.parse_args(["--config", str(good)]).config == str(good)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--config", str(bad)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(bad) in err
+    assert "scoring.preferUsedNodes" in err

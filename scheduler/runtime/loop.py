@@ -132,7 +132,7 @@ class Scheduler:
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         """A full list of `kind`: apply every object, delete what is no longer there."""
-        with self.cache.lock:
+        with self.cache.lock, self.queue.batch():
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
                     self._requeue_all()
@@ -212,18 +212,20 @@ class Scheduler:
             self.queue.remove(unit)
 
     def _requeue_all(self) -> None:
-        """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried."""
-        for info in list(self.cache.pods.values()):
-            if not info.pending or info.gated:
-                continue
-            if info.group is not None:
-                self.gangs.on_member(info, True)
-            else:
-                unit = UnitKey(UnitKind.POD, info.key)
-                self.queue.add(
-                    unit, info.request.priority, info.created, self.cache.leaf_of(info)[0]
-                )
-        self.queue.move_all_to_active()
+        """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,
+        in one batch, so the loop pops the highest of them first and not whichever came first."""
+        with self.queue.batch():
+            for info in list(self.cache.pods.values()):
+                if not info.pending or info.gated:
+                    continue
+                if info.group is not None:
+                    self.gangs.on_member(info, True)
+                else:
+                    unit = UnitKey(UnitKind.POD, info.key)
+                    self.queue.add(
+                        unit, info.request.priority, info.created, self.cache.leaf_of(info)[0]
+                    )
+            self.queue.move_all_to_active()
 
     def _on_node(self, etype: str, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")

@@ -23,7 +23,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -108,6 +109,15 @@ class SchedulingQueue:
                 unit.dirty = True
             elif unit.where == "unschedulable" or unit.where == "active":
                 self._push_active(unit)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Hold the queue while several units are added or moved, so that no `pop` takes one of
+        them before the rest are in (a low-priority unit added first would otherwise jump the
+        line). Callers may hold `cache.lock` around it; `pop` never takes that lock while
+        holding this one."""
+        with self._cond:
+            yield
 
     def remove(self, key: UnitKey) -> None:
         with self._cond:

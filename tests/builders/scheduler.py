@@ -37,15 +37,21 @@ def settings(**overrides: Any) -> RunSettings:
 
 @contextmanager
 def running(
-    fake: FakeApiServer, *, lease: LeaseTiming | None = None, **overrides: Any
+    fake: FakeApiServer,
+    *,
+    lease: LeaseTiming | None = None,
+    bind_workers: int = LoopSettings().bind_workers,
+    **overrides: Any,
 ) -> Iterator[Runtime]:
-    """A started scheduler whose cache has synced; stopped on exit."""
+    """A started scheduler whose cache has synced; stopped on exit. Binds run on `bind_workers`
+    threads, so with more than one they reach the API server in no set order; a test reading the
+    order of decisions from the order of binds asks for one."""
     kube = KubeClient(fake.api_client(), NAME, f"test-{uuid.uuid4().hex[:6]}")
     runtime = Runtime(
         settings(**overrides),
         kube,
         lease=lease,
-        loop=LoopSettings(idle_wait=0.05),
+        loop=LoopSettings(idle_wait=0.05, bind_workers=bind_workers),
         queue=SchedulingQueue(
             time.monotonic, initial_backoff=0.05, max_backoff=0.2, unschedulable_flush=5
         ),

@@ -168,7 +168,7 @@ def test_the_queue_furthest_below_its_min_goes_first(fake_api, api) -> None:
                 "old", gpus=running_gpus, namespace=ns, node="gpu-a" if ns == "team-a" else "gpu-b"
             ),
         )
-    with running(fake_api):
+    with running(fake_api, bind_workers=1):  # binds in the order decided
         create_pod(core, pod_body("new", gpus=1, namespace="team-b"))  # older of the two
         create_pod(core, pod_body("new", gpus=1, namespace="team-a"))
         fake_api.clear_requests()
@@ -183,7 +183,7 @@ def test_inside_a_queue_a_higher_priority_class_goes_first(fake_api, api) -> Non
         {"metadata": {"name": "high"}, "value": 1000}
     )
     create_queue(custom, queue_body("a", gpu_max=16, namespaces=["team-a"], paused=True))
-    with running(fake_api):
+    with running(fake_api, bind_workers=1):  # binds in the order decided
         create_pod(core, pod_body("low", gpus=1, namespace="team-a"))
         create_pod(core, pod_body("high", gpus=1, namespace="team-a", priorityClassName="high"))
         wait_for(lambda: "paused" in _reason(fake_api, "high", "team-a"), 10, "paused reason")

@@ -112,3 +112,22 @@ def test_close_wakes_the_consumer():
     q.close()
     consumer.join(5)
     assert got == [None]
+
+
+def test_a_consumer_waiting_during_a_batch_pops_the_highest_unit_of_it():
+    """A queue change re-adds every waiting unit; a consumer already blocked in `pop` must not
+    take the first one added (low priority, older) before the higher one behind it is in."""
+    import time
+
+    q = SchedulingQueue(time.monotonic)
+    got: list[UnitKey | None] = []
+    consumer = threading.Thread(target=lambda: got.append(q.pop(5)))
+    consumer.start()
+    time.sleep(0.05)  # the consumer is waiting on an empty queue
+    with q.batch():
+        q.add(pod("low"), 0, created=1)
+        time.sleep(0.1)  # a consumer that could pop now would take "low"
+        q.add(pod("high"), 1000, created=2)
+    consumer.join(5)
+    assert got == [pod("high")]
+    assert drain(q) == [pod("low")]

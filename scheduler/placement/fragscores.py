@@ -112,8 +112,9 @@ class FragmentationScore:
     watch `version`. A refit within `refit_tolerance` (total variation) of the current fit is
     skipped. `typical` fixes the distribution instead (no learning).
 
-    Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size whose
-    pods ask at least `big_share` of the whole-GPU demand seen (the prior included), `big_cpu`
+    Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size with a
+    pod shape (cpu included) that asks at least `big_share` of the whole-GPU demand seen (the
+    prior included), `big_cpu`
     the most cpu a pod that big has asked (raised as soon as a wider one is seen). A pod asking
     fewer GPUs scores `keep_whole_bonus` (half a point) more on a node that cannot host every
     big pod: fewer GPUs than `big_gpus`, or less allocatable cpu than `big_cpu`. Half a point
@@ -125,6 +126,20 @@ class FragmentationScore:
     rule cut the p99 wait of 8-GPU pods from 1,900 to 661 s (its 120-core 8-GPU pods fit only
     the 128-core nodes, which small pods had filled by name order). The static protocol keeps
     95.90 %.
+
+    Consolidating while idle nodes are scarce: before each pod the caller `watch`es how many
+    GPU nodes have no GPU in use. While fewer than `scarce_idle_share` (3 %) of them do, a GPU
+    pod asking fewer GPUs than `big_gpus` scores `scarce_idle_penalty` (30 points, so the score
+    can drop below 0) less on such an idle node: it goes to a node already in use unless that
+    adds far more fragmentation, and the last idle nodes are left whole, with all their cpu and
+    memory, for the big or wide pods still to come. The FGD measure ranks an idle node a few
+    points higher than a used one for many small pods, and it counts neither cpu beyond the
+    typical pods' nor memory. On the trace replay the last idle nodes went to 1-GPU, share and
+    2-GPU pods shortly before three 4-GPU pods asking 60 cores and 313 GiB arrived, which then
+    found 4 idle GPUs on 13 nodes but never the cpu and memory beside them: their p99 wait was
+    49.6 s over seeds 1-5, now 0.0 s. Nothing changes while idle nodes are plentiful (the
+    built-in workload), nor when the learned distribution has no big size (`big_gpus` 0: the
+    static protocol's, whose 8-GPU shapes are each under 5 % of the GPU demand).
     """
 
     first_refit = 16
@@ -134,6 +149,8 @@ class FragmentationScore:
     refit_tolerance = 0.02  # keep the current fit (and every cached score) if this close
     big_share = 0.05
     keep_whole_bonus = 0.5
+    scarce_idle_share = 0.03
+    scarce_idle_penalty = 30.0
 
     def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
         self.learning = typical is None
@@ -146,10 +163,20 @@ class FragmentationScore:
         self.big_gpus = big_gpus(weights, self.big_share)
         self.big_cpu = big_cpu(weights, self.big_gpus)
         self.version = 0
+        self.idle_scarce = False
         self._seen: dict[str, None] = {}
         self._last_key: str | None = None
         self._pending = False
         self._next_refit = self.first_refit
+
+    def watch(self, idle_gpu_nodes: int, gpu_nodes: int) -> None:
+        """How many nodes with GPUs have none in use, of how many (before each pod): sets
+        `idle_scarce`, and bumps `version` when that changes a score (there is a big size)."""
+        scarce = idle_gpu_nodes < self.scarce_idle_share * gpu_nodes
+        if scarce != self.idle_scarce:
+            self.idle_scarce = scarce
+            if self.big_gpus:
+                self.version += 1
 
     def observe(self, pod: PodRequest) -> None:
         """Count `pod` (once per key) toward the learned distribution."""
@@ -190,8 +217,11 @@ class FragmentationScore:
         if not options:
             return 0.0
         score = float(max(paper_score(d) for d, _gpus in options))
-        if pod.wants_gpu and pod.gpus < self.big_gpus and not self._hosts_every_big_pod(node):
-            score += self.keep_whole_bonus
+        if pod.wants_gpu and pod.gpus < self.big_gpus:
+            if not self._hosts_every_big_pod(node):
+                score += self.keep_whole_bonus
+            if self.idle_scarce and node.gpu_count and not node.gpu_used():
+                score -= self.scarce_idle_penalty
         return score
 
     def _hosts_every_big_pod(self, node: NodeState) -> bool:
@@ -199,8 +229,11 @@ class FragmentationScore:
 
 
 def big_gpus(counts: Mapping[PodShape, float], share: float) -> int:
-    """The largest whole-GPU count above 1 whose pods ask at least `share` of the whole-GPU
-    demand in `counts` (pods or weights per shape); 0 when there is none."""
+    """The largest whole-GPU count above 1 with one shape in `counts` (pods or weights per
+    shape) that asks at least `share` of the whole-GPU demand there; 0 when there is none.
+
+    Per shape, not per size: a size spread over many cpu requests is no single typical pod
+    (measured: summing the shapes of a size moved the static protocol from 95.90 to 95.89 %)."""
     demand = {s: c * s.gpus for s, c in counts.items() if s.gpus and not s.is_share}
     total = sum(demand.values())
     big = [s.gpus for s, d in demand.items() if s.gpus > 1 and total and d / total >= share]

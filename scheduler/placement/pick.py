@@ -123,7 +123,7 @@ def pick(
             reasons={f"unsupported: {pod.unsupported}": total},
             nodes_total=total,
         )
-    scoring.observe(pod)
+    scoring.observe(pod, snapshot)
     reasons: dict[str, int] = {}
     verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None
     best = _best_candidate(pod, snapshot, scoring, (allowed, excluded), reasons, verdicts)

@@ -92,7 +92,7 @@ class Placer:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
         if self._memo is not None:
             return self._memo.feasible(pod)
-        self._scoring.observe(pod)
+        self._scoring.observe(pod, self._snapshot)
         nodes = self._snapshot.nodes
         return [
             name
@@ -104,7 +104,7 @@ class Placer:
         """The devices `pod` gets on `node_name` (None if it does not fit there)."""
         if self._memo is not None:
             return self._memo.assignment_on(pod, node_name)
-        self._scoring.observe(pod)
+        self._scoring.observe(pod, self._snapshot)
         return filter_node(pod, self._snapshot.node(node_name)).assignment
 
     def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:

@@ -23,6 +23,7 @@ from agent.model import MILLI_PER_GPU
 from .fragscores import FragmentationScore, spread_on_cpu_nodes_score
 from .node import Assignment, NodeState
 from .request import CPU, MEMORY, PodRequest
+from .snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -137,13 +138,18 @@ SCORE_FACTORIES: Mapping[str, Callable[[], ScoreFn]] = MappingProxyType(
 
 @runtime_checkable
 class Learner(Protocol):
-    """A score function that learns from the pods it scores (see `FragmentationScore`).
+    """A score function that learns from the pods it scores and the cluster it places them in
+    (see `FragmentationScore`).
 
-    `observe(pod)` counts a pod (once per key); `version` grows whenever what it learned changes
-    its scores, so callers that cache scores (`scheduler.placement.verdict_memo`) know to drop them.
+    `watch(idle_gpu_nodes, gpu_nodes)` tells it how many nodes with GPUs have none in use, before
+    each pod; `observe(pod)` counts a pod (once per key). `version` grows whenever what it
+    learned or watched changes its scores, so callers that cache scores
+    (`scheduler.placement.verdict_memo`) know to drop them.
     """
 
     version: int
+
+    def watch(self, idle_gpu_nodes: int, gpu_nodes: int) -> None: ...
 
     def observe(self, pod: PodRequest) -> None: ...
 
@@ -201,9 +207,11 @@ class Scoring:
                 found.append(fn)
         return tuple(found)
 
-    def observe(self, pod: PodRequest) -> None:
-        """Show `pod` to every learning score before it is decided (`pick` does, once per pod)."""
+    def observe(self, pod: PodRequest, snapshot: Snapshot) -> None:
+        """Show `snapshot`'s GPU nodes, then `pod`, to every learning score before the pod is
+        decided on `snapshot` (`pick` and the memo do, once per pod)."""
         for fn in self.learners():
+            fn.watch(snapshot.idle_gpu_nodes, snapshot.gpu_nodes)
             fn.observe(pod)
 
 

@@ -10,8 +10,10 @@ Indexes (each a name-sorted list per key, kept up to date on every assume / forg
 tightest share first, names ascending. Pods without GPUs walk every node, starting at a position
 derived from the pod key (CRC-32), so equal pods spread without any mutable cursor.
 
-Also kept incrementally: cluster resource totals (for a PodGroup's `minResources`) and, per
-topology label asked for once, the domains of that label with their free milli-GPU.
+Also kept incrementally: cluster resource totals (for a PodGroup's `minResources`), how many
+nodes have GPUs and how many of those have none in use (`gpu_nodes`, `idle_gpu_nodes`: the
+`fragmentation` score consolidates while idle ones are scarce) and, per topology label asked for
+once, the domains of that label with their free milli-GPU.
 
 Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
 `generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
@@ -63,6 +65,8 @@ class Snapshot:
         self._alloc_total: dict[str, int] = {}
         self._req_total: dict[str, int] = {}
         self._free_milli: dict[str, int] = {}
+        self._gpu_nodes = 0
+        self._idle_gpu: set[str] = set()
         self._domains: dict[str, dict[str, Domain]] = {}
         self._generation = 0
         self._stamps: dict[str, int] = {}  # node -> generation of its last change, oldest first
@@ -81,6 +85,17 @@ class Snapshot:
 
     def __contains__(self, name: object) -> bool:
         return name in self._nodes
+
+    @property
+    def gpu_nodes(self) -> int:
+        """How many nodes have GPUs (MIG-enabled ones included)."""
+        return self._gpu_nodes
+
+    @property
+    def idle_gpu_nodes(self) -> int:
+        """How many nodes have GPUs and none of them in use (`NodeState.gpu_used`); pods without
+        GPUs (DaemonSets, cpu jobs) do not count."""
+        return len(self._idle_gpu)
 
     def node(self, name: str) -> NodeState:
         """The node called `name`; KeyError names it when unknown."""
@@ -101,6 +116,7 @@ class Snapshot:
         self._nodes[node.name] = node
         insort(self._all, node.name)
         self._max_gpus = max(self._max_gpus, node.gpu_count)
+        self._gpu_nodes += node.gpu_count > 0
         for key in node.pods:
             self._pod_node[key] = node.name
         _add_into(self._alloc_total, node.allocatable.items(), 1)
@@ -120,6 +136,8 @@ class Snapshot:
         self._set_free_milli(name, 0)
         node = self._nodes.pop(name)
         del self._free_milli[name]
+        self._gpu_nodes -= node.gpu_count > 0
+        self._idle_gpu.discard(name)
         del self._all[bisect_left(self._all, name)]
         for key in node.pods:
             self._pod_node.pop(key, None)
@@ -251,6 +269,10 @@ class Snapshot:
             insort(self._index.setdefault(key, []), name)
         self._keys[name] = keys
         self._set_free_milli(name, node.gpu_capacity_milli() - node.used_milli)
+        if node.gpu_count and not node.gpu_used():
+            self._idle_gpu.add(name)
+        else:
+            self._idle_gpu.discard(name)
 
     def _unindex(self, name: str) -> None:
         for key in self._keys.pop(name, ()):

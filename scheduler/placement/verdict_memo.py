@@ -186,8 +186,11 @@ class VerdictMemo:
         return sum(fn.version for fn in self._learners)
 
     def _observe(self, pod: PodRequest) -> None:
-        """Let learning scores see `pod` (as `pick` does); on a refit every verdict is stale."""
+        """Let learning scores see the snapshot's GPU nodes and `pod` (as `pick` does); when what
+        they learned changes, every verdict is stale."""
+        idle, gpu_nodes = self._snapshot.idle_gpu_nodes, self._snapshot.gpu_nodes
         for fn in self._learners:
+            fn.watch(idle, gpu_nodes)
             fn.observe(pod)
         version = self._learned_version()
         if version != self._version:

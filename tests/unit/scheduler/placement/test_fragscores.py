@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from scheduler.placement import Assignment, PodRequest, Scoring, WeightedScore
+from scheduler.placement import (
+    Assignment,
+    NodeState,
+    PodRequest,
+    Scoring,
+    WeightedScore,
+    filter_node,
+)
 from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
     PRIOR,
@@ -174,3 +183,112 @@ def test_big_gpus_is_the_largest_size_with_a_real_share_of_the_gpu_demand():
     assert big_gpus({WHOLE: 90.0, PodShape(0, 1000, 8): 1.0}, 0.05) == 8
     assert big_gpus({WHOLE: 200.0, PodShape(0, 1000, 8): 1.0}, 0.05) == 0
     assert big_gpus({PodShape(0, 300, 1): 10.0}, 0.05) == 0
+
+
+def _last_idle_node(idle_fillers: int) -> tuple[Cluster, Scoring, FragmentationScore]:
+    """A used 8-GPU node short of cpu, one idle 128-core 8-GPU node, and 33 GPU nodes fully in
+    use; `idle_fillers` of those 33 are left idle instead (never a candidate: one GPU each,
+    too little cpu for the pod below)."""
+    typical = (TypicalPod(WHOLE, 0.9), TypicalPod(PodShape(96_000, 1000, 8), 0.1))
+    score = FragmentationScore(typical)
+    specs = [
+        NodeSpec(name="a-used", gpus=8, cpu_milli=96_000),
+        NodeSpec(name="b-idle", gpus=8, cpu_milli=128_000),
+    ]
+    specs += [NodeSpec(name=f"c-full-{i}", gpus=1, cpu_milli=8_000) for i in range(33)]
+    cluster = Cluster.from_specs(specs)
+    for i in range(4):
+        running = PodRequest(key=f"running-{i}", cpu_milli=12_000, gpus=1)
+        cluster.bind(running, Assignment(node="a-used", gpus=(i,)))
+    for i in range(idle_fillers, 33):
+        filler = PodRequest(key=f"filler-{i}", cpu_milli=1_000, gpus=1)
+        cluster.bind(filler, Assignment(node=f"c-full-{i}", gpus=(0,)))
+    scoring = Scoring(
+        scores=(WeightedScore("fragmentation", 1.0, score),),
+        prefer_used_nodes=False,  # as shipped
+        candidate_limit=0,
+    )
+    return cluster, scoring, score
+
+
+@pytest.mark.parametrize("candidate_limit", [0, 1 << 30], ids=["memo", "plain"])
+def test_while_idle_nodes_are_scarce_small_work_leaves_the_last_idle_node_whole(
+    candidate_limit: int,
+) -> None:
+    """The decision that went wrong on the trace replay: with fewer than 3 % of the GPU nodes
+    idle, FGD ranked the last idle node a few points above a used one for small pods (here the
+    used node's cpu would feed one GPU fewer), so small pods took the last idle nodes, and a
+    60-core, 313 GiB 4-GPU pod then waited: 4 idle GPUs on 13 nodes, the cpu and memory beside
+    them on none (p99 wait of 4-GPU pods 49.6 s over seeds 1-5; now 0.0 s)."""
+    cluster, scoring, score = _last_idle_node(idle_fillers=0)
+    scoring = replace(scoring, candidate_limit=candidate_limit)  # the Placer's two paths
+    assert (cluster.snapshot.idle_gpu_nodes, cluster.snapshot.gpu_nodes) == (1, 35)
+    assert score.big_gpus == 8
+    small = PodRequest(key="inference", cpu_milli=24_000, gpus=1)
+    placer = cluster.placer(scoring)
+    assert placer.decide(small).node == "a-used"
+    assert score.idle_scarce
+    score.scarce_idle_penalty = 0.0
+    score.version += 1  # the memo keeps verdicts until a learner's version moves
+    assert placer.decide(small).node == "b-idle"  # the old decision: FGD alone prefers it
+
+
+def test_with_idle_nodes_to_spare_fgd_alone_decides():
+    cluster, scoring, score = _last_idle_node(idle_fillers=1)  # 2 of 35 idle: 5.7 %
+    small = PodRequest(key="inference", cpu_milli=24_000, gpus=1)
+    assert cluster.placer(scoring).decide(small).node == "b-idle"
+    assert not score.idle_scarce
+
+
+def test_without_a_big_size_idle_nodes_are_not_kept():
+    cluster, scoring, _score = _last_idle_node(idle_fillers=0)
+    only_small = FragmentationScore((TypicalPod(WHOLE, 1.0),))
+    scoring = Scoring(
+        scores=(WeightedScore("fragmentation", 1.0, only_small),),
+        prefer_used_nodes=False,
+        candidate_limit=0,
+    )
+    small = PodRequest(key="inference", cpu_milli=24_000, gpus=1)
+    assert only_small.big_gpus == 0
+    assert cluster.placer(scoring).decide(small).node == "b-idle"
+
+
+def test_only_pods_smaller_than_the_big_size_pay_for_an_idle_node():
+    cluster, _scoring, score = _last_idle_node(idle_fillers=0)
+    idle, used = cluster.snapshot.node("b-idle"), cluster.snapshot.node("a-used")
+    pods = {
+        "share": PodRequest(key="share", cpu_milli=4_000, gpu_milli=500),
+        "1-gpu": PodRequest(key="one", cpu_milli=24_000, gpus=1),
+        "4-gpu": PodRequest(key="four", cpu_milli=48_000, gpus=4),
+        "8-gpu": PodRequest(key="eight", cpu_milli=96_000, gpus=8),
+        "cpu": PodRequest(key="cpu", cpu_milli=8_000),
+    }
+
+    def scores(node: NodeState) -> dict[str, float]:
+        return {
+            name: score(pod, node, filter_node(pod, node).assignment or Assignment(node=node.name))
+            for name, pod in pods.items()
+        }
+
+    score.watch(idle_gpu_nodes=1, gpu_nodes=35)
+    scarce_idle, scarce_used = scores(idle), scores(used)
+    score.watch(idle_gpu_nodes=10, gpu_nodes=35)
+    plenty_idle, plenty_used = scores(idle), scores(used)
+    assert scarce_used == plenty_used
+    paid = {name: plenty_idle[name] - scarce_idle[name] for name in pods}
+    assert paid == {"share": 30.0, "1-gpu": 30.0, "4-gpu": 30.0, "8-gpu": 0.0, "cpu": 0.0}
+
+
+def test_watching_bumps_the_version_only_when_scarcity_can_change_a_score():
+    with_big = FragmentationScore((TypicalPod(WHOLE, 0.9), TypicalPod(PodShape(0, 1000, 8), 0.1)))
+    with_big.watch(idle_gpu_nodes=3, gpu_nodes=100)  # 3 %: not yet scarce
+    assert (with_big.idle_scarce, with_big.version) == (False, 0)
+    with_big.watch(idle_gpu_nodes=2, gpu_nodes=100)
+    assert (with_big.idle_scarce, with_big.version) == (True, 1)
+    with_big.watch(idle_gpu_nodes=1, gpu_nodes=100)
+    assert with_big.version == 1
+    with_big.watch(idle_gpu_nodes=0, gpu_nodes=0)  # no GPU nodes: nothing is scarce
+    assert (with_big.idle_scarce, with_big.version) == (False, 2)
+    no_big = FragmentationScore((TypicalPod(WHOLE, 1.0),))
+    no_big.watch(idle_gpu_nodes=0, gpu_nodes=100)
+    assert (no_big.idle_scarce, no_big.version) == (True, 0)

@@ -50,6 +50,7 @@ EVERY_NODE = 1 << 30  # a candidate limit no snapshot here reaches: every node r
 def scorings() -> dict[str, Scoring]:
     """Fresh scorings (learning scores keep state): shipped, binpack tier, fixed fragmentation."""
     fixed = FragmentationScore(FIXED)
+    fixed.scarce_idle_share = 0.5  # on a few nodes: idle ones are scarce, and paid for, often
     return {
         "shipped": default_scoring(),
         "binpack": Scoring.from_weights(
@@ -222,6 +223,12 @@ class PlacerFollowsTheSnapshot(RuleBasedStateMachine):
         if got.ok:
             for pod in members:
                 self.snap.assume(pod, got.assignments[pod.key])
+
+    @invariant()
+    def gpu_node_counts_are_current(self) -> None:
+        nodes = [n for n in self.snap.nodes.values() if n.gpu_count]
+        assert self.snap.gpu_nodes == len(nodes)
+        assert self.snap.idle_gpu_nodes == sum(1 for n in nodes if not n.gpu_used())
 
     @invariant()
     def probes_agree(self) -> None:

@@ -46,3 +46,22 @@ def test_removed_nodes_are_reported_until_too_many_are_forgotten():
         snap.remove_node(f"n{i}")
     assert snap.changed_since(old) is None  # the oldest removal is forgotten: look again
     assert snap.changed_since(snap.generation - 1) == [f"n{_REMOVED_KEPT}"]
+
+
+def test_idle_gpu_nodes_follow_gpu_pods_only():
+    snap = Snapshot([make_node("a"), make_node("b", gpus=0), make_node("c", gpus=2)])
+    assert (snap.idle_gpu_nodes, snap.gpu_nodes) == (2, 2)
+    snap.assume(PodRequest(key="share", gpu_milli=300), Assignment(node="a", gpus=(1,)))
+    snap.assume_on(PodRequest(key="daemon", cpu_milli=100), "c")  # no GPU: c stays idle
+    assert snap.idle_gpu_nodes == 1
+    snap.forget("share")
+    assert snap.idle_gpu_nodes == 2
+    snap.assume(PodRequest(key="gpu", gpus=2), Assignment(node="c", gpus=(0, 1)))
+    assert snap.idle_gpu_nodes == 1
+    snap.add_node(make_node("c", gpus=4))  # replaced: its pods come from the new state
+    assert (snap.idle_gpu_nodes, snap.gpu_nodes) == (2, 2)
+    snap.add_node(make_node("b", gpus=8))  # a cpu node replaced by a GPU node
+    assert (snap.idle_gpu_nodes, snap.gpu_nodes) == (3, 3)
+    snap.remove_node("a")
+    snap.remove_node("missing")
+    assert (snap.idle_gpu_nodes, snap.gpu_nodes) == (2, 2)

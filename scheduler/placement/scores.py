@@ -1,4 +1,7 @@
-"""Scores for one pod on one feasible node, each in 0..100, combined as a weighted sum (DESIGN §7).
+"""Scores for one pod on one feasible node, combined as a weighted sum (DESIGN §7).
+
+Each is in 0..100, but `fragmentation` in a living cluster: half a point above (keeping big nodes
+whole) and 30 points below (an idle node while idle nodes are scarce), see `FragmentationScore`.
 
 A score function is `(pod, node, assignment) -> float`, evaluated on the node *before* the pod is
 added. `Scoring` is the pluggable list of weighted score functions plus the node-ranking rules;

@@ -320,12 +320,17 @@ class Preemption:
             self._writer.nominate(pods, "")
 
     def tick(self) -> None:
-        """Housekeeping: nominations past their timeout end; held GPU-seconds are counted."""
+        """Housekeeping: nominations and holds past their timeout end, and every parked unit is
+        tried again (the room they held is free now, and no pod event says so); held
+        GPU-seconds are counted."""
         now = self._clock()
         self._heads = None
-        for name in self._nominations.expire(now, self.settings):
+        ended = self._nominations.expire(now, self.settings)
+        for name in ended:
             log.info("%s: its nomination or hold timed out", name)
             self._forget(name)
+        if ended:
+            self._retry()
         held = self._nominations.held_gpu_seconds(now)
         if held > self._held:
             self._metrics.held_gpu_seconds.inc(held - self._held)

@@ -41,11 +41,14 @@ def running(
     *,
     lease: LeaseTiming | None = None,
     bind_workers: int = LoopSettings().bind_workers,
+    unschedulable_flush: float = 5.0,
     **overrides: Any,
 ) -> Iterator[Runtime]:
     """A started scheduler whose cache has synced; stopped on exit. Binds run on `bind_workers`
     threads, so with more than one they reach the API server in no set order; a test reading the
-    order of decisions from the order of binds asks for one."""
+    order of decisions from the order of binds asks for one. Unschedulable pods are all tried
+    again every `unschedulable_flush` seconds (production: 60); a test that a change retries
+    them at once sets it longer than it waits."""
     kube = KubeClient(fake.api_client(), NAME, f"test-{uuid.uuid4().hex[:6]}")
     runtime = Runtime(
         settings(**overrides),
@@ -53,7 +56,10 @@ def running(
         lease=lease,
         loop=LoopSettings(idle_wait=0.05, bind_workers=bind_workers),
         queue=SchedulingQueue(
-            time.monotonic, initial_backoff=0.05, max_backoff=0.2, unschedulable_flush=5
+            time.monotonic,
+            initial_backoff=0.05,
+            max_backoff=0.2,
+            unschedulable_flush=unschedulable_flush,
         ),
         watch_timeout=30,
     )

@@ -19,7 +19,7 @@ from scheduler.config import load_config
 from scheduler.preemption import PreemptionSettings
 from scheduler.runtime.evicting import disruption_message
 from tests.builders.fakeapi import make_pdb
-from tests.builders.queues import create_namespace, create_queue, queue_body
+from tests.builders.queues import create_namespace, create_queue, patch_queue, queue_body
 from tests.builders.scheduler import (
     bound_pods,
     create_podgroup,
@@ -214,6 +214,39 @@ def test_a_failed_deletion_spares_the_victim_and_the_preemptor_searches_again(cl
     gone = [n for n in low if c.fake.get_object("pods", n, "team-a") is None]
     assert len(gone) == 8
     assert {before[n] for n in gone} == {where}
+
+
+# -- nomination timeout ---------------------------------------------------------------------------
+def test_a_nomination_its_preemptor_cannot_use_ends_after_the_timeout(cluster):
+    """`big` evicts a node's pods, then its queue is paused, so once its victims are gone it still
+    cannot start. The node stays held from lower priorities for `nominationTimeoutSeconds`
+    after the last victim left, then the nomination ends and the pods waiting for room start
+    there at once (not at the next periodic retry of unschedulable pods)."""
+    c = cluster
+    create_queue(c.custom, queue_body("b", namespaces=["team-b"]))
+    timeout = 2.0
+    with running(c.fake, config=config(nomination_timeout=timeout), unschedulable_flush=60):
+        low = c.fill(16, terminationGracePeriodSeconds=30)
+        before = _on(c, low)
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: len(c.terminating()) == 8, 20, "8 victims terminating")
+        (where,) = {before[v] for v in c.terminating()}
+        wait_for(lambda: c.nominated("big") == where, 10, "big nominated there")
+        patch_queue(c.custom, "a", {"paused": True})
+        wait_for(lambda: "paused" in c.reason("big"), 10, "big held back by its paused queue")
+        for i in range(4):
+            c.pod(f"b{i}", "team-b", gpus=1)
+        c.fake.complete_pod_deletions()
+        gone = time.monotonic()
+        time.sleep(timeout - 0.5)
+        assert bound_pods(c.fake, "team-b") == {}, "the freed node is still held for big"
+        wait_for(lambda: len(bound_pods(c.fake, "team-b")) == 4, 10, "team-b bound")
+        took = time.monotonic() - gone
+        assert set(bound_pods(c.fake, "team-b").values()) == {where}
+        assert timeout < took < timeout + 5  # the timeout, a housekeeping tick, slack (not 60)
+        wait_for(lambda: c.nominated("big") is None, 10, "big's nomination cleared")
+    assert "big" not in bound_pods(c.fake, "team-a")
+    assert sorted(c.deleted()) == sorted(f"team-a/{n}" for n in low if before[n] == where)
 
 
 # -- (2) reclaim ----------------------------------------------------------------------------------

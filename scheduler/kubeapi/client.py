@@ -4,7 +4,7 @@ Objects travel as plain JSON dicts (camelCase, as the API server sends them): ea
 raw response (`_preload_content=False`) and parses it once, which is faster than the client's
 models and sidesteps a known client bug — `pods/binding` answers with a `Status`, which the client
 fails to read as a `Binding` although the pod is bound. Errors become `ApiError` (HTTP status 0 for
-a transport failure) or its subclasses `ConflictError` (409) and `GoneError` (410).
+a transport failure) or its subclasses (`calls.api_call`).
 
 The writes made once per pod (the binding, its Events, `PodScheduled=False`) skip the client's
 request building (argument validation, model serialisation, per-call header and timeout objects):
@@ -18,34 +18,20 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from agent import nrt
 from agent.kube.client import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from agent.kube.connect import (
-    TRANSPORT_ERRORS,
-    load_configuration,
-    read_or_none,
-    status_message,
-    transport_reason,
-)
+from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_none
 from agent.objkey import object_key
-from scheduler.errors import (
-    ApiError,
-    ConflictError,
-    GoneError,
-    LeaseConflictError,
-    NotFoundError,
-)
+from scheduler.errors import ApiError, ConflictError, LeaseConflictError
+from scheduler.kubeapi.calls import Kind, WatchStream, api_call, error_class
 from scheduler.kubeapi.pooled_writes import PooledWriter
 
 log = logging.getLogger(__name__)
@@ -54,21 +40,6 @@ Obj = Mapping[str, Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-
-
-_BY_STATUS: dict[int, type[ApiError]] = {409: ConflictError, 410: GoneError, 404: NotFoundError}
-
-
-@contextmanager
-def api_call(operation: str) -> Iterator[None]:
-    """Translate the client's and urllib3's exceptions into `ApiError`s naming `operation`."""
-    try:
-        yield
-    except ApiException as exc:
-        status = int(exc.status or 0)
-        raise _BY_STATUS.get(status, ApiError)(operation, status, status_message(exc)) from exc
-    except TRANSPORT_ERRORS as exc:
-        raise ApiError(operation, 0, transport_reason(exc)) from exc
 
 
 def _body(resp: Any) -> Any:
@@ -103,16 +74,6 @@ def _path(*parts: str) -> str:
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """A watched collection: the core group (`group == ""`) or a custom resource."""
-
-    name: str
-    group: str = ""
-    version: str = "v1"
-    plural: str = ""
 
 
 PODS = Kind("pods")
@@ -287,7 +248,7 @@ class KubeClient:
         except TRANSPORT_ERRORS as exc:
             raise ApiError(operation, 0, str(exc)) from exc
         if not 200 <= status < 300:
-            raise _BY_STATUS.get(status, ApiError)(operation, status, _status_text(text, reason))
+            raise error_class(status)(operation, status, _status_text(text, reason))
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
@@ -414,49 +375,3 @@ class KubeClient:
                 return dict(_body(call()))
         except ConflictError as exc:
             raise LeaseConflictError(str(exc)) from exc
-
-
-def _lines(resp: Any) -> Iterator[bytes]:
-    """The non-empty lines of a watch stream, as they arrive (one JSON event each)."""
-    rest = b""
-    for chunk in resp.stream(amt=None, decode_content=False):
-        lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            if line:
-                yield line
-    if rest:
-        yield rest
-
-
-class WatchStream:
-    """One open watch: iterate `events()`; `close()` from another thread ends it at once."""
-
-    def __init__(self, kind: Kind, resp: Any) -> None:
-        self.kind, self._resp = kind, resp
-
-    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(type, object) pairs; GoneError when the resourceVersion is too old."""
-        operation = f"watch {self.kind.name}"
-        try:
-            with api_call(operation):
-                for line in _lines(self._resp):
-                    event = json.loads(line)
-                    etype, obj = str(event.get("type")), event.get("object") or {}
-                    if etype == "ERROR":
-                        code = int(obj.get("code") or 0)
-                        raise _BY_STATUS.get(code, ApiError)(
-                            operation, code, str(obj.get("message"))
-                        )
-                    yield etype, obj
-        except (ValueError, AttributeError) as exc:
-            raise ApiError(operation, 0, f"bad watch stream: {exc}") from exc
-        finally:
-            self._resp.close()
-            self._resp.release_conn()
-
-    def close(self) -> None:
-        try:
-            self._resp.shutdown()
-        except (OSError, AttributeError):
-            self._resp.close()

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from scheduler.errors import ApiError, GoneError, NotFoundError
-from scheduler.kubeapi.client import Kind, KubeClient, WatchStream
+from scheduler.kubeapi.calls import Kind, WatchStream
+from scheduler.kubeapi.client import KubeClient
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of, split_key
+from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
@@ -35,12 +35,17 @@ from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo, admission_rejection, read_pod
-from scheduler.runtime.podspec import claim_names, volume_problem
+from scheduler.runtime.podinfo import (
+    PodInfo,
+    admission_rejection,
+    placement_inputs_equal,
+    read_pod,
+)
 from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
+from scheduler.runtime.volumes import VolumeCheck
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +60,6 @@ class LoopSettings:
     idle_wait: float = 0.5
     storage_class_ttl: float = 30.0
     queue_status_period: float = 2.0  # Queue status written at most this often (on change)
-
-
-def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
-    """Did anything placement reads change (spec, labels)?"""
-    old_meta, new_meta = old.obj.get("metadata") or {}, new.obj.get("metadata") or {}
-    return old.obj.get("spec") != new.obj.get("spec") or old_meta.get("labels") != new_meta.get(
-        "labels"
-    )
 
 
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -127,7 +124,7 @@ class Scheduler:
             self.quota,
             self.preemption,
         )
-        self._modes: tuple[float, dict[str, str]] | None = None
+        self._volumes = VolumeCheck(kube, clock, self._settings.storage_class_ttl)
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
@@ -201,7 +198,8 @@ class Scheduler:
             return
         fresh = new is not None and new.pending and not new.gated
         if new is not None and old is not None and old.pending and not old.gated:
-            fresh = fresh and _spec_changed(old, new)  # else a status update: nothing new to try
+            # else a status update: nothing new to try
+            fresh = fresh and not placement_inputs_equal(old.obj, new.obj)
         if info.group is not None:
             self.gangs.on_member(info, fresh)
             return
@@ -296,7 +294,7 @@ class Scheduler:
         # Volumes may need API reads, so they are checked before taking the lock, on the entry
         # as it is now (a dict read needs no lock); the lock then reads the entry again.
         seen = self.cache.pods.get(key)
-        volumes = self._volume_problem(seen.obj) if seen is not None else None
+        volumes = self._volumes.problem(seen.obj) if seen is not None else None
         with self.cache.lock:
             info = self.cache.pods.get(key)
             if info is None or not info.pending or info.gated:
@@ -356,21 +354,6 @@ class Scheduler:
         if info.request.unsupported:
             return "unsupported", f"unsupported: {info.request.unsupported}"
         return None
-
-    def _volume_problem(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
-        if not claim_names(obj):
-            return None
-        ns = str((obj.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE)
-        try:
-            claims = {name: self._kube.get_pvc(ns, name) for name in claim_names(obj)}
-        except ApiError as exc:
-            return "volumes", f"cannot read the pod's volume claims: {exc}"
-        if self._modes is None or self._clock() - self._modes[0] > self._settings.storage_class_ttl:
-            self._modes = (self._clock(), self._kube.storage_class_modes())
-        problem = volume_problem(obj, claims, self._modes[1])
-        if problem is None:
-            return None
-        return ("unsupported" if problem.startswith("unsupported") else "volumes"), problem
 
     def unschedulable(self, infos: list[PodInfo], message: str, category: str) -> None:
         """Record why `infos` wait: Event + `PodScheduled=False`, and the metrics category."""

@@ -71,7 +71,7 @@ class PodInfo:
         return self.node is not None and not self.terminal
 
 
-def _placement_inputs_equal(old: Obj, new: Obj) -> bool:
+def placement_inputs_equal(old: Obj, new: Obj) -> bool:
     """Do `old` and `new` agree on everything `pod_request` reads (spec but `nodeName`, labels)?"""
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
     if old_meta.get("labels") != new_meta.get("labels"):
@@ -93,7 +93,7 @@ def _request(
         previous is not None
         and previous.key == key
         and previous.uid == uid
-        and _placement_inputs_equal(previous.obj, obj)
+        and placement_inputs_equal(previous.obj, obj)
     ):
         return previous.request, previous.error
     try:

@@ -503,3 +503,30 @@ def test_the_starvation_guard_lets_a_big_pod_start_in_a_stream_of_small_ones(
                     )
             wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound at the end")
     assert c.deleted() == []
+
+
+def test_a_starvation_hold_gives_way_to_reclaim(cluster, caplog):
+    """`big` (team-a, 8 GPUs) starves and holds `gpu-a`, the node its 8 youngest pods run on.
+    Team-b, owed its guarantee, reclaims one of those pods: the reclaim is nominated on
+    `gpu-a`, the hold gives way, and team-b's pod (of big's own priority, which the hold kept
+    off the node) starts there. A hold shows nowhere in the API, so its end is read from the
+    scheduler's log (its own nomination would let team-b's pod start there in any case)."""
+    c = cluster
+    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
+    create_queue(c.custom, queue_body("a", gpu_min=8, gpu_max=24, namespaces=["team-a"]))
+    create_queue(c.custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
+    caplog.set_level("INFO", logger="scheduler.runtime.nominating")
+    settings = config(enabled=False, reclaim=True, starvation_seconds=1.0)
+    with running(c.fake, config=settings) as runtime:
+        c.fill(8, prefix="old", node="gpu-b")
+        young = c.fill(8, prefix="young", node="gpu-a")
+        c.pod("big", gpus=8)
+        wait_for(lambda: "big starves: gpu-a held" in caplog.text, 20, "big holds gpu-a")
+        c.pod("b0", "team-b", gpus=1)
+        wait_for(lambda: bound_pods(c.fake, "team-b").get("b0"), 20, "b0 bound")
+        assert bound_pods(c.fake, "team-b")["b0"] == "gpu-a"
+        assert "pod/team-a/big: its starvation hold gives way to pod/team-b/b0" in caplog.text
+        sample = runtime.metrics.registry.get_sample_value
+        assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "reclaim"}) == 1
+    assert len(c.deleted()) == 1
+    assert c.deleted()[0] in {f"team-a/{n}" for n in young}

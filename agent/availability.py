@@ -27,6 +27,7 @@ from agent.model import NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
 from agent.objkey import ObjectKey, object_key
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
+from agent.shares import Sharing
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,15 @@ class ResourceCounts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuAvailability:
+    """One GPU zone's resources. A shared GPU (`sharing` not NONE, DESIGN §12) is split into
+    `shares` replicas; its resources then also carry `gputopo.io/gpu-memory` (bytes) and
+    `gputopo.io/gpu-compute` (percent)."""
+
     index: int
     healthy: bool
     resources: tuple[ResourceCounts, ...]
+    sharing: Sharing = Sharing.NONE
+    shares: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,8 @@ from agent.nrt.wire import (
     GPU_ATTR_MINOR,
     GPU_ATTR_PCI_BUS_ID,
     GPU_ATTR_PRODUCT,
+    GPU_ATTR_SHARES,
+    GPU_ATTR_SHARING,
     GPU_ATTR_UUID,
     GPU_PREFIX,
     KIND,
@@ -66,6 +68,7 @@ from agent.nrt.wire import (
 from agent.numa_capacity import HUGEPAGE_BYTES, MEMORY
 from agent.plural import counted
 from agent.quantity import MIB
+from agent.shares import Sharing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,8 +276,34 @@ def _decode_gpus(
             )
         )
         resources = r.resources(zone.raw.get("resources"), f"{zone.field}.resources")
-        counts.append(GpuAvailability(index=index, healthy=health == HEALTHY, resources=resources))
+        sharing, shares = _sharing(r, attrs, field)
+        counts.append(
+            GpuAvailability(
+                index=index,
+                healthy=health == HEALTHY,
+                resources=resources,
+                sharing=sharing,
+                shares=shares,
+            )
+        )
     return tuple(gpus), tuple(counts)
+
+
+def _sharing(r: FieldReader, attrs: Mapping[str, str], field: str) -> tuple[Sharing, int]:
+    """A GPU zone's `sharing` and `shares` (absent: not shared, as older agents wrote it)."""
+    raw = attrs.get(GPU_ATTR_SHARING, str(Sharing.NONE))
+    try:
+        sharing = Sharing(raw)
+    except ValueError:
+        r.fail(f"{field}.{GPU_ATTR_SHARING}", f"unknown sharing {raw!r}")
+    if sharing is Sharing.NONE:
+        return sharing, 0
+    if GPU_ATTR_SHARES not in attrs:
+        r.fail(f"{field}.{GPU_ATTR_SHARES}", "is required on a shared GPU")
+    shares = r.integer(attrs[GPU_ATTR_SHARES], f"{field}.{GPU_ATTR_SHARES}")
+    if shares < 1:
+        r.fail(f"{field}.{GPU_ATTR_SHARES}", f"must be at least 1, got {shares}")
+    return sharing, shares
 
 
 def _parent(r: FieldReader, zone: _Zone, numa_ids: set[int]) -> int | None:

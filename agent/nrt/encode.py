@@ -4,7 +4,8 @@ NodeResourceTopology object (a plain dict; no Kubernetes client).
 Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
 
     zones  node-<N>  type Node   costs = SLIT distances; cpu, memory, hugepages-*, nvidia.com/*
-           gpu-<i>   type GPU    parent node-<N>; attributes uuid, pciBusId, product, ...;
+           gpu-<i>   type GPU    parent node-<N>; attributes uuid, pciBusId, product, ...
+                                 (a shared GPU adds sharing and shares, DESIGN §12);
                                  costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
                 gputopo.io/{schema,driverVersion,cudaDriverVersion,nvlinkFabric,nvlinkIslands,
@@ -46,6 +47,8 @@ from agent.nrt.wire import (
     GPU_ATTR_NVLINK_ISLAND,
     GPU_ATTR_PCI_BUS_ID,
     GPU_ATTR_PRODUCT,
+    GPU_ATTR_SHARES,
+    GPU_ATTR_SHARING,
     GPU_ATTR_UUID,
     KIND,
     NODE_ATTR_CPUS,
@@ -59,6 +62,7 @@ from agent.nrt.wire import (
 )
 from agent.numa_capacity import CPU
 from agent.quantity import format_milli
+from agent.shares import Sharing
 
 
 def _quantity(name: str, value: int) -> str:
@@ -97,7 +101,7 @@ def _node_zone(
     return zone
 
 
-def _gpu_attributes(gpu: Gpu, island: int, healthy: bool) -> list[tuple[str, str]]:
+def _gpu_attributes(gpu: Gpu, island: int, entry: GpuAvailability | None) -> list[tuple[str, str]]:
     pairs = [
         (GPU_ATTR_UUID, str(gpu.uuid)),
         (GPU_ATTR_PCI_BUS_ID, gpu.pci_bus_id),
@@ -117,7 +121,12 @@ def _gpu_attributes(gpu: Gpu, island: int, healthy: bool) -> list[tuple[str, str
             )
         )
     pairs.append((GPU_ATTR_NVLINK_ISLAND, str(island)))
+    healthy = entry is None or entry.healthy
     pairs.append((GPU_ATTR_HEALTH, HEALTHY if healthy else UNHEALTHY))
+    sharing = Sharing.NONE if entry is None else entry.sharing
+    pairs.append((GPU_ATTR_SHARING, str(sharing)))
+    if entry is not None and sharing is not Sharing.NONE:
+        pairs.append((GPU_ATTR_SHARES, str(entry.shares)))
     return pairs
 
 
@@ -138,7 +147,7 @@ def _gpu_zone(
     ]
     if costs:
         zone["costs"] = costs
-    zone["attributes"] = _attrs(_gpu_attributes(gpu, island, entry is None or entry.healthy))
+    zone["attributes"] = _attrs(_gpu_attributes(gpu, island, entry))
     zone["resources"] = _resources(entry.resources if entry else ())
     return zone
 

@@ -55,6 +55,8 @@ GPU_ATTR_MIG_LAYOUT = "migLayout"
 GPU_ATTR_MIG_DEVICES = "migDevices"
 GPU_ATTR_NVLINK_ISLAND = "nvlinkIsland"
 GPU_ATTR_HEALTH = "health"
+GPU_ATTR_SHARING = "sharing"  # none | timeSlicing | mps (agent.shares.Sharing)
+GPU_ATTR_SHARES = "shares"  # replicas a shared GPU is split into (only on shared GPUs)
 
 NVLINK_COST_BASE = 100
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from agent.availability import compute_availability
+from agent.availability import ResourceCounts, compute_availability
 from agent.errors import TopologyDecodeError
 from agent.model import GpuLink, NodeInventory, TopoLevel
 from agent.nrt import (
@@ -20,6 +20,7 @@ from agent.nrt import (
 )
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.resource_names import GPU_RESOURCE
+from agent.shares import GPU_COMPUTE, GPU_MEMORY, Sharing
 from tests.builders import openapi
 from tests.builders.topology import (
     INVENTORIES,
@@ -335,3 +336,88 @@ def test_gpus_free_counts_whole_gpus_and_mig_gpus_apart() -> None:
     top = attrs(obj)
     assert (top["gputopo.io/gpuCount"], top["gputopo.io/gpusFree"]) == ("8", "4")
     assert top["gputopo.io/migGpus"] == "4"
+
+
+def _shared(av, sharing: Sharing, shares: int):
+    """`av` with every GPU shared: the replica, gpu-memory and gpu-compute lines added."""
+    gpus = tuple(
+        replace(
+            g,
+            sharing=sharing,
+            shares=shares,
+            resources=(
+                ResourceCounts(name=GPU_RESOURCE, capacity=shares, allocatable=shares, available=1),
+                ResourceCounts(
+                    name=GPU_MEMORY, capacity=80 << 30, allocatable=80 << 30, available=5
+                ),
+                ResourceCounts(name=GPU_COMPUTE, capacity=100, allocatable=100, available=40),
+            ),
+        )
+        for g in av.gpus
+    )
+    return replace(av, gpus=gpus)
+
+
+@pytest.mark.parametrize("sharing", [Sharing.TIME_SLICING, Sharing.MPS])
+def test_shared_gpu_zones_round_trip_with_sharing_and_shares(sharing: Sharing) -> None:
+    inv = dgx_h100()
+    av, _ = build(inv, snapshot=allocatable_of(inv))
+    shared = _shared(av, sharing, 4)
+    obj = encode(inv, shared, node_name="node-a")
+    gpu0 = zone(obj, "gpu-0")
+    assert attrs(gpu0)["sharing"] == str(sharing)
+    assert attrs(gpu0)["shares"] == "4"
+    assert {r["name"]: r["available"] for r in gpu0["resources"]} == {
+        GPU_RESOURCE: "1",
+        GPU_MEMORY: "5",
+        GPU_COMPUTE: "40",
+    }
+    assert decode(obj).availability == shared
+    schema = openapi.version_schema(openapi.load_crd(), "v1alpha2")
+    assert openapi.problems(schema, obj) == []
+
+
+def test_unshared_gpu_zones_say_sharing_none_and_no_shares() -> None:
+    _, obj = build(dgx_h100())
+    assert attrs(zone(obj, "gpu-3"))["sharing"] == "none"
+    assert "shares" not in attrs(zone(obj, "gpu-3"))
+
+
+def _set_attr(obj, zone_name: str, name: str, value: str | None):
+    z = zone(obj, zone_name)
+    z["attributes"] = [a for a in z["attributes"] if a["name"] != name]
+    if value is not None:
+        z["attributes"].append({"name": name, "value": value})
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        pytest.param(
+            "sharing", "mig", r"\(gpu-1\).attributes.sharing: unknown sharing 'mig'", id="bad word"
+        ),
+        pytest.param(
+            "shares",
+            None,
+            r"\(gpu-1\).attributes.shares: is required on a shared GPU",
+            id="no shares",
+        ),
+        pytest.param(
+            "shares", "0", r"\(gpu-1\).attributes.shares: must be at least 1, got 0", id="zero"
+        ),
+    ],
+)
+def test_decode_rejects_a_bad_sharing_attribute(name, value, match) -> None:
+    inv = dgx_h100()
+    av, _ = build(inv)
+    obj = encode(inv, _shared(av, Sharing.MPS, 4), node_name="node-a")
+    with pytest.raises(TopologyDecodeError, match=match):
+        decode(_set_attr(obj, "gpu-1", name, value))
+
+
+def test_an_object_without_sharing_attributes_decodes_as_not_shared() -> None:
+    _, obj = build(dgx_h100())
+    decoded = decode(_set_attr(obj, "gpu-2", "sharing", None))
+    assert decoded.availability.gpus[2].sharing is Sharing.NONE
+    assert decoded.availability.gpus[2].shares == 0

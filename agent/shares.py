@@ -1,0 +1,254 @@
+"""GPU shares (DESIGN §12): the wire names and the pure reading of a pod's share request that the
+scheduler (placement, binding, queues), the agent (Allocate, the NRT) and the kubectl plugin use.
+
+A share container asks for one replica of a shared resource (`nvidia.com/gpu` on a node whose
+GPUs are all shared, `nvidia.com/gpu.shared` when renamed) plus, optionally, `gputopo.io/gpu-memory`
+(bytes) and `gputopo.io/gpu-compute` (percent of the SMs, 1..100). A replica alone is an equal
+split of its GPU. Per-container, limits = requests as for every extended resource; limits are
+read first, as the API server defaults requests from them.
+
+The hand-off between the parts, all named here:
+
+- the node's **share lock**: the Lease `share_lock_name(node)` in the scheduler's namespace, its
+  holder the pod's UID, taken by the scheduler before it binds a share pod and released by the
+  agent once the pod's share containers are allocated (or expired after `shareLockSeconds`);
+- `GPUS_ANNOTATION`: `{"<container>": "<GPU UUID>", ...}` for every share container, patched by
+  the scheduler before the bind;
+- `ALLOCATED_ANNOTATION`: `{"<container>": ["<replica ID>", ...], ...}`, patched by the agent
+  after the last share container's Allocate;
+- the MPS pipe directory of a Linux user, shared by the MPS daemon and Allocate.
+
+Standard library only (it sits with the model in the agent's core).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from agent.model import MILLI_PER_GPU, GpuUuid
+from agent.quantity import to_int
+from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+
+__all__ = [
+    "ALLOCATED_ANNOTATION",
+    "DEFAULT_SHARE_LOCK_SECONDS",
+    "GPUS_ANNOTATION",
+    "GPU_COMPUTE",
+    "GPU_MEMORY",
+    "MAX_MPS_CLIENTS",
+    "SHARED_GPU_RESOURCE",
+    "SHARE_LOCK_PREFIX",
+    "ContainerShare",
+    "ShareRequestError",
+    "Sharing",
+    "decode_allocated",
+    "decode_gpus",
+    "encode_allocated",
+    "encode_gpus",
+    "mps_pipe_directory",
+    "pod_shares",
+    "share_lock_name",
+    "share_milli",
+]
+
+GPU_MEMORY = "gputopo.io/gpu-memory"
+"""Bytes of one GPU's memory a share container asks (never advertised by a node)."""
+GPU_COMPUTE = "gputopo.io/gpu-compute"
+"""Percent (1..100) of one GPU's SMs a share container asks (never advertised by a node)."""
+SHARED_GPU_RESOURCE = f"{GPU_RESOURCE}.shared"
+"""The replica resource when NVIDIA's `renameByDefault` (or `rename`) names it apart."""
+
+GPUS_ANNOTATION = "gputopo.io/gpus"
+ALLOCATED_ANNOTATION = "gputopo.io/allocated"
+
+SHARE_LOCK_PREFIX = "gputopo-share-"
+DEFAULT_SHARE_LOCK_SECONDS = 30
+MAX_MPS_CLIENTS = 48
+"""CUDA MPS serves at most 48 clients per GPU: `sharing.mps` `replicas` is capped there."""
+
+MAX_COMPUTE_PERCENT = 100
+
+
+class Sharing(StrEnum):
+    """How a GPU's replicas share it (the NRT GPU zone attribute `sharing`)."""
+
+    NONE = "none"
+    TIME_SLICING = "timeSlicing"
+    MPS = "mps"
+
+
+class ShareRequestError(ValueError):
+    """A malformed share request or annotation; the message names the container and the field."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerShare:
+    """One container's share request, as the pod spec says it.
+
+    `memory_bytes` None: an equal split (the GPU's memory ÷ its replicas). `compute_percent`
+    None: no compute limit and none charged. `replicas` > 1 only for equal splits.
+    """
+
+    container: str
+    init: bool
+    resource: str
+    replicas: int
+    memory_bytes: int | None = None
+    compute_percent: int | None = None
+
+
+def share_lock_name(node: str) -> str:
+    """The node's share lock: a `coordination.k8s.io` Lease in the scheduler's namespace."""
+    return f"{SHARE_LOCK_PREFIX}{node}"
+
+
+def mps_pipe_directory(root: str, uid: int) -> str:
+    """The MPS pipe directory serving Linux user `uid`, on the host and in the client alike."""
+    return f"{root.rstrip('/')}/{uid}/pipe"
+
+
+def share_milli(*, memory_bytes: int, compute_percent: int | None, gpu_memory_bytes: int) -> int:
+    """One number per share for packing (the simulator's `gpu_milli`): the larger of its memory
+    and compute fractions of the GPU, in milli-GPU, rounded up, at least 1."""
+    if gpu_memory_bytes <= 0:
+        raise ValueError(f"GPU memory must be positive, got {gpu_memory_bytes}")
+    by_memory = -(-memory_bytes * MILLI_PER_GPU // gpu_memory_bytes)
+    by_compute = (compute_percent or 0) * MILLI_PER_GPU // MAX_COMPUTE_PERCENT
+    return max(1, min(MILLI_PER_GPU, max(by_memory, by_compute)))
+
+
+def _asks(container: Mapping[str, Any]) -> dict[str, object]:
+    resources = container.get("resources") or {}
+    asks: dict[str, object] = dict(resources.get("requests") or {})
+    asks.update(resources.get("limits") or {})
+    return asks
+
+
+def _positive(asks: Mapping[str, object], name: str, where: str) -> int | None:
+    if name not in asks:
+        return None
+    try:
+        value = to_int(asks[name])
+    except ValueError as exc:
+        raise ShareRequestError(f"{where}: {name}: {exc}") from None
+    if value <= 0:
+        raise ShareRequestError(f"{where}: {name} must be positive, got {asks[name]!r}")
+    return value
+
+
+def _container_share(
+    container: Mapping[str, Any], *, init: bool, where: str, replica_resources: Collection[str]
+) -> ContainerShare | None:
+    asks = _asks(container)
+    memory = _positive(asks, GPU_MEMORY, where)
+    compute = _positive(asks, GPU_COMPUTE, where)
+    if compute is not None and compute > MAX_COMPUTE_PERCENT:
+        raise ShareRequestError(f"{where}: {GPU_COMPUTE} must be 1..100, got {asks[GPU_COMPUTE]!r}")
+    shared = [r for r in (SHARED_GPU_RESOURCE, *sorted(replica_resources)) if r in asks]
+    sized = memory is not None or compute is not None
+    if not shared and not sized:
+        return None
+    if sized and not shared:
+        shared = [GPU_RESOURCE] if GPU_RESOURCE in asks else []
+    if not shared:
+        raise ShareRequestError(
+            f"{where}: {GPU_MEMORY}/{GPU_COMPUTE} without a replica ({GPU_RESOURCE}: 1 or "
+            f"{SHARED_GPU_RESOURCE}: 1)"
+        )
+    resource = shared[0]
+    whole = (GPU_RESOURCE, SHARED_GPU_RESOURCE, *replica_resources)
+    others = sorted(r for r in asks if r != resource and r in whole)
+    mig = sorted(r for r in asks if r.startswith(MIG_RESOURCE_PREFIX))
+    if others or mig:
+        raise ShareRequestError(
+            f"{where}: a share ({resource}) beside whole GPUs or MIG devices "
+            f"({', '.join(others + mig)}) in one container"
+        )
+    replicas = _positive(asks, resource, where) or 0
+    if sized and replicas != 1:
+        raise ShareRequestError(
+            f"{where}: {replicas} replicas of {resource} with {GPU_MEMORY}/{GPU_COMPUTE}: "
+            "a sized share is exactly one replica"
+        )
+    name = str(container.get("name") or "")
+    return ContainerShare(
+        container=name,
+        init=init,
+        resource=resource,
+        replicas=replicas,
+        memory_bytes=memory,
+        compute_percent=compute,
+    )
+
+
+def pod_shares(
+    pod: Mapping[str, Any], replica_resources: Collection[str] = ()
+) -> tuple[ContainerShare, ...]:
+    """The pod's share containers in spec order, init containers first (the order the kubelet
+    allocates them). A container is one when it asks `nvidia.com/gpu.shared`, `gpu-memory` or
+    `gpu-compute`, or one of `replica_resources` (pass `nvidia.com/gpu` where a node's GPUs are
+    all shared, so a plain replica there is an equal split). ShareRequestError names the pod,
+    the container and the field of a malformed request."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    pod_name = f"pod {meta.get('namespace', '')}/{meta.get('name', '')}"
+    out: list[ContainerShare] = []
+    for field, init in (("initContainers", True), ("containers", False)):
+        for i, container in enumerate(spec.get(field) or ()):
+            where = f"{pod_name}: spec.{field}[{i}] ({container.get('name', '')})"
+            share = _container_share(
+                container, init=init, where=where, replica_resources=replica_resources
+            )
+            if share is not None:
+                out.append(share)
+    return tuple(out)
+
+
+def _json_object(text: str, annotation: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise ShareRequestError(f"annotation {annotation}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ShareRequestError(f"annotation {annotation}: expected a JSON object")
+    return value
+
+
+def encode_gpus(chosen: Mapping[str, str]) -> str:
+    """`gputopo.io/gpus`: container -> the GPU UUID its share is on."""
+    return json.dumps(dict(sorted(chosen.items())), separators=(",", ":"))
+
+
+def decode_gpus(text: str) -> dict[str, GpuUuid]:
+    """`encode_gpus` reversed; ShareRequestError names what is wrong."""
+    out: dict[str, GpuUuid] = {}
+    for container, uuid in _json_object(text, GPUS_ANNOTATION).items():
+        if not isinstance(uuid, str) or not uuid:
+            raise ShareRequestError(
+                f"annotation {GPUS_ANNOTATION}: container {container!r}: expected a GPU UUID, "
+                f"got {uuid!r}"
+            )
+        out[str(container)] = GpuUuid(uuid)
+    return out
+
+
+def encode_allocated(allocated: Mapping[str, Sequence[str]]) -> str:
+    """`gputopo.io/allocated`: container -> the replica IDs the kubelet allocated it."""
+    return json.dumps({c: list(ids) for c, ids in sorted(allocated.items())}, separators=(",", ":"))
+
+
+def decode_allocated(text: str) -> dict[str, tuple[str, ...]]:
+    """`encode_allocated` reversed; ShareRequestError names what is wrong."""
+    out: dict[str, tuple[str, ...]] = {}
+    for container, ids in _json_object(text, ALLOCATED_ANNOTATION).items():
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise ShareRequestError(
+                f"annotation {ALLOCATED_ANNOTATION}: container {container!r}: expected a list "
+                f"of replica IDs, got {ids!r}"
+            )
+        out[str(container)] = tuple(ids)
+    return out

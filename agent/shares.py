@@ -10,8 +10,9 @@ read first, as the API server defaults requests from them.
 The hand-off between the parts, all named here:
 
 - the node's **share lock**: the Lease `share_lock_name(node)` in the scheduler's namespace, its
-  holder the pod's UID, taken by the scheduler before it binds a share pod and released by the
-  agent once the pod's share containers are allocated (or expired after `shareLockSeconds`);
+  `holderIdentity` the pod's UID and its `LOCK_POD_ANNOTATION` the pod's key, taken by the
+  scheduler before it binds a share pod and released by the agent once the pod's share
+  containers are allocated (or expired after `shareLockSeconds`);
 - `GPUS_ANNOTATION`: `{"<container>": "<GPU UUID>", ...}` for every share container, patched by
   the scheduler before the bind;
 - `ALLOCATED_ANNOTATION`: `{"<container>": ["<replica ID>", ...], ...}`, patched by the agent
@@ -35,10 +36,12 @@ from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 
 __all__ = [
     "ALLOCATED_ANNOTATION",
+    "DEFAULT_SHARE_LOCK_NAMESPACE",
     "DEFAULT_SHARE_LOCK_SECONDS",
     "GPUS_ANNOTATION",
     "GPU_COMPUTE",
     "GPU_MEMORY",
+    "LOCK_POD_ANNOTATION",
     "MAX_MPS_CLIENTS",
     "SHARED_GPU_RESOURCE",
     "SHARE_LOCK_PREFIX",
@@ -67,6 +70,11 @@ ALLOCATED_ANNOTATION = "gputopo.io/allocated"
 
 SHARE_LOCK_PREFIX = "gputopo-share-"
 DEFAULT_SHARE_LOCK_SECONDS = 30
+DEFAULT_SHARE_LOCK_NAMESPACE = "gputopo-system"
+"""Where the share Leases live: the scheduler's namespace (its `--leader-elect-namespace`)."""
+LOCK_POD_ANNOTATION = "gputopo.io/pod"
+"""On the share Lease: `<namespace>/<name>` of the holder, so the agent can GET it directly (the
+Lease's `holderIdentity` is the pod's UID, which the agent checks against what it GETs)."""
 MAX_MPS_CLIENTS = 48
 """CUDA MPS serves at most 48 clients per GPU: `sharing.mps` `replicas` is capped there."""
 

@@ -240,17 +240,19 @@ def _native_counts(
 def _gpu_counts_on(
     numa_id: int, inventory: NodeInventory, gpus: Sequence[GpuAvailability]
 ) -> list[ResourceCounts]:
-    """Every GPU resource of the node, summed over the GPUs of this NUMA node (zeros elsewhere)."""
-    totals: dict[str, list[int]] = {r.name: [0, 0, 0] for g in gpus for r in g.resources}
+    """The GPU resources of the GPUs published under this NUMA node, summed; a resource none of
+    them has is left out rather than listed at capacity 0 (DESIGN.md §5)."""
+    totals: dict[str, list[int]] = {}
     for entry in gpus:
-        if inventory.gpus[entry.index].numa_node != numa_id:
+        if inventory.gpu_numa_zone(inventory.gpus[entry.index]) != numa_id:
             continue
         for r in entry.resources:
-            t = totals[r.name]
+            t = totals.setdefault(r.name, [0, 0, 0])
             t[0], t[1], t[2] = t[0] + r.capacity, t[1] + r.allocatable, t[2] + r.available
     return [
         ResourceCounts(name=n, capacity=t[0], allocatable=t[1], available=t[2])
         for n, t in totals.items()
+        if t[0] > 0
     ]
 
 

@@ -6,30 +6,21 @@ non-terminal pods hold (List). Without a PodResources socket (`source == "none"`
 the inventory is free and available equals allocatable.
 
 The PodResources dataclasses below are the plain-value form of the kubelet's messages; the gRPC
-client in `deviceplugin.podresources` returns them.
-
-`RestartHold`: right after a kubelet restart, its `List` answers with no pods for about a second,
-until it has re-synced them from the API server. The hold keeps counting the pods that vanish in
-that window as holding their devices (CPUs, memory) until the kubelet's view has settled; pods that
-appear count at once, so availability may drop at any time but rises only on a settled view.
+client in `deviceplugin.podresources` returns them (`agent.restart_hold` filters them right after
+a kubelet restart).
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
 
 from agent.fingerprint import METHOD_ALL, METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from agent.model import NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
-from agent.objkey import ObjectKey, object_key
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
 from agent.shares import Sharing
-
-log = logging.getLogger(__name__)
 
 SOURCE_PODRESOURCES = "podresources"
 SOURCE_NONE = "none"
@@ -247,17 +238,19 @@ def _native_counts(
 def _gpu_counts_on(
     numa_id: int, inventory: NodeInventory, gpus: Sequence[GpuAvailability]
 ) -> list[ResourceCounts]:
-    """Every GPU resource of the node, summed over the GPUs of this NUMA node (zeros elsewhere)."""
-    totals: dict[str, list[int]] = {r.name: [0, 0, 0] for g in gpus for r in g.resources}
+    """The GPU resources of the GPUs published under this NUMA node, summed; a resource none of
+    them has is left out rather than listed at capacity 0 (DESIGN.md §5)."""
+    totals: dict[str, list[int]] = {}
     for entry in gpus:
-        if inventory.gpus[entry.index].numa_node != numa_id:
+        if inventory.gpu_numa_zone(inventory.gpus[entry.index]) != numa_id:
             continue
         for r in entry.resources:
-            t = totals[r.name]
+            t = totals.setdefault(r.name, [0, 0, 0])
             t[0], t[1], t[2] = t[0] + r.capacity, t[1] + r.allocatable, t[2] + r.available
     return [
         ResourceCounts(name=n, capacity=t[0], allocatable=t[1], available=t[2])
         for n, t in totals.items()
+        if t[0] > 0
     ]
 
 
@@ -328,89 +321,3 @@ def allocated_devices(availability: Availability) -> Mapping[int, int]:
     return {
         g.index: sum(r.allocatable - r.available for r in g.resources) for g in availability.gpus
     }
-
-
-SETTLE_S = 2.0
-"""A view the kubelet answered unchanged for this long has settled (its re-sync takes ~1 s)."""
-MAX_HOLD_S = 10.0
-"""A hold ends after this long even when the view keeps changing."""
-
-
-class RestartHold:
-    """Hold increases of availability after a kubelet restart until its PodResources view settles.
-
-    `restarted(why)` starts a hold (the caller saw a new kubelet socket, or PodResources answer
-    again after failing). `apply(snapshot)` returns the snapshot to count: outside a hold the
-    kubelet's own; in a hold its pods plus every pod seen since the hold began. The hold ends once
-    the kubelet answered the same pods for `settle_s`, or `max_hold_s` after it began. One line is
-    logged when a hold starts and one when it ends.
-    """
-
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        settle_s: float = SETTLE_S,
-        max_hold_s: float = MAX_HOLD_S,
-    ) -> None:
-        self._clock = clock
-        self._settle_s = settle_s
-        self._max_hold_s = max_hold_s
-        self._counted: dict[ObjectKey, PodGrant] = {}  # the pods the last answer counted
-        self._since: float | None = None  # when the hold began; None: no hold
-        self._view: frozenset[PodGrant] | None = None  # the kubelet's pods, unchanged since...
-        self._view_since = 0.0
-
-    @property
-    def holding(self) -> bool:
-        return self._since is not None
-
-    def restarted(self, why: str) -> None:
-        """The kubelet restarted: its next answers may miss pods that still hold devices."""
-        self._view = None
-        if self._since is not None:
-            return
-        self._since = self._clock()
-        log.info(
-            "%s: holding increases of free devices until the kubelet's PodResources view "
-            "settles (at most %.0f s)",
-            why,
-            self._max_hold_s,
-        )
-
-    def apply(self, snapshot: PodResourcesSnapshot) -> PodResourcesSnapshot:
-        """The snapshot to count now (see the class docstring)."""
-        fresh = {object_key(p.namespace, p.name): p for p in snapshot.pods}
-        if self._since is not None:
-            outcome = self._outcome(frozenset(snapshot.pods))
-            if outcome is not None:
-                self._end(outcome, fresh)
-        if self._since is None:
-            self._counted = fresh
-            return snapshot
-        self._counted = {**self._counted, **fresh}
-        return replace(snapshot, pods=tuple(self._counted.values()))
-
-    def _outcome(self, view: frozenset[PodGrant]) -> str | None:
-        """How the hold ends with this answer, or None while it goes on."""
-        assert self._since is not None
-        now = self._clock()
-        if view != self._view:
-            self._view, self._view_since = view, now
-        if now - self._view_since >= self._settle_s:
-            return f"settled after {now - self._since:.1f} s"
-        if now - self._since >= self._max_hold_s:
-            return f"not settled after {now - self._since:.1f} s, hold ended"
-        return None
-
-    def _end(self, outcome: str, fresh: Mapping[ObjectKey, PodGrant]) -> None:
-        released = sorted(k for k in self._counted if k not in fresh)
-        shown = ", ".join(released[:5]) + (", ..." if len(released) > 5 else "")
-        log.info(
-            "PodResources view %s: %d pod(s) it no longer lists released%s",
-            outcome,
-            len(released),
-            f" ({shown})" if released else "",
-        )
-        self._since = None
-        self._view = None

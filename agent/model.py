@@ -206,6 +206,7 @@ class Gpu:
     compute_capability: str  # "9.0"
     mig_mode: MigMode = MigMode.DISABLED
     mig_devices: tuple[MigDevice, ...] = ()
+    memory_affinity: tuple[int, ...] = ()  # NUMA nodes NVML names for its memory; () if unsaid
 
     @property
     def mig_layout(self) -> str:
@@ -263,6 +264,19 @@ class NodeInventory:
 
     def numa_ids(self) -> tuple[int, ...]:
         return tuple(n.id for n in self.numa_nodes) or (0,)
+
+    def gpu_numa_zone(self, gpu: Gpu) -> int | None:
+        """The NUMA node the GPU is published under (DESIGN.md §5), None for none.
+
+        Its sysfs `numa_node`; at -1 (common in VMs) the node NVML's memory affinity names when it
+        names exactly one, else the only NUMA node of a one-node machine.
+        """
+        if gpu.numa_node is not None:
+            return gpu.numa_node
+        known = self.numa_ids()
+        if len(gpu.memory_affinity) == 1 and gpu.memory_affinity[0] in known:
+            return gpu.memory_affinity[0]
+        return known[0] if len(known) == 1 else None
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent.availability import PodResourcesSnapshot, RestartHold, allocated_devices
+from agent.availability import PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
 from agent.errors import AgentError, ConfigError, PublishError
 from agent.httpserver import MetricsServer
@@ -39,6 +39,7 @@ from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
+from agent.restart_hold import RestartHold
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
@@ -115,14 +116,16 @@ class StateReader:
         return self._client.snapshot(self._is_terminal)
 
     def _check_restart(self) -> None:
-        if self._failing:
-            self.hold.restarted("PodResources answers again after failing")
+        """One `restarted` call per restart seen, however many signs of it this read found."""
+        signs = ["PodResources answers again after failing"] if self._failing else []
         self._failing = False
         for path, before in self._socket_ids.items():
             now = file_id(path)
             if now != before:
                 self._socket_ids[path] = now
-                self.hold.restarted(f"kubelet restarted ({path} is a new socket)")
+                signs.append(f"kubelet restarted ({path} is a new socket)")
+        if signs:
+            self.hold.restarted("; ".join(signs))
 
 
 class KubeConnection:

@@ -1,7 +1,9 @@
 """Decoder half of the NRT codec: a NodeResourceTopology object -> `DecodedTopology`.
 
 Reads an object `agent.nrt.encode` wrote back into an inventory, per-GPU and per-NUMA counts and the
-attributes. Anything else (another producer's object, a hand-edited one, a different schema) raises
+attributes. A GPU's `numa_node` is its zone's parent: the node it is published under
+(`NodeInventory.gpu_numa_zone`), which for a GPU whose sysfs said -1 is the agent's choice.
+Anything else (another producer's object, a hand-edited one, a different schema) raises
 `TopologyDecodeError` with the node name and the field path, e.g.
 `NodeResourceTopology n1: zones[9] (gpu-1).costs: no cost to gpu-3`.
 """

@@ -4,7 +4,8 @@ NodeResourceTopology object (a plain dict; no Kubernetes client).
 Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
 
     zones  node-<N>  type Node   costs = SLIT distances; cpu, memory, hugepages-*, nvidia.com/*
-           gpu-<i>   type GPU    parent node-<N>; attributes uuid, pciBusId, product, ...
+           gpu-<i>   type GPU    parent node-<N> (`NodeInventory.gpu_numa_zone`; none when
+                                 unknown); attributes uuid, pciBusId, product, ...
                                  (a shared GPU adds sharing and shares, DESIGN §12);
                                  costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
@@ -135,8 +136,9 @@ def _gpu_zone(
 ) -> dict[str, Any]:
     entry = next((g for g in availability.gpus if g.index == gpu.index), None)
     zone: dict[str, Any] = {"name": gpu_zone_name(gpu.index), "type": ZONE_GPU}
-    if gpu.numa_node is not None:
-        zone["parent"] = node_zone_name(gpu.numa_node)
+    numa = inventory.gpu_numa_zone(gpu)
+    if numa is not None:
+        zone["parent"] = node_zone_name(numa)
     costs = [
         {
             "name": gpu_zone_name(other.index),

@@ -10,6 +10,8 @@ Xid events and error translation. What it models:
   remote PCI is the peer for an NV<k> cell. A GPU with no link raises NotSupported; a link number
   past the GPU's links raises InvalidArgument.
 - MIG: a MIG device sits in slot = its placement start; other slots raise NotFound.
+- Memory affinity (NUMA-node scope): the GPU's `memoryAffinity` as a bitmask of 64-bit words;
+  NotSupported where the fixture has none.
 - Events: the fixture's `events` fire `afterSeconds` after the fake was created, by the injected
   `clock`; `sleep` (default: a real wait) is how a wait passes time, so a fake clock needs no
   real sleeps.
@@ -121,6 +123,24 @@ class FakePynvml(FakeNvmlState):
         self._guard("nvmlDeviceGetCudaComputeCapability", handle)
         major, minor = self._gpu(handle).compute_capability.split(".")
         return int(major), int(minor)
+
+    def nvmlDeviceGetMemoryAffinity(
+        self, handle: DeviceHandle, node_set_size: int, scope: int
+    ) -> list[int]:
+        """The NUMA nodes of the GPU's memory as a bitmask: bit n of word n // 64 is node n."""
+        self._guard("nvmlDeviceGetMemoryAffinity", handle)
+        gpu = self._gpu(handle)
+        if scope == fs.NVML_AFFINITY_SCOPE_SOCKET:
+            raise NotImplementedError("the fake pynvml models memory affinity by NUMA node only")
+        if scope != fs.NVML_AFFINITY_SCOPE_NODE or node_set_size < 1:
+            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        if not gpu.memory_affinity or handle.mig_slot is not None:
+            raise NVMLError(fs.NVML_ERROR_NOT_SUPPORTED)
+        words = [0] * node_set_size
+        for node in gpu.memory_affinity:
+            if node // 64 < node_set_size:
+                words[node // 64] |= 1 << (node % 64)
+        return words
 
     def nvmlDeviceGetMemoryInfo(self, handle: DeviceHandle, version: Any = None) -> fs.Memory:
         self._guard("nvmlDeviceGetMemoryInfo", handle)

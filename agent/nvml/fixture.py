@@ -2,8 +2,11 @@
 
 A fixture is a node's NVML view as YAML or JSON: driver, NUMA nodes, GPUs with MIG devices, the
 `nvidia-smi topo -m` GPU block, how NVLink is wired (`nvlinkFabric`) and optional scripted Xid
-events. Built-ins ship in `agent/nvml/fixtures/<name>.yaml`. Any problem raises `FixtureError`
-with `"<file>: <key.path[3].x>: <reason>"`. `dump` writes the same format back (`record` uses it).
+events. A GPU's `numaNode` is what sysfs says (-1: unknown, common in VMs); its optional
+`memoryAffinity` (e.g. `[0]`) lists the NUMA nodes `nvmlDeviceGetMemoryAffinity` names, absent
+where NVML does not answer, so a record replays the NRT's choice of zone (DESIGN.md §5).
+Built-ins ship in `agent/nvml/fixtures/<name>.yaml`. Any problem raises `FixtureError` with
+`"<file>: <key.path[3].x>: <reason>"`. `dump` writes the same format back (`record` uses it).
 """
 
 from __future__ import annotations
@@ -294,7 +297,7 @@ def _numa_doc(node: NumaNode) -> dict[str, Any]:
 
 
 def _gpu_doc(gpu: Gpu) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "index": gpu.index,
         "uuid": gpu.uuid,
         "name": gpu.product,
@@ -302,6 +305,10 @@ def _gpu_doc(gpu: Gpu) -> dict[str, Any]:
         "pciBusId": gpu.pci_bus_id,
         "minor": gpu.minor,
         "numaNode": -1 if gpu.numa_node is None else gpu.numa_node,
+    }
+    if gpu.memory_affinity:
+        doc["memoryAffinity"] = list(gpu.memory_affinity)
+    return doc | {
         "computeCapability": gpu.compute_capability,
         "migMode": str(gpu.mig_mode),
         "migDevices": [

@@ -71,7 +71,7 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
         raw,
         path,
         ("index", "uuid", "name", "memoryMiB", "pciBusId", "numaNode", "computeCapability"),
-        ("minor", "migMode", "migDevices"),
+        ("minor", "migMode", "migDevices", "memoryAffinity"),
     )
     index = ctx.as_int(doc["index"], f"{path}.index", minimum=0)
     numa = ctx.as_int(doc["numaNode"], f"{path}.numaNode", minimum=-1)
@@ -102,9 +102,28 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
             ' compute capability like "8.0"',
         ),
         mig_mode=MigMode(mode_text),
+        memory_affinity=_read_affinity(ctx, doc.get("memoryAffinity"), path, numa_ids),
     )
     migs = _read_mig_devices(ctx, gpu, doc.get("migDevices", []), path)
     return dataclasses.replace(gpu, mig_devices=migs)
+
+
+def _read_affinity(ctx: Ctx, raw: Any, gpu_path: str, numa_ids: frozenset[int]) -> tuple[int, ...]:
+    """`memoryAffinity`: the NUMA nodes NVML names for the GPU's memory (absent: NVML is silent)."""
+    if raw is None:
+        return ()
+    path = f"{gpu_path}.memoryAffinity"
+    items = ctx.as_list(raw, path)
+    if not items:
+        ctx.fail(path, "empty list (leave memoryAffinity out when NVML does not answer)")
+    nodes = [ctx.as_int(item, f"{path}[{i}]", minimum=0) for i, item in enumerate(items)]
+    for i, node in enumerate(nodes):
+        if node not in numa_ids:
+            known = ", ".join(map(str, sorted(numa_ids)))
+            ctx.fail(f"{path}[{i}]", f"NUMA node {node} is not in numa (known: {known})")
+        if node in nodes[:i]:
+            ctx.fail(f"{path}[{i}]", f"NUMA node {node} is listed twice")
+    return tuple(sorted(nodes))
 
 
 def _read_mig_devices(ctx: Ctx, gpu: Gpu, raw: Any, gpu_path: str) -> tuple[MigDevice, ...]:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 _UNAVAILABLE = {"LibraryNotFound", "DriverNotLoaded", "LibRmVersionMismatch"}
 _LOST = {"GpuIsLost", "ResetRequired"}
 _NOT_ATTRIBUTABLE = 0xFFFFFFFF
+_NODE_SET_WORDS = 16
+"""64-bit words asked of nvmlDeviceGetMemoryAffinity: 1024 NUMA nodes, Linux's MAX_NUMNODES cap."""
 
 
 class PynvmlBackend:
@@ -177,6 +179,7 @@ class PynvmlBackend:
                 compute_capability=f"{major}.{minor}",
                 mig_mode=mode,
                 mig_devices=read_mig_devices(nvml, handle) if mode is MigMode.ENABLED else (),
+                memory_affinity=self._memory_affinity(handle),
             )
 
     def _mig_mode(self, handle: Any) -> MigMode:
@@ -190,6 +193,19 @@ class PynvmlBackend:
                 return MigMode.UNSUPPORTED
             raise
         return MigMode.ENABLED if current == self.nvml.NVML_DEVICE_MIG_ENABLE else MigMode.DISABLED
+
+    def _memory_affinity(self, handle: Any) -> tuple[int, ...]:
+        """NUMA nodes of the GPU's memory (NVML, node scope); () where NVML does not answer."""
+        scope = getattr(self.nvml, "NVML_AFFINITY_SCOPE_NODE", 0)
+        words = self._optional("nvmlDeviceGetMemoryAffinity", handle, _NODE_SET_WORDS, scope)
+        if words is None:
+            return ()
+        return tuple(
+            64 * pos + bit
+            for pos, word in enumerate(words)
+            for bit in range(64)
+            if int(word) >> bit & 1
+        )
 
     def _remap_pending(self, handle: Any) -> bool:
         rows = self._optional("nvmlDeviceGetRemappedRows", handle)

@@ -9,17 +9,22 @@ is an Event set on every state change (benchmarks time from it).
 socket goes away, a new socket file is served at the same path, and for `unsynced_s` `List` (and
 `Get`) see no pods while `GetAllocatableResources` is already right, as the real kubelet answers
 before it has re-synced its pods from the API server (reference notes, kubelet item 13).
-`sync_now()` ends that window early.
+`sync_now()` ends that window early. That window is measured by `clock` (a test's fake clock, or
+`time.monotonic`).
+
+Without a `socket` path the server makes a temporary folder for one; `close()` (or leaving the
+`with` block) stops it and removes that folder.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
 
@@ -72,9 +77,15 @@ def _pod(pod: PodGrant) -> pb.PodResources:
 class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
     """Start with `start()` or as a context manager; `socket` is the path to dial."""
 
-    def __init__(self, socket: Path | None = None) -> None:
-        folder = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
-        self.socket = socket or folder / "kubelet.sock"
+    def __init__(
+        self, socket: Path | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._folder: Path | None = None
+        if socket is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+            socket = self._folder / "kubelet.sock"
+        self.socket = socket
+        self._clock = clock
         self.calls: Counter[str] = Counter()
         self.changed = threading.Event()
         self._lock = threading.Lock()
@@ -90,13 +101,20 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop, and remove the temporary folder made for the socket (if this server made one)."""
         self.stop()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def start(self, *, unsynced_s: float = 0.0) -> None:
         """Serve on `socket`; `List` and `Get` see no pods for `unsynced_s` (math.inf: until
         `sync_now()`)."""
         with self._lock:
-            self._unsynced_until = time.monotonic() + unsynced_s if unsynced_s > 0 else -math.inf
+            self._unsynced_until = self._clock() + unsynced_s if unsynced_s > 0 else -math.inf
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_PodResourcesListerServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         server.add_insecure_port(f"unix:{self.socket}")
@@ -164,7 +182,7 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
             context.abort(failure, f"injected failure of {method}")
 
     def _synced_locked(self) -> bool:
-        return time.monotonic() >= self._unsynced_until
+        return self._clock() >= self._unsynced_until
 
     def List(  # noqa: N802
         self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext

@@ -1,13 +1,17 @@
-"""The GPU node of the agent's tests: its name and capacity on the fake API server, and a node
-state for the publisher that a test changes and whose reads it counts."""
+"""The GPU node of the agent's tests: its name and capacity on the fake API server, a node state
+for the publisher that a test changes and whose reads it counts, what its NRT says is free, and
+the socket file a kubelet leaves on disk."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from agent.availability import PodGrant
 from agent.kube.publisher import NodeState
+from agent.nrt.wire import ATTR_GPUS_FREE
 from tests.builders.topology import allocatable_of, dgx_h100
 
 NODE = "gpu-node-1"
@@ -46,3 +50,25 @@ def gpu_available(obj: dict[str, Any], zone: str = "node-0") -> str:
         r["available"] for r in found["resources"] if r["name"] == "nvidia.com/gpu"
     )
     return available
+
+
+def gpu_figures(obj: dict[str, Any]) -> tuple[int, int]:
+    """(`gputopo.io/gpusFree`, the sum of `nvidia.com/gpu` available over the NUMA zones)."""
+    free = next(a["value"] for a in obj["attributes"] if a["name"] == ATTR_GPUS_FREE)
+    zones = sum(
+        int(r["available"])
+        for z in obj["zones"]
+        if z["type"] == "Node"
+        for r in z.get("resources", [])
+        if r["name"] == "nvidia.com/gpu"
+    )
+    return int(free), zones
+
+
+def serve_socket(path: Path) -> Path:
+    """A unix socket file at `path` (what a kubelet serving there leaves on disk), made anew."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    return path

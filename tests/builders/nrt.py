@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agent.availability import (
@@ -37,6 +38,15 @@ def make_nrt(
     capacity = numa_capacity(inventory.numa_nodes, KubeletConfig(topology_manager_policy=policy))
     availability = compute_availability(inventory, capacity, snapshot)
     return encode(inventory, availability, node_name=node, policy=policy)
+
+
+def as_published(inventory: NodeInventory) -> NodeInventory:
+    """The inventory as its NRT tells it: each GPU's NUMA node is the zone it is published under
+    (`NodeInventory.gpu_numa_zone`), not its sysfs reading; NVML's memory affinity is left out."""
+    gpus = tuple(
+        replace(g, numa_node=inventory.gpu_numa_zone(g), memory_affinity=()) for g in inventory.gpus
+    )
+    return replace(inventory, gpus=gpus)
 
 
 def _grant(namespace: str, name: str, devices: Sequence[str | tuple[str, str]]) -> PodGrant:

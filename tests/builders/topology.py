@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agent.availability import (
     ContainerGrant,
@@ -128,14 +129,22 @@ def mig_mixed() -> NodeInventory:
     )
 
 
-def no_numa() -> NodeInventory:
-    """One GPU whose sysfs NUMA node is -1, on a node with one NUMA node."""
+def no_numa(numa_nodes: int = 1, memory_affinity: Sequence[int] = ()) -> NodeInventory:
+    """One GPU whose sysfs NUMA node is -1 (a VM), on a node with `numa_nodes` NUMA nodes; NVML
+    names `memory_affinity` for its memory (empty: NVML does not say)."""
+    gpu = replace(make_gpu(0, None, product="NVIDIA L40S"), memory_affinity=tuple(memory_affinity))
+    cpus = [f"{16 * i}-{16 * i + 15}" for i in range(numa_nodes)]
     return NodeInventory(
-        gpus=(make_gpu(0, None, product="NVIDIA L40S"),),
+        gpus=(gpu,),
         links=LinkMatrix(((None,),)),
-        numa_nodes=make_numa([0], ["0-15"]),
+        numa_nodes=make_numa(list(range(numa_nodes)), cpus),
         driver_version="550.54.15",
     )
+
+
+def no_numa_two_nodes() -> NodeInventory:
+    """`no_numa` on two NUMA nodes with nothing else known: the GPU belongs to no zone."""
+    return no_numa(numa_nodes=2)
 
 
 INVENTORIES = {
@@ -143,6 +152,7 @@ INVENTORIES = {
     "pcie-pairs": pcie_pairs,
     "mig-mixed": mig_mixed,
     "no-numa": no_numa,
+    "no-numa-two-nodes": no_numa_two_nodes,
 }
 
 

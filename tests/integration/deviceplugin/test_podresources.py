@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-import threading
 from pathlib import Path
 
 import grpc
@@ -23,6 +22,7 @@ from deviceplugin.podresources import (
     PodResourcesUnavailableError,
 )
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
+from tests.builders.clock import FakeClock
 
 GPU = "nvidia.com/gpu"
 
@@ -126,7 +126,7 @@ def test_state_reader_no_kubelet_versus_kubelet_restart() -> None:
         back = reader()
         assert back is not None
         assert back.snapshot is not None
-    server.stop()
+    server.close()
 
 
 def test_restart_serves_a_new_socket_that_lists_no_pods_until_synced(server) -> None:
@@ -150,14 +150,40 @@ def test_restart_serves_a_new_socket_that_lists_no_pods_until_synced(server) -> 
     assert server.restarts == 1
 
 
-def test_unsynced_window_ends_by_itself(server) -> None:
-    server.set_pod(_pod("a", "p", "GPU-a"))
-    server.restart(down_s=0.05, unsynced_s=2.0)
-    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+def test_unsynced_window_ends_by_itself_on_the_server_s_clock() -> None:
+    clock = FakeClock()
+    with (
+        FakePodResourcesServer(clock=clock) as server,
+        PodResourcesClient(server.socket, timeout_s=1.0) as client,
+    ):
+        server.set_pod(_pod("a", "p", "GPU-a"))
+        server.restart(unsynced_s=2.0)
         first = client.snapshot()
-        ended = threading.Event()
-        while not server.synced:
-            ended.wait(0.02)
+        clock.advance(1.9)
+        still = client.snapshot()
+        clock.advance(0.1)
         last = client.snapshot()
-    assert first.pods == ()
+    assert (first.pods, still.pods) == ((), ())
     assert [p.name for p in last.pods] == ["p"]
+
+
+def test_a_temporary_folder_is_made_only_without_a_socket_path_and_removed_on_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs) -> str:
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    given = Path(real_mkdtemp(dir="/tmp")) / "kubelet.sock"
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    with FakePodResourcesServer(given) as server:
+        assert server.socket.is_socket()
+    assert made == []
+    with FakePodResourcesServer() as server:
+        assert server.socket.is_socket()
+        assert [server.socket.parent] == [Path(m) for m in made]
+    assert not Path(made[0]).exists()
+    given.parent.rmdir()

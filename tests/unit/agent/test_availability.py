@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from agent.availability import (
     SOURCE_NONE,
     SOURCE_PODRESOURCES,
@@ -135,8 +137,20 @@ def test_exclusive_cpus_memory_and_foreign_devices() -> None:
     assert counts(av, 0)[MEMORY][1] == caps[0].allocatable[MEMORY]
 
 
-def test_gpu_without_numa_counts_in_no_node_zone() -> None:
-    inv = no_numa()
+@pytest.mark.parametrize(
+    ("numa_nodes", "affinity", "zone"),
+    [
+        pytest.param(1, (), 0, id="one NUMA node: the only node"),
+        pytest.param(2, (), None, id="two NUMA nodes, nothing known: no zone"),
+        pytest.param(2, (1,), 1, id="two NUMA nodes, NVML memory affinity names node 1"),
+        pytest.param(2, (0, 1), None, id="memory affinity naming two nodes: no zone"),
+    ],
+)
+def test_gpu_whose_sysfs_numa_node_is_minus_one(
+    numa_nodes: int, affinity: tuple[int, ...], zone: int | None
+) -> None:
+    inv = no_numa(numa_nodes, affinity)
     av = compute_availability(inv, numa_capacity(inv.numa_nodes, KubeletConfig()), None)
     assert gpu_counts(av, 0) == {GPU_RESOURCE: (1, 1, 1)}
-    assert counts(av, 0)[GPU_RESOURCE] == (0, 0, 0)
+    listed = {n: counts(av, n).get(GPU_RESOURCE) for n in range(numa_nodes)}
+    assert listed == {n: (1, 1, 1) if n == zone else None for n in range(numa_nodes)}

@@ -96,6 +96,13 @@ def test_numa_none_is_kept_as_none():
     assert [d.numa_node for d in resource.devices] == [None, 1]
 
 
+def test_the_vm_h200_gets_no_topology_info_although_the_nrt_places_it_under_node_0():
+    inventory = load_inventory("vm-h200")
+    (resource,) = build_resources(inventory, settings())
+    assert [d.numa_node for d in resource.devices] == [None]  # as NVIDIA's plugin: -1, omitted
+    assert inventory.gpu_numa_zone(inventory.gpus[0]) == 0
+
+
 def sharing(*entries: SharedResource, rename: bool = False, fail: bool = False) -> TimeSlicing:
     return TimeSlicing(
         rename_by_default=rename, fail_requests_greater_than_one=fail, resources=entries

@@ -18,6 +18,7 @@ from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.nvml.fixture import builtin_names, load_fixture
 from agent.topo_table import render_legend, render_topo_matrix
+from tests.builders.nrt import as_published
 from tests.builders.topology import allocatable_of, gpu_pod
 from tests.fakeapi import FakeApiServer
 
@@ -90,7 +91,7 @@ def test_topo_renders_the_fixture_matrix_exactly(cluster, name: str) -> None:
     _, kubeconfig = cluster
     code, out, err = run("--kubeconfig", kubeconfig, "topo", name)
     assert (code, err) == (0, "")
-    matrix = render_topo_matrix(load_fixture(name).inventory)
+    matrix = render_topo_matrix(as_published(load_fixture(name).inventory))
     assert matrix + "\n" + render_legend() in out
     golden = GOLDEN / f"{name}.topo"
     if golden.exists():

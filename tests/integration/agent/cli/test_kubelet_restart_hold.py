@@ -23,26 +23,12 @@ from agent.cli import config as agent_config
 from agent.cli.run import SERVICE_FACTORIES, open_node, start_services, stop_services
 from agent.cli.services import AgentContext
 from agent.metrics import AgentMetrics
-from agent.nrt.wire import ATTR_GPUS_FREE
 from deviceplugin.testing.kubelet import KubeletEmulator
-from tests.builders.agentnode import NODE
+from tests.builders.agentnode import NODE, gpu_figures
 from tests.builders.topology import gpu_pod
 
 GROUP, VERSION, PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
-HOLD_LOGGER = "agent.availability"
-
-
-def figures(obj: dict) -> tuple[int, int]:
-    """(`gputopo.io/gpusFree`, the sum of `nvidia.com/gpu` available over the NUMA zones)."""
-    free = next(a["value"] for a in obj["attributes"] if a["name"] == ATTR_GPUS_FREE)
-    zones = sum(
-        int(r["available"])
-        for z in obj["zones"]
-        if z["type"] == "Node"
-        for r in z.get("resources", [])
-        if r["name"] == "nvidia.com/gpu"
-    )
-    return int(free), zones
+HOLD_LOGGER = "agent.restart_hold"
 
 
 @dataclass
@@ -62,13 +48,13 @@ class Samples:
             for event in stream:
                 obj = event["object"]
                 since = {"resource_version": obj["metadata"]["resourceVersion"]}
-                self.rows.append((time.time(), *figures(obj), "watch"))
+                self.rows.append((time.time(), *gpu_figures(obj), "watch"))
 
     def poll(self, fake) -> None:
         while not self.stop.wait(0.05):
             obj = fake.get_object(PLURAL, NODE)
             if obj is not None:
-                self.rows.append((time.time(), *figures(obj), "poll"))
+                self.rows.append((time.time(), *gpu_figures(obj), "poll"))
 
     def last(self) -> int | None:
         return self.rows[-1][1] if self.rows else None
@@ -219,4 +205,4 @@ def test_no_sample_exceeds_the_true_free_gpus_across_kubelet_restarts(
 
 def _published(fake) -> int | None:
     obj = fake.get_object(PLURAL, NODE)
-    return None if obj is None else figures(obj)[0]
+    return None if obj is None else gpu_figures(obj)[0]

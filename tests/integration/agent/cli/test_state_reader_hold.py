@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import tempfile
 from pathlib import Path
 
 import grpc
 import pytest
 
-from agent.availability import MAX_HOLD_S, SETTLE_S, RestartHold
 from agent.cli.publish_service import StateReader
+from agent.restart_hold import MAX_HOLD_S, SETTLE_S, RestartHold
 from deviceplugin.podresources import PodResourcesClient
+from tests.builders.agentnode import serve_socket
 from tests.builders.clock import FakeClock
 from tests.builders.topology import allocatable_of, dgx_h100, gpu_pod
 
@@ -28,7 +28,7 @@ def reading(podresources, caplog):
     """(reader, clock, kubelet_socket): a reader that also watches a device-plugin kubelet.sock."""
     caplog.set_level(logging.INFO, logger="agent")
     clock = FakeClock()
-    kubelet_socket = _serve_socket(Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock")
+    kubelet_socket = serve_socket(Path(tempfile.mkdtemp(dir="/tmp")) / "kubelet.sock")
     podresources.set_allocatable(allocatable_of(INVENTORY))
     for i in (0, 1):
         podresources.set_pod(gpu_pod("ml", f"train-{i}", UUID[i]))
@@ -41,15 +41,6 @@ def reading(podresources, caplog):
             hold=RestartHold(clock=clock),
         )
         yield reader, clock, kubelet_socket
-
-
-def _serve_socket(path: Path) -> Path:
-    """A unix socket file at `path` (what a kubelet serving there leaves on disk)."""
-    path.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(path))
-    sock.close()
-    return path
 
 
 def pods(reader) -> list[str]:
@@ -129,7 +120,7 @@ def test_podresources_answering_again_after_failing_starts_a_hold(
 def test_a_new_device_plugin_kubelet_socket_starts_a_hold(reading, podresources, caplog) -> None:
     reader, _, kubelet_socket = reading
     pods(reader)
-    _serve_socket(kubelet_socket)  # the kubelet re-created its device-plugin socket
+    serve_socket(kubelet_socket)  # the kubelet re-created its device-plugin socket
     podresources.remove_pod("ml", "train-0")
     assert pods(reader) == ["train-0", "train-1"]
     (start,) = lines(caplog, HOLD_STARTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -14,9 +15,10 @@ from agent.cli import inventory as inventory_cmd
 from agent.cli import main as cli
 from agent.cli import record as record_cmd
 from agent.inventory import load_inventory
+from agent.kube.publisher import DryRunSink, NodeState, Publisher, PublisherSettings
 from agent.nvml.fixture import builtin_names, fixture_from_mapping, load_fixture
 from agent.topo_table import render_legend, render_topo_matrix
-from tests.builders.nvml import HAS_DRIVER
+from tests.builders.nvml import HAS_DRIVER, node_doc, variant
 
 NO_ENV: dict[str, str] = {}
 
@@ -74,11 +76,42 @@ def test_bad_flag_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice: 'xml'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", builtin_names())
-def test_record_then_load_gives_an_equal_inventory(name: str, tmp_path: Path) -> None:
-    path = tmp_path / f"{name}.yaml"
-    assert record_cmd.main(["--nvml-fixture", name, "-o", str(path)], NO_ENV) == 0
-    assert load_inventory(str(path)) == load_inventory(name)
+def _vm_with_memory_affinity(folder: Path) -> str:
+    """A fixture `record` writes on a two-NUMA-node VM whose NVML names node 1 for GPU 1."""
+    doc = variant(variant(node_doc(), "gpus[1].numaNode", -1), "gpus[1].memoryAffinity", [1])
+    path = folder / "vm-affinity.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def _views(source: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """`inventory -o json`, the `inventory` table, and the NRT `run --oneshot --dry-run` prints."""
+    views = []
+    for fmt in ("json", "table"):
+        assert inventory_cmd.main(["--nvml-fixture", source, "-o", fmt], NO_ENV) == 0
+        views.append(capsys.readouterr().out)
+    nrt = io.StringIO()
+    state = NodeState(inventory=load_inventory(source), snapshot=None)
+    settings = PublisherSettings(node_name="n1", node_labels=False, dry_run=True)
+    Publisher(settings, DryRunSink(nrt), lambda: state).publish_once()
+    return [*views, nrt.getvalue()]
+
+
+@pytest.mark.parametrize("name", [*builtin_names(), "vm with memory affinity"])
+def test_record_then_replay_gives_the_same_inventory_json_table_and_nrt(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _vm_with_memory_affinity(tmp_path) if name.startswith("vm with") else name
+    path = tmp_path / "recorded.yaml"
+    assert record_cmd.main(["--nvml-fixture", source, "-o", str(path)], NO_ENV) == 0
+    assert load_inventory(str(path)) == load_inventory(source)
+    recorded, replayed = _views(source, capsys), _views(str(path), capsys)
+    assert recorded == replayed
+    assert recorded[2].startswith("---\napiVersion: topology.node.k8s.io/v1alpha2\n")
+    if source != name:  # the affinity NVML answered is in the record, and decides the zone
+        assert yaml.safe_load(path.read_text())["gpus"][1]["memoryAffinity"] == [1]
+        gpu1 = next(z for z in yaml.safe_load(recorded[2])["zones"] if z["name"] == "gpu-1")
+        assert gpu1["parent"] == "node-1"
 
 
 def test_record_writes_json_by_extension_and_yaml_to_stdout(

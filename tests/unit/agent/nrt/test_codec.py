@@ -19,9 +19,11 @@ from agent.nrt import (
     legacy_topology_policy,
 )
 from agent.numa_capacity import KubeletConfig, numa_capacity
+from agent.nvml.fixture import builtin_names, load_fixture
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, Sharing
 from tests.builders import openapi
+from tests.builders.nrt import as_published
 from tests.builders.topology import (
     INVENTORIES,
     MIG_LAYOUT,
@@ -31,15 +33,12 @@ from tests.builders.topology import (
     gpu_uuid,
     mig_mixed,
     mig_uuid,
+    no_numa,
     pcie_pairs,
 )
 
 
 def _fixture_inventories() -> list[pytest.param]:
-    try:
-        from agent.nvml.fixture import builtin_names, load_fixture
-    except ImportError:  # the NVML fixtures are not in the tree yet
-        return []
     return [pytest.param(load_fixture(n).inventory, id=f"fixture {n}") for n in builtin_names()]
 
 
@@ -71,11 +70,12 @@ def zone(obj, name):
 
 
 def normalized(inv: NodeInventory) -> NodeInventory:
-    """Drop zero hugepage counts (the NRT carries only amounts)."""
+    """What the NRT carries: amounts, not zero hugepage counts; a GPU's NUMA node as published
+    (its zone's parent), not its sysfs reading and NVML memory affinity."""
     nodes = tuple(
         replace(n, hugepages=tuple(h for h in n.hugepages if h[1])) for n in inv.numa_nodes
     )
-    return replace(inv, numa_nodes=nodes)
+    return replace(as_published(inv), numa_nodes=nodes)
 
 
 @pytest.mark.parametrize("inv", ALL_INVENTORIES)
@@ -89,6 +89,50 @@ def test_round_trip_is_lossless(inv: NodeInventory) -> None:
     assert decoded.availability == av
     assert decoded.topology_manager_policy == "single-numa-node"
     assert decoded.topology_manager_scope == "pod"
+
+
+@pytest.mark.parametrize("inv", ALL_INVENTORIES)
+def test_no_node_zone_lists_a_gpu_resource_at_capacity_zero(inv: NodeInventory) -> None:
+    _, obj = build(inv, snapshot=allocatable_of(inv))
+    zero = [
+        (z["name"], r["name"])
+        for z in obj["zones"]
+        if z["type"] == "Node"
+        for r in z["resources"]
+        if r["name"].startswith("nvidia.com/") and r["capacity"] == "0"
+    ]
+    assert zero == []
+
+
+@pytest.mark.parametrize(
+    ("inv", "parent", "gpu_lines"),
+    [
+        pytest.param(
+            load_fixture("vm-h200").inventory,
+            "node-0",
+            {"node-0": "1"},
+            id="the recorded H200 VM: one NUMA node, sysfs -1",
+        ),
+        pytest.param(no_numa(2), None, {}, id="two NUMA nodes, nothing known"),
+        pytest.param(no_numa(2, (1,)), "node-1", {"node-1": "1"}, id="memory affinity node 1"),
+    ],
+)
+def test_gpu_with_unknown_sysfs_numa_node_is_published_under_the_node_design_names(
+    inv: NodeInventory, parent: str | None, gpu_lines: dict[str, str]
+) -> None:
+    _, obj = build(inv, snapshot=allocatable_of(inv))
+    assert zone(obj, "gpu-0").get("parent") == parent
+    listed = {
+        z["name"]: r["capacity"]
+        for z in obj["zones"]
+        if z["type"] == "Node"
+        for r in z["resources"]
+        if r["name"] == GPU_RESOURCE
+    }
+    assert listed == gpu_lines
+    assert decode(obj).inventory.gpus[0].numa_node == (
+        None if parent is None else int(parent.removeprefix("node-"))
+    )
 
 
 @pytest.mark.parametrize("inv", ALL_INVENTORIES)

@@ -12,8 +12,9 @@ import pytest
 from agent.model import MigDevice, MigUuid
 from agent.nvml import fake_structs, sysfs
 from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
-from agent.nvml.fixture import load_fixture
+from agent.nvml.fixture import fixture_from_mapping, load_fixture
 from tests.builders.clock import FakeClock
+from tests.builders.nvml import node_doc, variant
 
 
 def _fake(name: str, **options: object) -> FakePynvml:
@@ -243,3 +244,18 @@ def test_fake_host_root_is_read_back_by_the_sysfs_code(tmp_path: Path) -> None:
         1,
     ]
     assert (root / "sys/bus/pci/devices/0000:9d:00.0/numa_node").read_text() == "1\n"
+
+
+def test_memory_affinity_is_the_fixture_s_nodes_as_a_bitmask_else_not_supported() -> None:
+    doc = variant(variant(node_doc(), "gpus[0].numaNode", -1), "gpus[0].memoryAffinity", [1])
+    fake = FakePynvml(fixture_from_mapping(doc, "t.yaml"))
+    fake.nvmlInit()
+    gpu0, gpu1 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
+    node_scope = pynvml.NVML_AFFINITY_SCOPE_NODE
+    assert list(fake.nvmlDeviceGetMemoryAffinity(gpu0, 2, node_scope)) == [0b10, 0]
+    with pytest.raises(fake.NVMLError_NotSupported):
+        fake.nvmlDeviceGetMemoryAffinity(gpu1, 1, node_scope)
+    with pytest.raises(fake.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetMemoryAffinity(gpu0, 1, 7)
+    with pytest.raises(NotImplementedError, match="by NUMA node only"):
+        fake.nvmlDeviceGetMemoryAffinity(gpu0, 1, pynvml.NVML_AFFINITY_SCOPE_SOCKET)

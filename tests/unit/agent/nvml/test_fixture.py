@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agent.errors import FixtureError
 from agent.inventory import load_inventory
@@ -30,6 +31,7 @@ BUILTINS = (
     "pcie-4x-nvlink-pairs",
     "pcie-8x-no-nvlink",
     "single-t4",
+    "vm-h200",
 )
 
 
@@ -58,7 +60,7 @@ MALFORMED = [
     pytest.param(
         variant(node_doc(), "gpus[1].serial", "1324"),
         "test.yaml: gpus[1].serial: unknown key (allowed: index, uuid, name, memoryMiB, pciBusId, "
-        "numaNode, computeCapability, minor, migMode, migDevices)",
+        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity)",
         id="unknown GPU key",
     ),
     pytest.param(
@@ -145,6 +147,22 @@ MALFORMED = [
         variant(node_doc(), "gpus[0].numaNode", 4),
         "test.yaml: gpus[0].numaNode: NUMA node 4 is not in numa (known: 0, 1; -1 = unknown)",
         id="bad NUMA reference",
+    ),
+    pytest.param(
+        variant(node_doc(), "gpus[0].memoryAffinity", [0, 2]),
+        "test.yaml: gpus[0].memoryAffinity[1]: NUMA node 2 is not in numa (known: 0, 1)",
+        id="memory affinity names an unknown NUMA node",
+    ),
+    pytest.param(
+        variant(node_doc(), "gpus[0].memoryAffinity", [1, 1]),
+        "test.yaml: gpus[0].memoryAffinity[1]: NUMA node 1 is listed twice",
+        id="memory affinity lists a node twice",
+    ),
+    pytest.param(
+        variant(node_doc(), "gpus[0].memoryAffinity", []),
+        "test.yaml: gpus[0].memoryAffinity: empty list "
+        "(leave memoryAffinity out when NVML does not answer)",
+        id="empty memory affinity",
     ),
     pytest.param(
         variant(node_doc(), "gpus[0].migDevices", [mig_doc("1g.10gb", 7, 0, 1)]),
@@ -293,6 +311,16 @@ def test_optional_keys_take_their_documented_defaults() -> None:
     assert inv.gpus[1].numa_node is None
     assert inv.gpus[0].mig_mode is MigMode.DISABLED
     assert fx.events == ()
+
+
+def test_memory_affinity_loads_sorted_and_dumps_back() -> None:
+    doc = variant(variant(node_doc(), "gpus[0].numaNode", -1), "gpus[0].memoryAffinity", [1, 0])
+    inv = fixture_from_mapping(doc, "t.yaml").inventory
+    assert inv.gpus[0].memory_affinity == (0, 1)
+    assert inv.gpus[1].memory_affinity == ()
+    again = fixture_from_mapping(yaml.safe_load(dump(inv)), "again.yaml").inventory
+    assert again == inv
+    assert "memoryAffinity" not in dump(load_fixture("vm-h200").inventory)
 
 
 def test_missing_distances_default_to_linux_local_and_remote() -> None:

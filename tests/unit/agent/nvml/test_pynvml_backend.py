@@ -15,7 +15,7 @@ from agent.nvml.fake_pynvml import FakePynvml
 from agent.nvml.fixture import load_fixture
 from agent.nvml.pynvml_backend import PynvmlBackend, open_backend, translate
 from tests.builders.clock import FakeClock
-from tests.builders.nvml import HAS_DRIVER, BackendFor, node_doc
+from tests.builders.nvml import HAS_DRIVER, BackendFor, node_doc, variant
 
 
 def test_pynvml_backend_implements_the_protocol(tmp_path: Path) -> None:
@@ -290,3 +290,15 @@ def test_a_driver_without_the_row_remapper_call_is_not_pending(backend_for: Back
     assert backend.status(backend.gpus()[0].uuid) == GpuStatus(
         responds=True, lost=False, remap_pending=False
     )
+
+
+def test_memory_affinity_is_read_where_nvml_answers_it(backend_for: BackendFor) -> None:
+    doc = variant(variant(node_doc(), "gpus[0].numaNode", -1), "gpus[0].memoryAffinity", [1])
+    backend, fake = backend_for(doc)
+    gpus = backend.gpus()
+    assert [(g.numa_node, g.memory_affinity) for g in gpus] == [(None, (1,)), (0, ())]
+    fake.fail("nvmlDeviceGetMemoryAffinity", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, times=1)
+    assert backend.gpus()[0].memory_affinity == ()  # an older driver: as if NVML did not say
+    fake.fail("nvmlDeviceGetMemoryAffinity", pynvml.NVML_ERROR_UNKNOWN, gpu=0, times=1)
+    with pytest.raises(NvmlError, match=r"^nvmlDeviceGetMemoryAffinity: NVML error 999"):
+        backend.gpus()

@@ -63,7 +63,10 @@ def _agent_config(fake: FakeApiServer, kubelet: KubeletEmulator, podresources: P
 
 
 @contextmanager
-def _agent(fake: FakeApiServer, kubelet: KubeletEmulator, podresources: Path) -> Iterator[Any]:
+def running_agent(
+    fake: FakeApiServer, kubelet: KubeletEmulator, podresources: Path
+) -> Iterator[Any]:
+    """`gputopo-agent run`'s services on the fixture GPUs, for `NODE` on `fake`; stopped on exit."""
     cfg = _agent_config(fake, kubelet, podresources)
     backend, inventory = open_node(cfg)
     ctx = AgentContext(
@@ -90,7 +93,7 @@ def running_stack(fake: FakeApiServer) -> Iterator[Stack]:
         kubelet = stack.enter_context(KubeletEmulator())
         podresources = stack.enter_context(FakePodResourcesServer())
         podresources.set_allocatable(allocatable_of(load_fixture(FIXTURE).inventory))
-        agent = stack.enter_context(_agent(fake, kubelet, podresources.socket))
+        agent = stack.enter_context(running_agent(fake, kubelet, podresources.socket))
         wait_for(lambda: fake.get_object("noderesourcetopologies", NODE), 10, "the NRT published")
         scheduler = stack.enter_context(running(fake))
         yield Stack(fake=fake, agent=agent, kubelet=kubelet, scheduler=scheduler)

@@ -97,12 +97,18 @@ def _evaluated(prom: PrometheusServer) -> bool:
     )
 
 
+@pytest.fixture(scope="module")
+def executable() -> str:
+    """The prometheus binary; the test skips (before the stack starts) where there is none."""
+    found = binary(PROMETHEUS)
+    if found is None:
+        pytest.skip("no prometheus binary: install Debian's package (apt-get install prometheus)")
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_prometheus_answers_every_dashboard_query_and_fires_an_alert(stack) -> None:
-    executable = binary(PROMETHEUS)
-    if executable is None:
-        pytest.skip("no prometheus binary: install Debian's package (apt-get install prometheus)")
+def test_prometheus_answers_every_dashboard_query_and_fires_an_alert(executable, stack) -> None:
     rules = mon.rule_file(Path(tempfile.mkdtemp(dir="/tmp")) / "rules.yaml", for_duration="2s")
     targets = [
         Target("gputopo-agent", f"127.0.0.1:{stack.agent_port}", {"node": NODE}),

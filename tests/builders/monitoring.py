@@ -67,13 +67,18 @@ def rule_queries() -> list[Query]:
     return [Query(f"alert {r['alert']}", r["expr"]) for r in alert_rules()]
 
 
-def rule_file(path: Path, *, for_duration: str | None = None) -> Path:
+def rule_file(
+    path: Path, *, for_duration: str | None = None, annotations: bool = True
+) -> Path:
     """The PrometheusRule's `spec` as a plain Prometheus rule file; every `for:` replaced by
-    `for_duration` when given (the shipped file keeps the real durations)."""
+    `for_duration` when given (the shipped file keeps the real durations), and without the
+    annotations when `annotations` is false (rule unit tests then compare labels only)."""
     spec = prometheus_rule()["spec"]
-    if for_duration is not None:
-        for rule in (r for group in spec["groups"] for r in group["rules"]):
+    for rule in (r for group in spec["groups"] for r in group["rules"]):
+        if for_duration is not None:
             rule["for"] = for_duration
+        if not annotations:
+            del rule["annotations"]
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
 

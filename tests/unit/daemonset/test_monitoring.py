@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.builders import monitoring as mon
 from tests.builders import render as r
@@ -98,6 +99,107 @@ def test_the_shipped_rules_pass_promtool():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(ALERTS)} rules found" in done.stdout
+
+
+AGENT = 'instance="10.0.0.7:9445",job="gputopo-agent/gputopo-agent",node="gpu-1"'
+SCHED = 'instance="10.0.1.2:9446",job="gputopo-system/gputopo-scheduler"'
+GPU = "nvidia.com/gpu"
+# One minute a sample, 20 minutes: each alert's condition holds from the start, and for each a
+# near miss that must stay quiet (a healthy GPU, a registration that recovered, a gated pod, a
+# paused queue).
+SERIES = {
+    f"up{{{AGENT}}}": "0x20",
+    f'gputopo_agent_gpu_healthy{{{AGENT},gpu="3",uuid="GPU-3",model="H100"}}': "0x20",
+    f'gputopo_agent_gpu_healthy{{{AGENT},gpu="4",uuid="GPU-4",model="H100"}}': "1x20",
+    f"gputopo_agent_publish_last_success_timestamp_seconds{{{AGENT}}}": "0x20",
+    f'gputopo_agent_deviceplugin_registrations_total{{{AGENT},resource="{GPU}",result="error"}}': (
+        "0+1x20"
+    ),
+    f'gputopo_agent_deviceplugin_registrations_total{{{AGENT},resource="mig",result="error"}}': (
+        "0+1x20"
+    ),
+    f'gputopo_agent_deviceplugin_registrations_total{{{AGENT},resource="mig",result="ok"}}': (
+        "0+1x20"
+    ),
+    f"gputopo_scheduler_leader{{{SCHED}}}": "0x20",
+    f'gputopo_scheduler_pending_oldest_seconds{{{SCHED},reason="unschedulable"}}': "1000x20",
+    f'gputopo_scheduler_pending_oldest_seconds{{{SCHED},reason="gated"}}': "5000x20",
+    **{
+        f'gputopo_scheduler_queue_{figure}{{{SCHED},queue="{queue}"{res}}}': value
+        for queue in ("short", "paused")
+        for figure, res, value in (
+            ("used", f',resource="{GPU}"', "1x20"),
+            ("min", f',resource="{GPU}"', "4x20"),
+            ("pending_units", "", "2x20"),
+            ("paused", "", "1x20" if queue == "paused" else "0x20"),
+        )
+    },
+}
+AGENT_LABELS = {"instance": "10.0.0.7:9445", "job": "gputopo-agent/gputopo-agent", "node": "gpu-1"}
+SCHED_LABELS = {"instance": "10.0.1.2:9446", "job": "gputopo-system/gputopo-scheduler"}
+FIRING = [
+    ("4m", "GputopoAgentDown", []),  # for: 5m
+    ("6m", "GputopoAgentDown", [{**AGENT_LABELS, "severity": "critical"}]),
+    ("9m", "GputopoGpuUnhealthy", []),  # for: 10m
+    (
+        "11m",
+        "GputopoGpuUnhealthy",
+        [{**AGENT_LABELS, "severity": "warning", "gpu": "3", "uuid": "GPU-3", "model": "H100"}],
+    ),
+    ("7m", "GputopoNrtNotPublished", [{**AGENT_LABELS, "severity": "warning"}]),
+    (
+        "12m",
+        "GputopoDevicePluginRegistrationFailing",
+        [
+            {
+                "instance": AGENT_LABELS["instance"],
+                "node": "gpu-1",
+                "resource": GPU,
+                "severity": "critical",
+            }
+        ],
+    ),
+    ("6m", "GputopoNoSchedulerLeader", [{"severity": "critical"}]),
+    ("2m", "GputopoPodsPendingTooLong", [{"reason": "unschedulable", "severity": "warning"}]),
+    ("9m", "GputopoQueueBelowGuarantee", []),  # for: 10m
+    (
+        "11m",
+        "GputopoQueueBelowGuarantee",
+        [{**SCHED_LABELS, "queue": "short", "resource": GPU, "severity": "warning"}],
+    ),
+]
+
+
+def test_each_alert_fires_when_its_condition_holds_and_only_after_its_duration():
+    """`promtool test rules` on the shipped rules (annotations aside) with made-up series."""
+    promtool = binary(PROMTOOL)
+    if promtool is None:
+        pytest.skip("no promtool: install Debian's prometheus package (apt-get install prometheus)")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    mon.rule_file(folder / "rules.yaml", annotations=False)
+    cases = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in SERIES.items()],
+                "alert_rule_test": [
+                    {"eval_time": at, "alertname": name, "exp_alerts": [
+                        {"exp_labels": labels} for labels in alerts
+                    ]}
+                    for at, name, alerts in FIRING
+                ],
+            }
+        ],
+    }  # fmt: skip
+    (folder / "tests.yaml").write_text(yaml.safe_dump(cases), encoding="utf-8")
+    done = subprocess.run(
+        [promtool, "test", "rules", "tests.yaml"],
+        capture_output=True, text=True, timeout=60, cwd=folder,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {name for _, name, _ in FIRING} == set(ALERTS)
 
 
 def test_the_dashboard_configmap_is_labelled_for_grafanas_sidecar():

@@ -67,9 +67,7 @@ def rule_queries() -> list[Query]:
     return [Query(f"alert {r['alert']}", r["expr"]) for r in alert_rules()]
 
 
-def rule_file(
-    path: Path, *, for_duration: str | None = None, annotations: bool = True
-) -> Path:
+def rule_file(path: Path, *, for_duration: str | None = None, annotations: bool = True) -> Path:
     """The PrometheusRule's `spec` as a plain Prometheus rule file; every `for:` replaced by
     `for_duration` when given (the shipped file keeps the real durations), and without the
     annotations when `annotations` is false (rule unit tests then compare labels only)."""

@@ -2,7 +2,9 @@
 
 Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` handed in (nothing is
 read from NVML per scrape). The device plugin observes its RPC latency through
-`AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish`.
+`AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish` and
+each successful pass through `publish_passed`. Xid events and kubelet registrations are counts the
+device plugin keeps, read per scrape through `watch_device_plugin`.
 Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU labels are `gpu`
 (index), `uuid` and `model`.
 """
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.model import Gpu, NodeInventory
@@ -93,6 +95,37 @@ class _SnapshotCollector(Collector):
         yield from families.values()
 
 
+XidCounts = Mapping[tuple[str, int], int]
+"""Xid events read, by (GPU UUID, Xid)."""
+RegistrationCounts = Mapping[tuple[str, str], int]
+"""Register calls to the kubelet, by (resource, result `ok` or `error`)."""
+
+
+class _DevicePluginCollector(Collector):
+    def __init__(
+        self, xids: Callable[[], XidCounts], registrations: Callable[[], RegistrationCounts]
+    ) -> None:
+        self._xids, self._registrations = xids, registrations
+
+    def collect(self) -> Iterator[Metric]:
+        xids = CounterMetricFamily(
+            f"{PREFIX}_xid_events",
+            "NVML Xid events read (ignored ones too), by GPU UUID and Xid",
+            labels=["uuid", "xid"],
+        )
+        for (uuid, xid), count in sorted(self._xids().items()):
+            xids.add_metric([uuid, str(xid)], float(count))
+        registrations = CounterMetricFamily(
+            f"{PREFIX}_deviceplugin_registrations",
+            "Register calls to the kubelet, by resource and result (ok, error)",
+            labels=["resource", "result"],
+        )
+        for (resource, result), count in sorted(self._registrations().items()):
+            registrations.add_metric([resource, result], float(count))
+        yield xids
+        yield registrations
+
+
 class AgentMetrics:
     """Every metric of `gputopo-agent run`, registered on `self.registry` (never the global one)."""
 
@@ -129,6 +162,12 @@ class AgentMetrics:
             "Failed NodeResourceTopology or node-label writes (each retried with backoff)",
             registry=reg,
         )
+        self.publish_last_success = Gauge(
+            f"{PREFIX}_publish_last_success_timestamp_seconds",
+            "Unix time of the publisher's last successful pass (the NodeResourceTopology and "
+            "labels were current then); the publisher's start until its first pass",
+            registry=reg,
+        )
         self.label_patches = Counter(
             f"{PREFIX}_label_patches_total", "Node label patches that landed", registry=reg
         )
@@ -163,6 +202,16 @@ class AgentMetrics:
             code = "OK"
         finally:
             self.observe_rpc(method, resource, clock() - start, code)
+
+    def watch_device_plugin(
+        self, xids: Callable[[], XidCounts], registrations: Callable[[], RegistrationCounts]
+    ) -> None:
+        """Report the device plugin's Xid and registration counts on every scrape."""
+        self.registry.register(_DevicePluginCollector(xids, registrations))
+
+    def publish_passed(self) -> None:
+        """The publisher started, or finished a pass with everything written (or unchanged)."""
+        self.publish_last_success.set_to_current_time()
 
     def observe_publish(self, seconds: float, ok: bool) -> None:
         if ok:

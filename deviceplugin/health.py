@@ -77,6 +77,7 @@ class HealthTracker:
         self._clock = clock
         self._faults: dict[str, _Fault] = {}
         self._last_probe = float("-inf")
+        self._xids: dict[tuple[str, int], int] = {}
 
     def set_inventory(self, inventory: NodeInventory) -> None:
         """Use a re-scanned inventory (new MIG layout) to attribute later events."""
@@ -85,8 +86,14 @@ class HealthTracker:
     def unhealthy(self) -> frozenset[str]:
         return frozenset(self._faults)
 
+    def xid_counts(self) -> dict[tuple[str, int], int]:
+        """Every Xid event recorded (ignored ones too), by (GPU UUID, Xid); a copy."""
+        return dict(self._xids)
+
     def record(self, event: XidEvent) -> bool:
         """Apply one Xid; True when the set of Unhealthy units changed."""
+        seen = (str(event.gpu_uuid), event.xid)
+        self._xids[seen] = self._xids.get(seen, 0) + 1
         kind = classify(event.xid, self._policy)
         if kind is XidClass.IGNORED:
             logger.debug("Xid %d on %s ignored", event.xid, event.gpu_uuid)

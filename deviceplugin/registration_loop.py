@@ -60,6 +60,7 @@ class RegistrationLoop:
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
         self.registrations = 0  # successful Register calls, for tests and the benchmark
+        self._results: dict[tuple[str, str], int] = {}  # (resource, ok|error) -> Register calls
 
     @property
     def serving(self) -> dict[str, Path]:
@@ -71,6 +72,11 @@ class RegistrationLoop:
     def registered(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._registered)
+
+    def register_results(self) -> dict[tuple[str, str], int]:
+        """Register calls made, by (resource, `ok` or `error`); a copy."""
+        with self._lock:
+            return dict(self._results)
 
     def start(self, stop: threading.Event) -> None:
         """Serve and register every resource now, then keep watching in a thread until `stop`.
@@ -156,6 +162,8 @@ class RegistrationLoop:
             error = exc
         with self._lock:
             self._in_flight.discard(name)
+            result = (name, "ok" if error is None else "error")
+            self._results[result] = self._results.get(result, 0) + 1
             if name not in self._plugins or self._epochs.get(name, 0) != epoch:
                 return  # the socket or the kubelet changed meanwhile: the next pass registers again
             if error is not None:

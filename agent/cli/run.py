@@ -49,9 +49,13 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     if not ctx.config.device_plugin or ctx.config.oneshot:
         return None
     observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
-    ctx.device_plugin = DevicePlugin(
+    ctx.device_plugin = plugin = DevicePlugin(
         ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
     )
+    if ctx.metrics is not None:
+        ctx.metrics.watch_device_plugin(
+            plugin.tracker.xid_counts, plugin.registration_loop.register_results
+        )
     ctx.ready_checks.append(kubelet_check(ctx.config.device_plugin_dir / KUBELET_SOCKET))
     return ctx.device_plugin
 

@@ -119,6 +119,8 @@ class Publisher:
         self._clock = clock
         self._stop = stop or threading.Event()
         self._metrics = metrics
+        if metrics is not None:
+            metrics.publish_passed()  # stale from here on if no pass ever succeeds
         self._wake = threading.Event()
         self._node: NodeInfo | None = None
         self._looked_up = False
@@ -181,6 +183,8 @@ class Publisher:
         if self._failures:
             log.info("publishing works again after %d failed attempts", self._failures)
         self._failures = 0
+        if self._metrics is not None:
+            self._metrics.publish_passed()
         if now >= self._next_resync:
             self._next_resync = now + self.settings.resync_s
         return self.settings.poll_s

@@ -52,6 +52,7 @@ from scheduler.kubeapi.client import (
 from scheduler.kubeapi.informer import Informer
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector
 from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.gpucount import GpuCounts, count_gpus
 from scheduler.runtime.loop import LoopSettings, Scheduler
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue
@@ -250,6 +251,8 @@ class Runtime:
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)
+        self.metrics.watch_pending_age(lambda: self.scheduler.pending_ages(time.time()))
+        self.metrics.watch_gpus(self._gpu_counts)
         self.server = MetricsServer(
             settings.metrics_address, self.metrics.registry, ready=self.ready
         )
@@ -266,6 +269,10 @@ class Runtime:
             retry_period=timing.retry_period,
             on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
         )
+
+    def _gpu_counts(self) -> GpuCounts:
+        with self.cache.lock:
+            return count_gpus(self.cache.snapshot.nodes, self.cache.nrts)
 
     def ready(self) -> bool:
         """Every collection listed once (the cache is warm)."""

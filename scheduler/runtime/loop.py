@@ -364,12 +364,24 @@ class Scheduler:
     def pending_reasons(self) -> dict[str, int]:
         """Pending pods of this scheduler by why they wait (for `pending_pods{reason}`)."""
         counts: dict[str, int] = {}
-        with self.cache.lock:
-            for info in self.cache.pods.values():
-                if info.pending:
-                    reason = "gated" if info.gated else self._reasons.get(info.key, "queued")
-                    counts[reason] = counts.get(reason, 0) + 1
+        for reason, _created in self._pending_by_reason():
+            counts[reason] = counts.get(reason, 0) + 1
         return counts
+
+    def pending_ages(self, now: float) -> dict[str, float]:
+        """The oldest pending pod's age by reason at wall time `now` (`pending_oldest_seconds`)."""
+        oldest: dict[str, float] = {}
+        for reason, created in self._pending_by_reason():
+            oldest[reason] = min(created, oldest.get(reason, created))
+        return {reason: max(0.0, now - created) for reason, created in oldest.items()}
+
+    def _pending_by_reason(self) -> list[tuple[str, float]]:
+        with self.cache.lock:
+            return [
+                ("gated" if info.gated else self._reasons.get(info.key, "queued"), info.created)
+                for info in self.cache.pods.values()
+                if info.pending
+            ]
 
     # -- binding ---------------------------------------------------------------------------
     def _bind(self, unit: UnitKey, binds: list[tuple[PodInfo, Assignment]]) -> None:

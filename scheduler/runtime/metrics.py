@@ -1,7 +1,9 @@
 """Scheduler metrics on their own registry (served by `agent.httpserver.MetricsServer`).
 
-Names follow `gputopo_scheduler_<name>_<unit>`; counters end in `_total`. Pending pods by reason
-are read at scrape time from a callback (the loop's view), so nothing is computed per decision.
+Names follow `gputopo_scheduler_<name>_<unit>`; counters end in `_total`. Views of state (pending
+pods and their oldest age by reason, per-queue figures, GPUs by model, kind and state) are read at
+scrape time from callbacks, so nothing is computed per decision. Counters whose label values are
+known up front start at zero for each, so a rate over them is 0, not missing.
 """
 
 from __future__ import annotations
@@ -12,24 +14,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.preemption import VictimReason
+from scheduler.runtime.gpucount import GpuCounts
+
 PREFIX = "gputopo_scheduler"
 _CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
-
-
-class _PendingCollector(Collector):
-    """`gputopo_scheduler_pending_pods{reason}` from a callback, evaluated per scrape."""
-
-    def __init__(self, source: Callable[[], Mapping[str, int]]) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            f"{PREFIX}_pending_pods", "Pods waiting to be scheduled, by reason", labels=["reason"]
-        )
-        for reason, count in sorted(self._source().items()):
-            family.add_metric([reason], float(count))
-        yield family
 
 
 QueueSamples = Mapping[str, list[tuple[tuple[str, ...], float]]]
@@ -41,7 +31,9 @@ _QUEUE_GAUGES = {
     "max": "The queue's cap",
     "fair_share": "The queue's fair share (min plus its weighted part of idle capacity)",
     "pending_units": "Units (pods or gangs) waiting in the queue",
+    "paused": "1 while the queue, an ancestor or the whole scheduler is paused",
 }
+_PER_QUEUE = frozenset({"pending_units", "paused"})
 
 
 class _QueueCollector(Collector):
@@ -53,11 +45,65 @@ class _QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         samples = self._source()
         for suffix, doc in _QUEUE_GAUGES.items():
-            labels = ["queue"] if suffix == "pending_units" else ["queue", "resource"]
+            labels = ["queue"] if suffix in _PER_QUEUE else ["queue", "resource"]
             family = GaugeMetricFamily(f"{PREFIX}_queue_{suffix}", doc, labels=labels)
             for values, value in samples.get(suffix, ()):
                 family.add_metric(list(values), value)
             yield family
+
+
+class _LabelledGaugeCollector(Collector):
+    """One gauge family `{labels: value}` from a callback, evaluated per scrape."""
+
+    def __init__(
+        self,
+        name: str,
+        doc: str,
+        labels: list[str],
+        source: Callable[[], Mapping[tuple[str, ...], float]],
+    ) -> None:
+        self._name, self._doc, self._labels, self._source = name, doc, labels, source
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self._name, self._doc, labels=self._labels)
+        for values, value in sorted(self._source().items()):
+            family.add_metric(list(values), float(value))
+        yield family
+
+
+class _GpuCollector(Collector):
+    """`gputopo_scheduler_gpus{model,kind,state}` and `..._fragmented_gpus{model}`, per scrape."""
+
+    def __init__(self, source: Callable[[], GpuCounts]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._source()
+        gpus = GaugeMetricFamily(
+            f"{PREFIX}_gpus",
+            "GPUs in the scheduler's cache by model, kind (whole, mig, share) and state "
+            "(allocated, free, unhealthy)",
+            labels=["model", "kind", "state"],
+        )
+        for labels, count in sorted(counts.gpus.items()):
+            gpus.add_metric(list(labels), float(count))
+        fragmented = GaugeMetricFamily(
+            f"{PREFIX}_fragmented_gpus",
+            "GPUs partly taken (a share or some MIG devices in use, room left), by model",
+            labels=["model"],
+        )
+        for model, count in sorted(counts.fragmented.items()):
+            fragmented.add_metric([model], float(count))
+        yield gpus
+        yield fragmented
+
+
+_KNOWN_RESULTS = {
+    "attempts": ("scheduled", "unschedulable", "error"),
+    "binds": ("bound", "conflict", "fenced", "error"),
+    "preemption_victims": tuple(VictimReason),
+    "preemption_attempts": ("evicted", "none"),
+}
 
 
 class SchedulerMetrics:
@@ -128,6 +174,9 @@ class SchedulerMetrics:
         )
         build = Gauge(f"{PREFIX}_build_info", "Build information", ["version"], registry=reg)
         build.labels(version=version).set(1)
+        for attribute, values in _KNOWN_RESULTS.items():
+            for value in values:
+                getattr(self, attribute).labels(value)
 
     def watch_queues(self, source: Callable[[], QueueSamples]) -> None:
         """Report `source()` as the per-queue gauges on every scrape."""
@@ -135,4 +184,26 @@ class SchedulerMetrics:
 
     def watch_pending(self, source: Callable[[], Mapping[str, int]]) -> None:
         """Report `source()` as pending pods by reason on every scrape."""
-        self.registry.register(_PendingCollector(source))
+        self.registry.register(
+            _LabelledGaugeCollector(
+                f"{PREFIX}_pending_pods",
+                "Pods waiting to be scheduled, by reason",
+                ["reason"],
+                lambda: {(reason,): count for reason, count in source().items()},
+            )
+        )
+
+    def watch_pending_age(self, source: Callable[[], Mapping[str, float]]) -> None:
+        """Report `source()` (reason -> seconds) as the oldest pending pod's age by reason."""
+        self.registry.register(
+            _LabelledGaugeCollector(
+                f"{PREFIX}_pending_oldest_seconds",
+                "Age of the oldest pod waiting to be scheduled, by reason",
+                ["reason"],
+                lambda: {(reason,): age for reason, age in source().items()},
+            )
+        )
+
+    def watch_gpus(self, source: Callable[[], GpuCounts]) -> None:
+        """Report `source()` as GPUs by model, kind and state, and fragmented GPUs by model."""
+        self.registry.register(_GpuCollector(source))

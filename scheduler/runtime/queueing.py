@@ -142,6 +142,8 @@ class QueueGate:
                     ((name, r), _gauge(r, v)) for r, v in sorted(amounts.items())
                 )
             out.setdefault("pending_units", []).append(((name,), float(fig.pending.units)))
+            paused = tree.paused(name) is not None
+            out.setdefault("paused", []).append(((name,), float(paused)))
         return out
 
 

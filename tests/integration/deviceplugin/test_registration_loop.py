@@ -24,6 +24,11 @@ def test_a_refused_resource_does_not_keep_the_others_from_registering():
         assert refused not in node.plugin.registration_loop.registered
         node.kubelet.accept(refused)
         assert node.wait_registered({refused}, timeout_s=5.0)  # its own backoff: 1 s, then 2 s
+        results = node.plugin.registration_loop.register_results()
+    assert results[(refused, "error")] >= 1
+    assert results[(refused, "ok")] == 1
+    assert {results[(name, "ok")] for name in others} == {1}
+    assert not any((name, "error") in results for name in others)
 
 
 def test_a_slow_refusal_neither_delays_the_others_nor_holds_the_lock():

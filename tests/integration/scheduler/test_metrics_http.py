@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 from tests.builders.scheduler import (
@@ -60,3 +61,24 @@ def test_pods_the_kubelet_refused_at_admission_are_counted_once_by_reason(
 
 
 REJECTIONS = "gputopo_scheduler_admission_rejections_total"
+
+
+def test_state_views_are_read_per_scrape(fake_api, core_v1) -> None:
+    """Pending age by reason, GPUs by model/kind/state, and counters that start at zero."""
+    gpu_node(fake_api, "n1", gpus=8, labels={"nvidia.com/gpu.product": "Tesla-T4"})
+    with running(fake_api) as runtime:
+        create_pod(core_v1, pod_body("one", gpus=1))
+        create_pod(core_v1, pod_body("too-big", gpus=16))
+        wait_for(lambda: node_of(fake_api, "one"), 5, "one bound")
+        sample = runtime.metrics.registry.get_sample_value
+        ages = wait_for(lambda: runtime.scheduler.pending_ages(time.time()), 5, "too-big waits")
+        (reason,) = ages
+        age = sample("gputopo_scheduler_pending_oldest_seconds", {"reason": reason})
+        assert age is not None
+        assert 0 <= age < 60
+        gpus = "gputopo_scheduler_gpus"
+        assert sample(gpus, {"model": "Tesla-T4", "kind": "whole", "state": "allocated"}) == 1
+        assert sample(gpus, {"model": "Tesla-T4", "kind": "whole", "state": "free"}) == 7
+        assert sample("gputopo_scheduler_fragmented_gpus", {"model": "Tesla-T4"}) == 0
+        assert sample("gputopo_scheduler_schedule_attempts_total", {"result": "error"}) == 0
+        assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "reclaim"}) == 0

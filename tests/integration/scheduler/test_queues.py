@@ -339,6 +339,7 @@ def test_queue_status_is_written_only_on_change_and_metrics_show_each_queue(fake
         assert 'gputopo_scheduler_queue_used{queue="a",resource="nvidia.com/gpu"} 3.0' in text
         assert 'gputopo_scheduler_queue_max{queue="a",resource="nvidia.com/gpu"} 4.0' in text
         assert 'gputopo_scheduler_queue_pending_units{queue="a"} 0.0' in text
+        assert 'gputopo_scheduler_queue_paused{queue="a"} 0.0' in text
 
 
 def test_the_status_the_scheduler_writes_fits_the_shipped_queue_crd() -> None:

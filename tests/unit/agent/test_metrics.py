@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agent.metrics import AgentMetrics, MetricsSnapshot
@@ -91,3 +93,27 @@ def test_rpc_and_publish_observations() -> None:
     assert _sample(metrics, "gputopo_agent_publish_writes_total") == 1.0
     assert _sample(metrics, "gputopo_agent_publish_failures_total") == 1.0
     assert _sample(metrics, "gputopo_agent_publish_duration_seconds_count") == 1.0
+
+
+def test_device_plugin_counts_are_read_per_scrape_as_counters() -> None:
+    metrics = AgentMetrics("t")
+    xids: dict[tuple[str, int], int] = {}
+    registrations = {("nvidia.com/gpu", "error"): 2, ("nvidia.com/gpu", "ok"): 1}
+    metrics.watch_device_plugin(lambda: xids, lambda: registrations)
+    assert _sample(metrics, "gputopo_agent_xid_events_total", uuid=gpu_uuid(3), xid="79") is None
+    xids[(gpu_uuid(3), 79)] = 2
+    assert _sample(metrics, "gputopo_agent_xid_events_total", uuid=gpu_uuid(3), xid="79") == 2
+    name = "gputopo_agent_deviceplugin_registrations_total"
+    assert _sample(metrics, name, resource="nvidia.com/gpu", result="error") == 2
+    assert _sample(metrics, name, resource="nvidia.com/gpu", result="ok") == 1
+
+
+def test_a_publisher_pass_stamps_the_wall_clock() -> None:
+    metrics = AgentMetrics("t")
+    name = "gputopo_agent_publish_last_success_timestamp_seconds"
+    assert _sample(metrics, name) == 0
+    before = time.time()
+    metrics.publish_passed()
+    stamp = _sample(metrics, name)
+    assert stamp is not None
+    assert before <= stamp <= time.time()

@@ -74,8 +74,14 @@ def test_upstream_nrt_crd_component_leaves_only_our_crd_out(objects):
 
 
 def test_pod_monitors_select_each_component_and_its_metrics_port(objects):
-    monitors = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "monitoring")
-    assert {m["kind"] for m in monitors} == {"PodMonitor"}
+    rendered = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "monitoring")
+    assert sorted(m["kind"] for m in rendered) == [
+        "ConfigMap",
+        "PodMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+    ]
+    monitors = r.by_kind(rendered, "PodMonitor")
     workloads = [o for o in objects if o["kind"] in {"DaemonSet", "Deployment"}]
     assert len(monitors) == len(workloads) == 2
     for workload in workloads:

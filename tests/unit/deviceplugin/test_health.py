@@ -162,3 +162,10 @@ def test_tracker_probes_at_most_once_per_recheck_interval():
         assert len(calls) == 2
     finally:
         n.backend.close()
+
+
+def test_every_xid_read_is_counted_by_gpu_and_xid_ignored_ones_too(node):
+    node.xid(4, 13)  # ignored: no health change, still counted
+    node.xid(4, 13)
+    node.xid(5, 94)
+    assert node.tracker.xid_counts() == {(node.uuid(4), 13): 2, (node.uuid(5), 94): 1}

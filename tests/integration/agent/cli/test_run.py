@@ -13,13 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from agent.cli import config as agent_config
-from agent.cli.run import SERVICE_FACTORIES, open_node, start_services, stop_services
-from agent.cli.services import AgentContext
-from agent.metrics import AgentMetrics
 from agent.nrt import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
+from tests.builders.stack import running_agent
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -46,57 +43,39 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
     fake_api_with_crd, podresources
 ) -> None:
     fake = fake_api_with_crd
-    kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
-    with KubeletEmulator() as kubelet:
-        argv = [
-            "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
-            "--kubeconfig", str(kubeconfig),
-            "--device-plugin-dir", str(kubelet.plugin_dir),
-            "--pod-resources-socket", str(podresources.socket),
-            "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",
-        ]  # fmt: skip
-        cfg = agent_config.load(argv, {})
-        backend, inventory = open_node(cfg)
-        ctx = AgentContext(
-            config=cfg,
-            backend=backend,
-            inventory=inventory,
-            stop=threading.Event(),
-            metrics=AgentMetrics("t"),
+    with (
+        KubeletEmulator() as kubelet,
+        running_agent(fake, kubelet, podresources.socket) as ctx,
+    ):
+        services, inventory = ctx.services, ctx.inventory
+        assert [s.name for s in services] == ["device-plugin", "topology-publisher", "metrics"]
+        assert _wait(lambda: fake.get_object("noderesourcetopologies", NODE) is not None)
+        port = services[-1].server.port
+        assert _wait(lambda: _scrape(port, "/readyz")[0] == 200)
+        assert ctx.device_plugin is not None
+        bad = str(inventory.gpus[3].uuid)
+        started = time.monotonic()
+        fake_nvml = ctx.backend.nvml  # type: ignore[attr-defined]  # the fixture's fake pynvml
+        fake_nvml.set_lost(3)  # a reset-required Xid on a GPU that stays lost: Unhealthy
+        fake_nvml.emit_xid(3, 79)
+        assert _wait(
+            lambda: (
+                not decode(fake.get_object("noderesourcetopologies", NODE))
+                .availability.gpus[3]
+                .healthy
+            ),
+            1.0,
         )
-        try:
-            services = start_services(ctx, SERVICE_FACTORIES)
-            assert [s.name for s in services] == ["device-plugin", "topology-publisher", "metrics"]
-            assert _wait(lambda: fake.get_object("noderesourcetopologies", NODE) is not None)
-            port = services[-1].server.port
-            assert _wait(lambda: _scrape(port, "/readyz")[0] == 200)
-            assert ctx.device_plugin is not None
-            bad = str(inventory.gpus[3].uuid)
-            started = time.monotonic()
-            fake_nvml = ctx.backend.nvml  # type: ignore[attr-defined]  # the fixture's fake pynvml
-            fake_nvml.set_lost(3)  # a reset-required Xid on a GPU that stays lost: Unhealthy
-            fake_nvml.emit_xid(3, 79)
-            assert _wait(
-                lambda: (
-                    not decode(fake.get_object("noderesourcetopologies", NODE))
-                    .availability.gpus[3]
-                    .healthy
-                ),
-                1.0,
-            )
-            assert time.monotonic() - started < 1.0
-            assert _wait(lambda: kubelet.connected("nvidia.com/gpu"))
-            kubelet.allocate("nvidia.com/gpu", [str(inventory.gpus[0].uuid)])
-            services[-1].refresh()
-            status, body = _scrape(port, "/metrics")
-            assert status == 200
-            labels = f'gpu="3",model="NVIDIA H100 80GB HBM3",uuid="{bad}"'
-            assert f"gputopo_agent_gpu_healthy{{{labels}}} 0.0" in body
-            assert 'rpc_duration_seconds_count{code="OK",method="Allocate"' in body
-            assert "gputopo_agent_publish_writes_total 2.0" in body
-        finally:
-            stop_services(ctx.services)
-            backend.close()
+        assert time.monotonic() - started < 1.0
+        assert _wait(lambda: kubelet.connected("nvidia.com/gpu"))
+        kubelet.allocate("nvidia.com/gpu", [str(inventory.gpus[0].uuid)])
+        services[-1].refresh()
+        status, body = _scrape(port, "/metrics")
+        assert status == 200
+        labels = f'gpu="3",model="NVIDIA H100 80GB HBM3",uuid="{bad}"'
+        assert f"gputopo_agent_gpu_healthy{{{labels}}} 0.0" in body
+        assert 'rpc_duration_seconds_count{code="OK",method="Allocate"' in body
+        assert "gputopo_agent_publish_writes_total 2.0" in body
 
 
 def _agent(*args: str) -> subprocess.CompletedProcess[str]:

@@ -138,10 +138,10 @@ def serve(
         heartbeat=lambda: metrics.observe_clients(gpus, backend.mps_clients),
     )
     try:
-        _serve_until_stopped(args, supervisor, metrics, signals, stop)
+        ok = _serve_until_stopped(args, supervisor, metrics, signals, stop)
     finally:
         _report(keeper.restore(), metrics)
-    return 0
+    return 0 if ok else 1
 
 
 def _serve_until_stopped(
@@ -150,14 +150,18 @@ def _serve_until_stopped(
     metrics: MpsMetrics,
     signals: StopSignals | None,
     stop: threading.Event,
-) -> None:
+) -> bool:
+    """Serve until stopped; False when the supervisor failed."""
     server = MetricsServer(
         args.metrics_address,
         metrics.registry,
         ready=lambda: all(s.up for s in supervisor.statuses()),
         unready_reason=lambda: _down_line(supervisor),
     ).start()
-    worker = threading.Thread(target=supervisor.run, args=(stop,), name="mps-supervisor")
+    failed: list[bool] = []
+    worker = threading.Thread(
+        target=_supervise, args=(supervisor, stop, failed), name="mps-supervisor"
+    )
     worker.start()
     try:
         if signals is None:
@@ -170,6 +174,18 @@ def _serve_until_stopped(
         stop.set()
         worker.join()
         server.stop()
+    return not failed
+
+
+def _supervise(supervisor: Supervisor, stop: threading.Event, failed: list[bool]) -> None:
+    """Run the supervisor; if it fails, stop the command (exit 1: its pod restarts) rather than
+    serve a status nobody updates."""
+    try:
+        supervisor.run(stop)
+    except Exception:
+        log.exception("the MPS supervisor failed; stopping")
+        failed.append(True)
+        stop.set()
 
 
 def _down_line(supervisor: Supervisor) -> str:

@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from agent.errors import NvmlError
 from agent.httpserver import register_build_info
 from agent.model import Gpu, GpuUuid
+
+log = logging.getLogger(__name__)
 
 PREFIX = "gputopo_mps"
 
@@ -55,8 +59,13 @@ class MpsMetrics:
             self.restarts.labels(uid=str(uid)).inc()
 
     def observe_clients(self, gpus: Sequence[Gpu], count: Callable[[GpuUuid], int | None]) -> None:
-        """Set each GPU's client gauge from `count` (None: the driver cannot tell; left out)."""
+        """Set each GPU's client gauge from `count` (None: the driver cannot tell; left out; an
+        NVML error leaves the last value)."""
         for gpu in gpus:
-            found = count(gpu.uuid)
+            try:
+                found = count(gpu.uuid)
+            except NvmlError as exc:
+                log.debug("GPU %s: MPS clients unreadable: %s", gpu.uuid, exc)
+                continue
             if found is not None:
                 self.clients.labels(str(gpu.index), str(gpu.uuid), gpu.product).set(found)

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from agent import logsetup
 from agent.cli.nvml_source import failure_line, source_parser
 from agent.dispatch import package_version
 from agent.errors import AgentError
@@ -29,6 +30,7 @@ from agent.mps.layout import DEFAULT_MPS_ROOT, MpsLayout, MpsUser, parse_users
 from agent.mps.metrics import MpsMetrics
 from agent.mps.shared_gpus import ALL, select_gpus
 from agent.mps.supervisor import Supervisor
+from agent.nvml.backend import ComputeMode
 from agent.nvml.pynvml_backend import PynvmlBackend, fake_backend
 from agent.precedence import env_var, first_value, from_env
 from agent.stopsignals import StopSignals
@@ -78,8 +80,6 @@ def prepare_root(layout: MpsLayout) -> None:
 
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     args = parser(environ).parse_args(list(argv))
-    from agent import logsetup
-
     logsetup.configure(args.log_format)
     try:
         users = parse_users(args.users)
@@ -107,31 +107,21 @@ def serve(
     stop: threading.Event,
 ) -> int:
     """Run until `stop` is set (or a signal arrives); ValueError/OSError before anything runs."""
-    gpus = select_gpus(backend.gpus(), args.gpus)
-    everything = len(gpus) == len(backend.gpus())
+    node_gpus = backend.gpus()
+    gpus = select_gpus(node_gpus, args.gpus)
     layout = MpsLayout(Path(args.mps_root))
     prepare_root(layout)
     metrics = MpsMetrics(package_version())
-    wanted = wanted_mode(users=len(users), exclusive_process=args.exclusive_process == "on")
-    if wanted is not None and len(users) > 1:
-        log.warning(
-            "%d users served: compute mode DEFAULT, not EXCLUSIVE_PROCESS (an EXCLUSIVE_PROCESS "
-            "GPU admits one MPS server, and each user's daemon starts its own)",
-            len(users),
-        )
-    keeper = ComputeModeKeeper(backend, [g.uuid for g in gpus], layout.compute_mode_file, wanted)
+    keeper = ComputeModeKeeper(
+        backend, [g.uuid for g in gpus], layout.compute_mode_file, _wanted(args, users)
+    )
     _report(keeper.apply(), metrics)
-    daemons = [
-        ControlDaemon(
-            user=user,
-            layout=layout,
-            control=args.control,
-            visible_gpus=None if everything else [str(g.uuid) for g in gpus],
-        )
-        for user in users
-    ]
+    visible = None if len(gpus) == len(node_gpus) else [str(g.uuid) for g in gpus]
     supervisor = Supervisor(
-        daemons,
+        [
+            ControlDaemon(user=user, layout=layout, control=args.control, visible_gpus=visible)
+            for user in users
+        ],
         status_path=layout.status_file,
         gpus=[str(g.uuid) for g in gpus],
         metrics=metrics,
@@ -142,6 +132,17 @@ def serve(
     finally:
         _report(keeper.restore(), metrics)
     return 0 if ok else 1
+
+
+def _wanted(args: argparse.Namespace, users: Sequence[MpsUser]) -> ComputeMode | None:
+    wanted = wanted_mode(users=len(users), exclusive_process=args.exclusive_process == "on")
+    if wanted is ComputeMode.DEFAULT:
+        log.warning(
+            "%d users served: compute mode DEFAULT, not EXCLUSIVE_PROCESS (an EXCLUSIVE_PROCESS "
+            "GPU admits one MPS server, and each user's daemon starts its own)",
+            len(users),
+        )
+    return wanted
 
 
 def _serve_until_stopped(

@@ -7,14 +7,11 @@ import os
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from agent.mps.layout import MpsLayout
 from agent.mps.status import down_reason
 from tests.builders.mps import StandInControl, stand_in_control, wait_until
 from tests.builders.process import CommandProcess
-
-ROOT = Path(__file__).resolve().parents[4]
 
 
 def _mps(control: StandInControl) -> CommandProcess:

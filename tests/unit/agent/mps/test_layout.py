@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.mps.layout import MpsLayout, MpsUser, parse_users, primary_gid
+from agent.mps.layout import MpsLayout, parse_users, primary_gid
 from agent.shares import mps_pipe_directory
 
 
@@ -45,7 +45,3 @@ def test_the_pipe_directory_is_the_one_allocate_mounts(tmp_path):
     assert layout.log_dir(1000).parent == layout.pipe_dir(1000).parent == layout.user_dir(1000)
     assert layout.shm_dir == tmp_path / "mps" / "shm"
     assert layout.status_file.parent == layout.root
-
-
-def test_a_user_is_a_plain_value():
-    assert MpsUser(uid=1, gid=2) == MpsUser(uid=1, gid=2)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import platform
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from waitress.server import create_server
 
 if TYPE_CHECKING:
@@ -41,6 +42,17 @@ MAX_HEAD_BYTES = 8192
 """A longer request head is refused (431): ours are a request line and a few headers."""
 _LOOP_S = 1  # how long waitress's poll waits at most (whole seconds); stop() wakes it at once
 _STOP_WAIT_S = 2.0  # how long stop() waits for a handler still answering
+
+
+def register_build_info(registry: CollectorRegistry, prefix: str, version: str) -> None:
+    """`<prefix>_build_info{version,python_version} 1` on `registry`."""
+    build = Gauge(
+        f"{prefix}_build_info",
+        "Build information (always 1)",
+        ["version", "python_version"],
+        registry=registry,
+    )
+    build.labels(version=version or "unknown", python_version=platform.python_version()).set(1)
 
 
 def parse_address(address: str) -> tuple[str, int]:

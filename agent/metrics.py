@@ -11,7 +11,6 @@ Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU la
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.httpserver import register_build_info
 from agent.model import Gpu, NodeInventory
 from agent.nvml.backend import GpuTelemetry
 from agent.quantity import MIB
@@ -171,13 +171,7 @@ class AgentMetrics:
         self.label_patches = Counter(
             f"{PREFIX}_label_patches_total", "Node label patches that landed", registry=reg
         )
-        build = Gauge(
-            f"{PREFIX}_build_info",
-            "Build information (always 1)",
-            ["version", "python_version"],
-            registry=reg,
-        )
-        build.labels(version=version or "unknown", python_version=platform.python_version()).set(1)
+        register_build_info(reg, PREFIX, version)
         reg.register(_SnapshotCollector(lambda: self._snapshot))
 
     def update(self, snapshot: MetricsSnapshot) -> None:

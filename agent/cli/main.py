@@ -1,4 +1,4 @@
-"""`gputopo-agent`: the agent's subcommands (`run`, `inventory`, `record`), dispatched by
+"""`gputopo-agent`: the agent's subcommands (`run`, `inventory`, `record`, `mps`), dispatched by
 `agent.dispatch`."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "inventory": ("agent.cli.inventory", "print GPUs, MIG slices, NUMA and the GPU link matrix"),
     "record": ("agent.cli.record", "dump this node's NVML view as a fixture file"),
+    "mps": ("agent.cli.mps", "supervise CUDA MPS control daemons for shared GPUs (own DaemonSet)"),
 }
 
 USAGE = usage("gputopo-agent", SUBCOMMANDS)

@@ -7,6 +7,7 @@ fixture-driven stand-in (fake_pynvml.py) in tests and demos, so the same code ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from agent.model import Gpu, GpuUuid, LinkMatrix, NumaNode
@@ -39,6 +40,15 @@ class GpuTelemetry:
     memory_used_mib: int | None
     temperature_c: int | None
     power_w: float | None
+
+
+class ComputeMode(StrEnum):
+    """A GPU's compute mode, named as `nvidia-smi -c` names it."""
+
+    DEFAULT = "DEFAULT"
+    EXCLUSIVE_THREAD = "EXCLUSIVE_THREAD"  # deprecated by NVIDIA; read, never set by gputopo
+    PROHIBITED = "PROHIBITED"
+    EXCLUSIVE_PROCESS = "EXCLUSIVE_PROCESS"
 
 
 class NvmlBackend(Protocol):

@@ -15,8 +15,10 @@ Xid events and error translation. What it models:
 - Events: the fixture's `events` fire `afterSeconds` after the fake was created, by the injected
   `clock`; `sleep` (default: a real wait) is how a wait passes time, so a fake clock needs no
   real sleeps.
+- Compute mode: per GPU, Default until set (`compute_modes`, GPU index → NVML value); a MIG
+  device's handle or an unknown mode is InvalidArgument. MPS clients come from `set_mps_clients`.
 - Failures for tests: `fail(function, code, gpu=, times=)`, `set_lost`, `set_remap_pending`,
-  `emit_xid`, `set_telemetry`, `set_mig_devices`.
+  `emit_xid`, `set_telemetry`, `set_mig_devices`, `set_mps_clients`.
 
 Any other `nvml*` function raises NotImplementedError.
 """
@@ -286,6 +288,33 @@ class FakePynvml(FakeNvmlState):
     def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
         self._guard("nvmlDeviceGetPowerUsage", handle)
         return round(self._telemetry[self._gpu(handle).index].power_w * 1000)
+
+    # ---- compute mode and MPS -------------------------------------------------------------
+    def nvmlDeviceGetComputeMode(self, handle: DeviceHandle) -> int:
+        self._guard("nvmlDeviceGetComputeMode", handle)
+        return self.compute_modes[self._whole_gpu(handle)]
+
+    def nvmlDeviceSetComputeMode(self, handle: DeviceHandle, mode: int) -> None:
+        self._guard("nvmlDeviceSetComputeMode", handle)
+        gpu = self._whole_gpu(handle)
+        if not 0 <= mode < fs.NVML_COMPUTEMODE_COUNT:
+            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        with self._cond:
+            self.compute_modes[gpu] = mode
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: DeviceHandle) -> list[fs.ProcessInfo]:
+        self._guard("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        with self._cond:
+            pids = self._mps_pids.get(self._whole_gpu(handle), ())
+        return [fs.ProcessInfo(pid=pid, usedGpuMemory=0) for pid in pids]
+
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
+
+    def _whole_gpu(self, handle: DeviceHandle) -> int:
+        """The index of a whole GPU's handle; a MIG device's handle is InvalidArgument."""
+        if self._mig(handle) is not None:
+            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        return self._gpu(handle).index
 
     # ---- events ---------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> EventSetHandle:

@@ -84,6 +84,8 @@ class FakeNvmlState:
         self._telemetry = {g.index: _Telemetry() for g in self._gpus}
         self._sets: dict[int, _EventSet] = {}
         self._links = [self._wire(g.index) for g in self._gpus]
+        self.compute_modes = {g.index: fs.NVML_COMPUTEMODE_DEFAULT for g in self._gpus}
+        self._mps_pids: dict[int, tuple[int, ...]] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("NVMLError_") and name in fs.ERROR_CLASSES:
@@ -123,6 +125,11 @@ class FakeNvmlState:
                 if not hasattr(reading, key):
                     raise TypeError(f"set_telemetry: unknown reading {key!r}")
                 setattr(reading, key, type(getattr(reading, key))(value))
+
+    def set_mps_clients(self, gpu: int, pids: Sequence[int]) -> None:
+        """The processes NVML lists as MPS clients of a GPU (what CUDA under MPS would start)."""
+        with self._cond:
+            self._mps_pids[gpu] = tuple(pids)
 
     def set_mig_devices(self, gpu: int, devices: Sequence[MigDevice]) -> None:
         """Re-partition a MIG-enabled GPU (what `nvidia-smi mig -cgi` would do)."""

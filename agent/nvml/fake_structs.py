@@ -81,6 +81,11 @@ NVML_DEVICE_MIG_ENABLE = 1
 NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
 NVML_AFFINITY_SCOPE_NODE = 0
 NVML_AFFINITY_SCOPE_SOCKET = 1
+NVML_COMPUTEMODE_DEFAULT = 0
+NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1
+NVML_COMPUTEMODE_PROHIBITED = 2
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+NVML_COMPUTEMODE_COUNT = 4
 NOT_ATTRIBUTABLE = 0xFFFFFFFF  # an event not tied to a MIG GPU or compute instance
 
 nvmlEventTypeSingleBitEccError = 0x1
@@ -210,3 +215,9 @@ class EventData:
     eventData: int  # the Xid
     gpuInstanceId: int
     computeInstanceId: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    usedGpuMemory: int  # bytes

@@ -27,7 +27,7 @@ from agent import logkeys
 from agent.errors import GpuLost, NvmlError, NvmlNotSupported, NvmlUnavailable
 from agent.model import Gpu, GpuUuid, LinkMatrix, MigMode, NumaNode, NvlinkFabric
 from agent.nvml import sysfs
-from agent.nvml.backend import GpuStatus, GpuTelemetry, NvmlBackend, XidEvent
+from agent.nvml.backend import ComputeMode, GpuStatus, GpuTelemetry, NvmlBackend, XidEvent
 from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
 from agent.nvml.fixture import Fixture, load_fixture
 from agent.nvml.nvml_links import link_matrix
@@ -145,6 +145,31 @@ class PynvmlBackend:
             temperature_c=None if temp is None else int(temp),
             power_w=None if power_mw is None else int(power_mw) / 1000,
         )
+
+    # ---- compute mode and MPS (used by `gputopo-agent mps`; not in the Protocol) ---------------
+    def compute_mode(self, uuid: GpuUuid) -> ComputeMode:
+        with self.translated(f"nvmlDeviceGetComputeMode({uuid})"):
+            value = int(
+                self.nvml.nvmlDeviceGetComputeMode(self.nvml.nvmlDeviceGetHandleByUUID(uuid))
+            )
+        for mode in ComputeMode:
+            if value == getattr(self.nvml, f"NVML_COMPUTEMODE_{mode.value}"):
+                return mode
+        raise NvmlError(value, f"nvmlDeviceGetComputeMode({uuid}): unknown compute mode {value}")
+
+    def set_compute_mode(self, uuid: GpuUuid, mode: ComputeMode) -> None:
+        """Needs root on the host (NVML answers NoPermission otherwise); lasts until reboot."""
+        value = getattr(self.nvml, f"NVML_COMPUTEMODE_{mode.value}")
+        with self.translated(f"nvmlDeviceSetComputeMode({uuid}, {mode})"):
+            handle = self.nvml.nvmlDeviceGetHandleByUUID(uuid)
+            self.nvml.nvmlDeviceSetComputeMode(handle, value)
+
+    def mps_clients(self, uuid: GpuUuid) -> int | None:
+        """How many processes NVML lists as MPS clients of the GPU; None where unsupported."""
+        with self.translated("nvmlDeviceGetHandleByUUID"):
+            handle = self.nvml.nvmlDeviceGetHandleByUUID(uuid)
+        found = self._optional("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        return None if found is None else len(found)
 
     def close(self) -> None:
         try:

@@ -58,6 +58,7 @@ def test_optional_holds_only_opt_in_kustomizations():
         "kubelet-config/gke",
         "kubelet-config/kubeadm",
         "monitoring",
+        "mps",
         "queue-label",
         "upstream-nrt-crd",
     ]

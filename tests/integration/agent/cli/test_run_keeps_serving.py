@@ -8,11 +8,8 @@ its device-plugin sockets and answers the kubelet emulator, logs the failure onc
 from __future__ import annotations
 
 import os
-import re
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,13 +22,14 @@ import pytest
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
+from tests.builders.process import CommandProcess
 
 ROOT = Path(__file__).resolve().parents[4]
 CREDENTIALS = "no usable Kubernetes credentials"
 PLURAL = "noderesourcetopologies"
 
 
-class AgentProcess:
+class AgentProcess(CommandProcess):
     """`python -m agent.cli run ...` with its stderr collected line by line."""
 
     def __init__(self, *args: str, home: Path) -> None:
@@ -41,45 +39,7 @@ class AgentProcess:
             if not k.startswith(("GPUTOPO_", "NODE_NAME", "KUBERNETES_", "KUBECONFIG"))
         }
         env["HOME"] = str(home)  # no ~/.kube/config
-        command = [sys.executable, "-m", "agent.cli", "run", "--node-name", NODE, *args]
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def logged(self, text: str) -> list[str]:
-        return [line for line in list(self.lines) if text in line]
-
-    def port(self) -> int:
-        started = wait_for(
-            lambda: self.logged("metrics on port") or self.proc.poll() is not None, 30
-        )
-        assert started, "\n".join(self.lines)
-        assert self.proc.poll() is None, "the agent exited:\n" + "\n".join(self.lines)
-        match = re.search(r"metrics on port (\d+)", self.logged("metrics on port")[0])
-        assert match is not None
-        return int(match.group(1))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-            self._reader.join(timeout=5)
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
+        super().__init__("agent.cli", ["run", "--node-name", NODE, *args], env)
 
 
 def wait_for(predicate, timeout_s: float) -> bool:

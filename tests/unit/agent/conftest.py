@@ -1,4 +1,5 @@
-"""Fixtures for the agent unit tests."""
+"""Fixtures for the agent unit tests: `backend_for` (NVML over the fake pynvml) and `control`
+(the stand-in `nvidia-cuda-mps-control`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from agent.nvml.fake_pynvml import FakePynvml
 from agent.nvml.pynvml_backend import PynvmlBackend
 from tests.builders import nvml as nvml_helpers
+from tests.builders.mps import StandInControl, stand_in_control
 
 
 @pytest.fixture
@@ -25,3 +27,11 @@ def backend_for() -> Iterator[Callable[..., tuple[PynvmlBackend, FakePynvml]]]:
     yield make
     for backend in opened:
         backend.close()
+
+
+@pytest.fixture
+def control() -> Iterator[StandInControl]:
+    """A stand-in `nvidia-cuda-mps-control` in its own directory; its daemons are gone after."""
+    stand_in = stand_in_control()
+    yield stand_in
+    stand_in.remove()

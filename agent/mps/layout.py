@@ -1,0 +1,88 @@
+"""Where MPS lives on the host, and whom it serves.
+
+Under the MPS root (default `/run/gputopo/mps`, a tmpfs on systemd hosts), per Linux user `uid`:
+
+    <root>/<uid>/pipe   the daemon's pipe directory (`shares.mps_pipe_directory`), which Allocate
+                        mounts into that user's share containers at the same path
+    <root>/<uid>/log    its log directory
+    <root>/shm          shared memory of MPS servers and clients: the daemon's and every client's
+                        `/dev/shm`, world-writable with the sticky bit, like `/dev/shm` itself
+    <root>/status.json  the supervisor's status (`agent.mps.status`)
+
+Users: one control daemon serves one Linux user at a time (a real H200 showed a second user's
+client waiting until the first user's clients were gone), so every user share containers run as
+gets a daemon of its own. The users are configured (`--users`, a list of `UID[:GID]`, default
+`0`): root serves pods without `runAsUser` whose image runs as root; list every uid your share
+pods run as. A share container whose user has no daemon here waits for a daemon that never comes.
+"""
+
+from __future__ import annotations
+
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.shares import mps_pipe_directory
+
+DEFAULT_MPS_ROOT = Path("/run/gputopo/mps")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MpsUser:
+    """A Linux user served by a daemon of its own; `gid` its primary group."""
+
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True, slots=True)
+class MpsLayout:
+    root: Path
+
+    def user_dir(self, uid: int) -> Path:
+        return self.root / str(uid)
+
+    def pipe_dir(self, uid: int) -> Path:
+        return Path(mps_pipe_directory(str(self.root), uid))
+
+    def log_dir(self, uid: int) -> Path:
+        return self.user_dir(uid) / "log"
+
+    @property
+    def shm_dir(self) -> Path:
+        return self.root / "shm"
+
+    @property
+    def status_file(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def compute_mode_file(self) -> Path:
+        """The compute modes found before the supervisor changed them (`agent.mps.computemode`)."""
+        return self.root / "compute-mode.json"
+
+
+def parse_users(text: str) -> tuple[MpsUser, ...]:
+    """`"0,1000,2000:3000"` -> root, 1000 (its passwd group, else 1000) and 2000 with group 3000;
+    sorted by uid, each once. ValueError names the bad entry, or says the list is empty."""
+    users: dict[int, MpsUser] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        uid_text, _, gid_text = entry.partition(":")
+        if not uid_text.isdigit() or (gid_text and not gid_text.isdigit()):
+            raise ValueError(f"--users: {entry!r} is not UID or UID:GID (numbers)")
+        uid = int(uid_text)
+        users[uid] = MpsUser(uid=uid, gid=int(gid_text) if gid_text else primary_gid(uid))
+    if not users:
+        raise ValueError("--users: no user listed (give at least one UID, e.g. 0 for root)")
+    return tuple(users[uid] for uid in sorted(users))
+
+
+def primary_gid(uid: int) -> int:
+    """The user's group from the passwd database; the uid itself when the image has no entry
+    (an image's /etc/passwd rarely lists the cluster's users)."""
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid

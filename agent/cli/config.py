@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.objkey import name_problem
@@ -162,7 +162,7 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CommandParser):
     def error(self, message: str) -> Any:  # argparse would print and exit 2
         raise ConfigError(message)
 

@@ -94,7 +94,11 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt("--topology-manager-scope", "used when the kubelet config is unreadable", "choice",
          "container", TOPOLOGY_SCOPES),
     _Opt("--host-root", "where the host's /sys is mounted", "path", "/"),
-    _Opt("--kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)", "path"),
+    _Opt(
+        "--kubeconfig",
+        "kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+        "path",
+    ),
     _Opt("--metrics-address", "HOST:PORT of /metrics, /healthz, /readyz (port 0: ephemeral)",
          "str", ":9445"),
     _Opt("--node-labels", "maintain GFD-style node labels", "choice", "on", ("on", "off")),

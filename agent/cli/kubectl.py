@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubeconfig",
         default=argparse.SUPPRESS,
         metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod, its "
-        "service account)",
+        help="kubeconfig file (default: $KUBECONFIG, else in a pod its service account, else "
+        "~/.kube/config)",
     )
     common.add_argument(
         "--context",

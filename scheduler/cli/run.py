@@ -88,7 +88,7 @@ def _parser() -> _Parser:
     p.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="kubeconfig path (default: in-cluster, then ~/.kube/config)",
+        help="kubeconfig path (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
     )
     p.add_argument(
         "--config",

@@ -7,100 +7,18 @@ its device-plugin sockets and answers the kubelet emulator, logs the failure onc
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
+from tests.builders.commands import AgentProcess, empty_dir, readyz, wait_for
 
-ROOT = Path(__file__).resolve().parents[4]
 CREDENTIALS = "no usable Kubernetes credentials"
 PLURAL = "noderesourcetopologies"
-
-
-class AgentProcess:
-    """`python -m agent.cli run ...` with its stderr collected line by line."""
-
-    def __init__(self, *args: str, home: Path) -> None:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("GPUTOPO_", "NODE_NAME", "KUBERNETES_", "KUBECONFIG"))
-        }
-        env["HOME"] = str(home)  # no ~/.kube/config
-        command = [sys.executable, "-m", "agent.cli", "run", "--node-name", NODE, *args]
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def logged(self, text: str) -> list[str]:
-        return [line for line in list(self.lines) if text in line]
-
-    def port(self) -> int:
-        started = wait_for(
-            lambda: self.logged("metrics on port") or self.proc.poll() is not None, 30
-        )
-        assert started, "\n".join(self.lines)
-        assert self.proc.poll() is None, "the agent exited:\n" + "\n".join(self.lines)
-        match = re.search(r"metrics on port (\d+)", self.logged("metrics on port")[0])
-        assert match is not None
-        return int(match.group(1))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-            self._reader.join(timeout=5)
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    tick, deadline = threading.Event(), time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.05)
-    return True
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def empty_dir() -> Path:
-    return Path(tempfile.mkdtemp(dir="/tmp"))
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,8 @@ class Publisher:
         if self.settings.dry_run:
             log.log(level, "would publish NodeResourceTopology %s (--dry-run)", name)
         else:
-            log.log(level, "published NodeResourceTopology %s (resourceVersion %s)", name, version)
+            stamp = "" if version is None else f" (resourceVersion {version})"
+            log.log(level, "published NodeResourceTopology %s%s", name, stamp)
         self._written = desired
 
     def _label(self, inventory: NodeInventory) -> None:

@@ -6,17 +6,36 @@ one's imports. Help goes to stdout (exit 0, or 2 with no arguments at all); an u
 to stderr with the usage (exit 2). `--version` prints `PROG VERSION` (the installed distribution's
 version), as every subcommand's `--version` does. Output into a pipe closed early (`... | head`)
 ends the command quietly with 141 (128 + SIGPIPE, as a shell reports it), not a traceback.
+
+`CommandParser` is the argparse parser every command builds on: a long option must be spelled
+out in full (argparse's `allow_abbrev` is off), so `--nvml-fixtur` is an error, not a silent
+`--nvml-fixture`; a usage error is one line on stderr, `PROG: reason`, exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import metadata
+from typing import Any, NoReturn
 
 DISTRIBUTION = "gputopo"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An `ArgumentParser` that takes no prefix of a long option for the option and says what
+    is wrong in one line (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
 
 Subcommands = Mapping[str, tuple[str, str]]
 """Subcommand name -> (module with `main(argv) -> int`, one-line help)."""

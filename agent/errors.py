@@ -8,6 +8,7 @@ AgentError
 │   ├── NvmlNotSupported the call is not supported on this device (usually turned into absence)
 │   └── GpuLost          the GPU fell off the bus or needs a reset
 ├── PublishError         writing to the Kubernetes API failed
+│   └── NodeNotFound     the Node to publish for does not exist (nothing is written for it)
 └── TopologyDecodeError  a NodeResourceTopology object that gputopo cannot read (node, field)
 """
 
@@ -46,6 +47,10 @@ class GpuLost(NvmlError):  # noqa: N818
 
 class PublishError(AgentError):
     """Writing the NodeResourceTopology or node labels failed."""
+
+
+class NodeNotFound(PublishError):  # noqa: N818 (what the caller waits for, not a failure)
+    """The Node the agent publishes for does not exist: no object is written until it does."""
 
 
 class TopologyDecodeError(AgentError):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.objkey import name_problem
@@ -94,7 +94,11 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt("--topology-manager-scope", "used when the kubelet config is unreadable", "choice",
          "container", TOPOLOGY_SCOPES),
     _Opt("--host-root", "where the host's /sys is mounted", "path", "/"),
-    _Opt("--kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)", "path"),
+    _Opt(
+        "--kubeconfig",
+        "kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+        "path",
+    ),
     _Opt("--metrics-address", "HOST:PORT of /metrics, /healthz, /readyz (port 0: ephemeral)",
          "str", ":9445"),
     _Opt("--node-labels", "maintain GFD-style node labels", "choice", "on", ("on", "off")),
@@ -162,7 +166,7 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CommandParser):
     def error(self, message: str) -> Any:  # argparse would print and exit 2
         raise ConfigError(message)
 

@@ -25,14 +25,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from agent import logsetup
 from agent.cli import kubectl_queues as queues
 from agent.cli.kubectl_nodes import node_summary, render_nodes, render_topo, table, topo_data
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.errors import AgentError, TopologyDecodeError
 from agent.nrt import decode
 
@@ -49,20 +49,15 @@ NO_QUEUES = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{PROG}: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Global flags go before or after the subcommand; `options(args)` fills in their defaults."""
-    common = _Parser(add_help=False)
+    common = CommandParser(add_help=False)
     common.add_argument(
         "--kubeconfig",
         default=argparse.SUPPRESS,
         metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod, its "
-        "service account)",
+        help="kubeconfig file (default: $KUBECONFIG, else in a pod its service account, else "
+        "~/.kube/config)",
     )
     common.add_argument(
         "--context",
@@ -84,9 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="log line format on stderr (default: text)",
     )
     common.add_argument("--version", action="version", version=version_line(PROG))
-    parser = _Parser(prog="kubectl gputopo", description=__doc__.split("\n\n")[0], parents=[common])
+    parser = CommandParser(
+        prog="kubectl gputopo", description=__doc__.split("\n\n")[0], parents=[common]
+    )
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", title="commands", parser_class=_Parser
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        title="commands",
+        parser_class=CommandParser,
     )
     sub.add_parser(
         "nodes",

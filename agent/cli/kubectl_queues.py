@@ -8,8 +8,10 @@ Queue named `root` is not a row of its own: it only carries `paused` for the imp
 The GPU columns show `nvidia.com/gpu` (every model) from `spec.min`/`spec.max` and from the status
 the scheduler writes (`used`, `borrowed`, `pending.resources`, `fairShare`); `-` where absent.
 STATE: `paused` when `spec.paused`, else the reason of the first problem condition (status False,
-or True on a type other than `Valid`, as the scheduler writes `Overcommitted`), else `ok` (in the
-problem sections: `Cycle` or `UnknownParent`, the reasons the scheduler gives such queues).
+or True on a type other than `Valid`, as the scheduler writes `Overcommitted`), else in the
+problem sections `Cycle` or `UnknownParent` (the reasons the scheduler gives such queues), else
+`unknown: no status yet` while no scheduler has written the Queue's status (its figures are then
+`-` for want of a report, not for zero), else `ok`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agent.resource_names import GPU_RESOURCE
 
 __all__ = [
     "HEADER",
+    "NO_STATUS",
     "ROOT",
     "QueueTree",
     "Section",
@@ -34,6 +37,7 @@ __all__ = [
 ]
 
 ROOT = "root"
+NO_STATUS = "unknown: no status yet"
 HEADER = ("QUEUE", "MIN", "MAX", "USED", "BORROWED", "PENDING", "FAIR SHARE", "STATE")
 
 Obj = Mapping[str, Any]
@@ -47,10 +51,11 @@ class Section:
     cycle: bool = False
     entries: list[tuple[int, Obj]] = field(default_factory=list)
 
-    def unplaced_reason(self, depth: int) -> str:
-        """STATE of a queue with no problem condition of its own (the scheduler's reasons)."""
+    def unplaced_reason(self, depth: int) -> str | None:
+        """Why a queue of this section cannot be scheduled (the scheduler's reasons); None in the
+        tree under the root."""
         if self.problem is None:
-            return "ok"
+            return None
         return "Cycle" if self.cycle and depth == 0 else "UnknownParent"
 
 
@@ -190,13 +195,16 @@ def _problem(conditions: Any) -> str | None:
     return None
 
 
-def queue_state(obj: Obj, otherwise: str = "ok") -> str:
+def queue_state(obj: Obj, unplaced: str | None = None) -> str:
+    """STATE (module docstring); `unplaced`: the reason of a queue outside the tree, if any."""
     if _paused(obj):
         return "paused"
-    return _problem(_map(obj.get("status")).get("conditions")) or otherwise
+    status = _map(obj.get("status"))
+    reported = _problem(status.get("conditions")) or unplaced
+    return reported or ("ok" if status else NO_STATUS)
 
 
-def queue_row(depth: int, obj: Obj, otherwise: str = "ok") -> tuple[str, ...]:
+def queue_row(depth: int, obj: Obj, unplaced: str | None = None) -> tuple[str, ...]:
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     return (
         "  " * depth + _name(obj),
@@ -206,7 +214,7 @@ def queue_row(depth: int, obj: Obj, otherwise: str = "ok") -> tuple[str, ...]:
         _gpus(status.get("borrowed")),
         _gpus(_map(status.get("pending")).get("resources")),
         _gpus(status.get("fairShare")),
-        queue_state(obj, otherwise),
+        queue_state(obj, unplaced),
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agent import logsetup
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.errors import AgentError, NvmlUnavailable
 from agent.inventory import load_inventory
 from agent.model import NodeInventory
@@ -30,7 +30,7 @@ def source_parser(
         """GPUTOPO_<FLAG>, the flag's default; one set to "" counts as unset."""
         return from_env(variables, env_var(flag), blank_is_unset=True)
 
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = CommandParser(prog=prog, description=description)
     parser.add_argument("--version", action="version", version=version_line(prog))
     parser.add_argument(
         "--nvml-fixture",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.availability import PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
-from agent.errors import AgentError, ConfigError, PublishError
+from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
@@ -148,8 +148,8 @@ class KubeConnection:
     def get_topology(self, name: str) -> dict[str, Any] | None:
         return self._call(lambda sink: sink.get_topology(name))
 
-    def apply_topology(self, obj: Mapping[str, Any]) -> None:
-        self._call(lambda sink: sink.apply_topology(obj))
+    def apply_topology(self, obj: Mapping[str, Any]) -> str | None:
+        return self._call(lambda sink: sink.apply_topology(obj))
 
     def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
         self._call(lambda sink: sink.patch_labels(name, patch))
@@ -257,7 +257,7 @@ class TopologyService:
         """Why the NodeResourceTopology is not published yet (a ready check), else None."""
         if self.publisher.ready:
             return None
-        why = self.reader.problem
+        why = self.reader.problem or self.publisher.problem
         if why is None and isinstance(self.sink, KubeConnection):
             why = self.sink.problem
         return f"NodeResourceTopology not published yet{f': {why}' if why else ''}"
@@ -268,6 +268,8 @@ class TopologyService:
             try:
                 self.publisher.publish_once()
                 return
+            except NodeNotFound:
+                raise  # waiting for it is what the running agent does; --oneshot says so at once
             except PublishError as exc:
                 if attempt == ONESHOT_ATTEMPTS:
                     raise

@@ -99,10 +99,11 @@ class KubeSink:
         items: list[dict[str, Any]] = _json(response).get("items") or []
         return items
 
-    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+    def apply_topology(self, obj: Mapping[str, Any]) -> str | None:
+        """Server-side apply; the object's new resourceVersion."""
         name = obj["metadata"]["name"]
         with api_errors(f"applying NodeResourceTopology {name}", self.server):
-            self._custom.patch_cluster_custom_object(
+            response = self._custom.patch_cluster_custom_object(
                 GROUP,
                 VERSION,
                 PLURAL,
@@ -114,6 +115,8 @@ class KubeSink:
                 _preload_content=False,
                 _request_timeout=self._timeout,
             )
+        version = (_json(response).get("metadata") or {}).get("resourceVersion")
+        return None if version is None else str(version)
 
     def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
         with api_errors(f"patching labels of Node {name}", self.server):

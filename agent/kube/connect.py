@@ -1,9 +1,11 @@
 """Connecting to the Kubernetes API, for every Kubernetes edge of gputopo: the agent's publisher,
 `kubectl gputopo` and the scheduler's client.
 
-- Credentials: an explicit kubeconfig file when given; else the in-cluster service account, then
-  `~/.kube/config`. `load_configuration` raises the client's own errors (`CREDENTIAL_ERRORS`);
-  `load_api_client` turns them into the agent's `ConfigError`.
+- Credentials, in kubectl's order: the kubeconfig file given (`--kubeconfig`); else the files
+  `$KUBECONFIG` lists (`:`-separated, merged by the client); else the in-cluster service account;
+  else `~/.kube/config`. `--context` skips the in-cluster step. The files are always named to the
+  client explicitly (`kubeconfig_files`), so the file read is the file an error names: unusable
+  credentials are one `ConfigError`, `no usable Kubernetes credentials (WHAT WAS TRIED): WHY`.
 - No retries inside the client (`retries = False`): urllib3's default retries each failed call
   three times, logging a warning each time, and hides the failure from the caller's own loop.
   Every caller retries with its own backoff (the publisher, leader election, the informers) and
@@ -18,18 +20,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from agent.errors import ConfigError
 
-CREDENTIAL_ERRORS = (ConfigException, OSError, TypeError, ValueError)
+CREDENTIAL_ERRORS = (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError)
 """What the client raises for missing, unreadable or malformed credentials."""
 
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
@@ -38,41 +43,89 @@ TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 Response = TypeVar("Response")
 
 
+@dataclass(frozen=True, slots=True)
+class KubeconfigFiles:
+    """The kubeconfig file(s) to read and where that choice came from: `flag` (`--kubeconfig`),
+    `env` (`$KUBECONFIG`, a list the client merges) or `default` (`~/.kube/config`)."""
+
+    paths: tuple[Path, ...]
+    origin: str
+
+    def __str__(self) -> str:
+        listed = os.pathsep.join(str(p) for p in self.paths)
+        return f"kubeconfig {listed}" + (" from $KUBECONFIG" if self.origin == "env" else "")
+
+    def missing(self) -> str | None:
+        """Why none of the files can be read (None while one exists)."""
+        if any(p.is_file() for p in self.paths):
+            return None
+        return "no such file" if len(self.paths) == 1 else "none of these files exists"
+
+
+def kubeconfig_files(
+    kubeconfig: str | Path | None, environ: Mapping[str, str] | None = None
+) -> KubeconfigFiles:
+    """`kubeconfig` when given, else what `$KUBECONFIG` (in `environ`) lists, else the default."""
+    if kubeconfig:
+        return KubeconfigFiles((Path(kubeconfig),), "flag")
+    variables = os.environ if environ is None else environ
+    listed = [p for p in variables.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        return KubeconfigFiles(tuple(Path(p).expanduser() for p in listed), "env")
+    return KubeconfigFiles((Path("~/.kube/config").expanduser(),), "default")
+
+
 def load_configuration(
-    kubeconfig: str | Path | None = None, context: str | None = None
+    kubeconfig: str | Path | None = None,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> client.Configuration:
-    """`kubeconfig` when given; else in-cluster, then `$KUBECONFIG` or `~/.kube/config`.
-    `context` (a kubeconfig context) skips the in-cluster credentials."""
+    """The client configuration, from the credentials the module docstring lists in order;
+    ConfigError names every source tried and why the last one failed."""
+    files = kubeconfig_files(kubeconfig, environ)
+    tried = [f"{files}, context {context}" if context else str(files)]
     configuration = client.Configuration()
-    if kubeconfig or context:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig) if kubeconfig else None,
-            context=context,
-            client_configuration=configuration,
-        )
-    else:
+    configuration.retries = False  # one attempt per call: the caller retries (module docstring)
+    if files.origin == "default" and not context:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except ConfigException:
-            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.retries = False  # one attempt per call: the caller retries (module docstring)
-    return configuration
+            return configuration
+        except ConfigException as exc:
+            tried.insert(0, _in_cluster_problem(exc))
+    why = files.missing()
+    if why is None:
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.pathsep.join(str(p) for p in files.paths),
+                context=context,
+                client_configuration=configuration,
+            )
+            return configuration
+        except CREDENTIAL_ERRORS as exc:
+            why = _file_problem(exc, context)
+    raise ConfigError(f"no usable Kubernetes credentials ({'; '.join(tried)}): {why}")
+
+
+def _file_problem(exc: BaseException, context: str | None) -> str:
+    """The client's reason in one line; a context the files do not list, said plainly."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if context and f"Expected object with name {context} in" in text and "contexts list" in text:
+        return f"no context {context} in it"
+    return text
+
+
+def _in_cluster_problem(exc: ConfigException) -> str:
+    """`not in a pod` (no service host in the environment), else the client's reason."""
+    if "host/port is not set" in str(exc):
+        return "not in a pod"
+    return f"in-cluster: {' '.join(str(exc).split())}"
 
 
 def load_api_client(
     kubeconfig: str | Path | None = None, context: str | None = None
 ) -> client.ApiClient:
     """An API client from `load_configuration`; ConfigError says why there is none."""
-    if kubeconfig and not Path(kubeconfig).is_file():
-        raise ConfigError(f"no usable Kubernetes credentials: no kubeconfig file {kubeconfig}")
-    try:
-        configuration = load_configuration(kubeconfig, context)
-    except CREDENTIAL_ERRORS as exc:
-        where = str(kubeconfig or ("~/.kube/config" if context else "in-cluster or ~/.kube/config"))
-        if context:
-            where = f"{where}, context {context}"
-        raise ConfigError(f"no usable Kubernetes credentials ({where}): {exc}") from None
-    return client.ApiClient(configuration)
+    return client.ApiClient(load_configuration(kubeconfig, context))
 
 
 def status_message(exc: ApiException) -> str:

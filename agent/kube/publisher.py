@@ -8,13 +8,17 @@ One object per node, named after the node, owned by the Node, written with serve
   was last written: nothing is written while nothing changes;
 - every `resync_s` (60 s) reads the object and the Node back and repairs any drift (a deleted or
   edited object, lost labels, a re-created Node with a new UID);
+- writes nothing for a Node that does not exist (a mistyped `--node-name` would leave an object
+  nothing owns and nothing deletes): it looks the Node up again every `node_wait_s` (5 s) and
+  publishes once it appears (`publish_once` fails with `NodeNotFound` at once);
 - on any API failure retries after 0.5 s, then every 1 s (`backoff_max_s`) until a write lands,
   and starts over from 0.5 s after a success. The cap is low on purpose: the retry is the probe
   that finds the API server back, so the object is current within about a second of recovery (a
   longer cap left it stale for up to the cap). A failing node costs the API server one request a
   second, and only while it has a change to write. Every attempt encodes the latest state, so the
   last state always lands. The first failure of a run is a WARNING, the later ones DEBUG (one
-  line each, with the reason), the recovery INFO.
+  line each, with the reason), the recovery INFO; so is the first write of a run and a repair
+  (`published NodeResourceTopology NAME (resourceVersion N)`), routine updates DEBUG.
 
 `KubeSink` talks to the API server; `DryRunSink` prints instead (`--dry-run`). Tests drive `step()`
 with a fake clock, or `run()` with a stop Event.
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 import yaml
 
 from agent.availability import Availability, PodResourcesSnapshot, compute_availability
-from agent.errors import PublishError
+from agent.errors import NodeNotFound, PublishError
 from agent.labels import gfd_labels, label_patch
 from agent.model import NodeInventory
 from agent.nrt import encode
@@ -62,7 +66,9 @@ class TopologySink(Protocol):
 
     def get_topology(self, name: str) -> dict[str, Any] | None: ...
 
-    def apply_topology(self, obj: Mapping[str, Any]) -> None: ...
+    def apply_topology(self, obj: Mapping[str, Any]) -> str | None:
+        """Write the object; its new resourceVersion when the sink knows one."""
+        ...
 
     def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None: ...
 
@@ -88,6 +94,7 @@ class PublisherSettings:
     resync_s: float = 60.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 1.0  # the retry finds the API server back: see the module docstring
+    node_wait_s: float = 5.0  # how often a missing Node is looked up again
 
 
 def matches(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
@@ -123,13 +130,14 @@ class Publisher:
             metrics.publish_passed()  # stale from here on if no pass ever succeeds
         self._wake = threading.Event()
         self._node: NodeInfo | None = None
-        self._looked_up = False
         self._synced: NodeState | None = None
         self._availability: Availability | None = None
         self._written: dict[str, Any] | None = None
         self._next_resync = float("-inf")
         self._retry_at = float("-inf")
         self._failures = 0
+        self._problem: str | None = None
+        self._node_missing = False
 
     @property
     def written(self) -> dict[str, Any] | None:
@@ -140,6 +148,11 @@ class Publisher:
     def ready(self) -> bool:
         """True once the object was published (or found up to date)."""
         return self._written is not None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the last pass wrote nothing (an API failure, a missing Node); None once one lands."""
+        return self._problem
 
     def poke(self) -> None:
         """Publish now instead of at the next poll (health or MIG layout changed)."""
@@ -182,7 +195,7 @@ class Publisher:
             return min(self.settings.poll_s, self._retry_at - now)
         if self._failures:
             log.info("publishing works again after %d failed attempts", self._failures)
-        self._failures = 0
+        self._failures, self._problem, self._node_missing = 0, None, False
         if self._metrics is not None:
             self._metrics.publish_passed()
         if now >= self._next_resync:
@@ -215,17 +228,18 @@ class Publisher:
     def _sync(self, state: NodeState, *, resync: bool) -> None:
         if state == self._synced and not resync:
             return  # the common idle case: nothing to encode or compare
-        if resync or not self._looked_up:
+        if resync or self._node is None:
             self._node = self._sink.node(self.settings.node_name)
-            self._looked_up = True
             if self._node is None:
-                log.warning(
-                    "node %s not found: no ownerReference, no labels", self.settings.node_name
+                raise NodeNotFound(
+                    f"Node {self.settings.node_name} not found: nothing is published for it "
+                    "until it exists (is --node-name right?)"
                 )
         desired = self.desired(state)
         publish = self.settings.publish_topology
-        if publish and (desired != self._written or (resync and not self._stored_matches(desired))):
-            self._write(desired)
+        changed = desired != self._written
+        if publish and (changed or (resync and not self._stored_matches(desired))):
+            self._write(desired, routine=changed and self._written is not None)
         if self.settings.node_labels:
             self._label(state.inventory)
         self._synced = state
@@ -235,13 +249,19 @@ class Publisher:
     def _stored_matches(self, desired: dict[str, Any]) -> bool:
         return matches(self._sink.get_topology(self.settings.node_name), desired)
 
-    def _write(self, desired: dict[str, Any]) -> None:
+    def _write(self, desired: dict[str, Any], *, routine: bool) -> None:
+        """Apply `desired`; INFO unless `routine` (an update after the run's first write)."""
         start = self._clock()
-        self._sink.apply_topology(desired)
+        version = self._sink.apply_topology(desired)
         if self._metrics is not None:
             self._metrics.observe_publish(self._clock() - start, ok=True)
-        if self._written is None or self._written.get("zones") != desired.get("zones"):
-            log.debug("published NodeResourceTopology %s", self.settings.node_name)
+        name = self.settings.node_name
+        level = logging.DEBUG if routine else logging.INFO
+        if self.settings.dry_run:
+            log.log(level, "would publish NodeResourceTopology %s (--dry-run)", name)
+        else:
+            stamp = "" if version is None else f" (resourceVersion {version})"
+            log.log(level, "published NodeResourceTopology %s%s", name, stamp)
         self._written = desired
 
     def _label(self, inventory: NodeInventory) -> None:
@@ -260,16 +280,26 @@ class Publisher:
         log.info("node %s %s: %s", self.settings.node_name, done, sorted(patch))
 
     def _failed(self, exc: PublishError, now: float) -> None:
+        """Schedule the retry; WARNING for the first failure of a run and when the Node goes
+        missing (or is found while the API still fails), DEBUG for the repeats."""
+        missing = isinstance(exc, NodeNotFound)
+        news = self._failures == 0 or missing != self._node_missing
         self._failures += 1
+        self._problem, self._node_missing = str(exc), missing
         delay = min(
             self.settings.backoff_max_s, self.settings.backoff_initial_s * 2 ** (self._failures - 1)
         )
+        if missing:
+            delay = self.settings.node_wait_s
         self._retry_at = now + delay
         if self._metrics is not None:
             self._metrics.observe_publish(0.0, ok=False)
-        level = logging.WARNING if self._failures == 1 else logging.DEBUG
         log.log(
-            level, "publishing failed (attempt %d, retry in %.1fs): %s", self._failures, delay, exc
+            logging.WARNING if news else logging.DEBUG,
+            "publishing failed (attempt %d, retry in %.1fs): %s",
+            self._failures,
+            delay,
+            exc,
         )
 
 
@@ -337,9 +367,10 @@ class DryRunSink:
     def get_topology(self, name: str) -> dict[str, Any] | None:
         return None
 
-    def apply_topology(self, obj: Mapping[str, Any]) -> None:
+    def apply_topology(self, obj: Mapping[str, Any]) -> str | None:
         self._out.write("---\n" + yaml.safe_dump(dict(obj), sort_keys=False))
         self._out.flush()
+        return None
 
     def patch_labels(self, name: str, patch: Mapping[str, str | None]) -> None:
         body = {

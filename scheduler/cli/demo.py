@@ -32,7 +32,7 @@ from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService
 from agent.cli.run import device_plugin_service, stop_services
 from agent.cli.services import AgentContext
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.inventory import discover
 from agent.kube.publisher import NodeInfo
 from agent.metrics import AgentMetrics
@@ -260,7 +260,7 @@ def _summary(obj: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="gputopo-scheduler demo",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

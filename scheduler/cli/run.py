@@ -9,7 +9,6 @@ metrics server); `main` runs one until SIGTERM/SIGINT. Tests build a `Runtime` d
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
@@ -23,7 +22,7 @@ from importlib import metadata
 from typing import TypeVar
 
 from agent import logsetup
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.errors import ConfigError
 from agent.httpserver import MetricsServer, parse_address
 from agent.objkey import name_problem
@@ -68,7 +67,7 @@ _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 Default = TypeVar("Default", str, None)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(CommandParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message)
 
@@ -90,7 +89,7 @@ def _parser() -> _Parser:
     p.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="kubeconfig path (default: in-cluster, then ~/.kube/config)",
+        help="kubeconfig path (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
     )
     p.add_argument(
         "--config",

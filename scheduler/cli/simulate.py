@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import logsetup
-from agent.dispatch import version_line
+from agent.dispatch import CommandParser, version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
 from scheduler.cli.simulate_text import header, inputs_document, legend, warning_lines
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog=PROG,
         description="Replay a workload on a simulated cluster with the real placement code.",
         epilog=f"Built-in clusters: {', '.join(builtin_names('cluster'))}; "

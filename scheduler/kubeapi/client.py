@@ -110,7 +110,7 @@ class KubeClient:
     def from_kubeconfig(
         cls, path: str | None, component: str, identity: str, pool: int = 32
     ) -> KubeClient:
-        """The kubeconfig file at `path`; with no path in-cluster config, then `~/.kube/config`."""
+        """The kubeconfig at `path`, else as `agent.kube.connect` chooses; ConfigError: none."""
         configuration = load_configuration(path)
         configuration.connection_pool_maxsize = pool
         return cls(client.ApiClient(configuration), component, identity)

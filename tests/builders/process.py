@@ -1,5 +1,6 @@
-"""A command of ours as a real process: `python -m MODULE ARGS...` from the repository root, with
-its stderr collected line by line, its metrics port read from its log, and SIGTERM to stop it."""
+"""A command of ours as a real process (`python -m MODULE ARGS...`, or an installed console script),
+run from the repository root, with its stderr collected line by line, its metrics port read from
+its log, and SIGTERM to stop it."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def module_argv(module: str, *args: str) -> list[str]:
+    """`python -m module args...` with the interpreter running the tests."""
+    return [sys.executable, "-m", module, *args]
+
+
 class CommandProcess:
-    def __init__(self, module: str, args: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=ROOT, env=dict(env),
+            list(argv), cwd=ROOT, env=dict(env),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.lines: list[str] = []

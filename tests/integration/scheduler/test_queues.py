@@ -249,7 +249,8 @@ def test_malformed_queues_get_a_condition_and_the_others_keep_scheduling(fake_ap
             cond = wait_for(lambda n=name: condition(fake_api, n, "Valid"), 10, f"{name} condition")
             assert cond["status"] == "False"
             assert cond["reason"] == reason
-        assert condition(fake_api, "good", "Valid")["status"] == "True"
+        good = wait_for(lambda: condition(fake_api, "good", "Valid"), 10, "good condition")
+        assert good["status"] == "True"
         assert (
             "spec.min[nvidia.com/gpu] is above spec.max"
             in condition(fake_api, "inverted", "Valid")["message"]

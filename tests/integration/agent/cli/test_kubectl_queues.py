@@ -208,7 +208,7 @@ def test_pausing_root_creates_it_and_the_tree_says_so(cluster, custom_objects) -
 def test_unknown_parents_and_cycles_are_listed_at_the_end(cluster) -> None:
     fake, kubeconfig = cluster
     for obj in (
-        queue("ok", max=gpus(4)),
+        queue("ok", max=gpus(4), status={"conditions": [{"type": "Valid", "status": "True"}]}),
         queue("x", "y"),
         queue("y", "x"),
         queue("z", "x", status={"used": gpus(1)}),

@@ -25,6 +25,7 @@ from agent.cli.services import AgentContext
 from agent.metrics import AgentMetrics
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE, gpu_figures
+from tests.builders.commands import wait_for
 from tests.builders.topology import gpu_pod
 
 GROUP, VERSION, PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
@@ -88,15 +89,6 @@ class Truth:
             if max(free, zones) > allowed:
                 out.append((at, free, allowed))
         return out
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    tick, deadline = threading.Event(), time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.02)
-    return True
 
 
 def hold_lines(caplog, word: str) -> list[logging.LogRecord]:

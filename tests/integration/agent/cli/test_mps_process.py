@@ -11,7 +11,7 @@ import urllib.request
 from agent.mps.layout import MpsLayout
 from agent.mps.status import down_reason
 from tests.builders.mps import StandInControl, stand_in_control, wait_until
-from tests.builders.process import CommandProcess
+from tests.builders.process import CommandProcess, module_argv
 
 
 def _mps(control: StandInControl) -> CommandProcess:
@@ -20,7 +20,7 @@ def _mps(control: StandInControl) -> CommandProcess:
         "mps", "--nvml-fixture=single-t4", f"--mps-root={control.mps_root}",
         f"--control={control.path}", f"--users={os.geteuid()}", "--metrics-address=127.0.0.1:0",
     ]  # fmt: skip
-    return CommandProcess("agent.cli", args, env)
+    return CommandProcess(module_argv("agent.cli", *args), env)
 
 
 def _readyz(port: int) -> tuple[int, str]:

@@ -7,60 +7,18 @@ its device-plugin sockets and answers the kubelet emulator, logs the failure onc
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
-from tests.builders.process import CommandProcess
+from tests.builders.commands import AgentProcess, empty_dir, readyz, wait_for
 
-ROOT = Path(__file__).resolve().parents[4]
 CREDENTIALS = "no usable Kubernetes credentials"
 PLURAL = "noderesourcetopologies"
-
-
-class AgentProcess(CommandProcess):
-    """`python -m agent.cli run ...` with its stderr collected line by line."""
-
-    def __init__(self, *args: str, home: Path) -> None:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("GPUTOPO_", "NODE_NAME", "KUBERNETES_", "KUBECONFIG"))
-        }
-        env["HOME"] = str(home)  # no ~/.kube/config
-        super().__init__("agent.cli", ["run", "--node-name", NODE, *args], env)
-
-
-def wait_for(predicate, timeout_s: float) -> bool:
-    tick, deadline = threading.Event(), time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.05)
-    return True
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def empty_dir() -> Path:
-    return Path(tempfile.mkdtemp(dir="/tmp"))
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ publisher and the real client (`KubeSink`) against the fake API server, over HTT
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.errors import PublishError
+from agent.errors import NodeNotFound, PublishError
 from agent.kube.client import KubeSink
 from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
 from agent.labels import COUNT, PRESENT
@@ -204,13 +205,77 @@ def test_recreated_node_gets_a_new_owner_reference_at_resync(sink, fake_api_with
     assert labels(fake)[PRESENT] == "true"
 
 
-def test_missing_node_publishes_without_owner_or_labels(sink, fake_api_with_crd) -> None:
+def test_a_missing_node_gets_no_object_until_it_appears(sink, fake_api_with_crd) -> None:
+    """A mistyped --node-name would leave an object nothing owns: nothing is written, the Node is
+    looked up every node_wait_s, and the object lands, owned, once the Node exists."""
     fake = fake_api_with_crd
     assert fake.delete_object("nodes", NODE)
-    rig = make(sink)
+    rig = make(sink, node_wait_s=5.0)
     rig.publisher.step()
-    assert "ownerReferences" not in stored(fake)["metadata"]
-    assert writes(fake) == ["apply"]
+    assert calls(fake) == ["node"]
+    assert not rig.publisher.ready
+    assert rig.publisher.problem == (
+        f"Node {NODE} not found: nothing is published for it until it exists "
+        "(is --node-name right?)"
+    )
+    rig.clock.advance(4.5)
+    rig.publisher.step()
+    assert calls(fake) == ["node"]  # within node_wait_s: not asked again
+    rig.clock.advance(0.5)
+    rig.publisher.step()
+    assert calls(fake) == ["node", "node"]
+    fake.add_node(NODE, capacity=NODE_CAPACITY)
+    rig.clock.advance(5)
+    rig.publisher.step()
+    assert writes(fake) == ["apply", "labels"]
+    assert stored(fake)["metadata"]["ownerReferences"][0]["uid"] == node_uid(fake)
+    assert (rig.publisher.ready, rig.publisher.problem) == (True, None)
+
+
+def test_a_deleted_node_is_not_given_its_object_back_at_resync(sink, fake_api_with_crd) -> None:
+    fake, rig = fake_api_with_crd, make(sink)
+    rig.publisher.step()
+    assert fake.delete_object("nodes", NODE)  # the garbage collector takes the object too
+    rig.source.allocate(gpu_pod("ml", "a", gpu_uuid(0)))
+    rig.clock.advance(61)
+    rig.publisher.step()
+    assert fake.get_object("noderesourcetopologies", NODE) is None
+    assert writes(fake) == ["apply", "labels"]
+
+
+def test_publish_once_for_a_missing_node_fails_and_writes_nothing(sink, fake_api_with_crd) -> None:
+    fake = fake_api_with_crd
+    assert fake.delete_object("nodes", NODE)
+    with pytest.raises(NodeNotFound, match=f"^Node {NODE} not found: "):
+        make(sink).publisher.publish_once()
+    assert writes(fake) == []
+
+
+def test_the_first_write_and_a_repair_are_logged_with_the_resource_version(
+    sink, fake_api_with_crd, caplog
+) -> None:
+    fake, rig = fake_api_with_crd, make(sink)
+    caplog.set_level(logging.DEBUG, logger="agent.kube.publisher")
+
+    def published() -> list[tuple[int, str]]:
+        return [(r.levelno, r.getMessage()) for r in caplog.records if "published" in r.message]
+
+    rig.publisher.step()
+    version = stored(fake)["metadata"]["resourceVersion"]
+    line = f"published NodeResourceTopology {NODE} (resourceVersion {version})"
+    assert published() == [(logging.INFO, line)]
+    rig.source.allocate(gpu_pod("ml", "a", gpu_uuid(0)))
+    rig.clock.advance(0.5)
+    rig.publisher.step()  # a routine update: DEBUG
+    version = stored(fake)["metadata"]["resourceVersion"]
+    line = f"published NodeResourceTopology {NODE} (resourceVersion {version})"
+    assert published()[1:] == [(logging.DEBUG, line)]
+    assert fake.delete_object("noderesourcetopologies", NODE)
+    rig.clock.advance(61)
+    rig.publisher.step()  # the repair at resync: INFO again
+    version = stored(fake)["metadata"]["resourceVersion"]
+    line = f"published NodeResourceTopology {NODE} (resourceVersion {version})"
+    assert published()[2:] == [(logging.INFO, line)]
 
 
 def test_labels_off_leaves_labels_alone(sink, fake_api_with_crd) -> None:

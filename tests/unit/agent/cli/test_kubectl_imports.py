@@ -120,7 +120,7 @@ def test_base_dependencies_are_the_plugins_own() -> None:
 def test_the_plugin_runs_with_every_extra_blocked() -> None:
     result, stderr = _plugin_run()
     assert result["code"] == 1
-    assert "no kubeconfig file /nonexistent/kubeconfig" in stderr
+    assert "(kubeconfig /nonexistent/kubeconfig): no such file" in stderr
     assert "blocked" not in stderr
 
 

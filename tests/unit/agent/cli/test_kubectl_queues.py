@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.cli.kubectl_queues import ROOT, build_tree, queue_row, tree_json
+from agent.cli.kubectl_queues import NO_STATUS, ROOT, build_tree, queue_row, tree_json
 
 NAMES = ["a", "b", "c", "d", "e", "f"]
 
@@ -37,7 +37,13 @@ def test_children_follow_their_parent_sorted_by_name() -> None:
 @pytest.mark.parametrize(
     ("spec", "status", "expected"),
     [
-        pytest.param({}, {}, ["q", "-", "-", "-", "-", "-", "-", "ok"], id="nothing written"),
+        pytest.param({}, {}, ["q", "-", "-", "-", "-", "-", "-", NO_STATUS], id="no status yet"),
+        pytest.param(
+            {"max": {"nvidia.com/gpu": 4}},
+            {"conditions": [{"type": "Valid", "status": "True"}]},
+            ["q", "-", "4", "-", "-", "-", "-", "ok"],
+            id="a status with nothing used",
+        ),
         pytest.param(
             {"min": {"nvidia.com/gpu": "16"}, "max": {"nvidia.com/gpu": 32}},
             {"used": {"nvidia.com/gpu": "2000m"}, "fairShare": {"nvidia.com/gpu": "1500m"}},

@@ -90,30 +90,80 @@ def test_transport_reason(error, reason) -> None:
     assert transport_reason(error).endswith(reason)
 
 
-def test_unusable_credentials_are_one_config_error(tmp_path) -> None:
+def test_unusable_credentials_are_one_config_error_naming_the_file(tmp_path) -> None:
     missing = tmp_path / "missing"
     with pytest.raises(
-        ConfigError, match=rf"^no usable Kubernetes credentials: no kubeconfig file {missing}$"
+        ConfigError,
+        match=rf"^no usable Kubernetes credentials \(kubeconfig {missing}\): no such file$",
     ):
         load_api_client(missing)
     empty = tmp_path / "empty"
     empty.write_text("", encoding="utf-8")
-    with pytest.raises(ConfigError, match=rf"no usable Kubernetes credentials \({empty}\): "):
+    with pytest.raises(
+        ConfigError, match=rf"no usable Kubernetes credentials \(kubeconfig {empty}\): "
+    ):
         load_api_client(empty)
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^[^\n]*\(kubeconfig {broken}\): [^\n]*line 2[^\n]*$"):
+        load_api_client(broken)
+
+
+def _kubeconfig(path, context: str, server: str):
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\ncurrent-context: {context}\n"
+        f"clusters: [{{name: c-{context}, cluster: {{server: '{server}'}}}}]\n"
+        f"users: [{{name: u-{context}, user: {{token: t}}}}]\n"
+        f"contexts: [{{name: {context}, context: {{cluster: c-{context}, user: u-{context}}}}}]\n",
+        encoding="utf-8",
+    )
+    return path
 
 
 def test_a_context_not_in_the_kubeconfig_is_named(tmp_path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
-        "clusters: [{name: c, cluster: {server: 'https://10.0.0.1:6443'}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: a, context: {cluster: c, user: u}}]\n",
-        encoding="utf-8",
-    )
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", "a", "https://10.0.0.1:6443")
     assert load_api_client(kubeconfig, "a").configuration.host == "https://10.0.0.1:6443"
-    with pytest.raises(ConfigError, match=rf"\({kubeconfig}, context b\): "):
+    with pytest.raises(ConfigError, match=rf"\(kubeconfig {kubeconfig}, context b\): no context b"):
         load_api_client(kubeconfig, "b")
+
+
+def test_kubeconfig_lists_files_merged_and_named(tmp_path) -> None:
+    first = _kubeconfig(tmp_path / "first", "a", "https://10.0.0.1:6443")
+    second = _kubeconfig(tmp_path / "second", "b", "https://10.0.0.2:6443")
+    listed = f"{first}:{tmp_path / 'gone'}:{second}"
+    environ = {"KUBECONFIG": listed}
+    assert load_configuration(None, "b", environ).host == "https://10.0.0.2:6443"
+    assert load_configuration(None, "a", environ).host == "https://10.0.0.1:6443"
+    with pytest.raises(
+        ConfigError, match=rf"\(kubeconfig {listed} from \$KUBECONFIG, context c\): no context c"
+    ):
+        load_configuration(None, "c", environ)
+
+
+def test_kubeconfig_names_the_files_it_lists_when_none_exists(tmp_path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    with pytest.raises(
+        ConfigError,
+        match=rf"^no usable Kubernetes credentials \(kubeconfig {one} from \$KUBECONFIG\): "
+        "no such file$",
+    ):
+        load_configuration(None, None, {"KUBECONFIG": str(one)})
+    with pytest.raises(
+        ConfigError, match=rf"\(kubeconfig {one}:{two} from \$KUBECONFIG\): none of these"
+    ):
+        load_configuration(None, None, {"KUBECONFIG": f"{one}:{two}"})
+
+
+def test_without_a_pod_or_kubeconfig_both_are_named(tmp_path, monkeypatch) -> None:
+    for variable in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=rf"^no usable Kubernetes credentials \(not in a pod; kubeconfig "
+        rf"{tmp_path}/\.kube/config\): no such file$",
+    ):
+        load_configuration(None, None, {})
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ tests/integration/agent/kube/test_publisher.py."""
 from __future__ import annotations
 
 import io
+import logging
 
 import yaml
 
@@ -23,6 +24,14 @@ def test_dry_run_prints_yaml_documents() -> None:
     assert [d["kind"] for d in docs] == ["NodeResourceTopology", "Node"]
     assert docs[0]["metadata"] == {"name": NODE}
     assert docs[1]["metadata"]["labels"][PRESENT] == "true"
+
+
+def test_dry_run_says_it_would_publish(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="agent.kube.publisher")
+    settings = PublisherSettings(node_name=NODE, dry_run=True)
+    Publisher(settings, DryRunSink(io.StringIO()), NodeStateSource()).publish_once()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "publish" in r.getMessage()]
+    assert said == [("INFO", f"would publish NodeResourceTopology {NODE} (--dry-run)")]
 
 
 def test_terminal_pod_filter_refreshes_on_unseen_pods_and_ttl() -> None:

@@ -33,6 +33,7 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
+from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
 from deviceplugin.nvidia_config import fold_flags, parse_sharing
 from deviceplugin.settings import (
     DeviceIdStrategy,
@@ -114,6 +115,8 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
          "float", 5.0),
     _Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+    _Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
+         "str", DEFAULT_SHARE_LOCK_NAMESPACE),
 )  # fmt: skip
 _BY_KEY = {o.key: o for o in _OPTIONS}
 
@@ -138,6 +141,7 @@ class AgentConfig:
     log_format: str = "text"
     fail_on_init_error: bool = True
     allow_fake_gpus: bool = False
+    share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -294,6 +298,7 @@ def _build(
         log_format=raw["logFormat"],
         fail_on_init_error=raw["failOnInitError"],
         allow_fake_gpus=raw["allowFakeGpus"],
+        share_lock_namespace=raw["shareLockNamespace"],
         plugin=plugin,
     )
 

@@ -26,6 +26,7 @@ not advertise before admission (`removeMissingExtendedResources`).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,6 +98,9 @@ class Admission:
     responses: dict[str, dict[str, pb.ContainerAllocateResponse]] = field(default_factory=dict)
     error: str | None = None  # why the pod was rejected (UnexpectedAdmissionError)
     allocate_calls: int = 0
+    allocate_seconds: list[float] = field(
+        default_factory=list
+    )  # each Allocate, as the kubelet waited
 
     @property
     def admitted(self) -> bool:
@@ -166,7 +170,9 @@ class PodAdmitter:
                 continue
             pool = reusable.setdefault(resource, set())
             ids = self._choose(resource, count, pool)
+            start = time.perf_counter()
             response = self.kubelet.allocate(resource, ids).container_responses[0]
+            admission.allocate_seconds.append(time.perf_counter() - start)
             admission.allocate_calls += 1
             self.kubelet.in_use.setdefault(resource, set()).update(ids)
             admission.devices.setdefault(ask.name, {})[resource] = ids

@@ -1,0 +1,86 @@
+"""Share Allocate's wiring (DESIGN §12): the device plugin's `ShareAllocator` over the agent's API
+calls (`agent.kube.shares.ShareClient`) and the kubelet's PodResources `List`.
+
+Composes `agent` with `deviceplugin`. The API connection is made on first use, as the
+publisher's: without credentials at start the device plugin still serves, and a share Allocate
+fails naming why (a pod must not get a guessed GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent.cli.config import AgentConfig
+from agent.errors import ConfigError, PublishError
+from agent.shares import ShareLock
+from deviceplugin.allocation import Allocator
+from deviceplugin.plugin import MakeShares
+from deviceplugin.podresources import PodResourcesClient
+from deviceplugin.share_allocation import ShareAllocator
+
+if TYPE_CHECKING:
+    from agent.kube.shares import ShareClient
+
+Result = TypeVar("Result")
+
+
+class LazyShareClient:
+    """A `ShareApi` that connects on its first call and again after a credentials failure."""
+
+    def __init__(self, connect: Callable[[], ShareClient]) -> None:
+        self._connect = connect
+        self._client: ShareClient | None = None
+
+    def _call(self, call: Callable[[ShareClient], Result]) -> Result:
+        if self._client is None:
+            try:
+                self._client = self._connect()
+            except ConfigError as exc:
+                raise PublishError(str(exc)) from None
+        return call(self._client)
+
+    def lock(self) -> ShareLock | None:
+        return self._call(lambda c: c.lock())
+
+    def release(self, lock: ShareLock) -> bool:
+        return self._call(lambda c: c.release(lock))
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(lambda c: c.pod(namespace, name))
+
+    def pods_on_node(self) -> list[dict[str, Any]]:
+        return self._call(lambda c: c.pods_on_node())
+
+    def patch_allocated(self, namespace: str, name: str, value: str) -> None:
+        self._call(lambda c: c.patch_allocated(namespace, name, value))
+
+    def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        self._call(lambda c: c.warn(pod, reason, message))
+
+
+def share_factory(cfg: AgentConfig) -> MakeShares | None:
+    """How the device plugin builds its share allocator; None with `--dry-run` (no API)."""
+    if cfg.dry_run:
+        return None
+
+    def connect() -> ShareClient:
+        from agent.kube.connect import load_api_client
+        from agent.kube.shares import ShareClient
+
+        return ShareClient(
+            load_api_client(cfg.kubeconfig),
+            node=cfg.node_name,
+            namespace=cfg.share_lock_namespace,
+        )
+
+    def make(allocator: Allocator, shared: frozenset[str]) -> ShareAllocator:
+        podresources = PodResourcesClient(cfg.pod_resources_socket)
+        return ShareAllocator(
+            LazyShareClient(connect),
+            podresources.pods,
+            allocator,
+            replica_resources=shared,
+        )
+
+    return make

@@ -1,6 +1,7 @@
 """What the device plugin is told to do: plain frozen values, built by `agent.cli.config`.
 
-Pure (stdlib only), so the agent's config loader, the plugin and the tests share one definition.
+Pure (stdlib and the agent's pure core), so the agent's config loader, the plugin and the
+tests share one definition.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+
+from agent.shares import Sharing
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
@@ -99,6 +102,9 @@ class SharedResource:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TimeSlicing:
+    """NVIDIA's `sharing.timeSlicing` or `sharing.mps` section (`sharing` says which)."""
+
+    sharing: Sharing = Sharing.TIME_SLICING
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     resources: tuple[SharedResource, ...] = ()

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from agent.availability import PodGrant
 from agent.errors import AgentError
 from agent.model import GpuUuid
+from agent.objkey import key_of
 from agent.shares import (
     ALLOCATED_ANNOTATION,
     GPUS_ANNOTATION,
@@ -192,8 +193,8 @@ class ShareAllocator:
         recorded = self._recorded(resource, ids, pods, holder) if ids else None
         if recorded is not None:
             return recorded, ""
-        if holder is not None and _key(holder) in pods:
-            target = self._next(resource, holder, ids, record, pods[_key(holder)], "lock")
+        if holder is not None and key_of(holder) in pods:
+            target = self._next(resource, holder, ids, record, pods[key_of(holder)], "lock")
             if target is not None:
                 return target, ""
         return self._unplaced(resource, ids, pods, holder, record)
@@ -231,7 +232,7 @@ class ShareAllocator:
                 ):
                     continue
                 namespace, _, name = key.partition("/")
-                pod = holder if holder is not None and _key(holder) == key else None
+                pod = holder if holder is not None and key_of(holder) == key else None
                 pod = pod or self._api.pod(namespace, name)
                 target = self._from_record(resource, pod, ids) if pod else None
                 if target is not None:
@@ -285,7 +286,7 @@ class ShareAllocator:
         gpus = decode_gpus(annotations.get(GPUS_ANNOTATION) or "{}")
         if share.container not in gpus:
             raise ShareRequestError(
-                f"pod {_key(pod)} holds the share lock but {GPUS_ANNOTATION} names no GPU for "
+                f"pod {key_of(pod)} holds the share lock but {GPUS_ANNOTATION} names no GPU for "
                 f"container {share.container}"
             )
         return gpus[share.container]
@@ -337,7 +338,7 @@ class ShareAllocator:
         holder: Mapping[str, Any] | None,
         record: bool,
     ) -> tuple[Target | None, str]:
-        objects = {_key(p): p for p in self._api.pods_on_node() if _key(p) in pods}
+        objects = {key_of(p): p for p in self._api.pods_on_node() if key_of(p) in pods}
         for pod in objects.values():
             found = (
                 self._from_record(resource, pod, ids)
@@ -349,16 +350,16 @@ class ShareAllocator:
         candidates = [
             pod
             for key, pod in objects.items()
-            if (holder is None or key != _key(holder))
+            if (holder is None or key != key_of(holder))
             and _phase(pod) in ADMITTING_PHASES
             and ALLOCATED_ANNOTATION not in ((pod.get("metadata") or {}).get("annotations") or {})
             and self._next(resource, pod, ids, False, pods[key], "unplaced") is not None
         ]
         if len(candidates) == 1:
             pod = candidates[0]
-            return self._next(resource, pod, ids, record, pods[_key(pod)], "unplaced"), ""
-        names = ", ".join(sorted(_key(p) for p in candidates)) or "none"
-        held = f"the share lock's pod {_key(holder)} is not being admitted; " if holder else ""
+            return self._next(resource, pod, ids, record, pods[key_of(pod)], "unplaced"), ""
+        names = ", ".join(sorted(key_of(p) for p in candidates)) or "none"
+        held = f"the share lock's pod {key_of(holder)} is not being admitted; " if holder else ""
         return None, f"{held}cannot tell which pod this is for (candidates: {names})"
 
     def _gpu_device(self, resource: Resource, unhealthy: Set[str], target: Target) -> PluginDevice:
@@ -375,11 +376,6 @@ class ShareAllocator:
                 f"(GPU {device.gpu_index}) is Unhealthy"
             )
         return device
-
-
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _phase(pod: Mapping[str, Any]) -> str:

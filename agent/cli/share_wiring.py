@@ -1,5 +1,6 @@
-"""Share Allocate's wiring (DESIGN §12): the device plugin's `ShareAllocator` over the agent's API
-calls (`agent.kube.shares.ShareClient`) and the kubelet's PodResources `List`.
+"""Shares' wiring (DESIGN §12): the device plugin's `ShareAllocator` over the agent's API calls
+(`agent.kube.shares.ShareClient`) and the kubelet's PodResources `List`; and which GPUs the
+device plugin shares (`shared_gpus`), for the NRT and the metrics.
 
 Composes `agent` with `deviceplugin`. The API connection is made on first use, as the
 publisher's: without credentials at start the device plugin still serves, and a share Allocate
@@ -8,14 +9,18 @@ fails naming why (a pod must not get a guessed GPU).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.cli.config import AgentConfig
 from agent.errors import ConfigError, PublishError
+from agent.model import GpuUuid
+from agent.share_usage import SharedGpu
 from agent.shares import ShareLock
 from deviceplugin.allocation import Allocator
-from deviceplugin.plugin import MakeShares
+from deviceplugin.grpc_translation import is_share_resource
+from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
 from deviceplugin.share_allocation import ShareAllocator
 
@@ -57,6 +62,21 @@ class LazyShareClient:
 
     def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         self._call(lambda c: c.warn(pod, reason, message))
+
+
+def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs the device plugin splits into replicas now, with their replica counts."""
+    sharing = plugin.settings.time_slicing.sharing
+    out: dict[GpuUuid, SharedGpu] = {}
+    for resource in plugin.device_state.view().resources.values():
+        if not is_share_resource(resource):
+            continue
+        counts = Counter(d.gpu_uuid for d in resource.devices if d.replica is not None)
+        out.update(
+            (uuid, SharedGpu(uuid=uuid, sharing=sharing, replicas=n, resource=resource.name))
+            for uuid, n in counts.items()
+        )
+    return out
 
 
 def share_factory(cfg: AgentConfig) -> MakeShares | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -204,7 +204,28 @@ class PodAdmitter:
         chosen += [i for i in available if i not in chosen][: count - len(chosen)]
         return tuple(chosen)
 
+    def sync_allocatable(self) -> None:
+        """GetAllocatableResources answers the devices the plugins list now (CPUs and memory
+        as they were), as the kubelet's device manager does."""
+        current = self.podresources.allocatable
+        listed = self.kubelet.resources()
+        self.podresources.set_allocatable(
+            replace(
+                current,
+                devices=tuple(
+                    DeviceGrant(
+                        resource_name=name,
+                        device_ids=(device.id,),
+                        numa_nodes=device.numa_nodes,
+                    )
+                    for name, devices in sorted(listed.items())
+                    for device in devices.values()
+                ),
+            )
+        )
+
     def _list(self, admission: Admission) -> None:
+        self.sync_allocatable()
         devices = self.kubelet.resources()
         self.podresources.set_pod(
             PodGrant(

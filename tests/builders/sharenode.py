@@ -196,7 +196,7 @@ class ShareNode:
             "--device-plugin-dir", str(self.kubelet.plugin_dir),
             "--pod-resources-socket", str(self.podresources.socket),
             "--kubeconfig", str(kubeconfig), "--kubelet-config", "/nonexistent",
-            "--no-publish", "--node-labels", "off", "--metrics-address", "127.0.0.1:0", *extra,
+            "--node-labels", "off", "--metrics-address", "127.0.0.1:0", *extra,
         ]  # fmt: skip
         self.agent = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
@@ -205,6 +205,13 @@ class ShareNode:
             lambda k: k.connected(GPU) and len(k.healthy(GPU)) == 8 * self.replicas, 30.0
         )
         assert registered, "the agent did not register its shared GPUs"
+        self.admitter.sync_allocatable()
+
+    def gpu_zone(self, gpu: int) -> dict[str, Any] | None:
+        """The GPU zone of the published NodeResourceTopology (None before it is published)."""
+        obj = self.fake.get_object("noderesourcetopologies", NODE)
+        zones = (obj or {}).get("zones") or []
+        return next((z for z in zones if z["name"] == f"gpu-{gpu}"), None)
 
     def stop_agent(self) -> str:
         """Stop the agent; its stderr."""

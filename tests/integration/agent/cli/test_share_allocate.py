@@ -5,16 +5,23 @@ the scheduler chose, whatever GPU the kubelet's replica is on, in every fault of
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import replace
 
 import pytest
 
-from agent.shares import ALLOCATED_ANNOTATION, decode_allocated
+from agent.cli import kubectl as kubectl_plugin
+from agent.inventory import load_inventory
+from agent.share_usage import MIB
+from agent.shares import ALLOCATED_ANNOTATION, GPU_COMPUTE, GPU_MEMORY, decode_allocated
 from deviceplugin.allocation import VISIBLE_DEVICES
 from deviceplugin.share_allocation import NOT_PLACED_REASON
 from tests.builders.scheduler import events_for, wait_for
 from tests.builders.sharenode import (
+    FIXTURE,
     GPU,
+    NODE,
     REPLICAS,
     ShareNode,
     share_container,
@@ -155,4 +162,61 @@ def test_an_agent_restart_between_bind_and_allocate(node):
     node.scheduler.wait_released()
     wait_for(lambda: ALLOCATED_ANNOTATION in node.scheduler.get("restart")["metadata"].get(
         "annotations", {}), 5, "the allocated annotation")  # fmt: skip
+    node.admitter.remove(pod)
+
+
+def _zone_view(zone) -> tuple[dict[str, str], dict[str, str]]:
+    attrs = {a["name"]: a["value"] for a in zone.get("attributes") or []}
+    free = {r["name"]: r["available"] for r in zone.get("resources") or []}
+    return {k: attrs.get(k, "") for k in ("sharing", "shares")}, free
+
+
+def test_the_nrt_gpu_zone_shows_the_shares_memory_and_compute(node):
+    pod = node.scheduler.place(
+        share_pod("nrt", share_container("main", "10Gi", **{GPU_COMPUTE: "30"})),
+        {"main": node.uuid(0)},
+    )
+    (done,) = node.admitter.admit(pod)
+    memory = load_inventory(FIXTURE).gpus[0].memory_mib * MIB
+    expected = (
+        {"sharing": "timeSlicing", "shares": str(REPLICAS)},
+        {GPU: str(REPLICAS - 1), GPU_MEMORY: str(memory - 10 * 1024**3), GPU_COMPUTE: "70"},
+    )
+    if replica_gpu(node, done.devices["main"][GPU][0]) != node.uuid(0):
+        expected[1][GPU] = str(REPLICAS)  # the kubelet's replica is another GPU's
+    wait_for(lambda: _zone_view(node.gpu_zone(0) or {}) == expected, 15, f"gpu-0 {expected}")
+    node.admitter.remove(pod)
+
+
+def test_kubectl_shows_shares_per_gpu_and_per_pod(node):
+    pod = node.scheduler.place(
+        share_pod("shown", share_container("main", "12Gi", **{GPU_COMPUTE: "40"})),
+        {"main": node.uuid(5)},
+    )
+    node.admitter.admit(pod)
+    kubeconfig = str(node.fake.write_kubeconfig(node.folder / "user-kubeconfig"))
+
+    def kubectl(*argv: str) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        assert kubectl_plugin.main(["--kubeconfig", kubeconfig, *argv], out=out, err=err) == 0
+        assert err.getvalue() == ""
+        return out.getvalue()
+
+    free = 80 - 12
+    wait_for(lambda: f"5:{REPLICAS - 1}/{REPLICAS}({free}Gi)" in kubectl("nodes"), 15, "nodes")
+    assert "SHARES FREE (GPU:FREE/OF)" in kubectl("nodes").splitlines()[0]
+    (summary,) = json.loads(kubectl("-o", "json", "nodes"))["nodes"]
+    assert (summary["wholeGpus"], summary["sharedGpus"]) == (0, 8)  # a shared GPU is never whole
+    topo = kubectl("topo", NODE)
+    assert "Shares (timeSlicing; timeSlicing enforces nothing" in topo
+    assert ["5", "default/shown", "main", "12.0", "GiB", "40%"] in [
+        line.split() for line in topo.splitlines()
+    ]
+    doc = json.loads(kubectl("-o", "json", "topo", NODE))
+    assert {"gpu": 5, "pod": "default/shown", "container": "main",
+            "memory": 12 * 1024**3, "compute": 40} in doc["podShares"]  # fmt: skip
+    assert doc["shares"][5] == {
+        "gpu": 5, "sharing": "timeSlicing", "shares": REPLICAS, "sharesFree": REPLICAS - 1,
+        "memoryFree": free * 1024**3, "computeFree": 60,
+    }  # fmt: skip
     node.admitter.remove(pod)

@@ -222,6 +222,11 @@ class Allocator:
         return picked
 
     @staticmethod
+    def device_of(resource: Resource, device_id: str) -> PluginDevice:
+        """The advertised device `device_id`; InvalidRequestError names an unknown one."""
+        return Allocator._device(resource, device_id)
+
+    @staticmethod
     def _device(resource: Resource, device_id: str) -> PluginDevice:
         device = resource.device(device_id)
         if device is None:

@@ -18,6 +18,8 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
 
 DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+DEFAULT_MPS_ROOT = "/run/gputopo/mps"
+"""Where the MPS control daemons' pipe directories (`<root>/<uid>/pipe`) and shm live."""
 
 MAX_REPLICAS = 256
 """Most time-slicing replicas per device. Each replica is one `Device` of ~66 bytes in the
@@ -176,3 +178,4 @@ class PluginSettings:
     health_quiet_period_s: float = 60.0
     health_recheck_interval_s: float = 5.0
     rescan_interval_s: float = 10.0
+    mps_root: str = DEFAULT_MPS_ROOT

@@ -74,8 +74,11 @@ class ShareApi(Protocol):
     def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None: ...
 
 
-Decorate = Callable[[Mapping[str, Any], ContainerShare, ContainerAllocation], ContainerAllocation]
-"""Adds what a sharing mode needs to one container's answer (MPS: its limits and pipe)."""
+Decorate = Callable[
+    [Resource, GpuUuid, Mapping[str, Any], ContainerShare, ContainerAllocation],
+    ContainerAllocation,
+]
+"""Adds what a sharing mode needs to one container's answer on a GPU (`mps_env.MpsEnv`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,14 +145,17 @@ class ShareAllocator:
         with self._lock:
             target = self._resolve(resource, ids, record=True)
         if target.gpu is None:
-            answer = plain
+            answer, gpu = plain, self._allocator.device_of(resource, ids[0]).gpu_uuid
         else:
             answer = self._allocator.build([self._gpu_device(resource, unhealthy, target)])
+            gpu = target.gpu
         logger.info(
             "%s: %s container %s gets GPU %s (%s)", resource.name, target.key,
-            target.share.container, target.gpu or "of its replica", target.how,
+            target.share.container, gpu, target.how,
         )  # fmt: skip
-        return [self._decorate(target.pod, target.share, answer) if self._decorate else answer]
+        if self._decorate is not None:
+            answer = self._decorate(resource, gpu, target.pod, target.share, answer)
+        return [answer]
 
     def preferred(
         self, resource: Resource, available: Sequence[str], must: Sequence[str], size: int

@@ -55,7 +55,7 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
         ctx.backend,
         ctx.inventory,
         observer=observer,
-        make_shares=share_factory(ctx.config),
+        make_shares=share_factory(ctx.config, ctx.inventory),
     )
     ctx.ready_checks.append(kubelet_check(ctx.config.device_plugin_dir / KUBELET_SOCKET))
     return ctx.device_plugin

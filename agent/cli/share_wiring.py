@@ -9,25 +9,29 @@ fails naming why (a pod must not get a guessed GPU).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.cli.config import AgentConfig
-from agent.errors import ConfigError, PublishError
-from agent.model import GpuUuid
+from agent.errors import AgentError, ConfigError, PublishError
+from agent.model import GpuUuid, NodeInventory
+from agent.objkey import key_of
 from agent.share_usage import SharedGpu
-from agent.shares import ShareLock
+from agent.shares import ShareLock, Sharing
 from deviceplugin.allocation import Allocator
 from deviceplugin.grpc_translation import is_share_resource
+from deviceplugin.mps_env import MpsEnv
 from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
-from deviceplugin.share_allocation import ShareAllocator
+from deviceplugin.share_allocation import ShareAllocator, ShareApi
 
 if TYPE_CHECKING:
     from agent.kube.shares import ShareClient
 
 Result = TypeVar("Result")
+log = logging.getLogger(__name__)
 
 
 class LazyShareClient:
@@ -79,7 +83,7 @@ def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
     return out
 
 
-def share_factory(cfg: AgentConfig) -> MakeShares | None:
+def share_factory(cfg: AgentConfig, inventory: NodeInventory) -> MakeShares | None:
     """How the device plugin builds its share allocator; None with `--dry-run` (no API)."""
     if cfg.dry_run:
         return None
@@ -96,11 +100,28 @@ def share_factory(cfg: AgentConfig) -> MakeShares | None:
 
     def make(allocator: Allocator, shared: frozenset[str]) -> ShareAllocator:
         podresources = PodResourcesClient(cfg.pod_resources_socket)
+        api = LazyShareClient(connect)
         return ShareAllocator(
-            LazyShareClient(connect),
+            api,
             podresources.pods,
             allocator,
             replica_resources=shared,
+            decorate=mps_env(cfg, inventory, api),
         )
 
     return make
+
+
+def mps_env(cfg: AgentConfig, inventory: NodeInventory, api: ShareApi) -> MpsEnv | None:
+    """The MPS clients' environment and mounts under `sharing.mps`, else None."""
+    if cfg.plugin.time_slicing.sharing is not Sharing.MPS:
+        return None
+
+    def warn(pod: Mapping[str, Any], reason: str, message: str) -> None:
+        try:
+            api.warn(pod, reason, message)
+        except AgentError as exc:
+            log.warning("pod %s: %s (Event not written: %s)", key_of(pod), message, exc)
+
+    memory = {g.uuid: g.memory_mib for g in inventory.gpus}
+    return MpsEnv(cfg.plugin.mps_root, memory, warn)

@@ -46,7 +46,12 @@ from agent.shares import (
     pod_shares,
 )
 from deviceplugin.allocation import Allocator, ContainerAllocation, listed
-from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, PluginError
+from deviceplugin.errors import (
+    DeviceUnavailableError,
+    InvalidRequestError,
+    PluginError,
+    RequestError,
+)
 from deviceplugin.resources import PluginDevice, Resource, is_healthy
 
 logger = logging.getLogger(__name__)
@@ -135,6 +140,16 @@ class ShareAllocator:
     def allocate(
         self, resource: Resource, unhealthy: Set[str], requests: Sequence[Sequence[str]]
     ) -> list[ContainerAllocation]:
+        try:
+            return self._allocate(resource, unhealthy, requests)
+        except RequestError:
+            with self._lock:
+                self._abandon()
+            raise
+
+    def _allocate(
+        self, resource: Resource, unhealthy: Set[str], requests: Sequence[Sequence[str]]
+    ) -> list[ContainerAllocation]:
         if len(requests) != 1:
             raise InvalidRequestError(
                 f"{resource.name}: {len(requests)} container requests in one Allocate; a shared "
@@ -156,6 +171,24 @@ class ShareAllocator:
         if self._decorate is not None:
             answer = self._decorate(resource, gpu, target.pod, target.share, answer)
         return [answer]
+
+    def _abandon(self) -> None:
+        """A refused Allocate fails the pod the kubelet is admitting: when that is the lock
+        holder (listed, so being admitted now), release the lock at once rather than after it
+        expires, so the next share pod is not held up."""
+        try:
+            holder = self._holder()
+            listed = {f"{p.namespace}/{p.name}" for p in self._list_pods()}
+            lock = self._api.lock() if holder is not None and key_of(holder) in listed else None
+            if lock is not None:
+                self._progress.pop(lock.holder or "", None)
+                released = self._api.release(lock)
+                logger.warning(
+                    "pod %s fails its admission: share lock %s",
+                    key_of(holder or {}), "released" if released else "changed meanwhile",
+                )  # fmt: skip
+        except (AgentError, PluginError) as exc:
+            logger.warning("share lock not released after a refused Allocate: %s", exc)
 
     def preferred(
         self, resource: Resource, available: Sequence[str], must: Sequence[str], size: int

@@ -25,8 +25,8 @@ NODES_HEADER = (
     "HEALTH",
 )  # fmt: skip
 SHARE_NOTE = (
-    "\nSHARES FREE: shared GPUs (never handed out whole): free replicas of all, and free "
-    "gputopo.io/gpu-memory\n"
+    "\nSHARES FREE: shared GPUs (never handed out whole): free replicas and gputopo.io/gpu-memory "
+    "of each GPU in use; N-idle: N shared GPUs with no share\n"
 )
 SHARE_LINES = frozenset({GPU_MEMORY, GPU_COMPUTE})
 SHARING_NOTE = "; timeSlicing enforces nothing: memory and compute are what pods asked"
@@ -151,9 +151,12 @@ def _shares_text(shares: Sequence[Mapping[str, Any]]) -> str:
         return "-"
     parts = []
     for s in shares:
+        if s["sharesFree"] == s["shares"]:
+            continue
         memory = "" if s["memoryFree"] is None else f"({s['memoryFree'] / 2**30:.0f}Gi)"
         parts.append(f"{s['gpu']}:{s['sharesFree']}/{s['shares']}{memory}")
-    return ",".join(parts)
+    idle = len(shares) - len(parts)
+    return ",".join([*parts, f"{idle}-idle"] if idle else parts)
 
 
 def _counts_text(counts: Sequence[Any]) -> str:

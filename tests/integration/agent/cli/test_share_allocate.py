@@ -185,6 +185,7 @@ def test_the_nrt_gpu_zone_shows_the_shares_memory_and_compute(node):
     if replica_gpu(node, done.devices["main"][GPU][0]) != node.uuid(0):
         expected[1][GPU] = str(REPLICAS)  # the kubelet's replica is another GPU's
     wait_for(lambda: _zone_view(node.gpu_zone(0) or {}) == expected, 15, f"gpu-0 {expected}")
+    assert _zone_view(node.gpu_zone(0)) == expected
     node.admitter.remove(pod)
 
 

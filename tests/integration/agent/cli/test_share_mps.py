@@ -4,13 +4,15 @@ compute limit; a pod with no runAsUser is served as root with a Warning Event.""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from agent.inventory import load_inventory
 from agent.shares import GPU_COMPUTE
 from deviceplugin.mps_env import MEMORY_ENV, NO_USER_REASON, PIPE_ENV, THREADS_ENV
 from tests.builders.scheduler import events_for
-from tests.builders.sharenode import FIXTURE, GPU, share_container, share_node, share_pod
+from tests.builders.sharenode import FIXTURE, GPU, ROOT, share_container, share_node, share_pod
 
 REPLICAS = 4
 
@@ -79,3 +81,16 @@ def test_an_mps_container_asking_two_replicas_is_refused(node):
     (refused,) = node.admitter.admit(pod)
     assert refused.error is not None
     assert "failRequestsGreaterThanOne" in refused.error
+    assert node.scheduler.holder() is None  # the failing pod's lock is released at once
+
+
+def test_the_share_demo_places_two_mps_clients_on_one_gpu(node):
+    spec = importlib.util.spec_from_file_location("share_demo", ROOT / "scripts" / "share_demo.py")
+    assert spec is not None
+    assert spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    train, notebook = demo.place_two_shares(node)
+    assert train["NVIDIA_VISIBLE_DEVICES"] == notebook["NVIDIA_VISIBLE_DEVICES"]
+    assert (train[MEMORY_ENV], notebook[MEMORY_ENV]) == ("0=30720M", "0=10240M")
+    assert (train[THREADS_ENV], THREADS_ENV in notebook) == ("60", False)

@@ -156,6 +156,12 @@ def _name_problems(
             problems.append(
                 f"{field}: {given}, a name the device plugin advertises itself (pick another)"
             )
+        elif target == entry.name and entry.devices is not None:
+            problems.append(
+                f"{at}.resources[{pos}].devices: sharing only some devices needs a renamed "
+                "resource (rename, or renameByDefault): else whole devices and replicas would "
+                f"share the name {target}"
+            )
         taken.setdefault(target, pos)
     return problems
 

@@ -400,3 +400,12 @@ def test_mps_sharing_is_read_in_nvidias_format_with_one_replica_per_container(tm
 def test_bad_mps_sharing_is_named(tmp_path, entry, extra, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         load(["--config", str(mps_file(tmp_path, entry, extra))], ENV)
+
+
+def test_sharing_some_gpus_needs_a_renamed_resource(tmp_path):
+    with pytest.raises(ConfigError, match=re.escape("resources[0].devices: sharing only some")):
+        load(["--config", str(mps_file(tmp_path, "{name: nvidia.com/gpu, replicas: 2, "
+                                                  "devices: [0, 1]}"))], ENV)  # fmt: skip
+    path = mps_file(tmp_path, "{name: nvidia.com/gpu, replicas: 2, devices: [0, 1]}",
+                    "renameByDefault: true")  # fmt: skip
+    assert load(["--config", str(path)], ENV).plugin.time_slicing.rename_by_default

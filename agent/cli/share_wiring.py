@@ -25,7 +25,8 @@ from deviceplugin.grpc_translation import is_share_resource
 from deviceplugin.mps_env import MpsEnv
 from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
-from deviceplugin.share_allocation import ShareAllocator, ShareApi
+from deviceplugin.share_allocation import ShareAllocator
+from deviceplugin.share_target import ShareApi
 
 if TYPE_CHECKING:
     from agent.kube.shares import ShareClient

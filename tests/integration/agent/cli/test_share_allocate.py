@@ -16,7 +16,7 @@ from agent.inventory import load_inventory
 from agent.share_usage import MIB
 from agent.shares import ALLOCATED_ANNOTATION, GPU_COMPUTE, GPU_MEMORY, decode_allocated
 from deviceplugin.allocation import VISIBLE_DEVICES
-from deviceplugin.share_allocation import NOT_PLACED_REASON
+from deviceplugin.share_target import NOT_PLACED_REASON
 from tests.builders.scheduler import events_for, wait_for
 from tests.builders.sharenode import (
     FIXTURE,

@@ -221,3 +221,29 @@ def test_kubectl_shows_shares_per_gpu_and_per_pod(node):
         "memoryFree": free * 1024**3, "computeFree": 60,
     }  # fmt: skip
     node.admitter.remove(pod)
+
+
+def test_an_annotated_gpu_the_node_does_not_share_fails_naming_pod_and_gpu(node):
+    pod = node.scheduler.place(share_pod("bad-gpu"), {"main": "GPU-00000000-not-on-this-node"})
+    (refused,) = node.admitter.admit(pod)
+    assert refused.error is not None
+    assert (
+        "pod default/bad-gpu container main: gputopo.io/gpus names GPU "
+        "GPU-00000000-not-on-this-node, which nvidia.com/gpu does not share on this node"
+    ) in refused.error
+    assert node.scheduler.holder() is None  # released at once, not after 30 s
+
+
+def test_a_slow_api_server_still_gives_each_container_its_gpu(node):
+    """100 ms per API request: the agent's direct GETs take longer but never guess."""
+    node.fake.slow(0.1)
+    try:
+        pod = node.scheduler.place(share_pod("slow"), {"main": node.uuid(4)})
+        (done,) = node.admitter.admit(pod)
+        node.scheduler.wait_released()
+    finally:
+        node.fake.slow(0)
+    assert done.error is None
+    assert visible(done, "main") == node.uuid(4)
+    assert max(done.allocate_seconds) < 1.0
+    node.admitter.remove(pod)

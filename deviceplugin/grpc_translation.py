@@ -51,9 +51,14 @@ def is_share_resource(resource: Resource) -> bool:
 
 
 def device_list(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceList:
+    """Share replicas go without their NUMA node (DESIGN §12): the kubelet's topology manager
+    must never narrow which replica it hands out, since the GPU is the scheduler's choice."""
     if resource is None:
         return ()
-    return tuple((d.id, is_healthy(d, unhealthy), d.numa_node) for d in resource.devices)
+    shares = is_share_resource(resource)
+    return tuple(
+        (d.id, is_healthy(d, unhealthy), None if shares else d.numa_node) for d in resource.devices
+    )
 
 
 def to_list_response(devices: DeviceList) -> pb.ListAndWatchResponse:

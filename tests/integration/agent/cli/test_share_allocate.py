@@ -247,3 +247,9 @@ def test_a_slow_api_server_still_gives_each_container_its_gpu(node):
     assert visible(done, "main") == node.uuid(4)
     assert max(done.allocate_seconds) < 1.0
     node.admitter.remove(pod)
+
+
+def test_replicas_are_advertised_without_topology(node):
+    devices = node.kubelet.devices(GPU)
+    assert len(devices) == 8 * REPLICAS
+    assert {d.numa_nodes for d in devices.values()} == {()}

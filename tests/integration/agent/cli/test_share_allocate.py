@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -253,3 +254,36 @@ def test_replicas_are_advertised_without_topology(node):
     devices = node.kubelet.devices(GPU)
     assert len(devices) == 8 * REPLICAS
     assert {d.numa_nodes for d in devices.values()} == {()}
+
+
+def test_each_share_pod_costs_the_same_few_api_calls_however_many_pods_run(node):
+    """The Allocate path's only API calls are GETs of the lock and the pod (for
+    GetPreferredAllocation and Allocate), then the patch and the release: no call per pod on
+    the node, so the cost does not grow with them."""
+    costs, running = [], []
+    for i in range(6):
+        before = len(node.fake.authorization_checks)
+        pod = node.scheduler.place(share_pod(f"cost-{i}"), {"main": node.uuid(i % 8)})
+        node.admitter.admit(pod)
+        node.scheduler.wait_released()
+        running.append(pod)
+        calls = Counter(
+            (c.resource, c.verb)
+            for c in node.fake.authorization_checks[before:]
+            if c.user == "fake-token" and c.resource in ("leases", "pods") and c.verb != "list"
+        )
+        costs.append(dict(calls))
+    assert (
+        costs
+        == [
+            {
+                ("leases", "get"): 3,
+                ("leases", "update"): 1,
+                ("pods", "get"): 2,
+                ("pods", "patch"): 1,
+            }
+        ]
+        * 6
+    )
+    for pod in running:
+        node.admitter.remove(pod)

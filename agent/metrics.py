@@ -38,6 +38,8 @@ class MetricsSnapshot:
     unhealthy: frozenset[str] = frozenset()
     telemetry: Mapping[str, GpuTelemetry] = field(default_factory=dict)
     allocated: Mapping[int, int] = field(default_factory=dict)  # GPU index -> devices held by pods
+    shares: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    """Shared GPUs only: GPU index -> (replicas, bytes of memory its shares use), DESIGN §12."""
 
 
 _GPU_GAUGES: tuple[tuple[str, str], ...] = (
@@ -55,6 +57,11 @@ _GPU_GAUGES: tuple[tuple[str, str], ...] = (
         "Devices of this GPU (whole GPU, MIG slices or replicas) held by pods",
     ),
     ("gpu_mig_devices", "MIG devices configured on the GPU"),
+    ("gpu_shares", "Replicas a shared GPU is split into (absent when not shared)"),
+    (
+        "gpu_share_memory_bytes",
+        "GPU memory the shares on a shared GPU ask (an equal split where a share names none)",
+    ),
 )
 
 
@@ -64,6 +71,7 @@ def _gpu_values(gpu: Gpu, snap: MetricsSnapshot) -> dict[str, float | None]:
         None if tele is None or tele.utilization_percent is None else tele.utilization_percent / 100
     )
     used = None if tele is None or tele.memory_used_mib is None else tele.memory_used_mib * MIB
+    share = snap.shares.get(gpu.index)
     return {
         "gpu_healthy": 0.0 if str(gpu.uuid) in snap.unhealthy else 1.0,
         "gpu_utilization_ratio": util,
@@ -73,6 +81,8 @@ def _gpu_values(gpu: Gpu, snap: MetricsSnapshot) -> dict[str, float | None]:
         "gpu_power_watts": None if tele is None else tele.power_w,
         "gpu_allocated_devices": float(snap.allocated.get(gpu.index, 0)),
         "gpu_mig_devices": float(len(gpu.mig_devices)),
+        "gpu_shares": float(share[0]) if share else None,
+        "gpu_share_memory_bytes": float(share[1]) if share else None,
     }
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "SHARED_GPU_RESOURCE",
     "SHARE_LOCK_PREFIX",
     "ContainerShare",
+    "ShareLock",
     "ShareRequestError",
     "Sharing",
     "decode_allocated",
@@ -54,6 +56,7 @@ __all__ = [
     "encode_gpus",
     "mps_pipe_directory",
     "pod_shares",
+    "share_lock_from_lease",
     "share_lock_name",
     "share_milli",
 ]
@@ -112,6 +115,52 @@ class ContainerShare:
 def share_lock_name(node: str) -> str:
     """The node's share lock: a `coordination.k8s.io` Lease in the scheduler's namespace."""
     return f"{SHARE_LOCK_PREFIX}{node}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareLock:
+    """The node's share Lease as read: its holder (a pod UID) and that pod's key, or released.
+
+    `renew_time` is seconds since the epoch (None when the Lease has none); `resource_version`
+    is what a release must be conditional on."""
+
+    name: str
+    namespace: str
+    resource_version: str
+    holder: str | None = None
+    pod_key: str | None = None
+    renew_time: float | None = None
+    duration_s: int = DEFAULT_SHARE_LOCK_SECONDS
+
+    def held(self, now: float) -> bool:
+        """Held by a pod and not expired at `now` (seconds since the epoch)."""
+        if not self.holder:
+            return False
+        return self.renew_time is None or self.renew_time + self.duration_s >= now
+
+
+def share_lock_from_lease(lease: Mapping[str, Any]) -> ShareLock:
+    """The `coordination.k8s.io/v1` Lease (a JSON dict) as a ShareLock; ShareRequestError names
+    a malformed field."""
+    meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+    where = f"Lease {meta.get('namespace', '')}/{meta.get('name', '')}"
+    renew = spec.get("renewTime") or spec.get("acquireTime")
+    try:
+        stamp = datetime.fromisoformat(str(renew).replace("Z", "+00:00")) if renew else None
+    except ValueError:
+        raise ShareRequestError(f"{where}: spec.renewTime: not RFC3339: {renew!r}") from None
+    duration = spec.get("leaseDurationSeconds") or DEFAULT_SHARE_LOCK_SECONDS
+    if isinstance(duration, bool) or not isinstance(duration, int) or duration < 1:
+        raise ShareRequestError(f"{where}: spec.leaseDurationSeconds: expected >= 1: {duration!r}")
+    return ShareLock(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        holder=spec.get("holderIdentity") or None,
+        pod_key=(meta.get("annotations") or {}).get(LOCK_POD_ANNOTATION) or None,
+        renew_time=stamp.timestamp() if stamp else None,
+        duration_s=duration,
+    )
 
 
 def mps_pipe_directory(root: str, uid: int) -> str:

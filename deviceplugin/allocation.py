@@ -99,7 +99,7 @@ class Allocator:
     ) -> list[ContainerAllocation]:
         """One allocation per container request; a RequestError names the bad IDs (`listed`)."""
         chosen = [self._validate(resource, unhealthy, pos, ids) for pos, ids in enumerate(requests)]
-        return [self._build(devices) for devices in chosen]
+        return [self.build(devices) for devices in chosen]
 
     def _validate(
         self, resource: Resource, unhealthy: Set[str], pos: int, ids: Sequence[str]
@@ -141,7 +141,8 @@ class Allocator:
         dirs = ", ".join(str(p) for p in self._cdi.spec_dirs)
         return [f"no CDI spec in {dirs} names {name}" for name in missing]
 
-    def _build(self, devices: Sequence[PluginDevice]) -> ContainerAllocation:
+    def build(self, devices: Sequence[PluginDevice]) -> ContainerAllocation:
+        """What the runtime applies for `devices` (already validated)."""
         units = list(dict.fromkeys(d.unit_uuid for d in devices))
         by_index = self._settings.device_id_strategy is DeviceIdStrategy.INDEX
         visible = list(dict.fromkeys(d.unit_index if by_index else d.unit_uuid for d in devices))
@@ -219,6 +220,11 @@ class Allocator:
                 f"{where}: no set of {counted(request.size, 'device')} exists"
             )
         return picked
+
+    @staticmethod
+    def device_of(resource: Resource, device_id: str) -> PluginDevice:
+        """The advertised device `device_id`; InvalidRequestError names an unknown one."""
+        return Allocator._device(resource, device_id)
 
     @staticmethod
     def _device(resource: Resource, device_id: str) -> PluginDevice:

@@ -25,6 +25,7 @@ from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredReq
 from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, RequestError
 from deviceplugin.resources import Resource, is_healthy
+from deviceplugin.share_allocation import ShareAllocator
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +44,21 @@ class RpcObserver(Protocol):
     def __call__(self, method: str, resource: str, seconds: float, code: str) -> None: ...
 
 
+def is_share_resource(resource: Resource) -> bool:
+    """Replicas of whole GPUs: served per pod through the share lock (DESIGN §12); time-sliced
+    MIG devices are not shares and keep the plain answer."""
+    return resource.shared and all(d.mig is None for d in resource.devices)
+
+
 def device_list(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceList:
+    """Share replicas go without their NUMA node (DESIGN §12): the kubelet's topology manager
+    must never narrow which replica it hands out, since the GPU is the scheduler's choice."""
     if resource is None:
         return ()
-    return tuple((d.id, is_healthy(d, unhealthy), d.numa_node) for d in resource.devices)
+    shares = is_share_resource(resource)
+    return tuple(
+        (d.id, is_healthy(d, unhealthy), None if shares else d.numa_node) for d in resource.devices
+    )
 
 
 def to_list_response(devices: DeviceList) -> pb.ListAndWatchResponse:
@@ -92,8 +104,10 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
         stop: threading.Event,
         observer: RpcObserver | None = None,
         poll_s: float = 1.0,
+        shares: ShareAllocator | None = None,
     ) -> None:
         self.resource_name = resource_name
+        self._shares = shares
         self._device_state = device_state
         self._allocator = allocator
         self._stop = stop
@@ -145,29 +159,37 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
 
     def _allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
         ids = [list(c.devices_ids) for c in request.container_requests]
-        allocations = self._allocator.allocate(self._current(), self._device_state.unhealthy, ids)
+        resource, unhealthy = self._current(), self._device_state.unhealthy
+        if self._shares is not None and is_share_resource(resource):
+            allocations = self._shares.allocate(resource, unhealthy, ids)
+        else:
+            allocations = self._allocator.allocate(resource, unhealthy, ids)
         return pb.AllocateResponse(
             container_responses=[to_container_response(a) for a in allocations]
         )
 
     def _preferred(self, request: pb.PreferredAllocationRequest) -> pb.PreferredAllocationResponse:
         resource = self._current()
-        answers = [
-            self._allocator.preferred(
-                resource,
-                PreferredRequest(
-                    available=tuple(c.available_deviceIDs),
-                    must_include=tuple(c.must_include_deviceIDs),
-                    size=c.allocation_size,
-                ),
-            )
-            for c in request.container_requests
-        ]
+        answers = [self._preferred_one(resource, c) for c in request.container_requests]
         return pb.PreferredAllocationResponse(
             container_responses=[
                 pb.ContainerPreferredAllocationResponse(deviceIDs=list(a)) for a in answers
             ]
         )
+
+    def _preferred_one(
+        self, resource: Resource, c: pb.ContainerPreferredAllocationRequest
+    ) -> tuple[str, ...]:
+        asked = PreferredRequest(
+            available=tuple(c.available_deviceIDs),
+            must_include=tuple(c.must_include_deviceIDs),
+            size=c.allocation_size,
+        )
+        packed = self._allocator.preferred(resource, asked)  # validates the request
+        if self._shares is None or not is_share_resource(resource):
+            return packed
+        shared = self._shares.preferred(resource, asked.available, asked.must_include, asked.size)
+        return packed if shared is None else shared
 
     def _current(self) -> Resource:
         resource = self._device_state.resource(self.resource_name)

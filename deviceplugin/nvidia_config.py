@@ -2,7 +2,9 @@
 
 Accepted unchanged: NVIDIA's own flags that gputopo does not use are ignored, unknown keys are
 errors. Honoured: `flags.migStrategy`, `flags.failOnInitError`, `flags.plugin.passDeviceSpecs`,
-`flags.plugin.deviceListStrategy`, `flags.plugin.deviceIDStrategy` and `sharing.timeSlicing`.
+`flags.plugin.deviceListStrategy`, `flags.plugin.deviceIDStrategy`, and `sharing.timeSlicing` or
+`sharing.mps` (whole GPUs, at most 48 replicas, `failRequestsGreaterThanOne` forced; the MPS
+control daemon itself is `gputopo-agent mps`'s).
 Problems are appended to `errors` as `<file>: <key path>: <reason>`.
 """
 
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_profile
+from agent.shares import MAX_MPS_CLIENTS, Sharing
 from deviceplugin.settings import (
     MAX_REPLICAS,
     SharedResource,
@@ -67,37 +70,69 @@ def fold_flags(
 
 
 def parse_sharing(where: str, sharing: Any, errors: list[str]) -> TimeSlicing:
-    """The `sharing` section; MPS is refused (gputopo does not run MPS daemons)."""
+    """The `sharing` section: `timeSlicing` or `mps` (one of them), in NVIDIA's format."""
     if sharing is None:
         return TimeSlicing()
     if not isinstance(sharing, dict):
         errors.append(f"{where}: sharing: expected a mapping")
         return TimeSlicing()
-    errors += [
-        f"{where}: sharing.{k}: unknown key" for k in sharing if k not in ("timeSlicing", "mps")
-    ]
-    if sharing.get("mps"):
-        errors.append(f"{where}: sharing.mps: MPS sharing is not supported (use timeSlicing)")
-    ts = sharing.get("timeSlicing") or {}
-    if not isinstance(ts, dict):
-        errors.append(f"{where}: sharing.timeSlicing: expected a mapping")
+    modes = {"timeSlicing": Sharing.TIME_SLICING, "mps": Sharing.MPS}
+    errors += [f"{where}: sharing.{k}: unknown key" for k in sharing if k not in modes]
+    given = [k for k in modes if sharing.get(k)]
+    if len(given) > 1:
+        errors.append(f"{where}: sharing: timeSlicing and mps are exclusive; give one")
+    if not given:
         return TimeSlicing()
-    at = f"{where}: sharing.timeSlicing"
+    return _parse_mode(f"{where}: sharing.{given[0]}", sharing[given[0]], modes[given[0]], errors)
+
+
+def _parse_mode(at: str, section: Any, mode: Sharing, errors: list[str]) -> TimeSlicing:
+    if not isinstance(section, dict):
+        errors.append(f"{at}: expected a mapping")
+        return TimeSlicing()
     allowed = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
-    errors += [f"{at}.{k}: unknown key" for k in ts if k not in allowed]
-    rename, fail = (_flag(at, ts, key, errors) for key in allowed[:2])
-    entries = ts.get("resources") or []
+    errors += [f"{at}.{k}: unknown key" for k in section if k not in allowed]
+    rename, fail = (_flag(at, section, key, errors) for key in allowed[:2])
+    if mode is Sharing.MPS:
+        if "failRequestsGreaterThanOne" in section and not fail:
+            errors.append(f"{at}.failRequestsGreaterThanOne: MPS serves one replica per container")
+        fail = True
+    entries = section.get("resources") or []
     if not isinstance(entries, list):
         errors.append(f"{at}.resources: expected a list")
         entries = []
     parsed = [_shared(f"{at}.resources[{i}]", e, errors) for i, e in enumerate(entries)]
+    if mode is Sharing.MPS:
+        errors += _mps_problems(at, parsed)
     resources = tuple(r for r in parsed if r is not None)
     names = Counter(r.name for r in resources)
     errors += [f"{at}.resources: {n} listed twice" for n in sorted(names) if names[n] > 1]
     errors += _name_problems(at, parsed, rename_by_default=rename)
     return TimeSlicing(
-        rename_by_default=rename, fail_requests_greater_than_one=fail, resources=resources
+        sharing=mode,
+        rename_by_default=rename,
+        fail_requests_greater_than_one=fail,
+        resources=resources,
     )
+
+
+def _mps_problems(at: str, entries: Sequence[SharedResource | None]) -> list[str]:
+    """MPS shares whole GPUs (no MIG shares), at most MAX_MPS_CLIENTS clients per GPU."""
+    problems: list[str] = []
+    for pos, entry in enumerate(entries):
+        if entry is None:
+            continue
+        if entry.name != GPU_RESOURCE:
+            problems.append(
+                f"{at}.resources[{pos}].name: MPS shares whole GPUs ({GPU_RESOURCE}), "
+                f"not {entry.name}"
+            )
+        if entry.replicas > MAX_MPS_CLIENTS:
+            problems.append(
+                f"{at}.resources[{pos}].replicas: at most {MAX_MPS_CLIENTS} (CUDA MPS clients "
+                f"per GPU), got {entry.replicas}"
+            )
+    return problems
 
 
 def _name_problems(
@@ -120,6 +155,12 @@ def _name_problems(
         elif target != entry.name and _reserved(target, entry.name):
             problems.append(
                 f"{field}: {given}, a name the device plugin advertises itself (pick another)"
+            )
+        elif target == entry.name and entry.devices is not None:
+            problems.append(
+                f"{at}.resources[{pos}].devices: sharing only some devices needs a renamed "
+                "resource (rename, or renameByDefault): else whole devices and replicas would "
+                f"share the name {target}"
             )
         taken.setdefault(target, pos)
     return problems

@@ -4,8 +4,9 @@ It puts together the device state, the allocator, the health monitor, the MIG re
 registration loop (one resource plugin per advertised resource). `DevicePlugin(settings, backend,
 inventory)` builds the advertised resources (raising `ResourceError` when the strategy cannot
 apply), `start()` serves and registers every resource and starts the health thread, `stop()` ends
-the streams and removes the sockets. Other parts of the agent read `device_state` (its `wait()`
-wakes on every health or layout change) and `inventory`.
+the streams and removes the sockets. `make_shares` (the agent's wiring) serves shared resources
+per pod through the share lock (`share_allocation`). Other parts of the agent read
+`device_state` (its `wait()` wakes on every health or layout change) and `inventory`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from deviceplugin.health import HealthMonitor, HealthTracker
 from deviceplugin.registration_loop import RegistrationLoop
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import PluginSettings
+from deviceplugin.share_allocation import ShareAllocator
+
+MakeShares = Callable[[Allocator, frozenset[str]], ShareAllocator]
+"""Builds the share allocator from the plugin's allocator and its shared resources' names."""
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,7 @@ class DevicePlugin:
         observer: RpcObserver | None = None,
         poll_s: float = 0.1,
         wait_timeout_s: float = 0.5,
+        make_shares: MakeShares | None = None,
     ) -> None:
         self.settings = settings
         self.inventory = inventory
@@ -51,6 +57,8 @@ class DevicePlugin:
         self._stop = threading.Event()
         self.device_state = DeviceState(build_resources(inventory, settings))
         self.allocator = Allocator(settings, inventory)
+        shared = frozenset(n for n, r in self.device_state.view().resources.items() if r.shared)
+        self.shares = make_shares(self.allocator, shared) if make_shares and shared else None
         self.tracker = HealthTracker(
             inventory,
             settings.xid_policy,
@@ -72,7 +80,12 @@ class DevicePlugin:
             plugin_dir=settings.device_plugin_dir,
             device_state=self.device_state,
             make_translation=lambda name: GrpcTranslation(
-                name, self.device_state, self.allocator, stop=self._stop, observer=observer
+                name,
+                self.device_state,
+                self.allocator,
+                stop=self._stop,
+                observer=observer,
+                shares=self.shares,
             ),
             poll_s=poll_s,
             clock=clock,

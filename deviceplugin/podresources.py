@@ -104,6 +104,14 @@ class PodResourcesClient:
         """True when the kubelet's socket exists (the publisher then reports `podresources`)."""
         return self._socket.is_socket()
 
+    def pods(self) -> tuple[PodGrant, ...]:
+        """`List` alone: every pod the kubelet lists now (share Allocate's one kubelet call)."""
+        if not self.available():
+            raise PodResourcesUnavailableError(f"PodResources socket {self._socket} does not exist")
+        with _rpc(self._socket, "List"):
+            listed = self._stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
+        return tuple(_pod(p) for p in listed.pod_resources)
+
     def snapshot(self, is_terminal: IsTerminal | None = None) -> PodResourcesSnapshot:
         """Allocatable devices/CPUs/memory and the non-terminal pods' assignments."""
         if not self.available():

@@ -1,6 +1,7 @@
 """What the device plugin is told to do: plain frozen values, built by `agent.cli.config`.
 
-Pure (stdlib only), so the agent's config loader, the plugin and the tests share one definition.
+Pure (stdlib and the agent's pure core), so the agent's config loader, the plugin and the
+tests share one definition.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from agent.shares import Sharing
+
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
 
 DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+DEFAULT_MPS_ROOT = "/run/gputopo/mps"
+"""Where the MPS control daemons' pipe directories (`<root>/<uid>/pipe`) and shm live."""
 
 MAX_REPLICAS = 256
 """Most time-slicing replicas per device. Each replica is one `Device` of ~66 bytes in the
@@ -99,6 +104,9 @@ class SharedResource:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TimeSlicing:
+    """NVIDIA's `sharing.timeSlicing` or `sharing.mps` section (`sharing` says which)."""
+
+    sharing: Sharing = Sharing.TIME_SLICING
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     resources: tuple[SharedResource, ...] = ()
@@ -170,3 +178,4 @@ class PluginSettings:
     health_quiet_period_s: float = 60.0
     health_recheck_interval_s: float = 5.0
     rescan_interval_s: float = 10.0
+    mps_root: str = DEFAULT_MPS_ROOT

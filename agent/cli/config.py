@@ -5,8 +5,8 @@ Precedence: flag > environment (`GPUTOPO_<FLAG>`, and `NODE_NAME` for the node n
 name (`migStrategy`, `devicePluginDir`, `noPublish`, ...) and also NVIDIA's device-plugin config
 file unchanged: `flags` (`migStrategy`, `failOnInitError`, `plugin.passDeviceSpecs`,
 `plugin.deviceListStrategy`, `plugin.deviceIDStrategy`; NVIDIA's other flags are accepted and
-ignored) and `sharing.timeSlicing`. NVIDIA's `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`
-are honoured. Every problem found is reported in one `ConfigError`.
+ignored) and `sharing.timeSlicing` or `sharing.mps`. NVIDIA's `DP_DISABLE_HEALTHCHECKS` /
+`DP_ENABLE_HEALTHCHECKS` are honoured. Every problem found is reported in one `ConfigError`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
+from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
 from deviceplugin.nvidia_config import fold_flags, parse_sharing
 from deviceplugin.settings import (
+    DEFAULT_MPS_ROOT,
     DeviceIdStrategy,
     DeviceListStrategy,
     MigStrategy,
@@ -118,6 +120,10 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
          "float", 5.0),
     _Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+    _Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
+         "str", DEFAULT_SHARE_LOCK_NAMESPACE),
+    _Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
+         "under sharing.mps", "str", DEFAULT_MPS_ROOT),
 )  # fmt: skip
 _BY_KEY = {o.key: o for o in _OPTIONS}
 
@@ -142,6 +148,7 @@ class AgentConfig:
     log_format: str = "text"
     fail_on_init_error: bool = True
     allow_fake_gpus: bool = False
+    share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -278,6 +285,7 @@ def _build(
         health_quiet_period_s=raw["healthQuietPeriod"],
         health_recheck_interval_s=raw["healthRecheckInterval"],
         rescan_interval_s=raw["rescanInterval"],
+        mps_root=raw["mpsRoot"],
     )
     return AgentConfig(
         node_name=raw["nodeName"],
@@ -298,6 +306,7 @@ def _build(
         log_format=raw["logFormat"],
         fail_on_init_error=raw["failOnInitError"],
         allow_fake_gpus=raw["allowFakeGpus"],
+        share_lock_namespace=raw["shareLockNamespace"],
         plugin=plugin,
     )
 

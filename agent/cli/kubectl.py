@@ -24,17 +24,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from agent import logsetup
 from agent.cli import kubectl_queues as queues
-from agent.cli.kubectl_nodes import node_summary, render_nodes, render_topo, table, topo_data
+from agent.cli.kubectl_nodes import (
+    node_summary,
+    render_nodes,
+    render_topo,
+    share_rows,
+    shared_gpus,
+    table,
+    topo_data,
+)
 from agent.dispatch import CommandParser, version_line
 from agent.errors import AgentError, TopologyDecodeError
-from agent.nrt import decode
+from agent.nrt import DecodedTopology, decode
+from agent.share_usage import annotated_shares
 
 if TYPE_CHECKING:
     from agent.kube.client import KubeSink
@@ -133,7 +142,15 @@ def cmd_nodes(objects: Sequence[Any], output: str, out: TextIO, err: TextIO) -> 
     return 0
 
 
-def cmd_topo(obj: Any, node: str, output: str, out: TextIO, err: TextIO) -> int:
+def cmd_topo(
+    obj: Any,
+    node: str,
+    output: str,
+    out: TextIO,
+    err: TextIO,
+    pods: Callable[[], list[dict[str, Any]]] | None = None,
+) -> int:
+    """`pods` lists the node's pods, for the per-pod shares of shared GPUs."""
     if obj is None:
         err.write(f"{PROG}: no NodeResourceTopology for node {node}\n")
         return 1
@@ -142,11 +159,28 @@ def cmd_topo(obj: Any, node: str, output: str, out: TextIO, err: TextIO) -> int:
     except TopologyDecodeError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 1
+    shares = _pod_shares(topology, pods, err)
     if output == "table":
-        out.write(render_topo(topology))
+        out.write(render_topo(topology, shares))
     else:
-        emit(topo_data(topology), output, out)
+        emit(topo_data(topology, shares), output, out)
     return 0
+
+
+def _pod_shares(
+    topology: DecodedTopology, pods: Callable[[], list[dict[str, Any]]] | None, err: TextIO
+) -> list[dict[str, Any]] | None:
+    shared = shared_gpus(topology)
+    if not shared:
+        return []
+    if pods is None:
+        return None
+    try:
+        listed = pods()
+    except AgentError as exc:
+        err.write(f"{PROG}: per-pod shares not shown: {exc}\n")
+        return None
+    return share_rows(topology, annotated_shares(topology.inventory, shared, listed))
 
 
 def render_queues(tree: queues.QueueTree) -> str:
@@ -224,7 +258,8 @@ def main(
             return cmd_queues(sink.list_queues(), output, out, err)
         if args.command == "queue":
             return cmd_queue(sink, args.action, args.name, out, err)
-        return cmd_topo(sink.get_topology(args.node), args.node, output, out, err)
+        pods = lambda: sink.node_pods(args.node)  # noqa: E731
+        return cmd_topo(sink.get_topology(args.node), args.node, output, out, err, pods)
     except AgentError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 1

@@ -9,19 +9,27 @@ is never handed out whole (its slices are, as `nvidia.com/mig-<profile>`), so it
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.model import HEALTHY, UNHEALTHY, format_cpulist
+from agent.model import HEALTHY, UNHEALTHY, GpuUuid, format_cpulist
 from agent.nrt import ATTR_SOURCE, DecodedTopology, is_gpu_free, is_whole_gpu
 from agent.plural import counted
 from agent.resource_names import MIG_RESOURCE_PREFIX
+from agent.share_usage import PodShare, SharedGpu
+from agent.shares import GPU_COMPUTE, GPU_MEMORY, Sharing
 from agent.topo_table import render_legend, render_topo_matrix
 
 NODES_HEADER = (
     "NODE", "PRODUCT", "GPUS", "WHOLE", "WHOLE FREE", "MIG GPUS", "MIG FREE", "NVLINK ISLANDS",
     "HEALTH",
 )  # fmt: skip
+SHARE_NOTE = (
+    "\nSHARES FREE: shared GPUs (never handed out whole): free replicas and gputopo.io/gpu-memory "
+    "of each GPU in use; N-idle: N shared GPUs with no share\n"
+)
+SHARE_LINES = frozenset({GPU_MEMORY, GPU_COMPUTE})
+SHARING_NOTE = "; timeSlicing enforces nothing: memory and compute are what pods asked"
 MIG_NOTE = (
     "WHOLE: GPUs requested as nvidia.com/gpu; MIG GPUS are in MIG mode, requested by slice "
     "(MIG FREE: free slices, nvidia.com/mig-<profile>)"
@@ -42,20 +50,58 @@ def mig_free(topology: DecodedTopology) -> dict[str, int]:
     return dict(sorted(free.items()))
 
 
+def shared_gpus(topology: DecodedTopology) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs the node splits into replicas, as its NRT GPU zones say (DESIGN §12)."""
+    out: dict[GpuUuid, SharedGpu] = {}
+    for gpu, entry in zip(topology.inventory.gpus, topology.availability.gpus, strict=True):
+        replica = next((r.name for r in entry.resources if r.name not in SHARE_LINES), None)
+        if entry.sharing is not Sharing.NONE and replica is not None:
+            out[gpu.uuid] = SharedGpu(
+                uuid=gpu.uuid, sharing=entry.sharing, replicas=entry.shares, resource=replica
+            )
+    return out
+
+
+def share_summary(topology: DecodedTopology) -> list[dict[str, Any]]:
+    """Per shared GPU: its mode, replicas, free replicas, and free memory and compute."""
+    shared = shared_gpus(topology)
+    out = []
+    for gpu, entry in zip(topology.inventory.gpus, topology.availability.gpus, strict=True):
+        if gpu.uuid not in shared:
+            continue
+        counts = {r.name: r for r in entry.resources}
+        replica, memory = counts[shared[gpu.uuid].resource], counts.get(GPU_MEMORY)
+        compute = counts.get(GPU_COMPUTE)
+        out.append(
+            {
+                "gpu": gpu.index,
+                "sharing": str(entry.sharing),
+                "shares": entry.shares,
+                "sharesFree": replica.available,
+                "memoryFree": memory.available if memory else None,
+                "computeFree": compute.available if compute else None,
+            }
+        )
+    return out
+
+
 def node_summary(topology: DecodedTopology) -> dict[str, Any]:
     gpus = topology.inventory.gpus
     whole = [
         counts
         for gpu, counts in zip(gpus, topology.availability.gpus, strict=True)
-        if is_whole_gpu(gpu)
+        if is_whole_gpu(gpu) and counts.sharing is Sharing.NONE
     ]
+    shares = share_summary(topology)
     return {
         "node": topology.node_name,
         "product": ", ".join(sorted({g.product for g in gpus})),
         "gpus": len(gpus),
         "wholeGpus": len(whole),
         "wholeGpusFree": sum(1 for counts in whole if is_gpu_free(counts)),
-        "migGpus": len(gpus) - len(whole),
+        "migGpus": sum(1 for g in gpus if not is_whole_gpu(g)),
+        "sharedGpus": len(shares),
+        "shares": shares,
         "migFree": mig_free(topology),
         "nvlinkIslands": islands(topology),
         "unhealthy": [g.index for g in topology.availability.gpus if not g.healthy],
@@ -79,7 +125,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def render_nodes(summaries: Sequence[dict[str, Any]]) -> str:
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             s["node"],
             s["product"] or "-",
@@ -94,14 +140,34 @@ def render_nodes(summaries: Sequence[dict[str, Any]]) -> str:
         for s in summaries
     ]
     note = f"\n{MIG_NOTE}\n" if any(s["migGpus"] for s in summaries) else ""
+    if any(s["shares"] for s in summaries):
+        rows = [(*row, _shares_text(s["shares"])) for row, s in zip(rows, summaries, strict=True)]
+        return table((*NODES_HEADER, "SHARES FREE (GPU:FREE/OF)"), rows) + note + SHARE_NOTE
     return table(NODES_HEADER, rows) + note
 
 
+def _shares_text(shares: Sequence[Mapping[str, Any]]) -> str:
+    if not shares:
+        return "-"
+    parts = []
+    for s in shares:
+        if s["sharesFree"] == s["shares"]:
+            continue
+        memory = "" if s["memoryFree"] is None else f"({s['memoryFree'] / 2**30:.0f}Gi)"
+        parts.append(f"{s['gpu']}:{s['sharesFree']}/{s['shares']}{memory}")
+    idle = len(shares) - len(parts)
+    return ",".join([*parts, f"{idle}-idle"] if idle else parts)
+
+
 def _counts_text(counts: Sequence[Any]) -> str:
-    return (
-        ", ".join(f"{r.name.rpartition('/')[2]} {r.available}/{r.allocatable}" for r in counts)
-        or "-"
-    )
+    return ", ".join(_count_text(r) for r in counts) or "-"
+
+
+def _count_text(r: Any) -> str:
+    name = r.name.rpartition("/")[2]
+    if r.name == GPU_MEMORY:
+        return f"{name} {r.available / 2**30:.1f}/{r.allocatable / 2**30:.1f} GiB"
+    return f"{name} {r.available}/{r.allocatable}"
 
 
 def _numa_rows(topology: DecodedTopology) -> list[tuple[str, ...]]:
@@ -122,7 +188,45 @@ def _numa_rows(topology: DecodedTopology) -> list[tuple[str, ...]]:
     return rows
 
 
-def render_topo(topology: DecodedTopology) -> str:
+def share_rows(
+    topology: DecodedTopology, shares: Mapping[GpuUuid, Sequence[PodShare]]
+) -> list[dict[str, Any]]:
+    """One entry per share container, by GPU index then pod."""
+    index = {g.uuid: g.index for g in topology.inventory.gpus}
+    return [
+        {
+            "gpu": index[uuid],
+            "pod": s.pod,
+            "container": s.container,
+            "memory": s.memory_bytes,
+            "compute": s.compute_percent,
+        }
+        for uuid in sorted(shares, key=lambda u: index[u])
+        for s in sorted(shares[uuid], key=lambda s: (s.pod, s.container))
+    ]
+
+
+def _share_table(topology: DecodedTopology, rows: Sequence[Mapping[str, Any]] | None) -> str:
+    modes = sorted({s["sharing"] for s in share_summary(topology)})
+    if not modes:
+        return ""
+    title = f"Shares ({', '.join(modes)}{SHARING_NOTE if 'timeSlicing' in modes else ''})\n"
+    if rows is None:
+        return title + "(pods on the node not readable: no per-pod shares)\n"
+    lines = [
+        (str(r["gpu"]), r["pod"], r["container"], f"{r['memory'] / 2**30:.1f} GiB",
+         "-" if r["compute"] is None else f"{r['compute']}%")
+        for r in rows
+    ]  # fmt: skip
+    if not lines:
+        return title + "(no share pods placed by gputopo-scheduler)\n"
+    return title + table(("GPU", "POD", "CONTAINER", "MEMORY", "COMPUTE"), lines)
+
+
+def render_topo(
+    topology: DecodedTopology, shares: Sequence[Mapping[str, Any]] | None = None
+) -> str:
+    """The node's tables; `shares` (from `share_rows`) lists each share, None: unknown."""
     inv = topology.inventory
     island_of = {i: pos for pos, members in enumerate(islands(topology)) for i in members}
     head = (
@@ -154,12 +258,18 @@ def render_topo(topology: DecodedTopology) -> str:
     mig_rows = [(str(g.index), g.mig_layout) for g in inv.gpus if g.mig_devices]
     if mig_rows:
         parts.append(table(("GPU", "MIG LAYOUT (profile@start:size)"), mig_rows))
+    share_part = _share_table(topology, shares)
+    if share_part:
+        parts.append(share_part)
     return "\n".join(parts)
 
 
-def topo_data(topology: DecodedTopology) -> dict[str, Any]:
+def topo_data(
+    topology: DecodedTopology, shares: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """The node summary, the matrix, every GPU with its resources (`gpus`: this list replaces
-    the summary's count), NUMA nodes, attributes."""
+    the summary's count), NUMA nodes, attributes, and `podShares` (`share_rows`; None: the
+    pods were not readable)."""
     inv = topology.inventory
     gpus = [
         {
@@ -184,4 +294,5 @@ def topo_data(topology: DecodedTopology) -> dict[str, Any]:
             {"id": n.id, "cpus": n.cpulist, "distances": list(n.distances)} for n in inv.numa_nodes
         ],
         "attributes": dict(topology.attributes),
+        "podShares": None if shares is None else list(shares),
     }

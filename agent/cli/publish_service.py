@@ -22,13 +22,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent.availability import PodResourcesSnapshot, allocated_devices
+from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
+from agent.cli.share_wiring import shared_gpus
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.publisher import (
     DryRunSink,
     NodeInfo,
+    NodePods,
     NodeState,
     Publisher,
     PublisherSettings,
@@ -36,10 +38,11 @@ from agent.kube.publisher import (
     TopologySink,
 )
 from agent.metrics import AgentMetrics, MetricsSnapshot
-from agent.model import NodeInventory
+from agent.model import GpuUuid, NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
 from agent.restart_hold import RestartHold
+from agent.share_usage import SharedGpu, ShareUse, share_figures, share_use
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
@@ -56,6 +59,12 @@ Result = TypeVar("Result")
 
 ONESHOT_ATTEMPTS = 4
 TELEMETRY_INTERVAL_S = 10.0
+
+
+ShareState = Callable[
+    [tuple[PodGrant, ...]], tuple[Mapping[GpuUuid, SharedGpu], Mapping[GpuUuid, ShareUse]]
+]
+"""The shared GPUs and what the listed pods use of them (DESIGN §12)."""
 
 
 class StateReader:
@@ -75,8 +84,10 @@ class StateReader:
         *,
         kubelet_socket: Path | None = None,
         hold: RestartHold | None = None,
+        shares: ShareState | None = None,
     ) -> None:
         self._client = client
+        self._shares = shares
         self._inventory = inventory
         self._unhealthy = unhealthy
         self._is_terminal = is_terminal
@@ -104,8 +115,13 @@ class StateReader:
         self._check_restart()  # after the read: a restart during the read counts for it
         if snapshot is not None:
             snapshot = self.hold.apply(snapshot)
+        shared, use = self._shares(snapshot.pods if snapshot else ()) if self._shares else ({}, {})
         return NodeState(
-            inventory=self._inventory(), snapshot=snapshot, unhealthy=self._unhealthy()
+            inventory=self._inventory(),
+            snapshot=snapshot,
+            unhealthy=self._unhealthy(),
+            shared=shared,
+            share_use=use,
         )
 
     def _snapshot(self) -> PodResourcesSnapshot | None:
@@ -156,6 +172,9 @@ class KubeConnection:
 
     def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
         return self._call(lambda sink: sink.pod_phases(node))
+
+    def node_pods(self, node: str) -> list[dict[str, Any]]:
+        return self._call(lambda sink: sink.node_pods(node))
 
     def _call(self, call: Callable[[KubeSink], Result]) -> Result:
         try:
@@ -212,9 +231,10 @@ class TopologyService:
             dry_run=cfg.dry_run,
         )
         self.sink = sink if sink is not None else _sink(ctx)
-        phases = getattr(self.sink, "pod_phases", None)
+        listing = getattr(self.sink, "node_pods", None)
+        self.node_pods = NodePods(lambda: listing(cfg.node_name), clock=clock) if listing else None
         is_terminal = (
-            TerminalPodFilter(lambda: phases(cfg.node_name), clock=clock) if phases else None
+            TerminalPodFilter(self.node_pods.phases, clock=clock) if self.node_pods else None
         )
         self.client = PodResourcesClient(cfg.pod_resources_socket)
         plugin = ctx.device_plugin
@@ -225,11 +245,25 @@ class TopologyService:
             is_terminal=is_terminal,
             kubelet_socket=cfg.device_plugin_dir / KUBELET_SOCKET,
             hold=RestartHold(clock=clock),
+            shares=self._share_state if plugin else None,
         )
         self.publisher = Publisher(
             settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
         )
         self._threads: list[threading.Thread] = []
+
+    def _share_state(
+        self, listed: tuple[PodGrant, ...]
+    ) -> tuple[Mapping[GpuUuid, SharedGpu], Mapping[GpuUuid, ShareUse]]:
+        plugin = self._ctx.device_plugin
+        assert plugin is not None
+        shared = shared_gpus(plugin)
+        if not shared:
+            return {}, {}
+        if self.node_pods is None:
+            return shared, share_use(plugin.inventory, shared, listed, ())
+        self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
+        return shared, share_use(plugin.inventory, shared, listed, self.node_pods.last)
 
     def start(self) -> None:
         if self._oneshot:
@@ -288,6 +322,10 @@ class TopologyService:
                 self.publisher.poke()
 
 
+def _holds_devices(pod: PodGrant) -> bool:
+    return any(c.devices for c in pod.containers)
+
+
 def topology_service(ctx: AgentContext) -> TopologyService | None:
     """The NRT publisher and node labeller, unless both `--no-publish` and `--node-labels off`."""
     if not ctx.config.publish and not ctx.config.node_labels:
@@ -343,6 +381,7 @@ class MetricsService:
                 unhealthy=plugin.device_state.unhealthy if plugin else frozenset(),
                 telemetry=_telemetry(self._ctx.backend, inventory),
                 allocated=allocated_devices(availability) if availability else {},
+                shares=share_figures(availability) if availability else {},
             )
         )
 

@@ -28,6 +28,7 @@ from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
 from agent.cli.publish_service import metrics_service, topology_service
 from agent.cli.services import AgentContext, ReadyCheck, Service, ServiceFactory
+from agent.cli.share_wiring import share_factory
 from agent.dispatch import package_version
 from agent.errors import AgentError, ConfigError
 from agent.metrics import AgentMetrics
@@ -50,7 +51,11 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
         return None
     observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
     ctx.device_plugin = plugin = DevicePlugin(
-        ctx.config.plugin, ctx.backend, ctx.inventory, observer=observer
+        ctx.config.plugin,
+        ctx.backend,
+        ctx.inventory,
+        observer=observer,
+        make_shares=share_factory(ctx.config, ctx.inventory),
     )
     if ctx.metrics is not None:
         ctx.metrics.watch_device_plugin(

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agent.errors import PublishError
 from agent.kube.connect import TRANSPORT_ERRORS, read_or_none, transport_reason
-from agent.kube.publisher import FIELD_MANAGER, NodeInfo
+from agent.kube.publisher import FIELD_MANAGER, NodeInfo, pod_phases
 from agent.nrt import GROUP, PLURAL, VERSION
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -129,20 +129,20 @@ class KubeSink:
                 _request_timeout=self._timeout,
             )
 
-    def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
-        """(namespace, name) -> phase of every pod bound to `node`."""
+    def node_pods(self, node: str) -> list[dict[str, Any]]:
+        """Every pod bound to `node`, as JSON (phases, share annotations and requests)."""
         with api_errors(f"listing pods on {node}", self.server):
             response = self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}",
                 _preload_content=False,
                 _request_timeout=self._timeout,
             )
-        return {
-            (p["metadata"].get("namespace", ""), p["metadata"]["name"]): (
-                p.get("status") or {}
-            ).get("phase", "")
-            for p in _json(response).get("items") or []
-        }
+        items: list[dict[str, Any]] = _json(response).get("items") or []
+        return items
+
+    def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
+        """(namespace, name) -> phase of every pod bound to `node`."""
+        return pod_phases(self.node_pods(node))
 
     def list_queues(self) -> list[dict[str, Any]] | None:
         """Every Queue, or None when the API server does not serve Queues (CRD not installed)."""

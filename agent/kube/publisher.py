@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -38,9 +38,10 @@ import yaml
 from agent.availability import Availability, PodResourcesSnapshot, compute_availability
 from agent.errors import NodeNotFound, PublishError
 from agent.labels import gfd_labels, label_patch
-from agent.model import NodeInventory
+from agent.model import GpuUuid, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
+from agent.share_usage import SharedGpu, ShareUse, with_shares
 
 if TYPE_CHECKING:
     from agent.metrics import AgentMetrics
@@ -80,6 +81,8 @@ class NodeState:
     inventory: NodeInventory
     snapshot: PodResourcesSnapshot | None  # None: no PodResources socket (allocationSource none)
     unhealthy: frozenset[str] = frozenset()
+    shared: Mapping[GpuUuid, SharedGpu] = field(default_factory=dict)  # DESIGN §12
+    share_use: Mapping[GpuUuid, ShareUse] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,8 +170,11 @@ class Publisher:
         """The object `state` encodes to, with the ownerReference once the Node's UID is known."""
         kubelet = self.settings.kubelet
         capacity = numa_capacity(state.inventory.numa_nodes, kubelet)
-        availability = compute_availability(
-            state.inventory, capacity, state.snapshot, state.unhealthy
+        availability = with_shares(
+            compute_availability(state.inventory, capacity, state.snapshot, state.unhealthy),
+            state.inventory,
+            state.shared,
+            state.share_use,
         )
         self._availability = availability
         return encode(
@@ -304,6 +310,49 @@ class Publisher:
 
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def pod_phases(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(namespace, name) -> phase of each pod object."""
+    return {
+        (p["metadata"].get("namespace", ""), p["metadata"]["name"]): str(
+            (p.get("status") or {}).get("phase", "")
+        )
+        for p in pods
+    }
+
+
+class NodePods:
+    """The node's pods as last listed: `phases()` (a TerminalPodFilter's source) lists them and
+    keeps the objects in `last`, which the share usage reads (DESIGN §12); `missing(keys)` lists
+    again, at most every `min_interval_s`, when the kubelet lists pods `last` lacks."""
+
+    def __init__(
+        self,
+        list_pods: Callable[[], Iterable[Mapping[str, Any]]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        min_interval_s: float = 1.0,
+    ) -> None:
+        self._list_pods = list_pods
+        self._clock = clock
+        self._min_interval_s = min_interval_s
+        self._listed_at = float("-inf")
+        self.last: tuple[Mapping[str, Any], ...] = ()
+
+    def phases(self) -> dict[tuple[str, str], str]:
+        self._listed_at = self._clock()
+        self.last = tuple(self._list_pods())
+        return pod_phases(self.last)
+
+    def missing(self, keys: Iterable[tuple[str, str]]) -> None:
+        known = set(pod_phases(self.last))
+        if self._clock() - self._listed_at < self._min_interval_s or set(keys) <= known:
+            return
+        try:
+            self.phases()
+        except PublishError as exc:
+            log.debug("pods on the node not listed again: %s", exc)
 
 
 class TerminalPodFilter:

@@ -9,6 +9,8 @@ devices Unhealthy); `admit` runs the kubelet's allocation flow (healthy minus in
 directory but `kubelet_internal_checkpoint` and serves a new `kubelet.sock`; a `Register` still
 running from before a restart is answered UNAVAILABLE and leaves no endpoint behind. `refuse()`
 makes it fail one resource's `Register`, at once or after a delay (a kubelet that cannot dial).
+Whole pods (batches, init containers, PodResources `List`) are admitted by
+`deviceplugin.testing.admission.PodAdmitter` on top of it.
 """
 
 from __future__ import annotations
@@ -223,6 +225,10 @@ class KubeletEmulator:
         response = self.allocate(resource, chosen).container_responses[0]
         in_use.update(chosen)
         return chosen, response
+
+    def offers_preferred(self, resource: str) -> bool:
+        """The plugin said `get_preferred_allocation_available` when it registered."""
+        return self._endpoint(resource).registration.preferred_allocation
 
     def release(self, resource: str, ids: Sequence[str]) -> None:
         self.in_use.get(resource, set()).difference_update(ids)

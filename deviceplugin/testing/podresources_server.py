@@ -150,6 +150,11 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
 
     # -- state ---------------------------------------------------------------------------------
 
+    @property
+    def allocatable(self) -> PodResourcesSnapshot:
+        with self._lock:
+            return self._allocatable
+
     def set_allocatable(self, snapshot: PodResourcesSnapshot) -> None:
         """Devices, CPUs and memory GetAllocatableResources answers (`snapshot.pods` is ignored)."""
         with self._lock:

@@ -58,16 +58,26 @@ def effective_permissions(
     return granted
 
 
-def used_permissions(calls: Iterable[Attributes], own_namespace: str) -> set[Permission]:
-    """The least set of permissions that allows every call, with the narrowest scope that does."""
+def used_permissions(
+    calls: Iterable[Attributes], own_namespace: str, *other_namespaces: str
+) -> set[Permission]:
+    """The least set of permissions that allows every call, with the narrowest scope that does:
+    one namespace when every call of a kind stayed in `own_namespace` or in one of
+    `other_namespaces` (granted there by a RoleBinding, e.g. the scheduler's share Leases)."""
+    narrow = {own_namespace, *other_namespaces}
     scopes: dict[tuple[str, str, str], set[str]] = {}
     for call in calls:
         key = (call.group, call.rbac_resource, call.verb)
         scopes.setdefault(key, set()).add(call.namespace)
     return {
-        (own_namespace if namespaces == {own_namespace} else CLUSTER, group, resource, verb)
+        (_scope(namespaces, narrow), group, resource, verb)
         for (group, resource, verb), namespaces in scopes.items()
     }
+
+
+def _scope(namespaces: set[str], narrow: set[str]) -> str:
+    """The one namespace every call stayed in when a RoleBinding may grant it, else CLUSTER."""
+    return next(iter(namespaces)) if len(namespaces) == 1 and namespaces <= narrow else CLUSTER
 
 
 def service_account_namespace(objects: Iterable[r.Obj], sa_name: str) -> str:

@@ -19,6 +19,7 @@ from agent.shares import (
     encode_gpus,
     mps_pipe_directory,
     pod_shares,
+    share_lock_from_lease,
     share_lock_name,
     share_milli,
 )
@@ -163,3 +164,43 @@ def test_bad_annotations_are_named(decoder, text, match) -> None:
 def test_lock_and_pipe_names() -> None:
     assert share_lock_name("node-a") == "gputopo-share-node-a"
     assert mps_pipe_directory("/run/gputopo/mps/", 1001) == "/run/gputopo/mps/1001/pipe"
+
+
+def _lease(**spec) -> dict:
+    return {
+        "metadata": {
+            "name": "gputopo-share-n", "namespace": "gputopo-system", "resourceVersion": "7",
+            "annotations": {"gputopo.io/pod": "team-a/x"},
+        },
+        "spec": spec,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "now", "held"),
+    [
+        pytest.param({"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
+                      "leaseDurationSeconds": 30}, 1767225629.0, True, id="29 s after renew"),
+        pytest.param({"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
+                      "leaseDurationSeconds": 30}, 1767225631.0, False, id="expired"),
+        pytest.param({"renewTime": "2026-01-01T00:00:00Z"}, 1767225600.0, False, id="released"),
+    ],
+)  # fmt: skip
+def test_a_share_lock_is_held_until_it_expires_or_is_released(spec, now, held) -> None:
+    lock = share_lock_from_lease(_lease(**spec))
+    assert lock.held(now) is held
+    assert (lock.pod_key, lock.resource_version) == ("team-a/x", "7")
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        pytest.param({"renewTime": "yesterday"}, r"spec.renewTime: not RFC3339", id="time"),
+        pytest.param(
+            {"leaseDurationSeconds": -1}, r"spec.leaseDurationSeconds: expected >= 1: -1", id="-1"
+        ),
+    ],
+)
+def test_a_malformed_share_lease_is_named(spec, match) -> None:
+    with pytest.raises(ShareRequestError, match=rf"Lease gputopo-system/gputopo-share-n: {match}"):
+        share_lock_from_lease(_lease(**spec))

@@ -97,12 +97,14 @@ def test_policy_is_not_in_the_default_install(objects) -> None:
 
 def test_cel_is_well_formed(policy) -> None:
     expressions = _expressions(policy["spec"])
-    assert len(expressions) == 12
+    assert len(expressions) == 16
     assert {e: checks.cel_syntax_problems(e) for e in expressions} == {e: [] for e in expressions}
 
 
 def test_cel_references_only_fields_that_exist(policy, defs, crds) -> None:
-    node = json.loads((SCHEMAS / f"v{K8S_VERSION}.0-local-strict" / "node-v1.json").read_text())
+    folder = SCHEMAS / f"v{K8S_VERSION}.0-local-strict"
+    kinds = ("node-v1", "pod-v1", "event-v1", "lease-coordination-v1")
+    schemas = [json.loads((folder / f"{kind}.json").read_text()) for kind in kinds]
     nrt = checks.crd_schema(
         next(c for c in crds if c["spec"]["names"]["kind"] == "NodeResourceTopology"), "v1alpha2"
     )
@@ -111,7 +113,7 @@ def test_cel_references_only_fields_that_exist(policy, defs, crds) -> None:
     for expression in _expressions(policy["spec"]):
         for root, *path in checks.cel_field_paths(expression):
             if root in ("object", "oldObject"):
-                ok = any(checks.schema_has_path(s, path, defs) for s in (node, nrt))
+                ok = any(checks.schema_has_path(s, path, defs) for s in (*schemas, nrt))
             elif root == "request":
                 ok = checks.schema_has_path(ADMISSION_REQUEST, path, defs)
             else:

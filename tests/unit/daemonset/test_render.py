@@ -78,8 +78,8 @@ def test_render_produces_the_install(objects):
     assert kinds["ServiceAccount"] == 2
     assert kinds["ClusterRole"] == 2
     assert kinds["ClusterRoleBinding"] == 2
-    assert kinds["Role"] == 1
-    assert kinds["RoleBinding"] == 1
+    assert kinds["Role"] == 2  # the scheduler's leases, the agent's share locks
+    assert kinds["RoleBinding"] == 2
     assert kinds["ConfigMap"] == 2
     assert kinds["DaemonSet"] == 1
     assert kinds["Deployment"] == 1
@@ -92,6 +92,8 @@ def test_rendered_objects_are_unique_and_named(objects):
 
 
 NAMESPACE_OF = {"agent": "gputopo-agent", "scheduler": "gputopo-system"}
+SHARE_LOCKS = "gputopo-agent-share-locks"
+"""The agent's Role on the share locks: in the scheduler's namespace, where the Leases are."""
 
 
 def test_each_component_lands_in_its_own_namespace(objects):
@@ -101,7 +103,11 @@ def test_each_component_lands_in_its_own_namespace(objects):
         if o["kind"] not in r.CLUSTER_SCOPED_KINDS
     }
     expected = {
-        r.key(o): NAMESPACE_OF[o["metadata"]["labels"]["app.kubernetes.io/component"]]
+        r.key(o): NAMESPACE_OF[
+            "scheduler"
+            if o["metadata"]["name"] == SHARE_LOCKS
+            else o["metadata"]["labels"]["app.kubernetes.io/component"]
+        ]
         for o in objects
         if o["kind"] not in r.CLUSTER_SCOPED_KINDS
     }

@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
 from tests.builders import manifests as checks
 from tests.builders import render as r
 
@@ -55,7 +56,11 @@ def test_lease_namespace_is_where_the_role_grants_it(objects, pod, container):
         for o in r.by_kind(objects, "Role")
         if any("leases" in rule["resources"] for rule in o["rules"])
     ]
-    assert [o["metadata"]["namespace"] for o in lease_roles] == [namespace_arg]
+    assert {o["metadata"]["namespace"] for o in lease_roles} == {namespace_arg}
+    # the scheduler's own Leases and the agent's share locks (DESIGN §12), where the agent looks
+    agent = r.one(objects, "DaemonSet", "gputopo-agent")["spec"]["template"]["spec"]
+    agent_flags = checks.parse_flags(agent["containers"][0]["args"])
+    assert agent_flags.get("--share-lock-namespace", DEFAULT_SHARE_LOCK_NAMESPACE) == namespace_arg
 
 
 def test_replicas_prefer_different_nodes(deployment, pod):

@@ -10,6 +10,7 @@ import pytest
 
 from agent.cli.config import AgentConfig, load, split_host_port
 from agent.errors import ConfigError
+from agent.shares import Sharing
 from deviceplugin.grpc_translation import device_list, to_list_response
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import (
@@ -159,7 +160,7 @@ def test_every_problem_is_reported_in_one_error(tmp_path):
         "flags.migStrategy: 'none' contradicts migStrategy: 'half'",
         "flags.plugin.colour: unknown key",
         "flags.plugin.deviceListStrategy: ['cdi-annotations'] not supported",
-        "sharing.mps: MPS sharing is not supported",
+        "sharing: timeSlicing and mps are exclusive; give one",
         "resources[0].name: expected nvidia.com/gpu",
         "resources[0].replicas: expected an integer >= 1, got 0",
         "resources[1].devices: expected all, a count",
@@ -359,3 +360,52 @@ def test_seconds_must_be_finite(tmp_path, value):
     path = write(tmp_path, f"version: v1\nhealthQuietPeriod: {value}\n")
     with pytest.raises(ConfigError, match=rf"{path}: healthQuietPeriod: expected a \w+ number"):
         load(["--config", str(path)], ENV)
+
+
+def mps_file(tmp_path: Path, entry: str, extra: str = "") -> Path:
+    return write(
+        tmp_path,
+        f"""
+        version: v1
+        sharing:
+          mps:
+            {extra}
+            resources:
+            - {entry}
+        """,
+    )
+
+
+def test_mps_sharing_is_read_in_nvidias_format_with_one_replica_per_container(tmp_path):
+    cfg = load(["--config", str(mps_file(tmp_path, "{name: nvidia.com/gpu, replicas: 48}"))], ENV)
+    sharing = cfg.plugin.time_slicing
+    assert (sharing.sharing, sharing.fail_requests_greater_than_one) == (Sharing.MPS, True)
+    assert [(r.name, r.replicas) for r in sharing.resources] == [("nvidia.com/gpu", 48)]
+
+
+@pytest.mark.parametrize(
+    ("entry", "extra", "match"),
+    [
+        pytest.param("{name: nvidia.com/gpu, replicas: 49}", "",
+                     "sharing.mps.resources[0].replicas: at most 48 (CUDA MPS clients per GPU), "
+                     "got 49", id="49 clients"),
+        pytest.param("{name: nvidia.com/mig-1g.10gb, replicas: 2}", "",
+                     "sharing.mps.resources[0].name: MPS shares whole GPUs (nvidia.com/gpu), not "
+                     "nvidia.com/mig-1g.10gb", id="MIG"),
+        pytest.param("{name: nvidia.com/gpu, replicas: 2}", "failRequestsGreaterThanOne: false",
+                     "sharing.mps.failRequestsGreaterThanOne: MPS serves one replica per "
+                     "container", id="more than one"),
+    ],
+)  # fmt: skip
+def test_bad_mps_sharing_is_named(tmp_path, entry, extra, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        load(["--config", str(mps_file(tmp_path, entry, extra))], ENV)
+
+
+def test_sharing_some_gpus_needs_a_renamed_resource(tmp_path):
+    with pytest.raises(ConfigError, match=re.escape("resources[0].devices: sharing only some")):
+        load(["--config", str(mps_file(tmp_path, "{name: nvidia.com/gpu, replicas: 2, "
+                                                  "devices: [0, 1]}"))], ENV)  # fmt: skip
+    path = mps_file(tmp_path, "{name: nvidia.com/gpu, replicas: 2, devices: [0, 1]}",
+                    "renameByDefault: true")  # fmt: skip
+    assert load(["--config", str(path)], ENV).plugin.time_slicing.rename_by_default

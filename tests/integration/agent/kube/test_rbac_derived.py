@@ -1,7 +1,9 @@
 """The agent's ClusterRole grants exactly what the agent calls: derived from the fake API server's
 authorization checks while the real agent runs `--oneshot` (a process) and `run` with the NRT
 publisher and node labels (device plugin, kubelet emulator and PodResources over real gRPC), through
-one periodic resync. `kubectl gputopo` is left out: it runs with the user's credentials."""
+one periodic resync, serving shared GPUs: a share pod through the share lock (its Role in the
+scheduler's namespace) and one placed by another scheduler (a Warning Event). `kubectl gputopo` is
+left out: it runs with the user's credentials; so are the calls the test makes as the scheduler."""
 
 from __future__ import annotations
 
@@ -13,18 +15,23 @@ import threading
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from agent.cli import config as agent_config
 from agent.cli.publish_service import TopologyService, metrics_service
 from agent.cli.run import device_plugin_service, open_node, start_services, stop_services
 from agent.cli.services import AgentContext
 from agent.metrics import AgentMetrics
+from agent.nvml.fixture import load_fixture
+from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
+from deviceplugin.testing.admission import PodAdmitter
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders import rbac
 from tests.builders import render as r
 from tests.builders.agentnode import NODE
 from tests.builders.clock import FakeClock
 from tests.builders.scheduler import wait_for
+from tests.builders.sharenode import ShareScheduler, share_config, share_container, share_pod
 from tests.builders.topology import gpu_pod
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -54,8 +61,10 @@ def _oneshot(fake, podresources) -> None:
 
 def _run(fake, podresources, kubelet: KubeletEmulator) -> None:
     """`run` in this process with a fake clock for the publisher, so that it reaches a resync."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
     argv = [
         "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+        "--config", str(share_config(folder, replicas=2)),
         "--kubeconfig", str(_kubeconfig(fake)),
         "--device-plugin-dir", str(kubelet.plugin_dir),
         "--pod-resources-socket", str(podresources.socket),
@@ -74,9 +83,26 @@ def _run(fake, podresources, kubelet: KubeletEmulator) -> None:
         writes = len(_patches(fake))
         wait_for(lambda: _first_write(fake, clock, writes), 30, "a first write")
         wait_for(lambda: _resynced(fake, clock), 30, "a resync that reads the NRT back")
+        _shares(fake, podresources, kubelet)
     finally:
         stop_services(ctx.services)
         backend.close()
+
+
+def _shares(fake, podresources, kubelet: KubeletEmulator) -> None:
+    """A share pod placed through the lock, then one another scheduler placed."""
+    assert kubelet.wait_for(lambda k: len(k.healthy("nvidia.com/gpu")) == 16, 10)
+    fake.put_object("namespaces", {"metadata": {"name": DEFAULT_SHARE_LOCK_NAMESPACE}})
+    api = fake.api_client()
+    scheduler = ShareScheduler(client.CoreV1Api(api), client.CoordinationV1Api(api), node=NODE)
+    admitter = PodAdmitter(kubelet, podresources)
+    uuid = str(load_fixture("dgx-h100").inventory.gpus[1].uuid)
+    placed = scheduler.place(share_pod("shared"), {"main": uuid})
+    unplaced = scheduler.bind_unplaced(share_pod("unplaced", share_container("main", None)))
+    admitted = admitter.admit(placed) + admitter.admit(unplaced)
+    assert [a.error for a in admitted] == [None, None]
+    scheduler.wait_released()
+    api.close()
 
 
 def _first_write(fake, clock: FakeClock, writes: int) -> bool:
@@ -112,6 +138,7 @@ def test_agent_role_grants_exactly_what_the_agent_calls(
     assert fake.get_object("noderesourcetopologies", NODE) is not None
     assert fake.get_object("nodes", NODE)["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
     namespace = rbac.service_account_namespace(objects, SA)
-    used = rbac.used_permissions(fake.authorization_checks, namespace)
+    agent_calls = [c for c in fake.authorization_checks if c.user == "fake-token"]
+    used = rbac.used_permissions(agent_calls, namespace, DEFAULT_SHARE_LOCK_NAMESPACE)
     granted = rbac.effective_permissions(objects, SA, namespace)
     assert rbac.describe(granted) == rbac.describe(used)  # no more, no less

@@ -1,0 +1,128 @@
+"""Shares' wiring (DESIGN §12): the device plugin's `ShareAllocator` over the agent's API calls
+(`agent.kube.shares.ShareClient`) and the kubelet's PodResources `List`; and which GPUs the
+device plugin shares (`shared_gpus`), for the NRT and the metrics.
+
+Composes `agent` with `deviceplugin`. The API connection is made on first use, as the
+publisher's: without credentials at start the device plugin still serves, and a share Allocate
+fails naming why (a pod must not get a guessed GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent.cli.config import AgentConfig
+from agent.errors import AgentError, ConfigError, PublishError
+from agent.model import GpuUuid, NodeInventory
+from agent.objkey import key_of
+from agent.share_usage import SharedGpu
+from agent.shares import ShareLock, Sharing
+from deviceplugin.allocation import Allocator
+from deviceplugin.grpc_translation import is_share_resource
+from deviceplugin.mps_env import MpsEnv
+from deviceplugin.plugin import DevicePlugin, MakeShares
+from deviceplugin.podresources import PodResourcesClient
+from deviceplugin.share_allocation import ShareAllocator
+from deviceplugin.share_target import ShareApi
+
+if TYPE_CHECKING:
+    from agent.kube.shares import ShareClient
+
+Result = TypeVar("Result")
+log = logging.getLogger(__name__)
+
+
+class LazyShareClient:
+    """A `ShareApi` that connects on its first call and again after a credentials failure."""
+
+    def __init__(self, connect: Callable[[], ShareClient]) -> None:
+        self._connect = connect
+        self._client: ShareClient | None = None
+
+    def _call(self, call: Callable[[ShareClient], Result]) -> Result:
+        if self._client is None:
+            try:
+                self._client = self._connect()
+            except ConfigError as exc:
+                raise PublishError(str(exc)) from None
+        return call(self._client)
+
+    def lock(self) -> ShareLock | None:
+        return self._call(lambda c: c.lock())
+
+    def release(self, lock: ShareLock) -> bool:
+        return self._call(lambda c: c.release(lock))
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(lambda c: c.pod(namespace, name))
+
+    def pods_on_node(self) -> list[dict[str, Any]]:
+        return self._call(lambda c: c.pods_on_node())
+
+    def patch_allocated(self, namespace: str, name: str, value: str) -> None:
+        self._call(lambda c: c.patch_allocated(namespace, name, value))
+
+    def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        self._call(lambda c: c.warn(pod, reason, message))
+
+
+def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs the device plugin splits into replicas now, with their replica counts."""
+    sharing = plugin.settings.time_slicing.sharing
+    out: dict[GpuUuid, SharedGpu] = {}
+    for resource in plugin.device_state.view().resources.values():
+        if not is_share_resource(resource):
+            continue
+        counts = Counter(d.gpu_uuid for d in resource.devices if d.replica is not None)
+        out.update(
+            (uuid, SharedGpu(uuid=uuid, sharing=sharing, replicas=n, resource=resource.name))
+            for uuid, n in counts.items()
+        )
+    return out
+
+
+def share_factory(cfg: AgentConfig, inventory: NodeInventory) -> MakeShares | None:
+    """How the device plugin builds its share allocator; None with `--dry-run` (no API)."""
+    if cfg.dry_run:
+        return None
+
+    def connect() -> ShareClient:
+        from agent.kube.connect import load_api_client
+        from agent.kube.shares import ShareClient
+
+        return ShareClient(
+            load_api_client(cfg.kubeconfig),
+            node=cfg.node_name,
+            namespace=cfg.share_lock_namespace,
+        )
+
+    def make(allocator: Allocator, shared: frozenset[str]) -> ShareAllocator:
+        podresources = PodResourcesClient(cfg.pod_resources_socket)
+        api = LazyShareClient(connect)
+        return ShareAllocator(
+            api,
+            podresources.pods,
+            allocator,
+            replica_resources=shared,
+            decorate=mps_env(cfg, inventory, api),
+        )
+
+    return make
+
+
+def mps_env(cfg: AgentConfig, inventory: NodeInventory, api: ShareApi) -> MpsEnv | None:
+    """The MPS clients' environment and mounts under `sharing.mps`, else None."""
+    if cfg.plugin.time_slicing.sharing is not Sharing.MPS:
+        return None
+
+    def warn(pod: Mapping[str, Any], reason: str, message: str) -> None:
+        try:
+            api.warn(pod, reason, message)
+        except AgentError as exc:
+            log.warning("pod %s: %s (Event not written: %s)", key_of(pod), message, exc)
+
+    memory = {g.uuid: g.memory_mib for g in inventory.gpus}
+    return MpsEnv(cfg.plugin.mps_root, memory, warn)

@@ -1,0 +1,96 @@
+"""Share Allocate under `sharing.mps` (DESIGN §12): the real agent process answers each MPS client
+with its user's pipe directory (mounted), the shm mount, its memory limit and, when asked, its
+compute limit; a pod with no runAsUser is served as root with a Warning Event."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from agent.inventory import load_inventory
+from agent.shares import GPU_COMPUTE
+from deviceplugin.mps_env import MEMORY_ENV, NO_USER_REASON, PIPE_ENV, THREADS_ENV
+from tests.builders.scheduler import events_for
+from tests.builders.sharenode import FIXTURE, GPU, ROOT, share_container, share_node, share_pod
+
+REPLICAS = 4
+
+
+@pytest.fixture(scope="module")
+def node():
+    with share_node(mode="mps", replicas=REPLICAS) as made:
+        made.start_agent()
+        yield made
+
+
+def mounts(admission, container: str) -> dict[str, str]:
+    response = admission.responses[container][GPU]
+    return {m.container_path: m.host_path for m in response.mounts}
+
+
+def test_an_mps_client_gets_its_users_pipe_and_its_limits(node):
+    container = share_container("main", "10Gi", **{GPU_COMPUTE: "30"})
+    container["securityContext"] = {"runAsUser": 1000}
+    pod = node.scheduler.place(share_pod("mps-user", container), {"main": node.uuid(2)})
+    (done,) = node.admitter.admit(pod)
+    assert done.error is None
+    env = done.env("main", GPU)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuid(2)
+    assert (env[PIPE_ENV], env[MEMORY_ENV], env[THREADS_ENV]) == (
+        "/run/gputopo/mps/1000/pipe", "0=10240M", "30",
+    )  # fmt: skip
+    assert mounts(done, "main") == {
+        "/run/gputopo/mps/1000/pipe": "/run/gputopo/mps/1000/pipe",
+        "/dev/shm": "/run/gputopo/mps/shm",
+    }
+    assert events_for(node.fake, "mps-user") == []
+    node.scheduler.wait_released()
+    node.admitter.remove(pod)
+
+
+def test_a_pod_without_run_as_user_is_served_as_root_with_an_equal_split_and_a_warning(node):
+    body = share_pod("mps-root", share_container("main", None))
+    body["spec"]["securityContext"] = {"fsGroup": 2000}
+    pod = node.scheduler.place(body, {"main": node.uuid(1)})
+    (done,) = node.admitter.admit(pod)
+    env = done.env("main", GPU)
+    split = load_inventory(FIXTURE).gpus[1].memory_mib // REPLICAS
+    assert (env[PIPE_ENV], env[MEMORY_ENV]) == ("/run/gputopo/mps/0/pipe", f"0={split}M")
+    assert THREADS_ENV not in env
+    (event,) = events_for(node.fake, "mps-root")
+    assert (event["type"], event["reason"]) == ("Warning", NO_USER_REASON)
+    assert "sets no runAsUser" in event["message"]
+    node.scheduler.wait_released()
+    node.admitter.remove(pod)
+
+
+def test_the_pods_run_as_user_counts_when_the_container_sets_none(node):
+    body = share_pod("mps-pod-user")
+    body["spec"]["securityContext"] = {"runAsUser": 1234}
+    pod = node.scheduler.place(body, {"main": node.uuid(0)})
+    (done,) = node.admitter.admit(pod)
+    assert done.env("main", GPU)[PIPE_ENV] == "/run/gputopo/mps/1234/pipe"
+    node.scheduler.wait_released()
+    node.admitter.remove(pod)
+
+
+def test_an_mps_container_asking_two_replicas_is_refused(node):
+    body = share_pod("mps-two", share_container("main", None, **{GPU: "2"}))
+    pod = node.scheduler.place(body, {"main": node.uuid(0)})
+    (refused,) = node.admitter.admit(pod)
+    assert refused.error is not None
+    assert "failRequestsGreaterThanOne" in refused.error
+    assert node.scheduler.holder() is None  # the failing pod's lock is released at once
+
+
+def test_the_share_demo_places_two_mps_clients_on_one_gpu(node):
+    spec = importlib.util.spec_from_file_location("share_demo", ROOT / "scripts" / "share_demo.py")
+    assert spec is not None
+    assert spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    train, notebook = demo.place_two_shares(node)
+    assert train["NVIDIA_VISIBLE_DEVICES"] == notebook["NVIDIA_VISIBLE_DEVICES"]
+    assert (train[MEMORY_ENV], notebook[MEMORY_ENV]) == ("0=30720M", "0=10240M")
+    assert (train[THREADS_ENV], THREADS_ENV in notebook) == ("60", False)

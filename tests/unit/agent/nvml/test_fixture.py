@@ -27,6 +27,7 @@ BUILTINS = (
     "dgx-a100",
     "dgx-a100-mig",
     "dgx-h100",
+    "gb200-nvl72-node",
     "pcie-16x-nvlink-pairs",
     "pcie-4x-nvlink-pairs",
     "pcie-8x-no-nvlink",
@@ -60,7 +61,7 @@ MALFORMED = [
     pytest.param(
         variant(node_doc(), "gpus[1].serial", "1324"),
         "test.yaml: gpus[1].serial: unknown key (allowed: index, uuid, name, memoryMiB, pciBusId, "
-        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity)",
+        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity, fabric)",
         id="unknown GPU key",
     ),
     pytest.param(

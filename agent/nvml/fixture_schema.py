@@ -155,7 +155,7 @@ def _read_fabric(ctx: Ctx, raw: Any, path: str) -> GpuFabric | None:
         cluster = str(uuid.UUID(text))
     except ValueError:
         ctx.fail(f"{path}.clusterUuid", f"{text!r} is not a UUID")
-    if cluster != text.lower():
+    if cluster != text:
         ctx.fail(f"{path}.clusterUuid", f"{text!r} is not in canonical form ({cluster})")
     status = ctx.as_str(doc.get("status", FABRIC_SUCCESS), f"{path}.status")
     if status not in status_words():

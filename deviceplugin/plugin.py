@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 from agent.model import Gpu, NodeInventory
 from agent.nvml.backend import NvmlBackend
-from deviceplugin.allocation import Allocator
 from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import ResourceError
 from deviceplugin.grpc_translation import GrpcTranslation, RpcObserver
 from deviceplugin.health import HealthMonitor, HealthTracker
+from deviceplugin.imex import ImexAllocator
 from deviceplugin.registration_loop import RegistrationLoop
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import PluginSettings
@@ -50,7 +50,7 @@ class DevicePlugin:
         self._backend = backend
         self._stop = threading.Event()
         self.device_state = DeviceState(build_resources(inventory, settings))
-        self.allocator = Allocator(settings, inventory)
+        self.allocator = ImexAllocator(settings, inventory)  # Allocate, plus IMEX channels
         self.tracker = HealthTracker(
             inventory,
             settings.xid_policy,

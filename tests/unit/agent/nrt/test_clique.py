@@ -12,7 +12,7 @@ from agent.errors import TopologyDecodeError
 from agent.inventory import load_inventory
 from agent.model import FabricState, GpuFabric, NodeInventory
 from agent.nrt import decode
-from tests.builders.nrt import make_nrt
+from tests.builders.nrt import as_published, make_nrt
 
 CLIQUE = "5c1f0e7a-3d2b-4c8e-9a61-0b7d2e4f9c13.1"
 
@@ -50,6 +50,22 @@ def test_a_gpu_still_registering_gets_no_clique_attribute() -> None:
     assert attrs(obj["attributes"])["gputopo.io/nvlinkClique"] == CLIQUE
     assert [attrs(z["attributes"]).get("clique") for z in gpu_zones(obj)] == [CLIQUE] * 3 + [None]
     assert decode(obj).inventory.gpus[3].fabric is None
+
+
+@pytest.mark.parametrize(
+    "gpu3",
+    [
+        None,
+        GpuFabric(cluster_uuid=CLIQUE[:-2], state=FabricState.IN_PROGRESS, status="NotReady"),
+        GpuFabric(cluster_uuid=CLIQUE[:-2], clique_id=2, state=FabricState.COMPLETED),
+    ],
+    ids=["all attached", "one registering", "one in another clique"],
+)
+def test_round_trip_keeps_what_the_nrt_carries(gpu3: GpuFabric | None) -> None:
+    inventory = gb200(gpu3=gpu3)
+    decoded = decode(make_nrt("rack1-tray1", inventory))
+    assert decoded.inventory.gpus == as_published(inventory).gpus
+    assert decoded.inventory.nvlink_clique() == inventory.nvlink_clique()
 
 
 @pytest.mark.parametrize("name", ["dgx-h100", "vm-h200"])

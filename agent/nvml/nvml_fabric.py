@@ -13,6 +13,7 @@ import ctypes
 import uuid
 from typing import Any
 
+from agent.errors import NvmlError
 from agent.model import FABRIC_SUCCESS, FabricState, GpuFabric
 from agent.nvml.fake_structs import ERROR_CODES
 
@@ -27,6 +28,7 @@ STATES: tuple[FabricState, ...] = (
 _WORDS = {code: name for name, code, _ in ERROR_CODES}
 _CODES = {name: code for name, code, _ in ERROR_CODES}
 _UNKNOWN = "Unknown"
+_ARGUMENT_VERSION_MISMATCH = _CODES["ArgumentVersionMismatch"]
 
 
 def status_word(code: int) -> str:
@@ -53,14 +55,20 @@ def read_fabric(nvml: Any, handle: Any, call: Any) -> GpuFabric | None:
     """The GPU's fabric info, or None where this pynvml, driver or GPU has none.
 
     `call(function, *args)` runs an NVML function and returns None for NotSupported or a missing
-    function (the backend's `_optional`); other NVML errors go through it to the caller.
+    function (the backend's `_optional`); a driver that does not take the v2 structure
+    (ArgumentVersionMismatch) has none either; other NVML errors go through to the caller.
     """
     make = getattr(nvml, "c_nvmlGpuFabricInfo_v2_t", None)
     if make is None:
         return None
     info = make()
-    if call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info)) is None:
-        return None
+    try:
+        if call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info)) is None:
+            return None
+    except NvmlError as exc:
+        if exc.code == _ARGUMENT_VERSION_MISMATCH:
+            return None
+        raise
     state = int(info.state)
     return GpuFabric(
         cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),

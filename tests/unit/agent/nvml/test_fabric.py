@@ -129,9 +129,14 @@ def test_fake_checks_the_struct_version_like_nvml(backend_for: BackendFor) -> No
     assert raised.value.value == fs.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 
-def test_a_driver_without_the_call_gives_no_fabric(backend_for: BackendFor) -> None:
+@pytest.mark.parametrize(
+    "code",
+    [fs.NVML_ERROR_FUNCTION_NOT_FOUND, fs.NVML_ERROR_ARGUMENT_VERSION_MISMATCH],
+    ids=["no such function", "struct version not taken"],
+)
+def test_a_driver_without_the_call_gives_no_fabric(backend_for: BackendFor, code: int) -> None:
     backend, fake = backend_for(fixture_from_mapping(with_fabric(fabric())))
-    fake.fail("nvmlDeviceGetGpuFabricInfoV", fs.NVML_ERROR_FUNCTION_NOT_FOUND)
+    fake.fail("nvmlDeviceGetGpuFabricInfoV", code)
     assert discover(backend).gpus[0].fabric is None
 
 

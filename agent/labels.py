@@ -21,6 +21,8 @@ MIG_STRATEGY = "nvidia.com/mig.strategy"
 COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
 COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
 FAMILY = "nvidia.com/gpu.family"
+CLIQUE = "nvidia.com/gpu.clique"
+"""`<clusterUuid>.<cliqueId>` of the node's multi-node NVLink domain, as GFD writes it (§13)."""
 
 MANAGED = (
     PRESENT,
@@ -32,6 +34,7 @@ MANAGED = (
     COMPUTE_MAJOR,
     COMPUTE_MINOR,
     FAMILY,
+    CLIQUE,
 )
 """Every label this module may set (and so may remove)."""
 
@@ -99,6 +102,9 @@ def gfd_labels(inventory: NodeInventory, strategy: str = "mixed") -> dict[str, s
         labels[PRODUCT] = label_value(f"{first.product}-MIG-{profile}")
         labels[COUNT] = str(sum(1 for _ in inventory.mig_devices()))
         labels[MEMORY] = str(memory)
+    clique = inventory.nvlink_clique()
+    if clique is not None:
+        labels[CLIQUE] = clique
     return labels
 
 

@@ -8,13 +8,15 @@ Shape::
 
     NodeInventory
     ├── gpus: Gpu ...            (index order)
-    │   └── mig_devices: MigDevice ...
+    │   ├── mig_devices: MigDevice ...
+    │   └── fabric: GpuFabric     (multi-node NVLink registration; None when unsupported)
     ├── numa_nodes: NumaNode ...
     └── links: LinkMatrix        (GPU×GPU cells of `nvidia-smi topo -m`)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -44,6 +46,66 @@ class NvlinkFabric(StrEnum):
     NVSWITCH = "nvswitch"
     DIRECT = "direct"
     NONE = "none"
+
+
+class FabricState(StrEnum):
+    """NVML's `nvmlGpuFabricState_t`: how far a GPU's registration with the NVLink fabric got."""
+
+    NOT_SUPPORTED = "notSupported"
+    NOT_STARTED = "notStarted"
+    IN_PROGRESS = "inProgress"
+    COMPLETED = "completed"
+
+
+FABRIC_SUCCESS = "success"
+"""A GPU fabric registration's status when NVML reports NVML_SUCCESS (else the NVML error word)."""
+
+ZERO_CLUSTER_UUID = "00000000-0000-0000-0000-000000000000"
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuFabric:
+    """A GPU's multi-node NVLink fabric info (`nvmlDeviceGetGpuFabricInfoV`).
+
+    GPUs of one NVLink domain (an NVL72 rack) share a cluster UUID and a clique ID once their
+    registration with the fabric manager completed.
+    """
+
+    cluster_uuid: str = ZERO_CLUSTER_UUID  # canonical lower-case form
+    clique_id: int = 0
+    state: FabricState = FabricState.NOT_SUPPORTED
+    status: str = FABRIC_SUCCESS  # "success" or the NVML error word (`NotReady`, ...)
+
+    @property
+    def attached(self) -> bool:
+        """Registered: completed with status success and a non-zero cluster UUID (as GFD asks)."""
+        return (
+            self.state is FabricState.COMPLETED
+            and self.status == FABRIC_SUCCESS
+            and self.cluster_uuid != ZERO_CLUSTER_UUID
+        )
+
+    @property
+    def clique(self) -> str | None:
+        """`<clusterUuid>.<cliqueId>` (the `nvidia.com/gpu.clique` value) when attached."""
+        return f"{self.cluster_uuid}.{self.clique_id}" if self.attached else None
+
+    @classmethod
+    def attached_to(cls, clique: str) -> GpuFabric:
+        """The fabric info of a GPU attached to `clique`; ValueError unless it reads
+        `<canonical lower-case UUID>.<decimal clique ID>`."""
+        cluster, dot, number = clique.rpartition(".")
+        if not dot or not _CANONICAL_UUID.fullmatch(cluster) or not number.isdecimal():
+            raise ValueError(f"{clique!r} is not <cluster UUID>.<clique ID>")
+        if cluster == ZERO_CLUSTER_UUID or str(int(number)) != number:
+            raise ValueError(f"{clique!r} is not <cluster UUID>.<clique ID>")
+        return cls(
+            cluster_uuid=cluster,
+            clique_id=int(number),
+            state=FabricState.COMPLETED,
+            status=FABRIC_SUCCESS,
+        )
 
 
 class TopoLevel(IntEnum):
@@ -207,6 +269,7 @@ class Gpu:
     mig_mode: MigMode = MigMode.DISABLED
     mig_devices: tuple[MigDevice, ...] = ()
     memory_affinity: tuple[int, ...] = ()  # NUMA nodes NVML names for its memory; () if unsaid
+    fabric: GpuFabric | None = None  # None where NVML has no fabric info (NotSupported)
 
     @property
     def mig_layout(self) -> str:
@@ -256,6 +319,15 @@ class NodeInventory:
             return self._by_uuid[uuid]
         except KeyError:
             raise KeyError(f"no GPU with UUID {uuid}") from None
+
+    def nvlink_clique(self) -> str | None:
+        """The multi-node NVLink clique of the node (DESIGN §13), None when it has none.
+
+        `<clusterUuid>.<cliqueId>` that every fabric-attached GPU names; None when no GPU is
+        attached or two attached GPUs name different cliques (as GFD writes no label then).
+        """
+        cliques = {c for g in self.gpus if g.fabric is not None and (c := g.fabric.clique)}
+        return cliques.pop() if len(cliques) == 1 else None
 
     def mig_devices(self) -> Iterator[tuple[Gpu, MigDevice]]:
         for gpu in self.gpus:

@@ -1,7 +1,9 @@
 """Text rendering of a node inventory: the `nvidia-smi topo -m` matrix and the inventory tables.
 
 Model objects in, strings out (the kubectl plugin reuses `render_topo_matrix` on an inventory it
-decodes from a NodeResourceTopology). The matrix layout follows `topo -m`: a column per GPU, then
+decodes from a NodeResourceTopology). When NVML gave GPU fabric info, the summary names the
+node's multi-node NVLink clique (or `none`) and a table lists each GPU's fabric state.
+The matrix layout follows `topo -m`: a column per GPU, then
 `CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` (`N/A` off Grace), each column two spaces wider
 than its widest entry, `X` on the diagonal.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.model import TOPO_LEGEND, Gpu, NodeInventory, NumaNode
+from agent.model import TOPO_LEGEND, Gpu, GpuFabric, NodeInventory, NumaNode
 from agent.plural import counted
 
 _NA = "N/A"
@@ -59,6 +61,9 @@ def render_inventory(inventory: NodeInventory) -> str:
             [_gpu_row(g) for g in inventory.gpus],
         ),
     ]
+    fabric = [_fabric_row(g.index, g.fabric) for g in inventory.gpus if g.fabric is not None]
+    if fabric:
+        parts.append(_table(("GPU", "FABRIC STATE", "STATUS", "CLIQUE"), fabric))
     migs = [
         (
             str(g.index),
@@ -87,10 +92,13 @@ def render_inventory(inventory: NodeInventory) -> str:
 
 def _summary(inventory: NodeInventory) -> str:
     cuda = inventory.cuda_driver_version
-    return (
+    line = (
         f"Driver {inventory.driver_version or _NA}, CUDA {cuda // 1000}.{cuda % 1000 // 10}, "
-        f"{counted(len(inventory.gpus), 'GPU')}, NVLink fabric: {inventory.nvlink_fabric}\n"
+        f"{counted(len(inventory.gpus), 'GPU')}, NVLink fabric: {inventory.nvlink_fabric}"
     )
+    if any(g.fabric is not None for g in inventory.gpus):
+        line += f", NVLink clique: {inventory.nvlink_clique() or 'none'}"
+    return line + "\n"
 
 
 def _gpu_row(gpu: Gpu) -> tuple[str, ...]:
@@ -107,6 +115,11 @@ def _gpu_row(gpu: Gpu) -> tuple[str, ...]:
         gpu.compute_capability,
         mig,
     )
+
+
+def _fabric_row(index: int, fabric: GpuFabric) -> tuple[str, ...]:
+    """A GPU's multi-node NVLink registration; the clique only once attached (as GFD reads it)."""
+    return (str(index), str(fabric.state), fabric.status, fabric.clique or "-")
 
 
 def _numa_row(node: NumaNode) -> tuple[str, ...]:

@@ -1,10 +1,10 @@
-"""The `flags` and `sharing` sections of NVIDIA's device-plugin config file (`version: v1`).
+"""The `flags`, `sharing` and `imex` sections of NVIDIA's device-plugin config file (`version: v1`).
 
 Accepted unchanged: NVIDIA's own flags that gputopo does not use are ignored, unknown keys are
 errors. Honoured: `flags.migStrategy`, `flags.failOnInitError`, `flags.plugin.passDeviceSpecs`,
-`flags.plugin.deviceListStrategy`, `flags.plugin.deviceIDStrategy`, and `sharing.timeSlicing` or
+`flags.plugin.deviceListStrategy`, `flags.plugin.deviceIDStrategy`, `sharing.timeSlicing` or
 `sharing.mps` (whole GPUs, at most 48 replicas, `failRequestsGreaterThanOne` forced; the MPS
-control daemon itself is `gputopo-agent mps`'s).
+control daemon itself is `gputopo-agent mps`'s), and `imex.channelIDs` / `imex.required`.
 Problems are appended to `errors` as `<file>: <key path>: <reason>`.
 """
 
@@ -18,6 +18,7 @@ from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_profile
 from agent.shares import MAX_MPS_CLIENTS, Sharing
 from deviceplugin.settings import (
     MAX_REPLICAS,
+    Imex,
     SharedResource,
     TimeSlicing,
     extended_resource_problem,
@@ -217,3 +218,22 @@ def _devices(value: Any, problems: list[str]) -> int | tuple[str, ...] | None:
         return tuple(str(v) for v in value)
     problems.append(f"devices: expected all, a count or a list of indices/UUIDs, got {value!r}")
     return None
+
+
+def parse_imex(where: str, imex: Any, errors: list[str]) -> Imex:
+    """The `imex` section: `channelIDs` (`[]` or `[0]`, as NVIDIA's plugin allows) and
+    `required`."""
+    if imex is None:
+        return Imex()
+    if not isinstance(imex, dict):
+        errors.append(f"{where}: imex: expected a mapping with channelIDs and required")
+        return Imex()
+    at = f"{where}: imex"
+    errors += [f"{at}.{k}: unknown key" for k in imex if k not in ("channelIDs", "required")]
+    ids = imex.get("channelIDs") or []
+    if ids not in ([], [0]) or not all(type(i) is int for i in ids):
+        errors.append(
+            f"{at}.channelIDs: must be [] or [0] (as NVIDIA's plugin allows), got {ids!r}"
+        )
+        ids = []
+    return Imex(channel_ids=tuple(ids), required=_flag(at, imex, "required", errors))

@@ -23,6 +23,7 @@ from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import ResourceError
 from deviceplugin.grpc_translation import GrpcTranslation, RpcObserver
 from deviceplugin.health import HealthMonitor, HealthTracker
+from deviceplugin.imex import ImexAllocator
 from deviceplugin.registration_loop import RegistrationLoop
 from deviceplugin.resources import build_resources
 from deviceplugin.settings import PluginSettings
@@ -56,7 +57,7 @@ class DevicePlugin:
         self._backend = backend
         self._stop = threading.Event()
         self.device_state = DeviceState(build_resources(inventory, settings))
-        self.allocator = Allocator(settings, inventory)
+        self.allocator = ImexAllocator(settings, inventory)  # Allocate, plus IMEX channels
         shared = frozenset(n for n, r in self.device_state.view().resources.items() if r.shared)
         self.shares = make_shares(self.allocator, shared) if make_shares and shared else None
         self.tracker = HealthTracker(

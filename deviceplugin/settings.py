@@ -113,6 +113,20 @@ class TimeSlicing:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Imex:
+    """The `imex` section of NVIDIA's config file: IMEX channels every GPU container gets.
+
+    `channel_ids` is `()` or `(0,)` (the only values NVIDIA's plugin accepts); a channel whose
+    device node is absent is skipped, unless `required`, which fails the plugin at start.
+    `dev_root` is where the host's /dev is seen besides /dev itself (the agent's host root).
+    """
+
+    channel_ids: tuple[int, ...] = ()
+    required: bool = False
+    dev_root: Path = Path("/")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class XidPolicy:
     """Which Xids affect health, from NVIDIA's `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS`.
 
@@ -174,6 +188,7 @@ class PluginSettings:
     pass_device_specs: bool = False
     cdi_spec_dirs: tuple[Path, ...] = DEFAULT_CDI_SPEC_DIRS
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    imex: Imex = field(default_factory=Imex)
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
     health_quiet_period_s: float = 60.0
     health_recheck_interval_s: float = 5.0

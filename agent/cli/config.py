@@ -5,8 +5,9 @@ Precedence: flag > environment (`GPUTOPO_<FLAG>`, and `NODE_NAME` for the node n
 name (`migStrategy`, `devicePluginDir`, `noPublish`, ...) and also NVIDIA's device-plugin config
 file unchanged: `flags` (`migStrategy`, `failOnInitError`, `plugin.passDeviceSpecs`,
 `plugin.deviceListStrategy`, `plugin.deviceIDStrategy`; NVIDIA's other flags are accepted and
-ignored) and `sharing.timeSlicing` or `sharing.mps`. NVIDIA's `DP_DISABLE_HEALTHCHECKS` /
-`DP_ENABLE_HEALTHCHECKS` are honoured. Every problem found is reported in one `ConfigError`.
+ignored), `sharing.timeSlicing` or `sharing.mps`, and `imex` (`channelIDs`, `required`).
+NVIDIA's `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS` are honoured. Every problem
+found is reported in one `ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from agent.precedence import (
     from_value,
 )
 from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
-from deviceplugin.nvidia_config import fold_flags, parse_sharing
+from deviceplugin.nvidia_config import fold_flags, parse_imex, parse_sharing
 from deviceplugin.settings import (
     DEFAULT_MPS_ROOT,
     DeviceIdStrategy,
@@ -236,7 +237,9 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
         from_value("argument", path),
         skip_blank=True,
     )
-    file_values, sharing = _read_file(Path(config_path), errors) if config_path else ({}, None)
+    file_values, sharing, imex = (
+        _read_file(Path(config_path), errors) if config_path else ({}, None, None)
+    )
     raw: dict[str, Any] = {}
     for opt in _OPTIONS:
         raw[opt.key] = _resolve(opt, args[opt.dest], environ, file_values, errors)
@@ -252,10 +255,13 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     time_slicing = (
         parse_sharing(str(config_path), sharing, errors) if config_path else TimeSlicing()
     )
+    channels = parse_imex(str(config_path), imex, errors)
     errors += _fake_gpu_problems(raw)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
-    return _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+    config = _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+    imex_settings = replace(channels, dev_root=config.host_root)  # where the host's /dev shows
+    return replace(config, plugin=replace(config.plugin, imex=imex_settings))
 
 
 def _fake_gpu_problems(raw: Mapping[str, Any]) -> list[str]:
@@ -397,16 +403,16 @@ def _list(opt: _Opt, value: Any) -> tuple[str, ...]:
     return parts
 
 
-def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any]:
-    """File values as key -> (source, raw value), and the raw `sharing` section."""
+def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any, Any]:
+    """File values as key -> (source, raw value), and the raw `sharing` and `imex` sections."""
     try:
         doc = read_yaml(path)
     except ValueError as exc:
         errors.append(f"config file {exc}")
-        return {}, None
+        return {}, None, None
     if not isinstance(doc, dict):
         errors.append(f"config file {path}: expected a mapping with `version: {CONFIG_VERSION}`")
-        return {}, None
+        return {}, None, None
     if "version" not in doc:
         errors.append(f"{path}: version: missing (the file must say `version: {CONFIG_VERSION}`)")
     elif doc["version"] != CONFIG_VERSION:
@@ -420,4 +426,4 @@ def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any]:
     if isinstance(doc.get("resources"), dict | list) and doc["resources"]:
         logger.warning("%s: resources: custom resource names are not supported; ignored", path)
     fold_flags(str(path), doc.get("flags"), values, errors)
-    return values, doc.get("sharing")
+    return values, doc.get("sharing"), doc.get("imex")

@@ -35,6 +35,7 @@ from agent.model import (
 from agent.nrt.fields import FieldReader
 from agent.nrt.wire import (
     API_VERSION,
+    ATTR_CLIQUE,
     ATTR_CUDA,
     ATTR_DRIVER,
     ATTR_FABRIC,
@@ -44,6 +45,7 @@ from agent.nrt.wire import (
     ATTR_SCHEMA,
     ATTR_SCOPE,
     ATTR_SOURCE,
+    GPU_ATTR_CLIQUE,
     GPU_ATTR_COMPUTE_CAPABILITY,
     GPU_ATTR_HEALTH,
     GPU_ATTR_MEMORY_MIB,
@@ -89,6 +91,11 @@ class DecodedTopology:
     @property
     def topology_manager_scope(self) -> str:
         return self.attributes.get(ATTR_SCOPE, "container")
+
+    @property
+    def nvlink_clique(self) -> str | None:
+        """The node's multi-node NVLink clique (`nvidia.com/gpu.clique`), None when it has none."""
+        return self.attributes.get(ATTR_CLIQUE)
 
     @property
     def fingerprint(self) -> str:
@@ -275,6 +282,7 @@ def _decode_gpus(
                 compute_capability=attrs[GPU_ATTR_COMPUTE_CAPABILITY],
                 mig_mode=mig_mode,
                 mig_devices=_mig_devices(r, attrs, field),
+                fabric=r.fabric(attrs.get(GPU_ATTR_CLIQUE), f"{field}.{GPU_ATTR_CLIQUE}"),
             )
         )
         resources = r.resources(zone.raw.get("resources"), f"{zone.field}.resources")

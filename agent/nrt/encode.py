@@ -6,9 +6,11 @@ Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
     zones  node-<N>  type Node   costs = SLIT distances; cpu, memory, hugepages-*, nvidia.com/*
            gpu-<i>   type GPU    parent node-<N> (`NodeInventory.gpu_numa_zone`; none when
                                  unknown); attributes uuid, pciBusId, product, ...
-                                 (a shared GPU adds sharing and shares, DESIGN §12);
+                                 (a shared GPU adds sharing and shares, DESIGN §12;
+                                 a GPU in the node's NVLink clique adds clique, §13);
                                  costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
+                gputopo.io/nvlinkClique (only on a node in a multi-node NVLink clique),
                 gputopo.io/{schema,driverVersion,cudaDriverVersion,nvlinkFabric,nvlinkIslands,
                 allocationSource,gpuCount,gpusFree,migGpus}: GPUs, whole GPUs free (not in MIG
                 mode), GPUs in MIG mode (requested by slice)
@@ -25,6 +27,7 @@ from agent.availability import Availability, GpuAvailability, ResourceCounts
 from agent.model import HEALTHY, UNHEALTHY, Gpu, MigMode, NodeInventory, NumaNode
 from agent.nrt.wire import (
     API_VERSION,
+    ATTR_CLIQUE,
     ATTR_CUDA,
     ATTR_DRIVER,
     ATTR_FABRIC,
@@ -38,6 +41,7 @@ from agent.nrt.wire import (
     ATTR_SCHEMA,
     ATTR_SCOPE,
     ATTR_SOURCE,
+    GPU_ATTR_CLIQUE,
     GPU_ATTR_COMPUTE_CAPABILITY,
     GPU_ATTR_HEALTH,
     GPU_ATTR_MEMORY_MIB,
@@ -102,7 +106,9 @@ def _node_zone(
     return zone
 
 
-def _gpu_attributes(gpu: Gpu, island: int, entry: GpuAvailability | None) -> list[tuple[str, str]]:
+def _gpu_attributes(
+    gpu: Gpu, island: int, entry: GpuAvailability | None, clique: str | None
+) -> list[tuple[str, str]]:
     pairs = [
         (GPU_ATTR_UUID, str(gpu.uuid)),
         (GPU_ATTR_PCI_BUS_ID, gpu.pci_bus_id),
@@ -128,6 +134,8 @@ def _gpu_attributes(gpu: Gpu, island: int, entry: GpuAvailability | None) -> lis
     pairs.append((GPU_ATTR_SHARING, str(sharing)))
     if entry is not None and sharing is not Sharing.NONE:
         pairs.append((GPU_ATTR_SHARES, str(entry.shares)))
+    if clique is not None and gpu.fabric is not None and gpu.fabric.clique == clique:
+        pairs.append((GPU_ATTR_CLIQUE, clique))
     return pairs
 
 
@@ -149,7 +157,7 @@ def _gpu_zone(
     ]
     if costs:
         zone["costs"] = costs
-    zone["attributes"] = _attrs(_gpu_attributes(gpu, island, entry))
+    zone["attributes"] = _attrs(_gpu_attributes(gpu, island, entry, inventory.nvlink_clique()))
     zone["resources"] = _resources(entry.resources if entry else ())
     return zone
 
@@ -163,6 +171,9 @@ def _top_attributes(
             (ATTR_FINGERPRINT, availability.fingerprint),
             (ATTR_FINGERPRINT_METHOD, availability.fingerprint_method),
         ]
+    clique = inventory.nvlink_clique()
+    if clique is not None:
+        pairs.append((ATTR_CLIQUE, clique))
     return [
         *pairs,
         (ATTR_SCHEMA, SCHEMA_VERSION),

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from agent.availability import ResourceCounts
 from agent.errors import TopologyDecodeError
+from agent.model import GpuFabric
 from agent.quantity import resource_units
 
 AMOUNTS = ("capacity", "allocatable", "available")
@@ -84,3 +85,12 @@ class FieldReader:
         if amount < 0:
             self.fail(field, f"negative quantity {value!r}")
         return amount
+
+    def fabric(self, value: str | None, field: str) -> GpuFabric | None:
+        """A GPU zone's `clique`: the GPU is attached to that NVLink clique (absent: it is not)."""
+        if value is None:
+            return None
+        try:
+            return GpuFabric.attached_to(value)
+        except ValueError as exc:
+            self.fail(field, str(exc))

@@ -39,6 +39,7 @@ ATTR_SOURCE = "gputopo.io/allocationSource"
 ATTR_GPU_COUNT = "gputopo.io/gpuCount"  # physical GPUs
 ATTR_GPUS_FREE = "gputopo.io/gpusFree"  # whole GPUs (not in MIG mode) with nothing allocated
 ATTR_MIG_GPUS = "gputopo.io/migGpus"  # GPUs in MIG mode: requested by slice, never whole
+ATTR_CLIQUE = "gputopo.io/nvlinkClique"  # the nvidia.com/gpu.clique value; only when it has one
 
 # Attributes of a Node (NUMA) zone.
 NODE_ATTR_CPUS = "cpus"
@@ -57,6 +58,7 @@ GPU_ATTR_NVLINK_ISLAND = "nvlinkIsland"
 GPU_ATTR_HEALTH = "health"
 GPU_ATTR_SHARING = "sharing"  # none | timeSlicing | mps (agent.shares.Sharing)
 GPU_ATTR_SHARES = "shares"  # replicas a shared GPU is split into (only on shared GPUs)
+GPU_ATTR_CLIQUE = "clique"  # the node's NVLink clique, on the GPUs attached to it (DESIGN §13)
 
 NVLINK_COST_BASE = 100
 

@@ -10,6 +10,8 @@ Xid events and error translation. What it models:
   remote PCI is the peer for an NV<k> cell. A GPU with no link raises NotSupported; a link number
   past the GPU's links raises InvalidArgument.
 - MIG: a MIG device sits in slot = its placement start; other slots raise NotFound.
+- GPU fabric info (`nvmlDeviceGetGpuFabricInfoV`): the GPU's `fabric` written into the caller's
+  `c_nvmlGpuFabricInfo_v2_t`; NotSupported where the fixture has none.
 - Memory affinity (NUMA-node scope): the GPU's `memoryAffinity` as a bitmask of 64-bit words;
   NotSupported where the fixture has none.
 - Events: the fixture's `events` fire `afterSeconds` after the fake was created, by the injected
@@ -26,6 +28,7 @@ Any other `nvml*` function raises NotImplementedError.
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from agent.model import TopoLevel
 from agent.nvml import fake_structs as fs
@@ -38,6 +41,7 @@ from agent.nvml.fake_state import (
 )
 from agent.nvml.fake_structs import DeviceHandle, EventSetHandle, GpuInstanceHandle, NVMLError
 from agent.nvml.fixture import Fixture
+from agent.nvml.nvml_fabric import STATES, status_code
 
 __all__ = ["FakePynvml", "NVMLError", "write_fake_host_root"]
 
@@ -46,6 +50,7 @@ class FakePynvml(FakeNvmlState):
     """One fake NVML library: pynvml's functions over a fixture (state per instance)."""
 
     NVMLError = NVMLError
+    c_nvmlGpuFabricInfo_v2_t = fs.c_nvmlGpuFabricInfo_v2_t
 
     # ---- init and system -----------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -143,6 +148,22 @@ class FakePynvml(FakeNvmlState):
             if node // 64 < node_set_size:
                 words[node // 64] |= 1 << (node % 64)
         return words
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: DeviceHandle, info_ref: Any) -> int:
+        """Fill the structure `info_ref` points to (`ctypes.byref`) from the GPU's `fabric`."""
+        self._guard("nvmlDeviceGetGpuFabricInfoV", handle)
+        fabric, info = self._gpu(handle).fabric, getattr(info_ref, "_obj", None)
+        if not isinstance(info, fs.c_nvmlGpuFabricInfo_v2_t):
+            raise NVMLError(fs.NVML_ERROR_INVALID_ARGUMENT)
+        if info.version != fs.nvmlGpuFabricInfo_v2:
+            raise NVMLError(fs.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if fabric is None or handle.mig_slot is not None:
+            raise NVMLError(fs.NVML_ERROR_NOT_SUPPORTED)
+        info.clusterUuid[:] = list(UUID(fabric.cluster_uuid).bytes)
+        info.cliqueId = fabric.clique_id
+        info.state = STATES.index(fabric.state)
+        info.status = status_code(fabric.status)
+        return fs.NVML_SUCCESS
 
     def nvmlDeviceGetMemoryInfo(self, handle: DeviceHandle, version: Any = None) -> fs.Memory:
         self._guard("nvmlDeviceGetMemoryInfo", handle)

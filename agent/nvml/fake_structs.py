@@ -8,6 +8,7 @@ the code, structs expose the attributes the real ctypes structures do.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -86,6 +87,13 @@ NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1
 NVML_COMPUTEMODE_PROHIBITED = 2
 NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
 NVML_COMPUTEMODE_COUNT = 4
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+NVML_GPU_FABRIC_UUID_LEN = 16
+NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0
+NVML_GPU_FABRIC_STATE_NOT_STARTED = 1
+NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2
+NVML_GPU_FABRIC_STATE_COMPLETED = 3
+nvmlGpuFabricInfo_v2 = 0x02000024
 NOT_ATTRIBUTABLE = 0xFFFFFFFF  # an event not tied to a MIG GPU or compute instance
 
 nvmlEventTypeSingleBitEccError = 0x1
@@ -221,3 +229,19 @@ class EventData:
 class ProcessInfo:
     pid: int
     usedGpuMemory: int  # bytes
+
+
+class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):  # noqa: N801 (pynvml's name)
+    """pynvml's ctypes structure of the same name: NVML fills it through a pointer."""
+
+    _fields_ = (
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+        ("status", ctypes.c_int),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint8),
+        ("healthMask", ctypes.c_uint32),
+    )
+
+    def __init__(self) -> None:
+        super().__init__(version=nvmlGpuFabricInfo_v2)

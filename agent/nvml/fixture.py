@@ -4,7 +4,9 @@ A fixture is a node's NVML view as YAML or JSON: driver, NUMA nodes, GPUs with M
 `nvidia-smi topo -m` GPU block, how NVLink is wired (`nvlinkFabric`) and optional scripted Xid
 events. A GPU's `numaNode` is what sysfs says (-1: unknown, common in VMs); its optional
 `memoryAffinity` (e.g. `[0]`) lists the NUMA nodes `nvmlDeviceGetMemoryAffinity` names, absent
-where NVML does not answer, so a record replays the NRT's choice of zone (DESIGN.md §5).
+where NVML does not answer, so a record replays the NRT's choice of zone (DESIGN.md §5). Its
+optional `fabric` (`{clusterUuid, cliqueId, state, status}`, DESIGN.md §13) is NVML's GPU fabric
+info, absent where NVML answers NotSupported.
 Built-ins ship in `agent/nvml/fixtures/<name>.yaml`. Any problem raises `FixtureError` with
 `"<file>: <key.path[3].x>: <reason>"`. `dump` writes the same format back (`record` uses it).
 """
@@ -308,6 +310,13 @@ def _gpu_doc(gpu: Gpu) -> dict[str, Any]:
     }
     if gpu.memory_affinity:
         doc["memoryAffinity"] = list(gpu.memory_affinity)
+    if gpu.fabric is not None:
+        doc["fabric"] = {
+            "clusterUuid": gpu.fabric.cluster_uuid,
+            "cliqueId": gpu.fabric.clique_id,
+            "state": str(gpu.fabric.state),
+            "status": gpu.fabric.status,
+        }
     return doc | {
         "computeCapability": gpu.compute_capability,
         "migMode": str(gpu.mig_mode),

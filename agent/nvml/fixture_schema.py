@@ -8,19 +8,34 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from agent.docread import DocReader
 from agent.errors import FixtureError
-from agent.model import Gpu, GpuUuid, MigDevice, MigMode, MigUuid, NumaNode, parse_cpulist
+from agent.model import (
+    FABRIC_SUCCESS,
+    ZERO_CLUSTER_UUID,
+    FabricState,
+    Gpu,
+    GpuFabric,
+    GpuUuid,
+    MigDevice,
+    MigMode,
+    MigUuid,
+    NumaNode,
+    parse_cpulist,
+)
 from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profiles_for
+from agent.nvml.nvml_fabric import status_words
 from agent.nvml.sysfs import hugepage_kb
 from agent.plural import counted
 
 _BUS_RE = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 _CC_RE = re.compile(r"\d+\.\d+")
+_UINT32_MAX = 0xFFFFFFFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +86,7 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
         raw,
         path,
         ("index", "uuid", "name", "memoryMiB", "pciBusId", "numaNode", "computeCapability"),
-        ("minor", "migMode", "migDevices", "memoryAffinity"),
+        ("minor", "migMode", "migDevices", "memoryAffinity", "fabric"),
     )
     index = ctx.as_int(doc["index"], f"{path}.index", minimum=0)
     numa = ctx.as_int(doc["numaNode"], f"{path}.numaNode", minimum=-1)
@@ -103,6 +118,7 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
         ),
         mig_mode=MigMode(mode_text),
         memory_affinity=_read_affinity(ctx, doc.get("memoryAffinity"), path, numa_ids),
+        fabric=_read_fabric(ctx, doc.get("fabric"), f"{path}.fabric"),
     )
     migs = _read_mig_devices(ctx, gpu, doc.get("migDevices", []), path)
     return dataclasses.replace(gpu, mig_devices=migs)
@@ -124,6 +140,32 @@ def _read_affinity(ctx: Ctx, raw: Any, gpu_path: str, numa_ids: frozenset[int]) 
         if node in nodes[:i]:
             ctx.fail(f"{path}[{i}]", f"NUMA node {node} is listed twice")
     return tuple(sorted(nodes))
+
+
+def _read_fabric(ctx: Ctx, raw: Any, path: str) -> GpuFabric | None:
+    """`fabric` (DESIGN §13): absent where NVML answers NotSupported for the GPU's fabric info."""
+    if raw is None:
+        return None
+    doc = ctx.mapping(raw, path, ("state",), ("clusterUuid", "cliqueId", "status"))
+    state = ctx.as_str(doc["state"], f"{path}.state")
+    if state not in FabricState.__members__.values():
+        ctx.fail(f"{path}.state", f"{state!r} is not one of {', '.join(FabricState)}")
+    text = ctx.as_str(doc.get("clusterUuid", ZERO_CLUSTER_UUID), f"{path}.clusterUuid")
+    try:
+        cluster = str(uuid.UUID(text))
+    except ValueError:
+        ctx.fail(f"{path}.clusterUuid", f"{text!r} is not a UUID")
+    if cluster != text:
+        ctx.fail(f"{path}.clusterUuid", f"{text!r} is not in canonical form ({cluster})")
+    status = ctx.as_str(doc.get("status", FABRIC_SUCCESS), f"{path}.status")
+    if status not in status_words():
+        ctx.fail(f"{path}.status", f"{status!r} is not {FABRIC_SUCCESS} or an NVML error word")
+    clique = ctx.as_int(doc.get("cliqueId", 0), f"{path}.cliqueId", minimum=0)
+    if clique > _UINT32_MAX:
+        ctx.fail(f"{path}.cliqueId", f"{clique} does not fit NVML's 32-bit clique ID")
+    return GpuFabric(
+        cluster_uuid=cluster, clique_id=clique, state=FabricState(state), status=status
+    )
 
 
 def _read_mig_devices(ctx: Ctx, gpu: Gpu, raw: Any, gpu_path: str) -> tuple[MigDevice, ...]:

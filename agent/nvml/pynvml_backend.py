@@ -5,7 +5,7 @@ the fixture-driven stand-in (`FakePynvml`) and the same code runs on real GPUs a
 Every NVML error is translated where it is raised (`_translated`): LibraryNotFound/DriverNotLoaded →
 `NvmlUnavailable`, NotSupported → `NvmlNotSupported`, GpuIsLost/ResetRequired → `GpuLost`,
 anything else → `NvmlError(code)`. Expected absences (no NVLink, no MIG, no row remapper, no
-utilization on a MIG GPU) come back as None or empty instead.
+utilization on a MIG GPU, no NVLink fabric) come back as None or empty instead.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from agent.nvml import sysfs
 from agent.nvml.backend import ComputeMode, GpuStatus, GpuTelemetry, NvmlBackend, XidEvent
 from agent.nvml.fake_pynvml import FakePynvml, write_fake_host_root
 from agent.nvml.fixture import Fixture, load_fixture
+from agent.nvml.nvml_fabric import read_fabric
 from agent.nvml.nvml_links import link_matrix
 from agent.nvml.nvml_mig import read_mig_devices
 
@@ -205,6 +206,7 @@ class PynvmlBackend:
                 mig_mode=mode,
                 mig_devices=read_mig_devices(nvml, handle) if mode is MigMode.ENABLED else (),
                 memory_affinity=self._memory_affinity(handle),
+                fabric=read_fabric(nvml, handle, self._optional),
             )
 
     def _mig_mode(self, handle: Any) -> MigMode:

@@ -13,7 +13,7 @@ from agent.availability import (
     PodResourcesSnapshot,
     compute_availability,
 )
-from agent.model import NodeInventory
+from agent.model import GpuFabric, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.resource_names import GPU_RESOURCE
@@ -42,11 +42,24 @@ def make_nrt(
 
 def as_published(inventory: NodeInventory) -> NodeInventory:
     """The inventory as its NRT tells it: each GPU's NUMA node is the zone it is published under
-    (`NodeInventory.gpu_numa_zone`), not its sysfs reading; NVML's memory affinity is left out."""
+    (`NodeInventory.gpu_numa_zone`), not its sysfs reading; NVML's memory affinity is left out;
+    fabric info only as membership of the node's NVLink clique (GPU zone attribute `clique`)."""
     gpus = tuple(
-        replace(g, numa_node=inventory.gpu_numa_zone(g), memory_affinity=()) for g in inventory.gpus
+        replace(
+            g,
+            numa_node=inventory.gpu_numa_zone(g),
+            memory_affinity=(),
+            fabric=_published_fabric(g.fabric, inventory.nvlink_clique()),
+        )
+        for g in inventory.gpus
     )
     return replace(inventory, gpus=gpus)
+
+
+def _published_fabric(fabric: GpuFabric | None, clique: str | None) -> GpuFabric | None:
+    if fabric is None or clique is None or fabric.clique != clique:
+        return None
+    return GpuFabric.attached_to(clique)
 
 
 def _grant(namespace: str, name: str, devices: Sequence[str | tuple[str, str]]) -> PodGrant:

@@ -73,3 +73,8 @@ def test_label_patch_is_minimal() -> None:
     del current[lb.FAMILY]
     assert lb.label_patch(current, desired) == {lb.COUNT: "8", lb.FAMILY: "hopper"}
     assert lb.label_patch(desired, {}) == dict.fromkeys(desired)
+
+
+def test_clique_label_is_removed_when_the_node_leaves_its_clique() -> None:
+    current = {**lb.gfd_labels(dgx_h100()), lb.CLIQUE: "5c1f0e7a-3d2b-4c8e-9a61-0b7d2e4f9c13.1"}
+    assert lb.label_patch(current, lb.gfd_labels(dgx_h100())) == {lb.CLIQUE: None}

@@ -159,3 +159,35 @@ def test_process_prints_no_traceback_on_bad_input(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr.strip().count("\n") == 0
     assert "cannot read: No such file or directory" in result.stderr
+
+
+def test_table_names_the_nvlink_clique_and_each_gpu_fabric_state(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inventory_cmd.main(["--nvml-fixture", "gb200-nvl72-node"], NO_ENV) == 0
+    lines = capsys.readouterr().out.splitlines()
+    clique = "5c1f0e7a-3d2b-4c8e-9a61-0b7d2e4f9c13.1"
+    assert lines[0].endswith(f"NVLink fabric: nvswitch, NVLink clique: {clique}")
+    header = lines.index("GPU  FABRIC STATE  STATUS   CLIQUE")
+    assert lines[header + 1 : header + 5] == [
+        f"{i}    completed     success  {clique}" for i in range(4)
+    ]
+
+
+def test_table_says_no_clique_while_the_fabric_registers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = variant(node_doc(gpus=1), "gpus[0].fabric", {"state": "inProgress", "status": "NotReady"})
+    path = tmp_path / "registering.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert inventory_cmd.main(["--nvml-fixture", str(path)], NO_ENV) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(", NVLink clique: none")
+    assert "0    inProgress    NotReady  -\n" in out
+
+
+def test_gpus_without_fabric_info_print_no_clique(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inventory_cmd.main(["--nvml-fixture", "vm-h200"], NO_ENV) == 0
+    out = capsys.readouterr().out
+    assert "clique" not in out.lower()
+    assert "FABRIC STATE" not in out

@@ -27,6 +27,7 @@ BUILTINS = (
     "dgx-a100",
     "dgx-a100-mig",
     "dgx-h100",
+    "gb200-nvl72-node",
     "pcie-16x-nvlink-pairs",
     "pcie-4x-nvlink-pairs",
     "pcie-8x-no-nvlink",
@@ -50,7 +51,48 @@ def _three(cells: dict[tuple[int, int], str], fabric: str, default: str = "NV12"
     return doc
 
 
+def _fabric(**fields: Any) -> dict[str, Any]:
+    """A node whose GPU 0 has the fabric info `fields` over a complete registration."""
+    complete = {"clusterUuid": _CLUSTER, "cliqueId": 1, "state": "completed", "status": "success"}
+    return variant(node_doc(), "gpus[0].fabric", complete | fields)
+
+
+_CLUSTER = "5c1f0e7a-3d2b-4c8e-9a61-0b7d2e4f9c13"
+
 MALFORMED = [
+    pytest.param(
+        _fabric(state="done"),
+        "test.yaml: gpus[0].fabric.state: 'done' is not one of notSupported, notStarted, "
+        "inProgress, completed",
+        id="unknown fabric state",
+    ),
+    pytest.param(
+        _fabric(clusterUuid=_CLUSTER.upper()),
+        f"test.yaml: gpus[0].fabric.clusterUuid: '{_CLUSTER.upper()}' is not in canonical "
+        f"form ({_CLUSTER})",
+        id="upper-case cluster UUID",
+    ),
+    pytest.param(
+        _fabric(clusterUuid="rack-7"),
+        "test.yaml: gpus[0].fabric.clusterUuid: 'rack-7' is not a UUID",
+        id="cluster UUID that is not a UUID",
+    ),
+    pytest.param(
+        _fabric(status="Broken"),
+        "test.yaml: gpus[0].fabric.status: 'Broken' is not success or an NVML error word",
+        id="unknown fabric status word",
+    ),
+    pytest.param(
+        _fabric(cliqueId=2**32),
+        "test.yaml: gpus[0].fabric.cliqueId: 4294967296 does not fit NVML's 32-bit clique ID",
+        id="clique ID past 32 bits",
+    ),
+    pytest.param(
+        _fabric(rack=3),
+        "test.yaml: gpus[0].fabric.rack: unknown key (allowed: state, clusterUuid, cliqueId, "
+        "status)",
+        id="unknown fabric key",
+    ),
     pytest.param(
         variant(node_doc(), "colour", "blue"),
         "test.yaml: colour: unknown key (allowed: version, driverVersion, cudaDriverVersion, gpus, "
@@ -60,7 +102,7 @@ MALFORMED = [
     pytest.param(
         variant(node_doc(), "gpus[1].serial", "1324"),
         "test.yaml: gpus[1].serial: unknown key (allowed: index, uuid, name, memoryMiB, pciBusId, "
-        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity)",
+        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity, fabric)",
         id="unknown GPU key",
     ),
     pytest.param(

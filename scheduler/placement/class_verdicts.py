@@ -48,6 +48,8 @@ def pod_class(pod: PodRequest) -> ClassKey:
         pod.priority,
         pod.guaranteed,
         pod.unsupported,
+        pod.shares,
+        pod.split,
     )
 
 

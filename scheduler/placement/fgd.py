@@ -280,7 +280,12 @@ def node_view(node: NodeState) -> NodeView:
     return NodeView(node.labels.get(GPU_PRODUCT_LABEL, ""), node.free(CPU), free)
 
 
-def pod_shape(pod: PodRequest) -> PodShape:
+def pod_shape(pod: PodRequest, assignment: Assignment | None = None) -> PodShape:
+    """The pod's shape; with `assignment`, a pod placing shares (DESIGN §12) is one share of
+    their milli on that node."""
+    if assignment is not None and assignment.shares and not pod.gpu_milli:
+        milli = min(MILLI_PER_GPU - 1, assignment.share_milli)
+        return PodShape.of(pod.cpu_milli, 0, milli, pod.gpu_models)
     return PodShape.of(pod.cpu_milli, pod.gpus, pod.gpu_milli, pod.gpu_models)
 
 
@@ -295,8 +300,7 @@ class FgdScore:
         self.fragmentation = fragmentation
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        del assignment
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
+        options = self.fragmentation.placements(node_view(node), pod_shape(pod, assignment))
         return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0
 
     def share_gpu(self, pod: PodRequest, node: NodeState) -> int | None:

@@ -18,6 +18,8 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from agent.resource_names import GPU_RESOURCE
+
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
 from .snapshot import Snapshot
@@ -52,6 +54,9 @@ def static_shape(node: NodeState) -> tuple[object, ...]:
         node.gpu_mig,
         node.links,
         node.topology_policy,
+        node.gpu_slots,
+        node.gpu_memory,
+        node.share_resource,
     )
 
 
@@ -69,7 +74,10 @@ def dynamic_state(node: NodeState) -> tuple[object, ...]:
     zones: tuple[object, ...] = ()
     if node.topology_policy is TopologyPolicy.SINGLE_NUMA_NODE and node.numa_free is not None:
         zones = tuple((k, tuple(sorted(v.items()))) for k, v in sorted(node.numa_free.items()))
-    return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones)
+    shared: tuple[object, ...] = ()
+    if node.share_resource is not None:
+        shared = (tuple(node.slots_free), tuple(node.memory_free), tuple(node.compute_free))
+    return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones, shared)
 
 
 class Interner(Generic[K]):
@@ -324,4 +332,6 @@ class NodeSlots:
 def _headroom(node: NodeState) -> tuple[int, int, int, int, int]:
     share = max((f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g]), default=0)
     idle = node.idle_mask.bit_count()
+    if node.share_resource == GPU_RESOURCE:
+        idle += sum(node.slots_free)  # a plain GPU request is equal splits there
     return (node.free(CPU), node.free(MEMORY), node.free(PODS), idle, share)

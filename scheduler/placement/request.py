@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE, mig_resource
+from agent.shares import ContainerShare
 
 __all__ = [
     "CPU",
@@ -134,6 +135,11 @@ class PodRequest:
     values of the node label `nvidia.com/gpu.product` (empty: any). `guaranteed` marks a Guaranteed
     QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
     feature the scheduler does not implement; such a pod is never placed.
+
+    GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
+    `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
+    under their resource. `split` is how a plain `gpus` request reads on a node whose
+    `nvidia.com/gpu` replicas are shared (each GPU container an equal split of its count).
     """
 
     key: str
@@ -153,6 +159,8 @@ class PodRequest:
     guaranteed: bool = False
     unsupported: str | None = None
     pod_group: str | None = None
+    shares: tuple[ContainerShare, ...] = ()
+    split: tuple[ContainerShare, ...] = ()
     vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
     wants_gpu: bool = field(init=False, repr=False, compare=False)
     """True when the pod asks for any GPU: whole, share or MIG."""
@@ -165,10 +173,12 @@ class PodRequest:
             problems.append(f"gpu_milli must be < {MILLI_PER_GPU} (use gpus for whole GPUs)")
         if self.gpus and self.gpu_milli:
             problems.append("gpus and gpu_milli are exclusive")
+        if self.shares and (self.gpus or self.gpu_milli):
+            problems.append("shares are exclusive with gpus and gpu_milli")
         if problems:
             raise ValueError(f"pod {self.key}: " + "; ".join(problems))
         object.__setattr__(self, "vector", self._resource_vector())
-        wants = bool(self.gpus or self.gpu_milli or any(self.mig.values()))
+        wants = bool(self.gpus or self.gpu_milli or self.shares or any(self.mig.values()))
         object.__setattr__(self, "wants_gpu", wants)
 
     def _resource_vector(self) -> tuple[tuple[str, int], ...]:
@@ -176,7 +186,8 @@ class PodRequest:
         items[EPHEMERAL_STORAGE] = self.ephemeral_storage
         items.update(self.hugepages)
         items.update(self.extended)
-        items[GPU_RESOURCE] = self.gpus
+        if self.gpus:
+            items[GPU_RESOURCE] = self.gpus
         for profile, count in self.mig.items():
             items[mig_resource(profile)] = count
         return tuple((name, qty) for name, qty in items.items() if qty > 0)

@@ -10,6 +10,7 @@ metrics server); `main` runs one until SIGTERM/SIGINT. Tests build a `Runtime` d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import socket
@@ -241,7 +242,11 @@ class Runtime:
             self.metrics,
             self.reporter,
             self.fence,
-            settings=loop,
+            settings=dataclasses.replace(
+                loop or LoopSettings(),
+                share_lock_namespace=settings.leader_elect_namespace,
+                share_lock_seconds=cfg.share_lock_seconds,
+            ),
             preemption=cfg.preemption,
         )
         self.informers = [

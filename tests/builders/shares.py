@@ -46,6 +46,7 @@ def share_body(
     compute: int | None = None,
     scheduler: str = NAME,
     node: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod with one container asking one replica of `nvidia.com/gpu.shared` and `memory`."""
     limits: dict[str, Any] = {SHARED: "1"}
@@ -57,7 +58,7 @@ def share_body(
     spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container]}
     if node is not None:
         spec["nodeName"] = node
-    meta = {"name": name, "namespace": "default"}
+    meta = {"name": name, "namespace": "default", "labels": labels or {}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -140,3 +140,19 @@ def test_a_replica_another_scheduler_placed_is_counted(fake_api, core_v1, custom
         wait_for(lambda: node_of(fake_api, "big"), 10, "big bound")
     assert gpus_annotation(fake_api, "big") == {"main": str(gpu_uuid(1))}
     assert set(bound_pods(fake_api)) == {"foreign", "big"}
+
+
+def test_a_queue_max_on_gpu_memory_holds_for_shares(fake_api, core_v1, custom_objects):
+    shared_gpu_node(fake_api, custom_objects, "s1")
+    queue = {"metadata": {"name": "team"}, "spec": {"max": {"gputopo.io/gpu-memory": "30Gi"}}}
+    custom_objects.create_cluster_custom_object(
+        "scheduling.gputopo.io", "v1alpha1", "queues", queue
+    )
+    team = {"gputopo.io/queue": "team"}
+    with running(fake_api), agent_releasing_locks(fake_api):
+        create_pod(core_v1, share_body("first", "20Gi", labels=team))
+        wait_for(lambda: node_of(fake_api, "first"), 10, "first bound")
+        create_pod(core_v1, share_body("second", "20Gi", labels=team))
+        condition = wait_for(lambda: scheduled_condition(fake_api, "second"), 10, "second waits")
+    assert "queue team: gputopo.io/gpu-memory" in condition["message"]
+    assert node_of(fake_api, "second") is None

@@ -131,5 +131,5 @@ class SimScheduler:
     def bind(self, pod: PodRequest, assignment: Assignment) -> None:
         self.cluster.bind(pod, assignment)
 
-    def unbind(self, key: str) -> None:
-        self.cluster.unbind(key)
+    def unbind(self, key: str) -> Assignment | None:
+        return self.cluster.unbind(key)

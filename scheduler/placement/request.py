@@ -164,6 +164,9 @@ class PodRequest:
     vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
     wants_gpu: bool = field(init=False, repr=False, compare=False)
     """True when the pod asks for any GPU: whole, share or MIG."""
+    share_need: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    """What one shared GPU of a node must have free at least for any of `shares` to fit there
+    (replicas, memory bytes, compute percent): placement's cheap pre-check."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -180,6 +183,16 @@ class PodRequest:
         object.__setattr__(self, "vector", self._resource_vector())
         wants = bool(self.gpus or self.gpu_milli or self.shares or any(self.mig.values()))
         object.__setattr__(self, "wants_gpu", wants)
+        need = (
+            (
+                min(a.replicas for a in self.shares),
+                max(a.memory_bytes or 0 for a in self.shares),
+                max(a.compute_percent or 0 for a in self.shares),
+            )
+            if self.shares
+            else (0, 0, 0)
+        )
+        object.__setattr__(self, "share_need", need)
 
     def _resource_vector(self) -> tuple[tuple[str, int], ...]:
         items: dict[str, int] = {PODS: 1, CPU: self.cpu_milli, MEMORY: self.memory}

@@ -50,11 +50,12 @@ def no_shared_gpu(resource: str) -> str:
 class _Room:
     """What each GPU has free, copied so one pod's containers see each other's charges."""
 
-    def __init__(self, node: NodeState) -> None:
-        self.slots = list(node.slots_free)
-        self.memory = list(node.memory_free)
-        self.compute = list(node.compute_free)
-        self.milli = list(node.gpu_free)
+    def __init__(self, node: NodeState, *, copy: bool) -> None:
+        """`copy` False: the node's own lists, for a pod of one share container (never taken)."""
+        self.slots = list(node.slots_free) if copy else node.slots_free
+        self.memory = list(node.memory_free) if copy else node.memory_free
+        self.compute = list(node.compute_free) if copy else node.compute_free
+        self.milli = list(node.gpu_free) if copy else node.gpu_free
 
     def take(self, share: GpuShare) -> None:
         g = share.gpu
@@ -80,30 +81,27 @@ def share_asks(pod: PodRequest, node: NodeState) -> tuple[ContainerShare, ...]:
     return ()
 
 
-def size_on(ask: ContainerShare, node: NodeState, g: int) -> GpuShare:
-    """`ask` sized on shared GPU `g`: an equal split takes its replicas' part of the memory."""
-    slots, total = node.gpu_slots[g], node.gpu_memory[g]
+def _size(ask: ContainerShare, slots: int, total: int) -> tuple[int, int, int]:
+    """(milli, memory, compute) of `ask` on a GPU of `slots` replicas and `total` bytes."""
     n = ask.replicas
     if ask.memory_bytes is None:
-        memory = n * (total // slots)
-        milli = min(MILLI_PER_GPU, MILLI_PER_GPU * n // slots)
-    else:
-        memory = ask.memory_bytes
-        milli = share_milli(
-            memory_bytes=memory, compute_percent=ask.compute_percent, gpu_memory_bytes=total
-        )
-    compute = ask.compute_percent or 0
-    return GpuShare(
-        gpu=g, milli=milli, memory=memory, compute=compute, slots=n, container=ask.container
+        return min(MILLI_PER_GPU, MILLI_PER_GPU * n // slots), n * (total // slots), 0
+    milli = share_milli(
+        memory_bytes=ask.memory_bytes, compute_percent=ask.compute_percent, gpu_memory_bytes=total
     )
+    return milli, ask.memory_bytes, ask.compute_percent or 0
 
 
-def _fits(share: GpuShare, room: _Room) -> bool:
-    g = share.gpu
-    return (
-        room.slots[g] >= share.slots
-        and room.memory[g] >= share.memory
-        and room.compute[g] >= share.compute
+def size_on(ask: ContainerShare, node: NodeState, g: int) -> GpuShare:
+    """`ask` sized on shared GPU `g`: an equal split takes its replicas' part of the memory."""
+    milli, memory, compute = _size(ask, node.gpu_slots[g], node.gpu_memory[g])
+    return GpuShare(
+        gpu=g,
+        milli=milli,
+        memory=memory,
+        compute=compute,
+        slots=ask.replicas,
+        container=ask.container,
     )
 
 
@@ -113,21 +111,35 @@ def _shared_gpus(node: NodeState, resource: str) -> list[int]:
     return [g for g, slots in enumerate(node.gpu_slots) if slots > 0 and node.gpu_memory[g] > 0]
 
 
+def _best_gpu(ask: ContainerShare, node: NodeState, room: _Room) -> int | None:
+    """The fullest shared GPU with room for `ask` (lowest index on ties), or None."""
+    best: int | None = None
+    for g in _shared_gpus(node, ask.resource):
+        _milli, memory, compute = _size(ask, node.gpu_slots[g], node.gpu_memory[g])
+        if (
+            room.slots[g] >= ask.replicas
+            and room.memory[g] >= memory
+            and room.compute[g] >= compute
+            and (best is None or room.milli[g] < room.milli[best])
+        ):
+            best = g
+    return best
+
+
 def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | None:
     """A GPU for each of `pod`'s share containers on `node` (the fullest that fits, lowest index
     on ties; containers in spec order), or None when one does not fit."""
-    room = _Room(node)
+    asks = share_asks(pod, node)
+    room = _Room(node, copy=len(asks) > 1)
     out: list[GpuShare] = []
-    for ask in share_asks(pod, node):
-        best: GpuShare | None = None
-        for g in _shared_gpus(node, ask.resource):
-            share = size_on(ask, node, g)
-            if _fits(share, room) and (best is None or room.milli[g] < room.milli[best.gpu]):
-                best = share
-        if best is None:
+    for ask in asks:
+        g = _best_gpu(ask, node, room)
+        if g is None:
             return None
-        room.take(best)
-        out.append(best)
+        share = size_on(ask, node, g)
+        if len(asks) > 1:
+            room.take(share)
+        out.append(share)
     return tuple(out)
 
 

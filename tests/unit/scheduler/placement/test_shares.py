@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import ContainerShare
-from scheduler.placement import Assignment, GpuShare, Placer, PodRequest, Snapshot, filter_node
+from scheduler.placement import (
+    Assignment,
+    GpuShare,
+    Placer,
+    PodRequest,
+    Snapshot,
+    filter_node,
+    place_gang,
+)
 from scheduler.placement.scores import default_scoring
 from tests.builders.placement import GIB, make_node, pod, share, share_pod, shared_node
 
@@ -172,3 +180,22 @@ def test_a_share_pod_is_not_a_whole_gpu_pod():
     assert request.gpu_milli_total == 0
     assert dict(request.vector)["nvidia.com/gpu.shared"] == 1
     assert PodRequest(key="x", gpus=1).vector == (("pods", 1), ("nvidia.com/gpu", 1))
+
+
+def test_a_gang_of_shares_is_placed_all_or_nothing_within_every_gpus_memory():
+    snap = Snapshot([shared_node("a", shared=2, slots=4), shared_node("b", shared=1, slots=4)])
+    placer = Placer(snap, default_scoring())
+    gang = [share_pod(f"default/g{i}", share(memory=30 * GIB)) for i in range(6)]
+    result = place_gang(gang, placer)
+    assert result.ok
+    used: dict[tuple[str, int], int] = {}
+    for assignment in result.assignments.values():
+        for placed in assignment.shares:
+            key = (assignment.node, placed.gpu)
+            used[key] = used.get(key, 0) + placed.memory
+    assert all(total <= 80 * GIB for total in used.values())
+    assert len(used) == 3  # two 30Gi shares on each of the three shared GPUs
+    too_many = [share_pod(f"default/h{i}", share(memory=30 * GIB)) for i in range(7)]
+    refused = place_gang(too_many, placer)
+    assert not refused.ok
+    assert snap.node("a").memory_free == [80 * GIB, 80 * GIB]  # the snapshot is unchanged

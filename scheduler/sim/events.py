@@ -231,11 +231,11 @@ class _EventRun:
         self.scheduler.bind(pod, assignment)
         self.usage.charge(pod.key, (leaf, request_amounts(pod, assignment.shares)))
         wait = self.clock.now - entry.job.arrival
-        used = milli(pod, assignment)
+        used = milli(pod, assignment)  # a share's milli depends on its GPU (DESIGN §12)
         if pod.key in self._restarted:  # its wait was counted when it first started
-            self.meter.restarted(leaf, used)
+            self.meter.restarted(leaf, pod.gpu_milli_total)
         else:
-            self.meter.started(leaf, used, wait)
+            self.meter.started(leaf, pod.gpu_milli_total, wait)
             self.book.started(entry.job, pod, wait)
         entry.placed.add(pod.key)
         self._running[pod.key] = (entry, leaf, pod)

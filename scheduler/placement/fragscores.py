@@ -15,6 +15,7 @@ from .fgd import (
     Fragmentation,
     PodShape,
     TypicalPod,
+    chosen_gpu,
     distribution_distance,
     node_view,
     paper_score,
@@ -211,7 +212,8 @@ class FragmentationScore:
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         self.observe(pod)
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod, assignment))
+        only = chosen_gpu(pod, node, assignment)
+        options = self.fragmentation.placements(node_view(node), pod_shape(pod, assignment), only)
         if not options:
             return 0.0
         score = float(max(paper_score(d) for d, _gpus in options))

@@ -91,6 +91,8 @@ class NodeState:
     idle_mask: int = field(init=False, default=0, repr=False, compare=False)
     used_milli: int = field(init=False, default=0, repr=False, compare=False)
     mig_in_use: list[int] = field(init=False, default_factory=list, repr=False, compare=False)
+    shared_gpus: tuple[int, ...] = field(init=False, default=(), repr=False, compare=False)
+    """The shared GPUs that can take a share (replica slots and a known memory size)."""
 
     def __post_init__(self) -> None:
         n = len(self.gpu_numa)
@@ -126,6 +128,9 @@ class NodeState:
         for g, slots in enumerate(self.gpu_slots):
             if slots and g < len(self.gpu_free):
                 self.gpu_free[g] = self._shared_free(g)
+        self.shared_gpus = tuple(
+            g for g, slots in enumerate(self.gpu_slots) if slots > 0 and self.gpu_memory[g] > 0
+        )
 
     def _shared_free(self, g: int) -> int:
         return shared_free_milli(

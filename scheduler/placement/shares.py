@@ -105,19 +105,20 @@ def size_on(ask: ContainerShare, node: NodeState, g: int) -> GpuShare:
     )
 
 
-def _shared_gpus(node: NodeState, resource: str) -> list[int]:
-    if node.share_resource != resource:
-        return []
-    return [g for g, slots in enumerate(node.gpu_slots) if slots > 0 and node.gpu_memory[g] > 0]
+def _shared_gpus(node: NodeState, resource: str) -> tuple[int, ...]:
+    return node.shared_gpus if node.share_resource == resource else ()
 
 
 def _best_gpu(ask: ContainerShare, node: NodeState, room: _Room) -> int | None:
-    """The fullest shared GPU with room for `ask` (lowest index on ties), or None."""
+    """The fullest shared GPU with room for `ask` (lowest index on ties), or None. Only the
+    memory and compute a GPU must have free are computed here (the milli: for the one chosen)."""
     best: int | None = None
+    n, compute = ask.replicas, ask.compute_percent or 0
+    sized = ask.memory_bytes
     for g in _shared_gpus(node, ask.resource):
-        _milli, memory, compute = _size(ask, node.gpu_slots[g], node.gpu_memory[g])
+        memory = sized if sized is not None else n * (node.gpu_memory[g] // node.gpu_slots[g])
         if (
-            room.slots[g] >= ask.replicas
+            room.slots[g] >= n
             and room.memory[g] >= memory
             and room.compute[g] >= compute
             and (best is None or room.milli[g] < room.milli[best])

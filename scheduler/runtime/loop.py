@@ -394,14 +394,9 @@ class Scheduler:
             self._binder.submit(self._bind_one, unit, info, assignment)
 
     def _bind_one(self, unit: UnitKey, info: PodInfo, assignment: Assignment) -> None:
-        node = assignment.node
-        if assignment.shares:
-            nrt = self.cache.nrts.get(node)
-            uuids = [str(g.uuid) for g in nrt.inventory.gpus] if nrt is not None else []
-            bind = functools.partial(self._try_bind, info, node)
-            outcome = self.shares.bind(info, assignment, uuids, bind)
-        else:
-            outcome = self._try_bind(info, node)
+        node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
+        nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
+        outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
             self._reporter.scheduled(info.obj, node)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 
+from agent.nrt import DecodedTopology
 from agent.objkey import ObjectKey
 from agent.shares import ALLOCATED_ANNOTATION, GPUS_ANNOTATION, encode_gpus
 from scheduler.errors import ApiError
@@ -84,11 +85,13 @@ class ShareBinding:
         self,
         info: PodInfo,
         assignment: Assignment,
-        uuids: Sequence[str],
+        nrt: DecodedTopology | None,
         try_bind: Callable[[], str],
     ) -> str:
-        """Lock, annotate, bind; the outcome (`LOCKED`, or `try_bind`'s, or "error")."""
+        """Lock, annotate (GPU UUIDs from the node's `nrt`), bind; the outcome (`LOCKED`, or
+        `try_bind`'s, or "error")."""
         node = assignment.node
+        uuids = [str(g.uuid) for g in nrt.inventory.gpus] if nrt is not None else []
         try:
             holder = self._locks.acquire(node, info.uid, info.key)
         except ApiError as exc:

@@ -49,6 +49,7 @@ def pod_class(pod: PodRequest) -> ClassKey:
         pod.guaranteed,
         pod.unsupported,
         pod.shares,
+        pod.share_reuse,
         pod.split,
     )
 

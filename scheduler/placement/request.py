@@ -140,6 +140,8 @@ class PodRequest:
     `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
     under their resource. `split` is how a plain `gpus` request reads on a node whose
     `nvidia.com/gpu` replicas are shared (each GPU container an equal split of its count).
+    `share_reuse[i]`: the index of the share container whose replica container i runs on (i:
+    its own; empty: every container its own), as the kubelet reuses an init container's devices.
     """
 
     key: str
@@ -160,6 +162,7 @@ class PodRequest:
     unsupported: str | None = None
     pod_group: str | None = None
     shares: tuple[ContainerShare, ...] = ()
+    share_reuse: tuple[int, ...] = ()
     split: tuple[ContainerShare, ...] = ()
     vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
     wants_gpu: bool = field(init=False, repr=False, compare=False)
@@ -178,6 +181,11 @@ class PodRequest:
             problems.append("gpus and gpu_milli are exclusive")
         if self.shares and (self.gpus or self.gpu_milli):
             problems.append("shares are exclusive with gpus and gpu_milli")
+        if self.share_reuse and (
+            len(self.share_reuse) != len(self.shares)
+            or any(not 0 <= j <= i for i, j in enumerate(self.share_reuse))
+        ):
+            problems.append("share_reuse must name an earlier or the same share container")
         if problems:
             raise ValueError(f"pod {self.key}: " + "; ".join(problems))
         object.__setattr__(self, "vector", self._resource_vector())

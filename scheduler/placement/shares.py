@@ -29,12 +29,15 @@ from .request import PodRequest
 __all__ = [
     "REASON_NO_REPLICA",
     "format_bytes",
+    "group_on",
     "legacy_share",
     "no_shared_gpu",
     "place_shares",
     "placed_milli",
     "share_asks",
+    "share_groups",
     "share_reason",
+    "shares_on",
     "size_on",
 ]
 
@@ -109,14 +112,59 @@ def _shared_gpus(node: NodeState, resource: str) -> tuple[int, ...]:
     return node.shared_gpus if node.share_resource == resource else ()
 
 
-def _best_gpu(ask: ContainerShare, node: NodeState, room: _Room) -> int | None:
-    """The fullest shared GPU with room for `ask` (lowest index on ties), or None. Only the
+def share_groups(pod: PodRequest, asks: Sequence[ContainerShare]) -> list[tuple[int, ...]]:
+    """`asks` (indices) by the replica they run on, first holder first: the kubelet hands an
+    init container's replica again to later init containers and to the first app container of
+    that resource (`PodRequest.share_reuse`), so they share one GPU (the agent gives a reused
+    replica its first holder's GPU); every other container holds its own."""
+    if len(asks) == 1:
+        return [(0,)]
+    reuse = pod.share_reuse if asks is pod.shares and pod.share_reuse else range(len(asks))
+    groups: dict[int, list[int]] = {}
+    for i, first in enumerate(reuse):
+        groups.setdefault(first, []).append(i)
+    return [tuple(members) for members in groups.values()]
+
+
+def _group_size(group: Sequence[ContainerShare], slots: int, total: int) -> tuple[int, int, int]:
+    """(milli, memory, compute) of a replica group: the most any member asks (they never run
+    at once: an init container ends before the next container starts)."""
+    sizes = [_size(ask, slots, total) for ask in group]
+    if len(sizes) == 1:
+        return sizes[0]
+    return max(s[0] for s in sizes), max(s[1] for s in sizes), max(s[2] for s in sizes)
+
+
+def group_on(group: Sequence[ContainerShare], node: NodeState, g: int) -> list[GpuShare]:
+    """A replica group on shared GPU `g`: its first holder charged the group's size, the
+    others nothing more (the same replica)."""
+    milli, memory, compute = _group_size(group, node.gpu_slots[g], node.gpu_memory[g])
+    first, *rest = group
+    out = [
+        GpuShare(
+            gpu=g,
+            milli=milli,
+            memory=memory,
+            compute=compute,
+            slots=first.replicas,
+            container=first.container,
+        )
+    ]
+    out.extend(GpuShare(gpu=g, milli=0, container=ask.container) for ask in rest)
+    return out
+
+
+def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> int | None:
+    """The fullest shared GPU with room for `group` (lowest index on ties), or None. Only the
     memory and compute a GPU must have free are computed here (the milli: for the one chosen)."""
     best: int | None = None
-    n, compute = ask.replicas, ask.compute_percent or 0
-    sized = ask.memory_bytes
-    for g in _shared_gpus(node, ask.resource):
-        memory = sized if sized is not None else n * (node.gpu_memory[g] // node.gpu_slots[g])
+    n = group[0].replicas
+    compute = max(ask.compute_percent or 0 for ask in group)
+    sized = [ask.memory_bytes for ask in group if ask.memory_bytes is not None]
+    most = max(sized, default=0)
+    split = len(sized) < len(group)
+    for g in _shared_gpus(node, group[0].resource):
+        memory = max(most, n * (node.gpu_memory[g] // node.gpu_slots[g])) if split else most
         if (
             room.slots[g] >= n
             and room.memory[g] >= memory
@@ -128,20 +176,42 @@ def _best_gpu(ask: ContainerShare, node: NodeState, room: _Room) -> int | None:
 
 
 def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | None:
-    """A GPU for each of `pod`'s share containers on `node` (the fullest that fits, lowest index
-    on ties; containers in spec order), or None when one does not fit."""
+    """A GPU for each of `pod`'s share containers on `node` (per replica group, the fullest
+    that fits, lowest index on ties, in spec order), or None when one does not fit."""
     asks = share_asks(pod, node)
-    room = _Room(node, copy=len(asks) > 1)
-    out: list[GpuShare] = []
-    for ask in asks:
-        g = _best_gpu(ask, node, room)
+    groups = share_groups(pod, asks)
+    room = _Room(node, copy=len(groups) > 1)
+    placed: list[GpuShare | None] = [None] * len(asks)
+    for members in groups:
+        group = [asks[i] for i in members]
+        g = _best_gpu(group, node, room)
         if g is None:
             return None
-        share = size_on(ask, node, g)
-        if len(asks) > 1:
-            room.take(share)
-        out.append(share)
-    return tuple(out)
+        shares = group_on(group, node, g)
+        if len(groups) > 1:
+            room.take(shares[0])
+        for i, share in zip(members, shares, strict=True):
+            placed[i] = share
+    return tuple(s for s in placed if s is not None)
+
+
+def shares_on(
+    pod: PodRequest, node: NodeState, gpus: Sequence[int]
+) -> tuple[tuple[GpuShare, ...], tuple[ContainerShare, ...]]:
+    """`pod`'s shares with each replica group on the GPU `gpus` (per share container, -1:
+    unknown) names for its first member with a usable one (shared, on this node); the groups
+    without one come back as their first holder's ask instead (the caller decides where)."""
+    asks = share_asks(pod, node)
+    placed: list[GpuShare] = []
+    unknown: list[ContainerShare] = []
+    for members in share_groups(pod, asks):
+        usable = [gpus[i] for i in members if 0 <= gpus[i] < node.gpu_count]
+        usable = [g for g in usable if node.gpu_slots[g]]
+        if usable:
+            placed.extend(group_on([asks[i] for i in members], node, usable[0]))
+        else:
+            unknown.append(asks[members[0]])
+    return tuple(placed), tuple(unknown)
 
 
 def legacy_share(

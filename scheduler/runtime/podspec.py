@@ -269,11 +269,38 @@ def _share_fields(pod: Obj, fields: dict[str, Any]) -> None:
         if fields.get("gpus"):
             extended[GPU_RESOURCE] = fields.pop("gpus")
         fields["shares"] = shares
+        fields["share_reuse"] = _reuse(pod, shares)
     elif fields.get("gpus"):
         try:
             fields["split"] = pod_shares(pod, (GPU_RESOURCE,))
         except ShareRequestError:
             fields["split"] = ()  # GPUs beside MIG devices: never equal splits
+
+
+def _reuse(pod: Obj, shares: tuple[ContainerShare, ...]) -> tuple[int, ...]:
+    """Which share container's replica each one runs on, as the kubelet's device manager hands
+    devices out: an init container's (not a sidecar's) go to the later init containers and to
+    the first app container asking that resource. One-replica shares only (a sized share is
+    one); () when every container holds its own."""
+    spec = pod.get("spec") or {}
+    sidecars = {
+        str(c.get("name") or "")
+        for c in spec.get("initContainers") or ()
+        if c.get("restartPolicy") == "Always"
+    }
+    pool: dict[str, int] = {}  # resource -> the share holding the reusable replica
+    out: list[int] = []
+    for i, share in enumerate(shares):
+        held = pool.get(share.resource)
+        if share.replicas != 1 or (share.init and share.container in sidecars) or held is None:
+            out.append(i)
+            if share.init and share.replicas == 1 and share.container not in sidecars:
+                pool[share.resource] = i
+            continue
+        out.append(held)
+        if not share.init:
+            del pool[share.resource]
+    return tuple(out) if any(j != i for i, j in enumerate(out)) else ()
 
 
 def _no_whole_beside(pod: Obj, shares: tuple[ContainerShare, ...]) -> None:

@@ -3,6 +3,8 @@ reasons a share waits with."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import ContainerShare
 from scheduler.placement import (
@@ -199,3 +201,18 @@ def test_a_gang_of_shares_is_placed_all_or_nothing_within_every_gpus_memory():
     refused = place_gang(too_many, placer)
     assert not refused.ok
     assert snap.node("a").memory_free == [80 * GIB, 80 * GIB]  # the snapshot is unchanged
+
+
+def test_an_init_container_and_the_app_container_reusing_its_replica_share_one_gpu():
+    node = shared_node(shared=2, slots=4)
+    asks = (share("init", memory=30 * GIB, init=True), share("app", memory=10 * GIB, compute=20))
+    request = dataclasses.replace(share_pod("default/p", *asks), share_reuse=(0, 0))
+    fit = filter_node(request, node)
+    assert fit.assignment is not None
+    first, second = fit.assignment.shares
+    assert (first.container, second.container) == ("init", "app")
+    assert first.gpu == second.gpu
+    assert (first.memory, first.compute, first.slots) == (30 * GIB, 20, 1)  # the most of either
+    assert (second.memory, second.compute, second.slots, second.milli) == (0, 0, 0, 0)
+    node.add_pod(request, fit.assignment)
+    assert sorted(node.slots_free) == [3, 4]

@@ -135,3 +135,23 @@ def test_the_share_annotation_is_read_and_a_malformed_one_reads_as_absent():
     assert read_pod(obj, "s").share_gpus == {"main": "GPU-1"}
     obj["metadata"]["annotations"] = {"gputopo.io/gpus": "not json"}
     assert read_pod(obj, "s").share_gpus == {}
+
+
+def test_an_init_containers_replica_goes_on_to_the_next_init_and_the_first_app_container():
+    one = {"nvidia.com/gpu.shared": 1, "gputopo.io/gpu-memory": "4Gi"}
+    request = pod_request(
+        pod(
+            init=[share_container("fetch", **one), share_container("warm", **one)],
+            containers=[share_container("main", **one), share_container("side", **one)],
+        )
+    )
+    assert [s.container for s in request.shares] == ["fetch", "warm", "main", "side"]
+    assert request.share_reuse == (0, 0, 0, 3)
+
+
+def test_a_sidecars_replica_is_its_own():
+    one = {"nvidia.com/gpu.shared": 1}
+    sidecar = share_container("proxy", **one)
+    sidecar["restartPolicy"] = "Always"
+    request = pod_request(pod(init=[sidecar], containers=[share_container("main", **one)]))
+    assert request.share_reuse == ()

@@ -1,7 +1,8 @@
-"""Hypothesis: share and whole-GPU pods arrive (placed by the Placer on the cache's snapshot,
-assumed, then bound with the `gputopo.io/gpus` annotation the binder writes) and leave; the
-scheduler's per-GPU share view always equals the one a fresh cache (a restart) rebuilds from
-the same pod objects, and no shared GPU is overbooked or serves a whole-GPU pod."""
+"""Hypothesis: share pods (init containers too) and whole-GPU pods arrive (placed by the
+Placer on the cache's snapshot, assumed, then bound with the `gputopo.io/gpus` annotation the
+binder writes) and leave; the scheduler's per-GPU share view always equals the one a fresh
+cache (a restart) rebuilds from the same pod objects, and no shared GPU is overbooked or serves
+a whole-GPU pod."""
 
 from __future__ import annotations
 
@@ -76,11 +77,16 @@ class SharedNodes(RuleBasedStateMachine):
         memory=st.sampled_from([None, "8Gi", "20Gi", "40Gi", "79Gi"]),
         compute=st.sampled_from([None, 10, 40, 100]),
         containers=st.integers(1, 2),
+        inits=st.integers(0, 2),
     )
-    def share_arrives(self, memory, compute, containers):
+    def share_arrives(self, memory, compute, containers, inits):
         self.count += 1
         names = tuple(f"c{i}" for i in range(containers))
-        self._arrive(share_pod(f"s{self.count}", memory=memory, compute=compute, containers=names))
+        init = tuple(f"i{i}" for i in range(inits))
+        body = share_pod(
+            f"s{self.count}", memory=memory, compute=compute, containers=names, init=init
+        )
+        self._arrive(body)
 
     @rule(gpus=st.integers(1, 2))
     def whole_arrives(self, gpus):

@@ -97,15 +97,7 @@ def _size(ask: ContainerShare, slots: int, total: int) -> tuple[int, int, int]:
 
 def size_on(ask: ContainerShare, node: NodeState, g: int) -> GpuShare:
     """`ask` sized on shared GPU `g`: an equal split takes its replicas' part of the memory."""
-    milli, memory, compute = _size(ask, node.gpu_slots[g], node.gpu_memory[g])
-    return GpuShare(
-        gpu=g,
-        milli=milli,
-        memory=memory,
-        compute=compute,
-        slots=ask.replicas,
-        container=ask.container,
-    )
+    return group_on((ask,), node, g)[0]
 
 
 def _shared_gpus(node: NodeState, resource: str) -> tuple[int, ...]:

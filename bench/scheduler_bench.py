@@ -8,6 +8,10 @@ Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [-
 2. Gangs: on a fresh cluster with `gputopo.io/rack` labels (100 nodes per rack), gangs of 8
    members × 4 GPUs placed all-or-nothing with `topology-preferred: gputopo.io/rack`; latency
    per attempt. Placement is pure, so wall time here is placement time.
+3. GPU shares (DESIGN §12): on a fresh cluster whose nodes are 40 % time-sliced (4 replicas of
+   `nvidia.com/gpu.shared` per 80 GiB GPU), the single-pod mix alone, then with 40 % of the pods
+   share pods by memory (10, 20 or 40 GiB; compute 25 or 50 % or none); the target is the share
+   mix within 1.2× of the other's decisions/s.
 
 Decisions are made as the scheduler makes them, through a `Placer` with the shipped scoring.
 `--plain` sets the scoring's candidate limit above the node count: every node is still ranked
@@ -30,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
 from scheduler.config import load_config
 from scheduler.placement import PodRequest, Scoring, TopologyConstraint
 from scheduler.sim.cluster import Cluster, NodeSpec
@@ -37,12 +42,32 @@ from scheduler.sim.cluster import Cluster, NodeSpec
 GIB = 1 << 30
 
 
-def make_cluster(nodes: int, racks: int) -> Cluster:
+def make_cluster(nodes: int, racks: int, shared: float = 0.0) -> Cluster:
+    """`shared`: the share of nodes (every fifth, two in five for 0.4) whose GPUs are shared."""
     per_rack = max(1, nodes // max(1, racks))
     return Cluster.from_specs(
-        NodeSpec(name=f"node-{i:05d}", labels={"gputopo.io/rack": f"rack-{i // per_rack:03d}"})
+        NodeSpec(
+            name=f"node-{i:05d}",
+            labels={"gputopo.io/rack": f"rack-{i // per_rack:03d}"},
+            shares=4 if i % 100 < shared * 100 else 0,
+        )
         for i in range(nodes)
     )
+
+
+def share_pod(rng: random.Random, key: str) -> PodRequest:
+    """A share pod as the scheduler reads one: a replica, memory and maybe compute."""
+    ask = ContainerShare(
+        container="main",
+        init=False,
+        resource=SHARED_GPU_RESOURCE,
+        replicas=1,
+        memory_bytes=rng.choice((10, 20, 40)) * GIB,
+        compute_percent=rng.choice((None, 25, 50)),
+    )
+    cpu, mem = rng.choice((1000, 4000)), rng.choice((4, 16)) * GIB
+    extended = {SHARED_GPU_RESOURCE: 1}
+    return PodRequest(key=key, cpu_milli=cpu, memory=mem, extended=extended, shares=(ask,))
 
 
 def random_pod(rng: random.Random, key: str) -> PodRequest:
@@ -103,14 +128,18 @@ def shipped_scoring(nodes: int, plain: bool) -> Scoring:
     return scoring
 
 
-def bench_pods(nodes: int, pods: int, seed: int, plain: bool) -> dict[str, float]:
-    cluster = make_cluster(nodes, 50)
+def bench_pods(
+    nodes: int, pods: int, seed: int, plain: bool, shared: float = 0.0, shares: float = 0.0
+) -> dict[str, float]:
+    """Single pods; `shared` of the nodes time-sliced, `shares` of the pods share pods."""
+    cluster = make_cluster(nodes, 50, shared)
     scoring = shipped_scoring(nodes, plain)
     cluster.placer(scoring)  # built before the clock starts, as the scheduler builds it at start
     rng = random.Random(seed)
     clock, placed = Clock(), 0
     for i in range(pods):
-        pod = random_pod(rng, f"default/pod-{i}")
+        key = f"default/pod-{i}"
+        pod = share_pod(rng, key) if rng.random() < shares else random_pod(rng, key)
         decision = clock(partial(cluster.place, pod, scoring))
         placed += getattr(decision, "assignment", None) is not None
     return clock.row(placed)
@@ -156,15 +185,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"cluster: {args.nodes} nodes × 8 GPUs, built in {build:.2f} s; Placer with {how}")
     pods = bench_pods(args.nodes, args.pods, args.seed, args.plain)
     gangs = bench_gangs(args.nodes, args.gangs, args.seed, args.plain)
+    mixed = bench_pods(args.nodes, args.pods, args.seed, args.plain, shared=0.4)
+    shares = bench_pods(args.nodes, args.pods, args.seed, args.plain, shared=0.4, shares=0.4)
     rows = [
         (f"single pods ({args.pods})", pods),
         (f"gangs of 8 × 4 GPUs ({args.gangs})", gangs),
+        ("40% nodes shared: no share pods", mixed),
+        ("40% nodes shared: 40% shares", shares),
     ]
     columns = ("rate/s", "rate/cpu-s", "p50 ms", "p99 ms", "p99 cpu ms", "max ms", "placed")
     print(f"{'benchmark':<32}" + "".join(f"{c:>12}" for c in columns))
     for name, r in rows:
         print(f"{name:<32}" + "".join(f"{r[c]:>12.2f}" for c in columns))
     print("targets: single pods ≥ 1,000 decisions/s and p99 ≤ 10 ms; gang p99 ≤ 10 ms per attempt")
+    ratio = mixed["rate/cpu-s"] / max(1e-9, shares["rate/cpu-s"])
+    print(f"shares: decisions per cpu-s without / with 40% share pods = {ratio:.2f} (target ≤ 1.2)")
     return 0
 
 

@@ -15,6 +15,7 @@ scoring: {weights: {fragmentation: 10, topology: 5, spreadOnCpuNodes: 1, gpuAvoi
           preferUsedNodes: false, candidateLimit: 0}
 topologyLevels: [topology.kubernetes.io/zone, gputopo.io/rack, nvidia.com/gpu.clique]
 gang: {scheduleTimeoutSeconds: 60}
+shareLockSeconds: 30
 preemption: {enabled: true, reclaim: true, reclaimToFairShare: false, pdb: preferred,
              nonPreemptiblePriority: 1000000000, nominationTimeoutSeconds: 60,
              starvationSeconds: 300, starvationHoldSeconds: 600, maxStarvationHolds: 2}
@@ -33,6 +34,7 @@ from typing import Any, TypeGuard
 
 from agent.docread import read_yaml
 from agent.errors import ConfigError
+from agent.shares import DEFAULT_SHARE_LOCK_SECONDS
 from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
 from scheduler.preemption import PreemptionSettings
 
@@ -55,6 +57,7 @@ _TOP_KEYS = {
     "topologyLevels",
     "gang",
     "preemption",
+    "shareLockSeconds",
     "leaderElect",
     "leaderElectNamespace",
     "metricsAddress",
@@ -101,6 +104,7 @@ class SchedulerConfig:
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
     gang_timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
     leader_elect: bool | None = None
     leader_elect_namespace: str | None = None
     metrics_address: str | None = None
@@ -153,6 +157,12 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
         else:
             values["topology_levels"] = tuple(levels)
     values.update(_parse_gang(data.get("gang"), errors))
+    if "shareLockSeconds" in data:
+        seconds = data["shareLockSeconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+            errors.append(f"shareLockSeconds: must be a whole number >= 1, got {seconds!r}")
+        else:
+            values["share_lock_seconds"] = seconds
     preemption = _parse_preemption(data.get("preemption"), errors)
     if preemption is not None:
         values["preemption"] = preemption

@@ -9,6 +9,7 @@ metrics server); `main` runs one until SIGTERM/SIGINT. Tests build a `Runtime` d
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -205,6 +206,15 @@ class LeaseTiming:
     retry_period: float = 2.0
 
 
+def _loop_settings(loop: LoopSettings | None, settings: RunSettings) -> LoopSettings:
+    """The loop's settings with the share locks in the scheduler's namespace (DESIGN §12)."""
+    return dataclasses.replace(
+        loop or LoopSettings(),
+        share_lock_namespace=settings.leader_elect_namespace,
+        share_lock_seconds=settings.config.share_lock_seconds,
+    )
+
+
 class Runtime:
     """Every part of a running scheduler; `start()` then `stop()`."""
 
@@ -241,7 +251,7 @@ class Runtime:
             self.metrics,
             self.reporter,
             self.fence,
-            settings=loop,
+            settings=_loop_settings(loop, settings),
             preemption=cfg.preemption,
         )
         self.informers = [

@@ -172,6 +172,17 @@ class KubeClient:
             f"bind pod {object_key(namespace, name)} to {node}",
         )
 
+    def annotate_pod(self, namespace: str, name: str, uid: str, annotations: Obj) -> None:
+        """Merge `annotations` into the pod's metadata while it is still pod `uid` (a new pod of
+        the same name fails: its UID differs)."""
+        self._send(
+            "PATCH",
+            f"/api/v1/namespaces/{_path(namespace)}/pods/{_path(name)}",
+            {"metadata": {"uid": uid, "annotations": dict(annotations)}},
+            MERGE,
+            f"annotate pod {object_key(namespace, name)}",
+        )
+
     def set_pod_scheduled_false(self, namespace: str, name: str, reason: str, message: str) -> None:
         """Set the pod's `PodScheduled=False` condition with `reason` and `message`."""
         self._pod_condition(namespace, name, "PodScheduled", "False", reason, message)

@@ -13,6 +13,7 @@ per pod class), `placer` (the decision API), `gang` (a pod group).
 
 from .filters import NodeFit, choose_devices, filter_node
 from .gang import GangPlacement, TopologyConstraint, place_gang, topology_domains
+from .gpushare import GpuShare
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
 from .pick import Decision, format_reasons, score_node
 from .placer import Placer
@@ -36,6 +37,7 @@ __all__ = [
     "Decision",
     "Effect",
     "GangPlacement",
+    "GpuShare",
     "Learner",
     "NodeFit",
     "NodeSelectorRequirement",

@@ -48,6 +48,9 @@ def pod_class(pod: PodRequest) -> ClassKey:
         pod.priority,
         pod.guaranteed,
         pod.unsupported,
+        pod.shares,
+        pod.share_reuse,
+        pod.split,
     )
 
 

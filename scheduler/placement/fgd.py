@@ -39,6 +39,7 @@ __all__ = [
     "NodeView",
     "PodShape",
     "TypicalPod",
+    "chosen_gpu",
     "distribution_distance",
     "node_view",
     "paper_score",
@@ -234,12 +235,15 @@ class Fragmentation:
                 best = option
         return best
 
-    def placements(self, view: NodeView, pod: PodShape) -> list[tuple[float, tuple[int, ...]]]:
+    def placements(
+        self, view: NodeView, pod: PodShape, only: int | None = None
+    ) -> list[tuple[float, tuple[int, ...]]]:
         """Each distinct way to place `pod` on the node, as (F(before) − F(after), GPUs used).
 
         Whole GPUs are the lowest-indexed free ones; a share may go on any GPU with room (one
-        option per distinct free amount, lowest index first); CPU-only pods use no GPU. Empty
-        when the pod does not fit (CPU, GPU model or GPU capacity; memory is not modelled here).
+        option per distinct free amount, lowest index first), or only on GPU `only` (of the
+        view) when the placement already chose it; CPU-only pods use no GPU. Empty when the pod
+        does not fit (CPU, GPU model or GPU capacity; memory is not modelled here).
         """
         if view.cpu_free < pod.cpu_milli or (pod.gpus and not pod.allows(view.model)):
             return []
@@ -247,6 +251,10 @@ class Fragmentation:
         cpu_after = view.cpu_free - pod.cpu_milli
         if not pod.gpus:
             return [(before - self.of(NodeView(view.model, cpu_after, view.gpu_free)), ())]
+        if pod.is_share and only is not None:
+            taken = list(view.gpu_free)
+            taken[only] = max(0, taken[only] - pod.gpu_milli)
+            return [(before - self.of(NodeView(view.model, cpu_after, tuple(taken))), (only,))]
         if pod.is_share:
             return self._share_options(view, pod, before, cpu_after)
         chosen = tuple(i for i, f in enumerate(view.gpu_free) if f >= MILLI_PER_GPU)[: pod.gpus]
@@ -276,11 +284,28 @@ class Fragmentation:
 
 def node_view(node: NodeState) -> NodeView:
     """A placement node as fragmentation sees it (MIG-enabled GPUs left out)."""
-    free = tuple(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
+    if True in node.gpu_mig:
+        free = tuple(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
+    else:
+        free = tuple(node.gpu_free)
     return NodeView(node.labels.get(GPU_PRODUCT_LABEL, ""), node.free(CPU), free)
 
 
-def pod_shape(pod: PodRequest) -> PodShape:
+def chosen_gpu(pod: PodRequest, node: NodeState, assignment: Assignment) -> int | None:
+    """The view index (MIG GPUs left out) of the GPU a runtime share (DESIGN §12) takes: its
+    score is that GPU's, as the placement already chose it. None for every other pod."""
+    if not pod.shares or len(assignment.shares) != 1:
+        return None
+    g = assignment.shares[0].gpu
+    return g - sum(node.gpu_mig[:g])
+
+
+def pod_shape(pod: PodRequest, assignment: Assignment | None = None) -> PodShape:
+    """The pod's shape; with `assignment`, a pod placing shares (DESIGN §12) is one share of
+    their milli on that node."""
+    if assignment is not None and assignment.shares and not pod.gpu_milli:
+        milli = min(MILLI_PER_GPU - 1, assignment.share_milli)
+        return PodShape.of(pod.cpu_milli, 0, milli, pod.gpu_models)
     return PodShape.of(pod.cpu_milli, pod.gpus, pod.gpu_milli, pod.gpu_models)
 
 
@@ -295,8 +320,9 @@ class FgdScore:
         self.fragmentation = fragmentation
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        del assignment
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
+        only = chosen_gpu(pod, node, assignment)
+        shape = pod_shape(pod, assignment)
+        options = self.fragmentation.placements(node_view(node), shape, only)
         return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0
 
     def share_gpu(self, pod: PodRequest, node: NodeState) -> int | None:

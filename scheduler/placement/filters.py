@@ -7,20 +7,23 @@ scheduler's strings where one exists, so the runtime can aggregate them into
 "0/12 nodes are available: 4 node(s) had untolerated taint {...}, 8 Insufficient nvidia.com/gpu."
 
 Device choice (what the kubelet will hand out, since its GetPreferredAllocation is `select_gpus`):
-whole GPUs by `select_gpus` over the free GPUs; a GPU share on the fullest GPU that still fits
-(lowest index on ties); MIG devices by `pack_shared`. Under `single-numa-node` the NUMA node is the
-lowest id where everything fits (the kubelet's choice); GPUs with an unknown NUMA node fit any.
+whole GPUs by `select_gpus` over the free GPUs; GPU shares by `shares` (the fullest GPU that
+still fits, lowest index on ties; replicas carry no NUMA node); MIG devices by `pack_shared`.
+Under `single-numa-node` the NUMA node is the lowest id where everything fits (the kubelet's
+choice); GPUs with an unknown NUMA node fit any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.gpuset import SharedSlot, pack_shared
 
+from .gpushare import GpuShare
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, Effect, PodRequest, Taint, mig_resource
+from .shares import legacy_share, place_shares, share_asks, share_reason
 
 __all__ = [
     "REASON_AFFINITY",
@@ -98,7 +101,7 @@ def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
 def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
     anywhere = choose_devices(pod, node, None)
     if anywhere is None:
-        return NodeFit(None, (_device_reason(pod),))
+        return NodeFit(None, (_device_reason(pod, node),))
     if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
         return NodeFit(anywhere)
     numa_known = node.numa_free is not None and pod.guaranteed
@@ -113,7 +116,9 @@ def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
     return NodeFit(None, (REASON_NUMA,))
 
 
-def _device_reason(pod: PodRequest) -> str:
+def _device_reason(pod: PodRequest, node: NodeState) -> str:
+    if share_asks(pod, node) or pod.shares:
+        return share_reason(pod, node)
     if pod.gpus or pod.gpu_milli:
         return insufficient("nvidia.com/gpu")
     profile = sorted(p for p, n in pod.mig.items() if n > 0)[0]
@@ -141,24 +146,29 @@ def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assign
         return numa is None or node.gpu_numa[g] is None or node.gpu_numa[g] == numa
 
     gpus: tuple[int, ...] = ()
-    if pod.gpus:
+    shares: tuple[GpuShare, ...] = ()
+    if pod.shares or (pod.gpus and share_asks(pod, node)):
+        placed = place_shares(pod, node)  # replicas carry no NUMA: any shared GPU will do
+        if placed is None:
+            return None
+        shares = placed
+    elif pod.gpus:
         picked = _pick_whole(node, numa, pod.gpus)
         if picked is None:
             return None
         gpus = picked
-    share = None
     if pod.gpu_milli:
-        share_gpu = _pick_share(node, pod.gpu_milli, on_numa)
-        if share_gpu is None:
+        share = legacy_share(node, pod.gpu_milli, on_numa)
+        if share is None:
             return None
-        share = (share_gpu, pod.gpu_milli)
+        shares = (share,)
     mig: tuple[tuple[int, str], ...] = ()
     if pod.mig:
         picked_mig = _pick_mig(node, pod, [g for g in range(node.gpu_count) if on_numa(g)])
         if picked_mig is None:
             return None
         mig = picked_mig
-    return Assignment(node=node.name, gpus=gpus, share=share, mig=mig, numa=numa)
+    return Assignment(node=node.name, gpus=gpus, shares=shares, mig=mig, numa=numa)
 
 
 def _pick_whole(node: NodeState, numa: int | None, count: int) -> tuple[int, ...] | None:
@@ -179,17 +189,6 @@ def _numa_mask(node: NodeState, numa: int) -> int:
         if value is None or value == numa:
             mask |= 1 << g
     return mask
-
-
-def _pick_share(node: NodeState, milli: int, on_numa: Callable[[int], bool]) -> int | None:
-    """The fitting GPU with the least free share (pack), lowest index on ties."""
-    best: int | None = None
-    for g, free in enumerate(node.gpu_free):
-        if node.gpu_mig[g] or free < milli or not on_numa(g):
-            continue
-        if best is None or free < node.gpu_free[best]:
-            best = g
-    return best
 
 
 def _pick_mig(

@@ -15,6 +15,7 @@ from .fgd import (
     Fragmentation,
     PodShape,
     TypicalPod,
+    chosen_gpu,
     distribution_distance,
     node_view,
     paper_score,
@@ -23,6 +24,7 @@ from .fgd import (
 )
 from .node import Assignment, NodeState
 from .request import CPU, MEMORY, PodRequest
+from .shares import placed_milli
 
 __all__ = [
     "MAX_SPEC_CPU",
@@ -59,16 +61,14 @@ def bestfit_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> f
 
     Left = free after the pod. The fullest node scores highest; many nodes tie.
     """
-    del assignment
     gpu_free = sum(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
     left = (node.free(CPU) - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
-    left += (gpu_free - pod.gpu_milli_total) / MAX_SPEC_GPU * 0.5
+    left += (gpu_free - placed_milli(pod, assignment)) / MAX_SPEC_GPU * 0.5
     return float(int((1.0 - left) * 100))
 
 
 def least_allocated_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
     """LeastAllocated over cpu, memory and (on GPU nodes) milli-GPU: the emptiest node wins."""
-    del assignment
     parts = []
     for name, qty in ((CPU, pod.cpu_milli), (MEMORY, pod.memory)):
         alloc = node.allocatable.get(name, 0)
@@ -76,7 +76,7 @@ def least_allocated_score(pod: PodRequest, node: NodeState, assignment: Assignme
             parts.append(max(0, node.free(name) - qty) * 100.0 / alloc)
     capacity = node.gpu_capacity_milli()
     if capacity:
-        left = capacity - node.gpu_used_milli() - pod.gpu_milli_total
+        left = capacity - node.gpu_used_milli() - placed_milli(pod, assignment)
         parts.append(max(0, left) * 100.0 / capacity)
     return sum(parts) / len(parts) if parts else 0.0
 
@@ -211,9 +211,9 @@ class FragmentationScore:
             self.version += 1
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        del assignment
         self.observe(pod)
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod))
+        only = chosen_gpu(pod, node, assignment)
+        options = self.fragmentation.placements(node_view(node), pod_shape(pod, assignment), only)
         if not options:
             return 0.0
         score = float(max(paper_score(d) for d, _gpus in options))

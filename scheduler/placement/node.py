@@ -15,6 +15,7 @@ from enum import StrEnum
 from agent.gpuset import GpuSelector, mask_indices
 from agent.model import MILLI_PER_GPU, LinkMatrix, MigMode, NodeInventory
 
+from .gpushare import GpuShare, shared_free_milli
 from .request import CPU, MEMORY, PodRequest, Taint
 
 __all__ = ["GPU_PRODUCT_LABEL", "Assignment", "NodeState", "TopologyPolicy"]
@@ -35,16 +36,22 @@ class TopologyPolicy(StrEnum):
 class Assignment:
     """Where one pod goes and which devices it gets there.
 
-    `gpus`: whole GPUs (indices, ascending). `share`: (GPU index, milli) for a `gpu_milli` pod.
-    `mig`: one (GPU index, profile) per MIG device. `numa`: the NUMA node charged with the pod's cpu
-    and memory under `single-numa-node` (None otherwise).
+    `gpus`: whole GPUs (indices, ascending). `shares`: one per share container (one for a
+    simulator `gpu_milli` pod), each naming its GPU. `mig`: one (GPU index, profile) per MIG device.
+    `numa`: the NUMA node charged with the pod's cpu and memory under `single-numa-node` (None
+    otherwise).
     """
 
     node: str
     gpus: tuple[int, ...] = ()
-    share: tuple[int, int] | None = None
+    shares: tuple[GpuShare, ...] = ()
     mig: tuple[tuple[int, str], ...] = ()
     numa: int | None = None
+
+    @property
+    def share_milli(self) -> int:
+        """The milli-GPU the shares take (the fragmentation score's size of the pod's share)."""
+        return sum(s.milli for s in self.shares)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,6 +61,10 @@ class NodeState:
     Per GPU (index order): `gpu_numa`, `gpu_free` (milli-GPU free; 0 for a MIG-enabled GPU, whose
     capacity is its MIG devices), `gpu_mig` (MIG enabled), `mig_free` (profile -> free devices).
     `numa_free` (NUMA id -> {"cpu": milli, "memory": bytes}) is None when unknown.
+    Shares (DESIGN §12): `gpu_slots` (replicas a shared GPU is split into; 0: not shared),
+    `gpu_memory` (bytes), `share_resource` (the replica resource of the shared GPUs), and what
+    the shares on each shared GPU leave free: `slots_free`, `memory_free`, `compute_free`
+    (percent); a shared GPU's `gpu_free` follows from those (`shared_free_milli`).
     """
 
     name: str
@@ -70,10 +81,18 @@ class NodeState:
     topology_policy: TopologyPolicy = TopologyPolicy.NONE
     numa_free: dict[int, dict[str, int]] | None = None
     pods: dict[str, tuple[PodRequest, Assignment]] = field(default_factory=dict)
+    gpu_slots: tuple[int, ...] = ()
+    gpu_memory: tuple[int, ...] = ()
+    share_resource: str | None = None
+    slots_free: list[int] = field(default_factory=list)
+    memory_free: list[int] = field(default_factory=list)
+    compute_free: list[int] = field(default_factory=list)
     selector: GpuSelector | None = field(default=None, repr=False, compare=False)
     idle_mask: int = field(init=False, default=0, repr=False, compare=False)
     used_milli: int = field(init=False, default=0, repr=False, compare=False)
     mig_in_use: list[int] = field(init=False, default_factory=list, repr=False, compare=False)
+    shared_gpus: tuple[int, ...] = field(init=False, default=(), repr=False, compare=False)
+    """The shared GPUs that can take a share (replica slots and a known memory size)."""
 
     def __post_init__(self) -> None:
         n = len(self.gpu_numa)
@@ -83,7 +102,8 @@ class NodeState:
             self.gpu_mig = (False,) * n
         if not self.mig_free:
             self.mig_free = [{} for _ in range(n)]
-        lengths = {len(self.gpu_free), len(self.gpu_mig), len(self.mig_free)}
+        self._init_shares(n)
+        lengths = {len(self.gpu_free), len(self.gpu_mig), len(self.mig_free), len(self.gpu_slots)}
         if lengths != {n} or (self.links is not None and self.links.size != n):
             raise ValueError(f"node {self.name}: per-GPU fields disagree on the GPU count {n}")
         if self.selector is None and self.links is not None:
@@ -98,8 +118,31 @@ class NodeState:
             MILLI_PER_GPU - free for g, free in enumerate(self.gpu_free) if not self.gpu_mig[g]
         )
 
+    def _init_shares(self, n: int) -> None:
+        self.gpu_slots = self.gpu_slots or (0,) * n
+        self.gpu_memory = self.gpu_memory or (0,) * n
+        if not self.slots_free:
+            self.slots_free = list(self.gpu_slots)
+            self.memory_free = list(self.gpu_memory)
+            self.compute_free = [100] * n
+        for g, slots in enumerate(self.gpu_slots):
+            if slots and g < len(self.gpu_free):
+                self.gpu_free[g] = self._shared_free(g)
+        self.shared_gpus = tuple(
+            g for g, slots in enumerate(self.gpu_slots) if slots > 0 and self.gpu_memory[g] > 0
+        )
+
+    def _shared_free(self, g: int) -> int:
+        return shared_free_milli(
+            self.gpu_slots[g],
+            self.gpu_memory[g],
+            self.slots_free[g],
+            self.memory_free[g],
+            self.compute_free[g],
+        )
+
     def _update_gpu(self, g: int) -> None:
-        if self.gpu_free[g] == MILLI_PER_GPU and not self.gpu_mig[g]:
+        if self.gpu_free[g] == MILLI_PER_GPU and not self.gpu_mig[g] and not self.gpu_slots[g]:
             self.idle_mask |= 1 << g
         else:
             self.idle_mask &= ~(1 << g)
@@ -116,8 +159,11 @@ class NodeState:
         topology_policy: TopologyPolicy = TopologyPolicy.NONE,
         numa_free: Mapping[int, Mapping[str, int]] | None = None,
         selector: GpuSelector | None = None,
+        gpu_slots: Sequence[int] = (),
+        share_resource: str | None = None,
     ) -> NodeState:
-        """A node with every GPU and MIG device of `inventory` free; `selector` may be shared."""
+        """A node with every GPU and MIG device of `inventory` free; `selector` may be shared.
+        `gpu_slots`: the replicas each GPU is shared into (empty: none shared)."""
         mig_free: list[dict[str, int]] = []
         for gpu in inventory.gpus:
             counts: dict[str, int] = {}
@@ -138,6 +184,9 @@ class NodeState:
             topology_policy=topology_policy,
             numa_free=None if numa_free is None else {k: dict(v) for k, v in numa_free.items()},
             selector=selector,
+            gpu_slots=tuple(gpu_slots),
+            gpu_memory=tuple(g.memory_mib << 20 for g in inventory.gpus),
+            share_resource=share_resource if any(gpu_slots) else None,
         )
 
     def clone(self) -> NodeState:
@@ -159,6 +208,12 @@ class NodeState:
             if self.numa_free is None
             else {k: dict(v) for k, v in self.numa_free.items()},
             pods=dict(self.pods),
+            gpu_slots=self.gpu_slots,
+            gpu_memory=self.gpu_memory,
+            share_resource=self.share_resource,
+            slots_free=list(self.slots_free),
+            memory_free=list(self.memory_free),
+            compute_free=list(self.compute_free),
             selector=self.selector,
         )
 
@@ -221,11 +276,8 @@ class NodeState:
             self.gpu_free[g] -= sign * MILLI_PER_GPU
             self.used_milli += sign * MILLI_PER_GPU
             self._update_gpu(g)
-        if assignment.share is not None:
-            g, milli = assignment.share
-            self.gpu_free[g] -= sign * milli
-            self.used_milli += sign * milli
-            self._update_gpu(g)
+        for share in assignment.shares:
+            self._charge_share(share, sign)
         for g, profile in assignment.mig:
             self.mig_free[g][profile] = self.mig_free[g].get(profile, 0) - sign
             self.mig_in_use[g] += sign
@@ -237,3 +289,16 @@ class NodeState:
             zone = self.numa_free[assignment.numa]
             zone[CPU] = zone.get(CPU, 0) - sign * pod.cpu_milli
             zone[MEMORY] = zone.get(MEMORY, 0) - sign * pod.memory
+
+    def _charge_share(self, share: GpuShare, sign: int) -> None:
+        g = share.gpu
+        before = self.gpu_free[g]
+        if self.gpu_slots[g]:
+            self.slots_free[g] -= sign * share.slots
+            self.memory_free[g] -= sign * share.memory
+            self.compute_free[g] -= sign * share.compute
+            self.gpu_free[g] = self._shared_free(g)
+        else:
+            self.gpu_free[g] -= sign * share.milli
+        self.used_milli += before - self.gpu_free[g]
+        self._update_gpu(g)

@@ -18,6 +18,8 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from agent.resource_names import GPU_RESOURCE
+
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
 from .snapshot import Snapshot
@@ -40,6 +42,7 @@ BoolArray = npt.NDArray[np.bool_]
 _LOG_KEPT = 1 << 16  # log entries kept at least (older classes are recomputed in full)
 _IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may come back to one)
 _IDLE_SHAPES = 64
+_Room = tuple[int, int, int, int, int, int, int, int]
 
 
 def static_shape(node: NodeState) -> tuple[object, ...]:
@@ -52,6 +55,9 @@ def static_shape(node: NodeState) -> tuple[object, ...]:
         node.gpu_mig,
         node.links,
         node.topology_policy,
+        node.gpu_slots,
+        node.gpu_memory,
+        node.share_resource,
     )
 
 
@@ -69,7 +75,10 @@ def dynamic_state(node: NodeState) -> tuple[object, ...]:
     zones: tuple[object, ...] = ()
     if node.topology_policy is TopologyPolicy.SINGLE_NUMA_NODE and node.numa_free is not None:
         zones = tuple((k, tuple(sorted(v.items()))) for k, v in sorted(node.numa_free.items()))
-    return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones)
+    shared: tuple[object, ...] = ()
+    if node.share_resource is not None:
+        shared = (tuple(node.slots_free), tuple(node.memory_free), tuple(node.compute_free))
+    return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones, shared)
 
 
 class Interner(Generic[K]):
@@ -126,8 +135,10 @@ class NodeSlots:
         self._states: Interner[StateKey] = Interner(_IDLE_STATES)
         self._state_keys: list[StateKey | None] = []
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
-        self._headroom: IntArray = np.zeros((5, 0), dtype=np.int64)  # cpu, mem, pods, idle, share
-        self._room: list[tuple[int, int, int, int, int] | None] = []  # the same, per slot
+        # cpu, mem, pods, idle, share; of shared GPUs with a free replica: replicas, the most
+        # memory and the most compute one has free
+        self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
+        self._room: list[_Room | None] = []  # the same, per slot
         self._rank: IntArray = np.zeros(0, dtype=np.int64)
         self._ranked = True
         self._in_order = True
@@ -192,7 +203,7 @@ class NodeSlots:
         self._state_keys.extend([None] * extra)
         self._room.extend([None] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
-        absent = np.full((5, extra), -1, dtype=np.int64)
+        absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
         self.capacity = grown
 
@@ -271,8 +282,11 @@ class NodeSlots:
         """Slots among `slots` with the headroom `filter_node` needs at least (a necessary test:
         like the filter, only what the pod asks for is checked, so an overcommitted node still
         takes a pod that asks for none of it)."""
-        cpu, memory, pods, idle, share = self._headroom[:, slots]
+        cpu, memory, pods, idle, share, replicas, gpu_memory, compute = self._headroom[:, slots]
         ok: BoolArray = pods >= 1
+        if pod.shares:
+            need = pod.share_need
+            ok &= (replicas >= need[0]) & (gpu_memory >= need[1]) & (compute >= need[2])
         if pod.cpu_milli:
             ok &= cpu >= pod.cpu_milli
         if pod.memory:
@@ -288,9 +302,11 @@ class NodeSlots:
         room = self._room[slot]
         if room is None:
             return False
-        cpu, memory, pods, idle, share = room
+        cpu, memory, pods, idle, share, replicas, gpu_memory, compute = room
+        need = pod.share_need
         return (
             pods >= 1
+            and (replicas >= need[0] and gpu_memory >= need[1] and compute >= need[2])
             and (not pod.cpu_milli or cpu >= pod.cpu_milli)
             and (not pod.memory or memory >= pod.memory)
             and (not pod.gpus or idle >= pod.gpus)
@@ -321,7 +337,16 @@ class NodeSlots:
         return self._rank
 
 
-def _headroom(node: NodeState) -> tuple[int, int, int, int, int]:
+def _headroom(node: NodeState) -> _Room:
     share = max((f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g]), default=0)
     idle = node.idle_mask.bit_count()
-    return (node.free(CPU), node.free(MEMORY), node.free(PODS), idle, share)
+    replicas = gpu_memory = compute = 0
+    if node.share_resource is not None:
+        open_gpus = [g for g, n in enumerate(node.slots_free) if n > 0 and node.gpu_slots[g]]
+        replicas = sum(node.slots_free[g] for g in open_gpus)
+        gpu_memory = max((node.memory_free[g] for g in open_gpus), default=0)
+        compute = max((node.compute_free[g] for g in open_gpus), default=0)
+    if node.share_resource == GPU_RESOURCE:
+        idle += replicas  # a plain GPU request is equal splits there
+    room = (node.free(CPU), node.free(MEMORY), node.free(PODS), idle, share)
+    return (*room, replicas, gpu_memory, compute)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE, mig_resource
+from agent.shares import ContainerShare
 
 __all__ = [
     "CPU",
@@ -134,6 +135,13 @@ class PodRequest:
     values of the node label `nvidia.com/gpu.product` (empty: any). `guaranteed` marks a Guaranteed
     QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
     feature the scheduler does not implement; such a pod is never placed.
+
+    GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
+    `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
+    under their resource. `split` is how a plain `gpus` request reads on a node whose
+    `nvidia.com/gpu` replicas are shared (each GPU container an equal split of its count).
+    `share_reuse[i]`: the index of the share container whose replica container i runs on (i:
+    its own; empty: every container its own), as the kubelet reuses an init container's devices.
     """
 
     key: str
@@ -153,9 +161,15 @@ class PodRequest:
     guaranteed: bool = False
     unsupported: str | None = None
     pod_group: str | None = None
+    shares: tuple[ContainerShare, ...] = ()
+    share_reuse: tuple[int, ...] = ()
+    split: tuple[ContainerShare, ...] = ()
     vector: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
     wants_gpu: bool = field(init=False, repr=False, compare=False)
     """True when the pod asks for any GPU: whole, share or MIG."""
+    share_need: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    """What one shared GPU of a node must have free at least for any of `shares` to fit there
+    (replicas, memory bytes, compute percent): placement's cheap pre-check."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -165,18 +179,36 @@ class PodRequest:
             problems.append(f"gpu_milli must be < {MILLI_PER_GPU} (use gpus for whole GPUs)")
         if self.gpus and self.gpu_milli:
             problems.append("gpus and gpu_milli are exclusive")
+        if self.shares and (self.gpus or self.gpu_milli):
+            problems.append("shares are exclusive with gpus and gpu_milli")
+        if self.share_reuse and (
+            len(self.share_reuse) != len(self.shares)
+            or any(not 0 <= j <= i for i, j in enumerate(self.share_reuse))
+        ):
+            problems.append("share_reuse must name an earlier or the same share container")
         if problems:
             raise ValueError(f"pod {self.key}: " + "; ".join(problems))
         object.__setattr__(self, "vector", self._resource_vector())
-        wants = bool(self.gpus or self.gpu_milli or any(self.mig.values()))
+        wants = bool(self.gpus or self.gpu_milli or self.shares or any(self.mig.values()))
         object.__setattr__(self, "wants_gpu", wants)
+        need = (
+            (
+                min(a.replicas for a in self.shares),
+                max(a.memory_bytes or 0 for a in self.shares),
+                max(a.compute_percent or 0 for a in self.shares),
+            )
+            if self.shares
+            else (0, 0, 0)
+        )
+        object.__setattr__(self, "share_need", need)
 
     def _resource_vector(self) -> tuple[tuple[str, int], ...]:
         items: dict[str, int] = {PODS: 1, CPU: self.cpu_milli, MEMORY: self.memory}
         items[EPHEMERAL_STORAGE] = self.ephemeral_storage
         items.update(self.hugepages)
         items.update(self.extended)
-        items[GPU_RESOURCE] = self.gpus
+        if self.gpus:
+            items[GPU_RESOURCE] = self.gpus
         for profile, count in self.mig.items():
             items[mig_resource(profile)] = count
         return tuple((name, qty) for name, qty in items.items() if qty > 0)

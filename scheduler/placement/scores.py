@@ -26,6 +26,7 @@ from agent.model import MILLI_PER_GPU
 from .fragscores import FragmentationScore, spread_on_cpu_nodes_score
 from .node import Assignment, NodeState
 from .request import CPU, MEMORY, PodRequest
+from .shares import placed_milli
 from .snapshot import Snapshot
 
 __all__ = [
@@ -58,7 +59,7 @@ def binpack_score(pod: PodRequest, node: NodeState, assignment: Assignment) -> f
     capacity = MILLI_PER_GPU * len(node.gpu_mig)
     if capacity == 0:
         return 0.0
-    used = node.used_milli + pod.gpu_milli_total
+    used = node.used_milli + placed_milli(pod, assignment)
     if mig_gpus:
         slices = sum(_slices(p) for _req, a in node.pods.values() for _g, p in a.mig)
         slices += sum(_slices(p) for _g, p in assignment.mig)

@@ -4,7 +4,9 @@ Indexes (each a name-sorted list per key, kept up to date on every assume / forg
 
 - whole GPUs: key (node has GPUs in use, number of idle GPUs), for nodes with an idle GPU;
 - GPU shares: key (largest free share on a partly used GPU) // 100;
-- MIG: key (profile, node has GPUs in use), for nodes with a free device of that profile.
+- MIG: key (profile, node has GPUs in use), for nodes with a free device of that profile;
+- shared GPUs: key the replica resource, for nodes with a free replica (their free replicas of
+  `nvidia.com/gpu` also count as idle GPUs: a plain request is equal splits there).
 
 `candidates(pod)` walks them in binpack order: used nodes before idle ones, fewest idle GPUs /
 tightest share first, names ascending. Pods without GPUs walk every node, starting at a position
@@ -32,6 +34,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from agent.model import MILLI_PER_GPU
+from agent.resource_names import GPU_RESOURCE
 
 from .filters import choose_devices
 from .node import Assignment, NodeState
@@ -115,7 +118,7 @@ class Snapshot:
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node
         insort(self._all, node.name)
-        self._max_gpus = max(self._max_gpus, node.gpu_count)
+        self._max_gpus = max(self._max_gpus, node.gpu_count, sum(node.gpu_slots))
         self._gpu_nodes += node.gpu_count > 0
         for key in node.pods:
             self._pod_node[key] = node.name
@@ -299,6 +302,8 @@ class Snapshot:
 
     def _visit_order(self, pod: PodRequest) -> list[_IndexKey] | None:
         """Index keys in visiting order; None for a pod without GPUs (visit every node)."""
+        if pod.shares:
+            return [("shared", r) for r in sorted({a.resource for a in pod.shares})]
         if pod.gpus:
             return self._whole(pod.gpus)
         if pod.gpu_milli:
@@ -357,6 +362,10 @@ def _index_keys(node: NodeState) -> list[_IndexKey]:
     used = node.gpu_used()
     keys: list[_IndexKey] = []
     idle = node.idle_mask.bit_count()
+    if node.share_resource is not None and any(node.slots_free):
+        keys.append(("shared", node.share_resource))
+        if node.share_resource == GPU_RESOURCE:
+            idle += sum(node.slots_free)  # a plain GPU request is equal splits there
     if idle:
         keys.append(("whole", (used, idle)))
     partial = [

@@ -158,6 +158,7 @@ class Workbench:
                 if self._place(area) is None:
                     return Miss()
                 self._reprieve(estimate.greedy, None, area)
+                self._sync()  # the reprieve's last piece may have been taken out again
                 placed = self._place(area)
                 if placed is None:  # unreachable: the last step kept U placeable
                     return Miss()

@@ -59,8 +59,8 @@ class Room:
             request, assignment = saved
             for g in assignment.gpus:
                 free.gpus[g] -= sign * MILLI_PER_GPU
-            if assignment.share is not None:
-                free.gpus[assignment.share[0]] -= sign * assignment.share[1]
+            for share in assignment.shares:
+                free.gpus[share.gpu] -= sign * share.milli
             free.cpu -= sign * request.cpu_milli
             free.memory -= sign * request.memory
             free.pods -= sign

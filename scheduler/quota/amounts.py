@@ -3,16 +3,23 @@
 `cpu` and `nvidia.com/gpu` are counted in thousandths (millicores, milli-GPUs: the simulator's
 time-sliced shares count against `nvidia.com/gpu`); everything else as `agent.quantity` counts it
 (bytes, devices). A queue's `nvidia.com/gpu` counts every GPU model.
+
+GPU shares (DESIGN §12): a share's replica resource is never charged (`nvidia.com/gpu.shared` is
+never a managed resource; a replica of `nvidia.com/gpu` is not a whole GPU); each share is
+charged as `nvidia.com/gpu` in its milli and as `gputopo.io/gpu-memory` bytes. A placed share's
+milli and memory depend on its GPU; a share not yet placed is charged what it asks alone (its
+memory, its compute as milli), a lower bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from agent.model import MILLI_PER_GPU
 from agent.quantity import format_milli, to_int, to_milli
 from agent.resource_names import GPU_RESOURCE
-from scheduler.placement import PodRequest
+from agent.shares import GPU_MEMORY, SHARED_GPU_RESOURCE
+from scheduler.placement import GpuShare, PodRequest
 
 __all__ = [
     "Amounts",
@@ -25,7 +32,7 @@ __all__ = [
 
 Amounts = Mapping[str, int]
 _MILLI = frozenset({"cpu", GPU_RESOURCE})
-_NOT_QUOTA = frozenset({"pods"})
+_NOT_QUOTA = frozenset({"pods", SHARED_GPU_RESOURCE})
 
 
 def parse_amount(resource: str, value: object) -> int:
@@ -44,11 +51,22 @@ def format_amount(resource: str, amount: int) -> str:
     return format_milli(amount) if resource in _MILLI else str(amount)
 
 
-def request_amounts(request: PodRequest) -> dict[str, int]:
-    """What one pod counts against quotas: its resource vector, GPUs in milli-GPUs."""
+def request_amounts(request: PodRequest, shares: Sequence[GpuShare] = ()) -> dict[str, int]:
+    """What one pod counts against quotas: its resource vector, GPUs in milli-GPUs; `shares`:
+    where its shares were placed (see the module)."""
     out = {name: qty for name, qty in request.vector if name not in _NOT_QUOTA}
-    if request.gpu_milli_total:
-        out[GPU_RESOURCE] = request.gpu_milli_total
+    if shares:
+        out[GPU_RESOURCE] = sum(s.milli for s in shares)
+        memory = sum(s.memory for s in shares)
+    elif request.shares:
+        out[GPU_RESOURCE] = sum(max(1, (a.compute_percent or 0) * 10) for a in request.shares)
+        memory = sum(a.memory_bytes or 0 for a in request.shares)
+    else:
+        if request.gpu_milli_total:
+            out[GPU_RESOURCE] = request.gpu_milli_total
+        return out
+    if memory:
+        out[GPU_MEMORY] = memory
     return out
 
 

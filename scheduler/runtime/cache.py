@@ -22,7 +22,7 @@ from agent.errors import TopologyDecodeError
 from agent.nrt import DecodedTopology, decode
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
-from scheduler.placement import Assignment, Snapshot, TopologyConstraint
+from scheduler.placement import Assignment, GpuShare, Snapshot, TopologyConstraint
 from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
 from scheduler.runtime.podinfo import PodInfo, read_pod
@@ -274,11 +274,18 @@ class ClusterCache:
         """Charge the pod to its queue and keep its running unit current (`gone`: the pod as
         it was, when it was just deleted)."""
         info = self.pods.get(key)
-        self.queues.charge(key, info, self.group_obj(info))
+        self.queues.charge(key, info, self.group_obj(info), self._placed_shares(key, info))
         self._track(key, info, gone)
         seen = info or gone
         if seen is not None:
             self.budgets.on_pod(key, info, seen.namespace)
+
+    def _placed_shares(self, key: ObjectKey, info: PodInfo | None) -> tuple[GpuShare, ...]:
+        """Where the pod's GPU shares are on its node (the node view placed them)."""
+        if info is None or info.node is None or info.node not in self.snapshot:
+            return ()
+        placed = self.snapshot.node(info.node).pods.get(key)
+        return () if placed is None else placed[1].shares
 
     def _track(self, key: ObjectKey, info: PodInfo | None, gone: PodInfo | None) -> None:
         seen = info or gone

@@ -16,6 +16,7 @@ may evict for it and keeps the nodes held for nominated units out of other units
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
+from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECONDS
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
+from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import PreemptionSettings
 from scheduler.runtime.cache import ClusterCache
@@ -45,6 +48,7 @@ from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
+from scheduler.runtime.sharebind import ShareBinding
 from scheduler.runtime.volumes import VolumeCheck
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ class LoopSettings:
     idle_wait: float = 0.5
     storage_class_ttl: float = 30.0
     queue_status_period: float = 2.0  # Queue status written at most this often (on change)
+    share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE  # where share Leases live
+    share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
 
 
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -125,6 +131,9 @@ class Scheduler:
             self.preemption,
         )
         self._volumes = VolumeCheck(kube, clock, self._settings.storage_class_ttl)
+        seconds = self._settings.share_lock_seconds
+        locks = ShareLocks(kube, self._settings.share_lock_namespace, seconds, time.time)
+        self.shares = ShareBinding(locks, kube.annotate_pod, time.time, seconds)
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
@@ -180,6 +189,7 @@ class Scheduler:
             key = new.key
         if new is None or not new.pending:
             self._reasons.pop(key, None)
+        self.shares.pod_changed(key, new)
         if new is None and old is not None:
             self._reporter.forget(old.obj)
         if old is not None and not old.terminal and (new is None or new.terminal):
@@ -309,6 +319,13 @@ class Scheduler:
             priority = info.request.priority
             excluded = self.preemption.excluded(unit, priority)
             decision = self._live_placer().decide(info.request, excluded=excluded)
+            decision, locked = self.shares.decide(
+                self._live_placer(), info.request, decision, excluded
+            )
+            if locked is not None:
+                self.unschedulable([info], locked, "share-lock")
+                self.queue.backoff(unit)
+                return "share-lock"
             if decision.assignment is None:
                 return self._refuse(unit, info, "unschedulable", decision.message(), admitted=True)
             self.cache.assume(key, decision.assignment)
@@ -386,10 +403,12 @@ class Scheduler:
     # -- binding ---------------------------------------------------------------------------
     def _bind(self, unit: UnitKey, binds: list[tuple[PodInfo, Assignment]]) -> None:
         for info, assignment in binds:
-            self._binder.submit(self._bind_one, unit, info, assignment.node)
+            self._binder.submit(self._bind_one, unit, info, assignment)
 
-    def _bind_one(self, unit: UnitKey, info: PodInfo, node: str) -> None:
-        outcome = self._try_bind(info, node)
+    def _bind_one(self, unit: UnitKey, info: PodInfo, assignment: Assignment) -> None:
+        node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
+        nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
+        outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
             self._reporter.scheduled(info.obj, node)

@@ -114,7 +114,8 @@ class SchedulerMetrics:
         reg = self.registry
         self.attempts = Counter(
             f"{PREFIX}_schedule_attempts_total",
-            "Scheduling attempts of a pod or gang, by result (scheduled, unschedulable, error)",
+            "Scheduling attempts of a pod or gang, by result "
+            "(scheduled, unschedulable, share-lock, error)",
             ["result"],
             registry=reg,
         )
@@ -132,7 +133,7 @@ class SchedulerMetrics:
         )
         self.binds = Counter(
             f"{PREFIX}_binds_total",
-            "Pod bindings, by result (bound, conflict, error)",
+            "Pod bindings, by result (bound, conflict, error; locked: a share lock was held)",
             ["result"],
             registry=reg,
         )

@@ -27,6 +27,7 @@ from agent.gpuset import GpuSelector
 from agent.model import MILLI_PER_GPU, MigMode
 from agent.nrt import DecodedTopology
 from agent.resource_names import GPU_RESOURCE, mig_profile
+from agent.shares import GPU_MEMORY, SHARED_GPU_RESOURCE, Sharing
 from scheduler.placement import (
     Assignment,
     Effect,
@@ -36,8 +37,10 @@ from scheduler.placement import (
     TopologyPolicy,
     choose_devices,
 )
+from scheduler.placement.shares import share_asks
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import resource_list
+from scheduler.runtime.sharecharge import pod_shares_on
 
 Obj = Mapping[str, Any]
 
@@ -165,10 +168,32 @@ def _fallback_state(info: NodeInfo) -> NodeState:
     )
 
 
+def _shared(nrt: DecodedTopology) -> tuple[tuple[int, ...], tuple[int, ...], str | None, list[int]]:
+    """Per GPU from the NRT's GPU zones (DESIGN §12): replica slots (0: not shared), memory in
+    bytes, the replica resource and the slots that are healthy (allocatable 0: unhealthy)."""
+    slots: list[int] = []
+    memory: list[int] = []
+    healthy: list[int] = []
+    resource: str | None = None
+    for gpu in nrt.inventory.gpus:
+        zone = nrt.availability.gpus[gpu.index] if gpu.index < len(nrt.availability.gpus) else None
+        counts = nrt.gpu_counts(gpu.index) if zone is not None else {}
+        shares = zone.shares if zone is not None and zone.sharing is not Sharing.NONE else 0
+        replica = next((r for r in (SHARED_GPU_RESOURCE, GPU_RESOURCE) if r in counts), None)
+        if shares and replica is not None:
+            resource = replica
+        size = counts.get(GPU_MEMORY)
+        slots.append(shares if replica is not None else 0)
+        memory.append(size.allocatable if size is not None else gpu.memory_mib << 20)
+        healthy.append(min(shares, counts[replica].allocatable) if shares and replica else 0)
+    return tuple(slots), tuple(memory), resource, healthy
+
+
 def _nrt_state(
     info: NodeInfo, nrt: DecodedTopology, trusted: bool, selectors: SelectorCache
 ) -> NodeState:
     gpu_free, mig_free = _device_free(nrt, trusted)
+    slots, memory, resource, healthy = _shared(nrt)
     return NodeState(
         name=info.name,
         labels=info.labels,
@@ -183,6 +208,12 @@ def _nrt_state(
         topology_policy=_policy(nrt),
         numa_free=_numa_free(nrt),
         selector=selectors.get(nrt),
+        gpu_slots=slots,
+        gpu_memory=memory,
+        share_resource=resource,
+        slots_free=healthy,
+        memory_free=list(memory),
+        compute_free=[100] * len(slots),
     )
 
 
@@ -200,18 +231,26 @@ def build_node_state(
     else:
         trusted = is_trusted(nrt, pods)
         state = _nrt_state(info, nrt, trusted, selectors)
-    _charge(state, pods, trusted)
+    uuids = {} if nrt is None else {str(g.uuid): g.index for g in nrt.inventory.gpus}
+    _charge(state, pods, trusted, uuids)
     return state
 
 
-def _charge(state: NodeState, pods: Sequence[PodInfo], trusted: bool) -> None:
+def _charge(
+    state: NodeState, pods: Sequence[PodInfo], trusted: bool, uuids: Mapping[str, int]
+) -> None:
+    """Charge every pod: shares from what this scheduler assigned or the pod's annotation, else
+    as equal splits (DESIGN §12); other devices from a trusted NRT, or as assigned, or as the
+    kubelet would pick them."""
     bare = Assignment(node=state.name)
-    if trusted:
-        for pod in pods:
-            state.add_pod(pod.request, bare)
-        return
-    ordered = sorted(pods, key=lambda p: (p.assignment is None, p.request.key))
+    ordered = sorted(pods, key=lambda p: (p.assignment is None, not p.share_gpus, p.request.key))
     for pod in ordered:
+        if share_asks(pod.request, state):
+            state.add_pod(pod.request, pod_shares_on(state, pod, uuids))
+            continue
+        if trusted:
+            state.add_pod(pod.request, bare)
+            continue
         assignment = (
             pod.assignment if pod.assignment and _devices_free(state, pod.assignment) else None
         )
@@ -224,9 +263,8 @@ def _devices_free(state: NodeState, assignment: Assignment) -> bool:
     """True when every device of `assignment` is still free on `state`."""
     if any(g >= state.gpu_count or state.gpu_free[g] < MILLI_PER_GPU for g in assignment.gpus):
         return False
-    if assignment.share is not None:
-        g, milli = assignment.share
-        if g >= state.gpu_count or state.gpu_free[g] < milli:
+    for share in assignment.shares:
+        if share.gpu >= state.gpu_count or state.gpu_free[share.gpu] < share.milli:
             return False
     needed: dict[tuple[int, str], int] = {}
     for g, profile in assignment.mig:

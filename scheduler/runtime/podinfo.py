@@ -12,11 +12,12 @@ the devices it assigned there.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
+from agent.shares import GPUS_ANNOTATION, ShareRequestError, decode_gpus
 from scheduler.placement import Assignment, PodRequest
 from scheduler.runtime.podspec import pod_request
 
@@ -40,7 +41,8 @@ def parse_time(text: object) -> float:
 class PodInfo:
     """One pod. `node` is the bound node, or the one this scheduler assumed it on (`assumed`);
     `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins.
-    `terminating`: deleted with a grace period (it keeps its room until it is gone)."""
+    `terminating`: deleted with a grace period (it keeps its room until it is gone).
+    `share_gpus`: its `gputopo.io/gpus` annotation (share container -> GPU UUID; DESIGN §12)."""
 
     key: ObjectKey
     uid: str
@@ -59,6 +61,7 @@ class PodInfo:
     group: str | None
     group_key: ObjectKey | None
     created: float
+    share_gpus: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def pending(self) -> bool:
@@ -130,7 +133,20 @@ def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> 
         group=group,
         group_key=None if group is None else object_key(namespace, group),
         created=parse_time(meta.get("creationTimestamp")),
+        share_gpus=_share_gpus(meta),
     )
+
+
+def _share_gpus(meta: Obj) -> dict[str, str]:
+    """The pod's share annotation; a malformed one reads as absent (its shares then count as
+    equal splits, as for a pod another scheduler placed)."""
+    text = (meta.get("annotations") or {}).get(GPUS_ANNOTATION)
+    if not text:
+        return {}
+    try:
+        return dict(decode_gpus(str(text)))
+    except ShareRequestError:
+        return {}
 
 
 def admission_rejection(obj: Obj) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 from agent.objkey import ObjectKey, key_of
 from agent.quantity import resource_units
 from agent.resource_names import GPU_RESOURCE, mig_profile
+from agent.shares import GPU_COMPUTE, GPU_MEMORY, ContainerShare, ShareRequestError, pod_shares
 from scheduler.placement.request import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -253,6 +254,71 @@ def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
     return fields
 
 
+def _share_fields(pod: Obj, fields: dict[str, Any]) -> None:
+    """The pod's share containers (DESIGN §12) into `fields`: explicit shares take the place of
+    whole GPUs (their replicas stay in the resource check as extended resources) and the
+    never-advertised gpu-memory / gpu-compute leave it; a plain GPU request also gets its
+    equal-split reading for nodes whose `nvidia.com/gpu` is shared. ShareRequestError (a
+    ValueError) names the container and field of a malformed request."""
+    extended = fields["extended"]
+    extended.pop(GPU_MEMORY, None)
+    extended.pop(GPU_COMPUTE, None)
+    shares = pod_shares(pod)
+    if shares:
+        _no_whole_beside(pod, shares)
+        if fields.get("gpus"):
+            extended[GPU_RESOURCE] = fields.pop("gpus")
+        fields["shares"] = shares
+        fields["share_reuse"] = _reuse(pod, shares)
+    elif fields.get("gpus"):
+        try:
+            fields["split"] = pod_shares(pod, (GPU_RESOURCE,))
+        except ShareRequestError:
+            fields["split"] = ()  # GPUs beside MIG devices: never equal splits
+
+
+def _reuse(pod: Obj, shares: tuple[ContainerShare, ...]) -> tuple[int, ...]:
+    """Which share container's replica each one runs on, as the kubelet's device manager hands
+    devices out: an init container's (not a sidecar's) go to the later init containers and to
+    the first app container asking that resource. One-replica shares only (a sized share is
+    one); () when every container holds its own."""
+    spec = pod.get("spec") or {}
+    sidecars = {
+        str(c.get("name") or "")
+        for c in spec.get("initContainers") or ()
+        if c.get("restartPolicy") == "Always"
+    }
+    pool: dict[str, int] = {}  # resource -> the share holding the reusable replica
+    out: list[int] = []
+    for i, share in enumerate(shares):
+        held = pool.get(share.resource)
+        if share.replicas != 1 or (share.init and share.container in sidecars) or held is None:
+            out.append(i)
+            if share.init and share.replicas == 1 and share.container not in sidecars:
+                pool[share.resource] = i
+            continue
+        out.append(held)
+        if not share.init:
+            del pool[share.resource]
+    return tuple(out) if any(j != i for i, j in enumerate(out)) else ()
+
+
+def _no_whole_beside(pod: Obj, shares: tuple[ContainerShare, ...]) -> None:
+    named = {(s.init, s.container) for s in shares}
+    spec = pod.get("spec") or {}
+    for field, init in (("initContainers", True), ("containers", False)):
+        for i, container in enumerate(spec.get(field) or ()):
+            if (init, str(container.get("name") or "")) in named:
+                continue
+            asks = container_requests(container, f"spec.{field}[{i}]")
+            devices = sorted(n for n in asks if n == GPU_RESOURCE or mig_profile(n) is not None)
+            if devices:
+                raise ShareRequestError(
+                    f"spec.{field}[{i}] ({container.get('name', '')}): whole GPUs or MIG devices "
+                    f"({', '.join(devices)}) beside a share in another container of the pod"
+                )
+
+
 def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
     """The placement view of a pod, under `key` (default: the pod's own key). ValueError (naming
     the field) for a malformed pod."""
@@ -260,6 +326,7 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
     key = key_of(pod) if key is None else key
     try:
         fields = _split_resources(pod_requests(pod))
+        _share_fields(pod, fields)
         terms, affinity_problem = _affinity_terms(spec)
         return PodRequest(
             key=key,
@@ -272,5 +339,8 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             unsupported=unsupported_feature(pod) or affinity_problem,
             pod_group=pod_group_name(pod),
         )
+    except ShareRequestError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith("pod ") else f"pod {key}: {text}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"pod {key}: {exc}") from None

@@ -9,10 +9,11 @@ fair share) are the pure functions of `scheduler.quota`. Callers hold `cache.loc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of
+from scheduler.placement import GpuShare
 from scheduler.quota import (
     ROOT,
     Amounts,
@@ -87,18 +88,25 @@ class QueueBook:
         group_labels = ((group or {}).get("metadata") or {}).get("labels") or {}
         return resolve_queue(self.tree, info.namespace, labels, group_labels)
 
-    def charge(self, key: ObjectKey, info: PodInfo | None, group: Obj | None) -> None:
-        """Charge the pod as it is now (nothing when gone, finished or not on a node)."""
+    def charge(
+        self,
+        key: ObjectKey,
+        info: PodInfo | None,
+        group: Obj | None,
+        shares: Sequence[GpuShare] = (),
+    ) -> None:
+        """Charge the pod as it is now (nothing when gone, finished or not on a node);
+        `shares`: where its GPU shares are on its node."""
         if info is None or not info.counted:
             self.usage.charge(key, None)
             self._foreign.charge(key, None)
         elif info.ours:
             leaf, _ = self.resolve(info, group)
-            self.usage.charge(key, (leaf, request_amounts(info.request)))
+            self.usage.charge(key, (leaf, request_amounts(info.request, shares)))
             self._foreign.charge(key, None)
         else:
             self.usage.charge(key, None)
-            self._foreign.charge(key, (ROOT, request_amounts(info.request)))
+            self._foreign.charge(key, (ROOT, request_amounts(info.request, shares)))
 
     def restart_usage(self) -> None:
         """Forget every charge (under a new tree); the caller charges every pod again."""

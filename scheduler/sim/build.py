@@ -14,6 +14,7 @@ from agent.model import NvlinkFabric
 from agent.nvml.fixture import load_fixture
 from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
 from scheduler.sim.cluster import Cluster, NodeSpec
+from scheduler.sim.sharing import share_fields
 from scheduler.sim.workload import ClusterSpec, Job, PodSpec, WorkloadError
 
 __all__ = ["build_cluster", "job_requests", "node_names", "pod_request", "ranked_names"]
@@ -66,6 +67,8 @@ def build_cluster(spec: ClusterSpec, rename: Callable[[str], str] = str) -> Clus
                     numa_nodes=1,
                     fabric=NvlinkFabric.NVSWITCH,
                     labels=labels,
+                    shares=group.shares,
+                    gpu_memory=group.gpu_memory,
                 )
             )
     return cluster
@@ -81,6 +84,7 @@ def pod_request(spec: PodSpec, key: str, group: str | None = None) -> PodRequest
         mig=dict(spec.mig),
         gpu_models=spec.gpu_models,
         pod_group=group,
+        **share_fields(spec.gpu_memory, spec.gpu_compute),
     )
 
 

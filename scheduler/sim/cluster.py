@@ -23,6 +23,7 @@ from agent.model import (
     TopoLevel,
 )
 from agent.resource_names import GPU_RESOURCE, mig_resource
+from agent.shares import SHARED_GPU_RESOURCE
 from scheduler.placement import (
     GPU_PRODUCT_LABEL,
     Assignment,
@@ -64,6 +65,8 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     taints: tuple[Taint, ...] = ()
     topology_policy: TopologyPolicy = TopologyPolicy.NONE
+    shares: int = 0  # replicas per GPU of nvidia.com/gpu.shared (0: GPUs not shared)
+    gpu_memory: int = 80 * GIB  # per GPU, what shares split
 
 
 def make_links(gpus: int, fabric: NvlinkFabric, numa_nodes: int = 1) -> LinkMatrix:
@@ -146,13 +149,17 @@ class Cluster:
             labels.setdefault("nvidia.com/gpu.count", str(spec.gpus))
             labels.setdefault("nvidia.com/gpu.present", "true")
         zones = max(1, spec.numa_nodes)
+        allocatable = _allocatable(
+            spec.cpu_milli, spec.memory, spec.gpus, spec.max_pods, spec.ephemeral_storage
+        )
+        if spec.shares:
+            del allocatable[GPU_RESOURCE]
+            allocatable[SHARED_GPU_RESOURCE] = spec.gpus * spec.shares
         node = NodeState(
             name=spec.name,
             labels=labels,
             taints=spec.taints,
-            allocatable=_allocatable(
-                spec.cpu_milli, spec.memory, spec.gpus, spec.max_pods, spec.ephemeral_storage
-            ),
+            allocatable=allocatable,
             gpu_numa=numa,
             links=links,
             topology_policy=spec.topology_policy,
@@ -161,6 +168,9 @@ class Cluster:
                 for z in range(zones)
             },
             selector=self._selector(links, numa),
+            gpu_slots=(spec.shares,) * spec.gpus if spec.shares else (),
+            gpu_memory=(spec.gpu_memory,) * spec.gpus,
+            share_resource=SHARED_GPU_RESOURCE if spec.shares else None,
         )
         self.add_node(node)
         return node

@@ -31,6 +31,7 @@ from agent.model import MILLI_PER_GPU
 from scheduler.config import SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
+from scheduler.placement.shares import placed_milli as milli
 from scheduler.preemption import PreemptionSettings
 from scheduler.quota import (
     DEFAULT_QUEUE,
@@ -216,9 +217,9 @@ class _EventRun:
         """`key` no longer runs (finished or evicted)."""
         _entry, _leaf, pod = self._running.pop(key)
         self._seq_of.pop(key, None)
-        self.scheduler.unbind(key)
+        assignment = self.scheduler.unbind(key)
         self.usage.charge(key, None)
-        self.clock.charge(-pod.gpu_milli_total)
+        self.clock.charge(-(pod.gpu_milli_total if assignment is None else milli(pod, assignment)))
         if self.preemption is not None:
             self.preemption.finished(key)
 
@@ -228,8 +229,9 @@ class _EventRun:
 
     def _started(self, leaf: str, pod: PodRequest, assignment: Assignment, entry: Pending) -> None:
         self.scheduler.bind(pod, assignment)
-        self.usage.charge(pod.key, (leaf, request_amounts(pod)))
+        self.usage.charge(pod.key, (leaf, request_amounts(pod, assignment.shares)))
         wait = self.clock.now - entry.job.arrival
+        used = milli(pod, assignment)  # a share's milli depends on its GPU (DESIGN §12)
         if pod.key in self._restarted:  # its wait was counted when it first started
             self.meter.restarted(leaf, pod.gpu_milli_total)
         else:
@@ -237,7 +239,7 @@ class _EventRun:
             self.book.started(entry.job, pod, wait)
         entry.placed.add(pod.key)
         self._running[pod.key] = (entry, leaf, pod)
-        self.clock.charge(pod.gpu_milli_total)
+        self.clock.charge(used)
         self.events.append((self.arrived, self.clock.used))
         if self.preemption is not None:
             job = entry.job
@@ -249,7 +251,7 @@ class _EventRun:
             self._seq += 1
             self._seq_of[pod.key] = self._seq
             end = self.clock.now + entry.job.duration
-            heapq.heappush(self.finishing, (end, self._seq, pod.key, pod.gpu_milli_total))
+            heapq.heappush(self.finishing, (end, self._seq, pod.key, used))
 
     def failed(self) -> Counter[str]:
         out: Counter[str] = Counter()

@@ -27,6 +27,7 @@ from scheduler.placement import (
 )
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
+from scheduler.placement.shares import legacy_share
 from scheduler.sim.cluster import Cluster
 
 __all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "canonical_policy", "make_policy"]
@@ -58,6 +59,11 @@ def _single(name: str, fn: Callable[[PodRequest, NodeState, Assignment], float])
     return Scoring(
         scores=(WeightedScore(name, 1.0, fn),), prefer_used_nodes=False, candidate_limit=0
     )
+
+
+def _anywhere(gpu: int) -> bool:
+    del gpu
+    return True
 
 
 def _random_share(pod: PodRequest, node: NodeState, rng: random.Random) -> int | None:
@@ -106,13 +112,14 @@ class SimScheduler:
             assignment = self.placer.assignment_on(pod, self.rng.choice(names))
         else:
             assignment = self.placer.best_assignment(pod)
-        if assignment is None or assignment.share is None or self.policy.share_gpu is None:
+        if assignment is None or not pod.gpu_milli or self.policy.share_gpu is None:
             return assignment
         node = self.cluster.snapshot.node(assignment.node)
         gpu = self.policy.share_gpu(pod, node, self.rng)
-        if gpu is None:
+        share = None if gpu is None else legacy_share(node, pod.gpu_milli, _anywhere, (gpu,))
+        if share is None:
             return assignment
-        return Assignment(node=assignment.node, share=(gpu, pod.gpu_milli), numa=assignment.numa)
+        return Assignment(node=assignment.node, shares=(share,), numa=assignment.numa)
 
     def place(self, pod: PodRequest) -> Assignment | None:
         """Choose and bind; None when `pod` fits nowhere."""
@@ -124,5 +131,5 @@ class SimScheduler:
     def bind(self, pod: PodRequest, assignment: Assignment) -> None:
         self.cluster.bind(pod, assignment)
 
-    def unbind(self, key: str) -> None:
-        self.cluster.unbind(key)
+    def unbind(self, key: str) -> Assignment | None:
+        return self.cluster.unbind(key)

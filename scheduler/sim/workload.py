@@ -13,7 +13,8 @@ jobs:
     count: 1
     interval: 0
     pod: {cpu: 8, memoryGiB: 64, gpus: 8, gpuModels: [NVIDIA-H100-80GB-HBM3]}
-    # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}
+    # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}, or a share of a time-sliced
+    # GPU by memory and compute (DESIGN §12): gpuMemory: 20Gi, gpuCompute: 30
     queue: team-a        # a leaf of `queues` (omitted: the implicit `default` queue)
     priority: 0          # inside a queue: higher first, then arrival
 queues:                  # optional; the fields of a Queue's spec, read as a Queue is read
@@ -29,6 +30,7 @@ nodeGroups:
   - {name: dgx, count: 4, fixture: dgx-h100, cpu: 224, memoryGiB: 2048,
      labels: {pool: train}, topology: {gputopo.io/rack: "rack-{index/2}"}}
   - {name: t4, count: 8, gpus: 2, model: T4, cpu: 104, memoryGiB: 512}
+  - {name: t4-ts, count: 2, gpus: 2, model: T4, shares: 4, gpuMemoryGiB: 15}  # time-sliced
 ```
 
 `fixture` is a built-in NVML fixture name or a fixture file; otherwise `gpus` and `model` (NVSwitch
@@ -54,6 +56,7 @@ from agent.errors import AgentError
 from agent.model import MigMode
 from agent.nvml.fixture import load_fixture
 from scheduler.quota import QueueSpec, QuotaTree, read_queue
+from scheduler.sim.sharing import GROUP_KEYS, POD_KEYS, read_group_sharing, read_pod_share
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
 from scheduler.sim.yamlread import Reader, WorkloadError
 
@@ -84,6 +87,8 @@ class PodSpec:
     memory: int = GIB
     gpus: int = 0
     gpu_milli: int = 0  # a share (< 1000) of one GPU
+    gpu_memory: int | None = None  # a share of a shared GPU by memory (bytes) ...
+    gpu_compute: int | None = None  # ... and compute (percent)
     mig: Mapping[str, int] = field(default_factory=lambda: _NONE)
     gpu_models: frozenset[str] = frozenset()
 
@@ -95,6 +100,8 @@ class PodSpec:
     def pod_class(self) -> str:
         if self.mig:
             return "mig"
+        if self.gpu_memory is not None or self.gpu_compute is not None:
+            return "share"
         return str(PodClass.of(self.gpus or (1 if self.gpu_milli else 0), self.gpu_milli or 1000))
 
 
@@ -135,6 +142,8 @@ class NodeGroup:
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     topology: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     keep_name: bool = False  # a one-node group named after its node (trace node lists)
+    shares: int = 0  # replicas per GPU of nvidia.com/gpu.shared (0: not shared)
+    gpu_memory: int = 80 * GIB  # per GPU, for shares
 
     def node_name(self, index: int) -> str:
         return self.name if self.keep_name else f"{self.name}-{index}"
@@ -287,7 +296,8 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
 
 def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
     optional = ("cpu", "memoryGiB", "memoryMiB", "gpus", "gpuShare", "mig", "gpuModels")
-    doc = reader.mapping(raw, path, (), optional)
+    doc = reader.mapping(raw, path, (), (*optional, *POD_KEYS))
+    gpu_memory, gpu_compute = read_pod_share(reader, doc, path)
     gpus = reader.as_int(doc.get("gpus", 0), f"{path}.gpus", 0)
     share = reader.as_int(doc.get("gpuShare", 0), f"{path}.gpuShare", 0)
     if share >= 1000:
@@ -296,8 +306,8 @@ def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
         reader.as_str(k, f"{path}.mig"): reader.as_int(v, f"{path}.mig.{k}", 1)
         for k, v in reader.any_mapping(doc.get("mig", {}), f"{path}.mig").items()
     }
-    if sum(bool(x) for x in (gpus, share, mig)) > 1:
-        reader.fail(path, "gpus, gpuShare and mig are exclusive")
+    if sum(bool(x) for x in (gpus, share, mig, gpu_memory or gpu_compute)) > 1:
+        reader.fail(path, "gpus, gpuShare, gpuMemory/gpuCompute and mig are exclusive")
     memory = reader.as_float(doc.get("memoryGiB", 1), f"{path}.memoryGiB", 0.0) * GIB
     if "memoryMiB" in doc:
         memory = reader.as_float(doc["memoryMiB"], f"{path}.memoryMiB", 0.0) * MIB
@@ -307,6 +317,8 @@ def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
         memory=int(memory),
         gpus=gpus,
         gpu_milli=share,
+        gpu_memory=gpu_memory,
+        gpu_compute=gpu_compute,
         mig=mig,
         gpu_models=frozenset(reader.as_str(m, f"{path}.gpuModels") for m in models),
     )
@@ -350,7 +362,8 @@ def load_cluster(ref: str) -> ClusterSpec:
 
 def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
     optional = ("count", "fixture", "gpus", "model", "cpu", "memoryGiB", "maxPods", "labels")
-    doc = reader.mapping(raw, path, ("name",), (*optional, "topology"))
+    doc = reader.mapping(raw, path, ("name",), (*optional, "topology", *GROUP_KEYS))
+    shares, gpu_memory = read_group_sharing(reader, doc, path)
     fixture = doc.get("fixture")
     if fixture is not None and ("gpus" in doc or "model" in doc):
         reader.fail(path, "give either fixture or gpus/model, not both")
@@ -358,6 +371,8 @@ def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
     model = reader.as_str(doc["model"], f"{path}.model") if "model" in doc else ""
     if gpus and not model:
         reader.fail(f"{path}.model", "required when gpus is set")
+    if shares and (fixture is not None or not gpus):
+        reader.fail(f"{path}.shares", "shares need gpus and model (not a fixture)")
     if fixture is not None:
         gpus, model = _fixture_gpus(reader, reader.as_str(fixture, f"{path}.fixture"), path)
     return NodeGroup(
@@ -371,6 +386,8 @@ def _group(reader: Reader, raw: Any, path: str) -> NodeGroup:
         max_pods=reader.as_int(doc.get("maxPods", 110), f"{path}.maxPods", 1),
         labels=reader.str_map(doc.get("labels", {}), f"{path}.labels"),
         topology=reader.str_map(doc.get("topology", {}), f"{path}.topology"),
+        shares=shares,
+        gpu_memory=gpu_memory,
     )
 
 

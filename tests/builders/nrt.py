@@ -11,12 +11,14 @@ from agent.availability import (
     DeviceGrant,
     PodGrant,
     PodResourcesSnapshot,
+    ResourceCounts,
     compute_availability,
 )
 from agent.model import GpuFabric, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.resource_names import GPU_RESOURCE
+from agent.shares import GPU_COMPUTE, GPU_MEMORY, SHARED_GPU_RESOURCE, Sharing
 from tests.builders.topology import allocatable_of
 
 
@@ -72,3 +74,33 @@ def _grant(namespace: str, name: str, devices: Sequence[str | tuple[str, str]]) 
         for i, (r, ids) in enumerate(sorted(by_resource.items()))
     )
     return PodGrant(namespace=namespace, name=name, containers=containers)
+
+
+def make_shared_nrt(
+    node: str,
+    inventory: NodeInventory,
+    *,
+    shared: Sequence[int],
+    slots: int,
+    resource: str = SHARED_GPU_RESOURCE,
+    sharing: Sharing = Sharing.TIME_SLICING,
+) -> dict[str, Any]:
+    """The NRT of a node whose GPUs `shared` are split into `slots` replicas of `resource`, as
+    the agent publishes it (DESIGN §12: the replica resource, gpu-memory and gpu-compute per
+    shared GPU zone, all free). The scheduler reads structure from it, never usage."""
+    capacity = numa_capacity(inventory.numa_nodes, KubeletConfig())
+    base = compute_availability(inventory, capacity, allocatable_of(inventory))
+    zones = []
+    for zone in base.gpus:
+        if zone.index not in shared:
+            zones.append(zone)
+            continue
+        memory = inventory.gpus[zone.index].memory_mib << 20
+        counts = (
+            ResourceCounts(name=resource, capacity=slots, allocatable=slots, available=slots),
+            ResourceCounts(name=GPU_MEMORY, capacity=memory, allocatable=memory, available=memory),
+            ResourceCounts(name=GPU_COMPUTE, capacity=100, allocatable=100, available=100),
+        )
+        zones.append(replace(zone, resources=counts, sharing=sharing, shares=slots))
+    availability = replace(base, gpus=tuple(zones))
+    return encode(inventory, availability, node_name=node)

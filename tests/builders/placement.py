@@ -6,6 +6,8 @@ import random
 from collections.abc import Mapping, Sequence
 
 from agent.model import GpuLink, LinkMatrix, NvlinkFabric, TopoLevel
+from agent.resource_names import GPU_RESOURCE
+from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
 from scheduler.placement import (
     GPU_PRODUCT_LABEL,
     NodeState,
@@ -103,3 +105,60 @@ def pod(key: str = "default/p", **kwargs: object) -> PodRequest:
 
 def snapshot(*nodes: NodeState) -> Snapshot:
     return Snapshot(nodes)
+
+
+def shared_node(
+    name: str = "node-s",
+    *,
+    shared: int = 2,
+    whole: int = 0,
+    slots: int = 4,
+    gpu_memory: int = 80 * GIB,
+    resource: str = SHARED_GPU_RESOURCE,
+    links_known: bool = True,
+) -> NodeState:
+    """A node whose first `shared` GPUs are split into `slots` replicas of `resource` (DESIGN
+    §12) and whose other `whole` GPUs are not shared. `links_known` False: as without an NRT."""
+    gpus = shared + whole
+    alloc = {CPU: 64_000, MEMORY: 512 * GIB, PODS: 110, EPHEMERAL_STORAGE: 100 * GIB}
+    alloc[resource] = shared * slots
+    if whole:
+        alloc[GPU_RESOURCE] = whole
+    return NodeState(
+        name=name,
+        labels={GPU_PRODUCT_LABEL: H100},
+        allocatable=alloc,
+        gpu_numa=tuple(0 if g < max(1, gpus // 2) else 1 for g in range(gpus)),
+        links=links("nvswitch", gpus) if links_known else None,
+        gpu_slots=(slots,) * shared + (0,) * whole if links_known else (),
+        gpu_memory=(gpu_memory,) * gpus,
+        share_resource=resource if links_known else None,
+    )
+
+
+def share(
+    container: str = "c",
+    *,
+    memory: int | None = None,
+    compute: int | None = None,
+    replicas: int = 1,
+    resource: str = SHARED_GPU_RESOURCE,
+    init: bool = False,
+) -> ContainerShare:
+    """One share container: `memory` bytes (None: an equal split), `compute` percent."""
+    return ContainerShare(
+        container=container,
+        init=init,
+        resource=resource,
+        replicas=replicas,
+        memory_bytes=memory,
+        compute_percent=compute,
+    )
+
+
+def share_pod(key: str, *shares: ContainerShare, cpu_milli: int = 100) -> PodRequest:
+    """A pod of share containers; its replicas are in its resource check as the API asks them."""
+    replicas: dict[str, int] = {}
+    for s in shares:
+        replicas[s.resource] = replicas.get(s.resource, 0) + s.replicas
+    return PodRequest(key=key, cpu_milli=cpu_milli, memory=GIB, extended=replicas, shares=shares)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -39,4 +40,36 @@ def pod(
     }
     if init:
         body["spec"]["initContainers"] = init
+    return body
+
+
+def share_pod(
+    name: str = "s",
+    namespace: str = "default",
+    *,
+    memory: str | None = None,
+    compute: int | None = None,
+    resource: str = "nvidia.com/gpu.shared",
+    containers: tuple[str, ...] = ("main",),
+    gpus: dict[str, str] | None = None,
+    init: tuple[str, ...] = (),
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod whose `containers` (and `init` containers) each ask one replica of `resource`,
+    plus `memory` (`gputopo.io/gpu-memory`) and `compute` when given; `gpus`: its
+    `gputopo.io/gpus` annotation (container -> GPU UUID), as the scheduler writes it."""
+    limits: dict[str, Any] = {resource: 1}
+    if memory is not None:
+        limits["gputopo.io/gpu-memory"] = memory
+    if compute is not None:
+        limits["gputopo.io/gpu-compute"] = compute
+    body = pod(
+        name,
+        namespace,
+        containers=[container(c, limits=dict(limits)) for c in containers],
+        init=[container(c, limits=dict(limits)) for c in init] or None,
+        **spec,
+    )
+    if gpus is not None:
+        body["metadata"]["annotations"] = {"gputopo.io/gpus": json.dumps(gpus)}
     return body

@@ -28,7 +28,7 @@ AGENT = (
 )
 
 SCHEDULER = (
-    _grants(CLUSTER, "", "pods", "delete list watch")
+    _grants(CLUSTER, "", "pods", "delete list patch watch")
     | _grants(CLUSTER, "", "pods/binding", "create")
     | _grants(CLUSTER, "", "pods/status", "patch")
     | _grants(CLUSTER, "", "events", "create")

@@ -1,8 +1,8 @@
 """The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
 authorization checks while the real scheduler runs with leader election through its scenarios: a
 pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a pod
-with a volume claim (PVC read, StorageClasses), a Queue (its status), informers listing and
-watching."""
+with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
+share lock, the pod's annotation), informers listing and watching."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tests.builders.scheduler import (
     scheduled_condition,
     wait_for,
 )
+from tests.builders.shares import share_body, shared_gpu_node
 
 SA = "gputopo-scheduler"
 SETUP = "test-setup"  # the bearer token of this test's own requests, left out of the derivation
@@ -54,6 +55,7 @@ def _create_workload(api: client.ApiClient) -> None:
     create_pod(core, pod_body("with-claim", gpus=1, volumes=[claim]))
     queue = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 16}}}
     custom.create_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", queue)
+    create_pod(core, share_body("share", "10Gi"))
 
 
 def _called(fake, verb: str, resource: str) -> bool:
@@ -65,6 +67,7 @@ def _called(fake, verb: str, resource: str) -> bool:
 
 def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: node_of(fake, "fits"), 30, "pod fits bound")
+    wait_for(lambda: node_of(fake, "share"), 30, "the share bound under its node's lock")
     wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
     wait_for(lambda: scheduled_condition(fake, "too-big"), 30, "too-big: PodScheduled=False")
     wait_for(lambda: scheduled_condition(fake, "with-claim"), 30, "with-claim: PodScheduled")
@@ -91,6 +94,7 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     )
     gpu_node(fake_api, "gpu-a", gpus=8)
     gpu_node(fake_api, "gpu-b", gpus=8)
+    shared_gpu_node(fake_api, client.CustomObjectsApi(setup_client), "gpu-s")
     with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
         _create_workload(setup_client)
         _wait_for_every_scenario(fake_api)

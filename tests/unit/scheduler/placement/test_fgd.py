@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.placement import Assignment, PodRequest
+from scheduler.placement import Assignment, GpuShare, PodRequest
 from scheduler.placement.fgd import (
     FgdScore,
     Fragmentation,
@@ -122,7 +122,7 @@ def _node(gpus: int = 2, cpu: int = 32_000, model: str = "G2"):
 def test_node_view_and_pod_shape_read_placement_objects():
     node = _node()
     first = PodRequest(key="a", cpu_milli=2000, gpu_milli=300)
-    node.add_pod(first, Assignment(node="n", share=(1, 300)))
+    node.add_pod(first, Assignment(node="n", shares=(GpuShare(gpu=1, milli=300),)))
     assert node_view(node) == NodeView("G2", 30_000, (1000, 700))
     assert pod_shape(PodRequest(key="b", cpu_milli=500, gpus=2)) == PodShape(500, 1000, 2)
     assert pod_shape(PodRequest(key="c", gpu_milli=250, gpu_models=frozenset({"T4"}))) == (
@@ -132,12 +132,15 @@ def test_node_view_and_pod_shape_read_placement_objects():
 
 def test_fgd_score_and_its_share_gpu_choice():
     node = _node(gpus=3)
-    node.add_pod(PodRequest(key="a", gpu_milli=300), Assignment(node="n", share=(2, 300)))
+    node.add_pod(
+        PodRequest(key="a", gpu_milli=300),
+        Assignment(node="n", shares=(GpuShare(gpu=2, milli=300),)),
+    )
     score = FgdScore(frag((SHARE_600, 0.5), (WHOLE_1, 0.5)))
     pod = PodRequest(key="p", cpu_milli=1000, gpu_milli=300)
     assert score.share_gpu(pod, node) == 2
     # On GPU 2 (700 -> 400) F grows by 50 milli-GPU, on a whole GPU by 350: ⌊100·σ(-0.05)⌋ = 48.
-    assert score(pod, node, Assignment(node="n", share=(0, 300))) == 48.0
+    assert score(pod, node, Assignment(node="n", shares=(GpuShare(gpu=0, milli=300),))) == 48.0
 
 
 def test_bestfit_score_matches_the_published_formula():

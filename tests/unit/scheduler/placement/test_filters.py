@@ -7,6 +7,7 @@ import pytest
 from scheduler.placement import (
     Assignment,
     Effect,
+    GpuShare,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Operator,
@@ -201,8 +202,14 @@ def test_too_many_pods():
 
 def test_gpu_counter_fits_but_shares_hold_every_gpu():
     node = make_node(gpus=2)
-    node.add_pod(pod("default/s0", gpu_milli=500), Assignment(node=node.name, share=(0, 500)))
-    node.add_pod(pod("default/s1", gpu_milli=500), Assignment(node=node.name, share=(1, 500)))
+    node.add_pod(
+        pod("default/s0", gpu_milli=500),
+        Assignment(node=node.name, shares=(GpuShare(gpu=0, milli=500),)),
+    )
+    node.add_pod(
+        pod("default/s1", gpu_milli=500),
+        Assignment(node=node.name, shares=(GpuShare(gpu=1, milli=500),)),
+    )
     fit = filter_node(pod(gpus=1), node)
     assert fit.reasons == ("Insufficient nvidia.com/gpu",)
 
@@ -242,14 +249,20 @@ def test_whole_gpus_get_the_best_set():
 
 def test_share_goes_to_the_fullest_gpu_that_fits():
     node = make_node(gpus=4)
-    node.add_pod(pod("default/a", gpu_milli=300), Assignment(node=node.name, share=(2, 300)))
-    node.add_pod(pod("default/b", gpu_milli=700), Assignment(node=node.name, share=(3, 700)))
+    node.add_pod(
+        pod("default/a", gpu_milli=300),
+        Assignment(node=node.name, shares=(GpuShare(gpu=2, milli=300),)),
+    )
+    node.add_pod(
+        pod("default/b", gpu_milli=700),
+        Assignment(node=node.name, shares=(GpuShare(gpu=3, milli=700),)),
+    )
     fit = filter_node(pod(gpu_milli=600), node)
     assert fit.assignment is not None
-    assert fit.assignment.share == (2, 600)
+    assert fit.assignment.shares == (GpuShare(gpu=2, milli=600),)
     fit_small = filter_node(pod(gpu_milli=300), node)
     assert fit_small.assignment is not None
-    assert fit_small.assignment.share == (3, 300)
+    assert fit_small.assignment.shares == (GpuShare(gpu=3, milli=300),)
 
 
 def test_mig_devices_pack_onto_busy_gpu():

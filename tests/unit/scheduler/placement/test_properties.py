@@ -93,7 +93,7 @@ def check_capacity(snap: Snapshot) -> None:
             assert qty <= node.allocatable.get(resource, 0), (node.name, resource)
         whole = [g for _p, a in node.pods.values() for g in a.gpus]
         assert len(whole) == len(set(whole))
-        shared = {a.share[0] for _p, a in node.pods.values() if a.share}
+        shared = {s.gpu for _p, a in node.pods.values() for s in a.shares}
         assert not set(whole) & shared
 
 

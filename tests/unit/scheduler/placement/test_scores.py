@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement import Assignment, NodeState, Scoring, WeightedScore, default_scoring
+from scheduler.placement import (
+    Assignment,
+    GpuShare,
+    NodeState,
+    Scoring,
+    WeightedScore,
+    default_scoring,
+)
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import (
     binpack_score,
@@ -41,7 +48,9 @@ def test_binpack_counts_gpu_shares_and_mig_slices():
         pod("default/m", mig={"1g.10gb": 7}),
         Assignment(node=node.name, mig=tuple((1, "1g.10gb") for _ in range(7))),
     )
-    score = binpack_score(pod(gpu_milli=500), node, Assignment(node=node.name, share=(0, 500)))
+    score = binpack_score(
+        pod(gpu_milli=500), node, Assignment(node=node.name, shares=(GpuShare(gpu=0, milli=500),))
+    )
     assert score == pytest.approx(100 * 1500 / 2000)
 
 

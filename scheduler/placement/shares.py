@@ -1,0 +1,284 @@
+"""GPU shares as placement sees them (DESIGN §12): which share containers a pod places on a node,
+which GPU each one gets, and why none fits.
+
+A node's GPU is *shared* when its replica slots (`NodeState.gpu_slots`) are above 0: it then
+serves only replicas of the node's `share_resource`, each share charged memory, compute and
+slots; its free milli-GPU (the fragmentation score's currency) is what is left of its most used
+dimension. An unshared GPU serves whole-GPU pods and, as in the published simulator, the
+simulator's `gpu_milli` pods (which the runtime never makes: its share pods ask by memory).
+
+What a pod places (`share_asks`): its `gpu_milli` share (the simulator's), else its explicit share
+containers (`PodRequest.shares`: a shared replica, `gpu-memory` or `gpu-compute`), else, on a node
+whose `nvidia.com/gpu` replicas are shared, the equal-split reading of its plain GPU request
+(`PodRequest.split`), as NVIDIA's time-slicing hands replicas out. Inside a node the fullest GPU
+that fits takes each container in spec order (pack); the node is chosen by the scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from agent.model import MILLI_PER_GPU
+from agent.resource_names import GPU_RESOURCE
+from agent.shares import ContainerShare, share_milli
+
+from .gpushare import GpuShare
+from .node import Assignment, NodeState
+from .request import PodRequest
+
+__all__ = [
+    "REASON_NO_REPLICA",
+    "format_bytes",
+    "group_on",
+    "legacy_share",
+    "no_shared_gpu",
+    "place_shares",
+    "placed_milli",
+    "share_asks",
+    "share_groups",
+    "share_reason",
+    "shares_on",
+    "size_on",
+]
+
+REASON_NO_REPLICA = "node(s) had no shared GPU with a free replica"
+_NO_NRT = "node(s) had no NodeResourceTopology saying which GPUs are shared"
+
+
+def no_shared_gpu(resource: str) -> str:
+    """The reason for a node without GPUs shared as `resource`."""
+    return f"node(s) had no GPU shared as {resource}"
+
+
+class _Room:
+    """What each GPU has free, copied so one pod's containers see each other's charges."""
+
+    def __init__(self, node: NodeState, *, copy: bool) -> None:
+        """`copy` False: the node's own lists, for a pod of one share container (never taken)."""
+        self.slots = list(node.slots_free) if copy else node.slots_free
+        self.memory = list(node.memory_free) if copy else node.memory_free
+        self.compute = list(node.compute_free) if copy else node.compute_free
+        self.milli = list(node.gpu_free) if copy else node.gpu_free
+
+    def take(self, share: GpuShare) -> None:
+        g = share.gpu
+        self.slots[g] -= share.slots
+        self.memory[g] -= share.memory
+        self.compute[g] -= share.compute
+        self.milli[g] -= share.milli
+
+
+def placed_milli(pod: PodRequest, assignment: Assignment) -> int:
+    """The milli-GPU `pod` takes with `assignment`: its shares' milli where it places shares
+    (a runtime share's depends on the GPU), else its whole GPUs and `gpu_milli`."""
+    return assignment.share_milli if assignment.shares else pod.gpu_milli_total
+
+
+def share_asks(pod: PodRequest, node: NodeState) -> tuple[ContainerShare, ...]:
+    """The share containers `pod` places on `node` (empty for the simulator's `gpu_milli` pod,
+    which `legacy_share` places, and for a pod that places none there)."""
+    if pod.shares:
+        return pod.shares
+    if pod.gpus and node.share_resource == GPU_RESOURCE:
+        return pod.split
+    return ()
+
+
+def _size(ask: ContainerShare, slots: int, total: int) -> tuple[int, int, int]:
+    """(milli, memory, compute) of `ask` on a GPU of `slots` replicas and `total` bytes."""
+    n = ask.replicas
+    if ask.memory_bytes is None:
+        return min(MILLI_PER_GPU, MILLI_PER_GPU * n // slots), n * (total // slots), 0
+    milli = share_milli(
+        memory_bytes=ask.memory_bytes, compute_percent=ask.compute_percent, gpu_memory_bytes=total
+    )
+    return milli, ask.memory_bytes, ask.compute_percent or 0
+
+
+def size_on(ask: ContainerShare, node: NodeState, g: int) -> GpuShare:
+    """`ask` sized on shared GPU `g`: an equal split takes its replicas' part of the memory."""
+    return group_on((ask,), node, g)[0]
+
+
+def _shared_gpus(node: NodeState, resource: str) -> tuple[int, ...]:
+    return node.shared_gpus if node.share_resource == resource else ()
+
+
+def share_groups(pod: PodRequest, asks: Sequence[ContainerShare]) -> list[tuple[int, ...]]:
+    """`asks` (indices) by the replica they run on, first holder first: the kubelet hands an
+    init container's replica again to later init containers and to the first app container of
+    that resource (`PodRequest.share_reuse`), so they share one GPU (the agent gives a reused
+    replica its first holder's GPU); every other container holds its own."""
+    if len(asks) == 1:
+        return [(0,)]
+    reuse = pod.share_reuse if asks is pod.shares and pod.share_reuse else range(len(asks))
+    groups: dict[int, list[int]] = {}
+    for i, first in enumerate(reuse):
+        groups.setdefault(first, []).append(i)
+    return [tuple(members) for members in groups.values()]
+
+
+def _group_size(group: Sequence[ContainerShare], slots: int, total: int) -> tuple[int, int, int]:
+    """(milli, memory, compute) of a replica group: the most any member asks (they never run
+    at once: an init container ends before the next container starts)."""
+    sizes = [_size(ask, slots, total) for ask in group]
+    if len(sizes) == 1:
+        return sizes[0]
+    return max(s[0] for s in sizes), max(s[1] for s in sizes), max(s[2] for s in sizes)
+
+
+def group_on(group: Sequence[ContainerShare], node: NodeState, g: int) -> list[GpuShare]:
+    """A replica group on shared GPU `g`: its first holder charged the group's size, the
+    others nothing more (the same replica)."""
+    milli, memory, compute = _group_size(group, node.gpu_slots[g], node.gpu_memory[g])
+    first, *rest = group
+    out = [
+        GpuShare(
+            gpu=g,
+            milli=milli,
+            memory=memory,
+            compute=compute,
+            slots=first.replicas,
+            container=first.container,
+        )
+    ]
+    out.extend(GpuShare(gpu=g, milli=0, container=ask.container) for ask in rest)
+    return out
+
+
+def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> int | None:
+    """The fullest shared GPU with room for `group` (lowest index on ties), or None. Only the
+    memory and compute a GPU must have free are computed here (the milli: for the one chosen)."""
+    best: int | None = None
+    n = group[0].replicas
+    compute = max(ask.compute_percent or 0 for ask in group)
+    sized = [ask.memory_bytes for ask in group if ask.memory_bytes is not None]
+    most = max(sized, default=0)
+    split = len(sized) < len(group)
+    for g in _shared_gpus(node, group[0].resource):
+        memory = max(most, n * (node.gpu_memory[g] // node.gpu_slots[g])) if split else most
+        if (
+            room.slots[g] >= n
+            and room.memory[g] >= memory
+            and room.compute[g] >= compute
+            and (best is None or room.milli[g] < room.milli[best])
+        ):
+            best = g
+    return best
+
+
+def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | None:
+    """A GPU for each of `pod`'s share containers on `node` (per replica group, the fullest
+    that fits, lowest index on ties, in spec order), or None when one does not fit."""
+    asks = share_asks(pod, node)
+    groups = share_groups(pod, asks)
+    room = _Room(node, copy=len(groups) > 1)
+    placed: list[GpuShare | None] = [None] * len(asks)
+    for members in groups:
+        group = [asks[i] for i in members]
+        g = _best_gpu(group, node, room)
+        if g is None:
+            return None
+        shares = group_on(group, node, g)
+        if len(groups) > 1:
+            room.take(shares[0])
+        for i, share in zip(members, shares, strict=True):
+            placed[i] = share
+    return tuple(s for s in placed if s is not None)
+
+
+def shares_on(
+    pod: PodRequest, node: NodeState, gpus: Sequence[int]
+) -> tuple[tuple[GpuShare, ...], tuple[ContainerShare, ...]]:
+    """`pod`'s shares with each replica group on the GPU `gpus` (per share container, -1:
+    unknown) names for its first member with a usable one (shared, on this node); the groups
+    without one come back as their first holder's ask instead (the caller decides where)."""
+    asks = share_asks(pod, node)
+    placed: list[GpuShare] = []
+    unknown: list[ContainerShare] = []
+    for members in share_groups(pod, asks):
+        usable = [gpus[i] for i in members if 0 <= gpus[i] < node.gpu_count]
+        usable = [g for g in usable if node.gpu_slots[g]]
+        if usable:
+            placed.extend(group_on([asks[i] for i in members], node, usable[0]))
+        else:
+            unknown.append(asks[members[0]])
+    return tuple(placed), tuple(unknown)
+
+
+def legacy_share(
+    node: NodeState, milli: int, on_numa: Callable[[int], bool], gpus: Sequence[int] | None = None
+) -> GpuShare | None:
+    """The simulator's `gpu_milli` share: the fitting GPU with the least free milli (pack),
+    lowest index on ties, among `gpus` (default all). On a shared GPU it also takes a replica
+    and its fraction of the memory."""
+    best: GpuShare | None = None
+    for g in range(len(node.gpu_free)) if gpus is None else gpus:
+        free = node.gpu_free[g]
+        if node.gpu_mig[g] or free < milli or not on_numa(g):
+            continue
+        share = _legacy_on(node, g, milli)
+        if share is None:
+            continue
+        if best is None or free < node.gpu_free[best.gpu]:
+            best = share
+    return best
+
+
+def _legacy_on(node: NodeState, g: int, milli: int) -> GpuShare | None:
+    if not node.gpu_slots[g]:
+        return GpuShare(gpu=g, milli=milli)
+    memory = milli * node.gpu_memory[g] // MILLI_PER_GPU
+    if node.slots_free[g] < 1 or node.memory_free[g] < memory:
+        return None
+    return GpuShare(gpu=g, milli=milli, memory=memory, slots=1)
+
+
+def format_bytes(amount: int) -> str:
+    """Bytes as a Kubernetes quantity: `20Gi`, `512Mi`, else plain bytes."""
+    for unit, suffix in ((1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        if amount and amount % unit == 0:
+            return f"{amount // unit}{suffix}"
+    if amount >= 1 << 30:
+        return f"{amount / (1 << 30):.1f}Gi"
+    return str(amount)
+
+
+def share_reason(pod: PodRequest, node: NodeState) -> str:
+    """Why `pod`'s shares do not fit on `node` (node-independent words, numbers from its state)."""
+    asks = share_asks(pod, node)
+    resource = asks[0].resource if asks else GPU_RESOURCE
+    gpus = _shared_gpus(node, resource)
+    if not gpus:
+        return _NO_NRT if node.links is None else no_shared_gpu(resource)
+    for ask in asks:
+        sizes = [size_on(ask, node, g) for g in gpus]
+        reason = _ask_reason(ask, sizes, node)
+        if reason:
+            return reason
+    return REASON_NO_REPLICA
+
+
+def _ask_reason(ask: ContainerShare, sizes: Sequence[GpuShare], node: NodeState) -> str | None:
+    with_slot = [s for s in sizes if node.slots_free[s.gpu] >= s.slots]
+    if not with_slot:
+        return REASON_NO_REPLICA
+    memory = max(s.memory for s in sizes)
+    largest = max(node.memory_free[s.gpu] for s in with_slot)
+    if all(s.memory > node.gpu_memory[s.gpu] for s in sizes):
+        biggest = max(node.gpu_memory[s.gpu] for s in sizes)
+        return (
+            f"a share of {format_bytes(memory)} is more than any shared GPU's memory "
+            f"({format_bytes(biggest)})"
+        )
+    if all(node.memory_free[s.gpu] < s.memory for s in with_slot):
+        return (
+            f"no shared GPU had {format_bytes(memory)} free for a share "
+            f"(largest free {format_bytes(largest)})"
+        )
+    if ask.compute_percent:
+        most = max(node.compute_free[s.gpu] for s in with_slot)
+        return (
+            f"no shared GPU had {ask.compute_percent}% compute free for a share (most free {most}%)"
+        )
+    return None

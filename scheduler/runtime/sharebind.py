@@ -1,0 +1,148 @@
+"""Binding a share pod (DESIGN §12): the node's share lock, the `gputopo.io/gpus` annotation,
+then the bind; and which nodes' locks this scheduler knows are held.
+
+A share pod is bound only under its node's lock, so the agent's Allocate knows whose annotation
+names the GPU. A lock held for another pod is not a reason to wait: the decision leaves that node
+out and takes the next best (`decide`); only when every node that fits is locked does the pod wait,
+and it is retried after a short backoff, not after the unschedulable flush. A failed annotation
+or bind releases the lock at once. A hold is known from the locks this scheduler took or found
+taken; it is dropped when the holder pod's shares are allocated (`gputopo.io/allocated`), when
+it ends or is deleted, or when the lock expires, so the next try reads the Lease again. Pods that
+place no shares never look at locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+
+from agent.nrt import DecodedTopology
+from agent.objkey import ObjectKey
+from agent.shares import ALLOCATED_ANNOTATION, GPUS_ANNOTATION, encode_gpus
+from scheduler.errors import ApiError
+from scheduler.kubeapi.sharelock import Holder, ShareLocks
+from scheduler.placement import Assignment, Placer, PodRequest
+from scheduler.placement.pick import Decision
+from scheduler.runtime.podinfo import PodInfo
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LOCKED", "ShareBinding"]
+
+LOCKED = "locked"
+"""The bind outcome when the node's share lock is held for another pod."""
+
+Annotate = Callable[[str, str, str, Mapping[str, str]], None]  # namespace, name, uid, annotations
+
+
+class ShareBinding:
+    """Share locks around share pods' binds (thread-safe: binds run on a pool)."""
+
+    def __init__(
+        self, locks: ShareLocks, annotate: Annotate, wall: Callable[[], float], seconds: int
+    ) -> None:
+        self._locks, self._annotate, self._wall, self._seconds = locks, annotate, wall, seconds
+        self._held: dict[str, Holder] = {}
+        self._by_pod: dict[str, str] = {}  # holder pod key -> node
+        self._mutex = threading.Lock()
+
+    def blocked(self) -> frozenset[str]:
+        """Nodes whose share lock is known held now."""
+        now = self._wall()
+        with self._mutex:
+            for node in [n for n, h in self._held.items() if h.until < now]:
+                self._drop(node)
+            return frozenset(self._held)
+
+    def decide(
+        self,
+        placer: Placer,
+        request: PodRequest,
+        decision: Decision,
+        excluded: AbstractSet[str] | None,
+    ) -> tuple[Decision, str | None]:
+        """`decision` again without locked nodes when it places shares on one; the message
+        naming the locks when every node that fits is locked (None otherwise)."""
+        chosen = decision.assignment
+        if chosen is None or not chosen.shares:
+            return decision, None
+        blocked = self.blocked()
+        if chosen.node not in blocked:
+            return decision, None
+        again = placer.decide(request, excluded=blocked | (excluded or frozenset()))
+        if again.assignment is not None:
+            return again, None
+        with self._mutex:
+            holders = sorted({self._held[n].pod or "?" for n in blocked if n in self._held})
+        return again, (
+            f"{len(blocked)} node(s) where the pod fits are admitting a share (share lock held "
+            f"by {', '.join(holders)}); trying again shortly"
+        )
+
+    def bind(
+        self,
+        info: PodInfo,
+        assignment: Assignment,
+        nrt: DecodedTopology | None,
+        try_bind: Callable[[], str],
+    ) -> str:
+        """Lock, annotate (GPU UUIDs from the node's `nrt`), bind; the outcome (`LOCKED`, or
+        `try_bind`'s, or "error")."""
+        node = assignment.node
+        uuids = [str(g.uuid) for g in nrt.inventory.gpus] if nrt is not None else []
+        try:
+            holder = self._locks.acquire(node, info.uid, info.key)
+        except ApiError as exc:
+            log.warning("share pod %s: the share lock of %s: %s", info.key, node, exc)
+            return "error"
+        if holder is not None:
+            self._hold(node, holder)
+            log.info("share pod %s: %s is locked by %s", info.key, node, holder.pod or "?")
+            return LOCKED
+        self._hold(node, Holder(info.uid, info.key, self._wall() + self._seconds))
+        try:
+            chosen = {s.container: uuids[s.gpu] for s in assignment.shares}
+            annotation = {GPUS_ANNOTATION: encode_gpus(chosen)}
+            self._annotate(info.namespace, info.name, info.uid, annotation)
+        except (ApiError, IndexError) as exc:
+            log.warning("share pod %s: annotate for %s failed: %s", info.key, node, exc)
+            self._release(node, info)
+            return "error"
+        outcome = try_bind()
+        if outcome != "bound":
+            self._release(node, info)
+        return outcome
+
+    def pod_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
+        """A pod changed or went (`info` None): a holder that is allocated or gone lets its
+        node be tried again (the agent releases, or the lock expires)."""
+        with self._mutex:
+            node = self._by_pod.get(key)
+            if node is None:
+                return
+            done = info is None or info.terminal or info.terminating
+            allocated = info is not None and ALLOCATED_ANNOTATION in (
+                (info.obj.get("metadata") or {}).get("annotations") or {}
+            )
+            if done or allocated:
+                self._drop(node)
+
+    def _release(self, node: str, info: PodInfo) -> None:
+        self._locks.release(node, info.uid)
+        with self._mutex:
+            if self._by_pod.get(info.key) == node:
+                self._drop(node)
+
+    def _hold(self, node: str, holder: Holder) -> None:
+        with self._mutex:
+            self._drop(node)
+            self._held[node] = holder
+            if holder.pod:
+                self._by_pod[holder.pod] = node
+
+    def _drop(self, node: str) -> None:
+        gone = self._held.pop(node, None)
+        if gone is not None and self._by_pod.get(gone.pod) == node:
+            del self._by_pod[gone.pod]

@@ -1,0 +1,89 @@
+"""The per-GPU share view (DESIGN §12) is rebuilt from pods: structure from the NRT's shared GPU
+zones, usage from each pod's `gputopo.io/gpus` annotation, replicas of pods another scheduler
+placed as equal splits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.runtime.cache import ClusterCache
+from tests.builders.nodes import node_obj
+from tests.builders.nrt import make_nrt, make_shared_nrt
+from tests.builders.pods import share_pod
+from tests.builders.topology import dgx_h100, gpu_uuid
+
+GIB = 1 << 30
+SCHEDULER = "gputopo-scheduler"
+
+
+def bound(body: dict[str, Any], node: str, scheduler: str = SCHEDULER) -> dict[str, Any]:
+    name = body["metadata"]["name"]
+    body["metadata"]["uid"] = f"uid-{name}"
+    body["spec"].update(nodeName=node, schedulerName=scheduler)
+    return body
+
+
+def shared_cache(*pods: dict[str, Any]) -> ClusterCache:
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert_node(node_obj("n1", gpus=6, **{"nvidia.com/gpu.shared": "8"}))
+    cache.upsert_nrt(make_shared_nrt("n1", dgx_h100(), shared=(0, 1), slots=4))
+    for body in pods:
+        cache.upsert_pod(body)
+    return cache
+
+
+def per_gpu(cache: ClusterCache) -> tuple[list[int], list[int], list[int], list[int]]:
+    node = cache.snapshot.node("n1")
+    return node.slots_free[:2], node.memory_free[:2], node.compute_free[:2], node.gpu_free[:2]
+
+
+def test_the_nrt_says_which_gpus_are_shared_and_how():
+    node = shared_cache().snapshot.node("n1")
+    assert node.gpu_slots == (4, 4, 0, 0, 0, 0, 0, 0)
+    assert node.share_resource == "nvidia.com/gpu.shared"
+    assert node.gpu_memory[0] == dgx_h100().gpus[0].memory_mib << 20
+    assert node.free_whole_gpus() == [2, 3, 4, 5, 6, 7]
+
+
+def test_an_annotated_share_is_charged_on_its_gpu_as_it_asks():
+    annotated = share_pod("a", memory="20Gi", compute=30, gpus={"main": gpu_uuid(1)})
+    cache = shared_cache(bound(annotated, "n1"))
+    slots, memory, compute, _milli = per_gpu(cache)
+    assert slots == [4, 3]
+    assert memory[1] == memory[0] - 20 * GIB
+    assert compute == [100, 70]
+
+
+def test_a_replica_another_scheduler_placed_counts_as_an_equal_split():
+    foreign = bound(share_pod("f"), "n1", scheduler="default-scheduler")
+    slots, memory, _compute, milli = per_gpu(shared_cache(foreign))
+    assert sorted(slots) == [3, 4]
+    assert sorted(milli) == [750, 1000]
+    assert sorted(memory)[0] == sorted(memory)[1] * 3 // 4
+
+
+def test_a_restart_rebuilds_the_same_view_from_pods():
+    pods = [
+        bound(share_pod("a", memory="30Gi", gpus={"main": gpu_uuid(0)}), "n1"),
+        bound(share_pod("b", memory="10Gi", gpus={"main": gpu_uuid(1)}), "n1"),
+        bound(share_pod("f"), "n1", scheduler="default-scheduler"),
+    ]
+    first = per_gpu(shared_cache(*pods))
+    again = per_gpu(shared_cache(*reversed(pods)))
+    assert first == again
+    assert first[0] == [2, 3]  # the foreign replica joins the fuller GPU (30Gi used on GPU 0)
+
+
+def test_an_annotation_naming_an_unknown_gpu_still_counts_the_replica():
+    stray = bound(share_pod("s", memory="8Gi", gpus={"main": "GPU-gone"}), "n1")
+    slots, _memory, _compute, _milli = per_gpu(shared_cache(stray))
+    assert sum(slots) == 7
+
+
+def test_an_unshared_node_keeps_whole_gpus():
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_nrt(make_nrt("n1", dgx_h100()))
+    node = cache.snapshot.node("n1")
+    assert node.gpu_slots == (0,) * 8
+    assert node.share_resource is None

@@ -30,6 +30,9 @@ Obj = Mapping[str, Any]
 
 __all__ = ["Holder", "ShareLocks", "lock_holder"]
 
+_RETRY_SECONDS = 1.0
+"""How long a lock lost to a writer whose holder could not be read counts as held."""
+
 
 @dataclass(frozen=True, slots=True)
 class Holder:
@@ -75,7 +78,7 @@ class ShareLocks:
 
     def acquire(self, node: str, uid: str, pod: str) -> Holder | None:
         """Take `node`'s lock for pod `uid` (`pod`: its key); None when taken, else the holder
-        that keeps it (a lost race reads as held by an unknown pod for a lock period)."""
+        that keeps it (a lost race reads the winner, else counts as held for a second)."""
         name = share_lock_name(node)
         now = self._wall()
         current = self._store.get_lease(self._ns, name)
@@ -100,7 +103,9 @@ class ShareLocks:
             else:
                 self._store.replace_lease(self._ns, name, {**body, "spec": spec})
         except LeaseConflictError:
-            return Holder("", "", now + self._seconds)
+            # Another writer won: read who, or try again shortly (not a whole lock period).
+            winner = lock_holder(self._store.get_lease(self._ns, name), now)
+            return winner or Holder("", "", now + _RETRY_SECONDS)
         return None
 
     def release(self, node: str, uid: str) -> None:

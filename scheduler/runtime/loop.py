@@ -53,6 +53,9 @@ from scheduler.runtime.volumes import VolumeCheck
 
 log = logging.getLogger(__name__)
 
+SHARE_LOCK = "share-lock"
+"""Why a share pod waits when every node that fits is admitting another share."""
+
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
 PDBS = "poddisruptionbudgets"
 
@@ -180,6 +183,12 @@ class Scheduler:
         elif kind == PDBS:
             self.cache.budgets.apply(etype, obj, self.cache.pods.values())
 
+    def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
+        """A share lock this scheduler knew held is over: its waiters are tried again now."""
+        if self.shares.pod_changed(key, info):
+            waiting = [k for k, reason in self._reasons.items() if reason == SHARE_LOCK]
+            self.queue.activate(UnitKey(UnitKind.POD, k) for k in waiting)
+
     def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
             key = key_of(obj)
@@ -189,7 +198,7 @@ class Scheduler:
             key = new.key
         if new is None or not new.pending:
             self._reasons.pop(key, None)
-        self.shares.pod_changed(key, new)
+        self._share_holder_changed(key, new)
         if new is None and old is not None:
             self._reporter.forget(old.obj)
         if old is not None and not old.terminal and (new is None or new.terminal):
@@ -323,9 +332,9 @@ class Scheduler:
                 self._live_placer(), info.request, decision, excluded
             )
             if locked is not None:
-                self.unschedulable([info], locked, "share-lock")
+                self.unschedulable([info], locked, SHARE_LOCK)
                 self.queue.backoff(unit)
-                return "share-lock"
+                return SHARE_LOCK
             if decision.assignment is None:
                 return self._refuse(unit, info, "unschedulable", decision.message(), admitted=True)
             self.cache.assume(key, decision.assignment)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -134,6 +134,20 @@ class SchedulingQueue:
             for unit in self._units.values():
                 if unit.where == "in flight":
                     unit.dirty = True
+            return len(moved)
+
+    def activate(self, keys: Iterable[UnitKey]) -> int:
+        """These units' wait is over (a share lock they waited for was released): those backing
+        off or parked become active now."""
+        with self._cond:
+            moved = [
+                unit
+                for key in keys
+                if (unit := self._units.get(key)) is not None
+                and unit.where in ("backoff", "unschedulable")
+            ]
+            for unit in moved:
+                self._push_active(unit)
             return len(moved)
 
     # -- the consumer --------------------------------------------------------------------

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from agent.nrt import decode
 from scheduler.placement import Assignment
+from scheduler.placement.gpushare import GpuShare
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gpucount import UNKNOWN_MODEL, count_gpus
 from tests.builders.nodes import bound_pod, node_obj
@@ -47,7 +48,10 @@ def test_without_an_nrt_the_model_is_the_nodes_label_or_unknown():
 
 def test_partly_taken_gpus_are_shares_or_mig_and_fragmented():
     node = make_node("n", gpus=4, mig={2: {"1g.10gb": 7}, 3: {"1g.10gb": 7}})
-    node.add_pod(pod("default/half", gpu_milli=500), Assignment(node="n", share=(0, 500)))
+    node.add_pod(
+        pod("default/half", gpu_milli=500),
+        Assignment(node="n", shares=(GpuShare(gpu=0, milli=500),)),
+    )
     node.add_pod(pod("default/whole", gpus=1), Assignment(node="n", gpus=(1,)))
     node.add_pod(
         pod("default/slice", mig={"1g.10gb": 1}), Assignment(node="n", mig=((2, "1g.10gb"),))

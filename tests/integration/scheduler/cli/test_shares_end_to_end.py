@@ -1,0 +1,155 @@
+"""GPU shares end to end (DESIGN §12), both halves real: `gputopo-scheduler run` (its `run`
+entry, in a thread) places share pods from the NRT the real agent process publishes, takes the
+node's share lock, annotates and binds; a kubelet loop admits each bound pod through the kubelet
+emulator, whose Allocate calls reach the agent's device plugin over gRPC; the agent answers with
+the GPU the scheduler chose and releases the lock, so the next share pod for the node binds."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.shares import ALLOCATED_ANNOTATION, GPU_COMPUTE, GPU_MEMORY, GPUS_ANNOTATION
+from deviceplugin.allocation import VISIBLE_DEVICES
+from deviceplugin.testing.admission import Admission, EmulatedPod
+from scheduler.cli.run import run
+from tests.builders.scheduler import NAME, wait_for
+from tests.builders.sharenode import GPU, NODE, REPLICAS, ShareNode, share_container, share_node
+
+GIB = 1 << 30
+GPUS = 8
+
+
+def _pod(name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict:
+    spec: dict[str, Any] = {"schedulerName": NAME, "containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+class Kubelet:
+    """Admits every pod bound to the node, once, in the order the binds are seen."""
+
+    def __init__(self, node: ShareNode) -> None:
+        self.node = node
+        self.admitted: dict[str, Admission] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            for pod in self.node.fake.list_objects("pods"):
+                name = pod["metadata"]["name"]
+                if (pod.get("spec") or {}).get("nodeName") == NODE and name not in self.admitted:
+                    (done,) = self.node.admitter.admit(EmulatedPod.from_manifest(pod))
+                    self.admitted[name] = done
+
+    def __enter__(self) -> Kubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[ShareNode]:
+    with share_node() as made:
+        made.start_agent()
+        # The kubelet advertises the plugin's replicas on the Node, as a real one does.
+        replicas = str(GPUS * REPLICAS)
+        made.fake.make_node_ready(
+            NODE,
+            {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: replicas},
+            {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: replicas},
+        )
+        shared = wait_for(
+            lambda: (
+                made.gpu_zone(GPUS - 1)
+                and any(a["name"] == "sharing" for a in made.gpu_zone(GPUS - 1)["attributes"])
+            ),
+            20,
+            "the agent's NRT with shared GPU zones",
+        )
+        assert shared
+        yield made
+
+
+@pytest.fixture
+def scheduler(node: ShareNode, tmp_path: Path) -> Iterator[None]:
+    kubeconfig = node.fake.write_kubeconfig(tmp_path / "kubeconfig")
+    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": str(kubeconfig)}
+    stop = threading.Event()
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(run([], env, stop)), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(15)
+    assert codes == [0]
+
+
+def _annotations(node: ShareNode, name: str) -> dict[str, str]:
+    return node.scheduler.get(name)["metadata"].get("annotations") or {}
+
+
+def test_each_container_gets_the_gpu_the_scheduler_chose_and_shares_fit_their_gpus(
+    node: ShareNode, scheduler: None
+) -> None:
+    bodies = [
+        _pod("train", share_container("main", "40Gi")),
+        _pod("infer-a", share_container("main", "20Gi", **{GPU_COMPUTE: "30"})),
+        _pod("infer-b", share_container("main", "20Gi")),
+        _pod(
+            "pipeline",
+            share_container("app-1", "10Gi"),
+            share_container("app-2", "30Gi"),
+            init=(share_container("setup", "10Gi"),),
+        ),
+        _pod("split", share_container("main", None)),  # a replica alone: an equal split
+        _pod("big", share_container("main", "35Gi")),
+    ]
+    with Kubelet(node) as kubelet:
+        for body in bodies:
+            node.scheduler.create(body)
+        names = [b["metadata"]["name"] for b in bodies]
+        done = wait_for(lambda: all(n in kubelet.admitted for n in names), 20, "all admitted")
+        assert done, sorted(kubelet.admitted)
+        node.scheduler.wait_released(10)
+    capacity = node.fake.get_object("noderesourcetopologies", NODE)
+    used: dict[str, int] = {}
+    for name in names:
+        admission = kubelet.admitted[name]
+        assert admission.error is None, (name, admission.error)
+        chosen = json.loads(_annotations(node, name)[GPUS_ANNOTATION])
+        given = {c: admission.env(c, GPU)[VISIBLE_DEVICES] for c in admission.devices}
+        assert given == {c: chosen[c] for c in given}, name
+        recorded = json.loads(_annotations(node, name)[ALLOCATED_ANNOTATION])
+        assert recorded == {c: list(ids[GPU]) for c, ids in admission.devices.items()}
+        for container in bodies[names.index(name)]["spec"]["containers"]:
+            memory = container["resources"]["limits"].get(GPU_MEMORY)
+            if memory is not None:
+                uuid = chosen[container["name"]]
+                used[uuid] = used.get(uuid, 0) + int(memory.removesuffix("Gi")) * GIB
+    memory_of = {
+        next(a["value"] for a in z["attributes"] if a["name"] == "uuid"): next(
+            int(r["capacity"]) for r in z["resources"] if r["name"] == GPU_MEMORY
+        )
+        for z in capacity["zones"]
+        if z["type"] == "GPU"
+    }
+    assert all(used[uuid] <= memory_of[uuid] for uuid in used), (used, memory_of)
+    assert len(used) < len(names)  # shares pack: fewer GPUs than pods

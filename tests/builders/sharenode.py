@@ -61,9 +61,14 @@ def share_container(name: str, memory: str | None = "10Gi", **extra: str) -> dic
 
 
 def share_pod(
-    name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()
+    name: str,
+    *containers: dict[str, Any],
+    init: tuple[dict[str, Any], ...] = (),
+    scheduler: str | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": list(containers or (share_container("main"),))}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
     if init:
         spec["initContainers"] = list(init)
     return {

@@ -19,22 +19,22 @@ from deviceplugin.allocation import VISIBLE_DEVICES
 from deviceplugin.testing.admission import Admission, EmulatedPod
 from scheduler.cli.run import run
 from tests.builders.scheduler import NAME, wait_for
-from tests.builders.sharenode import GPU, NODE, REPLICAS, ShareNode, share_container, share_node
+from tests.builders.sharenode import (
+    GPU,
+    NODE,
+    REPLICAS,
+    ShareNode,
+    share_container,
+    share_node,
+    share_pod,
+)
 
 GIB = 1 << 30
 GPUS = 8
 
 
 def _pod(name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict:
-    spec: dict[str, Any] = {"schedulerName": NAME, "containers": list(containers)}
-    if init:
-        spec["initContainers"] = list(init)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }
+    return share_pod(name, *containers, init=init, scheduler=NAME)
 
 
 class Kubelet:

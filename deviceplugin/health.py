@@ -216,6 +216,11 @@ class MpsWatch:
         self._wall_clock = wall_clock
         self._reason: str | None = None
 
+    @property
+    def serving(self) -> bool:
+        """What the last `poll` read: MPS serves."""
+        return self._reason is None
+
     def poll(self) -> None:
         reason = down_reason(self._path, self._wall_clock())
         down = mps_down(self._resources(), Sharing.MPS, reason)

@@ -67,8 +67,10 @@ def test_the_watch_follows_the_file_down_and_up(tmp_path):
     assert "MPS is not running: no" in r.poll()[SHARED]
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=False, reason="exited"))
     assert r.poll() == {SHARED: DOWN}
+    assert r.watch.serving is False
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=True))
     assert r.poll() == {}
+    assert r.watch.serving is True
     r.clock.advance(STALE_AFTER_S + 1)  # the supervisor stopped writing
     assert "the MPS supervisor stopped updating it" in r.poll()[SHARED]
 

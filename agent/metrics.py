@@ -4,7 +4,7 @@ Per-GPU gauges come from a custom Collector over the last `MetricsSnapshot` hand
 read from NVML per scrape). The device plugin observes its RPC latency through
 `AgentMetrics.observe_rpc` / `time_rpc`; the publisher its writes through `observe_publish` and
 each successful pass through `publish_passed`. Xid events and kubelet registrations are counts the
-device plugin keeps, read per scrape through `watch_device_plugin`.
+device plugin keeps, read per scrape through `watch_device_plugin` (with whether MPS serves).
 Names follow `gputopo_agent_<name>_<unit>`; counters end in `_total`; per-GPU labels are `gpu`
 (index), `uuid` and `model`.
 """
@@ -113,9 +113,13 @@ RegistrationCounts = Mapping[tuple[str, str], int]
 
 class _DevicePluginCollector(Collector):
     def __init__(
-        self, xids: Callable[[], XidCounts], registrations: Callable[[], RegistrationCounts]
+        self,
+        xids: Callable[[], XidCounts],
+        registrations: Callable[[], RegistrationCounts],
+        mps_serving: Callable[[], bool | None],
     ) -> None:
         self._xids, self._registrations = xids, registrations
+        self._mps_serving = mps_serving
 
     def collect(self) -> Iterator[Metric]:
         xids = CounterMetricFamily(
@@ -132,8 +136,17 @@ class _DevicePluginCollector(Collector):
         )
         for (resource, result), count in sorted(self._registrations().items()):
             registrations.add_metric([resource, result], float(count))
+        mps = GaugeMetricFamily(
+            f"{PREFIX}_mps_serving",
+            "Under sharing.mps: 1 while the MPS status file says MPS serves, 0 while its replicas "
+            "are Unhealthy for it",
+        )
+        serving = self._mps_serving()
+        if serving is not None:
+            mps.add_metric([], 1.0 if serving else 0.0)
         yield xids
         yield registrations
+        yield mps
 
 
 class AgentMetrics:
@@ -208,10 +221,14 @@ class AgentMetrics:
             self.observe_rpc(method, resource, clock() - start, code)
 
     def watch_device_plugin(
-        self, xids: Callable[[], XidCounts], registrations: Callable[[], RegistrationCounts]
+        self,
+        xids: Callable[[], XidCounts],
+        registrations: Callable[[], RegistrationCounts],
+        mps_serving: Callable[[], bool | None] = lambda: None,
     ) -> None:
-        """Report the device plugin's Xid and registration counts on every scrape."""
-        self.registry.register(_DevicePluginCollector(xids, registrations))
+        """Report the device plugin's Xid and registration counts and, under `sharing.mps`
+        (`mps_serving` not None), whether MPS serves, on every scrape."""
+        self.registry.register(_DevicePluginCollector(xids, registrations, mps_serving))
 
     def publish_passed(self) -> None:
         """The publisher started, or finished a pass with everything written (or unchanged)."""

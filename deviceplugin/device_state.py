@@ -1,16 +1,20 @@
 """The versioned device state every resource plugin reads: what is advertised, what is Unhealthy.
 
 `DeviceState` holds one immutable `DeviceStateView` at a time. Writers (the health monitor, the MIG
-re-scan) replace whole values; readers take a consistent view. Every change bumps the version and
-wakes the ListAndWatch streams waiting on it.
+re-scan, the MPS status watch) replace whole values; readers take a consistent view. Every change
+bumps the version and wakes the ListAndWatch streams waiting on it.
+
+Two kinds of Unhealthy: `unhealthy` names GPU / MIG units (an Xid; every resource on that unit),
+`down` names whole resources with the reason (MPS not serving: every replica, whatever its GPU).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from deviceplugin.errors import DeviceUnavailableError
 from deviceplugin.resources import Resource
 
 
@@ -21,6 +25,12 @@ class DeviceStateView:
     version: int
     resources: Mapping[str, Resource]  # by resource name
     unhealthy: frozenset[str]  # GPU and MIG UUIDs
+    down: Mapping[str, str] = field(default_factory=dict)  # resource name -> why all Unhealthy
+
+
+def down_error(name: str, reason: str) -> DeviceUnavailableError:
+    """What Allocate of a resource marked down answers (FAILED_PRECONDITION)."""
+    return DeviceUnavailableError(f"every device of {name} is Unhealthy: {reason}")
 
 
 class DeviceState:
@@ -49,9 +59,7 @@ class DeviceState:
             old = self._view
             if new == dict(old.resources):
                 return False
-            self._publish(
-                DeviceStateView(version=old.version + 1, resources=new, unhealthy=old.unhealthy)
-            )
+            self._publish(replace(old, version=old.version + 1, resources=new))
             return True
 
     def set_unhealthy(self, unhealthy: frozenset[str]) -> bool:
@@ -59,11 +67,16 @@ class DeviceState:
             old = self._view
             if unhealthy == old.unhealthy:
                 return False
-            self._publish(
-                DeviceStateView(
-                    version=old.version + 1, resources=old.resources, unhealthy=unhealthy
-                )
-            )
+            self._publish(replace(old, version=old.version + 1, unhealthy=unhealthy))
+            return True
+
+    def set_down(self, down: Mapping[str, str]) -> bool:
+        """Replace the resources marked down (name -> reason); False when nothing changed."""
+        with self._cond:
+            old = self._view
+            if dict(down) == dict(old.down):
+                return False
+            self._publish(replace(old, version=old.version + 1, down=dict(down)))
             return True
 
     def _publish(self, view: DeviceStateView) -> None:

@@ -22,7 +22,7 @@ from agent.plural import counted
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.allocation import Allocator, ContainerAllocation, PreferredRequest
-from deviceplugin.device_state import DeviceState
+from deviceplugin.device_state import DeviceState, down_error
 from deviceplugin.errors import DeviceUnavailableError, InvalidRequestError, RequestError
 from deviceplugin.resources import Resource, is_healthy
 from deviceplugin.share_allocation import ShareAllocator
@@ -50,14 +50,18 @@ def is_share_resource(resource: Resource) -> bool:
     return resource.shared and all(d.mig is None for d in resource.devices)
 
 
-def device_list(resource: Resource | None, unhealthy: frozenset[str]) -> DeviceList:
+def device_list(
+    resource: Resource | None, unhealthy: frozenset[str], down: bool = False
+) -> DeviceList:
     """Share replicas go without their NUMA node (DESIGN §12): the kubelet's topology manager
-    must never narrow which replica it hands out, since the GPU is the scheduler's choice."""
+    must never narrow which replica it hands out, since the GPU is the scheduler's choice.
+    A resource `down` (MPS not serving) lists every device Unhealthy."""
     if resource is None:
         return ()
     shares = is_share_resource(resource)
     return tuple(
-        (d.id, is_healthy(d, unhealthy), None if shares else d.numa_node) for d in resource.devices
+        (d.id, not down and is_healthy(d, unhealthy), None if shares else d.numa_node)
+        for d in resource.devices
     )
 
 
@@ -136,7 +140,7 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
         state = self._device_state.view()
         while not closing():
             resource = state.resources.get(self.resource_name)
-            devices = device_list(resource, state.unhealthy)
+            devices = device_list(resource, state.unhealthy, self.resource_name in state.down)
             if devices != last:
                 logger.debug(
                     "ListAndWatch %s: %s", self.resource_name, counted(len(devices), "device")
@@ -159,11 +163,14 @@ class GrpcTranslation(pb_grpc.DevicePluginServicer):
 
     def _allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
         ids = [list(c.devices_ids) for c in request.container_requests]
-        resource, unhealthy = self._current(), self._device_state.unhealthy
+        resource, state = self._current(), self._device_state.view()
+        down = state.down.get(resource.name)
         if self._shares is not None and is_share_resource(resource):
-            allocations = self._shares.allocate(resource, unhealthy, ids)
+            allocations = self._shares.allocate(resource, state.unhealthy, ids, down=down)
+        elif down is not None:
+            raise down_error(resource.name, down)
         else:
-            allocations = self._allocator.allocate(resource, unhealthy, ids)
+            allocations = self._allocator.allocate(resource, state.unhealthy, ids)
         return pb.AllocateResponse(
             container_responses=[to_container_response(a) for a in allocations]
         )

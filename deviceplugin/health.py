@@ -11,6 +11,10 @@ Xid classes:
 An Xid attributed to a MIG device (GPU instance / compute instance IDs) marks only that MIG device;
 otherwise the whole GPU (all its MIG devices and replicas). Losing NVML (the event wait fails) marks
 every GPU reset-required; the process keeps serving.
+
+MPS (DESIGN §12): under `sharing.mps`, `MpsWatch` reads `gputopo-agent mps`'s status file every
+health round; while it says MPS does not serve (`agent.mps.status.down_reason`), every device of
+every shared resource is Unhealthy, with that reason (`mps_down`); the GPUs themselves stay Healthy.
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from agent import logkeys
 from agent.errors import NvmlError
 from agent.model import GpuUuid, NodeInventory
+from agent.mps.status import down_reason
 from agent.nvml.backend import GpuStatus, NvmlBackend, XidEvent
+from agent.shares import Sharing
+from deviceplugin.resources import Resource
 from deviceplugin.settings import XidPolicy
 
 logger = logging.getLogger(__name__)
@@ -181,6 +189,49 @@ class HealthTracker:
         return cache[fault.gpu_uuid]
 
 
+def mps_down(
+    resources: Mapping[str, Resource], sharing: Sharing, reason: str | None
+) -> dict[str, str]:
+    """The resources to advertise all Unhealthy (name -> reason): every shared one while MPS
+    does not serve (`reason`) under `sharing.mps`; none under time-slicing or while MPS serves."""
+    if reason is None or sharing is not Sharing.MPS:
+        return {}
+    return {name: reason for name, resource in resources.items() if resource.shared}
+
+
+class MpsWatch:
+    """Reads the MPS status file and publishes `mps_down`; logs each change once."""
+
+    def __init__(
+        self,
+        status_file: Path,
+        resources: Callable[[], Mapping[str, Resource]],
+        publish: Callable[[Mapping[str, str]], object],
+        *,
+        wall_clock: Callable[[], float] = time.time,  # the file's time is another process's
+    ) -> None:
+        self._path = status_file
+        self._resources = resources
+        self._publish = publish
+        self._wall_clock = wall_clock
+        self._reason: str | None = None
+
+    @property
+    def serving(self) -> bool:
+        """What the last `poll` read: MPS serves."""
+        return self._reason is None
+
+    def poll(self) -> None:
+        reason = down_reason(self._path, self._wall_clock())
+        down = mps_down(self._resources(), Sharing.MPS, reason)
+        if reason != self._reason and down:
+            logger.warning("MPS does not serve, %s Unhealthy: %s", ", ".join(sorted(down)), reason)
+        elif reason is None and self._reason is not None:
+            logger.info("MPS serves again: its shared devices are Healthy")
+        self._reason = reason
+        self._publish(down)
+
+
 class HealthMonitor:
     """The thread that reads `backend.wait_xid()`, applies it, and re-scans the MIG layout."""
 
@@ -196,8 +247,10 @@ class HealthMonitor:
         nvml_retry_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         checks_enabled: bool = True,
+        mps: MpsWatch | None = None,
     ) -> None:
         self._backend = backend
+        self._mps = mps
         self._tracker = tracker
         self._publish = publish
         self._rescan = rescan
@@ -211,15 +264,16 @@ class HealthMonitor:
         self._thread: threading.Thread | None = None
 
     def step(self, stop: threading.Event | None = None) -> bool:
-        """One round: wait for an Xid (up to the wait timeout), re-evaluate, re-scan when due.
-
-        Returns True when an Xid event was read.
+        """One round: wait for an Xid (up to the wait timeout), re-evaluate, read the MPS status,
+        re-scan when due. Returns True when an Xid event was read.
         """
         seen = False
         if self._checks:
             seen = self._read_event(stop)
             self._tracker.reevaluate(self._backend.status)
             self._publish(self._tracker.unhealthy())
+        if self._mps is not None:
+            self._mps.poll()
         if self._rescan is not None and self._clock() >= self._next_rescan:
             self._next_rescan = self._clock() + self._rescan_interval
             self._rescan()

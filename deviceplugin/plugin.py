@@ -1,11 +1,12 @@
 """`DevicePlugin`: the device plugin as one service of the agent.
 
 It puts together the device state, the allocator, the health monitor, the MIG re-scan and the
-registration loop (one resource plugin per advertised resource). `DevicePlugin(settings, backend,
-inventory)` builds the advertised resources (raising `ResourceError` when the strategy cannot
-apply), `start()` serves and registers every resource and starts the health thread, `stop()` ends
-the streams and removes the sockets. `make_shares` (the agent's wiring) serves shared resources
-per pod through the share lock (`share_allocation`). Other parts of the agent read
+registration loop (one resource plugin per advertised resource), and under `sharing.mps` the watch
+of the MPS status file. `DevicePlugin(settings, backend, inventory)` builds the advertised
+resources (raising `ResourceError` when the strategy cannot apply), `start()` serves and registers
+every resource and starts the health thread, `stop()` ends the streams and removes the sockets.
+`make_shares` (the agent's wiring) serves shared resources per pod through the share lock
+(`share_allocation`). Other parts of the agent read
 `device_state` (its `wait()` wakes on every health or layout change) and `inventory`.
 """
 
@@ -15,14 +16,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from agent.model import Gpu, NodeInventory
+from agent.mps.layout import MpsLayout
 from agent.nvml.backend import NvmlBackend
+from agent.shares import Sharing
 from deviceplugin.allocation import Allocator
 from deviceplugin.device_state import DeviceState
 from deviceplugin.errors import ResourceError
 from deviceplugin.grpc_translation import GrpcTranslation, RpcObserver
-from deviceplugin.health import HealthMonitor, HealthTracker
+from deviceplugin.health import HealthMonitor, HealthTracker, MpsWatch
 from deviceplugin.imex import ImexAllocator
 from deviceplugin.registration_loop import RegistrationLoop
 from deviceplugin.resources import build_resources
@@ -51,6 +55,7 @@ class DevicePlugin:
         poll_s: float = 0.1,
         wait_timeout_s: float = 0.5,
         make_shares: MakeShares | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.inventory = inventory
@@ -67,6 +72,7 @@ class DevicePlugin:
             recheck_interval_s=settings.health_recheck_interval_s,
             clock=clock,
         )
+        self.mps_watch = self._mps_watch(shared, wall_clock)
         self.monitor = HealthMonitor(
             backend,
             self.tracker,
@@ -76,6 +82,7 @@ class DevicePlugin:
             wait_timeout_s=wait_timeout_s,
             clock=clock,
             checks_enabled=settings.xid_policy.checks_enabled,
+            mps=self.mps_watch,
         )
         self.registration_loop = RegistrationLoop(
             plugin_dir=settings.device_plugin_dir,
@@ -92,9 +99,24 @@ class DevicePlugin:
             clock=clock,
         )
 
+    def _mps_watch(
+        self, shared: frozenset[str], wall_clock: Callable[[], float]
+    ) -> MpsWatch | None:
+        """Under `sharing.mps`, the watch that marks the shared resources down while MPS is."""
+        if not shared or self.settings.time_slicing.sharing is not Sharing.MPS:
+            return None
+        return MpsWatch(
+            MpsLayout(Path(self.settings.mps_root)).status_file,
+            lambda: self.device_state.view().resources,
+            self.device_state.set_down,
+            wall_clock=wall_clock,
+        )
+
     def start(self) -> None:
         names = ", ".join(self.device_state.view().resources) or "nothing"
         logger.info("device plugin advertising %s", names)
+        if self.mps_watch is not None:  # before the first ListAndWatch, not a round later
+            self.mps_watch.poll()
         self.registration_loop.start(self._stop)
         self.monitor.start(self._stop)
 

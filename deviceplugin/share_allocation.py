@@ -19,6 +19,7 @@ from agent.availability import PodGrant
 from agent.model import GpuUuid
 from agent.shares import GPUS_ANNOTATION, ContainerShare
 from deviceplugin.allocation import Allocator, ContainerAllocation
+from deviceplugin.device_state import down_error
 from deviceplugin.errors import (
     DeviceUnavailableError,
     InvalidRequestError,
@@ -62,9 +63,17 @@ class ShareAllocator:
         self._lock = threading.Lock()  # the kubelet allocates one container at a time anyway
 
     def allocate(
-        self, resource: Resource, unhealthy: Set[str], requests: Sequence[Sequence[str]]
+        self,
+        resource: Resource,
+        unhealthy: Set[str],
+        requests: Sequence[Sequence[str]],
+        *,
+        down: str | None = None,
     ) -> list[ContainerAllocation]:
+        """`down`: why every replica is Unhealthy (MPS not serving), refusing the pod at once."""
         try:
+            if down is not None:
+                raise down_error(resource.name, down)
             return self._allocate(resource, unhealthy, requests)
         except RequestError:
             with self._lock:

@@ -4,7 +4,8 @@ The real agent process serves a simulated DGX A100 whose GPUs are shared (`shari
 or `sharing.mps` with --mps) to the package's kubelet emulator, talking to the test suite's fake
 API server. The scheduler's part of the share contract (DESIGN §12: take the node's share lock,
 annotate the pod's GPU, bind) is played here through the real Kubernetes client. It prints what
-each container's Allocate answered and what `kubectl gputopo nodes` and `topo` show.
+each container's Allocate answered and what `kubectl gputopo nodes` and `topo` show. With --mps no
+MPS daemon runs: the MPS root is a temporary directory whose status file says MPS serves.
 
     .venv/bin/python scripts/share_demo.py [--mps]
 """

@@ -58,8 +58,11 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
         make_shares=share_factory(ctx.config, ctx.inventory),
     )
     if ctx.metrics is not None:
+        watch = plugin.mps_watch
         ctx.metrics.watch_device_plugin(
-            plugin.tracker.xid_counts, plugin.registration_loop.register_results
+            plugin.tracker.xid_counts,
+            plugin.registration_loop.register_results,
+            (lambda: watch.serving) if watch is not None else lambda: None,
         )
     ctx.ready_checks.append(kubelet_check(ctx.config.device_plugin_dir / KUBELET_SOCKET))
     return ctx.device_plugin

@@ -107,9 +107,13 @@ def down_reason(path: Path, now: float, stale_after_s: float = STALE_AFTER_S) ->
         return f"MPS is not running: no {path} (is the gputopo-mps DaemonSet on this node?)"
     except (OSError, ValueError) as exc:
         return f"MPS status {path} unreadable: {exc}"
-    age = now - status.written_at
-    if age > stale_after_s:
-        return f"MPS status {path} is {age:.0f}s old: the MPS supervisor stopped updating it"
+    if now - status.written_at > stale_after_s:
+        # no age in the text: a reason stays the same while nothing changes (the device plugin
+        # re-publishes a changed reason)
+        return (
+            f"MPS status {path} is more than {stale_after_s:.0f}s old: "
+            "the MPS supervisor stopped updating it"
+        )
     down = [d for d in status.daemons if not d.up]
     if not status.daemons:
         return "MPS serves no user"

@@ -26,6 +26,7 @@ class Node:
         fixture: str,
         *,
         clock: Callable[[], float] | None = None,
+        wall_clock: Callable[[], float] = time.time,
         **settings: Any,
     ) -> None:
         self.kubelet = kubelet
@@ -39,6 +40,7 @@ class Node:
             self.inventory,
             wait_timeout_s=0.05,
             clock=clock or time.monotonic,
+            wall_clock=wall_clock,
         )
 
     def uuid(self, gpu: int) -> str:

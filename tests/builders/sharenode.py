@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from typing import Any
 from kubernetes import client
 
 from agent.inventory import load_inventory
+from agent.mps.layout import MpsLayout
+from agent.mps.status import DaemonStatus, MpsStatus, write_status
 from agent.shares import (
     DEFAULT_SHARE_LOCK_NAMESPACE,
     GPU_MEMORY,
@@ -187,6 +190,7 @@ class ShareNode:
     folder: Path
     config: Path
     replicas: int = REPLICAS
+    mps_root: Path | None = None  # under sharing.mps: where `gputopo-agent mps` would write
     agent: subprocess.Popen[str] | None = None
 
     def uuid(self, gpu: int) -> str:
@@ -201,7 +205,8 @@ class ShareNode:
             "--device-plugin-dir", str(self.kubelet.plugin_dir),
             "--pod-resources-socket", str(self.podresources.socket),
             "--kubeconfig", str(kubeconfig), "--kubelet-config", "/nonexistent",
-            "--node-labels", "off", "--metrics-address", "127.0.0.1:0", *extra,
+            "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
+            *(("--mps-root", str(self.mps_root)) if self.mps_root else ()), *extra,
         ]  # fmt: skip
         self.agent = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
@@ -227,6 +232,17 @@ class ShareNode:
         return err
 
 
+def mps_serving(root: Path) -> Path:
+    """An MPS root whose status file says root's daemon serves; dated an hour ahead, so it stays
+    fresh with no supervisor rewriting it (the device plugin marks the shares Unhealthy else)."""
+    root.mkdir(parents=True, exist_ok=True)
+    status = MpsStatus(
+        written_at=time.time() + 3600, gpus=(), daemons=(DaemonStatus(uid=0, up=True),)
+    )
+    write_status(MpsLayout(root).status_file, status)
+    return root
+
+
 @contextmanager
 def share_node(*, mode: str = "timeSlicing", replicas: int = REPLICAS) -> Iterator[ShareNode]:
     """A fake API server (with the lock's namespace and the node), the kubelet emulator and its
@@ -242,6 +258,7 @@ def share_node(*, mode: str = "timeSlicing", replicas: int = REPLICAS) -> Iterat
             fake=fake, kubelet=kubelet, podresources=podres,
             admitter=PodAdmitter(kubelet, podres), scheduler=scheduler, folder=folder,
             config=share_config(folder, mode=mode, replicas=replicas), replicas=replicas,
+            mps_root=mps_serving(folder / "mps") if mode == "mps" else None,
         )  # fmt: skip
         try:
             yield node

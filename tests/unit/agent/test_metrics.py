@@ -108,6 +108,20 @@ def test_device_plugin_counts_are_read_per_scrape_as_counters() -> None:
     assert _sample(metrics, name, resource="nvidia.com/gpu", result="ok") == 1
 
 
+@pytest.mark.parametrize(
+    ("serving", "sample"),
+    [
+        pytest.param(None, None, id="no sharing.mps: absent"),
+        pytest.param(True, 1.0, id="MPS serves"),
+        pytest.param(False, 0.0, id="MPS down"),
+    ],
+)
+def test_mps_serving_is_read_per_scrape(serving, sample) -> None:
+    metrics = AgentMetrics("t")
+    metrics.watch_device_plugin(dict, dict, lambda: serving)
+    assert _sample(metrics, "gputopo_agent_mps_serving") == sample
+
+
 def test_a_publisher_pass_stamps_the_wall_clock() -> None:
     metrics = AgentMetrics("t")
     name = "gputopo_agent_publish_last_success_timestamp_seconds"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deviceplugin.settings import DEFAULT_MPS_ROOT
 from tests.builders import manifests as checks
 from tests.builders import render as r
 
@@ -95,6 +96,7 @@ HOST_MOUNTS = {
     "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
     "/host/sys/devices": ("/sys/devices", True),
     "/host/sys/bus/pci/devices": ("/sys/bus/pci/devices", True),
+    "/run/gputopo/mps": ("/run/gputopo/mps", True),
 }
 
 
@@ -116,6 +118,21 @@ def test_only_the_device_plugin_dir_is_writable_on_the_host(pod, container):
         if not m.get("readOnly") and "hostPath" in volumes[m["name"]]
     ]
     assert writable == ["/var/lib/kubelet/device-plugins"]
+
+
+def test_the_mps_status_is_read_where_the_mps_daemonset_writes_it(pod, container):
+    """The agent reads <--mps-root>/status.json through a read-only mount of the MPS DaemonSet's
+    root, at the host path (Allocate hands out host paths under it)."""
+    text = (r.OPTIONAL / "mps" / "mps-daemonset.yaml").read_text(encoding="utf-8")
+    mps_pod = r.pod_specs(yaml.safe_load(text))[0]
+    mps_flags = checks.parse_flags(mps_pod["containers"][0]["args"])
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    root = str(mps_flags["--mps-root"])
+    assert root == DEFAULT_MPS_ROOT  # the agent's --mps-root default, not set in its args
+    assert "--mps-root" not in checks.parse_flags(container["args"])
+    assert mounts[root]["readOnly"] is True
+    assert volumes[mounts[root]["name"]]["hostPath"] == {"path": root, "type": "DirectoryOrCreate"}
 
 
 def test_flags_point_at_the_mounts(container):

@@ -1,6 +1,6 @@
-"""What the agent may see of the host: hostPaths that never create host directories, only the
-sysfs the code reads (and enough of it: checked by reading a sysfs tree through the mounts), and the
-CDI spec directories only with the optional cdi-cri component."""
+"""What the agent may see of the host: hostPaths that never create host directories (but the MPS
+root, read-only), only the sysfs the code reads (and enough of it: checked by reading a sysfs tree
+through the mounts), and the CDI spec directories only with the optional cdi-cri component."""
 
 from __future__ import annotations
 
@@ -49,12 +49,17 @@ def _creating_host_paths(install) -> dict[str, str]:
     return {name: kind for name, kind in types.items() if kind in CREATING_TYPES}
 
 
-def test_no_host_path_can_create_a_host_directory(objects):
-    assert _creating_host_paths(objects) == {}
+MAY_CREATE = {"mps-root": "DirectoryOrCreate"}
+"""The MPS root, which the optional MPS DaemonSet creates the same way: `Directory` would keep the
+agent from starting on GPU nodes without MPS (agent-daemonset.yaml says why)."""
+
+
+def test_no_host_path_can_create_a_host_directory_but_the_mps_root(objects):
+    assert _creating_host_paths(objects) == MAY_CREATE
 
 
 def test_nor_with_the_cdi_component(with_cdi):
-    assert _creating_host_paths(with_cdi) == {}
+    assert _creating_host_paths(with_cdi) == MAY_CREATE
 
 
 def _host_sysfs(root: Path) -> tuple[Path, dict[str, int | None]]:

@@ -1,14 +1,19 @@
 """Share Allocate under `sharing.mps` (DESIGN §12): the real agent process answers each MPS client
 with its user's pipe directory (mounted), the shm mount, its memory limit and, when asked, its
-compute limit; a pod with no runAsUser is served as root with a Warning Event."""
+compute limit; a pod with no runAsUser is served as root with a Warning Event; while the MPS
+status file says a daemon is down, every replica is Unhealthy."""
 
 from __future__ import annotations
 
 import importlib.util
+import time
 
+import grpc
 import pytest
 
 from agent.inventory import load_inventory
+from agent.mps.layout import MpsLayout
+from agent.mps.status import DaemonStatus, MpsStatus, decode_status, write_status
 from agent.shares import GPU_COMPUTE
 from deviceplugin.mps_env import MEMORY_ENV, NO_USER_REASON, PIPE_ENV, THREADS_ENV
 from tests.builders.scheduler import events_for
@@ -38,11 +43,11 @@ def test_an_mps_client_gets_its_users_pipe_and_its_limits(node):
     env = done.env("main", GPU)
     assert env["NVIDIA_VISIBLE_DEVICES"] == node.uuid(2)
     assert (env[PIPE_ENV], env[MEMORY_ENV], env[THREADS_ENV]) == (
-        "/run/gputopo/mps/1000/pipe", "0=10240M", "30",
+        f"{node.mps_root}/1000/pipe", "0=10240M", "30",
     )  # fmt: skip
     assert mounts(done, "main") == {
-        "/run/gputopo/mps/1000/pipe": "/run/gputopo/mps/1000/pipe",
-        "/dev/shm": "/run/gputopo/mps/shm",
+        f"{node.mps_root}/1000/pipe": f"{node.mps_root}/1000/pipe",
+        "/dev/shm": f"{node.mps_root}/shm",
     }
     assert events_for(node.fake, "mps-user") == []
     node.scheduler.wait_released()
@@ -56,7 +61,7 @@ def test_a_pod_without_run_as_user_is_served_as_root_with_an_equal_split_and_a_w
     (done,) = node.admitter.admit(pod)
     env = done.env("main", GPU)
     split = load_inventory(FIXTURE).gpus[1].memory_mib // REPLICAS
-    assert (env[PIPE_ENV], env[MEMORY_ENV]) == ("/run/gputopo/mps/0/pipe", f"0={split}M")
+    assert (env[PIPE_ENV], env[MEMORY_ENV]) == (f"{node.mps_root}/0/pipe", f"0={split}M")
     assert THREADS_ENV not in env
     (event,) = events_for(node.fake, "mps-root")
     assert (event["type"], event["reason"]) == ("Warning", NO_USER_REASON)
@@ -70,7 +75,7 @@ def test_the_pods_run_as_user_counts_when_the_container_sets_none(node):
     body["spec"]["securityContext"] = {"runAsUser": 1234}
     pod = node.scheduler.place(body, {"main": node.uuid(0)})
     (done,) = node.admitter.admit(pod)
-    assert done.env("main", GPU)[PIPE_ENV] == "/run/gputopo/mps/1234/pipe"
+    assert done.env("main", GPU)[PIPE_ENV] == f"{node.mps_root}/1234/pipe"
     node.scheduler.wait_released()
     node.admitter.remove(pod)
 
@@ -82,6 +87,24 @@ def test_an_mps_container_asking_two_replicas_is_refused(node):
     assert refused.error is not None
     assert "failRequestsGreaterThanOne" in refused.error
     assert node.scheduler.holder() is None  # the failing pod's lock is released at once
+
+
+def test_while_mps_does_not_serve_every_replica_is_unhealthy_and_allocate_says_why(node):
+    status_file = MpsLayout(node.mps_root).status_file
+    serving = decode_status(status_file.read_text(encoding="utf-8"))
+    down = MpsStatus(written_at=time.time() + 3600, gpus=(), daemons=(
+        DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=False, reason="exited"),
+    ))  # fmt: skip
+    write_status(status_file, down)
+    try:
+        assert node.kubelet.wait_for(lambda k: not k.healthy(GPU), 10.0)
+        with pytest.raises(grpc.RpcError) as info:
+            node.kubelet.allocate(GPU, [f"{node.uuid(0)}::0"])
+        assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "MPS control daemon down for uid 1000 (exited)" in str(info.value.details())
+    finally:
+        write_status(status_file, serving)
+    assert node.kubelet.wait_for(lambda k: len(k.healthy(GPU)) == 8 * REPLICAS, 10.0)
 
 
 def test_the_share_demo_places_two_mps_clients_on_one_gpu(node):

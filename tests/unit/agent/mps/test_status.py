@@ -63,7 +63,7 @@ def test_every_daemon_up_and_fresh_is_healthy(tmp_path):
         pytest.param(
             (DaemonStatus(uid=0, up=True),),
             100.0 + STALE_AFTER_S + 1,
-            "is 31s old: the MPS supervisor stopped updating it",
+            "is more than 30s old: the MPS supervisor stopped updating it",
             id="stale",
         ),
     ],

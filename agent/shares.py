@@ -37,6 +37,7 @@ from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 
 __all__ = [
     "ALLOCATED_ANNOTATION",
+    "DEFAULT_MPS_ROOT",
     "DEFAULT_SHARE_LOCK_NAMESPACE",
     "DEFAULT_SHARE_LOCK_SECONDS",
     "GPUS_ANNOTATION",
@@ -82,6 +83,10 @@ MAX_MPS_CLIENTS = 48
 """CUDA MPS serves at most 48 clients per GPU: `sharing.mps` `replicas` is capped there."""
 
 MAX_COMPUTE_PERCENT = 100
+
+DEFAULT_MPS_ROOT = "/run/gputopo/mps"
+"""Host directory of the MPS daemons' pipe, log and shm directories (`gputopo-agent mps
+--mps-root` and the agent's `--mps-root` must agree)."""
 
 
 class Sharing(StrEnum):

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from agent.shares import Sharing
+from agent.shares import DEFAULT_MPS_ROOT, Sharing
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 """Application Xids NVIDIA's plugin ignores by default (the GPU itself is fine)."""
 
 DEFAULT_CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
-DEFAULT_MPS_ROOT = "/run/gputopo/mps"
-"""Where the MPS control daemons' pipe directories (`<root>/<uid>/pipe`) and shm live."""
 
 MAX_REPLICAS = 256
 """Most time-slicing replicas per device. Each replica is one `Device` of ~66 bytes in the

@@ -34,10 +34,9 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
-from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE
+from agent.shares import DEFAULT_MPS_ROOT, DEFAULT_SHARE_LOCK_NAMESPACE
 from deviceplugin.nvidia_config import fold_flags, parse_imex, parse_sharing
 from deviceplugin.settings import (
-    DEFAULT_MPS_ROOT,
     DeviceIdStrategy,
     DeviceListStrategy,
     MigStrategy,

@@ -22,9 +22,10 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import shares
 from agent.shares import mps_pipe_directory
 
-DEFAULT_MPS_ROOT = Path("/run/gputopo/mps")
+DEFAULT_MPS_ROOT = Path(shares.DEFAULT_MPS_ROOT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

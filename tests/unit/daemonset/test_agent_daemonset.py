@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deviceplugin.settings import DEFAULT_MPS_ROOT
+from agent.shares import DEFAULT_MPS_ROOT
 from tests.builders import manifests as checks
 from tests.builders import render as r
 

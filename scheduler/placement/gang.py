@@ -22,6 +22,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from agent.model import MILLI_PER_GPU
+
 from .node import Assignment
 from .pick import Decision
 from .placer import Placer
@@ -135,8 +137,8 @@ def _no_domain_reason(snapshot: Snapshot, label: str, pods: Sequence[PodRequest]
     named = ", ".join(ranked[:_NAMED])
     if len(ranked) > _NAMED:
         named += f" and {len(ranked) - _NAMED} more"
-    most = domains[ranked[0]].free_milli / 1000
-    need = sum(p.gpu_milli_total for p in pods) / 1000
+    most = domains[ranked[0]].free_milli / MILLI_PER_GPU
+    need = sum(p.gpu_milli_total for p in pods) / MILLI_PER_GPU
     return (
         f"no {label} domain holds the whole pod group ({need:g} GPUs; the most free GPUs in one "
         f"is {most:g}; considered: {named})"

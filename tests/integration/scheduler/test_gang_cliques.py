@@ -3,8 +3,11 @@ the real client and the real scheduler."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from scheduler.config import load_config
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -77,3 +80,28 @@ def test_gang_spans_the_cliques_unless_required(fake_api, core_v1, custom_object
         wait_for(lambda: set(names) <= set(bound_pods(fake_api)), 5, "the gang bound")
     bound = bound_pods(fake_api)
     assert {bound[n][0] for n in names} == {"a", "b"}
+
+
+@pytest.mark.parametrize("levels", [None, ("gputopo.io/rack",)], ids=["default", "no clique level"])
+def test_the_clique_preference_follows_topology_levels(fake_api, core_v1, custom_objects, levels):
+    """a1 has 1 free GPU, b1 3, the rest 4: clique a (9 free) is the tightest that holds a gang of
+    2 × 3 GPUs; with no clique level the first member takes b1, the node it fills."""
+    two_cliques(fake_api, gpus=4)
+    for node, gpus in (("a1", 3), ("b1", 1)):
+        create_pod(
+            core_v1, pod_body(f"x-{node}", gpus=gpus, scheduler="default-scheduler", node=node)
+        )
+    config = load_config(None)
+    if levels is not None:
+        config = replace(config, topology_levels=levels)
+    with running(fake_api, config=config):
+        create_podgroup(custom_objects, podgroup("pair", 2))
+        names = ["pair-0", "pair-1"]
+        for name in names:
+            create_pod(core_v1, pod_body(name, gpus=3, labels={GANG_LABEL: "pair"}))
+        wait_for(lambda: set(names) <= set(bound_pods(fake_api)), 5, "the gang bound")
+    nodes = {bound_pods(fake_api)[n] for n in names}
+    if levels is None:
+        assert nodes == {"a2", "a3"}
+    else:
+        assert "b1" in nodes

@@ -110,13 +110,16 @@ COLUMNS: tuple[tuple[str, Callable[[RunResult], float | None]], ...] = (
 )
 
 
-def table(runs: Sequence[RunResult]) -> str:
+Column = tuple[str, Callable[[RunResult], float | None]]
+
+
+def table(runs: Sequence[RunResult], columns: Sequence[Column] = COLUMNS) -> str:
     """Per policy: mean [min-max] over the seeds of each column."""
-    rows = [["policy", "seeds", *(name for name, _ in COLUMNS)]]
+    rows = [["policy", "seeds", *(name for name, _ in columns)]]
     for policy in dict.fromkeys(r.policy for r in runs):
         group = [r for r in runs if r.policy == policy]
         rows.append(
-            [policy, str(len(group)), *(_spread([f(r) for r in group]) for _, f in COLUMNS)]
+            [policy, str(len(group)), *(_spread([f(r) for r in group]) for _, f in columns)]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]

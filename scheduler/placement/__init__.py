@@ -12,7 +12,7 @@ per pod class), `placer` (the decision API), `gang` (a pod group).
 """
 
 from .filters import NodeFit, choose_devices, filter_node
-from .gang import GangPlacement, TopologyConstraint, place_gang, topology_domains
+from .gang import CLIQUE_LABEL, GangPlacement, TopologyConstraint, place_gang, topology_domains
 from .gpushare import GpuShare
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
 from .pick import Decision, format_reasons, score_node
@@ -31,6 +31,7 @@ from .scores import SCORE_FUNCTIONS, Learner, ScoreFn, Scoring, WeightedScore, d
 from .snapshot import Snapshot
 
 __all__ = [
+    "CLIQUE_LABEL",
     "GPU_PRODUCT_LABEL",
     "SCORE_FUNCTIONS",
     "Assignment",

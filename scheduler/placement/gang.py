@@ -8,15 +8,21 @@ was, and the caller assumes the returned assignments itself.
 Topology domains: the nodes sharing one value of a node label (`gputopo.io/rack`, ...). With a
 `required` constraint the gang must fit inside one domain; with `preferred` it tries each domain
 and then the whole cluster. Domains are tried tightest first: the fewest free milli-GPU that still
-covers the gang's GPU demand, then the label value. Nodes without the label belong to no domain.
+covers the gang's GPU demand; among domains equally tight (up to `_TIE_TRIES` of them) the one whose
+placement touches the fewest nodes, then the label value. Nodes without the label belong to no
+domain. With `prefer_clique`, a GPU gang without a constraint prefers one NVLink clique
+(`nvidia.com/gpu.clique`, DESIGN §13) when any node carries that label, so whole racks stay free
+for the next big gang.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+from agent.model import MILLI_PER_GPU
 
 from .node import Assignment
 from .pick import Decision
@@ -24,9 +30,12 @@ from .placer import Placer
 from .request import PodRequest
 from .snapshot import Snapshot
 
-__all__ = ["GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
+__all__ = ["CLIQUE_LABEL", "GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
 
 _NO_ASSIGNMENTS: Mapping[str, Assignment] = MappingProxyType({})
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+_TIE_TRIES = 4  # equally tight domains placed to compare the nodes they touch
+_NAMED = 6  # domains a reason names before "and N more"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,9 +68,11 @@ def place_gang(
     topology: TopologyConstraint | None = None,
     min_resources: Mapping[str, int] | None = None,
     excluded: AbstractSet[str] | None = None,
+    prefer_clique: bool = False,
 ) -> GangPlacement:
     """Place every pod of `pods` or none on `placer.snapshot`, which is unchanged on return;
-    never on `excluded` (nodes held for other pods).
+    never on `excluded` (nodes held for other pods). `prefer_clique`: without `topology`, a GPU
+    gang prefers one `CLIQUE_LABEL` domain when nodes carry the label.
 
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
@@ -73,23 +84,64 @@ def place_gang(
             ok=False, reason=f"Insufficient {short} for the pod group's minResources"
         )
     ordered = sorted(pods, key=_size_key)
+    if topology is None and prefer_clique:
+        topology = _default_topology(snapshot, ordered)
     if topology is None:
         return _place_in(ordered, placer, (None, excluded), None, explain=True)
-    domains = _ordered_domains(snapshot, topology.label, ordered)
-    last: GangPlacement | None = None
-    for value, names in domains:
-        result = _place_in(ordered, placer, (names, excluded), value, explain=False)
-        if result.ok:
-            return result
-        last = last or result
+    result = _in_one_domain(ordered, placer, topology.label, excluded)
+    if result.ok:
+        return result
     if not topology.required:
         return _place_in(ordered, placer, (None, excluded), None, explain=True)
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
-    return GangPlacement(
-        ok=False,
-        reason=f"no {topology.label} domain fits the whole pod group",
-        failed=None if last is None else last.failed,
+    return replace(result, reason=_no_domain_reason(snapshot, topology.label, ordered))
+
+
+def _default_topology(snapshot: Snapshot, pods: Sequence[PodRequest]) -> TopologyConstraint | None:
+    """One clique preferred for a GPU gang when the cluster has clique-labelled nodes."""
+    if not any(p.gpu_milli_total for p in pods) or not snapshot.domains(CLIQUE_LABEL):
+        return None
+    return TopologyConstraint(label=CLIQUE_LABEL, required=False)
+
+
+def _in_one_domain(
+    ordered: Sequence[PodRequest],
+    placer: Placer,
+    label: str,
+    excluded: AbstractSet[str] | None,
+) -> GangPlacement:
+    """The gang inside the tightest domain that holds it (ties: fewest nodes touched, then
+    value); not ok (`failed`: the first refusal seen) when none does."""
+    best: tuple[int, int, GangPlacement] | None = None
+    failed: Decision | None = None
+    tries = 0
+    for free, value, names in _ordered_domains(placer.snapshot, label, ordered):
+        if best is not None and (free != best[0] or tries >= _TIE_TRIES):
+            break
+        result = _place_in(ordered, placer, (names, excluded), value, explain=False)
+        if not result.ok:
+            failed = failed or result.failed
+            continue
+        tries += 1
+        touched = len({a.node for a in result.assignments.values()})
+        if best is None or touched < best[1]:
+            best = (free, touched, result)
+    return best[2] if best is not None else GangPlacement(ok=False, failed=failed)
+
+
+def _no_domain_reason(snapshot: Snapshot, label: str, pods: Sequence[PodRequest]) -> str:
+    """Names the level, the gang's GPUs, the most free GPUs of any domain and the domains."""
+    domains = snapshot.domains(label)
+    ranked = sorted(domains, key=lambda value: (-domains[value].free_milli, value))
+    named = ", ".join(ranked[:_NAMED])
+    if len(ranked) > _NAMED:
+        named += f" and {len(ranked) - _NAMED} more"
+    most = domains[ranked[0]].free_milli / MILLI_PER_GPU
+    need = sum(p.gpu_milli_total for p in pods) / MILLI_PER_GPU
+    return (
+        f"no {label} domain holds the whole pod group ({need:g} GPUs; the most free GPUs in one "
+        f"is {most:g}; considered: {named})"
     )
 
 
@@ -144,15 +196,16 @@ def topology_domains(snapshot: Snapshot, label: str) -> dict[str, frozenset[str]
 
 def _ordered_domains(
     snapshot: Snapshot, label: str, pods: Sequence[PodRequest]
-) -> list[tuple[str, frozenset[str]]]:
-    """Domains with enough free milli-GPU for the gang, tightest first, then by label value."""
+) -> list[tuple[int, str, frozenset[str]]]:
+    """(free milli-GPU, value, nodes) of the domains with enough free milli-GPU for the gang,
+    tightest first, then by label value."""
     demand = sum(p.gpu_milli_total for p in pods)
     ranked = sorted(
         (d.free_milli, value, d.names)
         for value, d in snapshot.domains(label).items()
         if d.free_milli >= demand
     )
-    return [(value, frozenset(names)) for _free, value, names in ranked]
+    return [(free, value, frozenset(names)) for free, value, names in ranked]
 
 
 def _short_of(free: Mapping[str, int], want: Mapping[str, int]) -> str | None:

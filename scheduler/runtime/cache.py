@@ -22,7 +22,7 @@ from agent.errors import TopologyDecodeError
 from agent.nrt import DecodedTopology, decode
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
-from scheduler.placement import Assignment, GpuShare, Snapshot, TopologyConstraint
+from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot, TopologyConstraint
 from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
 from scheduler.runtime.podinfo import PodInfo, read_pod
@@ -123,6 +123,8 @@ class ClusterCache:
         self.scheduler_name = scheduler_name
         self._gang_timeout = gang_timeout
         self._levels = None if topology_levels is None else tuple(topology_levels)
+        # GPU gangs prefer one NVLink clique while the clique label is a topology level (§13).
+        self.prefers_cliques = self._levels is None or CLIQUE_LABEL in self._levels
         self.lock = threading.RLock()
         self.snapshot = Snapshot()
         self.pods: dict[ObjectKey, PodInfo] = {}

@@ -274,6 +274,7 @@ class GangTracker:
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
             excluded=excluded,
+            prefer_clique=self._cache.prefers_cliques,
         )
         if not result.ok:
             return [], result.reason

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from agent.model import MILLI_PER_GPU
-from scheduler.config import SchedulerConfig
+from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.placement.shares import placed_milli as milli
@@ -47,6 +47,7 @@ from scheduler.quota import (
 )
 from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.domains import DomainMeter
 from scheduler.sim.evictions import SimPreemption
 from scheduler.sim.metrics import AllocationClock, Timeline, WaitBook
 from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
@@ -67,6 +68,7 @@ class _EventRun:
         workload: Workload,
         scheduler: SimScheduler,
         preemption: PreemptionSettings | None = None,
+        levels: Sequence[str] = DEFAULT_TOPOLOGY_LEVELS,
     ) -> None:
         self.scheduler = scheduler
         self.jobs = sorted(workload.jobs, key=lambda j: (j.arrival, j.name))
@@ -91,6 +93,7 @@ class _EventRun:
         first, last = (self.jobs[0].arrival, self.jobs[-1].arrival) if self.jobs else (0.0, 0.0)
         self.clock.window_end = last
         self.timeline = Timeline(first, last, lambda: (0.0, 0.0))
+        self.domains = DomainMeter(scheduler.cluster.snapshot, levels, first, last)
         self.preemption = (
             None
             if preemption is None
@@ -110,6 +113,7 @@ class _EventRun:
             self.timeline.sample_until(min(arrival, finish))
             self.meter.advance(min(arrival, finish) - self.clock.now)
             self.clock.advance(min(arrival, finish))
+            self.domains.advance(min(arrival, finish))
             while self.finishing and self.finishing[0][0] <= self.clock.now:
                 _t, seq, key, _milli = heapq.heappop(self.finishing)
                 if self._seq_of.get(key) == seq:
@@ -169,7 +173,12 @@ class _EventRun:
         """Start `unit` where the policy puts it; False when it does not fit."""
         entry, start = unit.entry, time.perf_counter()
         if unit.gang:
-            result = place_gang(unit.pods, self.scheduler.placer)
+            result = place_gang(
+                unit.pods,
+                self.scheduler.placer,
+                topology=entry.job.topology,
+                prefer_clique=self.scheduler.policy.prefer_clique,
+            )
             self._account(start, len(unit.pods))
             if not result.ok:
                 return False
@@ -177,6 +186,7 @@ class _EventRun:
                 self._started(leaf, pod, result.assignments[pod.key], entry)
             entry.gang_placed = True
             self.waits.append(self.clock.now - entry.job.arrival)
+            self._gang_started(unit.pods, result.assignments)
         else:
             assignment = self.scheduler.choose(unit.pods[0])
             self._account(start, 1)
@@ -186,6 +196,11 @@ class _EventRun:
         if entry.done:
             self.jobs_placed += 1
         return True
+
+    def _gang_started(self, pods: Sequence[PodRequest], where: Mapping[str, Assignment]) -> None:
+        gpus = sum(p.gpu_milli_total for p in pods) // MILLI_PER_GPU
+        wait = self.clock.now - self._running[pods[0].key][0].job.arrival
+        self.domains.gang((a.node for a in where.values()), gpus, wait)
 
     def _preempt(self, preemption: SimPreemption, leaf: str, unit: Unit) -> None:
         """Evict the victims the search chooses for `unit`, then start it."""
@@ -218,6 +233,8 @@ class _EventRun:
         _entry, _leaf, pod = self._running.pop(key)
         self._seq_of.pop(key, None)
         assignment = self.scheduler.unbind(key)
+        if assignment is not None:
+            self.domains.charge(assignment.node, -milli(pod, assignment))
         self.usage.charge(key, None)
         self.clock.charge(-(pod.gpu_milli_total if assignment is None else milli(pod, assignment)))
         if self.preemption is not None:
@@ -240,6 +257,7 @@ class _EventRun:
         entry.placed.add(pod.key)
         self._running[pod.key] = (entry, leaf, pod)
         self.clock.charge(used)
+        self.domains.charge(assignment.node, used)
         self.events.append((self.arrived, self.clock.used))
         if self.preemption is not None:
             job = entry.job
@@ -339,7 +357,8 @@ def run_events(
     policy_name = canonical_policy(policy_name)
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     _check_queues(workload)
-    state = _EventRun(spec, workload, scheduler, preemption)
+    levels = DEFAULT_TOPOLOGY_LEVELS if config is None else config.topology_levels
+    state = _EventRun(spec, workload, scheduler, preemption, levels)
     _instrument(state, cluster, typical)
     state.run(progress)
     return _result(state, workload, policy_name, seed)
@@ -373,4 +392,6 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
         longest_8gpu_wait=None if longest is None else round(longest, 2),
         timeline=tuple(samples),
         preemption=None if state.preemption is None else state.preemption.report(),
+        domains=state.domains.figures(),
+        gang_wait_p99=state.domains.gang_wait_p99(),
     )

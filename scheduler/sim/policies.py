@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.placement import (
+    CLIQUE_LABEL,
     Assignment,
     NodeState,
     PodRequest,
@@ -53,6 +54,7 @@ class SimPolicy:
     scoring: Scoring
     uniform: bool = False
     share_gpu: ShareChooser | None = None
+    prefer_clique: bool = False  # gangs prefer one NVLink clique (the scheduler's, DESIGN §13)
 
 
 def _single(name: str, fn: Callable[[PodRequest, NodeState, Assignment], float]) -> Scoring:
@@ -78,7 +80,10 @@ def make_policy(
     fragmentation scores."""
     name = canonical_policy(name)
     if name == "gputopo":
-        return SimPolicy(name, (config or load_config(None)).scoring())
+        config = config or load_config(None)
+        return SimPolicy(
+            name, config.scoring(), prefer_clique=CLIQUE_LABEL in config.topology_levels
+        )
     if name == "spread":
         return SimPolicy(name, _single("leastAllocated", least_allocated_score))
     if name == "bestfit":

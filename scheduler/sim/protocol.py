@@ -74,6 +74,8 @@ class RunResult:
     timeline: tuple[Sample, ...] = field(default=(), repr=False)  # event mode
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     preemption: EvictionReport | None = None  # event mode with preemption
+    domains: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # event mode, §13
+    gang_wait_p99: Mapping[int, float | None] = field(default_factory=dict)  # by gang GPUs
 
 
 def workload_pods(workload: Workload) -> list[SimPod]:

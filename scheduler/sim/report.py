@@ -76,6 +76,10 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["fragmentationOverTime"] = run.fragmentation_mean
         doc["longest8GpuWaitSeconds"] = run.longest_8gpu_wait
         doc["waitSeconds"] = {name: _waits_document(w) for name, w in run.waits.items()}
+    if run.domains:
+        doc["domains"] = {label: dict(figures) for label, figures in run.domains.items()}
+    if run.gang_wait_p99:
+        doc["gangWaitP99Seconds"] = {str(g): w for g, w in run.gang_wait_p99.items()}
     if run.queues:
         doc["queues"] = [_queue_document(q) for q in run.queues]
     if run.preemption is not None:

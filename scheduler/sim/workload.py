@@ -17,6 +17,7 @@ jobs:
     # GPU by memory and compute (DESIGN §12): gpuMemory: 20Gi, gpuCompute: 30
     queue: team-a        # a leaf of `queues` (omitted: the implicit `default` queue)
     priority: 0          # inside a queue: higher first, then arrival
+    topology: {required: nvidia.com/gpu.clique}  # or preferred: a gang in one domain (`domains`)
 queues:                  # optional; the fields of a Queue's spec, read as a Queue is read
   - {name: org, max: {nvidia.com/gpu: 12}}
   - {name: team-a, parent: org, min: {nvidia.com/gpu: 4}, weight: 2}
@@ -55,7 +56,9 @@ import yaml
 from agent.errors import AgentError
 from agent.model import MigMode
 from agent.nvml.fixture import load_fixture
+from scheduler.placement import TopologyConstraint
 from scheduler.quota import QueueSpec, QuotaTree, read_queue
+from scheduler.sim.domains import read_topology
 from scheduler.sim.sharing import GROUP_KEYS, POD_KEYS, read_group_sharing, read_pod_share
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
 from scheduler.sim.yamlread import Reader, WorkloadError
@@ -115,6 +118,7 @@ class Job:
     duration: float | None = None
     queue: str | None = None  # a leaf queue (None: `default`)
     priority: int = 0
+    topology: TopologyConstraint | None = None  # its gang's domain constraint
 
     @property
     def is_gang(self) -> bool:
@@ -264,7 +268,7 @@ def _queue(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> str |
 
 def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[Job]:
     keys = ("arrival", "duration", "replicas", "minMember", "count", "interval")
-    doc = reader.mapping(raw, path, ("name", "pod"), (*keys, "queue", "priority"))
+    doc = reader.mapping(raw, path, ("name", "pod"), (*keys, "queue", "priority", "topology"))
     name = reader.as_str(doc["name"], f"{path}.name")
     pod = _pod(reader, doc["pod"], f"{path}.pod")
     replicas = reader.as_int(doc.get("replicas", 1), f"{path}.replicas", 1)
@@ -279,6 +283,7 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
     interval = reader.as_float(doc.get("interval", 0), f"{path}.interval", 0.0)
     queue = _queue(reader, doc.get("queue"), f"{path}.queue", leaves)
     priority = reader.as_int(doc.get("priority", 0), f"{path}.priority")
+    topology = read_topology(reader, doc.get("topology"), f"{path}.topology")
     return [
         Job(
             name=name if count == 1 else f"{name}-{k}",
@@ -289,6 +294,7 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
             duration=duration,
             queue=queue,
             priority=priority,
+            topology=topology,
         )
         for k in range(count)
     ]

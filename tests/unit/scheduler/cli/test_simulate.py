@@ -65,7 +65,9 @@ def test_events_mode_for_yaml_workloads(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--workload", str(workload), "--policy", "default", "--json"], environ={}) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["policy"] == "gputopo"  # `default` is the old name, still accepted
-    assert set(run) == RUN_KEYS | EVENT_KEYS
+    # the default cluster has racks (a topology level) and the workload gangs: DESIGN §13 figures
+    assert set(run) == RUN_KEYS | EVENT_KEYS | {"domains", "gangWaitP99Seconds"}
+    assert set(run["domains"]) == {"gputopo.io/rack"}
     assert set(run["allocationRatio"]) == {"mean", "peak"}
     assert run["jobsPlaced"] == run["jobsTotal"] == 5
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.placement import (
+    CLIQUE_LABEL,
     Assignment,
     Placer,
     PodRequest,
@@ -135,7 +136,10 @@ def test_required_domain_that_nothing_fits_fails(placer_for: PlacerFor):
         topology=TopologyConstraint(label=RACK),
     )
     assert not result.ok
-    assert result.reason == f"no {RACK} domain fits the whole pod group"
+    assert result.reason == (
+        f"no {RACK} domain holds the whole pod group (32 GPUs; the most free GPUs in one is 24; "
+        "considered: rack-a, rack-b)"
+    )
     assert state(snap) == before
 
 
@@ -206,3 +210,75 @@ def test_largest_members_are_placed_first(placer_for: PlacerFor):
     result = place_gang(gang, placer_for(snap))
     assert result.ok
     assert result.assignments["default/g-big"].gpus == tuple(range(8))
+
+
+def clique_cluster(per_clique: int = 3) -> Snapshot:
+    """Two cliques of `per_clique` 8-GPU nodes, c1 and c2."""
+    nodes = [
+        make_node(f"{c}-{i}", labels={CLIQUE_LABEL: f"uuid.{c}"})
+        for c in ("c1", "c2")
+        for i in range(per_clique)
+    ]
+    return snapshot(*nodes)
+
+
+def test_gpu_gang_prefers_one_clique_without_a_constraint(placer_for: PlacerFor):
+    snap = clique_cluster()
+    snap.assume(pod("default/x", gpus=2), Assignment(node="c2-0", gpus=(0, 1)))
+    gang = members("train", 3, gpus=4)
+    assert place_gang(gang, placer_for(snap)).domain is None  # only when asked
+    result = place_gang(gang, placer_for(snap), prefer_clique=True)
+    assert result.ok
+    assert result.domain == "uuid.c2"  # 22 free GPUs: the clique it leaves best packed
+    assert {a.node for a in result.assignments.values()} <= {"c2-0", "c2-1", "c2-2"}
+
+
+def test_gpu_gang_spans_cliques_when_none_holds_it(placer_for: PlacerFor):
+    snap = clique_cluster()
+    result = place_gang(members("train", 4, gpus=8), placer_for(snap), prefer_clique=True)
+    assert result.ok
+    assert result.domain is None
+    assert {a.node.split("-")[0] for a in result.assignments.values()} == {"c1", "c2"}
+
+
+def test_cpu_gang_has_no_clique_preference(placer_for: PlacerFor):
+    snap = clique_cluster()
+    result = place_gang(
+        members("web", 2, gpus=0, cpu_milli=100), placer_for(snap), prefer_clique=True
+    )
+    assert result.ok
+    assert result.domain is None
+
+
+def test_equally_tight_cliques_the_name_then_fewest_nodes_touched_decide(placer_for: PlacerFor):
+    snap = clique_cluster()
+    snap.assume(pod("default/x", gpus=4), Assignment(node="c1-0", gpus=(0, 1, 2, 3)))
+    snap.assume(pod("default/y", gpus=4), Assignment(node="c2-2", gpus=(0, 1, 2, 3)))
+    # 20 free GPUs in each, 4 + 8 + 8: an 8 + 8 gang touches two nodes in either; the name decides.
+    gang = members("train", 2, gpus=8)
+    assert place_gang(gang, placer_for(snap), prefer_clique=True).domain == "uuid.c1"
+    # c1 of five 4-GPU nodes (20 free) against c2's 8 + 8 + 4: four 4-GPU pods touch 4 nodes in
+    # c1 and 3 in c2.
+    small = [make_node(f"c1-{i}", gpus=4, labels={CLIQUE_LABEL: "uuid.c1"}) for i in range(5)]
+    snap = snapshot(*small, *(n for n in clique_cluster().nodes.values() if n.name[:2] == "c2"))
+    snap.assume(pod("default/y", gpus=4), Assignment(node="c2-2", gpus=(0, 1, 2, 3)))
+    result = place_gang(members("t", 4, gpus=4), placer_for(snap), prefer_clique=True)
+    assert result.domain == "uuid.c2"
+    assert len({a.node for a in result.assignments.values()}) == 3
+
+
+def test_required_clique_that_none_holds_names_them(placer_for: PlacerFor):
+    snap = clique_cluster()
+    snap.assume(pod("default/x", gpus=6), Assignment(node="c1-0", gpus=tuple(range(6))))
+    before = state(snap)
+    result = place_gang(
+        members("train", 7, gpus=4),
+        placer_for(snap),
+        topology=TopologyConstraint(label=CLIQUE_LABEL),
+    )
+    assert not result.ok
+    assert result.reason == (
+        f"no {CLIQUE_LABEL} domain holds the whole pod group (28 GPUs; the most free GPUs in one "
+        "is 24; considered: uuid.c2, uuid.c1)"
+    )
+    assert state(snap) == before

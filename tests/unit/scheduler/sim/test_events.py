@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from scheduler.placement import CLIQUE_LABEL, TopologyConstraint
 from scheduler.sim.events import run_events
+from scheduler.sim.report import runs_document
 from scheduler.sim.workload import GIB, ClusterSpec, Job, NodeGroup, PodSpec, Workload
 
 TWO_NODES = ClusterSpec(
@@ -150,3 +154,59 @@ def test_the_timeline_samples_the_arrival_window_at_a_fixed_period():
     assert (allocation[0], allocation[49], allocation[50]) == (50.0, 50.0, 0.0)
     fragmentation = [s.fragmentation for s in result.timeline]
     assert result.fragmentation_mean == round(sum(fragmentation) / len(fragmentation), 2)
+
+
+TWO_CLIQUES = ClusterSpec(
+    (
+        NodeGroup(
+            name="n",
+            count=4,
+            gpus=4,
+            model="GB200",
+            topology={CLIQUE_LABEL: "uuid.{index/2}"},
+        ),
+    )
+)
+
+
+def test_clique_figures_gangs_within_spanning_and_partly_used_cliques():
+    """Cliques uuid.0 (n-0, n-1) and uuid.1 (n-2, n-3), 8 GPUs each. One 1-GPU pod runs from 0
+    to 100; an 8-GPU gang arrives at 10 (ends 60) and must span both cliques under fgd, stays in
+    the free clique under gputopo."""
+    workload = Workload(
+        (
+            job("one", 0.0, 1, duration=100.0),
+            job("gang", 10.0, 4, replicas=2, min_member=2, duration=50.0),
+            job("end", 100.0, 1, duration=1.0),
+        )
+    )
+    ours = run_events(TWO_CLIQUES, workload, "gputopo", 1)
+    assert ours.domains == {
+        # one clique partly used throughout; the gang fills the other whole
+        CLIQUE_LABEL: {"gangsWithin": 1, "gangsSpanning": 0, "partlyUsedMean": 1.0}
+    }
+    assert ours.gang_wait_p99 == {8: 0.0}
+    spread = run_events(TWO_CLIQUES, workload, "spread", 1)
+    assert spread.domains[CLIQUE_LABEL]["gangsSpanning"] == 1
+    # 10..60 both cliques partly used, else one: (10 + 2 * 50 + 40) / 100
+    assert spread.domains[CLIQUE_LABEL]["partlyUsedMean"] == 1.5
+    doc = runs_document([ours])["runs"][0]
+    assert doc["domains"] == {CLIQUE_LABEL: dict(ours.domains[CLIQUE_LABEL])}
+    assert doc["gangWaitP99Seconds"] == {"8": 0.0}
+
+
+def test_a_required_clique_keeps_the_gang_waiting_until_one_clique_holds_it():
+    """Spread puts one 1-GPU pod on each node until 30: each clique has 6 free GPUs, the cluster
+    12. A gang of 4 × 2 GPUs spans the cliques at once, or with `required` waits until 30."""
+    gang = job("gang", 10.0, 2, replicas=4, min_member=4, duration=10.0)
+    for topology, wait, within in (
+        (None, 0.0, 0),
+        (TopologyConstraint(label=CLIQUE_LABEL), 20.0, 1),
+    ):
+        workload = Workload(
+            (job("one", 0.0, 1, replicas=4, duration=30.0), replace(gang, topology=topology))
+        )
+        result = run_events(TWO_CLIQUES, workload, "spread", 1)
+        assert result.gang_wait_seconds == wait
+        assert result.domains[CLIQUE_LABEL]["gangsWithin"] == within
+        assert result.domains[CLIQUE_LABEL]["gangsSpanning"] == 1 - within

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.placement import GPU_PRODUCT_LABEL
+from scheduler.placement import GPU_PRODUCT_LABEL, TopologyConstraint
 from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.workload import (
     GIB,
@@ -78,6 +78,16 @@ def test_gang_jobs_become_pod_group_members(tmp_path: Path):
             id="duplicate",
         ),
         pytest.param("version: v1\njobs: [\n", r"not valid YAML/JSON", id="syntax"),
+        pytest.param(
+            "version: v1\njobs: [{name: a, pod: {}, topology: {required: r, preferred: r}}]\n",
+            r"jobs\[0\].topology: give exactly one of required or preferred",
+            id="topology-both",
+        ),
+        pytest.param(
+            "version: v1\njobs: [{name: a, pod: {}, topology: {spread: r}}]\n",
+            r"jobs\[0\].topology.spread: unknown key",
+            id="topology-unknown",
+        ),
     ],
 )
 def test_bad_workloads_name_the_file_and_key(tmp_path: Path, text: str, message: str):
@@ -221,3 +231,16 @@ def test_builtins_load_and_unknown_names_are_listed():
     assert any(j.is_gang for j in load_workload("default").jobs)
     with pytest.raises(WorkloadError, match=r"nope: no such built-in workload \(built-in: default"):
         load_workload("nope")
+
+
+def test_jobs_read_their_topology_constraint(tmp_path: Path):
+    text = (
+        "version: v1\njobs:\n"
+        "  - {name: a, pod: {}, topology: {required: nvidia.com/gpu.clique}}\n"
+        "  - {name: b, pod: {}, topology: {preferred: gputopo.io/rack}}\n"
+        "  - {name: c, pod: {}}\n"
+    )
+    a, b, c = load_workload(write(tmp_path, "w.yaml", text)).jobs
+    assert a.topology == TopologyConstraint(label="nvidia.com/gpu.clique", required=True)
+    assert b.topology == TopologyConstraint(label="gputopo.io/rack", required=False)
+    assert c.topology is None

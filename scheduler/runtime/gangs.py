@@ -47,6 +47,7 @@ from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
@@ -170,12 +171,10 @@ class GangTracker:
             quota = self._quota.problem(pending)
             if quota is not None:
                 return self._unfit(unit, pending, group, quota, admitted=False)
-            priority = max(m.request.priority for m in pending)
-            excluded = self._preemption.excluded(unit, priority)
-            placed, left = self._place(group, members, pending, excluded)
+            placed, left, category = self._place_admitted(unit, group, members, pending)
             if not placed:
-                failure = ("unschedulable", left)
-                return self._unfit(unit, pending, group, failure, admitted=True)
+                admitted = category != QUEUE_CATEGORY
+                return self._unfit(unit, pending, group, (category, left), admitted=admitted)
             self._preemption.placed(unit)
             state = self._state(group)
             if state.bind_started is None:
@@ -242,6 +241,28 @@ class GangTracker:
                 "pods exist"
             )
         return None
+
+    def _place_admitted(
+        self,
+        unit: UnitKey,
+        group: GroupInfo,
+        members: Sequence[PodInfo],
+        pending: list[PodInfo],
+    ) -> tuple[Binds, str, str]:
+        """Place pending members off nodes held for others and off GPU models whose quota
+        they would breach; (placed, why the others were not, the category of that why). The
+        members placed are admitted only if together they fit every model key (DESIGN §10)."""
+        priority = max(m.request.priority for m in pending)
+        models = self._quota.model_filter(pending)
+        excluded = models.excluded(self._preemption.excluded(unit, priority))
+        placed, left = self._place(group, members, pending, excluded)
+        breach = self._quota.gang_problem(placed)
+        if breach is not None:
+            for info, _ in placed:
+                self._cache.forget(info.key)
+            return [], breach, QUEUE_CATEGORY
+        category = QUEUE_CATEGORY if models.nodes else "unschedulable"
+        return placed, models.explain(left) if left else left, category
 
     def _place(
         self,

@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.kubeapi.client import now_rfc3339
+from scheduler.placement import Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
 from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.queuebook import QueueBook
@@ -97,6 +99,21 @@ class QueueGate:
             add_into(demand, request_amounts(info.request))
         breach = admission_problem(tree, self.book.usage, leaf, demand)
         return None if breach is None else (CATEGORY, breach)
+
+    def model_filter(self, infos: Sequence[PodInfo]) -> ModelFilter:
+        """The nodes `infos` (one admitted unit) may not use for its queue's model quotas."""
+        if not infos or not self.book.tree.has_models:
+            return ModelFilter()
+        leaf = self._cache.leaf_of(infos[0])[0]
+        requests = [info.request for info in infos]
+        return model_filter(self.book, self._cache.snapshot, leaf, requests)
+
+    def gang_problem(self, placed: Sequence[tuple[PodInfo, Assignment]]) -> str | None:
+        """The model key a gang's placed members breach together (None: admitted)."""
+        if not placed or not self.book.tree.has_models:
+            return None
+        leaf = self._cache.leaf_of(placed[0][0])[0]
+        return gang_breach(self.book, leaf, [(i.request, a) for i, a in placed])
 
     # -- status --------------------------------------------------------------------------
     def report(self) -> None:

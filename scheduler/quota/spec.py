@@ -68,8 +68,9 @@ def _min_max(spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
         if name in high and amount > high[name]:
             raise ValueError(f"spec.min[{name}] is above spec.max[{name}]")
         plain = base_of(name)
-        if MODEL_SEP in name and plain in low and amount > low[plain]:
-            raise ValueError(f"spec.min[{name}] is above spec.min[{plain}]")
+        for bound, limits in (("min", low), ("max", high)):
+            if MODEL_SEP in name and plain in limits and amount > limits[plain]:
+                raise ValueError(f"spec.min[{name}] is above spec.{bound}[{plain}]")
     return low, high
 
 

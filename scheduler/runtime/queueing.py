@@ -15,6 +15,7 @@ from typing import Any
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
+from scheduler.quota.models import base_of
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
@@ -165,5 +166,6 @@ class QueueGate:
 
 
 def _gauge(resource: str, amount: int) -> float:
-    """Quota units as the resource is usually counted (GPUs and CPUs whole, not thousandths)."""
-    return amount / 1000 if resource in ("cpu", "nvidia.com/gpu") else float(amount)
+    """Quota units as the resource is usually counted (GPUs and CPUs whole, not thousandths;
+    a model key as its plain resource)."""
+    return amount / 1000 if base_of(resource) in ("cpu", "nvidia.com/gpu") else float(amount)

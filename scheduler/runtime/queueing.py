@@ -15,7 +15,8 @@ from typing import Any
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
-from scheduler.quota.models import base_of
+from scheduler.quota.models import MODEL_SEP, base_of
+from scheduler.quota.tree import Problem
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
@@ -34,6 +35,7 @@ __all__ = ["QueueGate"]
 
 Obj = Mapping[str, Any]
 CATEGORY = "queue"  # the pending_pods{reason} of a unit its queue holds back
+NO_NODES = "ModelWithoutNodes"  # the condition on a Queue naming a model no node carries
 
 
 class QueueGate:
@@ -122,12 +124,24 @@ class QueueGate:
         book = self.book
         self.figures = queue_figures(book.tree, book.usage, self._pending(), book.capacity())
         stamp = now_rfc3339()
+        models = book.nodes_by_model() if book.tree.has_models else {}
         for name, obj in sorted(book.queue_objs.items()):
             current = obj.get("status") or {}
-            problem = book.tree.problems.get(name)
+            problem = book.tree.problems.get(name) or self._modelless(name, models)
             status = queue_status(self.figures.get(name), problem, current, stamp)
             if any(current.get(k) != v for k, v in status.items()):
                 self._reporter.queue_status(obj, merge_patch(status, current))
+
+    def _modelless(self, name: str, models: Mapping[str, object]) -> Problem | None:
+        """A note (not a problem: nodes may come later) on model keys no known node carries."""
+        spec = self.book.tree.specs.get(name)
+        if spec is None or not self.book.tree.has_models:
+            return None
+        keys = sorted(k for k in (*spec.min, *spec.max) if MODEL_SEP in k)
+        missing = sorted({k for k in keys if k.split(MODEL_SEP, 1)[1] not in models})
+        if not missing:
+            return None
+        return Problem(NO_NODES, f"no node carries the GPU model of {', '.join(missing)}", False)
 
     def _pending(self) -> dict[str, PendingWork]:
         """Waiting units by leaf: a pod alone, or a gang once (its pending members summed)."""

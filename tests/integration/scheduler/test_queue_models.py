@@ -98,12 +98,12 @@ def test_a_queue_capped_at_zero_t4s_never_lands_there(fake_api, api) -> None:
         assert _models(fake_api, "team-b") == {H100: 4}
 
 
-def test_a_malformed_model_key_invalidates_its_queue_and_others_keep_scheduling(
+def test_a_malformed_model_key_invalidates_its_queue_others_keep_scheduling_unseen_models_are_shown(
     fake_api, api
 ) -> None:
     core, custom = api
     create_queue(custom, _queue("bad", "team-a", max={"cpu@H100": 4}))
-    create_queue(custom, _queue("good", "team-c", max={f"{GPU}@{T4}": 2}))
+    create_queue(custom, _queue("good", "team-c", max={f"{GPU}@{T4}": 2, f"{GPU}@B200": 4}))
     with running(fake_api):
         cond = wait_for(lambda: condition(fake_api, "bad", "Valid"), 10, "bad's condition")
         assert cond["status"] == "False"
@@ -113,3 +113,7 @@ def test_a_malformed_model_key_invalidates_its_queue_and_others_keep_scheduling(
         wait_for(lambda: len(bound_pods(fake_api, "team-c")) == 2, 20, "good schedules")
         wait_for(lambda: "cpu@H100" in _reason(fake_api, "p0", "team-a"), 10, "bad's pod waits")
         assert not bound_pods(fake_api, "team-a")
+        note = condition(fake_api, "good", "ModelWithoutNodes")  # allowed, and shown
+        assert note is not None
+        assert f"{GPU}@B200" in note["message"]
+        assert condition(fake_api, "good", "Valid")["status"] == "True"

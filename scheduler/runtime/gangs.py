@@ -52,6 +52,7 @@ from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
+_MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes
 
 Binds = list[tuple[PodInfo, Assignment]]
 Marker = Callable[[list[PodInfo], str, str], None]
@@ -255,14 +256,17 @@ class GangTracker:
         priority = max(m.request.priority for m in pending)
         models = self._quota.model_filter(pending)
         excluded = models.excluded(self._preemption.excluded(unit, priority))
-        placed, left = self._place(group, members, pending, excluded)
-        breach = self._quota.gang_problem(placed)
-        if breach is not None:
-            for info, _ in placed:
+        why = ""
+        for _ in range(_MODEL_TRIES):
+            placed, left = self._place(group, members, pending, excluded)
+            breach = self._quota.gang_problem(placed)
+            if breach is None:
+                category = QUEUE_CATEGORY if models.nodes else "unschedulable"
+                return placed, models.explain(left) if left else left, category
+            for info, _ in placed:  # together over a model's budget: not on its extra nodes
                 self._cache.forget(info.key)
-            return [], breach, QUEUE_CATEGORY
-        category = QUEUE_CATEGORY if models.nodes else "unschedulable"
-        return placed, models.explain(left) if left else left, category
+            why, excluded = breach[0], frozenset(excluded or ()) | breach[1]
+        return [], why, QUEUE_CATEGORY
 
     def _place(
         self,

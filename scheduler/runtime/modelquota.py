@@ -6,7 +6,8 @@ known only once a node is chosen. So before placing, every model whose keys the 
 breach somewhere on its path has its nodes excluded, as nodes held for others are; the unit may
 still start on another model. A refusal then names the queue's breach for those nodes instead of
 "held". A gang is placed with each member's demand filtered this way, and then admitted only if
-its members' summed demand per model fits (`gang_breach`). With no model key in the tree nothing
+its members' summed demand per model fits (`gang_breach`, which also names the nodes of a model
+beyond its budget, left out when the gang is tried again). With no model key in the tree nothing
 is computed.
 
 The exclusion is a per-call node mask: the Placer's verdict memo keeps per-node verdicts that do
@@ -21,7 +22,15 @@ from dataclasses import dataclass, field
 
 from scheduler.placement import Assignment, Decision, PodRequest, Snapshot, format_reasons
 from scheduler.placement.pick import REASON_HELD
-from scheduler.quota import Amounts, QuotaTree, Usage, add_into, admission_problem, request_amounts
+from scheduler.quota import (
+    Amounts,
+    QuotaTree,
+    Usage,
+    add_into,
+    admission_problem,
+    admission_problem_of,
+    request_amounts,
+)
 from scheduler.quota.models import blocked_models
 from scheduler.runtime.queuebook import QueueBook
 
@@ -86,16 +95,50 @@ def model_filter(
 
 def gang_breach(
     book: QueueBook, leaf: str, placed: Iterable[tuple[PodRequest, Assignment]]
-) -> str | None:
-    """The first model key on `leaf`'s path the gang's placed members would breach together."""
+) -> tuple[str, frozenset[str]] | None:
+    """The first model key on `leaf`'s path the gang's placed members breach together, and the
+    nodes of that model to leave out on the next try: those beyond what its budget holds (taken
+    in the order the members were placed). None: the gang is admitted."""
     tree = book.tree
     if not tree.has_models or leaf not in tree.paths:
         return None
-    extra: dict[str, int] = {}
+    by_node: dict[str, dict[str, int]] = {}
     for request, assignment in placed:
         amounts = request_amounts(request, assignment.shares)
-        add_into(extra, book.on_model(amounts, book.model_of(assignment.node)))
-    return admission_problem(tree, book.usage, leaf, extra) if extra else None
+        on_model = book.on_model(amounts, book.model_of(assignment.node))
+        add_into(by_node.setdefault(assignment.node, {}), on_model)
+    extra: dict[str, int] = {}
+    for amounts in by_node.values():
+        add_into(extra, amounts)
+    before = _without(book.usage, extra)  # the placed members are assumed: charged already
+    breach = admission_problem_of(tree, before, leaf, extra) if extra else None
+    if breach is None:
+        return None
+    kept: dict[str, int] = {}
+    over = set()
+    for node, amounts in by_node.items():
+        if admission_problem_of(tree, before, leaf, _summed(kept, amounts)):
+            over.add(node)
+        else:
+            add_into(kept, amounts)
+    return breach, frozenset(over)
+
+
+def _without(usage: Usage, extra: Amounts) -> Callable[[str], Mapping[str, int]]:
+    """What each queue on the gang's path used before its placed members were assumed."""
+
+    def used_of(queue: str) -> Mapping[str, int]:
+        out = dict(usage.used(queue))
+        add_into(out, extra, -1)
+        return out
+
+    return used_of
+
+
+def _summed(into: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
+    out = dict(into)
+    add_into(out, extra)
+    return out
 
 
 def _checker(tree: QuotaTree, usage: Usage, leaf: str) -> Callable[[Amounts], str | None]:

@@ -111,8 +111,11 @@ class QueueGate:
         requests = [info.request for info in infos]
         return model_filter(self.book, self._cache.snapshot, leaf, requests)
 
-    def gang_problem(self, placed: Sequence[tuple[PodInfo, Assignment]]) -> str | None:
-        """The model key a gang's placed members breach together (None: admitted)."""
+    def gang_problem(
+        self, placed: Sequence[tuple[PodInfo, Assignment]]
+    ) -> tuple[str, frozenset[str]] | None:
+        """The model key a gang's placed members breach together and the nodes to leave out
+        next (`gang_breach`); None: admitted."""
         if not placed or not self.book.tree.has_models:
             return None
         leaf = self._cache.leaf_of(placed[0][0])[0]

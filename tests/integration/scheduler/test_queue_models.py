@@ -18,6 +18,7 @@ from tests.builders.queues import (
 )
 from tests.builders.scheduler import (
     bound_pods,
+    create_gang,
     create_pod,
     gpu_node,
     pod_body,
@@ -117,3 +118,17 @@ def test_a_malformed_model_key_invalidates_its_queue_others_keep_scheduling_unse
         assert note is not None
         assert f"{GPU}@B200" in note["message"]
         assert condition(fake_api, "good", "Valid")["status"] == "True"
+
+
+def test_a_gang_whose_members_together_exceed_a_model_max_waits_whole(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, _queue("a", "team-a", max={f"{GPU}@{H100}": 8}))
+    for name, members in (("wide", 3), ("fits", 2)):
+        create_gang(core, custom, name, members, gpus=8, namespace="team-a")
+    with running(fake_api):
+        # 3 × 8 GPUs need both H100 nodes (16 > 8); 2 × 8 fit on one H100 node and the T4 one.
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 20, "the fitting gang")
+        assert set(bound_pods(fake_api, "team-a")) == {"fits-0", "fits-1"}
+        assert _models(fake_api, "team-a") == {H100: 1, T4: 1}
+        key = f"{GPU}@{H100}"
+        wait_for(lambda: key in _reason(fake_api, "wide-0", "team-a"), 10, "the gang's reason")

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.kubeapi.client import now_rfc3339
-from scheduler.placement import Assignment
+from scheduler.placement import GPU_PRODUCT_LABEL, Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
-from scheduler.quota.models import MODEL_SEP, base_of
+from scheduler.quota.models import MODEL_SEP, base_of, model_of_product
 from scheduler.quota.tree import Problem
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
@@ -158,8 +158,19 @@ class QueueGate:
                 work.units += 1
             if info.group_key is not None:
                 gangs.add(info.group_key)
-            add_into(work.resources, request_amounts(info.request))
+            add_into(work.resources, self._pending_amounts(info))
         return pending
+
+    def _pending_amounts(self, info: PodInfo) -> dict[str, int]:
+        """A waiting pod's request, under its model's key too when it can run on one model only
+        (its node selector, or the simulator's `gpuModels`, names one `nvidia.com/gpu.product`)."""
+        amounts = request_amounts(info.request)
+        named = set(info.request.gpu_models)
+        named.update(v for k, v in info.request.node_selector.items() if k == GPU_PRODUCT_LABEL)
+        models = {model_of_product(p) for p in named}
+        if len(models) != 1:
+            return amounts
+        return amounts | self.book.on_model(amounts, models.pop())
 
     def metric_samples(self) -> dict[str, list[tuple[tuple[str, ...], float]]]:
         """The per-queue gauges (`SchedulerMetrics.watch_queues`), from the last `report`."""

@@ -96,6 +96,12 @@ def test_a_queue_capped_at_zero_t4s_never_lands_there(fake_api, api) -> None:
         key = f"{GPU}@{T4}"
         wait_for(lambda: key in _reason(fake_api, "t4", "team-b"), 10, "the reason names the key")
         assert "t4" not in bound_pods(fake_api, "team-b")
+        pending = {GPU: "1", key: "1"}  # a pod that can run on T4s only waits under T4's key
+        wait_for(
+            lambda: queue_status(fake_api, "b").get("pending", {}).get("resources") == pending,
+            10,
+            "pending per key",
+        )
         assert _models(fake_api, "team-b") == {H100: 4}
 
 

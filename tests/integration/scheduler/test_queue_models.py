@@ -3,6 +3,7 @@ fake API server, driven through the real client. Two 8-GPU H100 nodes and one 8-
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,7 +76,7 @@ def _reason(fake, name: str, ns: str) -> str:
 def test_a_model_max_sends_the_rest_to_another_model_and_the_17th_waits(fake_api, api) -> None:
     core, custom = api
     create_queue(custom, _queue("a", "team-a", max={f"{GPU}@{H100}": 8}))
-    with running(fake_api):
+    with running(fake_api) as runtime:
         _pods(core, "team-a", 17)
         wait_for(lambda: _models(fake_api, "team-a") == {H100: 8, T4: 8}, 20, "8 + 8 bound")
         waiting = next(f"p{i}" for i in range(17) if f"p{i}" not in bound_pods(fake_api, "team-a"))
@@ -84,6 +85,11 @@ def test_a_model_max_sends_the_rest_to_another_model_and_the_17th_waits(fake_api
         used = {GPU: "16", f"{GPU}@{H100}": "8"}
         wait_for(lambda: queue_status(fake_api, "a").get("used") == used, 10, "used per key")
         assert _models(fake_api, "team-a") == {H100: 8, T4: 8}  # 8 H100 GPUs are still free
+        url = f"http://127.0.0.1:{runtime.server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            text = reply.read().decode()
+        assert f'gputopo_scheduler_queue_used{{queue="a",resource="{GPU}@{H100}"}} 8.0' in text
+        assert f'gputopo_scheduler_queue_max{{queue="a",resource="{GPU}@{H100}"}} 8.0' in text
 
 
 def test_a_queue_capped_at_zero_t4s_never_lands_there(fake_api, api) -> None:

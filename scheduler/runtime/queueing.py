@@ -82,11 +82,11 @@ class QueueGate:
         """What `unit` asks of its queue: the pod's request, or the gang's pending members'."""
         if unit.kind is UnitKind.POD:
             info = self._cache.pods.get(unit.key)
-            return request_amounts(info.request) if info is not None else {}
+            return self.asked(info) if info is not None else {}
         total: dict[str, int] = {}
         for member in self._cache.members(unit.key):
             if member.pending and not member.gated:
-                add_into(total, request_amounts(member.request))
+                add_into(total, self.asked(member))
         return total
 
     def problem(self, infos: Sequence[PodInfo]) -> tuple[str, str] | None:
@@ -99,7 +99,7 @@ class QueueGate:
             return CATEGORY, why
         demand: dict[str, int] = {}
         for info in infos:
-            add_into(demand, request_amounts(info.request))
+            add_into(demand, self.asked(info))
         breach = admission_problem(tree, self.book.usage, leaf, demand)
         return None if breach is None else (CATEGORY, breach)
 
@@ -158,12 +158,13 @@ class QueueGate:
                 work.units += 1
             if info.group_key is not None:
                 gangs.add(info.group_key)
-            add_into(work.resources, self._pending_amounts(info))
+            add_into(work.resources, self.asked(info))
         return pending
 
-    def _pending_amounts(self, info: PodInfo) -> dict[str, int]:
-        """A waiting pod's request, under its model's key too when it can run on one model only
-        (its node selector, or the simulator's `gpuModels`, names one `nvidia.com/gpu.product`)."""
+    def asked(self, info: PodInfo) -> dict[str, int]:
+        """What a waiting pod asks of its queue: its request, under its model's key too when it
+        can run on one model only (its node selector names one `nvidia.com/gpu.product`), so
+        admission, the order and within-guarantee see that model's key (DESIGN §10)."""
         amounts = request_amounts(info.request)
         named = set(info.request.gpu_models)
         named.update(v for k, v in info.request.node_selector.items() if k == GPU_PRODUCT_LABEL)

@@ -100,7 +100,10 @@ def test_a_queue_capped_at_zero_t4s_never_lands_there(fake_api, api) -> None:
         wait_for(lambda: _models(fake_api, "team-b") == {H100: 4}, 20, "4 on H100s")
         create_pod(core, pod_body("t4", gpus=1, namespace="team-b", nodeSelector={PRODUCT: T4}))
         key = f"{GPU}@{T4}"
-        wait_for(lambda: key in _reason(fake_api, "t4", "team-b"), 10, "the reason names the key")
+        reason = f"queue b: {key} 0 used + 1 requested > max 0"
+        wait_for(
+            lambda: _reason(fake_api, "t4", "team-b") == reason, 10, "the reason names the key"
+        )
         assert "t4" not in bound_pods(fake_api, "team-b")
         pending = {GPU: "1", key: "1"}  # a pod that can run on T4s only waits under T4's key
         wait_for(

@@ -9,8 +9,12 @@ leaf, then `Placer.decide` (the shipped scoring); a placed pod is charged to the
 seeded pods (`scheduler_bench.random_pod`), spread round-robin over the leaves, all pending at the
 start; each is offered once (a refused or unplaced unit goes to backoff, outside this bench).
 Quotas are generous enough that no unit is refused, so both runs place the same pods and the ratio
-is the cost of the queues alone. Reported: decisions/s, mean and p99 µs per decision, the time
-inside `scheduler.quota` (heads, order, admission, charge) and inside placement, and the ratio.
+is the cost of the queues alone. The same again on a cluster of two GPU models (every other node
+an A100) with a tree whose every queue also names a `min` on H100s and a `max` per model: each
+decision then also finds the models whose keys the unit would breach and keeps their nodes out of
+placement (`blocked_models`, as the scheduler's model filter), and charges the node's model key.
+Reported: decisions/s, mean and p99 µs per decision, the time inside `scheduler.quota` (heads,
+order, admission, model filter, charge) and inside placement (with the bind), and the ratios.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scheduler_bench import make_cluster, percentile, random_pod, shipped_scoring
 
-from scheduler.placement import PodRequest
+from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
 from scheduler.quota import (
     DEFAULT_QUEUE,
     QueueOrder,
@@ -42,26 +46,35 @@ from scheduler.quota import (
     read_queue,
     request_amounts,
 )
-from scheduler.sim.cluster import Cluster
+from scheduler.quota.models import blocked_models, model_amounts, model_of_product
+from scheduler.sim.cluster import Cluster, NodeSpec
 
 GPU = "nvidia.com/gpu"
+MODELS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB")
 
 
-def queue(name: str, parent: str | None, low: int, high: int) -> QueueSpec:
-    spec = {"parent": parent, "min": {GPU: low}, "max": {GPU: high}, "weight": 1 + len(name) % 3}
+def queue(name: str, parent: str | None, low: int, high: int, models: bool = False) -> QueueSpec:
+    """`models`: half the min on H100s and a max per model of 60% of the plain max as well."""
+    spec: dict[str, object] = {"parent": parent, "weight": 1 + len(name) % 3}
+    spec["min"], spec["max"] = {GPU: low}, {GPU: high}
+    if models:
+        spec["min"] = {GPU: low, f"{GPU}@{MODELS[0]}": low // 2}
+        spec["max"] = {GPU: high} | {f"{GPU}@{m}": high * 6 // 10 for m in MODELS}
     return read_queue({"metadata": {"name": name}, "spec": spec})
 
 
-def three_levels(orgs: int = 5, teams: int = 4, leaves: int = 5) -> tuple[QuotaTree, list[str]]:
+def three_levels(
+    orgs: int = 5, teams: int = 4, leaves: int = 5, models: bool = False
+) -> tuple[QuotaTree, list[str]]:
     """orgs × teams × leaves; mins nest (org 1,600 ⊇ 4 teams × 400 ⊇ 5 leaves × 80 GPUs)."""
     specs, names = [], []
     for o in range(orgs):
-        specs.append(queue(f"org{o}", None, 1600, 12_000))
+        specs.append(queue(f"org{o}", None, 1600, 12_000, models))
         for t in range(teams):
-            specs.append(queue(f"org{o}-team{t}", f"org{o}", 400, 4000))
+            specs.append(queue(f"org{o}-team{t}", f"org{o}", 400, 4000, models))
             for leaf in range(leaves):
                 name = f"org{o}-team{t}-q{leaf}"
-                specs.append(queue(name, f"org{o}-team{t}", 80, 1000))
+                specs.append(queue(name, f"org{o}-team{t}", 80, 1000, models))
                 names.append(name)
     tree = QuotaTree.build(specs)
     assert not [p for p in tree.problems.values() if p.fatal], tree.problems
@@ -72,8 +85,13 @@ class Run:
     def __init__(self, cluster: Cluster, tree: QuotaTree) -> None:
         self.cluster, self.tree, self.usage = cluster, tree, Usage(tree)
         self.capacity: dict[str, int] = {}
+        self.model_of: dict[str, str] = {}
+        self.nodes_of: dict[str, frozenset[str]] = {}
         for node in cluster.snapshot.nodes.values():
             add_into(self.capacity, allocatable_amounts(node.allocatable))
+            self.model_of[node.name] = model_of_product(node.labels.get(GPU_PRODUCT_LABEL, ""))
+        for model in set(self.model_of.values()):
+            self.nodes_of[model] = frozenset(n for n, m in self.model_of.items() if m == model)
         self.order = QueueOrder()
         self.samples: list[float] = []
         self.quota_s = self.place_s = 0.0
@@ -90,11 +108,15 @@ class Run:
             queue_problem(self.tree, leaf) is None
             and admission_problem(self.tree, self.usage, leaf, demand) is None
         )
+        excluded = self.model_filter(leaf, demand) if ok else None
         t1 = time.perf_counter()
-        decision = self.cluster.place(pod, scoring) if ok else None
+        decision = self.cluster.placer(scoring).decide(pod, excluded=excluded) if ok else None
         t2 = time.perf_counter()
         if decision is not None and decision.assignment is not None:
-            self.usage.charge(pod.key, (leaf, demand))
+            self.cluster.bind(pod, decision.assignment)
+            t2 = time.perf_counter()
+            model = self.model_of[decision.assignment.node] if self.tree.has_models else ""
+            self.usage.charge(pod.key, (leaf, demand | model_amounts(demand, model)))
             self.placed += 1
         self.refused += not ok
         t3 = time.perf_counter()
@@ -102,9 +124,31 @@ class Run:
         self.quota_s += (t1 - t0) + (t3 - t2)
         self.place_s += t2 - t1
 
+    def model_filter(self, leaf: str, demand: dict[str, int]) -> frozenset[str] | None:
+        """The nodes of the models whose keys `demand` would breach on `leaf`'s path."""
+        if not self.tree.has_models:
+            return None
+        blocked = blocked_models(
+            self.nodes_of, demand, lambda d: admission_problem(self.tree, self.usage, leaf, d)
+        )
+        return frozenset().union(*(self.nodes_of[m] for m in blocked)) if blocked else None
 
-def bench(nodes: int, pods: int, seed: int, tree: QuotaTree, leaves: Sequence[str]) -> Run:
-    cluster = make_cluster(nodes, 50)
+
+def mixed_cluster(nodes: int) -> Cluster:
+    """`make_cluster`'s racks, every other node an A100 (the rest H100s)."""
+    per_rack = max(1, nodes // 50)
+    return Cluster.from_specs(
+        NodeSpec(
+            name=f"node-{i:05d}",
+            labels={"gputopo.io/rack": f"rack-{i // per_rack:03d}"},
+            model=MODELS[i % 2].replace("-", " ", 1),
+        )
+        for i in range(nodes)
+    )
+
+
+def bench(cluster: Cluster, pods: int, seed: int, tree: QuotaTree, leaves: Sequence[str]) -> Run:
+    nodes = len(cluster.snapshot.nodes)
     scoring = shipped_scoring(nodes, plain=False)
     cluster.placer(scoring)  # built before the clock starts, as the scheduler builds it at start
     rng = random.Random(seed)
@@ -139,23 +183,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs of each; best kept")
     args = parser.parse_args(argv)
     tree, leaves = three_levels()
+    per_model, _ = three_levels(models=True)
     plain = QuotaTree.build([])
+    runs = {
+        "no queues": (make_cluster, plain, [DEFAULT_QUEUE]),
+        "100 queues": (make_cluster, tree, leaves),
+        "mixed, no queues": (mixed_cluster, plain, [DEFAULT_QUEUE]),
+        "mixed, model keys": (mixed_cluster, per_model, leaves),
+    }
     best: dict[str, dict[str, float]] = {}
     for _ in range(args.repeat):
-        for name, (t, ls) in (
-            ("no queues", (plain, [DEFAULT_QUEUE])),
-            ("100 queues", (tree, leaves)),
-        ):
-            r = row(bench(args.nodes, args.pods, args.seed, t, ls))
+        for name, (make, t, ls) in runs.items():
+            cluster = make(args.nodes) if make is mixed_cluster else make(args.nodes, 50)
+            r = row(bench(cluster, args.pods, args.seed, t, ls))
             if name not in best or r["mean µs"] < best[name]["mean µs"]:
                 best[name] = r
     print(f"{args.nodes} nodes × 8 GPUs, {args.pods} pods; best of {args.repeat} alternating runs")
     columns = ("decisions/s", "mean µs", "p99 µs", "quota µs", "placement µs", "placed", "refused")
-    print(f"{'run':<12}" + "".join(f"{c:>14}" for c in columns))
+    print(f"{'run':<18}" + "".join(f"{c:>14}" for c in columns))
     for name, r in best.items():
-        print(f"{name:<12}" + "".join(f"{r[c]:>14.1f}" for c in columns))
+        print(f"{name:<18}" + "".join(f"{r[c]:>14.1f}" for c in columns))
     ratio = best["100 queues"]["mean µs"] / best["no queues"]["mean µs"]
     print(f"time per decision, 100 queues / no queues: {ratio:.3f}× (target ≤ 1.2×)")
+    ratio = best["mixed, model keys"]["mean µs"] / best["mixed, no queues"]["mean µs"]
+    print(f"time per decision, mixed models, model keys / no queues: {ratio:.3f}× (target ≤ 1.2×)")
     return 0
 
 

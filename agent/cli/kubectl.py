@@ -186,7 +186,10 @@ def _pod_shares(
 def render_queues(tree: queues.QueueTree) -> str:
     """One table over every section, so the columns line up; problem sections under headings."""
     sections = [
-        (s.problem, [queues.queue_row(d, o, s.unplaced_reason(d)) for d, o in s.entries])
+        (
+            s.problem,
+            [r for d, o in s.entries for r in queues.queue_rows(d, o, s.unplaced_reason(d))],
+        )
         for s in tree.sections
     ]
     rows = [queues.root_row(tree.root_paused)] + [r for _, rs in sections for r in rs]

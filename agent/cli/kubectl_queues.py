@@ -7,6 +7,8 @@ Queue named `root` is not a row of its own: it only carries `paused` for the imp
 
 The GPU columns show `nvidia.com/gpu` (every model) from `spec.min`/`spec.max` and from the status
 the scheduler writes (`used`, `borrowed`, `pending.resources`, `fairShare`); `-` where absent.
+Each GPU model key (`nvidia.com/gpu@<product>`, MIG likewise) gets a row of its own under its
+queue, with the same columns for that key.
 STATE: `paused` when `spec.paused`, else the reason of the first problem condition (status False,
 or True on a type other than `Valid`, as the scheduler writes `Overcommitted`), else in the
 problem sections `Cycle` or `UnknownParent` (the reasons the scheduler gives such queues), else
@@ -31,12 +33,14 @@ __all__ = [
     "Section",
     "build_tree",
     "queue_row",
+    "queue_rows",
     "queue_state",
     "root_row",
     "tree_json",
 ]
 
 ROOT = "root"
+MODEL_SEP = "@"
 NO_STATUS = "unknown: no status yet"
 HEADER = ("QUEUE", "MIN", "MAX", "USED", "BORROWED", "PENDING", "FAIR SHARE", "STATE")
 
@@ -174,9 +178,9 @@ def _rotated(cycle: Sequence[str]) -> list[str]:
 # -- one queue's figures --------------------------------------------------------------------------
 
 
-def _gpus(resources: Any) -> str:
-    """The `nvidia.com/gpu` entry as written (`16`, `"500m"`), `-` when absent."""
-    value = _map(resources).get(GPU_RESOURCE)
+def _gpus(resources: Any, key: str = GPU_RESOURCE) -> str:
+    """The `key` entry (default `nvidia.com/gpu`) as written (`16`, `"500m"`), `-` when absent."""
+    value = _map(resources).get(key)
     if value is None:
         return "-"
     try:
@@ -216,6 +220,26 @@ def queue_row(depth: int, obj: Obj, unplaced: str | None = None) -> tuple[str, .
         _gpus(status.get("fairShare")),
         queue_state(obj, unplaced),
     )
+
+
+def _model_keys(spec: Obj, status: Obj) -> list[str]:
+    """The per-model keys (`nvidia.com/gpu@<product>`) named in the spec or the status."""
+    maps = [spec.get("min"), spec.get("max"), status.get("used"), status.get("fairShare")]
+    return sorted({str(k) for m in maps for k in _map(m) if MODEL_SEP in str(k)})
+
+
+def queue_rows(depth: int, obj: Obj, unplaced: str | None = None) -> list[tuple[str, ...]]:
+    """The queue's row, then a row per GPU model key under it (DESIGN §10 "Per GPU model"):
+    `@<product>` for `nvidia.com/gpu@<product>`, the full key for a MIG resource."""
+    rows = [queue_row(depth, obj, unplaced)]
+    spec, status = _map(obj.get("spec")), _map(obj.get("status"))
+    for key in _model_keys(spec, status):
+        label = key[len(GPU_RESOURCE) :] if key.startswith(GPU_RESOURCE + MODEL_SEP) else key
+        pending = _map(status.get("pending")).get("resources")
+        figures = [spec.get("min"), spec.get("max"), status.get("used"), status.get("borrowed")]
+        figures += [pending, status.get("fairShare")]
+        rows.append(("  " * (depth + 1) + label, *(_gpus(f, key) for f in figures), ""))
+    return rows
 
 
 def root_row(paused: bool) -> tuple[str, ...]:

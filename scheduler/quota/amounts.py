@@ -2,7 +2,8 @@
 
 `cpu` and `nvidia.com/gpu` are counted in thousandths (millicores, milli-GPUs: the simulator's
 time-sliced shares count against `nvidia.com/gpu`); everything else as `agent.quantity` counts it
-(bytes, devices). A queue's `nvidia.com/gpu` counts every GPU model.
+(bytes, devices). A queue's `nvidia.com/gpu` counts every GPU model; a model key
+(`nvidia.com/gpu@<product>`, `models`) counts as its plain resource does.
 
 GPU shares (DESIGN §12): a share's replica resource is never charged (`nvidia.com/gpu.shared` is
 never a managed resource; a replica of `nvidia.com/gpu` is not a whole GPU); each share is
@@ -20,6 +21,7 @@ from agent.quantity import format_milli, to_int, to_milli
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import GPU_MEMORY, SHARED_GPU_RESOURCE
 from scheduler.placement import GpuShare, PodRequest
+from scheduler.quota.models import base_of
 
 __all__ = [
     "Amounts",
@@ -37,7 +39,7 @@ _NOT_QUOTA = frozenset({"pods", SHARED_GPU_RESOURCE})
 
 def parse_amount(resource: str, value: object) -> int:
     """`value` (an int or a quantity string) in quota units; ValueError when malformed or < 0."""
-    amount = to_milli(value) if resource in _MILLI else to_int(value)
+    amount = to_milli(value) if base_of(resource) in _MILLI else to_int(value)
     if amount < 0:
         raise ValueError(f"must not be negative, got {value!r}")
     return amount
@@ -45,6 +47,7 @@ def parse_amount(resource: str, value: object) -> int:
 
 def format_amount(resource: str, amount: int) -> str:
     """The inverse of `parse_amount` for messages: GPUs and CPUs as `2` or `1500m`."""
+    resource = base_of(resource)
     if resource == GPU_RESOURCE:
         whole, part = divmod(amount, MILLI_PER_GPU)
         return str(whole) if not part else f"{amount / MILLI_PER_GPU:g}"

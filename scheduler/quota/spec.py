@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from scheduler.quota.amounts import Amounts, parse_amount
+from scheduler.quota.models import MODEL_SEP, base_of, check_key
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -54,6 +55,7 @@ def _amounts(raw: object, where: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, value in raw.items():
         try:
+            check_key(str(name))
             out[str(name)] = parse_amount(str(name), value)
         except ValueError as exc:
             raise ValueError(f"{where}[{name}]: {exc}") from None
@@ -65,6 +67,10 @@ def _min_max(spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     for name, amount in low.items():
         if name in high and amount > high[name]:
             raise ValueError(f"spec.min[{name}] is above spec.max[{name}]")
+        plain = base_of(name)
+        for bound, limits in (("min", low), ("max", high)):
+            if MODEL_SEP in name and plain in limits and amount > limits[plain]:
+                raise ValueError(f"spec.min[{name}] is above spec.{bound}[{plain}]")
     return low, high
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scheduler.quota.amounts import format_amount
+from scheduler.quota.models import has_model_keys
 from scheduler.quota.spec import DEFAULT_QUEUE, ROOT, QueueSpec
 
 __all__ = ["Problem", "QuotaTree"]
@@ -47,6 +48,7 @@ class QuotaTree:
             for ns in spec.namespaces if not self.children[name] else ():
                 self.namespace_queue.setdefault(ns, name)  # a Queue before an ElasticQuota
         self.managed = frozenset(r for s in self.specs.values() for r in (*s.min, *s.max))
+        self.has_models = has_model_keys(self.managed)
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> QuotaTree:

@@ -232,8 +232,10 @@ class ClusterCache:
         if info == old:
             return False, None
         self.nodes[name] = info
-        self.queues.set_node(name, info.allocatable)
+        remodelled = self.queues.set_node(name, info.allocatable, info.labels)
         self._rebuild(name)
+        for key in sorted(self._node_pods.get(name, ())) if remodelled else ():
+            self._charge(key)  # its GPUs count under the node's model key now
         return True, None
 
     def delete_node(self, name: str) -> None:

@@ -47,10 +47,12 @@ from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
+_MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes
 
 Binds = list[tuple[PodInfo, Assignment]]
 Marker = Callable[[list[PodInfo], str, str], None]
@@ -170,12 +172,10 @@ class GangTracker:
             quota = self._quota.problem(pending)
             if quota is not None:
                 return self._unfit(unit, pending, group, quota, admitted=False)
-            priority = max(m.request.priority for m in pending)
-            excluded = self._preemption.excluded(unit, priority)
-            placed, left = self._place(group, members, pending, excluded)
+            placed, left, category = self._place_admitted(unit, group, members, pending)
             if not placed:
-                failure = ("unschedulable", left)
-                return self._unfit(unit, pending, group, failure, admitted=True)
+                admitted = category != QUEUE_CATEGORY
+                return self._unfit(unit, pending, group, (category, left), admitted=admitted)
             self._preemption.placed(unit)
             state = self._state(group)
             if state.bind_started is None:
@@ -242,6 +242,31 @@ class GangTracker:
                 "pods exist"
             )
         return None
+
+    def _place_admitted(
+        self,
+        unit: UnitKey,
+        group: GroupInfo,
+        members: Sequence[PodInfo],
+        pending: list[PodInfo],
+    ) -> tuple[Binds, str, str]:
+        """Place pending members off nodes held for others and off GPU models whose quota
+        they would breach; (placed, why the others were not, the category of that why). The
+        members placed are admitted only if together they fit every model key (DESIGN §10)."""
+        priority = max(m.request.priority for m in pending)
+        models = self._quota.model_filter(pending)
+        excluded = models.excluded(self._preemption.excluded(unit, priority))
+        why = ""
+        for _ in range(_MODEL_TRIES):
+            placed, left = self._place(group, members, pending, excluded)
+            breach = self._quota.gang_problem(placed)
+            if breach is None:
+                category = QUEUE_CATEGORY if models.nodes else "unschedulable"
+                return placed, models.explain(left) if left else left, category
+            for info, _ in placed:  # together over a model's budget: not on its extra nodes
+                self._cache.forget(info.key)
+            why, excluded = breach[0], frozenset(excluded or ()) | breach[1]
+        return [], why, QUEUE_CATEGORY
 
     def _place(
         self,

@@ -326,7 +326,9 @@ class Scheduler:
             if problem:
                 return self._refuse(unit, info, *problem, admitted=False)
             priority = info.request.priority
-            excluded = self.preemption.excluded(unit, priority)
+            held = self.preemption.excluded(unit, priority)
+            models = self.quota.model_filter([info])
+            excluded = models.excluded(held)
             decision = self._live_placer().decide(info.request, excluded=excluded)
             decision, locked = self.shares.decide(
                 self._live_placer(), info.request, decision, excluded
@@ -336,7 +338,9 @@ class Scheduler:
                 self.queue.backoff(unit)
                 return SHARE_LOCK
             if decision.assignment is None:
-                return self._refuse(unit, info, "unschedulable", decision.message(), admitted=True)
+                category = QUEUE_CATEGORY if models.nodes else "unschedulable"
+                message = models.message(decision, held)
+                return self._refuse(unit, info, category, message, admitted=not models.nodes)
             self.cache.assume(key, decision.assignment)
             self.preemption.placed(unit)
         self.queue.done(unit)

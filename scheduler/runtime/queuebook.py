@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of
-from scheduler.placement import GpuShare
+from scheduler.placement import GPU_PRODUCT_LABEL, GpuShare
 from scheduler.quota import (
     ROOT,
     Amounts,
@@ -27,6 +27,7 @@ from scheduler.quota import (
     request_amounts,
     resolve_queue,
 )
+from scheduler.quota.models import model_amounts, model_of_product
 from scheduler.runtime.podinfo import PodInfo
 
 __all__ = ["QueueBook"]
@@ -44,6 +45,7 @@ class QueueBook:
         self._foreign = Usage(self.tree)  # other schedulers' pods, charged to the root only
         self._allocatable: dict[str, dict[str, int]] = {}
         self._total: dict[str, int] = {}
+        self._model: dict[str, str] = {}  # node -> its GPU model (DESIGN §10 "Per GPU model")
 
     # -- queue objects ---------------------------------------------------------------------
     def apply(self, kind: str, etype: str, obj: Obj) -> bool:
@@ -102,24 +104,57 @@ class QueueBook:
             self._foreign.charge(key, None)
         elif info.ours:
             leaf, _ = self.resolve(info, group)
-            self.usage.charge(key, (leaf, request_amounts(info.request, shares)))
+            self.usage.charge(key, (leaf, self._amounts(info, shares)))
             self._foreign.charge(key, None)
         else:
             self.usage.charge(key, None)
-            self._foreign.charge(key, (ROOT, request_amounts(info.request, shares)))
+            self._foreign.charge(key, (ROOT, self._amounts(info, shares)))
+
+    def _amounts(self, info: PodInfo, shares: Sequence[GpuShare]) -> dict[str, int]:
+        """The pod's request, plus its GPUs under its node's model key when the tree names it."""
+        amounts = request_amounts(info.request, shares)
+        return amounts | self.on_model(amounts, self._model.get(info.node or "", ""))
+
+    def on_model(self, amounts: Amounts, model: str) -> dict[str, int]:
+        """The model keys the tree names that `amounts` adds on a node of `model`."""
+        if not self.tree.has_models:
+            return {}
+        return {k: v for k, v in model_amounts(amounts, model).items() if k in self.tree.managed}
+
+    # -- models ----------------------------------------------------------------------------
+    def model_of(self, node: str) -> str:
+        """The GPU model of `node` (\"\" when it has none or is unknown)."""
+        return self._model.get(node, "")
+
+    def nodes_by_model(self) -> dict[str, set[str]]:
+        """Known nodes grouped by their GPU model (nodes without one left out)."""
+        out: dict[str, set[str]] = {}
+        for node, model in self._model.items():
+            out.setdefault(model, set()).add(node)
+        return out
 
     def restart_usage(self) -> None:
         """Forget every charge (under a new tree); the caller charges every pod again."""
         self.usage = Usage(self.tree)
 
     # -- capacity --------------------------------------------------------------------------
-    def set_node(self, name: str, allocatable: Amounts | None) -> None:
+    def set_node(
+        self, name: str, allocatable: Amounts | None, labels: Mapping[str, str] | None = None
+    ) -> bool:
+        """Record a node's allocatable (None: gone); True when its GPU model changed (the
+        pods on it must be charged again)."""
         old = self._allocatable.pop(name, None)
         if old is not None:
             add_into(self._total, old, -1)
+        before = self._model.pop(name, "")
+        model = model_of_product((labels or {}).get(GPU_PRODUCT_LABEL, ""))
         if allocatable is not None:
-            self._allocatable[name] = allocatable_amounts(allocatable)
+            if model:
+                self._model[name] = model
+            counted = allocatable_amounts(allocatable)
+            self._allocatable[name] = counted | model_amounts(counted, model)
             add_into(self._total, self._allocatable[name])
+        return model != before
 
     def capacity(self) -> dict[str, int]:
         """What gputopo can schedule, per managed resource."""

@@ -13,8 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.kubeapi.client import now_rfc3339
+from scheduler.placement import GPU_PRODUCT_LABEL, Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
+from scheduler.quota.models import MODEL_SEP, base_of, model_of_product
+from scheduler.quota.tree import Problem
 from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.queuebook import QueueBook
@@ -31,6 +35,7 @@ __all__ = ["QueueGate"]
 
 Obj = Mapping[str, Any]
 CATEGORY = "queue"  # the pending_pods{reason} of a unit its queue holds back
+NO_NODES = "ModelWithoutNodes"  # the condition on a Queue naming a model no node carries
 
 
 class QueueGate:
@@ -77,11 +82,11 @@ class QueueGate:
         """What `unit` asks of its queue: the pod's request, or the gang's pending members'."""
         if unit.kind is UnitKind.POD:
             info = self._cache.pods.get(unit.key)
-            return request_amounts(info.request) if info is not None else {}
+            return self.asked(info) if info is not None else {}
         total: dict[str, int] = {}
         for member in self._cache.members(unit.key):
             if member.pending and not member.gated:
-                add_into(total, request_amounts(member.request))
+                add_into(total, self.asked(member))
         return total
 
     def problem(self, infos: Sequence[PodInfo]) -> tuple[str, str] | None:
@@ -94,9 +99,27 @@ class QueueGate:
             return CATEGORY, why
         demand: dict[str, int] = {}
         for info in infos:
-            add_into(demand, request_amounts(info.request))
+            add_into(demand, self.asked(info))
         breach = admission_problem(tree, self.book.usage, leaf, demand)
         return None if breach is None else (CATEGORY, breach)
+
+    def model_filter(self, infos: Sequence[PodInfo]) -> ModelFilter:
+        """The nodes `infos` (one admitted unit) may not use for its queue's model quotas."""
+        if not infos or not self.book.tree.has_models:
+            return ModelFilter()
+        leaf = self._cache.leaf_of(infos[0])[0]
+        requests = [info.request for info in infos]
+        return model_filter(self.book, self._cache.snapshot, leaf, requests)
+
+    def gang_problem(
+        self, placed: Sequence[tuple[PodInfo, Assignment]]
+    ) -> tuple[str, frozenset[str]] | None:
+        """The model key a gang's placed members breach together and the nodes to leave out
+        next (`gang_breach`); None: admitted."""
+        if not placed or not self.book.tree.has_models:
+            return None
+        leaf = self._cache.leaf_of(placed[0][0])[0]
+        return gang_breach(self.book, leaf, [(i.request, a) for i, a in placed])
 
     # -- status --------------------------------------------------------------------------
     def report(self) -> None:
@@ -104,12 +127,24 @@ class QueueGate:
         book = self.book
         self.figures = queue_figures(book.tree, book.usage, self._pending(), book.capacity())
         stamp = now_rfc3339()
+        models = book.nodes_by_model() if book.tree.has_models else {}
         for name, obj in sorted(book.queue_objs.items()):
             current = obj.get("status") or {}
-            problem = book.tree.problems.get(name)
+            problem = book.tree.problems.get(name) or self._modelless(name, models)
             status = queue_status(self.figures.get(name), problem, current, stamp)
             if any(current.get(k) != v for k, v in status.items()):
                 self._reporter.queue_status(obj, merge_patch(status, current))
+
+    def _modelless(self, name: str, models: Mapping[str, object]) -> Problem | None:
+        """A note (not a problem: nodes may come later) on model keys no known node carries."""
+        spec = self.book.tree.specs.get(name)
+        if spec is None or not self.book.tree.has_models:
+            return None
+        keys = sorted(k for k in (*spec.min, *spec.max) if MODEL_SEP in k)
+        missing = sorted({k for k in keys if k.split(MODEL_SEP, 1)[1] not in models})
+        if not missing:
+            return None
+        return Problem(NO_NODES, f"no node carries the GPU model of {', '.join(missing)}", False)
 
     def _pending(self) -> dict[str, PendingWork]:
         """Waiting units by leaf: a pod alone, or a gang once (its pending members summed)."""
@@ -123,8 +158,20 @@ class QueueGate:
                 work.units += 1
             if info.group_key is not None:
                 gangs.add(info.group_key)
-            add_into(work.resources, request_amounts(info.request))
+            add_into(work.resources, self.asked(info))
         return pending
+
+    def asked(self, info: PodInfo) -> dict[str, int]:
+        """What a waiting pod asks of its queue: its request, under its model's key too when it
+        can run on one model only (its node selector names one `nvidia.com/gpu.product`), so
+        admission, the order and within-guarantee see that model's key (DESIGN §10)."""
+        amounts = request_amounts(info.request)
+        named = set(info.request.gpu_models)
+        named.update(v for k, v in info.request.node_selector.items() if k == GPU_PRODUCT_LABEL)
+        models = {model_of_product(p) for p in named}
+        if len(models) != 1:
+            return amounts
+        return amounts | self.book.on_model(amounts, models.pop())
 
     def metric_samples(self) -> dict[str, list[tuple[tuple[str, ...], float]]]:
         """The per-queue gauges (`SchedulerMetrics.watch_queues`), from the last `report`."""
@@ -148,5 +195,6 @@ class QueueGate:
 
 
 def _gauge(resource: str, amount: int) -> float:
-    """Quota units as the resource is usually counted (GPUs and CPUs whole, not thousandths)."""
-    return amount / 1000 if resource in ("cpu", "nvidia.com/gpu") else float(amount)
+    """Quota units as the resource is usually counted (GPUs and CPUs whole, not thousandths;
+    a model key as its plain resource)."""
+    return amount / 1000 if base_of(resource) in ("cpu", "nvidia.com/gpu") else float(amount)

@@ -182,6 +182,25 @@ def create_podgroup(custom: client.CustomObjectsApi, body: dict[str, Any]) -> No
     )
 
 
+def create_gang(
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    name: str,
+    members: int,
+    *,
+    gpus: int,
+    namespace: str,
+    group_labels: dict[str, str] | None = None,
+) -> None:
+    """A PodGroup `name` of `members` pods `name-0`... asking `gpus` GPUs each."""
+    group = podgroup(name, members, namespace=namespace)
+    group["metadata"]["labels"] = dict(group_labels or {})
+    create_podgroup(custom, group)
+    for i in range(members):
+        labels = {"scheduling.x-k8s.io/pod-group": name}
+        create_pod(core, pod_body(f"{name}-{i}", gpus=gpus, namespace=namespace, labels=labels))
+
+
 def delete_pod(core: client.CoreV1Api, name: str, namespace: str = "default") -> None:
     core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
 

@@ -24,11 +24,10 @@ from tests.builders.queues import (
 from tests.builders.render import DAEMONSET
 from tests.builders.scheduler import (
     bound_pods,
+    create_gang,
     create_pod,
-    create_podgroup,
     gpu_node,
     pod_body,
-    podgroup,
     running,
     scheduled_condition,
     wait_for,
@@ -302,12 +301,8 @@ def test_a_gang_is_admitted_whole_in_the_queue_its_podgroup_names(fake_api, api)
     core, custom = api
     create_queue(custom, queue_body("small", gpu_max=8))
     for name, members in (("too-big", 3), ("fits", 2)):
-        group = podgroup(name, members, namespace="team-a")
-        group["metadata"]["labels"] = {QUEUE_LABEL: "small"}
-        create_podgroup(custom, group)
-        for i in range(members):
-            labels = {"scheduling.x-k8s.io/pod-group": name}
-            create_pod(core, pod_body(f"{name}-{i}", gpus=4, namespace="team-a", labels=labels))
+        labels = {QUEUE_LABEL: "small"}
+        create_gang(core, custom, name, members, gpus=4, namespace="team-a", group_labels=labels)
     with running(fake_api):
         wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 10, "the fitting gang")
         assert set(bound_pods(fake_api, "team-a")) == {"fits-0", "fits-1"}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.cli.kubectl_queues import NO_STATUS, ROOT, build_tree, queue_row, tree_json
+from agent.cli.kubectl_queues import NO_STATUS, ROOT, build_tree, queue_row, queue_rows, tree_json
 
 NAMES = ["a", "b", "c", "d", "e", "f"]
 
@@ -89,3 +89,15 @@ def test_a_queue_named_root_only_pauses_the_root() -> None:
         "paused": True,
         "state": "paused",
     }
+
+
+def test_model_keys_get_a_row_each_under_their_queue() -> None:
+    spec = {"max": {"nvidia.com/gpu": 16, "nvidia.com/gpu@NVIDIA-H100": 8}}
+    spec["min"] = {"nvidia.com/mig-1g.10gb@NVIDIA-A100": 2}
+    status = {"used": {"nvidia.com/gpu": "9", "nvidia.com/gpu@NVIDIA-H100": "8"}}
+    rows = queue_rows(1, {"metadata": {"name": "q"}, "spec": spec, "status": status})
+    assert [list(r) for r in rows] == [
+        ["  q", "-", "16", "9", "-", "-", "-", "ok"],
+        ["    @NVIDIA-H100", "-", "8", "8", "-", "-", "-", ""],
+        ["    nvidia.com/mig-1g.10gb@NVIDIA-A100", "2", "-", "-", "-", "-", "-", ""],
+    ]

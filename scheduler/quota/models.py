@@ -1,0 +1,94 @@
+"""Quota keys per GPU model (DESIGN §10 "Per GPU model").
+
+A `min` or `max` key may name one GPU model: `nvidia.com/gpu@<product>` (MIG resources
+likewise, `nvidia.com/mig-1g.10gb@<product>`), `<product>` being the node's
+`nvidia.com/gpu.product` label value less a trailing `-SHARED` and then a trailing
+`-MIG-<profile>`. A model key counts inside its plain key: a pod on a node of model M is charged
+its GPUs (and shares) under the plain key and under the key of M, so a model `max` steers
+placement away from M's nodes once it is reached (`blocked_models`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+from agent.resource_names import GPU_RESOURCE
+
+__all__ = [
+    "MODEL_SEP",
+    "base_of",
+    "blocked_models",
+    "check_key",
+    "has_model_keys",
+    "model_amounts",
+    "model_key",
+    "model_of_product",
+]
+
+MODEL_SEP = "@"
+_MIG_PREFIX = "nvidia.com/mig-"
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_MIG_SUFFIX = re.compile(r"-MIG-[A-Za-z0-9.+]+$")
+_SHARED_SUFFIX = "-SHARED"
+
+
+def _takes_model(resource: str) -> bool:
+    return resource == GPU_RESOURCE or resource.startswith(_MIG_PREFIX)
+
+
+def base_of(key: str) -> str:
+    """The plain resource of a quota key (`nvidia.com/gpu@X` -> `nvidia.com/gpu`)."""
+    return key.split(MODEL_SEP, 1)[0]
+
+
+def model_key(resource: str, model: str) -> str:
+    return f"{resource}{MODEL_SEP}{model}"
+
+
+def check_key(key: str) -> None:
+    """ValueError when `key` names a model wrongly (a plain key always passes)."""
+    if MODEL_SEP not in key:
+        return
+    resource, product = key.split(MODEL_SEP, 1)
+    if not _takes_model(resource):
+        raise ValueError(
+            f"only nvidia.com/gpu and nvidia.com/mig-* may name a GPU model, not {resource!r}"
+        )
+    if not _LABEL_VALUE.match(product):
+        raise ValueError(f"GPU model {product!r} is not a valid label value")
+
+
+def model_of_product(product: str) -> str:
+    """The model a node's `nvidia.com/gpu.product` value stands for ("" when none)."""
+    if product.endswith(_SHARED_SUFFIX):
+        product = product[: -len(_SHARED_SUFFIX)]
+    return _MIG_SUFFIX.sub("", product)
+
+
+def has_model_keys(keys: Iterable[str]) -> bool:
+    return any(MODEL_SEP in key for key in keys)
+
+
+def model_amounts(amounts: Mapping[str, int], model: str) -> dict[str, int]:
+    """The model keys `amounts` adds when placed on a node of `model` (none without a model)."""
+    if not model:
+        return {}
+    return {model_key(r, model): q for r, q in amounts.items() if _takes_model(r) and q}
+
+
+def blocked_models(
+    models: Iterable[str],
+    demand: Mapping[str, int],
+    problem_of: Callable[[Mapping[str, int]], str | None],
+) -> dict[str, str]:
+    """The models whose keys `demand` would breach, each with the breach (`problem_of` is the
+    admission check of the unit's path, e.g. `admission_problem` bound to the tree and usage)."""
+    out: dict[str, str] = {}
+    for model in models:
+        extra = model_amounts(demand, model)
+        if extra:
+            breach = problem_of(extra)
+            if breach is not None:
+                out[model] = breach
+    return out

@@ -37,7 +37,12 @@ def _serve_until_up(control, backend, args, users: str, seen: dict) -> int:
 
     def watch() -> None:
         try:
-            wait_until(lambda: down_reason(layout.status_file, time.time()) is None)
+            # Up, and each user's stand-in has recorded its start (a child process under load
+            # may be running before its first line has run).
+            wait_until(
+                lambda: down_reason(layout.status_file, time.time()) is None
+                and len(control.records("start")) >= len(parse_users(users))
+            )
             seen["status"] = decode_status(layout.status_file.read_text(encoding="utf-8"))
             seen["modes"] = dict(backend.nvml.compute_modes)
             seen["shm"] = stat.S_IMODE(os.stat(layout.shm_dir).st_mode)

@@ -137,7 +137,13 @@ class Scheduler:
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
-        """A full list of `kind`: apply every object, delete what is no longer there."""
+        """A full list of `kind`: apply every object, delete what is no longer there. Pods are
+        read before the lock is taken (as `event` reads them), so the other informers' lists
+        go into the cache meanwhile."""
+        reads: list[PodInfo | None] = [None] * len(items)
+        if kind == PODS:
+            pods, name = self.cache.pods, self.cache.scheduler_name
+            reads = [read_pod(obj, name, pods.get(key_of(obj))) for obj in items]
         with self.cache.lock, self.queue.batch():
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
@@ -148,8 +154,8 @@ class Scheduler:
                 return
             before = set(self.cache.keys_of(kind))
             seen = set()
-            for obj in items:
-                self._apply(kind, "ADDED", obj)
+            for obj, read in zip(items, reads, strict=True):
+                self._apply(kind, "ADDED", obj, read)
                 seen.add(_key(kind, obj))
             for key in before - seen:
                 self._apply(kind, "DELETED", _stub(kind, key))

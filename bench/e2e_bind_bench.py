@@ -34,6 +34,7 @@ times each, each in a fresh process, and prints every run and the medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import statistics
@@ -227,24 +228,42 @@ def _metrics(runtime: Any) -> dict[str, Any]:
 
 
 def _timed_start(runtime: Any) -> dict[str, Any]:
-    """Wrap the informers' list calls and the cache's `replace` (instance attributes, so any
-    checkout's `Runtime` can be measured) to record each collection's list and cache build
-    (wall seconds, end relative to the start); `t0` is set when the clock starts."""
+    """Wrap the informers' list calls and the cache's list intake (instance attributes, so any
+    checkout's `Runtime` can be measured; a paged list's pages add up) to record each
+    collection's list and cache build: [wall seconds, ended at (from the start)]; `t0` is set
+    when the clock starts."""
     stamps: dict[str, Any] = {"t0": 0.0, "list": {}, "build": {}}
-    kube_list, replace = runtime.kube.list, runtime.scheduler.replace
 
     def timed(record: dict[str, Any], name: str, call: Any, *args: Any) -> Any:
         begin = time.monotonic()
         out = call(*args)
         end = time.monotonic()
-        record[name] = [round(end - begin, 3), round(end - stamps["t0"], 3)]
+        spent = record.get(name, [0.0])[0] + end - begin
+        record[name] = [round(spent, 3), round(end - stamps["t0"], 3)]
         return out
 
-    runtime.kube.list = lambda kind: timed(stamps["list"], kind.name, kube_list, kind)
-    runtime.scheduler.replace = lambda kind, items: timed(
-        stamps["build"], kind, replace, kind, items
-    )
+    def pages(call: Any, kind: Any) -> Any:
+        it = iter(call(kind))
+        while (page := timed(stamps["list"], kind.name, next, it, None)) is not None:
+            yield page
+
+    kube, scheduler = runtime.kube, runtime.scheduler
+    kube.list = _by_kind(timed, stamps["list"], type(kube).list.__get__(kube))
+    if hasattr(kube, "list_pages"):
+        kube.list_pages = functools.partial(pages, type(kube).list_pages.__get__(kube))
+    for method in ("replace", "page", "listed"):
+        if hasattr(scheduler, method):
+            bound = getattr(type(scheduler), method).__get__(scheduler)
+            setattr(scheduler, method, functools.partial(_by_name, timed, stamps["build"], bound))
     return stamps
+
+
+def _by_kind(timed: Any, record: dict[str, Any], call: Any) -> Any:
+    return lambda kind: timed(record, kind.name, call, kind)
+
+
+def _by_name(timed: Any, record: dict[str, Any], call: Any, kind: str, *args: Any) -> Any:
+    return timed(record, kind, call, kind, *args)
 
 
 def _start_span(runtime: Any, pods: int, timeout: float) -> dict[str, Any]:

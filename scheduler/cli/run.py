@@ -255,7 +255,14 @@ class Runtime:
             preemption=cfg.preemption,
         )
         self.informers = [
-            Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
+            Informer(
+                kube,
+                kind,
+                self.scheduler,
+                self.stop_event,
+                watch_timeout=watch_timeout,
+                stream=kind in (NODES, NRTS, PODGROUPS, PODS),
+            )
             for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
@@ -276,8 +283,12 @@ class Runtime:
             lease_duration=timing.duration,
             renew_deadline=timing.renew_deadline,
             retry_period=timing.retry_period,
-            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+            on_change=self._leadership_changed,
         )
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self.metrics.leader.set(1 if leader else 0)
+        self.scheduler.wake()
 
     def _gpu_counts(self) -> GpuCounts:
         with self.cache.lock:
@@ -288,6 +299,8 @@ class Runtime:
         return all(i.synced.is_set() for i in self.informers)
 
     def start(self) -> None:
+        """Informers, cache and metrics start at once on every replica, leader or not: a
+        standby keeps its cache warm, and only its scheduling loop waits for the lease."""
         self.server.start()
         for informer in self.informers:
             informer.start()
@@ -313,6 +326,7 @@ class Runtime:
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stop_event.set()
+        self.scheduler.wake()
         self.queue.close()
         for informer in self.informers:
             informer.close()

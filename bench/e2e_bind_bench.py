@@ -229,9 +229,8 @@ def _metrics(runtime: Any) -> dict[str, Any]:
 
 def _timed_start(runtime: Any) -> dict[str, Any]:
     """Wrap the informers' list calls and the cache's list intake (instance attributes, so any
-    checkout's `Runtime` can be measured; a paged list's pages add up) to record each
-    collection's list and cache build: [wall seconds, ended at (from the start)]; `t0` is set
-    when the clock starts."""
+    checkout's `Runtime` can be measured) to record each collection's list and cache build:
+    [wall seconds, ended at (from the start)]; `t0` is set when the clock starts."""
     stamps: dict[str, Any] = {"t0": 0.0, "list": {}, "build": {}}
 
     def timed(record: dict[str, Any], name: str, call: Any, *args: Any) -> Any:
@@ -242,19 +241,10 @@ def _timed_start(runtime: Any) -> dict[str, Any]:
         record[name] = [round(spent, 3), round(end - stamps["t0"], 3)]
         return out
 
-    def pages(call: Any, kind: Any) -> Any:
-        it = iter(call(kind))
-        while (page := timed(stamps["list"], kind.name, next, it, None)) is not None:
-            yield page
-
     kube, scheduler = runtime.kube, runtime.scheduler
     kube.list = _by_kind(timed, stamps["list"], type(kube).list.__get__(kube))
-    if hasattr(kube, "list_pages"):
-        kube.list_pages = functools.partial(pages, type(kube).list_pages.__get__(kube))
-    for method in ("replace", "page", "listed"):
-        if hasattr(scheduler, method):
-            bound = getattr(type(scheduler), method).__get__(scheduler)
-            setattr(scheduler, method, functools.partial(_by_name, timed, stamps["build"], bound))
+    bound = type(scheduler).replace.__get__(scheduler)
+    scheduler.replace = functools.partial(_by_name, timed, stamps["build"], bound)
     return stamps
 
 

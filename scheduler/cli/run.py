@@ -255,14 +255,7 @@ class Runtime:
             preemption=cfg.preemption,
         )
         self.informers = [
-            Informer(
-                kube,
-                kind,
-                self.scheduler,
-                self.stop_event,
-                watch_timeout=watch_timeout,
-                stream=kind in (NODES, NRTS, PODGROUPS, PODS),
-            )
+            Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
             for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -37,8 +37,6 @@ from scheduler.kubeapi.pooled_writes import PooledWriter
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-LIST_PAGE = 500  # objects per page of a streamed list (`list_pages`)
-Page = tuple[list[dict[str, Any]], str]  # a list page's objects, the list's resourceVersion
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
@@ -143,24 +141,6 @@ class KubeClient:
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
         )
-
-    def list_pages(self, kind: Kind, limit: int = LIST_PAGE) -> Iterator[Page]:
-        """Every object of `kind`, `limit` at a time (`continue` tokens), each page as soon as
-        it came, with the resourceVersion of the first page: the API server serves every page
-        of one list from that version, and a watch from it sees whatever changed since."""
-        token, first_rv = "", None
-        while True:
-            more = {"_continue": token} if token else {}
-            with api_call(f"list {kind.name}"):
-                resp = self._list_call(kind, limit=limit, _request_timeout=self.timeout, **more)
-                body = _body(resp)
-            meta = body.get("metadata") or {}
-            if first_rv is None:
-                first_rv = str(meta.get("resourceVersion", ""))
-            yield list(body.get("items") or []), first_rv
-            token = str(meta.get("continue") or "")
-            if not token:
-                return
 
     def watch(self, kind: Kind, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
         """Open a watch of `kind` after `resource_version`."""

@@ -24,10 +24,6 @@ log = logging.getLogger(__name__)
 class Sink(Protocol):
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None: ...
 
-    def page(self, kind: str, items: list[dict[str, Any]]) -> set[str]: ...
-
-    def listed(self, kind: str, seen: set[str]) -> None: ...
-
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None: ...
 
 
@@ -46,13 +42,8 @@ class Informer:
         watch_timeout: int = 300,
         retry: float = 1.0,
         missing_retry: float = 30.0,
-        stream: bool = False,
     ) -> None:
-        """`stream`: list page by page, each page into the sink as it comes (`sink.page`, then
-        `sink.listed` with every key seen), so the cache is built while the API server still
-        sends the rest; else the whole list at once (`sink.replace`)."""
         self._kube, self.kind, self._sink, self._stop = kube, kind, sink, stop
-        self._stream_list = stream
         self._watch_timeout, self._retry, self._missing_retry = watch_timeout, retry, missing_retry
         self.synced = threading.Event()
         self._stream: WatchStream | None = None
@@ -94,42 +85,17 @@ class Informer:
     def _list(self) -> str | None:
         """List into the sink; None when the resource is not served (CRD not installed)."""
         try:
-            resource_version = self._list_pages() if self._stream_list else self._list_whole()
+            items, resource_version = self._kube.list(self.kind)
         except NotFoundError:
             log.warning("%s: not served by the API server (CRD not installed?)", self.kind.name)
             self._sink.replace(self.kind.name, [])
             self.synced.set()
             return None
-        self.synced.set()
-        return resource_version
-
-    def _list_whole(self) -> str:
-        items, resource_version = self._kube.list(self.kind)
         try:
             self._sink.replace(self.kind.name, items)
         except Exception:
             log.exception("%s: handling the list failed", self.kind.name)
-        return resource_version
-
-    def _list_pages(self) -> str:
-        """Each page into the sink as it comes; what the list no longer holds is deleted once
-        the last page came (a list that fails half-way deletes nothing and is listed again; a page
-        the sink failed on, logged, leaves the deletions out)."""
-        seen: set[str] | None = set()
-        resource_version = ""
-        for items, rv in self._kube.list_pages(self.kind):
-            resource_version = rv
-            try:
-                keys = self._sink.page(self.kind.name, items)
-                seen = None if seen is None else seen | keys
-            except Exception:
-                log.exception("%s: handling a list page failed", self.kind.name)
-                seen = None  # which keys that page held is unknown: nothing is deleted
-        try:
-            if seen is not None:
-                self._sink.listed(self.kind.name, seen)
-        except Exception:
-            log.exception("%s: handling the list failed", self.kind.name)
+        self.synced.set()
         return resource_version
 
     def _deliver(self, etype: str, obj: dict[str, Any]) -> None:

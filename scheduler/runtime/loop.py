@@ -138,33 +138,27 @@ class Scheduler:
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
-        """A full list of `kind`: apply every object, delete what is no longer there."""
-        if kind in (QUEUES, ELASTIC_QUOTAS, PDBS):
-            with self.cache.lock, self.queue.batch():
-                if kind == PDBS:
-                    self.cache.budgets.replace(items, self.cache.pods.values())
-                elif self.quota.on_queue(kind, "ADDED", None, items):  # one tree rebuild
-                    self._requeue_all()
-            return
-        self.listed(kind, self.page(kind, items))
-
-    def page(self, kind: str, items: list[dict[str, Any]]) -> set[str]:
-        """One page of a list of `kind` (not Queues, ElasticQuotas or PDBs, which need their
-        whole list at once): apply every object; returns their keys. Pods are read before the
-        lock is taken (as `event` reads them), so other lists go into the cache meanwhile."""
+        """A full list of `kind`: apply every object, delete what is no longer there. Pods are
+        read before the lock is taken (as `event` reads them), so the other informers' lists
+        go into the cache meanwhile."""
         reads: list[PodInfo | None] = [None] * len(items)
         if kind == PODS:
             pods, name = self.cache.pods, self.cache.scheduler_name
             reads = [read_pod(obj, name, pods.get(key_of(obj))) for obj in items]
         with self.cache.lock, self.queue.batch():
+            if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
+                if self.quota.on_queue(kind, "ADDED", None, items):
+                    self._requeue_all()
+                return
+            if kind == PDBS:
+                self.cache.budgets.replace(items, self.cache.pods.values())
+                return
+            before = set(self.cache.keys_of(kind))
+            seen = set()
             for obj, read in zip(items, reads, strict=True):
                 self._apply(kind, "ADDED", obj, read)
-        return {_key(kind, obj) for obj in items}
-
-    def listed(self, kind: str, seen: set[str]) -> None:
-        """Every page of a list of `kind` came: delete what it no longer holds."""
-        with self.cache.lock, self.queue.batch():
-            for key in set(self.cache.keys_of(kind)) - seen:
+                seen.add(_key(kind, obj))
+            for key in before - seen:
                 self._apply(kind, "DELETED", _stub(kind, key))
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:

@@ -313,8 +313,9 @@ class Runtime:
     def _schedule_when_synced(self, stop: threading.Event) -> None:
         """Schedule only once every collection was listed: before the Queues are known, a pod
         would be admitted against no quota (a new leader could exceed a max)."""
-        while not stop.is_set() and not self.ready():
-            stop.wait(0.05)
+        for informer in self.informers:  # woken by each sync, checking `stop` meanwhile
+            while not stop.is_set() and not informer.synced.wait(0.05):
+                pass
         self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:

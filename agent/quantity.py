@@ -7,6 +7,7 @@ pure codecs can use it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -45,6 +46,13 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(value)
     if not isinstance(value, str):
         raise ValueError(f"not a quantity: {value!r}")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """A quantity string's value, remembered: a cluster spells its quantities a few ways
+    (`1`, `2Gi`, `500m`) across thousands of objects, and a Fraction is immutable."""
     match = _PATTERN.match(value.strip())
     if match is None:
         raise ValueError(f"not a quantity: {value!r}")

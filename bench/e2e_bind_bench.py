@@ -21,6 +21,11 @@ thread's own CPU clock at both ends of the span (nothing is timed inside the sch
     report  the reporter's workers: Events and `PodScheduled=False` writes
     other   the rest of the process (this benchmark's own polling, the metrics server)
 
+`--start` stores the pods before the scheduler starts and measures from its start (a restart
+or a failover with work waiting): the time to the first bind and its parts (when each collection
+was listed and built into the cache, when every informer synced, the first cycle), pods/s from
+the start and between the first and the last bind; the CPU then includes the start.
+
 `--root DIR` runs the scheduler (and the fake API server) of another checkout, so one harness
 measures two commits; `--compare BASE_DIR` runs base and this checkout alternately, `--runs`
 times each, each in a fresh process, and prints every run and the medians.
@@ -29,6 +34,7 @@ times each, each in a fresh process, and prints every run and the medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import statistics
@@ -221,18 +227,81 @@ def _metrics(runtime: Any) -> dict[str, Any]:
     return {"attempts": attempts, "meanCycleMs": 1000 * (sample(f"{cycle}_sum") or 0.0) / cycles}
 
 
-def run(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
+def _timed_start(runtime: Any) -> dict[str, Any]:
+    """Wrap the informers' list calls and the cache's list intake (instance attributes, so any
+    checkout's `Runtime` can be measured) to record each collection's list and cache build:
+    [wall seconds, ended at (from the start)]; `t0` is set when the clock starts."""
+    stamps: dict[str, Any] = {"t0": 0.0, "list": {}, "build": {}}
+
+    def timed(record: dict[str, Any], name: str, call: Any, *args: Any) -> Any:
+        begin = time.monotonic()
+        out = call(*args)
+        end = time.monotonic()
+        spent = record.get(name, [0.0])[0] + end - begin
+        record[name] = [round(spent, 3), round(end - stamps["t0"], 3)]
+        return out
+
+    kube, scheduler = runtime.kube, runtime.scheduler
+    kube.list = _by_kind(timed, stamps["list"], type(kube).list.__get__(kube))
+    bound = type(scheduler).replace.__get__(scheduler)
+    scheduler.replace = functools.partial(_by_name, timed, stamps["build"], bound)
+    return stamps
+
+
+def _by_kind(timed: Any, record: dict[str, Any], call: Any) -> Any:
+    return lambda kind: timed(record, kind.name, call, kind)
+
+
+def _by_name(timed: Any, record: dict[str, Any], call: Any, kind: str, *args: Any) -> Any:
+    return timed(record, kind, call, kind, *args)
+
+
+def _start_span(runtime: Any, pods: int, timeout: float) -> dict[str, Any]:
+    """Start the scheduler with the pods already pending and measure until it bound them all:
+    when each collection was listed and built into the cache, when every informer synced, the
+    first and the last bind, all from the start."""
+    stamps = _timed_start(runtime)
+    start, cpu_start, threads_start = time.monotonic(), time.process_time(), thread_cpu()
+    stamps["t0"] = start
+    runtime.start()
+
+    def since_start(predicate: Any, interval: float) -> float | None:
+        done = _wait(predicate, timeout, interval)
+        return None if done is None else time.monotonic() - start
+
+    synced = since_start(runtime.ready, 0.001)
+    first = since_start(lambda: _counter(runtime.metrics.binds, "bound") >= 1, 0.001)
+    elapsed = since_start(lambda: _counter(runtime.metrics.binds, "bound") >= pods, 0.005)
+    cpu, threads_end = time.process_time() - cpu_start, thread_cpu()
+    return {
+        "elapsed": elapsed,
+        "first": first,
+        "synced": synced,
+        "lists": stamps["list"],
+        "builds": stamps["build"],
+        "cpu": cpu,
+        "parts": breakdown(threads_start, threads_end, cpu),
+    }
+
+
+def run(nodes: int, pods: int, timeout: float, from_start: bool = False) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=serve_fake, args=(nodes, child), daemon=True)
     proc.start()
     port = parent.recv()
     runtime = _runtime(port)
-    runtime.start()
+    if from_start:
+        parent.send(("pods", pods))
+        parent.recv()
     try:
-        if _wait(runtime.ready, 60) is None:
-            raise SystemExit("the scheduler's cache did not sync within 60 s")
-        span = _bind_span(runtime, parent, pods, timeout)
+        if from_start:
+            span = _start_span(runtime, pods, timeout)
+        else:
+            runtime.start()
+            if _wait(runtime.ready, 60) is None:
+                raise SystemExit("the scheduler's cache did not sync within 60 s")
+            span = _bind_span(runtime, parent, pods, timeout)
         counts = _metrics(runtime)
     finally:
         runtime.stop()
@@ -250,9 +319,10 @@ def _result(
 ) -> dict[str, Any]:
     elapsed, first, cpu = span["elapsed"], span["first"], span["cpu"]
     per_pod = {part: round(1e6 * seconds / pods, 1) for part, seconds in span["parts"].items()}
-    return {
+    out = {
         "nodes": nodes,
         "pods": pods,
+        "fromStart": "synced" in span,
         "seconds": None if elapsed is None else round(elapsed, 3),
         "boundPodsPerSecond": None if elapsed is None else round(pods / elapsed, 1),
         "firstBindSeconds": None if first is None else round(first, 3),
@@ -262,6 +332,25 @@ def _result(
         "attempts": counts["attempts"],
         "meanCycleMs": round(counts["meanCycleMs"], 3),
         "check": check,
+    }
+    if "synced" in span:
+        out.update(_start_figures(pods, span))
+    return out
+
+
+def _start_figures(pods: int, span: dict[str, Any]) -> dict[str, Any]:
+    """Where the start went: every informer synced, the first cycle (synced to first bind),
+    each collection's list and cache build ([seconds, ended at]), the rate after the first."""
+    synced, first, elapsed = span["synced"], span["first"], span["elapsed"]
+    after = None
+    if first is not None and elapsed is not None and elapsed > first:
+        after = round((pods - 1) / (elapsed - first), 1)
+    return {
+        "syncedSeconds": None if synced is None else round(synced, 3),
+        "firstCycleSeconds": None if first is None or synced is None else round(first - synced, 3),
+        "listSeconds": span["lists"],
+        "cacheBuildSeconds": span["builds"],
+        "boundPodsPerSecondAfterFirst": after,
     }
 
 
@@ -274,6 +363,14 @@ def _print(result: dict[str, Any]) -> None:
     )
     parts = ", ".join(f"{k} {v}" for k, v in result["cpuPerBoundPodUsByPart"].items())
     print(f"CPU per bound pod: {result['cpuPerBoundPodUs']} us ({parts})")
+    if result["fromStart"]:
+        print(
+            f"from start: all informers synced after {result['syncedSeconds']} s, first cycle "
+            f"{result['firstCycleSeconds']} s, {result['boundPodsPerSecondAfterFirst']} bound "
+            "pods/s between the first and the last bind"
+        )
+        print(f"list [s, ended at s]: {result['listSeconds']}")
+        print(f"cache build [s, ended at s]: {result['cacheBuildSeconds']}")
     print(f"attempts: {result['attempts']}, mean cycle {result['meanCycleMs']} ms")
     print(f"check: {result['check']}")
 
@@ -282,7 +379,7 @@ def _one(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One run of `root`'s scheduler in a fresh process (this file, `--root root --json`)."""
     command = [sys.executable, __file__, "--root", str(root), "--json"]
     command += ["--nodes", str(args.nodes), "--pods", str(args.pods)]
-    command += ["--timeout", str(args.timeout)]
+    command += ["--timeout", str(args.timeout), *(["--start"] if args.start else [])]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 and not done.stdout.strip():
         raise SystemExit(f"run of {root} failed:\n{done.stderr[-2000:]}")
@@ -298,9 +395,17 @@ def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
             result = _one(root, args)
             runs[label].append(result)
             parts = result["cpuPerBoundPodUsByPart"]
+            start = ""
+            if result["fromStart"]:
+                start = (
+                    f", first bind {result['firstBindSeconds']} s (synced "
+                    f"{result['syncedSeconds']} s, lists {result['listSeconds']}, builds "
+                    f"{result['cacheBuildSeconds']}), {result['boundPodsPerSecondAfterFirst']} "
+                    "pods/s after the first"
+                )
             print(
                 f"run {i + 1} {label}: {result['cpuPerBoundPodUs']} us CPU/pod {parts}, "
-                f"{result['boundPodsPerSecond']} pods/s, bound {result['check']['bound']}",
+                f"{result['boundPodsPerSecond']} pods/s, bound {result['check']['bound']}{start}",
                 flush=True,
             )
     summary = {label: _medians(results) for label, results in runs.items()}
@@ -308,6 +413,12 @@ def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         print(f"median {label}: {med}")
     ratio = summary["new"]["cpuPerBoundPodUs"] / summary["base"]["cpuPerBoundPodUs"]
     print(f"CPU per bound pod new/base: {ratio:.3f}")
+    if args.start:
+        firsts = [
+            f"{n['firstBindSeconds'] / b['firstBindSeconds']:.2f}"
+            for b, n in zip(runs["base"], runs["new"], strict=True)
+        ]
+        print(f"time to first bind new/base, run by run: {', '.join(firsts)}")
     return {"runs": runs, "medians": summary, "cpuRatio": ratio}
 
 
@@ -316,6 +427,7 @@ def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
         return round(statistics.median(values), 1)
 
     return {
+        "firstBindSeconds": round(statistics.median(r["firstBindSeconds"] for r in results), 3),
         "cpuPerBoundPodUs": med([r["cpuPerBoundPodUs"] for r in results]),
         "boundPodsPerSecond": med([r["boundPodsPerSecond"] or 0.0 for r in results]),
         "boundPodsPerSecondRange": [
@@ -338,6 +450,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout whose scheduler runs")
     parser.add_argument("--compare", type=Path, metavar="BASE_DIR", help="base checkout")
     parser.add_argument("--runs", type=int, default=3, help="runs of each with --compare")
+    parser.add_argument(
+        "--start",
+        action="store_true",
+        help="store the pods before the scheduler starts; measure from its start",
+    )
     args = parser.parse_args(argv)
     if args.compare is not None:
         summary = compare(args.compare.resolve(), args)
@@ -345,7 +462,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps(summary))
         return 0
     sys.path.insert(0, str(args.root.resolve()))
-    result = run(args.nodes, args.pods, args.timeout)
+    result = run(args.nodes, args.pods, args.timeout, args.start)
     if args.json:
         print(json.dumps(result))
     else:

@@ -276,8 +276,12 @@ class Runtime:
             lease_duration=timing.duration,
             renew_deadline=timing.renew_deadline,
             retry_period=timing.retry_period,
-            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+            on_change=self._leadership_changed,
         )
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self.metrics.leader.set(1 if leader else 0)
+        self.scheduler.wake()
 
     def _gpu_counts(self) -> GpuCounts:
         with self.cache.lock:
@@ -288,6 +292,8 @@ class Runtime:
         return all(i.synced.is_set() for i in self.informers)
 
     def start(self) -> None:
+        """Informers, cache and metrics start at once on every replica, leader or not: a
+        standby keeps its cache warm, and only its scheduling loop waits for the lease."""
         self.server.start()
         for informer in self.informers:
             informer.start()
@@ -307,12 +313,14 @@ class Runtime:
     def _schedule_when_synced(self, stop: threading.Event) -> None:
         """Schedule only once every collection was listed: before the Queues are known, a pod
         would be admitted against no quota (a new leader could exceed a max)."""
-        while not stop.is_set() and not self.ready():
-            stop.wait(0.05)
+        for informer in self.informers:  # woken by each sync, checking `stop` meanwhile
+            while not stop.is_set() and not informer.synced.wait(0.05):
+                pass
         self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stop_event.set()
+        self.scheduler.wake()
         self.queue.close()
         for informer in self.informers:
             informer.close()

@@ -105,6 +105,7 @@ class Scheduler:
         self._kube, self.cache, self.queue, self._scoring = kube, cache, queue, scoring
         self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
         self._settings = settings or LoopSettings()
+        self._wake = threading.Event()  # ends a standby's idle wait (`wake`)
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
@@ -140,7 +141,13 @@ class Scheduler:
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
-        """A full list of `kind`: apply every object, delete what is no longer there."""
+        """A full list of `kind`: apply every object, delete what is no longer there. Pods are
+        read before the lock is taken (as `event` reads them), so the other informers' lists
+        go into the cache meanwhile."""
+        reads: list[PodInfo | None] = [None] * len(items)
+        if kind == PODS:
+            pods, name = self.cache.pods, self.cache.scheduler_name
+            reads = [read_pod(obj, name, pods.get(key_of(obj))) for obj in items]
         with self.cache.lock, self.queue.batch():
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
@@ -151,8 +158,8 @@ class Scheduler:
                 return
             before = set(self.cache.keys_of(kind))
             seen = set()
-            for obj in items:
-                self._apply(kind, "ADDED", obj)
+            for obj, read in zip(items, reads, strict=True):
+                self._apply(kind, "ADDED", obj, read)
                 seen.add(_key(kind, obj))
             for key in before - seen:
                 self._apply(kind, "DELETED", _stub(kind, key))
@@ -271,7 +278,8 @@ class Scheduler:
         while not stop.is_set():
             if not self._fence.may_bind():
                 leading = False
-                stop.wait(self._settings.idle_wait)
+                self._wake.wait(self._settings.idle_wait)
+                self._wake.clear()
                 continue
             if not leading:  # (again) the leader: take over the nominations the API shows
                 leading = True
@@ -287,6 +295,11 @@ class Scheduler:
                 last_queue_report = self._clock()
                 with self.cache.lock:
                     self.quota.report()
+
+    def wake(self) -> None:
+        """End a standby's idle wait now: the lease was taken (its cache is warm, so it binds at
+        once instead of at its next idle check), lost, or the loop is stopping."""
+        self._wake.set()
 
     def schedule_next(self, timeout: float) -> bool:
         """Pop and try one unit; False when none came within `timeout`."""

@@ -11,6 +11,8 @@ the devices it assigned there.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -99,10 +101,34 @@ def _request(
         and placement_inputs_equal(previous.obj, obj)
     ):
         return previous.request, previous.error
+    inputs = _inputs_text(obj)
+    known = _READ.get(inputs)
+    if known is not None:
+        return dataclasses.replace(known, key=key), None
     try:
-        return pod_request(obj, key), None
+        request = pod_request(obj, key)
     except ValueError as exc:
         return PodRequest(key=key), str(exc)
+    if len(_READ) >= _READ_SIZE:
+        _READ.clear()
+    _READ[inputs] = request
+    return request, None
+
+
+# Requests read lately, by `_inputs_text`: the pods of one Job or ReplicaSet share a template, so
+# a list of thousands of pods reads each template once (a start-up reads every pod).
+_READ: dict[str, PodRequest] = {}
+_READ_SIZE = 1024
+
+
+def _inputs_text(obj: Obj) -> str:
+    """What `pod_request` reads of `obj` (`placement_inputs_equal`), as text: the labels and the
+    spec but `nodeName`. Equal text means equal inputs (a different key order only misses)."""
+    spec = obj.get("spec") or {}
+    if "nodeName" in spec:
+        spec = {k: v for k, v in spec.items() if k != "nodeName"}
+    labels = (obj.get("metadata") or {}).get("labels")
+    return json.dumps([labels, spec], separators=(",", ":"), default=str)
 
 
 def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> PodInfo:

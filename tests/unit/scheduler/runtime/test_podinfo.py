@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from agent.objkey import object_key
 from scheduler.runtime.podinfo import parse_time, read_pod
 from tests.builders.pods import container, pod
@@ -58,3 +60,23 @@ def test_a_pod_with_a_deletion_timestamp_is_terminating_and_still_takes_room():
     info = read_pod(body, "s")
     assert info.terminating is True
     assert info.counted is True
+
+
+def test_pods_of_one_template_share_a_reading_under_their_own_keys():
+    """A Job's pods (one template) get equal requests, each under its own key; a pod whose
+    labels or spec differ gets its own reading."""
+    limits = {"nvidia.com/gpu": 2}
+    labels = {"scheduling.x-k8s.io/pod-group": "train"}
+    first, second = (
+        read_pod(pod(f"w-{i}", "ml", containers=[container(limits=limits)], labels=labels), "s")
+        for i in range(2)
+    )
+    other_group = read_pod(
+        pod("x", "ml", containers=[container(limits=limits)], labels={**labels, "v": "1"}), "s"
+    )
+    bigger = read_pod(pod("y", "ml", containers=[container(limits={"nvidia.com/gpu": 4})]), "s")
+    assert (first.request.key, second.request.key) == ("ml/w-0", "ml/w-1")
+    assert dataclasses.replace(second.request, key="ml/w-0") == first.request
+    assert other_group.request.key == "ml/x"
+    assert other_group.request.pod_group == "train"
+    assert (first.request.gpus, bigger.request.gpus) == (2, 4)

@@ -25,7 +25,7 @@ from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot, TopologyConstraint
 from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
-from scheduler.runtime.podinfo import PodInfo, read_pod
+from scheduler.runtime.podinfo import PodInfo, RequestMemo, read_pod
 from scheduler.runtime.podspec import resource_list
 from scheduler.runtime.queuebook import QueueBook
 from scheduler.runtime.running import RunningUnits
@@ -137,11 +137,12 @@ class ClusterCache:
         self.queues = QueueBook()
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
+        self.requests = RequestMemo()  # pods of one template share a read request
 
     # -- pods ------------------------------------------------------------------------------
     def read_pod(self, obj: Obj) -> PodInfo:
         """`obj` as this scheduler reads it (pure: callable without the lock)."""
-        return read_pod(obj, self.scheduler_name)
+        return read_pod(obj, self.scheduler_name, memo=self.requests)
 
     def upsert_pod(self, obj: Obj, read: PodInfo | None = None) -> tuple[PodInfo | None, PodInfo]:
         """Record an added or updated pod; returns (before, after). `read`: `self.read_pod(obj)`,

@@ -147,7 +147,8 @@ class Scheduler:
         reads: list[PodInfo | None] = [None] * len(items)
         if kind == PODS:
             pods, name = self.cache.pods, self.cache.scheduler_name
-            reads = [read_pod(obj, name, pods.get(key_of(obj))) for obj in items]
+            memo = self.cache.requests
+            reads = [read_pod(obj, name, pods.get(key_of(obj)), memo) for obj in items]
         with self.cache.lock, self.queue.batch():
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
@@ -170,7 +171,7 @@ class Scheduler:
             # Only this informer's thread replaces pod entries, so the entry read without the
             # lock is the pod as last read (its request and object are never changed in place).
             previous = self.cache.pods.get(key_of(obj))
-            read = read_pod(obj, self.cache.scheduler_name, previous)
+            read = read_pod(obj, self.cache.scheduler_name, previous, self.cache.requests)
         with self.cache.lock:
             self._apply(kind, etype, obj, read)
 

@@ -90,7 +90,7 @@ def placement_inputs_equal(old: Obj, new: Obj) -> bool:
 
 
 def _request(
-    obj: Obj, key: ObjectKey, uid: str, previous: PodInfo | None
+    obj: Obj, key: ObjectKey, uid: str, previous: PodInfo | None, memo: RequestMemo | None
 ) -> tuple[PodRequest, str | None]:
     """The pod's request and the error that stops one being made; `previous`'s when it is the
     same pod (key and uid) and nothing placement reads changed."""
@@ -101,24 +101,32 @@ def _request(
         and placement_inputs_equal(previous.obj, obj)
     ):
         return previous.request, previous.error
-    inputs = _inputs_text(obj)
-    known = _READ.get(inputs)
+    inputs = _inputs_text(obj) if memo is not None else ""
+    known = memo.requests.get(inputs) if memo is not None else None
     if known is not None:
         return dataclasses.replace(known, key=key), None
     try:
         request = pod_request(obj, key)
     except ValueError as exc:
         return PodRequest(key=key), str(exc)
-    if len(_READ) >= _READ_SIZE:
-        _READ.clear()
-    _READ[inputs] = request
+    if memo is not None:
+        memo.keep(inputs, request)
     return request, None
 
 
-# Requests read lately, by `_inputs_text`: the pods of one Job or ReplicaSet share a template, so
-# a list of thousands of pods reads each template once (a start-up reads every pod).
-_READ: dict[str, PodRequest] = {}
-_READ_SIZE = 1024
+class RequestMemo:
+    """Requests read lately, by `_inputs_text`: the pods of one Job or ReplicaSet share a
+    template, so a list of thousands of pods reads each template once (a start-up reads every
+    pod). Owned by the cache; at most `size` templates, then it starts again."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.requests: dict[str, PodRequest] = {}
+        self._size = size
+
+    def keep(self, inputs: str, request: PodRequest) -> None:
+        if len(self.requests) >= self._size:
+            self.requests.clear()
+        self.requests[inputs] = request
 
 
 def _inputs_text(obj: Obj) -> str:
@@ -131,16 +139,22 @@ def _inputs_text(obj: Obj) -> str:
     return json.dumps([labels, spec], separators=(",", ":"), default=str)
 
 
-def read_pod(obj: Obj, scheduler_name: str, previous: PodInfo | None = None) -> PodInfo:
+def read_pod(
+    obj: Obj,
+    scheduler_name: str,
+    previous: PodInfo | None = None,
+    memo: RequestMemo | None = None,
+) -> PodInfo:
     """The pod as the API object says (bound or not; nothing assumed). Never raises: a malformed
     pod gets an empty request and `error` says what is wrong. `previous`: the same pod as last
-    read, whose request is kept when nothing placement reads changed."""
+    read, whose request is kept when nothing placement reads changed; `memo`: requests of pods
+    read before, reused for a pod of the same template."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
     name = str(meta.get("name") or "")
     key = object_key(namespace, name)
     uid = str(meta.get("uid") or "")
-    request, error = _request(obj, key, uid, previous)
+    request, error = _request(obj, key, uid, previous, memo)
     node = spec.get("nodeName")
     group = request.pod_group
     return PodInfo(

@@ -40,8 +40,10 @@ def _serve_until_up(control, backend, args, users: str, seen: dict) -> int:
             # Up, and each user's stand-in has recorded its start (a child process under load
             # may be running before its first line has run).
             wait_until(
-                lambda: down_reason(layout.status_file, time.time()) is None
-                and len(control.records("start")) >= len(parse_users(users))
+                lambda: (
+                    down_reason(layout.status_file, time.time()) is None
+                    and len(control.records("start")) >= len(parse_users(users))
+                )
             )
             seen["status"] = decode_status(layout.status_file.read_text(encoding="utf-8"))
             seen["modes"] = dict(backend.nvml.compute_modes)

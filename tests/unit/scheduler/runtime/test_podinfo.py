@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from agent.objkey import object_key
-from scheduler.runtime.podinfo import parse_time, read_pod
+from scheduler.runtime.podinfo import RequestMemo, parse_time, read_pod
 from tests.builders.pods import container, pod
 
 SCHEDULER = "gputopo-scheduler"
@@ -67,14 +67,25 @@ def test_pods_of_one_template_share_a_reading_under_their_own_keys():
     labels or spec differ gets its own reading."""
     limits = {"nvidia.com/gpu": 2}
     labels = {"scheduling.x-k8s.io/pod-group": "train"}
+    memo = RequestMemo()
     first, second = (
-        read_pod(pod(f"w-{i}", "ml", containers=[container(limits=limits)], labels=labels), "s")
+        read_pod(
+            pod(f"w-{i}", "ml", containers=[container(limits=limits)], labels=labels),
+            "s",
+            memo=memo,
+        )
         for i in range(2)
     )
+    assert len(memo.requests) == 1  # the second pod's reading came from the memo
     other_group = read_pod(
-        pod("x", "ml", containers=[container(limits=limits)], labels={**labels, "v": "1"}), "s"
+        pod("x", "ml", containers=[container(limits=limits)], labels={**labels, "v": "1"}),
+        "s",
+        memo=memo,
     )
-    bigger = read_pod(pod("y", "ml", containers=[container(limits={"nvidia.com/gpu": 4})]), "s")
+    bigger = read_pod(
+        pod("y", "ml", containers=[container(limits={"nvidia.com/gpu": 4})]), "s", memo=memo
+    )
+    assert len(memo.requests) == 3
     assert (first.request.key, second.request.key) == ("ml/w-0", "ml/w-1")
     assert dataclasses.replace(second.request, key="ml/w-0") == first.request
     assert other_group.request.key == "ml/x"

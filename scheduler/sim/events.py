@@ -1,10 +1,11 @@
 """Event mode: jobs arrive at their times, run for their durations, and gangs wait for room.
 
-Time advances from event to event (an arrival, a pod finishing, a starvation hold ending). After every event the pending
-jobs are tried in arrival order, none blocking the ones behind it: a gang (`minMember > 1`) places
-its first `minMember` replicas with `place_gang` (all or none; while it waits it holds nothing but
-a starvation hold, see `evictions`), then the rest one by one like any other replica. A pod runs `duration` seconds from the moment it
-is placed (for ever without one). A job is placed once all its replicas are; its gang wait is the
+Time advances from event to event (an arrival, a pod finishing, a starvation hold ending).
+After every event the pending jobs are tried in arrival order, none blocking the ones behind
+it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_gang` (all or
+none; while it waits it holds nothing but a starvation hold, see `evictions`), then the rest one
+by one like any other replica. A pod runs `duration` seconds from the moment it is placed (for
+ever without one). A job is placed once all its replicas are; its gang wait is the
 time from arrival until its gang was placed.
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the

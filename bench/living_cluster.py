@@ -11,14 +11,18 @@
 
 Both run in event mode with `shuffle_nodes` (the node order is drawn from the seed, as the
 protocol does), so deterministic policies vary across seeds too; `--given-order` turns it off
-(the built-in workload then matches `simulate` exactly). Per study and policy: mean and
-[min-max] over the seeds of utilisation (arrival window), fragmentation over time, p99 wait of
-2-, 4-, 8-GPU and gang pods, and the longest 8-GPU wait (every figure is defined in
+(the built-in workload then matches `simulate` exactly). Every policy runs the shipped
+`preemption:` block (the starvation guard, priority preemption, reclaim) unless
+`--no-preemption`. Per study and policy, mean and [min-max] over the seeds: the makespan, the
+mean wait over all pods, the GPU-weighted mean wait, mean completion time and slowdown,
+utilisation (arrival window), fragmentation over time, holds and evictions; then per pod class
+the p50 and p99 waits and the longest 8-GPU wait (every figure is defined in
 `scheduler/sim/README.md`). Runs go to `--jobs` processes.
 
     .venv/bin/python bench/living_cluster.py [--jobs 2] [--seeds 1-5] [--policies ...]
         [--studies builtin,trace] [--json] [--plot PREFIX]  # PREFIX-builtin.png, PREFIX-trace.png
         [--config scheduler.yaml]  # the gputopo policy with another scheduler config
+        [--no-preemption]
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from scheduler.sim.workload import ClusterSpec, Workload, load_cluster, load_wor
 
 TRACE_DIR = "alibaba-cluster-trace-gpu-v2023"
 STUDIES = ("builtin", "trace")
-CLASSES = ("2-gpu", "4-gpu", "8-gpu", "gang")
+CLASSES = ("share", "1-gpu", "2-gpu", "4-gpu", "8-gpu", "gang", "all")
 
 
 def traces_root() -> Path:
@@ -76,11 +80,24 @@ def inputs(study: str) -> tuple[ClusterSpec, Workload]:
 
 
 def one_run(
-    study: str, policy: str, seed: int, shuffle: bool, config: str | None = None
+    study: str,
+    policy: str,
+    seed: int,
+    shuffle: bool,
+    config: str | None = None,
+    preemption: bool = True,
 ) -> tuple[str, RunResult]:
     spec, workload = inputs(study)
     scheduler_config = load_config(config) if config else None
-    run = run_events(spec, workload, policy, seed, shuffle_nodes=shuffle, config=scheduler_config)
+    run = run_events(
+        spec,
+        workload,
+        policy,
+        seed,
+        shuffle_nodes=shuffle,
+        config=scheduler_config,
+        preemption=preemption,
+    )
     return study, run
 
 
@@ -89,28 +106,56 @@ def _spread(values: Sequence[float | None]) -> str:
     if not known:
         return "-"
     mean = statistics.fmean(known)
+    digits = 2 if max(abs(v) for v in known) < 10 else 1  # slowdowns: 1.12, not 1.1
     if len(known) == 1 or min(known) == max(known):
-        return f"{mean:,.1f}"
-    return f"{mean:,.1f} [{min(known):,.1f}-{max(known):,.1f}]"
+        return f"{mean:,.{digits}f}"
+    return f"{mean:,.{digits}f} [{min(known):,.{digits}f}-{max(known):,.{digits}f}]"
 
 
-def _p99(name: str) -> Callable[[RunResult], float | None]:
+Figure = Callable[[RunResult], float | None]
+
+
+def _wait(name: str, quantile: str) -> Figure:
     def get(run: RunResult) -> float | None:
         waits = run.waits.get(name)
-        return None if waits is None else waits.p99
+        return None if waits is None else getattr(waits, quantile)
 
     return get
 
 
-COLUMNS: tuple[tuple[str, Callable[[RunResult], float | None]], ...] = (
+def _figure(name: str) -> Figure:
+    def get(run: RunResult) -> float | None:
+        return None if run.figures is None else getattr(run.figures, name)
+
+    return get
+
+
+def _preempted(name: str) -> Figure:
+    def get(run: RunResult) -> float | None:
+        return None if run.preemption is None else getattr(run.preemption, name)
+
+    return get
+
+
+COLUMNS: tuple[tuple[str, Figure], ...] = (
+    ("makespan s", _figure("makespan")),
+    ("mean wait s", _wait("all", "mean")),
+    ("GPU-weighted wait s", _figure("gpu_weighted_wait")),
+    ("mean JCT s", _figure("mean_completion")),
+    ("mean slowdown", _figure("mean_slowdown")),
     ("util %", lambda r: r.utilisation),
     ("frag over time %", lambda r: r.fragmentation_mean),
-    *((f"p99 wait {c} s", _p99(c)) for c in CLASSES),
-    ("longest 8-GPU wait s", lambda r: r.longest_8gpu_wait),
+    ("holds", _preempted("holds")),
+    ("evicted", _preempted("pods_evicted")),
+)
+WAIT_COLUMNS: tuple[tuple[str, Figure], ...] = (
+    *((f"p50 {c}", _wait(c, "p50")) for c in CLASSES),
+    *((f"p99 {c}", _wait(c, "p99")) for c in CLASSES),
+    ("longest 8-GPU", lambda r: r.longest_8gpu_wait),
 )
 
 
-Column = tuple[str, Callable[[RunResult], float | None]]
+Column = tuple[str, Figure]
 
 
 def table(runs: Sequence[RunResult], columns: Sequence[Column] = COLUMNS) -> str:
@@ -140,6 +185,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--studies", default=",".join(STUDIES))
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--given-order", action="store_true", help="do not shuffle the node order")
+    p.add_argument(
+        "--no-preemption", action="store_true", help="run without the `preemption:` block"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
     p.add_argument("--plot", help="write PREFIX-<study>.png (allocation, fragmentation vs time)")
     p.add_argument(
@@ -157,7 +205,9 @@ def run_all(args: argparse.Namespace) -> dict[str, list[RunResult]]:
     results: dict[str, list[RunResult]] = {s: [] for s in studies}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [
-            pool.submit(one_run, s, p, seed, not args.given_order, args.config)
+            pool.submit(
+                one_run, s, p, seed, not args.given_order, args.config, not args.no_preemption
+            )
             for s, p, seed in work
         ]
         for future in futures:
@@ -187,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             replay = replay_document(trace_replay())
             extra = f" ({replay['podsReplayed']} pods, load {STUDY_LOAD:g}, {STUDY_NODES:g} nodes)"
         sys.stdout.write(f"\n## {study}{extra}\n" + table(runs))
+        sys.stdout.write("\nwaits (s) per pod class\n" + table(runs, WAIT_COLUMNS))
     sys.stdout.write(f"\n{elapsed:.0f} s on {args.jobs} processes\n")
     return 0
 

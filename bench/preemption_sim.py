@@ -41,7 +41,10 @@ from scheduler.sim.tenants import parse_shares, tenant_workload
 from scheduler.sim.workload import ClusterSpec, Workload, load_cluster, load_workload
 
 TRACE_DIR = "alibaba-cluster-trace-gpu-v2023"
-MODES = {"borrow": None, "borrow+reclaim": PreemptionSettings()}
+MODES: dict[str, PreemptionSettings | bool] = {
+    "borrow": False,
+    "borrow+reclaim": PreemptionSettings(),
+}
 
 
 def traces_root() -> Path:

@@ -15,6 +15,7 @@ a flag wins over the variable. `--config` is the scheduler config the gputopo po
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -97,9 +98,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quota",
-        help="with --tenants: borrow (max unlimited), hard (max = min), or borrow+reclaim "
-        "(borrow, and preemption and reclaim as the scheduler's `preemption:` defaults run "
-        "them) (default: borrow)",
+        help="with --tenants: borrow (max unlimited, no reclaim), hard (max = min), or "
+        "borrow+reclaim (borrow, and reclaim as the scheduler's `preemption:` defaults run it) "
+        "(default: borrow)",
+    )
+    p.add_argument(
+        "--no-preemption",
+        action="store_true",
+        help="event mode: run without the `preemption:` block (no priority preemption, reclaim "
+        "or starvation holds; default: the config's, the shipped defaults, for every policy)",
     )
     p.add_argument(
         "--load",
@@ -222,6 +229,18 @@ class Settings:
     gang_window: float | None = None
     node_share: float = 1.0
     shuffle_nodes: bool = False
+    preemption: bool = True  # event mode: the config's `preemption:` (--no-preemption: off)
+
+
+def _preemption(settings: Settings, config: SchedulerConfig | None) -> PreemptionSettings | bool:
+    """What event mode runs: the config's `preemption:` block (reclaim only with
+    `--quota borrow+reclaim` when there are tenants), or nothing."""
+    if not settings.preemption:
+        return False
+    shipped = (config or load_config(None)).preemption
+    if settings.tenants is not None and settings.quota != "borrow+reclaim":
+        return dataclasses.replace(shipped, reclaim=False)
+    return shipped
 
 
 def _run_all(
@@ -240,7 +259,7 @@ def _run_all(
                     config=config,
                     progress=progress,
                     shuffle_nodes=settings.shuffle_nodes,
-                    preemption=PreemptionSettings() if settings.quota == "borrow+reclaim" else None,
+                    preemption=_preemption(settings, config),
                 )
             else:
                 run = run_protocol(
@@ -324,6 +343,7 @@ def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         plot=_setting(args, "plot", environ, ""),
         tenants=_tenants(tenants_text, mode),
         quota=_quota(_setting(args, "quota", environ, "borrow")),
+        preemption=not args.no_preemption,
         **_replay_settings(args, environ),
     )
 

@@ -51,6 +51,7 @@ COLUMN_NOTES: dict[str, str] = {
     "class": "pod class: share (< 1 GPU), 1/2/4/8-gpu, gang (any pod of a gang), cpu, mig",
     "pods": "pods of the class that arrived",
     "started": "pods of the class that started",
+    "wait mean s": "mean wait from the job's arrival to the pod's start (pods that started)",
     "wait p50 s": "median wait from the job's arrival to the pod's start (pods that started)",
     "wait p99 s": "99th percentile of that wait (nearest rank)",
     "longest s": "the longest such wait",
@@ -67,6 +68,13 @@ COLUMN_NOTES: dict[str, str] = {
     "GPU-s lost": "GPU-seconds the evicted pods had run (they run again from the start)",
     "partial gangs": "gangs cut below minMember (must be 0)",
     "evictions without start": "victim sets after which the preemptor did not start (must be 0)",
+    "holds": "starvation holds taken (nodes kept for a unit waiting past starvationSeconds)",
+    "held GPU-s": "GPU-seconds those holds kept from other units",
+    "mean wait s": "mean wait over every pod that started (class all)",
+    "GPU-weighted wait s": "mean wait, each pod weighted by the GPUs it asks",
+    "mean JCT s": "mean job completion time: arrival to the end of its last pod (jobs that ended)",
+    "mean slowdown": "mean over those jobs of completion time / run time ((wait + run) / run)",
+    "makespan s": "first arrival to last departure",
 }
 
 
@@ -95,6 +103,7 @@ def inputs_document(settings: Any, spec: ClusterSpec, workload: Workload) -> dic
             shuffleNodes=settings.shuffle_nodes,
             tenants=settings.tenants,
             quota=settings.quota,
+            preemption=settings.preemption,
         )
     doc["nodeShare"] = settings.node_share
     return doc

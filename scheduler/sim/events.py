@@ -1,10 +1,11 @@
 """Event mode: jobs arrive at their times, run for their durations, and gangs wait for room.
 
-Time advances from event to event (an arrival or a pod finishing). After every event the pending
-jobs are tried in arrival order, none blocking the ones behind it: a gang (`minMember > 1`) places
-its first `minMember` replicas with `place_gang` (all or none; nothing is held while it waits),
-then the rest one by one like any other replica. A pod runs `duration` seconds from the moment it
-is placed (for ever without one). A job is placed once all its replicas are; its gang wait is the
+Time advances from event to event (an arrival, a pod finishing, a starvation hold ending).
+After every event the pending jobs are tried in arrival order, none blocking the ones behind
+it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_gang` (all or
+none; while it waits it holds nothing but a starvation hold, see `evictions`), then the rest one
+by one like any other replica. A pod runs `duration` seconds from the moment it is placed (for
+ever without one). A job is placed once all its replicas are; its gang wait is the
 time from arrival until its gang was placed.
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the
@@ -28,11 +29,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from agent.model import MILLI_PER_GPU
-from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig
+from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig, load_config
 from scheduler.placement import Assignment, PodRequest, place_gang
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.placement.shares import placed_milli as milli
-from scheduler.preemption import PreemptionSettings
+from scheduler.preemption import PreemptionSettings, Preemptor
 from scheduler.quota import (
     DEFAULT_QUEUE,
     Amounts,
@@ -103,6 +104,7 @@ class _EventRun:
         self._seq_of: dict[str, int] = {}  # pod key -> its finishing event (absent: cancelled)
         self._requeue: list[tuple[str, Pending]] = []  # evicted, back in their queue next pass
         self._restarted: set[str] = set()
+        self._stuck: set[str] = set()  # leaves with a unit that could not start, this pass
 
     def run(self, progress: Progress | None) -> None:
         self.clock.start = self.clock.now = self.jobs[0].arrival if self.jobs else 0.0
@@ -117,11 +119,15 @@ class _EventRun:
             while self.finishing and self.finishing[0][0] <= self.clock.now:
                 _t, seq, key, _milli = heapq.heappop(self.finishing)
                 if self._seq_of.get(key) == seq:
+                    self.book.finished(self._running[key][0].job, self.clock.now)
                     self._stopped(key)
+            if self.preemption is not None:
+                self.preemption.tick(self.clock.now)
             while next_job < len(self.jobs) and self.jobs[next_job].arrival <= self.clock.now:
                 self._arrive(self.jobs[next_job])
                 next_job += 1
             self._schedule()
+            self._wake_later()
             if next_job == len(self.jobs) and self.fragmented == (0.0, 0):
                 self.fragmented = self.measure()  # the cluster as the last job arrived
             if progress is not None:
@@ -135,10 +141,19 @@ class _EventRun:
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
         self.book.arrived(job)
 
+    def _wake_later(self) -> None:
+        """A starvation hold ends at a time no pod event may come: that time is an event too (a
+        timer in `finishing` that stops no pod)."""
+        if self.preemption is not None:
+            for when in self.preemption.wake:
+                heapq.heappush(self.finishing, (when, 0, "", 0))
+            self.preemption.wake.clear()
+
     def _schedule(self) -> None:
         """Offer every waiting unit once: the leaf `QueueOrder` puts first offers its next unit,
         then the order is asked again; a unit that does not start never blocks those behind it."""
         rounds = {leaf: LeafRound(entries) for leaf, entries in self.leaves.items() if entries}
+        self._stuck.clear()
         while heads := _heads(rounds):
             leaf = next(iter(heads)) if len(heads) == 1 else self._choose(heads)
             self._try(leaf, rounds[leaf].take())
@@ -164,20 +179,33 @@ class _EventRun:
         )
 
     def _try(self, leaf: str, unit: Unit) -> None:
-        if self._admits(leaf, unit) and self._place(leaf, unit):
+        admitted = self._admits(leaf, unit)
+        if admitted and self._place(leaf, unit):
             return
-        if self.preemption is not None and queue_problem(self.tree, leaf) is None:
-            self._preempt(self.preemption, leaf, unit)
+        head = leaf not in self._stuck  # the first unit of its leaf that cannot start
+        self._stuck.add(leaf)
+        preemption = self.preemption
+        if preemption is None or queue_problem(self.tree, leaf) is not None:
+            return
+        job = unit.entry.job
+        key = job.name if unit.gang else unit.pods[0].key
+        u = Preemptor(key=key, pods=tuple(unit.pods), leaf=leaf, priority=job.priority)
+        if not self._preempt(preemption, leaf, unit, u):
+            preemption.starving(u, self.clock.now, head=head, admitted=admitted)
 
     def _place(self, leaf: str, unit: Unit) -> bool:
-        """Start `unit` where the policy puts it; False when it does not fit."""
+        """Start `unit` where the policy puts it, off the nodes held for others; False when it
+        does not fit."""
         entry, start = unit.entry, time.perf_counter()
+        key = entry.job.name if unit.gang else unit.pods[0].key
+        held = None if self.preemption is None else self.preemption.blocked(key, entry.job.priority)
         if unit.gang:
             result = place_gang(
                 unit.pods,
                 self.scheduler.placer,
                 topology=entry.job.topology,
                 prefer_clique=self.scheduler.policy.prefer_clique,
+                excluded=held,
             )
             self._account(start, len(unit.pods))
             if not result.ok:
@@ -188,11 +216,13 @@ class _EventRun:
             self.waits.append(self.clock.now - entry.job.arrival)
             self._gang_started(unit.pods, result.assignments)
         else:
-            assignment = self.scheduler.choose(unit.pods[0])
+            assignment = self.scheduler.choose(unit.pods[0], held)
             self._account(start, 1)
             if assignment is None:
                 return False
             self._started(leaf, unit.pods[0], assignment, entry)
+        if self.preemption is not None:
+            self.preemption.placed(key, self.clock.now)
         if entry.done:
             self.jobs_placed += 1
         return True
@@ -202,18 +232,20 @@ class _EventRun:
         wait = self.clock.now - self._running[pods[0].key][0].job.arrival
         self.domains.gang((a.node for a in where.values()), gpus, wait)
 
-    def _preempt(self, preemption: SimPreemption, leaf: str, unit: Unit) -> None:
-        """Evict the victims the search chooses for `unit`, then start it."""
-        job = unit.entry.job
-        key = job.name if unit.gang else unit.pods[0].key
-        choice = preemption.search(key, unit.pods, leaf, job.priority, self.clock.now)
+    def _preempt(self, preemption: SimPreemption, leaf: str, unit: Unit, u: Preemptor) -> bool:
+        """Evict the victims the search chooses for `unit` (`u`), then start it; False when
+        the search found none."""
+        choice = preemption.search(u, self.clock.now)
         if choice is None:
-            return
+            return False
+        preemption.nominate(u.key, u.priority, choice, self.clock.now)
         for pod_key in choice.pods:
             preemption.evicting(pod_key, self._running[pod_key][2].gpu_milli_total, self.clock.now)
             self._evict(pod_key)
         if not (self._admits(leaf, unit) and self._place(leaf, unit)):
             preemption.wasted += 1
+            preemption.placed(u.key, self.clock.now)  # the nomination ends either way
+        return True
 
     def _evict(self, key: str) -> None:
         """`key` is deleted by preemption: its job waits for it again."""
@@ -249,11 +281,11 @@ class _EventRun:
         self.usage.charge(pod.key, (leaf, request_amounts(pod, assignment.shares)))
         wait = self.clock.now - entry.job.arrival
         used = milli(pod, assignment)  # a share's milli depends on its GPU (DESIGN §12)
-        if pod.key in self._restarted:  # its wait was counted when it first started
+        if pod.key in self._restarted:  # the queue counted its wait when it first started
             self.meter.restarted(leaf, pod.gpu_milli_total)
         else:
             self.meter.started(leaf, pod.gpu_milli_total, wait)
-            self.book.started(entry.job, pod, wait)
+        self.book.started(entry.job, pod, wait)  # from the first arrival to the last start
         entry.placed.add(pod.key)
         self._running[pod.key] = (entry, leaf, pod)
         self.clock.charge(used)
@@ -346,11 +378,16 @@ def run_events(
     config: SchedulerConfig | None = None,
     progress: Progress | None = None,
     shuffle_nodes: bool = False,
-    preemption: PreemptionSettings | None = None,
+    preemption: PreemptionSettings | bool = True,
 ) -> RunResult:
     """One event-mode run; `seed` draws the random policy's choices (and the node order when
-    `shuffle_nodes`). With `preemption`, units that cannot start evict victims (DESIGN §11,
-    `evictions`)."""
+    `shuffle_nodes`). Units that cannot start evict victims and starving units get holds
+    (DESIGN §11, `evictions`) with the `preemption:` settings of `config` (True, the default:
+    the shipped ones unless `config` says otherwise), those given, or none (False), for every
+    policy alike."""
+    if preemption is True:
+        preemption = (config or load_config(None)).preemption
+    settings = preemption if isinstance(preemption, PreemptionSettings) else None
     rng = random.Random(seed)
     cluster = _cluster(spec, rng, shuffle_nodes)
     typical = _typical(workload)
@@ -358,7 +395,7 @@ def run_events(
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
     _check_queues(workload)
     levels = DEFAULT_TOPOLOGY_LEVELS if config is None else config.topology_levels
-    state = _EventRun(spec, workload, scheduler, preemption, levels)
+    state = _EventRun(spec, workload, scheduler, settings, levels)
     _instrument(state, cluster, typical)
     state.run(progress)
     return _result(state, workload, policy_name, seed)
@@ -394,4 +431,5 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
         preemption=None if state.preemption is None else state.preemption.report(),
         domains=state.domains.figures(),
         gang_wait_p99=state.domains.gang_wait_p99(),
+        figures=state.book.figures(),
     )

@@ -11,25 +11,37 @@ queue and runs its whole duration again once placed: the GPU-seconds it had run 
 A unit that found no victim set does not search again for `RETRY_SECONDS` of simulated time
 (the scheduler's backoff), which keeps a crowded run from searching after every event.
 
+The starvation guard runs as in the scheduler, with the same `Nominations` book: a unit first
+in its leaf's order (the first of the leaf's pass that could not start), admitted, and waiting
+(since it first could not start) longer than `starvationSeconds` gets a hold on the nodes
+`starvation_nodes` picks; placement keeps every other unit of equal or lower priority off them
+(`blocked`) until U starts or the hold times out. A victim choice nominates U for the moment it
+is placed, which ends the holds that give way to it (DESIGN §11).
+
 Reported (`EvictionReport`): the victim sets applied, pods evicted, GPU-seconds lost, gangs cut
-beyond their spares (must be 0), and evictions after which U still did not start (must be 0).
+beyond their spares (must be 0), evictions after which U still did not start (must be 0), the
+starvation holds taken and the GPU-seconds they held.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from scheduler.placement import Placer, PodRequest
 from scheduler.preemption import (
     NoChoice,
+    Nominations,
     PreemptionSettings,
     Preemptor,
     Running,
     RunningIndex,
     VictimChoice,
+    VictimReason,
     find_victims,
+    starvation_nodes,
 )
 from scheduler.quota import QuotaTree, Usage
 
@@ -48,6 +60,8 @@ class EvictionReport:
     partial_gangs: int
     wasted: int  # victim sets after which the preemptor still did not start
     by_reason: Mapping[str, int] = field(default_factory=dict)  # pods evicted per VictimReason
+    holds: int = 0  # starvation holds taken
+    held_gpu_seconds: float = 0.0  # GPU-seconds those holds kept
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,9 +87,15 @@ class SimPreemption:
         self._pods: dict[str, dict[str, PodRequest]] = {}  # job -> running pods
         self._since: dict[str, float] = {}  # pod key -> when it started
         self._retry: dict[str, float] = {}  # unit key -> no search before
+        self._retry_hold: dict[str, float] = {}  # unit key -> no hold looked for before
         self.preemptions = self.evicted = self.partial = self.wasted = 0
         self.reasons: Counter[str] = Counter()
         self.lost = 0.0
+        self.nominations = Nominations()
+        self._waiting: dict[str, float] = {}  # unit key -> when it first could not start
+        self.holds = 0
+        self.now = 0.0
+        self.wake: list[float] = []  # times the run must look again (a hold times out)
 
     def started(
         self, job: str, pod: PodRequest, *, leaf: str, priority: int, gang: int, now: float
@@ -123,13 +143,11 @@ class SimPreemption:
             spare=spare,
         )
 
-    def search(
-        self, key: str, pods: Sequence[PodRequest], leaf: str, priority: int, now: float
-    ) -> VictimChoice | None:
-        """Victims that let unit `key` start, or None (then no search for a while)."""
+    def search(self, u: Preemptor, now: float) -> VictimChoice | None:
+        """Victims that let unit `u` start, or None (then no search for a while)."""
+        key = u.key
         if self._retry.get(key, -1.0) > now:
             return None
-        u = Preemptor(key=key, pods=tuple(pods), leaf=leaf, priority=priority)
         found = find_victims(u, self.placer, self.index, self.tree, self.usage, (), self.settings)
         if isinstance(found, NoChoice) or not found.evictions:
             self._retry[key] = now + RETRY_SECONDS
@@ -144,6 +162,45 @@ class SimPreemption:
                 self.partial += 1
         return found
 
+    def blocked(self, key: str, priority: int) -> AbstractSet[str] | None:
+        """Nodes unit `key` must not be placed on: held for other units of at least `priority`."""
+        return self.nominations.blocked(priority, key) if len(self.nominations) else None
+
+    def tick(self, now: float) -> None:
+        """Holds past `starvationHoldSeconds` end (the next starving unit gets its turn)."""
+        self.now = now
+        if len(self.nominations):
+            self.nominations.expire(now, self.settings)
+
+    def nominate(self, key: str, priority: int, choice: VictimChoice, now: float) -> None:
+        """U evicts for `choice`: the holds on its nodes that give way to it end."""
+        reclaim = any(e.reason is VictimReason.RECLAIM for e in choice.evictions)
+        self.nominations.nominate(key, priority, choice.nodes, (), now, reclaim=reclaim)
+
+    def placed(self, key: str, now: float) -> None:
+        """Unit `key` started: it no longer waits, and what was held for it is free."""
+        if self._waiting.pop(key, None) is not None or len(self.nominations):
+            self.nominations.release(key, now)
+
+    def starving(self, preemptor: Preemptor, now: float, *, head: bool, admitted: bool) -> None:
+        """`preemptor` could not start at `now`; the first of its leaf (`head`), admitted and
+        waiting longer than `starvationSeconds`, gets a hold if one is free."""
+        since = self._waiting.setdefault(preemptor.key, now)
+        if not (head and admitted and now - since >= self.settings.starvation_seconds):
+            return
+        if self._retry_hold.get(preemptor.key, -1.0) > now:
+            return
+        nodes = starvation_nodes(preemptor, self.placer, self.index)
+        gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
+        settings = self.settings
+        if nodes and self.nominations.hold(
+            preemptor.key, preemptor.priority, nodes, gpus, now, settings
+        ):
+            self.holds += 1
+            self.wake.append(now + settings.starvation_hold_seconds + 1.0)  # it times out then
+        else:  # none free or none found: look again after the backoff
+            self._retry_hold[preemptor.key] = now + RETRY_SECONDS
+
     def evicting(self, key: str, gpu_milli: int, now: float) -> None:
         """`key` is about to be evicted: count the GPU-seconds it ran."""
         self.evicted += 1
@@ -157,4 +214,6 @@ class SimPreemption:
             partial_gangs=self.partial,
             wasted=self.wasted,
             by_reason=dict(sorted(self.reasons.items())),
+            holds=self.holds,
+            held_gpu_seconds=round(self.nominations.held_gpu_seconds(self.now), 1),
         )

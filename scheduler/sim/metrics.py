@@ -4,7 +4,13 @@
   `share` (< 1 GPU), `1-gpu`, `2-gpu`, `4-gpu`, `8-gpu`, `gang` (every pod of a job with
   `minMember > 1`, whatever its size), then `cpu`, `other` and `mig` when present. Per class:
   pods arrived, pods started, p50 and p99 (nearest rank, over the pods that started) and the
-  longest wait. Separately, the longest wait of any pod asking 8 whole GPUs (gang or not).
+  longest wait, and the mean; `all` is every pod together. Separately, the longest wait of any
+  pod asking 8 whole GPUs (gang or not). An evicted pod runs again from the start, and its wait is
+  counted from its job's first arrival to its last start.
+* Over all pods: the GPU-weighted mean wait (each pod's wait weighted by the GPUs it asks, shares
+  by their fraction). Over jobs that finished: the mean completion time (arrival to the end of the
+  job's last pod) and the mean slowdown (completion time over the job's duration). The makespan
+  is the time from the first arrival to the last departure.
 * Timeline: the cluster sampled at a fixed period, `TIMELINE_POINTS + 1` instants evenly spaced
   over the arrival window (first to last arrival, both included): GPU allocation and the
   fragmentation amount (FGD's Σ F over nodes), each in percent of GPU capacity. A sample at time
@@ -23,9 +29,11 @@ from scheduler.sim.queues import percentile
 from scheduler.sim.workload import Job
 
 __all__ = [
+    "ALL",
     "TIMELINE_POINTS",
     "AllocationClock",
     "ClassWaits",
+    "JobFigures",
     "Sample",
     "Timeline",
     "WaitBook",
@@ -34,6 +42,7 @@ __all__ = [
 
 TIMELINE_POINTS = 100
 GANG = "gang"
+ALL = "all"
 CLASS_ORDER = ("share", "1-gpu", "2-gpu", "4-gpu", "8-gpu", GANG, "cpu", "other", "mig")
 
 
@@ -49,6 +58,17 @@ class ClassWaits:
     p50: float | None
     p99: float | None
     longest: float | None
+    mean: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFigures:
+    """The figures over every pod or job of a run (module docstring); None: nothing to average."""
+
+    gpu_weighted_wait: float | None
+    mean_completion: float | None
+    mean_slowdown: float | None
+    makespan: float | None
 
 
 def _rounded(value: float | None) -> float | None:
@@ -56,34 +76,75 @@ def _rounded(value: float | None) -> float | None:
 
 
 class WaitBook:
-    """Collects the waits; the run calls `arrived` per job and `started` per pod."""
+    """Collects the waits and completions; the run calls `arrived` per job, `started` per pod
+    start (a restart after an eviction replaces that pod's wait) and `finished` per pod that ran
+    its whole duration."""
 
     def __init__(self) -> None:
         self._pods: Counter[str] = Counter()
-        self._waits: dict[str, list[float]] = {}
-        self.longest_8gpu: float | None = None
+        self._waits: dict[str, tuple[str, float, float]] = {}  # pod -> class, wait, GPUs
+        self._left: Counter[str] = Counter()  # job -> pods not finished yet
+        self._completions: list[tuple[float, float]] = []  # per finished job: time, duration
+        self.first: float | None = None
+        self.last_departure: float | None = None
 
     def arrived(self, job: Job) -> None:
         self._pods[wait_class(job)] += job.replicas
+        self._left[job.name] += job.replicas
+        self.first = job.arrival if self.first is None else min(self.first, job.arrival)
 
     def started(self, job: Job, pod: PodRequest, wait: float) -> None:
-        self._waits.setdefault(wait_class(job), []).append(wait)
-        if pod.gpus == 8:
-            self.longest_8gpu = max(wait, self.longest_8gpu or 0.0)
+        self._waits[pod.key] = (wait_class(job), wait, pod.gpu_milli_total / 1000)
+
+    def finished(self, job: Job, now: float) -> None:
+        """A pod of `job` ran its whole duration and left at `now`."""
+        self.last_departure = now if self.last_departure is None else max(self.last_departure, now)
+        self._left[job.name] -= 1
+        if self._left[job.name] == 0 and job.duration:
+            self._completions.append((now - job.arrival, job.duration))
+
+    @property
+    def longest_8gpu(self) -> float | None:
+        eight = [w for key, (_c, w, gpus) in self._waits.items() if gpus == 8]
+        return max(eight, default=None)
 
     def report(self) -> dict[str, ClassWaits]:
+        """Per class in `CLASS_ORDER` (others after, by name), then `all`."""
+        by_class: dict[str, list[float]] = {}
+        for name, wait, _gpus in self._waits.values():
+            by_class.setdefault(name, []).append(wait)
         known = [c for c in CLASS_ORDER if c in self._pods]
-        return {c: self._class(c) for c in known + sorted(set(self._pods) - set(known))}
+        out = {
+            c: _waits(self._pods[c], by_class.get(c, []))
+            for c in known + sorted(set(self._pods) - set(known))
+        }
+        out[ALL] = _waits(sum(self._pods.values()), [w for _c, w, _g in self._waits.values()])
+        return out
 
-    def _class(self, name: str) -> ClassWaits:
-        waits = self._waits.get(name, [])
-        return ClassWaits(
-            pods=self._pods[name],
-            started=len(waits),
-            p50=_rounded(percentile(waits, 0.50)),
-            p99=_rounded(percentile(waits, 0.99)),
-            longest=_rounded(max(waits, default=None)),
+    def figures(self) -> JobFigures:
+        weighted = sum(w * g for _c, w, g in self._waits.values())
+        gpus = sum(g for _c, _w, g in self._waits.values())
+        done = self._completions
+        span = None
+        if self.first is not None and self.last_departure is not None:
+            span = self.last_departure - self.first
+        return JobFigures(
+            gpu_weighted_wait=_rounded(weighted / gpus if gpus else None),
+            mean_completion=_rounded(statistics.fmean(c for c, _d in done) if done else None),
+            mean_slowdown=_rounded(statistics.fmean(c / d for c, d in done) if done else None),
+            makespan=_rounded(span),
         )
+
+
+def _waits(pods: int, waits: list[float]) -> ClassWaits:
+    return ClassWaits(
+        pods=pods,
+        started=len(waits),
+        p50=_rounded(percentile(waits, 0.50)),
+        p99=_rounded(percentile(waits, 0.99)),
+        longest=_rounded(max(waits, default=None)),
+        mean=_rounded(statistics.fmean(waits) if waits else None),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from scheduler.config import SchedulerConfig, load_config
@@ -108,13 +109,19 @@ class SimScheduler:
         self.rng = rng
         self.placer = cluster.placer(policy.scoring)
 
-    def choose(self, pod: PodRequest) -> Assignment | None:
-        """Where `pod` would go (nothing is bound)."""
+    def choose(
+        self, pod: PodRequest, excluded: AbstractSet[str] | None = None
+    ) -> Assignment | None:
+        """Where `pod` would go, never on `excluded` (nodes held for others; nothing is bound)."""
         if self.policy.uniform:
             names = self.placer.feasible(pod)
+            if excluded:
+                names = [n for n in names if n not in excluded]
             if not names:
                 return None
             assignment = self.placer.assignment_on(pod, self.rng.choice(names))
+        elif excluded:
+            assignment = self.placer.decide(pod, explain=False, excluded=excluded).assignment
         else:
             assignment = self.placer.best_assignment(pod)
         if assignment is None or not pod.gpu_milli or self.policy.share_gpu is None:

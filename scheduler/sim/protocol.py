@@ -32,7 +32,7 @@ from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.evictions import EvictionReport
-from scheduler.sim.metrics import ClassWaits, Sample
+from scheduler.sim.metrics import ClassWaits, JobFigures, Sample
 from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
@@ -76,6 +76,7 @@ class RunResult:
     preemption: EvictionReport | None = None  # event mode with preemption
     domains: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # event mode, §13
     gang_wait_p99: Mapping[int, float | None] = field(default_factory=dict)  # by gang GPUs
+    figures: JobFigures | None = None  # event mode: over every pod and job
 
 
 def workload_pods(workload: Workload) -> list[SimPod]:

@@ -38,7 +38,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from scheduler.sim.metrics import ClassWaits
+from scheduler.sim.metrics import ALL, ClassWaits
 from scheduler.sim.protocol import RunResult
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.replay import Replay
@@ -76,6 +76,7 @@ def _run_document(run: RunResult) -> dict[str, Any]:
         doc["fragmentationOverTime"] = run.fragmentation_mean
         doc["longest8GpuWaitSeconds"] = run.longest_8gpu_wait
         doc["waitSeconds"] = {name: _waits_document(w) for name, w in run.waits.items()}
+        doc.update(_figures_document(run))
     if run.domains:
         doc["domains"] = {label: dict(figures) for label, figures in run.domains.items()}
     if run.gang_wait_p99:
@@ -85,6 +86,9 @@ def _run_document(run: RunResult) -> dict[str, Any]:
     if run.preemption is not None:
         p = run.preemption
         doc["preemption"] = {
+            "holds": p.holds,
+            "evictions": p.pods_evicted,
+            "heldGpuSeconds": p.held_gpu_seconds,
             "victimSets": p.preemptions,
             "podsEvicted": p.pods_evicted,
             "gpuSecondsLost": p.gpu_seconds_lost,
@@ -95,10 +99,23 @@ def _run_document(run: RunResult) -> dict[str, Any]:
     return doc
 
 
+def _figures_document(run: RunResult) -> dict[str, Any]:
+    f = run.figures
+    if f is None:
+        return {}
+    return {
+        "gpuWeightedWaitSeconds": f.gpu_weighted_wait,
+        "meanCompletionSeconds": f.mean_completion,
+        "meanSlowdown": f.mean_slowdown,
+        "makespanSeconds": f.makespan,
+    }
+
+
 def _waits_document(waits: ClassWaits) -> dict[str, Any]:
     return {
         "pods": waits.pods,
         "started": waits.started,
+        "mean": waits.mean,
         "p50": waits.p50,
         "p99": waits.p99,
         "longest": waits.longest,
@@ -194,6 +211,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
     rows = [header] + [_row(p, rs, REPORT_POINTS) for p, rs in by_policy(runs).items()]
     text = _columns(rows)
     if events:
+        text += "\n" + _columns(_figure_rows(runs))
         text += "\n" + _columns(_wait_rows(runs))
     if any(r.queues for r in runs):
         text += "\n" + _columns(_queue_rows(runs))
@@ -202,7 +220,43 @@ def format_table(runs: Sequence[RunResult]) -> str:
     return text
 
 
-_WAIT_HEADER = ("policy", "class", "pods", "started", "wait p50 s", "wait p99 s", "longest s")
+_WAIT_HEADER = (
+    "policy",
+    "class",
+    "pods",
+    "started",
+    "wait mean s",
+    "wait p50 s",
+    "wait p99 s",
+    "longest s",
+)
+_FIGURE_HEADER = (
+    "policy",
+    "mean wait s",
+    "GPU-weighted wait s",
+    "mean JCT s",
+    "mean slowdown",
+    "makespan s",
+)
+
+
+def _figure_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    """Per policy, the figures over every pod and job: mean ± sd over seeds."""
+    rows = [list(_FIGURE_HEADER)]
+    for policy, group in by_policy(runs).items():
+        figures = [r.figures for r in group if r.figures is not None]
+        means = [r.waits[ALL].mean for r in group if ALL in r.waits]
+        rows.append(
+            [
+                policy,
+                _mean_sd([m for m in means if m is not None]),
+                _mean_sd([f.gpu_weighted_wait for f in figures if f.gpu_weighted_wait is not None]),
+                _mean_sd([f.mean_completion for f in figures if f.mean_completion is not None]),
+                _mean_sd([f.mean_slowdown for f in figures if f.mean_slowdown is not None]),
+                _mean_sd([f.makespan for f in figures if f.makespan is not None]),
+            ]
+        )
+    return rows
 
 
 def _wait_rows(runs: Sequence[RunResult]) -> list[list[str]]:
@@ -217,6 +271,7 @@ def _wait_rows(runs: Sequence[RunResult]) -> list[list[str]]:
                     name,
                     str(waits[0].pods),
                     f"{statistics.fmean(w.started for w in waits):.0f}",
+                    _mean_sd([w.mean for w in waits if w.mean is not None]),
                     _mean_sd([w.p50 for w in waits if w.p50 is not None]),
                     _mean_sd([w.p99 for w in waits if w.p99 is not None]),
                     _mean_sd([w.longest for w in waits if w.longest is not None]),
@@ -280,6 +335,8 @@ _PREEMPTION_HEADER = (
     "GPU-s lost",
     "partial gangs",
     "evictions without start",
+    "holds",
+    "held GPU-s",
 )
 
 
@@ -288,6 +345,14 @@ def _preemption_rows(runs: Sequence[RunResult]) -> list[list[str]]:
     for run in runs:
         p = run.preemption
         if p is not None:
-            cells = (p.preemptions, p.pods_evicted, p.gpu_seconds_lost, p.partial_gangs, p.wasted)
+            cells = (
+                p.preemptions,
+                p.pods_evicted,
+                p.gpu_seconds_lost,
+                p.partial_gangs,
+                p.wasted,
+                p.holds,
+                p.held_gpu_seconds,
+            )
             rows.append([run.policy, str(run.seed), *(_figure(c) for c in cells)])
     return rows

@@ -29,6 +29,11 @@ EVENT_KEYS = {
     "fragmentationOverTime",
     "longest8GpuWaitSeconds",
     "waitSeconds",
+    "gpuWeightedWaitSeconds",
+    "meanCompletionSeconds",
+    "meanSlowdown",
+    "makespanSeconds",
+    "preemption",
 }
 
 
@@ -173,7 +178,7 @@ def test_tenants_table_adds_a_row_per_queue(capsys: pytest.CaptureFixture[str]):
     assert [line.split()[2] for line in rows] == ["t1", "t2", "t3", "t4"]
 
 
-WAIT_KEYS = {"pods", "started", "p50", "p99", "longest"}
+WAIT_KEYS = {"pods", "started", "mean", "p50", "p99", "longest"}
 REPLAY_KEYS = {
     "source",
     "podsInTrace",
@@ -335,6 +340,9 @@ def test_borrow_and_reclaim_runs_the_scheduler_preemption(capsys: pytest.Capture
     assert run["preemption"]["partialGangs"] == 0
     assert run["preemption"]["evictionsWithoutStart"] == 0
     assert main([*argv, "--quota", "borrow"], environ={}) == 0
+    borrow = json.loads(capsys.readouterr().out)["runs"][0]["preemption"]
+    assert borrow["podsEvicted"] == 0  # no reclaim, and the built-in jobs share one priority
+    assert main([*argv, "--no-preemption"], environ={}) == 0
     assert "preemption" not in json.loads(capsys.readouterr().out)["runs"][0]
 
 

@@ -120,7 +120,15 @@ def test_waits_per_class_and_the_longest_8_gpu_wait():
     )
     assert (one.pods, one.started, one.p50, one.p99) == (2, 2, 180.0, 180.0)
     assert result.longest_8gpu_wait == 90.0
-    assert list(result.waits) == ["1-gpu", "8-gpu"]
+    assert list(result.waits) == ["1-gpu", "8-gpu", "all"]
+    every = result.waits["all"]
+    assert (every.pods, every.started, every.mean, every.p50, every.p99) == (4, 4, 112.5, 90, 180)
+    figures = result.figures
+    assert figures is not None
+    assert figures.gpu_weighted_wait == 60.0  # (8 x 0 + 8 x 90 + 180 + 180) / 18 GPUs
+    assert figures.mean_completion == 160.0  # big 100, eight 190, one 190
+    assert figures.mean_slowdown == 7.3  # 100/100, 190/100, 190/10
+    assert figures.makespan == 210.0  # the ones end at 210
 
 
 def test_gang_pods_are_their_own_class_and_count_in_the_8_gpu_wait():

@@ -31,7 +31,7 @@ def job(name: str, leaf: str | None = None, gpus: int = 1, **kw: object) -> Job:
 def test_a_guaranteed_queue_reclaims_what_another_borrowed() -> None:
     jobs = (*(job(f"b{i}", "b") for i in range(8)), job("a", "a", gpus=4, arrival=10.0))
     workload = Workload(jobs, queues=(queue("a", 4), queue("b", 4)))  # type: ignore[arg-type]
-    without = run_events(TWO_NODES, workload, "bestfit", 1)
+    without = run_events(TWO_NODES, workload, "bestfit", 1, preemption=False)
     result = run_events(TWO_NODES, workload, "bestfit", 1, preemption=ON)
     assert without.preemption is None
     assert result.preemption is not None
@@ -101,3 +101,50 @@ def test_no_gang_is_cut_and_no_eviction_is_in_vain(specs: list) -> None:  # type
     assert result.preemption.partial_gangs == 0
     assert result.preemption.wasted == 0
     assert result.pods_placed == result.pods_arrived
+
+
+ONE_NODE = ClusterSpec(
+    (NodeGroup(name="n", count=1, gpus=4, model="H100", cpu_milli=64_000, memory=512 * GIB),)
+)
+
+
+def _starving_workload() -> Workload:
+    """A 4-GPU pod behind a stream of 1-GPU pairs that always leaves it 2 GPUs short."""
+    big = job("big", gpus=4, arrival=10.0, duration=100.0)
+    pairs = [
+        job(f"s{t:04d}", replicas=2, arrival=float(t), duration=400.0) for t in range(0, 2001, 100)
+    ]
+    return Workload((big, *pairs))
+
+
+def test_the_starvation_guard_holds_the_node_for_a_unit_waiting_past_starvation_seconds():
+    """At t=400 "big" has waited 390 s (> 300): it gets a hold on the node, the pair arriving
+    then may not take the 2 GPUs freed, and "big" starts when the next pair ends (t=500)."""
+    guarded = run_events(ONE_NODE, _starving_workload(), "bestfit", 1)
+    plain = run_events(ONE_NODE, _starving_workload(), "bestfit", 1, preemption=False)
+    assert guarded.waits["4-gpu"].longest == 490.0
+    assert guarded.preemption is not None
+    assert guarded.preemption.pods_evicted == 0  # a hold evicts nobody
+    assert guarded.preemption.holds >= 1  # (pairs that wait behind it starve in turn)
+    assert guarded.preemption.held_gpu_seconds >= 400.0  # 4 GPUs held from 400 to 500
+    assert plain.preemption is None
+    longest = plain.waits["4-gpu"].longest
+    assert longest is not None
+    assert longest > 2000.0
+
+
+def test_an_evicted_pod_runs_again_and_its_wait_counts_from_its_first_arrival():
+    low = job("low", gpus=4, duration=1000.0)
+    high = job("high", gpus=4, arrival=100.0, duration=100.0, priority=10)
+    result = run_events(ONE_NODE, Workload((low, high)), "bestfit", 1)
+    assert result.preemption is not None
+    assert result.preemption.pods_evicted == 1
+    assert result.preemption.gpu_seconds_lost == 400.0  # 4 GPUs x 100 s
+    waits = result.waits["4-gpu"]
+    assert (waits.started, waits.p50, waits.longest) == (2, 0.0, 200.0)  # low restarts at 200
+    figures = result.figures
+    assert figures is not None
+    assert figures.mean_completion == 650.0  # high 100, low 1,200
+    assert figures.makespan == 1200.0
+    doc = runs_document([result])["runs"][0]["preemption"]
+    assert (doc["holds"], doc["evictions"], doc["heldGpuSeconds"]) == (0, 1, 0.0)

@@ -40,7 +40,7 @@ def by_name(reports: tuple[QueueReport, ...]) -> dict[str, QueueReport]:
 def test_a_hard_quota_never_exceeds_max_and_its_work_waits():
     queues = (queue("a", low=4, high=4), queue("b", low=4))
     jobs = tuple(job(f"a{i}", "a") for i in range(8))
-    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1)
+    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False)
     a = by_name(result.queues)["a"]
     assert a.peak_gpus == 4.0
     assert (a.pods_started, a.wait_p50, a.wait_p99) == (8, 0.0, 100.0)
@@ -51,8 +51,8 @@ def test_borrowing_uses_idle_gpus_and_hard_does_not():
     jobs = tuple(job(f"a{i}", "a") for i in range(8))
     borrow = Workload(jobs, queues=(queue("a", low=4), queue("b", low=4)))
     hard = Workload(jobs, queues=(queue("a", low=4, high=4), queue("b", low=4, high=4)))
-    lent = by_name(run_events(TWO_NODES, borrow, "bestfit", 1).queues)["a"]
-    capped = by_name(run_events(TWO_NODES, hard, "bestfit", 1).queues)["a"]
+    lent = by_name(run_events(TWO_NODES, borrow, "bestfit", 1, preemption=False).queues)["a"]
+    capped = by_name(run_events(TWO_NODES, hard, "bestfit", 1, preemption=False).queues)["a"]
     assert (lent.peak_gpus, lent.wait_p99) == (8.0, 0.0)
     assert (capped.peak_gpus, capped.wait_p99) == (4.0, 100.0)
 
@@ -60,7 +60,9 @@ def test_borrowing_uses_idle_gpus_and_hard_does_not():
 def test_a_parent_max_caps_its_children_together():
     queues = (queue("org", high=5), queue("x", parent="org"), queue("y", parent="org"))
     jobs = tuple(job(f"{leaf}{i}", leaf) for leaf in "xy" for i in range(4))
-    reports = by_name(run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1).queues)
+    reports = by_name(
+        run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False).queues
+    )
     assert reports["org"].peak_gpus == 5.0
     assert reports["x"].peak_gpus + reports["y"].peak_gpus >= 5.0
     assert reports["org"].gpu_seconds == reports["x"].gpu_seconds + reports["y"].gpu_seconds
@@ -74,7 +76,9 @@ def test_the_queue_furthest_below_its_min_goes_first():
     early = (job("a-early", "a", gpus=2, arrival=0.0, duration=1000.0),)
     late = tuple(job(f"{leaf}{i}", leaf, gpus=2, arrival=1.0) for leaf in "ab" for i in range(3))
     reports = by_name(
-        run_events(TWO_NODES, Workload(early + late, queues=queues), "bestfit", 1).queues
+        run_events(
+            TWO_NODES, Workload(early + late, queues=queues), "bestfit", 1, preemption=False
+        ).queues
     )
     assert reports["b"].wait_p50 == 0.0
     assert reports["b"].wait_p99 == 100.0
@@ -87,7 +91,7 @@ def test_a_unit_over_quota_does_not_block_the_ones_behind_it():
         job("gang", "a", gpus=4, replicas=2, min_member=2),  # 8 GPUs > max 4: never admitted
         job("small", "a", gpus=1, arrival=1.0),
     )
-    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1)
+    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False)
     a = by_name(result.queues)["a"]
     assert (a.pods, a.pods_started, a.wait_p50) == (3, 1, 0.0)
     assert result.failed == {"4-gpu": 2}
@@ -100,7 +104,7 @@ def test_priority_goes_first_inside_a_queue():
         job("later-low", "a", arrival=1.0),
         job("later-high", "a", arrival=2.0, priority=5, duration=10.0),
     )
-    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1)
+    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False)
     a = by_name(result.queues)["a"]
     assert (a.wait_p50, a.wait_p99) == (8.0, 19.0)  # later-high starts at 10, later-low at 20
 
@@ -113,7 +117,7 @@ def test_gpu_time_is_each_pods_gpus_times_its_runtime():
         job("b1", "b", gpus=4, replicas=2, min_member=2, arrival=1.0, duration=7.0),
         Job(name="s", pod=PodSpec(gpu_milli=250), queue="b", duration=40.0),
     )
-    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1)
+    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False)
     reports = by_name(result.queues)
     assert reports["a"].gpu_seconds == 2 * 30 + 1 * 10
     assert reports["b"].gpu_seconds == 2 * 4 * 7 + 0.25 * 40
@@ -128,12 +132,14 @@ def test_guarantee_deficit_accrues_while_owed_work_waits_below_min():
         *(job(f"a{i}", "a", gpus=4) for i in range(2)),
         job("b", "b", gpus=4, arrival=10.0, duration=10.0),
     )
-    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1)
+    result = run_events(TWO_NODES, Workload(jobs, queues=queues), "bestfit", 1, preemption=False)
     reports = by_name(result.queues)
     assert reports["b"].deficit_gpu_seconds == 360.0
     assert reports["a"].deficit_gpu_seconds == 0.0
     hard = tuple(replace(q, max=q.min) for q in queues)
-    capped = by_name(run_events(TWO_NODES, Workload(jobs, queues=hard), "bestfit", 1).queues)
+    capped = by_name(
+        run_events(TWO_NODES, Workload(jobs, queues=hard), "bestfit", 1, preemption=False).queues
+    )
     assert capped["b"].deficit_gpu_seconds == 0.0
 
 
@@ -143,9 +149,9 @@ def test_without_queues_there_is_no_queue_report_and_one_unlimited_queue_changes
         job("gang", None, gpus=4, replicas=2, min_member=2, arrival=10.0, duration=10.0),
         job("small", None, arrival=12.0, duration=5.0),
     )
-    plain = run_events(TWO_NODES, Workload(jobs), "gputopo", 1)
+    plain = run_events(TWO_NODES, Workload(jobs), "gputopo", 1, preemption=False)
     queued = Workload(tuple(replace(j, queue="all") for j in jobs), queues=(queue("all"),))
-    one = run_events(TWO_NODES, queued, "gputopo", 1)
+    one = run_events(TWO_NODES, queued, "gputopo", 1, preemption=False)
     assert plain.queues == ()
     assert (plain.gang_wait_seconds, plain.mean_allocation, plain.jobs_placed) == (40.0, 93.27, 3)
     keep = ("gang_wait_seconds", "mean_allocation", "peak_allocation", "allocation", "failed")
@@ -190,10 +196,10 @@ def trees_and_jobs(draw: st.DrawFn) -> Workload:
 @settings(max_examples=60, deadline=None)
 @given(trees_and_jobs())
 def test_no_queue_ever_exceeds_its_max_at_any_level(workload: Workload):
-    result = run_events(TWO_NODES, workload, "bestfit", 1)
+    result = run_events(TWO_NODES, workload, "bestfit", 1, preemption=False)
     limits = {q.name: q.max.get(GPU) for q in workload.queues}
     for report in result.queues:
         limit = limits.get(report.name)
         assert limit is None or report.peak_gpus * 1000 <= limit, report
-    again = run_events(TWO_NODES, workload, "bestfit", 1)
+    again = run_events(TWO_NODES, workload, "bestfit", 1, preemption=False)
     assert again.queues == result.queues  # deterministic

@@ -55,6 +55,20 @@ def _read_or_none(what: str, call: Callable[[], Any], server: str) -> dict[str, 
         return None if response is None else _json(response)
 
 
+def list_node_pods(
+    core: client.CoreV1Api, node: str, server: str, timeout: float
+) -> list[dict[str, Any]]:
+    """Every pod bound to `node`, as JSON; `PublishError` naming the node and `server`."""
+    with api_errors(f"listing pods on {node}", server):
+        response = core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}",
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+    items: list[dict[str, Any]] = _json(response).get("items") or []
+    return items
+
+
 class KubeSink:
     """The publisher's writes and reads against the API server."""
 
@@ -131,14 +145,7 @@ class KubeSink:
 
     def node_pods(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to `node`, as JSON (phases, share annotations and requests)."""
-        with api_errors(f"listing pods on {node}", self.server):
-            response = self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}",
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-        items: list[dict[str, Any]] = _json(response).get("items") or []
-        return items
+        return list_node_pods(self._core, node, self.server, self._timeout)
 
     def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
         """(namespace, name) -> phase of every pod bound to `node`."""

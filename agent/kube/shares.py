@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from agent.errors import PublishError
-from agent.kube.client import MERGE_PATCH, _json, _read_or_none, api_errors
+from agent.kube.client import MERGE_PATCH, _read_or_none, api_errors, list_node_pods
 from agent.kube.publisher import FIELD_MANAGER
 from agent.shares import (
     ALLOCATED_ANNOTATION,
@@ -112,14 +112,7 @@ class ShareClient:
         )
 
     def pods_on_node(self) -> list[dict[str, Any]]:
-        with api_errors(f"listing pods on {self._node}", self.server):
-            response = self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={self._node}",
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-        items: list[dict[str, Any]] = _json(response).get("items") or []
-        return items
+        return list_node_pods(self._core, self._node, self.server, self._timeout)
 
     def patch_allocated(self, namespace: str, name: str, value: str) -> None:
         with api_errors(f"patching {ALLOCATED_ANNOTATION} of Pod {namespace}/{name}", self.server):

@@ -27,6 +27,7 @@ from agent.availability import (
 )
 from agent.model import GpuUuid, NodeInventory
 from agent.objkey import key_of, object_key
+from agent.podphase import finished
 from agent.shares import (
     GPU_COMPUTE,
     GPU_MEMORY,
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 FULL_COMPUTE = 100
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +97,7 @@ def share_use(
     for key, grant in grants.items():
         pod = by_key.get(key)
         annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-        if GPUS_ANNOTATION not in annotations and _phase(pod or {}) not in TERMINAL_PHASES:
+        if GPUS_ANNOTATION not in annotations and not finished(pod or {}):
             _unplaced(inventory, shared, key, grant, found)
     return {uuid: ShareUse(shares=tuple(found[uuid])) for uuid in found}
 
@@ -111,7 +111,7 @@ def annotated_shares(
     resources = {s.resource for s in shared.values()}
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if _phase(pod) in TERMINAL_PHASES or GPUS_ANNOTATION not in annotations:
+        if finished(pod) or GPUS_ANNOTATION not in annotations:
             continue
         try:
             _placed(inventory, shared, pod, resources, found)
@@ -206,10 +206,6 @@ def _shared_entry(
     return replace(
         entry, sharing=gpu.sharing, shares=gpu.replicas, resources=entry.resources + lines
     )
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "")
 
 
 def share_figures(availability: Availability) -> dict[int, tuple[int, int]]:

@@ -33,6 +33,7 @@ from agent.availability import PodGrant
 from agent.errors import AgentError
 from agent.model import GpuUuid
 from agent.objkey import key_of
+from agent.podphase import finished, pod_phase
 from agent.shares import (
     ALLOCATED_ANNOTATION,
     GPUS_ANNOTATION,
@@ -50,7 +51,6 @@ from deviceplugin.resources import Resource
 
 logger = logging.getLogger(__name__)
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 ADMITTING_PHASES = frozenset({"", "Pending"})
 """A pod the kubelet is admitting has not started: its phase is still Pending."""
 NOT_PLACED_REASON = "GPUShareNotPlaced"
@@ -291,18 +291,14 @@ class ShareTargets:
     ) -> tuple[Target | None, str]:
         objects = {key_of(p): p for p in self._api.pods_on_node() if key_of(p) in pods}
         for pod in objects.values():
-            found = (
-                self._from_record(resource, pod, ids)
-                if _phase(pod) not in TERMINAL_PHASES
-                else None
-            )
+            found = self._from_record(resource, pod, ids) if not finished(pod) else None
             if found is not None:  # an init container's recorded replicas
                 return found, ""
         candidates = [
             pod
             for key, pod in objects.items()
             if (holder is None or key != key_of(holder))
-            and _phase(pod) in ADMITTING_PHASES
+            and pod_phase(pod) in ADMITTING_PHASES
             and ALLOCATED_ANNOTATION not in ((pod.get("metadata") or {}).get("annotations") or {})
             and self._next(resource, pod, ids, False, pods[key], "unplaced") is not None
         ]
@@ -330,10 +326,6 @@ class ShareTargets:
                 )  # fmt: skip
         except (AgentError, PluginError) as exc:
             logger.warning("share lock not released after a refused Allocate: %s", exc)
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "")
 
 
 def _listed_with_devices(grant: PodGrant, share: ContainerShare) -> bool:

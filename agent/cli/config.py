@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent.cli.config_values import Opt, convert, split_host_port
 from agent.dispatch import CommandParser, version_line
 from agent.docread import read_yaml
 from agent.errors import ConfigError
-from agent.objkey import name_problem
 from agent.precedence import (
     Setting,
     env_var,
@@ -50,79 +49,53 @@ logger = logging.getLogger(__name__)
 CONFIG_VERSION = "v1"
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True, slots=True)
-class _Opt:
-    """One option: its flag, its file key, how to convert it and its default."""
-
-    flag: str
-    help: str
-    kind: str = "str"  # str | path | bool | float | list | choice
-    default: Any = None
-    choices: tuple[str, ...] = ()
-    env_aliases: tuple[str, ...] = ()  # more variables, after GPUTOPO_<FLAG>
-
-    @property
-    def dest(self) -> str:
-        return self.flag[2:].replace("-", "_")
-
-    @property
-    def env(self) -> str:
-        return env_var(self.flag)
-
-    @property
-    def key(self) -> str:
-        head, *rest = self.dest.split("_")
-        return head + "".join(w.capitalize() for w in rest)
-
-
-_OPTIONS: tuple[_Opt, ...] = (
-    _Opt("--node-name", "this node's name (default: the host name in lower case, as the "
+_OPTIONS: tuple[Opt, ...] = (
+    Opt("--node-name", "this node's name (default: the host name in lower case, as the "
          "kubelet names its Node)", env_aliases=("NODE_NAME",)),
-    _Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH; its fake "
+    Opt("--nvml-fixture", "fake NVML from a built-in fixture NAME or a fixture PATH; its fake "
          "GPUs reach a kubelet only with --allow-fake-gpus"),
-    _Opt("--allow-fake-gpus", "let --nvml-fixture's fake GPUs register with the kubelet "
+    Opt("--allow-fake-gpus", "let --nvml-fixture's fake GPUs register with the kubelet "
          "(tests and demos; never beside a real kubelet)", "bool", False),
-    _Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
-    _Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
+    Opt("--mig-strategy", "MIG strategy", "choice", "mixed", tuple(MigStrategy)),
+    Opt("--device-plugin-dir", "kubelet device-plugin directory", "path",
          "/var/lib/kubelet/device-plugins"),
-    _Opt("--pod-resources-socket", "kubelet PodResources socket", "path",
+    Opt("--pod-resources-socket", "kubelet PodResources socket", "path",
          "/var/lib/kubelet/pod-resources/kubelet.sock"),
-    _Opt("--kubelet-config", "kubelet config file", "path", "/var/lib/kubelet/config.yaml"),
-    _Opt("--topology-manager-policy", "used when the kubelet config is unreadable", "choice",
+    Opt("--kubelet-config", "kubelet config file", "path", "/var/lib/kubelet/config.yaml"),
+    Opt("--topology-manager-policy", "used when the kubelet config is unreadable", "choice",
          "none", TOPOLOGY_POLICIES),
-    _Opt("--topology-manager-scope", "used when the kubelet config is unreadable", "choice",
+    Opt("--topology-manager-scope", "used when the kubelet config is unreadable", "choice",
          "container", TOPOLOGY_SCOPES),
-    _Opt("--host-root", "where the host's /sys is mounted", "path", "/"),
-    _Opt(
+    Opt("--host-root", "where the host's /sys is mounted", "path", "/"),
+    Opt(
         "--kubeconfig",
         "kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)",
         "path",
     ),
-    _Opt("--metrics-address", "HOST:PORT of /metrics, /healthz, /readyz (port 0: ephemeral)",
+    Opt("--metrics-address", "HOST:PORT of /metrics, /healthz, /readyz (port 0: ephemeral)",
          "str", ":9445"),
-    _Opt("--node-labels", "maintain GFD-style node labels", "choice", "on", ("on", "off")),
-    _Opt("--no-device-plugin", "do not serve the kubelet device-plugin API", "bool", False),
-    _Opt("--no-publish", "do not publish the NodeResourceTopology", "bool", False),
-    _Opt("--oneshot", "publish once and exit 0 (no kubelet needed)", "bool", False),
-    _Opt("--dry-run", "print objects instead of writing them to the API", "bool", False),
-    _Opt("--log-format", "log format", "choice", "text", ("text", "json")),
-    _Opt("--device-list-strategy", "how Allocate names devices (comma list)", "list", "envvar"),
-    _Opt("--device-id-strategy", "NVIDIA_VISIBLE_DEVICES lists UUIDs or indices", "choice",
+    Opt("--node-labels", "maintain GFD-style node labels", "choice", "on", ("on", "off")),
+    Opt("--no-device-plugin", "do not serve the kubelet device-plugin API", "bool", False),
+    Opt("--no-publish", "do not publish the NodeResourceTopology", "bool", False),
+    Opt("--oneshot", "publish once and exit 0 (no kubelet needed)", "bool", False),
+    Opt("--dry-run", "print objects instead of writing them to the API", "bool", False),
+    Opt("--log-format", "log format", "choice", "text", ("text", "json")),
+    Opt("--device-list-strategy", "how Allocate names devices (comma list)", "list", "envvar"),
+    Opt("--device-id-strategy", "NVIDIA_VISIBLE_DEVICES lists UUIDs or indices", "choice",
          "uuid", tuple(DeviceIdStrategy)),
-    _Opt("--pass-device-specs", "return /dev/nvidia* device specs from Allocate", "bool", False),
-    _Opt("--cdi-spec-dirs", "CDI spec directories (comma list)", "list", "/etc/cdi,/var/run/cdi"),
-    _Opt("--fail-on-init-error", "exit when NVML or the device plugin cannot start", "bool", True),
-    _Opt("--health-quiet-period", "seconds without Xid before a transient fault clears",
+    Opt("--pass-device-specs", "return /dev/nvidia* device specs from Allocate", "bool", False),
+    Opt("--cdi-spec-dirs", "CDI spec directories (comma list)", "list", "/etc/cdi,/var/run/cdi"),
+    Opt("--fail-on-init-error", "exit when NVML or the device plugin cannot start", "bool", True),
+    Opt("--health-quiet-period", "seconds without Xid before a transient fault clears",
          "float", 60.0),
-    _Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
+    Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
          "float", 5.0),
-    _Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
-    _Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
+    Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+    Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
          "str", DEFAULT_SHARE_LOCK_NAMESPACE),
-    _Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
+    Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
          "under sharing.mps", "str", DEFAULT_MPS_ROOT),
 )  # fmt: skip
 _BY_KEY = {o.key: o for o in _OPTIONS}
@@ -163,14 +136,6 @@ class AgentConfig:
     def metrics_host_port(self) -> tuple[str, int]:
         """`(host, port)` of `metrics_address`; host "" means every interface."""
         return split_host_port(self.metrics_address)
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """`:9445` -> ("", 9445), `[::1]:0` -> ("::1", 0); ValueError names the address."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{address!r} is not HOST:PORT with a port in 0..65535")
-    return host.strip("[]"), int(port)
 
 
 class _Parser(CommandParser):
@@ -214,7 +179,7 @@ _METAVARS = {
 }
 
 
-def _help(opt: _Opt) -> str:
+def _help(opt: Opt) -> str:
     """The option's help with its default and its variables."""
     if opt.default is None:
         default = ""
@@ -317,7 +282,7 @@ def _build(
 
 
 def _resolve(
-    opt: _Opt, flag: Any, environ: Mapping[str, str], file_values: Mapping[str, Any],
+    opt: Opt, flag: Any, environ: Mapping[str, str], file_values: Mapping[str, Any],
     errors: list[str],
 ) -> Any:  # fmt: skip
     """The option's value from the first source that sets it, converted; problems go to errors."""
@@ -329,77 +294,10 @@ def _resolve(
     )
     if found is not None:
         try:
-            return _convert(opt, found.value)
+            return convert(opt, found.value)
         except ValueError as exc:
             errors.append(f"{found.source}: {exc}")
-    return _convert(opt, opt.default) if opt.default is not None else None
-
-
-def _convert(opt: _Opt, value: Any) -> Any:
-    converters: dict[str, Callable[[_Opt, Any], Any]] = {
-        "str": lambda o, v: _text(v),
-        "path": lambda o, v: Path(_text(v)),
-        "bool": lambda o, v: _bool(v),
-        "float": lambda o, v: _seconds(v),
-        "list": lambda o, v: _list(o, v),
-        "choice": lambda o, v: _choice(o, v),
-    }
-    converted = converters[opt.kind](opt, value)
-    if opt.key == "metricsAddress":
-        split_host_port(converted)
-    if opt.key == "nodeName" and (problem := name_problem(converted)) is not None:
-        raise ValueError(f"{converted!r} is {problem}" if problem.startswith("not") else problem)
-    return converted
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float) or value == "":
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return str(value)
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _seconds(value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a number of seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
-    if not math.isfinite(seconds):
-        raise ValueError(f"expected a finite number of seconds, got {value!r}")
-    return seconds
-
-
-def _choice(opt: _Opt, value: Any) -> str:
-    if isinstance(value, bool) and opt.key == "nodeLabels":  # YAML reads `on`/`off` as booleans
-        value = "on" if value else "off"
-    if value not in opt.choices:
-        raise ValueError(f"{value!r} is not one of {', '.join(opt.choices)}")
-    return str(value)
-
-
-def _list(opt: _Opt, value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-        raise ValueError(f"expected a comma-separated string or a list of strings, got {value!r}")
-    parts = tuple(i.strip() for i in items if i.strip())
-    if not parts:
-        raise ValueError("expected at least one entry")
-    if opt.key == "deviceListStrategy":
-        allowed = tuple(DeviceListStrategy)
-        bad = [p for p in parts if p not in allowed]
-        if bad:
-            raise ValueError(f"{bad} not supported (use {', '.join(allowed)})")
-    return parts
+    return convert(opt, opt.default) if opt.default is not None else None
 
 
 def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any, Any]:

@@ -27,14 +27,13 @@ from agent.cli.services import AgentContext
 from agent.cli.share_wiring import shared_gpus
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
+from agent.kube.node_pods import NodePods, TerminalPodFilter
 from agent.kube.publisher import (
     DryRunSink,
     NodeInfo,
-    NodePods,
     NodeState,
     Publisher,
     PublisherSettings,
-    TerminalPodFilter,
     TopologySink,
 )
 from agent.metrics import AgentMetrics, MetricsSnapshot

@@ -21,8 +21,9 @@ from kubernetes.client.exceptions import ApiException
 
 from agent.errors import PublishError
 from agent.kube.connect import TRANSPORT_ERRORS, read_or_none, transport_reason
-from agent.kube.publisher import FIELD_MANAGER, NodeInfo, pod_phases
+from agent.kube.publisher import FIELD_MANAGER, NodeInfo
 from agent.nrt import GROUP, PLURAL, VERSION
+from agent.podphase import pod_phases
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli.config import AgentConfig, load, split_host_port
+from agent.cli.config import AgentConfig, load
+from agent.cli.config_values import split_host_port
 from agent.errors import ConfigError
 from agent.shares import Sharing
 from deviceplugin.grpc_translation import device_list, to_list_response

@@ -10,7 +10,8 @@ import pytest
 from agent.cli.publish_service import StateReader
 from agent.fingerprint import pods_fingerprint
 from agent.kube.client import FIELD_MANAGER, KubeSink
-from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
+from agent.kube.node_pods import TerminalPodFilter
+from agent.kube.publisher import Publisher, PublisherSettings
 from agent.labels import COUNT, PRESENT
 from agent.nrt import ATTR_FINGERPRINT, decode
 from deviceplugin.podresources import PodResourcesClient

@@ -13,7 +13,8 @@ import pytest
 
 from agent.errors import NodeNotFound, PublishError
 from agent.kube.client import KubeSink
-from agent.kube.publisher import Publisher, PublisherSettings, TerminalPodFilter
+from agent.kube.node_pods import TerminalPodFilter
+from agent.kube.publisher import Publisher, PublisherSettings
 from agent.labels import COUNT, PRESENT
 from agent.metrics import AgentMetrics
 from agent.nrt import GROUP, PLURAL, VERSION

@@ -10,7 +10,8 @@ import logging
 import yaml
 
 from agent.errors import PublishError
-from agent.kube.publisher import DryRunSink, Publisher, PublisherSettings, TerminalPodFilter
+from agent.kube.node_pods import TerminalPodFilter
+from agent.kube.publisher import DryRunSink, Publisher, PublisherSettings
 from agent.labels import PRESENT
 from tests.builders.agentnode import NODE, NodeStateSource
 from tests.builders.clock import FakeClock

@@ -12,7 +12,9 @@ times out after its last victim is gone; U still not fitting once its victims ar
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
-fewest GPUs in use, without evicting anyone.
+fewest GPUs in use, without evicting anyone (`take_hold`, the simulator's code path too: a hold
+whose nodes drained is renewed on them; a hold that ran out keeps its unit's cooldown, so
+`_forget` releases with `waits=True`).
 
 A new leader (`recover`) rebuilds the nominations from the API: victims carry `DisruptionTarget`
 naming their preemptor's unit, preemptors `status.nominatedNodeName`. A victim marked but not yet

@@ -22,13 +22,14 @@ from .model import (
     VictimChoice,
     VictimReason,
 )
-from .nominations import Nominations
+from .nominations import LastHold, Nominations
 from .search import find_victims
-from .starvation import starvation_nodes
+from .starvation import starvation_nodes, take_hold
 
 __all__ = [
     "Budget",
     "Eviction",
+    "LastHold",
     "NoChoice",
     "Nominations",
     "PreemptionSettings",
@@ -39,4 +40,5 @@ __all__ = [
     "VictimReason",
     "find_victims",
     "starvation_nodes",
+    "take_hold",
 ]

@@ -5,8 +5,10 @@ A *nomination* follows a victim choice: U's nodes are held for U while its victi
 `nominationTimeoutSeconds` pass after its last victim is gone (`expire`). A *starvation hold*
 holds the nodes `starvation_nodes` chose for a unit that waited too long, evicting nobody; at
 most `maxStarvationHolds` at once, each for at most `starvationHoldSeconds`; a unit whose hold
-ran out gets no new one for as long again (the next starving unit gets its turn). A hold gives
-way to a nomination of a higher priority, or of reclaim, on any of its nodes.
+ran out gets no new one for as long again (the next starving unit gets its turn), unless it
+*renews* it: the same nodes, which drained while it held them (`take_hold` decides), and no
+other unit refused a hold since it began. A hold gives way to a nomination of a higher
+priority, or of reclaim, on any of its nodes.
 
 `blocked(priority, unit)` is what placement must avoid for a unit of that priority: the nodes
 held by *another* unit of at least that priority (an equal priority too: otherwise the units
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .model import PreemptionSettings
 
-__all__ = ["Nominations"]
+__all__ = ["LastHold", "Nominations"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -37,6 +39,17 @@ class _Claim:
     gpus: int = 0
     victims: set[str] = field(default_factory=set)
     last_gone: float | None = None
+    used: int = 0  # a hold: milli-GPU in use on its nodes when it began
+
+
+@dataclass(frozen=True, slots=True)
+class LastHold:
+    """A unit's hold that ran out: its nodes (pod key -> node), the milli-GPU in use on them
+    when it began, and when it began."""
+
+    nodes: Mapping[str, str]
+    used: int
+    since: float
 
 
 class Nominations:
@@ -46,6 +59,8 @@ class Nominations:
         self._claims: dict[str, _Claim] = {}
         self._victim_of: dict[str, str] = {}
         self._cooling: dict[str, float] = {}  # unit -> when its hold ran out
+        self._last: dict[str, LastHold] = {}  # unit -> its hold that ran out
+        self._wanted = -float("inf")  # when a unit was last refused a hold (all taken)
         self._held_seconds = 0.0  # GPU-seconds of holds that ended
         self._seen = 0.0  # the latest time given
 
@@ -105,10 +120,13 @@ class Nominations:
         claim = self._claims.get(unit)
         return None if claim is None else dict(claim.nodes)
 
-    def release(self, unit: str, now: float | None = None) -> None:
+    def release(self, unit: str, now: float | None = None, *, waits: bool = False) -> None:
         """`unit` bound or was deleted: what it held is free again. `now` ends a hold's
-        GPU-seconds (default: the latest time this book was given)."""
-        self._cooling.pop(unit, None)
+        GPU-seconds (default: the latest time this book was given). `waits`: it still waits
+        (what it held ended, e.g. a hold that ran out): its turn and `previous` are kept."""
+        if not waits:
+            self._cooling.pop(unit, None)
+            self._last.pop(unit, None)
         self._end(unit, self._seen if now is None else now)
 
     def _end(self, unit: str, now: float) -> None:
@@ -130,6 +148,7 @@ class Nominations:
             if claim.hold:
                 if now - claim.since > settings.starvation_hold_seconds:
                     self._cooling[claim.unit] = now
+                    self._last[claim.unit] = LastHold(claim.nodes, claim.used, claim.since)
                     out.append(claim.unit)
             elif (
                 claim.last_gone is not None and now - claim.last_gone > settings.nomination_timeout
@@ -143,6 +162,10 @@ class Nominations:
         return out
 
     # -- starvation holds ------------------------------------------------------------------------
+    def previous(self, unit: str) -> LastHold | None:
+        """`unit`'s last hold, which ran out while it still waited (None: none)."""
+        return self._last.get(unit)
+
     def hold(
         self,
         unit: str,
@@ -151,19 +174,45 @@ class Nominations:
         gpus: int,
         now: float,
         settings: PreemptionSettings,
+        *,
+        used: int = 0,
+        renew: bool = False,
     ) -> bool:
         """Hold `nodes` for a starving `unit` (`gpus`: what the hold keeps idle, for the
-        metric). False when refused: `unit` already holds something, `max_starvation_holds`
-        are taken, or its last hold ran out less than `starvation_hold_seconds` ago."""
+        metric; `used`: milli-GPU in use on them now). False when refused: `unit` already
+        holds something, `max_starvation_holds` are taken (then no hold running now may be
+        renewed), or its last hold ran out less than `starvation_hold_seconds` ago, unless
+        this one `renew`s it (its nodes, drained meanwhile) and no unit was refused since."""
         self._saw(now)
         holds = sum(c.hold for c in self._claims.values())
-        cooled = now - self._cooling.get(unit, -float("inf")) > settings.starvation_hold_seconds
-        if unit in self._claims or not cooled or holds >= settings.max_starvation_holds:
+        if unit in self._claims or not self._turn(unit, now, settings, renew=renew):
             return False
+        if holds >= settings.max_starvation_holds:
+            self._wanted = now
+            return False
+        self._last.pop(unit, None)
         self._claims[unit] = _Claim(
-            unit=unit, priority=priority, nodes=dict(nodes), since=now, hold=True, gpus=gpus
+            unit=unit,
+            priority=priority,
+            nodes=dict(nodes),
+            since=now,
+            hold=True,
+            gpus=gpus,
+            used=used,
         )
         return True
+
+    def _turn(self, unit: str, now: float, settings: PreemptionSettings, *, renew: bool) -> bool:
+        """May `unit` hold now: cooled down, or renewing a hold nobody else asked for since."""
+        if now - self._cooling.get(unit, -float("inf")) > settings.starvation_hold_seconds:
+            return True
+        last = self._last.get(unit)
+        return renew and last is not None and self._wanted < last.since
+
+    def holds(self, unit: str) -> bool:
+        """Does `unit` hold nodes against starvation now?"""
+        claim = self._claims.get(unit)
+        return claim is not None and claim.hold
 
     def held_gpu_seconds(self, now: float) -> float:
         """GPU-seconds held by starvation holds so far (ended and running), never decreasing."""

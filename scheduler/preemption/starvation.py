@@ -7,6 +7,15 @@ wins (at most `TRIES` nodes are tried: the hold is an optimisation, not a guaran
 the emptiest nodes (per domain of a required topology label) are taken until their capacity
 covers the gang, placed with `place_gang` on clones without our pods, widened by doubling when
 that fails; the set with the fewest GPUs in use among the domains tried wins.
+
+`take_hold` is the guard's one code path, the runtime's and the simulator's: a unit whose last
+hold ran out (`Nominations.previous`) while its nodes drained (fewer GPUs in use than when it
+began) keeps those nodes while it would still fit them with our pods gone, and renews the hold
+at once unless another unit was refused one meanwhile. The pods on held nodes rarely all end
+within one hold; re-targeting each hold to the emptiest set then, after a cooldown in which the
+units queued behind took what the last one drained, never finished a drain (issue 27: a 2 ×
+8-GPU gang held four pairs of nodes in turn). A hold on nodes that did not drain is not renewed:
+the cooldown gives the room back to the others.
 """
 
 from __future__ import annotations
@@ -18,22 +27,63 @@ from scheduler.placement.request import CPU, MEMORY
 
 from .candidates import GANG_SETS, Bound
 from .index import RunningIndex
-from .model import Preemptor
+from .model import PreemptionSettings, Preemptor
+from .nominations import LastHold, Nominations
 
-__all__ = ["TRIES", "starvation_nodes"]
+__all__ = ["TRIES", "starvation_nodes", "take_hold"]
 
 TRIES = 64
 """Nodes (or node-set widenings) tried at most per call."""
 
 
+def take_hold(
+    book: Nominations,
+    preemptor: Preemptor,
+    placer: Placer,
+    index: RunningIndex | None,
+    now: float,
+    settings: PreemptionSettings,
+) -> Mapping[str, str] | None:
+    """Hold nodes for starving U in `book` (its last hold's nodes if they drained and still
+    serve it, else the emptiest); returns them (pod key -> node), or None when refused."""
+    live, last = placer.snapshot, book.previous(preemptor.key)
+    drained = last is not None and _drained(live, last)
+    nodes = starvation_nodes(preemptor, placer, index, last.nodes if drained and last else None)
+    if not nodes:
+        return None
+    names = set(nodes.values())
+    gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
+    renew = drained and last is not None and names <= set(last.nodes.values())
+    used = _used(live, sorted(names))
+    held = book.hold(
+        preemptor.key, preemptor.priority, nodes, gpus, now, settings, used=used, renew=renew
+    )
+    return nodes if held else None
+
+
+def _drained(live: Snapshot, last: LastHold) -> bool:
+    """Are fewer GPUs in use on the nodes of `last` than when it began (all still there)?"""
+    names = sorted(set(last.nodes.values()))
+    return all(n in live for n in names) and _used(live, names) < last.used
+
+
 def starvation_nodes(
-    preemptor: Preemptor, placer: Placer, index: RunningIndex | None = None
+    preemptor: Preemptor,
+    placer: Placer,
+    index: RunningIndex | None = None,
+    previous: Mapping[str, str] | None = None,
 ) -> Mapping[str, str] | None:
     """Pod key -> node for U on the emptiest node (set) that would take it without this
-    scheduler's pods (those in `index`; every pod when None). None when there is none."""
+    scheduler's pods (those in `index`; every pod when None), or on the nodes of its `previous`
+    hold while they would. None when there is none."""
     live = placer.snapshot
     if not preemptor.pods:
         return None
+    kept = sorted(set((previous or {}).values()))
+    if kept and all(name in live for name in kept):  # sticky: the previous hold's nodes
+        found = _place(preemptor, placer, kept, index)
+        if found is not None:
+            return found
     ranked = sorted(
         (n.used_milli, n.name) for n in live.nodes.values() if _big_enough(n, preemptor.pods)
     )

@@ -12,7 +12,9 @@ times out after its last victim is gone; U still not fitting once its victims ar
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
-fewest GPUs in use, without evicting anyone.
+fewest GPUs in use, without evicting anyone (`take_hold`, the simulator's code path too: a hold
+whose nodes drained is renewed on them; a hold that ran out keeps its unit's cooldown, so
+`_forget` releases with `waits=True`).
 
 A new leader (`recover`) rebuilds the nominations from the API: victims carry `DisruptionTarget`
 naming their preemptor's unit, preemptors `status.nominatedNodeName`. A victim marked but not yet
@@ -39,7 +41,7 @@ from scheduler.preemption import (
     VictimChoice,
     VictimReason,
     find_victims,
-    starvation_nodes,
+    take_hold,
 )
 from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.evicting import EvictionWriter, Victim, disruption_message, preemptor_of
@@ -263,12 +265,9 @@ class Preemption:
         return order is not None and self._heads.get(order[0]) == name
 
     def _starving(self, preemptor: Preemptor, placer: Placer, now: float) -> None:
-        nodes = starvation_nodes(preemptor, placer, self._cache.running.index)
-        if not nodes:
-            return
-        gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
-        settings = self.settings
-        if self._nominations.hold(preemptor.key, preemptor.priority, nodes, gpus, now, settings):
+        index, book = self._cache.running.index, self._nominations
+        nodes = take_hold(book, preemptor, placer, index, now, self.settings)
+        if nodes:
             self._priority[preemptor.key] = preemptor.priority
             self._holds.add(preemptor.key)
             where = ", ".join(sorted(set(nodes.values())))
@@ -306,11 +305,12 @@ class Preemption:
         self._waiting.pop(name, None)
         if self._order.pop(name, None) is not None:
             self._heads = None
-        self._forget(name)
+        self._forget(name, done=True)
 
-    def _forget(self, name: str) -> None:
-        """What `name` held ended, but it still waits (it may search or starve again)."""
-        self._nominations.release(name, self._clock())
+    def _forget(self, name: str, *, done: bool = False) -> None:
+        """What `name` held ended, but it still waits (it may search or starve again; its turn
+        for holds is kept), or it is `done` (placed or deleted)."""
+        self._nominations.release(name, self._clock(), waits=not done)
         self._priority.pop(name, None)
         self._holds.discard(name)
         self._victims.pop(name, None)

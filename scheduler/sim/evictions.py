@@ -11,12 +11,14 @@ queue and runs its whole duration again once placed: the GPU-seconds it had run 
 A unit that found no victim set does not search again for `RETRY_SECONDS` of simulated time
 (the scheduler's backoff), which keeps a crowded run from searching after every event.
 
-The starvation guard runs as in the scheduler, with the same `Nominations` book: a unit first
-in its leaf's order (the first of the leaf's pass that could not start), admitted, and waiting
-(since it first could not start) longer than `starvationSeconds` gets a hold on the nodes
-`starvation_nodes` picks; placement keeps every other unit of equal or lower priority off them
-(`blocked`) until U starts or the hold times out. A victim choice nominates U for the moment it
-is placed, which ends the holds that give way to it (DESIGN §11).
+The starvation guard runs as in the scheduler, with the same `Nominations` book and the same
+`take_hold`: a unit first in its leaf's order (the first of the leaf's pass that could not
+start), admitted, and waiting (since it first could not start) longer than `starvationSeconds`
+gets a hold; placement keeps every other unit of equal or lower priority off its nodes
+(`blocked`) until U starts or the hold runs out. A hold whose nodes drained is renewed on them
+the moment it runs out (a unit holding now never backs off, so nothing else is placed between
+the two). A victim choice nominates U for the moment it is placed, which ends the holds that
+give way to it (DESIGN §11).
 
 Reported (`EvictionReport`): the victim sets applied, pods evicted, GPU-seconds lost, gangs cut
 beyond their spares (must be 0), evictions after which U still did not start (must be 0), the
@@ -41,7 +43,7 @@ from scheduler.preemption import (
     VictimChoice,
     VictimReason,
     find_victims,
-    starvation_nodes,
+    take_hold,
 )
 from scheduler.quota import QuotaTree, Usage
 
@@ -188,14 +190,10 @@ class SimPreemption:
         since = self._waiting.setdefault(preemptor.key, now)
         if not (head and admitted and now - since >= self.settings.starvation_seconds):
             return
-        if self._retry_hold.get(preemptor.key, -1.0) > now:
-            return
-        nodes = starvation_nodes(preemptor, self.placer, self.index)
-        gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
+        if self._retry_hold.get(preemptor.key, -1.0) > now or self.nominations.holds(preemptor.key):
+            return  # (a unit holding now may hold again the moment its hold runs out)
         settings = self.settings
-        if nodes and self.nominations.hold(
-            preemptor.key, preemptor.priority, nodes, gpus, now, settings
-        ):
+        if take_hold(self.nominations, preemptor, self.placer, self.index, now, settings):
             self.holds += 1
             self.wake.append(now + settings.starvation_hold_seconds + 1.0)  # it times out then
         else:  # none free or none found: look again after the backoff

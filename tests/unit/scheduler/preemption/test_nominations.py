@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from scheduler.placement import Placer, default_scoring
-from scheduler.preemption import Nominations, PreemptionSettings, starvation_nodes
+from scheduler.preemption import Nominations, PreemptionSettings, starvation_nodes, take_hold
 from tests.builders.placement import pod
-from tests.builders.preemption import preemptor, world
+from tests.builders.preemption import World, preemptor, world
 
 SETTINGS = PreemptionSettings(
     nomination_timeout=60, starvation_hold_seconds=600, max_starvation_holds=2
@@ -103,3 +103,85 @@ def test_starvation_nodes_skip_what_other_schedulers_hold() -> None:
     assert starvation_nodes(preemptor(gpus=8), w.placer, w.index) == {"ns/u-0": "a"}
     assert starvation_nodes(preemptor(gpus=8), w.placer) == {"ns/u-0": "b"}
     assert starvation_nodes(preemptor(gpus=16), w.placer, w.index) is None
+
+
+def _end(w: World, *units: str) -> None:
+    """Units of one pod each (`fill`'s) finish."""
+    for unit in units:
+        w.snapshot.forget(f"ns/{unit}")
+        w.index.remove(unit)
+
+
+def _starved_on_a() -> tuple[World, Nominations]:
+    """U (8 GPUs) holds `a` (3 GPUs in use, `b` 5) from 0 s; the hold has run out at 601 s."""
+    w = world("a", "b")
+    w.fill("a", 3, prefix="pa")
+    w.fill("b", 5, prefix="pb")
+    book = Nominations()
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "a"}
+    assert book.expire(601.0, SETTINGS) == ["u"]
+    return w, book
+
+
+def test_a_hold_whose_nodes_drained_is_renewed_on_them_though_others_are_emptier() -> None:
+    """`a` drained (3 to 2 GPUs in use) during the hold, `b` more (5 to 1): U keeps `a` and holds
+    it again at once, where the emptiest pick moved to `b` after a cooldown and gave what `a`
+    had drained to the units behind U."""
+    w, book = _starved_on_a()
+    _end(w, "pa-0", "pb-0", "pb-1", "pb-2", "pb-3")
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 601.0, SETTINGS) == {"ns/u-0": "a"}
+    assert book.blocked(0, "x") == frozenset({"a"})
+
+
+def test_a_hold_whose_nodes_did_not_drain_cools_down_then_moves_to_the_emptiest() -> None:
+    w, book = _starved_on_a()
+    _end(w, "pb-0", "pb-1", "pb-2", "pb-3")  # `a` still has 3 GPUs in use
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 601.0, SETTINGS) is None
+    assert book.blocked(0, "x") is None  # the others' turn
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 1202.0, SETTINGS) == {
+        "ns/u-0": "b"
+    }
+
+
+def test_a_hold_is_not_renewed_when_another_unit_was_refused_one() -> None:
+    w = world("a", "b", "c")
+    w.fill("a", 3, prefix="pa")
+    w.fill("b", 5, prefix="pb")
+    w.fill("c", 8, prefix="pc")
+    book = Nominations()
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 0.0, SETTINGS)
+    assert book.hold("s1", 0, {"ns/s1-0": "b"}, 8, 100.0, SETTINGS)
+    assert not book.hold("s2", 0, {"ns/s2-0": "c"}, 8, 150.0, SETTINGS)  # both holds taken
+    assert book.expire(601.0, SETTINGS) == ["u"]
+    _end(w, "pa-0")  # `a` drained, but `s2` waits for a hold: its turn comes first
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 601.0, SETTINGS) is None
+    assert book.hold("s2", 0, {"ns/s2-0": "c"}, 8, 601.0, SETTINGS)
+
+
+def test_a_renewed_hold_moves_when_its_nodes_no_longer_serve_the_unit() -> None:
+    """Drained, but U now asks more than `a` has: the emptiest nodes that serve it."""
+    w, book = _starved_on_a()
+    _end(w, "pa-0")
+    previous = book.previous("u")
+    assert previous is not None
+    gang = preemptor(gpus=8, members=2)
+    assert starvation_nodes(gang, w.placer, w.index, previous.nodes) == {
+        "ns/u-0": "a",
+        "ns/u-1": "b",
+    }
+
+
+def test_what_ends_for_a_unit_that_still_waits_keeps_its_cooldown_and_last_hold() -> None:
+    """The scheduler releases a hold that ran out while its unit still waits (`waits=True`):
+    the cooldown and the last hold stay (a plain release, the unit bound, forgets both)."""
+    book = Nominations()
+    assert book.hold("s", 0, {"ns/s-0": "a"}, 4, 0.0, SETTINGS, used=3000)
+    assert book.expire(601.0, SETTINGS) == ["s"]
+    book.release("s", 601.0, waits=True)
+    assert not book.hold("s", 0, {"ns/s-0": "b"}, 4, 700.0, SETTINGS)  # still cooling down
+    last = book.previous("s")
+    assert last is not None
+    assert (dict(last.nodes), last.used, last.since) == ({"ns/s-0": "a"}, 3000, 0.0)
+    book.release("s", 700.0)
+    assert book.previous("s") is None
+    assert book.hold("s", 0, {"ns/s-0": "b"}, 4, 700.0, SETTINGS)

@@ -148,3 +148,23 @@ def test_an_evicted_pod_runs_again_and_its_wait_counts_from_its_first_arrival():
     assert figures.makespan == 1200.0
     doc = runs_document([result])["runs"][0]["preemption"]
     assert (doc["holds"], doc["evictions"], doc["heldGpuSeconds"]) == (0, 1, 0.0)
+
+
+def _slow_drain_workload() -> Workload:
+    """The node's four GPUs run pods ending at 700, 900, 1100 and 1300 s; a 4-GPU pod arrives at
+    10 s, and 1-GPU pods queued behind it arrive every 50 s, each running long."""
+    running = [job(f"r{end}", arrival=0.0, duration=float(end)) for end in (700, 900, 1100, 1300)]
+    big = job("big", gpus=4, arrival=10.0, duration=100.0)
+    stream = [job(f"s{t:04d}", arrival=float(t), duration=1300.0) for t in range(20, 3001, 50)]
+    return Workload((*running, big, *stream))
+
+
+def test_a_hold_whose_nodes_drain_is_renewed_on_them_until_the_unit_starts() -> None:
+    """ "big" holds the node from 310 s; when the hold runs out (911 s) two of its GPUs are free
+    and it renews the hold on that node at once, so it starts as the last pod ends (1,300 s). A
+    hold that ran out and waited a cooldown before the next one gave the freed GPUs to the
+    1-GPU pods behind it, which kept the node full for thousands of seconds."""
+    result = run_events(ONE_NODE, _slow_drain_workload(), "bestfit", 1)
+    assert result.waits["4-gpu"].longest == 1290.0
+    assert result.preemption is not None
+    assert result.preemption.pods_evicted == 0

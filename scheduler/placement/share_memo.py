@@ -19,7 +19,7 @@ bounded and start afresh when full. Not thread-safe, like the memo.
 
 from __future__ import annotations
 
-from .class_verdicts import ClassKey, pod_class
+from .class_verdicts import pod_class
 from .gpushare import GpuShare
 from .node import Assignment, NodeState
 from .request import PodRequest
@@ -34,12 +34,19 @@ _Placed = tuple[GpuShare, ...] | None
 
 
 class ShareMemo:
-    """Placements and scores of share pods per node state id, shared between pod classes."""
+    """Placements and scores of share pods per node state id, shared between pod classes.
+
+    A pod's two keys (its share containers; its class without them) are numbered once per pod
+    decided (`_keys`), not hashed again per node; numbers are never reused."""
 
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
-        self._placed: dict[tuple[int, object, object], _Placed] = {}
-        self._scores: dict[tuple[int, ClassKey, object], float] = {}
+        self._placed: dict[tuple[int, int], _Placed] = {}
+        self._scores: dict[tuple[int, int, object], float] = {}
+        self._ids: dict[object, int] = {}
+        self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
+        self._pod_keys = (-1, -1)
+        self._next = 0
 
     def forget_scores(self) -> None:
         """What the learners know changed: every score is stale."""
@@ -47,7 +54,7 @@ class ShareMemo:
 
     def placed(self, state: int, pod: PodRequest, node: NodeState) -> _Placed:
         """`place_shares(pod, node)` for `node` in state `state`."""
-        key = (state, pod.shares, pod.share_reuse)
+        key = (state, self._keys(pod)[0])
         if key in self._placed:
             return self._placed[key]
         if len(self._placed) >= _LIMIT:
@@ -58,10 +65,29 @@ class ShareMemo:
     def score(self, state: int, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         """`scoring.total(pod, node, assignment)` for `node` in state `state`."""
         placed = tuple((s.gpu, s.milli, s.slots) for s in assignment.shares)
-        key = (state, pod_class(pod, shares=False), (placed, assignment.gpus, assignment.numa))
+        key = (state, self._keys(pod)[1], (placed, assignment.gpus, assignment.numa))
         found = self._scores.get(key)
         if found is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
             found = self._scores[key] = self._scoring.total(pod, node, assignment)
+        return found
+
+    def _keys(self, pod: PodRequest) -> tuple[int, int]:
+        """The numbers of `pod`'s share containers and of its class without them."""
+        if pod is not self._pod:
+            self._pod = pod
+            self._pod_keys = (
+                self._number(("placed", pod.shares, pod.share_reuse)),
+                self._number(pod_class(pod, shares=False)),
+            )
+        return self._pod_keys
+
+    def _number(self, key: object) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            if len(self._ids) >= _LIMIT:  # new numbers only: a forgotten key never shares one
+                self._ids.clear()
+            found = self._ids[key] = self._next
+            self._next += 1
         return found

@@ -45,6 +45,8 @@ def any_pod(rng: random.Random, key: str) -> PodRequest:
         return share_pod(rng, key)
     if rng.random() < 0.3:
         return PodRequest(key=key, cpu_milli=4000, memory=GIB)
+    if rng.random() < 0.4:
+        return PodRequest(key=key, cpu_milli=4000, gpu_milli=rng.choice((250, 500)))
     return PodRequest(key=key, cpu_milli=rng.choice((1000, 8000)), gpus=rng.choice((1, 2)))
 
 
@@ -74,3 +76,14 @@ def test_share_classes_decide_as_pick_through_binds_and_refits(seed: int):
             cluster.unbind(bound.pop(rng.randrange(len(bound))))
     learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
     assert learner.version >= 2  # refitted while share scores were kept
+
+
+def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
+    """`pick`'s candidate index offers a shared GPU with all its milli free to a `gpu_milli`
+    pod, as `filter_node` (and so the memo) takes it there."""
+    cluster = Cluster.from_specs([NodeSpec(name="n0", shares=4)])
+    scoring = Scoring.from_weights(DEFAULT_WEIGHTS, prefer_used_nodes=False, candidate_limit=0)
+    pod = PodRequest(key="default/p", cpu_milli=4000, gpu_milli=500)
+    expected = pick(pod, cluster.snapshot, scoring, explain=False)
+    assert expected.assignment is not None
+    assert Placer(cluster.snapshot, scoring).decide(pod).assignment == expected.assignment

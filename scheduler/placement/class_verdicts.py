@@ -35,8 +35,9 @@ HEAP_TOP = 64
 _INCOMPLETE = -1
 
 
-def pod_class(pod: PodRequest) -> ClassKey:
-    """Everything in a request that filters and scores read: all but its key and pod group."""
+def pod_class(pod: PodRequest, *, shares: bool = True) -> ClassKey:
+    """Everything in a request that filters and scores read: all but its key and pod group.
+    `shares` False: the share containers only by their count (what scores read of them)."""
     return (
         pod.vector,
         pod.gpu_milli,
@@ -48,7 +49,7 @@ def pod_class(pod: PodRequest) -> ClassKey:
         pod.priority,
         pod.guaranteed,
         pod.unsupported,
-        pod.shares,
+        pod.shares if shares else len(pod.shares),
         pod.share_reuse,
         pod.split,
     )

@@ -15,7 +15,7 @@ choice); GPUs with an unknown NUMA node fit any.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agent.gpuset import SharedSlot, pack_shared
@@ -32,12 +32,15 @@ __all__ = [
     "REASON_TOO_MANY_PODS",
     "REASON_UNSCHEDULABLE",
     "NodeFit",
+    "PlaceShares",
     "choose_devices",
     "filter_node",
     "insufficient",
     "untolerated",
 ]
 
+PlaceShares = Callable[[PodRequest, NodeState], tuple[GpuShare, ...] | None]
+"""Where a pod's share containers go on a node (`place_shares`), or None."""
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TOO_MANY_PODS = "Too many pods"
@@ -62,14 +65,15 @@ class NodeFit:
     reasons: tuple[str, ...] = ()
 
 
-def filter_node(pod: PodRequest, node: NodeState) -> NodeFit:
-    """Run every filter; on success the assignment names the devices the pod would get."""
+def filter_node(pod: PodRequest, node: NodeState, *, place: PlaceShares = place_shares) -> NodeFit:
+    """Run every filter; on success the assignment names the devices the pod would get.
+    `place`: `place_shares` or a memo of it (`ShareMemo`)."""
     reasons = _static_reasons(pod, node) or _resource_reasons(pod, node)
     if reasons:
         return NodeFit(None, reasons)
     if pod.gpu_models and node.labels.get(GPU_PRODUCT_LABEL) not in pod.gpu_models:
         return NodeFit(None, (REASON_GPU_MODEL,))
-    return _device_fit(pod, node)
+    return _device_fit(pod, node, place)
 
 
 def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
@@ -98,8 +102,8 @@ def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
-    anywhere = choose_devices(pod, node, None)
+def _device_fit(pod: PodRequest, node: NodeState, place: PlaceShares) -> NodeFit:
+    anywhere = choose_devices(pod, node, None, place=place)
     if anywhere is None:
         return NodeFit(None, (_device_reason(pod, node),))
     if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
@@ -110,7 +114,7 @@ def _device_fit(pod: PodRequest, node: NodeState) -> NodeFit:
     for numa in _numa_ids(node):
         if numa_known and not _numa_has_room(pod, node, numa):
             continue
-        assignment = choose_devices(pod, node, numa)
+        assignment = choose_devices(pod, node, numa, place=place)
         if assignment is not None:
             return NodeFit(assignment)
     return NodeFit(None, (REASON_NUMA,))
@@ -139,7 +143,9 @@ def _numa_has_room(pod: PodRequest, node: NodeState, numa: int) -> bool:
     return zone.get(CPU, 0) >= pod.cpu_milli and zone.get(MEMORY, 0) >= pod.memory
 
 
-def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assignment | None:
+def choose_devices(
+    pod: PodRequest, node: NodeState, numa: int | None, *, place: PlaceShares = place_shares
+) -> Assignment | None:
     """The devices `pod` would get on `node` (only NUMA node `numa` unless None), or None."""
 
     def on_numa(g: int) -> bool:
@@ -148,7 +154,7 @@ def choose_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assign
     gpus: tuple[int, ...] = ()
     shares: tuple[GpuShare, ...] = ()
     if pod.shares or (pod.gpus and share_asks(pod, node)):
-        placed = place_shares(pod, node)  # replicas carry no NUMA: any shared GPU will do
+        placed = place(pod, node)  # replicas carry no NUMA: any shared GPU will do
         if placed is None:
             return None
         shares = placed

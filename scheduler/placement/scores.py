@@ -4,7 +4,9 @@ Each is in 0..100, but `fragmentation` in a living cluster: half a point above (
 whole) and 30 points below (an idle node while idle nodes are scarce), see `FragmentationScore`.
 
 A score function is `(pod, node, assignment) -> float`, evaluated on the node *before* the pod is
-added. `Scoring` is the pluggable list of weighted score functions plus the node-ranking rules;
+added. It reads a share pod's share containers only through the assignment, as each share's GPU,
+milli-GPU and slots (the verdict memo shares those scores between share pod classes, `share_memo`).
+`Scoring` is the pluggable list of weighted score functions plus the node-ranking rules;
 the config file names functions from `SCORE_FUNCTIONS` (stateless) and `SCORE_FACTORIES` (a fresh
 instance per `Scoring`, e.g. `fragmentation`, see `fragscores`). Ranking of feasible nodes:
 

@@ -368,8 +368,10 @@ def _index_keys(node: NodeState) -> list[_IndexKey]:
             idle += sum(node.slots_free)  # a plain GPU request is equal splits there
     if idle:
         keys.append(("whole", (used, idle)))
-    partial = [
-        f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g] and 0 < f < MILLI_PER_GPU
+    partial = [  # a shared GPU serves `gpu_milli` pods even with all its milli free
+        min(f, MILLI_PER_GPU - 1)
+        for g, f in enumerate(node.gpu_free)
+        if not node.gpu_mig[g] and f > 0 and (f < MILLI_PER_GPU or node.gpu_slots[g])
     ]
     if partial:
         keys.append(("share", max(partial) // _SHARE_BUCKET))

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -49,6 +50,7 @@ from .node_slots import BoolArray, IntArray, NodeSlots
 from .pick import Decision, Rejection, count_reasons
 from .request import PodRequest
 from .scores import Learner, Scoring
+from .share_memo import ShareMemo
 from .snapshot import Snapshot
 
 __all__ = ["VerdictMemo"]
@@ -71,6 +73,7 @@ class VerdictMemo:
         self._classes: dict[ClassKey, Verdicts] = {}
         self._learners: tuple[Learner, ...] = scoring.learners()
         self._version = self._learned_version()
+        self._shares = ShareMemo(scoring)
         self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
 
     # -- decisions -------------------------------------------------------------------------------
@@ -176,7 +179,7 @@ class VerdictMemo:
                 verdicts.code[slot] = code
             verdict = table.get(code)
             if verdict is None:
-                verdict = table[code] = self._verdict(pod, node)
+                verdict = table[code] = self._verdict(pod, slot)
             return verdict[4]
 
         return rejection
@@ -196,6 +199,7 @@ class VerdictMemo:
         if version != self._version:
             self._version = version
             self._classes.clear()
+            self._shares.forget_scores()
 
     def _refresh(self, pod: PodRequest) -> Verdicts:
         if self._learners:
@@ -235,7 +239,7 @@ class VerdictMemo:
         code = self._code(verdicts, slot)
         verdict = verdicts.table.get(code)
         if verdict is None:
-            verdict = verdicts.table[code] = self._verdict(pod, self._nodes.node(slot))
+            verdict = verdicts.table[code] = self._verdict(pod, slot)
         verdicts.put(slot, code, verdict, self._nodes.name(slot))
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
@@ -245,35 +249,27 @@ class VerdictMemo:
         rejected, kept = dirty[~maybe], dirty[maybe]
         verdicts.feasible[rejected] = False
         verdicts.code[rejected] = -1
-        slots = kept.tolist()
-        if not slots:
+        if not len(kept):
             return
         if verdicts.labels:
-            codes = [self._code(verdicts, slot) for slot in slots]
+            codes = np.array([self._code(verdicts, slot) for slot in kept.tolist()], dtype=np.int64)
         else:
-            codes = self._nodes.states[kept].tolist()
-        index: dict[int, int] = {}  # code -> its position among the distinct codes
-        first: list[int] = []  # per distinct code, the first slot in that state
-        where: list[int] = []
-        for code, slot in zip(codes, slots, strict=True):
-            j = index.get(code)
-            if j is None:
-                j = index[code] = len(first)
-                first.append(slot)
-            where.append(j)
-        feasible = np.zeros(len(first), dtype=np.bool_)
-        tier = np.zeros(len(first), dtype=np.bool_)
-        score = np.zeros(len(first), dtype=np.float64)
-        for code, j in index.items():
-            verdict = verdicts.table.get(code)
+            codes = self._nodes.states[kept]
+        distinct, first, at = np.unique(codes, return_index=True, return_inverse=True)
+        firsts = kept[first].tolist()
+        feasible = np.zeros(len(firsts), dtype=np.bool_)
+        tier = np.zeros(len(firsts), dtype=np.bool_)
+        score = np.zeros(len(firsts), dtype=np.float64)
+        table = verdicts.table
+        for j, (code, slot) in enumerate(zip(distinct.tolist(), firsts, strict=True)):
+            verdict = table.get(code)
             if verdict is None:
-                verdict = verdicts.table[code] = self._verdict(pod, self._nodes.node(first[j]))
+                verdict = table[code] = self._verdict(pod, slot)
             feasible[j], tier[j], score[j] = verdict[0], verdict[1], verdict[2]
-        at = np.array(where, dtype=np.int64)
         verdicts.feasible[kept] = feasible[at]
         verdicts.tier[kept] = tier[at]
         verdicts.score[kept] = score[at]
-        verdicts.code[kept] = np.array(codes, dtype=np.int64)
+        verdicts.code[kept] = codes
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
@@ -284,9 +280,24 @@ class VerdictMemo:
         values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
         return verdicts.combo(state, values)
 
-    def _verdict(self, pod: PodRequest, node: NodeState) -> Verdict:
-        fit = filter_node(pod, node)
+    def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
+        """The verdict for slot `slot`'s node; a share pod's placement and score come through
+        the per-state `ShareMemo`, which other share classes fill too."""
+        node = self._nodes.node(slot)
+        if not pod.shares:
+            fit = filter_node(pod, node)
+            if fit.assignment is None:
+                return (False, False, 0.0, None, fit.reasons)
+            return (
+                True,
+                node.gpu_used(),
+                self._scoring.total(pod, node, fit.assignment),
+                fit.assignment,
+                (),
+            )
+        state = self._nodes.state(slot)
+        fit = filter_node(pod, node, place=partial(self._shares.placed, state))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        score = self._scoring.total(pod, node, fit.assignment)
+        score = self._shares.score(state, pod, node, fit.assignment)
         return (True, node.gpu_used(), score, fit.assignment, ())

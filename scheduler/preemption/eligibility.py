@@ -178,8 +178,8 @@ def _piece(
 ) -> Piece:
     amounts: dict[str, int] = {}
     for place in pods:
-        add_into(amounts, request_amounts(place.request))
-    milli = sum(p.request.gpu_milli_total for p in pods)
+        add_into(amounts, request_amounts(place.request, place.shares))
+    milli = sum(p.milli for p in pods)
     return Piece(
         unit=unit,
         pods=pods,

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from scheduler.placement import PodRequest, Snapshot
+from scheduler.placement import GpuShare, PodRequest, Snapshot
 
 from .columns import IntArray, NodeColumns, grown
 from .model import Running
@@ -35,11 +35,21 @@ Freed = list[int]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodPlace:
-    """One pod of a running unit: its node and request when the unit was added."""
+    """One pod of a running unit: its node, request and GPU shares there (DESIGN §12: which
+    GPU each share is on) when the unit was added."""
 
     key: str
     node: str
     request: PodRequest
+    shares: tuple[GpuShare, ...] = ()
+
+    @property
+    def milli(self) -> int:
+        """The milli-GPU evicting the pod frees: its shares' where it placed shares (a runtime
+        share pod asks no `gpu_milli`), else its whole GPUs and `gpu_milli`."""
+        if self.shares:
+            return sum(s.milli for s in self.shares)
+        return self.request.gpu_milli_total
 
 
 class RunningIndex:
@@ -75,9 +85,9 @@ class RunningIndex:
         for pod in unit.pods:
             node = self._snapshot.node_of(pod)
             if node is not None:
-                places.append(
-                    PodPlace(key=pod, node=node, request=self._snapshot.node(node).pods[pod][0])
-                )
+                request, assignment = self._snapshot.node(node).pods[pod]
+                shares = assignment.shares
+                places.append(PodPlace(key=pod, node=node, request=request, shares=shares))
         self._units[unit.key] = unit
         self._places[unit.key] = tuple(places)
         self._by_leaf.setdefault(unit.leaf, {})[unit.key] = None
@@ -88,7 +98,7 @@ class RunningIndex:
             self._priorities.setdefault(unit.leaf, {})[unit.priority] = None
         for place in places:
             self._on_node.setdefault(place.node, {})[unit.key] = None
-            _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place.request, 1)
+            _charge(sums.setdefault(place.node, [0, 0, 0, 0]), place, 1)
             self._column(unit.priority, place, 1)
 
     def remove(self, key: str) -> Running | None:
@@ -106,7 +116,7 @@ class RunningIndex:
         for place in places:
             _discard(self._on_node, place.node, key)
             freed = sums[place.node]
-            _charge(freed, place.request, -1)
+            _charge(freed, place, -1)
             self._column(unit.priority, place, -1)
             if not freed[3]:
                 del sums[place.node]
@@ -165,14 +175,15 @@ class RunningIndex:
             table = np.zeros((4, self.columns.capacity), dtype=np.int64) if table is None else table
             table = self._by_priority[priority] = grown(table, self.columns.capacity)
         request = place.request
-        table[0, slot] += sign * request.gpu_milli_total
+        table[0, slot] += sign * place.milli
         table[1, slot] += sign * request.cpu_milli
         table[2, slot] += sign * request.memory
         table[3, slot] += sign
 
 
-def _charge(freed: Freed, request: PodRequest, sign: int) -> None:
-    freed[0] += sign * request.gpu_milli_total
+def _charge(freed: Freed, place: PodPlace, sign: int) -> None:
+    request = place.request
+    freed[0] += sign * place.milli
     freed[1] += sign * request.cpu_milli
     freed[2] += sign * request.memory
     freed[3] += sign

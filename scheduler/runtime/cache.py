@@ -264,11 +264,14 @@ class ClusterCache:
         info = self.nodes.get(name)
         if info is None:
             self.snapshot.remove_node(name)
+            self.queues.set_shared(name, None)
             return
         keys = sorted(self._node_pods.get(name, ()))
         pods = [self.pods[k] for k in keys]
         new = name not in self.snapshot
-        self.snapshot.add_node(build_node_state(info, self.nrts.get(name), pods, self._selectors))
+        state = build_node_state(info, self.nrts.get(name), pods, self._selectors)
+        self.snapshot.add_node(state)
+        self.queues.set_shared(name, state)
         if new:  # pods seen before their node: their running units read their places now
             self.running.moved(keys)
             for key in keys:

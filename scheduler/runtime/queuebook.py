@@ -3,7 +3,9 @@ the tree built from them, what each queue uses and the root's capacity.
 
 Usage is charged from pods (`charge`: bound or assumed, not finished, scheduled by gputopo), so a
 new leader counts the same as the old one. The root's capacity is the allocatable of the known
-nodes minus what other schedulers' pods there request. The decisions themselves (admission, order,
+nodes minus what other schedulers' pods there request, each shared GPU counted once (DESIGN §12:
+the kubelet's allocatable counts the replicas of a plain `nvidia.com/gpu`, and a renamed one not
+at all; `set_shared`). The decisions themselves (admission, order,
 fair share) are the pure functions of `scheduler.quota`. Callers hold `cache.lock`.
 """
 
@@ -12,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.model import MILLI_PER_GPU
 from agent.objkey import ObjectKey, key_of
-from scheduler.placement import GPU_PRODUCT_LABEL, GpuShare
+from agent.resource_names import GPU_RESOURCE
+from scheduler.placement import GPU_PRODUCT_LABEL, GpuShare, NodeState
 from scheduler.quota import (
     ROOT,
     Amounts,
@@ -46,6 +50,7 @@ class QueueBook:
         self._allocatable: dict[str, dict[str, int]] = {}
         self._total: dict[str, int] = {}
         self._model: dict[str, str] = {}  # node -> its GPU model (DESIGN §10 "Per GPU model")
+        self._shared: dict[str, dict[str, int]] = {}  # node -> what set_shared added
 
     # -- queue objects ---------------------------------------------------------------------
     def apply(self, kind: str, etype: str, obj: Obj) -> bool:
@@ -156,10 +161,30 @@ class QueueBook:
             add_into(self._total, self._allocatable[name])
         return model != before
 
+    def set_shared(self, name: str, node: NodeState | None) -> None:
+        """Count the shared GPUs of `name` (its placement view; None: gone) as one GPU each,
+        in place of what its allocatable says of them. Call after `set_node`."""
+        old = self._shared.pop(name, None)
+        if old is not None:
+            add_into(self._total, old, -1)
+        fix = {} if node is None else shared_gpu_fix(node)
+        if fix:
+            self._shared[name] = fix | model_amounts(fix, self._model.get(name, ""))
+            add_into(self._total, self._shared[name])
+
     def capacity(self) -> dict[str, int]:
         """What gputopo can schedule, per managed resource."""
         foreign = self._foreign.used(ROOT)
         return {r: max(self._total.get(r, 0) - foreign.get(r, 0), 0) for r in self.tree.managed}
+
+
+def shared_gpu_fix(node: NodeState) -> dict[str, int]:
+    """What the node's allocatable miscounts of its shared GPUs, in milli-GPU: each shared GPU
+    is one GPU; the kubelet counted its replicas (`nvidia.com/gpu` shared) or nothing (renamed)."""
+    replicas = [n for n in node.gpu_slots if n]
+    counted = sum(replicas) if node.share_resource == GPU_RESOURCE else 0
+    delta = (len(replicas) - counted) * MILLI_PER_GPU
+    return {GPU_RESOURCE: delta} if delta else {}
 
 
 def _store(into: dict[Any, Obj], key: Any, etype: str, obj: Obj) -> None:

@@ -24,3 +24,19 @@ def test_a_share_evicts_just_enough_shares_on_one_gpu():
     assert len(evicted) == 2  # two 25Gi shares of one GPU free 55Gi there (one frees 30Gi)
     assert len(gpus) == 1
     assert choice.nodes == {"ns/big-0": "s"}
+
+
+def test_the_index_counts_what_evicting_a_share_frees_on_its_node():
+    w = World(Snapshot([shared_node("s", shared=2, slots=4)]), QuotaTree.build(()))
+    w.run("low-0", [("s", share_pod("ns/low-0", share(memory=20 * GIB)))], started=0)
+    w.run("low-1", [("s", share_pod("ns/low-1", share(memory=20 * GIB, compute=50)))], started=1)
+    placed = [w.snapshot.node("s").pods[f"ns/low-{i}"][1].shares[0] for i in (0, 1)]
+    milli = sum(s.milli for s in placed)
+    assert milli == 250 + 500  # 20Gi of an 80Gi GPU; then half its compute
+    freed = w.index.freed("default", 0)["s"]
+    assert freed[0] == milli
+    slot = w.index.columns.slot_of("s")
+    assert w.index.freed_columns(0)[0, slot] == milli
+    w.index.remove("low-1")
+    assert w.index.freed("default", 0)["s"][0] == placed[0].milli
+    assert w.index.freed_columns(0)[0, slot] == placed[0].milli

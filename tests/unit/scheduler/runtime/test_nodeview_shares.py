@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.queuebook import QUEUES
 from tests.builders.nodes import node_obj
 from tests.builders.nrt import make_nrt, make_shared_nrt
 from tests.builders.pods import share_pod
@@ -87,3 +88,26 @@ def test_an_unshared_node_keeps_whole_gpus():
     node = cache.snapshot.node("n1")
     assert node.gpu_slots == (0,) * 8
     assert node.share_resource is None
+
+
+def queue_capacity(cache: ClusterCache) -> int:
+    """The queues' root capacity in milli-GPU (one queue with a GPU max makes the GPU managed)."""
+    team = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": "100"}}}
+    cache.queues.apply(QUEUES, "ADDED", team)
+    return cache.queues.capacity()["nvidia.com/gpu"]
+
+
+def test_queue_capacity_counts_each_shared_gpu_once_under_a_renamed_resource():
+    assert queue_capacity(shared_cache()) == 8000  # 6 whole GPUs and 2 shared ones
+
+
+def test_queue_capacity_counts_physical_gpus_not_replicas_under_plain_time_slicing():
+    cache = ClusterCache(SCHEDULER)
+    cache.upsert_node(node_obj("n1", gpus=6 + 2 * 4))  # the kubelet counts the replicas
+    nrt = make_shared_nrt("n1", dgx_h100(), shared=(0, 1), slots=4, resource="nvidia.com/gpu")
+    cache.upsert_nrt(nrt)
+    assert queue_capacity(cache) == 8000
+    cache.upsert_nrt(make_nrt("n1", dgx_h100()))  # sharing switched off: 14 whole GPUs again
+    assert queue_capacity(cache) == 14000
+    cache.delete_node("n1")
+    assert queue_capacity(cache) == 0

@@ -1,0 +1,93 @@
+"""What `VerdictMemo`'s pod classes of GPU shares have in common on one node state (DESIGN §12).
+
+Share pods come in many classes: every (cpu, memory, `gpu-memory`, `gpu-compute`) combination is
+one, and each class decides every changed shared node on its own. Two parts of that verdict are
+the same for many classes on one node state, so `ShareMemo` keeps them per state id (ids are
+never reused for another state, `NodeSlots`):
+
+* where the pod's share containers go (`place_shares`): it reads only the share containers and
+  the node's shared GPUs, not the pod's cpu or memory, so the classes that differ in those
+  share it;
+* the weighted score: score functions read a share pod's shares only through its assignment,
+  as each share's GPU and milli-GPU (`placed_milli`, `chosen_gpu`), so classes asking different
+  memory or compute that land on the same GPU with the same milli share it. The key is the pod
+  class without its share containers, plus each placed share's (GPU, milli, slots).
+
+Scores are dropped with the learners' version (the memo's caller says when); both tables are
+bounded and start afresh when full. Not thread-safe, like the memo.
+"""
+
+from __future__ import annotations
+
+from .class_verdicts import pod_class
+from .gpushare import GpuShare
+from .node import Assignment, NodeState
+from .request import PodRequest
+from .scores import Scoring
+from .shares import place_shares
+
+__all__ = ["ShareMemo"]
+
+_LIMIT = 1 << 18  # entries per table before it starts afresh
+
+_Placed = tuple[GpuShare, ...] | None
+
+
+class ShareMemo:
+    """Placements and scores of share pods per node state id, shared between pod classes.
+
+    A pod's two keys (its share containers; its class without them) are numbered once per pod
+    decided (`_keys`), not hashed again per node; numbers are never reused."""
+
+    def __init__(self, scoring: Scoring) -> None:
+        self._scoring = scoring
+        self._placed: dict[tuple[int, int], _Placed] = {}
+        self._scores: dict[tuple[int, int, object], float] = {}
+        self._ids: dict[object, int] = {}
+        self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
+        self._pod_keys = (-1, -1)
+        self._next = 0
+
+    def forget_scores(self) -> None:
+        """What the learners know changed: every score is stale."""
+        self._scores.clear()
+
+    def placed(self, state: int, pod: PodRequest, node: NodeState) -> _Placed:
+        """`place_shares(pod, node)` for `node` in state `state`."""
+        key = (state, self._keys(pod)[0])
+        if key in self._placed:
+            return self._placed[key]
+        if len(self._placed) >= _LIMIT:
+            self._placed.clear()
+        found = self._placed[key] = place_shares(pod, node)
+        return found
+
+    def score(self, state: int, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
+        """`scoring.total(pod, node, assignment)` for `node` in state `state`."""
+        placed = tuple((s.gpu, s.milli, s.slots) for s in assignment.shares)
+        key = (state, self._keys(pod)[1], (placed, assignment.gpus, assignment.numa))
+        found = self._scores.get(key)
+        if found is None:
+            if len(self._scores) >= _LIMIT:
+                self._scores.clear()
+            found = self._scores[key] = self._scoring.total(pod, node, assignment)
+        return found
+
+    def _keys(self, pod: PodRequest) -> tuple[int, int]:
+        """The numbers of `pod`'s share containers and of its class without them."""
+        if pod is not self._pod:
+            self._pod = pod
+            self._pod_keys = (
+                self._number(("placed", pod.shares, pod.share_reuse)),
+                self._number(pod_class(pod, shares=False)),
+            )
+        return self._pod_keys
+
+    def _number(self, key: object) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            if len(self._ids) >= _LIMIT:  # new numbers only: a forgotten key never shares one
+                self._ids.clear()
+            found = self._ids[key] = self._next
+            self._next += 1
+        return found

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import json
 import multiprocessing
 import statistics
@@ -129,6 +130,8 @@ def _runtime(port: int) -> Any:
         metrics_address="127.0.0.1:0",
         log_format="text",
     )
+    if "pause_gc" in inspect.signature(Runtime).parameters:  # as the `run` command starts it
+        return Runtime(settings, kube, pause_gc=True)
     return Runtime(settings, kube)
 
 

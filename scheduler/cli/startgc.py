@@ -9,9 +9,12 @@ bind, on a shared 2-core machine).
 `StartupGc` switches the collector off from the start until every collection has synced, then
 freezes what is alive (`gc.freeze`: the warm cache moves to the permanent generation, which later
 collections skip, so the steady state does not walk it either) and switches the collector on
-again. A start that has not synced after `limit` seconds (`check`) switches it on without
-freezing. The collector is the process's: one `StartupGc` per process, and only where the
-process is the scheduler (a test process leaves it alone).
+again. Frozen objects are still freed when their last reference goes (a pod's old object when
+its update comes); only a reference cycle that was alive at the freeze and dies later is never
+collected (the runtime's own objects live as long as the process). A start that has not synced
+after `limit` seconds (`check`) switches the collector on without freezing. The collector is
+the process's: one `StartupGc` per process, and only where the process is the scheduler (a test
+process leaves it alone).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from agent.precedence import (
     from_value,
 )
 from agent.stopsignals import StopSignals
+from scheduler.cli.startgc import StartupGc
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.errors import ApiError
 from scheduler.kubeapi.client import (
@@ -227,8 +228,12 @@ class Runtime:
         loop: LoopSettings | None = None,
         queue: SchedulingQueue | None = None,
         watch_timeout: int = 300,
+        pause_gc: bool = False,
     ) -> None:
+        """`pause_gc`: the process's cyclic collector is off until the cache is warm (`startgc`;
+        the `run` command's process asks, a test's leaves it alone)."""
         self.settings, self.kube = settings, kube
+        self._gc = StartupGc(active=pause_gc)
         self.stop_event = threading.Event()
         self.metrics = SchedulerMetrics(_version())
         self.elector = self._elector(lease or LeaseTiming()) if settings.leader_elect else None
@@ -294,6 +299,7 @@ class Runtime:
     def start(self) -> None:
         """Informers, cache and metrics start at once on every replica, leader or not: a
         standby keeps its cache warm, and only its scheduling loop waits for the lease."""
+        self._gc.pause()
         self.server.start()
         for informer in self.informers:
             informer.start()
@@ -315,7 +321,9 @@ class Runtime:
         would be admitted against no quota (a new leader could exceed a max)."""
         for informer in self.informers:  # woken by each sync, checking `stop` meanwhile
             while not stop.is_set() and not informer.synced.wait(0.05):
-                pass
+                self._gc.check()
+        if not stop.is_set():
+            self._gc.synced()
         self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -331,6 +339,7 @@ class Runtime:
         self.scheduler.close()
         self.reporter.close()
         self.server.stop()
+        self._gc.release()
 
 
 def identity() -> str:
@@ -346,7 +355,7 @@ def run(
         logsetup.configure(settings.log_format)
         kube = KubeClient.from_kubeconfig(settings.kubeconfig, settings.scheduler_name, identity())
         why = unreachable(kube, settings)
-        runtime = Runtime(settings, kube) if why is None else None
+        runtime = Runtime(settings, kube, pause_gc=True) if why is None else None
     except ConfigError as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2

@@ -24,7 +24,13 @@ from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot, TopologyConstraint
 from scheduler.runtime.budgets import BudgetBook
-from scheduler.runtime.nodeview import NodeInfo, SelectorCache, build_node_state, parse_node
+from scheduler.runtime.nodeview import (
+    AllocatableMemo,
+    NodeInfo,
+    SelectorCache,
+    build_node_state,
+    parse_node,
+)
 from scheduler.runtime.podinfo import PodInfo, RequestMemo, read_pod
 from scheduler.runtime.podspec import resource_list
 from scheduler.runtime.queuebook import QueueBook
@@ -134,6 +140,7 @@ class ClusterCache:
         self._node_pods: dict[str, set[ObjectKey]] = {}
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
+        self._allocatable = AllocatableMemo()  # nodes of one shape share a reading
         self.queues = QueueBook()
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
@@ -224,7 +231,7 @@ class ClusterCache:
         name = str((obj.get("metadata") or {}).get("name") or "")
         old = self.nodes.get(name)
         try:
-            info = parse_node(obj)
+            info = parse_node(obj, self._allocatable)
         except ValueError as exc:
             self.nodes.pop(name, None)
             self.queues.set_node(name, None)

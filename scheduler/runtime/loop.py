@@ -109,6 +109,7 @@ class Scheduler:
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
+        self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
@@ -157,13 +158,33 @@ class Scheduler:
             if kind == PDBS:
                 self.cache.budgets.replace(items, self.cache.pods.values())
                 return
-            before = set(self.cache.keys_of(kind))
-            seen = set()
-            for obj, read in zip(items, reads, strict=True):
-                self._apply(kind, "ADDED", obj, read)
-                seen.add(_key(kind, obj))
-            for key in before - seen:
-                self._apply(kind, "DELETED", _stub(kind, key))
+            self._listing = True
+            try:
+                self._apply_list(kind, items, reads)
+            finally:
+                self._listing = False
+                if self._room_freed:
+                    self._room_freed = False
+                    self.queue.move_all_to_active()
+
+    def _apply_list(
+        self, kind: str, items: list[dict[str, Any]], reads: list[PodInfo | None]
+    ) -> None:
+        before = set(self.cache.keys_of(kind))
+        seen = set()
+        for obj, read in zip(items, reads, strict=True):
+            self._apply(kind, "ADDED", obj, read)
+            seen.add(_key(kind, obj))
+        for key in before - seen:
+            self._apply(kind, "DELETED", _stub(kind, key))
+
+    def _room_changed(self) -> None:
+        """Room may have been freed: every unschedulable unit is tried again; once per list
+        (each move walks every unit: once per object of a list of thousands was quadratic)."""
+        if self._listing:
+            self._room_freed = True
+        else:
+            self.queue.move_all_to_active()
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
         read = None
@@ -219,7 +240,7 @@ class Scheduler:
             and old.counted
             and (new is None or not new.counted or new.node != old.node)
         ):
-            self.queue.move_all_to_active()  # room was freed
+            self._room_changed()
         info = new or old
         if info is None:
             return
@@ -261,7 +282,7 @@ class Scheduler:
         if problem:
             self._reporter.warn(obj, "Node", "InvalidNode", problem)
         if changed:
-            self.queue.move_all_to_active()
+            self._room_changed()
 
     def _on_nrt(self, etype: str, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -269,7 +290,7 @@ class Scheduler:
             self.cache.delete_nrt(name)
         elif problem := self.cache.upsert_nrt(obj):
             self._reporter.warn(obj, "NodeResourceTopology", "InvalidNodeResourceTopology", problem)
-        self.queue.move_all_to_active()
+        self._room_changed()
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -39,7 +39,7 @@ from scheduler.placement import (
 )
 from scheduler.placement.shares import share_asks
 from scheduler.runtime.podinfo import PodInfo
-from scheduler.runtime.podspec import resource_list
+from scheduler.runtime.podspec import ResourceList, resource_list
 from scheduler.runtime.sharecharge import pod_shares_on
 
 Obj = Mapping[str, Any]
@@ -56,8 +56,33 @@ class NodeInfo:
     allocatable: Mapping[str, int]
 
 
-def parse_node(obj: Obj) -> NodeInfo:
-    """The scheduler's view of a Node; ValueError names the node and the field."""
+class AllocatableMemo:
+    """Parsed `status.allocatable` maps by their content: the nodes of one shape (thousands of
+    them, listed at every start) share one reading, which nobody changes (`NodeInfo` is
+    frozen; a node state copies it). At most `size` shapes, then it starts again."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._by_content: dict[tuple[tuple[object, object], ...], ResourceList] = {}
+        self._size = size
+
+    def read(self, raw: Obj | None) -> Mapping[str, int]:
+        """`raw` parsed (`resource_list`); ValueError names the field and the resource."""
+        try:
+            content = tuple((raw or {}).items())
+            known = self._by_content.get(content)
+        except (TypeError, AttributeError):  # not a map of plain values: parse says why
+            return resource_list(raw, "status.allocatable")
+        if known is None:
+            known = resource_list(raw, "status.allocatable")
+            if len(self._by_content) >= self._size:
+                self._by_content.clear()
+            self._by_content[content] = known
+        return known
+
+
+def parse_node(obj: Obj, memo: AllocatableMemo | None = None) -> NodeInfo:
+    """The scheduler's view of a Node; ValueError names the node and the field. `memo`: the
+    allocatable maps read before, reused for a node of the same shape."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name = str(meta.get("name") or "")
     try:
@@ -70,9 +95,11 @@ def parse_node(obj: Obj) -> NodeInfo:
             taints.append(
                 Taint(key=str(raw["key"]), value=str(raw.get("value") or ""), effect=effect)
             )
-        allocatable = resource_list(
-            (obj.get("status") or {}).get("allocatable"), "status.allocatable"
-        )
+        raw = (obj.get("status") or {}).get("allocatable")
+        if memo is not None:
+            allocatable = memo.read(raw)
+        else:
+            allocatable = resource_list(raw, "status.allocatable")
         return NodeInfo(
             name=name,
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},

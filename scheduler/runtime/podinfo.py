@@ -101,41 +101,86 @@ def _request(
         and placement_inputs_equal(previous.obj, obj)
     ):
         return previous.request, previous.error
-    inputs = _inputs_text(obj) if memo is not None else ""
-    known = memo.requests.get(inputs) if memo is not None else None
+    labels, spec = _inputs(obj)
+    known = memo.find(labels, spec) if memo is not None else None
     if known is not None:
-        return dataclasses.replace(known, key=key), None
+        return _with_key(known, key), None
     try:
         request = pod_request(obj, key)
     except ValueError as exc:
         return PodRequest(key=key), str(exc)
     if memo is not None:
-        memo.keep(inputs, request)
+        memo.keep(labels, spec, request)
     return request, None
 
 
+# PodRequest's slots (member descriptors): each field but `key` read and set straight, past the
+# frozen dataclass's `__setattr__`.
+_SLOTS = vars(PodRequest)
+_COPIED = tuple(
+    (_SLOTS[f.name].__get__, _SLOTS[f.name].__set__)
+    for f in dataclasses.fields(PodRequest)
+    if f.name != "key"
+)
+_SET_KEY = _SLOTS["key"].__set__
+
+
+def _with_key(request: PodRequest, key: ObjectKey) -> PodRequest:
+    """`request` under another pod's key: every slot copied as it is (`__post_init__` checked
+    and derived them from the same inputs; none depends on the key), a third of the cost of
+    `dataclasses.replace` (a start reads thousands of pods of one template)."""
+    out = object.__new__(PodRequest)
+    for get, put in _COPIED:
+        put(out, get(request))
+    _SET_KEY(out, key)
+    return out
+
+
 class RequestMemo:
-    """Requests read lately, by `_inputs_text`: the pods of one Job or ReplicaSet share a
-    template, so a list of thousands of pods reads each template once (a start-up reads every
-    pod). Owned by the cache; at most `size` templates, then it starts again."""
+    """Requests read lately, by what `pod_request` reads (`_inputs`): the pods of one Job or
+    ReplicaSet share a template, so a list of thousands of pods reads each template once (a
+    start-up reads every pod). The last `recent` templates are compared by value first (a
+    list brings a template's pods together, and that costs less than making the text key);
+    then the text of the inputs is looked up. Owned by the cache; at most `size` templates,
+    then it starts again."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 1024, recent: int = 4) -> None:
         self.requests: dict[str, PodRequest] = {}
-        self._size = size
+        self._size, self._recent_size = size, recent
+        self._recent: list[tuple[object, Obj, PodRequest]] = []  # newest last
 
-    def keep(self, inputs: str, request: PodRequest) -> None:
+    def find(self, labels: object, spec: Obj) -> PodRequest | None:
+        for seen_labels, seen_spec, request in reversed(self._recent):
+            if seen_spec == spec and seen_labels == labels:
+                return request
+        known = self.requests.get(_inputs_text(labels, spec))
+        if known is not None:
+            self._remember(labels, spec, known)
+        return known
+
+    def keep(self, labels: object, spec: Obj, request: PodRequest) -> None:
         if len(self.requests) >= self._size:
             self.requests.clear()
-        self.requests[inputs] = request
+        self.requests[_inputs_text(labels, spec)] = request
+        self._remember(labels, spec, request)
+
+    def _remember(self, labels: object, spec: Obj, request: PodRequest) -> None:
+        self._recent.append((labels, spec, request))
+        if len(self._recent) > self._recent_size:
+            del self._recent[0]
 
 
-def _inputs_text(obj: Obj) -> str:
-    """What `pod_request` reads of `obj` (`placement_inputs_equal`), as text: the labels and the
-    spec but `nodeName`. Equal text means equal inputs (a different key order only misses)."""
+def _inputs(obj: Obj) -> tuple[object, Obj]:
+    """What `pod_request` reads of `obj` (`placement_inputs_equal`): the labels and the spec
+    but `nodeName`."""
     spec = obj.get("spec") or {}
     if "nodeName" in spec:
         spec = {k: v for k, v in spec.items() if k != "nodeName"}
-    labels = (obj.get("metadata") or {}).get("labels")
+    return (obj.get("metadata") or {}).get("labels"), spec
+
+
+def _inputs_text(labels: object, spec: Obj) -> str:
+    """`_inputs` as text: equal text means equal inputs (a different key order only misses)."""
     return json.dumps([labels, spec], separators=(",", ":"), default=str)
 
 

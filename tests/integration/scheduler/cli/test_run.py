@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 from scheduler.cli.run import Runtime, run
 from scheduler.kubeapi.client import KubeClient
 from tests.builders.scheduler import (
+    NAME,
     create_pod,
     gpu_node,
     node_of,
@@ -102,3 +104,28 @@ def test_stop_is_prompt_at_any_point_of_start_up(fake_api, delay):
     took = time.monotonic() - started
     kube.close()
     assert took < 2.0
+
+
+def test_the_collector_is_off_until_every_collection_synced(fake_api, core_v1):
+    """As the `run` command starts it: the cyclic collector is off while the lists come in
+    (the pods' first list fails, its retry comes a second later), then on with what was alive
+    frozen; after the stop it is on and nothing is frozen."""
+    gpu_node(fake_api, "n1")
+    create_pod(core_v1, pod_body("p", gpus=1))
+    fake_api.fail_next(1, 500, path_regex=r"/pods$", method="GET")
+    kube = KubeClient(fake_api.api_client(), NAME, "i")
+    runtime = Runtime(settings(), kube, pause_gc=True)
+    try:
+        runtime.start()
+        off_while_listing = not gc.isenabled() and not runtime.ready()
+        wait_for(lambda: node_of(fake_api, "p"), 10, "p bound")
+        on_and_frozen = gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        runtime.stop()
+        kube.close()
+        after_stop = (gc.isenabled(), gc.get_freeze_count())
+        gc.enable()
+        gc.unfreeze()
+    assert off_while_listing
+    assert on_and_frozen
+    assert after_stop == (True, 0)

@@ -6,7 +6,13 @@ from agent.nrt import decode
 from agent.objkey import object_key
 from scheduler.placement import Assignment, Effect
 from scheduler.runtime.cache import ClusterCache, parse_group
-from scheduler.runtime.nodeview import SelectorCache, build_node_state, is_trusted, parse_node
+from scheduler.runtime.nodeview import (
+    AllocatableMemo,
+    SelectorCache,
+    build_node_state,
+    is_trusted,
+    parse_node,
+)
 from scheduler.runtime.podinfo import read_pod
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
@@ -22,6 +28,20 @@ def test_parse_node_reads_taints_and_allocatable():
     assert info.allocatable["nvidia.com/gpu"] == 8
     with pytest.raises(ValueError, match=r"node bad: .*status.allocatable\[cpu\]"):
         parse_node({"metadata": {"name": "bad"}, "status": {"allocatable": {"cpu": "many"}}})
+
+
+def test_nodes_of_one_shape_share_one_reading_of_their_allocatable():
+    memo = AllocatableMemo()
+    a, b, bigger = (
+        parse_node(node_obj(n, gpus=g), memo) for n, g in (("a", 8), ("b", 8), ("c", 4))
+    )
+    assert a.allocatable is b.allocatable
+    assert (b.allocatable["nvidia.com/gpu"], bigger.allocatable["nvidia.com/gpu"]) == (8, 4)
+    for _ in range(2):  # a malformed one is never kept: each reading says what is wrong
+        with pytest.raises(ValueError, match=r"node bad: .*status.allocatable\[cpu\]"):
+            parse_node({"metadata": {"name": "bad"}, "status": {"allocatable": {"cpu": "x"}}}, memo)
+    with pytest.raises(ValueError, match=r"node odd: .*status.allocatable\[cpu\]"):
+        parse_node({"metadata": {"name": "odd"}, "status": {"allocatable": {"cpu": [1]}}}, memo)
 
 
 def test_foreign_pods_take_room_without_an_nrt():

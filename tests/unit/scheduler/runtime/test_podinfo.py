@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+
+import pytest
 
 from agent.objkey import object_key
 from scheduler.runtime.podinfo import RequestMemo, parse_time, read_pod
-from tests.builders.pods import container, pod
+from tests.builders.pods import container, pod, share_pod
 
 SCHEDULER = "gputopo-scheduler"
 
@@ -91,3 +94,41 @@ def test_pods_of_one_template_share_a_reading_under_their_own_keys():
     assert other_group.request.key == "ml/x"
     assert other_group.request.pod_group == "train"
     assert (first.request.gpus, bigger.request.gpus) == (2, 4)
+
+
+TEMPLATES = [
+    pytest.param(pod(containers=[container(limits={"nvidia.com/gpu": 2})]), id="whole GPUs"),
+    pytest.param(share_pod(memory="10Gi", compute=30, containers=("a", "b")), id="shares"),
+    pytest.param(
+        pod(containers=[container(limits={"nvidia.com/mig-1g.10gb": 2, "cpu": "1"})]), id="MIG"
+    ),
+    pytest.param(pod(containers=[container(requests={"cpu": "500m"})]), id="no GPU"),
+]
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_a_request_from_the_memo_is_the_one_a_reading_makes(template):
+    """Every field, those derived from the others included, as reading the pod afresh makes
+    it; only the key is the pod's own."""
+    memo = RequestMemo()
+    read_pod(template, SCHEDULER, memo=memo)  # the template's reading
+    body = copy.deepcopy(template)
+    body["metadata"]["name"] = "other"
+    shared, fresh = read_pod(body, SCHEDULER, memo=memo).request, read_pod(body, SCHEDULER).request
+    assert len(memo.requests) == 1
+    names = [f.name for f in dataclasses.fields(fresh)]
+    assert [getattr(shared, n) for n in names] == [getattr(fresh, n) for n in names]
+    assert shared.key == "default/other"
+
+
+def test_templates_interleaved_in_a_list_each_keep_their_reading():
+    """A list that alternates templates (more than the few compared by value) still reads each
+    pod as its own template says."""
+    memo = RequestMemo(recent=2)
+    sizes = [1, 2, 4, 8, 1, 4, 2, 8, 8, 1]
+    reads = [
+        read_pod(pod(f"p{i}", containers=[container(limits={"nvidia.com/gpu": n})]), "s", memo=memo)
+        for i, n in enumerate(sizes)
+    ]
+    assert [r.request.gpus for r in reads] == sizes
+    assert len(memo.requests) == 4

@@ -8,7 +8,13 @@ validated tree), `usage` (subtree usage from charged pods), `resolve` (which que
 `admission` (max at every level, within guarantee), `order` (which queue next; fair share).
 """
 
-from .admission import admission_problem, admission_problem_of, queue_problem, within_guarantee
+from .admission import (
+    admission_problem,
+    admission_problem_of,
+    guaranteed_models,
+    queue_problem,
+    within_guarantee,
+)
 from .amounts import (
     Amounts,
     add_into,
@@ -52,6 +58,7 @@ __all__ = [
     "dominant_share",
     "fair_shares",
     "format_amount",
+    "guaranteed_models",
     "parse_amount",
     "queue_problem",
     "read_elastic_quota",

@@ -27,7 +27,7 @@ from scheduler.quota import (
     request_amounts,
     resolve_queue,
 )
-from scheduler.quota.models import model_amounts, model_of_product
+from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
 from scheduler.runtime.podinfo import PodInfo
 
 __all__ = ["QueueBook"]
@@ -117,9 +117,7 @@ class QueueBook:
 
     def on_model(self, amounts: Amounts, model: str) -> dict[str, int]:
         """The model keys the tree names that `amounts` adds on a node of `model`."""
-        if not self.tree.has_models:
-            return {}
-        return {k: v for k, v in model_amounts(amounts, model).items() if k in self.tree.managed}
+        return named_model_amounts(amounts, model, self.tree)
 
     # -- models ----------------------------------------------------------------------------
     def model_of(self, node: str) -> str:

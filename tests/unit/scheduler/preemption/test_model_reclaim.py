@@ -4,7 +4,7 @@ excluded nodes are never used."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
@@ -19,7 +19,6 @@ H100, T4 = "NVIDIA-H100-80GB-HBM3", "Tesla-T4"
 PRODUCTS = {"h1": H100, "h2": H100, "t1": T4}
 ON_H100 = f"{GPU}@{H100}"
 ON_T4 = f"{GPU}@{T4}"
-G = 1000
 
 
 def chosen(result: VictimChoice | NoChoice) -> VictimChoice:
@@ -89,24 +88,25 @@ def test_excluded_nodes_are_neither_used_nor_emptied() -> None:
 
 
 # -- Hypothesis ---------------------------------------------------------------------------------
-MINS = st.fixed_dictionaries(
-    {},
-    optional={GPU: st.integers(0, 24), ON_H100: st.integers(0, 16), ON_T4: st.integers(0, 8)},
-)
+def _mins(most: int) -> st.SearchStrategy[dict[str, int]]:
+    """A min in GPUs: plain up to `most`, per model up to what the model has."""
+    return st.fixed_dictionaries(
+        {},
+        optional={GPU: st.integers(0, most), ON_H100: st.integers(0, 16), ON_T4: st.integers(0, 8)},
+    )
 
 
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[World, str, int]:
-    a_min = {k: v * G for k, v in draw(MINS).items()}
-    b_min = {k: v * G for k, v in draw(MINS).items()}
+    a_min, b_min = dict(draw(_mins(24))), dict(draw(_mins(8)))  # B mostly borrows
     for spec in (a_min, b_min):  # a model min above the plain min is invalid
         if GPU in spec:
             for key in (ON_H100, ON_T4):
                 spec[key] = min(spec.get(key, 0), spec[GPU])
     w = _mixed(queue("a", min=a_min), queue("b", min=b_min))
     for node in PRODUCTS:
-        for i in range(draw(st.integers(0, 8))):
-            leaf = draw(st.sampled_from(["a", "b"]))
+        for i in range(draw(st.sampled_from([8, 8, 8, 7]))):  # mostly full: U must evict
+            leaf = draw(st.sampled_from(["a", "b", "b", "b"]))
             w.run(
                 f"{node}-{i}",
                 [(node, _pod(f"ns/{node}-{i}"))],
@@ -133,6 +133,7 @@ def test_reclaim_victims_lie_on_models_u_is_within_guarantee_on_and_keep_model_m
     assert {q: dict(w.usage.used(q)) for q in ("a", "b", ROOT)} == before
     if not isinstance(found, VictimChoice):
         return
+    event(f"victims: {sorted({e.reason.value for e in found.evictions})}")
     models = {model_of_product(p) for p in PRODUCTS.values()}
     if product:
         models = {product}

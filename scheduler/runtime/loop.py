@@ -343,7 +343,7 @@ class Scheduler:
             held = self.preemption.excluded(unit, priority)
             models = self.quota.model_filter([info])
             excluded = models.excluded(held)
-            decision = self._live_placer().decide(info.request, excluded=excluded)
+            decision = models.decide(self._live_placer(), info.request, held)
             decision, locked = self.shares.decide(
                 self._live_placer(), info.request, decision, excluded
             )

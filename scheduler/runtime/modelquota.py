@@ -12,15 +12,30 @@ is computed.
 
 The exclusion is a per-call node mask: the Placer's verdict memo keeps per-node verdicts that do
 not depend on budgets, so a cached verdict never outlives the budget it was made under.
+
+Fungibility (§10): a unit that names no model takes free room on any model, preferring the
+models it is within guarantee on. When a min on its path names a model and the unit is within
+guarantee on some models but not all, the others' nodes are `avoid`ed in a first try
+(`decide`, `place`); only when nothing fits there is it placed on any model. It reclaims on the
+models it is within guarantee on only (the victim search's area).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from scheduler.placement import Assignment, Decision, PodRequest, Snapshot, format_reasons
+from scheduler.placement import (
+    GPU_PRODUCT_LABEL,
+    Assignment,
+    Decision,
+    Placer,
+    PodRequest,
+    Snapshot,
+    format_reasons,
+)
 from scheduler.placement.pick import REASON_HELD
 from scheduler.quota import (
     Amounts,
@@ -29,21 +44,52 @@ from scheduler.quota import (
     add_into,
     admission_problem,
     admission_problem_of,
+    guaranteed_models,
     request_amounts,
 )
-from scheduler.quota.models import blocked_models
+from scheduler.quota.models import MODEL_SEP, blocked_models
 from scheduler.runtime.queuebook import QueueBook
 
 __all__ = ["ModelFilter", "gang_breach", "model_filter"]
 
+_Placed = TypeVar("_Placed", bound=Sequence[Any])
+
 
 @dataclass(frozen=True, slots=True)
 class ModelFilter:
-    """Nodes a unit may not use for its queue's model quotas, and why (model -> breach)."""
+    """Nodes a unit may not use for its queue's model quotas, and why (model -> breach);
+    `avoid`: nodes of the models it is not within guarantee on, tried last."""
 
     nodes: frozenset[str] = frozenset()
     breaches: Mapping[str, str] = field(default_factory=dict)
     by_model: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    avoid: frozenset[str] = frozenset()
+
+    def decide(
+        self, placer: Placer, request: PodRequest, held: AbstractSet[str] | None
+    ) -> Decision:
+        """`request` placed off the excluded nodes, off the avoided ones when it fits there."""
+        excluded = self.excluded(held)
+        if self.avoid:
+            first = placer.decide(request, excluded=self.avoid | (excluded or frozenset()))
+            if first.assignment is not None:
+                return first
+        return placer.decide(request, excluded=excluded)
+
+    def place(
+        self,
+        excluded: AbstractSet[str] | None,
+        attempt: Callable[[AbstractSet[str] | None], tuple[_Placed, str]],
+        undo: Callable[[_Placed], object],
+    ) -> tuple[_Placed, str]:
+        """A gang's `attempt` off the avoided nodes too, then (anyone left out: `undo` what it
+        placed) off `excluded` only."""
+        if self.avoid:
+            placed, left = attempt(self.avoid | (excluded or frozenset()))
+            if placed and not left:
+                return placed, left
+            undo(placed)
+        return attempt(excluded)
 
     def excluded(self, held: AbstractSet[str] | None) -> AbstractSet[str] | None:
         """`held` (nodes held for others) with this filter's nodes added."""
@@ -80,17 +126,42 @@ def model_filter(
     tree = book.tree
     if not tree.has_models or leaf not in tree.paths:
         return ModelFilter()
+    requests = list(requests)
     demand: dict[str, int] = {}
     for request in requests:
         for resource, amount in request_amounts(request).items():
             demand[resource] = max(demand.get(resource, 0), amount)
     models = book.nodes_by_model()
     breaches = blocked_models(models, demand, _checker(tree, book.usage, leaf))
-    if not breaches:
+    avoid = _avoided(book, leaf, requests, models, set(breaches))
+    if not breaches and not avoid:
         return ModelFilter()
     by_model = {m: frozenset(n for n in models[m] if n in snapshot) for m in breaches}
     nodes = frozenset().union(*by_model.values())
-    return ModelFilter(nodes, breaches, by_model)
+    return ModelFilter(nodes, breaches, by_model, frozenset(n for n in avoid if n in snapshot))
+
+
+def _avoided(
+    book: QueueBook,
+    leaf: str,
+    requests: Sequence[PodRequest],
+    models: Mapping[str, set[str]],
+    blocked: set[str],
+) -> set[str]:
+    """The nodes of the models a unit that names none is not within guarantee on, when it is
+    within guarantee on some (none when no min on its path names a model)."""
+    tree = book.tree
+    named = any(MODEL_SEP in k for q in tree.paths[leaf] for k in tree.specs[q].min)
+    if not named or any(r.gpu_models or GPU_PRODUCT_LABEL in r.node_selector for r in requests):
+        return set()
+    total: dict[str, int] = {}
+    for request in requests:
+        add_into(total, request_amounts(request))
+    open_models = [m for m in models if m not in blocked]
+    within = guaranteed_models(tree, book.usage, leaf, total, open_models)
+    if not within or len(within) == len(open_models):
+        return set()
+    return {n for m in open_models if m not in within for n in models[m]}
 
 
 def gang_breach(

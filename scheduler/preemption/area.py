@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest, Snapshot
 from scheduler.quota import Amounts, QuotaTree, Usage, guaranteed_models, within_guarantee
-from scheduler.quota.models import model_of_product
+from scheduler.quota.models import model_of_product, models_named
 
 __all__ = ["Area", "reclaim_area"]
 
@@ -58,11 +58,7 @@ def _named_models(pods: Sequence[PodRequest]) -> frozenset[str]:
     """The models every pod of U may run on, when some pod names any (empty: any model)."""
     named: frozenset[str] | None = None
     for pod in pods:
-        products = set(pod.gpu_models)
-        selected = pod.node_selector.get(GPU_PRODUCT_LABEL)
-        if selected is not None:
-            products.add(selected)
-        if products:
-            models = frozenset(model_of_product(p) for p in products)
+        models = models_named(pod)
+        if models:
             named = models if named is None else named & models
     return named or frozenset()

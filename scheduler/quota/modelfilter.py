@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 from scheduler.placement import (
     GPU_PRODUCT_LABEL,
     Decision,
-    Placer,
     PodRequest,
     Snapshot,
     format_reasons,
@@ -40,9 +39,10 @@ from scheduler.quota.models import MODEL_SEP, blocked_models
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
 
-__all__ = ["ModelFilter", "model_filter"]
+__all__ = ["ModelFilter", "assigned", "model_filter"]
 
 _Placed = TypeVar("_Placed", bound=Sequence[Any])
+_Decided = TypeVar("_Decided")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +56,19 @@ class ModelFilter:
     avoid: frozenset[str] = frozenset()
 
     def decide(
-        self, placer: Placer, request: PodRequest, held: AbstractSet[str] | None
-    ) -> Decision:
-        """`request` placed off the excluded nodes, off the avoided ones when it fits there."""
+        self,
+        held: AbstractSet[str] | None,
+        attempt: Callable[[AbstractSet[str] | None], _Decided],
+        ok: Callable[[_Decided], bool],
+    ) -> _Decided:
+        """`attempt` (a placement off the nodes given) off the avoided nodes too while that is
+        `ok`, else off the excluded ones only (`held` and this filter's)."""
         excluded = self.excluded(held)
         if self.avoid:
-            first = placer.decide(request, excluded=self.avoid | (excluded or frozenset()))
-            if first.assignment is not None:
+            first = attempt(self.avoid | (excluded or frozenset()))
+            if ok(first):
                 return first
-        return placer.decide(request, excluded=excluded)
+        return attempt(excluded)
 
     def place(
         self,
@@ -156,6 +160,11 @@ def _avoided(
     if not within or len(within) == len(open_models):
         return set()
     return {n for m in open_models if m not in within for n in models[m]}
+
+
+def assigned(decision: Decision) -> bool:
+    """Did `decision` place the pod (`ModelFilter.decide`'s `ok` for a Placer's decision)?"""
+    return decision.assignment is not None
 
 
 def _checker(tree: QuotaTree, usage: Usage, leaf: str) -> Callable[[Amounts], str | None]:

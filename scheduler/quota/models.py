@@ -16,6 +16,7 @@ from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from agent.resource_names import GPU_RESOURCE
+from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
 
 __all__ = [
     "MODEL_SEP",
@@ -26,6 +27,7 @@ __all__ = [
     "model_amounts",
     "model_key",
     "model_of_product",
+    "models_named",
     "named_model_amounts",
 ]
 
@@ -79,6 +81,16 @@ def model_of_product(product: str) -> str:
     if product.endswith(_SHARED_SUFFIX):
         product = product[: -len(_SHARED_SUFFIX)]
     return _MIG_SUFFIX.sub("", product)
+
+
+def models_named(request: PodRequest) -> frozenset[str]:
+    """The GPU models a pod may run on, when it names any (`gpuModels`, or its node selector on
+    `nvidia.com/gpu.product`); empty: any model."""
+    products = set(request.gpu_models)
+    selected = request.node_selector.get(GPU_PRODUCT_LABEL)
+    if selected is not None:
+        products.add(selected)
+    return frozenset(model_of_product(p) for p in products)
 
 
 def has_model_keys(keys: Iterable[str]) -> bool:

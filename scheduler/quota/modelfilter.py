@@ -39,10 +39,29 @@ from scheduler.quota.models import MODEL_SEP, blocked_models
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
 
-__all__ = ["ModelFilter", "assigned", "model_filter"]
+__all__ = ["ModelFilter", "ModelNodes", "assigned", "model_filter"]
 
 _Placed = TypeVar("_Placed", bound=Sequence[Any])
 _Decided = TypeVar("_Decided")
+
+
+class ModelNodes:
+    """The known nodes of each GPU model (nodes without one left out), and the nodes of some
+    models together, memoised: units are kept off or avoid one of few sets of models, and a
+    decision must not pay for building a set of thousands of nodes. Rebuild when a node's model
+    changes."""
+
+    def __init__(self, by_model: Mapping[str, Iterable[str]]) -> None:
+        self.by_model = {m: frozenset(nodes) for m, nodes in by_model.items()}
+        self._unions: dict[frozenset[str], frozenset[str]] = {}
+
+    def union(self, models: Iterable[str]) -> frozenset[str]:
+        key = frozenset(models)
+        found = self._unions.get(key)
+        if found is None:
+            found = frozenset().union(*(self.by_model[m] for m in key))
+            self._unions[key] = found
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +135,13 @@ class ModelFilter:
 def model_filter(
     tree: QuotaTree,
     usage: Usage,
-    models: Mapping[str, AbstractSet[str]],
+    models: ModelNodes,
     snapshot: Snapshot,
     leaf: str,
     requests: Iterable[PodRequest],
 ) -> ModelFilter:
     """The filter for a unit of `requests` in `leaf` (each member alone: the largest decides);
-    `models`: the known nodes by GPU model (nodes without one left out)."""
+    `models`: the known nodes by GPU model."""
     if not tree.has_models or leaf not in tree.paths:
         return ModelFilter()
     requests = list(requests)
@@ -130,13 +149,13 @@ def model_filter(
     for request in requests:
         for resource, amount in request_amounts(request).items():
             demand[resource] = max(demand.get(resource, 0), amount)
-    breaches = blocked_models(models, demand, _checker(tree, usage, leaf))
-    avoid = _avoided(tree, usage, leaf, requests, models, set(breaches))
+    breaches = blocked_models(models.by_model, demand, _checker(tree, usage, leaf))
+    avoid = _avoided(tree, usage, leaf, requests, models.by_model, set(breaches))
     if not breaches and not avoid:
         return ModelFilter()
-    by_model = {m: frozenset(n for n in models[m] if n in snapshot) for m in breaches}
-    nodes = frozenset().union(*by_model.values())
-    return ModelFilter(nodes, breaches, by_model, frozenset(n for n in avoid if n in snapshot))
+    nodes = models.union(breaches)
+    by_model = {m: frozenset(n for n in models.by_model[m] if n in snapshot) for m in breaches}
+    return ModelFilter(nodes, breaches, by_model, models.union(avoid))
 
 
 def _avoided(
@@ -147,8 +166,8 @@ def _avoided(
     models: Mapping[str, AbstractSet[str]],
     blocked: set[str],
 ) -> set[str]:
-    """The nodes of the models a unit that names none is not within guarantee on, when it is
-    within guarantee on some (none when no min on its path names a model)."""
+    """The models a unit that names none is not within guarantee on, when it is within
+    guarantee on some (none when no min on its path names a model)."""
     named = any(MODEL_SEP in k for q in tree.paths[leaf] for k in tree.specs[q].min)
     if not named or any(r.gpu_models or GPU_PRODUCT_LABEL in r.node_selector for r in requests):
         return set()
@@ -159,7 +178,7 @@ def _avoided(
     within = guaranteed_models(tree, usage, leaf, total, open_models)
     if not within or len(within) == len(open_models):
         return set()
-    return {n for m in open_models if m not in within for n in models[m]}
+    return {m for m in open_models if m not in within}
 
 
 def assigned(decision: Decision) -> bool:

@@ -27,7 +27,7 @@ def model_filter(
     """The filter for a unit of `requests` in `leaf`, over the book's nodes by model."""
     if not book.tree.has_models:
         return ModelFilter()
-    return pure_model_filter(book.tree, book.usage, book.nodes_by_model(), snapshot, leaf, requests)
+    return pure_model_filter(book.tree, book.usage, book.model_nodes(), snapshot, leaf, requests)
 
 
 def gang_breach(

@@ -27,6 +27,7 @@ from scheduler.quota import (
     request_amounts,
     resolve_queue,
 )
+from scheduler.quota.modelfilter import ModelNodes
 from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
 from scheduler.runtime.podinfo import PodInfo
 
@@ -46,6 +47,7 @@ class QueueBook:
         self._allocatable: dict[str, dict[str, int]] = {}
         self._total: dict[str, int] = {}
         self._model: dict[str, str] = {}  # node -> its GPU model (DESIGN §10 "Per GPU model")
+        self._model_nodes: ModelNodes | None = None  # built from `_model` when asked
 
     # -- queue objects ---------------------------------------------------------------------
     def apply(self, kind: str, etype: str, obj: Obj) -> bool:
@@ -131,6 +133,12 @@ class QueueBook:
             out.setdefault(model, set()).add(node)
         return out
 
+    def model_nodes(self) -> ModelNodes:
+        """`nodes_by_model`, kept until a node's model changes."""
+        if self._model_nodes is None:
+            self._model_nodes = ModelNodes(self.nodes_by_model())
+        return self._model_nodes
+
     def restart_usage(self) -> None:
         """Forget every charge (under a new tree); the caller charges every pod again."""
         self.usage = Usage(self.tree)
@@ -152,6 +160,8 @@ class QueueBook:
             counted = allocatable_amounts(allocatable)
             self._allocatable[name] = counted | model_amounts(counted, model)
             add_into(self._total, self._allocatable[name])
+        if model != before:
+            self._model_nodes = None
         return model != before
 
     def capacity(self) -> dict[str, int]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from scheduler.placement import GPU_PRODUCT_LABEL, Assignment, PodRequest, Snapshot
 from scheduler.quota import QuotaTree, Usage, add_into, admission_problem, request_amounts
-from scheduler.quota.modelfilter import ModelFilter, model_filter
+from scheduler.quota.modelfilter import ModelFilter, ModelNodes, model_filter
 from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
 
 __all__ = ["ModelBudgets"]
@@ -26,10 +26,11 @@ class ModelBudgets:
             name: model_of_product(node.labels.get(GPU_PRODUCT_LABEL, ""))
             for name, node in snapshot.nodes.items()
         }
-        self.by_model: dict[str, set[str]] = {}
+        by_model: dict[str, set[str]] = {}
         for name, model in self.model_of.items():
             if model:
-                self.by_model.setdefault(model, set()).add(name)
+                by_model.setdefault(model, set()).add(name)
+        self.nodes = ModelNodes(by_model)
 
     def amounts(self, pod: PodRequest, assignment: Assignment) -> dict[str, int]:
         """What `pod` placed by `assignment` is charged."""
@@ -41,7 +42,7 @@ class ModelBudgets:
         """The nodes a unit of `pods` in `leaf` may not use, and those it tries last."""
         if not self.tree.has_models:
             return ModelFilter()
-        return model_filter(self.tree, self.usage, self.by_model, self.snapshot, leaf, pods)
+        return model_filter(self.tree, self.usage, self.nodes, self.snapshot, leaf, pods)
 
     def gang_fits(
         self, leaf: str, pods: Sequence[PodRequest], where: Mapping[str, Assignment]

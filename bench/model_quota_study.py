@@ -1,13 +1,13 @@
 """Quotas per GPU model on the Alibaba trace's mixed models (G2, T4, P100, V100, G3): two tenants
 with plain guarantees, with the same guarantees per model, and with one tenant capped on T4s.
 
-Run: `.venv/bin/python bench/model_quota_study.py [--seed 1,2] [--policy gputopo]`.
+Run: `.venv/bin/python bench/model_quota_study.py [--seed 1,2] [--policy gputopo] [--jobs N]`.
 
 Event mode on the living-cluster replay of `openb_pod_list_gpuspec25.csv` (a quarter of its pods
 name the models they accept: T4, G2, P100, V100M16|V100M32) at the studies' settings (`replay.py`:
 load 2000 from second 10,000,000, half of each kind of node, node order by the seed), with the
-shipped `preemption:` block. The jobs are split over tenants `t1` and `t2` by a stable hash of their
-names (`simulate --tenants 50,50`). Three quota trees:
+shipped `preemption:` block (`--jobs N`: the first N arrivals only). The jobs are split over
+tenants `t1` and `t2` by a stable hash of their names (`simulate --tenants 50,50`). Three trees:
 
 * `plain`: each tenant `min` 50 % of the GPUs (`nvidia.com/gpu`), borrowing the rest;
 * `per model`: the same, and `min` 50 % of each model's GPUs (`nvidia.com/gpu@<model>`): a tenant
@@ -97,11 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", default="1,2")
     parser.add_argument("--policy", default="gputopo")
     parser.add_argument("--trees", default=",".join(TREES))
+    parser.add_argument("--jobs", type=int, default=0, help="the first N arrivals only (0: all)")
     args = parser.parse_args(argv)
     root = traces_root() / TRACE_DIR
     spec = node_share(load_cluster(str(root / "openb_node_list_gpu_node.csv")), STUDY_NODES)
     replay = read_replay(root / "openb_pod_list_gpuspec25.csv", load=STUDY_LOAD, start=STUDY_START)
-    jobs = replace(replay.workload, jobs=assign_tenants(replay.workload.jobs, 2))
+    split = assign_tenants(replay.workload.jobs, 2)
+    jobs = replace(replay.workload, jobs=split[: args.jobs] if args.jobs else split)
     models = sorted(gpus_by_model(spec))
     seeds = [int(s) for s in args.seed.split(",")]
     counts = ", ".join(f"{m} {n}" for m, n in sorted(gpus_by_model(spec).items()))

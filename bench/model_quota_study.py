@@ -1,12 +1,14 @@
 """Quotas per GPU model on the Alibaba trace's mixed models (G2, T4, P100, V100, G3): two tenants
 with plain guarantees, with the same guarantees per model, and with one tenant capped on T4s.
 
-Run: `.venv/bin/python bench/model_quota_study.py [--seed 1,2] [--policy gputopo] [--jobs N]`.
+Run: `.venv/bin/python bench/model_quota_study.py [--seed 1,2] [--policy gputopo] [--jobs N]
+[--node-share F]`.
 
 Event mode on the living-cluster replay of `openb_pod_list_gpuspec25.csv` (a quarter of its pods
 name the models they accept: T4, G2, P100, V100M16|V100M32) at the studies' settings (`replay.py`:
 load 2000 from second 10,000,000, half of each kind of node, node order by the seed), with the
-shipped `preemption:` block (`--jobs N`: the first N arrivals only). The jobs are split over
+shipped `preemption:` block (`--jobs N`: the first N arrivals only; `--node-share F`: F of each
+kind of node). The jobs are split over
 tenants `t1` and `t2` by a stable hash of their names (`simulate --tenants 50,50`). Three trees:
 
 * `plain`: each tenant `min` 50 % of the GPUs (`nvidia.com/gpu`), borrowing the rest;
@@ -14,8 +16,9 @@ tenants `t1` and `t2` by a stable hash of their names (`simulate --tenants 50,50
   reclaims on a model's nodes only while within its guarantee there;
 * `t2 T4 cap`: `plain`, and `t2` capped at 10 % of the T4 GPUs (`max nvidia.com/gpu@T4`).
 
-Reported per tree and tenant (mean over seeds): pods started of arrived, p99 wait (s), GPU-hours
-per model, and the pods evicted by reclaim and by preemption.
+Every tree caps each tenant at each model's GPUs (binding nothing), so GPU-hours are counted per
+model. Reported per tree and tenant (mean over seeds): pods started of arrived, p99 wait (s),
+GPU-hours per model, and the pods evicted by reclaim and by preemption.
 """
 
 from __future__ import annotations
@@ -55,12 +58,12 @@ def tree(name: str, spec: ClusterSpec) -> tuple[QueueSpec, ...]:
     specs = []
     for tenant in ("t1", "t2"):
         low: dict[str, int] = {GPU: spec.gpu_count // 2}
-        top: dict[str, int] = {}
+        top = {f"{GPU}@{m}": n for m, n in models.items()}  # binds nothing: GPU-h per model
         if name == "per model":
             low |= {f"{GPU}@{m}": n // 2 for m, n in models.items()}
         if name == "t2 T4 cap" and tenant == "t2":
             top[f"{GPU}@T4"] = models["T4"] // 10
-        body = {"min": low} | ({"max": top} if top else {})
+        body = {"min": low, "max": top}
         specs.append(read_queue({"metadata": {"name": tenant}, "spec": body}))
     return tuple(specs)
 
@@ -98,9 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="gputopo")
     parser.add_argument("--trees", default=",".join(TREES))
     parser.add_argument("--jobs", type=int, default=0, help="the first N arrivals only (0: all)")
+    parser.add_argument("--node-share", type=float, default=STUDY_NODES)
     args = parser.parse_args(argv)
     root = traces_root() / TRACE_DIR
-    spec = node_share(load_cluster(str(root / "openb_node_list_gpu_node.csv")), STUDY_NODES)
+    spec = node_share(load_cluster(str(root / "openb_node_list_gpu_node.csv")), args.node_share)
     replay = read_replay(root / "openb_pod_list_gpuspec25.csv", load=STUDY_LOAD, start=STUDY_START)
     split = assign_tenants(replay.workload.jobs, 2)
     jobs = replace(replay.workload, jobs=split[: args.jobs] if args.jobs else split)

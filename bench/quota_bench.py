@@ -95,7 +95,10 @@ class Run:
             add_into(self.capacity, allocatable_amounts(node.allocatable))
             self.model_of[node.name] = model_of_product(node.labels.get(GPU_PRODUCT_LABEL, ""))
         self.nodes = ModelNodes(
-            {m: [n for n, o in self.model_of.items() if o == m] for m in set(self.model_of)}
+            {
+                m: [n for n, o in self.model_of.items() if o == m]
+                for m in set(self.model_of.values())
+            }
         )
         self.order = QueueOrder()
         self.samples: list[float] = []

@@ -67,6 +67,13 @@ class Tally:
         self.columns: NodeColumns = index.columns
         self.free: IntArray = self.columns.refresh()
         self.total: IntArray = np.zeros((4, self.columns.capacity), dtype=np.int64)
+        self.allowed: BoolArray = np.ones(self.columns.capacity, dtype=np.bool_)
+
+    def keep(self, area: Iterable[str] | None, excluded: Iterable[str]) -> None:
+        """Candidates only among `area` (None: every node) less `excluded`."""
+        if area is not None:
+            self.allowed = self.slots(area)
+        self.allowed &= ~self.slots(excluded)
 
     def add(self, priority: int, eligible: Sequence[str]) -> BoolArray:
         """Count the units of the `eligible` leaves at `priority`; returns the slots that
@@ -81,7 +88,7 @@ class Tally:
             delta = index.freed_columns(priority)[:, : self.total.shape[1]].copy()
             self._merge(delta, others, priority, -1)
         self.total += delta
-        touched: BoolArray = delta[3] > 0
+        touched: BoolArray = (delta[3] > 0) & self.allowed
         return touched
 
     def _merge(self, into: IntArray, leaves: Iterable[str], priority: int, sign: int) -> None:
@@ -134,6 +141,7 @@ def gang_sets(
     total = Bound.of(pods)
     room = tally.room()
     mask = ((tally.total[3] > 0) | tally.slots(extra)) & Bound.of(size[:1]).covered(room)
+    mask &= tally.allowed
     largest = Bound.of(size[-1:])
     ranked = tally.ranked(mask, largest)
     groups: dict[str, list[int]] = {}

@@ -4,7 +4,9 @@
 - *reclaim* (`reclaim`, U within its guarantee): units of any other leaf, whatever their
   priority, as long as every queue on the victim's path below the lowest common ancestor with
   U's leaf keeps at least its `min` of every resource that min names, counting every eviction
-  chosen so far (the `floors`; `ledger` checks them);
+  chosen so far (the `floors`; `ledger` checks them). With GPU models in the tree, U reclaims
+  only on the nodes of the models it is within guarantee on (`area`), and a victim's amounts
+  carry the model keys its pods are charged, so a model min is a floor too;
 - *reclaim to fair share* (`reclaimToFairShare` and `reclaim`, U not within its guarantee):
   the same, with each queue's fair share as the floor, when U's leaf stays within its own fair
   share with U's demand added. Fair shares are computed with U's demand as the only pending work.
@@ -17,10 +19,11 @@ the rest of the gang (its core) takes them all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agent.model import MILLI_PER_GPU
+from scheduler.placement import Snapshot
 from scheduler.quota import (
     DEFAULT_QUEUE,
     ROOT,
@@ -31,18 +34,19 @@ from scheduler.quota import (
     allocatable_amounts,
     fair_shares,
     request_amounts,
-    within_guarantee,
 )
 
+from .area import reclaim_area
 from .index import PodPlace, RunningIndex
 from .model import PreemptionSettings, Preemptor, Running, VictimReason
 
-__all__ = ["Piece", "Rules", "demand_of", "pieces_of", "rules_for"]
+__all__ = ["Piece", "Rules", "charged_amounts", "demand_of", "pieces_of", "rules_for"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rules:
-    """What U may evict. `floors`: per queue, what reclaim must leave it (None: no reclaim)."""
+    """What U may evict. `floors`: per queue, what reclaim must leave it (None: no reclaim).
+    `area`: the nodes U reclaims on, when not every node (only its models, see `area`)."""
 
     preemptor: Preemptor
     demand: Amounts
@@ -50,6 +54,7 @@ class Rules:
     floors: Mapping[str, Amounts] | None
     floor_paths: Mapping[str, tuple[str, ...]]
     non_preemptible: int
+    area: frozenset[str] | None = None
 
     def reason(self, unit: Running) -> VictimReason | None:
         """Why `unit` may be a victim of U, or None when it may not."""
@@ -101,13 +106,16 @@ def rules_for(
     index: RunningIndex,
     settings: PreemptionSettings,
     capacity: Amounts,
+    snapshot: Snapshot,
 ) -> Rules:
-    """The rules for U; `capacity`: the root's (for fair shares; read only when asked)."""
+    """The rules for U; `capacity`: the root's (for fair shares; read only when asked);
+    `snapshot`: the live one (which GPU model each node has)."""
     demand = demand_of(preemptor)
     floors: Mapping[str, Amounts] | None = None
     leaf = preemptor.leaf
     reclaims = settings.reclaim and leaf != DEFAULT_QUEUE and tree.is_leaf(leaf)
-    if reclaims and within_guarantee(tree, usage, leaf, demand):
+    area = reclaim_area(tree, usage, leaf, preemptor.pods, demand, snapshot) if reclaims else None
+    if area is not None and area.within:
         floors = {q: spec.min for q, spec in tree.specs.items()}
     elif reclaims and settings.reclaim_to_fair_share:
         shares = fair_shares(tree, usage, {leaf: demand}, capacity)
@@ -121,6 +129,7 @@ def rules_for(
         floors=floors,
         floor_paths=paths,
         non_preemptible=settings.non_preemptible_priority,
+        area=area.nodes if area is not None and area.within else None,
     )
 
 
@@ -156,16 +165,18 @@ def pieces_of(
     reason: VictimReason,
     guaranteed: bool,
     on: frozenset[str] | None,
+    amounts_of: Callable[[PodPlace], Amounts],
 ) -> list[Piece]:
     """`unit` as pieces: up to `spare` members on the nodes `on` (any node: None) alone, then
-    the core (every other pod). The core comes first (the reprieve order)."""
+    the core (every other pod). The core comes first (the reprieve order). `amounts_of`: what
+    a pod is charged in quota (its model keys included)."""
     spare = [p for p in places if on is None or p.node in on][: unit.spare]
     spare_keys = {p.key for p in spare}
     core = tuple(p for p in places if p.key not in spare_keys)
-    alone = [_piece(unit, (p,), reason, guaranteed) for p in spare]
+    alone = [_piece(unit, (p,), reason, guaranteed, amounts_of) for p in spare]
     if not core:
         return alone
-    return [_piece(unit, core, reason, guaranteed, spares=tuple(alone)), *alone]
+    return [_piece(unit, core, reason, guaranteed, amounts_of, spares=tuple(alone)), *alone]
 
 
 def _piece(
@@ -173,12 +184,13 @@ def _piece(
     pods: tuple[PodPlace, ...],
     reason: VictimReason,
     guaranteed: bool,
+    amounts_of: Callable[[PodPlace], Amounts],
     *,
     spares: tuple[Piece, ...] | None = None,
 ) -> Piece:
     amounts: dict[str, int] = {}
     for place in pods:
-        add_into(amounts, request_amounts(place.request, place.shares))
+        add_into(amounts, amounts_of(place))
     milli = sum(p.milli for p in pods)
     return Piece(
         unit=unit,
@@ -190,6 +202,16 @@ def _piece(
         milli=milli,
         spares=spares or (),
     )
+
+
+def charged_amounts(usage: Usage) -> Callable[[PodPlace], Amounts]:
+    """What each pod is charged in `usage` (its request when not charged)."""
+
+    def amounts_of(place: PodPlace) -> Amounts:
+        charge = usage.charged(place.key)
+        return request_amounts(place.request, place.shares) if charge is None else charge[1]
+
+    return amounts_of
 
 
 def gpus_of(milli: int) -> int:

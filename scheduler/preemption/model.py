@@ -72,7 +72,9 @@ class Budget:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preemptor:
     """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
-    `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`."""
+    `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`.
+    `excluded`: nodes U may not use (a model max on its path is reached there, DESIGN §10):
+    the search neither places U nor takes victims there."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -81,6 +83,7 @@ class Preemptor:
     never: bool = False
     topology: TopologyConstraint | None = None
     min_resources: Mapping[str, int] | None = None
+    excluded: frozenset[str] = frozenset()
 
 
 class VictimReason(StrEnum):

@@ -10,12 +10,18 @@ work lost, U's best placement score, then the area's name (`Outcome.rank`).
 
 The live snapshot is never changed: areas are evaluated on clones of their nodes, in a small
 `Snapshot` with a `Placer` of the live placer's scoring.
+
+A search may be kept to some nodes: those of the GPU models U reclaims on (`Rules.area`) less
+the nodes U may not use (`Preemptor.excluded`). U is placed, and victims are taken, only there;
+when reclaim kept to a model's nodes finds nothing, U may still preempt lower-priority units of
+its own leaf on any node it may use (a second search, without reclaim).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from scheduler.placement import Placer, Snapshot
 from scheduler.quota import QuotaTree, Usage
@@ -23,7 +29,15 @@ from scheduler.quota import QuotaTree, Usage
 from .budgets import BudgetBook
 from .candidates import Bound, Tally, gang_sets, node_candidates
 from .columns import BoolArray
-from .eligibility import Piece, Rules, gpus_of, pieces_of, root_capacity, rules_for
+from .eligibility import (
+    Piece,
+    Rules,
+    charged_amounts,
+    gpus_of,
+    pieces_of,
+    root_capacity,
+    rules_for,
+)
 from .index import RunningIndex
 from .ledger import Ledger, guaranteed_leaves
 from .model import (
@@ -60,8 +74,14 @@ def find_victims(
     if not preemptor.pods:
         return NoChoice(reason="preemption: nothing to place")
     capacity = root_capacity(placer.snapshot.free_totals(), usage)
-    rules = rules_for(preemptor, tree, usage, index, settings, capacity)
-    return _Search(placer, index, tree, usage, rules, BudgetBook(budgets), settings).run()
+    rules = rules_for(preemptor, tree, usage, index, settings, capacity, placer.snapshot)
+    book = BudgetBook(budgets)
+    found = _Search(placer, index, tree, usage, rules, book, settings).run()
+    if isinstance(found, VictimChoice) or rules.area is None or not rules.preempt:
+        return found
+    own = replace(rules, floors=None, floor_paths={}, area=None)
+    again = _Search(placer, index, tree, usage, own, book, settings).run()
+    return again if isinstance(again, VictimChoice) or found.nothing_eligible else found
 
 
 class _Search:
@@ -86,6 +106,14 @@ class _Search:
         self.misses: list[Miss] = []
         self.violated: set[str] = set()
         self.off_cache: dict[int, list[Piece]] = {}
+        self.amounts_of = charged_amounts(usage)
+        self.excluded = rules.preemptor.excluded
+        self.kept = rules.area is not None or bool(self.excluded)  # only some nodes are used
+
+    def allowed(self, node: str) -> bool:
+        """May the search place U on `node`, and take victims there?"""
+        area = self.rules.area
+        return (area is None or node in area) and node not in self.excluded
 
     def run(self) -> VictimChoice | NoChoice:
         thresholds = self._thresholds()
@@ -94,8 +122,10 @@ class _Search:
                 reason=f"preemption: no eligible victims ({self._why_none()})",
                 nothing_eligible=True,
             )
-        self.fits_now = self._fits_now()
+        self.fits_now = [n for n in self._fits_now() if self.allowed(n)]
         tally = Tally(self.index)
+        if self.kept:
+            tally.keep(self.rules.area, self.excluded)
         for priority, leaves in thresholds:
             touched = tally.add(priority, leaves)
             if touched.any():
@@ -250,7 +280,11 @@ class _Search:
         places = self.index.places(unit.key)
         if any(self.live.node_of(p.key) != p.node for p in places):
             return []  # the index is behind the snapshot: not a victim this time
-        return pieces_of(unit, places, reason, unit.leaf in self.guaranteed, on)
+        guaranteed = unit.leaf in self.guaranteed
+        pieces = pieces_of(unit, places, reason, guaranteed, on, self.amounts_of)
+        if self.kept:
+            pieces = [p for p in pieces if all(self.allowed(pl.node) for pl in p.pods)]
+        return pieces
 
     # -- answers ---------------------------------------------------------------------------------
     def _why_none(self) -> str:

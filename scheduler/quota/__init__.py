@@ -5,10 +5,17 @@ clock. The scheduler runtime and the simulator both decide through these functio
 
 Modules, bottom up: `amounts` (quota units), `spec` (a Queue or ElasticQuota read), `tree` (the
 validated tree), `usage` (subtree usage from charged pods), `resolve` (which queue a pod is in),
-`admission` (max at every level, within guarantee), `order` (which queue next; fair share).
+`admission` (max at every level, within guarantee), `order` (which queue next; fair share),
+`models` (keys per GPU model), `modelfilter` (the nodes a model quota keeps a unit off or prefers).
 """
 
-from .admission import admission_problem, admission_problem_of, queue_problem, within_guarantee
+from .admission import (
+    admission_problem,
+    admission_problem_of,
+    guaranteed_models,
+    queue_problem,
+    within_guarantee,
+)
 from .amounts import (
     Amounts,
     add_into,
@@ -52,6 +59,7 @@ __all__ = [
     "dominant_share",
     "fair_shares",
     "format_amount",
+    "guaranteed_models",
     "parse_amount",
     "queue_problem",
     "read_elastic_quota",

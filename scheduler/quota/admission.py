@@ -3,14 +3,21 @@ its guarantee (DESIGN §10). Pure functions over the tree and the usage."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.quota.amounts import Amounts, format_amount
+from scheduler.quota.models import MODEL_SEP, base_of, model_amounts
 from scheduler.quota.spec import DEFAULT_QUEUE
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
 
-__all__ = ["admission_problem", "admission_problem_of", "queue_problem", "within_guarantee"]
+__all__ = [
+    "admission_problem",
+    "admission_problem_of",
+    "guaranteed_models",
+    "queue_problem",
+    "within_guarantee",
+]
 
 
 def queue_problem(tree: QuotaTree, leaf: str) -> str | None:
@@ -73,3 +80,37 @@ def within_guarantee(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) 
                 return False
             guarded = True
     return guarded
+
+
+def guaranteed_models(
+    tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts, models: Iterable[str]
+) -> frozenset[str]:
+    """The GPU models (of `models`; \"\" for nodes without one) on which `demand`, a unit that
+    names no model, is within guarantee (DESIGN §10 "Per GPU model"): its plain keys and the
+    model's keys under every min on the path that names them, and on a model a level's min does
+    not name, the plain min less what the mins of the models it names still reserve (`min
+    {gpu: 8, gpu@H100: 4}` holds 4 GPUs for H100s until they are used)."""
+    out = set()
+    for model in models:
+        asked = {**demand, **model_amounts(demand, model)}
+        if within_guarantee(tree, usage, leaf, asked) and not _reserved(tree, usage, leaf, asked):
+            out.add(model)
+    return frozenset(out)
+
+
+def _reserved(tree: QuotaTree, usage: Usage, leaf: str, asked: Amounts) -> bool:
+    """Does `asked` take room a level's min reserves for the other models it names?"""
+    for queue in tree.paths[leaf]:
+        mins = tree.specs[queue].min
+        used = usage.used(queue)
+        for plain, low in mins.items():
+            if plain not in asked or MODEL_SEP in plain:
+                continue
+            held = sum(
+                max(0, m - used.get(k, 0))
+                for k, m in mins.items()
+                if k not in asked and base_of(k) == plain and k != plain
+            )
+            if held and used.get(plain, 0) + asked[plain] + held > low:
+                return True
+    return False

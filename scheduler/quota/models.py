@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Protocol
 
 from agent.resource_names import GPU_RESOURCE
+from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
 
 __all__ = [
     "MODEL_SEP",
@@ -24,10 +27,24 @@ __all__ = [
     "model_amounts",
     "model_key",
     "model_of_product",
+    "models_named",
+    "named_model_amounts",
 ]
 
 MODEL_SEP = "@"
 _MIG_PREFIX = "nvidia.com/mig-"
+
+
+class Named(Protocol):
+    """What `named_model_amounts` reads of a queue tree (`QuotaTree`)."""
+
+    @property
+    def has_models(self) -> bool: ...
+
+    @property
+    def managed(self) -> AbstractSet[str]: ...
+
+
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MIG_SUFFIX = re.compile(r"-MIG-[A-Za-z0-9.+]+$")
 _SHARED_SUFFIX = "-SHARED"
@@ -66,6 +83,16 @@ def model_of_product(product: str) -> str:
     return _MIG_SUFFIX.sub("", product)
 
 
+def models_named(request: PodRequest) -> frozenset[str]:
+    """The GPU models a pod may run on, when it names any (`gpuModels`, or its node selector on
+    `nvidia.com/gpu.product`); empty: any model."""
+    products = set(request.gpu_models)
+    selected = request.node_selector.get(GPU_PRODUCT_LABEL)
+    if selected is not None:
+        products.add(selected)
+    return frozenset(model_of_product(p) for p in products)
+
+
 def has_model_keys(keys: Iterable[str]) -> bool:
     return any(MODEL_SEP in key for key in keys)
 
@@ -75,6 +102,13 @@ def model_amounts(amounts: Mapping[str, int], model: str) -> dict[str, int]:
     if not model:
         return {}
     return {model_key(r, model): q for r, q in amounts.items() if _takes_model(r) and q}
+
+
+def named_model_amounts(amounts: Mapping[str, int], model: str, tree: Named) -> dict[str, int]:
+    """The model keys `tree` names (its managed resources) that `amounts` adds on `model`."""
+    if not tree.has_models:
+        return {}
+    return {k: v for k, v in model_amounts(amounts, model).items() if k in tree.managed}
 
 
 def blocked_models(

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of
@@ -258,15 +259,19 @@ class GangTracker:
         excluded = models.excluded(self._preemption.excluded(unit, priority))
         why = ""
         for _ in range(_MODEL_TRIES):
-            placed, left = self._place(group, members, pending, excluded)
+            attempt = partial(self._place, group, members, pending)
+            placed, left = models.place(excluded, attempt, self._forget)
             breach = self._quota.gang_problem(placed)
             if breach is None:
                 category = QUEUE_CATEGORY if models.nodes else "unschedulable"
                 return placed, models.explain(left) if left else left, category
-            for info, _ in placed:  # together over a model's budget: not on its extra nodes
-                self._cache.forget(info.key)
+            self._forget(placed)  # together over a model's budget: not on its extra nodes
             why, excluded = breach[0], frozenset(excluded or ()) | breach[1]
         return [], why, QUEUE_CATEGORY
+
+    def _forget(self, placed: Binds) -> None:
+        for info, _ in placed:
+            self._cache.forget(info.key)
 
     def _place(
         self,

@@ -33,6 +33,7 @@ from scheduler.kubeapi.leader import Fence
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import PreemptionSettings
+from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
@@ -364,7 +365,10 @@ class Scheduler:
             held = self.preemption.excluded(unit, priority)
             models = self.quota.model_filter([info])
             excluded = models.excluded(held)
-            decision = self._live_placer().decide(info.request, excluded=excluded)
+            placer = self._live_placer()
+            decision = models.decide(
+                held, lambda off: placer.decide(info.request, excluded=off), assigned
+            )
             decision, locked = self.shares.decide(
                 self._live_placer(), info.request, decision, excluded
             )

@@ -1,96 +1,33 @@
-"""Where quota meets placement: a model-keyed `max` filters that model's nodes (DESIGN §10
-"Per GPU model").
+"""Where quota meets placement in the runtime (DESIGN §10 "Per GPU model"): the pure model
+filter (`scheduler.quota.modelfilter`) over the queue book's nodes by model, and a gang's
+admission per model.
 
-A unit's admission checks its plain keys (`QueueGate.problem`); which model it will run on is
-known only once a node is chosen. So before placing, every model whose keys the unit's GPUs would
-breach somewhere on its path has its nodes excluded, as nodes held for others are; the unit may
-still start on another model. A refusal then names the queue's breach for those nodes instead of
-"held". A gang is placed with each member's demand filtered this way, and then admitted only if
-its members' summed demand per model fits (`gang_breach`, which also names the nodes of a model
-beyond its budget, left out when the gang is tried again). With no model key in the tree nothing
-is computed.
-
-The exclusion is a per-call node mask: the Placer's verdict memo keeps per-node verdicts that do
-not depend on budgets, so a cached verdict never outlives the budget it was made under.
+A gang is placed with each member's demand filtered, and then admitted only if its members'
+summed demand per model fits (`gang_breach`, which also names the nodes of a model beyond its
+budget, left out when the gang is tried again). With no model key in the tree nothing is
+computed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
 
-from scheduler.placement import Assignment, Decision, PodRequest, Snapshot, format_reasons
-from scheduler.placement.pick import REASON_HELD
-from scheduler.quota import (
-    Amounts,
-    QuotaTree,
-    Usage,
-    add_into,
-    admission_problem,
-    admission_problem_of,
-    request_amounts,
-)
-from scheduler.quota.models import blocked_models
+from scheduler.placement import Assignment, PodRequest, Snapshot
+from scheduler.quota import Amounts, Usage, add_into, admission_problem_of, request_amounts
+from scheduler.quota.modelfilter import ModelFilter
+from scheduler.quota.modelfilter import model_filter as pure_model_filter
 from scheduler.runtime.queuebook import QueueBook
 
 __all__ = ["ModelFilter", "gang_breach", "model_filter"]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelFilter:
-    """Nodes a unit may not use for its queue's model quotas, and why (model -> breach)."""
-
-    nodes: frozenset[str] = frozenset()
-    breaches: Mapping[str, str] = field(default_factory=dict)
-    by_model: Mapping[str, frozenset[str]] = field(default_factory=dict)
-
-    def excluded(self, held: AbstractSet[str] | None) -> AbstractSet[str] | None:
-        """`held` (nodes held for others) with this filter's nodes added."""
-        if not self.nodes:
-            return held
-        return self.nodes | held if held else self.nodes
-
-    def message(self, decision: Decision, held: AbstractSet[str] | None) -> str:
-        """`decision`'s refusal with the filtered nodes counted under the queue's breach."""
-        if not self.nodes or not decision.reasons:
-            return self.explain(decision.message())
-        reasons = dict(decision.reasons)
-        for model, nodes in sorted(self.by_model.items()):
-            counted = len(nodes - (held or frozenset()))
-            if counted:
-                reasons[REASON_HELD] = reasons.get(REASON_HELD, 0) - counted
-                reasons[f"node(s) of GPU model {model} over quota ({self.breaches[model]})"] = (
-                    counted
-                )
-        kept = {r: n for r, n in reasons.items() if n > 0}
-        return format_reasons(decision.nodes_total, kept)
-
-    def explain(self, message: str) -> str:
-        """`message` (a gang's refusal) preceded by the breaches, when any."""
-        if not self.breaches:
-            return message
-        return "; ".join([*(self.breaches[m] for m in sorted(self.breaches)), message])
-
-
 def model_filter(
     book: QueueBook, snapshot: Snapshot, leaf: str, requests: Iterable[PodRequest]
 ) -> ModelFilter:
-    """The filter for a unit of `requests` in `leaf` (each member alone: the largest decides)."""
-    tree = book.tree
-    if not tree.has_models or leaf not in tree.paths:
+    """The filter for a unit of `requests` in `leaf`, over the book's nodes by model."""
+    if not book.tree.has_models:
         return ModelFilter()
-    demand: dict[str, int] = {}
-    for request in requests:
-        for resource, amount in request_amounts(request).items():
-            demand[resource] = max(demand.get(resource, 0), amount)
-    models = book.nodes_by_model()
-    breaches = blocked_models(models, demand, _checker(tree, book.usage, leaf))
-    if not breaches:
-        return ModelFilter()
-    by_model = {m: frozenset(n for n in models[m] if n in snapshot) for m in breaches}
-    nodes = frozenset().union(*by_model.values())
-    return ModelFilter(nodes, breaches, by_model)
+    return pure_model_filter(book.tree, book.usage, book.model_nodes(), snapshot, leaf, requests)
 
 
 def gang_breach(
@@ -139,7 +76,3 @@ def _summed(into: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]
     out = dict(into)
     add_into(out, extra)
     return out
-
-
-def _checker(tree: QuotaTree, usage: Usage, leaf: str) -> Callable[[Amounts], str | None]:
-    return lambda demand: admission_problem(tree, usage, leaf, demand)

@@ -46,6 +46,7 @@ from scheduler.preemption import (
 from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.evicting import EvictionWriter, Victim, disruption_message, preemptor_of
 from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.modelquota import model_filter
 from scheduler.runtime.pending import UnitKey
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.reporter import Reporter
@@ -186,15 +187,19 @@ class Preemption:
         )
 
     def _preemptor(self, name: str, infos: Sequence[PodInfo], group: GroupInfo | None) -> Preemptor:
+        """U as the search sees it; kept off the GPU models whose max its queue has reached."""
         spec = infos[0].obj.get("spec") or {}
+        leaf = self._cache.leaf_of(infos[0])[0]
+        pods = tuple(i.request for i in infos)
         return Preemptor(
             key=name,
-            pods=tuple(i.request for i in infos),
-            leaf=self._cache.leaf_of(infos[0])[0],
+            pods=pods,
+            leaf=leaf,
             priority=max(i.request.priority for i in infos),
             never=spec.get("preemptionPolicy") == NEVER,
             topology=None if group is None else group.topology,
             min_resources=None if group is None else group.min_resources,
+            excluded=model_filter(self._cache.queues, self._cache.snapshot, leaf, pods).nodes,
         )
 
     def _search(self, preemptor: Preemptor, placer: Placer) -> VictimChoice | NoChoice:

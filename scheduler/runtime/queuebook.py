@@ -31,7 +31,8 @@ from scheduler.quota import (
     request_amounts,
     resolve_queue,
 )
-from scheduler.quota.models import model_amounts, model_of_product
+from scheduler.quota.modelfilter import ModelNodes
+from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
 from scheduler.runtime.podinfo import PodInfo
 
 __all__ = ["QueueBook"]
@@ -51,6 +52,7 @@ class QueueBook:
         self._total: dict[str, int] = {}
         self._model: dict[str, str] = {}  # node -> its GPU model (DESIGN §10 "Per GPU model")
         self._shared: dict[str, dict[str, int]] = {}  # node -> what set_shared added
+        self._model_nodes: ModelNodes | None = None  # built from `_model` when asked
 
     # -- queue objects ---------------------------------------------------------------------
     def apply(self, kind: str, etype: str, obj: Obj) -> bool:
@@ -122,9 +124,7 @@ class QueueBook:
 
     def on_model(self, amounts: Amounts, model: str) -> dict[str, int]:
         """The model keys the tree names that `amounts` adds on a node of `model`."""
-        if not self.tree.has_models:
-            return {}
-        return {k: v for k, v in model_amounts(amounts, model).items() if k in self.tree.managed}
+        return named_model_amounts(amounts, model, self.tree)
 
     # -- models ----------------------------------------------------------------------------
     def model_of(self, node: str) -> str:
@@ -137,6 +137,12 @@ class QueueBook:
         for node, model in self._model.items():
             out.setdefault(model, set()).add(node)
         return out
+
+    def model_nodes(self) -> ModelNodes:
+        """`nodes_by_model`, kept until a node's model changes."""
+        if self._model_nodes is None:
+            self._model_nodes = ModelNodes(self.nodes_by_model())
+        return self._model_nodes
 
     def restart_usage(self) -> None:
         """Forget every charge (under a new tree); the caller charges every pod again."""
@@ -159,6 +165,8 @@ class QueueBook:
             counted = allocatable_amounts(allocatable)
             self._allocatable[name] = counted | model_amounts(counted, model)
             add_into(self._total, self._allocatable[name])
+        if model != before:
+            self._model_nodes = None
         return model != before
 
     def set_shared(self, name: str, node: NodeState | None) -> None:

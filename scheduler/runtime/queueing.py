@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.kubeapi.client import now_rfc3339
-from scheduler.placement import GPU_PRODUCT_LABEL, Assignment
+from scheduler.placement import Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
-from scheduler.quota.models import MODEL_SEP, base_of, model_of_product
+from scheduler.quota.models import MODEL_SEP, base_of, models_named
 from scheduler.quota.tree import Problem
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
@@ -166,12 +166,10 @@ class QueueGate:
         can run on one model only (its node selector names one `nvidia.com/gpu.product`), so
         admission, the order and within-guarantee see that model's key (DESIGN §10)."""
         amounts = request_amounts(info.request)
-        named = set(info.request.gpu_models)
-        named.update(v for k, v in info.request.node_selector.items() if k == GPU_PRODUCT_LABEL)
-        models = {model_of_product(p) for p in named}
+        models = models_named(info.request)
         if len(models) != 1:
             return amounts
-        return amounts | self.book.on_model(amounts, models.pop())
+        return amounts | self.book.on_model(amounts, next(iter(models)))
 
     def metric_samples(self) -> dict[str, list[tuple[tuple[str, ...], float]]]:
         """The per-queue gauges (`SchedulerMetrics.watch_queues`), from the last `report`."""

@@ -27,6 +27,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig, load_config
@@ -40,17 +41,16 @@ from scheduler.quota import (
     QueueOrder,
     QuotaTree,
     Usage,
-    add_into,
     admission_problem,
     allocatable_amounts,
     queue_problem,
-    request_amounts,
 )
 from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.domains import DomainMeter
 from scheduler.sim.evictions import SimPreemption
 from scheduler.sim.metrics import AllocationClock, Timeline, WaitBook
+from scheduler.sim.modelquota import ModelBudgets
 from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.queues import QueueMeter
@@ -79,7 +79,11 @@ class _EventRun:
         self.tree = QuotaTree.build(workload.queues)
         self.usage = Usage(self.tree)
         self._order = QueueOrder()
-        self.capacity = _root_capacity(scheduler.cluster)
+        self.models = ModelBudgets(self.tree, self.usage, scheduler.cluster.snapshot)
+        nodes = scheduler.cluster.snapshot.nodes
+        self.capacity = self.models.capacity(
+            {name: allocatable_amounts(node.allocatable) for name, node in nodes.items()}
+        )
         self.meter = QueueMeter(self.tree, self.usage)
         self.waits: list[float] = []
         self.jobs_placed = 0
@@ -189,7 +193,10 @@ class _EventRun:
             return
         job = unit.entry.job
         key = job.name if unit.gang else unit.pods[0].key
-        u = Preemptor(key=key, pods=tuple(unit.pods), leaf=leaf, priority=job.priority)
+        off = self.models.filter(leaf, unit.pods).nodes  # models whose max the queue reached
+        u = Preemptor(
+            key=key, pods=tuple(unit.pods), leaf=leaf, priority=job.priority, excluded=off
+        )
         if not self._preempt(preemption, leaf, unit, u):
             preemption.starving(u, self.clock.now, head=head, admitted=admitted)
 
@@ -199,16 +206,18 @@ class _EventRun:
         entry, start = unit.entry, time.perf_counter()
         key = entry.job.name if unit.gang else unit.pods[0].key
         held = None if self.preemption is None else self.preemption.blocked(key, entry.job.priority)
+        models = self.models.filter(leaf, unit.pods)
         if unit.gang:
-            result = place_gang(
+            gang = partial(
+                place_gang,
                 unit.pods,
                 self.scheduler.placer,
                 topology=entry.job.topology,
                 prefer_clique=self.scheduler.policy.prefer_clique,
-                excluded=held,
             )
+            result = models.decide(held, lambda off: gang(excluded=off), lambda r: r.ok)
             self._account(start, len(unit.pods))
-            if not result.ok:
+            if not result.ok or not self.models.gang_fits(leaf, unit.pods, result.assignments):
                 return False
             for pod in unit.pods:
                 self._started(leaf, pod, result.assignments[pod.key], entry)
@@ -216,7 +225,8 @@ class _EventRun:
             self.waits.append(self.clock.now - entry.job.arrival)
             self._gang_started(unit.pods, result.assignments)
         else:
-            assignment = self.scheduler.choose(unit.pods[0], held)
+            choose = partial(self.scheduler.choose, unit.pods[0])
+            assignment = models.decide(held, choose, lambda a: a is not None)
             self._account(start, 1)
             if assignment is None:
                 return False
@@ -278,7 +288,7 @@ class _EventRun:
 
     def _started(self, leaf: str, pod: PodRequest, assignment: Assignment, entry: Pending) -> None:
         self.scheduler.bind(pod, assignment)
-        self.usage.charge(pod.key, (leaf, request_amounts(pod, assignment.shares)))
+        self.usage.charge(pod.key, (leaf, self.models.amounts(pod, assignment)))
         wait = self.clock.now - entry.job.arrival
         used = milli(pod, assignment)  # a share's milli depends on its GPU (DESIGN §12)
         if pod.key in self._restarted:  # the queue counted its wait when it first started
@@ -321,14 +331,6 @@ def _heads(rounds: dict[str, LeafRound]) -> dict[str, Amounts]:
         else:
             heads[leaf] = unit.demand
     return heads
-
-
-def _root_capacity(cluster: Cluster) -> dict[str, int]:
-    """What the root queue holds: the allocatable of every node, in quota units."""
-    total: dict[str, int] = {}
-    for node in cluster.snapshot.nodes.values():
-        add_into(total, allocatable_amounts(node.allocatable))
-    return total
 
 
 def _check_queues(workload: Workload) -> None:

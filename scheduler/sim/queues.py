@@ -3,7 +3,8 @@
 For every queue of the tree but the root (`default` only when a job used it):
 
 * GPU-time: GPU-seconds its subtree's pods held (a GPU share counts its fraction); peak: the
-  most GPUs they held at once;
+  most GPUs they held at once; per GPU model key the tree names (`nvidia.com/gpu@<model>`), the
+  GPU-seconds held on that model's nodes;
 * wait p50 / p99: seconds from a job's arrival to the start of each of its pods (nearest rank,
   over the pods that started; `pods` and `podsStarted` say how many did not);
 * guarantee deficit: GPU-seconds of guarantee owed and not given. While the queue has work
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE
 from scheduler.quota import DEFAULT_QUEUE, ROOT, QuotaTree, Usage, within_guarantee
+from scheduler.quota.models import MODEL_SEP, base_of
 
 __all__ = ["QueueMeter", "QueueReport", "percentile"]
 
@@ -40,6 +42,7 @@ class QueueReport:
     wait_p50: float | None
     wait_p99: float | None
     deficit_gpu_seconds: float
+    model_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -59,6 +62,10 @@ class QueueMeter:
         self.usage = usage
         self.queues = [q for q in _depth_first(tree) if q != ROOT]
         self.gpu_milli_seconds = dict.fromkeys(self.queues, 0.0)
+        self.model_keys = sorted(
+            k for k in tree.managed if MODEL_SEP in k and base_of(k) == GPU_RESOURCE
+        )
+        self.model_milli_seconds = {q: dict.fromkeys(self.model_keys, 0.0) for q in self.queues}
         self.deficit_milli_seconds = dict.fromkeys(self.queues, 0.0)
         self.pending_milli = dict.fromkeys(self.queues, 0)
         self.pods = dict.fromkeys(self.queues, 0)
@@ -106,8 +113,10 @@ class QueueMeter:
         if seconds <= 0:
             return
         for queue in self.queues:
-            used = self.usage.used(queue).get(GPU_RESOURCE, 0)
-            self.gpu_milli_seconds[queue] += used * seconds
+            used_of = self.usage.used(queue)
+            self.gpu_milli_seconds[queue] += used_of.get(GPU_RESOURCE, 0) * seconds
+            for key in self.model_keys:
+                self.model_milli_seconds[queue][key] += used_of.get(key, 0) * seconds
         for queue, gap in self._shortfall.items():
             self.deficit_milli_seconds[queue] += gap * seconds
 
@@ -130,6 +139,9 @@ class QueueMeter:
             wait_p50=_rounded(percentile(waits, 0.50)),
             wait_p99=_rounded(percentile(waits, 0.99)),
             deficit_gpu_seconds=round(self.deficit_milli_seconds[queue] / MILLI_PER_GPU, 2),
+            model_gpu_seconds={
+                k: round(v / MILLI_PER_GPU, 2) for k, v in self.model_milli_seconds[queue].items()
+            },
         )
 
 

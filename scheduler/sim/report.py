@@ -151,6 +151,7 @@ def _queue_document(queue: QueueReport) -> dict[str, Any]:
         "peakGpus": queue.peak_gpus,
         "waitSeconds": {"p50": queue.wait_p50, "p99": queue.wait_p99},
         "guaranteeDeficitGpuSeconds": queue.deficit_gpu_seconds,
+        "gpuSecondsByModel": dict(queue.model_gpu_seconds),
     }
 
 

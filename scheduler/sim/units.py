@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from scheduler.placement import PodRequest
 from scheduler.quota import add_into, request_amounts
+from scheduler.quota.models import model_amounts, models_named
 from scheduler.sim.workload import Job
 
 __all__ = ["LeafRound", "Pending", "Unit", "enqueue"]
@@ -47,7 +48,17 @@ class Unit:
     def __post_init__(self) -> None:
         self.demand = {}
         for pod in self.pods:
-            add_into(self.demand, request_amounts(pod))
+            add_into(self.demand, asked(pod))
+
+
+def asked(pod: PodRequest) -> dict[str, int]:
+    """What a waiting pod asks of its queue: its request, under its model's key too when it
+    can run on one model only (DESIGN §10 "Per GPU model", as the runtime asks)."""
+    amounts = request_amounts(pod)
+    models = models_named(pod)
+    if len(models) != 1:
+        return amounts
+    return amounts | model_amounts(amounts, next(iter(models)))
 
 
 def enqueue(entries: list[Pending], entry: Pending) -> None:

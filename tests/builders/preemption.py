@@ -3,11 +3,18 @@ snapshot and the usage and added to the index, and a preemptor to place."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.placement import Placer, PodRequest, Scoring, Snapshot, default_scoring
+from scheduler.placement import (
+    GPU_PRODUCT_LABEL,
+    Placer,
+    PodRequest,
+    Scoring,
+    Snapshot,
+    default_scoring,
+)
 from scheduler.preemption import (
     Budget,
     NoChoice,
@@ -19,6 +26,7 @@ from scheduler.preemption import (
     find_victims,
 )
 from scheduler.quota import QuotaTree, Usage, read_queue, request_amounts
+from scheduler.quota.models import model_of_product, named_model_amounts
 from tests.builders.placement import make_node, pod
 
 GPU = "nvidia.com/gpu"
@@ -59,7 +67,7 @@ class World:
         """Start unit `key`: each (node, pod) assumed there, charged to `leaf`, indexed."""
         for node, request in pods:
             self.snapshot.assume_on(request, node)
-            self.usage.charge(request.key, (leaf, request_amounts(request)))
+            self.usage.charge(request.key, (leaf, self.amounts(node, request)))
         unit = Running(
             key=key,
             pods=tuple(r.key for _n, r in pods),
@@ -70,6 +78,13 @@ class World:
         )
         self.index.add(unit)
         return unit
+
+    def amounts(self, node: str, request: PodRequest) -> dict[str, int]:
+        """What `request` on `node` is charged, as the runtime charges it: its plain amounts and
+        the node's GPU model keys the tree names."""
+        amounts = request_amounts(request)
+        product = self.snapshot.node(node).labels.get(GPU_PRODUCT_LABEL, "")
+        return amounts | named_model_amounts(amounts, model_of_product(product), self.tree)
 
     def fill(
         self,
@@ -111,11 +126,20 @@ class World:
 
 
 def world(
-    *names: str, gpus: int = 8, queues: Iterable[Any] = (), scoring: Scoring | None = None
+    *names: str,
+    gpus: int = 8,
+    queues: Iterable[Any] = (),
+    scoring: Scoring | None = None,
+    products: Mapping[str, str] | None = None,
 ) -> World:
-    """Nodes `names` of `gpus` GPUs each, under the queue tree built from `queues`, decided
-    with `scoring` (default: the shipped one)."""
-    nodes = Snapshot(make_node(n, gpus=gpus) for n in names)
+    """Nodes `names` of `gpus` GPUs each (`products`: node -> its `nvidia.com/gpu.product`),
+    under the queue tree built from `queues`, decided with `scoring` (default: the shipped
+    one)."""
+    labels = products or {}
+    nodes = Snapshot(
+        make_node(n, gpus=gpus, labels={GPU_PRODUCT_LABEL: labels[n]} if n in labels else None)
+        for n in names
+    )
     return World(nodes, QuotaTree.build(queues), scoring or default_scoring())
 
 

@@ -147,3 +147,58 @@ def test_a_gang_whose_members_together_exceed_a_model_max_waits_whole(fake_api, 
         assert _models(fake_api, "team-a") == {H100: 1, T4: 1}
         key = f"{GPU}@{H100}"
         wait_for(lambda: key in _reason(fake_api, "wide-0", "team-a"), 10, "the gang's reason")
+
+
+def test_an_h100_min_reclaims_h100_gpus_and_evicts_nothing_on_t4_nodes(fake_api, api) -> None:
+    """Team-b borrows every GPU; its T4 pods are the cheapest victims by priority. Team-a, owed
+    8 GPUs of which 8 on H100s, reclaims on H100 nodes only."""
+    core, custom = api
+    client.SchedulingV1Api(core.api_client).create_priority_class(
+        {"metadata": {"name": "mid"}, "value": 10}
+    )
+    create_queue(custom, _queue("a", "team-a", min={GPU: 8, f"{GPU}@{H100}": 8}))
+    create_queue(custom, _queue("b", "team-b"))
+    quick: dict[str, Any] = {"terminationGracePeriodSeconds": 0}
+    with running(fake_api):
+        for i in range(16):
+            body = pod_body(f"h{i}", gpus=1, namespace="team-b", priorityClassName="mid", **quick)
+            create_pod(core, {**body, "spec": {**body["spec"], "nodeSelector": {PRODUCT: H100}}})
+        _pods(core, "team-b", 8, nodeSelector={PRODUCT: T4}, **quick)
+        wait_for(lambda: _models(fake_api, "team-b") == {H100: 16, T4: 8}, 20, "b fills all")
+        _pods(core, "team-a", 2, **quick)
+        wait_for(lambda: _models(fake_api, "team-a") == {H100: 2}, 20, "a reclaims 2 H100s")
+    deleted = [
+        r.path.rsplit("/", 1)[-1]
+        for r in fake_api.requests_matching("DELETE", r"/namespaces/team-b/pods/[^/]+$")
+    ]
+    assert len(deleted) == 2
+    assert all(name.startswith("h") for name in deleted)  # H100 pods only
+    assert _models(fake_api, "team-b") == {H100: 14, T4: 8}
+
+
+def test_a_unit_naming_no_model_prefers_the_models_it_is_within_guarantee_on(fake_api, api) -> None:
+    """Team-a is owed 4 T4 GPUs and nothing on H100s: its first 4 unconstrained pods go to the
+    T4 node, the next ones wherever there is room; none evicts anything (room is free)."""
+    core, custom = api
+    create_queue(custom, _queue("a", "team-a", min={f"{GPU}@{T4}": 4}))
+    with running(fake_api):
+        for i in range(4):
+            create_pod(core, pod_body(f"p{i}", gpus=1, namespace="team-a"))
+            wait_for(lambda i=i: f"p{i}" in bound_pods(fake_api, "team-a"), 10, f"p{i} bound")
+        assert _models(fake_api, "team-a") == {T4: 4}
+        for i in range(4, 16):
+            create_pod(core, pod_body(f"p{i}", gpus=1, namespace="team-a"))
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 16, 20, "all 16 bound")
+    assert not fake_api.requests_matching("DELETE", r"/pods/[^/]+$")
+
+
+def test_a_gang_naming_no_model_prefers_the_model_it_is_within_guarantee_on(fake_api, api) -> None:
+    core, custom = api
+    create_queue(custom, _queue("a", "team-a", min={f"{GPU}@{T4}": 8}))
+    create_gang(core, custom, "g", 2, gpus=4, namespace="team-a")
+    with running(fake_api):
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 2, 20, "the gang")
+        assert _models(fake_api, "team-a") == {T4: 2}
+        create_gang(core, custom, "h", 2, gpus=4, namespace="team-a")  # beyond: anywhere
+        wait_for(lambda: len(bound_pods(fake_api, "team-a")) == 4, 20, "the second gang")
+        assert _models(fake_api, "team-a") == {T4: 2, H100: 2}

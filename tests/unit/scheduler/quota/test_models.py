@@ -14,6 +14,7 @@ from scheduler.quota import (
     Usage,
     admission_problem,
     admission_problem_of,
+    guaranteed_models,
     read_queue,
     within_guarantee,
 )
@@ -176,3 +177,47 @@ def test_no_model_max_is_exceeded_and_guarantees_are_never_refused(tree, script)
         for queue_name, spec in tree.specs.items():
             used = usage.used(queue_name)
             assert all(used.get(k, 0) <= v for k, v in spec.max.items()), (queue_name, used)
+
+
+# -- which models a unit that names none is within guarantee on ---------------------------------
+def _guaranteed(spec: dict[str, int], used: dict[str, int], gpus: int) -> frozenset[str]:
+    """Min `spec` and usage `used` in GPUs; `gpus`: what the unit asks."""
+    tree = QuotaTree.build([read_queue({"metadata": {"name": "a"}, "spec": {"min": spec}})])
+    usage = Usage(tree)
+    if used:
+        usage.charge("running", ("a", {k: v * G for k, v in used.items()}))
+    return guaranteed_models(tree, usage, "a", {GPU: gpus * G}, ("H100", "T4", ""))
+
+
+@pytest.mark.parametrize(
+    ("spec", "used", "gpus", "models"),
+    [
+        pytest.param({GPU: 8}, {}, 1, {"H100", "T4", ""}, id="a plain min: every model"),
+        pytest.param({f"{GPU}@H100": 4}, {}, 1, {"H100"}, id="a model min alone: that model"),
+        pytest.param(
+            {GPU: 8, f"{GPU}@H100": 8}, {}, 1, {"H100"}, id="8 of 8 on H100s: none left for T4s"
+        ),
+        pytest.param(
+            {GPU: 8, f"{GPU}@H100": 4}, {}, 4, {"H100", "T4", ""}, id="8 of 4 on H100s: 4 T4s"
+        ),
+        pytest.param({GPU: 8, f"{GPU}@H100": 4}, {}, 5, set(), id="5 GPUs: 4 on H100, 4 others"),
+        pytest.param(
+            {GPU: 8, f"{GPU}@H100": 4},
+            {GPU: 4},
+            1,
+            {"H100"},
+            id="4 running elsewhere: the rest is H100s' reserve",
+        ),
+        pytest.param(
+            {GPU: 8, f"{GPU}@H100": 4},
+            {GPU: 4, f"{GPU}@H100": 4},
+            4,
+            {"T4", ""},
+            id="H100s' min used: the rest on any model but H100",
+        ),
+    ],
+)
+def test_guaranteed_models(
+    spec: dict[str, int], used: dict[str, int], gpus: int, models: set[str]
+) -> None:
+    assert _guaranteed(spec, used, gpus) == models

@@ -1,7 +1,9 @@
 """Where a starving unit gets its hold (DESIGN §11): the node (set) with the fewest GPUs in use
 where U would fit once this scheduler's pods there are gone, found without evicting anyone.
 
-Nodes are taken by GPUs in use (milli-GPU, any scheduler's pods), fewest first, then by name.
+Nodes are taken by GPUs in use (milli-GPU, any scheduler's pods), fewest first, then by name,
+leaving out those held or nominated for another unit U must not overtake (`Nominations.blocked`:
+U could not start there, and two holds on one node would each keep the other's unit off it).
 For one pod, the first node where the placement code fits it with our pods taken off a clone
 wins (at most `TRIES` nodes are tried: the hold is an optimisation, not a guarantee). For a gang,
 the emptiest nodes (per domain of a required topology label) are taken until their capacity
@@ -21,6 +23,7 @@ the cooldown gives the room back to the others.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, place_gang
 from scheduler.placement.request import CPU, MEMORY
@@ -48,7 +51,9 @@ def take_hold(
     serve it, else the emptiest); returns them (pod key -> node), or None when refused."""
     live, last = placer.snapshot, book.previous(preemptor.key)
     drained = last is not None and _drained(live, last)
-    nodes = starvation_nodes(preemptor, placer, index, last.nodes if drained and last else None)
+    kept = book.blocked(preemptor.priority, preemptor.key) or frozenset()
+    previous = last.nodes if drained and last else None
+    nodes = starvation_nodes(preemptor, placer, index, previous, kept)
     if not nodes:
         return None
     names = set(nodes.values())
@@ -72,20 +77,24 @@ def starvation_nodes(
     placer: Placer,
     index: RunningIndex | None = None,
     previous: Mapping[str, str] | None = None,
+    blocked: AbstractSet[str] = frozenset(),
 ) -> Mapping[str, str] | None:
     """Pod key -> node for U on the emptiest node (set) that would take it without this
     scheduler's pods (those in `index`; every pod when None), or on the nodes of its `previous`
-    hold while they would. None when there is none."""
+    hold while they would; never on `blocked` nodes (held for others U must not overtake).
+    None when there is none."""
     live = placer.snapshot
     if not preemptor.pods:
         return None
     kept = sorted(set((previous or {}).values()))
-    if kept and all(name in live for name in kept):  # sticky: the previous hold's nodes
+    if kept and all(n in live and n not in blocked for n in kept):  # sticky: the last hold's
         found = _place(preemptor, placer, kept, index)
         if found is not None:
             return found
     ranked = sorted(
-        (n.used_milli, n.name) for n in live.nodes.values() if _big_enough(n, preemptor.pods)
+        (n.used_milli, n.name)
+        for n in live.nodes.values()
+        if n.name not in blocked and _big_enough(n, preemptor.pods)
     )
     if len(preemptor.pods) == 1:
         for _used, name in ranked[:TRIES]:

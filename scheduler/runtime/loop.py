@@ -313,7 +313,7 @@ class Scheduler:
                 last_housekeeping = self._clock()
                 with self.cache.lock:
                     self.gangs.check_timeouts()
-                    self.preemption.tick()
+                    self.preemption.tick(self._live_placer())
             if self._clock() - last_queue_report >= self._settings.queue_status_period:
                 last_queue_report = self._clock()
                 with self.cache.lock:

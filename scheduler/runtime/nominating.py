@@ -12,9 +12,9 @@ times out after its last victim is gone; U still not fitting once its victims ar
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
-fewest GPUs in use, without evicting anyone (`take_hold`, the simulator's code path too: a hold
-whose nodes drained is renewed on them; a hold that ran out keeps its unit's cooldown, so
-`_forget` releases with `waits=True`).
+fewest GPUs in use, without evicting anyone (`take_hold`, the simulator's code path too). A hold
+whose nodes drained is renewed on them at its end, in `tick`, before any unit behind U is tried
+(`_renew`); one that ran out keeps U's cooldown (`_forget` releases with `waits=True`).
 
 A new leader (`recover`) rebuilds the nominations from the API: victims carry `DisruptionTarget`
 naming their preemptor's unit, preemptors `status.nominatedNodeName`. A victim marked but not yet
@@ -57,8 +57,6 @@ __all__ = ["Preemption"]
 log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
-# The search's answer when no running unit may be evicted for U at all: left out of U's reason,
-# which then reads as it would without preemption.
 
 
 class Preemption:
@@ -82,7 +80,7 @@ class Preemption:
         self._nominations = Nominations()
         self._nominated: dict[str, dict[ObjectKey, str]] = {}  # unit -> its pods' nodes
         self._priority: dict[str, int] = {}  # unit nominated or holding -> its priority
-        self._holds: set[str] = set()  # units holding against starvation
+        self._holds: dict[str, Preemptor] = {}  # unit holding against starvation -> itself
         self._victims: dict[str, list[ObjectKey]] = {}  # nominated unit -> its victims
         self._waiting: dict[str, float] = {}  # unit -> when it first could not start
         self._order: dict[str, tuple[str, int, float]] = {}  # unit -> leaf, priority, created
@@ -92,18 +90,20 @@ class Preemption:
     # -- what placement may use ------------------------------------------------------------
     def excluded(self, unit: UnitKey, priority: int) -> AbstractSet[str] | None:
         """The nodes `unit` must not be placed on (None: none): those held for other units of
-        at least `priority`, but those held for `unit` too once its own victims are gone: units
-        nominated on one node share the room their victims free (each search counted the
+        at least `priority`, but those `unit` is nominated on too once its own victims are gone:
+        units nominated on one node share the room their victims free (each search counted the
         others), so none waits for another; a unit whose victims still terminate must not take
         the room another's victims freed (that one would search again, and the first one's
-        victims would go in vain). Costs nothing while no unit waits, else O(what is held)."""
+        victims would go in vain). A starvation hold frees nothing: another's hold on the same
+        nodes keeps `unit` off them (as in the simulator). Costs nothing while no unit waits,
+        else O(what is held)."""
         if not self._waiting:  # no nomination nor hold without a waiting unit
             return None
         name = str(unit)
         blocked = self._nominations.blocked(priority, name)
         if not blocked:
             return None
-        own = self._nominations.nodes_of(name)
+        own = None if name in self._holds else self._nominations.nodes_of(name)
         if own and not self._nominations.terminating(name):
             blocked = blocked - set(own.values())
         return blocked or None
@@ -172,7 +172,7 @@ class Preemption:
                 self._starving(preemptor, live, now)
         if isinstance(choice, VictimChoice):
             return self._evict(preemptor, infos, choice, now)
-        if choice is None or choice.nothing_eligible:
+        if choice is None or choice.nothing_eligible:  # reads as it would without preemption
             return message
         return f"{message}; {choice.reason}"  # something stands in the way: say what
 
@@ -274,7 +274,7 @@ class Preemption:
         nodes = take_hold(book, preemptor, placer, index, now, self.settings)
         if nodes:
             self._priority[preemptor.key] = preemptor.priority
-            self._holds.add(preemptor.key)
+            self._holds[preemptor.key] = preemptor
             where = ", ".join(sorted(set(nodes.values())))
             log.info("%s starves: %s held for it", preemptor.key, where)
 
@@ -298,11 +298,11 @@ class Preemption:
 
     def _claimed(self, name: str, priority: int, ended: list[str]) -> None:
         """`name` is nominated; the starvation holds in `ended` gave way to it."""
-        self._holds.discard(name)
+        self._holds.pop(name, None)
         self._priority[name] = priority
         for other in ended:
             log.info("%s: its starvation hold gives way to %s", other, name)
-            self._holds.discard(other)
+            self._holds.pop(other, None)
             self._priority.pop(other, None)
 
     def _end(self, name: str) -> None:
@@ -317,29 +317,44 @@ class Preemption:
         for holds is kept), or it is `done` (placed or deleted)."""
         self._nominations.release(name, self._clock(), waits=not done)
         self._priority.pop(name, None)
-        self._holds.discard(name)
+        self._holds.pop(name, None)
         self._victims.pop(name, None)
         nodes = self._nominated.pop(name, None)
         if nodes:
             pods = {k: (self._cache.pods[k].obj, None) for k in nodes if k in self._cache.pods}
             self._writer.nominate(pods, "")
 
-    def tick(self) -> None:
-        """Housekeeping: nominations and holds past their timeout end, and every parked unit is
-        tried again (the room they held is free now, and no pod event says so); held
+    def tick(self, live: Placer | None = None) -> None:
+        """Housekeeping: nominations and holds past their timeout end, a hold whose nodes
+        drained is renewed at once (`live`: the Placer on the live snapshot), and every parked
+        unit is tried again (the room they held is free now, and no pod event says so); held
         GPU-seconds are counted."""
         now = self._clock()
         self._heads = None
+        holding = dict(self._holds)
         ended = self._nominations.expire(now, self.settings)
         for name in ended:
             log.info("%s: its nomination or hold timed out", name)
             self._forget(name)
+            if name in holding and live is not None:
+                self._renew(holding[name], live, now)
         if ended:
             self._retry()
         held = self._nominations.held_gpu_seconds(now)
         if held > self._held:
             self._metrics.held_gpu_seconds.inc(held - self._held)
             self._held = held
+
+    def _renew(self, preemptor: Preemptor, live: Placer, now: float) -> None:
+        """`preemptor`'s hold ran out: it holds again now if `take_hold` renews it (its nodes
+        drained), before the units behind it are tried and take what drained (the simulator
+        renews in the same pass). Only while it still waits, its pods unchanged, first in line."""
+        name = preemptor.key
+        pods = [self._cache.pods.get(ObjectKey(p.key)) for p in preemptor.pods]
+        if not all(i is not None and i.pending for i in pods) or not self._first_in_queue(name):
+            return
+        with self._nominees_placed(name, preemptor.priority):
+            self._starving(preemptor, live, now)
 
     def _failed(self, name: str, pod: ObjectKey) -> None:
         """(writer thread) A victim could not be evicted: it may be chosen again, and once the

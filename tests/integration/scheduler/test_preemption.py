@@ -530,3 +530,37 @@ def test_a_starvation_hold_gives_way_to_reclaim(cluster, caplog):
         assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "reclaim"}) == 1
     assert len(c.deleted()) == 1
     assert c.deleted()[0] in {f"team-a/{n}" for n in young}
+
+
+def test_a_hold_whose_node_drained_is_renewed_before_a_unit_behind_it_takes_the_room(
+    cluster, caplog
+):
+    """`big` (team-a, priority high, 8 GPUs) holds `gpu-a`; one of the pods there ends, so the
+    node drained while held. `b0` (team-b, priority 0, 1 GPU) waits for room, kept off `gpu-a`
+    by the hold. When the hold runs out it is renewed at once, in the same housekeeping tick:
+    `b0`, whose queue the order across queues offers first (within its min), does not get the
+    freed GPU, and `big` starts on `gpu-a` once the rest of its pods end. (Renewed only at big's
+    next cycle, b0 was tried first, bound there, and the node no longer counted as drained.)"""
+    c = cluster
+    create_queue(c.custom, queue_body("b", gpu_min=1, namespaces=["team-b"]))  # b goes first
+    caplog.set_level("INFO", logger="scheduler.runtime.nominating")
+    held = "pod/team-a/big starves: gpu-a held for it"
+    settings = config(
+        enabled=False, reclaim=False, starvation_seconds=1.0, starvation_hold_seconds=1.5
+    )
+    with running(c.fake, config=settings):
+        c.fill(8, prefix="old", node="gpu-b")
+        young = c.fill(8, prefix="young", node="gpu-a")
+        c.pod("big", gpus=8, priorityClassName="high")
+        wait_for(lambda: held in caplog.text, 20, "big holds gpu-a")
+        c.pod("b0", "team-b", gpus=1)
+        c.core.delete_namespaced_pod(young[0], "team-a", grace_period_seconds=0)
+        wait_for(lambda: "big: its nomination or hold timed out" in caplog.text, 20, "expiry")
+        wait_for(lambda: caplog.text.count(held) >= 2, 20, "the hold renewed")
+        time.sleep(0.3)  # b0 is tried again after the expiry: the renewed hold keeps it off
+        assert "b0" not in bound_pods(c.fake, "team-b")
+        for name in young[1:]:
+            c.core.delete_namespaced_pod(name, "team-a", grace_period_seconds=0)
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == "gpu-a", 20, "big bound")
+        assert bound_pods(c.fake, "team-b").get("b0") != "gpu-a"
+    assert c.deleted() == []

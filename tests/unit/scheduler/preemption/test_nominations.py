@@ -185,3 +185,18 @@ def test_what_ends_for_a_unit_that_still_waits_keeps_its_cooldown_and_last_hold(
     book.release("s", 700.0)
     assert book.previous("s") is None
     assert book.hold("s", 0, {"ns/s-0": "b"}, 4, 700.0, SETTINGS)
+
+
+def test_a_hold_avoids_the_nodes_held_for_another_unit_it_must_not_overtake() -> None:
+    """`v` holds `a`, the emptiest node; U of `v`'s priority holds `b`, where it may
+    be placed (on `a` each would keep the other off, and neither could start there). U of a
+    higher priority, whom `v`'s hold does not keep off, takes `a`."""
+    w = world("a", "b")
+    w.fill("a", 2, prefix="pa")
+    w.fill("b", 5, prefix="pb")
+    book = Nominations()
+    assert take_hold(book, preemptor(gpus=8, key="v"), w.placer, w.index, 0.0, SETTINGS)
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "b"}
+    book.release("u")
+    high = preemptor(gpus=8, priority=20)
+    assert take_hold(book, high, w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "a"}

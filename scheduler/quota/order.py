@@ -19,6 +19,9 @@ from scheduler.quota.usage import Changes, Usage
 
 __all__ = ["QueueOrder", "below_min", "choose_leaf", "dominant_share", "fair_shares"]
 
+_ABSENT = object()  # a leaf without a head, as last asked
+_Rank = tuple[int, float, str]
+
 
 def below_min(tree: QuotaTree, usage: Usage, queue: str) -> float:
     """used / min, the smallest over the resources `queue` names in its min (inf: none)."""
@@ -75,6 +78,8 @@ class QueueOrder:
         self._heads: dict[str, Hashable] = {}  # as last asked
         self._flags: dict[str, bool] = {}  # leaf -> its head is within guarantee
         self._has: dict[str, tuple[bool, bool]] = {}  # queue -> (active, guaranteed) below it
+        self._ranks: dict[str, tuple[bool, _Rank]] = {}  # queue -> (guaranteed, its rank)
+        self._capacity: dict[str, int] = {}  # what the ranks were made with
 
     def choose(
         self,
@@ -88,15 +93,28 @@ class QueueOrder:
         if unknown:
             return unknown[0]
         self._follow(tree, usage, heads)
+        if capacity != self._capacity:
+            self._ranks, self._capacity = {}, dict(capacity)
         queue = ROOT
         while tree.children[queue]:
             ranks = []
             for child in tree.children[queue]:
                 active, has = self._below_of(child, heads, demand_of)
                 if active:
-                    ranks.append(_rank(tree, usage, capacity, child, has))
+                    ranks.append(self._rank_of(tree, usage, capacity, child, has))
             queue = min(ranks)[2]
         return queue
+
+    def _rank_of(
+        self, tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool
+    ) -> _Rank:
+        """`_rank`, kept until `queue`'s usage or the capacity changes."""
+        known = self._ranks.get(queue)
+        if known is not None and known[0] is guaranteed:
+            return known[1]
+        rank = _rank(tree, usage, capacity, queue, guaranteed)
+        self._ranks[queue] = (guaranteed, rank)
+        return rank
 
     def _below_of(
         self, queue: str, heads: Mapping[str, Hashable], demand_of: Callable[[str], Amounts]
@@ -130,12 +148,19 @@ class QueueOrder:
             self._changes = usage.watch()
             self._below = _leaves_below(tree)
             self._flags, self._has, self._heads = {}, {}, dict(heads)
+            self._ranks = {}
             return
-        for leaf, _ in heads.items() ^ self._heads.items():
+        old = self._heads
+        for leaf, head in heads.items():  # compared, not hashed: a head's hash may be dear
+            before = old.get(leaf, _ABSENT)
+            if before is not head and before != head:
+                self._forget(tree, leaf)
+        for leaf in old.keys() - heads.keys():
             self._forget(tree, leaf)
         self._heads = dict(heads)
         for queues, ended in ((self._changes.up, True), (self._changes.down, False)):
             for queue in queues:
+                self._ranks.pop(queue, None)
                 if queue in tree.specs and tree.specs[queue].min:
                     for leaf in self._below.get(queue, ()):
                         if self._flags.get(leaf) is ended:
@@ -158,9 +183,7 @@ def _leaves_below(tree: QuotaTree) -> dict[str, tuple[str, ...]]:
     return {queue: tuple(leaves) for queue, leaves in below.items()}
 
 
-def _rank(
-    tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool
-) -> tuple[int, float, str]:
+def _rank(tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool) -> _Rank:
     if guaranteed:
         return 0, below_min(tree, usage, queue), queue
     return 1, dominant_share(tree, usage, queue, capacity), queue

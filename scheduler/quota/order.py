@@ -63,8 +63,9 @@ class QueueOrder:
     levels, but a leaf's within-guarantee answer is kept until its head unit changes or usage
     moves the way that can change it (a rise on a queue with a min above it can only end a
     guarantee, a fall only start one), and whether a queue has active or guaranteed work below it
-    is kept until one of those leaves changes. Same answers as `choose_leaf` (a property test
-    compares them).
+    is kept until one of those leaves changes; a queue's rank is kept until its usage or the
+    capacity changes.
+    Same answers as `choose_leaf` (property and unit tests compare them).
 
     `heads` maps each leaf with work to a token of its head unit (hashable, compared with `==`);
     `demand_of(leaf)` gives that unit's demand and is called only when needed.
@@ -95,26 +96,18 @@ class QueueOrder:
         self._follow(tree, usage, heads)
         if capacity != self._capacity:
             self._ranks, self._capacity = {}, dict(capacity)
-        queue = ROOT
+        queue, known, ranked = ROOT, self._has, self._ranks
         while tree.children[queue]:
             ranks = []
             for child in tree.children[queue]:
-                active, has = self._below_of(child, heads, demand_of)
+                active, has = known.get(child) or self._below_of(child, heads, demand_of)
                 if active:
-                    ranks.append(self._rank_of(tree, usage, capacity, child, has))
+                    rank = ranked.get(child)
+                    if rank is None or rank[0] is not has:
+                        rank = ranked[child] = (has, _rank(tree, usage, capacity, child, has))
+                    ranks.append(rank[1])
             queue = min(ranks)[2]
         return queue
-
-    def _rank_of(
-        self, tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool
-    ) -> _Rank:
-        """`_rank`, kept until `queue`'s usage or the capacity changes."""
-        known = self._ranks.get(queue)
-        if known is not None and known[0] is guaranteed:
-            return known[1]
-        rank = _rank(tree, usage, capacity, queue, guaranteed)
-        self._ranks[queue] = (guaranteed, rank)
-        return rank
 
     def _below_of(
         self, queue: str, heads: Mapping[str, Hashable], demand_of: Callable[[str], Amounts]
@@ -150,12 +143,9 @@ class QueueOrder:
             self._flags, self._has, self._heads = {}, {}, dict(heads)
             self._ranks = {}
             return
-        old = self._heads
-        for leaf, head in heads.items():  # compared, not hashed: a head's hash may be dear
-            before = old.get(leaf, _ABSENT)
-            if before is not head and before != head:
-                self._forget(tree, leaf)
-        for leaf in old.keys() - heads.keys():
+        old = self._heads  # heads compared, not hashed: a head's hash may be dear
+        changed = [q for q, h in heads.items() if (b := old.get(q, _ABSENT)) is not h and b != h]
+        for leaf in (*changed, *(old.keys() - heads.keys())):
             self._forget(tree, leaf)
         self._heads = dict(heads)
         for queues, ended in ((self._changes.up, True), (self._changes.down, False)):

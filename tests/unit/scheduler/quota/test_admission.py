@@ -242,8 +242,11 @@ def test_the_memoised_order_sees_usage_change_under_a_waiting_head() -> None:
     assert order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1]) == "a"
 
 
-def test_the_memoised_order_ranks_again_after_a_charge_a_capacity_or_a_queue_change() -> None:
-    """The kept ranks follow usage (charge and uncharge), the capacity and the tree."""
+def test_the_memoised_order_ranks_again_after_a_head_a_charge_a_capacity_or_a_queue_change() -> (
+    None
+):
+    """The kept ranks and choices follow the heads, usage (charge and uncharge), the capacity
+    and the tree."""
     cpu = "cpu"
     specs = [queue("a", max={GPU: 64, cpu: 64}), queue("b", max={GPU: 64, cpu: 64})]
     tree = QuotaTree.build(specs)
@@ -255,6 +258,10 @@ def test_the_memoised_order_ranks_again_after_a_charge_a_capacity_or_a_queue_cha
         return order.choose(at, usage, capacity, heads, lambda q: {GPU: G})
 
     assert chosen(tree) == "a"  # both 0: by name
+    del heads["a"]
+    assert chosen(tree) == "b"  # a has no work left
+    heads["a"] = "a-next"
+    assert chosen(tree) == "a"
     usage.charge("a-running", ("a", {GPU: 4 * G}))
     assert chosen(tree) == "b"  # a 4/16 GPUs
     usage.charge("b-running", ("b", {cpu: 32 * G}))

@@ -100,7 +100,8 @@ def guaranteed_models(
     if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
         return frozenset()
     guards = _Guards(tree, usage, leaf)
-    return frozenset(m for m in models if guards.within({**demand, **model_amounts(demand, m)}))
+    named = {k: v for k, v in demand.items() if k in guards.keys}  # what no min names is free
+    return frozenset(m for m in models if guards.within({**named, **model_amounts(demand, m)}))
 
 
 class _Guards:
@@ -110,12 +111,14 @@ class _Guards:
     def __init__(self, tree: QuotaTree, usage: Usage, leaf: str) -> None:
         self.levels: list[tuple[Mapping[str, int], Mapping[str, int]]] = []
         self.reserves: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+        self.keys: set[str] = set()  # every key a min on the path names
         for queue in tree.paths[leaf]:
             mins = tree.specs[queue].min
             if not mins:
                 continue
             used = usage.used(queue)
             self.levels.append((mins, used))
+            self.keys.update(mins)
             for plain, low, named in tree.model_mins[queue]:
                 rooms = [(key, max(0, m - used.get(key, 0))) for key, m in named]
                 self.reserves.append((plain, low, used.get(plain, 0), rooms))

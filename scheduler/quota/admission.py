@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.quota.amounts import Amounts, format_amount
-from scheduler.quota.models import MODEL_SEP, base_of, model_amounts
+from scheduler.quota.models import model_amounts
 from scheduler.quota.spec import DEFAULT_QUEUE
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
@@ -68,17 +68,23 @@ def within_guarantee(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) 
     """Does `demand` ask for a resource with a min on its path, and fit under every such min?"""
     if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
         return False
+    return _within_mins([(tree.specs[q].min, usage.used(q)) for q in tree.paths[leaf]], demand)
+
+
+def _within_mins(
+    levels: Iterable[tuple[Mapping[str, int], Mapping[str, int]]], asked: Amounts
+) -> bool:
+    """`within_guarantee` over each level's (min, use)."""
     guarded = False
-    for queue in tree.paths[leaf]:
-        mins = tree.specs[queue].min
-        used = usage.used(queue)
-        for resource, asked in demand.items():
-            low = mins.get(resource)
-            if low is None or asked <= 0:
-                continue
-            if used.get(resource, 0) + asked > low:
-                return False
-            guarded = True
+    for key, amount in asked.items():
+        if amount <= 0:
+            continue
+        for mins, used in levels:
+            low = mins.get(key)
+            if low is not None:
+                if used.get(key, 0) + amount > low:
+                    return False
+                guarded = True
     return guarded
 
 
@@ -89,28 +95,42 @@ def guaranteed_models(
     names no model, is within guarantee (DESIGN §10 "Per GPU model"): its plain keys and the
     model's keys under every min on the path that names them, and on a model a level's min does
     not name, the plain min less what the mins of the models it names still reserve (`min
-    {gpu: 8, gpu@H100: 4}` holds 4 GPUs for H100s until they are used)."""
-    out = set()
-    for model in models:
-        asked = {**demand, **model_amounts(demand, model)}
-        if within_guarantee(tree, usage, leaf, asked) and not _reserved(tree, usage, leaf, asked):
-            out.add(model)
-    return frozenset(out)
+    {gpu: 8, gpu@H100: 4}` holds 4 GPUs for H100s until they are used). The path is read once
+    for all the models (`_Guards`)."""
+    if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
+        return frozenset()
+    guards = _Guards(tree, usage, leaf)
+    named = {k: v for k, v in demand.items() if k in guards.keys}  # what no min names is free
+    return frozenset(m for m in models if guards.within({**named, **model_amounts(demand, m)}))
 
 
-def _reserved(tree: QuotaTree, usage: Usage, leaf: str, asked: Amounts) -> bool:
-    """Does `asked` take room a level's min reserves for the other models it names?"""
-    for queue in tree.paths[leaf]:
-        mins = tree.specs[queue].min
-        used = usage.used(queue)
-        for plain, low in mins.items():
-            if plain not in asked or MODEL_SEP in plain:
+class _Guards:
+    """The mins on a leaf's path and what each level uses, read once; `within(asked)` is
+    `within_guarantee` and no reserve of another model taken."""
+
+    def __init__(self, tree: QuotaTree, usage: Usage, leaf: str) -> None:
+        self.levels: list[tuple[Mapping[str, int], Mapping[str, int]]] = []
+        self.reserves: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+        self.keys: set[str] = set()  # every key a min on the path names
+        for queue in tree.paths[leaf]:
+            mins = tree.specs[queue].min
+            if not mins:
                 continue
-            held = sum(
-                max(0, m - used.get(k, 0))
-                for k, m in mins.items()
-                if k not in asked and base_of(k) == plain and k != plain
-            )
-            if held and used.get(plain, 0) + asked[plain] + held > low:
-                return True
-    return False
+            used = usage.used(queue)
+            self.levels.append((mins, used))
+            self.keys.update(mins)
+            for plain, low, named in tree.model_mins[queue]:
+                rooms = [(key, max(0, m - used.get(key, 0))) for key, m in named]
+                self.reserves.append((plain, low, used.get(plain, 0), rooms))
+
+    def within(self, asked: Amounts) -> bool:
+        return _within_mins(self.levels, asked) and not self._reserved(asked)
+
+    def _reserved(self, asked: Amounts) -> bool:
+        """Does `asked` take room a level's min reserves for the other models it names?"""
+        for plain, low, used, rooms in self.reserves:
+            if plain in asked:
+                held = sum(room for key, room in rooms if key not in asked)
+                if held and used + asked[plain] + held > low:
+                    return True
+        return False

@@ -35,7 +35,7 @@ from scheduler.placement import (
 from scheduler.placement.pick import REASON_HELD
 from scheduler.quota.admission import admission_problem, guaranteed_models
 from scheduler.quota.amounts import Amounts, add_into, request_amounts
-from scheduler.quota.models import MODEL_SEP, blocked_models
+from scheduler.quota.models import blocked_models
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
 
@@ -145,12 +145,13 @@ def model_filter(
     if not tree.has_models or leaf not in tree.paths:
         return ModelFilter()
     requests = list(requests)
+    asked = [request_amounts(request) for request in requests]
     demand: dict[str, int] = {}
-    for request in requests:
-        for resource, amount in request_amounts(request).items():
+    for amounts in asked:
+        for resource, amount in amounts.items():
             demand[resource] = max(demand.get(resource, 0), amount)
     breaches = blocked_models(models.by_model, demand, _checker(tree, usage, leaf))
-    avoid = _avoided(tree, usage, leaf, requests, models.by_model, set(breaches))
+    avoid = _avoided(tree, usage, leaf, (requests, asked), models.by_model, breaches)
     if not breaches and not avoid:
         return ModelFilter()
     nodes = models.union(breaches)
@@ -162,18 +163,20 @@ def _avoided(
     tree: QuotaTree,
     usage: Usage,
     leaf: str,
-    requests: Sequence[PodRequest],
+    unit: tuple[Sequence[PodRequest], Sequence[Amounts]],
     models: Mapping[str, AbstractSet[str]],
-    blocked: set[str],
+    blocked: Mapping[str, str],
 ) -> set[str]:
-    """The models a unit that names none is not within guarantee on, when it is within
-    guarantee on some (none when no min on its path names a model)."""
-    named = any(MODEL_SEP in k for q in tree.paths[leaf] for k in tree.specs[q].min)
+    """The models a unit (its requests and what each asks) that names none is not within
+    guarantee on, when it is within guarantee on some (none when no min on its path names a
+    model)."""
+    requests, asked = unit
+    named = any(q in tree.model_min_queues for q in tree.paths[leaf])
     if not named or any(r.gpu_models or GPU_PRODUCT_LABEL in r.node_selector for r in requests):
         return set()
     total: dict[str, int] = {}
-    for request in requests:
-        add_into(total, request_amounts(request))
+    for amounts in asked:
+        add_into(total, amounts)
     open_models = [m for m in models if m not in blocked]
     within = guaranteed_models(tree, usage, leaf, total, open_models)
     if not within or len(within) == len(open_models):

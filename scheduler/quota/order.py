@@ -19,6 +19,9 @@ from scheduler.quota.usage import Changes, Usage
 
 __all__ = ["QueueOrder", "below_min", "choose_leaf", "dominant_share", "fair_shares"]
 
+_ABSENT = object()  # a leaf without a head, as last asked
+_Rank = tuple[int, float, str]
+
 
 def below_min(tree: QuotaTree, usage: Usage, queue: str) -> float:
     """used / min, the smallest over the resources `queue` names in its min (inf: none)."""
@@ -60,8 +63,9 @@ class QueueOrder:
     levels, but a leaf's within-guarantee answer is kept until its head unit changes or usage
     moves the way that can change it (a rise on a queue with a min above it can only end a
     guarantee, a fall only start one), and whether a queue has active or guaranteed work below it
-    is kept until one of those leaves changes. Same answers as `choose_leaf` (a property test
-    compares them).
+    is kept until one of those leaves changes; a queue's rank is kept until its usage or the
+    capacity changes.
+    Same answers as `choose_leaf` (property and unit tests compare them).
 
     `heads` maps each leaf with work to a token of its head unit (hashable, compared with `==`);
     `demand_of(leaf)` gives that unit's demand and is called only when needed.
@@ -75,6 +79,8 @@ class QueueOrder:
         self._heads: dict[str, Hashable] = {}  # as last asked
         self._flags: dict[str, bool] = {}  # leaf -> its head is within guarantee
         self._has: dict[str, tuple[bool, bool]] = {}  # queue -> (active, guaranteed) below it
+        self._ranks: dict[str, tuple[bool, _Rank]] = {}  # queue -> (guaranteed, its rank)
+        self._capacity: dict[str, int] = {}  # what the ranks were made with
 
     def choose(
         self,
@@ -88,13 +94,18 @@ class QueueOrder:
         if unknown:
             return unknown[0]
         self._follow(tree, usage, heads)
-        queue = ROOT
+        if capacity != self._capacity:
+            self._ranks, self._capacity = {}, dict(capacity)
+        queue, known, ranked = ROOT, self._has, self._ranks
         while tree.children[queue]:
             ranks = []
             for child in tree.children[queue]:
-                active, has = self._below_of(child, heads, demand_of)
+                active, has = known.get(child) or self._below_of(child, heads, demand_of)
                 if active:
-                    ranks.append(_rank(tree, usage, capacity, child, has))
+                    rank = ranked.get(child)
+                    if rank is None or rank[0] is not has:
+                        rank = ranked[child] = (has, _rank(tree, usage, capacity, child, has))
+                    ranks.append(rank[1])
             queue = min(ranks)[2]
         return queue
 
@@ -130,12 +141,16 @@ class QueueOrder:
             self._changes = usage.watch()
             self._below = _leaves_below(tree)
             self._flags, self._has, self._heads = {}, {}, dict(heads)
+            self._ranks = {}
             return
-        for leaf, _ in heads.items() ^ self._heads.items():
+        old = self._heads  # heads compared, not hashed: a head's hash may be dear
+        changed = [q for q, h in heads.items() if (b := old.get(q, _ABSENT)) is not h and b != h]
+        for leaf in (*changed, *(old.keys() - heads.keys())):
             self._forget(tree, leaf)
         self._heads = dict(heads)
         for queues, ended in ((self._changes.up, True), (self._changes.down, False)):
             for queue in queues:
+                self._ranks.pop(queue, None)
                 if queue in tree.specs and tree.specs[queue].min:
                     for leaf in self._below.get(queue, ()):
                         if self._flags.get(leaf) is ended:
@@ -158,9 +173,7 @@ def _leaves_below(tree: QuotaTree) -> dict[str, tuple[str, ...]]:
     return {queue: tuple(leaves) for queue, leaves in below.items()}
 
 
-def _rank(
-    tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool
-) -> tuple[int, float, str]:
+def _rank(tree: QuotaTree, usage: Usage, capacity: Amounts, queue: str, guaranteed: bool) -> _Rank:
     if guaranteed:
         return 0, below_min(tree, usage, queue), queue
     return 1, dominant_share(tree, usage, queue, capacity), queue

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scheduler.quota.amounts import format_amount
-from scheduler.quota.models import has_model_keys
+from scheduler.quota.models import MODEL_SEP, base_of, has_model_keys
 from scheduler.quota.spec import DEFAULT_QUEUE, ROOT, QueueSpec
 
 __all__ = ["Problem", "QuotaTree"]
@@ -49,6 +49,8 @@ class QuotaTree:
                 self.namespace_queue.setdefault(ns, name)  # a Queue before an ElasticQuota
         self.managed = frozenset(r for s in self.specs.values() for r in (*s.min, *s.max))
         self.has_models = has_model_keys(self.managed)
+        self.model_mins = {q: _model_mins(s.min) for q, s in self.specs.items() if s.min}
+        self.model_min_queues = frozenset(q for q, s in self.specs.items() if has_model_keys(s.min))
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> QuotaTree:
@@ -79,6 +81,21 @@ class QuotaTree:
     def trivial(self) -> bool:
         """Only the implicit root and default queue: nothing to order or admit."""
         return len(self.specs) == 2 and not self.specs[ROOT].paused
+
+
+ModelMin = tuple[str, int, tuple[tuple[str, int], ...]]
+
+
+def _model_mins(mins: Mapping[str, int]) -> tuple[ModelMin, ...]:
+    """Each plain key of a `min` that model keys of the same min also name: (the key, its min,
+    each such model key with its min)."""
+    out = []
+    for plain, low in mins.items():
+        if MODEL_SEP not in plain:
+            named = tuple((k, m) for k, m in mins.items() if k != plain and base_of(k) == plain)
+            if named:
+                out.append((plain, low, named))
+    return tuple(out)
 
 
 def _index(specs: Iterable[QueueSpec]) -> tuple[dict[str, QueueSpec], dict[str, Problem]]:

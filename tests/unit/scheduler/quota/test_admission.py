@@ -240,3 +240,38 @@ def test_the_memoised_order_sees_usage_change_under_a_waiting_head() -> None:
     assert order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1]) == "b"  # 0/4 < 7/8
     usage.charge("b-running", ("b", {GPU: 3 * G}))  # b's head no longer fits its guarantee
     assert order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1]) == "a"
+
+
+def test_the_memoised_order_ranks_again_after_a_head_a_charge_a_capacity_or_a_queue_change() -> (
+    None
+):
+    """The kept ranks and choices follow the heads, usage (charge and uncharge), the capacity
+    and the tree."""
+    cpu = "cpu"
+    specs = [queue("a", max={GPU: 64, cpu: 64}), queue("b", max={GPU: 64, cpu: 64})]
+    tree = QuotaTree.build(specs)
+    usage, order = Usage(tree), QueueOrder()
+    heads = {"a": "a-head", "b": "b-head"}
+    capacity = {GPU: 16 * G, cpu: 64 * G}
+
+    def chosen(at: QuotaTree) -> str:
+        return order.choose(at, usage, capacity, heads, lambda q: {GPU: G})
+
+    assert chosen(tree) == "a"  # both 0: by name
+    del heads["a"]
+    assert chosen(tree) == "b"  # a has no work left
+    heads["a"] = "a-next"
+    assert chosen(tree) == "a"
+    usage.charge("a-running", ("a", {GPU: 4 * G}))
+    assert chosen(tree) == "b"  # a 4/16 GPUs
+    usage.charge("b-running", ("b", {cpu: 32 * G}))
+    assert chosen(tree) == "a"  # b 32/64 CPUs
+    capacity = {GPU: 8 * G, cpu: 128 * G}
+    assert chosen(tree) == "b"  # a 4/8 GPUs, b 32/128 CPUs
+    usage.charge("a-running", None)
+    assert chosen(tree) == "a"
+    usage.charge("a-running", ("a", {GPU: 4 * G}))
+    assert chosen(tree) == "b"
+    heavier = QuotaTree.build([queue("a", weight=4, max={GPU: 64, cpu: 64}), specs[1]])
+    usage.rebuild(heavier, {"a-running": "a", "b-running": "b"})
+    assert chosen(heavier) == "a"  # a's share 0.5 / 4

@@ -221,3 +221,36 @@ def test_guaranteed_models(
     spec: dict[str, int], used: dict[str, int], gpus: int, models: set[str]
 ) -> None:
     assert _guaranteed(spec, used, gpus) == models
+
+
+def _by_definition(tree: QuotaTree, usage: Usage, leaf: str, gpus: int, model: str) -> bool:
+    """§10 read literally for one model: within guarantee with the model's key, and at no level
+    more than the plain min less what the other models' mins there still reserve."""
+    demand = {GPU: gpus * G}
+    asked = demand | model_amounts(demand, model)
+    if not within_guarantee(tree, usage, leaf, asked):
+        return False
+    for q in tree.paths[leaf]:
+        low, used = tree.specs[q].min, usage.used(q)
+        others = [k for k in low if k.startswith(f"{GPU}@") and k not in asked]
+        held = sum(max(0, low[k] - used.get(k, 0)) for k in others)
+        if GPU in low and held and used.get(GPU, 0) + gpus * G + held > low[GPU]:
+            return False
+    return True
+
+
+@settings(max_examples=80, deadline=None)
+@given(model_trees(), steps, st.sampled_from(["x", "y"]), st.integers(1, 6))
+def test_the_models_within_guarantee_are_each_models_own_answer(tree, script, leaf, gpus) -> None:
+    """Asked for all models at once (the path read once for all), the answer is each model's as
+    the definition gives it, after any arrivals and departures."""
+    usage = Usage(tree)
+    for n, (at, amount, model) in enumerate(script):
+        if at == "leave":
+            usage.charge(n - amount, None)
+        else:
+            demand = {GPU: amount * G}
+            usage.charge(n, (at, demand | model_amounts(demand, model)))
+        everyone = guaranteed_models(tree, usage, leaf, {GPU: gpus * G}, (*MODELS, ""))
+        expected = {m for m in (*MODELS, "") if _by_definition(tree, usage, leaf, gpus, m)}
+        assert everyone == expected

@@ -20,7 +20,9 @@ once, the domains of that label with their free milli-GPU.
 Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
 `generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
 asks `changed_since(generation)` for what to recompute instead of being told. Removed nodes are
-remembered (the last `_REMOVED_KEPT`) so their removal is reported.
+remembered (the last `_REMOVED_KEPT`) so their removal is reported. A node's index keys are
+kept with its state (`NodeState.derive`), so nodes copied from one state (`NodeState.copy_as`)
+compute them once; `refresh` drops what was derived, as assume and forget do.
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
@@ -115,6 +117,8 @@ class Snapshot:
     def add_node(self, node: NodeState) -> None:
         """Add `node`, or replace the node of that name (its pods come from the new state)."""
         if node.name in self._nodes:
+            if self._nodes[node.name] is node:  # the same object again: it may have changed
+                node.derived = None
             self.remove_node(node.name)
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node

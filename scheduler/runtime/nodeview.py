@@ -281,6 +281,8 @@ def _charge(
     """Charge every pod: shares from what this scheduler assigned or the pod's annotation, else
     as equal splits (DESIGN §12); other devices from a trusted NRT, or as assigned, or as the
     kubelet would pick them."""
+    if not pods:
+        return
     bare = Assignment(node=state.name)
     ordered = sorted(pods, key=lambda p: (p.assignment is None, not p.share_gpus, p.request.key))
     for pod in ordered:

@@ -43,9 +43,11 @@ def test_refresh_drops_what_was_derived_from_a_state_changed_in_place():
     snap, placer = _copies(2)
     cpu_pod = pod("default/cpu", cpu_milli=6_000)
     assert _agree(placer, snap, cpu_pod) is not None
-    for name in ("n0", "n1"):
-        snap.node(name).requested[CPU] = 7_000  # changed in place, then told (refresh)
-        snap.refresh(name)
+    snap.node("n0").requested[CPU] = 7_000  # changed in place, then told (refresh)
+    snap.refresh("n0")
+    node = snap.node("n1")
+    node.requested[CPU] = 7_000  # changed in place, then added again
+    snap.add_node(node)
     assert _agree(placer, snap, cpu_pod) is None
 
 

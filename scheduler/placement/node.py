@@ -205,9 +205,17 @@ class NodeState:
         if self.derived is None:
             self.derived = {}  # so that the copies share it
         copy: NodeState = object.__new__(NodeState)
-        for attr in _SHARED:
-            setattr(copy, attr, getattr(self, attr))
-        copy.name, copy.labels = name, labels
+        copy.name, copy.labels, copy.taints = name, labels, self.taints
+        copy.unschedulable, copy.allocatable = self.unschedulable, self.allocatable
+        copy.gpu_numa, copy.gpu_mig, copy.links = self.gpu_numa, self.gpu_mig, self.links
+        copy.topology_policy, copy.selector = self.topology_policy, self.selector
+        copy.gpu_slots, copy.gpu_memory = self.gpu_slots, self.gpu_memory
+        copy.share_resource, copy.shared_gpus = self.share_resource, self.shared_gpus
+        copy.idle_mask, copy.used_milli, copy.derived = (
+            self.idle_mask,
+            self.used_milli,
+            self.derived,
+        )
         copy.requested = dict(self.requested)
         copy.gpu_free = list(self.gpu_free)
         copy.mig_free = [dict(m) for m in self.mig_free]
@@ -318,23 +326,3 @@ class NodeState:
             self.gpu_free[g] -= sign * share.milli
         self.used_milli += before - self.gpu_free[g]
         self._update_gpu(g)
-
-
-_SHARED = (
-    "taints",
-    "unschedulable",
-    "allocatable",
-    "gpu_numa",
-    "gpu_mig",
-    "links",
-    "topology_policy",
-    "gpu_slots",
-    "gpu_memory",
-    "share_resource",
-    "selector",
-    "idle_mask",
-    "used_milli",
-    "shared_gpus",
-    "derived",
-)
-"""`NodeState` fields `copy_as` shares: immutable values, and `derived` (dropped on change)."""

@@ -3,8 +3,10 @@ the memo's verdicts follow every change to any one of them, and none leaks into 
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from scheduler.config import load_config
-from scheduler.placement import Assignment, Placer, PodRequest, Snapshot
+from scheduler.placement import Assignment, NodeState, Placer, PodRequest, Snapshot
 from scheduler.placement.pick import pick
 from scheduler.placement.request import CPU
 from tests.builders.placement import make_node, pod
@@ -54,6 +56,10 @@ def test_refresh_drops_what_was_derived_from_a_state_changed_in_place():
 def test_copies_and_clones_do_not_share_mutable_state():
     template = make_node("template", gpus=8)
     first, second = template.copy_as("a", {}), template.copy_as("b", {})
+    same = [
+        f.name for f in fields(NodeState) if getattr(second, f.name) == getattr(template, f.name)
+    ]
+    assert set(same) == {f.name for f in fields(NodeState)} - {"name", "labels"}
     first.add_pod(pod("default/p", gpus=2), Assignment(node="a", gpus=(0, 1)))
     assert first.derived is None
     assert second.derived is template.derived

@@ -8,7 +8,7 @@ MIG devices per GPU and profile) says *which* devices are free; an `Assignment` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -93,6 +93,9 @@ class NodeState:
     mig_in_use: list[int] = field(init=False, default_factory=list, repr=False, compare=False)
     shared_gpus: tuple[int, ...] = field(init=False, default=(), repr=False, compare=False)
     """The shared GPUs that can take a share (replica slots and a known memory size)."""
+    derived: dict[str, object] | None = field(init=False, default=None, repr=False, compare=False)
+    """What callers derived from this state (`derive`); dropped on every change. Copies made by
+    `copy_as` share it until either changes: what one of them derives serves them all."""
 
     def __post_init__(self) -> None:
         n = len(self.gpu_numa)
@@ -191,31 +194,51 @@ class NodeState:
 
     def clone(self) -> NodeState:
         """An independent copy (the link matrix and selector are shared: both are read-only)."""
-        return NodeState(
-            name=self.name,
-            labels=self.labels,
-            taints=self.taints,
-            unschedulable=self.unschedulable,
-            allocatable=self.allocatable,
-            requested=dict(self.requested),
-            gpu_numa=self.gpu_numa,
-            gpu_free=list(self.gpu_free),
-            gpu_mig=self.gpu_mig,
-            mig_free=[dict(m) for m in self.mig_free],
-            links=self.links,
-            topology_policy=self.topology_policy,
-            numa_free=None
-            if self.numa_free is None
-            else {k: dict(v) for k, v in self.numa_free.items()},
-            pods=dict(self.pods),
-            gpu_slots=self.gpu_slots,
-            gpu_memory=self.gpu_memory,
-            share_resource=self.share_resource,
-            slots_free=list(self.slots_free),
-            memory_free=list(self.memory_free),
-            compute_free=list(self.compute_free),
-            selector=self.selector,
+        copy = self.copy_as(self.name, self.labels)
+        copy.derived = None
+        return copy
+
+    def copy_as(self, name: str, labels: Mapping[str, str]) -> NodeState:
+        """An independent copy named `name` with `labels`, without checking the per-GPU fields
+        again (this state passed `__post_init__`). Immutable parts are shared, and so is what
+        was derived from this state (`derived`: nothing derived reads the name or labels)."""
+        if self.derived is None:
+            self.derived = {}  # so that the copies share it
+        copy: NodeState = object.__new__(NodeState)
+        copy.name, copy.labels, copy.taints = name, labels, self.taints
+        copy.unschedulable, copy.allocatable = self.unschedulable, self.allocatable
+        copy.gpu_numa, copy.gpu_mig, copy.links = self.gpu_numa, self.gpu_mig, self.links
+        copy.topology_policy, copy.selector = self.topology_policy, self.selector
+        copy.gpu_slots, copy.gpu_memory = self.gpu_slots, self.gpu_memory
+        copy.share_resource, copy.shared_gpus = self.share_resource, self.shared_gpus
+        copy.idle_mask, copy.used_milli, copy.derived = (
+            self.idle_mask,
+            self.used_milli,
+            self.derived,
         )
+        copy.requested = dict(self.requested)
+        copy.gpu_free = list(self.gpu_free)
+        copy.mig_free = [dict(m) for m in self.mig_free]
+        copy.numa_free = (
+            None if self.numa_free is None else {k: dict(v) for k, v in self.numa_free.items()}
+        )
+        copy.pods = dict(self.pods)
+        copy.slots_free = list(self.slots_free)
+        copy.memory_free = list(self.memory_free)
+        copy.compute_free = list(self.compute_free)
+        copy.mig_in_use = list(self.mig_in_use)
+        return copy
+
+    def derive(self, key: str, compute: Callable[[NodeState], object]) -> object:
+        """`compute(self)`, kept under `key` until this state changes (`add_pod`, `remove_pod`,
+        `Snapshot.refresh`); `compute` must not read the name or labels."""
+        derived = self.derived
+        if derived is None:
+            derived = self.derived = {}
+        found = derived.get(key)
+        if found is None:
+            found = derived[key] = compute(self)
+        return found
 
     # -- derived views ---------------------------------------------------------------------
     @property
@@ -265,6 +288,7 @@ class NodeState:
         return entry
 
     def _charge(self, pod: PodRequest, assignment: Assignment, sign: int) -> None:
+        self.derived = None
         requested = self.requested
         for name, qty in pod.vector:
             total = requested.get(name, 0) + sign * qty

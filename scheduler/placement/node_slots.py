@@ -13,7 +13,7 @@ interned once per node change, not once per pod class, and never reused for anot
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ _LOG_KEPT = 1 << 16  # log entries kept at least (older classes are recomputed i
 _IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may come back to one)
 _IDLE_SHAPES = 64
 _Room = tuple[int, int, int, int, int, int, int, int]
+_FEW_SLOTS = 32  # changed slots up to which headroom is written column by column
 
 
 def static_shape(node: NodeState) -> tuple[object, ...]:
@@ -160,8 +161,10 @@ class NodeSlots:
         names = sorted(changed)
         capacity = self.capacity
         self._reserve(sum(1 for n in names if n not in self._index and n in snapshot.nodes))
+        start = len(self._log)
         for name in names:
             self._update(name)
+        self._fill_headroom(self._log[start:])
         if len(self._log) > max(_LOG_KEPT, 4 * self.capacity):
             cut = len(self._log) // 2
             del self._log[:cut]
@@ -177,17 +180,31 @@ class NodeSlots:
             return
         if slot is None:
             slot = self._allocate(name)
+        load, room = cast("tuple[tuple[object, ...], _Room]", node.derive("slots", _load))
         if self._nodes[slot] is not node:  # a new node object: its static shape may differ
             self._nodes[slot] = node
-            shape = static_shape(node)
+            shape = cast("tuple[object, ...]", node.derive("shape", static_shape))
             self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
             self._shape_keys[slot] = shape
-        key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), dynamic_state(node))
+        key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), load)
         self.states[slot] = self._states.take(key, self._state_keys[slot])
         self._state_keys[slot] = key
-        room = self._room[slot] = _headroom(node)
-        self._headroom[:, slot] = room
+        self._room[slot] = room
         self._log.append(slot)
+
+    def _fill_headroom(self, slots: list[int]) -> None:
+        """Copy the headroom of `slots` (just logged) into the pre-check's array: one numpy call
+        for many (the first sync), plain column writes for a few."""
+        rooms = self._room
+        if len(slots) <= _FEW_SLOTS:
+            for slot in slots:
+                room = rooms[slot]
+                if room is not None:
+                    self._headroom[:, slot] = room
+            return
+        live = [slot for slot in slots if rooms[slot] is not None]
+        if live:
+            self._headroom[:, live] = np.array([rooms[slot] for slot in live], dtype=np.int64).T
 
     def _reserve(self, count: int) -> None:
         """Make room for `count` more nodes (at least doubling, so growth stays rare)."""
@@ -335,6 +352,11 @@ class NodeSlots:
             self._rank, self._ranked = rank, True
             self._in_order = bool(np.all(rank[:-1] <= rank[1:]))  # slots already in name order
         return self._rank
+
+
+def _load(node: NodeState) -> tuple[tuple[object, ...], _Room]:
+    """What `NodeSlots` keeps of a node's load: its `dynamic_state` and its headroom."""
+    return dynamic_state(node), _headroom(node)
 
 
 def _headroom(node: NodeState) -> _Room:

@@ -20,7 +20,9 @@ once, the domains of that label with their free milli-GPU.
 Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
 `generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
 asks `changed_since(generation)` for what to recompute instead of being told. Removed nodes are
-remembered (the last `_REMOVED_KEPT`) so their removal is reported.
+remembered (the last `_REMOVED_KEPT`) so their removal is reported. A node's index keys are
+kept with its state (`NodeState.derive`), so nodes copied from one state (`NodeState.copy_as`)
+compute them once; `refresh` drops what was derived, as assume and forget do.
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
@@ -32,6 +34,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import cast
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE
@@ -62,7 +65,7 @@ class Snapshot:
         self._nodes: dict[str, NodeState] = {}
         self._all: list[str] = []
         self._index: dict[_IndexKey, list[str]] = {}
-        self._keys: dict[str, list[_IndexKey]] = {}
+        self._keys: dict[str, tuple[_IndexKey, ...]] = {}
         self._pod_node: dict[str, str] = {}
         self._max_gpus = 0
         self._alloc_total: dict[str, int] = {}
@@ -114,6 +117,8 @@ class Snapshot:
     def add_node(self, node: NodeState) -> None:
         """Add `node`, or replace the node of that name (its pods come from the new state)."""
         if node.name in self._nodes:
+            if self._nodes[node.name] is node:  # the same object again: it may have changed
+                node.derived = None
             self.remove_node(node.name)
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node
@@ -129,7 +134,7 @@ class Snapshot:
             value = node.labels.get(label)
             if value is not None:
                 domains.setdefault(value, Domain()).names.add(node.name)
-        self.refresh(node.name)
+        self._reindex(node.name)
 
     def remove_node(self, name: str) -> NodeState | None:
         """Drop a node and the pods assumed on it; returns it, or None when unknown."""
@@ -264,10 +269,14 @@ class Snapshot:
     def refresh(self, name: str) -> None:
         """Re-index one node and count it changed; call after changing a node's state other than
         through this class (replacing it with `add_node` is the other way)."""
+        self._nodes[name].derived = None
+        self._reindex(name)
+
+    def _reindex(self, name: str) -> None:
         self._stamp(name)
         self._unindex(name)
         node = self._nodes[name]
-        keys = _index_keys(node)
+        keys = cast("tuple[_IndexKey, ...]", node.derive("index", _index_keys))
         for key in keys:
             insort(self._index.setdefault(key, []), name)
         self._keys[name] = keys
@@ -356,9 +365,9 @@ def _add_into(totals: dict[str, int], items: Iterable[tuple[str, int]], sign: in
         totals[name] = totals.get(name, 0) + sign * qty
 
 
-def _index_keys(node: NodeState) -> list[_IndexKey]:
+def _index_keys(node: NodeState) -> tuple[_IndexKey, ...]:
     if not node.gpu_count:
-        return []
+        return ()
     used = node.gpu_used()
     keys: list[_IndexKey] = []
     idle = node.idle_mask.bit_count()
@@ -377,4 +386,4 @@ def _index_keys(node: NodeState) -> list[_IndexKey]:
         keys.append(("share", max(partial) // _SHARE_BUCKET))
     profiles = {p for free in node.mig_free for p, n in free.items() if n > 0}
     keys.extend(("mig", (p, used)) for p in sorted(profiles))
-    return keys
+    return tuple(keys)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
@@ -179,15 +180,26 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
 
 
 def _fallback_state(info: NodeInfo) -> NodeState:
-    whole = info.allocatable.get(GPU_RESOURCE, 0)
-    mig = {p: c for n, c in info.allocatable.items() if (p := mig_profile(n)) is not None}
+    """The node from its allocatable alone: a copy of the state every node of that shape starts
+    from (built once per shape, so nodes of one shape share what is derived from it)."""
+    shape = (tuple(sorted(info.allocatable.items())), info.taints, info.unschedulable)
+    return _fallback_template(shape).copy_as(info.name, info.labels)
+
+
+@lru_cache(maxsize=256)
+def _fallback_template(
+    shape: tuple[tuple[tuple[str, int], ...], tuple[Taint, ...], bool],
+) -> NodeState:
+    items, taints, unschedulable = shape
+    allocatable = dict(items)
+    whole = allocatable.get(GPU_RESOURCE, 0)
+    mig = {p: c for n, c in items if (p := mig_profile(n)) is not None}
     count = whole + (1 if mig else 0)
     return NodeState(
-        name=info.name,
-        labels=info.labels,
-        taints=info.taints,
-        unschedulable=info.unschedulable,
-        allocatable=dict(info.allocatable),
+        name="",
+        taints=taints,
+        unschedulable=unschedulable,
+        allocatable=allocatable,
         gpu_numa=(None,) * count,
         gpu_free=[MILLI_PER_GPU] * whole + ([0] if mig else []),
         gpu_mig=(False,) * whole + ((True,) if mig else ()),
@@ -269,6 +281,8 @@ def _charge(
     """Charge every pod: shares from what this scheduler assigned or the pod's annotation, else
     as equal splits (DESIGN §12); other devices from a trusted NRT, or as assigned, or as the
     kubelet would pick them."""
+    if not pods:
+        return
     bare = Assignment(node=state.name)
     ordered = sorted(pods, key=lambda p: (p.assignment is None, not p.share_gpus, p.request.key))
     for pod in ordered:

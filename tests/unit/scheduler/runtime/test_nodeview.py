@@ -186,3 +186,21 @@ def test_podgroup_fields():
     assert dict(group.min_resources or {}) == {"nvidia.com/gpu": 8}
     assert group.topology is not None
     assert (group.topology.label, group.topology.required) == ("gputopo.io/rack", False)
+
+
+def test_nodes_of_one_shape_start_from_one_state_and_keep_their_own_load():
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_node(node_obj("n2"))
+    cache.upsert_pod(bound_pod("foreign", "n1", 3))
+    cache.upsert_node(node_obj("n3"))  # after n1 was charged: starts free all the same
+    first, second, third = (cache.snapshot.node(n) for n in ("n1", "n2", "n3"))
+    assert second.derived is third.derived  # what one derives from the start serves both
+    assert first.derived is not second.derived
+    assert [len(n.free_whole_gpus()) for n in (first, second, third)] == [5, 8, 8]
+    assert (second.requested, third.requested) == ({}, {})
+    assert [n.labels["kubernetes.io/hostname"] for n in (first, second, third)] == [
+        "n1",
+        "n2",
+        "n3",
+    ]

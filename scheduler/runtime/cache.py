@@ -27,6 +27,7 @@ from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.nodeview import (
     AllocatableMemo,
     NodeInfo,
+    NodeShapes,
     SelectorCache,
     build_node_state,
     parse_node,
@@ -141,6 +142,7 @@ class ClusterCache:
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
         self._allocatable = AllocatableMemo()  # nodes of one shape share a reading
+        self._shapes = NodeShapes()  # ... and, without an NRT, one starting state
         self.queues = QueueBook()
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
@@ -276,7 +278,7 @@ class ClusterCache:
         keys = sorted(self._node_pods.get(name, ()))
         pods = [self.pods[k] for k in keys]
         new = name not in self.snapshot
-        state = build_node_state(info, self.nrts.get(name), pods, self._selectors)
+        state = build_node_state(info, self.nrts.get(name), pods, self._selectors, self._shapes)
         self.snapshot.add_node(state)
         self.queues.set_shared(name, state)
         if new:  # pods seen before their node: their running units read their places now

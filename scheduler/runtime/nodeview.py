@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from agent.fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
@@ -179,17 +178,31 @@ def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[d
     return gpu_free, mig_free
 
 
-def _fallback_state(info: NodeInfo) -> NodeState:
-    """The node from its allocatable alone: a copy of the state every node of that shape starts
-    from (built once per shape, so nodes of one shape share what is derived from it)."""
-    shape = (tuple(sorted(info.allocatable.items())), info.taints, info.unschedulable)
-    return _fallback_template(shape).copy_as(info.name, info.labels)
+_Shape = tuple[tuple[tuple[str, int], ...], tuple[Taint, ...], bool]
 
 
-@lru_cache(maxsize=256)
-def _fallback_template(
-    shape: tuple[tuple[tuple[str, int], ...], tuple[Taint, ...], bool],
-) -> NodeState:
+class NodeShapes:
+    """The state every node of one shape (allocatable, taints, unschedulable) starts from when
+    it has no NRT, built once per shape: its nodes start as copies of it and so share what is
+    derived from it (`NodeState.copy_as`). Owned by the cache; at most `size` shapes, then it
+    starts again."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._templates: dict[_Shape, NodeState] = {}
+        self._size = size
+
+    def fallback_state(self, info: NodeInfo) -> NodeState:
+        """The node from its allocatable alone, as a copy of its shape's starting state."""
+        shape = (tuple(sorted(info.allocatable.items())), info.taints, info.unschedulable)
+        template = self._templates.get(shape)
+        if template is None:
+            if len(self._templates) >= self._size:
+                self._templates.clear()
+            template = self._templates[shape] = _fallback_template(shape)
+        return template.copy_as(info.name, info.labels)
+
+
+def _fallback_template(shape: _Shape) -> NodeState:
     items, taints, unschedulable = shape
     allocatable = dict(items)
     whole = allocatable.get(GPU_RESOURCE, 0)
@@ -261,12 +274,14 @@ def build_node_state(
     nrt: DecodedTopology | None,
     pods: Sequence[PodInfo],
     selectors: SelectorCache,
+    shapes: NodeShapes | None = None,
 ) -> NodeState:
-    """The node's state with every pod in `pods` charged."""
+    """The node's state with every pod in `pods` charged; `shapes`: the cache's starting states
+    per node shape (None: build this node's own)."""
     if nrt is not None and len(nrt.inventory.gpus) == 0 and info.allocatable.get(GPU_RESOURCE):
         nrt = None  # an NRT without GPUs says nothing about this GPU node's devices
     if nrt is None:
-        state, trusted = _fallback_state(info), False
+        state, trusted = (shapes or NodeShapes(1)).fallback_state(info), False
     else:
         trusted = is_trusted(nrt, pods)
         state = _nrt_state(info, nrt, trusted, selectors)

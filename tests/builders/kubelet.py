@@ -48,8 +48,13 @@ class Node:
 
     def wait_registered(self, names: set[str] | None = None, timeout_s: float = 5.0) -> bool:
         wanted = names or set(self.plugin.device_state.view().resources)
-        return self.kubelet.wait_for(
+        # The kubelet may dial the plugin before the plugin's Register call returns: "registered"
+        # means both sides agree (the kubelet streams its devices, the loop counted the call).
+        kubelet_side = self.kubelet.wait_for(
             lambda k: all(k.connected(n) and k.devices(n) for n in wanted), timeout_s
+        )
+        return kubelet_side and eventually(
+            lambda: wanted <= self.plugin.registration_loop.registered, timeout_s
         )
 
 

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.httpserver import MetricsServer, ServerLimits, parse_address
 from agent.metrics import AgentMetrics, MetricsSnapshot
@@ -63,7 +64,16 @@ def test_bad_address(bad) -> None:
 
 FLOOD = 1_000
 HALF_SENT = 100
-HEALTHZ_DEADLINE_S = 2.0
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _liveness_timeout_s() -> float:
+    """The agent's liveness probe `timeoutSeconds`: a /healthz slower than this restarts the pod."""
+    manifest = yaml.safe_load((ROOT / "daemonset" / "agent-daemonset.yaml").read_text())
+    (agent,) = (
+        c for c in manifest["spec"]["template"]["spec"]["containers"] if "livenessProbe" in c
+    )
+    return float(agent["livenessProbe"]["timeoutSeconds"])
 
 
 def _proc_status() -> dict[str, int]:
@@ -117,7 +127,10 @@ def test_a_flood_of_idle_and_half_sent_connections_costs_no_threads_and_healthz_
         server.stop()
     print(f"threads {before['Threads']} -> {during['Threads']}, RSS {before['VmRSS']} -> "
           f"{during['VmRSS']} KiB, /healthz slowest {max(waits):.3f}s")  # fmt: skip
-    assert max(waits) < HEALTHZ_DEADLINE_S
+    # The kubelet restarts the agent when one probe outlasts its timeout; a loaded CI machine can
+    # slow one answer past a tighter bound, so the typical answer is held to a quarter of it.
+    assert max(waits) < _liveness_timeout_s()
+    assert sorted(waits)[len(waits) // 2] < _liveness_timeout_s() / 4
     assert during["Threads"] <= before["Threads"] + 2
     assert during["VmRSS"] - before["VmRSS"] < 16 * 1024
 

@@ -40,16 +40,20 @@ class _Claim:
     victims: set[str] = field(default_factory=set)
     last_gone: float | None = None
     used: int = 0  # a hold: milli-GPU in use on its nodes when it began
+    mark: int = 0  # a hold: what its nodes must get under to renew it (`LastHold.mark`)
 
 
 @dataclass(frozen=True, slots=True)
 class LastHold:
     """A unit's hold that ran out: its nodes (pod key -> node), the milli-GPU in use on them
-    when it began, and when it began."""
+    when it began, and when it began; `mark`, the milli-GPU in use its nodes must get under for
+    the next hold to renew it: when the hold it renewed began (drained over the last two holds),
+    else `used`."""
 
     nodes: Mapping[str, str]
     used: int
     since: float
+    mark: int
 
 
 class Nominations:
@@ -148,7 +152,9 @@ class Nominations:
             if claim.hold:
                 if now - claim.since > settings.starvation_hold_seconds:
                     self._cooling[claim.unit] = now
-                    self._last[claim.unit] = LastHold(claim.nodes, claim.used, claim.since)
+                    self._last[claim.unit] = LastHold(
+                        claim.nodes, claim.used, claim.since, claim.mark
+                    )
                     out.append(claim.unit)
             elif (
                 claim.last_gone is not None and now - claim.last_gone > settings.nomination_timeout
@@ -177,9 +183,11 @@ class Nominations:
         *,
         used: int = 0,
         renew: bool = False,
+        mark: int | None = None,
     ) -> bool:
         """Hold `nodes` for a starving `unit` (`gpus`: what the hold keeps idle, for the
-        metric; `used`: milli-GPU in use on them now). False when refused: `unit` already
+        metric; `used`: milli-GPU in use on them now; `mark`: `LastHold.mark`, `used` when
+        None). False when refused: `unit` already
         holds something, `max_starvation_holds` are taken (then no hold running now may be
         renewed), or its last hold ran out less than `starvation_hold_seconds` ago, unless
         this one `renew`s it (its nodes, drained meanwhile) and no unit was refused since."""
@@ -199,6 +207,7 @@ class Nominations:
             hold=True,
             gpus=gpus,
             used=used,
+            mark=used if mark is None else mark,
         )
         return True
 

@@ -12,8 +12,10 @@ that fails; the set with the fewest GPUs in use among the domains tried wins.
 
 `take_hold` is the guard's one code path, the runtime's and the simulator's: a unit whose last
 hold ran out (`Nominations.previous`) while its nodes drained (fewer GPUs in use than when it
-began) keeps those nodes while it would still fit them with our pods gone, and renews the hold
-at once unless another unit was refused one meanwhile. The pods on held nodes rarely all end
+began; for a renewal, than when the hold it renewed began: pods that run longer than a hold end
+in lumps, and one window without an end is no sign the nodes stopped draining) keeps those nodes
+while it would still fit them with our pods gone, and renews the hold at once unless another
+unit was refused one meanwhile. The pods on held nodes rarely all end
 within one hold; re-targeting each hold to the emptiest set then, after a cooldown in which the
 units queued behind took what the last one drained, never finished a drain (issue 27: a 2 ×
 8-GPU gang held four pairs of nodes in turn). A hold on nodes that did not drain is not renewed:
@@ -60,16 +62,26 @@ def take_hold(
     gpus = -(-sum(p.gpu_milli_total for p in preemptor.pods) // 1000)
     renew = drained and last is not None and names <= set(last.nodes.values())
     used = _used(live, sorted(names))
+    mark = last.used if renew and last is not None else used
     held = book.hold(
-        preemptor.key, preemptor.priority, nodes, gpus, now, settings, used=used, renew=renew
+        preemptor.key,
+        preemptor.priority,
+        nodes,
+        gpus,
+        now,
+        settings,
+        used=used,
+        renew=renew,
+        mark=mark,
     )
     return nodes if held else None
 
 
 def _drained(live: Snapshot, last: LastHold) -> bool:
-    """Are fewer GPUs in use on the nodes of `last` than when it began (all still there)?"""
+    """Are fewer GPUs in use on the nodes of `last` than its `mark` (all still there): than
+    when it began, or, for a renewal, when the hold it renewed began?"""
     names = sorted(set(last.nodes.values()))
-    return all(n in live for n in names) and _used(live, names) < last.used
+    return all(n in live for n in names) and _used(live, names) < last.mark
 
 
 def starvation_nodes(

@@ -133,6 +133,24 @@ def test_a_hold_whose_nodes_drained_is_renewed_on_them_though_others_are_emptier
     assert book.blocked(0, "x") == frozenset({"a"})
 
 
+def test_a_renewed_hold_survives_one_window_without_an_end_but_not_two() -> None:
+    """Pods that run longer than a hold end in lumps: `a` drained in the first hold (3 to 2 in
+    use), nothing ended in the second, and the hold is renewed again (2 is still under the 3 in
+    use when the hold it renewed began); a second window without an end lets it go. Measuring
+    each window alone dropped it after the quiet one, and the units behind U refilled `a` in
+    the cooldown (issue 27: the 2-GPU gangs' holds)."""
+    w, book = _starved_on_a()
+    _end(w, "pa-0")
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 601.0, SETTINGS) == {"ns/u-0": "a"}
+    assert book.expire(1202.0, SETTINGS) == ["u"]
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 1202.0, SETTINGS) == {
+        "ns/u-0": "a"
+    }
+    assert book.expire(1803.0, SETTINGS) == ["u"]
+    assert take_hold(book, preemptor(gpus=8), w.placer, w.index, 1803.0, SETTINGS) is None
+    assert book.blocked(0, "x") is None  # the others' turn
+
+
 def test_a_hold_whose_nodes_did_not_drain_cools_down_then_moves_to_the_emptiest() -> None:
     w, book = _starved_on_a()
     _end(w, "pb-0", "pb-1", "pb-2", "pb-3")  # `a` still has 3 GPUs in use

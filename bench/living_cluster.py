@@ -1,4 +1,5 @@
-"""Placement quality in a living cluster (issue 13): every policy, seeds 1-5, two workloads.
+"""Placement quality in a living cluster (issue 13): every policy, seeds 1-5, two workloads
+(and the issue 27 check mixes on request).
 
 * `builtin`: the simulator's built-in cluster and workload (`gputopo-scheduler simulate` with no
   `--cluster`/`--workload`: gangs, shares, arrivals and departures);
@@ -7,9 +8,11 @@
   10,000,000, 99 % of the pods arrive after it), `STUDY_LOAD` (2000 × the recorded arrival rate)
   on `STUDY_NODES` (half of each kind of node, 3,087 GPUs). The whole trace never asks for more
   than 88 % of its own 6,212 GPUs at once, so the study replays it on half of them: GPUs in use
-  then peak at about 95 % of the cluster and 8-GPU pods wait.
+  then peak at about 95 % of the cluster and 8-GPU pods wait;
+* `mix-burst`, `mix-wide`, `mix-single`, `mix-stream` (`mixes`: all four): the built-in cluster
+  with the job mixes of `bench/data/workload-mix-*.yaml`, which the policy was not tuned on.
 
-Both run in event mode with `shuffle_nodes` (the node order is drawn from the seed, as the
+All run in event mode with `shuffle_nodes` (the node order is drawn from the seed, as the
 protocol does), so deterministic policies vary across seeds too; `--given-order` turns it off
 (the built-in workload then matches `simulate` exactly). Every policy runs the shipped
 `preemption:` block (the starvation guard, priority preemption, reclaim) unless
@@ -21,6 +24,7 @@ the p50 and p99 waits and the longest 8-GPU wait (every figure is defined in
 
     .venv/bin/python bench/living_cluster.py [--jobs 2] [--seeds 1-5] [--policies ...]
         [--studies builtin,trace] [--json] [--plot PREFIX]  # PREFIX-builtin.png, PREFIX-trace.png
+        [--studies builtin,mixes]  # and the four check mixes (mix-burst, ...)
         [--config scheduler.yaml]  # the gputopo policy with another scheduler config
         [--no-preemption]
 """
@@ -72,9 +76,36 @@ def trace_replay() -> Replay:
     return read_replay(pods, load=STUDY_LOAD, start=STUDY_START)
 
 
+MIXES_DIR = Path(__file__).resolve().parent / "data"
+MIXES = ("burst", "wide", "single", "stream")
+"""The issue 27 check mixes on the built-in cluster: study `mix-<name>` replays
+`bench/data/workload-mix-<name>.yaml` (workloads the policy was not tuned on)."""
+
+
+def study_names(text: str) -> list[str]:
+    """`--studies`: builtin, trace, mix-<name>, or `mixes` (the four); ValueError names an
+    unknown one."""
+    known = (*STUDIES, *(f"mix-{m}" for m in MIXES))
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == "mixes":
+            names.extend(f"mix-{m}" for m in MIXES)
+        elif part in known:
+            names.append(part)
+        else:
+            raise ValueError(
+                f"--studies: unknown study {part!r} (known: {', '.join(known)}, mixes)"
+            )
+    return names
+
+
 def inputs(study: str) -> tuple[ClusterSpec, Workload]:
+    """The cluster and workload of `study` (one of `study_names`)."""
     if study == "builtin":
         return load_cluster("default"), load_workload("default")
+    if study.startswith("mix-"):
+        mix = MIXES_DIR / f"workload-mix-{study.removeprefix('mix-')}.yaml"
+        return load_cluster("default"), load_workload(str(mix))
     nodes = load_cluster(str(traces_root() / TRACE_DIR / "openb_node_list_gpu_node.csv"))
     return node_share(nodes, STUDY_NODES), trace_replay().workload
 
@@ -182,7 +213,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", default="1-5")
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--studies", default=",".join(STUDIES))
+    p.add_argument(
+        "--studies",
+        default=",".join(STUDIES),
+        help="comma-separated: builtin, trace, mix-<burst|wide|single|stream>, mixes (all four)",
+    )
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--given-order", action="store_true", help="do not shuffle the node order")
     p.add_argument(
@@ -195,11 +230,16 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         type=config_file_argument,
         help="scheduler config the gputopo policy uses (default: the shipped one)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.studies = study_names(args.studies)
+    except ValueError as e:
+        p.error(str(e))
+    return args
 
 
 def run_all(args: argparse.Namespace) -> dict[str, list[RunResult]]:
-    studies = [s for s in args.studies.split(",") if s]
+    studies: list[str] = args.studies
     policies = [p for p in args.policies.split(",") if p]
     work = [(s, p, seed) for s in studies for p in policies for seed in seeds_of(args.seeds)]
     results: dict[str, list[RunResult]] = {s: [] for s in studies}

@@ -28,7 +28,8 @@ the start and between the first and the last bind; the CPU then includes the sta
 
 `--root DIR` runs the scheduler (and the fake API server) of another checkout, so one harness
 measures two commits; `--compare BASE_DIR` runs base and this checkout alternately, `--runs`
-times each, each in a fresh process, and prints every run and the medians.
+times each, each in a fresh process, and prints every run (with the machine's 1-minute load
+average when it began) and the medians.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import functools
 import inspect
 import json
 import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -399,7 +401,8 @@ def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
     for i in range(args.runs):
         for label, root in (("base", base), ("new", ROOT)):
-            result = _one(root, args)
+            load = os.getloadavg()[0]  # a shared machine's wall figures go with its load
+            result = _one(root, args) | {"loadAverage": round(load, 2)}
             runs[label].append(result)
             parts = result["cpuPerBoundPodUsByPart"]
             start = ""
@@ -412,7 +415,8 @@ def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                     "pods/s after the first"
                 )
             print(
-                f"run {i + 1} {label}: {result['cpuPerBoundPodUs']} us CPU/pod {parts}, "
+                f"run {i + 1} {label} (load average {load:.2f}): "
+                f"{result['cpuPerBoundPodUs']} us CPU/pod {parts}, "
                 f"{result['boundPodsPerSecond']} pods/s, bound {result['check']['bound']}{start}",
                 flush=True,
             )

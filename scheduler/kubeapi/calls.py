@@ -3,12 +3,11 @@
 `api_call` turns the `kubernetes` client's and urllib3's exceptions into `ApiError`s naming the
 operation (HTTP status 0 for a transport failure; `ConflictError` for 409, `GoneError` for 410,
 `NotFoundError` for 404); `Kind` names a collection; `WatchStream` splits a watch's raw response
-into lines and parses each event once, straight into a dict.
+into lines and decodes each event once, straight into a dict (`decode`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agent.kube.connect import TRANSPORT_ERRORS, status_message, transport_reason
 from scheduler.errors import ApiError, ConflictError, GoneError, NotFoundError
+from scheduler.kubeapi.decode import WHOLE, Decoder
 
 __all__ = ["Kind", "WatchStream", "api_call", "error_class"]
 
@@ -67,8 +67,8 @@ def _lines(resp: Any) -> Iterator[bytes]:
 class WatchStream:
     """One open watch: iterate `events()`; `close()` from another thread ends it at once."""
 
-    def __init__(self, kind: Kind, resp: Any) -> None:
-        self.kind, self._resp = kind, resp
+    def __init__(self, kind: Kind, resp: Any, decoder: Decoder = WHOLE) -> None:
+        self.kind, self._resp, self._decoder = kind, resp, decoder
 
     def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, object) pairs; GoneError when the resourceVersion is too old."""
@@ -76,8 +76,7 @@ class WatchStream:
         try:
             with api_call(operation):
                 for line in _lines(self._resp):
-                    event = json.loads(line)
-                    etype, obj = str(event.get("type")), event.get("object") or {}
+                    etype, obj = self._decoder.event(line)
                     if etype == "ERROR":
                         code = int(obj.get("code") or 0)
                         raise error_class(code)(operation, code, str(obj.get("message")))

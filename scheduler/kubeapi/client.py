@@ -9,8 +9,9 @@ a transport failure) or its subclasses (`calls.api_call`).
 The writes made once per pod (the binding, its Events, `PodScheduled=False`) skip the client's
 request building (argument validation, model serialisation, per-call header and timeout objects):
 they send JSON bytes through the client's own urllib3 pool, with its configuration's headers and
-credentials (read per call, so a refreshed token is used), and do not parse the answer. Watch
-streams are split into lines and parsed once, straight into dicts.
+credentials (read per call, so a refreshed token is used), and do not parse the answer. List
+answers and watch events are decoded once, straight into dicts, by `decode` (of a Node, only the
+fields the scheduler reads).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_non
 from agent.objkey import object_key
 from scheduler.errors import ApiError, ConflictError, LeaseConflictError
 from scheduler.kubeapi.calls import Kind, WatchStream, api_call, error_class
+from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, Decoder
 from scheduler.kubeapi.pooled_writes import PooledWriter
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,10 @@ def _path(*parts: str) -> str:
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _decoder(kind: Kind) -> Decoder:
+    return NODE_FIELDS if kind is NODES else WHOLE
 
 
 PODS = Kind("pods")
@@ -135,9 +141,14 @@ class KubeClient:
         )
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
-        """Every object of `kind` and the list's resourceVersion."""
+        """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""
         with api_call(f"list {kind.name}"):
-            body = _body(self._list_call(kind, _request_timeout=self.timeout))
+            resp = self._list_call(kind, _request_timeout=self.timeout)
+            try:
+                data = resp.data
+            finally:
+                resp.release_conn()
+        body = _decoder(kind).list_body(data)
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
         )
@@ -153,7 +164,7 @@ class KubeClient:
                 timeout_seconds=timeout_seconds,
                 _request_timeout=(self.timeout, timeout_seconds + self.timeout),
             )
-        return WatchStream(kind, resp)
+        return WatchStream(kind, resp, _decoder(kind))
 
     # -- binding and status --------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:

@@ -148,9 +148,8 @@ class Scheduler:
         go into the cache meanwhile."""
         reads: list[PodInfo | None] = [None] * len(items)
         if kind == PODS:
-            pods, name = self.cache.pods, self.cache.scheduler_name
-            memo = self.cache.requests
-            reads = [read_pod(obj, name, pods.get(key_of(obj)), memo) for obj in items]
+            pods, name, memo = self.cache.pods, self.cache.scheduler_name, self.cache.requests
+            reads = [read_pod(o, name, pods.get(key_of(o)) if pods else None, memo) for o in items]
         with self.cache.lock, self.queue.batch():
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self.quota.on_queue(kind, "ADDED", None, items):
@@ -175,7 +174,7 @@ class Scheduler:
         seen = set()
         for obj, read in zip(items, reads, strict=True):
             self._apply(kind, "ADDED", obj, read)
-            seen.add(_key(kind, obj))
+            seen.add(_key(kind, obj) if read is None else read.key)
         for key in before - seen:
             self._apply(kind, "DELETED", _stub(kind, key))
 

@@ -366,23 +366,28 @@ class Preemption:
 
     # -- a new leader ----------------------------------------------------------------------
     def recover(self) -> None:
-        """Rebuild the nominations the API shows; finish evictions the old leader began."""
+        """Rebuild the nominations the API shows; finish evictions the old leader began. The
+        pending pods are grouped by unit only when some unit has victims or a nomination (a
+        start with thousands pending and no preemption under way makes one pass over them)."""
         victims: dict[str, list[PodInfo]] = {}
         nominated: dict[str, dict[ObjectKey, str]] = {}
-        pending: dict[str, list[PodInfo]] = {}
+        waiting: list[PodInfo] = []
         for info in self._cache.pods.values():
             unit = preemptor_of(info.obj, self._cache.scheduler_name)
             if unit is not None and info.counted:
                 victims.setdefault(unit, []).append(info)
             if info.pending:
-                pending.setdefault(unit_name(info), []).append(info)
+                waiting.append(info)
                 node = (info.obj.get("status") or {}).get("nominatedNodeName")
                 if node:
                     nominated.setdefault(unit_name(info), {})[info.key] = str(node)
-        for name in sorted(set(victims) | set(nominated)):
-            if name not in self._nominated and name in pending:
-                found = victims.get(name, [])
-                self._recover_one(name, found, nominated.get(name, {}), pending[name])
+        names = (set(victims) | set(nominated)) - set(self._nominated)
+        pending: dict[str, list[PodInfo]] = {}
+        for info in waiting if names else ():
+            if (name := unit_name(info)) in names:
+                pending.setdefault(name, []).append(info)
+        for name in sorted(names & set(pending)):
+            self._recover_one(name, victims.get(name, []), nominated.get(name, {}), pending[name])
 
     def _recover_one(
         self,

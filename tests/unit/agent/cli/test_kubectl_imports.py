@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[4]
 EXTRAS_ONLY = (
     "grpc", "google.protobuf", "pynvml", "numpy", "prometheus_client", "waitress", "httptools",
-    "psutil", "matplotlib", "deviceplugin", "scheduler",
+    "msgspec", "psutil", "matplotlib", "deviceplugin", "scheduler",
 )  # fmt: skip
 
 # Block those modules, run the plugin through its commands' import paths (a missing kubeconfig

@@ -51,6 +51,8 @@ class QuotaTree:
         self.has_models = has_model_keys(self.managed)
         self.model_mins = {q: _model_mins(s.min) for q, s in self.specs.items() if s.min}
         self.model_min_queues = frozenset(q for q, s in self.specs.items() if has_model_keys(s.min))
+        self.model_maxes = {q: _model_limits(s.max) for q, s in self.specs.items()}
+        self.model_maxes = {q: limits for q, limits in self.model_maxes.items() if limits}
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> QuotaTree:
@@ -84,6 +86,16 @@ class QuotaTree:
 
 
 ModelMin = tuple[str, int, tuple[tuple[str, int], ...]]
+ModelLimit = tuple[str, str, str, int]  # (model, model key, its plain resource, the limit)
+
+
+def _model_limits(limits: Mapping[str, int]) -> tuple[ModelLimit, ...]:
+    """The model keys of a `max`, each as (model, key, plain resource, limit)."""
+    return tuple(
+        (key.split(MODEL_SEP, 1)[1], key, base_of(key), limit)
+        for key, limit in limits.items()
+        if MODEL_SEP in key
+    )
 
 
 def _model_mins(mins: Mapping[str, int]) -> tuple[ModelMin, ...]:

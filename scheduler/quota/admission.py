@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.quota.amounts import Amounts, format_amount
-from scheduler.quota.models import MODEL_SEP, model_amounts
+from scheduler.quota.models import MODEL_SEP, model_amounts, model_resources
 from scheduler.quota.spec import DEFAULT_QUEUE
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
@@ -110,9 +110,10 @@ def guaranteed_models(
     fits = _fit_mins(guards.levels, plain)
     if fits is None:
         return frozenset()
+    devices = model_resources(demand)  # what a model key counts, read once for all models
     within = []
     for model in models:
-        asked = {**named, **model_amounts(demand, model)}  # its model keys: the rest of the ask
+        asked = {**named, **model_amounts(devices, model)}  # its model keys: the rest of the ask
         own = _fit_mins(guards.levels, asked)
         if own is not None and (fits or own) and not guards.reserved(plain, asked):
             within.append(model)
@@ -126,14 +127,10 @@ class _Guards:
     def __init__(self, tree: QuotaTree, usage: Usage, leaf: str) -> None:
         self.levels: list[tuple[Mapping[str, int], Mapping[str, int]]] = []
         self.reserves: list[tuple[str, int, int, list[tuple[str, int]]]] = []
-        self.keys: set[str] = set()  # every key a min on the path names
-        for queue in tree.paths[leaf]:
-            mins = tree.specs[queue].min
-            if not mins:
-                continue
+        self.keys = tree.min_keys[leaf]  # every key a min on the path names
+        for queue in tree.min_paths[leaf]:
             used = usage.used(queue)
-            self.levels.append((mins, used))
-            self.keys.update(mins)
+            self.levels.append((tree.specs[queue].min, used))
             for plain, low, named in tree.model_mins[queue]:
                 rooms = [(key, max(0, m - used.get(key, 0))) for key, m in named]
                 self.reserves.append((plain, low, used.get(plain, 0), rooms))

@@ -149,19 +149,30 @@ def model_filter(
         return _NONE
     requests = list(requests)
     asked = [request_amounts(request) for request in requests]
-    demand: dict[str, int] = {}
-    for amounts in asked:
-        for resource, amount in amounts.items():
-            demand[resource] = max(demand.get(resource, 0), amount)
+    demand = asked[0] if len(asked) == 1 else _largest(asked)
     near = _near_max(tree, usage, leaf, demand)
-    suspects = [m for m in models.by_model if m in near] if near else []
-    breaches = blocked_models(suspects, demand, _checker(tree, usage, leaf))
+    breaches = (
+        blocked_models(
+            [m for m in models.by_model if m in near], demand, _checker(tree, usage, leaf)
+        )
+        if near
+        else {}
+    )
     avoid = _avoided(tree, usage, leaf, (requests, asked), models.by_model, breaches)
     if not breaches and not avoid:
         return _NONE
     nodes = models.union(breaches)
     by_model = {m: frozenset(n for n in models.by_model[m] if n in snapshot) for m in breaches}
     return ModelFilter(nodes, breaches, by_model, models.union(avoid))
+
+
+def _largest(asked: Sequence[Amounts]) -> dict[str, int]:
+    """Per resource, the most any member asks."""
+    demand: dict[str, int] = {}
+    for amounts in asked:
+        for resource, amount in amounts.items():
+            demand[resource] = max(demand.get(resource, 0), amount)
+    return demand
 
 
 def _near_max(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) -> set[str]:

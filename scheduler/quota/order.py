@@ -209,8 +209,11 @@ class QueueOrder:
         min (none when the most any of them asks still fits); keep the bound of the others."""
         mins, used = tree.specs[queue].min, usage.used(queue)
         tight = self._tight[queue]
-        if all(used.get(key, 0) + amount <= mins[key] for key, amount in tight.items()):
-            return
+        for key, amount in tight.items():
+            if used.get(key, 0) + amount > mins[key]:
+                break
+        else:
+            return  # room left for the most any of them asks
         tight.clear()
         for leaf in self._below.get(queue, ()):
             asked = self._asked.get(leaf)

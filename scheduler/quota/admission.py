@@ -68,7 +68,7 @@ def within_guarantee(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) 
     """Does `demand` ask for a resource with a min on its path, and fit under every such min?"""
     if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
         return False
-    levels = [(tree.specs[q].min, usage.used(q)) for q in tree.paths[leaf]]
+    levels = [(tree.specs[q].min, usage.used(q)) for q in tree.min_paths[leaf]]
     return _fit_mins(levels, demand) is True
 
 

@@ -158,10 +158,8 @@ class QueueOrder:
         flag = self._flags[leaf] = within_guarantee(tree, usage, leaf, demand)
         if flag:
             self._asked[leaf] = demand
-            for queue in tree.paths[leaf]:
-                mins = tree.specs[queue].min
-                if mins:
-                    _raise_to(self._tight.setdefault(queue, {}), mins, demand)
+            for queue in tree.min_paths[leaf]:
+                _raise_to(self._tight.setdefault(queue, {}), tree.specs[queue].min, demand)
         return flag
 
     def _follow(

@@ -114,7 +114,7 @@ def guaranteed_models(
     within = []
     for model in models:
         asked = {**named, **model_amounts(devices, model)}  # its model keys: the rest of the ask
-        own = _fit_mins(guards.levels, asked)
+        own = False if guards.keys.isdisjoint(asked) else _fit_mins(guards.levels, asked)
         if own is not None and (fits or own) and not guards.reserved(plain, asked):
             within.append(model)
     return frozenset(within)
@@ -139,8 +139,12 @@ class _Guards:
         """Does an ask (its `plain` keys, and its `models` keys) take room a level's min
         reserves for the other models it names?"""
         for key, low, used, rooms in self.reserves:
-            if key in plain:
-                held = sum(room for named, room in rooms if named not in models)
-                if held and used + plain[key] + held > low:
+            amount = plain.get(key)
+            if amount is not None:
+                held = 0
+                for named, room in rooms:
+                    if named not in models:
+                        held += room
+                if held and used + amount + held > low:
                     return True
         return False

@@ -202,7 +202,7 @@ def _avoided(
     guarantee on, when it is within guarantee on some (none when no min on its path names a
     model)."""
     requests, asked = unit
-    named = any(q in tree.model_min_queues for q in tree.paths[leaf])
+    named = not tree.model_min_queues.isdisjoint(tree.paths[leaf])
     if not named or any(r.gpu_models or GPU_PRODUCT_LABEL in r.node_selector for r in requests):
         return set()
     total: dict[str, int] = {}

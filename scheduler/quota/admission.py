@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.quota.amounts import Amounts, format_amount
-from scheduler.quota.models import model_amounts
+from scheduler.quota.models import MODEL_SEP, model_amounts, model_resources
 from scheduler.quota.spec import DEFAULT_QUEUE
 from scheduler.quota.tree import QuotaTree
 from scheduler.quota.usage import Usage
@@ -68,13 +68,15 @@ def within_guarantee(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) 
     """Does `demand` ask for a resource with a min on its path, and fit under every such min?"""
     if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
         return False
-    return _within_mins([(tree.specs[q].min, usage.used(q)) for q in tree.paths[leaf]], demand)
+    levels = [(tree.specs[q].min, usage.used(q)) for q in tree.min_paths[leaf]]
+    return _fit_mins(levels, demand) is True
 
 
-def _within_mins(
+def _fit_mins(
     levels: Iterable[tuple[Mapping[str, int], Mapping[str, int]]], asked: Amounts
-) -> bool:
-    """`within_guarantee` over each level's (min, use)."""
+) -> bool | None:
+    """None when a key of `asked` does not fit under a level's (min, use); else whether a min
+    names any key it asks (`within_guarantee` is both: fits and named)."""
     guarded = False
     for key, amount in asked.items():
         if amount <= 0:
@@ -83,7 +85,7 @@ def _within_mins(
             low = mins.get(key)
             if low is not None:
                 if used.get(key, 0) + amount > low:
-                    return False
+                    return None
                 guarded = True
     return guarded
 
@@ -96,41 +98,53 @@ def guaranteed_models(
     model's keys under every min on the path that names them, and on a model a level's min does
     not name, the plain min less what the mins of the models it names still reserve (`min
     {gpu: 8, gpu@H100: 4}` holds 4 GPUs for H100s until they are used). The path is read once
-    for all the models (`_Guards`)."""
+    for all the models (`_Guards`), and the plain keys, the same on every model, checked once."""
     if leaf == DEFAULT_QUEUE or leaf not in tree.paths:
         return frozenset()
     guards = _Guards(tree, usage, leaf)
-    named = {k: v for k, v in demand.items() if k in guards.keys}  # what no min names is free
-    return frozenset(m for m in models if guards.within({**named, **model_amounts(demand, m)}))
+    plain: dict[str, int] = {}  # what no min names is free
+    named: dict[str, int] = {}
+    for key, amount in demand.items():
+        if key in guards.keys:
+            (named if MODEL_SEP in key else plain)[key] = amount
+    fits = _fit_mins(guards.levels, plain)
+    if fits is None:
+        return frozenset()
+    devices = model_resources(demand)  # what a model key counts, read once for all models
+    within = []
+    for model in models:
+        asked = {**named, **model_amounts(devices, model)}  # its model keys: the rest of the ask
+        own = False if guards.keys.isdisjoint(asked) else _fit_mins(guards.levels, asked)
+        if own is not None and (fits or own) and not guards.reserved(plain, asked):
+            within.append(model)
+    return frozenset(within)
 
 
 class _Guards:
-    """The mins on a leaf's path and what each level uses, read once; `within(asked)` is
-    `within_guarantee` and no reserve of another model taken."""
+    """The mins on a leaf's path and what each level uses, read once; `reserved` says whether an
+    ask takes room a level's min reserves for another model."""
 
     def __init__(self, tree: QuotaTree, usage: Usage, leaf: str) -> None:
         self.levels: list[tuple[Mapping[str, int], Mapping[str, int]]] = []
         self.reserves: list[tuple[str, int, int, list[tuple[str, int]]]] = []
-        self.keys: set[str] = set()  # every key a min on the path names
-        for queue in tree.paths[leaf]:
-            mins = tree.specs[queue].min
-            if not mins:
-                continue
+        self.keys = tree.min_keys[leaf]  # every key a min on the path names
+        for queue in tree.min_paths[leaf]:
             used = usage.used(queue)
-            self.levels.append((mins, used))
-            self.keys.update(mins)
+            self.levels.append((tree.specs[queue].min, used))
             for plain, low, named in tree.model_mins[queue]:
                 rooms = [(key, max(0, m - used.get(key, 0))) for key, m in named]
                 self.reserves.append((plain, low, used.get(plain, 0), rooms))
 
-    def within(self, asked: Amounts) -> bool:
-        return _within_mins(self.levels, asked) and not self._reserved(asked)
-
-    def _reserved(self, asked: Amounts) -> bool:
-        """Does `asked` take room a level's min reserves for the other models it names?"""
-        for plain, low, used, rooms in self.reserves:
-            if plain in asked:
-                held = sum(room for key, room in rooms if key not in asked)
-                if held and used + asked[plain] + held > low:
+    def reserved(self, plain: Amounts, models: Amounts) -> bool:
+        """Does an ask (its `plain` keys, and its `models` keys) take room a level's min
+        reserves for the other models it names?"""
+        for key, low, used, rooms in self.reserves:
+            amount = plain.get(key)
+            if amount is not None:
+                held = 0
+                for named, room in rooms:
+                    if named not in models:
+                        held += room
+                if held and used + amount + held > low:
                     return True
         return False

@@ -132,6 +132,9 @@ class ModelFilter:
         return "; ".join([*(self.breaches[m] for m in sorted(self.breaches)), message])
 
 
+_NONE = ModelFilter()  # nothing filtered or avoided (frozen: one for every such decision)
+
+
 def model_filter(
     tree: QuotaTree,
     usage: Usage,
@@ -143,20 +146,48 @@ def model_filter(
     """The filter for a unit of `requests` in `leaf` (each member alone: the largest decides);
     `models`: the known nodes by GPU model."""
     if not tree.has_models or leaf not in tree.paths:
-        return ModelFilter()
+        return _NONE
     requests = list(requests)
     asked = [request_amounts(request) for request in requests]
+    demand = asked[0] if len(asked) == 1 else _largest(asked)
+    near = _near_max(tree, usage, leaf, demand)
+    breaches = (
+        blocked_models(
+            [m for m in models.by_model if m in near], demand, _checker(tree, usage, leaf)
+        )
+        if near
+        else {}
+    )
+    avoid = _avoided(tree, usage, leaf, (requests, asked), models.by_model, breaches)
+    if not breaches and not avoid:
+        return _NONE
+    nodes = models.union(breaches)
+    by_model = {m: frozenset(n for n in models.by_model[m] if n in snapshot) for m in breaches}
+    return ModelFilter(nodes, breaches, by_model, models.union(avoid))
+
+
+def _largest(asked: Sequence[Amounts]) -> dict[str, int]:
+    """Per resource, the most any member asks."""
     demand: dict[str, int] = {}
     for amounts in asked:
         for resource, amount in amounts.items():
             demand[resource] = max(demand.get(resource, 0), amount)
-    breaches = blocked_models(models.by_model, demand, _checker(tree, usage, leaf))
-    avoid = _avoided(tree, usage, leaf, (requests, asked), models.by_model, breaches)
-    if not breaches and not avoid:
-        return ModelFilter()
-    nodes = models.union(breaches)
-    by_model = {m: frozenset(n for n in models.by_model[m] if n in snapshot) for m in breaches}
-    return ModelFilter(nodes, breaches, by_model, models.union(avoid))
+    return demand
+
+
+def _near_max(tree: QuotaTree, usage: Usage, leaf: str, demand: Amounts) -> set[str]:
+    """The models a model key's max on `leaf`'s path may keep `demand` off: those whose key
+    there has less room left than the demand asks of its plain resource. A necessary test, so
+    that most decisions ask `blocked_models` (which decides and words the breach) of no model."""
+    near: set[str] = set()
+    for queue in tree.paths[leaf]:
+        limits = tree.model_maxes.get(queue)
+        if limits:
+            used = usage.used(queue)
+            for model, key, resource, limit in limits:
+                if used.get(key, 0) + demand.get(resource, 0) > limit:
+                    near.add(model)
+    return near
 
 
 def _avoided(
@@ -171,7 +202,7 @@ def _avoided(
     guarantee on, when it is within guarantee on some (none when no min on its path names a
     model)."""
     requests, asked = unit
-    named = any(q in tree.model_min_queues for q in tree.paths[leaf])
+    named = not tree.model_min_queues.isdisjoint(tree.paths[leaf])
     if not named or any(r.gpu_models or GPU_PRODUCT_LABEL in r.node_selector for r in requests):
         return set()
     total: dict[str, int] = {}

@@ -27,6 +27,7 @@ __all__ = [
     "model_amounts",
     "model_key",
     "model_of_product",
+    "model_resources",
     "models_named",
     "named_model_amounts",
 ]
@@ -97,11 +98,16 @@ def has_model_keys(keys: Iterable[str]) -> bool:
     return any(MODEL_SEP in key for key in keys)
 
 
+def model_resources(amounts: Mapping[str, int]) -> dict[str, int]:
+    """What of `amounts` a model key counts: its GPUs and MIG devices (non-zero)."""
+    return {r: q for r, q in amounts.items() if q and _takes_model(r)}
+
+
 def model_amounts(amounts: Mapping[str, int], model: str) -> dict[str, int]:
     """The model keys `amounts` adds when placed on a node of `model` (none without a model)."""
     if not model:
         return {}
-    return {model_key(r, model): q for r, q in amounts.items() if _takes_model(r) and q}
+    return {model_key(r, model): q for r, q in amounts.items() if q and _takes_model(r)}
 
 
 def named_model_amounts(amounts: Mapping[str, int], model: str, tree: Named) -> dict[str, int]:

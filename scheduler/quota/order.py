@@ -61,14 +61,19 @@ def choose_leaf(
 class QueueOrder:
     """`choose_leaf` with a memory, for callers that ask after every decision. It walks the same
     levels, but a leaf's within-guarantee answer is kept until its head unit changes or usage
-    moves the way that can change it (a rise on a queue with a min above it can only end a
-    guarantee, a fall only start one), and whether a queue has active or guaranteed work below it
+    moves the way that can change it, and whether a queue has active or guaranteed work below it
     is kept until one of those leaves changes; a queue's rank is kept until its usage or the
-    capacity changes.
+    capacity changes. A rise on a queue with a min can only end a guarantee, and only for a head
+    that no longer fits that queue's min: the largest amount any kept within-guarantee head below
+    asks of each min key is kept (`_tight`, an upper bound), so a rise that leaves room for it
+    ends none, and only a rise that does not rechecks the heads below at that queue. A fall can
+    only start a guarantee: the heads below that were not within are asked again.
     Same answers as `choose_leaf` (property and unit tests compare them).
 
-    `heads` maps each leaf with work to a token of its head unit (hashable, compared with `==`);
-    `demand_of(leaf)` gives that unit's demand and is called only when needed.
+    `heads` maps each leaf with work to a token of its head unit (hashable, compared with `==`,
+    never None); `demand_of(leaf)` gives that unit's demand and is called only when needed.
+    `choose` takes every head; `choose_changed` only the heads that changed since the last call
+    (None: the leaf has no work now), for a caller that keeps its heads itself.
     """
 
     def __init__(self) -> None:
@@ -76,8 +81,11 @@ class QueueOrder:
         self._usage: Usage | None = None
         self._changes = Changes()
         self._below: dict[str, tuple[str, ...]] = {}  # queue -> the leaves under it
-        self._heads: dict[str, Hashable] = {}  # as last asked
+        self._heads: dict[str, Hashable] = {}  # as last told
+        self._unknown: set[str] = set()  # leaves with work the tree does not know
         self._flags: dict[str, bool] = {}  # leaf -> its head is within guarantee
+        self._asked: dict[str, Amounts] = {}  # leaf -> its head's demand, while flagged within
+        self._tight: dict[str, dict[str, int]] = {}  # queue -> min key -> most a head asks
         self._has: dict[str, tuple[bool, bool]] = {}  # queue -> (active, guaranteed) below it
         self._ranks: dict[str, tuple[bool, _Rank]] = {}  # queue -> (guaranteed, its rank)
         self._capacity: dict[str, int] = {}  # what the ranks were made with
@@ -90,17 +98,31 @@ class QueueOrder:
         heads: Mapping[str, Hashable],
         demand_of: Callable[[str], Amounts],
     ) -> str:
-        unknown = sorted(leaf for leaf in heads if leaf not in tree.paths)
-        if unknown:
-            return unknown[0]
-        self._follow(tree, usage, heads)
+        old = self._heads  # heads compared, not hashed: a head's hash may be dear
+        changed: dict[str, Hashable | None] = {
+            q: h for q, h in heads.items() if (b := old.get(q, _ABSENT)) is not h and b != h
+        }
+        changed.update(dict.fromkeys(old.keys() - heads.keys()))
+        return self.choose_changed(tree, usage, capacity, changed, demand_of)
+
+    def choose_changed(
+        self,
+        tree: QuotaTree,
+        usage: Usage,
+        capacity: Amounts,
+        changed: Mapping[str, Hashable | None],
+        demand_of: Callable[[str], Amounts],
+    ) -> str:
+        self._follow(tree, usage, changed)
+        if self._unknown:  # a leaf the tree does not know goes first: nothing to order
+            return min(self._unknown)
         if capacity != self._capacity:
             self._ranks, self._capacity = {}, dict(capacity)
         queue, known, ranked = ROOT, self._has, self._ranks
         while tree.children[queue]:
             ranks = []
             for child in tree.children[queue]:
-                active, has = known.get(child) or self._below_of(child, heads, demand_of)
+                active, has = known.get(child) or self._below_of(child, demand_of)
                 if active:
                     rank = ranked.get(child)
                     if rank is None or rank[0] is not has:
@@ -109,58 +131,119 @@ class QueueOrder:
             queue = min(ranks)[2]
         return queue
 
-    def _below_of(
-        self, queue: str, heads: Mapping[str, Hashable], demand_of: Callable[[str], Amounts]
-    ) -> tuple[bool, bool]:
+    def _below_of(self, queue: str, demand_of: Callable[[str], Amounts]) -> tuple[bool, bool]:
         """(any leaf below `queue` has work, any such leaf's head is within guarantee)."""
         known = self._has.get(queue)
         if known is not None:
             return known
-        tree, usage = self._tree, self._usage
-        if tree is None or usage is None:
-            raise RuntimeError("QueueOrder: _follow() first")
         active = guaranteed = False
         for leaf in self._below.get(queue, ()):
-            if leaf not in heads:
+            if leaf not in self._heads:
                 continue
             active = True
             flag = self._flags.get(leaf)
             if flag is None:
-                flag = self._flags[leaf] = within_guarantee(tree, usage, leaf, demand_of(leaf))
+                flag = self._flag(leaf, demand_of(leaf))
             if flag:
                 guaranteed = True
                 break
         self._has[queue] = (active, guaranteed)
         return active, guaranteed
 
-    def _follow(self, tree: QuotaTree, usage: Usage, heads: Mapping[str, Hashable]) -> None:
-        """Start over for a new tree or usage; else forget what changed heads and usage made
-        stale."""
-        if tree is not self._tree or usage is not self._usage:
-            self._tree, self._usage = tree, usage
-            self._changes = usage.watch()
-            self._below = _leaves_below(tree)
-            self._flags, self._has, self._heads = {}, {}, dict(heads)
-            self._ranks = {}
-            return
-        old = self._heads  # heads compared, not hashed: a head's hash may be dear
-        changed = [q for q, h in heads.items() if (b := old.get(q, _ABSENT)) is not h and b != h]
-        for leaf in (*changed, *(old.keys() - heads.keys())):
+    def _flag(self, leaf: str, demand: Amounts) -> bool:
+        """Ask whether `leaf`'s head is within guarantee; keep the answer and what it asks."""
+        tree, usage = self._tree, self._usage
+        if tree is None or usage is None:
+            raise RuntimeError("QueueOrder: _follow() first")
+        flag = self._flags[leaf] = within_guarantee(tree, usage, leaf, demand)
+        if flag:
+            self._asked[leaf] = demand
+            for queue in tree.min_paths[leaf]:
+                _raise_to(self._tight.setdefault(queue, {}), tree.specs[queue].min, demand)
+        return flag
+
+    def _follow(
+        self, tree: QuotaTree, usage: Usage, changed: Mapping[str, Hashable | None]
+    ) -> None:
+        """Take the changed heads; start over for a new tree or usage, else forget what the
+        changed heads and usage made stale."""
+        for leaf, head in changed.items():
             self._forget(tree, leaf)
-        self._heads = dict(heads)
-        for queues, ended in ((self._changes.up, True), (self._changes.down, False)):
-            for queue in queues:
-                self._ranks.pop(queue, None)
-                if queue in tree.specs and tree.specs[queue].min:
-                    for leaf in self._below.get(queue, ()):
-                        if self._flags.get(leaf) is ended:
-                            self._forget(tree, leaf)
-            queues.clear()
+            if head is None:
+                self._heads.pop(leaf, None)
+                self._unknown.discard(leaf)
+            else:
+                self._heads[leaf] = head
+                if leaf not in tree.paths:
+                    self._unknown.add(leaf)
+        if tree is not self._tree or usage is not self._usage:
+            self._restart(tree, usage)
+            return
+        for queue in self._changes.up:
+            self._ranks.pop(queue, None)
+            if queue in self._tight:
+                self._rose(tree, usage, queue)
+        for queue in self._changes.down:
+            self._ranks.pop(queue, None)
+            if queue in tree.specs and tree.specs[queue].min:
+                for leaf in self._below.get(queue, ()):
+                    if self._flags.get(leaf) is False:
+                        self._forget(tree, leaf)
+        self._changes.up.clear()
+        self._changes.down.clear()
+
+    def _restart(self, tree: QuotaTree, usage: Usage) -> None:
+        if usage is not self._usage:
+            self._changes = usage.watch()
+        self._changes.up.clear()
+        self._changes.down.clear()
+        self._tree, self._usage = tree, usage
+        self._below = _leaves_below(tree)
+        self._unknown = {leaf for leaf in self._heads if leaf not in tree.paths}
+        self._flags, self._asked, self._tight, self._has, self._ranks = {}, {}, {}, {}, {}
+
+    def _rose(self, tree: QuotaTree, usage: Usage, queue: str) -> None:
+        """`queue`'s usage rose: forget the within-guarantee heads below that no longer fit its
+        min (none when the most any of them asks still fits); keep the bound of the others."""
+        mins, used = tree.specs[queue].min, usage.used(queue)
+        tight = self._tight[queue]
+        for key, amount in tight.items():
+            if used.get(key, 0) + amount > mins[key]:
+                break
+        else:
+            return  # room left for the most any of them asks
+        tight.clear()
+        for leaf in self._below.get(queue, ()):
+            asked = self._asked.get(leaf)
+            if asked is None:
+                continue
+            if _fits(mins, used, asked):
+                _raise_to(tight, mins, asked)
+            else:
+                self._forget(tree, leaf)
 
     def _forget(self, tree: QuotaTree, leaf: str) -> None:
         self._flags.pop(leaf, None)
+        self._asked.pop(leaf, None)
         for queue in tree.paths.get(leaf, ()):
             self._has.pop(queue, None)
+
+
+def _raise_to(tight: dict[str, int], mins: Mapping[str, int], asked: Amounts) -> None:
+    """`tight` (per min key, the most a head asks) raised to what `asked` asks."""
+    for key in mins:
+        amount = asked.get(key, 0)
+        if amount > tight.get(key, 0):
+            tight[key] = amount
+
+
+def _fits(mins: Mapping[str, int], used: Mapping[str, int], asked: Amounts) -> bool:
+    """Does `asked` fit under one level's `mins` (each key it asks that the min names)?"""
+    return all(
+        used.get(key, 0) + amount <= mins[key]
+        for key, amount in asked.items()
+        if amount > 0 and key in mins
+    )
 
 
 def _leaves_below(tree: QuotaTree) -> dict[str, tuple[str, ...]]:

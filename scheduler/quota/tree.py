@@ -33,7 +33,8 @@ def _parent_of(spec: QueueSpec) -> str:
 
 
 class QuotaTree:
-    """Immutable once built. `paths[q]` runs from `q` up to, not including, the root."""
+    """Immutable once built. `paths[q]` runs from `q` up to, not including, the root;
+    `min_paths[q]` the queues of that path with a min, and `min_keys[q]` the keys they name."""
 
     def __init__(self, specs: Mapping[str, QueueSpec], problems: Mapping[str, Problem]) -> None:
         self.specs = dict(specs)
@@ -50,7 +51,16 @@ class QuotaTree:
         self.managed = frozenset(r for s in self.specs.values() for r in (*s.min, *s.max))
         self.has_models = has_model_keys(self.managed)
         self.model_mins = {q: _model_mins(s.min) for q, s in self.specs.items() if s.min}
+        self.min_paths = {
+            q: tuple(p for p in path if self.specs[p].min) for q, path in self.paths.items()
+        }
+        self.min_keys = {
+            q: frozenset(k for p in path for k in self.specs[p].min)
+            for q, path in self.min_paths.items()
+        }
         self.model_min_queues = frozenset(q for q, s in self.specs.items() if has_model_keys(s.min))
+        self.model_maxes = {q: _model_limits(s.max) for q, s in self.specs.items()}
+        self.model_maxes = {q: limits for q, limits in self.model_maxes.items() if limits}
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> QuotaTree:
@@ -84,6 +94,16 @@ class QuotaTree:
 
 
 ModelMin = tuple[str, int, tuple[tuple[str, int], ...]]
+ModelLimit = tuple[str, str, str, int]  # (model, model key, its plain resource, the limit)
+
+
+def _model_limits(limits: Mapping[str, int]) -> tuple[ModelLimit, ...]:
+    """The model keys of a `max`, each as (model, key, plain resource, limit)."""
+    return tuple(
+        (key.split(MODEL_SEP, 1)[1], key, base_of(key), limit)
+        for key, limit in limits.items()
+        if MODEL_SEP in key
+    )
 
 
 def _model_mins(mins: Mapping[str, int]) -> tuple[ModelMin, ...]:

@@ -209,21 +209,28 @@ def test_usage_is_the_sum_of_charges_whatever_the_order(drawn, charges) -> None:
     ),
 )
 def test_the_memoised_order_answers_as_choose_leaf(drawn, steps) -> None:
-    """Heads come and go, usage changes under them: `QueueOrder` never answers differently."""
+    """Heads come and go, usage changes under them: `QueueOrder` never answers differently,
+    given every head or told only the heads that changed."""
     tree, leaves = drawn
-    usage, order = Usage(tree), QueueOrder()
+    usage, order, told = Usage(tree), QueueOrder(), QueueOrder()
     capacity = {GPU: 64 * G}
     heads: dict[str, tuple[int, dict[str, int]]] = {}
+    changed: dict[str, int | None] = {}  # heads changed since `told` was last asked
     for i, (pick, gpus, action, finish) in enumerate(steps):  # 0 new head, 1-2 choose, 3 other
         leaf = leaves[pick % len(leaves)]
         if action == 0:
             heads[leaf] = (i, {GPU: gpus * G})  # a new head unit
+            changed[leaf] = i
         elif action in (1, 2) and heads:
             chosen = choose_leaf(tree, usage, capacity, {q: d for q, (_, d) in heads.items()})
             tokens = {q: token for q, (token, _) in heads.items()}
             memo = order.choose(tree, usage, capacity, tokens, lambda q: heads[q][1])
             assert memo == chosen
+            assert told.choose_changed(tree, usage, capacity, changed, lambda q: heads[q][1]) == (
+                chosen
+            )
             usage.charge(i, (chosen, heads.pop(chosen)[1]))
+            changed = {chosen: None}
         else:  # work that started elsewhere changes usage under the waiting heads
             usage.charge(i, (leaf, {GPU: gpus * G}))
         if finish and i:

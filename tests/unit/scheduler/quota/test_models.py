@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.placement import Snapshot
 from scheduler.quota import (
     QuotaTree,
     Usage,
@@ -16,9 +17,12 @@ from scheduler.quota import (
     admission_problem_of,
     guaranteed_models,
     read_queue,
+    request_amounts,
     within_guarantee,
 )
+from scheduler.quota.modelfilter import ModelNodes, model_filter
 from scheduler.quota.models import blocked_models, check_key, model_amounts, model_of_product
+from tests.builders.placement import pod
 
 GPU = "nvidia.com/gpu"
 G = 1000
@@ -239,18 +243,44 @@ def _by_definition(tree: QuotaTree, usage: Usage, leaf: str, gpus: int, model: s
     return True
 
 
+def _run_step(usage: Usage, n: int, step: tuple[str, int, str]) -> None:
+    """Step `n` of a script: a unit starts on its model, or (`leave`) the one `amount` steps
+    back finishes."""
+    at, amount, model = step
+    if at == "leave":
+        usage.charge(n - amount, None)
+    else:
+        demand = {GPU: amount * G}
+        usage.charge(n, (at, demand | model_amounts(demand, model)))
+
+
 @settings(max_examples=80, deadline=None)
 @given(model_trees(), steps, st.sampled_from(["x", "y"]), st.integers(1, 6))
 def test_the_models_within_guarantee_are_each_models_own_answer(tree, script, leaf, gpus) -> None:
     """Asked for all models at once (the path read once for all), the answer is each model's as
     the definition gives it, after any arrivals and departures."""
     usage = Usage(tree)
-    for n, (at, amount, model) in enumerate(script):
-        if at == "leave":
-            usage.charge(n - amount, None)
-        else:
-            demand = {GPU: amount * G}
-            usage.charge(n, (at, demand | model_amounts(demand, model)))
+    for n, step in enumerate(script):
+        _run_step(usage, n, step)
         everyone = guaranteed_models(tree, usage, leaf, {GPU: gpus * G}, (*MODELS, ""))
         expected = {m for m in (*MODELS, "") if _by_definition(tree, usage, leaf, gpus, m)}
         assert everyone == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(model_trees(), steps, st.sampled_from(["x", "y"]), st.integers(1, 6))
+def test_the_model_filter_keeps_a_unit_off_exactly_the_models_it_would_breach(
+    tree, script, leaf, gpus
+) -> None:
+    """The filter asks `blocked_models` only of the models a max on the path may stop (a
+    necessary test first): what it keeps the unit off is what asking every model gives."""
+    usage = Usage(tree)
+    nodes = ModelNodes({m: [f"{m.lower()}-{i}" for i in range(2)] for m in MODELS})
+    for n, step in enumerate(script):
+        _run_step(usage, n, step)
+        unit = pod(f"default/u{n}", gpus=gpus)
+        found = model_filter(tree, usage, nodes, Snapshot(), leaf, [unit])
+        asked = request_amounts(unit)
+        every = blocked_models(MODELS, asked, lambda d: admission_problem(tree, usage, leaf, d))
+        assert found.breaches == every
+        assert found.nodes == nodes.union(every)

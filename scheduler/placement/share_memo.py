@@ -13,7 +13,12 @@ never reused for another state, `NodeSlots`):
   memory or compute that land on the same GPU with the same milli share it. The key is the pod
   class without its share containers, plus each placed share's (GPU, milli, slots).
 
-Scores are dropped with the learners' version (the memo's caller says when); both tables are
+The classes that place the same share containers on one node state also get one `Assignment`
+object between them (`assignment`), and a score is keyed by numbers, not by nested tuples: fewer
+objects kept means fewer garbage collections, which a share pod's many classes would otherwise
+pay for.
+
+Scores are dropped with the learners' version (the memo's caller says when); the tables are
 bounded and start afresh when full. Not thread-safe, like the memo.
 """
 
@@ -42,7 +47,8 @@ class ShareMemo:
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
         self._placed: dict[tuple[int, int], _Placed] = {}
-        self._scores: dict[tuple[int, int, object], float] = {}
+        self._assignments: dict[tuple[int, int], Assignment] = {}
+        self._scores: dict[tuple[int, int, int], float] = {}
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
         self._pod_keys = (-1, -1)
@@ -62,10 +68,23 @@ class ShareMemo:
         found = self._placed[key] = place_shares(pod, node)
         return found
 
+    def assignment(self, state: int, pod: PodRequest, found: Assignment) -> Assignment:
+        """`found` (`pod`'s devices on a node in state `state`), or the equal one a class placing
+        the same share containers there found before."""
+        key = (state, self._keys(pod)[0])
+        kept = self._assignments.get(key)
+        if kept is not None and kept == found:
+            return kept
+        if len(self._assignments) >= _LIMIT:
+            self._assignments.clear()
+        self._assignments[key] = found
+        return found
+
     def score(self, state: int, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         """`scoring.total(pod, node, assignment)` for `node` in state `state`."""
         placed = tuple((s.gpu, s.milli, s.slots) for s in assignment.shares)
-        key = (state, self._keys(pod)[1], (placed, assignment.gpus, assignment.numa))
+        where = self._number((placed, assignment.gpus, assignment.numa))
+        key = (state, self._keys(pod)[1], where)
         found = self._scores.get(key)
         if found is None:
             if len(self._scores) >= _LIMIT:

@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
 from scheduler.placement import Placer, PodRequest, Scoring
 from scheduler.placement.fragscores import FragmentationScore
+from scheduler.placement.gpushare import GpuShare
+from scheduler.placement.node import Assignment
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import DEFAULT_WEIGHTS
+from scheduler.placement.share_memo import ShareMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
 
 GIB = 1 << 30
@@ -87,3 +90,27 @@ def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
     expected = pick(pod, cluster.snapshot, scoring, explain=False)
     assert expected.assignment is not None
     assert Placer(cluster.snapshot, scoring).decide(pod).assignment == expected.assignment
+
+
+def test_classes_placing_the_same_shares_on_one_state_share_one_assignment_only_when_equal():
+    """`ShareMemo.assignment` hands back the kept assignment only when it equals the one found:
+    pods of other cpu place the same shares (one object kept), a different GPU does not."""
+    memo = ShareMemo(Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0))
+    big = share_pod(random.Random(1), "default/b")
+    wide = PodRequest(
+        key="default/c",
+        cpu_milli=big.cpu_milli + 1000,
+        memory=big.memory,
+        extended=dict(big.extended),
+        shares=big.shares,
+    )
+    placed = tuple(GpuShare(gpu=0, milli=250, slots=1) for _ in big.shares)
+    first = Assignment(node="n0", shares=placed)
+    assert memo.assignment(7, big, first) is first
+    assert memo.assignment(7, wide, Assignment(node="n0", shares=placed)) is first
+    elsewhere = Assignment(
+        node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares)
+    )
+    assert memo.assignment(7, wide, elsewhere) is elsewhere
+    other_state = Assignment(node="n0", shares=placed)
+    assert memo.assignment(8, big, other_state) is other_state

@@ -14,9 +14,9 @@ never reused for another state, `NodeSlots`):
   class without its share containers, plus each placed share's (GPU, milli, slots).
 
 The classes that place the same share containers on one node state also get one `Assignment`
-object between them (`assignment`), and a score is keyed by numbers, not by nested tuples: fewer
-objects kept means fewer garbage collections, which a share pod's many classes would otherwise
-pay for.
+object between them, kept with the number of its score key's placement part (`scored`), so a score
+is keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer
+garbage collections, which a share pod's many classes would otherwise pay for.
 
 Scores are dropped with the learners' version (the memo's caller says when); the tables are
 bounded and start afresh when full. Not thread-safe, like the memo.
@@ -47,7 +47,7 @@ class ShareMemo:
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
         self._placed: dict[tuple[int, int], _Placed] = {}
-        self._assignments: dict[tuple[int, int], Assignment] = {}
+        self._assignments: dict[tuple[int, int], tuple[Assignment, int]] = {}
         self._scores: dict[tuple[int, int, int], float] = {}
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
@@ -68,29 +68,29 @@ class ShareMemo:
         found = self._placed[key] = place_shares(pod, node)
         return found
 
-    def assignment(self, state: int, pod: PodRequest, found: Assignment) -> Assignment:
-        """`found` (`pod`'s devices on a node in state `state`), or the equal one a class placing
-        the same share containers there found before."""
-        key = (state, self._keys(pod)[0])
+    def scored(
+        self, state: int, pod: PodRequest, node: NodeState, found: Assignment
+    ) -> tuple[Assignment, float]:
+        """`found` (`pod`'s devices on `node`, in state `state`) or the equal assignment a class
+        placing the same share containers there found before, and its weighted score
+        (`scoring.total`)."""
+        shares, rest = self._keys(pod)
+        key = (state, shares)
         kept = self._assignments.get(key)
-        if kept is not None and kept == found:
-            return kept
-        if len(self._assignments) >= _LIMIT:
-            self._assignments.clear()
-        self._assignments[key] = found
-        return found
-
-    def score(self, state: int, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        """`scoring.total(pod, node, assignment)` for `node` in state `state`."""
-        placed = tuple((s.gpu, s.milli, s.slots) for s in assignment.shares)
-        where = self._number((placed, assignment.gpus, assignment.numa))
-        key = (state, self._keys(pod)[1], where)
-        found = self._scores.get(key)
-        if found is None:
+        if kept is None or kept[0] != found:
+            placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
+            kept = (found, self._number((placed, found.gpus, found.numa)))
+            if len(self._assignments) >= _LIMIT:
+                self._assignments.clear()
+            self._assignments[key] = kept
+        assignment, where = kept
+        score_key = (state, rest, where)
+        score = self._scores.get(score_key)
+        if score is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
-            found = self._scores[key] = self._scoring.total(pod, node, assignment)
-        return found
+            score = self._scores[score_key] = self._scoring.total(pod, node, assignment)
+        return assignment, score
 
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
         """The numbers of `pod`'s share containers and of its class without them."""

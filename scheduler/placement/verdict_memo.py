@@ -302,6 +302,5 @@ class VerdictMemo:
         fit = filter_node(pod, node, place=partial(self._shares.placed, state))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        assignment = self._shares.assignment(state, pod, fit.assignment)
-        score = self._shares.score(state, pod, node, assignment)
+        assignment, score = self._shares.scored(state, pod, node, fit.assignment)
         return (True, node.gpu_used(), score, assignment, ())

@@ -18,6 +18,7 @@ from scheduler.placement.pick import pick
 from scheduler.placement.scores import DEFAULT_WEIGHTS
 from scheduler.placement.share_memo import ShareMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
+from tests.builders.placement import shared_node
 
 GIB = 1 << 30
 
@@ -93,9 +94,10 @@ def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
 
 
 def test_classes_placing_the_same_shares_on_one_state_share_one_assignment_only_when_equal():
-    """`ShareMemo.assignment` hands back the kept assignment only when it equals the one found:
+    """`ShareMemo.scored` hands back the kept assignment only when it equals the one found:
     pods of other cpu place the same shares (one object kept), a different GPU does not."""
     memo = ShareMemo(Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0))
+    node = shared_node("n0", shared=2)
     big = share_pod(random.Random(1), "default/b")
     wide = PodRequest(
         key="default/c",
@@ -106,11 +108,11 @@ def test_classes_placing_the_same_shares_on_one_state_share_one_assignment_only_
     )
     placed = tuple(GpuShare(gpu=0, milli=250, slots=1) for _ in big.shares)
     first = Assignment(node="n0", shares=placed)
-    assert memo.assignment(7, big, first) is first
-    assert memo.assignment(7, wide, Assignment(node="n0", shares=placed)) is first
+    assert memo.scored(7, big, node, first)[0] is first
+    assert memo.scored(7, wide, node, Assignment(node="n0", shares=placed))[0] is first
     elsewhere = Assignment(
         node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares)
     )
-    assert memo.assignment(7, wide, elsewhere) is elsewhere
+    assert memo.scored(7, wide, node, elsewhere)[0] is elsewhere
     other_state = Assignment(node="n0", shares=placed)
-    assert memo.assignment(8, big, other_state) is other_state
+    assert memo.scored(8, big, node, other_state)[0] is other_state

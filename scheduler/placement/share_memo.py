@@ -34,6 +34,8 @@ from .shares import place_shares
 __all__ = ["ShareMemo"]
 
 _LIMIT = 1 << 18  # entries per table before it starts afresh
+_BITS = 32  # a key packs a state id and numbers below 1 << _BITS into one int (no tuple kept)
+_RENUMBER = 1 << (_BITS - 1)  # numbers reached before a pod: every table starts afresh
 
 _Placed = tuple[GpuShare, ...] | None
 
@@ -42,13 +44,16 @@ class ShareMemo:
     """Placements and scores of share pods per node state id, shared between pod classes.
 
     A pod's two keys (its share containers; its class without them) are numbered once per pod
-    decided (`_keys`), not hashed again per node; numbers are never reused."""
+    decided (`_keys`), not hashed again per node; numbers are never reused while a table holds
+    them. Keys are ints (`state << _BITS | number`): an int is no object the garbage collector
+    tracks, a tuple is. A pod numbers fewer placements than there are nodes, so numbers stay
+    below `1 << _BITS` when the tables start afresh at `_RENUMBER` before a pod."""
 
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
-        self._placed: dict[tuple[int, int], _Placed] = {}
-        self._assignments: dict[tuple[int, int], tuple[Assignment, int]] = {}
-        self._scores: dict[tuple[int, int, int], float] = {}
+        self._placed: dict[int, _Placed] = {}
+        self._assignments: dict[int, tuple[Assignment, int]] = {}
+        self._scores: dict[int, float] = {}
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
         self._pod_keys = (-1, -1)
@@ -60,7 +65,7 @@ class ShareMemo:
 
     def placed(self, state: int, pod: PodRequest, node: NodeState) -> _Placed:
         """`place_shares(pod, node)` for `node` in state `state`."""
-        key = (state, self._keys(pod)[0])
+        key = state << _BITS | self._keys(pod)[0]
         if key in self._placed:
             return self._placed[key]
         if len(self._placed) >= _LIMIT:
@@ -75,7 +80,7 @@ class ShareMemo:
         placing the same share containers there found before, and its weighted score
         (`scoring.total`)."""
         shares, rest = self._keys(pod)
-        key = (state, shares)
+        key = state << _BITS | shares
         kept = self._assignments.get(key)
         if kept is None or kept[0] != found:
             placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
@@ -84,7 +89,7 @@ class ShareMemo:
                 self._assignments.clear()
             self._assignments[key] = kept
         assignment, where = kept
-        score_key = (state, rest, where)
+        score_key = (state << _BITS | rest) << _BITS | where
         score = self._scores.get(score_key)
         if score is None:
             if len(self._scores) >= _LIMIT:
@@ -95,12 +100,20 @@ class ShareMemo:
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
         """The numbers of `pod`'s share containers and of its class without them."""
         if pod is not self._pod:
+            if self._next >= _RENUMBER:
+                self._restart()
             self._pod = pod
             self._pod_keys = (
                 self._number(("placed", pod.shares, pod.share_reuse)),
                 self._number(pod_class(pod, shares=False)),
             )
         return self._pod_keys
+
+    def _restart(self) -> None:
+        """Every table afresh, numbers from 0 again."""
+        for table in (self._placed, self._assignments, self._scores, self._ids):
+            table.clear()
+        self._next = 0
 
     def _number(self, key: object) -> int:
         found = self._ids.get(key)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
-from scheduler.placement import Placer, PodRequest, Scoring
+from scheduler.placement import Placer, PodRequest, Scoring, share_memo
 from scheduler.placement.fragscores import FragmentationScore
 from scheduler.placement.gpushare import GpuShare
 from scheduler.placement.node import Assignment
@@ -57,6 +58,19 @@ def any_pod(rng: random.Random, key: str) -> PodRequest:
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000))
 def test_share_classes_decide_as_pick_through_binds_and_refits(seed: int):
+    decide_as_pick(seed)
+
+
+def test_share_classes_decide_as_pick_when_the_memo_renumbers_often(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The memo's tables start afresh (numbers from 0 again) before nearly every pod."""
+    monkeypatch.setattr(share_memo, "_RENUMBER", 4)
+    for seed in range(3):
+        decide_as_pick(seed)
+
+
+def decide_as_pick(seed: int) -> None:
     rng = random.Random(seed)
     specs = [
         NodeSpec(

@@ -4,10 +4,14 @@
 keeps its slot while it exists (a removed node's slot is reused), its cpu / memory / pod-slot /
 idle-GPU / largest-share headroom sits in arrays for the vectorised pre-check, and every change is
 appended to a log of slots, so a pod class decided at log position `p` recomputes only the slots
-logged after `p`. Each slot also carries a *state id*: equal ids mean equal static shape, GPU
-product label and load (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are
-interned once per node change, not once per pod class, and never reused for another state
-(`Interner`). Ties between equal scores go to the lowest node name (`first_by_name`).
+logged after `p`. A second log holds only the changes of slots whose node has shared GPUs (or had,
+before the change): a GPU share pod fits no other node (the pre-check rejects it there: it asks a
+free replica), so its classes follow that log and never look at the other nodes' changes.
+
+Each slot also carries a *state id*: equal ids mean equal static shape, GPU product label and load
+(`static_shape`, `dynamic_state`), so one verdict serves them all; ids are interned once per node
+change, not once per pod class, and never reused for another state (`Interner`). Ties between
+equal scores go to the lowest node name (`first_by_name`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .snapshot import Snapshot
 
 __all__ = [
     "BoolArray",
+    "ChangeLog",
     "FloatArray",
     "IntArray",
     "Interner",
@@ -80,6 +85,36 @@ def dynamic_state(node: NodeState) -> tuple[object, ...]:
     if node.share_resource is not None:
         shared = (tuple(node.slots_free), tuple(node.memory_free), tuple(node.compute_free))
     return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones, shared)
+
+
+class ChangeLog:
+    """Slots in the order they changed; positions count every entry ever appended."""
+
+    def __init__(self) -> None:
+        self._slots: list[int] = []
+        self._base = 0  # positions before this one were dropped
+
+    def append(self, slot: int) -> None:
+        self._slots.append(slot)
+
+    @property
+    def position(self) -> int:
+        """The log's end: a class decided now has seen every change up to here."""
+        return self._base + len(self._slots)
+
+    def changed_after(self, seen: int) -> list[int] | None:
+        """Slots changed after position `seen`; None when that part of the log is gone (then
+        every slot must be looked at)."""
+        if seen < self._base:
+            return None
+        return sorted(set(self._slots[seen - self._base :]))
+
+    def trim(self, kept: int) -> None:
+        """Drop the older half once more than `kept` entries are held."""
+        if len(self._slots) > kept:
+            cut = len(self._slots) // 2
+            del self._slots[:cut]
+            self._base += cut
 
 
 class Interner(Generic[K]):
@@ -143,8 +178,9 @@ class NodeSlots:
         self._rank: IntArray = np.zeros(0, dtype=np.int64)
         self._ranked = True
         self._in_order = True
-        self._log: list[int] = []
-        self._base = 0  # log positions before this one were dropped
+        self._shared: list[bool] = []  # the slot's node has shared GPUs
+        self.changes = ChangeLog()  # every slot's changes
+        self.shared_changes = ChangeLog()  # changes of slots with shared GPUs before or after
         self.sync()
 
     # -- following the snapshot ------------------------------------------------------------------
@@ -161,17 +197,17 @@ class NodeSlots:
         names = sorted(changed)
         capacity = self.capacity
         self._reserve(sum(1 for n in names if n not in self._index and n in snapshot.nodes))
-        start = len(self._log)
+        updated: list[int] = []
         for name in names:
-            self._update(name)
-        self._fill_headroom(self._log[start:])
-        if len(self._log) > max(_LOG_KEPT, 4 * self.capacity):
-            cut = len(self._log) // 2
-            del self._log[:cut]
-            self._base += cut
+            self._update(name, updated)
+        self._fill_headroom(updated)
+        kept = max(_LOG_KEPT, 4 * self.capacity)
+        self.changes.trim(kept)
+        self.shared_changes.trim(kept)
         return self.capacity != capacity
 
-    def _update(self, name: str) -> None:
+    def _update(self, name: str, updated: list[int]) -> None:
+        """Take in node `name`'s change; `updated` collects the slots whose node is there."""
         node = self._snapshot.nodes.get(name)
         slot = self._index.get(name)
         if node is None:
@@ -190,7 +226,8 @@ class NodeSlots:
         self.states[slot] = self._states.take(key, self._state_keys[slot])
         self._state_keys[slot] = key
         self._room[slot] = room
-        self._log.append(slot)
+        updated.append(slot)
+        self._logged(slot, node.share_resource is not None)
 
     def _fill_headroom(self, slots: list[int]) -> None:
         """Copy the headroom of `slots` (just logged) into the pre-check's array: one numpy call
@@ -219,6 +256,7 @@ class NodeSlots:
         self._shape_keys.extend([None] * extra)
         self._state_keys.extend([None] * extra)
         self._room.extend([None] * extra)
+        self._shared.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
         absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
@@ -247,20 +285,20 @@ class NodeSlots:
         self._free.append(slot)
         self.epoch += 1
         self._ranked = False
-        self._log.append(slot)
+        self._logged(slot, False)
+
+    def _logged(self, slot: int, shared: bool) -> None:
+        """Log a change of `slot`, whose node now has shared GPUs or not."""
+        self.changes.append(slot)
+        if shared or self._shared[slot]:
+            self.shared_changes.append(slot)
+        self._shared[slot] = shared
 
     # -- reading ---------------------------------------------------------------------------------
-    @property
-    def position(self) -> int:
-        """The log's end: a class decided now has seen every change up to here."""
-        return self._base + len(self._log)
-
-    def changed_after(self, seen: int) -> list[int] | None:
-        """Slots changed after log position `seen`; None when that part of the log is gone (then
-        every slot must be looked at)."""
-        if seen < self._base:
-            return None
-        return sorted(set(self._log[seen - self._base :]))
+    def log_for(self, pod: PodRequest) -> ChangeLog:
+        """The changes `pod`'s class must look at: a share pod's only those of slots with shared
+        GPUs (it fits no other node: it asks a free replica, which the pre-check wants)."""
+        return self.shared_changes if pod.share_need[0] >= 1 else self.changes
 
     def slot(self, name: str) -> int:
         try:

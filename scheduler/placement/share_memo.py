@@ -13,7 +13,12 @@ never reused for another state, `NodeSlots`):
   memory or compute that land on the same GPU with the same milli share it. The key is the pod
   class without its share containers, plus each placed share's (GPU, milli, slots).
 
-Scores are dropped with the learners' version (the memo's caller says when); both tables are
+The classes that place the same share containers on one node state also get one `Assignment`
+object between them, kept with the number of its score key's placement part (`scored`), so a score
+is keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer
+garbage collections, which a share pod's many classes would otherwise pay for.
+
+Scores are dropped with the learners' version (the memo's caller says when); the tables are
 bounded and start afresh when full. Not thread-safe, like the memo.
 """
 
@@ -29,6 +34,8 @@ from .shares import place_shares
 __all__ = ["ShareMemo"]
 
 _LIMIT = 1 << 18  # entries per table before it starts afresh
+_BITS = 32  # a key packs a state id and numbers below 1 << _BITS into one int (no tuple kept)
+_RENUMBER = 1 << (_BITS - 1)  # numbers reached before a pod: every table starts afresh
 
 _Placed = tuple[GpuShare, ...] | None
 
@@ -37,12 +44,16 @@ class ShareMemo:
     """Placements and scores of share pods per node state id, shared between pod classes.
 
     A pod's two keys (its share containers; its class without them) are numbered once per pod
-    decided (`_keys`), not hashed again per node; numbers are never reused."""
+    decided (`_keys`), not hashed again per node; numbers are never reused while a table holds
+    them. Keys are ints (`state << _BITS | number`): an int is no object the garbage collector
+    tracks, a tuple is. A pod numbers fewer placements than there are nodes, so numbers stay
+    below `1 << _BITS` when the tables start afresh at `_RENUMBER` before a pod."""
 
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
-        self._placed: dict[tuple[int, int], _Placed] = {}
-        self._scores: dict[tuple[int, int, object], float] = {}
+        self._placed: dict[int, _Placed] = {}
+        self._assignments: dict[int, tuple[Assignment, int]] = {}
+        self._scores: dict[int, float] = {}
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
         self._pod_keys = (-1, -1)
@@ -54,7 +65,7 @@ class ShareMemo:
 
     def placed(self, state: int, pod: PodRequest, node: NodeState) -> _Placed:
         """`place_shares(pod, node)` for `node` in state `state`."""
-        key = (state, self._keys(pod)[0])
+        key = state << _BITS | self._keys(pod)[0]
         if key in self._placed:
             return self._placed[key]
         if len(self._placed) >= _LIMIT:
@@ -62,26 +73,47 @@ class ShareMemo:
         found = self._placed[key] = place_shares(pod, node)
         return found
 
-    def score(self, state: int, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
-        """`scoring.total(pod, node, assignment)` for `node` in state `state`."""
-        placed = tuple((s.gpu, s.milli, s.slots) for s in assignment.shares)
-        key = (state, self._keys(pod)[1], (placed, assignment.gpus, assignment.numa))
-        found = self._scores.get(key)
-        if found is None:
+    def scored(
+        self, state: int, pod: PodRequest, node: NodeState, found: Assignment
+    ) -> tuple[Assignment, float]:
+        """`found` (`pod`'s devices on `node`, in state `state`) or the equal assignment a class
+        placing the same share containers there found before, and its weighted score
+        (`scoring.total`)."""
+        shares, rest = self._keys(pod)
+        key = state << _BITS | shares
+        kept = self._assignments.get(key)
+        if kept is None or kept[0] != found:
+            placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
+            kept = (found, self._number((placed, found.gpus, found.numa)))
+            if len(self._assignments) >= _LIMIT:
+                self._assignments.clear()
+            self._assignments[key] = kept
+        assignment, where = kept
+        score_key = (state << _BITS | rest) << _BITS | where
+        score = self._scores.get(score_key)
+        if score is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
-            found = self._scores[key] = self._scoring.total(pod, node, assignment)
-        return found
+            score = self._scores[score_key] = self._scoring.total(pod, node, assignment)
+        return assignment, score
 
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
         """The numbers of `pod`'s share containers and of its class without them."""
         if pod is not self._pod:
+            if self._next >= _RENUMBER:
+                self._restart()
             self._pod = pod
             self._pod_keys = (
                 self._number(("placed", pod.shares, pod.share_reuse)),
                 self._number(pod_class(pod, shares=False)),
             )
         return self._pod_keys
+
+    def _restart(self) -> None:
+        """Every table afresh, numbers from 0 again."""
+        for table in (self._placed, self._assignments, self._scores, self._ids):
+            table.clear()
+        self._next = 0
 
     def _number(self, key: object) -> int:
         found = self._ids.get(key)

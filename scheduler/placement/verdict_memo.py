@@ -6,9 +6,10 @@ and one decision changes one node. `VerdictMemo` keeps, per *pod class* (the req
 key and pod group, which no filter or score reads), each node's verdict from the real
 `filter_node` and `Scoring.total`, and recomputes it only for nodes changed since that class was
 last decided. The snapshot says which (`Snapshot.changed_since`: every add, remove, assume,
-forget and `refresh` is counted), so callers change the snapshot as they always do. The choice
-among the cached verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score,
-lowest name).
+forget and `refresh` is counted), so callers change the snapshot as they always do; a GPU
+share pod's class looks only at the changes of nodes with shared GPUs (`NodeSlots.log_for`). The
+choice among the cached verdicts follows `pick`'s ranking exactly: (used-node tier, weighted
+score, lowest name).
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
 makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.
@@ -167,7 +168,9 @@ class VerdictMemo:
 
     def _rejections(self, pod: PodRequest, verdicts: Verdicts) -> Rejection:
         """Why a node of the snapshot rejects `pod`, from `verdicts` (`pod`'s class, up to date);
-        a node the pre-check skipped is filtered now, once per state."""
+        a node the pre-check skipped is filtered now, once per state. Its code is not kept: a
+        share pod's class does not follow the changes of nodes without shared GPUs, which the
+        pre-check always skips, so a code kept for one would go stale."""
         codes: list[int] = verdicts.code.tolist()  # a list reads faster, node after node
         slot_of, table = self._nodes.slot, verdicts.table
 
@@ -175,8 +178,7 @@ class VerdictMemo:
             slot = slot_of(node.name)
             code = codes[slot]
             if code < 0:
-                code = codes[slot] = self._code(verdicts, slot)
-                verdicts.code[slot] = code
+                code = self._code(verdicts, slot)
             verdict = table.get(code)
             if verdict is None:
                 verdict = table[code] = self._verdict(pod, slot)
@@ -209,17 +211,18 @@ class VerdictMemo:
         key = pod_class(pod)
         verdicts = self._classes.pop(key, None)
         capacity = self._nodes.capacity
+        log = self._nodes.log_for(pod)
         dirty: list[int] | None = None
         if verdicts is None:
             tiered = self._scoring.prefer_used_nodes and pod.wants_gpu
             verdicts = Verdicts.empty(
-                capacity, label_keys(pod), tiered, self._nodes.position, self._heap_top
+                capacity, label_keys(pod), tiered, log.position, self._heap_top
             )
             while self._classes and len(self._classes) * capacity >= _CLASS_CELLS:
                 del self._classes[next(iter(self._classes))]  # the least recently used
         else:
-            dirty = self._nodes.changed_after(verdicts.seen)
-        verdicts.seen = self._nodes.position
+            dirty = log.changed_after(verdicts.seen)
+        verdicts.seen = log.position
         if dirty is None or len(dirty) > max(_FEW, capacity // 8):
             all_slots = np.arange(capacity, dtype=np.int64)
             self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
@@ -299,5 +302,5 @@ class VerdictMemo:
         fit = filter_node(pod, node, place=partial(self._shares.placed, state))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        score = self._shares.score(state, pod, node, fit.assignment)
-        return (True, node.gpu_used(), score, fit.assignment, ())
+        assignment, score = self._shares.scored(state, pod, node, fit.assignment)
+        return (True, node.gpu_used(), score, assignment, ())

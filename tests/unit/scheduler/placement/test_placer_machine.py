@@ -1,6 +1,7 @@
 """Hypothesis state machine: a `Placer` decides exactly as `pick` on a snapshot that anyone changes
 in any way (assume, forget, bound elsewhere, nodes added, removed and replaced, a node changed in
-place then `refresh`ed), for single pods, pods limited to a domain and whole gangs; on its memo
+place then `refresh`ed), for single pods, pods limited to a domain and whole gangs, on nodes
+with and without shared GPUs (GPU share pods follow only the shared nodes' changes); on its memo
 path, on its plain path (a candidate limit above the node count ranks every node too), and with
 the memo's heap cut to its best 1 or 2 nodes."""
 
@@ -38,7 +39,7 @@ from scheduler.placement.fragscores import FragmentationScore
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import WeightedScore, topology_score
 from scheduler.placement.verdict_memo import VerdictMemo
-from tests.builders.placement import GIB, make_node
+from tests.builders.placement import GIB, make_node, share, share_pod, shared_node
 
 RACK = "gputopo.io/rack"
 HOST = "kubernetes.io/hostname"
@@ -67,11 +68,20 @@ def scorings() -> dict[str, Scoring]:
 
 @st.composite
 def nodes(draw: st.DrawFn, name: str) -> NodeState:
+    labels = {HOST: name, RACK: draw(st.sampled_from(["r0", "r1"]))}
+    if draw(st.integers(0, 3)) == 0:  # GPUs shared into replicas (DESIGN §12)
+        node = shared_node(
+            name,
+            shared=draw(st.integers(1, 2)),
+            whole=draw(st.integers(0, 2)),
+            slots=draw(st.sampled_from([2, 4])),
+        )
+        node.labels.update(labels)
+        return node
     gpus = draw(st.sampled_from([0, 2, 4, 8]))
     mig = {}
     if gpus >= 4 and draw(st.integers(0, 3)) == 0:
         mig = {0: {"1g.10gb": draw(st.integers(1, 7))}, 1: {"3g.40gb": 2}}
-    labels = {HOST: name, RACK: draw(st.sampled_from(["r0", "r1"]))}
     if draw(st.booleans()):
         labels["pool"] = draw(st.sampled_from(["a", "b"]))
     return make_node(
@@ -91,7 +101,12 @@ def nodes(draw: st.DrawFn, name: str) -> NodeState:
 
 @st.composite
 def pods(draw: st.DrawFn, key: str) -> PodRequest:
-    kind = draw(st.sampled_from(["cpu", "whole", "whole", "share", "mig"]))
+    kind = draw(st.sampled_from(["cpu", "whole", "whole", "share", "mig", "runtime share"]))
+    if kind == "runtime share":  # a replica with gpu-memory / gpu-compute (DESIGN §12)
+        memory = draw(st.sampled_from([None, 10 * GIB, 40 * GIB]))
+        compute = draw(st.sampled_from([None, 50]))
+        cpu = draw(st.sampled_from([100, 12_000]))
+        return share_pod(key, share(memory=memory, compute=compute), cpu_milli=cpu)
     extra: dict[str, object] = {}
     if kind == "whole":
         extra["gpus"] = draw(st.sampled_from([1, 2, 4, 8]))
@@ -235,6 +250,7 @@ class PlacerFollowsTheSnapshot(RuleBasedStateMachine):
         for probe in (
             PodRequest(key="probe/cpu", cpu_milli=1_000),
             PodRequest(key="probe/gpu", gpus=1),
+            share_pod("probe/share", share(memory=10 * GIB)),
         ):
             self._all_decide(probe)
 

@@ -74,7 +74,8 @@ class Preemptor:
     """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
     `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`.
     `excluded`: nodes U may not use (a model max on its path is reached there, DESIGN §10):
-    the search neither places U nor takes victims there."""
+    the search neither places U nor takes victims there. `prefer_clique`: a gang without a
+    topology prefers one NVLink clique, as the scheduler places it (DESIGN §13)."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -84,6 +85,7 @@ class Preemptor:
     topology: TopologyConstraint | None = None
     min_resources: Mapping[str, int] | None = None
     excluded: frozenset[str] = frozenset()
+    prefer_clique: bool = False
 
 
 class VictimReason(StrEnum):

@@ -268,7 +268,12 @@ class Workbench:
             if decision.assignment is None:
                 return None
             return {pods[0].key: decision.assignment.node}, decision.score
-        placed = place_gang(pods, self._placer, topology=self._preemptor.topology)
+        placed = place_gang(
+            pods,
+            self._placer,
+            topology=self._preemptor.topology,
+            prefer_clique=self._preemptor.prefer_clique,
+        )
         if not placed.ok:
             return None
         scoring = self._placer.scoring

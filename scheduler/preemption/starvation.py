@@ -155,7 +155,12 @@ def _place(
 ) -> Mapping[str, str] | None:
     """Place U on clones of `names` with our pods taken off."""
     small = Snapshot(_emptied(placer.snapshot.node(n), index) for n in names)
-    placed = place_gang(preemptor.pods, Placer(small, placer.scoring), topology=preemptor.topology)
+    placed = place_gang(
+        preemptor.pods,
+        Placer(small, placer.scoring),
+        topology=preemptor.topology,
+        prefer_clique=preemptor.prefer_clique,
+    )
     if not placed.ok:
         return None
     return {key: a.node for key, a in placed.assignments.items()}

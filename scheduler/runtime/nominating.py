@@ -200,6 +200,7 @@ class Preemption:
             topology=None if group is None else group.topology,
             min_resources=None if group is None else group.min_resources,
             excluded=model_filter(self._cache.queues, self._cache.snapshot, leaf, pods).nodes,
+            prefer_clique=self._cache.prefers_cliques,
         )
 
     def _search(self, preemptor: Preemptor, placer: Placer) -> VictimChoice | NoChoice:

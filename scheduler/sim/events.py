@@ -195,7 +195,12 @@ class _EventRun:
         key = job.name if unit.gang else unit.pods[0].key
         off = self.models.filter(leaf, unit.pods).nodes  # models whose max the queue reached
         u = Preemptor(
-            key=key, pods=tuple(unit.pods), leaf=leaf, priority=job.priority, excluded=off
+            key=key,
+            pods=tuple(unit.pods),
+            leaf=leaf,
+            priority=job.priority,
+            excluded=off,
+            prefer_clique=self.scheduler.policy.prefer_clique,
         )
         if not self._preempt(preemption, leaf, unit, u):
             preemption.starving(u, self.clock.now, head=head, admitted=admitted)

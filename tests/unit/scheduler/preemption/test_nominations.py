@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from scheduler.placement import Placer, default_scoring
+from scheduler.placement import Placer, Snapshot, default_scoring
+from scheduler.placement.gang import CLIQUE_LABEL
 from scheduler.preemption import Nominations, PreemptionSettings, starvation_nodes, take_hold
-from tests.builders.placement import pod
+from tests.builders.placement import make_node, pod
 from tests.builders.preemption import World, preemptor, world
 
 SETTINGS = PreemptionSettings(
@@ -218,3 +219,20 @@ def test_a_hold_avoids_the_nodes_held_for_another_unit_it_must_not_overtake() ->
     book.release("u")
     high = preemptor(gpus=8, priority=20)
     assert take_hold(book, high, w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "a"}
+
+
+def test_a_gang_that_prefers_cliques_keeps_its_held_nodes_in_one() -> None:
+    """The guard's trial placement places as the scheduler does (DESIGN §13): on a last hold's
+    nodes of two cliques, a gang that prefers cliques stays in one; one that does not spreads."""
+    nodes = Snapshot(
+        make_node(name, gpus=4, labels={CLIQUE_LABEL: clique})
+        for name, clique in (("n1", "c1"), ("n2", "c2"), ("n3", "c1"))
+    )
+    placer = Placer(nodes, default_scoring())
+    last = {"ns/u-0": "n1", "ns/u-1": "n2", "ns/u-2": "n3"}
+    prefers = preemptor(gpus=4, members=2, prefer_clique=True)
+    assert starvation_nodes(prefers, placer, None, last) == {"ns/u-0": "n1", "ns/u-1": "n3"}
+    assert starvation_nodes(preemptor(gpus=4, members=2), placer, None, last) == {
+        "ns/u-0": "n1",
+        "ns/u-1": "n2",
+    }

@@ -32,15 +32,17 @@ __all__ = [
     "REASON_TOO_MANY_PODS",
     "REASON_UNSCHEDULABLE",
     "NodeFit",
-    "PlaceShares",
+    "ShareFit",
     "choose_devices",
     "filter_node",
     "insufficient",
+    "share_devices",
     "untolerated",
 ]
 
-PlaceShares = Callable[[PodRequest, NodeState], tuple[GpuShare, ...] | None]
-"""Where a pod's share containers go on a node (`place_shares`), or None."""
+ShareFit = Callable[[PodRequest, NodeState, int | None], Assignment | None]
+"""The devices of a pod that asks for GPU shares and nothing else on a node, on NUMA node `numa`
+unless None (`share_devices`), or None when its shares do not fit there."""
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TOO_MANY_PODS = "Too many pods"
@@ -65,15 +67,15 @@ class NodeFit:
     reasons: tuple[str, ...] = ()
 
 
-def filter_node(pod: PodRequest, node: NodeState, *, place: PlaceShares = place_shares) -> NodeFit:
+def filter_node(pod: PodRequest, node: NodeState, *, share_fit: ShareFit | None = None) -> NodeFit:
     """Run every filter; on success the assignment names the devices the pod would get.
-    `place`: `place_shares` or a memo of it (`ShareMemo`)."""
+    `share_fit`: `share_devices` (None) or a memo of it (`ShareMemo.fit`)."""
     reasons = _static_reasons(pod, node) or _resource_reasons(pod, node)
     if reasons:
         return NodeFit(None, reasons)
     if pod.gpu_models and node.labels.get(GPU_PRODUCT_LABEL) not in pod.gpu_models:
         return NodeFit(None, (REASON_GPU_MODEL,))
-    return _device_fit(pod, node, place)
+    return _device_fit(pod, node, share_fit or share_devices)
 
 
 def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
@@ -102,8 +104,8 @@ def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _device_fit(pod: PodRequest, node: NodeState, place: PlaceShares) -> NodeFit:
-    anywhere = choose_devices(pod, node, None, place=place)
+def _device_fit(pod: PodRequest, node: NodeState, share_fit: ShareFit) -> NodeFit:
+    anywhere = choose_devices(pod, node, None, share_fit=share_fit)
     if anywhere is None:
         return NodeFit(None, (_device_reason(pod, node),))
     if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
@@ -114,7 +116,7 @@ def _device_fit(pod: PodRequest, node: NodeState, place: PlaceShares) -> NodeFit
     for numa in _numa_ids(node):
         if numa_known and not _numa_has_room(pod, node, numa):
             continue
-        assignment = choose_devices(pod, node, numa, place=place)
+        assignment = choose_devices(pod, node, numa, share_fit=share_fit)
         if assignment is not None:
             return NodeFit(assignment)
     return NodeFit(None, (REASON_NUMA,))
@@ -143,10 +145,20 @@ def _numa_has_room(pod: PodRequest, node: NodeState, numa: int) -> bool:
     return zone.get(CPU, 0) >= pod.cpu_milli and zone.get(MEMORY, 0) >= pod.memory
 
 
+def share_devices(pod: PodRequest, node: NodeState, numa: int | None) -> Assignment | None:
+    """`choose_devices` for a pod whose only devices are GPU shares: where its share containers
+    go (`place_shares`; replicas carry no NUMA node, so any shared GPU will do), or None."""
+    placed = place_shares(pod, node)
+    return None if placed is None else Assignment(node=node.name, shares=placed, numa=numa)
+
+
 def choose_devices(
-    pod: PodRequest, node: NodeState, numa: int | None, *, place: PlaceShares = place_shares
+    pod: PodRequest, node: NodeState, numa: int | None, *, share_fit: ShareFit = share_devices
 ) -> Assignment | None:
-    """The devices `pod` would get on `node` (only NUMA node `numa` unless None), or None."""
+    """The devices `pod` would get on `node` (only NUMA node `numa` unless None), or None.
+    `share_fit` gives them for a pod that asks for GPU shares and nothing else."""
+    if pod.shares and not pod.mig:
+        return share_fit(pod, node, numa)
 
     def on_numa(g: int) -> bool:
         return numa is None or node.gpu_numa[g] is None or node.gpu_numa[g] == numa
@@ -154,7 +166,7 @@ def choose_devices(
     gpus: tuple[int, ...] = ()
     shares: tuple[GpuShare, ...] = ()
     if pod.shares or (pod.gpus and share_asks(pod, node)):
-        placed = place(pod, node)  # replicas carry no NUMA: any shared GPU will do
+        placed = place_shares(pod, node)  # replicas carry no NUMA: any shared GPU will do
         if placed is None:
             return None
         shares = placed

@@ -5,18 +5,19 @@ one, and each class decides every changed shared node on its own. Two parts of t
 the same for many classes on one node state, so `ShareMemo` keeps them per state id (ids are
 never reused for another state, `NodeSlots`):
 
-* where the pod's share containers go (`place_shares`): it reads only the share containers and
+* where the pod's share containers go (`share_devices`): it reads only the share containers and
   the node's shared GPUs, not the pod's cpu or memory, so the classes that differ in those
-  share it;
+  share it, and the one `Assignment` object made for it (`fit`);
 * the weighted score: score functions read a share pod's shares only through its assignment,
   as each share's GPU and milli-GPU (`placed_milli`, `chosen_gpu`), so classes asking different
   memory or compute that land on the same GPU with the same milli share it. The key is the pod
   class without its share containers, plus each placed share's (GPU, milli, slots).
 
-The classes that place the same share containers on one node state also get one `Assignment`
-object between them, kept with the number of its score key's placement part (`scored`), so a score
-is keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer
-garbage collections, which a share pod's many classes would otherwise pay for.
+An assignment from `fit` carries the number of its score key's placement part, so a score is
+keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
+collections, which a share pod's many classes would otherwise pay for. The assignments are
+shared between nodes in one state, so their node name is the first such node's (the memo's
+caller names the node it hands out; no score reads the name).
 
 Scores are dropped with the learners' version (the memo's caller says when); the tables are
 bounded and start afresh when full. Not thread-safe, like the memo.
@@ -25,11 +26,10 @@ bounded and start afresh when full. Not thread-safe, like the memo.
 from __future__ import annotations
 
 from .class_verdicts import pod_class
-from .gpushare import GpuShare
+from .filters import share_devices
 from .node import Assignment, NodeState
 from .request import PodRequest
 from .scores import Scoring
-from .shares import place_shares
 
 __all__ = ["ShareMemo"]
 
@@ -37,7 +37,7 @@ _LIMIT = 1 << 18  # entries per table before it starts afresh
 _BITS = 32  # a key packs a state id and numbers below 1 << _BITS into one int (no tuple kept)
 _RENUMBER = 1 << (_BITS - 1)  # numbers reached before a pod: every table starts afresh
 
-_Placed = tuple[GpuShare, ...] | None
+_Fit = tuple[Assignment, int] | None  # the assignment and its placement part's number
 
 
 class ShareMemo:
@@ -51,8 +51,7 @@ class ShareMemo:
 
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
-        self._placed: dict[int, _Placed] = {}
-        self._assignments: dict[int, tuple[Assignment, int]] = {}
+        self._fits: dict[int, _Fit] = {}
         self._scores: dict[int, float] = {}
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
@@ -63,39 +62,44 @@ class ShareMemo:
         """What the learners know changed: every score is stale."""
         self._scores.clear()
 
-    def placed(self, state: int, pod: PodRequest, node: NodeState) -> _Placed:
-        """`place_shares(pod, node)` for `node` in state `state`."""
+    def fit(
+        self, state: int, pod: PodRequest, node: NodeState, numa: int | None
+    ) -> Assignment | None:
+        """`share_devices(pod, node, numa)` for `node` in state `state` (kept when `numa` is
+        None: a NUMA-aligned node's is made afresh)."""
+        if numa is not None:
+            return share_devices(pod, node, numa)
         key = state << _BITS | self._keys(pod)[0]
-        if key in self._placed:
-            return self._placed[key]
-        if len(self._placed) >= _LIMIT:
-            self._placed.clear()
-        found = self._placed[key] = place_shares(pod, node)
-        return found
+        if key in self._fits:
+            kept = self._fits[key]
+        else:
+            if len(self._fits) >= _LIMIT:
+                self._fits.clear()
+            found = share_devices(pod, node, None)
+            kept = self._fits[key] = None if found is None else (found, self._where(found))
+        return None if kept is None else kept[0]
 
     def scored(
         self, state: int, pod: PodRequest, node: NodeState, found: Assignment
     ) -> tuple[Assignment, float]:
-        """`found` (`pod`'s devices on `node`, in state `state`) or the equal assignment a class
-        placing the same share containers there found before, and its weighted score
-        (`scoring.total`)."""
+        """`found` (`pod`'s devices on `node`, in state `state`, from `fit`) and its weighted
+        score (`scoring.total`)."""
         shares, rest = self._keys(pod)
-        key = state << _BITS | shares
-        kept = self._assignments.get(key)
-        if kept is None or kept[0] != found:
-            placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
-            kept = (found, self._number((placed, found.gpus, found.numa)))
-            if len(self._assignments) >= _LIMIT:
-                self._assignments.clear()
-            self._assignments[key] = kept
-        assignment, where = kept
+        kept = self._fits.get(state << _BITS | shares)
+        where = kept[1] if kept is not None and kept[0] is found else self._where(found)
         score_key = (state << _BITS | rest) << _BITS | where
         score = self._scores.get(score_key)
         if score is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
-            score = self._scores[score_key] = self._scoring.total(pod, node, assignment)
-        return assignment, score
+            score = self._scores[score_key] = self._scoring.total(pod, node, found)
+        return found, score
+
+    def _where(self, found: Assignment) -> int:
+        """The number of what scores read of `found`: each share's (GPU, milli, slots), its whole
+        GPUs and NUMA node."""
+        placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
+        return self._number((placed, found.gpus, found.numa))
 
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
         """The numbers of `pod`'s share containers and of its class without them."""
@@ -111,7 +115,7 @@ class ShareMemo:
 
     def _restart(self) -> None:
         """Every table afresh, numbers from 0 again."""
-        for table in (self._placed, self._assignments, self._scores, self._ids):
+        for table in (self._fits, self._scores, self._ids):
             table.clear()
         self._next = 0
 

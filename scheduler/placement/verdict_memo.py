@@ -299,7 +299,7 @@ class VerdictMemo:
                 (),
             )
         state = self._nodes.state(slot)
-        fit = filter_node(pod, node, place=partial(self._shares.placed, state))
+        fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
         assignment, score = self._shares.scored(state, pod, node, fit.assignment)

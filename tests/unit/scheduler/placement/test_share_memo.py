@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
 from scheduler.placement import Placer, PodRequest, Scoring, share_memo
+from scheduler.placement.filters import share_devices
 from scheduler.placement.fragscores import FragmentationScore
 from scheduler.placement.gpushare import GpuShare
 from scheduler.placement.node import Assignment
@@ -109,10 +110,12 @@ def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
     assert Placer(cluster.snapshot, scoring).decide(pod).assignment == expected.assignment
 
 
-def test_classes_placing_the_same_shares_on_one_state_share_one_assignment_only_when_equal():
-    """`ShareMemo.scored` hands back the kept assignment only when it equals the one found:
-    pods of other cpu place the same shares (one object kept), a different GPU does not."""
-    memo = ShareMemo(Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0))
+def test_classes_placing_the_same_shares_on_one_state_share_one_assignment():
+    """`ShareMemo.fit` hands pods of other cpu that place the same shares on one state the
+    same assignment (`share_devices`' placement), another state its own; `scored` scores an
+    assignment from elsewhere (a NUMA-aligned node's) as `Scoring.total` does."""
+    scoring = Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0)
+    memo = ShareMemo(scoring)
     node = shared_node("n0", shared=2)
     big = share_pod(random.Random(1), "default/b")
     wide = PodRequest(
@@ -122,13 +125,19 @@ def test_classes_placing_the_same_shares_on_one_state_share_one_assignment_only_
         extended=dict(big.extended),
         shares=big.shares,
     )
-    placed = tuple(GpuShare(gpu=0, milli=250, slots=1) for _ in big.shares)
-    first = Assignment(node="n0", shares=placed)
-    assert memo.scored(7, big, node, first)[0] is first
-    assert memo.scored(7, wide, node, Assignment(node="n0", shares=placed))[0] is first
+    first = memo.fit(7, big, node, None)
+    assert first is not None
+    assert first == share_devices(big, node, None)
+    assert memo.fit(7, wide, node, None) is first
+    assert memo.scored(7, wide, node, first) == (first, scoring.total(wide, node, first))
+    other_state = memo.fit(8, big, node, None)
+    assert other_state == first
+    assert other_state is not first
     elsewhere = Assignment(
-        node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares)
+        node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares), numa=0
     )
-    assert memo.scored(7, wide, node, elsewhere)[0] is elsewhere
-    other_state = Assignment(node="n0", shares=placed)
-    assert memo.scored(8, big, node, other_state)[0] is other_state
+    assert memo.fit(7, big, node, 0) is not first
+    assert memo.scored(7, wide, node, elsewhere) == (
+        elsewhere,
+        scoring.total(wide, node, elsewhere),
+    )

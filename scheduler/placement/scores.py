@@ -42,6 +42,7 @@ __all__ = [
     "binpack_score",
     "default_scoring",
     "gpu_avoidance_score",
+    "score_reads",
     "spread_score",
     "topology_score",
 ]
@@ -204,6 +205,14 @@ class Scoring:
     def total(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         return sum(s.weight * s.fn(pod, node, assignment) for s in self.scores if s.weight)
 
+    @property
+    def shipped(self) -> bool:
+        """Every function here is one of `SCORE_FUNCTIONS` or made by `SCORE_FACTORIES`: what
+        they read of a pod is `score_reads`."""
+        plain = set(SCORE_FUNCTIONS.values())
+        made = set(SCORE_FACTORIES.values())
+        return all(s.fn in plain or type(s.fn) in made for s in self.scores)
+
     def learners(self) -> tuple[Learner, ...]:
         """The score functions that learn from the pods they see."""
         found: list[Learner] = []
@@ -219,6 +228,24 @@ class Scoring:
         for fn in self.learners():
             fn.watch(snapshot.idle_gpu_nodes, snapshot.gpu_nodes)
             fn.observe(pod)
+
+
+def score_reads(pod: PodRequest) -> tuple[object, ...]:
+    """What the shipped score functions read of a request besides its assignment (a learning
+    score also learns from its key, before it scores): two requests with equal keys get equal
+    scores with one assignment on one node. Memory only for a pod without GPUs (LeastAllocated);
+    a share pod's containers only by their count (where they go is the assignment's)."""
+    wants = pod.wants_gpu
+    return (
+        wants,
+        pod.cpu_milli,
+        0 if wants else pod.memory,
+        pod.gpus,
+        pod.gpu_milli,
+        tuple(sorted(pod.gpu_models)),
+        tuple(sorted(pod.mig.items())),
+        len(pod.shares),
+    )
 
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(

@@ -10,8 +10,10 @@ never reused for another state, `NodeSlots`):
   share it, and the one `Assignment` object made for it (`fit`);
 * the weighted score: score functions read a share pod's shares only through its assignment,
   as each share's GPU and milli-GPU (`placed_milli`, `chosen_gpu`), so classes asking different
-  memory or compute that land on the same GPU with the same milli share it. The key is the pod
-  class without its share containers, plus each placed share's (GPU, milli, slots).
+  memory or compute that land on the same GPU with the same milli share it. The key is what the
+  scores read of the pod (`score_reads`: not its memory, which only cpu-only pods' scores read;
+  the whole pod class without its share containers when a score is not a shipped one), plus
+  each placed share's (GPU, milli, slots).
 
 An assignment from `fit` carries the number of its score key's placement part, so a score is
 keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
@@ -29,7 +31,7 @@ from .class_verdicts import pod_class
 from .filters import share_devices
 from .node import Assignment, NodeState
 from .request import PodRequest
-from .scores import Scoring
+from .scores import Scoring, score_reads
 
 __all__ = ["ShareMemo"]
 
@@ -51,6 +53,7 @@ class ShareMemo:
 
     def __init__(self, scoring: Scoring) -> None:
         self._scoring = scoring
+        self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
         self._fits: dict[int, _Fit] = {}
         self._scores: dict[int, float] = {}
         self._ids: dict[object, int] = {}
@@ -102,14 +105,14 @@ class ShareMemo:
         return self._number((placed, found.gpus, found.numa))
 
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
-        """The numbers of `pod`'s share containers and of its class without them."""
+        """The numbers of `pod`'s share containers and of what scores read of it."""
         if pod is not self._pod:
             if self._next >= _RENUMBER:
                 self._restart()
             self._pod = pod
             self._pod_keys = (
                 self._number(("placed", pod.shares, pod.share_reuse)),
-                self._number(pod_class(pod, shares=False)),
+                self._number(score_reads(pod) if self._shipped else pod_class(pod, shares=False)),
             )
         return self._pod_keys
 

@@ -5,24 +5,30 @@ classes, give `pick`'s decisions: for classes that differ in cpu, memory, `gpu-m
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
-from scheduler.placement import Placer, PodRequest, Scoring, share_memo
-from scheduler.placement.filters import share_devices
+from scheduler.placement import Placer, PodRequest, Scoring, default_scoring, share_memo
+from scheduler.placement.filters import filter_node, share_devices
 from scheduler.placement.fragscores import FragmentationScore
 from scheduler.placement.gpushare import GpuShare
 from scheduler.placement.node import Assignment
 from scheduler.placement.pick import pick
-from scheduler.placement.scores import DEFAULT_WEIGHTS
+from scheduler.placement.scores import (
+    DEFAULT_WEIGHTS,
+    SCORE_FACTORIES,
+    SCORE_FUNCTIONS,
+    WeightedScore,
+    score_reads,
+)
 from scheduler.placement.share_memo import ShareMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
-from tests.builders.placement import shared_node
-
-GIB = 1 << 30
+from tests.builders.placement import GIB, shared_node
 
 
 def share_pod(rng: random.Random, key: str) -> PodRequest:
@@ -141,3 +147,59 @@ def test_classes_placing_the_same_shares_on_one_state_share_one_assignment():
         elsewhere,
         scoring.total(wide, node, elsewhere),
     )
+
+
+def every_score(names: Iterable[str]) -> Scoring:
+    """Every shipped score function, weighted so each shows in the total."""
+    return Scoring.from_weights({n: 10.0**i for i, n in enumerate(names)}, candidate_limit=0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_requests_alike_in_what_scores_read_score_alike(seed: int):
+    """`score_reads` lists all a shipped score reads of a pod: a twin that differs elsewhere
+    (memory of a GPU pod, priority, key, selector) gets every score the pod gets, on loaded
+    nodes with and without shared GPUs; cpu-only twins that differ in memory need not."""
+    rng = random.Random(seed)
+    specs = [NodeSpec(name=f"n{i}", shares=rng.choice((0, 2, 4))) for i in range(3)]
+    cluster = Cluster.from_specs([*specs, NodeSpec(name="cpu", gpus=0)])
+    for k in range(12):  # load some nodes
+        cluster.place(any_pod(rng, f"default/load-{k}"), default_scoring())
+    names = [*SCORE_FUNCTIONS, *SCORE_FACTORIES]
+    for k in range(8):
+        pod = any_pod(rng, f"default/p{k}")
+        twin = replace(
+            pod,
+            key=f"default/twin{k}",
+            memory=pod.memory + (GIB if pod.wants_gpu else 0),
+            priority=pod.priority + 1,
+            node_selector={} if pod.node_selector else {"unread": "label"},
+        )
+        assert score_reads(twin) == score_reads(pod)
+        for node in cluster.snapshot.nodes.values():
+            found = filter_node(pod, node).assignment
+            if found is None:
+                continue
+            for name in names:
+                scoring = every_score([name])  # a fresh learner per score: each sees both pods
+                assert scoring.total(pod, node, found) == scoring.total(twin, node, found), name
+    cpu_only = PodRequest(key="default/c", cpu_milli=1000, memory=GIB)
+    bigger = replace(cpu_only, memory=64 * GIB)
+    assert score_reads(cpu_only) != score_reads(bigger)
+
+
+def test_a_score_that_is_not_shipped_keeps_the_whole_class_in_the_score_key():
+    """`score_reads` speaks for the shipped scores only: with another score function the memo
+    keys share scores by the pod class, so one reading a GPU pod's memory is still exact."""
+    assert default_scoring().shipped
+    by_memory = WeightedScore("memory", 1.0, lambda pod, _node, _assignment: pod.memory / GIB)
+    scoring = Scoring(scores=(by_memory,), prefer_used_nodes=False, candidate_limit=0)
+    assert not scoring.shipped
+    memo = ShareMemo(scoring)
+    node = shared_node("n0", shared=2)
+    small = share_pod(random.Random(1), "default/s")
+    large = replace(small, key="default/l", memory=small.memory + GIB)
+    found = memo.fit(7, small, node, None)
+    assert found is not None
+    assert memo.fit(7, large, node, None) is found
+    assert memo.scored(7, large, node, found)[1] == memo.scored(7, small, node, found)[1] + 1

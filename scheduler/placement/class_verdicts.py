@@ -22,7 +22,7 @@ import numpy as np
 
 from .node import GPU_PRODUCT_LABEL, Assignment
 from .node_slots import BoolArray, FloatArray, IntArray
-from .request import PodRequest
+from .request import MEMORY, PodRequest
 
 __all__ = ["HEAP_TOP", "ClassKey", "Verdict", "Verdicts", "label_keys", "pod_class"]
 
@@ -35,11 +35,12 @@ HEAP_TOP = 64
 _INCOMPLETE = -1
 
 
-def pod_class(pod: PodRequest, *, shares: bool = True) -> ClassKey:
+def pod_class(pod: PodRequest, *, shares: bool = True, memory: bool = True) -> ClassKey:
     """Everything in a request that filters and scores read: all but its key and pod group.
-    `shares` False: the share containers only by their count (what scores read of them)."""
+    `shares` False: the share containers only by their count (what scores read of them);
+    `memory` False: without the memory it asks."""
     return (
-        pod.vector,
+        pod.vector if memory else tuple((n, 0 if n == MEMORY else q) for n, q in pod.vector),
         pod.gpu_milli,
         tuple(sorted(pod.mig.items())),
         tuple(sorted(pod.node_selector.items())),
@@ -84,6 +85,7 @@ class Verdicts:
     seen: int
     top: int = HEAP_TOP
     table: dict[int, Verdict] = field(default_factory=dict)
+    shared_table: bool = False  # `table` is shared with classes that differ only in memory
     combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
     heap: list[_Entry] = field(default_factory=list)
     threshold: tuple[bool, float, str] | None = None
@@ -110,7 +112,8 @@ class Verdicts:
         if len(self.table) <= limit and len(self.combos) <= limit:
             return
         live = set(self.code[self.code >= 0].tolist())
-        self.table = {c: v for c, v in self.table.items() if c in live}
+        for code in [c for c in self.table if c not in live]:  # in place: it may be shared
+            del self.table[code]
         self.combos = {k: c for k, c in self.combos.items() if c in live}
 
     def combo(self, state: int, values: tuple[str | None, ...]) -> int:

@@ -6,7 +6,10 @@ idle-GPU / largest-share headroom sits in arrays for the vectorised pre-check, a
 appended to a log of slots, so a pod class decided at log position `p` recomputes only the slots
 logged after `p`. A second log holds only the changes of slots whose node has shared GPUs (or had,
 before the change): a GPU share pod fits no other node (the pre-check rejects it there: it asks a
-free replica), so its classes follow that log and never look at the other nodes' changes.
+free replica), so its classes follow that log and never look at the other nodes' changes. A third
+holds those of slots whose node can give whole GPUs (one neither shared nor MIG-enabled, or
+`nvidia.com/gpu` replicas, which plain GPU requests take as equal splits), before or after: the
+only nodes a pod asking for whole GPUs may fit.
 
 Each slot also carries a *state id*: equal ids mean equal static shape, GPU product label and load
 (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are interned once per node
@@ -179,8 +182,10 @@ class NodeSlots:
         self._ranked = True
         self._in_order = True
         self._shared: list[bool] = []  # the slot's node has shared GPUs
+        self._whole: list[bool] = []  # the slot's node can give whole GPUs (`_gives_whole`)
         self.changes = ChangeLog()  # every slot's changes
         self.shared_changes = ChangeLog()  # changes of slots with shared GPUs before or after
+        self.whole_changes = ChangeLog()  # changes of slots that give whole GPUs before or after
         self.sync()
 
     # -- following the snapshot ------------------------------------------------------------------
@@ -202,8 +207,8 @@ class NodeSlots:
             self._update(name, updated)
         self._fill_headroom(updated)
         kept = max(_LOG_KEPT, 4 * self.capacity)
-        self.changes.trim(kept)
-        self.shared_changes.trim(kept)
+        for log in (self.changes, self.shared_changes, self.whole_changes):
+            log.trim(kept)
         return self.capacity != capacity
 
     def _update(self, name: str, updated: list[int]) -> None:
@@ -227,7 +232,7 @@ class NodeSlots:
         self._state_keys[slot] = key
         self._room[slot] = room
         updated.append(slot)
-        self._logged(slot, node.share_resource is not None)
+        self._logged(slot, node.share_resource is not None, _gives_whole(node))
 
     def _fill_headroom(self, slots: list[int]) -> None:
         """Copy the headroom of `slots` (just logged) into the pre-check's array: one numpy call
@@ -257,6 +262,7 @@ class NodeSlots:
         self._state_keys.extend([None] * extra)
         self._room.extend([None] * extra)
         self._shared.extend([False] * extra)
+        self._whole.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
         absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
@@ -285,20 +291,27 @@ class NodeSlots:
         self._free.append(slot)
         self.epoch += 1
         self._ranked = False
-        self._logged(slot, False)
+        self._logged(slot, False, False)
 
-    def _logged(self, slot: int, shared: bool) -> None:
-        """Log a change of `slot`, whose node now has shared GPUs or not."""
+    def _logged(self, slot: int, shared: bool, whole: bool) -> None:
+        """Log a change of `slot`, whose node now has shared GPUs or not, and can give whole
+        GPUs or not."""
         self.changes.append(slot)
         if shared or self._shared[slot]:
             self.shared_changes.append(slot)
-        self._shared[slot] = shared
+        if whole or self._whole[slot]:
+            self.whole_changes.append(slot)
+        self._shared[slot], self._whole[slot] = shared, whole
 
     # -- reading ---------------------------------------------------------------------------------
     def log_for(self, pod: PodRequest) -> ChangeLog:
         """The changes `pod`'s class must look at: a share pod's only those of slots with shared
-        GPUs (it fits no other node: it asks a free replica, which the pre-check wants)."""
-        return self.shared_changes if pod.share_need[0] >= 1 else self.changes
+        GPUs (it fits no other node: it asks a free replica, which the pre-check wants), a pod
+        asking for whole GPUs only those of slots that can give them (the pre-check wants idle
+        GPUs, which no other node ever has)."""
+        if pod.share_need[0] >= 1:
+            return self.shared_changes
+        return self.whole_changes if pod.gpus else self.changes
 
     def slot(self, name: str) -> int:
         try:
@@ -390,6 +403,16 @@ class NodeSlots:
             self._rank, self._ranked = rank, True
             self._in_order = bool(np.all(rank[:-1] <= rank[1:]))  # slots already in name order
         return self._rank
+
+
+def _gives_whole(node: NodeState) -> bool:
+    """`node` has a GPU that can be idle (neither shared nor MIG-enabled, `NodeState.idle_mask`)
+    or GPUs shared as `nvidia.com/gpu` (`_headroom` counts their free replicas as idle)."""
+    if node.share_resource == GPU_RESOURCE:
+        return True
+    return any(
+        not slots and not mig for slots, mig in zip(node.gpu_slots, node.gpu_mig, strict=True)
+    )
 
 
 def _load(node: NodeState) -> tuple[tuple[object, ...], _Room]:

@@ -58,6 +58,7 @@ __all__ = ["VerdictMemo"]
 
 _CLASS_CELLS = 1 << 20  # classes kept × node slots; the least recently used class goes first
 _FEW = 32  # changed slots up to which a class is updated slot by slot (else vectorised)
+_TABLES = 1024  # verdict tables shared between classes, kept before they start afresh
 
 
 class VerdictMemo:
@@ -75,6 +76,8 @@ class VerdictMemo:
         self._learners: tuple[Learner, ...] = scoring.learners()
         self._version = self._learned_version()
         self._shares = ShareMemo(scoring)
+        self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
+        self._tables: dict[ClassKey, dict[int, Verdict]] = {}  # shared by classes (`_share_table`)
         self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
 
     # -- decisions -------------------------------------------------------------------------------
@@ -120,7 +123,7 @@ class VerdictMemo:
     def assignment_on(self, pod: PodRequest, name: str) -> Assignment | None:
         """The devices `pod` gets on `name` (None if it does not fit), from the cache."""
         verdicts = self._refresh(pod)
-        return self._assignment(verdicts, self._nodes.slot(name))
+        return self._assignment(pod, verdicts, self._nodes.slot(name))
 
     def _best(
         self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
@@ -131,7 +134,7 @@ class VerdictMemo:
             best = self._best_of(verdicts, verdicts.feasible & mask)
         if best is None:
             return None
-        chosen = self._assignment(verdicts, best)
+        chosen = self._assignment(pod, verdicts, best)
         if chosen is None:  # unreachable: a feasible node always has an assignment
             raise RuntimeError(f"node {self._nodes.name(best)} is feasible without an assignment")
         return chosen, float(verdicts.score[best])
@@ -148,10 +151,16 @@ class VerdictMemo:
         ties = np.flatnonzero(scores == scores.max())
         return int(ties[0]) if len(ties) == 1 else self._nodes.first_by_name(ties)
 
-    def _assignment(self, verdicts: Verdicts, i: int) -> Assignment | None:
-        """The cached assignment of slot `i` (cached per state, so named after the node here)."""
+    def _assignment(self, pod: PodRequest, verdicts: Verdicts, i: int) -> Assignment | None:
+        """The cached assignment of slot `i` (cached per state, so named after the node here);
+        made again when a sibling class pruned it from a shared table (`_share_table`)."""
         code = int(verdicts.code[i])
-        found = verdicts.table[code][3] if code >= 0 else None
+        found = None
+        if code >= 0:
+            verdict = verdicts.table.get(code)
+            if verdict is None:
+                verdict = verdicts.table[code] = self._verdict(pod, i)
+            found = verdict[3]
         name = self._nodes.name(i)
         if found is None or found.node == name:
             return found
@@ -173,15 +182,17 @@ class VerdictMemo:
         pre-check always skips, so a code kept for one would go stale."""
         codes: list[int] = verdicts.code.tolist()  # a list reads faster, node after node
         slot_of, table = self._nodes.slot, verdicts.table
+        skipped = {} if verdicts.shared_table else table  # (a shared table: the pre-check's)
 
         def rejection(node: NodeState) -> tuple[str, ...]:
             slot = slot_of(node.name)
             code = codes[slot]
+            kept = table
             if code < 0:
-                code = self._code(verdicts, slot)
-            verdict = table.get(code)
+                code, kept = self._code(verdicts, slot), skipped
+            verdict = kept.get(code)
             if verdict is None:
-                verdict = table[code] = self._verdict(pod, slot)
+                verdict = kept[code] = self._verdict(pod, slot)
             return verdict[4]
 
         return rejection
@@ -201,6 +212,7 @@ class VerdictMemo:
         if version != self._version:
             self._version = version
             self._classes.clear()
+            self._tables.clear()
             self._shares.forget_scores()
 
     def _refresh(self, pod: PodRequest) -> Verdicts:
@@ -208,6 +220,7 @@ class VerdictMemo:
             self._observe(pod)
         if self._nodes.sync():  # slots added: every class starts afresh
             self._classes.clear()
+            self._tables.clear()
         key = pod_class(pod)
         verdicts = self._classes.pop(key, None)
         capacity = self._nodes.capacity
@@ -218,6 +231,7 @@ class VerdictMemo:
             verdicts = Verdicts.empty(
                 capacity, label_keys(pod), tiered, log.position, self._heap_top
             )
+            self._share_table(pod, verdicts)
             while self._classes and len(self._classes) * capacity >= _CLASS_CELLS:
                 del self._classes[next(iter(self._classes))]  # the least recently used
         else:
@@ -233,6 +247,19 @@ class VerdictMemo:
         verdicts.prune()
         self._classes[key] = verdicts  # most recently used last
         return verdicts
+
+    def _share_table(self, pod: PodRequest, verdicts: Verdicts) -> None:
+        """Give a new class the verdict table of the classes that differ from it only in memory,
+        when nothing but the resource fit reads a pod's memory: a GPU pod (whose scores do not
+        read it, `score_reads`) that is not Guaranteed (no NUMA zone's memory to fit) and reads
+        no labels (codes are state ids). Each class's pre-check checks the memory itself, so a
+        verdict kept there, made for a sibling whose memory fit the node, is the class's too."""
+        if verdicts.labels or not pod.wants_gpu or pod.guaranteed or not self._shipped:
+            return
+        if len(self._tables) >= _TABLES:
+            self._tables.clear()
+        verdicts.table = self._tables.setdefault(pod_class(pod, memory=False), {})
+        verdicts.shared_table = True
 
     def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
         """Bring one slot's verdict up to date (plain Python: no numpy call gives the GIL away)."""

@@ -203,3 +203,37 @@ def test_a_score_that_is_not_shipped_keeps_the_whole_class_in_the_score_key():
     assert found is not None
     assert memo.fit(7, large, node, None) is found
     assert memo.scored(7, large, node, found)[1] == memo.scored(7, small, node, found)[1] + 1
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_classes_that_differ_only_in_memory_decide_as_pick(seed: int):
+    """GPU pod classes that differ only in memory share one verdict table (`_share_table`);
+    on nodes whose memory fits some of them and not others, through binds and unbinds, each
+    decides as `pick`, with `pick`'s reasons when nothing fits."""
+    rng = random.Random(seed)
+    specs = [
+        NodeSpec(name=f"n{i}", shares=rng.choice((0, 4)), memory=rng.choice((24, 48, 96)) * GIB)
+        for i in range(rng.randint(2, 5))
+    ]
+    cpu_nodes = [NodeSpec(name=f"cpu{i}", gpus=0, memory=(64 + 32 * i) * GIB) for i in range(2)]
+    cluster = Cluster.from_specs([*specs, *cpu_nodes])  # (cpu-only pods' scores read memory)
+    scoring = Scoring.from_weights(DEFAULT_WEIGHTS, prefer_used_nodes=False, candidate_limit=0)
+    placer = Placer(cluster.snapshot, scoring)
+    bound: list[str] = []
+    nothing_fits = 0
+    for k in range(50):
+        base = any_pod(rng, f"default/p{k}")
+        pod = replace(base, memory=rng.choice((0, 8, 16, 40, 80)) * GIB)
+        expected = pick(pod, cluster.snapshot, scoring, explain=True)
+        got = placer.decide(pod, explain=True)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if got.assignment is None:  # (the memo counts no reasons when a node fits)
+            nothing_fits += 1
+            assert got.reasons == expected.reasons
+        if got.assignment is not None:
+            cluster.bind(pod, got.assignment)
+            bound.append(pod.key)
+        if k % 4 == 3 and bound:
+            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+    assert nothing_fits

@@ -328,6 +328,10 @@ class NodeSlots:
         """The slot's state id (-1: no node)."""
         return int(self.states[slot])
 
+    def shape(self, slot: int) -> int:
+        """The id of the slot's static shape (`static_shape`; -1: no node)."""
+        return self._shape[slot]
+
     def name(self, slot: int) -> str:
         name = self._names[slot]
         if name is None:

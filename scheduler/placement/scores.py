@@ -42,6 +42,7 @@ __all__ = [
     "binpack_score",
     "default_scoring",
     "gpu_avoidance_score",
+    "gpu_pod_node_reads",
     "score_reads",
     "spread_score",
     "topology_score",
@@ -246,6 +247,18 @@ def score_reads(pod: PodRequest) -> tuple[object, ...]:
         tuple(sorted(pod.mig.items())),
         len(pod.shares),
     )
+
+
+def gpu_pod_node_reads(node: NodeState) -> tuple[object, ...]:
+    """What the shipped score functions read of a node's load when they score a pod that wants
+    a GPU: its free cpu, each GPU's free milli-GPU and the MIG devices in use and held. Besides
+    that only the node's static shape (allocatable, GPUs, MIG mode, links) and its GPU product
+    label; not its memory, pod slots or extended resources, nor what shares leave of a GPU's
+    memory, compute and replicas (the assignment says what a share takes). Reads no label."""
+    held: tuple[str, ...] = ()
+    if True in node.gpu_mig or any(node.mig_in_use):
+        held = tuple(sorted(p for _pod, a in node.pods.values() for _g, p in a.mig))
+    return (node.free(CPU), tuple(node.gpu_free), tuple(node.mig_in_use), held)
 
 
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(

@@ -13,7 +13,10 @@ never reused for another state, `NodeSlots`):
   memory or compute that land on the same GPU with the same milli share it. The key is what the
   scores read of the pod (`score_reads`: not its memory, which only cpu-only pods' scores read;
   the whole pod class without its share containers when a score is not a shipped one), plus
-  each placed share's (GPU, milli, slots).
+  each placed share's (GPU, milli, slots), on what the scores read of the node: its static
+  shape, GPU product label and `gpu_pod_node_reads` (free cpu and milli-GPU per GPU, MIG in
+  use), so states that differ only in memory or in what shares leave of a GPU's memory,
+  compute and replicas share it too (the node state itself when a score is not shipped).
 
 An assignment from `fit` carries the number of its score key's placement part, so a score is
 keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
@@ -29,9 +32,9 @@ from __future__ import annotations
 
 from .class_verdicts import pod_class
 from .filters import share_devices
-from .node import Assignment, NodeState
+from .node import GPU_PRODUCT_LABEL, Assignment, NodeState
 from .request import PodRequest
-from .scores import Scoring, score_reads
+from .scores import Scoring, gpu_pod_node_reads, score_reads
 
 __all__ = ["ShareMemo"]
 
@@ -56,6 +59,7 @@ class ShareMemo:
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
         self._fits: dict[int, _Fit] = {}
         self._scores: dict[int, float] = {}
+        self._node_keys: dict[int, int] = {}  # state id -> number of what scores read there
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
         self._pod_keys = (-1, -1)
@@ -83,20 +87,33 @@ class ShareMemo:
         return None if kept is None else kept[0]
 
     def scored(
-        self, state: int, pod: PodRequest, node: NodeState, found: Assignment
+        self, state: int, shape: int, pod: PodRequest, node: NodeState, found: Assignment
     ) -> tuple[Assignment, float]:
-        """`found` (`pod`'s devices on `node`, in state `state`, from `fit`) and its weighted
-        score (`scoring.total`)."""
+        """`found` (`pod`'s devices on `node`, in state `state` of static shape `shape`, from
+        `fit`) and its weighted score (`scoring.total`)."""
         shares, rest = self._keys(pod)
         kept = self._fits.get(state << _BITS | shares)
         where = kept[1] if kept is not None and kept[0] is found else self._where(found)
-        score_key = (state << _BITS | rest) << _BITS | where
+        score_key = (self._node_key(state, shape, node) << _BITS | rest) << _BITS | where
         score = self._scores.get(score_key)
         if score is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
             score = self._scores[score_key] = self._scoring.total(pod, node, found)
         return found, score
+
+    def _node_key(self, state: int, shape: int, node: NodeState) -> int:
+        """The number of what the scores read of `node` (in state `state`, of shape `shape`)."""
+        if not self._shipped:
+            return self._number(("state", state))
+        found = self._node_keys.get(state)
+        if found is None:
+            if len(self._node_keys) >= _LIMIT:
+                self._node_keys.clear()
+            label = node.labels.get(GPU_PRODUCT_LABEL)
+            reads = node.derive("gpu pod scores", gpu_pod_node_reads)
+            found = self._node_keys[state] = self._number(("node", shape, label, reads))
+        return found
 
     def _where(self, found: Assignment) -> int:
         """The number of what scores read of `found`: each share's (GPU, milli, slots), its whole
@@ -118,7 +135,7 @@ class ShareMemo:
 
     def _restart(self) -> None:
         """Every table afresh, numbers from 0 again."""
-        for table in (self._fits, self._scores, self._ids):
+        for table in (self._fits, self._scores, self._node_keys, self._ids):
             table.clear()
         self._next = 0
 

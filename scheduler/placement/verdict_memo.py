@@ -329,5 +329,6 @@ class VerdictMemo:
         fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        assignment, score = self._shares.scored(state, pod, node, fit.assignment)
+        shape = self._nodes.shape(slot)
+        assignment, score = self._shares.scored(state, shape, pod, node, fit.assignment)
         return (True, node.gpu_used(), score, assignment, ())

@@ -24,11 +24,14 @@ from scheduler.placement.scores import (
     SCORE_FACTORIES,
     SCORE_FUNCTIONS,
     WeightedScore,
+    gpu_pod_node_reads,
     score_reads,
 )
 from scheduler.placement.share_memo import ShareMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
 from tests.builders.placement import GIB, shared_node
+from tests.builders.placement import share as buildshare
+from tests.builders.placement import share_pod as buildsharepod
 
 
 def share_pod(rng: random.Random, key: str) -> PodRequest:
@@ -135,7 +138,7 @@ def test_classes_placing_the_same_shares_on_one_state_share_one_assignment():
     assert first is not None
     assert first == share_devices(big, node, None)
     assert memo.fit(7, wide, node, None) is first
-    assert memo.scored(7, wide, node, first) == (first, scoring.total(wide, node, first))
+    assert memo.scored(7, 0, wide, node, first) == (first, scoring.total(wide, node, first))
     other_state = memo.fit(8, big, node, None)
     assert other_state == first
     assert other_state is not first
@@ -143,7 +146,7 @@ def test_classes_placing_the_same_shares_on_one_state_share_one_assignment():
         node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares), numa=0
     )
     assert memo.fit(7, big, node, 0) is not first
-    assert memo.scored(7, wide, node, elsewhere) == (
+    assert memo.scored(7, 0, wide, node, elsewhere) == (
         elsewhere,
         scoring.total(wide, node, elsewhere),
     )
@@ -202,7 +205,7 @@ def test_a_score_that_is_not_shipped_keeps_the_whole_class_in_the_score_key():
     found = memo.fit(7, small, node, None)
     assert found is not None
     assert memo.fit(7, large, node, None) is found
-    assert memo.scored(7, large, node, found)[1] == memo.scored(7, small, node, found)[1] + 1
+    assert memo.scored(7, 0, large, node, found)[1] == memo.scored(7, 0, small, node, found)[1] + 1
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -237,3 +240,41 @@ def test_classes_that_differ_only_in_memory_decide_as_pick(seed: int):
         if k % 4 == 3 and bound:
             cluster.unbind(bound.pop(rng.randrange(len(bound))))
     assert nothing_fits
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_nodes_alike_in_what_scores_read_score_a_gpu_pod_alike(seed: int):
+    """`gpu_pod_node_reads` lists all the shipped scores read of a node's load for a GPU pod:
+    two shared nodes whose shares take the same milli-GPU and cpu, but by memory on one and by
+    compute on the other (with different host memory), give every GPU pod every score alike;
+    a node with less cpu free does not read alike."""
+    rng = random.Random(seed)
+    by_memory, by_compute = shared_node("a", shared=2, whole=2), shared_node("b", shared=2, whole=2)
+    for k in range(rng.randint(1, 4)):
+        quarters = rng.choice((1, 2))  # of the GPU: 20 GiB or 25 % compute, milli 250 each
+        cpu = rng.choice((100, 2000))
+        asks = (
+            buildshare(memory=quarters * 20 * GIB),
+            buildshare(memory=5 * GIB, compute=quarters * 25),
+        )
+        for node, ask in zip((by_memory, by_compute), asks, strict=True):
+            pod = replace(buildsharepod(f"default/s{k}", ask, cpu_milli=cpu), memory=k * GIB)
+            found = filter_node(pod, node).assignment
+            assert found is not None
+            node.add_pod(pod, found)
+    assert gpu_pod_node_reads(by_memory) == gpu_pod_node_reads(by_compute)
+    assert by_memory.memory_free != by_compute.memory_free
+    for k in range(6):
+        pod = any_pod(rng, f"default/p{k}")
+        if not pod.wants_gpu:
+            continue
+        found = filter_node(pod, by_memory).assignment
+        if found is None or found != filter_node(pod, by_compute).assignment:
+            continue
+        for name in [*SCORE_FUNCTIONS, *SCORE_FACTORIES]:
+            scoring = every_score([name])
+            assert scoring.total(pod, by_memory, found) == scoring.total(pod, by_compute, found)
+    busier = shared_node("c", shared=2, whole=2)
+    busier.add_pod(PodRequest(key="default/cpu", cpu_milli=1000), Assignment(node="c"))
+    assert gpu_pod_node_reads(busier) != gpu_pod_node_reads(shared_node("d", shared=2, whole=2))

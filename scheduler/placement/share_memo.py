@@ -6,8 +6,9 @@ the same for many classes on one node state, so `ShareMemo` keeps them per state
 never reused for another state, `NodeSlots`):
 
 * where the pod's share containers go (`share_devices`): it reads only the share containers and
-  the node's shared GPUs, not the pod's cpu or memory, so the classes that differ in those
-  share it, and the one `Assignment` object made for it (`fit`);
+  what the node's GPUs have free (`shared_room`), not the pod's cpu or memory nor the node's,
+  so the classes that differ in those, on states that differ in those, share it, and the one
+  `Assignment` object made for it (`fit`);
 * the weighted score: score functions read a share pod's shares only through its assignment,
   as each share's GPU and milli-GPU (`placed_milli`, `chosen_gpu`), so classes asking different
   memory or compute that land on the same GPU with the same milli share it. The key is what the
@@ -35,6 +36,7 @@ from .filters import share_devices
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState
 from .request import PodRequest
 from .scores import Scoring, gpu_pod_node_reads, score_reads
+from .shares import shared_room
 
 __all__ = ["ShareMemo"]
 
@@ -60,6 +62,7 @@ class ShareMemo:
         self._fits: dict[int, _Fit] = {}
         self._scores: dict[int, float] = {}
         self._node_keys: dict[int, int] = {}  # state id -> number of what scores read there
+        self._place_keys: dict[int, int] = {}  # state id -> number of what placement reads
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
         self._pod_keys = (-1, -1)
@@ -70,13 +73,14 @@ class ShareMemo:
         self._scores.clear()
 
     def fit(
-        self, state: int, pod: PodRequest, node: NodeState, numa: int | None
+        self, state: int, shape: int, pod: PodRequest, node: NodeState, numa: int | None
     ) -> Assignment | None:
-        """`share_devices(pod, node, numa)` for `node` in state `state` (kept when `numa` is
-        None: a NUMA-aligned node's is made afresh)."""
+        """`share_devices(pod, node, numa)` for `node` in state `state` of static shape
+        `shape` (kept when `numa` is None: a NUMA-aligned node's is made afresh)."""
         if numa is not None:
             return share_devices(pod, node, numa)
-        key = state << _BITS | self._keys(pod)[0]
+        shares = self._keys(pod)[0]  # first: it may start every table afresh
+        key = self._place_key(state, shape, node) << _BITS | shares
         if key in self._fits:
             kept = self._fits[key]
         else:
@@ -91,8 +95,8 @@ class ShareMemo:
     ) -> tuple[Assignment, float]:
         """`found` (`pod`'s devices on `node`, in state `state` of static shape `shape`, from
         `fit`) and its weighted score (`scoring.total`)."""
-        shares, rest = self._keys(pod)
-        kept = self._fits.get(state << _BITS | shares)
+        shares, rest = self._keys(pod)  # first: it may start every table afresh
+        kept = self._fits.get(self._place_key(state, shape, node) << _BITS | shares)
         where = kept[1] if kept is not None and kept[0] is found else self._where(found)
         score_key = (self._node_key(state, shape, node) << _BITS | rest) << _BITS | where
         score = self._scores.get(score_key)
@@ -101,6 +105,17 @@ class ShareMemo:
                 self._scores.clear()
             score = self._scores[score_key] = self._scoring.total(pod, node, found)
         return found, score
+
+    def _place_key(self, state: int, shape: int, node: NodeState) -> int:
+        """The number of what `place_shares` reads of `node` (in state `state`, of shape
+        `shape`): its static shape and what each GPU has free (`shared_room`)."""
+        found = self._place_keys.get(state)
+        if found is None:
+            if len(self._place_keys) >= _LIMIT:
+                self._place_keys.clear()
+            room = node.derive("shared room", shared_room)
+            found = self._place_keys[state] = self._number(("room", shape, room))
+        return found
 
     def _node_key(self, state: int, shape: int, node: NodeState) -> int:
         """The number of what the scores read of `node` (in state `state`, of shape `shape`)."""
@@ -135,7 +150,8 @@ class ShareMemo:
 
     def _restart(self) -> None:
         """Every table afresh, numbers from 0 again."""
-        for table in (self._fits, self._scores, self._node_keys, self._ids):
+        tables = (self._fits, self._scores, self._node_keys, self._place_keys, self._ids)
+        for table in tables:
             table.clear()
         self._next = 0
 

@@ -37,6 +37,7 @@ __all__ = [
     "share_asks",
     "share_groups",
     "share_reason",
+    "shared_room",
     "shares_on",
     "size_on",
 ]
@@ -66,6 +67,17 @@ class _Room:
         self.memory[g] -= share.memory
         self.compute[g] -= share.compute
         self.milli[g] -= share.milli
+
+
+def shared_room(node: NodeState) -> tuple[tuple[int, ...], ...]:
+    """All `place_shares` reads of a node besides its static shape: what each GPU has free
+    (replicas, memory, compute, milli-GPU)."""
+    return (
+        tuple(node.slots_free),
+        tuple(node.memory_free),
+        tuple(node.compute_free),
+        tuple(node.gpu_free),
+    )
 
 
 def placed_milli(pod: PodRequest, assignment: Assignment) -> int:

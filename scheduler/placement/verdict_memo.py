@@ -325,10 +325,9 @@ class VerdictMemo:
                 fit.assignment,
                 (),
             )
-        state = self._nodes.state(slot)
-        fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state))
+        state, shape = self._nodes.state(slot), self._nodes.shape(slot)
+        fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state, shape))
         if fit.assignment is None:
             return (False, False, 0.0, None, fit.reasons)
-        shape = self._nodes.shape(slot)
         assignment, score = self._shares.scored(state, shape, pod, node, fit.assignment)
         return (True, node.gpu_used(), score, assignment, ())

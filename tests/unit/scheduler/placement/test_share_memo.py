@@ -119,33 +119,33 @@ def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
     assert Placer(cluster.snapshot, scoring).decide(pod).assignment == expected.assignment
 
 
-def test_classes_placing_the_same_shares_on_one_state_share_one_assignment():
-    """`ShareMemo.fit` hands pods of other cpu that place the same shares on one state the
-    same assignment (`share_devices`' placement), another state its own; `scored` scores an
-    assignment from elsewhere (a NUMA-aligned node's) as `Scoring.total` does."""
+def test_classes_placing_the_same_shares_on_one_room_share_one_assignment():
+    """`ShareMemo.fit` hands pods of other cpu that place the same shares the same assignment
+    (`share_devices`' placement), on one state and on another state whose GPUs have as much
+    free (a state of other cpu requested), but not where a GPU has less free; `scored` scores
+    an assignment from elsewhere (a NUMA-aligned node's) as `Scoring.total` does."""
     scoring = Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0)
     memo = ShareMemo(scoring)
     node = shared_node("n0", shared=2)
     big = share_pod(random.Random(1), "default/b")
-    wide = PodRequest(
-        key="default/c",
-        cpu_milli=big.cpu_milli + 1000,
-        memory=big.memory,
-        extended=dict(big.extended),
-        shares=big.shares,
-    )
-    first = memo.fit(7, big, node, None)
+    wide = replace(big, key="default/c", cpu_milli=big.cpu_milli + 1000)
+    first = memo.fit(7, 0, big, node, None)
     assert first is not None
     assert first == share_devices(big, node, None)
-    assert memo.fit(7, wide, node, None) is first
+    assert memo.fit(7, 0, wide, node, None) is first
     assert memo.scored(7, 0, wide, node, first) == (first, scoring.total(wide, node, first))
-    other_state = memo.fit(8, big, node, None)
-    assert other_state == first
-    assert other_state is not first
+    busier = shared_node("n0", shared=2)
+    busier.add_pod(PodRequest(key="default/cpu", cpu_milli=1000), Assignment(node="n0"))
+    assert memo.fit(8, 0, big, busier, None) is first  # as much free on every GPU
+    assert memo.fit(10, 1, big, busier, None) is not first  # another static shape
+    fuller = shared_node("n0", shared=2)
+    fuller.add_pod(big, first)
+    assert memo.fit(9, 0, big, fuller, None) == share_devices(big, fuller, None)
+    assert memo.fit(9, 0, big, fuller, None) is not first  # placed again there
     elsewhere = Assignment(
         node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares), numa=0
     )
-    assert memo.fit(7, big, node, 0) is not first
+    assert memo.fit(7, 0, big, node, 0) is not first
     assert memo.scored(7, 0, wide, node, elsewhere) == (
         elsewhere,
         scoring.total(wide, node, elsewhere),
@@ -202,9 +202,9 @@ def test_a_score_that_is_not_shipped_keeps_the_whole_class_in_the_score_key():
     node = shared_node("n0", shared=2)
     small = share_pod(random.Random(1), "default/s")
     large = replace(small, key="default/l", memory=small.memory + GIB)
-    found = memo.fit(7, small, node, None)
+    found = memo.fit(7, 0, small, node, None)
     assert found is not None
-    assert memo.fit(7, large, node, None) is found
+    assert memo.fit(7, 0, large, node, None) is found
     assert memo.scored(7, 0, large, node, found)[1] == memo.scored(7, 0, small, node, found)[1] + 1
 
 

@@ -142,20 +142,23 @@ def _group_size(group: Sequence[ContainerShare], slots: int, total: int) -> tupl
 def group_on(group: Sequence[ContainerShare], node: NodeState, g: int) -> list[GpuShare]:
     """A replica group on shared GPU `g`: its first holder charged the group's size, the
     others nothing more (the same replica)."""
-    milli, memory, compute = _group_size(group, node.gpu_slots[g], node.gpu_memory[g])
-    first, *rest = group
-    out = [
-        GpuShare(
-            gpu=g,
-            milli=milli,
-            memory=memory,
-            compute=compute,
-            slots=first.replicas,
-            container=first.container,
-        )
-    ]
-    out.extend(GpuShare(gpu=g, milli=0, container=ask.container) for ask in rest)
+    out = [_first_holder(group, node, g)]
+    out.extend(GpuShare(gpu=g, milli=0, container=ask.container) for ask in group[1:])
     return out
+
+
+def _first_holder(group: Sequence[ContainerShare], node: NodeState, g: int) -> GpuShare:
+    """The share of a replica group's first holder on shared GPU `g`: the group's size."""
+    milli, memory, compute = _group_size(group, node.gpu_slots[g], node.gpu_memory[g])
+    first = group[0]
+    return GpuShare(
+        gpu=g,
+        milli=milli,
+        memory=memory,
+        compute=compute,
+        slots=first.replicas,
+        container=first.container,
+    )
 
 
 def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> int | None:
@@ -183,6 +186,9 @@ def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | Non
     """A GPU for each of `pod`'s share containers on `node` (per replica group, the fullest
     that fits, lowest index on ties, in spec order), or None when one does not fit."""
     asks = share_asks(pod, node)
+    if len(asks) == 1:  # most pods: one group of one, nothing to copy or take between groups
+        g = _best_gpu(asks, node, _Room(node, copy=False))
+        return None if g is None else (_first_holder(asks, node, g),)
     groups = share_groups(pod, asks)
     room = _Room(node, copy=len(groups) > 1)
     placed: list[GpuShare | None] = [None] * len(asks)

@@ -7,9 +7,12 @@ key and pod group, which no filter or score reads), each node's verdict from the
 `filter_node` and `Scoring.total`, and recomputes it only for nodes changed since that class was
 last decided. The snapshot says which (`Snapshot.changed_since`: every add, remove, assume,
 forget and `refresh` is counted), so callers change the snapshot as they always do; a GPU
-share pod's class looks only at the changes of nodes with shared GPUs (`NodeSlots.log_for`). The
-choice among the cached verdicts follows `pick`'s ranking exactly: (used-node tier, weighted
-score, lowest name).
+share pod's class looks only at the changes of nodes with shared GPUs, a whole-GPU pod's only
+at those of nodes that can give whole GPUs (`NodeSlots.log_for`). The choice among the cached
+verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score, lowest name).
+Classes of GPU pods that differ only in the memory they ask share one table of verdicts
+(`_share_table`): each class's pre-check checks its own memory, exactly as the filter does,
+and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`).
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
 makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.

@@ -20,9 +20,9 @@ from scheduler.placement.fragscores import (
     bestfit_score,
     least_allocated_score,
 )
-from scheduler.placement.node_slots import Interner
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import DEFAULT_WEIGHTS, Learner
+from scheduler.placement.slot_records import Interner
 from scheduler.placement.verdict_memo import VerdictMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
 

@@ -1,6 +1,7 @@
 """Placement benchmark: 5,000 nodes × 8 GPUs (DESIGN §7 targets: ≥ 1,000 decisions/s, p99 ≤ 10 ms).
 
-Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [--gangs 1000]`.
+Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [--gangs 1000]
+[--pairs 3]`.
 
 1. Single pods: a seeded mix (1, 2, 4, 8 whole GPUs, GPU shares, MIG-free, cpu-only) placed one
    by one with the shipped scoring, each bound when placed; decisions/s and cycle-latency

@@ -8,7 +8,11 @@ never reused for another state, `NodeSlots`):
 * where the pod's share containers go (`share_devices`): it reads only the share containers and
   what the node's GPUs have free (`shared_room`), not the pod's cpu or memory nor the node's,
   so the classes that differ in those, on states that differ in those, share it, and the one
-  `Assignment` object made for it (`fit`);
+  `Assignment` object made for it (`fit`). A pod of one share container (most are) needs only
+  its GPU found on a room not seen before (`share_gpu`): what it takes there depends on the
+  GPU's static size alone, so one assignment per (static shape, containers, GPU) serves every
+  room that leads there (a share bind makes a room no node was in, and its next share mostly
+  goes to the same GPU);
 * the weighted score: score functions read a share pod's shares only through its assignment,
   as each share's GPU and milli-GPU (`placed_milli`, `chosen_gpu`), so classes asking different
   memory or compute that land on the same GPU with the same milli share it. The key is what the
@@ -22,8 +26,8 @@ never reused for another state, `NodeSlots`):
 An assignment from `fit` carries the number of its score key's placement part, so a score is
 keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
 collections, which a share pod's many classes would otherwise pay for. The assignments are
-shared between nodes in one state, so their node name is the first such node's (the memo's
-caller names the node it hands out; no score reads the name).
+shared between nodes, so their node name is the first such node's (the memo's caller names
+the node it hands out; no score reads the name).
 
 Scores are dropped with the learners' version (the memo's caller says when); the tables are
 bounded and start afresh when full. Not thread-safe, like the memo.
@@ -36,7 +40,7 @@ from .filters import share_devices
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState
 from .request import PodRequest
 from .scores import Scoring, gpu_pod_node_reads, score_reads
-from .shares import shared_room
+from .shares import share_gpu, shared_room
 
 __all__ = ["ShareMemo"]
 
@@ -60,6 +64,7 @@ class ShareMemo:
         self._scoring = scoring
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
         self._fits: dict[int, _Fit] = {}
+        self._on_gpu: dict[int, tuple[Assignment, int]] = {}  # (shape, shares, GPU) -> placed
         self._scores: dict[int, float] = {}
         self._node_keys: dict[int, int] = {}  # state id -> number of what scores read there
         self._place_keys: dict[int, int] = {}  # state id -> number of what placement reads
@@ -86,9 +91,29 @@ class ShareMemo:
         else:
             if len(self._fits) >= _LIMIT:
                 self._fits.clear()
-            found = share_devices(pod, node, None)
-            kept = self._fits[key] = None if found is None else (found, self._where(found))
+            kept = self._fits[key] = self._placed(shape, shares, pod, node)
         return None if kept is None else kept[0]
+
+    def _placed(self, shape: int, shares: int, pod: PodRequest, node: NodeState) -> _Fit:
+        """`share_devices(pod, node, None)` and its placement's number. A pod of one share
+        container (numbered `shares`) gets the same assignment on every node of static shape
+        `shape` whose room leads it to the same GPU, so that one is kept and handed out again."""
+        if len(pod.shares) != 1:
+            found = share_devices(pod, node, None)
+            return None if found is None else (found, self._where(found))
+        g = share_gpu(pod.shares, node)
+        if g is None:
+            return None
+        key = (shape << _BITS | shares) << _BITS | g
+        kept = self._on_gpu.get(key)
+        if kept is None:
+            if len(self._on_gpu) >= _LIMIT:
+                self._on_gpu.clear()
+            found = share_devices(pod, node, None)
+            if found is None:  # unreachable: `share_gpu` found a GPU
+                raise RuntimeError(f"node {node.name}: GPU {g} fits and no assignment")
+            kept = self._on_gpu[key] = (found, self._where(found))
+        return kept
 
     def scored(
         self, state: int, shape: int, pod: PodRequest, node: NodeState, found: Assignment
@@ -150,9 +175,12 @@ class ShareMemo:
 
     def _restart(self) -> None:
         """Every table afresh, numbers from 0 again."""
-        tables = (self._fits, self._scores, self._node_keys, self._place_keys, self._ids)
-        for table in tables:
-            table.clear()
+        self._fits.clear()
+        self._on_gpu.clear()
+        self._scores.clear()
+        self._node_keys.clear()
+        self._place_keys.clear()
+        self._ids.clear()
         self._next = 0
 
     def _number(self, key: object) -> int:

@@ -35,6 +35,7 @@ __all__ = [
     "place_shares",
     "placed_milli",
     "share_asks",
+    "share_gpu",
     "share_groups",
     "share_reason",
     "shared_room",
@@ -182,12 +183,18 @@ def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> 
     return best
 
 
+def share_gpu(asks: Sequence[ContainerShare], node: NodeState) -> int | None:
+    """The GPU `place_shares` gives a pod whose only share container is `asks[0]` (None: none
+    fits). What it places there depends on nothing else of the node's load (`size_on`)."""
+    return _best_gpu(asks, node, _Room(node, copy=False))
+
+
 def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | None:
     """A GPU for each of `pod`'s share containers on `node` (per replica group, the fullest
     that fits, lowest index on ties, in spec order), or None when one does not fit."""
     asks = share_asks(pod, node)
     if len(asks) == 1:  # most pods: one group of one, nothing to copy or take between groups
-        g = _best_gpu(asks, node, _Room(node, copy=False))
+        g = share_gpu(asks, node)
         return None if g is None else (_first_holder(asks, node, g),)
     groups = share_groups(pod, asks)
     room = _Room(node, copy=len(groups) > 1)

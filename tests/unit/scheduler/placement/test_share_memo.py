@@ -122,8 +122,9 @@ def test_a_simulator_share_finds_a_fresh_shared_gpu_on_both_placer_paths():
 def test_classes_placing_the_same_shares_on_one_room_share_one_assignment():
     """`ShareMemo.fit` hands pods of other cpu that place the same shares the same assignment
     (`share_devices`' placement), on one state and on another state whose GPUs have as much
-    free (a state of other cpu requested), but not where a GPU has less free; `scored` scores
-    an assignment from elsewhere (a NUMA-aligned node's) as `Scoring.total` does."""
+    free (a state of other cpu requested), and again where a GPU has less free but the pod
+    still goes to that GPU; `scored` scores an assignment from elsewhere (a NUMA-aligned
+    node's) as `Scoring.total` does."""
     scoring = Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0)
     memo = ShareMemo(scoring)
     node = shared_node("n0", shared=2)
@@ -141,7 +142,7 @@ def test_classes_placing_the_same_shares_on_one_room_share_one_assignment():
     fuller = shared_node("n0", shared=2)
     fuller.add_pod(big, first)
     assert memo.fit(9, 0, big, fuller, None) == share_devices(big, fuller, None)
-    assert memo.fit(9, 0, big, fuller, None) is not first  # placed again there
+    assert memo.fit(9, 0, big, fuller, None) is first  # placed again, on the same GPU
     elsewhere = Assignment(
         node="n0", shares=tuple(GpuShare(gpu=1, milli=250, slots=1) for _ in big.shares), numa=0
     )
@@ -150,6 +151,38 @@ def test_classes_placing_the_same_shares_on_one_room_share_one_assignment():
         elsewhere,
         scoring.total(wide, node, elsewhere),
     )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_one_container_shares_placed_on_nodes_of_one_shape_reuse_one_assignment(seed: int):
+    """`ShareMemo.fit` on nodes of two static shapes (80 and 40 GiB GPUs, 4 and 2 replicas)
+    loaded at random: every state gets `share_devices`' placement there (but the node name);
+    a one-container pod gets the one assignment its shape and GPU were first given, a
+    two-container pod one per room."""
+    rng = random.Random(seed)
+    memo = ShareMemo(Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0))
+    shapes = {0: (80 * GIB, 4), 1: (40 * GIB, 2)}
+    first: dict[tuple[int, tuple[ContainerShare, ...], int], Assignment] = {}
+    for state in range(60):
+        shape = rng.choice((0, 1))
+        memory, slots = shapes[shape]
+        node = shared_node("n0", shared=3, slots=slots, gpu_memory=memory)
+        for k in range(rng.randint(0, 5)):
+            load = share_pod(rng, f"default/load{k}")
+            placed = share_devices(load, node, None)
+            if placed is not None:
+                node.add_pod(load, placed)
+        pod = share_pod(rng, f"default/p{state}")
+        expected = share_devices(pod, node, None)
+        got = memo.fit(state, shape, pod, node, None)
+        assert (got is None) == (expected is None)
+        if got is None or expected is None:
+            continue
+        assert replace(got, node=node.name) == expected
+        if len(pod.shares) == 1:
+            kept = first.setdefault((shape, pod.shares, got.shares[0].gpu), got)
+            assert got is kept
 
 
 def every_score(names: Iterable[str]) -> Scoring:

@@ -69,7 +69,7 @@ class PodShape:
         cls, cpu_milli: int, whole_gpus: int, gpu_share: int, models: Iterable[str] = ()
     ) -> PodShape:
         """From a request of `whole_gpus` GPUs or a `gpu_share` (< 1000) of one GPU."""
-        allowed = tuple(sorted(set(models)))
+        allowed = tuple(sorted(set(models))) if models else ()
         if whole_gpus:
             return cls(cpu_milli, MILLI_PER_GPU, whole_gpus, allowed)
         if gpu_share:
@@ -101,9 +101,6 @@ class NodeView:
     model: str
     cpu_free: int
     gpu_free: tuple[int, ...]
-
-    def key(self) -> tuple[str, int, tuple[int, ...]]:
-        return (self.model, self.cpu_free, tuple(sorted(self.gpu_free, reverse=True)))
 
 
 def typical_pods(
@@ -182,7 +179,12 @@ class Fragmentation:
 
     def of(self, view: NodeView) -> float:
         """F(node) in milli-GPU: the free GPU capacity the next typical pod is expected to waste."""
-        key = view.key()
+        return self._of(view.model, view.cpu_free, view.gpu_free)
+
+    def _of(self, model: str, cpu_free: int, gpu_free: Sequence[int]) -> float:
+        """`of(NodeView(model, cpu_free, gpu_free))`, without making the view (`placements`
+        asks this of each option)."""
+        key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
         found = self._memo.get(key)
         if found is not None:
             return found
@@ -250,18 +252,18 @@ class Fragmentation:
         before = self.of(view)
         cpu_after = view.cpu_free - pod.cpu_milli
         if not pod.gpus:
-            return [(before - self.of(NodeView(view.model, cpu_after, view.gpu_free)), ())]
+            return [(before - self._of(view.model, cpu_after, view.gpu_free), ())]
         if pod.is_share and only is not None:
             taken = list(view.gpu_free)
             taken[only] = max(0, taken[only] - pod.gpu_milli)
-            return [(before - self.of(NodeView(view.model, cpu_after, tuple(taken))), (only,))]
+            return [(before - self._of(view.model, cpu_after, taken), (only,))]
         if pod.is_share:
             return self._share_options(view, pod, before, cpu_after)
         chosen = tuple(i for i, f in enumerate(view.gpu_free) if f >= MILLI_PER_GPU)[: pod.gpus]
         if len(chosen) < pod.gpus:
             return []
         after = tuple(0 if i in chosen else f for i, f in enumerate(view.gpu_free))
-        return [(before - self.of(NodeView(view.model, cpu_after, after)), chosen)]
+        return [(before - self._of(view.model, cpu_after, after), chosen)]
 
     def _share_options(
         self, view: NodeView, pod: PodShape, before: float, cpu_after: int
@@ -274,7 +276,7 @@ class Fragmentation:
             tried.add(free)
             after = list(view.gpu_free)
             after[index] = free - pod.gpu_milli
-            delta = before - self.of(NodeView(view.model, cpu_after, tuple(after)))
+            delta = before - self._of(view.model, cpu_after, after)
             options.append((delta, (index,)))
         return options
 

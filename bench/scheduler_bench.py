@@ -1,7 +1,7 @@
 """Placement benchmark: 5,000 nodes × 8 GPUs (DESIGN §7 targets: ≥ 1,000 decisions/s, p99 ≤ 10 ms).
 
 Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [--gangs 1000]
-[--pairs 3]`.
+[--pairs 5]`.
 
 1. Single pods: a seeded mix (1, 2, 4, 8 whole GPUs, GPU shares, MIG-free, cpu-only) placed one
    by one with the shipped scoring, each bound when placed; decisions/s and cycle-latency
@@ -16,7 +16,7 @@ Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [-
    processes in lockstep, 50 decisions each in turn (the first alternating), so a slow spell of
    a shared machine falls on both alike (two runs one after the other differed by up to ±15 %);
    each process has its own heap and collector. The ratio also moves a few per cent with the
-   string hash seed (dict layouts), so `--pairs` (default 3) pairs run with seeds 1, 2, ...,
+   string hash seed (dict layouts), so `--pairs` (default 5) pairs run with seeds 1, 2, ...,
    and the median is the figure.
 
 Decisions are made as the scheduler makes them, through a `Placer` with the shipped scoring.
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--gangs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--pairs", type=int, default=3, help="share-ratio pairs (hash seeds)")
+    parser.add_argument("--pairs", type=int, default=5, help="share-ratio pairs (hash seeds)")
     parser.add_argument("--lockstep", choices=("mixed", "shares"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--plain", action="store_true", help="rank every node on the Placer's plain path"

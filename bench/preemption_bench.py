@@ -43,6 +43,7 @@ from scheduler.preemption import (
     find_victims,
 )
 from scheduler.quota import QuotaTree, Usage, read_queue, request_amounts
+from scheduler.quota.capacity import nodes_capacity
 
 GPU = "nvidia.com/gpu"
 GIB = 1 << 30
@@ -65,6 +66,7 @@ class Bench:
         self.usage = Usage(self.tree)
         self.index = RunningIndex(self.cluster.snapshot)
         self.settings = PreemptionSettings()
+        self.capacity = nodes_capacity(self.cluster.snapshot.nodes.values())
         rng = random.Random(seed)
         for name in self.cluster.snapshot.names():
             for g in range(8):
@@ -102,7 +104,9 @@ class Bench:
         if placed.ok:
             raise RuntimeError(f"{u.key} fits without preemption: the bench is not full")
         t0, c0 = time.perf_counter(), time.process_time()
-        found = find_victims(u, self.placer, self.index, self.tree, self.usage, (), self.settings)
+        found = find_victims(
+            u, self.placer, self.index, self.tree, self.usage, (), self.settings, self.capacity
+        )
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         return wall, cpu, found if isinstance(found, VictimChoice) else None
 

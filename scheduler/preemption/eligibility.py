@@ -31,7 +31,6 @@ from scheduler.quota import (
     QuotaTree,
     Usage,
     add_into,
-    allocatable_amounts,
     fair_shares,
     request_amounts,
 )
@@ -150,13 +149,6 @@ def _floor_paths(tree: QuotaTree, index: RunningIndex, leaf: str) -> dict[str, t
         cut = next((i for i, q in enumerate(path) if q in ours), len(path))
         out[other] = path[:cut]
     return out
-
-
-def root_capacity(free: Amounts, usage: Usage) -> dict[str, int]:
-    """What gputopo may schedule (DESIGN §10): free (canonical units) plus what it uses."""
-    capacity = allocatable_amounts(free)
-    add_into(capacity, usage.used(ROOT))
-    return capacity
 
 
 def pieces_of(

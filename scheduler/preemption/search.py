@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from scheduler.placement import Placer, Snapshot
-from scheduler.quota import QuotaTree, Usage
+from scheduler.quota import Amounts, QuotaTree, Usage
 
 from .budgets import BudgetBook
 from .candidates import Bound, Tally, gang_sets, node_candidates
@@ -35,7 +35,6 @@ from .eligibility import (
     charged_amounts,
     gpus_of,
     pieces_of,
-    root_capacity,
     rules_for,
 )
 from .index import RunningIndex
@@ -62,18 +61,20 @@ def find_victims(
     usage: Usage,
     budgets: Sequence[Budget],
     settings: PreemptionSettings,
+    capacity: Amounts,
 ) -> VictimChoice | NoChoice:
     """The victims whose eviction lets U start (admission and placement of all of U), and where
-    U then goes; or why there are none. Nothing shared is changed (the snapshot, the usage);
-    the index's node columns (a cache) catch up with the snapshot. `index` must read the
-    placer's snapshot. Not thread-safe: the caller serialises, as for the `Placer`."""
+    U then goes; or why there are none. `capacity`: the root's (DESIGN §10: what gputopo may
+    schedule, each shared GPU counted once; `scheduler.quota.capacity`), which fair shares
+    divide. Nothing shared is changed (the snapshot, the usage); the index's node columns (a
+    cache) catch up with the snapshot. `index` must read the placer's snapshot. Not
+    thread-safe: the caller serialises, as for the `Placer`."""
     if index.columns.snapshot is not placer.snapshot:
         raise ValueError("find_victims: the index and the placer read different snapshots")
     if preemptor.never:
         return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
     if not preemptor.pods:
         return NoChoice(reason="preemption: nothing to place")
-    capacity = root_capacity(placer.snapshot.free_totals(), usage)
     rules = rules_for(preemptor, tree, usage, index, settings, capacity, placer.snapshot)
     book = BudgetBook(budgets)
     found = _Search(placer, index, tree, usage, rules, book, settings).run()

@@ -6,7 +6,8 @@ clock. The scheduler runtime and the simulator both decide through these functio
 Modules, bottom up: `amounts` (quota units), `spec` (a Queue or ElasticQuota read), `tree` (the
 validated tree), `usage` (subtree usage from charged pods), `resolve` (which queue a pod is in),
 `admission` (max at every level, within guarantee), `order` (which queue next; fair share),
-`models` (keys per GPU model), `modelfilter` (the nodes a model quota keeps a unit off or prefers).
+`models` (keys per GPU model), `modelfilter` (the nodes a model quota keeps a unit off or prefers),
+`capacity` (the root's capacity from nodes, each shared GPU counted once).
 """
 
 from .admission import (

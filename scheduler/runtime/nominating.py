@@ -213,6 +213,7 @@ class Preemption:
             book.usage,
             self._cache.budgets.budgets(),
             self.settings,
+            book.capacity(),
         )
         result = "evicted" if isinstance(choice, VictimChoice) else "none"
         self._metrics.preemption_attempts.labels(result=result).inc()

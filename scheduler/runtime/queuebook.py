@@ -5,7 +5,7 @@ Usage is charged from pods (`charge`: bound or assumed, not finished, scheduled 
 new leader counts the same as the old one. The root's capacity is the allocatable of the known
 nodes minus what other schedulers' pods there request, each shared GPU counted once (DESIGN §12:
 the kubelet's allocatable counts the replicas of a plain `nvidia.com/gpu`, and a renamed one not
-at all; `set_shared`). The decisions themselves (admission, order,
+at all; `set_shared`, `scheduler.quota.capacity`). The decisions themselves (admission, order,
 fair share) are the pure functions of `scheduler.quota`. Callers hold `cache.lock`.
 """
 
@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.model import MILLI_PER_GPU
 from agent.objkey import ObjectKey, key_of
-from agent.resource_names import GPU_RESOURCE
 from scheduler.placement import GPU_PRODUCT_LABEL, GpuShare, NodeState
 from scheduler.quota import (
     ROOT,
@@ -31,6 +29,7 @@ from scheduler.quota import (
     request_amounts,
     resolve_queue,
 )
+from scheduler.quota.capacity import shared_gpu_fix
 from scheduler.quota.modelfilter import ModelNodes
 from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
 from scheduler.runtime.podinfo import PodInfo
@@ -184,15 +183,6 @@ class QueueBook:
         """What gputopo can schedule, per managed resource."""
         foreign = self._foreign.used(ROOT)
         return {r: max(self._total.get(r, 0) - foreign.get(r, 0), 0) for r in self.tree.managed}
-
-
-def shared_gpu_fix(node: NodeState) -> dict[str, int]:
-    """What the node's allocatable miscounts of its shared GPUs, in milli-GPU: each shared GPU
-    is one GPU; the kubelet counted its replicas (`nvidia.com/gpu` shared) or nothing (renamed)."""
-    replicas = [n for n in node.gpu_slots if n]
-    counted = sum(replicas) if node.share_resource == GPU_RESOURCE else 0
-    delta = (len(replicas) - counted) * MILLI_PER_GPU
-    return {GPU_RESOURCE: delta} if delta else {}
 
 
 def _store(into: dict[Any, Obj], key: Any, etype: str, obj: Obj) -> None:

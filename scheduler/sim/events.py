@@ -42,9 +42,9 @@ from scheduler.quota import (
     QuotaTree,
     Usage,
     admission_problem,
-    allocatable_amounts,
     queue_problem,
 )
+from scheduler.quota.capacity import nodes_capacity
 from scheduler.sim.build import build_cluster, job_requests, node_names, ranked_names
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.domains import DomainMeter
@@ -80,10 +80,7 @@ class _EventRun:
         self.usage = Usage(self.tree)
         self._order = QueueOrder()
         self.models = ModelBudgets(self.tree, self.usage, scheduler.cluster.snapshot)
-        nodes = scheduler.cluster.snapshot.nodes
-        self.capacity = self.models.capacity(
-            {name: allocatable_amounts(node.allocatable) for name, node in nodes.items()}
-        )
+        self.capacity = nodes_capacity(scheduler.cluster.snapshot.nodes.values())
         self.meter = QueueMeter(self.tree, self.usage)
         self.waits: list[float] = []
         self.jobs_placed = 0
@@ -102,7 +99,7 @@ class _EventRun:
         self.preemption = (
             None
             if preemption is None
-            else SimPreemption(scheduler.placer, self.tree, self.usage, preemption)
+            else SimPreemption(scheduler.placer, self.tree, self.usage, preemption, self.capacity)
         )
         self._running: dict[str, tuple[Pending, str, PodRequest]] = {}  # pod key -> its job
         self._seq_of: dict[str, int] = {}  # pod key -> its finishing event (absent: cancelled)

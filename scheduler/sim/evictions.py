@@ -45,7 +45,7 @@ from scheduler.preemption import (
     find_victims,
     take_hold,
 )
-from scheduler.quota import QuotaTree, Usage
+from scheduler.quota import Amounts, QuotaTree, Usage
 
 __all__ = ["RETRY_SECONDS", "EvictionReport", "SimPreemption"]
 
@@ -80,9 +80,16 @@ class SimPreemption:
     """The run's running units, the victim search, and what evictions cost."""
 
     def __init__(
-        self, placer: Placer, tree: QuotaTree, usage: Usage, settings: PreemptionSettings
+        self,
+        placer: Placer,
+        tree: QuotaTree,
+        usage: Usage,
+        settings: PreemptionSettings,
+        capacity: Amounts,
     ) -> None:
+        """`capacity`: the root's (`scheduler.quota.capacity`), which fair shares divide."""
         self.placer, self.tree, self.usage, self.settings = placer, tree, usage, settings
+        self.capacity = capacity
         self.index = RunningIndex(placer.snapshot)
         self._jobs: dict[str, _Job] = {}
         self._job_of: dict[str, str] = {}  # pod key -> job name
@@ -150,7 +157,9 @@ class SimPreemption:
         key = u.key
         if self._retry.get(key, -1.0) > now:
             return None
-        found = find_victims(u, self.placer, self.index, self.tree, self.usage, (), self.settings)
+        found = find_victims(
+            u, self.placer, self.index, self.tree, self.usage, (), self.settings, self.capacity
+        )
         if isinstance(found, NoChoice) or not found.evictions:
             self._retry[key] = now + RETRY_SECONDS
             return None

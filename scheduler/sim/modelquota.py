@@ -3,8 +3,8 @@
 A pod is charged its plain amounts and the keys of its node's model the tree names; a unit is
 placed off the models whose max its queue has reached, preferring the models it is within
 guarantee on (`scheduler.quota.modelfilter`, shared with the runtime); a gang is admitted only if
-its members together fit every model key; the root's capacity counts each model key on that
-model's nodes. With no model key in the tree this costs nothing.
+its members together fit every model key (the root's capacity counts each model key on that
+model's nodes: `scheduler.quota.capacity`). With no model key in the tree this costs nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from scheduler.placement import GPU_PRODUCT_LABEL, Assignment, PodRequest, Snapshot
 from scheduler.quota import QuotaTree, Usage, add_into, admission_problem, request_amounts
 from scheduler.quota.modelfilter import ModelFilter, ModelNodes, model_filter
-from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
+from scheduler.quota.models import model_of_product, named_model_amounts
 
 __all__ = ["ModelBudgets"]
 
@@ -57,11 +57,3 @@ class ModelBudgets:
             model = self.model_of.get(assignment.node, "")
             add_into(extra, named_model_amounts(plain, model, self.tree))
         return not extra or admission_problem(self.tree, self.usage, leaf, extra) is None
-
-    def capacity(self, allocatable: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
-        """The root's capacity from each node's allocatable (quota units), model keys too."""
-        total: dict[str, int] = {}
-        for name, counted in allocatable.items():
-            add_into(total, counted)
-            add_into(total, model_amounts(counted, self.model_of.get(name, "")))
-        return total

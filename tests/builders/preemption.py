@@ -26,6 +26,7 @@ from scheduler.preemption import (
     find_victims,
 )
 from scheduler.quota import QuotaTree, Usage, read_queue, request_amounts
+from scheduler.quota.capacity import nodes_capacity
 from scheduler.quota.models import model_of_product, named_model_amounts
 from tests.builders.placement import make_node, pod
 
@@ -113,7 +114,10 @@ class World:
         preemptor: Preemptor,
         settings: PreemptionSettings | None = None,
         budgets: Iterable[Budget] = (),
+        capacity: Mapping[str, int] | None = None,
     ) -> VictimChoice | NoChoice:
+        """The search for `preemptor`; `capacity`: the root's (default: the nodes', as no other
+        scheduler runs pods here)."""
         return find_victims(
             preemptor,
             self.placer,
@@ -122,6 +126,7 @@ class World:
             self.usage,
             tuple(budgets),
             settings or PreemptionSettings(),
+            nodes_capacity(self.snapshot.nodes.values()) if capacity is None else capacity,
         )
 
 

@@ -15,7 +15,7 @@ from scheduler.preemption import (
 )
 from scheduler.quota import QuotaTree
 from tests.builders.placement import make_node, pod
-from tests.builders.preemption import GPU, World, preemptor, queue, world
+from tests.builders.preemption import GPU, G, World, preemptor, queue, world
 
 
 def chosen(result: VictimChoice | NoChoice) -> VictimChoice:
@@ -250,6 +250,20 @@ def test_reclaim_to_fair_share_takes_from_a_queue_above_its_share() -> None:
     assert isinstance(w.find(too_much, fair), NoChoice)
 
 
+def test_reclaim_to_fair_share_divides_the_capacity_it_is_given() -> None:
+    """Fair shares divide the root's capacity as the caller counts it (each shared GPU once,
+    `nodes_capacity`), not what the kubelet advertises: had the 8 GPUs of one node been
+    time-sliced under a renamed resource, which no allocatable `nvidia.com/gpu` counts, a's
+    share of the 8 left would have been 4 and its 8 past it."""
+    w = world("n1", "n2", queues=[queue("a", max={GPU: 16}), queue("b", max={GPU: 16})])
+    w.fill("n1", 8, prefix="b-x", leaf="b", priority=5)
+    w.fill("n2", 8, prefix="b-y", leaf="b", priority=5, started=50)
+    fair = PreemptionSettings(reclaim_to_fair_share=True)
+    u = preemptor(gpus=8, leaf="a", priority=0)
+    assert {e.reason for e in chosen(w.find(u, fair)).evictions} == {VictimReason.RECLAIM}
+    assert isinstance(w.find(u, fair, capacity={GPU: 8 * G}), NoChoice)
+
+
 def test_a_unit_that_fits_needs_no_victim() -> None:
     w = world("a", "b")
     w.fill("a", 8, prefix="pa")
@@ -281,8 +295,9 @@ def test_pods_a_budget_protects_are_given_back_first() -> None:
 def test_the_index_must_read_the_placers_snapshot() -> None:
     w = world("a")
     other = world("a")
+    settings = PreemptionSettings()
     with pytest.raises(ValueError, match="different snapshots"):
-        find_victims(preemptor(), other.placer, w.index, w.tree, w.usage, (), PreemptionSettings())
+        find_victims(preemptor(), other.placer, w.index, w.tree, w.usage, (), settings, {})
 
 
 def test_a_gang_that_must_stay_in_one_rack_takes_its_victims_there() -> None:

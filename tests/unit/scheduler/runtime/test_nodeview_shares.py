@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.quota.capacity import nodes_capacity
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.queuebook import QUEUES
 from tests.builders.nodes import node_obj
@@ -91,10 +92,13 @@ def test_an_unshared_node_keeps_whole_gpus():
 
 
 def queue_capacity(cache: ClusterCache) -> int:
-    """The queues' root capacity in milli-GPU (one queue with a GPU max makes the GPU managed)."""
+    """The queues' root capacity in milli-GPU (one queue with a GPU max makes the GPU managed),
+    which with no other scheduler's pods is what the simulator counts of the same nodes."""
     team = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": "100"}}}
     cache.queues.apply(QUEUES, "ADDED", team)
-    return cache.queues.capacity()["nvidia.com/gpu"]
+    kept = cache.queues.capacity()["nvidia.com/gpu"]
+    assert kept == nodes_capacity(cache.snapshot.nodes.values()).get("nvidia.com/gpu", 0)
+    return kept
 
 
 def test_queue_capacity_counts_each_shared_gpu_once_under_a_renamed_resource():

@@ -196,6 +196,7 @@ class _EventRun:
             pods=tuple(unit.pods),
             leaf=leaf,
             priority=job.priority,
+            topology=job.topology if unit.gang else None,
             excluded=off,
             prefer_clique=self.scheduler.policy.prefer_clique,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.placement import TopologyConstraint
 from scheduler.preemption import PreemptionSettings
 from scheduler.quota import read_queue
 from scheduler.sim.events import run_events
@@ -168,3 +169,34 @@ def test_a_hold_whose_nodes_drain_is_renewed_on_them_until_the_unit_starts() -> 
     assert result.waits["4-gpu"].longest == 1290.0
     assert result.preemption is not None
     assert result.preemption.pods_evicted == 0
+
+
+RACKS = ClusterSpec(
+    (
+        NodeGroup(
+            name="n",
+            count=4,
+            gpus=4,
+            model="H100",
+            cpu_milli=64_000,
+            memory=512 * GIB,
+            topology={"gputopo.io/rack": "rack-{index/2}"},
+        ),
+    )
+)
+
+
+def test_a_gang_held_to_one_rack_takes_its_victims_in_one_rack() -> None:
+    """The search knows the gang's topology, as the runtime's does: the cheapest victims (the
+    priority-0 pods on n-0 and n-2) are in two racks, so it takes a rack's two nodes instead,
+    and the gang starts at once; no eviction is in vain."""
+    fills = [(0, 0), (1, 1), (2, 0), (3, 1)]  # (arrival, priority): bestfit fills n-0 .. n-3
+    pods = [job(f"p{t}-{i}", priority=p, arrival=float(t)) for t, p in fills for i in range(4)]
+    rack = TopologyConstraint(label="gputopo.io/rack", required=True)
+    gang = job("g", gpus=4, replicas=2, min_member=2, arrival=10.0, priority=10, topology=rack)
+    result = run_events(RACKS, Workload((*pods, gang)), "bestfit", 1, preemption=ON)
+    assert result.preemption is not None
+    assert (result.preemption.preemptions, result.preemption.wasted) == (1, 0)
+    assert result.preemption.pods_evicted == 8
+    assert result.gang_wait_seconds == 0.0  # started at its arrival, in one rack
+    assert result.pods_placed == result.pods_arrived  # the evicted pods ran again later

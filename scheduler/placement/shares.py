@@ -22,7 +22,7 @@ from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import ContainerShare, share_milli
 
-from .gpushare import GpuShare
+from .gpushare import MAX_COMPUTE_PERCENT, GpuShare
 from .node import Assignment, NodeState
 from .request import PodRequest
 
@@ -98,10 +98,15 @@ def share_asks(pod: PodRequest, node: NodeState) -> tuple[ContainerShare, ...]:
 
 
 def _size(ask: ContainerShare, slots: int, total: int) -> tuple[int, int, int]:
-    """(milli, memory, compute) of `ask` on a GPU of `slots` replicas and `total` bytes."""
+    """(milli, memory, compute) of `ask` on a GPU of `slots` replicas and `total` bytes; an
+    equal split with a compute limit takes that compute too (as the agent counts it), and its
+    milli is the larger of its replicas' part and its compute (as `share_milli`)."""
     n = ask.replicas
     if ask.memory_bytes is None:
-        return min(MILLI_PER_GPU, MILLI_PER_GPU * n // slots), n * (total // slots), 0
+        compute = ask.compute_percent or 0
+        split = min(MILLI_PER_GPU, MILLI_PER_GPU * n // slots)
+        milli = max(split, compute * MILLI_PER_GPU // MAX_COMPUTE_PERCENT)
+        return milli, n * (total // slots), compute
     milli = share_milli(
         memory_bytes=ask.memory_bytes, compute_percent=ask.compute_percent, gpu_memory_bytes=total
     )

@@ -71,6 +71,23 @@ def test_compute_steers_a_share_to_the_gpu_with_compute_left():
     assert gpus_of(fit.assignment) == [1]
 
 
+def test_an_equal_split_with_a_compute_limit_takes_that_compute():
+    """A replica with `gpu-compute` and no `gpu-memory` is an equal split of the memory that
+    also takes its compute (as the agent counts it): its milli is the larger of the two, and
+    the next such share finds the compute gone."""
+    node = shared_node(shared=2, slots=4)
+    first = share_pod("default/a", share(compute=60))
+    fit = filter_node(first, node)
+    assert fit.assignment is not None
+    assert fit.assignment.shares == (
+        GpuShare(gpu=0, milli=600, memory=20 * GIB, compute=60, slots=1, container="c"),
+    )
+    node.add_pod(first, fit.assignment)
+    assert (node.compute_free, node.gpu_free) == ([40, 100], [400, 1000])
+    again = filter_node(share_pod("default/b", share(compute=60)), node)
+    assert gpus_of(again.assignment) == [1]
+
+
 def test_a_whole_gpu_pod_never_takes_a_shared_gpu():
     mixed = shared_node(shared=1, whole=1)
     fit = filter_node(pod("default/w", gpus=1), mixed)

@@ -9,7 +9,8 @@ GPU shares (DESIGN §12): a share's replica resource is never charged (`nvidia.c
 never a managed resource; a replica of `nvidia.com/gpu` is not a whole GPU); each share is
 charged as `nvidia.com/gpu` in its milli and as `gputopo.io/gpu-memory` bytes. A placed share's
 milli and memory depend on its GPU; a share not yet placed is charged what it asks alone (its
-memory, its compute as milli), a lower bound.
+memory, its compute as milli; once per replica that init and app containers take in turn), a
+lower bound.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agent.quantity import format_milli, to_int, to_milli
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import GPU_MEMORY, SHARED_GPU_RESOURCE
 from scheduler.placement import GpuShare, PodRequest
+from scheduler.placement.shares import share_groups
 from scheduler.quota.models import base_of
 
 __all__ = [
@@ -62,8 +64,7 @@ def request_amounts(request: PodRequest, shares: Sequence[GpuShare] = ()) -> dic
         out[GPU_RESOURCE] = sum(s.milli for s in shares)
         memory = sum(s.memory for s in shares)
     elif request.shares:
-        out[GPU_RESOURCE] = sum(max(1, (a.compute_percent or 0) * 10) for a in request.shares)
-        memory = sum(a.memory_bytes or 0 for a in request.shares)
+        out[GPU_RESOURCE], memory = _unplaced(request)
     else:
         if request.gpu_milli_total:
             out[GPU_RESOURCE] = request.gpu_milli_total
@@ -71,6 +72,18 @@ def request_amounts(request: PodRequest, shares: Sequence[GpuShare] = ()) -> dic
     if memory:
         out[GPU_MEMORY] = memory
     return out
+
+
+def _unplaced(request: PodRequest) -> tuple[int, int]:
+    """(milli, memory) of shares not yet placed: per replica group (containers that run on one
+    replica in turn, `share_groups`), the most any member asks, its compute as milli (at least
+    1), as the group is charged once placed (`group_on`)."""
+    asks = request.shares
+    milli = memory = 0
+    for members in share_groups(request, asks):
+        milli += max(max(1, (asks[i].compute_percent or 0) * 10) for i in members)
+        memory += max(asks[i].memory_bytes or 0 for i in members)
+    return milli, memory
 
 
 def allocatable_amounts(allocatable: Amounts) -> dict[str, int]:

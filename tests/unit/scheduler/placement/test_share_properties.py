@@ -79,12 +79,20 @@ class Shares(RuleBasedStateMachine):
     @invariant()
     def no_gpu_is_overbooked(self):
         for node in self.snapshot.nodes.values():
+            asked = {
+                (p.key, ask.container): ask.compute_percent or 0
+                for p, _a in node.pods.values()
+                for ask in p.shares
+            }
             for g, slots in enumerate(node.gpu_slots):
-                used = [s for _p, a in node.pods.values() for s in a.shares if s.gpu == g]
+                on = [(p.key, s) for p, a in node.pods.values() for s in a.shares if s.gpu == g]
+                used = [s for _key, s in on]
                 if slots:
                     assert sum(s.slots for s in used) <= slots
                     assert sum(s.memory for s in used) <= node.gpu_memory[g]
                     assert sum(s.compute for s in used) <= 100
+                    # what the containers asked, not only what was charged: the agent limits that
+                    assert sum(asked.get((key, s.container), 0) for key, s in on) <= 100
                     assert not any(g in a.gpus for _p, a in node.pods.values())
                 else:
                     assert not used

@@ -4,6 +4,8 @@ every node's incremental per-GPU view equals one rebuilt from its pods."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -11,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
 from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, default_scoring
+from scheduler.placement.shares import share_groups
 from tests.builders.placement import GIB, make_node, pod, share, share_pod, shared_node
 
 SIZES = st.sampled_from([None, 4 * GIB, 10 * GIB, 20 * GIB, 40 * GIB, 79 * GIB])
@@ -64,6 +67,15 @@ class Shares(RuleBasedStateMachine):
         ]
         self._place(share_pod(f"default/s{self.count}", *asks))
 
+    @rule(init=SIZES, init_compute=COMPUTE, memory=SIZES, compute=COMPUTE)
+    def share_after_an_init_container_arrives(self, init, init_compute, memory, compute):
+        """An init container's replica taken again by the app container (`share_reuse`)."""
+        self.count += 1
+        first = share("init", memory=init, compute=init_compute, init=True)
+        app = share("main", memory=memory, compute=compute)
+        request = replace(share_pod(f"default/i{self.count}", first, app), share_reuse=(0, 0))
+        self._place(request)
+
     @rule(gpus=st.integers(1, 3))
     def whole_arrives(self, gpus):
         self.count += 1
@@ -79,10 +91,12 @@ class Shares(RuleBasedStateMachine):
     @invariant()
     def no_gpu_is_overbooked(self):
         for node in self.snapshot.nodes.values():
-            asked = {
-                (p.key, ask.container): ask.compute_percent or 0
+            asked = {  # per replica group, on its first holder: the most a member asks
+                (p.key, p.shares[members[0]].container): max(
+                    p.shares[i].compute_percent or 0 for i in members
+                )
                 for p, _a in node.pods.values()
-                for ask in p.shares
+                for members in share_groups(p, p.shares)
             }
             for g, slots in enumerate(node.gpu_slots):
                 on = [(p.key, s) for p, a in node.pods.values() for s in a.shares if s.gpu == g]

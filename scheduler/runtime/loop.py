@@ -1,6 +1,7 @@
 """The scheduling loop: watch intake, one unit per cycle (a pod or a gang), parallel binding.
 
-Intake (informer threads) updates the cache and the queue under `cache.lock`. A cycle pops one
+Intake (informer threads, `scheduler.runtime.intake`) updates the cache and the queue under
+`cache.lock`. A cycle pops one
 unit, decides under the lock with a `Placer` bound to the live snapshot, assumes what it placed,
 and hands the binds to a thread pool, so the next cycle starts at once.
 
@@ -20,12 +21,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agent.objkey import ObjectKey, key_of, split_key
+from agent.objkey import ObjectKey
 from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECONDS
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
@@ -36,16 +37,13 @@ from scheduler.preemption import PreemptionSettings
 from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gangs import GangTracker
+from scheduler.runtime.intake import SHARE_LOCK, Intake
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.podinfo import (
     PodInfo,
-    admission_rejection,
-    placement_inputs_equal,
-    read_pod,
 )
-from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
@@ -53,12 +51,6 @@ from scheduler.runtime.sharebind import ShareBinding
 from scheduler.runtime.volumes import VolumeCheck
 
 log = logging.getLogger(__name__)
-
-SHARE_LOCK = "share-lock"
-"""Why a share pod waits when every node that fits is admitting another share."""
-
-PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
-PDBS = "poddisruptionbudgets"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,22 +62,6 @@ class LoopSettings:
     queue_status_period: float = 2.0  # Queue status written at most this often (on change)
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE  # where share Leases live
     share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
-
-
-def _key(kind: str, obj: Mapping[str, Any]) -> str:
-    """What `ClusterCache.keys_of(kind)` lists for `obj`: pods and PodGroups by object key,
-    nodes and NRTs by name."""
-    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
-        return key_of(obj)
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _stub(kind: str, key: str) -> dict[str, Any]:
-    """A deleted object's stand-in (its metadata) for `_key(kind, ...)` == `key`."""
-    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
-        namespace, name = split_key(key)
-        return {"metadata": {"namespace": namespace, "name": name}}
-    return {"metadata": {"name": key}}
 
 
 class Scheduler:
@@ -110,7 +86,6 @@ class Scheduler:
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
-        self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
@@ -140,157 +115,26 @@ class Scheduler:
         seconds = self._settings.share_lock_seconds
         locks = ShareLocks(kube, self._settings.share_lock_namespace, seconds, time.time)
         self.shares = ShareBinding(locks, kube.annotate_pod, time.time, seconds)
+        self.intake = Intake(
+            cache,
+            queue,
+            self.quota,
+            self.gangs,
+            self.preemption,
+            self.shares,
+            reporter,
+            metrics,
+            self._reasons,
+        )
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
-        """A full list of `kind`: apply every object, delete what is no longer there. Pods are
-        read before the lock is taken (as `event` reads them), so the other informers' lists
-        go into the cache meanwhile."""
-        reads: list[PodInfo | None] = [None] * len(items)
-        if kind == PODS:
-            pods, name, memo = self.cache.pods, self.cache.scheduler_name, self.cache.requests
-            reads = [read_pod(o, name, pods.get(key_of(o)) if pods else None, memo) for o in items]
-        with self.cache.lock, self.queue.batch():
-            if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
-                if self.quota.on_queue(kind, "ADDED", None, items):
-                    self._requeue_all()
-                return
-            if kind == PDBS:
-                self.cache.budgets.replace(items, self.cache.pods.values())
-                return
-            self._listing = True
-            try:
-                self._apply_list(kind, items, reads)
-            finally:
-                self._listing = False
-                if self._room_freed:
-                    self._room_freed = False
-                    self.queue.move_all_to_active()
-
-    def _apply_list(
-        self, kind: str, items: list[dict[str, Any]], reads: list[PodInfo | None]
-    ) -> None:
-        before = set(self.cache.keys_of(kind))
-        seen = set()
-        for obj, read in zip(items, reads, strict=True):
-            self._apply(kind, "ADDED", obj, read)
-            seen.add(_key(kind, obj) if read is None else read.key)
-        for key in before - seen:
-            self._apply(kind, "DELETED", _stub(kind, key))
-
-    def _room_changed(self) -> None:
-        """Room may have been freed: every unschedulable unit is tried again; once per list
-        (each move walks every unit: once per object of a list of thousands was quadratic)."""
-        if self._listing:
-            self._room_freed = True
-        else:
-            self.queue.move_all_to_active()
+        """A full list of `kind` (`Intake.replace`)."""
+        self.intake.replace(kind, items)
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        read = None
-        if kind == PODS and etype != "DELETED":
-            # Only this informer's thread replaces pod entries, so the entry read without the
-            # lock is the pod as last read (its request and object are never changed in place).
-            previous = self.cache.pods.get(key_of(obj))
-            read = read_pod(obj, self.cache.scheduler_name, previous, self.cache.requests)
-        with self.cache.lock:
-            self._apply(kind, etype, obj, read)
-
-    def _apply(
-        self, kind: str, etype: str, obj: Mapping[str, Any], read: PodInfo | None = None
-    ) -> None:
-        if kind == PODS:
-            self._on_pod(etype, obj, read)
-        elif kind == NODES:
-            self._on_node(etype, obj)
-        elif kind == NRTS:
-            self._on_nrt(etype, obj)
-        elif kind == PODGROUPS:
-            self.gangs.on_group(etype, obj)
-        elif kind in (QUEUES, ELASTIC_QUOTAS) and self.quota.on_queue(kind, etype, obj):
-            self._requeue_all()
-        elif kind == PDBS:
-            self.cache.budgets.apply(etype, obj, self.cache.pods.values())
-
-    def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
-        """A share lock this scheduler knew held is over: its waiters are tried again now."""
-        if self.shares.pod_changed(key, info):
-            waiting = [k for k, reason in self._reasons.items() if reason == SHARE_LOCK]
-            self.queue.activate(UnitKey(UnitKind.POD, k) for k in waiting)
-
-    def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
-        if etype == "DELETED":
-            key = key_of(obj)
-            old, new = self.cache.delete_pod(key), None
-        else:
-            old, new = self.cache.upsert_pod(obj, read)
-            key = new.key
-        if new is None or not new.pending:
-            self._reasons.pop(key, None)
-        self._share_holder_changed(key, new)
-        if new is None and old is not None:
-            self._reporter.forget(old.obj)
-        if old is not None and not old.terminal and (new is None or new.terminal):
-            self.preemption.pod_gone(old)
-            rejected = None if new is None or not new.ours else admission_rejection(new.obj)
-            if rejected is not None:
-                self._metrics.admission_rejections.labels(reason=rejected).inc()
-        if (
-            old is not None
-            and old.counted
-            and (new is None or not new.counted or new.node != old.node)
-        ):
-            self._room_changed()
-        info = new or old
-        if info is None:
-            return
-        fresh = new is not None and new.pending and not new.gated
-        if new is not None and old is not None and old.pending and not old.gated:
-            # else a status update: nothing new to try
-            fresh = fresh and not placement_inputs_equal(old.obj, new.obj)
-        if info.group is not None:
-            self.gangs.on_member(info, fresh)
-            return
-        unit = UnitKey(UnitKind.POD, info.key)
-        if fresh and new is not None:
-            self.queue.add(unit, new.request.priority, new.created, self.cache.leaf_of(new)[0])
-        elif new is None or not new.pending or new.gated:
-            self.queue.remove(unit)
-
-    def _requeue_all(self) -> None:
-        """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,
-        in one batch, so the loop pops the highest of them first and not whichever came first."""
-        with self.queue.batch():
-            for info in list(self.cache.pods.values()):
-                if not info.pending or info.gated:
-                    continue
-                if info.group is not None:
-                    self.gangs.on_member(info, True)
-                else:
-                    unit = UnitKey(UnitKind.POD, info.key)
-                    self.queue.add(
-                        unit, info.request.priority, info.created, self.cache.leaf_of(info)[0]
-                    )
-            self.queue.move_all_to_active()
-
-    def _on_node(self, etype: str, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        if etype == "DELETED":
-            self.cache.delete_node(name)
-            return
-        changed, problem = self.cache.upsert_node(obj)
-        if problem:
-            self._reporter.warn(obj, "Node", "InvalidNode", problem)
-        if changed:
-            self._room_changed()
-
-    def _on_nrt(self, etype: str, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        if etype == "DELETED":
-            self.cache.delete_nrt(name)
-        elif problem := self.cache.upsert_nrt(obj):
-            self._reporter.warn(obj, "NodeResourceTopology", "InvalidNodeResourceTopology", problem)
-        self._room_changed()
+        """One watch event (`Intake.event`)."""
+        self.intake.event(kind, etype, obj)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -170,6 +170,8 @@ def test_the_queue_furthest_below_its_min_goes_first(fake_api, api) -> None:
     with running(fake_api, bind_workers=1):  # binds in the order decided
         create_pod(core, pod_body("new", gpus=1, namespace="team-b"))  # older of the two
         create_pod(core, pod_body("new", gpus=1, namespace="team-a"))
+        for ns in ("team-b", "team-a"):  # both seen (the Queue's informer may run ahead)
+            wait_for(lambda ns=ns: "paused" in _reason(fake_api, "new", ns), 10, "paused")
         fake_api.clear_requests()
         patch_queue(custom, "root", {"paused": False})
         wait_for(lambda: len(bind_order(fake_api)) == 2, 10, "both bound")

@@ -34,12 +34,16 @@ __all__ = ["Placer"]
 
 
 class Placer:
-    """Decides pods on `snapshot` with `scoring`, exactly as `pick` does."""
+    """Decides pods on `snapshot` with `scoring`, exactly as `pick` does. `memo` False: always
+    through `pick`, for a snapshot that lives for a few decisions (the victim search's what-if
+    areas): building the memo's per-node records costs more than it saves there."""
 
-    def __init__(self, snapshot: Snapshot, scoring: Scoring) -> None:
+    def __init__(self, snapshot: Snapshot, scoring: Scoring, *, memo: bool = True) -> None:
         self._snapshot = snapshot
         self._scoring = scoring
-        self._memo = VerdictMemo(snapshot, scoring) if scoring.candidate_limit == 0 else None
+        self._memo = (
+            VerdictMemo(snapshot, scoring) if memo and scoring.candidate_limit == 0 else None
+        )
         self._cache = VerdictCache(snapshot) if self._memo is None else None
 
     @property

@@ -215,7 +215,10 @@ class _Search:
         small = Snapshot(self.live.node(n).clone() for n in nodes)
         ledger = Ledger(self.tree, self.usage, self.rules)
         return Workbench(
-            Placer(small, self.placer.scoring), self.rules.preemptor, ledger, self.budgets
+            Placer(small, self.placer.scoring, memo=False),
+            self.rules.preemptor,
+            ledger,
+            self.budgets,
         )
 
     def _keep(self, found: Outcome | Miss) -> None:

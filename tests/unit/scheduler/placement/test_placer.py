@@ -72,12 +72,13 @@ def scorings() -> dict[str, Scoring]:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.sampled_from(sorted(scorings())))
-def test_same_decisions_as_pick(seed: int, name: str):
+@given(st.integers(0, 10_000), st.sampled_from(sorted(scorings())), st.booleans())
+def test_same_decisions_as_pick(seed: int, name: str, memo: bool):
+    """With or without the memo (`memo=False`: the victim search's short-lived snapshots)."""
     rng = random.Random(seed)
     cluster = small_cluster(rng)
     scoring = scorings()[name]
-    placer = Placer(cluster.snapshot, scoring)
+    placer = Placer(cluster.snapshot, scoring, memo=memo)
     for k in range(40):
         pod = random_pod(rng, f"default/p{k}")
         expected = pick(pod, cluster.snapshot, scoring, explain=False)

@@ -71,17 +71,19 @@ def test_upstream_nrt_crd_component_leaves_only_our_crd_out(crds):
     assert len(kept) == len(crds) - 1
 
 
-def test_pod_monitors_select_each_component_and_its_metrics_port(objects):
+def test_pod_monitors_select_each_workload_and_its_metrics_port(objects):
     rendered = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "monitoring")
     assert sorted(m["kind"] for m in rendered) == [
         "ConfigMap",
         "PodMonitor",
         "PodMonitor",
+        "PodMonitor",
         "PrometheusRule",
     ]
     monitors = r.by_kind(rendered, "PodMonitor")
-    workloads = [o for o in objects if o["kind"] in {"DaemonSet", "Deployment"}]
-    assert len(monitors) == len(workloads) == 2
+    mps = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "mps")
+    workloads = [o for o in [*objects, *mps] if o["kind"] in {"DaemonSet", "Deployment"}]
+    assert len(monitors) == len(workloads) == 3  # the agent, the scheduler, optional/mps/
     for workload in workloads:
         template = workload["spec"]["template"]
         namespace = workload["metadata"]["namespace"]

@@ -134,3 +134,30 @@ def test_no_doc_sends_readers_to_a_design_section(doc):
 @SHARE_A_GPU
 def test_the_readme_share_a_gpu_section_sends_readers_to_no_design_section():
     assert not DESIGN_SECTION.search(_readme_share_section())
+
+
+def test_the_readme_says_how_many_tests_there_are(request):
+    """Checked in a run of the whole suite (`bash scripts/test.sh`, CI): a part has fewer."""
+    collected = len(request.session.items)
+    if collected < 1000:
+        pytest.skip(
+            f"{collected} tests collected: not the whole suite, whose count the README gives"
+        )
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (said,) = re.findall(r"some ([\d,]+) tests", readme)
+    assert abs(int(said.replace(",", "")) - collected) <= collected // 10, collected
+
+
+def test_no_documented_pytest_command_passes_a_second_q():
+    """pyproject's addopts has `-q`; a second one hides the summary line."""
+    addopts = re.search(r'addopts = "([^"]*)"', (ROOT / "pyproject.toml").read_text("utf-8"))
+    assert addopts is not None
+    assert "-q" in addopts.group(1).split()
+    commands = [
+        line
+        for doc in [*_docs(), ROOT / "scripts" / "test.sh", ROOT / ".ci" / "run"]
+        for line in doc.read_text(encoding="utf-8").splitlines()
+        if re.search(r"\bpytest\b", line) and not line.lstrip().startswith(("#", "import"))
+    ]
+    assert len(commands) > 5
+    assert [c for c in commands if re.search(r"\spytest\b.*\s-q+\b", c)] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -163,3 +164,22 @@ def test_render_reports_a_missing_resource(tmp_path):
     out = r.render(tmp_path)
     assert out.missing == ("gone.yaml",)
     assert [r.key(o) for o in out.objects] == [("v1", "ConfigMap", "ns1", "a")]
+
+
+def _readme_kubectl_lines() -> list[str]:
+    readme = (r.REPO / "README.md").read_text(encoding="utf-8")
+    return [line.strip() for line in readme.splitlines() if line.strip().startswith("kubectl ")]
+
+
+def test_the_readme_applies_the_crds_first_and_never_deletes_them_wholesale():
+    lines = _readme_kubectl_lines()
+    commands = [line.split("#")[0].strip() for line in lines]
+    applies = [c for c in commands if c.startswith("kubectl apply -k daemonset/")]
+    assert applies.index("kubectl apply -k daemonset/crds/") < applies.index(
+        "kubectl apply -k daemonset/"
+    )
+    assert "kubectl delete -k daemonset/" in commands
+    assert [c for c in commands if c.startswith("kubectl delete -k daemonset/crds")] == []
+    shared = [x for x in lines if re.match(r"kubectl delete -f daemonset/crds/(podgroup|noder)", x)]
+    assert len(shared) == 2
+    assert all("# ONLY if no " in x for x in shared)  # the warning is on the command's own line

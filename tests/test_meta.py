@@ -36,8 +36,9 @@ MIRRORED = {
     },
 }
 """tests/<kind>/<name>/... mirrors the folder MIRRORED[kind][name]."""
-SUITE_WIDE = {TESTS / "test_meta.py"}
-"""Test modules about the suite as a whole, allowed at the top of tests/."""
+SUITE_WIDE = {TESTS / "test_meta.py", TESTS / "test_docs.py"}
+"""Test modules about the suite, or the repository's docs, as a whole: allowed at the top of
+tests/."""
 TIERS = {TESTS / "realk8s"}
 """Folders of tiers that test the product as a whole against real parts (not one package)."""
 

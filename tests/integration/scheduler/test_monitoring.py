@@ -2,9 +2,10 @@
 real agent on fixture GPUs and a real scheduler on the fake API server, placing pods.
 
 Every metric a dashboard query or an alert names is on the agent's or the scheduler's live
-`/metrics`; and a real Prometheus scraping both every second gets at least one series for every
-dashboard query, loads the rules, and fires `GputopoGpuUnhealthy` once an Xid makes a GPU
-Unhealthy (and `GputopoQueueBelowGuarantee` for the queue the workload leaves short)."""
+`/metrics` (or the MPS DaemonSet's, which the stack does not run); and a real Prometheus
+scraping both every second gets at least one series for every dashboard query, loads the rules,
+and fires `GputopoGpuUnhealthy` once an Xid makes a GPU Unhealthy (and
+`GputopoQueueBelowGuarantee` for the queue the workload leaves short)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def test_every_metric_the_dashboard_and_the_alerts_name_is_exported(stack) -> No
     exported = mon.exported_names(_page(stack.agent_port)) | mon.exported_names(
         _page(stack.scheduler_port)
     )
+    exported |= mon.exported_names(mon.mps_page())  # GputopoMpsNotServing; no MPS daemon here
     queries = list(mon.all_queries())
     unknown = [
         f"{q.where}: {name}"

@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
             str(Path(state()["bin"]) / "kubectl"),
             f"--kubeconfig={RUN_DIR / 'admin.kubeconfig'}",
         ]
-        subprocess.run([*kubectl, "apply", "--server-side", "-f", str(ROOT / "daemonset" / "crds")],
+        subprocess.run([*kubectl, "apply", "--server-side", "-k", str(ROOT / "daemonset" / "crds")],
                        check=True, capture_output=True)  # fmt: skip
         core = api()
         started = time.monotonic()

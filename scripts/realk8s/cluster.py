@@ -181,8 +181,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def start_apiserver(launcher: Launcher, certs: pki.Certs, etcd: str) -> int:
-    port = free_port()
+def start_apiserver(launcher: Launcher, certs: pki.Certs, etcd: str, port: int) -> None:
     gates, on = gate_flag(launcher.bin / "kube-apiserver")
     launcher.state["feature_gates"] = on
     launcher.state["apiserver"] = f"https://127.0.0.1:{port}"
@@ -209,7 +208,6 @@ def start_apiserver(launcher: Launcher, certs: pki.Certs, etcd: str) -> int:
         lambda: launcher.kubectl("get", "--raw=/readyz", check=False).returncode == 0,
         timeout=120,
     )
-    return port
 
 
 def start_controller_manager(launcher: Launcher, certs: pki.Certs) -> None:
@@ -224,7 +222,7 @@ def start_controller_manager(launcher: Launcher, certs: pki.Certs) -> None:
         f"--root-ca-file={certs.ca_crt}", f"--service-account-private-key-file={certs.sa_key}",
         "--use-service-account-credentials=true", "--leader-elect=false",
         f"--cluster-signing-cert-file={certs.ca_crt}", f"--cluster-signing-key-file={certs.ca_key}",
-        "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+        "--controllers=*,-node-ipam-controller",
         f"--feature-gates={gates}", "--v=1",
     ])  # fmt: skip
 
@@ -340,6 +338,7 @@ def kubelet_config(run: Path, node: str, certs: pki.Certs, sock: Path, gates: li
         "fileCheckFrequency: 5s",
         f"podCIDR: {POD_CIDR}",
         "resolvConf: /etc/resolv.conf",
+        f"podLogsDir: {run / 'pod-logs'}",
         "featureGates:",
         *(f"  {gate}: true" for gate in gates),
     ]
@@ -366,6 +365,7 @@ def start_kubelet(launcher: Launcher, certs: pki.Certs, node: str, sock: Path) -
         "device_plugin_dir": str(DEVICE_PLUGIN_DIR),
         "plugins_registry": str(root / "root" / "plugins_registry"),
         "plugins_dir": str(root / "root" / "plugins"),
+        "pod_logs_dir": str(run / "pod-logs"),
     }
     launcher.start("kubelet", [
         str(launcher.bin / "kubelet"), f"--config={config}",
@@ -406,8 +406,9 @@ def up(run: Path, node: str, parts: set[str]) -> None:
     certs = pki.make_all(run, node)
     launcher = Launcher(run, binaries)
     etcd = start_etcd(launcher)
-    port = start_apiserver(launcher, certs, etcd)
+    port = free_port()
     pki.write_kubeconfigs(run, certs, f"https://127.0.0.1:{port}", node)
+    start_apiserver(launcher, certs, etcd, port)
     launcher.state["kubeconfig"] = str(run / "admin.kubeconfig")
     launcher.state["bin"] = str(binaries)
     if "controllers" in parts:

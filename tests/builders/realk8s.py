@@ -30,6 +30,7 @@ from tests.builders.process import ROOT, CommandProcess
 SCRIPTS = ROOT / "scripts" / "realk8s"
 RUN_DIR = Path(os.environ.get("REALK8S_RUN", "/tmp/gputopo-realk8s"))
 NAMESPACE = "gputopo-system"
+AGENT_NAMESPACE = "gputopo-agent"
 TEST_IMAGE = "gputopo.test/busybox:1"
 ENABLE = "GPUTOPO_REALK8S"
 UNAVAILABLE = "GPUTOPO_REALK8S_UNAVAILABLE"
@@ -70,7 +71,7 @@ class Cluster:
         )
         self.state = json.loads((self.run_dir / "state.json").read_text())
         self.kubectl("apply", "-f", str(ROOT / "daemonset" / "namespace.yaml"))
-        self.kubectl("apply", "--server-side", "-f", str(ROOT / "daemonset" / "crds"))
+        self.kubectl("apply", "--server-side", "-k", str(ROOT / "daemonset" / "crds"))
         for crd in ("noderesourcetopologies.topology.node.k8s.io", "podgroups.scheduling.x-k8s.io"):
             self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
         for manifest in ("rbac-agent.yaml", "rbac-scheduler.yaml"):
@@ -79,6 +80,9 @@ class Cluster:
     def stop(self) -> None:
         for proc in self.processes:
             proc.stop()
+            name = Path(proc.proc.args[0]).name  # type: ignore[index]
+            log = self.run_dir / "logs" / f"{name}-{proc.proc.pid}.log"
+            log.write_text("\n".join(proc.lines) + "\n")
         subprocess.run(
             [sys.executable, str(SCRIPTS / "cluster.py"), "down", f"--run-dir={self.run_dir}"],
             check=False,
@@ -108,8 +112,8 @@ class Cluster:
         return done.stdout if done.returncode == 0 else done.stderr
 
     def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
-        """A kubeconfig with a fresh token of `namespace/name` (TokenRequest, one hour)."""
-        self.kubectl("create", "serviceaccount", name, "-n", namespace, check=False)
+        """A kubeconfig with a fresh token of the ServiceAccount `namespace/name` the manifests
+        create (TokenRequest, one hour)."""
         token = self.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
         admin = yaml.safe_load(self.kubeconfig.read_text())
         admin["users"] = [{"name": name, "user": {"token": token}}]
@@ -127,7 +131,7 @@ class Cluster:
             "--device-plugin-dir", kubelet["device_plugin_dir"],
             "--pod-resources-socket", kubelet["pod_resources_socket"],
             "--kubelet-config", kubelet["config"],
-            "--kubeconfig", str(self.service_account_kubeconfig("gputopo-agent")),
+            "--kubeconfig", str(self.service_account_kubeconfig("gputopo-agent", AGENT_NAMESPACE)),
             "--metrics-address", "127.0.0.1:0",
             *(["--config", str(config_file)] if config_file else []), *args,
         ]  # fmt: skip
@@ -157,8 +161,18 @@ class Cluster:
 
         wait_until(running, timeout_s, f"pod {namespace}/{name} Running")
 
-    def logs(self, name: str, namespace: str = "default") -> str:
-        return self.kubectl("logs", name, "-n", namespace)
+    def logs(self, name: str, namespace: str = "default", container: str = "main") -> str:
+        """What the container wrote, read from the kubelet's log files: the API server cannot
+        reach a kubelet whose only address is loopback (`kubectl logs` needs the node's IP)."""
+        uid = self.pod(name, namespace)["metadata"]["uid"]
+        folder = Path(self.kubelet["pod_logs_dir"]) / f"{namespace}_{name}_{uid}" / container
+        lines = []
+        for path in sorted(folder.glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                # CRI format: <time> <stream> <P|F> <text>
+                parts = line.split(" ", 3)
+                lines.append(parts[3] if len(parts) == 4 else "")
+        return "\n".join(lines)
 
     def node_allocatable(self, resource: str) -> int:
         node = json.loads(self.kubectl("get", "node", self.node, "-o", "json"))

@@ -14,7 +14,10 @@ pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 
 def gpu_zones(cluster: Cluster) -> dict[str, dict[str, str]]:
     """Per GPU UUID: the available count of each resource in its NRT zone."""
-    nrt = json.loads(cluster.kubectl("get", "noderesourcetopology", cluster.node, "-o", "json"))
+    found = cluster.kubectl("get", "noderesourcetopology", cluster.node, "-o", "json", check=False)
+    if not found.startswith("{"):
+        return {}
+    nrt = json.loads(found)
     zones = {}
     for zone in nrt["zones"]:
         if zone["type"] != "GPU":
@@ -25,17 +28,27 @@ def gpu_zones(cluster: Cluster) -> dict[str, dict[str, str]]:
 
 
 def test_the_kubelet_advertises_what_the_agent_serves(cluster: Cluster, agent) -> None:
-    node = json.loads(cluster.kubectl("get", "node", cluster.node, "-o", "json"))
+    def labelled() -> dict[str, object]:
+        node = json.loads(cluster.kubectl("get", "node", cluster.node, "-o", "json"))
+        return node if "nvidia.com/gpu.product" in node["metadata"]["labels"] else {}
+
+    node = wait_until(labelled, 60, "the agent's GPU labels on the node")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "6"
     assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "8"
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    assert len(gpu_zones(cluster)) == 8
+    zones = wait_until(lambda: gpu_zones(cluster), 60, "the NRT object")
+    assert len(zones) == 8
 
 
 def test_a_stock_scheduled_pod_runs_with_its_gpus_and_the_nrt_counts_them(
     cluster: Cluster, agent
 ) -> None:
-    whole = {uuid for uuid, res in gpu_zones(cluster).items() if "nvidia.com/gpu" in res}
+    def whole_gpus() -> set[str]:
+        return {uuid for uuid, res in gpu_zones(cluster).items() if "nvidia.com/gpu" in res}
+
+    whole = wait_until(
+        lambda: len(whole_gpus()) == 6 and whole_gpus(), 60, "6 whole GPUs in the NRT"
+    )
     cluster.kubectl(
         "create",
         "-f",

@@ -123,22 +123,33 @@ class BindWatch:
         self.core, self.namespace = core, namespace
         self.bound: dict[str, tuple[float, str]] = {}
         self.stop = threading.Event()
+        self.error = ""
         listed = core.list_namespaced_pod(namespace, limit=1)
         self.version = listed.metadata.resource_version
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        stream = watch.Watch()
-        for event in stream.stream(
-            self.core.list_namespaced_pod, self.namespace, resource_version=self.version,
-            timeout_seconds=900, _request_timeout=920,
-        ):  # fmt: skip
-            pod = event["object"]
-            if pod.spec.node_name and pod.metadata.name not in self.bound:
-                self.bound[pod.metadata.name] = (time.monotonic(), pod.spec.node_name)
-            if self.stop.is_set():
-                stream.stop()
+        try:
+            self._watch()
+        except Exception as exc:  # noqa: BLE001 (reported by the main thread)
+            self.error = repr(exc)
+
+    def _watch(self) -> None:
+        while not self.stop.is_set():  # a watch may end early; go on from the last version
+            stream = watch.Watch()
+            for event in stream.stream(
+                self.core.list_namespaced_pod, self.namespace, resource_version=self.version,
+                timeout_seconds=60, _request_timeout=90,
+            ):  # fmt: skip
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {event['raw_object']}")
+                pod = event["object"]
+                self.version = pod.metadata.resource_version
+                if pod.spec.node_name and pod.metadata.name not in self.bound:
+                    self.bound[pod.metadata.name] = (time.monotonic(), pod.spec.node_name)
+                if self.stop.is_set():
+                    stream.stop()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -161,6 +172,11 @@ def scheduler_argv(name: str) -> list[str]:
 def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
     namespace = f"bench-{name.split('-')[0]}-{run}"
     core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    # No controller manager runs (its node controller would taint the kubelet-less nodes), so
+    # nothing creates the namespace's default ServiceAccount, which pod admission looks up.
+    core.create_namespaced_service_account(
+        namespace, {"metadata": {"name": "default"}}, _preload_content=False
+    )
     scheduler = "default-scheduler" if name == "kube-scheduler" else "gputopo-scheduler"
     in_parallel(lambda i: make_pod(core, namespace, scheduler, i), pods)
     seen = BindWatch(core, namespace)
@@ -170,6 +186,8 @@ def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
     deadline = started + 900
     while len(seen.bound) < pods and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
+        if not seen.thread.is_alive():
+            raise SystemExit(f"the watch of {namespace} ended: {seen.error}")
     cpu = cpu_seconds(proc.pid) if proc.poll() is None else float("nan")
     proc.terminate()
     proc.wait(timeout=30)

@@ -16,6 +16,7 @@ import yaml
 from agent.nrt import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
+from tests.builders.commands import empty_dir, run_command
 from tests.builders.stack import running_agent
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -120,4 +121,24 @@ def test_dry_run_says_it_would_update_labels(fake_api_with_crd) -> None:
     (line,) = [line for line in done.stderr.splitlines() if "labels" in line]
     assert "node n1 would update labels (--dry-run): ['nvidia.com/gpu.compute.major'" in line
     assert "updated" not in line
+    assert fake_api_with_crd.writes() == []
+
+
+def test_oneshot_dry_run_previews_the_configured_time_slicing(fake_api_with_crd) -> None:
+    """--oneshot starts no device plugin; its preview is still what the running agent publishes."""
+    folder = empty_dir()
+    config = folder / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    done = run_command(
+        "gputopo-agent", "run", "--oneshot", "--dry-run", "--node-name", "n1",
+        "--nvml-fixture", "single-t4", "--config", str(config), "--node-labels", "off",
+        "--pod-resources-socket", str(folder / "kubelet.sock"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (doc,) = list(yaml.safe_load_all(done.stdout))
+    (gpu,) = decode(doc).availability.gpus
+    assert (str(gpu.sharing), gpu.shares) == ("timeSlicing", 4)
     assert fake_api_with_crd.writes() == []

@@ -79,6 +79,25 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
         assert "gputopo_agent_publish_writes_total 2.0" in body
 
 
+def test_counters_exist_at_zero_so_that_a_first_xid_is_an_increase(
+    fake_api_with_crd, podresources
+) -> None:
+    """Prometheus' increase() needs a sample before the first event: a GPU's Xid 74 count and a
+    resource's failed registrations are 0 from the start, not absent."""
+    with (
+        KubeletEmulator() as kubelet,
+        running_agent(fake_api_with_crd, kubelet, podresources.socket) as ctx,
+    ):
+        sample = ctx.metrics.registry.get_sample_value
+        xid = {"uuid": str(ctx.inventory.gpus[3].uuid), "xid": "74"}
+        assert sample("gputopo_agent_xid_events_total", xid) == 0
+        assert _wait(lambda: kubelet.connected("nvidia.com/gpu"))
+        refused = {"resource": "nvidia.com/gpu", "result": "error"}
+        assert sample("gputopo_agent_deviceplugin_registrations_total", refused) == 0
+        ctx.backend.nvml.emit_xid(3, 74)  # type: ignore[attr-defined]  # the fake pynvml
+        assert _wait(lambda: sample("gputopo_agent_xid_events_total", xid) == 1)
+
+
 def _agent(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUTOPO_", "NODE_NAME"))}
     return subprocess.run(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.cli.config import AgentConfig
@@ -25,6 +25,7 @@ from deviceplugin.grpc_translation import is_share_resource
 from deviceplugin.mps_env import MpsEnv
 from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
+from deviceplugin.resources import Resource, build_resources
 from deviceplugin.share_allocation import ShareAllocator
 from deviceplugin.share_target import ShareApi
 
@@ -71,9 +72,20 @@ class LazyShareClient:
 
 def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
     """The GPUs the device plugin splits into replicas now, with their replica counts."""
-    sharing = plugin.settings.time_slicing.sharing
+    resources = plugin.device_state.view().resources.values()
+    return shared_in(plugin.settings.time_slicing.sharing, resources)
+
+
+def configured_shared_gpus(cfg: AgentConfig, inventory: NodeInventory) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs a device plugin started with `cfg` would share on `inventory`: what
+    `--oneshot`, which starts no device plugin, publishes (and previews with `--dry-run`)."""
+    return shared_in(cfg.plugin.time_slicing.sharing, build_resources(inventory, cfg.plugin))
+
+
+def shared_in(sharing: Sharing, resources: Iterable[Resource]) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs split into replicas of a share resource in `resources`, with their counts."""
     out: dict[GpuUuid, SharedGpu] = {}
-    for resource in plugin.device_state.view().resources.values():
+    for resource in resources:
         if not is_share_resource(resource):
             continue
         counts = Counter(d.gpu_uuid for d in resource.devices if d.replica is not None)

@@ -4,6 +4,8 @@ the server's own validation and admission (`kubectl apply --dry-run=server`), th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.builders.process import ROOT
@@ -35,3 +37,22 @@ def test_the_crds_are_established(cluster: Cluster) -> None:
         "customresourcedefinition.apiextensions.k8s.io/podgroups.scheduling.x-k8s.io",
     } <= set(names)
     assert any(name.endswith(".gputopo.io") for name in names), names
+
+
+def queue(name: str, key: str) -> str:
+    return json.dumps({
+        "apiVersion": "scheduling.gputopo.io/v1alpha1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"max": {key: "8"}},
+    })  # fmt: skip
+
+
+def test_the_queue_crd_refuses_a_model_key_as_kubectl_gputopo_nodes_prints_it(
+    cluster: Cluster,
+) -> None:
+    good = cluster.kubectl("apply", "--dry-run=server", "-f", "-",
+                           stdin=queue("good", "nvidia.com/gpu@NVIDIA-H100-80GB-HBM3"))  # fmt: skip
+    assert "created (server dry run)" in good
+    bad = cluster.kubectl("apply", "--dry-run=server", "-f", "-", check=False,
+                          stdin=queue("bad", "nvidia.com/gpu@NVIDIA H100 80GB HBM3"))  # fmt: skip
+    assert "Invalid value" in bad, bad
+    assert "spec.max" in bad, bad

@@ -261,6 +261,11 @@ def main(argv: list[str]) -> int:
         ]
         subprocess.run([*kubectl, "apply", "--server-side", "-k", str(ROOT / "daemonset" / "crds")],
                        check=True, capture_output=True)  # fmt: skip
+        # A CRD's storage starts at its first request (429 until then); in a cluster the
+        # scheduler joins, its CRDs have long been served.
+        for plural in ("noderesourcetopologies", "podgroups", "queues"):
+            while subprocess.run([*kubectl, "get", plural, "-A"], capture_output=True).returncode:
+                time.sleep(0.2)
         core = api()
         started = time.monotonic()
         in_parallel(lambda i: make_node(core, i), args.nodes)

@@ -86,7 +86,11 @@ def api() -> client.CoreV1Api:
 def make_node(core: client.CoreV1Api, i: int) -> None:
     name = f"bench-node-{i:05d}"
     labels = {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"z{i % 4}"}
-    core.create_node({"metadata": {"name": name, "labels": labels}}, _preload_content=False)
+    try:
+        core.create_node({"metadata": {"name": name, "labels": labels}}, _preload_content=False)
+    except client.ApiException as exc:
+        if exc.status != 409:  # created by an earlier try whose answer was lost
+            raise
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     resources = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU: "8"}
     status = {"status": {
@@ -112,8 +116,22 @@ def make_pod(core: client.CoreV1Api, namespace: str, scheduler: str, i: int) -> 
 
 def in_parallel(work: Any, count: int, threads: int = 16) -> None:
     with ThreadPoolExecutor(threads) as pool:
-        for future in [pool.submit(work, i) for i in range(count)]:
+        for future in [pool.submit(_retried, work, i) for i in range(count)]:
             future.result()
+
+
+def _retried(work: Any, i: int) -> None:
+    """`work(i)`, again after a 429/5xx of a loaded server (an object it created is kept)."""
+    for attempt in range(5):
+        try:
+            work(i)
+            return
+        except client.ApiException as exc:
+            if exc.status == 409 and attempt:  # the earlier try went through after all
+                return
+            if exc.status not in (429, 500, 503, 504) or attempt == 4:
+                raise
+            time.sleep(1 + attempt)
 
 
 class BindWatch:
@@ -196,7 +214,13 @@ def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
     per_node: dict[str, int] = {}
     for _, node in seen.bound.values():
         per_node[node] = per_node.get(node, 0) + 1
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _preload_content=False)
+    try:
+        core.delete_collection_namespaced_pod(
+            namespace, grace_period_seconds=0, _preload_content=False
+        )
+    except client.ApiException as exc:  # 504: the server goes on deleting after its timeout
+        if exc.status != 504:
+            raise
     while core.list_namespaced_pod(namespace, limit=1).items:
         time.sleep(1)
     first, last = (times[0], times[-1]) if times else (float("nan"), float("nan"))
@@ -263,7 +287,11 @@ def main(argv: list[str]) -> int:
                        check=True, capture_output=True)  # fmt: skip
         # A CRD's storage starts at its first request (429 until then); in a cluster the
         # scheduler joins, its CRDs have long been served.
-        for plural in ("noderesourcetopologies", "podgroups", "queues"):
+        for plural in (
+            "noderesourcetopologies.topology.node.k8s.io",
+            "podgroups.scheduling.x-k8s.io",  # "podgroups" alone is scheduling.k8s.io's
+            "queues.scheduling.gputopo.io",
+        ):
             while subprocess.run([*kubectl, "get", plural, "-A"], capture_output=True).returncode:
                 time.sleep(0.2)
         core = api()

@@ -100,11 +100,23 @@ class Cluster:
     def kubelet(self) -> Mapping[str, str]:
         return dict(self.state["kubelet"])
 
-    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    def kubectl(
+        self,
+        *args: str,
+        check: bool = True,
+        stdin: str | None = None,
+        as_user: str | None = None,
+        kubeconfig: Path | None = None,
+    ) -> str:
+        """The real kubectl as the admin, or as `as_user` (a client certificate of the cluster
+        script's: `tenant`), or with `kubeconfig`; its output, or its error when not `check`."""
         kubectl = Path(self.state.get("bin", "")) / "kubectl"
         binary = str(kubectl) if kubectl.is_file() else _bin_dir() / "kubectl"
+        config_file = kubeconfig or (
+            self.run_dir / f"{as_user}.kubeconfig" if as_user else self.kubeconfig
+        )
         done = subprocess.run(
-            [str(binary), f"--kubeconfig={self.kubeconfig}", *args],
+            [str(binary), f"--kubeconfig={config_file}", *args],
             capture_output=True, text=True, input=stdin, timeout=120,
         )  # fmt: skip
         if check and done.returncode != 0:

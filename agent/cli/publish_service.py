@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
-from agent.cli.share_wiring import shared_gpus
+from agent.cli.share_wiring import share_state
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.node_pods import NodePods, TerminalPodFilter
@@ -41,7 +41,7 @@ from agent.model import GpuUuid, NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
 from agent.restart_hold import RestartHold
-from agent.share_usage import SharedGpu, ShareUse, share_figures, share_use
+from agent.share_usage import SharedGpu, ShareUse, share_figures
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
@@ -256,13 +256,11 @@ class TopologyService:
     ) -> tuple[Mapping[GpuUuid, SharedGpu], Mapping[GpuUuid, ShareUse]]:
         plugin = self._ctx.device_plugin
         assert plugin is not None
-        shared = shared_gpus(plugin)
-        if not shared:
-            return {}, {}
-        if self.node_pods is None:
-            return shared, share_use(plugin.inventory, shared, listed, ())
-        self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
-        return shared, share_use(plugin.inventory, shared, listed, self.node_pods.last)
+        pods: tuple[Mapping[str, Any], ...] = ()
+        if self.node_pods is not None:
+            self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
+            pods = self.node_pods.last
+        return share_state(plugin, self._ctx.share_record, listed, pods)
 
     def start(self) -> None:
         if self._oneshot:

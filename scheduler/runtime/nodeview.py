@@ -40,7 +40,7 @@ from scheduler.placement import (
 from scheduler.placement.shares import share_asks
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import ResourceList, resource_list
-from scheduler.runtime.sharecharge import pod_shares_on
+from scheduler.runtime.sharecharge import hold_nrt_use, pod_shares_on
 
 Obj = Mapping[str, Any]
 
@@ -287,6 +287,8 @@ def build_node_state(
         state = _nrt_state(info, nrt, trusted, selectors)
     uuids = {} if nrt is None else {str(g.uuid): g.index for g in nrt.inventory.gpus}
     _charge(state, pods, trusted, uuids)
+    if nrt is not None and state.shared_gpus:
+        hold_nrt_use(state, nrt)
     return state
 
 

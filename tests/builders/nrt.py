@@ -84,10 +84,12 @@ def make_shared_nrt(
     slots: int,
     resource: str = SHARED_GPU_RESOURCE,
     sharing: Sharing = Sharing.TIME_SLICING,
+    memory_used: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """The NRT of a node whose GPUs `shared` are split into `slots` replicas of `resource`, as
     the agent publishes it (DESIGN §12: the replica resource, gpu-memory and gpu-compute per
-    shared GPU zone, all free). The scheduler reads structure from it, never usage."""
+    shared GPU zone, all free but `memory_used` bytes per GPU index). The scheduler reads
+    structure from it, and its usage only as a floor under what pods explain."""
     capacity = numa_capacity(inventory.numa_nodes, KubeletConfig())
     base = compute_availability(inventory, capacity, allocatable_of(inventory))
     zones = []
@@ -98,7 +100,12 @@ def make_shared_nrt(
         memory = inventory.gpus[zone.index].memory_mib << 20
         counts = (
             ResourceCounts(name=resource, capacity=slots, allocatable=slots, available=slots),
-            ResourceCounts(name=GPU_MEMORY, capacity=memory, allocatable=memory, available=memory),
+            ResourceCounts(
+                name=GPU_MEMORY,
+                capacity=memory,
+                allocatable=memory,
+                available=memory - (memory_used or {}).get(zone.index, 0),
+            ),
             ResourceCounts(name=GPU_COMPUTE, capacity=100, allocatable=100, available=100),
         )
         zones.append(replace(zone, resources=counts, sharing=sharing, shares=slots))

@@ -1,8 +1,8 @@
 """What the shares on a node use, per GPU, for the NRT GPU zones and the metrics (DESIGN §12).
 
 A shared GPU's zone carries the replica resource (as `agent.availability` counts it) plus
-`gputopo.io/gpu-memory` (bytes: capacity = allocatable = the GPU's memory, `memoryMiB` x MiB,
-the model's only memory figure, which is NVML's total) and `gputopo.io/gpu-compute` (percent,
+`gputopo.io/gpu-memory` (bytes: capacity = allocatable = NVML's total less its reserved memory,
+`Gpu.usable_memory_mib` x MiB) and `gputopo.io/gpu-compute` (percent,
 100), each `available` = that less what the shares on it use, and the attributes `sharing` and
 `shares`. A share is counted from what the agent gave it (`agent.share_record`: the GPU and size
 the share Lease named, matched with the replica IDs the kubelet lists), never from the pod's
@@ -84,8 +84,9 @@ class ShareUse:
 
 
 def gpu_memory_bytes(inventory: NodeInventory, uuid: GpuUuid) -> int:
+    """What shares of the GPU split: NVML's total less its reserved memory."""
     gpu = next(g for g in inventory.gpus if g.uuid == uuid)
-    return gpu.memory_mib * MIB
+    return gpu.usable_memory_mib * MIB
 
 
 def share_use(

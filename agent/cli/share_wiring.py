@@ -143,5 +143,5 @@ def mps_env(cfg: AgentConfig, inventory: NodeInventory) -> MpsEnv | None:
     if cfg.plugin.time_slicing.sharing is not Sharing.MPS:
         return None
     status_file = MpsLayout(Path(cfg.plugin.mps_root)).status_file
-    memory = {g.uuid: g.memory_mib for g in inventory.gpus}
+    memory = {g.uuid: g.usable_memory_mib for g in inventory.gpus}
     return MpsEnv(cfg.plugin.mps_root, memory, lambda: served_uids(status_file))

@@ -4,6 +4,8 @@ record as equal splits on the replica's GPU; never the pod's annotations or spec
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent.availability import ContainerGrant, DeviceGrant, PodGrant, compute_availability
 from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.numa_capacity import KubeletConfig, numa_capacity
@@ -100,3 +102,14 @@ def test_shared_gpu_zones_carry_memory_compute_sharing_and_shares_and_the_metric
     assert sample("gputopo_agent_gpu_shares", labels) == 4
     assert sample("gputopo_agent_gpu_share_memory_bytes", labels) == 8 * 1024**3
     assert sample("gputopo_agent_gpu_shares", {**labels, "gpu": "2", "uuid": gpu_uuid(2)}) is None
+
+
+def test_a_shared_gpus_memory_is_nvmls_total_less_its_reserved_memory():
+    gpus = (replace(INVENTORY.gpus[0], memory_reserved_mib=559), *INVENTORY.gpus[1:])
+    inventory = replace(INVENTORY, gpus=gpus)
+    capacity = numa_capacity(inventory.numa_nodes, KubeletConfig())
+    plain = compute_availability(inventory, capacity, None)
+    shared = with_shares(plain, inventory, SHARED, {})
+    lines = {r.name: r for r in shared.gpus[0].resources}
+    usable = (INVENTORY.gpus[0].memory_mib - 559) * MIB
+    assert (lines[GPU_MEMORY].capacity, lines[GPU_MEMORY].allocatable) == (usable, usable)

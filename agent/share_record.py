@@ -80,9 +80,10 @@ class ShareRecord:
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._mutex = threading.Lock()
-        self._given: dict[tuple[str, str], GivenShare] = {}  # (uid, container) -> share
+        self._by_uid: dict[str, dict[str, GivenShare]] = {}  # pod UID -> container -> share
+        self._by_key: dict[tuple[str, str], GivenShare] = {}  # (pod key, container) -> newest
         for share in self._read():
-            self._given[(share.uid, share.container)] = share
+            self._put(share)
 
     def _read(self) -> list[GivenShare]:
         if self._path is None or not self._path.exists():
@@ -96,35 +97,43 @@ class ShareRecord:
             log.warning("share record %s unreadable, starting empty: %s", self._path, exc)
             return []
 
+    def _put(self, share: GivenShare) -> None:
+        self._by_uid.setdefault(share.uid, {})[share.container] = share
+        self._by_key[(share.pod, share.container)] = share
+
     def all(self) -> tuple[GivenShare, ...]:
         with self._mutex:
-            return tuple(self._given.values())
+            return tuple(s for shares in self._by_uid.values() for s in shares.values())
 
     def of_pod(self, uid: str) -> dict[str, GivenShare]:
         """The pod's recorded share containers, by container name."""
         with self._mutex:
-            return {c: s for (u, c), s in self._given.items() if u == uid}
+            return dict(self._by_uid.get(uid, {}))
 
     def find(self, pod: str, container: str) -> GivenShare | None:
-        """The share recorded for container `container` of pod `pod` (namespace/name), the
-        newest pod of that name."""
+        """The share recorded last for container `container` of pod `pod` (namespace/name)."""
         with self._mutex:
-            found = [s for s in self._given.values() if s.pod == pod and s.container == container]
-        return found[-1] if found else None
+            return self._by_key.get((pod, container))
 
     def add(self, share: GivenShare) -> None:
         """Record `share` (replacing the container's earlier answer) and write the file."""
         with self._mutex:
-            self._given[(share.uid, share.container)] = share
+            self._put(share)
             self._write()
 
     def keep(self, uids: Set[str], keys: Set[str]) -> int:
         """Forget the shares of pods neither in `uids` (the API's pods on the node) nor in `keys`
-        (namespace/name of the pods the kubelet lists); how many were forgotten."""
+        (namespace/name of the pods the kubelet lists); how many pods were forgotten."""
         with self._mutex:
-            gone = [k for k, s in self._given.items() if k[0] not in uids and s.pod not in keys]
-            for key in gone:
-                del self._given[key]
+            gone = [
+                uid
+                for uid, shares in self._by_uid.items()
+                if uid not in uids and not any(s.pod in keys for s in shares.values())
+            ]
+            for uid in gone:
+                for share in self._by_uid.pop(uid).values():
+                    if self._by_key.get((share.pod, share.container)) is share:
+                        del self._by_key[(share.pod, share.container)]
             if gone:
                 self._write()
             return len(gone)
@@ -132,7 +141,8 @@ class ShareRecord:
     def _write(self) -> None:
         if self._path is None:
             return
-        doc = {"version": VERSION, "given": [_encoded(s) for s in self._given.values()]}
+        given = [_encoded(s) for shares in self._by_uid.values() for s in shares.values()]
+        doc = {"version": VERSION, "given": given}
         folder = self._path.parent
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".shares-", dir=folder)  # created 0600

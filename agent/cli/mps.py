@@ -130,16 +130,7 @@ def serve(
     _report(keeper.apply(), metrics)
     visible = None if len(gpus) == len(node_gpus) else [str(g.uuid) for g in gpus]
     supervisor = Supervisor(
-        [
-            ControlDaemon(
-                user=user,
-                layout=layout,
-                control=args.control,
-                visible_gpus=visible,
-                prefix=mounter.daemon_prefix(layout.shm_dir(user.uid), user),
-            )
-            for user in users
-        ],
+        _daemons(args, users, layout, mounter, visible),
         status_path=layout.status_file,
         gpus=[str(g.uuid) for g in gpus],
         metrics=metrics,
@@ -150,6 +141,26 @@ def serve(
     finally:
         _report(keeper.restore(), metrics)
     return 0 if ok else 1
+
+
+def _daemons(
+    args: argparse.Namespace,
+    users: Sequence[MpsUser],
+    layout: MpsLayout,
+    mounter: Mounter,
+    visible: Sequence[str] | None,
+) -> list[ControlDaemon]:
+    """One control daemon per user, each with its user's shm as /dev/shm."""
+    return [
+        ControlDaemon(
+            user=user,
+            layout=layout,
+            control=args.control,
+            visible_gpus=visible,
+            prefix=mounter.daemon_prefix(layout.shm_dir(user.uid), user),
+        )
+        for user in users
+    ]
 
 
 def _wanted(args: argparse.Namespace, users: Sequence[MpsUser]) -> ComputeMode | None:

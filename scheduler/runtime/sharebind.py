@@ -46,9 +46,11 @@ _FINISHED_KEPT = 1024
 Annotate = Callable[[str, str, str, Mapping[str, str]], None]  # namespace, name, uid, annotations
 
 
-def lease_shares(assignment: Assignment, uuids: Sequence[str]) -> dict[str, LeaseShare]:
+def lease_shares(assignment: Assignment, uuids: Sequence[str]) -> dict[str, LeaseShare] | None:
     """What the share Lease gives each share container of `assignment`: its GPU (`uuids` by
-    index; IndexError when one is unknown), the memory charged and the compute asked."""
+    index), the memory charged and the compute asked; None when a GPU index is unknown."""
+    if any(s.gpu >= len(uuids) for s in assignment.shares):
+        return None
     return {
         s.container: LeaseShare(
             gpu=GpuUuid(uuids[s.gpu]),
@@ -118,9 +120,8 @@ class ShareBinding:
         `try_bind`'s, or "error")."""
         node = assignment.node
         uuids = [str(g.uuid) for g in nrt.inventory.gpus] if nrt is not None else []
-        try:
-            given = lease_shares(assignment, uuids)
-        except IndexError:
+        given = lease_shares(assignment, uuids)
+        if given is None:
             log.warning("share pod %s: %s has no NRT naming its GPUs", info.key, node)
             self._forget(node, info)
             return "error"

@@ -148,10 +148,12 @@ class LeaseShare:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareLock:
-    """The node's share Lease as read: its holder (a pod UID) and that pod's key, or released.
+    """The node's share Lease as read: its holder (a pod UID), that pod's key and what each of
+    its share containers is given, or released.
 
-    `renew_time` is seconds since the epoch (None when the Lease has none); `resource_version`
-    is what a release must be conditional on."""
+    `renew_time` is seconds since the epoch (None when the Lease has none), for people: the agent
+    serves the Lease's pod whatever it says (only the scheduler reads expiry, to take the Lease
+    for another pod); `resource_version` is what a release must be conditional on."""
 
     name: str
     namespace: str
@@ -161,12 +163,6 @@ class ShareLock:
     renew_time: float | None = None
     duration_s: int = DEFAULT_SHARE_LOCK_SECONDS
     shares: Mapping[str, LeaseShare] = dataclass_field(default_factory=dict)
-
-    def held(self, now: float) -> bool:
-        """Held by a pod and not expired at `now` (seconds since the epoch)."""
-        if not self.holder:
-            return False
-        return self.renew_time is None or self.renew_time + self.duration_s >= now
 
 
 def share_lock_from_lease(lease: Mapping[str, Any]) -> ShareLock:

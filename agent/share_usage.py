@@ -2,15 +2,16 @@
 
 A shared GPU's zone carries the replica resource (as `agent.availability` counts it) plus
 `gputopo.io/gpu-memory` (bytes: capacity = allocatable = NVML's total less its reserved memory,
-`Gpu.usable_memory_mib` x MiB) and `gputopo.io/gpu-compute` (percent,
-100), each `available` = that less what the shares on it use, and the attributes `sharing` and
-`shares`. A share is counted from what the agent gave it (`agent.share_record`: the GPU and size
-the share Lease named, matched with the replica IDs the kubelet lists), never from the pod's
-annotations or spec, which its author can write; a listed replica with no record (a pod another
-scheduler placed, allocated before the record) counts an equal split on the GPU its replica ID
-names, which is what such a pod is given. Only pods the kubelet lists count, and only their app
-containers (an init container's share ends with it). `annotated_shares` reads the annotations,
-for what `kubectl gputopo` shows of other nodes.
+`Gpu.usable_memory_mib` x MiB) and `gputopo.io/gpu-compute` (percent, 100), each `available` =
+that less what the shares on it use, and the attributes `sharing`, `shares` and `sharePods`
+(each share container's use, `agent.share_pods`, which the scheduler charges after a restart).
+A share is counted from what the agent gave it (`agent.share_record`: the GPU and size the share
+Lease named, matched with the replica IDs the kubelet lists), never from the pod's annotations or
+spec, which its author can write; a listed replica with no record (a pod another scheduler
+placed, allocated before the record) counts an equal split on the GPU its replica ID names, which
+is what such a pod is given. Only pods the kubelet lists count, and only their app containers (an
+init container's share ends with it). `annotated_shares` reads the annotations, for what
+`kubectl gputopo` shows of other nodes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent.availability import (
 from agent.model import GpuUuid, NodeInventory
 from agent.objkey import key_of, object_key
 from agent.podphase import finished
+from agent.share_pods import PodShare
 from agent.share_record import GivenShare
 from agent.shares import (
     GPU_COMPUTE,
@@ -57,17 +59,6 @@ class SharedGpu:
     sharing: Sharing
     replicas: int
     resource: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PodShare:
-    """One container's share of a GPU: `compute_percent` None = no compute limit."""
-
-    pod: str  # namespace/name
-    container: str
-    memory_bytes: int
-    compute_percent: int | None = None
-    placed: bool = True  # False: no gputopo.io/gpus (an equal split on the replica's GPU)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +91,7 @@ def share_use(
     show finished (`pods`): what the record says each was `given`, else an equal split per
     replica on the replica's GPU."""
     finished_keys = {key_of(p) for p in pods if finished(p)}
+    uids = {key_of(p): str((p.get("metadata") or {}).get("uid") or "") for p in pods}
     records = {(g.pod, g.container): g for g in given if not g.init}
     found: dict[GpuUuid, list[PodShare]] = defaultdict(list)
     for grant in listed:
@@ -112,7 +104,7 @@ def share_use(
             if record is not None and record.ids == held and record.gpu in shared:
                 found[record.gpu].append(_given_share(inventory, shared[record.gpu], record))
             else:
-                _unplaced(inventory, shared, key, container, found)
+                _unplaced(inventory, shared, key, uids.get(key, ""), container, found)
     return {uuid: ShareUse(shares=tuple(found[uuid])) for uuid in found}
 
 
@@ -120,9 +112,11 @@ def _given_share(inventory: NodeInventory, gpu: SharedGpu, record: GivenShare) -
     split = gpu_memory_bytes(inventory, gpu.uuid) // gpu.replicas * record.replicas
     return PodShare(
         pod=record.pod,
+        uid=record.uid,
         container=record.container,
         memory_bytes=split if record.memory_bytes is None else record.memory_bytes,
         compute_percent=record.compute_percent,
+        replicas=record.replicas,
         placed=record.how != "unplaced",
     )
 
@@ -172,6 +166,7 @@ def _unplaced(
     inventory: NodeInventory,
     shared: Mapping[GpuUuid, SharedGpu],
     key: str,
+    uid: str,
     container: ContainerGrant,
     found: dict[GpuUuid, list[PodShare]],
 ) -> None:
@@ -182,7 +177,9 @@ def _unplaced(
                 continue
             split = gpu_memory_bytes(inventory, gpu.uuid) // gpu.replicas
             found[gpu.uuid].append(
-                PodShare(pod=key, container=container.name, memory_bytes=split, placed=False)
+                PodShare(
+                    pod=key, uid=uid, container=container.name, memory_bytes=split, placed=False
+                )
             )
 
 
@@ -228,7 +225,11 @@ def _shared_entry(
         ),
     )
     return replace(
-        entry, sharing=gpu.sharing, shares=gpu.replicas, resources=entry.resources + lines
+        entry,
+        sharing=gpu.sharing,
+        shares=gpu.replicas,
+        resources=entry.resources + lines,
+        share_pods=used.shares,
     )
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent.inventory import load_inventory
+from agent.share_pods import decode_share_pods
 from agent.share_usage import MIB
 from agent.shares import ALLOCATED_ANNOTATION, GPU_MEMORY, GPUS_ANNOTATION, encode_gpus
 from deviceplugin.allocation import VISIBLE_DEVICES
@@ -116,6 +117,9 @@ def test_annotations_edited_after_admission_do_not_move_shares_in_the_nrt(node):
     node.admitter.admit(second)
     wait_for(lambda: _memory_free(node, 5) == MEMORY - 5 * GIB, 15, "GPU 5 charged 5Gi")
     assert (_memory_free(node, 3), _memory_free(node, 4)) == (MEMORY - 20 * GIB, MEMORY)
+    attributes = {a["name"]: a["value"] for a in (node.gpu_zone(3) or {})["attributes"]}
+    (use,) = decode_share_pods(attributes["sharePods"])  # what the scheduler charges by UID
+    assert (use.pod, use.uid, use.memory_bytes) == ("default/moved", first.uid, 20 * GIB)
     for pod in (first, second):
         node.admitter.remove(pod)
 

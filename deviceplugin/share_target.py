@@ -266,7 +266,13 @@ class ShareTargets:
         answer = self.preview(resource, target, ids, gpu)
         if target.recorded is not None:
             return answer
-        self.record.add(answer)
+        try:
+            self.record.add(answer)
+        except OSError as exc:  # a share not recorded would be lost to re-allocation and the NRT
+            raise DeviceUnavailableError(
+                f"pod {target.key} container {target.share.container}: the agent cannot record "
+                f"its share: {exc}"
+            ) from None
         done = self.record.of_pod(target.uid)
         if target.how == "unplaced" and len(done) == 1:
             self._warn_unplaced(target)

@@ -156,6 +156,18 @@ class ShareScheduler:
             _preload_content=False,
         )  # fmt: skip
 
+    def clear_lock(self) -> None:
+        """Release the lock as a failed bind does (its pod gone before any Allocate)."""
+        lease = self.lease()
+        if lease is None:
+            return
+        lease["spec"].pop("holderIdentity", None)
+        lease["metadata"]["annotations"] = {}
+        self.coordination.replace_namespaced_lease(
+            share_lock_name(self.node), self.namespace, lease,  # type: ignore[arg-type]
+            _preload_content=False,
+        )  # fmt: skip
+
     def annotate(self, pod: Mapping[str, Any], gpus: Mapping[str, str]) -> None:
         meta = pod["metadata"]
         self.core.patch_namespaced_pod(

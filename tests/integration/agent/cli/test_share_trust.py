@@ -163,3 +163,23 @@ def test_a_pod_whose_expired_lock_was_taken_for_another_fails_naming_it(node):
     assert node.scheduler.holder() == b["metadata"]["uid"]  # B keeps its lock
     node.scheduler.core.delete_namespaced_pod("taken-b", "default", grace_period_seconds=0)
     node.fake.complete_pod_deletions()
+    node.scheduler.clear_lock()
+
+
+def test_a_share_the_agent_cannot_record_is_refused_naming_why(node):
+    """Unrecorded, a share would be lost to re-allocation and the NRT: Allocate refuses it."""
+    blocker = node.folder / "not-a-directory"
+    blocker.write_text("", encoding="utf-8")
+    node.stop_agent()
+    node.start_agent("--share-record", str(blocker / "shares.json"))
+    try:
+        pod = node.scheduler.place(share_pod("unrecorded"), {"main": node.uuid(4)})
+        (refused,) = node.admitter.admit(pod)
+    finally:
+        node.stop_agent()
+        node.start_agent()
+    assert refused.error is not None
+    assert "pod default/unrecorded container main: the agent cannot record its share" in (
+        refused.error
+    )
+    assert node.scheduler.holder() is None  # released at once, for the next share pod

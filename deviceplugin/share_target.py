@@ -63,6 +63,10 @@ ADMITTING_PHASES = frozenset({"", "Pending"})
 NOT_PLACED_REASON = "GPUShareNotPlaced"
 
 
+class Refused(Exception):  # noqa: N818 (a decision, not a fault)
+    """The container request is refused for good: waiting would not change the answer."""
+
+
 class ShareApi(Protocol):
     """The API calls share Allocate makes (`agent.kube.shares.ShareClient`); each raises
     AgentError when it gets no usable answer."""
@@ -135,14 +139,16 @@ class ShareTargets:
         within `wait_s` (at once if not patient)."""
         deadline = self._clock() + (self._wait_s if patient else 0.0)
         while True:
+            final = False
             try:
                 target, why = self._attempt(resource, ids)
+            except Refused as exc:  # waiting would not change the answer
+                target, why, final = None, str(exc), True
             except (AgentError, PluginError, ShareRequestError) as exc:
                 target, why = None, str(exc)
             if target is not None:
                 return target
-            if self._clock() >= deadline or why.startswith("refused: "):
-                why = why.removeprefix("refused: ")
+            if final or self._clock() >= deadline:
                 raise DeviceUnavailableError(f"{resource.name} {listed(list(ids))}: {why}")
             threading.Event().wait(self._retry_s)
 
@@ -237,8 +243,8 @@ class ShareTargets:
                 compute_percent=given.compute_percent if given else init.compute_percent,
             )
         if given is None:
-            raise ShareRequestError(
-                f"refused: pod {key_of(pod)} holds the share lock but its Lease's "
+            raise Refused(
+                f"pod {key_of(pod)} holds the share lock but its Lease's "
                 f"{LEASE_SHARES_ANNOTATION} gives container {share.container} nothing"
             )
         return Target(pod=pod, share=share, given=given, how="lock")
@@ -324,7 +330,7 @@ class ShareTargets:
             return None, f"{held}cannot tell which pod this is for (candidates: {names})"
         found, share = candidates[0]
         if (found.get("spec") or {}).get("schedulerName") == self._scheduler_name:
-            return None, "refused: " + self._not_leased(found, lock)
+            raise Refused(self._not_leased(found, lock))
         return Target(pod=found, share=share, given=None, how="unplaced"), ""
 
     def _not_leased(self, pod: Mapping[str, Any], lock: ShareLock | None) -> str:

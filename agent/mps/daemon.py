@@ -133,11 +133,20 @@ class ControlDaemon:
             process.wait()
 
     def _prepare_user_dir(self) -> None:
-        """`<root>/<uid>`: the child, running as the user, creates its directories inside."""
+        """`<root>/<uid>`: the child, running as the user, creates its directories inside. A
+        pipe or log directory someone else made there (a container runtime creating a mount
+        point for a uid with no daemon yet) is handed to the user, or its daemon could never
+        open its pipes."""
         path = self.layout.user_dir(self.uid)
         path.mkdir(parents=True, exist_ok=True)
-        if self.uid != os.geteuid():
-            os.chmod(path, 0o1733)  # others may create entries, never list or remove them
+        if self.uid == os.geteuid():
+            return
+        os.chmod(path, 0o1733)  # others may create entries, never list or remove them
+        for made in (self.layout.pipe_dir(self.uid), self.layout.log_dir(self.uid)):
+            if made.is_dir() and made.stat().st_uid != self.uid:
+                os.chown(made, self.uid, self.user.gid)
+                os.chmod(made, 0o700)
+                log.warning("%s was not owned by uid %d: handed to it", made, self.uid)
 
     def _as_user(self) -> dict[str, Any]:
         """Popen arguments that switch the child to the user; none when it is ours already."""

@@ -8,10 +8,32 @@ the scheduler reads them back from pods and nodes; all of them use the two funct
 
 from __future__ import annotations
 
-__all__ = ["GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "mig_profile", "mig_resource"]
+import re
+
+__all__ = [
+    "GPU_RESOURCE",
+    "MIG_RESOURCE_PREFIX",
+    "MODEL_KEY_PATTERN",
+    "MODEL_SEP",
+    "mig_profile",
+    "mig_resource",
+    "model_key",
+    "model_key_problem",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+MODEL_SEP = "@"
+
+MODEL_KEY_PATTERN = (
+    r"(nvidia[.]com/gpu|nvidia[.]com/mig-[^@]*)@[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+"""A Queue's quota key naming one GPU model, whole: `nvidia.com/gpu@<model>` or
+`nvidia.com/mig-<profile>@<model>`, `<model>` a label value (the node's `nvidia.com/gpu.product`,
+spaces written `-`). Written for RE2 and Python's `re` alike (no escape, no lookaround): the Queue
+CRD's rule on the keys of `spec.min` and `spec.max` is `^(...)$` around this very text, and
+`model_key_problem` decides with it, so the API server and the scheduler cannot disagree."""
+_MODEL_KEY = re.compile(MODEL_KEY_PATTERN)
 
 
 def mig_resource(profile: str) -> str:
@@ -26,3 +48,23 @@ def mig_profile(resource: str) -> str | None:
         return None
     parts = resource[len(MIG_RESOURCE_PREFIX) :].split(".")
     return ".".join(parts[:2]) + "".join(f"+{attr}" for attr in parts[2:])
+
+
+def model_key(resource: str, model: str) -> str:
+    """`nvidia.com/gpu`, `NVIDIA-H100-80GB-HBM3` -> `nvidia.com/gpu@NVIDIA-H100-80GB-HBM3`."""
+    return f"{resource}{MODEL_SEP}{model}"
+
+
+def model_key_problem(key: str) -> str | None:
+    """Why `key` names a GPU model wrongly; None for a well-formed model key or a plain key
+    (one without `@`). Decided by `MODEL_KEY_PATTERN` alone; the text only says which part is
+    wrong."""
+    if MODEL_SEP not in key or _MODEL_KEY.fullmatch(key):
+        return None
+    resource, model = key.split(MODEL_SEP, 1)
+    if resource != GPU_RESOURCE and not resource.startswith(MIG_RESOURCE_PREFIX):
+        return f"only nvidia.com/gpu and nvidia.com/mig-* may name a GPU model, not {resource!r}"
+    return (
+        f"GPU model {model!r} is not a valid label value (the node's nvidia.com/gpu.product: "
+        "`kubectl gputopo nodes` shows each model's key)"
+    )

@@ -44,6 +44,12 @@ NVML_LOST = -1
 """Pseudo-Xid recorded when the NVML event wait itself fails."""
 
 
+def named_xids(policy: XidPolicy) -> frozenset[int]:
+    """The Xids the health policy names: transient, reset-required, ignored, force-enabled
+    (any other Xid is reset-required too, but is not known before it happens)."""
+    return TRANSIENT_XIDS | RESET_REQUIRED_XIDS | policy.ignored | policy.enabled
+
+
 class XidClass(StrEnum):
     IGNORED = "ignored"
     TRANSIENT = "transient"
@@ -86,17 +92,27 @@ class HealthTracker:
         self._faults: dict[str, _Fault] = {}
         self._last_probe = float("-inf")
         self._xids: dict[tuple[str, int], int] = {}
+        self._count_from_zero(inventory)
 
     def set_inventory(self, inventory: NodeInventory) -> None:
         """Use a re-scanned inventory (new MIG layout) to attribute later events."""
         self._inventory = inventory
+        self._count_from_zero(inventory)
 
     def unhealthy(self) -> frozenset[str]:
         return frozenset(self._faults)
 
     def xid_counts(self) -> dict[tuple[str, int], int]:
-        """Every Xid event recorded (ignored ones too), by (GPU UUID, Xid); a copy."""
+        """Every Xid event recorded (ignored ones too), by (GPU UUID, Xid), with a 0 for each
+        GPU and each Xid the policy names (`named_xids`) not seen yet; a copy."""
         return dict(self._xids)
+
+    def _count_from_zero(self, inventory: NodeInventory) -> None:
+        """A counter series that first appears at 1 has no increase (Prometheus' `increase()`
+        needs the 0 before it): every GPU's count of each named Xid exists from the start."""
+        for gpu in inventory.gpus:
+            for xid in named_xids(self._policy):
+                self._xids.setdefault((str(gpu.uuid), xid), 0)
 
     def record(self, event: XidEvent) -> bool:
         """Apply one Xid; True when the set of Unhealthy units changed."""

@@ -31,6 +31,9 @@ from deviceplugin.resource_plugin import ResourcePlugin
 
 logger = logging.getLogger(__name__)
 
+REGISTER_RESULTS = ("ok", "error")
+"""The results `register_results` counts Register calls by; each served resource has both."""
+
 
 class RegistrationLoop:
     """Serves and registers a resource plugin per advertised resource until `stop` is set."""
@@ -74,7 +77,8 @@ class RegistrationLoop:
             return frozenset(self._registered)
 
     def register_results(self) -> dict[tuple[str, str], int]:
-        """Register calls made, by (resource, `ok` or `error`); a copy."""
+        """Register calls made, by (resource, `ok` or `error`), from 0 for each result of each
+        resource served (served once: a resource no longer advertised keeps its counts); a copy."""
         with self._lock:
             return dict(self._results)
 
@@ -134,6 +138,8 @@ class RegistrationLoop:
             plugin = ResourcePlugin(self.plugin_dir, self._make_translation(name))
             plugin.start()
             self._plugins[name] = plugin
+            for result in REGISTER_RESULTS:  # from 0, so that the first of each is an increase
+                self._results.setdefault((name, result), 0)
 
     def _register_pending(self) -> None:
         """Start a Register call for each due resource; none waits on another or holds the lock."""
@@ -162,7 +168,7 @@ class RegistrationLoop:
             error = exc
         with self._lock:
             self._in_flight.discard(name)
-            result = (name, "ok" if error is None else "error")
+            result = (name, REGISTER_RESULTS[0] if error is None else REGISTER_RESULTS[1])
             self._results[result] = self._results.get(result, 0) + 1
             if name not in self._plugins or self._epochs.get(name, 0) != epoch:
                 return  # the socket or the kubelet changed meanwhile: the next pass registers again

@@ -4,7 +4,8 @@
 - no module under tests/ imports a test module (`test_*.py`) or a `conftest`: what tests share
   lives in tests/builders/ (or tests/fakeapi/, the one Kubernetes fake);
 - a test module sits where it mirrors the package it tests: tests/unit/<pkg>/... or
-  tests/integration/<pkg>/..., each folder below <pkg> an existing subpackage of it.
+  tests/integration/<pkg>/..., each folder below <pkg> an existing subpackage of it; a tier that
+  tests the whole product against real parts (tests/realk8s/) is a folder of its own.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ MIRRORED = {
     },
 }
 """tests/<kind>/<name>/... mirrors the folder MIRRORED[kind][name]."""
-SUITE_WIDE = {TESTS / "test_meta.py"}
-"""Test modules about the suite as a whole, allowed at the top of tests/."""
+SUITE_WIDE = {TESTS / "test_meta.py", TESTS / "test_docs.py"}
+"""Test modules about the suite, or the repository's docs, as a whole: allowed at the top of
+tests/."""
+TIERS = {TESTS / "realk8s"}
+"""Folders of tiers that test the product as a whole against real parts (not one package)."""
 
 
 def _is_assertive(node: ast.AST) -> bool:
@@ -122,7 +126,7 @@ def _test_module_imports(path: Path, source: str) -> list[str]:
 
 def _misplaced(path: Path) -> str | None:
     """Why the test module at `path` does not mirror a package (None when it does)."""
-    if path in SUITE_WIDE:
+    if path in SUITE_WIDE or path.parent in TIERS:
         return None
     parts = path.relative_to(TESTS).parts  # (kind, name, *subpackages, file)
     roots = MIRRORED.get(parts[0], {})
@@ -201,3 +205,5 @@ def test_meta_accepts_mirrored_test_modules() -> None:
     for where in ("unit/scheduler/runtime/test_x.py", "integration/agent/kube/test_x.py"):
         assert _misplaced(TESTS / where) is None
     assert _misplaced(TESTS / "unit" / "daemonset" / "test_x.py") is None
+    assert _misplaced(TESTS / "realk8s" / "test_x.py") is None
+    assert _misplaced(TESTS / "realk8s" / "deeper" / "test_x.py") is not None

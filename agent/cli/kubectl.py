@@ -200,6 +200,14 @@ def render_queues(tree: queues.QueueTree) -> str:
         if problem is not None:
             out += ["", f"{problem} (not scheduled):"]
         out += [next(lines) for _ in section_rows]
+    invalid = [
+        f"  queue {queues.name_of(o)}: {p}"
+        for s in tree.sections
+        for _, o in s.entries
+        for p in queues.key_problems(o)
+    ]
+    if invalid:
+        out += ["", "Invalid keys (the scheduler refuses these queues):", *invalid]
     return "\n".join(out) + "\n"
 
 

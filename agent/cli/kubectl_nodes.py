@@ -12,10 +12,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.labels import label_value
 from agent.model import HEALTHY, UNHEALTHY, GpuUuid, format_cpulist
 from agent.nrt import ATTR_SOURCE, DecodedTopology, is_gpu_free, is_whole_gpu
 from agent.plural import counted
-from agent.resource_names import MIG_RESOURCE_PREFIX
+from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, model_key
 from agent.share_pods import PodShare
 from agent.share_usage import SharedGpu
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, Sharing
@@ -31,6 +32,10 @@ SHARE_NOTE = (
 )
 SHARE_LINES = frozenset({GPU_MEMORY, GPU_COMPUTE})
 SHARING_NOTE = "; timeSlicing enforces nothing: memory and compute are what pods asked"
+QUOTA_KEY_NOTE = (
+    "QUOTA KEY of each GPU model, for a Queue's spec.min / spec.max "
+    "(MIG: nvidia.com/mig-<profile>@<model>):"
+)
 MIG_NOTE = (
     "WHOLE: GPUs requested as nvidia.com/gpu; MIG GPUS are in MIG mode, requested by slice "
     "(MIG FREE: free slices, nvidia.com/mig-<profile>)"
@@ -94,9 +99,11 @@ def node_summary(topology: DecodedTopology) -> dict[str, Any]:
         if is_whole_gpu(gpu) and counts.sharing is Sharing.NONE
     ]
     shares = share_summary(topology)
+    products = sorted({g.product for g in gpus})
     return {
         "node": topology.node_name,
-        "product": ", ".join(sorted({g.product for g in gpus})),
+        "product": ", ".join(products),
+        "quotaKeys": {p: quota_key(p) for p in products},
         "gpus": len(gpus),
         "wholeGpus": len(whole),
         "wholeGpusFree": sum(1 for counts in whole if is_gpu_free(counts)),
@@ -108,6 +115,22 @@ def node_summary(topology: DecodedTopology) -> dict[str, Any]:
         "unhealthy": [g.index for g in topology.availability.gpus if not g.healthy],
         "allocationSource": topology.attributes.get(ATTR_SOURCE, ""),
     }
+
+
+def quota_key(product: str) -> str:
+    """The key a Queue's `spec.min` / `spec.max` names GPU model `product` by: the scheduler
+    reads the model from the node's `nvidia.com/gpu.product` label, the product as a label value
+    (`NVIDIA H100 80GB HBM3` -> `nvidia.com/gpu@NVIDIA-H100-80GB-HBM3`)."""
+    return model_key(GPU_RESOURCE, label_value(product))
+
+
+def _quota_key_lines(summaries: Sequence[Mapping[str, Any]]) -> str:
+    keys = dict(sorted(kv for s in summaries for kv in s["quotaKeys"].items()))
+    if not keys:
+        return ""
+    width = max(len(p) for p in keys)
+    lines = [f"  {p.ljust(width)}   {k}" for p, k in keys.items()]
+    return f"\n{QUOTA_KEY_NOTE}\n" + "\n".join(lines) + "\n"
 
 
 def _health_text(unhealthy: Sequence[int], total: int) -> str:
@@ -141,10 +164,12 @@ def render_nodes(summaries: Sequence[dict[str, Any]]) -> str:
         for s in summaries
     ]
     note = f"\n{MIG_NOTE}\n" if any(s["migGpus"] for s in summaries) else ""
+    keys = _quota_key_lines(summaries)
     if any(s["shares"] for s in summaries):
         rows = [(*row, _shares_text(s["shares"])) for row, s in zip(rows, summaries, strict=True)]
-        return table((*NODES_HEADER, "SHARES FREE (GPU:FREE/OF)"), rows) + note + SHARE_NOTE
-    return table(NODES_HEADER, rows) + note
+        header = (*NODES_HEADER, "SHARES FREE (GPU:FREE/OF)")
+        return table(header, rows) + note + SHARE_NOTE + keys
+    return table(NODES_HEADER, rows) + note + keys
 
 
 def _shares_text(shares: Sequence[Mapping[str, Any]]) -> str:

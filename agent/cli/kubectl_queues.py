@@ -10,10 +10,12 @@ the scheduler writes (`used`, `borrowed`, `pending.resources`, `fairShare`); `-`
 Each GPU model key (`nvidia.com/gpu@<product>`, MIG likewise) gets a row of its own under its
 queue, with the same columns for that key.
 STATE: `paused` when `spec.paused`, else the reason of the first problem condition (status False,
-or True on a type other than `Valid`, as the scheduler writes `Overcommitted`), else in the
-problem sections `Cycle` or `UnknownParent` (the reasons the scheduler gives such queues), else
-`unknown: no status yet` while no scheduler has written the Queue's status (its figures are then
-`-` for want of a report, not for zero), else `ok`.
+or True on a type other than `Valid`, as the scheduler writes `Overcommitted`), else `Invalid`
+when a `spec.min`/`spec.max` key names a GPU model wrongly (`key_problems`: the scheduler's own
+check, which a running scheduler reports as `Invalid` too; the model key's row says `invalid
+key`), else in the problem sections `Cycle` or `UnknownParent` (the reasons the scheduler gives
+such queues), else `unknown: no status yet` while no scheduler has written the Queue's status
+(its figures are then `-` for want of a report, not for zero), else `ok`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.quantity import parse_quantity
-from agent.resource_names import GPU_RESOURCE
+from agent.resource_names import GPU_RESOURCE, MODEL_SEP, model_key_problem
 
 __all__ = [
     "HEADER",
@@ -32,6 +34,8 @@ __all__ = [
     "QueueTree",
     "Section",
     "build_tree",
+    "key_problems",
+    "name_of",
     "queue_row",
     "queue_rows",
     "queue_state",
@@ -40,7 +44,7 @@ __all__ = [
 ]
 
 ROOT = "root"
-MODEL_SEP = "@"
+INVALID = "Invalid"
 NO_STATUS = "unknown: no status yet"
 HEADER = ("QUEUE", "MIN", "MAX", "USED", "BORROWED", "PENDING", "FAIR SHARE", "STATE")
 
@@ -77,7 +81,7 @@ def _map(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _name(obj: Obj) -> str:
+def name_of(obj: Obj) -> str:
     return str(_map(obj.get("metadata")).get("name", ""))
 
 
@@ -93,7 +97,7 @@ def _paused(obj: Obj | None) -> bool:
 
 def build_tree(objects: Iterable[Obj]) -> QueueTree:
     """The tree of `objects` (a Queue list's items), then the sections of the unplaceable."""
-    by_name = {_name(o): o for o in objects if _name(o)}
+    by_name = {name_of(o): o for o in objects if name_of(o)}
     root = by_name.pop(ROOT, None)
     children: dict[str | None, list[str]] = {}
     for name in sorted(by_name):
@@ -199,19 +203,32 @@ def _problem(conditions: Any) -> str | None:
     return None
 
 
+def key_problems(obj: Obj) -> list[str]:
+    """Each `spec.min` / `spec.max` key that names a GPU model wrongly, with why (as the
+    scheduler words it)."""
+    spec = _map(obj.get("spec"))
+    return [
+        f"spec.{field}[{key}]: {problem}"
+        for field in ("min", "max")
+        for key in sorted(map(str, _map(spec.get(field))))
+        if (problem := model_key_problem(key)) is not None
+    ]
+
+
 def queue_state(obj: Obj, unplaced: str | None = None) -> str:
     """STATE (module docstring); `unplaced`: the reason of a queue outside the tree, if any."""
     if _paused(obj):
         return "paused"
     status = _map(obj.get("status"))
-    reported = _problem(status.get("conditions")) or unplaced
+    reported = _problem(status.get("conditions"))
+    reported = reported or (INVALID if key_problems(obj) else None) or unplaced
     return reported or ("ok" if status else NO_STATUS)
 
 
 def queue_row(depth: int, obj: Obj, unplaced: str | None = None) -> tuple[str, ...]:
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     return (
-        "  " * depth + _name(obj),
+        "  " * depth + name_of(obj),
         _gpus(spec.get("min")),
         _gpus(spec.get("max")),
         _gpus(status.get("used")),
@@ -238,7 +255,8 @@ def queue_rows(depth: int, obj: Obj, unplaced: str | None = None) -> list[tuple[
         pending = _map(status.get("pending")).get("resources")
         figures = [spec.get("min"), spec.get("max"), status.get("used"), status.get("borrowed")]
         figures += [pending, status.get("fairShare")]
-        rows.append(("  " * (depth + 1) + label, *(_gpus(f, key) for f in figures), ""))
+        state = "" if model_key_problem(key) is None else "invalid key"
+        rows.append(("  " * (depth + 1) + label, *(_gpus(f, key) for f in figures), state))
     return rows
 
 
@@ -251,7 +269,7 @@ def queue_json(depth: int, obj: Obj, section: Section) -> dict[str, Any]:
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     pending = _map(status.get("pending"))
     return {
-        "name": _name(obj),
+        "name": name_of(obj),
         "parent": _parent(obj) or ROOT,
         "depth": depth,
         "problem": section.problem,
@@ -265,6 +283,7 @@ def queue_json(depth: int, obj: Obj, section: Section) -> dict[str, Any]:
         "pending": {"units": pending.get("units", 0), "resources": _map(pending.get("resources"))},
         "fairShare": _map(status.get("fairShare")),
         "conditions": list(status.get("conditions") or []),
+        "keyProblems": key_problems(obj),
         "state": queue_state(obj, section.unplaced_reason(depth)),
     }
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
-from agent.cli.share_wiring import share_state
+from agent.cli.share_wiring import configured_shared_gpus, share_state, shared_gpus
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.node_pods import NodePods, TerminalPodFilter
@@ -237,14 +237,18 @@ class TopologyService:
         )
         self.client = PodResourcesClient(cfg.pod_resources_socket)
         plugin = ctx.device_plugin
+        self._inventory: Callable[[], NodeInventory] = (
+            (lambda: plugin.inventory) if plugin else (lambda: ctx.inventory)
+        )
+        self._shared = _shared_source(ctx)
         self.reader = StateReader(
             self.client,
-            inventory=(lambda: plugin.inventory) if plugin else (lambda: ctx.inventory),
+            inventory=self._inventory,
             unhealthy=(lambda: plugin.device_state.unhealthy) if plugin else frozenset,
             is_terminal=is_terminal,
             kubelet_socket=cfg.device_plugin_dir / KUBELET_SOCKET,
             hold=RestartHold(clock=clock),
-            shares=self._share_state if plugin else None,
+            shares=self._share_state if self._shared is not None else None,
         )
         self.publisher = Publisher(
             settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
@@ -254,13 +258,12 @@ class TopologyService:
     def _share_state(
         self, listed: tuple[PodGrant, ...]
     ) -> tuple[Mapping[GpuUuid, SharedGpu], Mapping[GpuUuid, ShareUse]]:
-        plugin = self._ctx.device_plugin
-        assert plugin is not None
+        assert self._shared is not None
         pods: tuple[Mapping[str, Any], ...] = ()
         if self.node_pods is not None:
             self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
             pods = self.node_pods.last
-        return share_state(plugin, self._ctx.share_record, listed, pods)
+        return share_state(self._shared(), self._inventory(), self._ctx.share_record, listed, pods)
 
     def start(self) -> None:
         if self._oneshot:
@@ -317,6 +320,19 @@ class TopologyService:
             if snapshot.version != version:
                 version = snapshot.version
                 self.publisher.poke()
+
+
+def _shared_source(ctx: AgentContext) -> Callable[[], Mapping[GpuUuid, SharedGpu]] | None:
+    """Where the shared GPUs come from: the device plugin's live resources; with `--oneshot`,
+    which starts none, the ones it would advertise (so the object published or previewed is
+    the running agent's); None when no device plugin serves (`--no-device-plugin`)."""
+    plugin, cfg = ctx.device_plugin, ctx.config
+    if plugin is not None:
+        return lambda: shared_gpus(plugin)
+    if cfg.oneshot and cfg.device_plugin:
+        configured = configured_shared_gpus(cfg, ctx.inventory)
+        return lambda: configured
+    return None
 
 
 def _holds_devices(pod: PodGrant) -> bool:

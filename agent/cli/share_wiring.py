@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +30,7 @@ from deviceplugin.grpc_translation import is_share_resource
 from deviceplugin.mps_env import MpsEnv
 from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
+from deviceplugin.resources import Resource, build_resources
 from deviceplugin.share_allocation import ShareAllocator
 
 if TYPE_CHECKING:
@@ -75,9 +76,20 @@ class LazyShareClient:
 
 def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
     """The GPUs the device plugin splits into replicas now, with their replica counts."""
-    sharing = plugin.settings.time_slicing.sharing
+    resources = plugin.device_state.view().resources.values()
+    return shared_in(plugin.settings.time_slicing.sharing, resources)
+
+
+def configured_shared_gpus(cfg: AgentConfig, inventory: NodeInventory) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs a device plugin started with `cfg` would share on `inventory`: what
+    `--oneshot`, which starts no device plugin, publishes (and previews with `--dry-run`)."""
+    return shared_in(cfg.plugin.time_slicing.sharing, build_resources(inventory, cfg.plugin))
+
+
+def shared_in(sharing: Sharing, resources: Iterable[Resource]) -> dict[GpuUuid, SharedGpu]:
+    """The GPUs split into replicas of a share resource in `resources`, with their counts."""
     out: dict[GpuUuid, SharedGpu] = {}
-    for resource in plugin.device_state.view().resources.values():
+    for resource in resources:
         if not is_share_resource(resource):
             continue
         counts = Counter(d.gpu_uuid for d in resource.devices if d.replica is not None)
@@ -89,21 +101,21 @@ def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:
 
 
 def share_state(
-    plugin: DevicePlugin,
+    shared: Mapping[GpuUuid, SharedGpu],
+    inventory: NodeInventory,
     record: ShareRecord | None,
     listed: Sequence[PodGrant],
     pods: Sequence[Mapping[str, Any]],
-) -> tuple[dict[GpuUuid, SharedGpu], dict[GpuUuid, ShareUse]]:
-    """The shared GPUs and what their shares use, from the agent's record of what it gave and
-    the pods the kubelet lists (`listed`) and the API shows on the node (`pods`). A recorded pod
-    that neither lists is gone for good, and leaves the record."""
-    shared = shared_gpus(plugin)
+) -> tuple[Mapping[GpuUuid, SharedGpu], dict[GpuUuid, ShareUse]]:
+    """What the `shared` GPUs' shares use, from the agent's record of what it gave and the pods
+    the kubelet lists (`listed`) and the API shows on the node (`pods`). A recorded pod that
+    neither lists is gone for good, and leaves the record."""
     if not shared:
         return {}, {}
     record = record or ShareRecord(None)
     if pods:
         record.keep(pod_uids(pods), {object_key(p.namespace, p.name) for p in listed})
-    return shared, share_use(plugin.inventory, shared, listed, pods, record.all())
+    return shared, share_use(inventory, shared, listed, pods, record.all())
 
 
 def share_factory(

@@ -235,9 +235,9 @@ class Runtime:
         self.settings, self.kube = settings, kube
         self._gc = StartupGc(active=pause_gc)
         self.stop_event = threading.Event()
-        self.metrics = SchedulerMetrics(_version())
         self.elector = self._elector(lease or LeaseTiming()) if settings.leader_elect else None
         self.fence: Fence = self.elector or AlwaysLeader()
+        self.metrics = SchedulerMetrics(_version(), leading=self.fence.may_bind)
         if self.elector is None:
             self.metrics.leader.set(1)
         cfg = settings.config

@@ -390,6 +390,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
         runs = _run_all(spec, workload, settings, config)
         if settings.plot:
             plot_runs(runs, Path(settings.plot), title=plot_title(inputs))
+            sys.stderr.write(f"{PROG}: wrote the plot to {Path(settings.plot).resolve()}\n")
     except (UsageError, WorkloadError, TraceError, AgentError) as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2

@@ -32,7 +32,8 @@ LIGHT_LOAD = 0.5  # an event-mode workload that never asks this share of the GPU
 # One short definition per column of every table `format_table` prints; printed under the
 # tables for the columns they have (each in full in scheduler/sim/README.md).
 COLUMN_NOTES: dict[str, str] = {
-    "seeds": "runs per policy; each figure is the mean ± sd over them",
+    "runs": "runs per policy, one per seed of the header's `seeds`; each figure is the mean ± sd "
+    "over them",
     "alloc@100%": "GPUs allocated (% of the cluster's GPU capacity) once the pods that arrived ask "
     "100 % of it (FGD paper's protocol: pods shuffled, each tried once, nobody leaves)",
     "alloc@130%": "the same at 130 %, where the protocol ends",

@@ -3,7 +3,9 @@
 The informer lists, hands the whole list to `sink.replace` (which drops what disappeared), then
 watches from the list's resourceVersion and hands each event to `sink.event`. A watch that ends
 normally is resumed from the last resourceVersion seen (bookmarks included); `410 Gone` means
-list again; any other failure waits `retry` seconds and lists again. A collection whose CRD is not
+list again; `429` (the server's cache of the kind still initialising, as a CRD's first request
+meets on a real API server) waits `BUSY_RETRY`; any other failure waits `retry` seconds and lists
+again. A collection whose CRD is not
 installed (404) counts as synced and empty, and is listed again every `missing_retry` seconds.
 """
 
@@ -25,6 +27,10 @@ class Sink(Protocol):
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None: ...
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None: ...
+
+
+BUSY_RETRY = 0.2
+"""Seconds before listing again after a 429 (the server's cache of the kind is initialising)."""
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
@@ -76,8 +82,11 @@ class Informer:
                 log.info("%s: watch expired, listing again", self.kind.name)
             except ApiError as exc:
                 if not self._stop.is_set():
-                    log.warning("%s: %s; retrying in %.1fs", self.kind.name, exc, self._retry)
-                    self._stop.wait(self._retry)
+                    # 429 while the server's cache of the resource (re)initialises, as a real API
+                    # server answers a CRD's first request: ready within moments, not a second.
+                    retry = min(self._retry, BUSY_RETRY) if exc.status == 429 else self._retry
+                    log.warning("%s: %s; retrying in %.1fs", self.kind.name, exc, retry)
+                    self._stop.wait(retry)
             except Exception:
                 log.exception("%s: informer failed; retrying in %.1fs", self.kind.name, self._retry)
                 self._stop.wait(self._retry)

@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
-from agent.resource_names import GPU_RESOURCE
+from agent.resource_names import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    MODEL_SEP,
+    model_key,
+    model_key_problem,
+)
 from scheduler.placement import GPU_PRODUCT_LABEL, PodRequest
 
 __all__ = [
@@ -32,9 +38,6 @@ __all__ = [
     "named_model_amounts",
 ]
 
-MODEL_SEP = "@"
-_MIG_PREFIX = "nvidia.com/mig-"
-
 
 class Named(Protocol):
     """What `named_model_amounts` reads of a queue tree (`QuotaTree`)."""
@@ -46,13 +49,12 @@ class Named(Protocol):
     def managed(self) -> AbstractSet[str]: ...
 
 
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MIG_SUFFIX = re.compile(r"-MIG-[A-Za-z0-9.+]+$")
 _SHARED_SUFFIX = "-SHARED"
 
 
 def _takes_model(resource: str) -> bool:
-    return resource == GPU_RESOURCE or resource.startswith(_MIG_PREFIX)
+    return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 def base_of(key: str) -> str:
@@ -60,21 +62,12 @@ def base_of(key: str) -> str:
     return key.split(MODEL_SEP, 1)[0]
 
 
-def model_key(resource: str, model: str) -> str:
-    return f"{resource}{MODEL_SEP}{model}"
-
-
 def check_key(key: str) -> None:
-    """ValueError when `key` names a model wrongly (a plain key always passes)."""
-    if MODEL_SEP not in key:
-        return
-    resource, product = key.split(MODEL_SEP, 1)
-    if not _takes_model(resource):
-        raise ValueError(
-            f"only nvidia.com/gpu and nvidia.com/mig-* may name a GPU model, not {resource!r}"
-        )
-    if not _LABEL_VALUE.match(product):
-        raise ValueError(f"GPU model {product!r} is not a valid label value")
+    """ValueError when `key` names a model wrongly (a plain key always passes); the rule is
+    `agent.resource_names.MODEL_KEY_PATTERN`, the Queue CRD's too."""
+    problem = model_key_problem(key)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def model_of_product(product: str) -> str:

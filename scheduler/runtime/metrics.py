@@ -2,8 +2,11 @@
 
 Names follow `gputopo_scheduler_<name>_<unit>`; counters end in `_total`. Views of state (pending
 pods and their oldest age by reason, per-queue figures, GPUs by model, kind and state) are read at
-scrape time from callbacks, so nothing is computed per decision. Counters whose label values are
-known up front start at zero for each, so a rate over them is 0, not missing.
+scrape time from callbacks, so nothing is computed per decision. They describe the cluster, not
+the replica, so only the leader (`leading()`) exports them: a standby's cache sees the same
+cluster (its pending pods all `queued`), and a sum over two replicas would count it twice, an
+alert on them fire twice. Counters whose label values are known up front start at zero for each,
+so a rate over them is 0, not missing.
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ _PER_QUEUE = frozenset({"pending_units", "paused"})
 class _QueueCollector(Collector):
     """`gputopo_scheduler_queue_<figure>{queue,resource}` from a callback, per scrape."""
 
-    def __init__(self, source: Callable[[], QueueSamples]) -> None:
-        self._source = source
+    def __init__(self, source: Callable[[], QueueSamples], leading: Callable[[], bool]) -> None:
+        self._source, self._leading = source, leading
 
     def collect(self) -> Iterator[Metric]:
+        if not self._leading():
+            return
         samples = self._source()
         for suffix, doc in _QUEUE_GAUGES.items():
             labels = ["queue"] if suffix in _PER_QUEUE else ["queue", "resource"]
@@ -61,10 +66,14 @@ class _LabelledGaugeCollector(Collector):
         doc: str,
         labels: list[str],
         source: Callable[[], Mapping[tuple[str, ...], float]],
+        leading: Callable[[], bool],
     ) -> None:
         self._name, self._doc, self._labels, self._source = name, doc, labels, source
+        self._leading = leading
 
     def collect(self) -> Iterator[Metric]:
+        if not self._leading():
+            return
         family = GaugeMetricFamily(self._name, self._doc, labels=self._labels)
         for values, value in sorted(self._source().items()):
             family.add_metric(list(values), float(value))
@@ -74,10 +83,12 @@ class _LabelledGaugeCollector(Collector):
 class _GpuCollector(Collector):
     """`gputopo_scheduler_gpus{model,kind,state}` and `..._fragmented_gpus{model}`, per scrape."""
 
-    def __init__(self, source: Callable[[], GpuCounts]) -> None:
-        self._source = source
+    def __init__(self, source: Callable[[], GpuCounts], leading: Callable[[], bool]) -> None:
+        self._source, self._leading = source, leading
 
     def collect(self) -> Iterator[Metric]:
+        if not self._leading():
+            return
         counts = self._source()
         gpus = GaugeMetricFamily(
             f"{PREFIX}_gpus",
@@ -107,9 +118,17 @@ _KNOWN_RESULTS = {
 
 
 class SchedulerMetrics:
-    """Every metric of `gputopo-scheduler run`, registered on `self.registry`."""
+    """Every metric of `gputopo-scheduler run`, registered on `self.registry`; the cluster views
+    (`watch_*`) only while `leading()` (the fence's `may_bind`: the replica that binds)."""
 
-    def __init__(self, version: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        version: str,
+        registry: CollectorRegistry | None = None,
+        *,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._leading = leading
         self.registry = registry or CollectorRegistry()
         reg = self.registry
         self.attempts = Counter(
@@ -181,7 +200,7 @@ class SchedulerMetrics:
 
     def watch_queues(self, source: Callable[[], QueueSamples]) -> None:
         """Report `source()` as the per-queue gauges on every scrape."""
-        self.registry.register(_QueueCollector(source))
+        self.registry.register(_QueueCollector(source, self._leading))
 
     def watch_pending(self, source: Callable[[], Mapping[str, int]]) -> None:
         """Report `source()` as pending pods by reason on every scrape."""
@@ -191,6 +210,7 @@ class SchedulerMetrics:
                 "Pods waiting to be scheduled, by reason",
                 ["reason"],
                 lambda: {(reason,): count for reason, count in source().items()},
+                self._leading,
             )
         )
 
@@ -202,9 +222,10 @@ class SchedulerMetrics:
                 "Age of the oldest pod waiting to be scheduled, by reason",
                 ["reason"],
                 lambda: {(reason,): age for reason, age in source().items()},
+                self._leading,
             )
         )
 
     def watch_gpus(self, source: Callable[[], GpuCounts]) -> None:
         """Report `source()` as GPUs by model, kind and state, and fragmented GPUs by model."""
-        self.registry.register(_GpuCollector(source))
+        self.registry.register(_GpuCollector(source, self._leading))

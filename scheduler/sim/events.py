@@ -133,7 +133,7 @@ class _EventRun:
                 self.fragmented = self.measure()  # the cluster as the last job arrived
             if progress is not None:
                 progress(next_job, len(self.jobs))
-        self.timeline.finish()
+        self.timeline.finish(self.clock.now)
 
     def _arrive(self, job: Job) -> None:
         leaf = job.queue or DEFAULT_QUEUE
@@ -432,7 +432,7 @@ def _result(state: _EventRun, workload: Workload, policy_name: str, seed: int) -
         fragmentation_mean=state.timeline.mean_fragmentation(),
         waits=state.book.report(),
         longest_8gpu_wait=None if longest is None else round(longest, 2),
-        timeline=tuple(samples),
+        timeline=tuple(state.timeline.all_samples),
         preemption=None if state.preemption is None else state.preemption.report(),
         domains=state.domains.figures(),
         gang_wait_p99=state.domains.gang_wait_p99(),

@@ -14,11 +14,14 @@
 * Timeline: the cluster sampled at a fixed period, `TIMELINE_POINTS + 1` instants evenly spaced
   over the arrival window (first to last arrival, both included): GPU allocation and the
   fragmentation amount (FGD's Σ F over nodes), each in percent of GPU capacity. A sample at time
-  t shows the state after every event at or before t was handled.
+  t shows the state after every event at or before t was handled. The figures over time
+  (`frag over time%`) are the window's; the samples go on after it, at most `TIMELINE_POINTS`
+  more, to the run's end (the last departure), for the plot.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -156,7 +159,13 @@ class Sample:
 
 class Timeline:
     """Samples `measure()` -> (allocation %, fragmentation %) at the fixed instants of the window
-    [start, end]; the run calls `sample_until(t)` before the state changes at time t."""
+    [start, end], then on after it at the same period to the run's end (`finish(at)`); the run
+    calls `sample_until(t)` before the state changes at time t.
+
+    After the window at most `points` instants are kept: each time there would be more, every
+    other one is dropped and the period doubles, so that a long tail costs no more than the window
+    and every run over the same window samples a subset of the same instants.
+    """
 
     def __init__(
         self,
@@ -165,24 +174,57 @@ class Timeline:
         measure: Callable[[], tuple[float, float]],
         points: int = TIMELINE_POINTS,
     ) -> None:
-        step = (end - start) / points if end > start else 0.0
-        self.times = [start + i * step for i in range(points)] + [end] if step else [start]
+        self.step = (end - start) / points if end > start else 0.0
+        self.times = (
+            [start + i * self.step for i in range(points)] + [end] if self.step else [start]
+        )
+        self.end = end
+        self.points = points
         self.measure = measure
         self.samples: list[Sample] = []
+        self._tail: list[tuple[int, Sample]] = []  # (k, sample at end + k * step)
+        self._stride = 1
 
     def sample_until(self, before: float) -> None:
         """Sample every instant earlier than `before` not sampled yet (the current state)."""
-        while len(self.samples) < len(self.times) and self.times[len(self.samples)] < before:
-            allocation, fragmentation = self.measure()
-            self.samples.append(Sample(self.times[len(self.samples)], allocation, fragmentation))
+        self._window_until(before)
+        if len(self.samples) == len(self.times) and self.step:
+            self._tail_until(before)
 
-    def finish(self) -> None:
-        self.sample_until(float("inf"))
+    def finish(self, at: float | None = None) -> None:
+        """Sample the window's instants left, then the tail before `at` (the run's end) and `at`."""
+        self._window_until(math.inf)
+        if at is not None and self.step and at > self.end:
+            self._tail_until(at)
+            self._tail.append((0, self._sample(at)))
+
+    def _window_until(self, before: float) -> None:
+        while len(self.samples) < len(self.times) and self.times[len(self.samples)] < before:
+            self.samples.append(self._sample(self.times[len(self.samples)]))
+
+    def _tail_until(self, before: float) -> None:
+        k = self._tail[-1][0] + self._stride if self._tail else self._stride
+        while self.end + k * self.step < before:
+            self._tail.append((k, self._sample(self.end + k * self.step)))
+            if len(self._tail) > self.points:
+                self._stride *= 2
+                self._tail = [(i, t) for i, t in self._tail if i % self._stride == 0]
+            k = self._tail[-1][0] + self._stride if self._tail else self._stride
+
+    @property
+    def all_samples(self) -> list[Sample]:
+        """The window's samples, then the tail's: the cluster from the first arrival to the end."""
+        return self.samples + [t for _k, t in self._tail]
 
     def mean_fragmentation(self) -> float | None:
+        """The mean over the window's samples (the arrival window)."""
         if not self.samples:
             return None
         return round(statistics.fmean(s.fragmentation for s in self.samples), 2)
+
+    def _sample(self, time: float) -> Sample:
+        allocation, fragmentation = self.measure()
+        return Sample(time, allocation, fragmentation)
 
 
 @dataclass(slots=True)

@@ -10,10 +10,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scheduler.sim.metrics import TIMELINE_POINTS
 from scheduler.sim.protocol import RunResult
 from scheduler.sim.report import by_policy
 
-__all__ = ["PLOT_FORMATS", "ZOOM", "event_settings", "plot_problem", "plot_runs", "plot_title"]
+__all__ = [
+    "PLOT_FORMATS",
+    "ZOOM",
+    "event_settings",
+    "last_arrival_hours",
+    "mean_timeline",
+    "plot_problem",
+    "plot_runs",
+    "plot_title",
+    "timeline_axis",
+]
 
 
 def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:
@@ -26,17 +37,37 @@ def _mean_curve(runs: Sequence[RunResult]) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float], list[float]]:
-    """Hours since the first sample, and allocation and fragmentation (mean over seeds)."""
+def mean_timeline(runs: Sequence[RunResult]) -> tuple[list[float], list[float], list[float]]:
+    """Hours since the first arrival, and allocation and fragmentation (mean over seeds) at the
+    instants every run sampled: the arrival window and on to the last departure."""
     samples = [r.timeline for r in runs if r.timeline]
     if not samples:
         return [], [], []
-    points = min(len(s) for s in samples)
+    common = set.intersection(*({s.time for s in run} for run in samples))
+    by_time = [{s.time: s for s in run} for run in samples]
+    times = sorted(common)
     start = samples[0][0].time
-    hours = [(samples[0][i].time - start) / 3600 for i in range(points)]
-    alloc = [statistics.fmean(s[i].allocation for s in samples) for i in range(points)]
-    frag = [statistics.fmean(s[i].fragmentation for s in samples) for i in range(points)]
+    hours = [(t - start) / 3600 for t in times]
+    alloc = [statistics.fmean(run[t].allocation for run in by_time) for t in times]
+    frag = [statistics.fmean(run[t].fragmentation for run in by_time) for t in times]
     return hours, alloc, frag
+
+
+def timeline_axis(runs: Sequence[RunResult]) -> tuple[float, float]:
+    """The time axis of an event-mode plot, in hours since the first arrival: to the end of the
+    longest run (its makespan, the last departure), so no run's end is cut off."""
+    ends = [(r.timeline[-1].time - r.timeline[0].time) / 3600 for r in runs if r.timeline]
+    ends += [r.figures.makespan / 3600 for r in runs if r.figures and r.figures.makespan]
+    return 0.0, max(ends, default=0.0)
+
+
+def last_arrival_hours(runs: Sequence[RunResult]) -> float | None:
+    """Where the arrival window (util%, frag over time%) ends, in hours since the first arrival:
+    its last instant is the timeline's sample `TIMELINE_POINTS`."""
+    windows = [r.timeline for r in runs if len(r.timeline) > TIMELINE_POINTS]
+    if not windows:
+        return None
+    return (windows[0][TIMELINE_POINTS].time - windows[0][0].time) / 3600
 
 
 PLOT_FORMATS = ("png", "pdf", "svg")
@@ -100,8 +131,9 @@ def _input_name(ref: str) -> str:
 
 
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
-    """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time over
-    the arrival window. One line per policy (mean over seeds)."""
+    """Protocol: allocation vs arrived demand; events: allocation and fragmentation vs time from
+    the first arrival to the last departure (the arrival window's end marked). One line per
+    policy (mean over seeds)."""
     import matplotlib  # optional dependency: loaded only for --plot
 
     matplotlib.use("Agg")
@@ -135,15 +167,23 @@ def plot_runs(runs: Sequence[RunResult], path: Path, title: str = "") -> None:
 def _plot_timeline(plt: Any, runs: Sequence[RunResult], path: Path, title: str) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for policy, group in by_policy(runs).items():
-        hours, alloc, frag = _mean_timeline(group)
+        hours, alloc, frag = mean_timeline(group)
         top.plot(hours, alloc, label=policy, linewidth=1.2)
         bottom.plot(hours, frag, label=policy, linewidth=1.2)
     top.set_ylabel("GPU allocation (%)")
     bottom.set_ylabel("fragmentation (% of GPUs)")
     bottom.set_xlabel("hours since the first arrival")
-    fig.suptitle(title or "allocation and fragmentation over the arrival window", fontsize=10)
+    fig.suptitle(title or "allocation and fragmentation to the last departure", fontsize=10)
+    last_arrival = last_arrival_hours(runs)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
+        ax.set_xlim(*timeline_axis(runs))
+        if last_arrival is not None:
+            ax.axvline(last_arrival, color="grey", linestyle="--", linewidth=0.8)
+    if last_arrival is not None:
+        top.annotate(
+            " last arrival", (last_arrival, 1.0), xycoords=("data", "axes fraction"), va="top"
+        )
     top.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

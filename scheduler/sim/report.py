@@ -205,7 +205,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
         return "no runs\n"
     events = runs[0].mean_allocation is not None
     alloc = ["alloc mean%", "alloc peak%"] if events else [f"alloc@{k}%" for k in REPORT_POINTS]
-    header = ["policy", "seeds", *alloc, "fragmented%", "fragmented GPUs", "gang wait s"]
+    header = ["policy", "runs", *alloc, "fragmented%", "fragmented GPUs", "gang wait s"]
     header += ["jobs placed", "decisions/s"]
     if events:
         header += ["util%", "frag over time%", "8-GPU max wait s"]

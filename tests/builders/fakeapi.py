@@ -103,6 +103,22 @@ def make_nrt(node: str, zones: int = 1, version: str = "v1alpha2") -> dict[str, 
     }
 
 
+def make_gadget_crd(schema: dict[str, Any]) -> dict[str, Any]:
+    """A cluster-scoped `Gadget` (example.com/v1) CRD whose one version has `schema`."""
+    version = {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "gadgets", "kind": "Gadget"},
+            "scope": "Cluster",
+            "versions": [version],
+        },
+    }
+
+
 def make_podgroup(name: str, min_member: int) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",

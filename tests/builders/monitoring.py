@@ -1,10 +1,12 @@
 """The shipped monitoring (daemonset/optional/monitoring/): the Grafana dashboard's queries, the
 PrometheusRule's alerts, the metric names a PromQL expression reads (parsed with
-`promql-parser`), and the names a `/metrics` page exports."""
+`promql-parser`), the names a `/metrics` page exports, the metrics the code registers, and the
+README's metrics table."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +14,20 @@ from typing import Any
 
 import promql_parser
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders.render import OPTIONAL
+from agent.metrics import AgentMetrics
+from agent.mps.metrics import MpsMetrics
+from scheduler.runtime.gpucount import GpuCounts
+from scheduler.runtime.metrics import SchedulerMetrics
+from tests.builders.render import OPTIONAL, REPO
 
 MONITORING = OPTIONAL / "monitoring"
 DASHBOARD = MONITORING / "gputopo-dashboard.json"
 RULES = MONITORING / "prometheusrule.yaml"
+RUNBOOKS = MONITORING / "RUNBOOKS.md"
+SCRAPE_CONFIG = MONITORING / "prometheus-scrape-config.yaml"
 PROMETHEUS_OWN = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE"})
 """Series Prometheus makes itself, which rules may read."""
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
@@ -44,10 +53,21 @@ def data_panels(dash: Obj) -> list[Obj]:
     return [p for p in dash["panels"] if p.get("type") != "row"]
 
 
+def query_variables(dash: Obj) -> dict[str, str]:
+    """Each query variable (`$node`) and the value Grafana sends for "All" (its `allValue`)."""
+    return {v["name"]: v["allValue"] for v in dash["templating"]["list"] if v["type"] == "query"}
+
+
 def dashboard_queries(dash: Obj | None = None) -> list[Query]:
+    """Every panel's query as Grafana sends it with each variable at "All"."""
     dash = dashboard() if dash is None else dash
+    variables = query_variables(dash)
+
+    def sent(expr: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m.group(1), m.group(0)), expr)
+
     return [
-        Query(f"panel {panel['title']!r} target {target['refId']}", target["expr"])
+        Query(f"panel {panel['title']!r} target {target['refId']}", sent(target["expr"]))
         for panel in data_panels(dash)
         for target in panel["targets"]
     ]
@@ -114,3 +134,49 @@ def exported_names(page: str) -> set[str]:
 def all_queries() -> Iterator[Query]:
     yield from dashboard_queries()
     yield from rule_queries()
+
+
+def family(name: str, exported: set[str]) -> str:
+    """The metric a sample name belongs to: a histogram's `_bucket`, `_count` and `_sum` are
+    its base name; anything else is itself."""
+    for suffix in _SUFFIXES["histogram"]:
+        base = name.removesuffix(suffix)
+        if base != name and base + "_bucket" in exported:
+            return base
+    return name
+
+
+def mps_page() -> str:
+    """What `gputopo-agent mps` serves on `/metrics` before its first heartbeat (the stacks the
+    tests run start no MPS daemon)."""
+    return generate_latest(MpsMetrics("test").registry).decode()
+
+
+def exported_by_code() -> set[str]:
+    """The sample names the three metrics registries declare, as `gputopo-agent run` (device
+    plugin and MPS watch included), `gputopo-agent mps` and `gputopo-scheduler run` set them
+    up; `_created` samples aside."""
+    agent = AgentMetrics("test")
+    agent.watch_device_plugin(dict, dict, lambda: True)
+    scheduler = SchedulerMetrics("test")
+    scheduler.watch_queues(dict)
+    scheduler.watch_pending(dict)
+    scheduler.watch_pending_age(dict)
+    scheduler.watch_gpus(GpuCounts)
+    names: set[str] = set()
+    for registry in (agent.registry, scheduler.registry):
+        names |= exported_names(generate_latest(registry).decode())
+    names |= exported_names(mps_page())
+    return {n for n in names if not n.endswith("_created")}
+
+
+def readme_metrics() -> set[str]:
+    """Every metric name in the README's `## Metrics` table (written out in full there)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `gputopo_")]
+    return {
+        name
+        for row in rows
+        for name in re.findall(r"`(gputopo_[a-z_]+)(?:\{[a-z_,]*\})?`", row.split(" | ")[0])
+    }

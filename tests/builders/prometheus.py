@@ -42,15 +42,15 @@ class Target:
 
 
 def config(targets: Sequence[Target], rule_files: Sequence[Path]) -> dict[str, Any]:
+    """Targets of one job (two replicas of a Deployment) are one scrape job, as a PodMonitor's."""
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    for t in targets:
+        jobs.setdefault(t.job, []).append({"targets": [t.address], "labels": dict(t.labels)})
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
-            {
-                "job_name": t.job,
-                "static_configs": [{"targets": [t.address], "labels": dict(t.labels)}],
-            }
-            for t in targets
+            {"job_name": job, "static_configs": static} for job, static in jobs.items()
         ],
     }
 

@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "daemonset"
 EXAMPLES = DAEMONSET / "examples"
 OPTIONAL = DAEMONSET / "optional"
+CRDS = DAEMONSET / "crds"
+IMAGE = DAEMONSET / "image"
 
 Obj = dict[str, Any]
 
@@ -154,9 +156,10 @@ def pod_specs(obj: Mapping[str, Any]) -> list[Obj]:
     return []
 
 
-def render_with_components(*components: Path) -> list[Obj]:
-    """`daemonset/` plus kustomize Components (e.g. `optional/cdi`), through an overlay the way a
-    user writes one; needs kubectl (the fallback renderer does not apply components)."""
+def render_with_components(*components: Path, base: Path = DAEMONSET) -> list[Obj]:
+    """`base` (`daemonset/`, or `daemonset/crds/`) plus kustomize Components (e.g.
+    `optional/cdi`), through an overlay the way a user writes one; needs kubectl (the fallback
+    renderer does not apply components)."""
     kubectl = kubectl_path()
     if kubectl is None:
         raise LookupError("kubectl is not installed")
@@ -164,7 +167,7 @@ def render_with_components(*components: Path) -> list[Obj]:
     try:
         # kustomize takes only relative paths to bases and components
         kust = {
-            "resources": [os.path.relpath(DAEMONSET, overlay)],
+            "resources": [os.path.relpath(base, overlay)],
             "components": [os.path.relpath(c, overlay) for c in components],
         }
         (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kust), encoding="utf-8")

@@ -13,6 +13,7 @@ from kubernetes import client
 from scheduler.cli.run import LeaseTiming, RunSettings, Runtime
 from scheduler.config import load_config
 from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.leader import micro_time
 from scheduler.runtime.loop import LoopSettings
 from scheduler.runtime.pending import SchedulingQueue
 from tests.fakeapi import FakeApiServer
@@ -70,6 +71,22 @@ def running(
     finally:
         runtime.stop()
         kube.close()
+
+
+def hold_lease(fake: FakeApiServer, holder: str, duration_s: int = 3600) -> None:
+    """The scheduler's Lease, renewed now by `holder` (another replica; "" for none): a replica
+    started with `leader_elect=True` stays standby until it expires or is let go."""
+    fake.put_object(
+        "leases",
+        {
+            "metadata": {"name": NAME, "namespace": "default"},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration_s,
+                "renewTime": micro_time(time.time()),
+            },
+        },
+    )
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

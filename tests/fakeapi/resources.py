@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakeapi.schema import version_schemas
+from tests.fakeapi.schema import rule_problems, version_schemas
 
 NRT_GROUP = "topology.node.k8s.io"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
@@ -136,6 +136,8 @@ def crd_problems(crd: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"metadata.name: Invalid value: must be spec.names.plural+'.'+spec.group ({expected})"
         )
+    for name, schema in version_schemas(crd).items():
+        problems += [f"spec.versions[{name}].schema.{p}" for p in rule_problems(schema)]
     annotations = (crd.get("metadata") or {}).get("annotations") or {}
     protected = group.endswith(PROTECTED_GROUP_SUFFIXES) or group in ("k8s.io", "kubernetes.io")
     if protected and not annotations.get(APPROVAL_ANNOTATION):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 import urllib.request
 
+from scheduler.cli.run import LeaseTiming
 from tests.builders.scheduler import (
     create_pod,
     gpu_node,
+    hold_lease,
     node_of,
     pod_body,
     running,
@@ -82,3 +84,37 @@ def test_state_views_are_read_per_scrape(fake_api, core_v1) -> None:
         assert sample("gputopo_scheduler_fragmented_gpus", {"model": "Tesla-T4"}) == 0
         assert sample("gputopo_scheduler_schedule_attempts_total", {"result": "error"}) == 0
         assert sample("gputopo_scheduler_preemption_victims_total", {"reason": "reclaim"}) == 0
+
+
+CLUSTER_GAUGES = (
+    "gputopo_scheduler_gpus",
+    "gputopo_scheduler_fragmented_gpus",
+    "gputopo_scheduler_pending_pods",
+    "gputopo_scheduler_pending_oldest_seconds",
+    "gputopo_scheduler_queue_used",
+    "gputopo_scheduler_queue_pending_units",
+)
+
+
+def test_a_standby_replica_exports_no_cluster_gauge_until_it_leads(fake_api, core_v1) -> None:
+    """Two replicas see the same cluster: only the leader's GPUs and pending pods are reported,
+    so a sum over replicas (the dashboard) counts them once and an alert on them fires once."""
+    gpu_node(fake_api, "n1", gpus=8, labels={"nvidia.com/gpu.product": "Tesla-T4"})
+    hold_lease(fake_api, "the-other-replica")
+    timing = LeaseTiming(duration=1.0, renew_deadline=0.6, retry_period=0.1)
+    with running(fake_api, leader_elect=True, lease=timing) as standby:
+        create_pod(core_v1, pod_body("too-big", gpus=16))
+        wait_for(lambda: standby.scheduler.pending_reasons(), 5, "too-big seen pending")
+        sample = standby.metrics.registry.get_sample_value
+        whole_free = {"model": "Tesla-T4", "kind": "whole", "state": "free"}
+        assert sample("gputopo_scheduler_leader") == 0
+        assert sample("gputopo_scheduler_pending_pods", {"reason": "queued"}) is None
+        assert sample("gputopo_scheduler_gpus", whole_free) is None
+        families = {m.name: m.samples for m in standby.metrics.registry.collect()}
+        assert [name for name in CLUSTER_GAUGES if families.get(name)] == []
+        assert sample("gputopo_scheduler_schedule_attempts_total", {"result": "error"}) == 0
+        hold_lease(fake_api, "")  # the other replica let go: this one leads
+        wait_for(standby.fence.may_bind, 5, "the lease taken over")
+        (reason,) = wait_for(standby.scheduler.pending_reasons, 5, "too-big pending")
+        assert sample("gputopo_scheduler_pending_pods", {"reason": reason}) == 1
+        assert sample("gputopo_scheduler_gpus", whole_free) == 8

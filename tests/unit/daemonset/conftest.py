@@ -1,4 +1,5 @@
-"""Session fixtures: the rendered install (kubectl kustomize, or the fallback) and the examples."""
+"""Session fixtures: the rendered install and CRDs (kubectl kustomize, or the fallback) and the
+examples."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def objects(rendered: r.Rendered) -> tuple[r.Obj, ...]:
 
 
 @pytest.fixture(scope="session")
-def crds(objects: tuple[r.Obj, ...]) -> list[r.Obj]:
-    return r.by_kind(objects, "CustomResourceDefinition")
+def crds() -> list[r.Obj]:
+    """`kubectl apply -k daemonset/crds/`: applied apart from the install."""
+    return r.by_kind(r.render(r.CRDS).objects, "CustomResourceDefinition")
 
 
 @pytest.fixture(scope="session")

@@ -76,3 +76,24 @@ def test_manifest_commands_are_console_scripts(objects, command):
 def test_containerfile_is_not_a_kustomize_resource():
     assert CONTAINERFILE.is_file()
     assert "Containerfile" not in " ".join(r.kustomization()["resources"])
+
+
+ARCH_NAMES = re.compile(r"amd64|x86_64|arm64|aarch64", re.IGNORECASE)
+
+
+def test_nothing_in_the_build_names_an_architecture():
+    """Both linux/amd64 and linux/arm64 build from the same instructions: no stage pinned to a
+    platform (a build stage on the build machine's platform would copy its venv, with that
+    machine's wheels, into the other), no download for one architecture."""
+    instructions = _instructions()
+    assert [a for op, a in instructions if op == "FROM" and "--platform" in a] == []
+    assert [a for _, a in instructions if ARCH_NAMES.search(a)] == []
+    assert [a for op, a in instructions if op == "ADD" or re.search(r"\b(curl|wget)\b", a)] == []
+
+
+def test_the_readme_and_the_containerfile_give_the_multi_arch_build():
+    command = "docker buildx build --platform linux/amd64,linux/arm64 -f daemonset/Containerfile"
+    readme = (r.REPO / "README.md").read_text(encoding="utf-8")
+    assert command in readme
+    assert command in CONTAINERFILE.read_text(encoding="utf-8")
+    assert "linux/arm64" in readme.split("## Install on a real cluster")[0]  # said at the top

@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from agent.quantity import parse_quantity
+from scheduler.placement.request import Effect, Taint
+from scheduler.runtime.podspec import pod_request
 from tests.builders import render as r
 
 POD_FILES = {
@@ -180,3 +182,28 @@ def test_elasticquota_guarantees_less_than_its_max(examples):
     (quota,) = examples["elasticquota.yaml"]
     assert (quota["apiVersion"], quota["kind"]) == ("scheduling.x-k8s.io/v1alpha1", "ElasticQuota")
     assert 0 < _gpus(quota["spec"]["min"]) <= _gpus(quota["spec"]["max"])
+
+
+def _readme_taints() -> set[Taint]:
+    """Every taint the README tells you to put on GPU nodes (`kubectl taint node(s) ...`)."""
+    text = (r.REPO / "README.md").read_text(encoding="utf-8")
+    found = re.findall(r"kubectl taint nodes? <node> ([\w./-]+)=([\w.-]*):(\w+)", text)
+    return {Taint(key=key, value=value, effect=Effect(effect)) for key, value, effect in found}
+
+
+def test_the_readme_recommends_one_taint_for_gpu_nodes():
+    assert _readme_taints() == {
+        Taint(key="gputopo.io/dedicated", value="true", effect=Effect.NO_SCHEDULE)
+    }
+
+
+@pytest.mark.parametrize("name", sorted(POD_FILES))
+def test_every_example_pod_tolerates_the_taint_the_readme_recommends(examples, name):
+    """Read as the scheduler reads a pod (its TaintToleration filter), on a node tainted as the
+    README says."""
+    taints = _readme_taints()
+    for owner, spec in _pods(examples[name]):
+        pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": spec}
+        request = pod_request(pod)
+        untolerated = [t for t in taints if not any(x.tolerates(t) for x in request.tolerations)]
+        assert untolerated == [], owner["metadata"]["name"]

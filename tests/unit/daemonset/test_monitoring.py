@@ -1,10 +1,12 @@
 """daemonset/optional/monitoring/, offline: the Grafana dashboard's structure and queries, the
-PrometheusRule's alerts (each with a runbook, `promtool check rules` where it is installed),
-and the ConfigMap Grafana's sidecar loads the dashboard from."""
+PrometheusRule's alerts (each with a runbook in RUNBOOKS.md, `promtool check rules` where it is
+installed), the ConfigMap Grafana's sidecar loads the dashboard from, the plain-Prometheus scrape
+config, and the README's metrics table against the code."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -22,21 +24,31 @@ ALERTS = {
     "GputopoGpuUnhealthy": "10m",
     "GputopoNrtNotPublished": "1m",
     "GputopoDevicePluginRegistrationFailing": "5m",
+    "GputopoMpsNotServing": "5m",
     "GputopoNoSchedulerLeader": "5m",
     "GputopoPodsPendingTooLong": "1m",
     "GputopoQueueBelowGuarantee": "10m",
 }
 
 
-def test_the_dashboard_has_a_row_per_part_and_a_datasource_variable():
+def test_the_dashboard_has_a_row_per_part_a_datasource_and_a_node_variable():
     dash = mon.dashboard()
     assert [p["title"] for p in dash["panels"] if p["type"] == "row"] == ROWS
-    (variable,) = dash["templating"]["list"]
-    assert (variable["name"], variable["type"], variable["query"]) == (
+    datasource, node = dash["templating"]["list"]
+    assert (datasource["name"], datasource["type"], datasource["query"]) == (
         "datasource",
         "datasource",
         "prometheus",
     )
+    assert (node["name"], node["type"], node["multi"], node["includeAll"]) == (
+        "node",
+        "query",
+        True,
+        True,
+    )
+    assert node["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert node["query"]["query"] == "label_values(gputopo_agent_gpu_healthy, node)"
+    assert mon.query_variables(dash) == {"node": ".*"}
     assert dash["uid"] == "gputopo"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
@@ -54,6 +66,29 @@ def test_every_panel_queries_the_chosen_prometheus_and_fits_the_grid():
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, where
         assert panel["description"], where
+
+
+def _nodes_row(dash: r.Obj) -> list[r.Obj]:
+    rows = [p for p in dash["panels"] if p["type"] == "row"]
+    start = next(p["gridPos"]["y"] for p in rows if p["title"] == "Nodes")
+    return [p for p in mon.data_panels(dash) if p["gridPos"]["y"] > start]
+
+
+def test_every_nodes_row_query_follows_the_node_variable():
+    panels = _nodes_row(mon.dashboard())
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    assert exprs
+    for expr in exprs:
+        selectors = re.findall(r"\b(?:gputopo_agent_\w+|up)(\{[^}]*\})?", expr)
+        assert selectors, expr
+        assert all('node=~"$node"' in s for s in selectors), expr
+
+
+def test_the_nodes_row_shows_gpu_utilisation():
+    (panel,) = [p for p in _nodes_row(mon.dashboard()) if p["title"] == "GPU utilisation"]
+    (target,) = panel["targets"]
+    assert mon.metric_names(target["expr"]) == {"gputopo_agent_gpu_utilization_ratio"}
+    assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
 
 
 def test_every_query_parses_and_names_only_gputopo_metrics_or_prometheus_own():
@@ -79,14 +114,38 @@ def test_a_query_that_does_not_parse_or_names_no_metric_is_refused(expr, error):
         mon.metric_names(expr)
 
 
+RUNBOOK_BASE = (
+    "https://github.com/gputopo/gputopo/blob/main/daemonset/optional/monitoring/RUNBOOKS.md#"
+)
+
+
+def _runbook_sections() -> dict[str, str]:
+    """RUNBOOKS.md's sections by the anchor GitHub gives their heading."""
+    text = mon.RUNBOOKS.read_text(encoding="utf-8")
+    parts = re.split(r"^## (\S+)\n", text, flags=re.M)[1:]
+    return {heading.lower(): body for heading, body in zip(parts[::2], parts[1::2], strict=True)}
+
+
 def test_each_alert_the_issue_asks_for_is_there_with_its_duration_and_runbook():
     rules = mon.alert_rules()
     assert {rule["alert"]: rule["for"] for rule in rules} == ALERTS
+    sections = _runbook_sections()
     for rule in rules:
         annotations = rule["annotations"]
-        assert {"summary", "description", "runbook"} <= annotations.keys(), rule["alert"]
-        assert annotations["runbook"].count("\n") >= 3, rule["alert"]  # steps, not a phrase
+        assert set(annotations) == {"summary", "description", "runbook_url"}, rule["alert"]
+        url = annotations["runbook_url"]
+        assert url == RUNBOOK_BASE + rule["alert"].lower(), rule["alert"]
+        steps = re.findall(r"^\d+\. ", sections[url.rpartition("#")[2]], flags=re.M)
+        assert len(steps) >= 3, rule["alert"]  # steps, not a phrase
         assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
+    assert set(sections) == {rule["alert"].lower() for rule in rules}
+
+
+def test_the_mps_alert_reads_what_the_agent_and_the_mps_daemonset_export():
+    (rule,) = [x for x in mon.alert_rules() if x["alert"] == "GputopoMpsNotServing"]
+    names = mon.metric_names(rule["expr"])
+    assert names == {"gputopo_agent_mps_serving", "gputopo_mps_daemon_up"}
+    assert names <= mon.exported_by_code()
 
 
 def test_the_shipped_rules_pass_promtool():
@@ -103,6 +162,7 @@ def test_the_shipped_rules_pass_promtool():
 
 AGENT = 'instance="10.0.0.7:9445",job="gputopo-agent/gputopo-agent",node="gpu-1"'
 SCHED = 'instance="10.0.1.2:9446",job="gputopo-system/gputopo-scheduler"'
+MPS_GPU_2 = 'instance="10.0.0.8:9447",job="gputopo-agent/gputopo-mps",node="gpu-2"'
 GPU = "nvidia.com/gpu"
 # One minute a sample, 20 minutes: each alert's condition holds from the start, and for each a
 # near miss that must stay quiet (a healthy GPU, a registration that recovered, a gated pod, a
@@ -121,6 +181,8 @@ SERIES = {
     f'gputopo_agent_deviceplugin_registrations_total{{{AGENT},resource="mig",result="ok"}}': (
         "0+1x20"
     ),
+    f"gputopo_agent_mps_serving{{{AGENT}}}": "0x20",
+    f'gputopo_mps_daemon_up{{{MPS_GPU_2},uid="1000"}}': "1x20",
     f"gputopo_scheduler_leader{{{SCHED}}}": "0x20",
     f'gputopo_scheduler_pending_oldest_seconds{{{SCHED},reason="unschedulable"}}': "1000x20",
     f'gputopo_scheduler_pending_oldest_seconds{{{SCHED},reason="gated"}}': "5000x20",
@@ -159,6 +221,8 @@ FIRING = [
             }
         ],
     ),
+    ("4m", "GputopoMpsNotServing", []),  # for: 5m
+    ("6m", "GputopoMpsNotServing", [{"node": "gpu-1", "severity": "critical"}]),
     ("6m", "GputopoNoSchedulerLeader", [{"severity": "critical"}]),
     ("2m", "GputopoPodsPendingTooLong", [{"reason": "unschedulable", "severity": "warning"}]),
     ("9m", "GputopoQueueBelowGuarantee", []),  # for: 10m
@@ -213,3 +277,78 @@ def test_the_dashboard_configmap_is_labelled_for_grafanas_sidecar():
     assert json.loads(configmap["data"]["gputopo-dashboard.json"]) == mon.dashboard()
     (rule,) = r.by_kind(rendered, "PrometheusRule")
     assert rule["spec"] == mon.prometheus_rule()["spec"]
+
+
+def test_every_metric_the_dashboard_and_the_alerts_use_is_in_the_readme_table():
+    exported = mon.exported_by_code()
+    used = {
+        mon.family(name, exported)
+        for query in mon.all_queries()
+        for name in mon.metric_names(query.expr) - mon.PROMETHEUS_OWN
+    }
+    assert len(used) > 20
+    assert used - mon.readme_metrics() == set()
+
+
+def test_the_readme_table_lists_exactly_the_metrics_the_code_exports():
+    exported = mon.exported_by_code()
+    assert {mon.family(name, exported) for name in exported} == mon.readme_metrics()
+
+
+def _scrape_jobs() -> dict[str, r.Obj]:
+    config = yaml.safe_load(mon.SCRAPE_CONFIG.read_text(encoding="utf-8"))
+    assert set(config) == {"scrape_configs"}
+    return {job["job_name"]: job for job in config["scrape_configs"]}
+
+
+def test_the_scrape_config_gives_the_job_names_the_alerts_match():
+    jobs = _scrape_jobs()
+    assert set(jobs) == {"gputopo-agent", "gputopo-mps", "gputopo-scheduler"}
+    up_matchers = {
+        m for q in mon.all_queries() for m in re.findall(r'up\{[^}]*job=~"([^"]+)"', q.expr)
+    }
+    assert up_matchers
+    assert all(any(re.fullmatch(m, job) for job in jobs) for m in up_matchers)
+
+
+def test_each_scrape_job_keeps_its_workloads_metrics_port_and_labels_the_node(objects):
+    mps = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "mps")
+    workloads = {
+        o["metadata"]["name"]: o
+        for o in [*objects, *mps]
+        if o["kind"] in {"DaemonSet", "Deployment"}
+    }
+    for name, job in _scrape_jobs().items():
+        workload = workloads[name]
+        (sd,) = job["kubernetes_sd_configs"]
+        assert (sd["role"], sd["namespaces"]["names"]) == (
+            "pod",
+            [workload["metadata"]["namespace"]],
+        )
+        keep = next(x for x in job["relabel_configs"] if x.get("action") == "keep")
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (port,) = workload["spec"]["template"]["spec"]["containers"][0]["ports"]
+        values = {
+            "__meta_kubernetes_pod_label_app_kubernetes_io_name": labels["app.kubernetes.io/name"],
+            "__meta_kubernetes_pod_label_app_kubernetes_io_component": labels[
+                "app.kubernetes.io/component"
+            ],
+            "__meta_kubernetes_pod_container_port_name": port["name"],
+        }
+        assert re.fullmatch(keep["regex"], ";".join(values[s] for s in keep["source_labels"]))
+        targets = {x.get("target_label") for x in job["relabel_configs"]}
+        assert ("node" in targets) == (workload["kind"] == "DaemonSet"), name
+
+
+def test_the_scrape_config_passes_promtool():
+    promtool = binary(PROMTOOL)
+    if promtool is None:
+        pytest.skip("no promtool: install Debian's prometheus package (apt-get install prometheus)")
+    done = subprocess.run(
+        [promtool, "check", "config", str(mon.SCRAPE_CONFIG)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if "field kubernetes_sd_configs not found" in done.stdout + done.stderr:
+        pytest.skip("this promtool is built without Kubernetes discovery (Debian's is)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr

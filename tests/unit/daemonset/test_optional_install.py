@@ -1,15 +1,12 @@
 """The opt-in parts of the install in daemonset/optional/: the kubelet config per distribution,
-keeping another project's NodeResourceTopology CRD, Prometheus Operator PodMonitors, and the
-image override the README's build step writes."""
+keeping another project's NodeResourceTopology CRD, and Prometheus Operator PodMonitors (the
+image override the README's build step writes: test_image.py)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from agent.numa_capacity import KubeletConfig
 from tests.builders import manifests as checks
@@ -19,9 +16,9 @@ KUBELET_CONFIG = r.OPTIONAL / "kubelet-config"
 NRT_CRD = "noderesourcetopologies.topology.node.k8s.io"
 
 
-def _with(*components: Path) -> list[r.Obj]:
+def _with(*components: Path, base: Path = r.DAEMONSET) -> list[r.Obj]:
     try:
-        return r.render_with_components(*components)
+        return r.render_with_components(*components, base=base)
     except LookupError:
         pytest.skip("kubectl is not installed: components cannot be rendered")
 
@@ -64,26 +61,29 @@ def test_an_eks_json_kubelet_config_is_read(tmp_path):
     assert config.reserved_cpus == (0, 1)
 
 
-def test_upstream_nrt_crd_component_leaves_only_our_crd_out(objects):
-    kept = _with(r.OPTIONAL / "upstream-nrt-crd")
+def test_upstream_nrt_crd_component_leaves_only_our_crd_out(crds):
+    """Used in an overlay of daemonset/crds/, which the install applies apart."""
+    kept = _with(r.OPTIONAL / "upstream-nrt-crd", base=r.CRDS)
     names = {o["metadata"]["name"] for o in r.by_kind(kept, "CustomResourceDefinition")}
-    shipped = {o["metadata"]["name"] for o in r.by_kind(objects, "CustomResourceDefinition")}
+    shipped = {o["metadata"]["name"] for o in crds}
     assert NRT_CRD in shipped
     assert names == shipped - {NRT_CRD}
-    assert len(kept) == len(objects) - 1
+    assert len(kept) == len(crds) - 1
 
 
-def test_pod_monitors_select_each_component_and_its_metrics_port(objects):
+def test_pod_monitors_select_each_workload_and_its_metrics_port(objects):
     rendered = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "monitoring")
     assert sorted(m["kind"] for m in rendered) == [
         "ConfigMap",
         "PodMonitor",
         "PodMonitor",
+        "PodMonitor",
         "PrometheusRule",
     ]
     monitors = r.by_kind(rendered, "PodMonitor")
-    workloads = [o for o in objects if o["kind"] in {"DaemonSet", "Deployment"}]
-    assert len(monitors) == len(workloads) == 2
+    mps = r.render_with_kubectl(r.kubectl_path() or "kubectl", r.OPTIONAL / "mps")
+    workloads = [o for o in [*objects, *mps] if o["kind"] in {"DaemonSet", "Deployment"}]
+    assert len(monitors) == len(workloads) == 3  # the agent, the scheduler, optional/mps/
     for workload in workloads:
         template = workload["spec"]["template"]
         namespace = workload["metadata"]["namespace"]
@@ -98,27 +98,3 @@ def test_pod_monitors_select_each_component_and_its_metrics_port(objects):
         ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
         assert [e["port"] for e in selecting[0]["spec"]["podMetricsEndpoints"]] == ["metrics"]
         assert "metrics" in ports
-
-
-def test_setting_the_image_in_the_kustomization_changes_both_workloads():
-    """What `kustomize edit set image ghcr.io/gputopo/gputopo=IMAGE` writes, rendered."""
-    kubectl = r.kubectl_path()
-    if kubectl is None:
-        pytest.skip("kubectl is not installed")
-    copy = Path(tempfile.mkdtemp(prefix="gputopo-image-", dir="/tmp")) / "daemonset"
-    shutil.copytree(r.DAEMONSET, copy)
-    try:
-        kust = r.kustomization(copy)
-        kust["images"] = [
-            {
-                "name": "ghcr.io/gputopo/gputopo",
-                "newName": "registry.example/gputopo",
-                "newTag": "t1",
-            }
-        ]
-        (copy / "kustomization.yaml").write_text(yaml.safe_dump(kust), encoding="utf-8")
-        rendered = r.render_with_kubectl(kubectl, copy)
-    finally:
-        shutil.rmtree(copy.parent, ignore_errors=True)
-    images = {c["image"] for o in rendered for spec in r.pod_specs(o) for c in spec["containers"]}
-    assert images == {"registry.example/gputopo:t1"}

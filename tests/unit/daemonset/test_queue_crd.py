@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import cel
 import pytest
 from kubernetes.client import ApiException, CustomObjectsApi
 
+from agent.resource_names import MODEL_KEY_PATTERN, model_key_problem
 from tests.builders import render as r
 from tests.builders.fakeapi import status_body
 from tests.fakeapi import FakeApiServer
@@ -131,3 +133,72 @@ def test_status_written_by_the_scheduler_fits_and_conditions_are_complete(custom
             *QUEUES, "q", {"status": {"conditions": [incomplete]}}
         )
     assert err.value.status == 422
+
+
+def _key_rule(field: str) -> dict[str, Any]:
+    (version,) = _crd()["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    (rule,) = spec[field]["x-kubernetes-validations"]
+    return rule
+
+
+def test_the_key_rule_is_the_schedulers_pattern_and_within_the_cost_budget():
+    """One pattern, two engines: the CRD's rule is built on `MODEL_KEY_PATTERN` verbatim; the
+    maps are bounded (`maxProperties`) so the API server's cost estimate is bounded."""
+    (version,) = _crd()["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for field in ("min", "max"):
+        assert _key_rule(field)["rule"] == (
+            f"self.all(k, !k.contains('@') || k.matches('^({MODEL_KEY_PATTERN})$'))"
+        )
+        assert spec[field]["maxProperties"] == 128
+    assert [c for c in "\\'" if c in MODEL_KEY_PATTERN] == []  # no escaping to differ
+
+
+KEYS = [
+    pytest.param("nvidia.com/gpu@NVIDIA-H100-80GB-HBM3", id="the key kubectl gputopo nodes shows"),
+    pytest.param("nvidia.com/gpu@NVIDIA H100 80GB HBM3", id="the product as NVML names it"),
+    pytest.param("nvidia.com/mig-1g.10gb@NVIDIA-A100-SXM4-40GB", id="MIG profile"),
+    pytest.param("nvidia.com/mig-1g.10gb.me@A100", id="MIG profile with media extensions"),
+    pytest.param("nvidia.com/mig-@A100", id="MIG prefix alone"),
+    pytest.param("nvidia.com/gpu", id="plain GPU"),
+    pytest.param("cpu", id="plain cpu"),
+    pytest.param("nvidia.com/gpu@", id="no model"),
+    pytest.param("nvidia.com/gpu@-H100", id="model starts with -"),
+    pytest.param("nvidia.com/gpu@H100.", id="model ends with ."),
+    pytest.param("nvidia.com/gpu@H100@2", id="two @"),
+    pytest.param("nvidia.com/gpu@" + "A" * 63, id="model of 63 characters"),
+    pytest.param("nvidia.com/gpu@" + "A" * 64, id="model of 64 characters"),
+    pytest.param("nvidia.com/gpu@H100\n", id="trailing newline"),
+    pytest.param("nvidia.com/gpu@H100_x", id="underscore inside"),
+    pytest.param("memory@H100", id="resource that takes no model"),
+    pytest.param("nvidia.com/gpus@H100", id="near miss of the resource"),
+    pytest.param("nvidiaXcom/gpu@H100", id="dot is literal"),
+    pytest.param("nvidia.com/gpu@Tesla-T4é", id="non-ASCII"),
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_crd_rule_and_the_scheduler_agree_on_each_key(key):
+    rule = _key_rule("min")["rule"]
+    crd_accepts = cel.evaluate(rule, {"self": {key: 1}})
+    scheduler_accepts = model_key_problem(key) is None
+    assert crd_accepts is scheduler_accepts
+
+
+def test_the_keys_table_has_both_verdicts():
+    verdicts = {model_key_problem(p.values[0]) is None for p in KEYS}
+    assert verdicts == {True, False}
+
+
+@pytest.mark.parametrize("field", ["min", "max"])
+def test_a_malformed_model_key_is_refused_with_how_to_write_it(custom, field):
+    spec = {field: {"nvidia.com/gpu@NVIDIA H100 80GB HBM3": 4, "cpu": "8"}}
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(*QUEUES, _queue(spec))
+    assert err.value.status == 422
+    message = status_body(err.value)["message"]
+    assert f'spec.{field}: Invalid value: "object": a key naming a GPU model is' in message
+    assert "kubectl gputopo nodes prints each model's key" in message
+    good = {field: {"nvidia.com/gpu@NVIDIA-H100-80GB-HBM3": 4, "cpu": "8"}}
+    assert custom.create_cluster_custom_object(*QUEUES, _queue(good))["spec"][field] == good[field]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -10,9 +11,6 @@ from tests.builders import render as r
 
 EXPECTED_RESOURCES = [
     "namespace.yaml",
-    "crds/noderesourcetopology.yaml",
-    "crds/podgroup.yaml",
-    "crds/queue.yaml",
     "rbac-agent.yaml",
     "rbac-scheduler.yaml",
     "configmaps.yaml",
@@ -28,6 +26,28 @@ def test_kustomization_lists_every_part_of_the_install():
     assert kust["kind"] == "Kustomization"
     assert "namespace" not in kust  # two namespaces: each file names its own
     assert kust["resources"] == EXPECTED_RESOURCES
+    assert kust["components"] == ["image"]  # the one image setting
+
+
+def test_crds_are_a_kustomization_of_their_own_that_the_install_leaves_out():
+    """`kubectl delete -k daemonset/` must not delete a CRD: PodGroup and NodeResourceTopology
+    are shared with other projects, and deleting a CRD deletes every object of its kind."""
+    crds = r.kustomization(r.CRDS)
+    assert crds["kind"] == "Kustomization"
+    assert crds["resources"] == ["noderesourcetopology.yaml", "podgroup.yaml", "queue.yaml"]
+    on_disk = {p.name for p in r.CRDS.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(crds["resources"]) == on_disk
+    assert not any("crds" in x for x in r.kustomization()["resources"])
+
+
+def test_the_install_renders_no_crd_and_the_crds_folder_only_crds(objects, crds):
+    assert r.by_kind(objects, "CustomResourceDefinition") == []
+    assert {c["spec"]["names"]["kind"] for c in crds} == {
+        "NodeResourceTopology",
+        "PodGroup",
+        "Queue",
+    }
+    assert len(r.render(r.CRDS).objects) == len(crds)
 
 
 def test_kustomization_leaves_out_files_that_are_not_cluster_objects():
@@ -39,6 +59,8 @@ def test_kustomization_leaves_out_files_that_are_not_cluster_objects():
 def test_every_yaml_file_in_daemonset_is_listed_or_an_example():
     """A manifest nobody lists would silently not be installed."""
     listed = set(r.kustomization()["resources"]) | {"kustomization.yaml"}
+    listed |= {f"crds/{x}" for x in r.kustomization(r.CRDS)["resources"]}
+    listed |= {"crds/kustomization.yaml", "image/kustomization.yaml"}
     on_disk = {
         str(p.relative_to(r.DAEMONSET))
         for p in r.DAEMONSET.rglob("*.yaml")
@@ -67,8 +89,8 @@ def test_optional_holds_only_opt_in_kustomizations():
     )
 
 
-def test_only_files_owned_by_other_parts_may_be_missing(rendered):
-    assert set(rendered.missing) <= {"crds/noderesourcetopology.yaml", "crds/podgroup.yaml"}
+def test_no_listed_file_is_missing(rendered):
+    assert rendered.missing == ()
 
 
 def test_render_produces_the_install(objects):
@@ -121,17 +143,6 @@ def test_namespaces_come_first_so_apply_creates_them_before_their_contents(objec
     assert {o["metadata"]["name"] for o in objects[:2]} == set(NAMESPACE_OF.values())
 
 
-def test_crds_are_rendered_when_present(rendered, crds):
-    present = [
-        x
-        for x in ("crds/noderesourcetopology.yaml", "crds/podgroup.yaml")
-        if x not in rendered.missing
-    ]
-    if not present:
-        pytest.skip("daemonset/crds/*.yaml are not in the tree yet (written by other parts)")
-    assert len(crds) >= len(present)
-
-
 def test_fallback_renderer_agrees_with_kubectl(rendered):
     """The fallback used on machines without kubectl must yield the same objects."""
     if rendered.renderer != "kubectl":
@@ -153,3 +164,22 @@ def test_render_reports_a_missing_resource(tmp_path):
     out = r.render(tmp_path)
     assert out.missing == ("gone.yaml",)
     assert [r.key(o) for o in out.objects] == [("v1", "ConfigMap", "ns1", "a")]
+
+
+def _readme_kubectl_lines() -> list[str]:
+    readme = (r.REPO / "README.md").read_text(encoding="utf-8")
+    return [line.strip() for line in readme.splitlines() if line.strip().startswith("kubectl ")]
+
+
+def test_the_readme_applies_the_crds_first_and_never_deletes_them_wholesale():
+    lines = _readme_kubectl_lines()
+    commands = [line.split("#")[0].strip() for line in lines]
+    applies = [c for c in commands if c.startswith("kubectl apply -k daemonset/")]
+    assert applies.index("kubectl apply -k daemonset/crds/") < applies.index(
+        "kubectl apply -k daemonset/"
+    )
+    assert "kubectl delete -k daemonset/" in commands
+    assert [c for c in commands if c.startswith("kubectl delete -k daemonset/crds")] == []
+    shared = [x for x in lines if re.match(r"kubectl delete -f daemonset/crds/(podgroup|noder)", x)]
+    assert len(shared) == 2
+    assert all("# ONLY if no " in x for x in shared)  # the warning is on the command's own line

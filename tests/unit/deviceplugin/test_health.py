@@ -168,4 +168,16 @@ def test_every_xid_read_is_counted_by_gpu_and_xid_ignored_ones_too(node):
     node.xid(4, 13)  # ignored: no health change, still counted
     node.xid(4, 13)
     node.xid(5, 94)
-    assert node.tracker.xid_counts() == {(node.uuid(4), 13): 2, (node.uuid(5), 94): 1}
+    node.xid(5, 63)  # one the policy does not name: counted from its first event
+    seen = {key: n for key, n in node.tracker.xid_counts().items() if n}
+    assert seen == {(node.uuid(4), 13): 2, (node.uuid(5), 94): 1, (node.uuid(5), 63): 1}
+
+
+def test_each_gpu_counts_each_named_xid_from_zero_before_any_event():
+    n = Node(policy=XidPolicy(ignored=frozenset({13}), enabled=frozenset({31})))
+    try:
+        counts = n.tracker.xid_counts()
+    finally:
+        n.backend.close()
+    named = {74, 92, 94, 48, 79, 95, 119, 13, 31}
+    assert counts == {(gpu.uuid, xid): 0 for gpu in n.inventory.gpus for xid in named}

@@ -21,6 +21,7 @@ from kubernetes.client import (
 
 from tests.builders.fakeapi import (
     make_binding,
+    make_gadget_crd,
     make_nrt,
     make_pod,
     make_podgroup,
@@ -383,31 +384,21 @@ def _strict_crd() -> dict[str, Any]:
                     "tag": {"type": "string", "pattern": "^[a-z]+$"},
                     "mode": {"type": "string", "enum": ["fast", "slow"]},
                     "quantity": {"x-kubernetes-int-or-string": True},
-                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "labels": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "maxProperties": 3,
+                        "x-kubernetes-validations": [
+                            {"rule": "self.all(k, k.startsWith('x'))", "message": "x keys only"}
+                        ],
+                    },
                     "items": {"type": "array", "items": item},
                     "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                 },
             },
         },
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "names": {"plural": "gadgets", "kind": "Gadget"},
-            "scope": "Cluster",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
+    return make_gadget_crd(schema)
 
 
 GADGETS = ("example.com", "v1", "gadgets")
@@ -470,6 +461,8 @@ def test_absent_properties_get_their_schema_default(fake_api, custom_objects):
         pytest.param({"size": 0}, id="below minimum"),
         pytest.param({"size": 65}, id="above maximum"),
         pytest.param({"size": 1, "tag": "A1"}, id="pattern mismatch"),
+        pytest.param({"size": 1, "labels": {"a": "b"}}, id="validation rule false"),
+        pytest.param({"size": 1, "labels": {f"x{n}": "b" for n in range(4)}}, id="maxProperties"),
     ],
 )
 def test_custom_resources_breaking_the_schema_are_422(fake_api, custom_objects, spec):

@@ -14,10 +14,14 @@ import yaml
 
 from agent.availability import compute_availability
 from agent.cli import kubectl as kubectl_plugin
+from agent.cli.kubectl_nodes import QUOTA_KEY_NOTE
+from agent.labels import PRODUCT, gfd_labels
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.nvml.fixture import builtin_names, load_fixture
+from agent.resource_names import model_key_problem
 from agent.topo_table import render_legend, render_topo_matrix
+from scheduler.quota.models import model_of_product
 from tests.builders.nrt import as_published
 from tests.builders.topology import allocatable_of, gpu_pod
 from tests.fakeapi import FakeApiServer
@@ -140,6 +144,26 @@ def test_nodes_table_reports_bad_objects_one_line_each(cluster) -> None:
         f"{PREFIX} broken-1: zones[9] (gpu-7).costs: no cost to gpu-6",
         f"{PREFIX} cpu-only-1: attributes.gputopo.io/schema: {NOT_OURS}",
     ]
+
+
+def test_nodes_shows_the_quota_key_of_each_gpu_model_as_the_scheduler_reads_it(cluster) -> None:
+    """NVML's product has spaces; a Queue's key names the node's product label."""
+    _, kubeconfig = cluster
+    code, out, _ = run("--kubeconfig", kubeconfig, "nodes")
+    assert code == 0
+    note = out.splitlines().index(QUOTA_KEY_NOTE)
+    pairs = [line.rsplit("   ", 1) for line in out.splitlines()[note + 1 :]]
+    keys = {product.strip(): key for product, key in pairs}
+    assert keys["NVIDIA H100 80GB HBM3"] == "nvidia.com/gpu@NVIDIA-H100-80GB-HBM3"
+    assert keys["Tesla T4"] == "nvidia.com/gpu@Tesla-T4"
+    for name in ("dgx-h100", "single-t4"):
+        inv = load_fixture(name).inventory
+        model = model_of_product(gfd_labels(inv)[PRODUCT])  # what the scheduler charges
+        key = keys[inv.gpus[0].product]
+        assert (key, model_key_problem(key)) == (f"nvidia.com/gpu@{model}", None)
+    _, out, _ = run("--kubeconfig", kubeconfig, "nodes", "-o", "json")
+    h100 = next(n for n in json.loads(out)["nodes"] if n["node"] == "dgx-h100")
+    assert h100["quotaKeys"] == {"NVIDIA H100 80GB HBM3": "nvidia.com/gpu@NVIDIA-H100-80GB-HBM3"}
 
 
 def test_nodes_json_lists_mig_free_by_profile(cluster) -> None:

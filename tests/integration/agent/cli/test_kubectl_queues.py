@@ -125,6 +125,35 @@ def test_queues_prints_the_tree_with_gpu_columns_and_state(cluster) -> None:
     assert [len(line) - len(line.lstrip()) for line in lines[1:]] == [0, 2, 2, 4, 4]
 
 
+def test_queues_flags_a_model_key_written_as_nvml_names_the_product(cluster) -> None:
+    """The CRD without its rule (or a Queue from before it) lets such a key in; no scheduler has
+    reported on the queue yet, and the plugin says what the scheduler will say."""
+    fake, kubeconfig = cluster
+    spaced = "nvidia.com/gpu@NVIDIA H100 80GB HBM3"
+    fake.put_object("queues", queue("team", max={"nvidia.com/gpu": 8, spaced: 4}))
+    fake.put_object("queues", queue("fine", max={"nvidia.com/gpu@NVIDIA-H100-80GB-HBM3": 4}))
+    code, out, err = run("--kubeconfig", kubeconfig, "queues")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    rows = {line.split()[0]: line.split()[-1] for line in lines[2:6]}
+    assert rows == {
+        "fine": "yet",  # unknown: no status yet
+        "@NVIDIA-H100-80GB-HBM3": "-",
+        "team": "Invalid",
+        "@NVIDIA": "key",
+    }
+    assert lines[6:] == [
+        "",
+        "Invalid keys (the scheduler refuses these queues):",
+        f"  queue team: spec.max[{spaced}]: GPU model 'NVIDIA H100 80GB HBM3' is not a valid "
+        "label value (the node's nvidia.com/gpu.product: `kubectl gputopo nodes` shows each "
+        "model's key)",
+    ]
+    _, out, _ = run("--kubeconfig", kubeconfig, "queues", "-o", "json")
+    team = next(q for q in json.loads(out) if q["name"] == "team")
+    assert (team["state"], len(team["keyProblems"])) == ("Invalid", 1)
+
+
 def test_queues_json_lists_the_same_data(cluster) -> None:
     fake, kubeconfig = cluster
     two_levels(fake)

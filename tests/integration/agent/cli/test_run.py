@@ -16,6 +16,7 @@ import yaml
 from agent.nrt import decode
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.agentnode import NODE
+from tests.builders.commands import empty_dir, run_command
 from tests.builders.stack import running_agent
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -78,6 +79,25 @@ def test_all_services_publish_serve_metrics_and_react_to_health(
         assert "gputopo_agent_publish_writes_total 2.0" in body
 
 
+def test_counters_exist_at_zero_so_that_a_first_xid_is_an_increase(
+    fake_api_with_crd, podresources
+) -> None:
+    """Prometheus' increase() needs a sample before the first event: a GPU's Xid 74 count and a
+    resource's failed registrations are 0 from the start, not absent."""
+    with (
+        KubeletEmulator() as kubelet,
+        running_agent(fake_api_with_crd, kubelet, podresources.socket) as ctx,
+    ):
+        sample = ctx.metrics.registry.get_sample_value
+        xid = {"uuid": str(ctx.inventory.gpus[3].uuid), "xid": "74"}
+        assert sample("gputopo_agent_xid_events_total", xid) == 0
+        assert _wait(lambda: kubelet.connected("nvidia.com/gpu"))
+        refused = {"resource": "nvidia.com/gpu", "result": "error"}
+        assert sample("gputopo_agent_deviceplugin_registrations_total", refused) == 0
+        ctx.backend.nvml.emit_xid(3, 74)  # type: ignore[attr-defined]  # the fake pynvml
+        assert _wait(lambda: sample("gputopo_agent_xid_events_total", xid) == 1)
+
+
 def _agent(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUTOPO_", "NODE_NAME"))}
     return subprocess.run(
@@ -120,4 +140,24 @@ def test_dry_run_says_it_would_update_labels(fake_api_with_crd) -> None:
     (line,) = [line for line in done.stderr.splitlines() if "labels" in line]
     assert "node n1 would update labels (--dry-run): ['nvidia.com/gpu.compute.major'" in line
     assert "updated" not in line
+    assert fake_api_with_crd.writes() == []
+
+
+def test_oneshot_dry_run_previews_the_configured_time_slicing(fake_api_with_crd) -> None:
+    """--oneshot starts no device plugin; its preview is still what the running agent publishes."""
+    folder = empty_dir()
+    config = folder / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    done = run_command(
+        "gputopo-agent", "run", "--oneshot", "--dry-run", "--node-name", "n1",
+        "--nvml-fixture", "single-t4", "--config", str(config), "--node-labels", "off",
+        "--pod-resources-socket", str(folder / "kubelet.sock"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (doc,) = list(yaml.safe_load_all(done.stdout))
+    (gpu,) = decode(doc).availability.gpus
+    assert (str(gpu.sharing), gpu.shares) == ("timeSlicing", 4)
     assert fake_api_with_crd.writes() == []

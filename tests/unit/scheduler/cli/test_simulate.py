@@ -59,7 +59,7 @@ def test_table_per_policy_from_the_dispatcher(tmp_path: Path, capsys: pytest.Cap
     argv = ["simulate", "--cluster", str(nodes), "--workload", str(pods), "--policy", "random"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out.splitlines()[2:]  # after the two header lines
-    assert out[0].split()[:2] == ["policy", "seeds"]
+    assert out[0].split()[:2] == ["policy", "runs"]
     assert "decisions/s" in out[0]
     assert out[1].split()[:2] == ["random", "1"]
 
@@ -96,7 +96,24 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd,spread"]
     assert main([*argv, "--plot", str(png)], environ={}) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "fgd" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "fgd" in out
+    assert f"gputopo-scheduler simulate: wrote the plot to {png.resolve()}\n" in err
+
+
+def test_the_header_seeds_and_the_runs_column_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    nodes, pods = write_trace(tmp_path, pods=20)
+    argv = ["--cluster", str(nodes), "--workload", str(pods), "--policy", "fgd,spread"]
+    for seeds in ("42", "7,8,9"):
+        assert main([*argv, "--seed", seeds], environ={}) == 0
+        lines = capsys.readouterr().out.splitlines()
+        (named,) = re.findall(r"; seeds ([\d,]+);", lines[1])
+        column = lines[2].split().index("runs")
+        runs = {line.split()[0]: line.split()[column] for line in lines[3:5]}
+        assert named == seeds
+        assert runs == {"fgd": str(len(seeds.split(","))), "spread": str(len(seeds.split(",")))}
 
 
 @pytest.mark.parametrize(

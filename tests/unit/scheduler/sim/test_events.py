@@ -218,3 +218,17 @@ def test_a_required_clique_keeps_the_gang_waiting_until_one_clique_holds_it():
         assert result.gang_wait_seconds == wait
         assert result.domains[CLIQUE_LABEL]["gangsWithin"] == within
         assert result.domains[CLIQUE_LABEL]["gangsSpanning"] == 1 - within
+
+
+def test_the_timeline_goes_on_to_the_last_departure_with_the_window_figures_unchanged():
+    workload = Workload((job("a", 0.0, 4, duration=500.0), job("b", 100.0, 0, duration=0.0)))
+    result = run_events(TWO_NODES, workload, "spread", 1)
+    assert result.figures is not None
+    window, tail = result.timeline[:101], result.timeline[101:]
+    assert [s.time for s in window] == [float(t) for t in range(101)]
+    assert (tail[-1].time, tail[-1].allocation) == (result.figures.makespan, 0.0) == (500.0, 0.0)
+    assert len(tail) <= 101  # 400 s of tail at the window's 1 s period, thinned
+    assert [s.time for s in tail[:3]] == [104.0, 108.0, 112.0]  # the period doubled twice
+    assert {s.allocation for s in tail[:-1]} == {50.0}
+    fragmentation = [s.fragmentation for s in window]
+    assert result.fragmentation_mean == round(sum(fragmentation) / len(fragmentation), 2)

@@ -26,7 +26,7 @@ def run(policy: str, seed: int, at130: float, waits: float | None = None) -> Run
 def test_table_has_one_row_per_policy_with_mean_and_sd():
     lines = format_table([run("fgd", 1, 95.0), run("fgd", 2, 96.0), run("bestfit", 1, 93.0)])
     rows = lines.splitlines()
-    assert rows[0].split()[:4] == ["policy", "seeds", "alloc@100%", "alloc@130%"]
+    assert rows[0].split()[:4] == ["policy", "runs", "alloc@100%", "alloc@130%"]
     fgd = rows[1].split()
     assert fgd[:2] == ["fgd", "2"]
     assert "95.50 ± 0.71" in rows[1]

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The real-Kubernetes tier: build (or reuse) the real Kubernetes of build.sh, then run
+# tests/realk8s against it (each test starts what it needs; the session starts one cluster and
+# stops it at the end). Where the binaries cannot be built the tier still runs and every test
+# skips with the reason. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash scripts/setup.sh
+export GPUTOPO_REALK8S=1
+start=$(date +%s)
+if ! build_log=$(bash scripts/realk8s/build.sh 2>&1); then
+  echo "$build_log" | tail -n 30
+  export GPUTOPO_REALK8S_UNAVAILABLE="the real Kubernetes could not be built: $(echo "$build_log" | tail -n 1)"
+fi
+echo "realk8s: build step took $(( $(date +%s) - start )) s"
+exec .venv/bin/python -m pytest -p no:cacheprovider -m realk8s tests/realk8s -rs "$@"

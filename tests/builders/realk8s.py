@@ -1,0 +1,230 @@
+"""The real-Kubernetes tier's set-up: the cluster `scripts/realk8s/cluster.py` starts (a real
+kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet with containerd), the
+project's manifests applied to it with the real kubectl, ServiceAccount kubeconfigs made with
+TokenRequest, and the agent and scheduler run as the installed commands under those identities.
+
+- `Cluster.start()` / `stop()`; `unavailable()` says why the tier cannot run (None when it can).
+- `Cluster.kubectl(...)`: the real kubectl of the same release.
+- `Cluster.service_account_kubeconfig(name)`: a kubeconfig holding a token of `gputopo-system/name`.
+- `busybox_pod(...)`: a host-network busybox pod (the image imported by the cluster script).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.builders.commands import clean_env, command
+from tests.builders.process import ROOT, CommandProcess
+
+SCRIPTS = ROOT / "scripts" / "realk8s"
+RUN_DIR = Path(os.environ.get("REALK8S_RUN", "/tmp/gputopo-realk8s"))
+NAMESPACE = "gputopo-system"
+AGENT_NAMESPACE = "gputopo-agent"
+TEST_IMAGE = "gputopo.test/busybox:1"
+ENABLE = "GPUTOPO_REALK8S"
+UNAVAILABLE = "GPUTOPO_REALK8S_UNAVAILABLE"
+
+
+def unavailable() -> str | None:
+    """Why the tier cannot run here, or None."""
+    if os.environ.get(ENABLE) != "1":
+        return f"the real-Kubernetes tier runs with `bash scripts/realk8s/test.sh` ({ENABLE}=1)"
+    if why := os.environ.get(UNAVAILABLE):
+        return why
+    if os.geteuid() != 0:
+        return "a real kubelet and containerd need root"
+    return None
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.25)
+
+
+@dataclass
+class Cluster:
+    run_dir: Path = RUN_DIR
+    state: dict[str, Any] = field(default_factory=dict)
+    processes: list[CommandProcess] = field(default_factory=list)
+
+    def start(self) -> None:
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "cluster.py"), "up", f"--run-dir={self.run_dir}"],
+            check=True,
+        )
+        self.state = json.loads((self.run_dir / "state.json").read_text())
+        self.kubectl("apply", "-f", str(ROOT / "daemonset" / "namespace.yaml"))
+        self.kubectl("apply", "--server-side", "-k", str(ROOT / "daemonset" / "crds"))
+        for crd in ("noderesourcetopologies.topology.node.k8s.io", "podgroups.scheduling.x-k8s.io"):
+            self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        for manifest in ("rbac-agent.yaml", "rbac-scheduler.yaml"):
+            self.kubectl("apply", "-f", str(ROOT / "daemonset" / manifest))
+
+    def stop(self) -> None:
+        for proc in self.processes:
+            proc.stop()
+            name = Path(proc.proc.args[0]).name  # type: ignore[index]
+            log = self.run_dir / "logs" / f"{name}-{proc.proc.pid}.log"
+            log.write_text("\n".join(proc.lines) + "\n")
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "cluster.py"), "down", f"--run-dir={self.run_dir}"],
+            check=False,
+        )
+
+    @property
+    def node(self) -> str:
+        return str(self.state["node"])
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.state["kubeconfig"])
+
+    @property
+    def kubelet(self) -> Mapping[str, str]:
+        return dict(self.state["kubelet"])
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        kubectl = Path(self.state.get("bin", "")) / "kubectl"
+        binary = str(kubectl) if kubectl.is_file() else _bin_dir() / "kubectl"
+        done = subprocess.run(
+            [str(binary), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True, text=True, input=stdin, timeout=120,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout if done.returncode == 0 else done.stderr
+
+    def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
+        """A kubeconfig with a fresh token of the ServiceAccount `namespace/name` the manifests
+        create (TokenRequest, one hour)."""
+        token = self.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        admin["users"] = [{"name": name, "user": {"token": token}}]
+        admin["contexts"] = [{"name": name, "context": {"cluster": "gputopo-test", "user": name}}]
+        admin["current-context"] = name
+        path = self.run_dir / f"sa-{namespace}-{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(admin))
+        return path
+
+    def start_agent(self, *args: str, config_file: Path | None = None) -> CommandProcess:
+        kubelet = self.kubelet
+        argv = [
+            command("gputopo-agent"), "run", "--node-name", self.node,
+            "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
+            "--device-plugin-dir", kubelet["device_plugin_dir"],
+            "--pod-resources-socket", kubelet["pod_resources_socket"],
+            "--kubelet-config", kubelet["config"],
+            "--kubeconfig", str(self.service_account_kubeconfig("gputopo-agent", AGENT_NAMESPACE)),
+            "--metrics-address", "127.0.0.1:0",
+            *(["--config", str(config_file)] if config_file else []), *args,
+        ]  # fmt: skip
+        proc = CommandProcess(argv, clean_env(home=Path(tempfile.mkdtemp(dir="/tmp"))))
+        self.processes.append(proc)
+        return proc
+
+    def start_scheduler(self, *args: str) -> CommandProcess:
+        argv = [
+            command("gputopo-scheduler"), "run",
+            "--kubeconfig", str(self.service_account_kubeconfig("gputopo-scheduler")),
+            "--metrics-address", "127.0.0.1:0", *args,
+        ]  # fmt: skip
+        proc = CommandProcess(argv, clean_env(home=Path(tempfile.mkdtemp(dir="/tmp"))))
+        self.processes.append(proc)
+        return proc
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", "pod", name, "-n", namespace, "-o", "json")))
+
+    def wait_running(self, name: str, timeout_s: float = 90, namespace: str = "default") -> None:
+        def running() -> bool:
+            status = self.pod(name, namespace).get("status") or {}
+            if status.get("phase") in ("Failed", "Succeeded"):
+                raise AssertionError(f"pod {name} ended {status.get('phase')}: {status}")
+            return bool(status.get("phase") == "Running")
+
+        wait_until(running, timeout_s, f"pod {namespace}/{name} Running")
+
+    def logs(self, name: str, namespace: str = "default", container: str = "main") -> str:
+        """What the container wrote, read from the kubelet's log files: the API server cannot
+        reach a kubelet whose only address is loopback (`kubectl logs` needs the node's IP)."""
+        uid = self.pod(name, namespace)["metadata"]["uid"]
+        folder = Path(self.kubelet["pod_logs_dir"]) / f"{namespace}_{name}_{uid}" / container
+        lines = []
+        for path in sorted(folder.glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                # CRI format: <time> <stream> <P|F> <text>
+                parts = line.split(" ", 3)
+                lines.append(parts[3] if len(parts) == 4 else "")
+        return "\n".join(lines)
+
+    def node_allocatable(self, resource: str) -> int:
+        node = json.loads(self.kubectl("get", "node", self.node, "-o", "json"))
+        return int(node["status"].get("allocatable", {}).get(resource, "0"))
+
+    def delete_pods(self, *names: str, namespace: str = "default") -> None:
+        if names:
+            self.kubectl("delete", "pod", *names, "-n", namespace, "--wait=true",
+                         "--grace-period=1", "--ignore-not-found")  # fmt: skip
+
+
+def _bin_dir() -> Path:
+    done = subprocess.run(
+        ["bash", "-c", f"source {SCRIPTS}/versions.sh; echo $REALK8S_BIN"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return Path(done.stdout.strip())
+
+
+def busybox_pod(
+    name: str,
+    *,
+    limits: Mapping[str, str] | None = None,
+    scheduler: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    script: str = "env; sleep 3600",
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    """A host-network pod of the locally imported busybox image that prints its environment."""
+    container: dict[str, Any] = {
+        "name": "main", "image": TEST_IMAGE, "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", script],
+        "resources": {"limits": dict(limits or {}), "requests": {"cpu": "10m", **(limits or {})}},
+    }  # fmt: skip
+    spec: dict[str, Any] = {
+        "containers": [container], "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+        "automountServiceAccountToken": False,
+        "tolerations": [{"operator": "Exists"}],
+    }  # fmt: skip
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+                     "annotations": dict(annotations or {}), "labels": dict(labels or {})},
+        "spec": spec,
+    }  # fmt: skip
+
+
+def env_of(logs: str) -> dict[str, str]:
+    """`env` output as a mapping."""
+    return dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)

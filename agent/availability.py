@@ -20,6 +20,7 @@ from agent.fingerprint import METHOD_ALL, METHOD_WITH_EXCLUSIVE_RESOURCES, pods_
 from agent.model import NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
+from agent.share_pods import PodShare
 from agent.shares import Sharing
 
 SOURCE_PODRESOURCES = "podresources"
@@ -91,6 +92,7 @@ class GpuAvailability:
     resources: tuple[ResourceCounts, ...]
     sharing: Sharing = Sharing.NONE
     shares: int = 0
+    share_pods: tuple[PodShare, ...] = ()  # what each share container uses (agent.share_pods)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

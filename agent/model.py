@@ -270,6 +270,13 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...] = ()
     memory_affinity: tuple[int, ...] = ()  # NUMA nodes NVML names for its memory; () if unsaid
     fabric: GpuFabric | None = None  # None where NVML has no fabric info (NotSupported)
+    memory_reserved_mib: int = 0  # NVML's reserved memory (driver, firmware); 0 where unsaid
+
+    @property
+    def usable_memory_mib(self) -> int:
+        """What processes can have of its memory: NVML's total less its reserved memory (what
+        GPU shares split, DESIGN §12)."""
+        return self.memory_mib - self.memory_reserved_mib
 
     @property
     def mig_layout(self) -> str:

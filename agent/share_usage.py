@@ -1,13 +1,17 @@
 """What the shares on a node use, per GPU, for the NRT GPU zones and the metrics (DESIGN §12).
 
 A shared GPU's zone carries the replica resource (as `agent.availability` counts it) plus
-`gputopo.io/gpu-memory` (bytes: capacity = allocatable = the GPU's memory, `memoryMiB` x MiB,
-the model's only memory figure, which is NVML's total) and `gputopo.io/gpu-compute` (percent,
-100), each `available` = that less what the shares on it use, and the attributes `sharing` and
-`shares`. A share is counted from its pod's `gputopo.io/gpus` annotation (the GPU the scheduler
-chose) and spec (memory, compute; no memory = an equal split); a pod with no annotation (placed by
-another scheduler) counts an equal split per replica on the GPU its replica ID names. Only pods the
-kubelet lists count, and only their app containers (an init container's share ends with it).
+`gputopo.io/gpu-memory` (bytes: capacity = allocatable = NVML's total less its reserved memory,
+`Gpu.usable_memory_mib` x MiB) and `gputopo.io/gpu-compute` (percent, 100), each `available` =
+that less what the shares on it use, and the attributes `sharing`, `shares` and `sharePods`
+(each share container's use, `agent.share_pods`, which the scheduler charges after a restart).
+A share is counted from what the agent gave it (`agent.share_record`: the GPU and size the share
+Lease named, matched with the replica IDs the kubelet lists), never from the pod's annotations or
+spec, which its author can write; a listed replica with no record (a pod another scheduler
+placed, allocated before the record) counts an equal split on the GPU its replica ID names, which
+is what such a pod is given. Only pods the kubelet lists count, and only their app containers (an
+init container's share ends with it). `annotated_shares` reads the annotations, for what
+`kubectl gputopo` shows of other nodes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from agent.availability import (
     Availability,
+    ContainerGrant,
     GpuAvailability,
     PodGrant,
     ResourceCounts,
@@ -28,6 +33,8 @@ from agent.availability import (
 from agent.model import GpuUuid, NodeInventory
 from agent.objkey import key_of, object_key
 from agent.podphase import finished
+from agent.share_pods import PodShare
+from agent.share_record import GivenShare
 from agent.shares import (
     GPU_COMPUTE,
     GPU_MEMORY,
@@ -55,17 +62,6 @@ class SharedGpu:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PodShare:
-    """One container's share of a GPU: `compute_percent` None = no compute limit."""
-
-    pod: str  # namespace/name
-    container: str
-    memory_bytes: int
-    compute_percent: int | None = None
-    placed: bool = True  # False: no gputopo.io/gpus (an equal split on the replica's GPU)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ShareUse:
     shares: tuple[PodShare, ...] = ()
 
@@ -79,8 +75,9 @@ class ShareUse:
 
 
 def gpu_memory_bytes(inventory: NodeInventory, uuid: GpuUuid) -> int:
+    """What shares of the GPU split: NVML's total less its reserved memory."""
     gpu = next(g for g in inventory.gpus if g.uuid == uuid)
-    return gpu.memory_mib * MIB
+    return gpu.usable_memory_mib * MIB
 
 
 def share_use(
@@ -88,18 +85,40 @@ def share_use(
     shared: Mapping[GpuUuid, SharedGpu],
     listed: Iterable[PodGrant],
     pods: Iterable[Mapping[str, Any]],
+    given: Iterable[GivenShare] = (),
 ) -> dict[GpuUuid, ShareUse]:
-    """Per shared GPU, the shares of the pods the kubelet lists (`listed`), read from the pods'
-    API objects (`pods`); a pod without `gputopo.io/gpus` from its replica IDs."""
-    grants = {object_key(p.namespace, p.name): p for p in listed}
-    by_key = {key_of(p): p for p in pods if key_of(p) in grants}
-    found = annotated_shares(inventory, shared, by_key.values())
-    for key, grant in grants.items():
-        pod = by_key.get(key)
-        annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-        if GPUS_ANNOTATION not in annotations and not finished(pod or {}):
-            _unplaced(inventory, shared, key, grant, found)
+    """Per shared GPU, the shares of the pods the kubelet lists (`listed`) and the API does not
+    show finished (`pods`): what the record says each was `given`, else an equal split per
+    replica on the replica's GPU."""
+    finished_keys = {key_of(p) for p in pods if finished(p)}
+    uids = {key_of(p): str((p.get("metadata") or {}).get("uid") or "") for p in pods}
+    records = {(g.pod, g.container): g for g in given if not g.init}
+    found: dict[GpuUuid, list[PodShare]] = defaultdict(list)
+    for grant in listed:
+        key = object_key(grant.namespace, grant.name)
+        if key in finished_keys:
+            continue
+        for container in grant.containers:
+            record = records.get((key, container.name))
+            held = tuple(i for d in container.devices for i in d.device_ids)
+            if record is not None and record.ids == held and record.gpu in shared:
+                found[record.gpu].append(_given_share(inventory, shared[record.gpu], record))
+            else:
+                _unplaced(inventory, shared, key, uids.get(key, ""), container, found)
     return {uuid: ShareUse(shares=tuple(found[uuid])) for uuid in found}
+
+
+def _given_share(inventory: NodeInventory, gpu: SharedGpu, record: GivenShare) -> PodShare:
+    split = gpu_memory_bytes(inventory, gpu.uuid) // gpu.replicas * record.replicas
+    return PodShare(
+        pod=record.pod,
+        uid=record.uid,
+        container=record.container,
+        memory_bytes=split if record.memory_bytes is None else record.memory_bytes,
+        compute_percent=record.compute_percent,
+        replicas=record.replicas,
+        placed=record.how != "unplaced",
+    )
 
 
 def annotated_shares(
@@ -147,19 +166,21 @@ def _unplaced(
     inventory: NodeInventory,
     shared: Mapping[GpuUuid, SharedGpu],
     key: str,
-    grant: PodGrant,
+    uid: str,
+    container: ContainerGrant,
     found: dict[GpuUuid, list[PodShare]],
 ) -> None:
-    for container in grant.containers:
-        for devices in container.devices:
-            for device_id in devices.device_ids:
-                gpu = shared.get(GpuUuid(base_device_id(device_id)))
-                if gpu is None or devices.resource_name != gpu.resource:
-                    continue
-                split = gpu_memory_bytes(inventory, gpu.uuid) // gpu.replicas
-                found[gpu.uuid].append(
-                    PodShare(pod=key, container=container.name, memory_bytes=split, placed=False)
+    for devices in container.devices:
+        for device_id in devices.device_ids:
+            gpu = shared.get(GpuUuid(base_device_id(device_id)))
+            if gpu is None or devices.resource_name != gpu.resource:
+                continue
+            split = gpu_memory_bytes(inventory, gpu.uuid) // gpu.replicas
+            found[gpu.uuid].append(
+                PodShare(
+                    pod=key, uid=uid, container=container.name, memory_bytes=split, placed=False
                 )
+            )
 
 
 def with_shares(
@@ -204,7 +225,11 @@ def _shared_entry(
         ),
     )
     return replace(
-        entry, sharing=gpu.sharing, shares=gpu.replicas, resources=entry.resources + lines
+        entry,
+        sharing=gpu.sharing,
+        shares=gpu.replicas,
+        resources=entry.resources + lines,
+        share_pods=used.shares,
     )
 
 

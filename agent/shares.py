@@ -10,13 +10,15 @@ read first, as the API server defaults requests from them.
 The hand-off between the parts, all named here:
 
 - the node's **share lock**: the Lease `share_lock_name(node)` in the scheduler's namespace, its
-  `holderIdentity` the pod's UID and its `LOCK_POD_ANNOTATION` the pod's key, taken by the
-  scheduler before it binds a share pod and released by the agent once the pod's share
-  containers are allocated (or expired after `shareLockSeconds`);
+  `holderIdentity` the pod's UID, its `LOCK_POD_ANNOTATION` the pod's key and its
+  `LEASE_SHARES_ANNOTATION` what each share container was given (`LeaseShare`: GPU, memory,
+  compute), taken by the scheduler before it binds a share pod and released by the agent once
+  the pod's share containers are allocated. Only the scheduler and the agent write it: it is
+  what Allocate serves (DESIGN §12 "Trust"); expiry only lets the scheduler take it again;
 - `GPUS_ANNOTATION`: `{"<container>": "<GPU UUID>", ...}` for every share container, patched by
-  the scheduler before the bind;
-- `ALLOCATED_ANNOTATION`: `{"<container>": ["<replica ID>", ...], ...}`, patched by the agent
-  after the last share container's Allocate;
+  the scheduler before the bind, and `ALLOCATED_ANNOTATION`: `{"<container>": ["<replica ID>",
+  ...], ...}`, patched by the agent after the last share container's Allocate: both for people
+  and tools to read (a pod's author can write them, so nothing is served from them);
 - the MPS pipe directory of a Linux user, shared by the MPS daemon and Allocate.
 
 Standard library only (it sits with the model in the agent's core).
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -38,24 +41,30 @@ from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 __all__ = [
     "ALLOCATED_ANNOTATION",
     "DEFAULT_MPS_ROOT",
+    "DEFAULT_SCHEDULER_NAME",
     "DEFAULT_SHARE_LOCK_NAMESPACE",
     "DEFAULT_SHARE_LOCK_SECONDS",
     "GPUS_ANNOTATION",
     "GPU_COMPUTE",
     "GPU_MEMORY",
+    "LEASE_SHARES_ANNOTATION",
     "LOCK_POD_ANNOTATION",
     "MAX_MPS_CLIENTS",
     "SHARED_GPU_RESOURCE",
     "SHARE_LOCK_PREFIX",
     "ContainerShare",
+    "LeaseShare",
     "ShareLock",
     "ShareRequestError",
     "Sharing",
     "decode_allocated",
     "decode_gpus",
+    "decode_lease_shares",
     "encode_allocated",
     "encode_gpus",
+    "encode_lease_shares",
     "mps_pipe_directory",
+    "mps_shm_directory",
     "pod_shares",
     "share_lock_from_lease",
     "share_lock_name",
@@ -79,6 +88,11 @@ DEFAULT_SHARE_LOCK_NAMESPACE = "gputopo-system"
 LOCK_POD_ANNOTATION = "gputopo.io/pod"
 """On the share Lease: `<namespace>/<name>` of the holder, so the agent can GET it directly (the
 Lease's `holderIdentity` is the pod's UID, which the agent checks against what it GETs)."""
+LEASE_SHARES_ANNOTATION = "gputopo.io/shares"
+"""On the share Lease: `{"<container>": {"gpu": "<UUID>", "memory": <bytes>, "compute": <percent>
+or null}, ...}`, what the scheduler gave each share container of the holder (`LeaseShare`)."""
+DEFAULT_SCHEDULER_NAME = "gputopo-scheduler"
+"""The scheduler that places sized shares: its pods are served only through the share Lease."""
 MAX_MPS_CLIENTS = 48
 """CUDA MPS serves at most 48 clients per GPU: `sharing.mps` `replicas` is capped there."""
 
@@ -123,11 +137,23 @@ def share_lock_name(node: str) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ShareLock:
-    """The node's share Lease as read: its holder (a pod UID) and that pod's key, or released.
+class LeaseShare:
+    """What the scheduler gave one share container: a GPU, bytes of its memory and a percent of
+    its SMs (None: no compute limit)."""
 
-    `renew_time` is seconds since the epoch (None when the Lease has none); `resource_version`
-    is what a release must be conditional on."""
+    gpu: GpuUuid
+    memory_bytes: int
+    compute_percent: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareLock:
+    """The node's share Lease as read: its holder (a pod UID), that pod's key and what each of
+    its share containers is given, or released.
+
+    `renew_time` is seconds since the epoch (None when the Lease has none), for people: the agent
+    serves the Lease's pod whatever it says (only the scheduler reads expiry, to take the Lease
+    for another pod); `resource_version` is what a release must be conditional on."""
 
     name: str
     namespace: str
@@ -136,12 +162,7 @@ class ShareLock:
     pod_key: str | None = None
     renew_time: float | None = None
     duration_s: int = DEFAULT_SHARE_LOCK_SECONDS
-
-    def held(self, now: float) -> bool:
-        """Held by a pod and not expired at `now` (seconds since the epoch)."""
-        if not self.holder:
-            return False
-        return self.renew_time is None or self.renew_time + self.duration_s >= now
+    shares: Mapping[str, LeaseShare] = dataclass_field(default_factory=dict)
 
 
 def share_lock_from_lease(lease: Mapping[str, Any]) -> ShareLock:
@@ -154,6 +175,8 @@ def share_lock_from_lease(lease: Mapping[str, Any]) -> ShareLock:
         stamp = datetime.fromisoformat(str(renew).replace("Z", "+00:00")) if renew else None
     except ValueError:
         raise ShareRequestError(f"{where}: spec.renewTime: not RFC3339: {renew!r}") from None
+    annotations = meta.get("annotations") or {}
+    shares = annotations.get(LEASE_SHARES_ANNOTATION)
     duration = spec.get("leaseDurationSeconds") or DEFAULT_SHARE_LOCK_SECONDS
     if isinstance(duration, bool) or not isinstance(duration, int) or duration < 1:
         raise ShareRequestError(f"{where}: spec.leaseDurationSeconds: expected >= 1: {duration!r}")
@@ -162,15 +185,21 @@ def share_lock_from_lease(lease: Mapping[str, Any]) -> ShareLock:
         namespace=str(meta.get("namespace", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         holder=spec.get("holderIdentity") or None,
-        pod_key=(meta.get("annotations") or {}).get(LOCK_POD_ANNOTATION) or None,
+        pod_key=annotations.get(LOCK_POD_ANNOTATION) or None,
         renew_time=stamp.timestamp() if stamp else None,
         duration_s=duration,
+        shares=decode_lease_shares(str(shares)) if shares else {},
     )
 
 
 def mps_pipe_directory(root: str, uid: int) -> str:
     """The MPS pipe directory serving Linux user `uid`, on the host and in the client alike."""
     return f"{root.rstrip('/')}/{uid}/pipe"
+
+
+def mps_shm_directory(root: str, uid: int) -> str:
+    """The tmpfs that is `/dev/shm` of Linux user `uid`'s MPS daemon and clients (on the host)."""
+    return f"{root.rstrip('/')}/{uid}/shm"
 
 
 def share_milli(*, memory_bytes: int, compute_percent: int | None, gpu_memory_bytes: int) -> int:
@@ -313,4 +342,39 @@ def decode_allocated(text: str) -> dict[str, tuple[str, ...]]:
                 f"of replica IDs, got {ids!r}"
             )
         out[str(container)] = tuple(ids)
+    return out
+
+
+def encode_lease_shares(given: Mapping[str, LeaseShare]) -> str:
+    """`gputopo.io/shares` on the share Lease: container -> its GPU, memory and compute."""
+    return json.dumps(
+        {
+            c: {"gpu": str(s.gpu), "memory": s.memory_bytes, "compute": s.compute_percent}
+            for c, s in sorted(given.items())
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_lease_shares(text: str) -> dict[str, LeaseShare]:
+    """`encode_lease_shares` reversed; ShareRequestError names what is wrong."""
+    out: dict[str, LeaseShare] = {}
+    for container, value in _json_object(text, LEASE_SHARES_ANNOTATION).items():
+        where = f"annotation {LEASE_SHARES_ANNOTATION}: container {container!r}"
+        if not isinstance(value, dict):
+            raise ShareRequestError(f"{where}: expected an object, got {value!r}")
+        gpu, memory, compute = value.get("gpu"), value.get("memory"), value.get("compute")
+        if not isinstance(gpu, str) or not gpu:
+            raise ShareRequestError(f"{where}: gpu: expected a GPU UUID, got {gpu!r}")
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+            raise ShareRequestError(f"{where}: memory: expected bytes > 0, got {memory!r}")
+        if compute is not None and (
+            isinstance(compute, bool)
+            or not isinstance(compute, int)
+            or not 1 <= compute <= MAX_COMPUTE_PERCENT
+        ):
+            raise ShareRequestError(f"{where}: compute: expected 1..100 or null, got {compute!r}")
+        out[str(container)] = LeaseShare(
+            gpu=GpuUuid(gpu), memory_bytes=memory, compute_percent=compute
+        )
     return out

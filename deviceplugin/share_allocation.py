@@ -1,10 +1,11 @@
 """Allocate and GetPreferredAllocation of shared resources (DESIGN §12): `ShareAllocator`.
 
-`ShareTargets` says whom a container request serves and on which GPU; this answers with that GPU
-(`NVIDIA_VISIBLE_DEVICES=<uuid>` and the rest of the device list strategy), whatever GPU the
-kubelet's replica is on, plus what the sharing mode adds (`Decorate`: MPS limits and pipe). A
-refused Allocate fails the pod being admitted (UnexpectedAdmissionError), better than a wrong GPU;
-when that pod holds the share lock, the lock is released at once.
+`ShareTargets` says whom a container request serves and what the share Lease gives it; this
+answers with that GPU (`NVIDIA_VISIBLE_DEVICES=<uuid>` and the rest of the device list strategy),
+whatever GPU the kubelet's replica is on, records the answer on the node, and adds what the
+sharing mode needs for that size (`Decorate`: MPS limits and pipe). A refused Allocate fails the
+pod being admitted (UnexpectedAdmissionError), better than a wrong GPU; when that pod holds the
+share lock, the lock is released at once.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
 from agent.availability import PodGrant
-from agent.model import GpuUuid
-from agent.shares import GPUS_ANNOTATION, ContainerShare
+from agent.share_record import GivenShare, ShareRecord
+from agent.shares import DEFAULT_SCHEDULER_NAME, LEASE_SHARES_ANNOTATION
 from deviceplugin.allocation import Allocator, ContainerAllocation
 from deviceplugin.device_state import down_error
 from deviceplugin.errors import (
@@ -32,10 +33,10 @@ from deviceplugin.share_target import ShareApi, ShareTargets, Target
 logger = logging.getLogger(__name__)
 
 Decorate = Callable[
-    [Resource, GpuUuid, Mapping[str, Any], ContainerShare, ContainerAllocation],
-    ContainerAllocation,
+    [Resource, GivenShare, Mapping[str, Any], ContainerAllocation], ContainerAllocation
 ]
-"""Adds what a sharing mode needs to one container's answer on a GPU (`mps_env.MpsEnv`)."""
+"""Adds what a sharing mode needs to one container's answer, given its share and its pod
+(`mps_env.MpsEnv`); raises RequestError to refuse it."""
 
 
 class ShareAllocator:
@@ -49,16 +50,17 @@ class ShareAllocator:
         *,
         replica_resources: Set[str],
         decorate: Decorate | None = None,
+        record: ShareRecord | None = None,
+        scheduler_name: str = DEFAULT_SCHEDULER_NAME,
         wait_s: float = 0.3,
         retry_s: float = 0.02,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._allocator = allocator
         self._decorate = decorate
         self._targets = ShareTargets(
-            api, list_pods, replica_resources=replica_resources, wait_s=wait_s, retry_s=retry_s,
-            clock=clock, wall_clock=wall_clock,
+            api, list_pods, replica_resources=replica_resources, record=record,
+            scheduler_name=scheduler_name, wait_s=wait_s, retry_s=retry_s, clock=clock,
         )  # fmt: skip
         self._lock = threading.Lock()  # the kubelet allocates one container at a time anyway
 
@@ -91,18 +93,20 @@ class ShareAllocator:
         plain = self._allocator.allocate(resource, unhealthy, requests)[0]  # validates the IDs
         ids = tuple(requests[0])
         with self._lock:
-            target = self._targets.resolve(resource, ids, record=True)
-        if target.gpu is None:
-            answer, gpu = plain, self._allocator.device_of(resource, ids[0]).gpu_uuid
-        else:
-            answer = self._allocator.build([self._gpu_device(resource, unhealthy, target)])
-            gpu = target.gpu
+            target = self._targets.resolve(resource, ids)
+            if target.gpu is None:
+                answer, gpu = plain, self._allocator.device_of(resource, ids[0]).gpu_uuid
+            else:
+                answer = self._allocator.build([self._gpu_device(resource, unhealthy, target)])
+                gpu = target.gpu
+            if self._decorate is not None:  # may refuse: before anything is recorded
+                preview = self._targets.preview(resource, target, ids, gpu)
+                answer = self._decorate(resource, preview, target.pod, answer)
+            self._targets.answer(resource, target, ids, gpu)
         logger.info(
             "%s: %s container %s gets GPU %s (%s)", resource.name, target.key,
             target.share.container, gpu, target.how,
         )  # fmt: skip
-        if self._decorate is not None:
-            answer = self._decorate(resource, gpu, target.pod, target.share, answer)
         return [answer]
 
     def preferred(
@@ -112,7 +116,7 @@ class ShareAllocator:
         when that is not known (the caller then packs as usual)."""
         with self._lock:
             try:
-                target = self._targets.resolve(resource, tuple(must), record=False, patient=False)
+                target = self._targets.resolve(resource, tuple(must), patient=False)
             except PluginError:
                 return None
         if target.gpu is None:
@@ -127,8 +131,9 @@ class ShareAllocator:
         device = next((d for d in resource.devices if d.gpu_uuid == target.gpu), None)
         if device is None:
             raise DeviceUnavailableError(
-                f"pod {target.key} container {target.share.container}: {GPUS_ANNOTATION} names "
-                f"GPU {target.gpu}, which {resource.name} does not share on this node"
+                f"pod {target.key} container {target.share.container}: its share Lease's "
+                f"{LEASE_SHARES_ANNOTATION} names GPU {target.gpu}, which {resource.name} does "
+                "not share on this node"
             )
         if not is_healthy(device, unhealthy):
             raise DeviceUnavailableError(

@@ -110,13 +110,6 @@ def _design_mentions(path: Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if DESIGN_SECTION.search(line)]
 
 
-SHARE_A_GPU = pytest.mark.xfail(
-    reason="README 'Share a GPU' is being rewritten under issue 40 (items 2 and 6), which replaces "
-    "its two DESIGN §12 mentions with scheduler/SHARES.md; drop this mark once merged",
-    strict=True,
-)
-
-
 def _readme_share_section() -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     return readme.split("\n## Share a GPU\n", 1)[1].split("\n## ", 1)[0]
@@ -124,14 +117,9 @@ def _readme_share_section() -> str:
 
 @pytest.mark.parametrize("doc", [*_docs(), *USER_FACING], ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_doc_sends_readers_to_a_design_section(doc):
-    mentions = _design_mentions(doc)
-    if doc.name == "README.md" and doc.parent == ROOT:
-        share = _readme_share_section()
-        mentions = [m for m in mentions if m not in share]
-    assert mentions == []
+    assert _design_mentions(doc) == []
 
 
-@SHARE_A_GPU
 def test_the_readme_share_a_gpu_section_sends_readers_to_no_design_section():
     assert not DESIGN_SECTION.search(_readme_share_section())
 

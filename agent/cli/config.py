@@ -33,7 +33,8 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
-from agent.shares import DEFAULT_MPS_ROOT, DEFAULT_SHARE_LOCK_NAMESPACE
+from agent.share_record import DEFAULT_SHARE_RECORD
+from agent.shares import DEFAULT_MPS_ROOT, DEFAULT_SCHEDULER_NAME, DEFAULT_SHARE_LOCK_NAMESPACE
 from deviceplugin.nvidia_config import fold_flags, parse_imex, parse_sharing
 from deviceplugin.settings import (
     DeviceIdStrategy,
@@ -97,6 +98,10 @@ _OPTIONS: tuple[Opt, ...] = (
          "str", DEFAULT_SHARE_LOCK_NAMESPACE),
     Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
          "under sharing.mps", "str", DEFAULT_MPS_ROOT),
+    Opt("--share-record", "root-only file of what each share container was given (kept across "
+         "node restarts)", "path", DEFAULT_SHARE_RECORD),
+    Opt("--share-scheduler-name", "the scheduler whose share pods are served only through the "
+         "share Lease", "str", DEFAULT_SCHEDULER_NAME),
 )  # fmt: skip
 _BY_KEY = {o.key: o for o in _OPTIONS}
 
@@ -122,6 +127,8 @@ class AgentConfig:
     fail_on_init_error: bool = True
     allow_fake_gpus: bool = False
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE
+    share_record: Path = Path(DEFAULT_SHARE_RECORD)
+    share_scheduler_name: str = DEFAULT_SCHEDULER_NAME
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -277,6 +284,8 @@ def _build(
         fail_on_init_error=raw["failOnInitError"],
         allow_fake_gpus=raw["allowFakeGpus"],
         share_lock_namespace=raw["shareLockNamespace"],
+        share_record=raw["shareRecord"],
+        share_scheduler_name=raw["shareSchedulerName"],
         plugin=plugin,
     )
 

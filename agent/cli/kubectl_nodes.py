@@ -17,7 +17,8 @@ from agent.model import HEALTHY, UNHEALTHY, GpuUuid, format_cpulist
 from agent.nrt import ATTR_SOURCE, DecodedTopology, is_gpu_free, is_whole_gpu
 from agent.plural import counted
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, model_key
-from agent.share_usage import PodShare, SharedGpu
+from agent.share_pods import PodShare
+from agent.share_usage import SharedGpu
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, Sharing
 from agent.topo_table import render_legend, render_topo_matrix
 

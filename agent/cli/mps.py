@@ -1,7 +1,7 @@
 """`gputopo-agent mps`: CUDA MPS for the node's shared GPUs, run by its own DaemonSet
 (daemonset/optional/mps/), so an agent rollout never kills MPS clients.
 
-It prepares the MPS root (the shared `<root>/shm`), sets the shared GPUs' compute mode
+It mounts each user's sized tmpfs `/dev/shm` (`agent.mps.shm`), sets the shared GPUs' compute mode
 (`agent.mps.computemode`), starts one `nvidia-cuda-mps-control -f` per configured user
 (`agent.mps.daemon`) and keeps them running (`agent.mps.supervisor`), writing the status file the
 agent's device plugin reads to mark the MPS resource Unhealthy while a daemon is down. Metrics,
@@ -29,15 +29,18 @@ from agent.mps.daemon import CONTROL_BINARY, ControlDaemon
 from agent.mps.layout import DEFAULT_MPS_ROOT, MpsLayout, MpsUser, parse_users
 from agent.mps.metrics import MpsMetrics
 from agent.mps.shared_gpus import ALL, select_gpus
+from agent.mps.shm import DEFAULT_SHM_SIZE, HostMounter, Mounter, mount_shms
 from agent.mps.supervisor import Supervisor
 from agent.nvml.backend import ComputeMode
 from agent.nvml.pynvml_backend import PynvmlBackend, fake_backend
 from agent.precedence import env_var, first_value, from_env
+from agent.quantity import to_int
 from agent.stopsignals import StopSignals
 
 log = logging.getLogger(__name__)
 
 PROG = "gputopo-agent mps"
+MIB = 1024 * 1024
 DEFAULT_METRICS_ADDRESS = ":9447"
 
 
@@ -60,6 +63,7 @@ def parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "hold shared GPUs in EXCLUSIVE_PROCESS (one user) or DEFAULT (several); off: leave as is",
         choices=("on", "off"),
     )
+    add("--shm-size", DEFAULT_SHM_SIZE, "size of each user's /dev/shm tmpfs (a quantity)")
     add("--control", CONTROL_BINARY, "the nvidia-cuda-mps-control binary")
     add("--metrics-address", DEFAULT_METRICS_ADDRESS, "HOST:PORT for /metrics, /healthz, /readyz")
     return p
@@ -71,11 +75,15 @@ def open_backend(args: argparse.Namespace) -> PynvmlBackend:
     return fake_backend(args.nvml_fixture)[0]
 
 
-def prepare_root(layout: MpsLayout) -> None:
-    """The MPS root, and `<root>/shm` writable by every user with the sticky bit (as /dev/shm)."""
-    layout.shm_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(layout.root, 0o755)
-    os.chmod(layout.shm_dir, 0o1777)
+def shm_bytes(text: str) -> int:
+    """`--shm-size` in bytes; ValueError names the flag."""
+    try:
+        size = to_int(text)
+    except ValueError as exc:
+        raise ValueError(f"--shm-size: {exc}") from None
+    if size < MIB:
+        raise ValueError(f"--shm-size: {text!r} is under 1Mi")
+    return size
 
 
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
@@ -83,6 +91,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     logsetup.configure(args.log_format)
     try:
         users = parse_users(args.users)
+        shm_bytes(args.shm_size)
         backend = open_backend(args)
     except ValueError as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
@@ -105,12 +114,15 @@ def serve(
     backend: PynvmlBackend,
     signals: StopSignals | None,
     stop: threading.Event,
+    mounter: Mounter | None = None,
 ) -> int:
-    """Run until `stop` is set (or a signal arrives); ValueError/OSError before anything runs."""
+    """Run until `stop` is set (or a signal arrives); ValueError/OSError before anything runs.
+    `mounter` mounts each user's shm (`HostMounter` by default)."""
     node_gpus = backend.gpus()
     gpus = select_gpus(node_gpus, args.gpus)
     layout = MpsLayout(Path(args.mps_root))
-    prepare_root(layout)
+    mounter = mounter or HostMounter()
+    mount_shms(layout, users, shm_bytes(args.shm_size), mounter)
     metrics = MpsMetrics(package_version())
     keeper = ComputeModeKeeper(
         backend, [g.uuid for g in gpus], layout.compute_mode_file, _wanted(args, users)
@@ -118,10 +130,7 @@ def serve(
     _report(keeper.apply(), metrics)
     visible = None if len(gpus) == len(node_gpus) else [str(g.uuid) for g in gpus]
     supervisor = Supervisor(
-        [
-            ControlDaemon(user=user, layout=layout, control=args.control, visible_gpus=visible)
-            for user in users
-        ],
+        _daemons(args, users, layout, mounter, visible),
         status_path=layout.status_file,
         gpus=[str(g.uuid) for g in gpus],
         metrics=metrics,
@@ -132,6 +141,26 @@ def serve(
     finally:
         _report(keeper.restore(), metrics)
     return 0 if ok else 1
+
+
+def _daemons(
+    args: argparse.Namespace,
+    users: Sequence[MpsUser],
+    layout: MpsLayout,
+    mounter: Mounter,
+    visible: Sequence[str] | None,
+) -> list[ControlDaemon]:
+    """One control daemon per user, each with its user's shm as /dev/shm."""
+    return [
+        ControlDaemon(
+            user=user,
+            layout=layout,
+            control=args.control,
+            visible_gpus=visible,
+            prefix=mounter.daemon_prefix(layout.shm_dir(user.uid), user),
+        )
+        for user in users
+    ]
 
 
 def _wanted(args: argparse.Namespace, users: Sequence[MpsUser]) -> ComputeMode | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
-from agent.cli.share_wiring import configured_shared_gpus, shared_gpus
+from agent.cli.share_wiring import configured_shared_gpus, share_state, shared_gpus
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.httpserver import MetricsServer
 from agent.kube.node_pods import NodePods, TerminalPodFilter
@@ -41,7 +41,7 @@ from agent.model import GpuUuid, NodeInventory
 from agent.numa_capacity import KubeletConfig
 from agent.nvml.backend import GpuTelemetry, NvmlBackend
 from agent.restart_hold import RestartHold
-from agent.share_usage import SharedGpu, ShareUse, share_figures, share_use
+from agent.share_usage import SharedGpu, ShareUse, share_figures
 from deviceplugin.kubelet_api import KUBELET_SOCKET
 from deviceplugin.kubelet_registration import file_id
 from deviceplugin.podresources import (
@@ -259,13 +259,11 @@ class TopologyService:
         self, listed: tuple[PodGrant, ...]
     ) -> tuple[Mapping[GpuUuid, SharedGpu], Mapping[GpuUuid, ShareUse]]:
         assert self._shared is not None
-        shared = self._shared()
-        if not shared:
-            return {}, {}
-        if self.node_pods is None:
-            return shared, share_use(self._inventory(), shared, listed, ())
-        self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
-        return shared, share_use(self._inventory(), shared, listed, self.node_pods.last)
+        pods: tuple[Mapping[str, Any], ...] = ()
+        if self.node_pods is not None:
+            self.node_pods.missing((p.namespace, p.name) for p in listed if _holds_devices(p))
+            pods = self.node_pods.last
+        return share_state(self._shared(), self._inventory(), self._ctx.share_record, listed, pods)
 
     def start(self) -> None:
         if self._oneshot:

@@ -35,6 +35,7 @@ from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
 from agent.plural import counted
+from agent.share_record import ShareRecord
 from agent.stopsignals import StopSignals
 from deviceplugin.errors import PluginError
 from deviceplugin.kubelet_api import KUBELET_SOCKET
@@ -50,12 +51,13 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     if not ctx.config.device_plugin or ctx.config.oneshot:
         return None
     observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
+    ctx.share_record = ShareRecord(None if ctx.config.dry_run else ctx.config.share_record)
     ctx.device_plugin = plugin = DevicePlugin(
         ctx.config.plugin,
         ctx.backend,
         ctx.inventory,
         observer=observer,
-        make_shares=share_factory(ctx.config, ctx.inventory),
+        make_shares=share_factory(ctx.config, ctx.inventory, ctx.share_record),
     )
     if ctx.metrics is not None:
         watch = plugin.mps_watch

@@ -19,6 +19,7 @@ from agent.kube.publisher import Publisher
 from agent.metrics import AgentMetrics
 from agent.model import NodeInventory
 from agent.nvml.backend import NvmlBackend
+from agent.share_record import ShareRecord
 from deviceplugin.plugin import DevicePlugin
 
 
@@ -41,6 +42,7 @@ class AgentContext:
     device_plugin: DevicePlugin | None = None
     metrics: AgentMetrics | None = None
     publisher: Publisher | None = None
+    share_record: ShareRecord | None = None  # what share containers were given (DESIGN §12)
     services: list[Service] = field(default_factory=list)
     ready_checks: list[ReadyCheck] = field(default_factory=list)
 

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agent.availability import PodGrant
 from agent.cli.config import AgentConfig
-from agent.errors import AgentError, ConfigError, PublishError
+from agent.errors import ConfigError, PublishError
 from agent.model import GpuUuid, NodeInventory
-from agent.objkey import key_of
-from agent.share_usage import SharedGpu
+from agent.mps.layout import MpsLayout
+from agent.mps.status import served_uids
+from agent.objkey import object_key
+from agent.share_record import ShareRecord, pod_uids
+from agent.share_usage import SharedGpu, ShareUse, share_use
 from agent.shares import ShareLock, Sharing
 from deviceplugin.allocation import Allocator
 from deviceplugin.grpc_translation import is_share_resource
@@ -27,7 +32,6 @@ from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
 from deviceplugin.resources import Resource, build_resources
 from deviceplugin.share_allocation import ShareAllocator
-from deviceplugin.share_target import ShareApi
 
 if TYPE_CHECKING:
     from agent.kube.shares import ShareClient
@@ -96,7 +100,27 @@ def shared_in(sharing: Sharing, resources: Iterable[Resource]) -> dict[GpuUuid, 
     return out
 
 
-def share_factory(cfg: AgentConfig, inventory: NodeInventory) -> MakeShares | None:
+def share_state(
+    shared: Mapping[GpuUuid, SharedGpu],
+    inventory: NodeInventory,
+    record: ShareRecord | None,
+    listed: Sequence[PodGrant],
+    pods: Sequence[Mapping[str, Any]],
+) -> tuple[Mapping[GpuUuid, SharedGpu], dict[GpuUuid, ShareUse]]:
+    """What the `shared` GPUs' shares use, from the agent's record of what it gave and the pods
+    the kubelet lists (`listed`) and the API shows on the node (`pods`). A recorded pod that
+    neither lists is gone for good, and leaves the record."""
+    if not shared:
+        return {}, {}
+    record = record or ShareRecord(None)
+    if pods:
+        record.keep(pod_uids(pods), {object_key(p.namespace, p.name) for p in listed})
+    return shared, share_use(inventory, shared, listed, pods, record.all())
+
+
+def share_factory(
+    cfg: AgentConfig, inventory: NodeInventory, record: ShareRecord
+) -> MakeShares | None:
     """How the device plugin builds its share allocator; None with `--dry-run` (no API)."""
     if cfg.dry_run:
         return None
@@ -113,28 +137,23 @@ def share_factory(cfg: AgentConfig, inventory: NodeInventory) -> MakeShares | No
 
     def make(allocator: Allocator, shared: frozenset[str]) -> ShareAllocator:
         podresources = PodResourcesClient(cfg.pod_resources_socket)
-        api = LazyShareClient(connect)
         return ShareAllocator(
-            api,
+            LazyShareClient(connect),
             podresources.pods,
             allocator,
             replica_resources=shared,
-            decorate=mps_env(cfg, inventory, api),
+            decorate=mps_env(cfg, inventory),
+            record=record,
+            scheduler_name=cfg.share_scheduler_name,
         )
 
     return make
 
 
-def mps_env(cfg: AgentConfig, inventory: NodeInventory, api: ShareApi) -> MpsEnv | None:
+def mps_env(cfg: AgentConfig, inventory: NodeInventory) -> MpsEnv | None:
     """The MPS clients' environment and mounts under `sharing.mps`, else None."""
     if cfg.plugin.time_slicing.sharing is not Sharing.MPS:
         return None
-
-    def warn(pod: Mapping[str, Any], reason: str, message: str) -> None:
-        try:
-            api.warn(pod, reason, message)
-        except AgentError as exc:
-            log.warning("pod %s: %s (Event not written: %s)", key_of(pod), message, exc)
-
-    memory = {g.uuid: g.memory_mib for g in inventory.gpus}
-    return MpsEnv(cfg.plugin.mps_root, memory, warn)
+    status_file = MpsLayout(Path(cfg.plugin.mps_root)).status_file
+    memory = {g.uuid: g.usable_memory_mib for g in inventory.gpus}
+    return MpsEnv(cfg.plugin.mps_root, memory, lambda: served_uids(status_file))

@@ -22,6 +22,7 @@ from agent.kube.client import MERGE_PATCH, _read_or_none, api_errors, list_node_
 from agent.kube.publisher import FIELD_MANAGER
 from agent.shares import (
     ALLOCATED_ANNOTATION,
+    LEASE_SHARES_ANNOTATION,
     LOCK_POD_ANNOTATION,
     ShareLock,
     ShareRequestError,
@@ -81,14 +82,16 @@ class ShareClient:
             raise PublishError(str(exc)) from None
 
     def release(self, lock: ShareLock) -> bool:
-        """Remove the holder (and its pod annotation) with an update under the read
+        """Remove the holder (and its pod and shares annotations) with an update under the read
         resourceVersion; False when the Lease changed meanwhile (409: another writer won)."""
         lease = self._last if self._last_version == lock.resource_version else None
         if lease is None:
             return False
         body = copy.deepcopy(lease)
         body["spec"].pop("holderIdentity", None)
-        (body["metadata"].get("annotations") or {}).pop(LOCK_POD_ANNOTATION, None)
+        annotations = body["metadata"].get("annotations") or {}
+        annotations.pop(LOCK_POD_ANNOTATION, None)
+        annotations.pop(LEASE_SHARES_ANNOTATION, None)
         try:
             with api_errors(f"releasing Lease {lock.namespace}/{lock.name}", self.server):
                 self._coordination.replace_namespaced_lease(

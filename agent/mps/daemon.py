@@ -8,6 +8,9 @@ setuid: the CAP_SETUID/CAP_SETGID the DaemonSet grants). The child first creates
 directories as that user (mode 0700), so only that user's clients can reach the daemon; the
 supervisor, holding no CAP_CHOWN, could not hand them over itself.
 
+With a `prefix` (`agent.mps.shm`), the child first enters a mount namespace of its own where the
+user's sized tmpfs is `/dev/shm`, and the prefix switches to the user after that.
+
 `quit()` writes `quit` to the daemon's control pipe as NVIDIA's tools do
 (`echo quit | nvidia-cuda-mps-control`, same environment, same user), waits for the daemon to
 exit, and only then signals it (SIGTERM, then SIGKILL).
@@ -46,8 +49,12 @@ class ControlDaemon:
         control: str = CONTROL_BINARY,
         visible_gpus: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
+        prefix: Sequence[str] | None = None,
     ) -> None:
+        """`prefix`: argv that runs the daemon with its user's shm as /dev/shm and switches to
+        the user (`agent.mps.shm.Mounter.daemon_prefix`); None: started as the user directly."""
         self.user, self.layout, self.control = user, layout, control
+        self._prefix = None if prefix is None else list(prefix)
         self._visible = None if visible_gpus is None else tuple(visible_gpus)
         self._environ = os.environ if environ is None else environ
         self._process: subprocess.Popen[bytes] | None = None
@@ -72,12 +79,13 @@ class ControlDaemon:
     def start(self) -> None:
         """Start the daemon; OSError when the child cannot be started at all."""
         self._prepare_user_dir()
+        argv = ["/bin/sh", "-c", _START, self.control]
         self._process = subprocess.Popen(
-            ["/bin/sh", "-c", _START, self.control],
+            argv if self._prefix is None else [*self._prefix, *argv],
             env=self.env(),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a signal to the supervisor's group does not reach it
-            **self._as_user(),
+            **(self._as_user() if self._prefix is None else {}),
         )
         log.info("MPS control daemon for uid %d started (pid %d)", self.uid, self._process.pid)
 
@@ -125,11 +133,20 @@ class ControlDaemon:
             process.wait()
 
     def _prepare_user_dir(self) -> None:
-        """`<root>/<uid>`: the child, running as the user, creates its directories inside."""
+        """`<root>/<uid>`: the child, running as the user, creates its directories inside. A
+        pipe or log directory someone else made there (a container runtime creating a mount
+        point for a uid with no daemon yet) is handed to the user, or its daemon could never
+        open its pipes."""
         path = self.layout.user_dir(self.uid)
         path.mkdir(parents=True, exist_ok=True)
-        if self.uid != os.geteuid():
-            os.chmod(path, 0o1733)  # others may create entries, never list or remove them
+        if self.uid == os.geteuid():
+            return
+        os.chmod(path, 0o1733)  # others may create entries, never list or remove them
+        for made in (self.layout.pipe_dir(self.uid), self.layout.log_dir(self.uid)):
+            if made.is_dir() and made.stat().st_uid != self.uid:
+                os.chown(made, self.uid, self.user.gid)
+                os.chmod(made, 0o700)
+                log.warning("%s was not owned by uid %d: handed to it", made, self.uid)
 
     def _as_user(self) -> dict[str, Any]:
         """Popen arguments that switch the child to the user; none when it is ours already."""

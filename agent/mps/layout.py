@@ -5,15 +5,18 @@ Under the MPS root (default `/run/gputopo/mps`, a tmpfs on systemd hosts), per L
     <root>/<uid>/pipe   the daemon's pipe directory (`shares.mps_pipe_directory`), which Allocate
                         mounts into that user's share containers at the same path
     <root>/<uid>/log    its log directory
-    <root>/shm          shared memory of MPS servers and clients: the daemon's and every client's
-                        `/dev/shm`, world-writable with the sticky bit, like `/dev/shm` itself
+    <root>/<uid>/shm    that user's shared memory: a tmpfs of `--shm-size` (NVIDIA's 64 MiB by
+                        default) owned by the user, mode 0700, mounted by `gputopo-agent mps`; the
+                        daemon's and each of that user's clients' `/dev/shm` (Allocate mounts it),
+                        so no user reads another's segments and none can fill the host's /run
     <root>/status.json  the supervisor's status (`agent.mps.status`)
 
 Users: one control daemon serves one Linux user at a time (a real H200 showed a second user's
 client waiting until the first user's clients were gone), so every user share containers run as
 gets a daemon of its own. The users are configured (`--users`, a list of `UID[:GID]`, default
 `0`): root serves pods without `runAsUser` whose image runs as root; list every uid your share
-pods run as. A share container whose user has no daemon here waits for a daemon that never comes.
+pods run as. A share container whose user has no daemon here is refused at Allocate, naming the
+configured users (`deviceplugin.mps_env`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import shares
-from agent.shares import mps_pipe_directory
+from agent.shares import mps_pipe_directory, mps_shm_directory
 
 DEFAULT_MPS_ROOT = Path(shares.DEFAULT_MPS_ROOT)
 
@@ -49,9 +52,8 @@ class MpsLayout:
     def log_dir(self, uid: int) -> Path:
         return self.user_dir(uid) / "log"
 
-    @property
-    def shm_dir(self) -> Path:
-        return self.root / "shm"
+    def shm_dir(self, uid: int) -> Path:
+        return Path(mps_shm_directory(str(self.root), uid))
 
     @property
     def status_file(self) -> Path:

@@ -121,3 +121,13 @@ def down_reason(path: Path, now: float, stale_after_s: float = STALE_AFTER_S) ->
         named = ", ".join(f"uid {d.uid} ({d.reason or 'down'})" for d in down)
         return f"MPS control daemon down for {named}"
     return None
+
+
+def served_uids(path: Path) -> frozenset[int]:
+    """The users MPS is configured to serve (each has a daemon of its own); empty when the
+    status file is absent or unreadable (MPS is then not serving anyone)."""
+    try:
+        status = decode_status(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(d.uid for d in status.daemons)

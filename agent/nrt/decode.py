@@ -55,6 +55,7 @@ from agent.nrt.wire import (
     GPU_ATTR_MINOR,
     GPU_ATTR_PCI_BUS_ID,
     GPU_ATTR_PRODUCT,
+    GPU_ATTR_SHARE_PODS,
     GPU_ATTR_SHARES,
     GPU_ATTR_SHARING,
     GPU_ATTR_UUID,
@@ -72,6 +73,7 @@ from agent.nrt.wire import (
 from agent.numa_capacity import HUGEPAGE_BYTES, MEMORY
 from agent.plural import counted
 from agent.quantity import MIB
+from agent.share_pods import PodShare, ShareCodecError, decode_share_pods
 from agent.shares import Sharing
 
 
@@ -294,6 +296,7 @@ def _decode_gpus(
                 resources=resources,
                 sharing=sharing,
                 shares=shares,
+                share_pods=_share_pods(r, attrs, field),
             )
         )
     return tuple(gpus), tuple(counts)
@@ -314,6 +317,13 @@ def _sharing(r: FieldReader, attrs: Mapping[str, str], field: str) -> tuple[Shar
     if shares < 1:
         r.fail(f"{field}.{GPU_ATTR_SHARES}", f"must be at least 1, got {shares}")
     return sharing, shares
+
+
+def _share_pods(r: FieldReader, attrs: Mapping[str, str], field: str) -> tuple[PodShare, ...]:
+    try:
+        return decode_share_pods(attrs.get(GPU_ATTR_SHARE_PODS, ""))
+    except ShareCodecError as exc:
+        r.fail(f"{field}.{GPU_ATTR_SHARE_PODS}", str(exc))
 
 
 def _parent(r: FieldReader, zone: _Zone, numa_ids: set[int]) -> int | None:

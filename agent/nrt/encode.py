@@ -6,7 +6,8 @@ Object shape (DESIGN.md §5; every name is in `agent.nrt.wire`)::
     zones  node-<N>  type Node   costs = SLIT distances; cpu, memory, hugepages-*, nvidia.com/*
            gpu-<i>   type GPU    parent node-<N> (`NodeInventory.gpu_numa_zone`; none when
                                  unknown); attributes uuid, pciBusId, product, ...
-                                 (a shared GPU adds sharing and shares, DESIGN §12;
+                                 (a shared GPU adds sharing, shares and, while shares run,
+                                 sharePods, DESIGN §12;
                                  a GPU in the node's NVLink clique adds clique, §13);
                                  costs to every other GPU zone (`wire.gpu_cost`); its resources
     attributes  topologyManagerPolicy/Scope, nodeTopologyPodsFingerprint(+Method),
@@ -52,6 +53,7 @@ from agent.nrt.wire import (
     GPU_ATTR_NVLINK_ISLAND,
     GPU_ATTR_PCI_BUS_ID,
     GPU_ATTR_PRODUCT,
+    GPU_ATTR_SHARE_PODS,
     GPU_ATTR_SHARES,
     GPU_ATTR_SHARING,
     GPU_ATTR_UUID,
@@ -67,6 +69,7 @@ from agent.nrt.wire import (
 )
 from agent.numa_capacity import CPU
 from agent.quantity import format_milli
+from agent.share_pods import encode_share_pods
 from agent.shares import Sharing
 
 
@@ -134,6 +137,8 @@ def _gpu_attributes(
     pairs.append((GPU_ATTR_SHARING, str(sharing)))
     if entry is not None and sharing is not Sharing.NONE:
         pairs.append((GPU_ATTR_SHARES, str(entry.shares)))
+        if entry.share_pods:
+            pairs.append((GPU_ATTR_SHARE_PODS, encode_share_pods(entry.share_pods)))
     if clique is not None and gpu.fabric is not None and gpu.fabric.clique == clique:
         pairs.append((GPU_ATTR_CLIQUE, clique))
     return pairs

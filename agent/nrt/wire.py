@@ -58,6 +58,7 @@ GPU_ATTR_NVLINK_ISLAND = "nvlinkIsland"
 GPU_ATTR_HEALTH = "health"
 GPU_ATTR_SHARING = "sharing"  # none | timeSlicing | mps (agent.shares.Sharing)
 GPU_ATTR_SHARES = "shares"  # replicas a shared GPU is split into (only on shared GPUs)
+GPU_ATTR_SHARE_PODS = "sharePods"  # each share container's use (agent.share_pods; when any)
 GPU_ATTR_CLIQUE = "clique"  # the node's NVLink clique, on the GPUs attached to it (DESIGN §13)
 
 NVLINK_COST_BASE = 100

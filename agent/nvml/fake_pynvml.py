@@ -51,6 +51,7 @@ class FakePynvml(FakeNvmlState):
 
     NVMLError = NVMLError
     c_nvmlGpuFabricInfo_v2_t = fs.c_nvmlGpuFabricInfo_v2_t
+    nvmlMemory_v2 = fs.nvmlMemory_v2
 
     # ---- init and system -----------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -165,12 +166,22 @@ class FakePynvml(FakeNvmlState):
         info.status = status_code(fabric.status)
         return fs.NVML_SUCCESS
 
-    def nvmlDeviceGetMemoryInfo(self, handle: DeviceHandle, version: Any = None) -> fs.Memory:
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: DeviceHandle, version: Any = None
+    ) -> fs.Memory | fs.MemoryV2:
+        """v1 (no `version`): total, free, used; `nvmlMemory_v2`: also the fixture's reserved
+        memory, which v2's free and used leave out."""
+        if version not in (None, fs.nvmlMemory_v2):
+            raise NotImplementedError(f"nvmlDeviceGetMemoryInfo version {version!r}")
         self._guard("nvmlDeviceGetMemoryInfo", handle)
         mig, gpu = self._mig(handle), self._gpu(handle)
         total = (mig.memory_mib if mig else gpu.memory_mib) << 20
         used = 0 if mig else self._telemetry[gpu.index].memory_used_mib << 20
-        return fs.Memory(total=total, free=total - used, used=used)
+        if version is None:
+            return fs.Memory(total=total, free=total - used, used=used)
+        reserved = 0 if mig else gpu.memory_reserved_mib << 20
+        free = total - reserved - used
+        return fs.MemoryV2(version=version, total=total, reserved=reserved, free=free, used=used)
 
     # ---- MIG -----------------------------------------------------------------------------
     def nvmlDeviceGetMigMode(self, handle: DeviceHandle) -> list[int]:

@@ -185,6 +185,19 @@ class Memory:
     used: int
 
 
+nvmlMemory_v2 = 0x02000028
+"""pynvml's version argument of `nvmlDeviceGetMemoryInfo` for the v2 struct (with `reserved`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryV2:
+    version: int
+    total: int  # bytes
+    reserved: int
+    free: int
+    used: int
+
+
 @dataclass(frozen=True, slots=True)
 class Utilization:
     gpu: int

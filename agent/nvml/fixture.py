@@ -304,6 +304,7 @@ def _gpu_doc(gpu: Gpu) -> dict[str, Any]:
         "uuid": gpu.uuid,
         "name": gpu.product,
         "memoryMiB": gpu.memory_mib,
+        **({"memoryReservedMiB": gpu.memory_reserved_mib} if gpu.memory_reserved_mib else {}),
         "pciBusId": gpu.pci_bus_id,
         "minor": gpu.minor,
         "numaNode": -1 if gpu.numa_node is None else gpu.numa_node,

@@ -86,7 +86,7 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
         raw,
         path,
         ("index", "uuid", "name", "memoryMiB", "pciBusId", "numaNode", "computeCapability"),
-        ("minor", "migMode", "migDevices", "memoryAffinity", "fabric"),
+        ("minor", "migMode", "migDevices", "memoryAffinity", "fabric", "memoryReservedMiB"),
     )
     index = ctx.as_int(doc["index"], f"{path}.index", minimum=0)
     numa = ctx.as_int(doc["numaNode"], f"{path}.numaNode", minimum=-1)
@@ -105,6 +105,9 @@ def read_gpu(ctx: Ctx, raw: Any, path: str, numa_ids: frozenset[int]) -> Gpu:
         ),
         product=ctx.as_str(doc["name"], f"{path}.name"),
         memory_mib=ctx.as_int(doc["memoryMiB"], f"{path}.memoryMiB", minimum=1),
+        memory_reserved_mib=ctx.as_int(
+            doc.get("memoryReservedMiB", 0), f"{path}.memoryReservedMiB", minimum=0
+        ),
         pci_bus_id=ctx.as_str(
             doc["pciBusId"], f"{path}.pciBusId", _BUS_RE, ' PCI bus id like "00000000:18:00.0"'
         ),

@@ -199,6 +199,7 @@ class PynvmlBackend:
                 uuid=GpuUuid(_text(nvml.nvmlDeviceGetUUID(handle))),
                 product=_text(nvml.nvmlDeviceGetName(handle)),
                 memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20,
+                memory_reserved_mib=self._reserved_mib(handle),
                 pci_bus_id=bus_id,
                 minor=int(nvml.nvmlDeviceGetMinorNumber(handle)),
                 numa_node=sysfs.gpu_numa_node(self.host_root, bus_id),
@@ -208,6 +209,15 @@ class PynvmlBackend:
                 memory_affinity=self._memory_affinity(handle),
                 fabric=read_fabric(nvml, handle, self._optional),
             )
+
+    def _reserved_mib(self, handle: Any) -> int:
+        """NVML's reserved memory (`nvmlDeviceGetMemoryInfo_v2`); 0 where this pynvml or
+        driver has no v2."""
+        version = getattr(self.nvml, "nvmlMemory_v2", None)
+        info = (
+            None if version is None else self._optional("nvmlDeviceGetMemoryInfo", handle, version)
+        )
+        return 0 if info is None else int(info.reserved) >> 20
 
     def _mig_mode(self, handle: Any) -> MigMode:
         try:

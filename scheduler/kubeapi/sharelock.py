@@ -1,10 +1,15 @@
 """A node's share lock (DESIGN §12): the `coordination.k8s.io/v1` Lease `gputopo-share-<node>`
 in the scheduler's namespace, held by the UID of the share pod being admitted there.
 
+The Lease is the record of the decision (DESIGN §12 "Trust"): with the holder it names the pod
+(`gputopo.io/pod`) and what each share container is given (`gputopo.io/shares`: GPU UUID,
+memory bytes, compute percent), which is all the agent serves; only the scheduler's and the
+agent's ServiceAccounts write it. Expiry only lets this scheduler take it for another pod.
+
 Taken only when the Lease is absent (create: 409 AlreadyExists means another writer won), has no
 holder (released) or is expired (`renewTime` + `leaseDurationSeconds` before now); always written
 with the resourceVersion that was read (409 Conflict: lost the race). Released by an update that
-clears the holder and the pod annotation under the read resourceVersion; never deleted. The
+clears the holder and both annotations under the read resourceVersion; never deleted. The
 agent releases it once the pod's share containers are allocated; the scheduler only after a
 failed annotation or bind.
 
@@ -20,7 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.shares import LOCK_POD_ANNOTATION, share_lock_name
+from agent.shares import (
+    LEASE_SHARES_ANNOTATION,
+    LOCK_POD_ANNOTATION,
+    LeaseShare,
+    encode_lease_shares,
+    share_lock_name,
+)
 from scheduler.errors import ApiError, LeaseConflictError
 from scheduler.kubeapi.leader import LeaseStore, micro_time
 
@@ -76,9 +87,12 @@ class ShareLocks:
     ) -> None:
         self._store, self._ns, self._seconds, self._wall = store, namespace, seconds, wall
 
-    def acquire(self, node: str, uid: str, pod: str) -> Holder | None:
-        """Take `node`'s lock for pod `uid` (`pod`: its key); None when taken, else the holder
-        that keeps it (a lost race reads the winner, else counts as held for a second)."""
+    def acquire(
+        self, node: str, uid: str, pod: str, shares: Mapping[str, LeaseShare]
+    ) -> Holder | None:
+        """Take `node`'s lock for pod `uid` (`pod`: its key), giving its share containers
+        `shares`; None when taken, else the holder that keeps it (a lost race reads the winner,
+        else counts as held for a second)."""
         name = share_lock_name(node)
         now = self._wall()
         current = self._store.get_lease(self._ns, name)
@@ -95,7 +109,11 @@ class ShareLocks:
         meta: dict[str, Any] = {"name": name, "namespace": self._ns}
         if current is not None:
             meta = dict(current.get("metadata") or {}, name=name, namespace=self._ns)
-        meta["annotations"] = {**(meta.get("annotations") or {}), LOCK_POD_ANNOTATION: pod}
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            LOCK_POD_ANNOTATION: pod,
+            LEASE_SHARES_ANNOTATION: encode_lease_shares(shares),
+        }
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta}
         try:
             if current is None:
@@ -121,6 +139,7 @@ class ShareLocks:
             meta = dict(current.get("metadata") or {})
             annotations = dict(meta.get("annotations") or {})
             annotations.pop(LOCK_POD_ANNOTATION, None)
+            annotations.pop(LEASE_SHARES_ANNOTATION, None)
             meta["annotations"] = annotations
             self._store.replace_lease(self._ns, name, {**current, "metadata": meta, "spec": spec})
         except (ApiError, LeaseConflictError) as exc:

@@ -314,6 +314,12 @@ class NodeState:
             zone[CPU] = zone.get(CPU, 0) - sign * pod.cpu_milli
             zone[MEMORY] = zone.get(MEMORY, 0) - sign * pod.memory
 
+    def hold_share_room(self, g: int, *, memory: int, compute: int) -> None:
+        """Charge shared GPU `g` `memory` bytes and `compute` percent that no pod here explains
+        (the node reports its shares use more); kept until the state is built again."""
+        self.derived = None
+        self._charge_share(GpuShare(gpu=g, milli=0, memory=memory, compute=compute), 1)
+
     def _charge_share(self, share: GpuShare, sign: int) -> None:
         g = share.gpu
         before = self.gpu_free[g]

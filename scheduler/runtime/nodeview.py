@@ -40,7 +40,7 @@ from scheduler.placement import (
 from scheduler.placement.shares import share_asks
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import ResourceList, resource_list
-from scheduler.runtime.sharecharge import pod_shares_on
+from scheduler.runtime.sharecharge import Counted, hold_nrt_use, nrt_shares, pod_shares_on
 
 Obj = Mapping[str, Any]
 
@@ -286,23 +286,33 @@ def build_node_state(
         trusted = is_trusted(nrt, pods)
         state = _nrt_state(info, nrt, trusted, selectors)
     uuids = {} if nrt is None else {str(g.uuid): g.index for g in nrt.inventory.gpus}
-    _charge(state, pods, trusted, uuids)
+    _charge(state, pods, trusted, uuids, {} if nrt is None else nrt_shares(nrt))
+    if nrt is not None and state.shared_gpus:
+        hold_nrt_use(state, nrt)
     return state
 
 
 def _charge(
-    state: NodeState, pods: Sequence[PodInfo], trusted: bool, uuids: Mapping[str, int]
+    state: NodeState,
+    pods: Sequence[PodInfo],
+    trusted: bool,
+    uuids: Mapping[str, int],
+    counted: Mapping[str, Counted],
 ) -> None:
-    """Charge every pod: shares from what this scheduler assigned or the pod's annotation, else
-    as equal splits (DESIGN §12); other devices from a trusted NRT, or as assigned, or as the
-    kubelet would pick them."""
+    """Charge every pod: shares as `pod_shares_on` says (what this scheduler assigned, what the
+    NRT counts, the annotation, equal splits; DESIGN §12); other devices from a trusted NRT, or
+    as assigned, or as the kubelet would pick them."""
     if not pods:
         return
     bare = Assignment(node=state.name)
-    ordered = sorted(pods, key=lambda p: (p.assignment is None, not p.share_gpus, p.request.key))
+    ordered = sorted(
+        pods,
+        key=lambda p: (p.assignment is None, p.uid not in counted, not p.share_gpus, p.request.key),
+    )
     for pod in ordered:
         if share_asks(pod.request, state):
-            state.add_pod(pod.request, pod_shares_on(state, pod, uuids))
+            shares = pod_shares_on(state, pod, uuids, counted.get(pod.uid, ()))
+            state.add_pod(pod.request, shares)
             continue
         if trusted:
             state.add_pod(pod.request, bare)

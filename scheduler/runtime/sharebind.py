@@ -1,5 +1,7 @@
-"""Binding a share pod (DESIGN §12): the node's share lock, the `gputopo.io/gpus` annotation,
-then the bind; and which nodes' locks this scheduler knows are held.
+"""Binding a share pod (DESIGN §12): the node's share lock (whose Lease names the pod and gives
+each share container its GPU, memory and compute: what the agent serves), the
+`gputopo.io/gpus` annotation (for people and tools), then the bind; and which nodes' locks this
+scheduler knows are held.
 
 A share pod is bound only under its node's lock, so the agent's Allocate knows whose annotation
 names the GPU. A lock held for another pod is not a reason to wait: the decision leaves that node
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
+from agent.model import GpuUuid
 from agent.nrt import DecodedTopology
 from agent.objkey import ObjectKey
-from agent.shares import ALLOCATED_ANNOTATION, GPUS_ANNOTATION, encode_gpus
+from agent.shares import ALLOCATED_ANNOTATION, GPUS_ANNOTATION, LeaseShare, encode_gpus
 from scheduler.errors import ApiError
 from scheduler.kubeapi.sharelock import Holder, ShareLocks
 from scheduler.placement import Assignment, Placer, PodRequest
@@ -41,6 +44,21 @@ RECHECK = 0.5
 _FINISHED_KEPT = 1024
 
 Annotate = Callable[[str, str, str, Mapping[str, str]], None]  # namespace, name, uid, annotations
+
+
+def lease_shares(assignment: Assignment, uuids: Sequence[str]) -> dict[str, LeaseShare] | None:
+    """What the share Lease gives each share container of `assignment`: its GPU (`uuids` by
+    index), the memory charged and the compute asked; None when a GPU index is unknown."""
+    if any(s.gpu >= len(uuids) for s in assignment.shares):
+        return None
+    return {
+        s.container: LeaseShare(
+            gpu=GpuUuid(uuids[s.gpu]),
+            memory_bytes=max(1, s.memory),
+            compute_percent=s.compute or None,
+        )
+        for s in assignment.shares
+    }
 
 
 class ShareBinding:
@@ -102,8 +120,13 @@ class ShareBinding:
         `try_bind`'s, or "error")."""
         node = assignment.node
         uuids = [str(g.uuid) for g in nrt.inventory.gpus] if nrt is not None else []
+        given = lease_shares(assignment, uuids)
+        if given is None:
+            log.warning("share pod %s: %s has no NRT naming its GPUs", info.key, node)
+            self._forget(node, info)
+            return "error"
         try:
-            holder = self._locks.acquire(node, info.uid, info.key)
+            holder = self._locks.acquire(node, info.uid, info.key, given)
         except ApiError as exc:
             log.warning("share pod %s: the share lock of %s: %s", info.key, node, exc)
             self._forget(node, info)
@@ -116,10 +139,10 @@ class ShareBinding:
             return LOCKED
         self._hold(node, Holder(info.uid, info.key, self._wall() + self._seconds))
         try:
-            chosen = {s.container: uuids[s.gpu] for s in assignment.shares}
-            annotation = {GPUS_ANNOTATION: encode_gpus(chosen)}
+            chosen = {c: str(s.gpu) for c, s in given.items()}
+            annotation = {GPUS_ANNOTATION: encode_gpus(chosen)}  # for people and tools
             self._annotate(info.namespace, info.name, info.uid, annotation)
-        except (ApiError, IndexError) as exc:
+        except ApiError as exc:
             log.warning("share pod %s: annotate for %s failed: %s", info.key, node, exc)
             self._release(node, info)
             return "error"

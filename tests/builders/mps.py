@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.mps.layout import MpsUser
+
 _SCRIPT = """#!/bin/sh
 REC={dir}/record.log
 if [ "$1" = "-f" ]; then
@@ -93,3 +95,28 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s")
         time.sleep(0.01)
+
+
+class FakeMounter:
+    """An `agent.mps.shm.Mounter` for tests without CAP_SYS_ADMIN: records each tmpfs it is
+    asked for and creates the directory with the mode the options name (what a tmpfs's root
+    would show); daemons start as their user directly (no namespace of their own)."""
+
+    def __init__(self) -> None:
+        self.mounts: dict[Path, str] = {}
+        self.remounts: list[Path] = []
+
+    def is_mount(self, path: Path) -> bool:
+        return path in self.mounts
+
+    def mount_tmpfs(self, path: Path, options: str, *, remount: bool) -> None:
+        fields = dict(o.partition("=")[::2] for o in options.split(","))
+        if not {"size", "mode", "uid", "gid"} <= set(fields):
+            raise NotImplementedError(f"a tmpfs without size, mode, uid and gid: {options}")
+        if remount:
+            self.remounts.append(path)
+        self.mounts[path] = options
+        os.chmod(path, int(fields["mode"], 8))
+
+    def daemon_prefix(self, shm: Path, user: MpsUser) -> list[str] | None:
+        return None

@@ -18,6 +18,7 @@ from agent.model import GpuFabric, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
 from agent.resource_names import GPU_RESOURCE
+from agent.share_pods import PodShare
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, SHARED_GPU_RESOURCE, Sharing
 from tests.builders.topology import allocatable_of
 
@@ -84,10 +85,14 @@ def make_shared_nrt(
     slots: int,
     resource: str = SHARED_GPU_RESOURCE,
     sharing: Sharing = Sharing.TIME_SLICING,
+    memory_used: Mapping[int, int] | None = None,
+    share_pods: Mapping[int, tuple[PodShare, ...]] | None = None,
 ) -> dict[str, Any]:
     """The NRT of a node whose GPUs `shared` are split into `slots` replicas of `resource`, as
     the agent publishes it (DESIGN §12: the replica resource, gpu-memory and gpu-compute per
-    shared GPU zone, all free). The scheduler reads structure from it, never usage."""
+    shared GPU zone, all free but `memory_used` bytes per GPU index; `share_pods`: the
+    `sharePods` of each GPU index). The scheduler reads structure from it, each running share's
+    use from `sharePods`, and the memory use as a floor under what pods explain."""
     capacity = numa_capacity(inventory.numa_nodes, KubeletConfig())
     base = compute_availability(inventory, capacity, allocatable_of(inventory))
     zones = []
@@ -98,9 +103,17 @@ def make_shared_nrt(
         memory = inventory.gpus[zone.index].memory_mib << 20
         counts = (
             ResourceCounts(name=resource, capacity=slots, allocatable=slots, available=slots),
-            ResourceCounts(name=GPU_MEMORY, capacity=memory, allocatable=memory, available=memory),
+            ResourceCounts(
+                name=GPU_MEMORY,
+                capacity=memory,
+                allocatable=memory,
+                available=memory - (memory_used or {}).get(zone.index, 0),
+            ),
             ResourceCounts(name=GPU_COMPUTE, capacity=100, allocatable=100, available=100),
         )
-        zones.append(replace(zone, resources=counts, sharing=sharing, shares=slots))
+        pods = (share_pods or {}).get(zone.index, ())
+        zones.append(
+            replace(zone, resources=counts, sharing=sharing, shares=slots, share_pods=pods)
+        )
     availability = replace(base, gpus=tuple(zones))
     return encode(inventory, availability, node_name=node)

@@ -20,14 +20,20 @@ from typing import Any
 from kubernetes import client
 
 from agent.inventory import load_inventory
+from agent.model import GpuUuid
 from agent.mps.layout import MpsLayout
 from agent.mps.status import DaemonStatus, MpsStatus, write_status
 from agent.shares import (
+    DEFAULT_SCHEDULER_NAME,
     DEFAULT_SHARE_LOCK_NAMESPACE,
     GPU_MEMORY,
     GPUS_ANNOTATION,
+    LEASE_SHARES_ANNOTATION,
     LOCK_POD_ANNOTATION,
+    LeaseShare,
     encode_gpus,
+    encode_lease_shares,
+    pod_shares,
     share_lock_name,
 )
 from deviceplugin.testing.admission import EmulatedPod, PodAdmitter
@@ -111,12 +117,27 @@ class ShareScheduler:
         lease = self.lease()
         return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
 
-    def take_lock(self, pod: Mapping[str, Any], seconds: int = 30) -> None:
+    def take_lock(
+        self,
+        pod: Mapping[str, Any],
+        gpus: Mapping[str, str] | None = None,
+        seconds: int = 30,
+        *,
+        renewed: datetime | None = None,
+        steal: bool = False,
+    ) -> None:
+        """Take the lock for `pod` as the scheduler does: the Lease names it and gives each
+        share container in `gpus` its GPU and the size the pod asks (an equal split when it
+        asks none); `renewed`: the Lease's renewTime (now by default); `steal`: take it from a
+        holder whose lock expired, as the scheduler may."""
         meta = pod["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = (renewed or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": meta["uid"], "leaseDurationSeconds": seconds,
                 "acquireTime": now, "renewTime": now}  # fmt: skip
-        annotations = {LOCK_POD_ANNOTATION: f"{meta['namespace']}/{meta['name']}"}
+        annotations = {
+            LOCK_POD_ANNOTATION: f"{meta['namespace']}/{meta['name']}",
+            LEASE_SHARES_ANNOTATION: encode_lease_shares(lease_shares(pod, gpus or {})),
+        }
         lease = self.lease()
         if lease is None:
             body = {"metadata": {"name": share_lock_name(self.node), "annotations": annotations},
@@ -127,9 +148,21 @@ class ShareScheduler:
                 _preload_content=False,  # type: ignore[arg-type]
             )
             return
-        assert not (lease.get("spec") or {}).get("holderIdentity"), "the lock is held"
+        assert steal or not (lease.get("spec") or {}).get("holderIdentity"), "the lock is held"
         lease["spec"] = spec
         lease["metadata"]["annotations"] = annotations
+        self.coordination.replace_namespaced_lease(
+            share_lock_name(self.node), self.namespace, lease,  # type: ignore[arg-type]
+            _preload_content=False,
+        )  # fmt: skip
+
+    def clear_lock(self) -> None:
+        """Release the lock as a failed bind does (its pod gone before any Allocate)."""
+        lease = self.lease()
+        if lease is None:
+            return
+        lease["spec"].pop("holderIdentity", None)
+        lease["metadata"]["annotations"] = {}
         self.coordination.replace_namespaced_lease(
             share_lock_name(self.node), self.namespace, lease,  # type: ignore[arg-type]
             _preload_content=False,
@@ -155,10 +188,14 @@ class ShareScheduler:
         )
         return self.get(meta["name"], meta["namespace"])
 
-    def place(self, body: Mapping[str, Any], gpus: Mapping[str, str]) -> EmulatedPod:
-        """Create, lock, annotate, bind: the pod as the kubelet then sees it."""
-        pod = self.create(body)
-        self.take_lock(pod)
+    def place(
+        self, body: Mapping[str, Any], gpus: Mapping[str, str], *, renewed: datetime | None = None
+    ) -> EmulatedPod:
+        """Create (as gputopo-scheduler's pod), lock, annotate, bind: the pod as the kubelet
+        then sees it (`renewed`: the Lease's renewTime, now by default)."""
+        spec = {"schedulerName": DEFAULT_SCHEDULER_NAME, **body["spec"]}
+        pod = self.create({**body, "spec": spec})
+        self.take_lock(pod, gpus, renewed=renewed)
         self.annotate(pod, gpus)
         return EmulatedPod.from_manifest(self.bind(pod))
 
@@ -172,6 +209,25 @@ class ShareScheduler:
 
     def wait_released(self, timeout_s: float = 5.0) -> None:
         wait_for(lambda: self.holder() is None, timeout_s, "the share lock's release")
+
+
+def lease_shares(pod: Mapping[str, Any], gpus: Mapping[str, str]) -> dict[str, LeaseShare]:
+    """What the scheduler gives each share container of `pod` named in `gpus`: its GPU and the
+    memory and compute it asks (an equal split of the fixture's GPU when it asks no memory)."""
+    inventory = load_inventory(FIXTURE)
+    memory = {str(g.uuid): g.memory_mib * 1024 * 1024 for g in inventory.gpus}
+    out: dict[str, LeaseShare] = {}
+    for share in pod_shares(pod, {GPU}):
+        gpu = gpus.get(share.container)
+        if gpu is None:
+            continue
+        split = memory.get(gpu, 80 * 1024**3) // REPLICAS * share.replicas
+        out[share.container] = LeaseShare(
+            gpu=GpuUuid(gpu),
+            memory_bytes=share.memory_bytes or split,
+            compute_percent=share.compute_percent,
+        )
+    return out
 
 
 def _json(response: Any) -> Any:
@@ -193,6 +249,11 @@ class ShareNode:
     mps_root: Path | None = None  # under sharing.mps: where `gputopo-agent mps` would write
     agent: subprocess.Popen[str] | None = None
 
+    @property
+    def record_path(self) -> Path:
+        """The agent's share record (what it gave each share container)."""
+        return self.folder / "state" / "shares.json"
+
     def uuid(self, gpu: int) -> str:
         return str(load_inventory(FIXTURE).gpus[gpu].uuid)
 
@@ -206,6 +267,7 @@ class ShareNode:
             "--pod-resources-socket", str(self.podresources.socket),
             "--kubeconfig", str(kubeconfig), "--kubelet-config", "/nonexistent",
             "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
+            "--share-record", str(self.record_path),
             *(("--mps-root", str(self.mps_root)) if self.mps_root else ()), *extra,
         ]  # fmt: skip
         self.agent = subprocess.Popen(
@@ -232,13 +294,16 @@ class ShareNode:
         return err
 
 
-def mps_serving(root: Path) -> Path:
-    """An MPS root whose status file says root's daemon serves; dated an hour ahead, so it stays
-    fresh with no supervisor rewriting it (the device plugin marks the shares Unhealthy else)."""
+MPS_USERS = (0, 1000, 1234)
+
+
+def mps_serving(root: Path, users: tuple[int, ...] = MPS_USERS) -> Path:
+    """An MPS root whose status file says the daemons of `users` serve; dated an hour ahead, so
+    it stays fresh with no supervisor rewriting it (the device plugin marks the shares Unhealthy
+    else)."""
     root.mkdir(parents=True, exist_ok=True)
-    status = MpsStatus(
-        written_at=time.time() + 3600, gpus=(), daemons=(DaemonStatus(uid=0, up=True),)
-    )
+    daemons = tuple(DaemonStatus(uid=uid, up=True) for uid in users)
+    status = MpsStatus(written_at=time.time() + 3600, gpus=(), daemons=daemons)
     write_status(MpsLayout(root).status_file, status)
     return root
 

@@ -51,10 +51,11 @@ class Stack:
 
 
 def _agent_config(fake: FakeApiServer, kubelet: KubeletEmulator, podresources: Path) -> Any:
-    kubeconfig = fake.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    kubeconfig = fake.write_kubeconfig(folder / "kubeconfig")
     argv = [
         "--node-name", NODE, "--nvml-fixture", FIXTURE, "--allow-fake-gpus",
-        "--kubeconfig", str(kubeconfig),
+        "--kubeconfig", str(kubeconfig), "--share-record", str(folder / "shares.json"),
         "--device-plugin-dir", str(kubelet.plugin_dir),
         "--pod-resources-socket", str(podresources),
         "--metrics-address", "127.0.0.1:0", "--kubelet-config", "/nonexistent/config.yaml",

@@ -8,7 +8,15 @@ from __future__ import annotations
 import uuid
 
 from agent.nrt import decode
-from agent.shares import ALLOCATED_ANNOTATION, DEFAULT_SHARE_LOCK_NAMESPACE, share_lock_name
+from agent.shares import (
+    ALLOCATED_ANNOTATION,
+    DEFAULT_SHARE_LOCK_NAMESPACE,
+    LEASE_SHARES_ANNOTATION,
+    LOCK_POD_ANNOTATION,
+    LeaseShare,
+    decode_lease_shares,
+    share_lock_name,
+)
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Placer, Snapshot, default_scoring
@@ -84,3 +92,31 @@ def test_a_lease_naming_an_allocated_holder_is_read_again_shortly(fake_api, core
     assert node in binding.blocked()
     wall.now += RECHECK + 0.01
     assert node not in binding.blocked()  # read again, not held for the 30 s lock period
+
+
+def test_the_lease_names_the_pod_and_gives_each_share_container_its_gpu_and_size(
+    fake_api, core_v1
+) -> None:
+    """What the agent serves (DESIGN §12 "Trust"): the Lease, which tenants cannot write; the
+    release clears it with the holder."""
+    wall = Wall()
+    binding, placer = _binding(fake_api, wall), _placer()
+    create_pod(core_v1, share_body("sized", "12Gi"))
+    pod = read_pod(fake_api.get_object("pods", "sized", "default"), NAME)
+    decided, _ = binding.decide(placer, pod.request, placer.decide(pod.request), None)
+    node = decided.assignment.node
+    nrt = decode(make_shared_nrt(node, dgx_h100(), shared=(0, 1), slots=4))
+    assert binding.bind(pod, decided.assignment, nrt, lambda: "failed") == "failed"
+    lease = fake_api.get_object("leases", share_lock_name(node), DEFAULT_SHARE_LOCK_NAMESPACE)
+    assert "holderIdentity" not in lease["spec"]  # a failed bind releases at once
+    assert LEASE_SHARES_ANNOTATION not in lease["metadata"].get("annotations", {})
+    assert binding.bind(pod, decided.assignment, nrt, lambda: "bound") == "bound"
+    lease = fake_api.get_object("leases", share_lock_name(node), DEFAULT_SHARE_LOCK_NAMESPACE)
+    annotations = lease["metadata"]["annotations"]
+    (share,) = decided.assignment.shares
+    assert annotations[LOCK_POD_ANNOTATION] == "default/sized"
+    assert decode_lease_shares(annotations[LEASE_SHARES_ANNOTATION]) == {
+        "main": LeaseShare(
+            gpu=nrt.inventory.gpus[share.gpu].uuid, memory_bytes=12 * GIB, compute_percent=None
+        )
+    }

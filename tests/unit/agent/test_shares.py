@@ -6,17 +6,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.model import GpuUuid
 from agent.resource_names import GPU_RESOURCE
 from agent.shares import (
     GPU_COMPUTE,
     GPU_MEMORY,
+    LEASE_SHARES_ANNOTATION,
     SHARED_GPU_RESOURCE,
     ContainerShare,
+    LeaseShare,
     ShareRequestError,
     decode_allocated,
     decode_gpus,
+    decode_lease_shares,
     encode_allocated,
     encode_gpus,
+    encode_lease_shares,
     mps_pipe_directory,
     pod_shares,
     share_lock_from_lease,
@@ -176,20 +181,30 @@ def _lease(**spec) -> dict:
     }  # fmt: skip
 
 
+def test_the_lease_gives_each_share_container_its_gpu_memory_and_compute() -> None:
+    given = {
+        "main": LeaseShare(gpu=GpuUuid("GPU-1"), memory_bytes=20 * 1024**3, compute_percent=30),
+        "side": LeaseShare(gpu=GpuUuid("GPU-2"), memory_bytes=1024**3),
+    }
+    lease = _lease(holderIdentity="u")
+    lease["metadata"]["annotations"][LEASE_SHARES_ANNOTATION] = encode_lease_shares(given)
+    lock = share_lock_from_lease(lease)
+    assert (lock.holder, lock.pod_key, dict(lock.shares)) == ("u", "team-a/x", given)
+
+
 @pytest.mark.parametrize(
-    ("spec", "now", "held"),
+    ("text", "message"),
     [
-        pytest.param({"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
-                      "leaseDurationSeconds": 30}, 1767225629.0, True, id="29 s after renew"),
-        pytest.param({"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
-                      "leaseDurationSeconds": 30}, 1767225631.0, False, id="expired"),
-        pytest.param({"renewTime": "2026-01-01T00:00:00Z"}, 1767225600.0, False, id="released"),
+        pytest.param('{"main": {"gpu": "", "memory": 1}}', "gpu: expected a GPU UUID", id="no GPU"),
+        pytest.param('{"main": {"gpu": "G", "memory": 0}}', "memory: expected bytes > 0", id="0 B"),
+        pytest.param('{"main": {"gpu": "G", "memory": 1, "compute": 101}}',
+                     "compute: expected 1..100", id="compute 101"),
+        pytest.param('["main"]', "expected a JSON object", id="a list"),
     ],
 )  # fmt: skip
-def test_a_share_lock_is_held_until_it_expires_or_is_released(spec, now, held) -> None:
-    lock = share_lock_from_lease(_lease(**spec))
-    assert lock.held(now) is held
-    assert (lock.pod_key, lock.resource_version) == ("team-a/x", "7")
+def test_a_malformed_lease_shares_annotation_is_refused_naming_the_field(text, message) -> None:
+    with pytest.raises(ShareRequestError, match=message):
+        decode_lease_shares(text)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""daemonset/optional/admission/: the ValidatingAdmissionPolicy that keeps each agent to its own
-node's objects parses, validates against the 1.30 schemas, is not in the default install, and its
-CEL is well formed and references only fields that exist."""
+"""daemonset/optional/admission/: the ValidatingAdmissionPolicies that keep each agent to its own
+node's objects and keep gputopo.io/* pod annotations and share Leases to gputopo's
+ServiceAccounts parse, validate against the 1.30 schemas, are not in the default install, and
+their CEL is well formed and references only fields that exist."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import kubernetes_validate
 import pytest
 
 from agent.labels import MANAGED
+from agent.shares import SHARE_LOCK_PREFIX
 from tests.builders import manifests as checks
 from tests.builders import rbac
 from tests.builders import render as r
@@ -75,19 +77,21 @@ def _expressions(spec: r.Obj) -> list[str]:
     return found
 
 
-def test_policy_and_binding_validate_against_the_schemas(policy_objects) -> None:
-    assert sorted(o["kind"] for o in policy_objects) == [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ]
+POLICIES = ("gputopo-agent-own-node", "gputopo-pod-annotations", "gputopo-share-leases")
+
+
+def test_policies_and_bindings_validate_against_the_schemas(policy_objects) -> None:
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in policy_objects) == sorted(
+        (kind, name)
+        for name in POLICIES
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    )
     for obj in policy_objects:
         assert obj["apiVersion"] == "admissionregistration.k8s.io/v1"
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    binding = r.one(policy_objects, "ValidatingAdmissionPolicyBinding", "gputopo-agent-own-node")
-    assert binding["spec"] == {
-        "policyName": "gputopo-agent-own-node",
-        "validationActions": ["Deny"],
-    }
+    for name in POLICIES:
+        binding = r.one(policy_objects, "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
 
 
 def test_policy_is_not_in_the_default_install(objects) -> None:
@@ -95,13 +99,19 @@ def test_policy_is_not_in_the_default_install(objects) -> None:
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
-def test_cel_is_well_formed(policy) -> None:
-    expressions = _expressions(policy["spec"])
-    assert len(expressions) == 16
-    assert {e: checks.cel_syntax_problems(e) for e in expressions} == {e: [] for e in expressions}
+def test_cel_is_well_formed(policy_objects) -> None:
+    counts = {"gputopo-agent-own-node": 16, "gputopo-pod-annotations": 6, "gputopo-share-leases": 6}
+    for name, count in counts.items():
+        spec = r.one(policy_objects, "ValidatingAdmissionPolicy", name)["spec"]
+        expressions = _expressions(spec)
+        assert len(expressions) == count, name
+        problems = {e: checks.cel_syntax_problems(e) for e in expressions}
+        assert problems == {e: [] for e in expressions}
 
 
-def test_cel_references_only_fields_that_exist(policy, defs, crds) -> None:
+@pytest.mark.parametrize("name", POLICIES)
+def test_cel_references_only_fields_that_exist(policy_objects, name, defs, crds) -> None:
+    policy = r.one(policy_objects, "ValidatingAdmissionPolicy", name)
     folder = SCHEMAS / f"v{K8S_VERSION}.0-local-strict"
     kinds = ("node-v1", "pod-v1", "event-v1", "lease-coordination-v1")
     schemas = [json.loads((folder / f"{kind}.json").read_text()) for kind in kinds]
@@ -162,3 +172,31 @@ def test_node_name_comes_from_the_token_and_labels_cover_what_the_agent_manages(
     prefixes = ("nvidia.com/gpu.", "nvidia.com/mig.")
     assert all(label.startswith(prefixes) for label in MANAGED)
     assert all(f"'{p}'" in text for p in prefixes)
+
+
+def test_only_the_schedulers_and_the_agents_service_accounts_write_share_records(
+    policy_objects, objects
+) -> None:
+    """gputopo.io/* pod annotations and share Leases (gputopo-share-<node>): the usernames the
+    policies let through are the ServiceAccounts the install runs the two as."""
+    users = {
+        name: f"system:serviceaccount:{rbac.service_account_namespace(objects, name)}:{name}"
+        for name in ("gputopo-scheduler", "gputopo-agent")
+    }
+    pods = r.one(policy_objects, "ValidatingAdmissionPolicy", "gputopo-pod-annotations")["spec"]
+    (condition,) = pods["matchConditions"]
+    assert all(f"'{user}'" in condition["expression"] for user in users.values())
+    (rule,) = pods["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (
+        ["pods", "pods/status"],
+        ["CREATE", "UPDATE"],
+    )
+    assert "'gputopo.io/'" in json.dumps(pods["variables"])
+    leases = r.one(policy_objects, "ValidatingAdmissionPolicy", "gputopo-share-leases")["spec"]
+    (condition,) = leases["matchConditions"]
+    assert f"'{SHARE_LOCK_PREFIX}'" in condition["expression"]
+    variables = {v["name"]: v["expression"] for v in leases["variables"]}
+    assert variables == {
+        "scheduler": f"request.userInfo.username == '{users['gputopo-scheduler']}'",
+        "agent": f"request.userInfo.username == '{users['gputopo-agent']}'",
+    }

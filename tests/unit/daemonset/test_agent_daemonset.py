@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.cli.config import load
 from agent.shares import DEFAULT_MPS_ROOT
 from tests.builders import manifests as checks
 from tests.builders import render as r
@@ -97,6 +98,7 @@ HOST_MOUNTS = {
     "/host/sys/devices": ("/sys/devices", True),
     "/host/sys/bus/pci/devices": ("/sys/bus/pci/devices", True),
     "/run/gputopo/mps": ("/run/gputopo/mps", True),
+    "/var/lib/gputopo": ("/var/lib/gputopo", False),
 }
 
 
@@ -110,14 +112,16 @@ def test_host_paths_and_their_modes(pod, container):
     assert host == HOST_MOUNTS
 
 
-def test_only_the_device_plugin_dir_is_writable_on_the_host(pod, container):
+def test_only_the_device_plugin_dir_and_the_agents_state_are_writable_on_the_host(pod, container):
     volumes = {v["name"]: v for v in pod["volumes"]}
     writable = [
         m["mountPath"]
         for m in container["volumeMounts"]
         if not m.get("readOnly") and "hostPath" in volumes[m["name"]]
     ]
-    assert writable == ["/var/lib/kubelet/device-plugins"]
+    assert writable == ["/var/lib/kubelet/device-plugins", "/var/lib/gputopo"]
+    record = load(["--node-name", "n"], {}).share_record  # the default the manifest keeps
+    assert record.parent == Path("/var/lib/gputopo")  # on the writable state mount
 
 
 def test_the_mps_status_is_read_where_the_mps_daemonset_writes_it(pod, container):

@@ -1,6 +1,7 @@
 """What the agent may see of the host: hostPaths that never create host directories (but the MPS
-root, read-only), only the sysfs the code reads (and enough of it: checked by reading a sysfs tree
-through the mounts), and the CDI spec directories only with the optional cdi-cri component."""
+root, read-only, and the agent's own state directory), only the sysfs the code reads (and
+enough of it: checked by reading a sysfs tree through the mounts), and the CDI spec directories
+only with the optional cdi-cri component."""
 
 from __future__ import annotations
 
@@ -49,12 +50,13 @@ def _creating_host_paths(install) -> dict[str, str]:
     return {name: kind for name, kind in types.items() if kind in CREATING_TYPES}
 
 
-MAY_CREATE = {"mps-root": "DirectoryOrCreate"}
+MAY_CREATE = {"mps-root": "DirectoryOrCreate", "state": "DirectoryOrCreate"}
 """The MPS root, which the optional MPS DaemonSet creates the same way: `Directory` would keep the
-agent from starting on GPU nodes without MPS (agent-daemonset.yaml says why)."""
+agent from starting on GPU nodes without MPS (agent-daemonset.yaml says why); and the agent's own
+state directory (its record of what each share container was given), which nothing else makes."""
 
 
-def test_no_host_path_can_create_a_host_directory_but_the_mps_root(objects):
+def test_no_host_path_can_create_a_host_directory_but_the_mps_root_and_the_state(objects):
     assert _creating_host_paths(objects) == MAY_CREATE
 
 

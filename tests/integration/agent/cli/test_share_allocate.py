@@ -224,12 +224,12 @@ def test_kubectl_shows_shares_per_gpu_and_per_pod(node):
     node.admitter.remove(pod)
 
 
-def test_an_annotated_gpu_the_node_does_not_share_fails_naming_pod_and_gpu(node):
+def test_a_leased_gpu_the_node_does_not_share_fails_naming_pod_and_gpu(node):
     pod = node.scheduler.place(share_pod("bad-gpu"), {"main": "GPU-00000000-not-on-this-node"})
     (refused,) = node.admitter.admit(pod)
     assert refused.error is not None
     assert (
-        "pod default/bad-gpu container main: gputopo.io/gpus names GPU "
+        "pod default/bad-gpu container main: its share Lease's gputopo.io/shares names GPU "
         "GPU-00000000-not-on-this-node, which nvidia.com/gpu does not share on this node"
     ) in refused.error
     assert node.scheduler.holder() is None  # released at once, not after 30 s

@@ -65,6 +65,7 @@ def _run(fake, podresources, kubelet: KubeletEmulator) -> None:
     argv = [
         "--node-name", NODE, "--nvml-fixture", "dgx-h100", "--allow-fake-gpus",
         "--config", str(share_config(folder, replicas=2)),
+        "--share-record", str(folder / "state" / "shares.json"),
         "--kubeconfig", str(_kubeconfig(fake)),
         "--device-plugin-dir", str(kubelet.plugin_dir),
         "--pod-resources-socket", str(podresources.socket),

@@ -7,7 +7,6 @@ the GPU the scheduler chose and releases the lock, so the next share pod for the
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,90 +15,27 @@ import pytest
 
 from agent.shares import ALLOCATED_ANNOTATION, GPU_COMPUTE, GPU_MEMORY, GPUS_ANNOTATION
 from deviceplugin.allocation import VISIBLE_DEVICES
-from deviceplugin.testing.admission import Admission, EmulatedPod
-from scheduler.cli.run import run
 from tests.builders.scheduler import NAME, wait_for
-from tests.builders.sharenode import (
-    GPU,
-    NODE,
-    REPLICAS,
-    ShareNode,
-    share_container,
-    share_node,
-    share_pod,
-)
+from tests.builders.sharecluster import Kubelet, ready_share_node, running_scheduler
+from tests.builders.sharenode import GPU, NODE, ShareNode, share_container, share_pod
 
 GIB = 1 << 30
-GPUS = 8
 
 
 def _pod(name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict:
     return share_pod(name, *containers, init=init, scheduler=NAME)
 
 
-class Kubelet:
-    """Admits every pod bound to the node, once, in the order the binds are seen."""
-
-    def __init__(self, node: ShareNode) -> None:
-        self.node = node
-        self.admitted: dict[str, Admission] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            for pod in self.node.fake.list_objects("pods"):
-                name = pod["metadata"]["name"]
-                if (pod.get("spec") or {}).get("nodeName") == NODE and name not in self.admitted:
-                    (done,) = self.node.admitter.admit(EmulatedPod.from_manifest(pod))
-                    self.admitted[name] = done
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 @pytest.fixture(scope="module")
 def node() -> Iterator[ShareNode]:
-    with share_node() as made:
-        made.start_agent()
-        # The kubelet advertises the plugin's replicas on the Node, as a real one does.
-        replicas = str(GPUS * REPLICAS)
-        made.fake.make_node_ready(
-            NODE,
-            {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: replicas},
-            {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: replicas},
-        )
-        shared = wait_for(
-            lambda: (
-                made.gpu_zone(GPUS - 1)
-                and any(a["name"] == "sharing" for a in made.gpu_zone(GPUS - 1)["attributes"])
-            ),
-            20,
-            "the agent's NRT with shared GPU zones",
-        )
-        assert shared
+    with ready_share_node() as made:
         yield made
 
 
 @pytest.fixture
 def scheduler(node: ShareNode, tmp_path: Path) -> Iterator[None]:
-    kubeconfig = node.fake.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": str(kubeconfig)}
-    stop = threading.Event()
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(run([], env, stop)), daemon=True)
-    thread.start()
-    try:
+    with running_scheduler(node, tmp_path):
         yield
-    finally:
-        stop.set()
-        thread.join(15)
-    assert codes == [0]
 
 
 def _annotations(node: ShareNode, name: str) -> dict[str, str]:

@@ -89,3 +89,20 @@ def test_another_users_daemon_runs_as_that_user_without_roots_groups(control):
     (command,) = control.records("command")
     assert command["uid"] == "65534"  # `quit` is sent as the daemon's user
     assert daemon.exit_code() == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root (CAP_SETUID)")
+def test_a_pipe_directory_someone_else_made_is_handed_to_the_daemons_user(control):
+    """A container runtime made `<root>/<uid>/pipe` root-owned as a mount point before the uid
+    had a daemon: the daemon still owns its pipes once started."""
+    daemon = _daemon(control, user=NOBODY)
+    pipe = daemon.layout.pipe_dir(NOBODY.uid)
+    pipe.mkdir(parents=True)  # root-owned, 0755
+    daemon.start()
+    try:
+        wait_until(lambda: control.records("start"))
+        owner = (os.stat(pipe).st_uid, stat.S_IMODE(os.stat(pipe).st_mode))
+    finally:
+        daemon.quit(timeout_s=5)
+    assert owner == (NOBODY.uid, 0o700)
+    assert daemon.exit_code() == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.mps.layout import MpsLayout, parse_users, primary_gid
-from agent.shares import mps_pipe_directory
+from agent.shares import mps_pipe_directory, mps_shm_directory
 
 
 @pytest.mark.parametrize(
@@ -43,5 +43,6 @@ def test_the_pipe_directory_is_the_one_allocate_mounts(tmp_path):
     layout = MpsLayout(tmp_path / "mps")
     assert str(layout.pipe_dir(1000)) == mps_pipe_directory(str(tmp_path / "mps"), 1000)
     assert layout.log_dir(1000).parent == layout.pipe_dir(1000).parent == layout.user_dir(1000)
-    assert layout.shm_dir == tmp_path / "mps" / "shm"
+    assert layout.shm_dir(1000) == tmp_path / "mps" / "1000" / "shm"
+    assert str(layout.shm_dir(1000)) == mps_shm_directory(str(tmp_path / "mps"), 1000)
     assert layout.status_file.parent == layout.root

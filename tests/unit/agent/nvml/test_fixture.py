@@ -102,7 +102,8 @@ MALFORMED = [
     pytest.param(
         variant(node_doc(), "gpus[1].serial", "1324"),
         "test.yaml: gpus[1].serial: unknown key (allowed: index, uuid, name, memoryMiB, pciBusId, "
-        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity, fabric)",
+        "numaNode, computeCapability, minor, migMode, migDevices, memoryAffinity, fabric, "
+        "memoryReservedMiB)",
         id="unknown GPU key",
     ),
     pytest.param(

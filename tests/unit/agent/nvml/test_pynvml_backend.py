@@ -302,3 +302,19 @@ def test_memory_affinity_is_read_where_nvml_answers_it(backend_for: BackendFor) 
     fake.fail("nvmlDeviceGetMemoryAffinity", pynvml.NVML_ERROR_UNKNOWN, gpu=0, times=1)
     with pytest.raises(NvmlError, match=r"^nvmlDeviceGetMemoryAffinity: NVML error 999"):
         backend.gpus()
+
+
+def test_reserved_memory_comes_from_memory_info_v2_and_shares_split_what_is_left(
+    backend_for: BackendFor,
+) -> None:
+    """DESIGN §12: a GPU's share capacity is NVML's total less its reserved memory."""
+    doc = variant(node_doc(gpus=2), "gpus[0].memoryReservedMiB", 559)
+    backend, fake = backend_for(doc)
+    gpus = backend.gpus()
+    assert [(g.memory_mib, g.memory_reserved_mib) for g in gpus] == [(81920, 559), (81920, 0)]
+    assert gpus[0].usable_memory_mib == 81920 - 559
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    v2 = fake.nvmlDeviceGetMemoryInfo(handle, fake.nvmlMemory_v2)
+    assert (v2.total, v2.reserved, v2.free) == (81920 << 20, 559 << 20, (81920 - 559) << 20)
+    with pytest.raises(NotImplementedError, match="version 3"):
+        fake.nvmlDeviceGetMemoryInfo(handle, 3)

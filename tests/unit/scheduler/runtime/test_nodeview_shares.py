@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.share_pods import PodShare
 from scheduler.quota.capacity import nodes_capacity
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.queuebook import QUEUES
@@ -25,10 +26,17 @@ def bound(body: dict[str, Any], node: str, scheduler: str = SCHEDULER) -> dict[s
     return body
 
 
-def shared_cache(*pods: dict[str, Any]) -> ClusterCache:
+def shared_cache(
+    *pods: dict[str, Any],
+    nrt_used: dict[int, int] | None = None,
+    share_pods: dict[int, tuple[PodShare, ...]] | None = None,
+) -> ClusterCache:
     cache = ClusterCache(SCHEDULER)
     cache.upsert_node(node_obj("n1", gpus=6, **{"nvidia.com/gpu.shared": "8"}))
-    cache.upsert_nrt(make_shared_nrt("n1", dgx_h100(), shared=(0, 1), slots=4))
+    nrt = make_shared_nrt(
+        "n1", dgx_h100(), shared=(0, 1), slots=4, memory_used=nrt_used, share_pods=share_pods
+    )
+    cache.upsert_nrt(nrt)
     for body in pods:
         cache.upsert_pod(body)
     return cache
@@ -62,6 +70,43 @@ def test_a_replica_another_scheduler_placed_counts_as_an_equal_split():
     assert sorted(slots) == [3, 4]
     assert sorted(milli) == [750, 1000]
     assert sorted(memory)[0] == sorted(memory)[1] * 3 // 4
+
+
+def test_another_schedulers_pod_is_charged_an_equal_split_whatever_its_annotation_says():
+    """A pod bound around gputopo-scheduler is given an equal split on its replica's GPU; a
+    `gputopo.io/gpus` its author wrote (naming GPU 1, asking 60Gi) moves nothing."""
+    forged = bound(
+        share_pod("forged", memory="60Gi", gpus={"main": gpu_uuid(1)}), "n1", "default-scheduler"
+    )
+    _slots, memory, _compute, _milli = per_gpu(shared_cache(forged))
+    total = dgx_h100().gpus[0].memory_mib << 20
+    assert sorted(memory) == [total - total // 4, total]
+
+
+def test_each_shared_gpu_is_charged_at_least_what_the_nrt_says_its_shares_use():
+    """The NRT counts what the agent gave (its own record): 50Gi on GPU 0 that no pod's
+    annotation explains (edited or deleted by its author) stays charged there."""
+    total = dgx_h100().gpus[0].memory_mib << 20
+    moved = bound(share_pod("moved", memory="50Gi", gpus={"main": gpu_uuid(1)}), "n1")
+    _slots, memory, _compute, milli = per_gpu(shared_cache(moved, nrt_used={0: 50 * GIB}))
+    assert memory == [total - 50 * GIB, total - 50 * GIB]  # the larger count on each GPU
+    assert milli[0] < 1000
+
+
+def test_a_running_share_is_charged_where_and_as_the_nrt_counts_it_by_uid():
+    """`sharePods` (the agent's count from its own record) says pod `moved` uses 50Gi of GPU 0;
+    its annotation, edited by its author, says GPU 1: GPU 0 carries the 50Gi. An entry for an
+    earlier pod of the same name (another UID) is not this pod's."""
+    total = dgx_h100().gpus[0].memory_mib << 20
+    moved = bound(share_pod("moved", memory="50Gi", gpus={"main": gpu_uuid(1)}), "n1")
+    counted = PodShare(
+        pod="default/moved", uid="uid-moved", container="main", memory_bytes=50 * GIB
+    )
+    slots, memory, _compute, _milli = per_gpu(shared_cache(moved, share_pods={0: (counted,)}))
+    assert (slots, memory) == ([3, 4], [total - 50 * GIB, total])
+    earlier = PodShare(pod="default/moved", uid="uid-old", container="main", memory_bytes=GIB)
+    _slots, memory, _compute, _milli = per_gpu(shared_cache(moved, share_pods={0: (earlier,)}))
+    assert memory == [total, total - 50 * GIB]  # by its annotation (and nothing on GPU 0)
 
 
 def test_a_restart_rebuilds_the_same_view_from_pods():

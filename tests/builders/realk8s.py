@@ -123,10 +123,15 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout if done.returncode == 0 else done.stderr
 
-    def service_account_kubeconfig(self, name: str, namespace: str = NAMESPACE) -> Path:
+    def service_account_kubeconfig(
+        self, name: str, namespace: str = NAMESPACE, bound_pod: str | None = None
+    ) -> Path:
         """A kubeconfig with a fresh token of the ServiceAccount `namespace/name` the manifests
         create (TokenRequest, one hour)."""
-        token = self.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
+        bound = ["--bound-object-kind=Pod", f"--bound-object-name={bound_pod}"] if bound_pod else []
+        token = self.kubectl(
+            "create", "token", name, "-n", namespace, "--duration=1h", *bound
+        ).strip()
         admin = yaml.safe_load(self.kubeconfig.read_text())
         admin["users"] = [{"name": name, "user": {"token": token}}]
         admin["contexts"] = [{"name": name, "context": {"cluster": "gputopo-test", "user": name}}]
@@ -143,13 +148,24 @@ class Cluster:
             "--device-plugin-dir", kubelet["device_plugin_dir"],
             "--pod-resources-socket", kubelet["pod_resources_socket"],
             "--kubelet-config", kubelet["config"],
-            "--kubeconfig", str(self.service_account_kubeconfig("gputopo-agent", AGENT_NAMESPACE)),
+            "--kubeconfig", str(self._agent_kubeconfig()),
             "--metrics-address", "127.0.0.1:0",
+            "--share-record", str(self.run_dir / "agent" / "shares.json"),
             *(["--config", str(config_file)] if config_file else []), *args,
         ]  # fmt: skip
         proc = CommandProcess(argv, clean_env(home=Path(tempfile.mkdtemp(dir="/tmp"))))
         self.processes.append(proc)
         return proc
+
+    def _agent_kubeconfig(self) -> Path:
+        """The agent's token, bound to a pod of its ServiceAccount on the node, as a DaemonSet
+        pod's is: the token then names the node (`authentication.kubernetes.io/node-name`),
+        which the shipped admission policy holds the agent to."""
+        holder = busybox_pod("gputopo-agent", script="sleep 36000", node_name=self.node)
+        holder["metadata"]["namespace"] = AGENT_NAMESPACE
+        holder["spec"]["serviceAccountName"] = "gputopo-agent"
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(holder))
+        return self.service_account_kubeconfig("gputopo-agent", AGENT_NAMESPACE, "gputopo-agent")
 
     def start_scheduler(self, *args: str) -> CommandProcess:
         argv = [

@@ -170,6 +170,19 @@ class BindWatch:
                     stream.stop()
 
 
+def delete_all_pods(core: client.CoreV1Api, namespace: str) -> None:
+    """Delete the namespace's pods (grace 0: no kubelet confirms them) until none is left; a
+    delete-collection of 10,000 pods outlives the server's request timeout (504) and stops."""
+    while core.list_namespaced_pod(namespace, limit=1).items:
+        try:
+            core.delete_collection_namespaced_pod(
+                namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=120
+            )
+        except client.ApiException as exc:
+            if exc.status != 504:
+                raise
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -214,15 +227,7 @@ def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
     per_node: dict[str, int] = {}
     for _, node in seen.bound.values():
         per_node[node] = per_node.get(node, 0) + 1
-    try:
-        core.delete_collection_namespaced_pod(
-            namespace, grace_period_seconds=0, _preload_content=False
-        )
-    except client.ApiException as exc:  # 504: the server goes on deleting after its timeout
-        if exc.status != 504:
-            raise
-    while core.list_namespaced_pod(namespace, limit=1).items:
-        time.sleep(1)
+    delete_all_pods(core, namespace)
     first, last = (times[0], times[-1]) if times else (float("nan"), float("nan"))
     return Run(
         scheduler=name, run=run, pods=pods, bound=len(times), first_bind_s=first,

@@ -58,20 +58,21 @@ def log(msg: str) -> None:
     print(f"realk8s: {msg}", file=sys.stderr, flush=True)
 
 
-def bin_dir() -> Path:
+def _versions(name: str) -> str:
+    """A variable of versions.sh, the one place the versions and the cache folder are set."""
     out = subprocess.run(
-        ["bash", "-c", f"source {HERE}/versions.sh; echo $REALK8S_BIN"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return Path(out.stdout.strip())
-
-
-def version() -> str:
-    out = subprocess.run(
-        ["bash", "-c", f"source {HERE}/versions.sh; echo $K8S_VERSION"],
+        ["bash", "-c", f"source {HERE}/versions.sh; echo ${name}"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return out.stdout.strip()
+
+
+def bin_dir() -> Path:
+    return Path(_versions("REALK8S_BIN"))
+
+
+def version() -> str:
+    return _versions("K8S_VERSION")
 
 
 def free_port() -> int:

@@ -110,8 +110,7 @@ class Cluster:
     ) -> str:
         """The real kubectl as the admin, or as `as_user` (a client certificate of the cluster
         script's: `tenant`), or with `kubeconfig`; its output, or its error when not `check`."""
-        kubectl = Path(self.state.get("bin", "")) / "kubectl"
-        binary = str(kubectl) if kubectl.is_file() else _bin_dir() / "kubectl"
+        binary = Path(self.state["bin"]) / "kubectl"  # cluster.py records its binaries' folder
         config_file = kubeconfig or (
             self.run_dir / f"{as_user}.kubeconfig" if as_user else self.kubeconfig
         )
@@ -210,14 +209,6 @@ class Cluster:
         if names:
             self.kubectl("delete", "pod", *names, "-n", namespace, "--wait=true",
                          "--grace-period=1", "--ignore-not-found")  # fmt: skip
-
-
-def _bin_dir() -> Path:
-    done = subprocess.run(
-        ["bash", "-c", f"source {SCRIPTS}/versions.sh; echo $REALK8S_BIN"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return Path(done.stdout.strip())
 
 
 def busybox_pod(

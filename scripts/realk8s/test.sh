@@ -13,4 +13,7 @@ if ! build_log=$(bash scripts/realk8s/build.sh 2>&1); then
   export GPUTOPO_REALK8S_UNAVAILABLE="the real Kubernetes could not be built: $(echo "$build_log" | tail -n 1)"
 fi
 echo "realk8s: build step took $(( $(date +%s) - start )) s"
-exec .venv/bin/python -m pytest -p no:cacheprovider -m realk8s tests/realk8s -rs "$@"
+# One real kubelet per machine (its device-plugin and plugin-registry folders are fixed paths):
+# runs of the tier from several checkouts wait for each other.
+exec flock "${GPUTOPO_REALK8S_LOCK:-/tmp/gputopo-realk8s.lock}" \
+  .venv/bin/python -m pytest -p no:cacheprovider -m realk8s tests/realk8s -rs "$@"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TypeVar
 
+import psutil
+
 from agent import logsetup
 from agent.dispatch import CommandParser, version_line
 from agent.errors import ConfigError
@@ -313,7 +315,10 @@ class Runtime:
             thread.start()
             self._threads.append(thread)
         log.info(
-            "scheduler %s started (identity %s)", self.settings.scheduler_name, self.kube.identity
+            "scheduler %s started (identity %s), %.1f s after its process began",
+            self.settings.scheduler_name,
+            self.kube.identity,
+            since_process_began(),
         )
 
     def _schedule_when_synced(self, stop: threading.Event) -> None:
@@ -324,6 +329,9 @@ class Runtime:
                 self._gc.check()
         if not stop.is_set():
             self._gc.synced()
+            log.info(
+                "every collection listed, %.1f s after the process began", since_process_began()
+            )
         self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -340,6 +348,11 @@ class Runtime:
         self.reporter.close()
         self.server.stop()
         self._gc.release()
+
+
+def since_process_began() -> float:
+    """Seconds since this process was created (its imports included), as the OS records it."""
+    return time.time() - psutil.Process().create_time()
 
 
 def identity() -> str:

@@ -68,7 +68,7 @@ def candidates(
             kept = [d for d in pool if keep(d)]
         except SelectorError as exc:
             return _missed(Miss(f"{head}: {exc} {where}", (stage + 1, len(pool))))
-        need = _need(alt, len(kept))
+        need = _need(alt)
         if len(kept) < need or not kept:
             text = f"{head}: {len(kept)} of {max(need, 1)} devices {words} {where}"
             return _missed(Miss(text, (stage + 1, len(kept))))
@@ -112,7 +112,7 @@ def _qualify(name: str, device: Device) -> str:
     return name if "/" in name else f"{device.id.driver}/{name}"
 
 
-def _need(alt: Alternative, kept: int) -> int:
+def _need(alt: Alternative) -> int:
     return alt.count if alt.mode is AllocationMode.EXACT_COUNT else 1
 
 
@@ -121,12 +121,7 @@ def _selector(selectors: Selectors, expression: str) -> Callable[[Device], bool]
 
 
 def _tolerated(alt: Alternative, device: Device) -> bool:
-    for taint in device.taints:
-        if taint.effect.value == "None":
-            continue
-        if not any(t.tolerates(taint) for t in alt.tolerations):
-            return False
-    return True
+    return all(any(t.tolerates(taint) for t in alt.tolerations) for taint in device.taints)
 
 
 def _missed(miss: Miss) -> Candidates:

@@ -1,6 +1,8 @@
 """What DRA allocation reads and writes, as frozen values (resource.k8s.io/v1).
 
-Built from the API server's JSON by `parse`; nothing here holds a dict of the wire form. Names:
+Built from the API server's JSON by `parse`; nothing here holds a dict of the wire form. Device
+taints and tolerations are placement's `Taint` and `Toleration` (same matching rules as a node's);
+a taint or toleration with effect `None` blocks nothing and is dropped when parsed. Names:
 an attribute or capacity name is always qualified here (`domain/id`): an unqualified name in a
 ResourceSlice belongs to the slice's driver, and in a constraint it is used as written (as the
 Kubernetes allocator does, which compares it against the qualified names).
@@ -21,6 +23,8 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import NamedTuple
 
+from scheduler.placement import Taint, Toleration
+
 from .semver import Semver
 
 __all__ = [
@@ -38,12 +42,9 @@ __all__ = [
     "DeviceClass",
     "DeviceId",
     "DeviceRequest",
-    "DeviceTaint",
-    "DeviceToleration",
     "RequestPolicy",
     "ResourceClaim",
     "ResourceSlice",
-    "TaintEffect",
 ]
 
 AttrValue = bool | int | str | Semver
@@ -70,42 +71,9 @@ class ClaimKey(NamedTuple):
         return f"{self.namespace}/{self.name}"
 
 
-class TaintEffect(StrEnum):
-    NO_SCHEDULE = "NoSchedule"
-    NO_EXECUTE = "NoExecute"
-    NONE = "None"
-
-
 class AllocationMode(StrEnum):
     EXACT_COUNT = "ExactCount"
     ALL = "All"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeviceTaint:
-    key: str
-    value: str = ""
-    effect: TaintEffect = TaintEffect.NO_SCHEDULE
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeviceToleration:
-    """`operator` Equal (default) or Exists; an empty key with Exists tolerates every taint;
-    `effect` None tolerates every effect."""
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: TaintEffect | None = None
-
-    def tolerates(self, taint: DeviceTaint) -> bool:
-        if self.effect is not None and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return bool(self.key) and self.value == taint.value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +102,7 @@ class Device:
     id: DeviceId
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
-    taints: tuple[DeviceTaint, ...] = ()
+    taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
 
     @property
@@ -186,7 +154,7 @@ class Alternative:
     mode: AllocationMode = AllocationMode.EXACT_COUNT
     count: int = 1
     admin_access: bool = False
-    tolerations: tuple[DeviceToleration, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
     capacity: Mapping[str, Fraction] = field(default_factory=lambda: _NO_CAPACITY)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scheduler.placement import Effect, Toleration
+
 from .model import (
     AllocatedDevice,
     Allocation,
@@ -21,9 +23,7 @@ from .model import (
     DeviceClass,
     DeviceId,
     DeviceRequest,
-    DeviceToleration,
     ResourceClaim,
-    TaintEffect,
 )
 from .slices import parse_slice
 from .wire import Fields, fields_of
@@ -122,7 +122,7 @@ def _alternative(alt: Fields, name: str) -> Alternative:
         mode=mode,
         count=count,
         admin_access=alt.flag("adminAccess"),
-        tolerations=tuple(_toleration(t) for t in alt.items("tolerations")),
+        tolerations=tuple(t for t in map(_toleration, alt.items("tolerations")) if t),
         capacity={key: wanted.quantity(key) for key in wanted.data},
     )
 
@@ -131,16 +131,19 @@ def _selectors(owner: Fields) -> tuple[str, ...]:
     return tuple(s.sub("cel", required=True).text("expression") for s in owner.items("selectors"))
 
 
-def _toleration(tol: Fields) -> DeviceToleration:
+def _toleration(tol: Fields) -> Toleration | None:
+    """None for effect `None`: such a toleration matches only taints that block nothing."""
     operator = tol.text("operator", "Equal")
     if operator not in {"Equal", "Exists"}:
         raise tol.error("operator", f"want Equal or Exists, got {operator!r}")
     effect = tol.opt_str("effect")
+    if effect == "None":
+        return None
     try:
-        parsed = None if effect is None else TaintEffect(effect)
+        parsed = None if effect is None else Effect(effect)
     except ValueError:
         raise tol.error("effect", f"unknown effect {effect!r}") from None
-    return DeviceToleration(
+    return Toleration(
         key=tol.text("key", ""), operator=operator, value=tol.text("value", ""), effect=parsed
     )
 

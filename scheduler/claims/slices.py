@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduler.placement import Effect, Taint
+
 from .model import (
     AttrValue,
     Capacity,
     Device,
     DeviceId,
-    DeviceTaint,
     RequestPolicy,
     ResourceSlice,
-    TaintEffect,
 )
 from .semver import parse_semver
 from .wire import Fields, fields_of
@@ -61,7 +61,7 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         id=DeviceId(driver, pool, dev.text("name")),
         attributes=attributes,
         capacity=capacity,
-        taints=tuple(_taint(t) for t in dev.items("taints")),
+        taints=tuple(t for t in map(_taint, dev.items("taints")) if t),
         allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
     )
 
@@ -99,13 +99,14 @@ def _policy(policy: Fields) -> RequestPolicy:
     )
 
 
-def _taint(taint: Fields) -> DeviceTaint:
-    effect = taint.text("effect", TaintEffect.NO_SCHEDULE.value)
-    try:
-        parsed = TaintEffect(effect)
-    except ValueError:
-        raise taint.error("effect", f"unknown effect {effect!r}") from None
-    return DeviceTaint(key=taint.text("key"), value=taint.text("value", ""), effect=parsed)
+def _taint(taint: Fields) -> Taint | None:
+    """None for effect `None` (informational: it keeps no request off the device)."""
+    effect = taint.text("effect", Effect.NO_SCHEDULE.value)
+    if effect == "None":
+        return None
+    if effect not in {Effect.NO_SCHEDULE, Effect.NO_EXECUTE}:
+        raise taint.error("effect", f"unknown effect {effect!r}")
+    return Taint(key=taint.text("key"), value=taint.text("value", ""), effect=Effect(effect))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

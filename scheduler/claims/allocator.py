@@ -5,102 +5,50 @@ allocated already are kept as they are, and must be on that node), or the neares
 `place` asks every node and keeps the answer the placement scores prefer: with a node's
 `NodeState`, the scheduler's own `Scoring` (binpack, topology, ...) on the whole GPUs the claims
 take, with used nodes first when `prefer_used_nodes`; without one, the node whose devices end
-fullest. `place_gang` places a gang's pods in order, each seeing the devices the earlier ones
-took, a claim shared by several of them allocated once; all or none.
+fullest; ties to the lowest name. `place_gang` places a gang's pods in order, each seeing the
+devices the earlier ones took, a claim shared by several of them allocated once; all or none.
 
+Each node's verdict for a pod's claim shape (the specs, not the names) is kept while neither the
+node's pools in `Usage` nor what the shipped scores read of its `NodeState` change (`verdicts`),
+so a pod decides in a lookup per unchanged node, as placement's verdict memo does for pods.
 Pure: the caller passes what is allocated already (`Usage`) and applies the decision.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 
-from scheduler.placement import Assignment, NodeState, PodRequest, Scoring
+from scheduler.placement import Assignment, PodRequest, Scoring
 
-from .candidates import Miss, candidates
-from .errors import SearchLimitError
-from .model import (
-    AllocatedDevice,
-    Allocation,
-    AllocationMode,
-    Alternative,
-    ClaimKey,
-    ConfigEntry,
-    DeviceClass,
-    ResourceClaim,
+from .candidates import Candidates, Miss, StaticMemo, candidates
+from .decision import (
+    ClaimAllocation,
+    ClaimNode,
+    GangDecision,
+    PodClaims,
+    PodDecision,
+    allocations,
+    fullness,
+    whole_gpus,
 )
-from .order import GpuMap, prefer
+from .errors import SearchLimitError
+from .model import AllocationMode, Alternative, ClaimKey, DeviceClass, ResourceClaim
+from .order import prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
-from .slices import NodeDevices
 from .usage import Usage
+from .verdicts import NO_FIT, Fit, Verdicts
 
-__all__ = [
-    "CLAIM_WEIGHTS",
-    "ClaimAllocation",
-    "ClaimAllocator",
-    "ClaimNode",
-    "GangDecision",
-    "PodClaims",
-    "PodDecision",
-]
+__all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
 
 CLAIM_WEIGHTS: Mapping[str, float] = MappingProxyType({"binpack": 10.0, "topology": 5.0})
 """The scores `ClaimAllocator` ranks nodes by when given no `Scoring`."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimNode:
-    """One node as claims see it: its devices, its GPUs (for topology) and placement's state."""
-
-    name: str
-    devices: NodeDevices
-    gpus: GpuMap | None = None
-    state: NodeState | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PodClaims:
-    """A pod (`key` = `ns/name`) and its claims in `spec.resourceClaims` order."""
-
-    key: str
-    claims: tuple[ResourceClaim, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimAllocation:
-    """A claim and its allocation; `new` is False for a claim that was allocated already."""
-
-    claim: ResourceClaim
-    allocation: Allocation
-    new: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PodDecision:
-    """`node` and the pod's claims there, or no node and the reasons (nearest miss first)."""
-
-    node: str | None
-    claims: tuple[ClaimAllocation, ...] = ()
-    gpus: tuple[int, ...] = ()
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GangDecision:
-    pods: tuple[PodDecision, ...] = ()
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def placed(self) -> bool:
-        return not self.reasons
-
-
 class ClaimAllocator:
-    """Allocates claims with one set of DeviceClasses; keeps the compiled selectors."""
+    """Allocates claims with one set of DeviceClasses; keeps compiled selectors and verdicts."""
 
     def __init__(
         self,
@@ -114,19 +62,39 @@ class ClaimAllocator:
         self.scoring = scoring or Scoring.from_weights(CLAIM_WEIGHTS, candidate_limit=0)
         self.selectors = selectors or Selectors()
         self.limit = limit
+        self._static: StaticMemo = {}
+        self._verdicts = Verdicts(self.scoring)
 
     def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
         """The pod's claims allocated on `node`, or the nearest miss there."""
+        kept, fresh = _split(pod.claims)
+        pinned = _pinned_elsewhere(kept, node.name)
+        if pinned is not None:
+            return pinned
+        found = self._solve(pod.key, fresh, node, usage)
+        if isinstance(found, Miss):
+            return found
+        return self._decision(kept, fresh, node, found)
+
+    def _decision(
+        self,
+        kept: Sequence[ResourceClaim],
+        fresh: Sequence[ResourceClaim],
+        node: ClaimNode,
+        picks: Sequence[Pick],
+    ) -> PodDecision:
+        old = [
+            ClaimAllocation(claim=c, allocation=c.allocation, new=False)
+            for c in kept
+            if c.allocation
+        ]
+        made = allocations(fresh, picks, node.name, self.classes)
+        return PodDecision(node=node.name, claims=(*old, *made), gpus=whole_gpus(node, picks))
+
+    def _solve(
+        self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage
+    ) -> list[Pick] | Miss:
         where = f"on node {node.name}"
-        kept, fresh = [], []
-        for claim in _unique(pod.claims):
-            if claim.allocation is None:
-                fresh.append(claim)
-            elif claim.allocation.node not in (None, node.name):
-                text = f"claim {claim.key} is allocated on node {claim.allocation.node}"
-                return Miss(text, (0, 0))
-            else:
-                kept.append(ClaimAllocation(claim=claim, allocation=claim.allocation, new=False))
         slots = []
         for pos, claim in enumerate(fresh):
             for request in claim.spec.requests:
@@ -137,14 +105,13 @@ class ClaimAllocator:
         try:
             picks = search(slots, usage, self.limit)
         except SearchLimitError as exc:
-            return Miss(f"claims of pod {pod.key}: {exc} {where}", (90, 0))
+            return Miss(f"claims of pod {pod}: {exc} {where}", (90, 0))
         if picks is None:
             names = ", ".join(str(c.key) for c in fresh)
-            text = f"claims {names}: no devices satisfy their constraints together {where}"
-            return Miss(text, (90, 0))
-        made = [self._allocation(pos, c, picks, node.name) for pos, c in enumerate(fresh)]
-        gpus = _whole_gpus(node, picks)
-        return PodDecision(node=node.name, claims=(*kept, *made), gpus=gpus)
+            return Miss(
+                f"claims {names}: no devices satisfy their constraints together {where}", (90, 0)
+            )
+        return picks
 
     def _slot(
         self,
@@ -158,9 +125,16 @@ class ClaimAllocator:
         options, misses = [], []
         for alt in alternatives:
             found = candidates(
-                claim.key, alt, self.classes, node.devices.devices, usage, self.selectors, where
+                claim.key,
+                alt,
+                self.classes,
+                node.devices.devices,
+                usage,
+                self.selectors,
+                where,
+                self._static,
             )
-            miss = found.miss or _incomplete(claim.key, alt, found.usable, node, where)
+            miss = found.miss or _incomplete(claim.key, alt, found, node, where)
             if miss is not None:
                 misses.append(miss)
                 continue
@@ -177,75 +151,52 @@ class ClaimAllocator:
             return max(misses, key=lambda m: m.rank)
         return Slot(pos, tuple(options), claim.spec.constraints)
 
-    def _allocation(
-        self, pos: int, claim: ResourceClaim, picks: Sequence[Pick], node: str
-    ) -> ClaimAllocation:
-        results = []
-        for pick in picks:
-            if pick.claim != pos:
+    def place(
+        self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage, *, explain: bool = True
+    ) -> PodDecision:
+        """The best node for the pod's claims, or the reasons no node will do (with `explain`
+        every node's nearest miss, nearest first; without, one line)."""
+        kept, fresh = _split(pod.claims)
+        shape = tuple(repr(c.spec) for c in fresh)
+        best: tuple[tuple[bool, float, str], ClaimNode, Fit] | None = None
+        for node in nodes:
+            if _pinned_elsewhere(kept, node.name) is not None:
                 continue
-            dev, consumed = pick.candidate.device, pick.candidate.consumed
-            share = None if consumed is None else _share_id(claim, pick)
-            results.append(
-                AllocatedDevice(
-                    request=pick.alternative.name,
-                    id=dev.id,
-                    admin_access=pick.alternative.admin_access,
-                    share_id=share,
-                    consumed=consumed or {},
-                )
-            )
-        allocation = Allocation(
-            devices=tuple(results), config=self._config(claim, picks, pos), node=node
-        )
-        return ClaimAllocation(claim=claim, allocation=allocation)
+            fit = self._verdicts.get(node, shape, usage)
+            if fit is None:
+                fit = self._fit(pod.key, fresh, node, usage)
+                self._verdicts.put(node, shape, usage, fit)
+            if not fit.fits:
+                continue
+            key = (*fit.rank, _name_key(node.name))
+            if best is None or key > best[0]:
+                best = key, node, fit
+        if best is not None:
+            return self._decision(kept, fresh, best[1], best[2].picks)
+        if not explain:
+            return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
+        return self._explain(pod, nodes, usage)
 
-    def _config(
-        self, claim: ResourceClaim, picks: Sequence[Pick], pos: int
-    ) -> tuple[tuple[str, ConfigEntry], ...]:
-        """The classes' config (FromClass, for the requests of each class), then the claim's."""
-        by_class: dict[str, list[str]] = {}
-        for pick in picks:
-            if pick.claim == pos:
-                names = by_class.setdefault(pick.alternative.device_class, [])
-                if pick.alternative.name not in names:
-                    names.append(pick.alternative.name)
-        out: list[tuple[str, ConfigEntry]] = []
-        for class_name, requests in by_class.items():
-            for entry in self.classes[class_name].config:
-                out.append(("FromClass", replace(entry, requests=tuple(requests))))
-        out.extend(("FromClaim", entry) for entry in claim.spec.config)
-        return tuple(out)
+    def _fit(self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage) -> Fit:
+        found = self._solve(pod, fresh, node, usage)
+        if isinstance(found, Miss):
+            return NO_FIT
+        gpus = whole_gpus(node, found)
+        state = node.state
+        if state is None:
+            return Fit(tuple(found), (False, fullness(node, found, usage)))
+        request = PodRequest(key=pod, gpus=len(gpus))
+        score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
+        return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
 
-    def place(self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage) -> PodDecision:
-        """The best node for the pod's claims, or the reasons no node will do."""
-        best: tuple[tuple[bool, float, str], PodDecision] | None = None
-        misses: list[Miss] = []
+    def _explain(self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage) -> PodDecision:
+        misses = []
         for node in nodes:
             answer = self.on_node(pod, node, usage)
             if isinstance(answer, Miss):
                 misses.append(answer)
-                continue
-            key = self._rank(pod, node, answer, usage)
-            if best is None or key > best[0]:
-                best = key, answer
-        if best is not None:
-            return best[1]
         ordered = sorted(misses, key=lambda m: m.rank, reverse=True)
-        return PodDecision(node=None, reasons=tuple(m.text for m in ordered))
-
-    def _rank(
-        self, pod: PodClaims, node: ClaimNode, answer: PodDecision, usage: Usage
-    ) -> tuple[bool, float, str]:
-        """(used node first, score, lowest name): larger wins."""
-        name_key = "".join(chr(0x10FFFF - ord(ch)) for ch in node.name)
-        state = node.state
-        if state is None:
-            return False, _fullness(node, answer, usage), name_key
-        request = PodRequest(key=pod.key, gpus=len(answer.gpus))
-        assignment = Assignment(node=node.name, gpus=answer.gpus)
-        used = self.scoring.prefer_used_nodes and state.gpu_used()
-        return used, self.scoring.total(request, state, assignment), name_key
+        return PodDecision(node=None, reasons=tuple(m.text for m in ordered) or ("no nodes",))
 
     def place_gang(
         self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage
@@ -268,50 +219,38 @@ class ClaimAllocator:
         return GangDecision(pods=tuple(decisions))
 
 
-def _unique(claims: Sequence[ResourceClaim]) -> list[ResourceClaim]:
+def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[ResourceClaim]]:
+    """(allocated already, to allocate), each claim once."""
     seen: dict[ClaimKey, ResourceClaim] = {}
     for claim in claims:
         seen.setdefault(claim.key, claim)
-    return list(seen.values())
+    kept = [c for c in seen.values() if c.allocation is not None]
+    return kept, [c for c in seen.values() if c.allocation is None]
+
+
+def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:
+    for claim in kept:
+        where = claim.allocation.node if claim.allocation else None
+        if where not in (None, node):
+            return Miss(f"claim {claim.key} is allocated on node {where}", (0, 0))
+    return None
+
+
+def _name_key(name: str) -> str:
+    """Orders names in reverse, so that the largest key is the lowest name."""
+    return "".join(chr(0x10FFFF - ord(ch)) for ch in name)
 
 
 def _incomplete(
-    claim: ClaimKey, alt: Alternative, usable: Sequence[object], node: ClaimNode, where: str
+    claim: ClaimKey, alt: Alternative, found: Candidates, node: ClaimNode, where: str
 ) -> Miss | None:
     """An `All` request cannot be served while a pool it could use is being republished."""
     pools = node.devices.incomplete_pools
     if alt.mode is not AllocationMode.ALL or not pools:
         return None
-    for cand in usable:
-        dev = cand.device  # type: ignore[attr-defined]
+    for cand in found.usable:
+        dev = cand.device
         if (dev.id.driver, dev.id.pool) in pools:
             text = f"claim {claim} request {alt.name}: pool {dev.id.pool} is incomplete {where}"
             return Miss(text, (80, 0))
     return None
-
-
-def _whole_gpus(node: ClaimNode, picks: Sequence[Pick]) -> tuple[int, ...]:
-    if node.gpus is None:
-        return ()
-    whole = node.gpus.whole
-    found = {whole[p.candidate.device.id] for p in picks if p.candidate.device.id in whole}
-    return tuple(sorted(found))
-
-
-def _fullness(node: ClaimNode, answer: PodDecision, usage: Usage) -> float:
-    """The share of the node's devices in use once the answer is applied (binpack)."""
-    devices = node.devices.devices
-    if not devices:
-        return 0.0
-    taken = {d.id for c in answer.claims if c.new for d in c.allocation.devices}
-    used = sum(
-        1 for d in devices if d.id in taken or not usage.is_free(d) or d.id in usage.consumed
-    )
-    return 100.0 * used / len(devices)
-
-
-def _share_id(claim: ResourceClaim, pick: Pick) -> str:
-    """A share's ID, the same for the same claim, request and device (no randomness here)."""
-    dev = pick.candidate.device.id
-    seed = f"{claim.uid or claim.key}/{pick.alternative.name}/{dev.driver}/{dev.pool}/{dev.device}"
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, seed))

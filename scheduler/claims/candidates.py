@@ -18,7 +18,11 @@ from .model import AllocationMode, Alternative, ClaimKey, Device, DeviceClass
 from .selectors import Selectors
 from .usage import Usage, consumption
 
-__all__ = ["Candidate", "Candidates", "Miss", "candidates"]
+__all__ = ["Candidate", "Candidates", "Miss", "StaticMemo", "candidates"]
+
+_MEMO_LIMIT = 100_000
+_AVAILABILITY = 50
+"""The rank of a miss for devices in use: past every static stage (there are fewer than 50)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,11 @@ class Candidates:
     miss: Miss | None
 
 
+StaticMemo = dict[tuple[object, ...], tuple[object, "tuple[Device, ...] | Miss"]]
+"""What `candidates` keeps per node and request shape: the devices that pass the static stages
+(selectors and taints), which depend on neither the claim nor what is in use."""
+
+
 def candidates(
     claim: ClaimKey,
     alt: Alternative,
@@ -52,32 +61,59 @@ def candidates(
     usage: Usage,
     selectors: Selectors,
     where: str,
+    memo: StaticMemo | None = None,
 ) -> Candidates:
-    """Filter `devices` for `alt` of `claim`; `where` ends every reason ("on node n1")."""
+    """Filter `devices` for `alt` of `claim`; `where` ends every reason ("on node n1").
+    `memo` keeps the static stages' outcome per `devices` object and request shape."""
     head = f"claim {claim} request {alt.name}"
+    key = (id(devices), alt.device_class, alt.selectors, alt.tolerations, alt.mode, alt.count)
+    hit = None if memo is None else memo.get(key)
+    if hit is not None and hit[0] is devices:
+        passed = hit[1]
+    else:
+        passed = _static(alt, classes, devices, selectors, where)
+        if memo is not None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = (devices, passed)
+    if isinstance(passed, Miss):
+        return _missed(Miss(f"{head}: {passed.text}", passed.rank))
+    return _usable(head, alt, passed, usage, where)
+
+
+def _static(
+    alt: Alternative,
+    classes: Mapping[str, DeviceClass],
+    devices: Sequence[Device],
+    selectors: Selectors,
+    where: str,
+) -> tuple[Device, ...] | Miss:
+    """The devices that pass the class's and the request's selectors and tolerate their taints,
+    or the miss (its text without the claim and request)."""
     cls = classes.get(alt.device_class)
     if cls is None:
-        return _missed(Miss(f"{head}: device class {alt.device_class} not found", (0, 0)))
-    pool = list(devices)
+        return Miss(f"device class {alt.device_class} not found", (0, 0))
+    pool = tuple(devices)
     stages: list[tuple[str, Callable[[Device], bool]]] = [
         (f"match class {cls.name}'s selector `{e}`", _selector(selectors, e)) for e in cls.selectors
     ] + [(f"match selector `{e}`", _selector(selectors, e)) for e in alt.selectors]
     stages.append(("tolerate their taints", lambda d: _tolerated(alt, d)))
     for stage, (words, keep) in enumerate(stages):
         try:
-            kept = [d for d in pool if keep(d)]
+            kept = tuple(d for d in pool if keep(d))
         except SelectorError as exc:
-            return _missed(Miss(f"{head}: {exc} {where}", (stage + 1, len(pool))))
+            return Miss(f"{exc} {where}", (stage + 1, len(pool)))
         need = _need(alt)
         if len(kept) < need or not kept:
-            text = f"{head}: {len(kept)} of {max(need, 1)} devices {words} {where}"
-            return _missed(Miss(text, (stage + 1, len(kept))))
+            return Miss(
+                f"{len(kept)} of {max(need, 1)} devices {words} {where}", (stage + 1, len(kept))
+            )
         pool = kept
-    return _usable(head, alt, pool, usage, len(stages) + 1, where)
+    return pool
 
 
 def _usable(
-    head: str, alt: Alternative, pool: list[Device], usage: Usage, stage: int, where: str
+    head: str, alt: Alternative, pool: Sequence[Device], usage: Usage, where: str
 ) -> Candidates:
     usable = []
     for device in pool:
@@ -89,13 +125,15 @@ def _usable(
         return Candidates(tuple(usable), need, None)
     words = "free" if not alt.capacity else "free with the capacity asked"
     text = f"{head}: {len(usable)} of {need} matching devices are {words} {where}"
-    return Candidates((), need, Miss(text, (stage, len(usable))))
+    return Candidates((), need, Miss(text, (_AVAILABILITY, len(usable))))
 
 
 def _fits(alt: Alternative, device: Device, usage: Usage) -> Candidate | None:
-    wanted = {_qualify(k, device): v for k, v in alt.capacity.items()}
     if alt.admin_access:
         return Candidate(device, None)
+    if not alt.capacity and not device.allow_multiple_allocations:
+        return Candidate(device, None) if usage.is_free(device) else None
+    wanted = {_qualify(k, device): v for k, v in alt.capacity.items()}
     if not usage.is_free(device):
         return None
     if not device.allow_multiple_allocations:

@@ -9,7 +9,7 @@ Attribute and capacity names are qualified with the slice's driver when they hav
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.placement import Effect, Taint
 
@@ -111,12 +111,17 @@ def _taint(taint: Fields) -> Taint | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeDevices:
-    """The devices one node can use, in a stable order (driver, pool, slice, device), and the
-    pools among them that are incomplete."""
+    """The devices one node can use, in a stable order (driver, pool, slice, device), the pools
+    they come from (`pools`, sorted) and those among them that are incomplete."""
 
     node: str
     devices: tuple[Device, ...]
     incomplete_pools: frozenset[tuple[str, str]] = frozenset()
+    pools: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        found = sorted({(d.id.driver, d.id.pool) for d in self.devices})
+        object.__setattr__(self, "pools", tuple(found))
 
 
 def node_devices(

@@ -23,11 +23,14 @@ class Usage:
     """Allocated devices and consumed capacity; `add` and `copy` keep it cheap to thread through
     a gang's pods."""
 
-    __slots__ = ("consumed", "exclusive")
+    __slots__ = ("consumed", "exclusive", "versions")
 
     def __init__(self) -> None:
         self.exclusive: set[DeviceId] = set()
         self.consumed: dict[DeviceId, dict[str, Fraction]] = {}
+        self.versions: dict[tuple[str, str], object] = {}
+        """Per (driver, pool): a fresh token each time `add` changes it (what a memo of verdicts
+        keys on; a copy keeps the tokens, and its own changes make new ones)."""
 
     @classmethod
     def of(cls, allocations: Iterable[Allocation]) -> Usage:
@@ -40,12 +43,15 @@ class Usage:
         twin = Usage()
         twin.exclusive = set(self.exclusive)
         twin.consumed = {k: dict(v) for k, v in self.consumed.items()}
+        twin.versions = dict(self.versions)
         return twin
 
     def add(self, results: Iterable[AllocatedDevice]) -> None:
         for res in results:
             if res.admin_access:
                 continue
+            pool = (res.id.driver, res.id.pool)
+            self.versions[pool] = object()
             if res.share_id is None and not res.consumed:
                 self.exclusive.add(res.id)
                 continue

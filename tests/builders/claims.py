@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.model import LinkMatrix, NodeInventory
-from scheduler.claims.allocator import ClaimAllocator, ClaimNode, PodClaims
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode, PodClaims
 from scheduler.claims.model import DeviceClass, ResourceClaim
 from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from scheduler.claims.allocator import ClaimAllocator, ClaimNode
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode
 from scheduler.claims.model import AllocatedDevice, Allocation, DeviceId
 from scheduler.claims.parse import parse_claim, parse_slice
 from scheduler.claims.slices import node_devices

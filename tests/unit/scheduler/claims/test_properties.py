@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import LinkMatrix, NodeInventory
-from scheduler.claims.allocator import ClaimAllocator, ClaimNode, PodClaims, PodDecision
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.model import (
     AllocatedDevice,
     Allocation,

@@ -64,6 +64,10 @@ class ClaimAllocator:
         self.limit = limit
         self._static: StaticMemo = {}
         self._verdicts = Verdicts(self.scoring)
+        self._names: dict[str, str] = {}
+        self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
+        """Claim shapes that fit no node, per usage epoch and node objects (held here, so
+        their ids stay theirs): whether claims fit reads nothing else."""
 
     def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
         """The pod's claims allocated on `node`, or the nearest miss there."""
@@ -158,6 +162,9 @@ class ClaimAllocator:
         every node's nearest miss, nearest first; without, one line)."""
         kept, fresh = _split(pod.claims)
         shape = tuple(repr(c.spec) for c in fresh)
+        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
+        if not explain and nowhere in self._nowhere:
+            return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         best: tuple[tuple[bool, float, str], ClaimNode, Fit] | None = None
         for node in nodes:
             if _pinned_elsewhere(kept, node.name) is not None:
@@ -168,11 +175,14 @@ class ClaimAllocator:
                 self._verdicts.put(node, shape, usage, fit)
             if not fit.fits:
                 continue
-            key = (*fit.rank, _name_key(node.name))
+            key = (*fit.rank, self._name_key(node.name))
             if best is None or key > best[0]:
                 best = key, node, fit
         if best is not None:
             return self._decision(kept, fresh, best[1], best[2].picks)
+        if len(self._nowhere) >= 10_000:
+            self._nowhere.clear()
+        self._nowhere[nowhere] = tuple(nodes)  # fits nowhere: exact while devices, usage stay
         if not explain:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         return self._explain(pod, nodes, usage)
@@ -197,6 +207,15 @@ class ClaimAllocator:
                 misses.append(answer)
         ordered = sorted(misses, key=lambda m: m.rank, reverse=True)
         return PodDecision(node=None, reasons=tuple(m.text for m in ordered) or ("no nodes",))
+
+    def _name_key(self, name: str) -> str:
+        """Orders names in reverse, so that the largest key is the lowest name."""
+        found = self._names.get(name)
+        if found is None:
+            if len(self._names) >= 100_000:
+                self._names.clear()
+            found = self._names[name] = "".join(chr(0x10FFFF - ord(ch)) for ch in name)
+        return found
 
     def place_gang(
         self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage
@@ -234,11 +253,6 @@ def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:
         if where not in (None, node):
             return Miss(f"claim {claim.key} is allocated on node {where}", (0, 0))
     return None
-
-
-def _name_key(name: str) -> str:
-    """Orders names in reverse, so that the largest key is the lowest name."""
-    return "".join(chr(0x10FFFF - ord(ch)) for ch in name)
 
 
 def _incomplete(

@@ -23,7 +23,7 @@ class Usage:
     """Allocated devices and consumed capacity; `add` and `copy` keep it cheap to thread through
     a gang's pods."""
 
-    __slots__ = ("consumed", "exclusive", "versions")
+    __slots__ = ("consumed", "epoch", "exclusive", "versions")
 
     def __init__(self) -> None:
         self.exclusive: set[DeviceId] = set()
@@ -31,6 +31,8 @@ class Usage:
         self.versions: dict[tuple[str, str], object] = {}
         """Per (driver, pool): a fresh token each time `add` changes it (what a memo of verdicts
         keys on; a copy keeps the tokens, and its own changes make new ones)."""
+        self.epoch: object = object()
+        """A fresh token whenever anything changes (and kept by a copy, as `versions`)."""
 
     @classmethod
     def of(cls, allocations: Iterable[Allocation]) -> Usage:
@@ -44,6 +46,7 @@ class Usage:
         twin.exclusive = set(self.exclusive)
         twin.consumed = {k: dict(v) for k, v in self.consumed.items()}
         twin.versions = dict(self.versions)
+        twin.epoch = self.epoch
         return twin
 
     def add(self, results: Iterable[AllocatedDevice]) -> None:
@@ -51,7 +54,7 @@ class Usage:
             if res.admin_access:
                 continue
             pool = (res.id.driver, res.id.pool)
-            self.versions[pool] = object()
+            self.versions[pool] = self.epoch = object()
             if res.share_id is None and not res.consumed:
                 self.exclusive.add(res.id)
                 continue

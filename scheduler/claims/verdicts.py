@@ -1,19 +1,19 @@
 """Each node's last verdict per claim shape, kept while nothing it read has changed.
 
 A verdict (`Fit`: the picks and the node's rank, or `NO_FIT`) reads the node's devices
-and GPUs (fixed objects), what `Usage` holds of the node's pools (`Usage.versions`: a fresh token
-per change, so copies of a `Usage` never share a token for different contents), and, to rank,
-what the shipped scores read of the node's `NodeState` (`gpu_pod_node_reads`) and the learning
-scores' versions. The key holds all of those; a hit must also be for the same node objects. With
-scores that are not all shipped, verdicts are not kept (what they read is unknown).
+and GPUs (fixed objects: a hit must be for the same `ClaimNode`), what `Usage` holds of the
+node's pools (`Usage.versions`: a fresh token per change, so copies of a `Usage` never share a
+token for different contents), and, to rank, the node's `NodeState` and the learning scores'
+versions. Verdicts live in the `NodeState`'s derived values, which placement drops whenever the
+state changes (`NodeState.derive`); the key holds the rest. With scores that are not all shipped
+verdicts are not kept; a node without a state keeps its verdicts here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.placement import Scoring
-from scheduler.placement.scores import gpu_pod_node_reads
 
 from .decision import ClaimNode
 from .search import Pick
@@ -22,6 +22,7 @@ from .usage import Usage
 __all__ = ["NO_FIT", "Fit", "Verdicts"]
 
 _MEMO_LIMIT = 100_000
+_DERIVED = "claims.verdicts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Fit:
     picks: tuple[Pick, ...]
     rank: tuple[bool, float]
     fits: bool = True
+    node: ClaimNode | None = None  # the node it was found on (a kept verdict holds it alive)
 
 
 NO_FIT = Fit((), (False, 0.0), fits=False)
@@ -38,34 +40,45 @@ NO_FIT = Fit((), (False, 0.0), fits=False)
 
 
 class Verdicts:
+    """The kept verdicts: in the node's `NodeState` (`derive`: dropped when it changes), or
+    here for a node without one."""
+
     def __init__(self, scoring: Scoring) -> None:
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
-        self._memo: dict[tuple[object, ...], tuple[ClaimNode, Fit]] = {}
+        self._memo: dict[tuple[object, ...], Fit] = {}
 
-    def _key(
-        self, node: ClaimNode, shape: tuple[str, ...], usage: Usage
-    ) -> tuple[object, ...] | None:
+    def _table(self, node: ClaimNode) -> dict[tuple[object, ...], Fit] | None:
         state = node.state
-        if state is not None and not self._shipped:
+        if state is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            return self._memo
+        if not self._shipped:
             return None
-        reads = None if state is None else gpu_pod_node_reads(state)
-        learned = tuple(fn.version for fn in self._learners)
-        tokens = tuple(usage.versions.get(p) for p in node.devices.pools)
-        return node.name, shape, tokens, reads, learned
+        derived = state.derived
+        found = None if derived is None else derived.get(_DERIVED)
+        if found is None:
+            found = state.derive(_DERIVED, _new_table)
+        return found  # type: ignore[return-value]
+
+    def _key(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage) -> tuple[object, ...]:
+        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
+        return id(node), shape, tuple(map(usage.versions.get, node.devices.pools)), learned
 
     def get(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage) -> Fit | None:
         """The kept verdict, or None when there is none."""
-        key = self._key(node, shape, usage)
-        hit = None if key is None else self._memo.get(key)
-        if hit is None or hit[0] is not node:
+        table = self._table(node)
+        if table is None:
             return None
-        return hit[1]
+        hit = table.get(self._key(node, shape, usage))
+        return hit if hit is not None and hit.node is node else None
 
     def put(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage, fit: Fit) -> None:
-        key = self._key(node, shape, usage)
-        if key is None:
-            return
-        if len(self._memo) >= _MEMO_LIMIT:
-            self._memo.clear()
-        self._memo[key] = (node, fit)
+        table = self._table(node)
+        if table is not None:
+            table[self._key(node, shape, usage)] = replace(fit, node=node)
+
+
+def _new_table(_state: object) -> dict[tuple[object, ...], Fit]:
+    return {}

@@ -21,7 +21,8 @@ __all__ = ["Usage", "consumption"]
 
 class Usage:
     """Allocated devices and consumed capacity; `add` and `copy` keep it cheap to thread through
-    a gang's pods."""
+    a gang's pods. Nothing is ever taken away: when allocations go, build a new one (`of`).
+    Change it only through `add` (the tokens that verdicts key on change there)."""
 
     __slots__ = ("consumed", "epoch", "exclusive", "versions")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from agent.model import LinkMatrix, NodeInventory
 from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.decision import ClaimNode
 from scheduler.claims.model import AllocatedDevice, Allocation, DeviceId
@@ -28,6 +29,7 @@ from tests.builders.claims import (
     slice_obj,
     two_islands,
 )
+from tests.builders.topology import gpu_uuid, make_gpu, make_numa
 
 ISLAND = f"{DRIVER}/nvlinkIsland"
 
@@ -322,3 +324,77 @@ def test_share_ids_are_deterministic() -> None:
     two = allocator().place(want, [node], Usage()).claims[0].allocation.devices[0]
     assert one.share_id == two.share_id
     assert one.consumed == {f"{DRIVER}/memory": Fraction(GIB)}
+
+
+def mig_device(gpu: int, slot: int) -> dict[str, object]:
+    return {
+        "name": f"gpu-{gpu}-mig-1g10gb-19-{slot}",
+        "attributes": {
+            "type": {"string": "mig"},
+            "uuid": {"string": f"MIG-{gpu}-{slot}"},
+            "parentUUID": {"string": gpu_uuid(gpu)},
+            "profile": {"string": "1g.10gb"},
+        },
+        "capacity": {"memory": {"value": "10Gi"}},
+    }
+
+
+def test_mig_devices_go_to_a_gpu_already_in_use() -> None:
+    layout = "1g.10gb@0:1,1g.10gb@1:1"
+    inventory = NodeInventory(
+        gpus=(make_gpu(0, 0, mig=layout), make_gpu(1, 0, mig=layout)),
+        links=LinkMatrix.from_cells([["X", "PXB"], ["PXB", "X"]]),
+        numa_nodes=make_numa([0], ["0-31"]),
+        driver_version="550.54.15",
+        cuda_driver_version=12040,
+    )
+    mig_class = class_obj("mig.gputopo.io", f'device.attributes["{DRIVER}"].type == "mig"')
+    node = claim_node("n1", [mig_device(g, s) for g in (0, 1) for s in (0, 1)], inventory)
+    usage = Usage.of(
+        [
+            Allocation(
+                devices=(
+                    AllocatedDevice(
+                        request="r", id=DeviceId(DRIVER, "n1", "gpu-1-mig-1g10gb-19-0")
+                    ),
+                )
+            )
+        ]
+    )
+    want = claim("c", {"name": "m", "exactly": {"deviceClassName": "mig.gputopo.io"}})
+    decision = ClaimAllocator(classes(mig_class)).place(pod("ns/p", want), [node], usage)
+    assert device_names(decision) == ["gpu-1-mig-1g10gb-19-1"]
+    first_fit = claim_node("n1", [mig_device(g, s) for g in (0, 1) for s in (0, 1)])
+    decision = ClaimAllocator(classes(mig_class)).place(pod("ns/p", want), [first_fit], usage)
+    assert device_names(decision) == ["gpu-0-mig-1g10gb-19-0"]
+
+
+def test_a_share_goes_to_the_fullest_shared_device_that_fits() -> None:
+    devices = [gpu_device(g, shared=True, capacity={"memory": {"value": "40Gi"}}) for g in range(3)]
+    node = claim_node("n1", devices, two_islands())
+    usage = Usage()
+    for g, used in ((1, 30), (2, 20)):
+        usage.add(
+            [
+                AllocatedDevice(
+                    request="r",
+                    id=DeviceId(DRIVER, "n1", f"gpu-{g}"),
+                    share_id="s",
+                    consumed={f"{DRIVER}/memory": Fraction(used * GIB)},
+                )
+            ]
+        )
+    small = claim("c", request("g", 1, capacity={"requests": {"memory": "8Gi"}}))
+    assert device_names(allocator().place(pod("ns/p", small), [node], usage)) == ["gpu-1"]
+    big = claim("c", request("g", 1, capacity={"requests": {"memory": "16Gi"}}))
+    assert device_names(allocator().place(pod("ns/p", big), [node], usage)) == ["gpu-2"]
+
+
+def test_a_pod_that_fits_nowhere_is_remembered_until_usage_changes() -> None:
+    node = claim_node("n1", island_devices())
+    alloc = allocator()
+    usage = held("n1", *range(7))
+    want = pod("ns/p", claim("c", request("g", 2)))
+    assert alloc.place(want, [node], usage, explain=False).node is None
+    assert alloc.place(want, [node], usage, explain=False).node is None
+    assert alloc.place(want, [node], held("n1", *range(6)), explain=False).node == "n1"

@@ -36,6 +36,7 @@ from scheduler.claims.search import applies
 from scheduler.claims.selectors import Selectors
 from scheduler.claims.slices import NodeDevices, node_devices
 from scheduler.claims.usage import Usage
+from scheduler.placement import Assignment, NodeState, PodRequest
 from tests.builders.claims import DRIVER, GIB, claim_obj, classes, gpu_device, slice_obj
 from tests.builders.topology import make_gpu, make_numa
 
@@ -258,3 +259,61 @@ def test_topology_answer_is_valid_exists_when_first_fit_does_and_is_deterministi
     if decision.node is not None:
         check_valid(case, decision)
     assert decide(case, topology=True) == decision
+
+
+@st.composite
+def pod_sequences(draw: st.DrawFn) -> list[tuple[int, str | None]]:
+    """(GPUs, selector or None) per pod."""
+    selector = st.sampled_from([None, SELECTORS[1], f'device.attributes["{DRIVER}"].island == 1'])
+    return draw(st.lists(st.tuples(st.integers(1, 4), selector), min_size=1, max_size=12))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod_sequences(), st.booleans())
+def test_kept_verdicts_decide_as_a_fresh_allocator_does(
+    pods: list[tuple[int, str | None]], with_state: bool
+) -> None:
+    """The memoised path (one allocator for the run) against a fresh allocator per pod."""
+    inventory = _inventory(4)
+    objs = [gpu_device(g, island=g // 2, numa=g % 2, kind="a") for g in range(4)]
+    nodes = []
+    for name in ("n1", "n2", "n3"):
+        found = node_devices([parse_slice(slice_obj(name, objs))], name, {})
+        state = NodeState.from_inventory(name, inventory, allocatable={}) if with_state else None
+        nodes.append(
+            ClaimNode(
+                name=name, devices=found, gpus=GpuMap.build(inventory, found.devices), state=state
+            )
+        )
+    kept = ClaimAllocator(classes())
+    usage = Usage()
+    for i, (size, sel) in enumerate(pods):
+        want = PodClaims(
+            key=f"ns/p{i}",
+            claims=(
+                parse_claim(
+                    claim_obj(
+                        f"c{i}",
+                        {
+                            "name": "g",
+                            "exactly": {
+                                "deviceClassName": "gpu.gputopo.io",
+                                "count": size,
+                                **({"selectors": [{"cel": {"expression": sel}}]} if sel else {}),
+                            },
+                        },
+                    )
+                ),
+            ),
+        )
+        got = kept.place(want, nodes, usage, explain=False)
+        assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
+        if got.node is not None:
+            for made in got.claims:
+                usage.add(made.allocation.devices)
+            state = next(n.state for n in nodes if n.name == got.node)
+            if state is not None:
+                state.add_pod(
+                    PodRequest(key=want.key, gpus=len(got.gpus)),
+                    Assignment(node=got.node, gpus=got.gpus),
+                )

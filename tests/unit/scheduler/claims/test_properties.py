@@ -317,3 +317,46 @@ def test_kept_verdicts_decide_as_a_fresh_allocator_does(
                     PodRequest(key=want.key, gpus=len(got.gpus)),
                     Assignment(node=got.node, gpus=got.gpus),
                 )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=6), st.integers(0, 7), st.booleans())
+def test_a_gang_is_all_or_none_and_takes_no_device_twice(
+    sizes: list[int], held_count: int, share_one: bool
+) -> None:
+    objs = [gpu_device(g, island=g // 4, numa=g // 4, kind="a") for g in range(8)]
+    found = node_devices([parse_slice(slice_obj("n1", objs))], "n1", {})
+    node = ClaimNode(name="n1", devices=found)
+    held = Usage.of(
+        [
+            Allocation(
+                devices=tuple(
+                    AllocatedDevice(request="x", id=found.devices[g].id) for g in range(held_count)
+                )
+            )
+        ]
+    )
+    shared = parse_claim(
+        claim_obj("shared", {"name": "g", "exactly": {"deviceClassName": "gpu.gputopo.io"}})
+    )
+    pods = []
+    for i, size in enumerate(sizes):
+        own = parse_claim(
+            claim_obj(
+                f"c{i}",
+                {"name": "g", "exactly": {"deviceClassName": "gpu.gputopo.io", "count": size}},
+            )
+        )
+        pods.append(PodClaims(key=f"ns/p{i}", claims=(own, shared) if share_one else (own,)))
+    decision = ClaimAllocator(classes()).place_gang(pods, [node], held)
+    needed = sum(sizes) + (1 if share_one else 0)
+    assert decision.placed == (needed <= 8 - held_count)
+    if not decision.placed:
+        assert decision.pods == ()
+        assert decision.reasons
+        return
+    new = [c for p in decision.pods for c in p.claims if c.new]
+    taken = [d.id for c in new for d in c.allocation.devices]
+    assert len(taken) == len(set(taken)) == needed
+    assert not set(taken) & held.exclusive
+    assert len(decision.pods) == len(sizes)

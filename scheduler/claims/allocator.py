@@ -64,7 +64,6 @@ class ClaimAllocator:
         self.limit = limit
         self._static: StaticMemo = {}
         self._verdicts = Verdicts(self.scoring)
-        self._names: dict[str, str] = {}
         self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
         """Claim shapes that fit no node, per usage epoch and node objects (held here, so
         their ids stay theirs): whether claims fit reads nothing else."""
@@ -165,21 +164,15 @@ class ClaimAllocator:
         nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
-        best: tuple[tuple[bool, float, str], ClaimNode, Fit] | None = None
-        for node in nodes:
-            if _pinned_elsewhere(kept, node.name) is not None:
-                continue
-            fit = self._verdicts.get(node, shape, usage)
-            if fit is None:
-                fit = self._fit(pod.key, fresh, node, usage)
-                self._verdicts.put(node, shape, usage, fit)
-            if not fit.fits:
-                continue
-            key = (*fit.rank, self._name_key(node.name))
-            if best is None or key > best[0]:
-                best = key, node, fit
+        here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
+        best = self._verdicts.scan(
+            (shape, tuple(str(c.key) for c in kept)),
+            here,
+            usage,
+            lambda node: self._fit(pod.key, fresh, node, usage),
+        )
         if best is not None:
-            return self._decision(kept, fresh, best[1], best[2].picks)
+            return self._decision(kept, fresh, best[0], best[1].picks)
         if len(self._nowhere) >= 10_000:
             self._nowhere.clear()
         self._nowhere[nowhere] = tuple(nodes)  # fits nowhere: exact while devices, usage stay
@@ -207,15 +200,6 @@ class ClaimAllocator:
                 misses.append(answer)
         ordered = sorted(misses, key=lambda m: m.rank, reverse=True)
         return PodDecision(node=None, reasons=tuple(m.text for m in ordered) or ("no nodes",))
-
-    def _name_key(self, name: str) -> str:
-        """Orders names in reverse, so that the largest key is the lowest name."""
-        found = self._names.get(name)
-        if found is None:
-            if len(self._names) >= 100_000:
-                self._names.clear()
-            found = self._names[name] = "".join(chr(0x10FFFF - ord(ch)) for ch in name)
-        return found
 
     def place_gang(
         self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage

@@ -1,17 +1,20 @@
 """Each node's last verdict per claim shape, kept while nothing it read has changed.
 
-A verdict (`Fit`: the picks and the node's rank, or `NO_FIT`) reads the node's devices
-and GPUs (fixed objects: a hit must be for the same `ClaimNode`), what `Usage` holds of the
-node's pools (`Usage.versions`: a fresh token per change, so copies of a `Usage` never share a
-token for different contents), and, to rank, the node's `NodeState` and the learning scores'
-versions. Verdicts live in the `NodeState`'s derived values, which placement drops whenever the
-state changes (`NodeState.derive`); the key holds the rest. With scores that are not all shipped
-verdicts are not kept; a node without a state keeps its verdicts here.
+A verdict (`Fit`: the picks and the node's rank, or `NO_FIT`) reads the node's devices and GPUs
+(fixed objects: an entry is for one `ClaimNode` object), what `Usage` holds of the node's pools
+(`Usage.versions`: a fresh token per change, so copies of a `Usage` never share a token for
+different contents), and, to rank, the node's `NodeState` and the learning scores' versions.
+A state's change shows as a new `derived` dict (placement drops it on every change and makes a
+new one on the next `derive`): the entry keeps the dict it saw. With scores that are not all
+shipped, a node with a state is decided afresh each time (what they read is unknown).
+
+`Verdicts.scan` walks the nodes once per pod: a lookup per unchanged node, `compute` for the rest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from scheduler.placement import Scoring
 
@@ -21,7 +24,7 @@ from .usage import Usage
 
 __all__ = ["NO_FIT", "Fit", "Verdicts"]
 
-_MEMO_LIMIT = 100_000
+_BOOK_LIMIT = 1_000
 _DERIVED = "claims.verdicts"
 
 
@@ -32,53 +35,73 @@ class Fit:
     picks: tuple[Pick, ...]
     rank: tuple[bool, float]
     fits: bool = True
-    node: ClaimNode | None = None  # the node it was found on (a kept verdict holds it alive)
 
 
 NO_FIT = Fit((), (False, 0.0), fits=False)
 """The verdict of a node where the claims do not fit."""
 
 
-class Verdicts:
-    """The kept verdicts: in the node's `NodeState` (`derive`: dropped when it changes), or
-    here for a node without one."""
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    node: ClaimNode
+    stamp: object  # the state's `derived` dict when decided (None: the node has no state)
+    tokens: tuple[object, ...]
+    fit: Fit
+    key: tuple[bool, float, str]  # (rank..., reversed name): the largest wins
 
+
+class Verdicts:
     def __init__(self, scoring: Scoring) -> None:
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
-        self._memo: dict[tuple[object, ...], Fit] = {}
+        self._books: dict[tuple[object, ...], dict[int, _Entry]] = {}
 
-    def _table(self, node: ClaimNode) -> dict[tuple[object, ...], Fit] | None:
+    def scan(
+        self,
+        shape: tuple[object, ...],
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        compute: Callable[[ClaimNode], Fit],
+    ) -> tuple[ClaimNode, Fit] | None:
+        """The best node for `shape` among `nodes` (ties to the lowest name), or None."""
+        learned = tuple(fn.version for fn in self._learners)
+        book = self._book((shape, learned))
+        if len(book) > 4 * len(nodes) + 256:
+            book.clear()  # entries of node objects long gone
+        versions = usage.versions
+        best: _Entry | None = None
+        for node in nodes:
+            entry = book.get(id(node))
+            tokens = tuple(map(versions.get, node.devices.pools))
+            state = node.state
+            if (
+                entry is None
+                or entry.node is not node
+                or entry.tokens != tokens
+                or (state is not None and (entry.stamp is not state.derived or not self._shipped))
+            ):
+                entry = book[id(node)] = self._entry(node, tokens, compute(node))
+            if entry.fit.fits and (best is None or entry.key > best.key):
+                best = entry
+        return None if best is None else (best.node, best.fit)
+
+    def _book(self, key: tuple[object, ...]) -> dict[int, _Entry]:
+        book = self._books.get(key)
+        if book is None:
+            if len(self._books) >= _BOOK_LIMIT:
+                self._books.clear()
+            book = self._books[key] = {}
+        return book
+
+    def _entry(self, node: ClaimNode, tokens: tuple[object, ...], fit: Fit) -> _Entry:
         state = node.state
-        if state is None:
-            if len(self._memo) >= _MEMO_LIMIT:
-                self._memo.clear()
-            return self._memo
-        if not self._shipped:
-            return None
-        derived = state.derived
-        found = None if derived is None else derived.get(_DERIVED)
-        if found is None:
-            found = state.derive(_DERIVED, _new_table)
-        return found  # type: ignore[return-value]
-
-    def _key(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage) -> tuple[object, ...]:
-        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
-        return id(node), shape, tuple(map(usage.versions.get, node.devices.pools)), learned
-
-    def get(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage) -> Fit | None:
-        """The kept verdict, or None when there is none."""
-        table = self._table(node)
-        if table is None:
-            return None
-        hit = table.get(self._key(node, shape, usage))
-        return hit if hit is not None and hit.node is node else None
-
-    def put(self, node: ClaimNode, shape: tuple[str, ...], usage: Usage, fit: Fit) -> None:
-        table = self._table(node)
-        if table is not None:
-            table[self._key(node, shape, usage)] = replace(fit, node=node)
+        stamp = None
+        if state is not None:
+            state.derive(_DERIVED, _made)  # so that the state has a `derived` dict to watch
+            stamp = state.derived
+        name_key = "".join(chr(0x10FFFF - ord(ch)) for ch in node.name)
+        return _Entry(node, stamp, tokens, fit, (*fit.rank, name_key))
 
 
-def _new_table(_state: object) -> dict[tuple[object, ...], Fit]:
-    return {}
+def _made(_state: object) -> bool:
+    return True

@@ -202,9 +202,34 @@ class ClaimAllocator:
         return PodDecision(node=None, reasons=tuple(m.text for m in ordered) or ("no nodes",))
 
     def place_gang(
+        self,
+        pods: Sequence[PodClaims],
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        *,
+        domains: Mapping[str, Sequence[ClaimNode]] | None = None,
+    ) -> GangDecision:
+        """Every pod placed with the devices the earlier ones took counted, or none. With
+        `domains` (a required topology level: its values and their nodes; `nodes` unused) the
+        whole gang in one domain: of those where it fits, the one with the fewest free devices
+        (binpack), ties to the lowest value; else every domain's first reason."""
+        if domains is None:
+            return self._gang_on(pods, nodes, usage)
+        fits, reasons = [], []
+        for value in sorted(domains):
+            decision = self._gang_on(pods, domains[value], usage)
+            if decision.placed:
+                free = sum(usage.is_free(d) for n in domains[value] for d in n.devices.devices)
+                fits.append((free, value, decision))
+            else:
+                reasons.append(f"domain {value}: {decision.reasons[0]}")
+        if fits:
+            return min(fits, key=lambda f: (f[0], f[1]))[2]
+        return GangDecision(reasons=tuple(reasons) or ("no topology domain",))
+
+    def _gang_on(
         self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage
     ) -> GangDecision:
-        """Every pod placed with the devices the earlier ones took counted, or none."""
         usage = usage.copy()
         allocated: dict[ClaimKey, ResourceClaim] = {}
         decisions = []

@@ -398,3 +398,16 @@ def test_a_pod_that_fits_nowhere_is_remembered_until_usage_changes() -> None:
     assert alloc.place(want, [node], usage, explain=False).node is None
     assert alloc.place(want, [node], usage, explain=False).node is None
     assert alloc.place(want, [node], held("n1", *range(6)), explain=False).node == "n1"
+
+
+def test_a_gang_with_a_domain_fits_in_one_domain_the_tightest() -> None:
+    nodes = {n: claim_node(n, island_devices()) for n in ("a1", "a2", "b1", "b2")}
+    domains = {"rack-a": [nodes["a1"], nodes["a2"]], "rack-b": [nodes["b1"], nodes["b2"]]}
+    usage = held("b1", 0, 1, 2, 3)  # rack-b has 12 free GPUs, rack-a 16
+    pods = [pod(f"ns/w{i}", claim(f"c{i}", request("g", 4))) for i in range(3)]
+    decision = allocator().place_gang(pods, list(nodes.values()), usage, domains=domains)
+    assert {p.node for p in decision.pods} == {"b1", "b2"}
+    big = [pod(f"ns/w{i}", claim(f"c{i}", request("g", 8))) for i in range(3)]
+    failed = allocator().place_gang(big, list(nodes.values()), usage, domains=domains)
+    assert not failed.placed
+    assert [r.split(":")[0] for r in failed.reasons] == ["domain rack-a", "domain rack-b"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -93,6 +94,7 @@ class Informer:
 
     def _list(self) -> str | None:
         """List into the sink; None when the resource is not served (CRD not installed)."""
+        began = time.monotonic()
         try:
             items, resource_version = self._kube.list(self.kind)
         except NotFoundError:
@@ -100,10 +102,19 @@ class Informer:
             self._sink.replace(self.kind.name, [])
             self.synced.set()
             return None
+        listed = time.monotonic()
         try:
             self._sink.replace(self.kind.name, items)
         except Exception:
             log.exception("%s: handling the list failed", self.kind.name)
+        log.log(
+            logging.DEBUG if self.synced.is_set() else logging.INFO,
+            "%s: listed %d in %.2f s, cached in %.2f s",
+            self.kind.name,
+            len(items),
+            listed - began,
+            time.monotonic() - listed,
+        )
         self.synced.set()
         return resource_version
 

@@ -91,7 +91,7 @@ def release(cluster: Cluster) -> Iterator[Release]:
     rel = Release(cluster, binary)
     rel.helm("install", RELEASE, str(h.CHART), "--values", str(h.values_file(VALUES)))
     yield rel
-    rel.helm("uninstall", RELEASE, "--wait", check=False)
+    rel.helm("uninstall", RELEASE, check=False)
     cluster.kubectl("delete", "node", FAKE_NODE, "--ignore-not-found")
 
 
@@ -172,12 +172,23 @@ def test_upgrade_with_a_changed_value_changes_the_objects(release: Release) -> N
     assert [e["revision"] for e in json.loads(history[history.index("[") :])] == [1, 2]
 
 
+def _left(release: Release) -> list[str]:
+    """The release's objects still there, each namespace with its status conditions."""
+    left = []
+    for kind, name, namespace in CREATED:
+        obj = release.get(kind, name, namespace)
+        if obj is not None:
+            conditions = (obj.get("status") or {}).get("conditions") if kind == "namespace" else ""
+            left.append(f"{kind}/{name} {conditions or ''}".strip())
+    return left
+
+
 def test_uninstall_removes_the_objects_and_keeps_the_crds(release: Release) -> None:
-    release.helm("uninstall", RELEASE, "--wait")
-    wait_until(
-        lambda: all(release.get(k, n, ns) is None for k, n, ns in CREATED),
-        120, "the release's objects to be gone",
-    )  # fmt: skip
+    release.helm("uninstall", RELEASE)
+    try:
+        wait_until(lambda: not _left(release), 120, "the release's objects to be gone")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {_left(release)}") from None
     assert "not found" in release.helm("status", RELEASE, check=False)
     crds = release.cluster.kubectl("get", "crd", "-o", "name")
     assert "noderesourcetopologies.topology.node.k8s.io" in crds

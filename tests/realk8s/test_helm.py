@@ -180,6 +180,10 @@ def _left(release: Release) -> list[str]:
         if obj is not None:
             conditions = (obj.get("status") or {}).get("conditions") if kind == "namespace" else ""
             left.append(f"{kind}/{name} {conditions or ''}".strip())
+    if left:  # what a namespace may be waiting for
+        for namespace in (AGENT_NS, SCHEDULER_NS):
+            what = ("get", "pods,leases,events", "-n", namespace, "-o", "wide")
+            left.append(release.cluster.kubectl(*what, check=False))
     return left
 
 

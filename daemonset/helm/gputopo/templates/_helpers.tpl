@@ -41,7 +41,8 @@ system:serviceaccount:{{ index .root.Values.namespaces .namespace }}:{{ include 
 An optional manifest of daemonset/optional/, included from its copy under files/optional/ (the
 same bytes: tests/unit/daemonset/test_helm_chart.py), with the names and namespaces of this
 release: a name "gputopo-..." takes namePrefix, namespace gputopo-agent and gputopo-system the
-chart's, and the two ServiceAccounts' user names in CEL expressions follow.
+chart's, the two ServiceAccounts' user names in CEL expressions follow, and the image the
+manifests name becomes the chart's.
 */}}
 {{- define "gputopo.optionalFile" -}}
 {{- $root := .root }}
@@ -52,6 +53,7 @@ chart's, and the two ServiceAccounts' user names in CEL expressions follow.
 {{- $ns := $root.Values.namespaces }}
 {{- $agentUser := include "gputopo.serviceAccountUser" (dict "root" $root "namespace" "agent" "part" "agent") }}
 {{- $schedulerUser := include "gputopo.serviceAccountUser" (dict "root" $root "namespace" "scheduler" "part" "scheduler") }}
+{{- $text = replace "ghcr.io/gputopo/gputopo:0.1.0" (include "gputopo.image" $root) $text }}
 {{- $text = replace "system:serviceaccount:gputopo-agent:gputopo-agent" $agentUser $text }}
 {{- $text = replace "system:serviceaccount:gputopo-system:gputopo-scheduler" $schedulerUser $text }}
 {{- $namespaces := dict "gputopo-agent" $ns.agent "gputopo-system" $ns.scheduler }}

@@ -99,3 +99,12 @@ def added(objects: Iterable[r.Obj], base: Iterable[r.Obj]) -> list[r.Obj]:
     """The objects of `objects` that `base` does not have (by apiVersion, kind, namespace, name)."""
     known = {r.key(o) for o in base}
     return [o for o in objects if r.key(o) not in known]
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """`extra` merged into `base` map by map, as helm merges values files."""
+    out = dict(base)
+    for k, v in extra.items():
+        both = isinstance(out.get(k), Mapping) and isinstance(v, Mapping)
+        out[k] = merged(out[k], v) if both else v
+    return out

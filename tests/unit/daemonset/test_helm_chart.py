@@ -158,8 +158,18 @@ def test_each_agent_component_renders_as_its_overlay(helm, part, component):
 # -- helm lint and the schema -----------------------------------------------------------------
 
 
-def test_helm_lint_passes_strict(helm):
-    done = h.helm(helm, "lint", "--strict", str(h.CHART), check=False)
+def _every_part_on() -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for part, on in OPTIONAL_VALUES.items():
+        if part != "dra.yaml" or (r.OPTIONAL / part).exists():
+            values = h.merged(values, on)
+    return values
+
+
+@pytest.mark.parametrize("every_part", [False, True], ids=["defaults", "every optional part"])
+def test_helm_lint_passes_strict(helm, every_part):
+    values = ["--values", str(h.values_file(_every_part_on()))] if every_part else []
+    done = h.helm(helm, "lint", "--strict", str(h.CHART), *values, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
 

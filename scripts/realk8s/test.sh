@@ -12,6 +12,10 @@ if ! build_log=$(bash scripts/realk8s/build.sh 2>&1); then
   echo "$build_log" | tail -n 30
   export GPUTOPO_REALK8S_UNAVAILABLE="the real Kubernetes could not be built: $(echo "$build_log" | tail -n 1)"
 fi
+# The real helm for test_helm.py (which skips, saying why, where it cannot be built).
+if ! helm_log=$(bash scripts/helm/build.sh 2>&1); then
+  echo "$helm_log" | tail -n 10
+fi
 echo "realk8s: build step took $(( $(date +%s) - start )) s"
 # One real kubelet per machine (its device-plugin and plugin-registry folders are fixed paths):
 # runs of the tier from several checkouts wait for each other.

@@ -25,6 +25,8 @@ EXAMPLES = DAEMONSET / "examples"
 OPTIONAL = DAEMONSET / "optional"
 CRDS = DAEMONSET / "crds"
 IMAGE = DAEMONSET / "image"
+HELM = DAEMONSET / "helm"
+"""The Helm chart (tests/builders/helm.py): templates, not manifests; its own tests check it."""
 
 Obj = dict[str, Any]
 

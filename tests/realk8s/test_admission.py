@@ -25,7 +25,7 @@ rules:
   verbs: [get, list, create, update, patch, delete]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [get, list, create, update, patch, delete]
+  verbs: [get, list, create, update, patch, delete, deletecollection]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -98,3 +98,42 @@ def test_a_tenant_cannot_write_a_share_lease(policies: Cluster) -> None:
     out = policies.kubectl("apply", "-f", "-", stdin=lease, check=False, as_user="tenant")
     assert "denied request" in out, out
     assert "only gputopo-scheduler and" in out
+
+
+def _lease(name: str, namespace: str, labels: dict[str, str] | None = None) -> str:
+    return json.dumps({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"holderIdentity": "probe"},
+    })  # fmt: skip
+
+
+def test_a_namespace_holding_a_lease_is_deleted_under_the_policies(policies: Cluster) -> None:
+    """The namespace controller empties a namespace with a delete of each collection, which has
+    no name in its admission request."""
+    policies.kubectl("create", "namespace", "lease-holder")
+    policies.kubectl("apply", "-f", "-", stdin=_lease("leader", "lease-holder"))
+    policies.kubectl("delete", "namespace", "lease-holder", "--wait=false")
+
+    def gone() -> bool:
+        what = ("get", "namespace", "lease-holder", "--ignore-not-found", "-o", "name")
+        return not policies.kubectl(*what)
+
+    wait_until(gone, 60, "namespace lease-holder to be deleted")
+    assert gone()
+
+
+def test_a_tenant_cannot_delete_a_share_lease_with_its_collection(policies: Cluster) -> None:
+    """A delete of a collection (not kubectl's delete -l, which deletes one by one) is admitted
+    Lease by Lease: the share Lease in it is still refused. The probe Lease stays: the
+    scheduler's Role has no delete, and the policy refuses anyone else."""
+    scheduler = policies.service_account_kubeconfig("gputopo-scheduler")
+    lease = _lease("gputopo-share-probe", NAMESPACE, {"gputopo.test/probe": "1"})
+    policies.kubectl("create", "-f", "-", stdin=lease, kubeconfig=scheduler)
+    tenant = client.CoordinationV1Api(
+        config.new_client_from_config(str(policies.run_dir / "tenant.kubeconfig"))
+    )
+    with pytest.raises(client.ApiException) as refused:
+        tenant.delete_collection_namespaced_lease(NAMESPACE, label_selector="gputopo.test/probe=1")
+    assert "gputopo-share-leases" in str(refused.value.body)
+    assert policies.kubectl("get", "lease", "gputopo-share-probe", "-n", NAMESPACE, "-o", "name")

@@ -1,0 +1,77 @@
+{{/*
+Names and labels every template shares. Object names are <namePrefix>-<part>; the labels are the
+manifests' (daemonset/), so the default render equals them object for object.
+*/}}
+
+{{- define "gputopo.name" -}}
+{{ .root.Values.namePrefix }}-{{ .part }}
+{{- end }}
+
+{{- define "gputopo.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The labels of an object of one component ("" for none). */}}
+{{- define "gputopo.labels" -}}
+app.kubernetes.io/name: gputopo
+{{- with . }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+app.kubernetes.io/part-of: gputopo
+{{- end }}
+
+{{- define "gputopo.selector" -}}
+app.kubernetes.io/name: gputopo
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{- define "gputopo.pullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaced user name of a component's ServiceAccount, as admission policies see it. */}}
+{{- define "gputopo.serviceAccountUser" -}}
+system:serviceaccount:{{ index .root.Values.namespaces .namespace }}:{{ include "gputopo.name" . }}
+{{- end }}
+
+{{/*
+An optional manifest of daemonset/optional/, included from its copy under files/optional/ (the
+same bytes: tests/unit/daemonset/test_helm_chart.py), with the names and namespaces of this
+release: a name "gputopo-..." takes namePrefix, namespace gputopo-agent and gputopo-system the
+chart's, the two ServiceAccounts' user names in CEL expressions follow, and the image the
+manifests name becomes the chart's.
+*/}}
+{{- define "gputopo.optionalFile" -}}
+{{- $root := .root }}
+{{- $text := $root.Files.Get (printf "files/optional/%s" .path) }}
+{{- if not $text }}
+{{- fail (printf "%s: files/optional/%s is not in the chart (scripts/helm/sync.sh copies it from daemonset/optional/)" .toggle .path) }}
+{{- end }}
+{{- $ns := $root.Values.namespaces }}
+{{- $agentUser := include "gputopo.serviceAccountUser" (dict "root" $root "namespace" "agent" "part" "agent") }}
+{{- $schedulerUser := include "gputopo.serviceAccountUser" (dict "root" $root "namespace" "scheduler" "part" "scheduler") }}
+{{- $text = replace "ghcr.io/gputopo/gputopo:0.1.0" (include "gputopo.image" $root) $text }}
+{{- $text = replace "system:serviceaccount:gputopo-agent:gputopo-agent" $agentUser $text }}
+{{- $text = replace "system:serviceaccount:gputopo-system:gputopo-scheduler" $schedulerUser $text }}
+{{- $namespaces := dict "gputopo-agent" $ns.agent "gputopo-system" $ns.scheduler }}
+{{- range $doc := regexSplit "(?m)^---\\s*$" $text -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if $obj }}
+{{- $meta := $obj.metadata }}
+{{- if hasPrefix "gputopo" $meta.name }}
+{{- $_ := set $meta "name" (printf "%s%s" $root.Values.namePrefix (trimPrefix "gputopo" $meta.name)) }}
+{{- end }}
+{{- if $meta.namespace }}
+{{- $_ := set $meta "namespace" (get $namespaces $meta.namespace | default $meta.namespace) }}
+{{- end }}
+{{- if and (eq $obj.kind "ValidatingAdmissionPolicyBinding") (hasPrefix "gputopo" $obj.spec.policyName) }}
+{{- $_ := set $obj.spec "policyName" (printf "%s%s" $root.Values.namePrefix (trimPrefix "gputopo" $obj.spec.policyName)) }}
+{{- end }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end }}

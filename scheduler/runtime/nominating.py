@@ -195,8 +195,11 @@ class Preemption:
             key=name,
             pods=pods,
             leaf=leaf,
-            priority=max(i.request.priority for i in infos),
-            never=spec.get("preemptionPolicy") == NEVER,
+            priority=max(i.request.priority for i in infos)
+            if group is None or group.priority is None
+            else group.priority,
+            never=spec.get("preemptionPolicy") == NEVER
+            or (group is not None and group.never_preempts),
             topology=None if group is None else group.topology,
             min_resources=None if group is None else group.min_resources,
             excluded=model_filter(self._cache.queues, self._cache.snapshot, leaf, pods).nodes,

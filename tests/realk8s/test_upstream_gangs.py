@@ -141,3 +141,37 @@ def test_kube_scheduler_binds_the_same_objects(cluster: Cluster, agent, schedule
         assert condition(cluster, "theirs")["reason"] == condition(cluster, "ours")["reason"]
     finally:
         clean(cluster, ours + theirs, ["ours", "theirs"])
+
+
+def job(name: str, group: str, pods: int) -> dict[str, Any]:
+    """The README's example: a Job whose pods name the PodGroup."""
+    template = member(f"{name}-pod", group, 1)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "template": {"metadata": {"labels": {}}, "spec": template["spec"]},
+        },
+    }
+
+
+def test_a_job_naming_a_podgroup_binds_as_one_gang(cluster: Cluster, agent, scheduler) -> None:
+    try:
+        create(cluster, podgroup("job-gang", 2), job("train", "job-gang", 2))
+
+        def bound() -> list[str]:
+            found = json.loads(cluster.kubectl("get", "pods", "-l", "job-name=train", "-o", "json"))
+            groups = {str(p["spec"].get("schedulingGroup")) for p in found["items"]}
+            assert groups <= {str({"podGroupName": "job-gang"})}, groups
+            return [p["spec"].get("nodeName") for p in found["items"]]
+
+        wait_until(lambda: len(bound()) == 2 and all(bound()), 90, "the Job's 2 pods to bind")
+        wait_until(lambda: condition(cluster, "job-gang").get("status") == "True", 60, "Scheduled")
+    finally:
+        cluster.kubectl("delete", "job", "train", "--ignore-not-found", "--cascade=foreground")
+        clean(cluster, [], ["job-gang"])

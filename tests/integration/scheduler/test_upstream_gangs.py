@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
+from tests.builders.queues import create_queue, queue_body
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -275,3 +276,25 @@ def test_disruption_mode_all_evicts_the_group_whole(
         create_pod(core_v1, pod_body("urgent", gpus=2, priorityClassName="high"))
         wait_for(lambda: "urgent" in bound_pods(upstream), 10, "the preemptor bound")
     assert len(_evicted(upstream) & names) == victims
+
+
+def test_the_queue_label_on_the_group_puts_the_gang_in_that_queue(
+    upstream, core_v1, custom_objects
+):
+    gpu_node(upstream, "n1", gpus=8)
+    create_queue(custom_objects, queue_body("team", gpu_max=2))
+    with running(upstream):
+        body = upstream_podgroup("q", 2)
+        body["metadata"]["labels"] = {"gputopo.io/queue": "team"}
+        create_upstream_podgroup(custom_objects, body)
+        _members(core_v1, "q", 2, gpus=2)
+        found = wait_for(
+            lambda: (
+                "queue team" in (upstream_condition(upstream, "q") or {}).get("message", "")
+                and upstream_condition(upstream, "q")
+            ),
+            5,
+            "the queue's reason on the condition",
+        )
+    assert "max 2" in found["message"]
+    assert not {"q-0", "q-1"} & set(bound_pods(upstream))

@@ -1,4 +1,6 @@
-"""Gang scheduling over PodGroups (`scheduling.x-k8s.io/v1alpha1`): attempts, timeouts, status.
+"""Gang scheduling over PodGroups, ours (`scheduling.x-k8s.io/v1alpha1`) and Kubernetes' own
+(`scheduling.k8s.io`, read by `upstream`; `basic` ones place their members one by one): attempts,
+timeouts, status.
 
 A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
 reserved) until bound + pending members reach `minMember`; then every pending member is placed
@@ -15,7 +17,8 @@ placed until bound + pending reach `minMember`, then all pending members togethe
 snapshot, under a fresh `scheduleTimeoutSeconds`; once `minMember` are bound the condition turns
 False (`MembersReplaced`, with a Normal event).
 
-Status written to the PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
+An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
+Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
 member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as
 bound, neither in the status nor when the gang's placement counts its bound members.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.cache import ClusterCache, GroupInfo
@@ -44,7 +47,7 @@ from scheduler.runtime.gangstatus import (
     group_status,
     holds_place,
 )
-from scheduler.runtime.groups import UPSTREAM_GROUP, UPSTREAM_MARK, group_key
+from scheduler.runtime.groups import gang_priority, group_key, not_found
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
@@ -52,7 +55,7 @@ from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
-from scheduler.runtime.upstream import initially_scheduled, status_with
+from scheduler.runtime.upstream import status_patch
 
 log = logging.getLogger(__name__)
 _MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes
@@ -157,7 +160,7 @@ class GangTracker:
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
         if pending:
             group = self._cache.groups.get(gkey)
-            priority = _unit_priority(group, pending)
+            priority = gang_priority(group, (m.request.priority for m in pending))
             created = min(m.created for m in pending)
             leaf = self._cache.leaf_of(pending[0])[0]
             self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created, leaf)
@@ -235,7 +238,7 @@ class GangTracker:
     ) -> tuple[str, str] | None:
         """Why the gang cannot be placed whatever the cluster looks like (or waits for members)."""
         if group is None:
-            return "gang", _not_found(gkey)
+            return "gang", not_found(gkey)
         state = self._state(group)
         if group.error:
             return "invalid", group.error
@@ -264,7 +267,7 @@ class GangTracker:
         """Place pending members off nodes held for others and off GPU models whose quota
         they would breach; (placed, why the others were not, the category of that why). The
         members placed are admitted only if together they fit every model key (DESIGN §10)."""
-        priority = _unit_priority(group, pending)
+        priority = gang_priority(group, (m.request.priority for m in pending))
         models = self._quota.model_filter(pending)
         excluded = models.excluded(self._preemption.excluded(unit, priority))
         why = ""
@@ -396,16 +399,15 @@ class GangTracker:
     def _report_upstream(self, group: GroupInfo) -> None:
         """The condition kube-scheduler writes on an upstream PodGroup, when it changed."""
         state = self._states.get(group.key)
-        condition = initially_scheduled(
+        status = status_patch(
             group,
             bound=bound_count(self._cache.members(group.key)),
             complete=state is not None and state.complete,
             waiting="" if state is None else state.waiting,
             now=now_rfc3339(),
         )
-        current = (group.obj.get("status") or {}).get("conditions") or []
-        if condition is not None and condition not in current:
-            self._reporter.group_status(group.obj, status_with(group.obj, condition))
+        if status is not None:
+            self._reporter.group_status(group.obj, status)
 
     def _settle(self, group: GroupInfo, state: GangState, members: Sequence[PodInfo]) -> None:
         """Lost members replaced (minMember bound again): say so once."""
@@ -414,22 +416,6 @@ class GangTracker:
             message = state.losses.replaced_message(group.min_member)
             log.info("pod group %s: %s", group.key, message)
             self._reporter.note(group.obj, "PodGroup", REASON_REPLACED, message)
-
-
-def _unit_priority(group: GroupInfo | None, pending: Sequence[PodInfo]) -> int:
-    """The gang's priority: its group's own (an upstream group naming a class), else its
-    highest pending member's."""
-    if group is not None and group.priority is not None and not group.error:
-        return group.priority
-    return max(m.request.priority for m in pending)
-
-
-def _not_found(gkey: ObjectKey) -> str:
-    namespace, name = split_key(gkey)
-    if name.endswith(UPSTREAM_MARK):
-        shown = object_key(namespace, name.removesuffix(UPSTREAM_MARK))
-        return f'PodGroup "{shown}" ({UPSTREAM_GROUP}) not found'
-    return f'pod group "{gkey}" not found'
 
 
 def _progress(state: GangState | None) -> GangProgress:

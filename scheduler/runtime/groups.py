@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import TopologyConstraint
 from scheduler.runtime.podspec import UPSTREAM_GROUP_MARK, resource_list
@@ -27,7 +27,9 @@ __all__ = [
     "UPSTREAM_MARK",
     "GroupInfo",
     "check_level",
+    "gang_priority",
     "group_key",
+    "not_found",
     "parse_group",
 ]
 
@@ -157,3 +159,20 @@ def _topology(
                 label=check_level(field, annotations[key], levels), required=required
             )
     return None
+
+
+def not_found(gkey: ObjectKey) -> str:
+    """Why a gang whose PodGroup does not exist waits, naming the PodGroup's API."""
+    namespace, name = split_key(gkey)
+    if name.endswith(UPSTREAM_MARK):
+        shown = object_key(namespace, name.removesuffix(UPSTREAM_MARK))
+        return f'PodGroup "{shown}" ({UPSTREAM_GROUP}) not found'
+    return f'pod group "{gkey}" not found'
+
+
+def gang_priority(group: GroupInfo | None, members: Iterable[int]) -> int:
+    """A gang's priority: its group's own (an upstream group naming a class), else the highest
+    of its `members`' priorities."""
+    if group is not None and group.priority is not None and not group.error:
+        return group.priority
+    return max(members)

@@ -28,6 +28,7 @@ __all__ = [
     "condition_type",
     "initially_scheduled",
     "parse_upstream_group",
+    "status_patch",
     "status_with",
 ]
 
@@ -198,3 +199,15 @@ def status_with(obj: Obj, condition: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(c, Mapping) and c.get("type") != condition.get("type")
     ]
     return {"conditions": [*kept, dict(condition)]}
+
+
+def status_patch(
+    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str
+) -> dict[str, Any] | None:
+    """The status to merge into an upstream PodGroup (`initially_scheduled`'s condition among
+    the others), or None when the object already shows it."""
+    condition = initially_scheduled(group, bound=bound, complete=complete, waiting=waiting, now=now)
+    current = (group.obj.get("status") or {}).get("conditions") or []
+    if condition is None or condition in current:
+        return None
+    return status_with(group.obj, condition)

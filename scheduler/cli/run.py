@@ -263,7 +263,14 @@ class Runtime:
         self.upstream = workloads.discover(kube)
         groups = (PODGROUPS,) if self.upstream is None else (PODGROUPS, self.upstream.kind)
         self.informers = [
-            Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
+            Informer(
+                kube,
+                kind,
+                self.scheduler,
+                self.stop_event,
+                watch_timeout=watch_timeout,
+                optional=kind.group == workloads.GROUP,
+            )
             for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)

@@ -298,3 +298,19 @@ def test_the_queue_label_on_the_group_puts_the_gang_in_that_queue(
         )
     assert "max 2" in found["message"]
     assert not {"q-0", "q-1"} & set(bound_pods(upstream))
+
+
+def test_an_rbac_without_upstream_podgroups_holds_up_nothing(upstream, core_v1, custom_objects):
+    """An upgrade that kept the old ClusterRole: listing scheduling.k8s.io PodGroups is 403. The
+    scheduler still syncs and places everything else."""
+    upstream.fail_next(
+        10_000, status=403, path_regex=r"^/apis/scheduling\.k8s\.io/v1beta1/podgroups"
+    )
+    gpu_node(upstream, "n1", gpus=8)
+    with running(upstream) as runtime:
+        assert runtime.ready()
+        create_pod(core_v1, pod_body("plain", gpus=1))
+        wait_for(lambda: "plain" in bound_pods(upstream), 5, "a plain pod")
+        create_pod(core_v1, member_pod("m-0", "m"))
+        message = wait_for(lambda: scheduled_condition(upstream, "m-0"), 5, "PodScheduled")
+    assert 'PodGroup "default/m" (scheduling.k8s.io) not found' in message["message"]

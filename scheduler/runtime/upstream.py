@@ -6,10 +6,11 @@ gang's minimum, `basic` no gang), `schedulingConstraints.topology[0].key` (a req
 level, as our annotation), `priorityClassName` with the `priority` admission resolved for it,
 `disruptionMode` (`all`: evicted whole) and `preemptionPolicy`. What it does not implement yet
 is refused with the field named, never ignored: PodGroup-level `resourceClaims`
-(DRAWorkloadResourceClaims) and membership of a CompositePodGroup
-(`parentCompositePodGroupName`). A union with no member, two, or one this reader does not know
-(a newer server's) is malformed. Pure: `initially_scheduled` builds the condition from what the
-gang tracker knows; the tracker writes it.
+(DRAWorkloadResourceClaims), membership of a CompositePodGroup (`parentCompositePodGroupName`)
+and a topology constraint on a `basic` group (its pods are placed one by one). A union with no
+member, two, or one this reader does not know (a newer server's) is malformed. Pure:
+`initially_scheduled` builds the condition from what the gang tracker knows; the tracker writes
+it.
 """
 
 from __future__ import annotations
@@ -58,11 +59,17 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
         _refuse_unsupported(spec)
         policy = _member(spec, "schedulingPolicy", ("basic", "gang"))
         disruption = _member(spec, "disruptionMode", ("single", "all"), default="single")
+        topology = _topology(spec, levels)
+        if policy == "basic" and topology is not None:
+            raise ValueError(
+                "spec.schedulingConstraints.topology: unsupported: a topology constraint on a "
+                "basic PodGroup (gputopo-scheduler keeps gangs in one domain, not single pods)"
+            )
         return replace(
             base,
             min_member=_min_count(spec) if policy == "gang" else 1,
             basic=policy == "basic",
-            topology=_topology(spec, levels),
+            topology=topology,
             priority=_priority(spec),
             whole=disruption == "all",
             never_preempts=_preemption_policy(spec) == "Never",

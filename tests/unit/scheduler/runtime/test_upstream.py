@@ -105,6 +105,14 @@ def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
             id="group claims",
         ),
         pytest.param(
+            {
+                "schedulingPolicy": {"basic": {}},
+                "schedulingConstraints": {"topology": [{"key": "gputopo.io/rack"}]},
+            },
+            "spec.schedulingConstraints.topology: unsupported: a topology constraint on a basic",
+            id="basic in a domain",
+        ),
+        pytest.param(
             {"parentCompositePodGroupName": "cpg"},
             "spec.parentCompositePodGroupName: unsupported",
             id="composite",

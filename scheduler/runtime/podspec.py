@@ -179,9 +179,15 @@ UPSTREAM_GROUP_MARK = "@scheduling.k8s.io"  # `groups.UPSTREAM_MARK` (podspec si
 def pod_group_name(pod: Obj) -> str | None:
     """The PodGroup the pod joins, or None: ours by its label (the current one, then the legacy
     one), or an upstream one by `spec.schedulingGroup.podGroupName`, as its name with
-    `UPSTREAM_GROUP_MARK` (see `groups.group_key`). ValueError for a pod that names both."""
+    `UPSTREAM_GROUP_MARK` (see `groups.group_key`). ValueError for a pod that names both, and
+    for a 1.35 `spec.workloadRef` (not read: it waits with the reason)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     ours = next((str(labels[key]) for key in POD_GROUP_LABELS if labels.get(key)), None)
+    if (pod.get("spec") or {}).get("workloadRef"):  # never placed as a single pod in silence
+        raise ValueError(
+            "spec.workloadRef: unsupported: the 1.35 Workload API (scheduling.k8s.io/v1alpha1) is "
+            "not read; name a scheduling.k8s.io PodGroup (1.36+) or a scheduling.x-k8s.io one"
+        )
     group = (pod.get("spec") or {}).get("schedulingGroup")
     upstream = group.get("podGroupName") if isinstance(group, Mapping) else None
     if group is not None and not (isinstance(upstream, str) and upstream):

@@ -225,3 +225,11 @@ def test_a_pod_naming_both_apis_is_refused() -> None:
     assert info.error is not None
     assert "names two pod groups, ours (label scheduling.x-k8s.io/pod-group" in info.error
     assert "up (spec.schedulingGroup.podGroupName, scheduling.k8s.io)" in info.error
+
+
+def test_a_pod_of_a_1_35_workload_waits_with_the_reason() -> None:
+    body = _pod(schedulerName="s", workloadRef={"name": "w", "podGroup": "workers"})
+    info = read_pod(body, "s")
+    assert info.group_key is None
+    assert info.error is not None
+    assert "spec.workloadRef: unsupported: the 1.35 Workload API" in info.error

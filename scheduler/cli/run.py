@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TypeVar
 
+import psutil
+
 from agent import logsetup
 from agent.dispatch import CommandParser, version_line
 from agent.errors import ConfigError
@@ -323,9 +325,11 @@ class Runtime:
             thread.start()
             self._threads.append(thread)
         log.info(
-            "scheduler %s started (identity %s); upstream PodGroups: %s",
+            "scheduler %s started (identity %s), %.1f s after its process began; upstream "
+            "PodGroups: %s",
             self.settings.scheduler_name,
             self.kube.identity,
+            since_process_began(),
             "not served" if self.upstream is None else self.upstream.api_version,
         )
 
@@ -337,6 +341,9 @@ class Runtime:
                 self._gc.check()
         if not stop.is_set():
             self._gc.synced()
+            log.info(
+                "every collection listed, %.1f s after the process began", since_process_began()
+            )
         self.scheduler.run(stop)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -353,6 +360,11 @@ class Runtime:
         self.reporter.close()
         self.server.stop()
         self._gc.release()
+
+
+def since_process_began() -> float:
+    """Seconds since this process was created (its imports included), as the OS records it."""
+    return time.time() - psutil.Process().create_time()
 
 
 def identity() -> str:

@@ -1,17 +1,16 @@
-"""Every Kubernetes API call of the scheduler, through the real `kubernetes` client.
+"""Every Kubernetes API call of the scheduler, over the real `kubernetes` client's connection pool.
 
-Objects travel as plain JSON dicts (camelCase, as the API server sends them): each call asks for the
-raw response (`_preload_content=False`) and parses it once, which is faster than the client's
-models and sidesteps a known client bug — `pods/binding` answers with a `Status`, which the client
-fails to read as a `Binding` although the pod is bound. Errors become `ApiError` (HTTP status 0 for
-a transport failure) or its subclasses (`calls.api_call`).
-
-The writes made once per pod (the binding, its Events, `PodScheduled=False`) skip the client's
-request building (argument validation, model serialisation, per-call header and timeout objects):
-they send JSON bytes through the client's own urllib3 pool, with its configuration's headers and
-credentials (read per call, so a refreshed token is used), and do not parse the answer. List
-answers and watch events are decoded once, straight into dicts, by `decode` (of a Node, only the
-fields the scheduler reads).
+The client gives the configuration (kubeconfig or in-cluster, credentials, TLS) and its urllib3
+pool; the calls themselves skip its typed APIs (`CoreV1Api` and the like): importing them builds
+thousands of pydantic models and took seconds of the scheduler's start before its first list, and
+per call they add request models, header dicts and retry objects for nothing the scheduler reads.
+Objects travel as plain JSON dicts (camelCase, as the API server sends them): a request goes out
+as JSON bytes with the configuration's headers and credentials (read per call, so a refreshed token
+is used) through `PooledWriter` (one `sendall`, the answer read with llhttp), a watch through the
+pool's streaming response. List answers and watch events are decoded once, straight into dicts,
+by `decode` (of a Node, only the fields the scheduler reads). Errors are `ApiError` (HTTP status 0
+for a transport failure) or the subclass of its status (`calls.error_class`): `ConflictError`,
+`GoneError`, `NotFoundError`.
 """
 
 from __future__ import annotations
@@ -19,20 +18,20 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes import client
 
 from agent import nrt
 from agent.kube.client import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, read_or_none
+from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, transport_reason
 from agent.objkey import object_key
-from scheduler.errors import ApiError, ConflictError, LeaseConflictError
-from scheduler.kubeapi.calls import Kind, WatchStream, api_call, error_class
+from scheduler.errors import ApiError, ConflictError, LeaseConflictError, NotFoundError
+from scheduler.kubeapi.calls import Kind, WatchStream, error_class
 from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, Decoder
 from scheduler.kubeapi.pooled_writes import PooledWriter
 
@@ -42,22 +41,6 @@ Obj = Mapping[str, Any]
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-
-
-def _body(resp: Any) -> Any:
-    """Read a raw response to the end, return its connection to the pool, parse the JSON."""
-    try:
-        data = resp.data
-    finally:
-        resp.release_conn()
-    return json.loads(data) if data else {}
-
-
-def _read_or_none(operation: str, call: Callable[[], Any]) -> dict[str, Any] | None:
-    """The object a raw read returns, or None when it does not exist (404)."""
-    with api_call(operation):
-        response = read_or_none(call)
-        return None if response is None else dict(_body(response))
 
 
 def _status_text(data: bytes, reason: str | None) -> str:
@@ -72,6 +55,18 @@ def _status_text(data: bytes, reason: str | None) -> str:
 def _path(*parts: str) -> str:
     """Path segments quoted as the client quotes path parameters (nothing left unescaped)."""
     return "/".join(quote(part, safe="") for part in parts)
+
+
+def _collection(kind: Kind) -> str:
+    """The path of every object of `kind`, in all namespaces."""
+    if not kind.group:
+        return f"/api/{kind.version}/{kind.plural or kind.name}"
+    return f"/apis/{kind.group}/{kind.version}/{kind.plural}"
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{_path(namespace)}/leases"
+    return f"{leases}/{_path(name)}" if name else leases
 
 
 def now_rfc3339() -> str:
@@ -101,11 +96,6 @@ class KubeClient:
     ) -> None:
         """`timeout`: seconds any call may take (a watch: its own length plus this)."""
         self.api_client = api_client
-        # Typed as Any: every call passes JSON dicts and reads raw responses, not the models.
-        self.core: Any = client.CoreV1Api(api_client)
-        self.custom: Any = client.CustomObjectsApi(api_client)
-        self.coordination: Any = client.CoordinationV1Api(api_client)
-        self.storage: Any = client.StorageV1Api(api_client)
         self.component, self.identity = component, identity
         self.timeout = timeout
         self._writer = PooledWriter(
@@ -127,43 +117,42 @@ class KubeClient:
         api_client.close()
 
     # -- list and watch ------------------------------------------------------------------
-    def _list_call(self, kind: Kind, **kw: Any) -> Any:
-        if kind is PODS:
-            return self.core.list_pod_for_all_namespaces(_preload_content=False, **kw)
-        if kind is NODES:
-            return self.core.list_node(_preload_content=False, **kw)
-        if kind is NRTS or kind is QUEUES:
-            return self.custom.list_cluster_custom_object(
-                kind.group, kind.version, kind.plural, _preload_content=False, **kw
-            )
-        return self.custom.list_custom_object_for_all_namespaces(
-            kind.group, kind.version, kind.plural, _preload_content=False, **kw
-        )
-
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""
-        with api_call(f"list {kind.name}"):
-            resp = self._list_call(kind, _request_timeout=self.timeout)
-            try:
-                data = resp.data
-            finally:
-                resp.release_conn()
+        data = self._call("GET", _collection(kind), None, "", f"list {kind.name}")
         body = _decoder(kind).list_body(data)
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
         )
 
     def watch(self, kind: Kind, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
-        """Open a watch of `kind` after `resource_version`."""
-        with api_call(f"watch {kind.name}"):
-            resp = self._list_call(
-                kind,
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
+        """Open a watch of `kind` after `resource_version` (the answer is streamed, not read)."""
+        operation = f"watch {kind.name}"
+        query = urlencode(
+            {
+                "watch": "true",
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(timeout_seconds),
+            }
+        )
+        api_client: Any = self.api_client
+        try:
+            resp = api_client.rest_client.pool_manager.request(
+                "GET",
+                f"{api_client.configuration.host}{_collection(kind)}?{query}",
+                headers=self._headers(""),
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=self.timeout, read=timeout_seconds + self.timeout),
             )
+        except TRANSPORT_ERRORS as exc:
+            raise ApiError(operation, 0, transport_reason(exc)) from exc
+        if resp.status != 200:
+            try:
+                text = resp.data
+            finally:
+                resp.release_conn()
+            raise error_class(resp.status)(operation, resp.status, _status_text(text, resp.reason))
         return WatchStream(kind, resp, _decoder(kind))
 
     # -- binding and status --------------------------------------------------------------
@@ -242,18 +231,33 @@ class KubeClient:
         """Set (or, with None, clear) the pod's `status.nominatedNodeName`."""
         self._patch_pod_status(namespace, name, {"nominatedNodeName": node})
 
-    def _send(self, method: str, path: str, body: Obj, content_type: str, operation: str) -> None:
-        """One write through the client's connection pool, with the client's headers and
-        credentials; the answer is read, not parsed. Errors as `api_call` maps them."""
+    def _headers(self, content_type: str) -> dict[str, str]:
+        """The client's default headers and credentials (read per call: a refreshed token is
+        used), JSON accepted, `content_type` when the request has a body."""
         api_client: Any = self.api_client
         headers = {"Accept": "application/json", **api_client.default_headers}
-        headers["Content-Type"] = content_type
+        if content_type:
+            headers["Content-Type"] = content_type
         if api_client.cookie:
             headers["Cookie"] = api_client.cookie
         for auth in api_client.configuration.auth_settings().values():
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
-        data = json.dumps(body, separators=(",", ":")).encode()
+        return headers
+
+    def _send(self, method: str, path: str, body: Obj, content_type: str, operation: str) -> None:
+        """A write whose answer is not needed."""
+        self._call(method, path, body, content_type, operation)
+
+    def _call(
+        self, method: str, path: str, body: Obj | None, content_type: str, operation: str
+    ) -> bytes:
+        """One request through the client's connection pool, with the client's headers and
+        credentials; the answer's body, unparsed. Errors: `ApiError` (0 when no answer came) or
+        the subclass of its HTTP status."""
+        api_client: Any = self.api_client
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = self._headers(content_type if body is not None else "")
         try:
             if self._writer.usable:
                 answer = self._writer.request(method, path, data, headers)
@@ -262,43 +266,48 @@ class KubeClient:
                 resp = api_client.rest_client.pool_manager.urlopen(
                     method,
                     api_client.configuration.host + path,
-                    body=data,
+                    body=data if body is not None else None,
                     headers=headers,
                     timeout=urllib3.Timeout(total=self.timeout),
                 )
                 status, reason, text = int(resp.status), str(resp.reason), resp.data
         except TRANSPORT_ERRORS as exc:
-            raise ApiError(operation, 0, str(exc)) from exc
+            raise ApiError(operation, 0, transport_reason(exc)) from exc
         if not 200 <= status < 300:
             raise error_class(status)(operation, status, _status_text(text, reason))
+        return bytes(text)
+
+    def _read(self, path: str, operation: str) -> dict[str, Any] | None:
+        """The object at `path`, or None when it does not exist (404)."""
+        try:
+            return dict(json.loads(self._call("GET", path, None, "", operation)))
+        except NotFoundError:
+            return None
+
+    def resources(self, group: str, version: str) -> dict[str, Any] | None:
+        """Discovery: the APIResourceList `group/version` serves, or None when it serves none."""
+        return self._read(f"/apis/{group}/{version}", f"discover {group}/{version}")
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
+        """Merge `status` into the status subresource of an object of `kind` (one of the
+        upstream API groups': `scheduler.kubeapi.workloads`)."""
+        self._merge_status(kind, namespace, name, status, kind.name)
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
-        with api_call(f"patch podgroup {object_key(namespace, name)} status"):
-            self._merge_status(PODGROUPS, namespace, name, status)
+        self._merge_status(PODGROUPS, namespace, name, status, "podgroup")
 
     def patch_queue_status(self, name: str, status: Obj) -> None:
         """Merge `status` into the (cluster-scoped) Queue's status subresource."""
-        with api_call(f"patch queue {name} status"):
-            self._merge_status(QUEUES, "", name, status)
+        self._merge_status(QUEUES, "", name, status, "queue")
 
-    def _merge_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
+    def _merge_status(self, kind: Kind, namespace: str, name: str, status: Obj, what: str) -> None:
         """A merge patch of a custom resource's status subresource (cluster-scoped: no
         namespace)."""
-        args = (kind.group, kind.version, *([namespace] if namespace else []), kind.plural, name)
-        patch = (
-            self.custom.patch_namespaced_custom_object_status
-            if namespace
-            else self.custom.patch_cluster_custom_object_status
-        )
-        resp = patch(
-            *args,
-            {"status": dict(status)},
-            _content_type=MERGE,
-            _preload_content=False,
-            _request_timeout=self.timeout,
-        )
-        _body(resp)
+        scope = f"/namespaces/{_path(namespace)}" if namespace else ""
+        path = f"/apis/{kind.group}/{kind.version}{scope}/{kind.plural}/{_path(name)}/status"
+        operation = f"patch {what} {object_key(namespace, name) if namespace else name} status"
+        self._send("PATCH", path, {"status": dict(status)}, MERGE, operation)
 
     def create_event(
         self, involved: Obj, kind: str, event_type: str, reason: str, message: str
@@ -342,58 +351,44 @@ class KubeClient:
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return _read_or_none(
+        return self._read(
+            f"/api/v1/namespaces/{_path(namespace)}/persistentvolumeclaims/{_path(name)}",
             f"get persistentvolumeclaim {object_key(namespace, name)}",
-            lambda: self.core.read_namespaced_persistent_volume_claim(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            ),
         )
 
     def storage_class_modes(self) -> dict[str, str]:
         """StorageClass name → volumeBindingMode; empty when storage classes cannot be listed."""
         try:
-            with api_call("list storageclasses"):
-                body = _body(
-                    self.storage.list_storage_class(
-                        _preload_content=False, _request_timeout=self.timeout
-                    )
-                )
+            data = self._call(
+                "GET", "/apis/storage.k8s.io/v1/storageclasses", None, "", "list storageclasses"
+            )
         except ApiError as exc:
             log.debug("storage classes unavailable: %s", exc)
             return {}
         return {
             str(sc["metadata"]["name"]): str(sc.get("volumeBindingMode") or "Immediate")
-            for sc in body.get("items") or []
+            for sc in json.loads(data).get("items") or []
         }
 
     # -- leases (scheduler.kubeapi.leader.LeaseStore) --------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return _read_or_none(
-            f"get lease {object_key(namespace, name)}",
-            lambda: self.coordination.read_namespaced_lease(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            ),
-        )
+        return self._read(_lease_path(namespace, name), f"get lease {object_key(namespace, name)}")
 
     def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
-            f"create lease {namespace}",
-            lambda: self.coordination.create_namespaced_lease(
-                namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
-            ),
+            "POST", _lease_path(namespace, ""), body, f"create lease {namespace}"
         )
 
     def replace_lease(self, namespace: str, name: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
+            "PUT",
+            _lease_path(namespace, name),
+            body,
             f"replace lease {object_key(namespace, name)}",
-            lambda: self.coordination.replace_namespaced_lease(
-                name, namespace, dict(body), _preload_content=False, _request_timeout=self.timeout
-            ),
         )
 
-    def _lease_write(self, operation: str, call: Callable[[], Any]) -> dict[str, Any]:
+    def _lease_write(self, method: str, path: str, body: Obj, operation: str) -> dict[str, Any]:
         try:
-            with api_call(operation):
-                return dict(_body(call()))
+            return dict(json.loads(self._call(method, path, body, "application/json", operation)))
         except ConflictError as exc:
             raise LeaseConflictError(str(exc)) from exc

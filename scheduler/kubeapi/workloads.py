@@ -13,15 +13,12 @@ The condition kube-scheduler writes on a PodGroup changed its name with the API:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.objkey import object_key
-from scheduler.errors import NotFoundError
-from scheduler.kubeapi.calls import Kind, api_call
-from scheduler.kubeapi.client import MERGE, KubeClient
+from scheduler.kubeapi.calls import Kind
+from scheduler.kubeapi.client import KubeClient
 
 __all__ = [
     "CONDITION_INITIALLY_SCHEDULED",
@@ -66,18 +63,7 @@ class Served:
 
 def _resources(kube: KubeClient, version: str) -> list[str]:
     """The resource names `GROUP/version` serves; [] when the server does not serve it."""
-    try:
-        with api_call(f"discover {GROUP}/{version}"):
-            resp = kube.custom.get_api_resources(
-                GROUP, version, _preload_content=False, _request_timeout=kube.timeout
-            )
-            try:
-                data = resp.data
-            finally:
-                resp.release_conn()
-    except NotFoundError:
-        return []
-    body = json.loads(data or b"{}")
+    body = kube.resources(GROUP, version) or {}
     return [str(r.get("name")) for r in body.get("resources") or () if isinstance(r, Mapping)]
 
 
@@ -95,19 +81,5 @@ def patch_status(
 ) -> None:
     """Merge `status` into the upstream PodGroup's status subresource, in the object's own
     `api_version` (`scheduling.k8s.io/<version>`, as it was read)."""
-    with api_call(f"patch podgroup {object_key(namespace, name)} ({GROUP}) status"):
-        resp = kube.custom.patch_namespaced_custom_object_status(
-            GROUP,
-            api_version.rpartition("/")[2],
-            namespace,
-            PLURAL,
-            name,
-            {"status": dict(status)},
-            _content_type=MERGE,
-            _preload_content=False,
-            _request_timeout=kube.timeout,
-        )
-        try:
-            resp.data  # noqa: B018 (read to the end: the connection goes back to the pool)
-        finally:
-            resp.release_conn()
+    version = api_version.rpartition("/")[2]
+    kube.patch_status(Kind(KIND_NAME, GROUP, version, PLURAL), namespace, name, status)

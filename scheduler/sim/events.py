@@ -137,7 +137,10 @@ class _EventRun:
 
     def _arrive(self, job: Job) -> None:
         leaf = job.queue or DEFAULT_QUEUE
-        enqueue(self.leaves.setdefault(leaf, []), Pending(job, job_requests(job)))
+        requests = job_requests(job)
+        if job.pod.claims:
+            self.scheduler.claims.update((r.key, job.pod.claims) for r in requests)
+        enqueue(self.leaves.setdefault(leaf, []), Pending(job, requests))
         self.arrived += job.replicas * job.pod.gpu_milli_total
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
         self.book.arrived(job)

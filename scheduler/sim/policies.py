@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from scheduler.claims.model import ResourceClaim
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.placement import (
     CLIQUE_LABEL,
@@ -30,6 +31,7 @@ from scheduler.placement import (
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.placement.shares import legacy_share
+from scheduler.sim.claims import SimClaims
 from scheduler.sim.cluster import Cluster
 
 __all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "canonical_policy", "make_policy"]
@@ -108,11 +110,19 @@ class SimScheduler:
         self.policy = policy
         self.rng = rng
         self.placer = cluster.placer(policy.scoring)
+        self.claims: dict[str, tuple[ResourceClaim, ...]] = {}
+        """The claims of claim-style pods by pod key (`SimClaims` places them)."""
+        self._sim_claims: SimClaims | None = None
 
     def choose(
         self, pod: PodRequest, excluded: AbstractSet[str] | None = None
     ) -> Assignment | None:
         """Where `pod` would go, never on `excluded` (nodes held for others; nothing is bound)."""
+        claims = self.claims.get(pod.key)
+        if claims:
+            if self._sim_claims is None:
+                self._sim_claims = SimClaims(self.placer)
+            return self._sim_claims.choose(pod, claims, excluded)
         if self.policy.uniform:
             names = self.placer.feasible(pod)
             if excluded:

@@ -14,7 +14,9 @@ jobs:
     interval: 0
     pod: {cpu: 8, memoryGiB: 64, gpus: 8, gpuModels: [NVIDIA-H100-80GB-HBM3]}
     # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}, or a share of a time-sliced
-    # GPU by memory and compute (DESIGN §12): gpuMemory: 20Gi, gpuCompute: 30
+    # GPU by memory and compute (DESIGN §12): gpuMemory: 20Gi, gpuCompute: 30, or DRA claims
+    # (each a ResourceClaim spec; `sim/claims.py`): claims: [{devices: {requests: [{name: g,
+    #   exactly: {deviceClassName: gpu.gputopo.io, count: 2}}]}}]
     queue: team-a        # a leaf of `queues` (omitted: the implicit `default` queue)
     priority: 0          # inside a queue: higher first, then arrival
     topology: {required: nvidia.com/gpu.clique}  # or preferred: a gang in one domain (`domains`)
@@ -56,8 +58,10 @@ import yaml
 from agent.errors import AgentError
 from agent.model import MigMode
 from agent.nvml.fixture import load_fixture
+from scheduler.claims.model import ResourceClaim
 from scheduler.placement import TopologyConstraint
 from scheduler.quota import QueueSpec, QuotaTree, read_queue
+from scheduler.sim.claims import claim_gpus, read_pod_claims
 from scheduler.sim.domains import read_topology
 from scheduler.sim.sharing import GROUP_KEYS, POD_KEYS, read_group_sharing, read_pod_share
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
@@ -94,6 +98,7 @@ class PodSpec:
     gpu_compute: int | None = None  # ... and compute (percent)
     mig: Mapping[str, int] = field(default_factory=lambda: _NONE)
     gpu_models: frozenset[str] = frozenset()
+    claims: tuple[ResourceClaim, ...] = ()  # claim-style GPUs (`gpus` is their count)
 
     @property
     def gpu_milli_total(self) -> int:
@@ -101,6 +106,8 @@ class PodSpec:
 
     @property
     def pod_class(self) -> str:
+        if self.claims:
+            return "claims"
         if self.mig:
             return "mig"
         if self.gpu_memory is not None or self.gpu_compute is not None:
@@ -275,6 +282,8 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
     min_member = reader.as_int(doc.get("minMember", 1), f"{path}.minMember", 1)
     if min_member > replicas:
         reader.fail(f"{path}.minMember", f"{min_member} is more than replicas ({replicas})")
+    if pod.claims and min_member > 1:
+        reader.fail(f"{path}.minMember", "claims are simulated for single pods, not gangs, yet")
     arrival = reader.as_float(doc.get("arrival", 0), f"{path}.arrival", 0.0)
     duration = doc.get("duration")
     if duration is not None:
@@ -301,7 +310,7 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
 
 
 def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
-    optional = ("cpu", "memoryGiB", "memoryMiB", "gpus", "gpuShare", "mig", "gpuModels")
+    optional = ("cpu", "memoryGiB", "memoryMiB", "gpus", "gpuShare", "mig", "gpuModels", "claims")
     doc = reader.mapping(raw, path, (), (*optional, *POD_KEYS))
     gpu_memory, gpu_compute = read_pod_share(reader, doc, path)
     gpus = reader.as_int(doc.get("gpus", 0), f"{path}.gpus", 0)
@@ -312,8 +321,9 @@ def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
         reader.as_str(k, f"{path}.mig"): reader.as_int(v, f"{path}.mig.{k}", 1)
         for k, v in reader.any_mapping(doc.get("mig", {}), f"{path}.mig").items()
     }
-    if sum(bool(x) for x in (gpus, share, mig, gpu_memory or gpu_compute)) > 1:
-        reader.fail(path, "gpus, gpuShare, gpuMemory/gpuCompute and mig are exclusive")
+    claims = read_pod_claims(reader, doc.get("claims", []), f"{path}.claims")
+    if sum(bool(x) for x in (gpus, share, mig, gpu_memory or gpu_compute, claims)) > 1:
+        reader.fail(path, "gpus, gpuShare, gpuMemory/gpuCompute, mig and claims are exclusive")
     memory = reader.as_float(doc.get("memoryGiB", 1), f"{path}.memoryGiB", 0.0) * GIB
     if "memoryMiB" in doc:
         memory = reader.as_float(doc["memoryMiB"], f"{path}.memoryMiB", 0.0) * MIB
@@ -321,12 +331,13 @@ def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
     return PodSpec(
         cpu_milli=round(reader.as_float(doc.get("cpu", 1), f"{path}.cpu", 0.0) * 1000),
         memory=int(memory),
-        gpus=gpus,
+        gpus=gpus or claim_gpus(claims),
         gpu_milli=share,
         gpu_memory=gpu_memory,
         gpu_compute=gpu_compute,
         mig=mig,
         gpu_models=frozenset(reader.as_str(m, f"{path}.gpuModels") for m in models),
+        claims=claims,
     )
 
 

@@ -54,7 +54,7 @@ def test_memory_jobs_land_only_on_shared_gpus_within_their_capacity(tmp_path: Pa
         ("jobs: [{name: a, pod: {gpuMemory: lots}}]", r"jobs\[0\].pod.gpuMemory: "),
         (
             "jobs: [{name: a, pod: {gpuShare: 300, gpuMemory: 1Gi}}]",
-            r"jobs\[0\].pod: gpus, gpuShare, gpuMemory/gpuCompute and mig are exclusive",
+            r"jobs\[0\].pod: gpus, gpuShare, gpuMemory/gpuCompute, mig and claims are exclusive",
         ),
     ],
 )

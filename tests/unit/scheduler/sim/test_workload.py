@@ -54,7 +54,7 @@ def test_gang_jobs_become_pod_group_members(tmp_path: Path):
         pytest.param("version: v1\njobs: [{name: a}]\n", r"jobs\[0\].pod: required", id="pod"),
         pytest.param(
             "version: v1\njobs: [{name: a, pod: {gpus: 1, gpuShare: 5}}]\n",
-            r"jobs\[0\].pod: gpus, gpuShare, gpuMemory/gpuCompute and mig are exclusive",
+            r"jobs\[0\].pod: gpus, gpuShare, gpuMemory/gpuCompute, mig and claims are exclusive",
             id="exclusive",
         ),
         pytest.param(

@@ -1,0 +1,279 @@
+"""Allocation of a pod's ResourceClaims (or a gang's) on the nodes: the decision API of this room.
+
+`ClaimAllocator.on_node` answers for one node: every claim of the pod allocated there (claims
+allocated already are kept as they are, and must be on that node), or the nearest miss.
+`place` asks every node and keeps the answer the placement scores prefer: with a node's
+`NodeState`, the scheduler's own `Scoring` (binpack, topology, ...) on the whole GPUs the claims
+take, with used nodes first when `prefer_used_nodes`; without one, the node whose devices end
+fullest; ties to the lowest name. `place_gang` places a gang's pods in order, each seeing the
+devices the earlier ones took, a claim shared by several of them allocated once; all or none.
+
+Each node's verdict for a pod's claim shape (the specs, not the names) is kept while neither the
+node's pools in `Usage` nor what the shipped scores read of its `NodeState` change (`verdicts`),
+so a pod decides in a lookup per unchanged node, as placement's verdict memo does for pods.
+Pure: the caller passes what is allocated already (`Usage`) and applies the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from scheduler.placement import Assignment, PodRequest, Scoring
+
+from .candidates import Candidates, Miss, StaticMemo, candidates
+from .decision import (
+    ClaimAllocation,
+    ClaimNode,
+    GangDecision,
+    PodClaims,
+    PodDecision,
+    allocations,
+    fullness,
+    whole_gpus,
+)
+from .errors import SearchLimitError
+from .model import AllocationMode, Alternative, ClaimKey, DeviceClass, ResourceClaim
+from .order import prefer
+from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
+from .selectors import Selectors
+from .usage import Usage
+from .verdicts import NO_FIT, Fit, Verdicts
+
+__all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
+
+CLAIM_WEIGHTS: Mapping[str, float] = MappingProxyType({"binpack": 10.0, "topology": 5.0})
+"""The scores `ClaimAllocator` ranks nodes by when given no `Scoring`."""
+
+
+class ClaimAllocator:
+    """Allocates claims with one set of DeviceClasses; keeps compiled selectors and verdicts."""
+
+    def __init__(
+        self,
+        classes: Mapping[str, DeviceClass],
+        *,
+        scoring: Scoring | None = None,
+        selectors: Selectors | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> None:
+        self.classes = classes
+        self.scoring = scoring or Scoring.from_weights(CLAIM_WEIGHTS, candidate_limit=0)
+        self.selectors = selectors or Selectors()
+        self.limit = limit
+        self._static: StaticMemo = {}
+        self._verdicts = Verdicts(self.scoring)
+        self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
+        """Claim shapes that fit no node, per usage epoch and node objects (held here, so
+        their ids stay theirs): whether claims fit reads nothing else."""
+
+    def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
+        """The pod's claims allocated on `node`, or the nearest miss there."""
+        kept, fresh = _split(pod.claims)
+        pinned = _pinned_elsewhere(kept, node.name)
+        if pinned is not None:
+            return pinned
+        found = self._solve(pod.key, fresh, node, usage)
+        if isinstance(found, Miss):
+            return found
+        return self._decision(kept, fresh, node, found)
+
+    def _decision(
+        self,
+        kept: Sequence[ResourceClaim],
+        fresh: Sequence[ResourceClaim],
+        node: ClaimNode,
+        picks: Sequence[Pick],
+    ) -> PodDecision:
+        old = [
+            ClaimAllocation(claim=c, allocation=c.allocation, new=False)
+            for c in kept
+            if c.allocation
+        ]
+        made = allocations(fresh, picks, node.name, self.classes)
+        return PodDecision(node=node.name, claims=(*old, *made), gpus=whole_gpus(node, picks))
+
+    def _solve(
+        self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage
+    ) -> list[Pick] | Miss:
+        where = f"on node {node.name}"
+        slots = []
+        for pos, claim in enumerate(fresh):
+            for request in claim.spec.requests:
+                slot = self._slot(pos, claim, request.alternatives, node, usage, where)
+                if isinstance(slot, Miss):
+                    return slot
+                slots.append(slot)
+        try:
+            picks = search(slots, usage, self.limit)
+        except SearchLimitError as exc:
+            return Miss(f"claims of pod {pod}: {exc} {where}", (90, 0))
+        if picks is None:
+            names = ", ".join(str(c.key) for c in fresh)
+            return Miss(
+                f"claims {names}: no devices satisfy their constraints together {where}", (90, 0)
+            )
+        return picks
+
+    def _slot(
+        self,
+        pos: int,
+        claim: ResourceClaim,
+        alternatives: Sequence[Alternative],
+        node: ClaimNode,
+        usage: Usage,
+        where: str,
+    ) -> Slot | Miss:
+        options, misses = [], []
+        for alt in alternatives:
+            found = candidates(
+                claim.key,
+                alt,
+                self.classes,
+                node.devices.devices,
+                usage,
+                self.selectors,
+                where,
+                self._static,
+            )
+            miss = found.miss or _incomplete(claim.key, alt, found, node, where)
+            if miss is not None:
+                misses.append(miss)
+                continue
+            group_by = next(
+                (
+                    c.match_attribute
+                    for c in claim.spec.constraints
+                    if c.match_attribute and applies(c, alt.name)
+                ),
+                None,
+            )
+            options.append(Option(alt, prefer(found, node.gpus, usage, group_by)))
+        if not options:
+            return max(misses, key=lambda m: m.rank)
+        return Slot(pos, tuple(options), claim.spec.constraints)
+
+    def place(
+        self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage, *, explain: bool = True
+    ) -> PodDecision:
+        """The best node for the pod's claims, or the reasons no node will do (with `explain`
+        every node's nearest miss, nearest first; without, one line)."""
+        kept, fresh = _split(pod.claims)
+        shape = tuple(repr(c.spec) for c in fresh)
+        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
+        if not explain and nowhere in self._nowhere:
+            return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
+        here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
+        best = self._verdicts.scan(
+            (shape, tuple(str(c.key) for c in kept)),
+            here,
+            usage,
+            lambda node: self._fit(pod.key, fresh, node, usage),
+        )
+        if best is not None:
+            return self._decision(kept, fresh, best[0], best[1].picks)
+        if len(self._nowhere) >= 10_000:
+            self._nowhere.clear()
+        self._nowhere[nowhere] = tuple(nodes)  # fits nowhere: exact while devices, usage stay
+        if not explain:
+            return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
+        return self._explain(pod, nodes, usage)
+
+    def _fit(self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage) -> Fit:
+        found = self._solve(pod, fresh, node, usage)
+        if isinstance(found, Miss):
+            return NO_FIT
+        gpus = whole_gpus(node, found)
+        state = node.state
+        if state is None:
+            return Fit(tuple(found), (False, fullness(node, found, usage)))
+        request = PodRequest(key=pod, gpus=len(gpus))
+        score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
+        return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
+
+    def _explain(self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage) -> PodDecision:
+        misses = []
+        for node in nodes:
+            answer = self.on_node(pod, node, usage)
+            if isinstance(answer, Miss):
+                misses.append(answer)
+        ordered = sorted(misses, key=lambda m: m.rank, reverse=True)
+        return PodDecision(node=None, reasons=tuple(m.text for m in ordered) or ("no nodes",))
+
+    def place_gang(
+        self,
+        pods: Sequence[PodClaims],
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        *,
+        domains: Mapping[str, Sequence[ClaimNode]] | None = None,
+    ) -> GangDecision:
+        """Every pod placed with the devices the earlier ones took counted, or none. With
+        `domains` (a required topology level: its values and their nodes; `nodes` unused) the
+        whole gang in one domain: of those where it fits, the one with the fewest free devices
+        (binpack), ties to the lowest value; else every domain's first reason."""
+        if domains is None:
+            return self._gang_on(pods, nodes, usage)
+        fits, reasons = [], []
+        for value in sorted(domains):
+            decision = self._gang_on(pods, domains[value], usage)
+            if decision.placed:
+                free = sum(usage.is_free(d) for n in domains[value] for d in n.devices.devices)
+                fits.append((free, value, decision))
+            else:
+                reasons.append(f"domain {value}: {decision.reasons[0]}")
+        if fits:
+            return min(fits, key=lambda f: (f[0], f[1]))[2]
+        return GangDecision(reasons=tuple(reasons) or ("no topology domain",))
+
+    def _gang_on(
+        self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage
+    ) -> GangDecision:
+        usage = usage.copy()
+        allocated: dict[ClaimKey, ResourceClaim] = {}
+        decisions = []
+        for pod in pods:
+            claims = tuple(allocated.get(c.key, c) for c in pod.claims)
+            decision = self.place(replace(pod, claims=claims), nodes, usage)
+            if decision.node is None:
+                first = decision.reasons[0] if decision.reasons else "no node"
+                return GangDecision(reasons=(f"pod {pod.key}: {first}", *decision.reasons[1:]))
+            for made in decision.claims:
+                if made.new:
+                    usage.add(made.allocation.devices)
+                    allocated[made.claim.key] = replace(made.claim, allocation=made.allocation)
+            decisions.append(decision)
+        return GangDecision(pods=tuple(decisions))
+
+
+def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[ResourceClaim]]:
+    """(allocated already, to allocate), each claim once."""
+    seen: dict[ClaimKey, ResourceClaim] = {}
+    for claim in claims:
+        seen.setdefault(claim.key, claim)
+    kept = [c for c in seen.values() if c.allocation is not None]
+    return kept, [c for c in seen.values() if c.allocation is None]
+
+
+def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:
+    for claim in kept:
+        where = claim.allocation.node if claim.allocation else None
+        if where not in (None, node):
+            return Miss(f"claim {claim.key} is allocated on node {where}", (0, 0))
+    return None
+
+
+def _incomplete(
+    claim: ClaimKey, alt: Alternative, found: Candidates, node: ClaimNode, where: str
+) -> Miss | None:
+    """An `All` request cannot be served while a pool it could use is being republished."""
+    pools = node.devices.incomplete_pools
+    if alt.mode is not AllocationMode.ALL or not pools:
+        return None
+    for cand in found.usable:
+        dev = cand.device
+        if (dev.id.driver, dev.id.pool) in pools:
+            text = f"claim {claim} request {alt.name}: pool {dev.id.pool} is incomplete {where}"
+            return Miss(text, (80, 0))
+    return None

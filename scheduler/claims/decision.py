@@ -1,0 +1,156 @@
+"""What the allocator is asked and answers, and how a search's picks become claim allocations.
+
+`ClaimNode` (a node's devices, GPUs and placement state), `PodClaims` (a pod's claims),
+`PodDecision` / `GangDecision` (the answer), `ClaimAllocation` (one claim's `status.allocation`).
+`allocations` turns the picks of `search` into one `Allocation` per claim: results in pick order,
+a deterministic share ID and the consumed capacity for a shared device, the classes' config
+(FromClass, for the requests that used each class) then the claim's (FromClaim), and the node.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.placement import NodeState
+
+from .model import AllocatedDevice, Allocation, ConfigEntry, DeviceClass, ResourceClaim
+from .order import GpuMap
+from .search import Pick
+from .slices import NodeDevices
+from .usage import Usage
+
+__all__ = [
+    "ClaimAllocation",
+    "ClaimNode",
+    "GangDecision",
+    "PodClaims",
+    "PodDecision",
+    "allocations",
+    "fullness",
+    "whole_gpus",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimNode:
+    """One node as claims see it: its devices, its GPUs (for topology) and placement's state."""
+
+    name: str
+    devices: NodeDevices
+    gpus: GpuMap | None = None
+    state: NodeState | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodClaims:
+    """A pod (`key` = `ns/name`) and its claims in `spec.resourceClaims` order."""
+
+    key: str
+    claims: tuple[ResourceClaim, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimAllocation:
+    """A claim and its allocation; `new` is False for a claim that was allocated already."""
+
+    claim: ResourceClaim
+    allocation: Allocation
+    new: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodDecision:
+    """`node` and the pod's claims there (with the whole GPUs they take, by index), or no node
+    and the reasons (nearest miss first)."""
+
+    node: str | None
+    claims: tuple[ClaimAllocation, ...] = ()
+    gpus: tuple[int, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GangDecision:
+    pods: tuple[PodDecision, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def placed(self) -> bool:
+        return not self.reasons
+
+
+def allocations(
+    fresh: Sequence[ResourceClaim],
+    picks: Sequence[Pick],
+    node: str,
+    classes: Mapping[str, DeviceClass],
+) -> list[ClaimAllocation]:
+    """One allocation per claim of `fresh` (`Pick.claim` is a position in it)."""
+    out = []
+    for pos, claim in enumerate(fresh):
+        mine = [p for p in picks if p.claim == pos]
+        results = tuple(_result(claim, p) for p in mine)
+        config = _config(claim, mine, classes)
+        out.append(
+            ClaimAllocation(
+                claim=claim, allocation=Allocation(devices=results, config=config, node=node)
+            )
+        )
+    return out
+
+
+def _result(claim: ResourceClaim, pick: Pick) -> AllocatedDevice:
+    consumed = pick.candidate.consumed
+    return AllocatedDevice(
+        request=pick.alternative.name,
+        id=pick.candidate.device.id,
+        admin_access=pick.alternative.admin_access,
+        share_id=None if consumed is None else _share_id(claim, pick),
+        consumed=consumed or {},
+    )
+
+
+def _config(
+    claim: ResourceClaim, picks: Sequence[Pick], classes: Mapping[str, DeviceClass]
+) -> tuple[tuple[str, ConfigEntry], ...]:
+    by_class: dict[str, list[str]] = {}
+    for pick in picks:
+        names = by_class.setdefault(pick.alternative.device_class, [])
+        if pick.alternative.name not in names:
+            names.append(pick.alternative.name)
+    out: list[tuple[str, ConfigEntry]] = []
+    for class_name, requests in by_class.items():
+        for entry in classes[class_name].config:
+            out.append(("FromClass", replace(entry, requests=tuple(requests))))
+    out.extend(("FromClaim", entry) for entry in claim.spec.config)
+    return tuple(out)
+
+
+def _share_id(claim: ResourceClaim, pick: Pick) -> str:
+    """A share's ID, the same for the same claim, request and device (no randomness here)."""
+    dev = pick.candidate.device.id
+    seed = f"{claim.uid or claim.key}/{pick.alternative.name}/{dev.driver}/{dev.pool}/{dev.device}"
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, seed))
+
+
+def whole_gpus(node: ClaimNode, picks: Sequence[Pick]) -> tuple[int, ...]:
+    """The model GPUs (indices) the picks take whole."""
+    if node.gpus is None:
+        return ()
+    whole = node.gpus.whole
+    found = {whole[p.candidate.device.id] for p in picks if p.candidate.device.id in whole}
+    return tuple(sorted(found))
+
+
+def fullness(node: ClaimNode, picks: Sequence[Pick], usage: Usage) -> float:
+    """The share of the node's devices in use once the picks are taken (binpack), in 0..100."""
+    devices = node.devices.devices
+    if not devices:
+        return 0.0
+    taken = {p.candidate.device.id for p in picks}
+    used = sum(
+        1 for d in devices if d.id in taken or not usage.is_free(d) or d.id in usage.consumed
+    )
+    return 100.0 * used / len(devices)

@@ -1,0 +1,212 @@
+"""What DRA allocation reads and writes, as frozen values (resource.k8s.io/v1).
+
+Built from the API server's JSON by `parse`; nothing here holds a dict of the wire form. Device
+taints and tolerations are placement's `Taint` and `Toleration` (same matching rules as a node's);
+a taint or toleration with effect `None` blocks nothing and is dropped when parsed. Names:
+an attribute or capacity name is always qualified here (`domain/id`): an unqualified name in a
+ResourceSlice belongs to the slice's driver, and in a constraint it is used as written (as the
+Kubernetes allocator does, which compares it against the qualified names).
+
+    DeviceClass                     ResourceClaim ── ClaimSpec
+    ResourceSlice ── Device ...                       ├── DeviceRequest ── Alternative ...
+                                                      ├── Constraint ...
+                                                      └── ConfigEntry ...
+    Allocation (a claim's status.allocation): AllocatedDevice ..., node
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+from types import MappingProxyType
+from typing import NamedTuple
+
+from scheduler.placement import Taint, Toleration
+
+from .semver import Semver
+
+__all__ = [
+    "AllocatedDevice",
+    "Allocation",
+    "AllocationMode",
+    "Alternative",
+    "AttrValue",
+    "Capacity",
+    "ClaimKey",
+    "ClaimSpec",
+    "ConfigEntry",
+    "Constraint",
+    "Device",
+    "DeviceClass",
+    "DeviceId",
+    "DeviceRequest",
+    "RequestPolicy",
+    "ResourceClaim",
+    "ResourceSlice",
+]
+
+AttrValue = bool | int | str | Semver
+"""A device attribute's value: `bool`, `int`, `string` or `version` on the wire."""
+
+_NO_CAPACITY: Mapping[str, Fraction] = MappingProxyType({})
+
+
+class DeviceId(NamedTuple):
+    """One device cluster-wide, as allocation results name it."""
+
+    driver: str
+    pool: str
+    device: str
+
+
+class ClaimKey(NamedTuple):
+    """A ResourceClaim by namespace and name; `str()` is `ns/name`."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class AllocationMode(StrEnum):
+    EXACT_COUNT = "ExactCount"
+    ALL = "All"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestPolicy:
+    """How a shared device's capacity is handed out: the amount taken when a claim asks for
+    none (`default`), and the amounts allowed (`valid_values`, or `valid_min`..`valid_max` in
+    steps of `valid_step` from `valid_min`)."""
+
+    default: Fraction | None = None
+    valid_values: tuple[Fraction, ...] = ()
+    valid_min: Fraction | None = None
+    valid_max: Fraction | None = None
+    valid_step: Fraction | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capacity:
+    value: Fraction
+    policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
+    """One device of a ResourceSlice; `attributes` and `capacity` are keyed by qualified name."""
+
+    id: DeviceId
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allow_multiple_allocations: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.id.device
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceSlice:
+    """`node_name` for a node-local slice; `all_nodes`; or `node_selector` (the wire's
+    NodeSelector dict, matched by the caller's node labels)."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int = 0
+    slice_count: int = 1
+    node_name: str | None = None
+    all_nodes: bool = False
+    node_selector: Mapping[str, object] | None = None
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigEntry:
+    """An opaque config entry of a class or claim: copied into the allocation as is."""
+
+    driver: str
+    parameters: Mapping[str, object]
+    requests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    config: tuple[ConfigEntry, ...] = ()
+    extended_resource_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Alternative:
+    """One way to satisfy a request: the request's `exactly`, or one `firstAvailable` entry.
+    `name` is what results name: `req` or `req/sub`."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    mode: AllocationMode = AllocationMode.EXACT_COUNT
+    count: int = 1
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    capacity: Mapping[str, Fraction] = field(default_factory=lambda: _NO_CAPACITY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceRequest:
+    """`alternatives`: one (`exactly`) or the `firstAvailable` list, tried in order."""
+
+    name: str
+    alternatives: tuple[Alternative, ...]
+    first_available: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constraint:
+    """`requests` empty: every request of the claim. Exactly one attribute is set."""
+
+    requests: tuple[str, ...] = ()
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimSpec:
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    config: tuple[ConfigEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatedDevice:
+    """One `status.allocation.devices.results` entry."""
+
+    request: str
+    id: DeviceId
+    admin_access: bool = False
+    share_id: str | None = None
+    consumed: Mapping[str, Fraction] = field(default_factory=lambda: _NO_CAPACITY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocation:
+    """A claim's `status.allocation`: `node` is the node its nodeSelector names (None: any)."""
+
+    devices: tuple[AllocatedDevice, ...]
+    config: tuple[tuple[str, ConfigEntry], ...] = ()  # (FromClass | FromClaim, entry)
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceClaim:
+    key: ClaimKey
+    uid: str = ""
+    spec: ClaimSpec = field(default_factory=ClaimSpec)
+    allocation: Allocation | None = None
+    reserved_for: tuple[str, ...] = ()  # the UIDs of the consumers in status.reservedFor

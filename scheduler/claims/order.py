@@ -1,0 +1,142 @@
+"""Which devices a request should try first on a node: the placement's preferences.
+
+Without a `GpuMap` the order stays the node's (driver, pool, slice, device): first fit, as the
+Kubernetes allocator does. With one (the node's GPUs, from its inventory), the search tries:
+
+1. whole GPUs: the set `agent.gpuset` finds best (most NVLinks, then least PCIe distance, then
+   fewest NUMA nodes, then lowest indices: the device plugin's choice for the same request),
+   computed per value of the request's `matchAttribute` constraint when it has one (groups that
+   hold enough devices first, better sets first), then the group's other GPUs by index;
+2. shared devices (`allowMultipleAllocations`): the fullest that still fits first (binpack, as
+   placement packs GPU shares);
+3. MIG devices: those on a GPU already in use first, so idle GPUs stay whole (as `pack_shared`);
+4. anything else, in node order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from agent.gpuset import GpuSelector, mask_indices
+from agent.model import NodeInventory
+
+from .candidates import Candidate, Candidates
+from .model import AttrValue, Device, DeviceId
+from .usage import Usage
+
+__all__ = ["GpuMap", "prefer"]
+
+_GPU_NAME = re.compile(r"^gpu-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuMap:
+    """A node's DRA devices as model GPUs: whole GPUs by index (`whole`), MIG devices by their
+    parent's index (`parent`), and the node's `selector` (NVLink-optimal GPU sets)."""
+
+    selector: GpuSelector = field(compare=False)
+    whole: Mapping[DeviceId, int]
+    parent: Mapping[DeviceId, int]
+
+    @classmethod
+    def build(
+        cls,
+        inventory: NodeInventory,
+        devices: Sequence[Device],
+        selector: GpuSelector | None = None,
+    ) -> GpuMap:
+        """Match each device to a GPU by its `uuid` attribute, else by its `gpu-<minor>` name;
+        a device with a `parentUUID` attribute is a MIG device of that GPU."""
+        by_uuid = {str(g.uuid): g.index for g in inventory.gpus}
+        by_minor = {g.minor: g.index for g in inventory.gpus}
+        whole: dict[DeviceId, int] = {}
+        parent: dict[DeviceId, int] = {}
+        for dev in devices:
+            driver = dev.id.driver
+            parent_uuid = dev.attributes.get(f"{driver}/parentUUID")
+            if isinstance(parent_uuid, str) and parent_uuid in by_uuid:
+                parent[dev.id] = by_uuid[parent_uuid]
+                continue
+            index = _whole_index(dev, by_uuid, by_minor)
+            if index is not None:
+                whole[dev.id] = index
+        sel = selector or GpuSelector(inventory.links, [g.numa_node for g in inventory.gpus])
+        return cls(selector=sel, whole=whole, parent=parent)
+
+
+def _whole_index(
+    dev: Device, by_uuid: Mapping[str, int], by_minor: Mapping[int, int]
+) -> int | None:
+    uuid = dev.attributes.get(f"{dev.id.driver}/uuid")
+    if isinstance(uuid, str):
+        return by_uuid.get(uuid)
+    match = _GPU_NAME.match(dev.name)
+    return by_minor.get(int(match.group(1))) if match else None
+
+
+def prefer(
+    cands: Candidates, gpus: GpuMap | None, usage: Usage, group_by: str | None
+) -> Candidates:
+    """`cands` in the order the search should try them (see the module docstring)."""
+    if gpus is None or len(cands.usable) < 2:
+        return cands
+    whole, shared, mig, rest = [], [], [], []
+    for cand in cands.usable:
+        dev = cand.device
+        if cand.consumed is not None:
+            shared.append(cand)
+        elif dev.id in gpus.whole:
+            whole.append(cand)
+        elif dev.id in gpus.parent:
+            mig.append(cand)
+        else:
+            rest.append(cand)
+    ordered = _whole_order(whole, gpus, cands.need, group_by)
+    ordered += sorted(shared, key=lambda c: (_fullness_left(c, usage), c.device.name))
+    busy = _busy_gpus(gpus, usage)
+    ordered += sorted(
+        mig, key=lambda c: (gpus.parent[c.device.id] not in busy, gpus.parent[c.device.id])
+    )
+    return Candidates(tuple(ordered + rest), cands.need, cands.miss)
+
+
+def _whole_order(
+    whole: list[Candidate], gpus: GpuMap, need: int, group_by: str | None
+) -> list[Candidate]:
+    groups: dict[tuple[str, AttrValue] | None, list[Candidate]] = {}
+    for cand in whole:
+        value = cand.device.attributes.get(group_by) if group_by else None
+        key = None if value is None else (type(value).__name__, value)
+        groups.setdefault(key, []).append(cand)
+    ranked = []
+    for members in groups.values():
+        by_index = {gpus.whole[c.device.id]: c for c in members}
+        mask = sum(1 << g for g in by_index)
+        size = min(need, len(by_index))
+        best = gpus.selector.select_mask(mask, 0, size) or ()
+        nv, pc, numa = gpus.selector.objective_of(best)
+        rank = (len(by_index) < need, -nv, pc, numa, min(by_index))
+        order = [by_index[g] for g in best]
+        order += [by_index[g] for g in mask_indices(mask) if g not in best]
+        ranked.append((rank, order))
+    return [c for _rank, order in sorted(ranked, key=lambda r: r[0]) for c in order]
+
+
+def _fullness_left(cand: Candidate, usage: Usage) -> Fraction:
+    """The share of the device's first capacity left after this request (lower: fuller)."""
+    dev = cand.device
+    if not dev.capacity:
+        return Fraction(0)
+    name = min(dev.capacity)
+    total = dev.capacity[name].value or Fraction(1)
+    taken = (cand.consumed or {}).get(name, Fraction(0))
+    return (usage.left(dev, name) - taken) / total
+
+
+def _busy_gpus(gpus: GpuMap, usage: Usage) -> set[int]:
+    busy = {g for dev, g in gpus.parent.items() if dev in usage.exclusive or dev in usage.consumed}
+    busy |= {g for dev, g in gpus.whole.items() if dev in usage.consumed}
+    return busy

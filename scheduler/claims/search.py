@@ -1,0 +1,154 @@
+"""The backtracking search that fills every request of a pod's claims on one node.
+
+Requests are filled in order (claims in the pod's order, requests in the claim's order); for each,
+its alternatives in order (`firstAvailable`), and the devices as combinations in candidate order:
+the first complete answer is the one the candidate order prefers most, so whoever orders the
+candidates (first-fit, or `order` by topology) decides among the answers. Constraints
+(`matchAttribute`, `distinctAttribute`) are checked as each device is taken; a shared device
+(`allowMultipleAllocations`) may serve several requests while its capacity lasts; any other
+device serves one. The search gives up after `limit` steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .candidates import Candidate, Candidates
+from .errors import SearchLimitError
+from .model import Alternative, AttrValue, Constraint, DeviceId
+from .usage import Usage
+
+__all__ = ["Option", "Pick", "Slot", "search"]
+
+DEFAULT_LIMIT = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    alternative: Alternative
+    candidates: Candidates
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One request to fill: its claim's position in the pod, its options in order, and the
+    claim's constraints."""
+
+    claim: int
+    options: tuple[Option, ...]
+    constraints: tuple[Constraint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    claim: int
+    alternative: Alternative
+    candidate: Candidate
+
+
+def search(slots: Sequence[Slot], usage: Usage, limit: int = DEFAULT_LIMIT) -> list[Pick] | None:
+    """The first answer in candidate order, or None when there is none; SearchLimitError past
+    `limit` steps."""
+    run = _Run(slots, usage, limit)
+    return list(run.picks) if run.fill(0) else None
+
+
+def applies(constraint: Constraint, request: str) -> bool:
+    """A constraint naming `req` covers its subrequests `req/sub` too; none named: every one."""
+    names = constraint.requests
+    return not names or request in names or request.split("/", 1)[0] in names
+
+
+class _Run:
+    def __init__(self, slots: Sequence[Slot], usage: Usage, limit: int) -> None:
+        self.slots, self.usage, self.limit = slots, usage, limit
+        self.steps = 0
+        self.picks: list[Pick] = []
+        self.taken: set[DeviceId] = set()
+        self.extra: dict[DeviceId, dict[str, Fraction]] = {}
+        self.values: dict[tuple[int, int], list[tuple[str, AttrValue]]] = {}
+
+    def fill(self, index: int) -> bool:
+        if index == len(self.slots):
+            return True
+        for option in self.slots[index].options:
+            if self._pick(index, option, 0, option.candidates.need):
+                return True
+        return False
+
+    def _pick(self, index: int, option: Option, start: int, left: int) -> bool:
+        if left == 0:
+            return self.fill(index + 1)
+        self.steps += 1
+        if self.steps > self.limit:
+            raise SearchLimitError(f"no answer within {self.limit} steps")
+        usable = option.candidates.usable
+        for pos in range(start, len(usable) - left + 1):
+            cand = usable[pos]
+            if not self._can_take(index, option.alternative, cand):
+                continue
+            self._take(index, option.alternative, cand)
+            if self._pick(index, option, pos + 1, left - 1):
+                return True
+            self._untake(index, cand)
+        return False
+
+    def _can_take(self, index: int, alt: Alternative, cand: Candidate) -> bool:
+        dev = cand.device.id
+        if dev in self.taken:
+            return False
+        if cand.consumed is not None:
+            extra = self.extra.get(dev, {})
+            for name, amount in cand.consumed.items():
+                if amount + extra.get(name, Fraction(0)) > self.usage.left(cand.device, name):
+                    return False
+        slot = self.slots[index]
+        for pos, con in enumerate(slot.constraints):
+            if not applies(con, alt.name):
+                continue
+            attr = con.match_attribute or con.distinct_attribute or ""
+            if attr not in cand.device.attributes:
+                return False
+            value = _typed(cand.device.attributes[attr])
+            seen = self.values.get((slot.claim, pos), [])
+            if con.match_attribute is not None and seen and seen[0] != value:
+                return False
+            if con.distinct_attribute is not None and value in seen:
+                return False
+        return True
+
+    def _take(self, index: int, alt: Alternative, cand: Candidate) -> None:
+        self.picks.append(Pick(self.slots[index].claim, alt, cand))
+        self._account(index, alt, cand, 1)
+
+    def _untake(self, index: int, cand: Candidate) -> None:
+        pick = self.picks.pop()
+        self._account(index, pick.alternative, cand, -1)
+
+    def _account(self, index: int, alt: Alternative, cand: Candidate, sign: int) -> None:
+        dev = cand.device.id
+        if cand.consumed is None:
+            if sign > 0:
+                self.taken.add(dev)
+            else:
+                self.taken.discard(dev)
+        else:
+            extra = self.extra.setdefault(dev, {})
+            for name, amount in cand.consumed.items():
+                extra[name] = extra.get(name, Fraction(0)) + sign * amount
+        slot = self.slots[index]
+        for pos, con in enumerate(slot.constraints):
+            if applies(con, alt.name):
+                attr = con.match_attribute or con.distinct_attribute or ""
+                seen = self.values.setdefault((slot.claim, pos), [])
+                if sign > 0:
+                    seen.append(_typed(cand.device.attributes[attr]))
+                else:
+                    seen.pop()
+
+
+def _typed(value: AttrValue) -> tuple[str, AttrValue]:
+    """A value with its type, so that true and 1 differ as they do in Kubernetes."""
+    return type(value).__name__, value

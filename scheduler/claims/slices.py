@@ -1,0 +1,182 @@
+"""ResourceSlices: parsed into devices, and gathered into the devices a node can use.
+
+A pool's devices are those of its newest generation's slices; a pool with fewer slices of that
+generation than `resourceSliceCount` is incomplete (being republished): its devices still serve
+`ExactCount` requests, and an `All` request that could use it fails, as in Kubernetes.
+Attribute and capacity names are qualified with the slice's driver when they have no domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scheduler.placement import Effect, Taint
+
+from .model import (
+    AttrValue,
+    Capacity,
+    Device,
+    DeviceId,
+    RequestPolicy,
+    ResourceSlice,
+)
+from .semver import parse_semver
+from .wire import Fields, fields_of
+
+__all__ = ["NodeDevices", "node_devices", "parse_slice", "qualified"]
+
+
+def qualified(name: str, driver: str) -> str:
+    """`name` with the driver's domain when it has none."""
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def parse_slice(obj: object) -> ResourceSlice:
+    top = fields_of("ResourceSlice", obj)
+    spec = top.sub("spec")
+    driver = spec.text("driver")
+    pool = spec.sub("pool", required=True)
+    pool_name = pool.text("name")
+    selector = spec.data.get("nodeSelector")
+    return ResourceSlice(
+        name=top.sub("metadata").text("name"),
+        driver=driver,
+        pool=pool_name,
+        generation=pool.integer("generation", 0),
+        slice_count=pool.integer("resourceSliceCount", 1),
+        node_name=spec.opt_str("nodeName"),
+        all_nodes=spec.flag("allNodes"),
+        node_selector=selector if isinstance(selector, Mapping) else None,
+        devices=tuple(_device(d, driver, pool_name) for d in spec.items("devices")),
+    )
+
+
+def _device(dev: Fields, driver: str, pool: str) -> Device:
+    attributes = {}
+    for name, value in dev.entries("attributes"):
+        attributes[qualified(name, driver)] = _attribute(value)
+    capacity = {qualified(name, driver): _capacity(c) for name, c in dev.entries("capacity")}
+    return Device(
+        id=DeviceId(driver, pool, dev.text("name")),
+        attributes=attributes,
+        capacity=capacity,
+        taints=tuple(t for t in map(_taint, dev.items("taints")) if t),
+        allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
+    )
+
+
+def _attribute(value: Fields) -> AttrValue:
+    kinds = [k for k in ("int", "bool", "string", "version") if value.has(k)]
+    if len(kinds) != 1:
+        raise value.error("", f"want exactly one of int, bool, string, version; got {kinds}")
+    kind = kinds[0]
+    if kind == "int":
+        return value.integer("int", 0)
+    if kind == "bool":
+        return value.flag("bool")
+    if kind == "string":
+        return value.text("string", "")
+    try:
+        return parse_semver(value.text("version"))
+    except ValueError as exc:
+        raise value.error("version", str(exc)) from None
+
+
+def _capacity(cap: Fields) -> Capacity:
+    policy = cap.sub("requestPolicy") if cap.has("requestPolicy") else None
+    return Capacity(value=cap.quantity("value"), policy=None if policy is None else _policy(policy))
+
+
+def _policy(policy: Fields) -> RequestPolicy:
+    valid = policy.sub("validRange")
+    return RequestPolicy(
+        default=policy.quantity("default") if policy.has("default") else None,
+        valid_values=tuple(sorted(policy.quantities("validValues"))),
+        valid_min=valid.quantity("min") if valid.has("min") else None,
+        valid_max=valid.quantity("max") if valid.has("max") else None,
+        valid_step=valid.quantity("step") if valid.has("step") else None,
+    )
+
+
+def _taint(taint: Fields) -> Taint | None:
+    """None for effect `None` (informational: it keeps no request off the device)."""
+    effect = taint.text("effect", Effect.NO_SCHEDULE.value)
+    if effect == "None":
+        return None
+    if effect not in {Effect.NO_SCHEDULE, Effect.NO_EXECUTE}:
+        raise taint.error("effect", f"unknown effect {effect!r}")
+    return Taint(key=taint.text("key"), value=taint.text("value", ""), effect=Effect(effect))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDevices:
+    """The devices one node can use, in a stable order (driver, pool, slice, device), the pools
+    they come from (`pools`, sorted) and those among them that are incomplete."""
+
+    node: str
+    devices: tuple[Device, ...]
+    incomplete_pools: frozenset[tuple[str, str]] = frozenset()
+    pools: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        found = sorted({(d.id.driver, d.id.pool) for d in self.devices})
+        object.__setattr__(self, "pools", tuple(found))
+
+
+def node_devices(
+    slices: Iterable[ResourceSlice], node: str, labels: Mapping[str, str]
+) -> NodeDevices:
+    """What `node` (with `labels`) can use of `slices`: node-local, all-nodes and selected."""
+    newest: dict[tuple[str, str], list[ResourceSlice]] = {}
+    for s in slices:
+        if not _serves(s, node, labels):
+            continue
+        pool = newest.setdefault((s.driver, s.pool), [])
+        if pool and pool[0].generation < s.generation:
+            pool.clear()
+        if not pool or pool[0].generation == s.generation:
+            pool.append(s)
+    devices: list[Device] = []
+    incomplete = set()
+    for key in sorted(newest):
+        group = sorted(newest[key], key=lambda s: s.name)
+        if len(group) < group[0].slice_count:
+            incomplete.add(key)
+        devices.extend(d for s in group for d in s.devices)
+    return NodeDevices(node=node, devices=tuple(devices), incomplete_pools=frozenset(incomplete))
+
+
+def _serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
+    if s.node_name is not None:
+        return s.node_name == node
+    if s.all_nodes:
+        return True
+    return s.node_selector is not None and _selector_matches(s.node_selector, node, labels)
+
+
+def _selector_matches(selector: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
+    """A core NodeSelector: terms ORed, requirements ANDed (In, NotIn, Exists, DoesNotExist)."""
+    terms = selector.get("nodeSelectorTerms")
+    if not isinstance(terms, list):
+        return False
+    return any(isinstance(term, Mapping) and _term_matches(term, node, labels) for term in terms)
+
+
+def _term_matches(term: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
+    reqs = [(r, labels) for r in term.get("matchExpressions") or []]  # type: ignore[attr-defined]
+    reqs += [(r, {"metadata.name": node}) for r in term.get("matchFields") or []]  # type: ignore[attr-defined]
+    if not reqs:
+        return False
+    for req, source in reqs:
+        value = source.get(str(req.get("key")))
+        op, values = req.get("operator"), req.get("values") or []
+        ok = {
+            "In": value is not None and value in values,
+            "NotIn": value is None or value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }.get(str(op), False)
+        if not ok:
+            return False
+    return True

@@ -1,0 +1,70 @@
+"""An `Allocation` in the shape kube-scheduler writes to a claim's `status.allocation`.
+
+`allocation_status` gives the dict: `devices.results[]` (`request`, `driver`, `pool`, `device`,
+and `adminAccess`, `shareID`, `consumedCapacity` where they apply), `devices.config[]` (`source`
+FromClass or FromClaim, `requests`, `opaque`) and `nodeSelector` (a `metadata.name` field
+selector for the node). Quantities are written exactly (`80Gi` stays `85899345920`; a fraction
+as milli-units `500m`, or a decimal).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .model import AllocatedDevice, Allocation
+
+__all__ = ["allocation_status", "quantity_text"]
+
+
+def allocation_status(allocation: Allocation) -> dict[str, object]:
+    out: dict[str, object] = {
+        "devices": {
+            "results": [_result(r) for r in allocation.devices],
+            "config": [
+                {
+                    "source": source,
+                    "requests": list(entry.requests),
+                    "opaque": {"driver": entry.driver, "parameters": dict(entry.parameters)},
+                }
+                for source, entry in allocation.config
+            ],
+        }
+    }
+    if allocation.node is not None:
+        field = {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
+        out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [field]}]}
+    return out
+
+
+def _result(res: AllocatedDevice) -> dict[str, object]:
+    out: dict[str, object] = {
+        "request": res.request,
+        "driver": res.id.driver,
+        "pool": res.id.pool,
+        "device": res.id.device,
+    }
+    if res.admin_access:
+        out["adminAccess"] = True
+    if res.share_id is not None:
+        out["shareID"] = res.share_id
+    if res.consumed:
+        out["consumedCapacity"] = {
+            name.rpartition("/")[2] if name.startswith(f"{res.id.driver}/") else name: (
+                quantity_text(v)
+            )
+            for name, v in res.consumed.items()
+        }
+    return out
+
+
+def quantity_text(value: Fraction) -> str:
+    """An exact quantity string: an integer, milli-units, or a decimal with up to 9 places."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    nano = value * 10**9
+    if nano.denominator == 1:
+        return f"{nano.numerator}n"
+    return f"{float(value):.9f}"

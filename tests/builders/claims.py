@@ -1,0 +1,147 @@
+"""Builders for claims tests: resource.k8s.io/v1 JSON dicts as the API server sends them, and the
+parsed nodes, classes and allocators built from them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent.model import LinkMatrix, NodeInventory
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode, PodClaims
+from scheduler.claims.model import DeviceClass, ResourceClaim
+from scheduler.claims.order import GpuMap
+from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
+from scheduler.claims.slices import node_devices
+from tests.builders.topology import gpu_uuid, make_gpu, make_numa
+
+DRIVER = "gpu.gputopo.io"
+GPU_CLASS = "gpu.gputopo.io"
+GPU_SELECTOR = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "gpu"'
+GIB = 1 << 30
+
+Obj = dict[str, Any]
+
+
+def gpu_device(minor: int, **attrs: object) -> Obj:
+    """A whole-GPU device `gpu-<minor>` with the driver's attributes (ints, bools, strings;
+    `versions` takes {name: "1.2.3"}), 80Gi of memory; `taints`, `shared`, `capacity` extra."""
+    taints = attrs.pop("taints", None)
+    shared = attrs.pop("shared", False)
+    capacity = attrs.pop("capacity", None) or {"memory": {"value": "80Gi"}}
+    versions = attrs.pop("versions", {})
+    attributes: Obj = {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(minor)}}
+    for name, value in attrs.items():
+        kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
+        attributes[name] = {kind: value}
+    for name, value in dict(versions).items():  # type: ignore[call-overload]
+        attributes[name] = {"version": value}
+    device: Obj = {"name": f"gpu-{minor}", "attributes": attributes, "capacity": capacity}
+    if taints:
+        device["taints"] = taints
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return device
+
+
+def slice_obj(
+    node: str,
+    devices: Sequence[Obj],
+    *,
+    generation: int = 1,
+    count: int = 1,
+    name: str | None = None,
+    driver: str = DRIVER,
+) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+            "devices": list(devices),
+        },
+    }
+
+
+def class_obj(name: str = GPU_CLASS, *selectors: str, config: Sequence[Obj] = ()) -> Obj:
+    exprs = selectors or (GPU_SELECTOR,)
+    spec: Obj = {"selectors": [{"cel": {"expression": e}} for e in exprs]}
+    if config:
+        spec["config"] = list(config)
+    return {"kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def request(name: str = "gpus", count: int = 1, *selectors: str, **extra: object) -> Obj:
+    exactly: Obj = {"deviceClassName": GPU_CLASS, "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    exactly.update(extra)
+    return {"name": name, "exactly": exactly}
+
+
+def claim_obj(
+    name: str,
+    *requests: Obj,
+    constraints: Sequence[Obj] = (),
+    namespace: str = "ns",
+    status: Obj | None = None,
+) -> Obj:
+    obj: Obj = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": list(requests), "constraints": list(constraints)}},
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def classes(*objs: Obj) -> dict[str, DeviceClass]:
+    parsed = [parse_device_class(o) for o in (objs or (class_obj(),))]
+    return {c.name: c for c in parsed}
+
+
+def claim(name: str, *requests: Obj, **kw: Any) -> ResourceClaim:
+    return parse_claim(claim_obj(name, *(requests or (request(),)), **kw))
+
+
+def claim_node(
+    name: str,
+    devices: Sequence[Obj],
+    inventory: NodeInventory | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> ClaimNode:
+    found = node_devices([parse_slice(slice_obj(name, devices))], name, labels or {})
+    gpus = None if inventory is None else GpuMap.build(inventory, found.devices)
+    return ClaimNode(name=name, devices=found, gpus=gpus)
+
+
+def pod(key: str, *claims: ResourceClaim) -> PodClaims:
+    return PodClaims(key=key, claims=tuple(claims))
+
+
+def allocator(*class_objs: Obj) -> ClaimAllocator:
+    return ClaimAllocator(classes(*class_objs))
+
+
+def two_islands() -> NodeInventory:
+    """8 GPUs in two NVLink islands {0-3} and {4-7} (NV12 inside, SYS across); NUMA 0 and 1."""
+    cells = [
+        ["X" if a == b else "NV12" if a // 4 == b // 4 else "SYS" for b in range(8)]
+        for a in range(8)
+    ]
+    return NodeInventory(
+        gpus=tuple(make_gpu(i, i // 4) for i in range(8)),
+        links=LinkMatrix.from_cells(cells),
+        numa_nodes=make_numa([0, 1], ["0-31", "32-63"]),
+        driver_version="550.54.15",
+        cuda_driver_version=12040,
+    )
+
+
+def island_devices(used: Sequence[int] = ()) -> list[Obj]:
+    """The eight GPUs of `two_islands` as devices, with `nvlinkIsland` and `numaNode`."""
+    return [gpu_device(g, nvlinkIsland=g // 4, numaNode=g // 4) for g in range(8)]

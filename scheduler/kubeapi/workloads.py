@@ -8,7 +8,7 @@ the `GenericWorkload` gate off): the scheduler then watches only its own PodGrou
 
 The condition kube-scheduler writes on a PodGroup changed its name with the API: 1.36's
 `v1alpha2` has `PodGroupScheduled`, 1.37 (`v1alpha3`, `v1beta1`) `PodGroupInitiallyScheduled`
-(read from the 1.37.2 binaries). `Served` carries the one that goes with the version.
+(read from the 1.37.2 binaries): `condition_for` gives the one of an object's apiVersion.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ __all__ = [
     "PLURAL",
     "VERSIONS",
     "Served",
+    "condition_for",
     "discover",
     "patch_status",
 ]
@@ -47,7 +48,8 @@ VERSIONS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Served:
-    """The served version of upstream PodGroups: the informer's `kind`, the condition type."""
+    """The served version of upstream PodGroups (the informer's `kind`) and the condition
+    kube-scheduler writes in it."""
 
     version: str
     condition: str
@@ -59,6 +61,13 @@ class Served:
     @property
     def api_version(self) -> str:
         return f"{GROUP}/{self.version}"
+
+
+def condition_for(api_version: str) -> str:
+    """The condition kube-scheduler writes on a PodGroup of `api_version` (a version this module
+    does not know: the newest one's)."""
+    version = api_version.rpartition("/")[2]
+    return next((c for v, c in VERSIONS if v == version), CONDITION_INITIALLY_SCHEDULED)
 
 
 def _resources(kube: KubeClient, version: str) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from scheduler.kubeapi.workloads import condition_for
 from scheduler.placement import TopologyConstraint
 from scheduler.runtime.groups import GroupInfo, base_group, check_level
 
@@ -37,15 +38,12 @@ Obj = Mapping[str, Any]
 REASON_SCHEDULED = "Scheduled"  # kube-scheduler's reasons (1.36, 1.37)
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
-_CONDITION_BY_VERSION = {"v1alpha2": "PodGroupScheduled"}
-_CONDITION_NEWER = "PodGroupInitiallyScheduled"  # v1alpha3, v1beta1 (1.37)
 _PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 
 
 def condition_type(obj: Obj) -> str:
     """The condition kube-scheduler writes on a PodGroup of this object's API version."""
-    version = str(obj.get("apiVersion") or "").rpartition("/")[2]
-    return _CONDITION_BY_VERSION.get(version, _CONDITION_NEWER)
+    return condition_for(str(obj.get("apiVersion") or ""))
 
 
 def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> GroupInfo:

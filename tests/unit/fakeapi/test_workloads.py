@@ -114,3 +114,4 @@ def test_an_unmodelled_union_member_raises(custom) -> None:
     with pytest.raises(ApiException) as err:
         _create(custom, body)
     assert err.value.status == 500
+    assert "spec.schedulingPolicy.elastic is not modelled" in status_body(err.value)["message"]

@@ -42,6 +42,7 @@ from agent.stopsignals import StopSignals
 from scheduler.cli.startgc import StartupGc
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.errors import ApiError
+from scheduler.kubeapi import workloads
 from scheduler.kubeapi.client import (
     ELASTIC_QUOTAS,
     NODES,
@@ -261,9 +262,18 @@ class Runtime:
             settings=_loop_settings(loop, settings),
             preemption=cfg.preemption,
         )
+        self.upstream = workloads.discover(kube)
+        groups = (PODGROUPS,) if self.upstream is None else (PODGROUPS, self.upstream.kind)
         self.informers = [
-            Informer(kube, kind, self.scheduler, self.stop_event, watch_timeout=watch_timeout)
-            for kind in (NODES, NRTS, PODGROUPS, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
+            Informer(
+                kube,
+                kind,
+                self.scheduler,
+                self.stop_event,
+                watch_timeout=watch_timeout,
+                optional=kind.group == workloads.GROUP,
+            )
+            for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)
@@ -315,10 +325,12 @@ class Runtime:
             thread.start()
             self._threads.append(thread)
         log.info(
-            "scheduler %s started (identity %s), %.1f s after its process began",
+            "scheduler %s started (identity %s), %.1f s after its process began; upstream "
+            "PodGroups: %s",
             self.settings.scheduler_name,
             self.kube.identity,
             since_process_began(),
+            "not served" if self.upstream is None else self.upstream.api_version,
         )
 
     def _schedule_when_synced(self, stop: threading.Event) -> None:

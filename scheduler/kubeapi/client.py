@@ -284,6 +284,15 @@ class KubeClient:
         except NotFoundError:
             return None
 
+    def resources(self, group: str, version: str) -> dict[str, Any] | None:
+        """Discovery: the APIResourceList `group/version` serves, or None when it serves none."""
+        return self._read(f"/apis/{group}/{version}", f"discover {group}/{version}")
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
+        """Merge `status` into the status subresource of an object of `kind` (one of the
+        upstream API groups': `scheduler.kubeapi.workloads`)."""
+        self._merge_status(kind, namespace, name, status, kind.name)
+
     def patch_podgroup_status(self, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the PodGroup's status subresource."""
         self._merge_status(PODGROUPS, namespace, name, status, "podgroup")

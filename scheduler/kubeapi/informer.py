@@ -6,7 +6,9 @@ normally is resumed from the last resourceVersion seen (bookmarks included); `41
 list again; `429` (the server's cache of the kind still initialising, as a CRD's first request
 meets on a real API server) waits `BUSY_RETRY`; any other failure waits `retry` seconds and lists
 again. A collection whose CRD is not
-installed (404) counts as synced and empty, and is listed again every `missing_retry` seconds.
+installed (404) counts as synced and empty, and is listed again every `missing_retry` seconds; so
+does an `optional` one the scheduler may not read (403: an upgrade that kept the old RBAC), so
+that it never holds up the others.
 """
 
 from __future__ import annotations
@@ -49,8 +51,11 @@ class Informer:
         watch_timeout: int = 300,
         retry: float = 1.0,
         missing_retry: float = 30.0,
+        optional: bool = False,
     ) -> None:
+        """`optional`: a 403 reads as "not served" (upstream PodGroups: DESIGN §15)."""
         self._kube, self.kind, self._sink, self._stop = kube, kind, sink, stop
+        self._optional = optional
         self._watch_timeout, self._retry, self._missing_retry = watch_timeout, retry, missing_retry
         self.synced = threading.Event()
         self._stream: WatchStream | None = None
@@ -97,8 +102,15 @@ class Informer:
         began = time.monotonic()
         try:
             items, resource_version = self._kube.list(self.kind)
-        except NotFoundError:
-            log.warning("%s: not served by the API server (CRD not installed?)", self.kind.name)
+        except ApiError as exc:
+            if isinstance(exc, NotFoundError):
+                log.warning("%s: not served by the API server (CRD not installed?)", self.kind.name)
+            elif self._optional and exc.status == 403:
+                log.warning(
+                    "%s: %s; read as empty until allowed (apply the RBAC)", self.kind.name, exc
+                )
+            else:
+                raise
             self._sink.replace(self.kind.name, [])
             self.synced.set()
             return None

@@ -15,15 +15,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.errors import TopologyDecodeError
 from agent.nrt import DecodedTopology, decode
-from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
+from agent.objkey import ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
-from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot, TopologyConstraint
+from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot
 from scheduler.runtime.budgets import BudgetBook
+from scheduler.runtime.groups import (
+    TOPOLOGY_PREFERRED,
+    TOPOLOGY_REQUIRED,
+    GroupInfo,
+    parse_group,
+)
 from scheduler.runtime.nodeview import (
     AllocatableMemo,
     NodeInfo,
@@ -33,90 +38,17 @@ from scheduler.runtime.nodeview import (
     parse_node,
 )
 from scheduler.runtime.podinfo import PodInfo, RequestMemo, read_pod
-from scheduler.runtime.podspec import resource_list
 from scheduler.runtime.queuebook import QueueBook
 from scheduler.runtime.running import RunningUnits
+from scheduler.runtime.upstream import parse_upstream_group
+
+__all__ = ["TOPOLOGY_PREFERRED", "TOPOLOGY_REQUIRED", "ClusterCache", "GroupInfo", "parse_group"]
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-TOPOLOGY_REQUIRED = "gputopo.io/topology-required"
-TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupInfo:
-    """A PodGroup (`scheduling.x-k8s.io/v1alpha1`); `error` says why it is unusable."""
-
-    key: ObjectKey
-    namespace: str
-    name: str
-    uid: str
-    obj: Obj
-    min_member: int = 1
-    min_resources: Mapping[str, int] | None = None
-    timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS
-    topology: TopologyConstraint | None = None
-    error: str | None = None
-
-
-def parse_group(
-    obj: Obj,
-    *,
-    default_timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS,
-    levels: Iterable[str] | None = None,
-) -> GroupInfo:
-    """Read a PodGroup; a malformed one comes back with `error` set (never raises).
-
-    `levels`: the configured topology levels a topology annotation may name (None: any label).
-    """
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
-    name = str(meta.get("name") or "")
-    base = GroupInfo(
-        key=object_key(namespace, name),
-        namespace=namespace,
-        name=name,
-        uid=str(meta.get("uid") or ""),
-        obj=obj,
-    )
-    try:
-        min_member = spec.get("minMember", 1)
-        timeout = spec.get("scheduleTimeoutSeconds", default_timeout)
-        if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
-            raise ValueError(f"spec.minMember: must be a non-negative integer, got {min_member!r}")
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise ValueError(
-                f"spec.scheduleTimeoutSeconds: must be a positive number, got {timeout!r}"
-            )
-        resources = resource_list(spec.get("minResources"), "spec.minResources") or None
-        return replace(
-            base,
-            min_member=max(min_member, 1),
-            min_resources=resources,
-            timeout=float(timeout),
-            topology=_topology(meta.get("annotations") or {}, levels),
-        )
-    except (ValueError, TypeError, AttributeError) as exc:
-        return replace(base, error=f"invalid PodGroup {base.key}: {exc}")
-
-
-def _topology(
-    annotations: Mapping[str, Any], levels: Iterable[str] | None
-) -> TopologyConstraint | None:
-    for key, required in ((TOPOLOGY_REQUIRED, True), (TOPOLOGY_PREFERRED, False)):
-        if key in annotations:
-            label = str(annotations[key] or "").strip()
-            if not label:
-                raise ValueError(f"metadata.annotations[{key}]: must name a node label")
-            if levels is not None and label not in set(levels):
-                known = ", ".join(levels) or "none"
-                raise ValueError(
-                    f"metadata.annotations[{key}]: {label} is not a configured topology level "
-                    f"(topologyLevels: {known})"
-                )
-            return TopologyConstraint(label=label, required=required)
-    return None
+UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
+"""The intake's kind name of upstream PodGroups (`scheduler.kubeapi.workloads.KIND_NAME`)."""
 
 
 class ClusterCache:
@@ -311,10 +243,15 @@ class ClusterCache:
             self.running.track_pod(key, info, self._leaf)
             return
         group = self.groups.get(gkey)
-        min_member = group.min_member if group is not None and not group.error else 1
-        members = self.members(gkey)
+        usable = group if group is not None and not group.error else None
         self.running.track_gang(
-            gkey, members, min_member, self._leaf, key if info is None else None
+            gkey,
+            self.members(gkey),
+            1 if usable is None else usable.min_member,
+            self._leaf,
+            key if info is None else None,
+            priority=None if usable is None else usable.priority,
+            whole=usable is not None and usable.whole,
         )
 
     def _leaf(self, info: PodInfo) -> str:
@@ -363,12 +300,18 @@ class ClusterCache:
         return self.queues.resolve(info, self.group_obj(info))
 
     # -- pod groups ------------------------------------------------------------------------
-    def upsert_group(self, obj: Obj) -> GroupInfo:
-        group = parse_group(obj, default_timeout=self._gang_timeout, levels=self._levels)
+    def read_group(self, obj: Obj, *, upstream: bool = False) -> GroupInfo:
+        """`obj` as a gang: our PodGroup, or with `upstream` a scheduling.k8s.io one."""
+        if upstream:
+            return parse_upstream_group(obj, levels=self._levels)
+        return parse_group(obj, default_timeout=self._gang_timeout, levels=self._levels)
+
+    def upsert_group(self, obj: Obj, *, upstream: bool = False) -> GroupInfo:
+        group = self.read_group(obj, upstream=upstream)
         old = self.groups.get(group.key)
         self.groups[group.key] = group
         moved = old is None or _labels(old.obj) != _labels(obj)  # the gang's queue may have moved
-        if moved or old is None or old.min_member != group.min_member:
+        if moved or _charged(old) != _charged(group):
             for key in self._group_pods.get(group.key, ()):
                 self._charge(key)
         return group
@@ -383,7 +326,8 @@ class ClusterCache:
 
     # -- bulk ------------------------------------------------------------------------------
     def keys_of(self, kind: str) -> Iterable[str]:
-        """Current keys of `kind` (pods: ns/name, nodes and NRTs: name, podgroups: ns/name)."""
+        """Current keys of `kind` (pods: ns/name, nodes and NRTs: name, PodGroups of either API:
+        ns/name)."""
         if kind == "pods":
             return list(self.pods)
         if kind == "nodes":
@@ -396,7 +340,12 @@ class ClusterCache:
             return list(self.queues.quota_objs)
         if kind == "poddisruptionbudgets":
             return self.budgets.keys()
-        return list(self.groups)
+        upstream = kind == UPSTREAM_PODGROUPS  # listed by their objects' keys
+        return [
+            object_key(g.namespace, g.name) if upstream else key
+            for key, g in self.groups.items()
+            if g.upstream == upstream
+        ]
 
     def node_pod_keys(self, name: str) -> set[ObjectKey]:
         return set(self._node_pods.get(name, ()))
@@ -404,6 +353,13 @@ class ClusterCache:
 
 def _labels(obj: Obj) -> object:
     return (obj.get("metadata") or {}).get("labels")
+
+
+def _charged(group: GroupInfo | None) -> tuple[object, ...]:
+    """What of a group its members' running unit reads (a change: they are charged again)."""
+    if group is None:
+        return ()
+    return (group.min_member, group.priority, group.whole, group.error is None)
 
 
 def _keep_assumption(old: PodInfo | None, new: PodInfo) -> None:

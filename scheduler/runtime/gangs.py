@@ -1,4 +1,6 @@
-"""Gang scheduling over PodGroups (`scheduling.x-k8s.io/v1alpha1`): attempts, timeouts, status.
+"""Gang scheduling over PodGroups, ours (`scheduling.x-k8s.io/v1alpha1`) and Kubernetes' own
+(`scheduling.k8s.io`, read by `upstream`; `basic` ones place their members one by one): attempts,
+timeouts, status.
 
 A gang unit is tried when one of its members is pending. It waits (nothing assumed, nothing
 reserved) until bound + pending members reach `minMember`; then every pending member is placed
@@ -15,7 +17,8 @@ placed until bound + pending reach `minMember`, then all pending members togethe
 snapshot, under a fresh `scheduleTimeoutSeconds`; once `minMember` are bound the condition turns
 False (`MembersReplaced`, with a Normal event).
 
-Status written to the PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
+An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
+Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
 member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as
 bound, neither in the status nor when the gang's placement counts its bound members.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agent.objkey import ObjectKey, key_of
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.cache import ClusterCache, GroupInfo
@@ -44,6 +47,7 @@ from scheduler.runtime.gangstatus import (
     group_status,
     holds_place,
 )
+from scheduler.runtime.groups import gang_priority, group_key, not_found
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
@@ -51,6 +55,7 @@ from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
+from scheduler.runtime.upstream import status_patch
 
 log = logging.getLogger(__name__)
 _MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes
@@ -72,6 +77,7 @@ class GangState:
     bound_keys: set[ObjectKey] = field(default_factory=set)
     complete: bool = False
     failed: str = ""
+    waiting: str = ""  # why the gang last waited (an upstream group's condition says it)
     losses: LostMembers = field(default_factory=LostMembers)
 
 
@@ -102,14 +108,17 @@ class GangTracker:
         self._states: dict[ObjectKey, GangState] = {}
 
     # -- intake ----------------------------------------------------------------------------
-    def on_group(self, etype: str, obj: Mapping[str, Any]) -> None:
-        gkey = key_of(obj)
+    def on_group(self, etype: str, obj: Mapping[str, Any], *, upstream: bool = False) -> None:
+        """A PodGroup event: ours, or with `upstream` a scheduling.k8s.io one."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
+        gkey = group_key(namespace, str(meta.get("name") or ""), upstream=upstream)
         if etype == "DELETED":
             self._cache.delete_group(gkey)
             self._states.pop(gkey, None)
             return
         old = self._cache.groups.get(gkey)
-        group = self._cache.upsert_group(obj)
+        group = self._cache.upsert_group(obj, upstream=upstream)
         if group.error:
             self._reporter.warn(obj, "PodGroup", "InvalidPodGroup", group.error)
         if old is None or _group_spec(old) != _group_spec(group):
@@ -150,7 +159,8 @@ class GangTracker:
     def _activate(self, gkey: ObjectKey) -> None:
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
         if pending:
-            priority = max(m.request.priority for m in pending)
+            group = self._cache.groups.get(gkey)
+            priority = gang_priority(group, (m.request.priority for m in pending))
             created = min(m.created for m in pending)
             leaf = self._cache.leaf_of(pending[0])[0]
             self._queue.add(UnitKey(UnitKind.GANG, gkey), priority, created, leaf)
@@ -211,6 +221,9 @@ class GangTracker:
         return self._park(unit, pending, category, message)
 
     def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
+        state = self._states.get(unit.key)
+        if state is not None:
+            state.waiting = message
         self._mark(pending, message, category)
         self._queue.unschedulable(unit)
         self.report(unit.key)
@@ -225,12 +238,12 @@ class GangTracker:
     ) -> tuple[str, str] | None:
         """Why the gang cannot be placed whatever the cluster looks like (or waits for members)."""
         if group is None:
-            return "gang", f'pod group "{gkey}" not found'
+            return "gang", not_found(gkey)
+        state = self._state(group)
         if group.error:
             return "invalid", group.error
-        state = self._state(group)
         if state.failed:
-            return "gang", f"pod group {gkey} failed: {state.failed}"
+            return "gang", f"{group.title} failed: {state.failed}"
         for info in pending:
             problem = self._precheck(info)
             if problem is not None:
@@ -239,7 +252,7 @@ class GangTracker:
         if present < group.min_member:
             # No count in the text: it would change (and be written again) with every new member.
             return "gang", (
-                f"waiting for pod group {gkey}: fewer than minMember ({group.min_member}) "
+                f"waiting for {group.title}: fewer than {group.min_field} ({group.min_member}) "
                 "pods exist"
             )
         return None
@@ -254,7 +267,7 @@ class GangTracker:
         """Place pending members off nodes held for others and off GPU models whose quota
         they would breach; (placed, why the others were not, the category of that why). The
         members placed are admitted only if together they fit every model key (DESIGN §10)."""
-        priority = max(m.request.priority for m in pending)
+        priority = gang_priority(group, (m.request.priority for m in pending))
         models = self._quota.model_filter(pending)
         excluded = models.excluded(self._preemption.excluded(unit, priority))
         why = ""
@@ -288,7 +301,7 @@ class GangTracker:
         placer = self._live_placer()
         bound = sum(1 for m in members if holds_place(m))
         placed: Binds = []
-        if bound >= group.min_member:
+        if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
             why = ""
             for info in pending:
                 decision = placer.decide(info.request, excluded=excluded)
@@ -355,20 +368,23 @@ class GangTracker:
         members = self._cache.members(gkey)
         bound = bound_count(members)
         state.failed = (
-            f"{bound} of minMember {group.min_member} pods bound; the rest could not be bound "
-            f"within scheduleTimeoutSeconds ({group.timeout:g}s)"
+            f"{bound} of {group.min_field} {group.min_member} pods bound; the rest could not be "
+            f"bound within scheduleTimeoutSeconds ({group.timeout:g}s)"
         )
         log.warning("pod group %s: %s", gkey, state.failed)
         self._reporter.warn(group.obj, "PodGroup", REASON_PARTIAL, state.failed)
         self._queue.remove(UnitKey(UnitKind.GANG, gkey))
         pending = [m for m in members if m.pending]
-        self._mark(pending, f"pod group {gkey} failed: {state.failed}", "gang")
+        self._mark(pending, f"{group.title} failed: {state.failed}", "gang")
         self.report(gkey)
 
     # -- status ----------------------------------------------------------------------------
     def report(self, gkey: ObjectKey) -> None:
         """Write the group's status when it changed."""
         group = self._cache.groups.get(gkey)
+        if group is not None and group.upstream:
+            self._report_upstream(group)
+            return
         if group is None or group.error:
             return
         members = self._cache.members(gkey)
@@ -378,6 +394,19 @@ class GangTracker:
         status = group_status(group, members, _progress(state))
         current = group.obj.get("status") or {}
         if any(current.get(k) != v for k, v in status.items()):
+            self._reporter.group_status(group.obj, status)
+
+    def _report_upstream(self, group: GroupInfo) -> None:
+        """The condition kube-scheduler writes on an upstream PodGroup, when it changed."""
+        state = self._states.get(group.key)
+        status = status_patch(
+            group,
+            bound=bound_count(self._cache.members(group.key)),
+            complete=state is not None and state.complete,
+            waiting="" if state is None else state.waiting,
+            now=now_rfc3339(),
+        )
+        if status is not None:
             self._reporter.group_status(group.obj, status)
 
     def _settle(self, group: GroupInfo, state: GangState, members: Sequence[PodInfo]) -> None:

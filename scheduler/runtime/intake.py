@@ -1,6 +1,6 @@
 """The scheduler's watch intake (`scheduler.kubeapi.informer.Sink`): each list and event of pods,
-nodes, NRTs, PodGroups, Queues, ElasticQuotas and PDBs goes into the cache and the scheduling
-queue under `cache.lock`, and wakes the units it may let start.
+nodes, NRTs, PodGroups (ours and scheduling.k8s.io's), Queues, ElasticQuotas and PDBs goes into
+the cache and the scheduling queue under `cache.lock`, and wakes the units it may let start.
 
 Pods are read (`read_pod`) before the lock is taken, so one informer's reading never holds up
 another's. A change that may free room (a pod gone or moved, a node or NRT changed) tries every
@@ -15,7 +15,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cache import UPSTREAM_PODGROUPS, ClusterCache
 from scheduler.runtime.gangs import GangTracker
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.nominating import Preemption
@@ -38,19 +38,20 @@ SHARE_LOCK = "share-lock"
 
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
 PDBS = "poddisruptionbudgets"
+_BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, ELASTIC_QUOTAS)
 
 
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
     """What `ClusterCache.keys_of(kind)` lists for `obj`: pods and PodGroups by object key,
     nodes and NRTs by name."""
-    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
+    if kind in _BY_OBJECT_KEY:
         return key_of(obj)
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _stub(kind: str, key: str) -> dict[str, Any]:
     """A deleted object's stand-in (its metadata) for `_key(kind, ...)` == `key`."""
-    if kind in (PODS, PODGROUPS, ELASTIC_QUOTAS):
+    if kind in _BY_OBJECT_KEY:
         namespace, name = split_key(key)
         return {"metadata": {"namespace": namespace, "name": name}}
     return {"metadata": {"name": key}}
@@ -139,8 +140,8 @@ class Intake:
             self._on_node(etype, obj)
         elif kind == NRTS:
             self._on_nrt(etype, obj)
-        elif kind == PODGROUPS:
-            self._gangs.on_group(etype, obj)
+        elif kind in (PODGROUPS, UPSTREAM_PODGROUPS):
+            self._gangs.on_group(etype, obj, upstream=kind == UPSTREAM_PODGROUPS)
         elif kind in (QUEUES, ELASTIC_QUOTAS) and self._quota.on_queue(kind, etype, obj):
             self._requeue_all()
         elif kind == PDBS:

@@ -45,6 +45,7 @@ from scheduler.preemption import (
 )
 from scheduler.runtime.cache import ClusterCache, GroupInfo
 from scheduler.runtime.evicting import EvictionWriter, Victim, disruption_message, preemptor_of
+from scheduler.runtime.groups import gang_priority
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.modelquota import model_filter
 from scheduler.runtime.pending import UnitKey
@@ -195,8 +196,9 @@ class Preemption:
             key=name,
             pods=pods,
             leaf=leaf,
-            priority=max(i.request.priority for i in infos),
-            never=spec.get("preemptionPolicy") == NEVER,
+            priority=gang_priority(group, (i.request.priority for i in infos)),
+            never=spec.get("preemptionPolicy") == NEVER
+            or (group is not None and group.never_preempts),
             topology=None if group is None else group.topology,
             min_resources=None if group is None else group.min_resources,
             excluded=model_filter(self._cache.queues, self._cache.snapshot, leaf, pods).nodes,

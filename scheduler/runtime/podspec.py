@@ -173,13 +173,36 @@ POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.
 HUGEPAGES_PREFIX = "hugepages-"
 
 
+UPSTREAM_GROUP_MARK = "@scheduling.k8s.io"  # `groups.UPSTREAM_MARK` (podspec sits below it)
+
+
 def pod_group_name(pod: Obj) -> str | None:
-    """The PodGroup the pod joins (the current label, then the legacy one), or None."""
+    """The PodGroup the pod joins, or None: ours by its label (the current one, then the legacy
+    one), or an upstream one by `spec.schedulingGroup.podGroupName`, as its name with
+    `UPSTREAM_GROUP_MARK` (see `groups.group_key`). ValueError for a pod that names both, and
+    for a 1.35 `spec.workloadRef` (not read: it waits with the reason)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    for key in POD_GROUP_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    return None
+    ours = next((str(labels[key]) for key in POD_GROUP_LABELS if labels.get(key)), None)
+    if (pod.get("spec") or {}).get("workloadRef"):  # never placed as a single pod in silence
+        raise ValueError(
+            "spec.workloadRef: unsupported: the 1.35 Workload API (scheduling.k8s.io/v1alpha1) is "
+            "not read; name a scheduling.k8s.io PodGroup (1.36+) or a scheduling.x-k8s.io one"
+        )
+    group = (pod.get("spec") or {}).get("schedulingGroup")
+    upstream = group.get("podGroupName") if isinstance(group, Mapping) else None
+    if group is not None and not (isinstance(upstream, str) and upstream):
+        raise ValueError(f"spec.schedulingGroup.podGroupName: must name a PodGroup, got {group!r}")
+    if ours is not None and upstream:
+        raise ValueError(
+            f"names two pod groups, {ours} (label {_label_of(labels)}, scheduling.x-k8s.io) and "
+            f"{upstream} (spec.schedulingGroup.podGroupName, scheduling.k8s.io): a pod joins one "
+            "gang; remove one"
+        )
+    return ours if ours is not None else (f"{upstream}{UPSTREAM_GROUP_MARK}" if upstream else None)
+
+
+def _label_of(labels: Mapping[str, Any]) -> str:
+    return next(key for key in POD_GROUP_LABELS if labels.get(key))
 
 
 def is_guaranteed(pod: Obj) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent.objkey import key_of, split_key
 from scheduler.errors import ApiError
+from scheduler.kubeapi import workloads
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.runtime.metrics import SchedulerMetrics
@@ -97,10 +98,19 @@ class Reporter:
         )
 
     def group_status(self, group: Obj, status: Mapping[str, Any]) -> None:
-        """Patch the PodGroup's status when it differs from what was last written."""
+        """Patch the PodGroup's status (ours, or a scheduling.k8s.io one: by its apiVersion)
+        when it differs from what was last written."""
         key = key_of(group)
         ns, name = split_key(key)
-        frozen = tuple(sorted(status.items()))
+        api_version = str(group.get("apiVersion") or "")
+        frozen = json.dumps(status, sort_keys=True)
+        if api_version.startswith(workloads.GROUP + "/"):
+            self._submit(
+                ("upstream-group", key),
+                frozen,
+                lambda: workloads.patch_status(self._kube, api_version, ns, name, status),
+            )
+            return
         self._submit(
             ("group", key),
             frozen,

@@ -3,7 +3,8 @@
 A unit is a pod of this scheduler on its own, or a gang: every member of one PodGroup that is on
 a node. Only pods of this scheduler that are bound or assumed, not finished and not terminating
 (no `deletionTimestamp`), and not already chosen as a victim, are ever in a unit; a gang's
-members above its `minMember` may be taken alone (`spare`). The cache calls `track` whenever it
+members above its `minMember` may be taken alone (`spare`), unless its group is evicted whole
+(an upstream PodGroup's `disruptionMode.all`). The cache calls `track` whenever it
 charges a pod (added, updated, assumed, forgotten, deleted), so the index is always current and
 the victim search never scans the cluster. Unit keys are `UnitKey` strings (`pod/ns/name`,
 `gang/ns/name`), the keys the scheduling queue and the nominations use.
@@ -94,8 +95,13 @@ class RunningUnits:
         min_member: int,
         leaf_of: LeafOf,
         gone: ObjectKey | None = None,
+        *,
+        priority: int | None = None,
+        whole: bool = False,
     ) -> None:
-        """A member of gang `gkey` changed; `members`: its pods now (`gone`: one just deleted)."""
+        """A member of gang `gkey` changed; `members`: its pods now (`gone`: one just deleted).
+        `priority`: the group's own (None: its highest member's); `whole`: never taken member
+        by member (an upstream group's `disruptionMode.all`)."""
         if gone is not None:
             self._doomed.discard(gone)
         name = str(UnitKey(UnitKind.GANG, gkey))
@@ -108,9 +114,9 @@ class RunningUnits:
                 key=name,
                 pods=tuple(m.key for m in running),
                 leaf=leaf_of(running[0]),
-                priority=max(m.request.priority for m in running),
+                priority=max(m.request.priority for m in running) if priority is None else priority,
                 started=min(_started(m) for m in running),
-                spare=max(len(running) - min_member, 0),
+                spare=0 if whole else max(len(running) - min_member, 0),
             )
         )
 

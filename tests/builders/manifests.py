@@ -38,6 +38,10 @@ KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("storage.k8s.io", "csinodes"): ALL_VERBS,
     ("apps", "replicasets"): ALL_VERBS,
     ("policy", "poddisruptionbudgets"): ALL_VERBS,
+    # Kubernetes' own gang API (1.36+, the GenericWorkload gate; DESIGN §15).
+    ("scheduling.k8s.io", "podgroups"): ALL_VERBS,
+    ("scheduling.k8s.io", "podgroups/status"): STATUS_VERBS,
+    ("scheduling.k8s.io", "workloads"): ALL_VERBS,
     # scheduler-plugins' CapacityScheduling CRD: gputopo reads it where it is installed, never
     # ships it (DESIGN §10).
     ("scheduling.x-k8s.io", "elasticquotas"): ALL_VERBS,

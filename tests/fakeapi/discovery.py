@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.fakeapi.objects import Ref
@@ -80,10 +81,21 @@ def _group_list(registry: Registry) -> dict[str, Any]:
     groups = []
     for group, names in sorted(versions.items()):
         entries = [
-            {"groupVersion": f"{group}/{v}", "version": v} for v in sorted(names, reverse=True)
+            {"groupVersion": f"{group}/{v}", "version": v}
+            for v in sorted(names, key=_version_order)
         ]
         groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def _version_order(version: str) -> tuple[int, int, int, str]:
+    """Kubernetes' version priority: GA before beta before alpha, the higher number first
+    (`v1` before `v1beta1` before `v1alpha3`); anything else last, by name."""
+    found = re.fullmatch(r"v(\d+)(?:(beta|alpha)(\d+))?", version)
+    if found is None:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[found.group(2)]
+    return (stage, -int(found.group(1)), -int(found.group(3) or 0), version)
 
 
 def _resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:

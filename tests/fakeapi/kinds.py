@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakeapi import disruption, pods, priority
+from tests.fakeapi import disruption, pods, priority, workloads
 from tests.fakeapi.errors import invalid
 from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
@@ -96,6 +96,8 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
         return pods.prepare_create(obj)
     if _is(rt, disruption.GROUP, disruption.PLURAL):
         return disruption.prepare_create(rt, obj)
+    if workloads.handles(rt):
+        return workloads.prepare_create(rt, obj, classes())
     if rt.builtin and rt.group == "" and rt.plural == "nodes":
         return _create_node(obj)
     if rt.builtin and rt.group == "" and rt.plural == "namespaces":
@@ -128,6 +130,8 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Clas
         return priority.check_class_update(rt, old, new, classes())
     if _is(rt, disruption.GROUP, disruption.PLURAL):
         return disruption.check_update(rt, new, sub)
+    if workloads.handles(rt):
+        return workloads.check_update(rt, old, new)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         problems = crd_problems(new)
         if problems:

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.fakeapi import authz, controllers, deletion, disruption
+from tests.fakeapi import authz, controllers, deletion, disruption, workloads
 from tests.fakeapi.api import Api
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.handlers import FakeHttpServer
@@ -356,6 +356,12 @@ class FakeApiServer:
         rt = self.resource(resource)
         _, created = self.api.create(Ref(rt, rt.versions[-1], namespace), body)
         return created
+
+    def serve_workload_api(self, versions: Sequence[str] = ("v1beta1",)) -> None:
+        """Serve `scheduling.k8s.io` Workloads and PodGroups in `versions`, as a server with
+        the GenericWorkload gate does (`workloads`)."""
+        for rt in workloads.types(versions):
+            self.registry.add(rt)
 
     def register_crd(self, crd: Obj) -> None:
         """Install a CRD as if `kubectl apply` had (it must pass the API server's checks)."""

@@ -64,4 +64,4 @@ def test_a_gang_binds_all_or_nothing(cluster: Cluster, agent, scheduler) -> None
         assert len(set(given[0]) | set(given[1])) == 6
     finally:
         cluster.delete_pods("blocker", *members)
-        cluster.kubectl("delete", "podgroup", "gang", "--ignore-not-found")
+        cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "gang", "--ignore-not-found")

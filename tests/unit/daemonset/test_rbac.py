@@ -37,6 +37,8 @@ SCHEDULER = (
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "list watch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "elasticquotas", "list watch")
+    | _grants(CLUSTER, "scheduling.k8s.io", "podgroups", "list watch")  # upstream gangs (§15)
+    | _grants(CLUSTER, "scheduling.k8s.io", "podgroups/status", "patch")
     | _grants(CLUSTER, "policy", "poddisruptionbudgets", "list watch")
     | _grants(CLUSTER, "scheduling.gputopo.io", "queues", "list watch")
     | _grants(CLUSTER, "scheduling.gputopo.io", "queues/status", "patch")

@@ -1,6 +1,7 @@
 """The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
 authorization checks while the real scheduler runs with leader election through its scenarios: a
-pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a pod
+pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a gang
+of an upstream scheduling.k8s.io PodGroup (its condition), a pod
 with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
 share lock, the pod's annotation), informers listing and watching."""
 
@@ -26,6 +27,12 @@ from tests.builders.scheduler import (
     wait_for,
 )
 from tests.builders.shares import share_body, shared_gpu_node
+from tests.builders.workloads import (
+    create_upstream_podgroup,
+    member_pod,
+    upstream_condition,
+    upstream_podgroup,
+)
 
 SA = "gputopo-scheduler"
 SETUP = "test-setup"  # the bearer token of this test's own requests, left out of the derivation
@@ -51,6 +58,9 @@ def _create_workload(api: client.ApiClient) -> None:
     create_podgroup(custom, podgroup("gang", 2))
     for name in ("gang-0", "gang-1"):
         create_pod(core, pod_body(name, gpus=4, labels={GANG_LABEL: "gang"}))
+    create_upstream_podgroup(custom, upstream_podgroup("up", 2))
+    for name in ("up-0", "up-1"):
+        create_pod(core, member_pod(name, "up"))
     claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     create_pod(core, pod_body("with-claim", gpus=1, volumes=[claim]))
     queue = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 16}}}
@@ -69,6 +79,8 @@ def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: node_of(fake, "fits"), 30, "pod fits bound")
     wait_for(lambda: node_of(fake, "share"), 30, "the share bound under its node's lock")
     wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
+    wait_for(lambda: node_of(fake, "up-0") and node_of(fake, "up-1"), 30, "the upstream gang")
+    wait_for(lambda: upstream_condition(fake, "up"), 30, "the upstream PodGroup's condition")
     wait_for(lambda: scheduled_condition(fake, "too-big"), 30, "too-big: PodScheduled=False")
     wait_for(lambda: scheduled_condition(fake, "with-claim"), 30, "with-claim: PodScheduled")
     wait_for(lambda: _called(fake, "patch", "podgroups/status"), 30, "the PodGroup status")
@@ -89,6 +101,7 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     objects, fake_api, setup_client
 ) -> None:
     namespace = rbac.service_account_namespace(objects, SA)
+    fake_api.serve_workload_api()
     client.CoreV1Api(setup_client).create_namespace(
         {"metadata": {"name": namespace}}, _preload_content=False
     )

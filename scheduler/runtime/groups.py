@@ -1,0 +1,178 @@
+"""The PodGroups a gang is made from, read once when they arrive (`GroupInfo`).
+
+Two APIs name a gang. Our own PodGroup (`scheduling.x-k8s.io/v1alpha1`, scheduler-plugins'
+coscheduling: `minMember`, `minResources`, `scheduleTimeoutSeconds`, the topology annotations) is
+read by `parse_group`; the upstream one (`scheduling.k8s.io`, DESIGN §15) by
+`upstream.parse_upstream_group`, into the same `GroupInfo`. The two live side by side in the
+cache under different keys (`group_key`): the upstream group's name carries `UPSTREAM_MARK`, so
+`default/train` (ours) and `default/train@scheduling.k8s.io` (upstream) are two gangs. A reader
+never raises: a malformed group comes back with `error` naming the object and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
+from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
+from scheduler.placement import TopologyConstraint
+from scheduler.runtime.podspec import UPSTREAM_GROUP_MARK, resource_list
+
+__all__ = [
+    "TOPOLOGY_PREFERRED",
+    "TOPOLOGY_REQUIRED",
+    "UPSTREAM_GROUP",
+    "UPSTREAM_MARK",
+    "GroupInfo",
+    "check_level",
+    "gang_priority",
+    "group_key",
+    "not_found",
+    "parse_group",
+]
+
+Obj = Mapping[str, Any]
+TOPOLOGY_REQUIRED = "gputopo.io/topology-required"
+TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
+UPSTREAM_MARK = UPSTREAM_GROUP_MARK
+"""Appended to an upstream PodGroup's name in its gang key (no object name holds an `@`)."""
+UPSTREAM_GROUP = UPSTREAM_MARK.removeprefix("@")
+
+
+def group_key(namespace: str, name: str, *, upstream: bool = False) -> ObjectKey:
+    """The gang key of PodGroup `namespace/name` (ours, or with `upstream` the
+    scheduling.k8s.io one): what pods' `group_key` and the cache's `groups` use."""
+    return object_key(namespace, name + UPSTREAM_MARK if upstream else name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupInfo:
+    """A PodGroup as a gang; `error` says why it is unusable (pods then wait with it).
+
+    `upstream`: a scheduling.k8s.io PodGroup; `basic`: its `schedulingPolicy.basic` (members
+    placed one by one, no gang); `priority`: the group's own (its `priorityClassName`'s), else
+    None and the members' count; `whole`: `disruptionMode.all`, evicted whole, never member by
+    member; `never_preempts`: `preemptionPolicy: Never`.
+    """
+
+    key: ObjectKey
+    namespace: str
+    name: str
+    uid: str
+    obj: Obj
+    min_member: int = 1
+    min_resources: Mapping[str, int] | None = None
+    timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS
+    topology: TopologyConstraint | None = None
+    error: str | None = None
+    upstream: bool = False
+    basic: bool = False
+    priority: int | None = None
+    whole: bool = False
+    never_preempts: bool = False
+
+    @property
+    def title(self) -> str:
+        """How messages name the group: `pod group ns/name`, or for an upstream one
+        `PodGroup ns/name (scheduling.k8s.io)`."""
+        if self.upstream:
+            return f"PodGroup {object_key(self.namespace, self.name)} ({UPSTREAM_GROUP})"
+        return f"pod group {self.key}"
+
+    @property
+    def min_field(self) -> str:
+        """The name of the minimum in the group's own API."""
+        return "minCount" if self.upstream else "minMember"
+
+
+def base_group(obj: Obj, *, upstream: bool = False) -> GroupInfo:
+    """The group's identity, nothing read from its spec yet."""
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
+    name = str(meta.get("name") or "")
+    return GroupInfo(
+        key=group_key(namespace, name, upstream=upstream),
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        obj=obj,
+        upstream=upstream,
+    )
+
+
+def parse_group(
+    obj: Obj,
+    *,
+    default_timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS,
+    levels: Iterable[str] | None = None,
+) -> GroupInfo:
+    """Read our PodGroup; a malformed one comes back with `error` set (never raises).
+
+    `levels`: the configured topology levels a topology annotation may name (None: any label).
+    """
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    base = base_group(obj)
+    try:
+        min_member = spec.get("minMember", 1)
+        timeout = spec.get("scheduleTimeoutSeconds", default_timeout)
+        if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 0:
+            raise ValueError(f"spec.minMember: must be a non-negative integer, got {min_member!r}")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(
+                f"spec.scheduleTimeoutSeconds: must be a positive number, got {timeout!r}"
+            )
+        resources = resource_list(spec.get("minResources"), "spec.minResources") or None
+        return replace(
+            base,
+            min_member=max(min_member, 1),
+            min_resources=resources,
+            timeout=float(timeout),
+            topology=_topology(meta.get("annotations") or {}, levels),
+        )
+    except (ValueError, TypeError, AttributeError) as exc:
+        return replace(base, error=f"invalid PodGroup {base.key}: {exc}")
+
+
+def check_level(field: str, label: object, levels: Iterable[str] | None) -> str:
+    """`label` as a topology level named at `field`; ValueError when it is empty or not one of
+    the configured `levels` (None: any label)."""
+    text = str(label or "").strip() if isinstance(label, str) else ""
+    if not text:
+        raise ValueError(f"{field}: must name a node label")
+    if levels is not None and text not in set(levels):
+        known = ", ".join(levels) or "none"
+        raise ValueError(
+            f"{field}: {text} is not a configured topology level (topologyLevels: {known})"
+        )
+    return text
+
+
+def _topology(
+    annotations: Mapping[str, Any], levels: Iterable[str] | None
+) -> TopologyConstraint | None:
+    for key, required in ((TOPOLOGY_REQUIRED, True), (TOPOLOGY_PREFERRED, False)):
+        if key in annotations:
+            field = f"metadata.annotations[{key}]"
+            return TopologyConstraint(
+                label=check_level(field, annotations[key], levels), required=required
+            )
+    return None
+
+
+def not_found(gkey: ObjectKey) -> str:
+    """Why a gang whose PodGroup does not exist waits, naming the PodGroup's API."""
+    namespace, name = split_key(gkey)
+    if name.endswith(UPSTREAM_MARK):
+        shown = object_key(namespace, name.removesuffix(UPSTREAM_MARK))
+        return f'PodGroup "{shown}" ({UPSTREAM_GROUP}) not found'
+    return f'pod group "{gkey}" not found'
+
+
+def gang_priority(group: GroupInfo | None, members: Iterable[int]) -> int:
+    """A gang's priority: its group's own (an upstream group naming a class), else the highest
+    of its `members`' priorities."""
+    if group is not None and group.priority is not None and not group.error:
+        return group.priority
+    return max(members)

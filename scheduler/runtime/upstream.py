@@ -1,0 +1,218 @@
+"""Upstream PodGroups (`scheduling.k8s.io`, DESIGN §15) as gangs, and the condition
+kube-scheduler writes on them.
+
+`parse_upstream_group` reads what the scheduler honours: `schedulingPolicy` (`gang.minCount` the
+gang's minimum, `basic` no gang), `schedulingConstraints.topology[0].key` (a required topology
+level, as our annotation), `priorityClassName` with the `priority` admission resolved for it,
+`disruptionMode` (`all`: evicted whole) and `preemptionPolicy`. What it does not implement yet
+is refused with the field named, never ignored: PodGroup-level `resourceClaims`
+(DRAWorkloadResourceClaims), membership of a CompositePodGroup (`parentCompositePodGroupName`)
+and a topology constraint on a `basic` group (its pods are placed one by one). A union with no
+member, two, or one this reader does not know (a newer server's) is malformed. Pure:
+`initially_scheduled` builds the condition from what the gang tracker knows; the tracker writes
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduler.kubeapi.workloads import condition_for
+from scheduler.placement import TopologyConstraint
+from scheduler.runtime.groups import GroupInfo, base_group, check_level
+
+__all__ = [
+    "REASON_SCHEDULED",
+    "REASON_SCHEDULER_ERROR",
+    "REASON_UNSCHEDULABLE",
+    "condition_type",
+    "initially_scheduled",
+    "parse_upstream_group",
+    "status_patch",
+    "status_with",
+]
+
+Obj = Mapping[str, Any]
+REASON_SCHEDULED = "Scheduled"  # kube-scheduler's reasons (1.36, 1.37)
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULER_ERROR = "SchedulerError"
+_PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def condition_type(obj: Obj) -> str:
+    """The condition kube-scheduler writes on a PodGroup of this object's API version."""
+    return condition_for(str(obj.get("apiVersion") or ""))
+
+
+def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> GroupInfo:
+    """Read an upstream PodGroup; a malformed or unsupported one comes back with `error` naming
+    the object and the field (never raises). `levels`: as `groups.parse_group`'s."""
+    base = base_group(obj, upstream=True)
+    spec = obj.get("spec") or {}
+    try:
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"spec: must be an object, got {spec!r}")
+        _refuse_unsupported(spec)
+        policy = _member(spec, "schedulingPolicy", ("basic", "gang"))
+        disruption = _member(spec, "disruptionMode", ("single", "all"), default="single")
+        topology = _topology(spec, levels)
+        if policy == "basic" and topology is not None:
+            raise ValueError(
+                "spec.schedulingConstraints.topology: unsupported: a topology constraint on a "
+                "basic PodGroup (gputopo-scheduler keeps gangs in one domain, not single pods)"
+            )
+        return replace(
+            base,
+            min_member=_min_count(spec) if policy == "gang" else 1,
+            basic=policy == "basic",
+            topology=topology,
+            priority=_priority(spec),
+            whole=disruption == "all",
+            never_preempts=_preemption_policy(spec) == "Never",
+        )
+    except (ValueError, TypeError, AttributeError) as exc:
+        return replace(base, error=f"invalid {base.title}: {exc}")
+
+
+def _refuse_unsupported(spec: Obj) -> None:
+    if spec.get("resourceClaims"):
+        raise ValueError(
+            "spec.resourceClaims: unsupported: PodGroup-level ResourceClaims "
+            "(DRAWorkloadResourceClaims) are not reserved by gputopo-scheduler yet"
+        )
+    if spec.get("parentCompositePodGroupName"):
+        raise ValueError(
+            "spec.parentCompositePodGroupName: unsupported: CompositePodGroup "
+            f"{spec['parentCompositePodGroupName']!r} (minGroupCount) is not read by "
+            "gputopo-scheduler yet"
+        )
+
+
+def _member(spec: Obj, field: str, members: tuple[str, ...], default: str = "") -> str:
+    """The one member set in union `spec.<field>` (`default` when the field is absent)."""
+    union = spec.get(field)
+    if union is None and default:
+        return default
+    if not isinstance(union, Mapping):
+        raise ValueError(f"spec.{field}: must be an object with one of {', '.join(members)}")
+    given = sorted(k for k, v in union.items() if v is not None)
+    if len(given) != 1 or given[0] not in members:
+        shown = ", ".join(given) or "none"
+        raise ValueError(
+            f"spec.{field}: must set exactly one of {', '.join(members)} (got {shown})"
+        )
+    return str(given[0])
+
+
+def _min_count(spec: Obj) -> int:
+    gang = spec["schedulingPolicy"]["gang"]
+    count = gang.get("minCount") if isinstance(gang, Mapping) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(
+            f"spec.schedulingPolicy.gang.minCount: must be a positive integer, got {count!r}"
+        )
+    return count
+
+
+def _topology(spec: Obj, levels: Iterable[str] | None) -> TopologyConstraint | None:
+    constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    if not isinstance(constraints, list):
+        raise ValueError("spec.schedulingConstraints.topology: must be a list")
+    if len(constraints) > 1:
+        raise ValueError(
+            "spec.schedulingConstraints.topology: at most one constraint is supported, "
+            f"got {len(constraints)}"
+        )
+    if not constraints:
+        return None
+    field = "spec.schedulingConstraints.topology[0].key"
+    key = constraints[0].get("key") if isinstance(constraints[0], Mapping) else None
+    return TopologyConstraint(label=check_level(field, key, levels), required=True)
+
+
+def _priority(spec: Obj) -> int | None:
+    """The group's priority when it names a class (the API server resolved `priority` for it);
+    None otherwise: the members' own priorities count, as for our PodGroups."""
+    if not spec.get("priorityClassName"):
+        return None
+    value = spec.get("priority")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"spec.priority: must be an integer, got {value!r}")
+    return value
+
+
+def _preemption_policy(spec: Obj) -> str:
+    policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
+    if policy not in _PREEMPTION_POLICIES:
+        raise ValueError(
+            f"spec.preemptionPolicy: must be one of {', '.join(_PREEMPTION_POLICIES)}, "
+            f"got {policy!r}"
+        )
+    return str(policy)
+
+
+def initially_scheduled(
+    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str
+) -> dict[str, Any] | None:
+    """The condition kube-scheduler writes (`PodGroupInitiallyScheduled` on 1.37), as it stands
+    now: True once `minCount` members were bound (and never turned back, as upstream: it tells
+    the first success), False `Unschedulable` with why the gang waits, False `SchedulerError`
+    for a group this scheduler cannot use; None before the first attempt. `now` stamps a
+    change of status or reason."""
+    kind = condition_type(group.obj)
+    current = _current(group.obj, kind)
+    if current is not None and current.get("status") == "True":
+        return current
+    if complete:
+        status, reason = "True", REASON_SCHEDULED
+        message = f"{bound} pods bound ({group.min_field} {group.min_member})"
+    elif group.error:
+        status, reason, message = "False", REASON_SCHEDULER_ERROR, group.error
+    elif waiting:
+        status, reason, message = "False", REASON_UNSCHEDULABLE, waiting
+    else:
+        return current
+    same = current is not None and (current.get("status"), current.get("reason")) == (
+        status,
+        reason,
+    )
+    stamp = str(current.get("lastTransitionTime")) if same and current is not None else now
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": stamp,
+    }
+
+
+def _current(obj: Obj, kind: str) -> dict[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def status_with(obj: Obj, condition: Mapping[str, Any]) -> dict[str, Any]:
+    """The status to merge: `condition` in place of its type's, the other conditions kept (a
+    merge patch replaces the whole list)."""
+    kept = [
+        dict(c)
+        for c in (obj.get("status") or {}).get("conditions") or ()
+        if isinstance(c, Mapping) and c.get("type") != condition.get("type")
+    ]
+    return {"conditions": [*kept, dict(condition)]}
+
+
+def status_patch(
+    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str
+) -> dict[str, Any] | None:
+    """The status to merge into an upstream PodGroup (`initially_scheduled`'s condition among
+    the others), or None when the object already shows it."""
+    condition = initially_scheduled(group, bound=bound, complete=complete, waiting=waiting, now=now)
+    current = (group.obj.get("status") or {}).get("conditions") or []
+    if condition is None or condition in current:
+        return None
+    return status_with(group.obj, condition)

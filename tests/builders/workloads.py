@@ -1,0 +1,60 @@
+"""Upstream gang objects (`scheduling.k8s.io` PodGroups, pods naming them) for the fake API
+server and the real one, and readers of what the scheduler wrote on them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from tests.builders.scheduler import pod_body
+from tests.fakeapi import FakeApiServer
+
+GROUP = "scheduling.k8s.io"
+PODGROUPS = f"podgroups.{GROUP}"  # the fake's name of the upstream kind
+OURS = "podgroups.scheduling.x-k8s.io"  # ... and of ours
+
+
+def upstream_podgroup(
+    name: str,
+    min_count: int | None = None,
+    *,
+    namespace: str = "default",
+    version: str = "v1beta1",
+    topology: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A PodGroup: a gang of `min_count`, else `basic`; `topology`: a required node label."""
+    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    body_spec: dict[str, Any] = {"schedulingPolicy": policy, **spec}
+    if topology is not None:
+        body_spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return {
+        "apiVersion": f"{GROUP}/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body_spec,
+    }
+
+
+def create_upstream_podgroup(custom: client.CustomObjectsApi, body: dict[str, Any]) -> None:
+    version = body["apiVersion"].rpartition("/")[2]
+    namespace = body["metadata"]["namespace"]
+    custom.create_namespaced_custom_object(
+        GROUP, version, namespace, "podgroups", body, _preload_content=False
+    )
+
+
+def member_pod(name: str, group: str, gpus: int = 1, **kw: Any) -> dict[str, Any]:
+    """A pod of gputopo-scheduler in upstream PodGroup `group`."""
+    return pod_body(name, gpus=gpus, schedulingGroup={"podGroupName": group}, **kw)
+
+
+def upstream_condition(
+    fake: FakeApiServer, name: str, kind: str = "PodGroupInitiallyScheduled"
+) -> dict[str, Any] | None:
+    group = fake.get_object(PODGROUPS, name, "default") or {}
+    for condition in (group.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None

@@ -1,0 +1,191 @@
+"""The upstream gang API of a real API server: `scheduling.k8s.io` Workloads and PodGroups.
+
+Served only when a test asks (`FakeApiServer.serve_workload_api(versions)`), in the versions it
+names, as a server with the `GenericWorkload` gate serves them (1.36: `v1alpha2`; 1.37.2:
+`v1beta1`, and `v1alpha3` with alpha APIs on). Both are namespaced; PodGroups have a status
+subresource. What 1.37.2 was seen to do (`reference/dra-and-workload-api.md`):
+
+- a PodGroup's `schedulingPolicy` must set exactly one of `basic`, `gang` (422 `must specify
+  exactly one of: ...`, or `must specify one of: ...` when it sets none); `gang.minCount` is
+  required and at least 1 (0 reads as unset: `Required value`);
+- `disruptionMode` defaults to `{single: {}}`, a union of `single` and `all`; at most one
+  `schedulingConstraints.topology` entry (TopologyAwareWorkloadScheduling on);
+- the priority admission resolves `priority` from `priorityClassName` (no class: 0); a `priority`
+  sent that differs is 403, a resolved value above 1000000000 is 422;
+- a new PodGroup gets the finalizer `scheduling.k8s.io/podgroup-protection` (no controller here
+  removes it: `fake.delete_object` removes a PodGroup at once);
+- a Workload's `podGroupTemplates[*].schedulingPolicy` follows the same union rule.
+
+Not modelled (raises `NotImplementedError`): a `globalDefault` PriorityClass with a PodGroup that
+names no class, and CompositePodGroups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tests.fakeapi import priority
+from tests.fakeapi.errors import invalid
+from tests.fakeapi.resources import ResourceType
+from tests.fakeapi.store import Obj
+
+GROUP = "scheduling.k8s.io"
+PODGROUPS, WORKLOADS = "podgroups", "workloads"
+PROTECTION_FINALIZER = "scheduling.k8s.io/podgroup-protection"
+_POLICIES = ("basic", "gang")
+_DISRUPTION = ("single", "all")
+
+
+def types(versions: Sequence[str]) -> list[ResourceType]:
+    """The two resource types, served in `versions`."""
+    served = tuple(versions)
+    return [
+        ResourceType(
+            group=GROUP,
+            versions=served,
+            plural=PODGROUPS,
+            kind="PodGroup",
+            namespaced=True,
+            status_subresource=True,
+        ),
+        ResourceType(
+            group=GROUP, versions=served, plural=WORKLOADS, kind="Workload", namespaced=True
+        ),
+    ]
+
+
+def handles(rt: ResourceType) -> bool:
+    return rt.builtin and rt.group == GROUP and rt.plural in (PODGROUPS, WORKLOADS)
+
+
+def _union(field: str, value: Any, members: tuple[str, ...], required: bool) -> list[str]:
+    """A union's problems as the API server words them."""
+    if value is None:
+        if not required:
+            return []
+        return [f'{field}: Invalid value: "": must specify one of: {_quoted(members)}']
+    if not isinstance(value, dict):
+        return [f"{field}: Invalid value: must be an object"]
+    unknown = sorted(set(value) - set(members))
+    if unknown:
+        raise NotImplementedError(f"fake API server: {field}.{unknown[0]} is not modelled")
+    given = sorted(k for k in members if value.get(k) is not None)
+    if len(given) > 1:
+        shown = "{" + ", ".join(given) + "}"
+        return [
+            f'{field}: Invalid value: "{shown}": must specify exactly one of: {_quoted(members)}'
+        ]
+    if not given and required:
+        return [f'{field}: Invalid value: "": must specify one of: {_quoted(members)}']
+    return []
+
+
+def _quoted(members: tuple[str, ...]) -> str:
+    return ", ".join(f"`{m}`" for m in members)
+
+
+def _policy_problems(field: str, policy: Any) -> list[str]:
+    problems = _union(field, policy, _POLICIES, required=True)
+    gang = policy.get("gang") if isinstance(policy, dict) else None
+    if problems or gang is None:
+        return problems
+    count = gang.get("minCount") if isinstance(gang, dict) else None
+    if not count:
+        return [f"{field}.gang.minCount: Required value"]
+    if not isinstance(count, int) or count < 1:
+        return [
+            f"{field}.gang.minCount: Invalid value: {count}: must be greater than or equal to 1"
+        ]
+    return []
+
+
+def _group_problems(spec: Obj, prefix: str = "spec") -> list[str]:
+    problems = _policy_problems(f"{prefix}.schedulingPolicy", spec.get("schedulingPolicy"))
+    problems += _union(f"{prefix}.disruptionMode", spec.get("disruptionMode"), _DISRUPTION, False)
+    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    if len(topology) > 1:
+        problems.append(
+            f"{prefix}.schedulingConstraints.topology: Too many: {len(topology)}: must have at "
+            "most 1 items"
+        )
+    for i, constraint in enumerate(topology):
+        if not (constraint or {}).get("key"):
+            problems.append(f"{prefix}.schedulingConstraints.topology[{i}].key: Required value")
+    return problems
+
+
+def _admit_priority(rt: ResourceType, group: Obj, classes: Sequence[Obj]) -> None:
+    spec, name = group["spec"], group["metadata"].get("name", "")
+    wanted = spec.get("priorityClassName") or ""
+    if not wanted:
+        if priority.default_class(classes) is not None:
+            raise NotImplementedError(
+                "fake API server: a PodGroup without priorityClassName beside a globalDefault "
+                "PriorityClass is not modelled"
+            )
+        value = 0
+    else:
+        found = next((c for c in classes if c["metadata"]["name"] == wanted), None)
+        if found is None:
+            raise priority.forbidden(rt, name, f"no PriorityClass with name {wanted} was found")
+        value = int(found.get("value", 0))
+    sent = spec.get("priority")
+    if sent is not None and sent != value:
+        raise priority.forbidden(
+            rt,
+            name,
+            f"priority set in the pod group ({sent}) must match the priority computed ({value}) "
+            "based on the priority class set in the spec",
+        )
+    spec["priority"] = value
+
+
+def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
+    """Defaults, admission and validation of a new PodGroup or Workload (403, 422)."""
+    spec = obj.setdefault("spec", {})
+    name = obj["metadata"].get("name", "")
+    if rt.plural == WORKLOADS:
+        return _checked_workload(rt, obj)
+    spec.setdefault("disruptionMode", {"single": {}})
+    _admit_priority(rt, obj, classes)
+    problems = _group_problems(spec)
+    if spec["priority"] > priority.HIGHEST_USER_PRIORITY:
+        problems.append(
+            f"spec.priority: Invalid value: {spec['priority']}: must be less than or equal to "
+            f"{priority.HIGHEST_USER_PRIORITY}"
+        )
+    if problems:
+        raise invalid(rt, name, problems)
+    finalizers = obj["metadata"].setdefault("finalizers", [])
+    if PROTECTION_FINALIZER not in finalizers:
+        finalizers.append(PROTECTION_FINALIZER)
+    return obj
+
+
+def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    """An update of the object (not its status): the same rules; `priority` carried over."""
+    if rt.plural == WORKLOADS:
+        return _checked_workload(rt, new)
+    spec = new.setdefault("spec", {})
+    spec.setdefault("disruptionMode", (old.get("spec") or {}).get("disruptionMode"))
+    spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
+    problems = _group_problems(spec)
+    if problems:
+        raise invalid(rt, new["metadata"]["name"], problems)
+    return new
+
+
+def _checked_workload(rt: ResourceType, workload: Obj) -> Obj:
+    spec = workload.get("spec") or {}
+    if spec.get("compositePodGroupTemplates"):
+        raise NotImplementedError("fake API server: compositePodGroupTemplates are not modelled")
+    problems = []
+    for i, template in enumerate(spec.get("podGroupTemplates") or []):
+        field = f"spec.podGroupTemplates[{i}]"
+        if not template.get("name"):
+            problems.append(f"{field}.name: Required value")
+        problems += _group_problems(template, field)
+    if problems:
+        raise invalid(rt, workload["metadata"].get("name", ""), problems)
+    return workload

@@ -1,0 +1,117 @@
+"""scheduling.k8s.io Workloads and PodGroups as the fake serves them (what 1.37.2 was seen to
+do), through the real client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, ApiException, ApisApi, CustomObjectsApi, SchedulingV1Api
+
+from tests.builders.fakeapi import status_body
+from tests.builders.workloads import PODGROUPS, upstream_podgroup
+from tests.fakeapi.workloads import PROTECTION_FINALIZER
+
+GROUP = "scheduling.k8s.io"
+
+
+@pytest.fixture
+def custom(fake_api, kube_client: ApiClient) -> CustomObjectsApi:
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"))
+    return CustomObjectsApi(kube_client)
+
+
+def _create(custom: CustomObjectsApi, body: dict[str, Any], plural: str = "podgroups") -> Any:
+    version = body["apiVersion"].rpartition("/")[2]
+    return custom.create_namespaced_custom_object(GROUP, version, "default", plural, body)
+
+
+def _refused(custom: CustomObjectsApi, body: dict[str, Any], status: int = 422) -> str:
+    with pytest.raises(ApiException) as err:
+        _create(custom, body)
+    assert err.value.status == status
+    return str(status_body(err.value)["message"])
+
+
+def test_discovery_lists_the_versions_asked_and_prefers_v1(custom, kube_client) -> None:
+    groups = {g.name: g for g in ApisApi(kube_client).get_api_versions().groups}
+    found = groups[GROUP]
+    assert [v.version for v in found.versions] == ["v1", "v1beta1", "v1alpha3"]
+    assert found.preferred_version.version == "v1"
+    names = {r.name for r in custom.get_api_resources(GROUP, "v1beta1").resources}
+    assert {"podgroups", "podgroups/status", "workloads"} <= names
+    with pytest.raises(ApiException) as err:
+        custom.get_api_resources(GROUP, "v1alpha2")
+    assert err.value.status == 404
+
+
+def test_a_new_podgroup_is_defaulted_admitted_and_protected(custom) -> None:
+    body = upstream_podgroup("g", 2)
+    body["status"] = {"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True"}]}
+    created = _create(custom, body)
+    assert created["spec"]["disruptionMode"] == {"single": {}}
+    assert created["spec"]["priority"] == 0
+    assert created["metadata"]["finalizers"] == [PROTECTION_FINALIZER]
+    assert "status" not in created or not created["status"]
+
+
+def test_priority_comes_from_the_class(custom, kube_client) -> None:
+    SchedulingV1Api(kube_client).create_priority_class({"metadata": {"name": "hi"}, "value": 50})
+    created = _create(custom, upstream_podgroup("g", 2, priorityClassName="hi"))
+    assert created["spec"]["priority"] == 50
+    message = _refused(custom, upstream_podgroup("h", 2, priority=5), status=403)
+    assert "priority set in the pod group (5) must match the priority computed (0)" in message
+    message = _refused(custom, upstream_podgroup("s", 2, priorityClassName="system-node-critical"))
+    assert "spec.priority: Invalid value: 2000001000: must be less than or equal to" in message
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        pytest.param(
+            {"gang": {"minCount": 2}, "basic": {}},
+            'spec.schedulingPolicy: Invalid value: "{basic, gang}": must specify exactly one of',
+            id="both",
+        ),
+        pytest.param(
+            {}, 'spec.schedulingPolicy: Invalid value: "": must specify one of', id="none"
+        ),
+        pytest.param(
+            {"gang": {"minCount": 0}},
+            "spec.schedulingPolicy.gang.minCount: Required value",
+            id="minCount 0",
+        ),
+    ],
+)
+def test_the_scheduling_policy_is_a_union(custom, policy, expected) -> None:
+    body = upstream_podgroup("g", 2)
+    body["spec"]["schedulingPolicy"] = policy
+    assert expected in _refused(custom, body)
+
+
+def test_status_is_written_only_through_its_subresource(custom, fake_api) -> None:
+    _create(custom, upstream_podgroup("g", 2))
+    condition = {
+        "type": "PodGroupInitiallyScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "waiting",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    custom.patch_namespaced_custom_object_status(
+        GROUP, "v1beta1", "default", "podgroups", "g", {"status": {"conditions": [condition]}}
+    )
+    custom.patch_namespaced_custom_object(
+        GROUP, "v1beta1", "default", "podgroups", "g", {"status": {"conditions": []}}
+    )
+    stored = fake_api.get_object(PODGROUPS, "g", "default") or {}
+    assert stored["status"]["conditions"] == [condition]
+
+
+def test_an_unmodelled_union_member_raises(custom) -> None:
+    body = upstream_podgroup("g", 2)
+    body["spec"]["schedulingPolicy"] = {"elastic": {}}
+    with pytest.raises(ApiException) as err:
+        _create(custom, body)
+    assert err.value.status == 500
+    assert "spec.schedulingPolicy.elastic is not modelled" in status_body(err.value)["message"]

@@ -1,0 +1,40 @@
+"""The README's Job with a scheduling.k8s.io PodGroup (section "Run a gang"): the PodGroup reads
+as a gang of 4 in one rack, evicted whole, and every pod of the Job joins it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.runtime.groups import group_key
+from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.upstream import parse_upstream_group
+
+README = Path(__file__).resolve().parents[4] / "README.md"
+
+
+def _documents() -> list[dict[str, Any]]:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    return [d for b in blocks if "schedulingGroup" in b for d in yaml.safe_load_all(b)]
+
+
+def test_the_job_and_its_podgroup_are_one_gang() -> None:
+    group_body, job = _documents()
+    assert group_body["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    group = parse_upstream_group(
+        {**group_body, "spec": {**group_body["spec"], "priority": 100}},
+        levels=("gputopo.io/rack",),
+    )
+    assert group.error is None
+    assert (group.min_member, group.whole, group.priority) == (4, True, 100)
+    assert group.topology is not None
+    assert group.topology.label == "gputopo.io/rack"
+    pod = {"metadata": {"name": "llm-train-0", "namespace": "default"}, **job["spec"]["template"]}
+    info = read_pod(pod, "gputopo-scheduler")
+    assert info.ours
+    assert info.group_key == group_key("default", "llm-train", upstream=True)
+    assert job["spec"]["parallelism"] == group.min_member

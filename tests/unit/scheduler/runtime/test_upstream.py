@@ -1,0 +1,235 @@
+"""Upstream PodGroups (scheduling.k8s.io) read as gangs, the condition written on them, and the
+pod's group read from spec.schedulingGroup (DESIGN §15)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.placement import TopologyConstraint
+from scheduler.runtime.groups import group_key
+from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.upstream import condition_type, initially_scheduled, parse_upstream_group
+from tests.builders.pods import pod
+from tests.builders.workloads import upstream_podgroup
+
+LEVELS = ("topology.kubernetes.io/zone", "gputopo.io/rack")
+
+
+def _read(**spec: Any) -> Any:
+    body = upstream_podgroup("g", 3)
+    body["spec"].update(spec)
+    return parse_upstream_group(body, levels=LEVELS)
+
+
+def test_a_gang_reads_every_field() -> None:
+    group = _read(
+        schedulingConstraints={"topology": [{"key": "gputopo.io/rack"}]},
+        priorityClassName="high",
+        priority=1000,
+        disruptionMode={"all": {}},
+        preemptionPolicy="Never",
+    )
+    assert group.error is None
+    assert (group.key, group.min_member, group.basic) == (
+        group_key("default", "g", upstream=True),
+        3,
+        False,
+    )
+    assert group.topology == TopologyConstraint(label="gputopo.io/rack", required=True)
+    assert (group.priority, group.whole, group.never_preempts) == (1000, True, True)
+    assert group.title == "PodGroup default/g (scheduling.k8s.io)"
+
+
+def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
+    group = _read(schedulingPolicy={"basic": {}}, priority=0, disruptionMode={"single": {}})
+    assert (group.error, group.basic, group.min_member, group.priority) == (None, True, 1, None)
+    assert group.whole is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param(
+            {"schedulingPolicy": {"elastic": {}}},
+            "spec.schedulingPolicy: must set exactly one of basic, gang (got elastic)",
+            id="unknown policy",
+        ),
+        pytest.param(
+            {"schedulingPolicy": {"gang": {"minCount": 0}}},
+            "spec.schedulingPolicy.gang.minCount: must be a positive integer, got 0",
+            id="minCount 0",
+        ),
+        pytest.param(
+            {"schedulingPolicy": {"gang": {}}},
+            "spec.schedulingPolicy.gang.minCount",
+            id="no minCount",
+        ),
+        pytest.param(
+            {"disruptionMode": "PodGroup"},
+            "spec.disruptionMode: must be an object",
+            id="1.36 string mode",
+        ),
+        pytest.param(
+            {"disruptionMode": {"single": {}, "all": {}}},
+            "spec.disruptionMode: must set exactly one of single, all (got all, single)",
+            id="two modes",
+        ),
+        pytest.param(
+            {"schedulingConstraints": {"topology": [{"key": "a"}, {"key": "b"}]}},
+            "spec.schedulingConstraints.topology: at most one",
+            id="two keys",
+        ),
+        pytest.param(
+            {"schedulingConstraints": {"topology": [{"key": "example.com/pod"}]}},
+            "spec.schedulingConstraints.topology[0].key: example.com/pod is not a configured "
+            "topology level",
+            id="unknown level",
+        ),
+        pytest.param(
+            {"priorityClassName": "high", "priority": "x"},
+            "spec.priority: must be an integer",
+            id="bad priority",
+        ),
+        pytest.param(
+            {"preemptionPolicy": "Sometimes"},
+            "spec.preemptionPolicy: must be one of",
+            id="bad policy",
+        ),
+        pytest.param(
+            {"resourceClaims": [{"name": "c", "resourceClaimName": "x"}]},
+            "spec.resourceClaims: unsupported",
+            id="group claims",
+        ),
+        pytest.param(
+            {
+                "schedulingPolicy": {"basic": {}},
+                "schedulingConstraints": {"topology": [{"key": "gputopo.io/rack"}]},
+            },
+            "spec.schedulingConstraints.topology: unsupported: a topology constraint on a basic",
+            id="basic in a domain",
+        ),
+        pytest.param(
+            {"parentCompositePodGroupName": "cpg"},
+            "spec.parentCompositePodGroupName: unsupported",
+            id="composite",
+        ),
+    ],
+)
+def test_a_malformed_or_unsupported_group_names_the_object_and_field(spec, field) -> None:
+    error = _read(**spec).error
+    assert error is not None
+    assert error.startswith("invalid PodGroup default/g (scheduling.k8s.io): ")
+    assert field in error
+
+
+_VALUES = st.none() | st.booleans() | st.integers(-2, 3) | st.sampled_from(["", "x", "Never"])
+_UNIONS = st.dictionaries(
+    st.sampled_from(["gang", "basic", "all", "single", "elastic"]),
+    st.none() | st.just({}) | st.fixed_dictionaries({"minCount": _VALUES}),
+    max_size=2,
+)
+_SPECS = st.dictionaries(
+    st.sampled_from(
+        ["schedulingPolicy", "disruptionMode", "priority", "priorityClassName", "preemptionPolicy"]
+    ),
+    _VALUES | _UNIONS,
+) | st.fixed_dictionaries(
+    {
+        "schedulingConstraints": st.fixed_dictionaries(
+            {"topology": st.lists(_UNIONS | st.just({"key": "gputopo.io/rack"}), max_size=2)}
+        )
+    }
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_SPECS)
+def test_reading_never_raises_and_a_usable_group_has_a_positive_minimum(spec) -> None:
+    group = parse_upstream_group({"metadata": {"name": "g"}, "spec": spec})
+    assert group.error is not None or group.min_member >= 1
+    assert group.error is None or group.error.startswith("invalid PodGroup default/g")
+
+
+@pytest.mark.parametrize(
+    ("api_version", "expected"),
+    [
+        pytest.param("scheduling.k8s.io/v1beta1", "PodGroupInitiallyScheduled", id="1.37 beta"),
+        pytest.param("scheduling.k8s.io/v1alpha3", "PodGroupInitiallyScheduled", id="1.37 alpha"),
+        pytest.param("scheduling.k8s.io/v1alpha2", "PodGroupScheduled", id="1.36"),
+    ],
+)
+def test_the_condition_type_follows_the_version(api_version, expected) -> None:
+    assert condition_type({"apiVersion": api_version}) == expected
+
+
+def test_the_condition_waits_then_turns_true_and_stays() -> None:
+    group = _read()
+    assert initially_scheduled(group, bound=0, complete=False, waiting="", now="t0") is None
+    waiting = initially_scheduled(group, bound=0, complete=False, waiting="no room", now="t1")
+    assert waiting == {
+        "type": "PodGroupInitiallyScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "no room",
+        "lastTransitionTime": "t1",
+    }
+    obj = {**group.obj, "status": {"conditions": [waiting]}}
+    group = parse_upstream_group(obj, levels=LEVELS)
+    again = initially_scheduled(group, bound=0, complete=False, waiting="still none", now="t2")
+    assert again is not None
+    assert (again["message"], again["lastTransitionTime"]) == ("still none", "t1")
+    done = initially_scheduled(group, bound=3, complete=True, waiting="", now="t3")
+    assert done is not None
+    assert (done["status"], done["reason"], done["lastTransitionTime"]) == (
+        "True",
+        "Scheduled",
+        "t3",
+    )
+    group = parse_upstream_group({**group.obj, "status": {"conditions": [done]}}, levels=LEVELS)
+    assert initially_scheduled(group, bound=1, complete=False, waiting="lost one", now="t4") == done
+
+
+def test_an_unusable_group_reads_as_a_scheduler_error() -> None:
+    group = _read(resourceClaims=[{"name": "c", "resourceClaimName": "x"}])
+    found = initially_scheduled(group, bound=0, complete=False, waiting="", now="t")
+    assert found is not None
+    assert (found["status"], found["reason"]) == ("False", "SchedulerError")
+
+
+def _pod(**meta_and_spec: Any) -> dict[str, Any]:
+    body = pod("p")
+    body["metadata"]["labels"] = meta_and_spec.pop("labels", {})
+    body["spec"].update(meta_and_spec)
+    return body
+
+
+def test_a_pod_joins_the_upstream_group_it_names() -> None:
+    info = read_pod(_pod(schedulerName="s", schedulingGroup={"podGroupName": "g"}), "s")
+    assert info.error is None
+    assert info.group_key == group_key("default", "g", upstream=True)
+    assert info.group_key != group_key("default", "g")
+
+
+def test_a_pod_naming_both_apis_is_refused() -> None:
+    body = _pod(
+        schedulerName="s",
+        schedulingGroup={"podGroupName": "up"},
+        labels={"scheduling.x-k8s.io/pod-group": "ours"},
+    )
+    info = read_pod(body, "s")
+    assert info.group_key is None
+    assert info.error is not None
+    assert "names two pod groups, ours (label scheduling.x-k8s.io/pod-group" in info.error
+    assert "up (spec.schedulingGroup.podGroupName, scheduling.k8s.io)" in info.error
+
+
+def test_a_pod_of_a_1_35_workload_waits_with_the_reason() -> None:
+    body = _pod(schedulerName="s", workloadRef={"name": "w", "podGroup": "workers"})
+    info = read_pod(body, "s")
+    assert info.group_key is None
+    assert info.error is not None
+    assert "spec.workloadRef: unsupported: the 1.35 Workload API" in info.error

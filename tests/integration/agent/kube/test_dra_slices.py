@@ -1,0 +1,97 @@
+"""The ResourceSlice publisher against the fake API server, over the real client."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from agent.dra import DRIVER, GROUP, SLICES, UNHEALTHY_TAINT, VERSION
+from agent.dra.devices import dra_devices
+from agent.kube.dra import KubeDra, SlicePublisher
+from tests.builders.deviceplugin import make_inventory
+
+NODE = "gpu-node-1"
+
+
+@pytest.fixture
+def rig(fake_api):
+    fake_api.add_node(NODE)
+    api = fake_api.api_client()
+    inventory = make_inventory(4, mig={3: ["3g.40gb", "3g.40gb"]})
+    unhealthy: set[str] = set()
+    publisher = SlicePublisher(
+        KubeDra(api, NODE), lambda: dra_devices(inventory, range(4)), lambda: unhealthy,
+        poll_s=0.05,
+    )  # fmt: skip
+    yield publisher, client.CustomObjectsApi(api), inventory, unhealthy
+    publisher.stop()
+    api.close()
+
+
+def _slices(custom):
+    return custom.list_cluster_custom_object(
+        GROUP, VERSION, SLICES, field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}"
+    )["items"]
+
+
+def _wait(predicate, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_publishes_one_pool_that_the_api_server_accepts_and_writes_it_once(rig, fake_api):
+    publisher, custom, _, _ = rig
+    assert not publisher.step().empty
+    (obj,) = _slices(custom)
+    assert obj["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    names = [d["name"] for d in obj["spec"]["devices"]]
+    assert names == ["gpu-0", "gpu-1", "gpu-2", "gpu-3-mig-3g-40gb-0", "gpu-3-mig-3g-40gb-4"]
+    assert obj["metadata"]["ownerReferences"][0]["name"] == NODE
+    assert publisher.step().empty
+
+
+def test_slices_wiped_by_the_kubelet_come_back(rig):
+    publisher, custom, _, _ = rig
+    publisher.start()
+    assert _wait(lambda: len(_slices(custom)) == 1)
+    # as the kubelet wipes a driver's slices: DeleteCollection by node and driver
+    client.ResourceV1Api(custom.api_client).delete_collection_resource_slice(
+        field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}", _preload_content=False
+    )
+    assert _wait(lambda: len(_slices(custom)) == 1)
+    assert _slices(custom)[0]["spec"]["pool"]["generation"] == 1
+
+
+def test_an_unhealthy_gpu_gets_a_taint_with_the_time_the_server_adds(rig):
+    publisher, custom, inventory, unhealthy = rig
+    publisher.step()
+    unhealthy.add(inventory.gpus[3].uuid)
+    publisher.step()
+    (obj,) = _slices(custom)
+    assert obj["spec"]["pool"]["generation"] == 2
+    tainted = [d["name"] for d in obj["spec"]["devices"] if d.get("taints")]
+    assert tainted == ["gpu-3-mig-3g-40gb-0", "gpu-3-mig-3g-40gb-4"]
+    taint = obj["spec"]["devices"][3]["taints"][0]
+    assert taint["key"] == UNHEALTHY_TAINT
+    assert taint["timeAdded"]
+    assert publisher.step().empty
+
+
+def test_the_fake_refuses_a_slice_a_real_server_refuses(rig):
+    _, custom, _, _ = rig
+    device = {"name": "gpu-0", "attributes": {"driverVersion": {"version": "535.104.05"}}}
+    spec = {"driver": DRIVER, "nodeName": NODE, "devices": [device]}
+    spec["pool"] = {"name": NODE, "resourceSliceCount": 1}
+    bad = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice", "metadata": {"name": "bad"}}
+    bad["spec"] = spec
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(GROUP, VERSION, SLICES, bad)
+    assert err.value.status == 422
+    assert "spec.devices[0].attributes[driverVersion].version" in err.value.body

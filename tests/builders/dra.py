@@ -54,3 +54,39 @@ def allocation_status(
             "reservedFor": [{"resource": "pods", "name": n, "uid": u} for n, u in pods],
         }
     }
+
+
+def claim_template(
+    name: str,
+    device_class: str,
+    *selectors: str,
+    count: int = 1,
+    match_attribute: str | None = None,
+    tolerate: str | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaimTemplate with one request `gpu` of `count` devices of `device_class`,
+    filtered by CEL `selectors`; `match_attribute` constrains them to one value of it,
+    `tolerate` a device taint key the request tolerates."""
+    exactly: dict[str, Any] = {
+        "deviceClassName": device_class,
+        "count": count,
+        "selectors": [{"cel": {"expression": s}} for s in selectors],
+    }
+    if tolerate:
+        exactly["tolerations"] = [{"key": tolerate, "operator": "Exists"}]
+    devices: dict[str, Any] = {"requests": [{"name": "gpu", "exactly": exactly}]}
+    if match_attribute:
+        devices["constraints"] = [{"requests": ["gpu"], "matchAttribute": match_attribute}]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def with_claim_template(pod: dict[str, Any], template: str) -> dict[str, Any]:
+    """The pod with one claim `gpu` made from `template`, used by its first container."""
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return pod

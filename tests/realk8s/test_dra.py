@@ -1,0 +1,148 @@
+"""The agent as DRA driver gpu.gputopo.io beside a real kubelet 1.37 and kube-scheduler: slices
+published, claims allocated by kube-scheduler from the shipped DeviceClasses and the agent's
+attributes, prepared by the agent (a CDI spec per claim) and seen in the container's environment
+through containerd's CDI; an Xid in the slices and the pod's status; agent and kubelet restarts.
+
+The DRA agent runs on its own (module fixture) with fixture dgx-a100-mig, every GPU given to DRA
+(its device plugin then advertises nothing), no NRT and no labels (the session agent's)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.dra import DRIVER
+from agent.nvml.fixture import load_fixture
+from tests.builders.dra import claim_template, with_claim_template
+from tests.builders.process import ROOT, CommandProcess
+from tests.builders.realk8s import Cluster, busybox_pod, env_of, wait_until
+
+pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(600)]
+
+FIXTURE = "dgx-a100-mig"
+DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
+A100 = "NVIDIA A100-SXM4-80GB"
+ATTR = f"device.attributes['{DRIVER}']"
+CAP = f"device.capacity['{DRIVER}']"
+
+
+def start_dra_agent(cluster: Cluster) -> CommandProcess:
+    kubelet = cluster.kubelet
+    proc = cluster.start_agent(
+        "--nvml-fixture", FIXTURE, "--dra-gpus", "all", "--no-publish", "--node-labels", "off",
+        "--dra-registry-dir", kubelet["plugins_registry"],
+        "--dra-plugins-dir", kubelet["plugins_dir"],
+        "--share-record", str(cluster.run_dir / "agent" / "dra-shares.json"),
+    )  # fmt: skip
+    proc.port(timeout_s=60)
+    return proc
+
+
+def slices(cluster: Cluster) -> list[dict[str, Any]]:
+    listed = json.loads(
+        cluster.kubectl(
+            "get", "resourceslices", "-o", "json",
+            f"--field-selector=spec.nodeName={cluster.node},spec.driver={DRIVER}",
+        )
+    )  # fmt: skip
+    return list(listed["items"])
+
+
+def devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices", [])}
+
+
+@pytest.fixture(scope="module")
+def dra_agent(cluster: Cluster) -> Iterator[CommandProcess]:
+    cluster.kubectl("apply", "-f", str(DRA_YAML))
+    proc = start_dra_agent(cluster)
+    wait_until(lambda: len(devices(cluster)) >= 8, 90, "the agent's ResourceSlices")
+    yield proc
+    proc.stop()
+
+
+def run_pod(cluster: Cluster, name: str, template: dict[str, Any]) -> dict[str, Any]:
+    """Create the template and a pod using it; wait until Running; the pod and its claim."""
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(template))
+    pod = with_claim_template(busybox_pod(name), template["metadata"]["name"])
+    cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    cluster.wait_running(name, timeout_s=120)
+    status = cluster.pod(name)["status"]
+    claim_name = status["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = json.loads(cluster.kubectl("get", "resourceclaim", claim_name, "-o", "json"))
+    return claim
+
+
+def allocated(claim: dict[str, Any]) -> list[str]:
+    return [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+def visible(cluster: Cluster, name: str) -> list[str]:
+    env = wait_until(
+        lambda: env_of(cluster.logs(name)).get("NVIDIA_VISIBLE_DEVICES"), 30, f"{name}'s env"
+    )
+    return sorted(str(env).split(","))
+
+
+def test_slices_publish_every_gpu_and_mig_device_with_attributes(cluster: Cluster, dra_agent):
+    inventory = load_fixture(FIXTURE).inventory
+    found = devices(cluster)
+    (pool,) = {s["spec"]["pool"]["name"] for s in slices(cluster)}
+    assert pool == cluster.node
+    whole = [f"gpu-{g.minor}" for g in inventory.gpus if not g.mig_devices]
+    assert set(whole) <= set(found)
+    assert len(found) == len(whole) + sum(len(g.mig_devices) for g in inventory.gpus)
+    gpu = found[whole[0]]
+    assert gpu["attributes"]["productName"] == {"string": A100}
+    assert gpu["attributes"]["type"] == {"string": "gpu"}
+    assert "resource.kubernetes.io/pciBusID" in gpu["attributes"]
+
+
+def test_a_claim_by_product_and_memory_runs_and_sees_its_gpu_uuid(cluster: Cluster, dra_agent):
+    template = claim_template(
+        "a100-40g", "gpu.gputopo.io",
+        f"{ATTR}.productName == '{A100}'",
+        f"{CAP}.memory.compareTo(quantity('40Gi')) >= 0",
+    )  # fmt: skip
+    try:
+        claim = run_pod(cluster, "dra-one", template)
+        (device,) = allocated(claim)
+        want = devices(cluster)[device]["attributes"]["uuid"]["string"]
+        assert visible(cluster, "dra-one") == [want]
+        spec = Path("/var/run/cdi") / f"k8s.gputopo.io-claim_{claim['metadata']['uid']}.json"
+        assert spec.exists()
+    finally:
+        cluster.delete_pods("dra-one")
+
+
+def test_two_gpus_matching_the_nvlink_island(cluster: Cluster, dra_agent):
+    template = claim_template(
+        "two-island", "gpu.gputopo.io", count=2, match_attribute=f"{DRIVER}/nvlinkIsland"
+    )
+    try:
+        claim = run_pod(cluster, "dra-two", template)
+        pair = allocated(claim)
+        found = devices(cluster)
+        assert len(pair) == 2
+        islands = {found[d]["attributes"]["nvlinkIsland"]["int"] for d in pair}
+        assert len(islands) == 1
+        uuids = sorted(found[d]["attributes"]["uuid"]["string"] for d in pair)
+        assert visible(cluster, "dra-two") == uuids
+    finally:
+        cluster.delete_pods("dra-two")
+
+
+def test_a_mig_claim_gets_a_mig_device(cluster: Cluster, dra_agent):
+    template = claim_template("mig-2g", "mig.gputopo.io", f"{ATTR}.profile == '2g.20gb'")
+    try:
+        claim = run_pod(cluster, "dra-mig", template)
+        (device,) = allocated(claim)
+        attributes = devices(cluster)[device]["attributes"]
+        assert attributes["profile"] == {"string": "2g.20gb"}
+        assert visible(cluster, "dra-mig") == [attributes["uuid"]["string"]]
+    finally:
+        cluster.delete_pods("dra-mig")

@@ -88,6 +88,15 @@ class Cluster:
             check=False,
         )
 
+    def restart_kubelet(self) -> None:
+        """SIGTERM the kubelet and start it again with the same flags (as `systemctl restart`)."""
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "cluster.py"), "restart", "--part", "kubelet",
+             f"--run-dir={self.run_dir}"],
+            check=True,
+        )  # fmt: skip
+        self.state = json.loads((self.run_dir / "state.json").read_text())
+
     @property
     def node(self) -> str:
         return str(self.state["node"])

@@ -56,13 +56,41 @@ def devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for s in slices(cluster) for d in s["spec"].get("devices", [])}
 
 
+class DraAgent:
+    """The DRA agent process of the module; a test may restart it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.proc = start_dra_agent(cluster)
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+    def start(self) -> None:
+        self.proc = start_dra_agent(self.cluster)
+
+
 @pytest.fixture(scope="module")
-def dra_agent(cluster: Cluster) -> Iterator[CommandProcess]:
+def dra_agent(cluster: Cluster) -> Iterator[DraAgent]:
     cluster.kubectl("apply", "-f", str(DRA_YAML))
-    proc = start_dra_agent(cluster)
+    agent = DraAgent(cluster)
     wait_until(lambda: len(devices(cluster)) >= 8, 90, "the agent's ResourceSlices")
-    yield proc
-    proc.stop()
+    yield agent
+    agent.stop()
+
+
+def slice_uids(cluster: Cluster) -> set[str]:
+    return {s["metadata"]["uid"] for s in slices(cluster)}
+
+
+def device_health(cluster: Cluster, pod: str) -> dict[str, str]:
+    """`allocatedResourcesStatus` of the pod's container: resource ID -> health."""
+    statuses = cluster.pod(pod)["status"].get("containerStatuses") or [{}]
+    return {
+        r["resourceID"]: r.get("health", "")
+        for s in statuses[0].get("allocatedResourcesStatus") or []
+        for r in s.get("resources") or []
+    }
 
 
 def run_pod(cluster: Cluster, name: str, template: dict[str, Any]) -> dict[str, Any]:
@@ -146,3 +174,63 @@ def test_a_mig_claim_gets_a_mig_device(cluster: Cluster, dra_agent):
         assert visible(cluster, "dra-mig") == [attributes["uuid"]["string"]]
     finally:
         cluster.delete_pods("dra-mig")
+
+
+def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, dra_agent):
+    """dgx-a100-mig's fixture emits Xid 79 on GPU5 30 s after the agent starts."""
+    gpu5 = load_fixture(FIXTURE).inventory.gpus[5]
+    template = claim_template(
+        "gpu5", "gpu.gputopo.io", f"{ATTR}.uuid == '{gpu5.uuid}'",
+        tolerate=f"{DRIVER}/unhealthy",
+    )  # fmt: skip
+    name = f"gpu-{gpu5.minor}"
+    try:
+        run_pod(cluster, "dra-xid", template)
+        resource = f"{DRIVER}/{cluster.node}/{name}"
+        wait_until(
+            lambda: device_health(cluster, "dra-xid").get(resource) == "Unhealthy", 90,
+            f"{resource} Unhealthy in the pod's allocatedResourcesStatus",
+        )  # fmt: skip
+        taints = wait_until(lambda: devices(cluster)[name].get("taints"), 30, "the taint")
+        assert [t["key"] for t in taints] == [f"{DRIVER}/unhealthy"]
+        assert cluster.pod("dra-xid")["status"]["phase"] == "Running"
+    finally:
+        cluster.delete_pods("dra-xid")
+
+
+def test_agent_restart_keeps_the_prepared_claim_and_the_kubelet_wipes_slices_of_a_gone_driver(
+    cluster: Cluster, dra_agent
+):
+    template = claim_template("any-gpu", "gpu.gputopo.io")
+    try:
+        claim = run_pod(cluster, "dra-restart", template)
+        spec = Path("/var/run/cdi") / f"k8s.gputopo.io-claim_{claim['metadata']['uid']}.json"
+        assert spec.exists()
+        dra_agent.stop()
+        wait_until(lambda: not slices(cluster), 75, "the kubelet to wipe the driver's slices")
+        dra_agent.start()
+        wait_until(lambda: len(devices(cluster)) >= 8, 60, "the slices again")
+        assert cluster.pod("dra-restart")["status"]["phase"] == "Running"
+        assert spec.exists()
+    finally:
+        cluster.delete_pods("dra-restart")
+    wait_until(lambda: not spec.exists(), 30, "the new agent to unprepare the claim")
+
+
+def test_kubelet_restart_wipes_the_slices_and_the_agent_publishes_them_again(
+    cluster: Cluster, dra_agent
+):
+    before = slice_uids(cluster)
+    assert before
+    template = claim_template("after-restart", "gpu.gputopo.io")
+    cluster.restart_kubelet()
+    wait_until(lambda: slice_uids(cluster) and not slice_uids(cluster) & before, 60,
+               "slices re-created after the kubelet's wipe")  # fmt: skip
+    try:
+        claim = run_pod(cluster, "dra-after", template)
+        (device,) = allocated(claim)
+        assert visible(cluster, "dra-after") == [
+            devices(cluster)[device]["attributes"]["uuid"]["string"]
+        ]
+    finally:
+        cluster.delete_pods("dra-after")

@@ -4,7 +4,8 @@ Built after the device plugin, whose NVML model and health it shares: the device
 `device_state` is what the health stream and the slices' taints read, its `inventory` (kept
 current by the MIG re-scan) is what the devices are made from. The GPUs given to DRA
 (`--dra-gpus`) are left out of the device plugin's resources (`PluginSettings.dra_gpus`, set by
-`dra_gpus_for`), so no GPU is handed out twice. With `--dry-run` the claim record stays in memory
+`dra_gpus_for`), so no GPU is handed out twice. A DRA GPU that `sharing` shares is published
+for shares (`shared_dra_gpus`). With `--dry-run` the claim record stays in memory
 and no slice is written (printed instead, once).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import Counter
 from dataclasses import replace
 
 import yaml
@@ -20,12 +22,31 @@ from agent.cli.dra_config import dra_gpu_indices
 from agent.cli.services import AgentContext, Service
 from agent.dra.devices import DraDevice, dra_devices
 from agent.dra.slices import wanted_slices
+from agent.model import NodeInventory
 from deviceplugin.device_state import DeviceState
 from deviceplugin.dra.plugin import DraPaths, DraPlugin
 from deviceplugin.dra.wire import CDI_DIR
+from deviceplugin.resources import build_resources
 from deviceplugin.settings import PluginSettings
 
 logger = logging.getLogger(__name__)
+
+
+def shared_dra_gpus(
+    inventory: NodeInventory, settings: PluginSettings, dra: frozenset[int]
+) -> dict[int, int]:
+    """DRA GPU index -> replicas, for the whole GPUs DESIGN §12's `sharing` shares (chosen as the
+    device plugin chooses them, as if only the DRA GPUs were on the node)."""
+    others = frozenset(g.index for g in inventory.gpus) - dra
+    resources = build_resources(inventory, replace(settings, dra_gpus=others))
+    counts = Counter(
+        d.gpu_index
+        for r in resources
+        if r.shared
+        for d in r.devices
+        if d.mig is None and d.replica is not None
+    )
+    return dict(counts)
 
 
 def dra_gpus_for(ctx: AgentContext) -> PluginSettings:
@@ -43,6 +64,7 @@ class DraService:
         cfg = ctx.config
         self._ctx = ctx
         self._gpus = gpus
+        self._shared = shared_dra_gpus(ctx.inventory, cfg.plugin, gpus)
         self._state = ctx.device_plugin.device_state if ctx.device_plugin else DeviceState()
         self._dry_run = cfg.dry_run
         from agent.kube.connect import load_api_client
@@ -66,7 +88,7 @@ class DraService:
 
     def devices(self) -> tuple[DraDevice, ...]:
         inventory = self._ctx.device_plugin.inventory if self._ctx.device_plugin else None
-        return dra_devices(inventory or self._ctx.inventory, self._gpus)
+        return dra_devices(inventory or self._ctx.inventory, self._gpus, shared=self._shared)
 
     def start(self) -> None:
         logger.info("DRA driver serving %d devices", len(self.devices()))

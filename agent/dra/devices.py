@@ -49,6 +49,11 @@ class DraDevice:
     gpu_index: int
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)  # name -> quantity
+    share_memory_mib: int = 0  # > 0: a shared GPU; what a share takes unless its claim says
+
+    @property
+    def shared(self) -> bool:
+        return self.share_memory_mib > 0
 
 
 def gpu_device_name(gpu: Gpu) -> str:
@@ -72,11 +77,15 @@ def dra_devices(
     inventory: NodeInventory,
     gpus: Collection[int],
     pcie_roots: Mapping[int, str] | None = None,
+    shared: Mapping[int, int] | None = None,
 ) -> tuple[DraDevice, ...]:
     """The devices of the GPUs whose indices are in `gpus` (those the config gives to DRA), in
-    GPU index order; `pcie_roots` maps a GPU index to its PCIe root (`pci0000:00`) where known."""
+    GPU index order; `pcie_roots` maps a GPU index to its PCIe root (`pci0000:00`) where known,
+    `shared` a whole GPU shared by DESIGN §12 to its replicas (a share's default is the equal
+    split of its usable memory)."""
     islands = _island_ids(inventory)
     roots = pcie_roots or {}
+    replicas = shared or {}
     out: list[DraDevice] = []
     for gpu in inventory.gpus:
         if gpu.index not in gpus:
@@ -85,7 +94,7 @@ def dra_devices(
         if gpu.mig_mode is MigMode.ENABLED:
             out.extend(_mig_device(gpu, mig, common) for mig in gpu.mig_devices)
         else:
-            out.append(_gpu_device(gpu, common))
+            out.append(_gpu_device(gpu, common, replicas.get(gpu.index, 0)))
     return tuple(out)
 
 
@@ -117,7 +126,7 @@ def _gpu_attributes(
     return attrs
 
 
-def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue]) -> DraDevice:
+def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -> DraDevice:
     attrs: dict[str, AttributeValue] = {
         "type": {"string": DeviceType.GPU.value},
         "uuid": {"string": gpu.uuid},
@@ -131,6 +140,7 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue]) -> DraDevice:
         gpu_index=gpu.index,
         attributes=attrs,
         capacity={"memory": f"{gpu.usable_memory_mib}Mi"},
+        share_memory_mib=gpu.usable_memory_mib // replicas if replicas > 0 else 0,
     )
 
 

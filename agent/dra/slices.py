@@ -3,7 +3,8 @@
 One pool per node, named after the node, with `nodeName` set; its devices are split over as many
 slices as the API's per-slice limit asks (128 devices, 64 when any carries a taint), named
 `<node>-gpu.gputopo.io-<i>`. An Unhealthy device carries the NoSchedule taint
-`gpu.gputopo.io/unhealthy`.
+`gpu.gputopo.io/unhealthy`. A shared GPU (DESIGN §12) has `allowMultipleAllocations` and a request
+policy on its `memory`: a claim without `capacity.requests.memory` takes the equal split.
 
 `plan_slices` compares what the API server holds with what it should: each slice carries the hash
 of the whole pool's content in an annotation, so a slice the kubelet wiped, a changed device or a
@@ -26,6 +27,8 @@ from agent.dra.devices import DraDevice
 CONTENT_ANNOTATION = f"{DRIVER}/content"
 MAX_DEVICES = 128
 MAX_TAINTED_DEVICES = 64
+SHARE_MIN_MEMORY = "1Mi"
+"""The least memory a claim may ask of a shared GPU (`capacity.requests.memory`)."""
 
 Obj = dict[str, Any]
 
@@ -54,6 +57,12 @@ def device_entry(device: DraDevice, unhealthy: bool) -> Obj:
         "attributes": {k: dict(v) for k, v in sorted(device.attributes.items())},
         "capacity": {k: {"value": v} for k, v in sorted(device.capacity.items())},
     }
+    if device.shared:
+        entry["allowMultipleAllocations"] = True
+        entry["capacity"]["memory"]["requestPolicy"] = {
+            "default": f"{device.share_memory_mib}Mi",
+            "validRange": {"min": SHARE_MIN_MEMORY},
+        }
     if unhealthy:
         entry["taints"] = [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]
     return entry

@@ -61,6 +61,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str | None = None  # v1 only
 
 
 class DraKubelet:
@@ -134,7 +135,13 @@ class DraKubelet:
         for uid, entry in response.claims.items():
             out[uid] = entry.error or tuple(
                 PreparedDevice(
-                    tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids)
+                    tuple(d.request_names),
+                    d.pool_name,
+                    d.device_name,
+                    tuple(d.cdi_device_ids),
+                    d.share_id
+                    if "share_id" in d.DESCRIPTOR.fields_by_name and d.HasField("share_id")
+                    else None,
                 )
                 for d in entry.devices
             )

@@ -8,8 +8,9 @@ at most 128 devices (64 when any has taints), device names are DNS labels and un
 attribute holds exactly one of `int`, `bool`, `string` (<= 64 characters) or `version` (semantic),
 attribute and capacity names are C identifiers of <= 32 characters with an optional domain, at
 most 32 of them per device; a taint's effect is `NoSchedule`, `NoExecute` or `None` and the server
-sets its `timeAdded`. Field selectors `spec.nodeName` and `spec.driver`. ResourceClaims: `spec`
-is immutable (`status` is written through `/status`).
+sets its `timeAdded`; a capacity's `requestPolicy` (`default`, `validRange.min`/`max`) must hold
+its default within the range and the value. Field selectors `spec.nodeName` and `spec.driver`.
+ResourceClaims: `spec` is immutable (`status` is written through `/status`).
 """
 
 from __future__ import annotations
@@ -136,14 +137,51 @@ def _device_problems(field: str, device: Any, seen: set[str]) -> list[str]:
         problems += _value_problems(f"{field}.attributes[{key}]", value)
     for key, value in capacity.items():
         problems += _name_problems(f"{field}.capacity[{key}]", key)
-        if not isinstance(value, Mapping) or set(value) != {"value"}:
-            raise NotImplementedError(f"fake API server: {field}.capacity[{key}] {value!r}")
+        problems += _capacity_problems(f"{field}.capacity[{key}]", value)
     for j, taint in enumerate(device.get("taints") or []):
         if taint.get("effect") not in ("NoSchedule", "NoExecute", "None"):
             problems.append(
                 f"{field}.taints[{j}].effect: Unsupported value: {taint.get('effect')!r}"
             )
     return problems
+
+
+def _capacity_problems(field: str, value: Any) -> list[str]:
+    """`value`, and a `requestPolicy` with `default` and `validRange` (`validValues` and `step`
+    are not modelled); the default lies in the range and within the value."""
+    if not isinstance(value, Mapping) or not set(value) <= {"value", "requestPolicy"}:
+        raise NotImplementedError(f"fake API server: {field} {value!r}")
+    total = _quantity(value.get("value"))
+    if total is None:
+        return [f"{field}.value: Invalid value: {value.get('value')!r}: not a quantity"]
+    policy = value.get("requestPolicy")
+    if policy is None:
+        return []
+    if not set(policy) <= {"default", "validRange"} or set(policy.get("validRange") or {}) - {
+        "min",
+        "max",
+    }:
+        raise NotImplementedError(f"fake API server: {field}.requestPolicy {policy!r}")
+    default = _quantity(policy.get("default"))
+    low = _quantity((policy.get("validRange") or {}).get("min"))
+    if default is None or low is None:
+        return [f"{field}.requestPolicy: Invalid value: default and validRange.min are required"]
+    if not low <= default <= total:
+        return [
+            f"{field}.requestPolicy.default: Invalid value: must lie within validRange and value"
+        ]
+    return []
+
+
+_SUFFIXES = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
+             "G": 10**9, "T": 10**12}  # fmt: skip
+_QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+
+
+def _quantity(text: Any) -> int | None:
+    """Integral quantities only (what the driver writes); anything else reads as invalid."""
+    match = _QUANTITY.fullmatch(str(text)) if text is not None else None
+    return int(match[1]) * _SUFFIXES[match[2] or ""] if match else None
 
 
 def _name_problems(field: str, key: str) -> list[str]:

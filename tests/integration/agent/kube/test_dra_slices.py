@@ -95,3 +95,21 @@ def test_the_fake_refuses_a_slice_a_real_server_refuses(rig):
         custom.create_cluster_custom_object(GROUP, VERSION, SLICES, bad)
     assert err.value.status == 422
     assert "spec.devices[0].attributes[driverVersion].version" in err.value.body
+
+
+def test_a_shared_gpus_request_policy_is_accepted_and_a_wrong_default_refused(fake_api):
+    fake_api.add_node(NODE)
+    api = fake_api.api_client()
+    custom = client.CustomObjectsApi(api)
+    devices = dra_devices(make_inventory(2), range(2), shared={0: 2})
+    publisher = SlicePublisher(KubeDra(api, NODE), lambda: devices, set)
+    publisher.step()
+    (obj,) = _slices(custom)
+    assert obj["spec"]["devices"][0]["allowMultipleAllocations"] is True
+    obj["metadata"] = {"name": "too-big"}
+    obj["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]["default"] = "900Gi"
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(GROUP, VERSION, SLICES, obj)
+    api.close()
+    assert err.value.status == 422
+    assert "capacity[memory].requestPolicy.default" in err.value.body

@@ -213,3 +213,23 @@ def test_health_stream_sends_the_whole_list_and_marks_an_xid_unhealthy(rig):
     assert rig.kubelet.plugins[DRIVER].health[f"{NODE}/gpu-1"] == healthy
     rig.state.set_unhealthy(frozenset())
     assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-0", healthy)
+
+
+def test_two_shares_of_one_gpu_are_prepared_with_their_share_ids(rig):
+    rig.start_plugin()
+    rig.kubelet.scan()
+    first = rig.claim("share-a", [("gpu", "gpu-1")], [rig.pod("a")])
+    second = rig.claim("share-b", [("gpu", "gpu-1")], [rig.pod("b")])
+    for claim, share in ((first, "aaaa1"), (second, "bbbb2")):
+        status = allocation_status(NODE, [("gpu", "gpu-1")], [])
+        result = status["status"]["allocation"]["devices"]["results"][0]
+        result.update(shareID=share, consumedCapacity={"memory": "20Gi"})
+        rig.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, NS, "resourceclaims", claim[1],
+            {"status": {"allocation": status["status"]["allocation"]}},
+        )  # fmt: skip
+    out = rig.kubelet.prepare(DRIVER, [first, second])
+    assert [(d.device, d.share_id) for d in out[first[2]]] == [("gpu-1", "aaaa1")]
+    assert [(d.device, d.share_id) for d in out[second[2]]] == [("gpu-1", "bbbb2")]
+    record = {c.uid: c.devices[0].share_id for c in rig.plugin.record.claims()}
+    assert record == {first[2]: "aaaa1", second[2]: "bbbb2"}

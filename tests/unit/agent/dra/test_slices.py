@@ -72,3 +72,17 @@ def test_slices_of_other_nodes_and_drivers_are_left_alone():
     plan = plan_slices(NODE, devices, set(), [other])
     assert plan.delete == ()
     assert len(plan.create) == 1
+
+
+def test_a_shared_gpu_allows_several_allocations_with_an_equal_split_default():
+    inventory = make_inventory(2)
+    devices = dra_devices(inventory, range(2), shared={1: 4})
+    (obj,) = plan_slices(NODE, devices, set(), []).create
+    plain, shared = obj["spec"]["devices"]
+    assert "allowMultipleAllocations" not in plain
+    assert shared["allowMultipleAllocations"] is True
+    split = inventory.gpus[1].usable_memory_mib // 4
+    assert shared["capacity"]["memory"] == {
+        "value": f"{inventory.gpus[1].usable_memory_mib}Mi",
+        "requestPolicy": {"default": f"{split}Mi", "validRange": {"min": "1Mi"}},
+    }

@@ -63,15 +63,19 @@ def claim_template(
     count: int = 1,
     match_attribute: str | None = None,
     tolerate: str | None = None,
+    capacity: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaimTemplate with one request `gpu` of `count` devices of `device_class`,
     filtered by CEL `selectors`; `match_attribute` constrains them to one value of it,
-    `tolerate` a device taint key the request tolerates."""
+    `tolerate` a device taint key the request tolerates, `capacity` what it consumes of a
+    shared device."""
     exactly: dict[str, Any] = {
         "deviceClassName": device_class,
         "count": count,
         "selectors": [{"cel": {"expression": s}} for s in selectors],
     }
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
     if tolerate:
         exactly["tolerations"] = [{"key": tolerate, "operator": "Exists"}]
     devices: dict[str, Any] = {"requests": [{"name": "gpu", "exactly": exactly}]}

@@ -30,13 +30,28 @@ ATTR = f"device.attributes['{DRIVER}']"
 CAP = f"device.capacity['{DRIVER}']"
 
 
+SHARED_GPU = 7
+AGENT_CONFIG = f"""version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+      devices: [{SHARED_GPU}]
+"""
+
+
 def start_dra_agent(cluster: Cluster) -> CommandProcess:
     kubelet = cluster.kubelet
+    config_file = cluster.run_dir / "agent" / "dra-agent.yaml"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(AGENT_CONFIG)
     proc = cluster.start_agent(
         "--nvml-fixture", FIXTURE, "--dra-gpus", "all", "--no-publish", "--node-labels", "off",
         "--dra-registry-dir", kubelet["plugins_registry"],
         "--dra-plugins-dir", kubelet["plugins_dir"],
         "--share-record", str(cluster.run_dir / "agent" / "dra-shares.json"),
+        config_file=config_file,
     )  # fmt: skip
     proc.port(timeout_s=60)
     return proc
@@ -174,6 +189,23 @@ def test_a_mig_claim_gets_a_mig_device(cluster: Cluster, dra_agent):
         assert visible(cluster, "dra-mig") == [attributes["uuid"]["string"]]
     finally:
         cluster.delete_pods("dra-mig")
+
+
+def test_two_20gi_shares_of_one_gpu(cluster: Cluster, dra_agent):
+    shared = f"gpu-{load_fixture(FIXTURE).inventory.gpus[SHARED_GPU].minor}"
+    assert devices(cluster)[shared]["allowMultipleAllocations"] is True
+    template = claim_template("share-20g", "gpu-share.gputopo.io", capacity={"memory": "20Gi"})
+    try:
+        first = run_pod(cluster, "dra-share-a", template)
+        second = run_pod(cluster, "dra-share-b", template)
+        results = [c["status"]["allocation"]["devices"]["results"][0] for c in (first, second)]
+        assert [r["device"] for r in results] == [shared, shared]
+        assert results[0]["shareID"] != results[1]["shareID"]
+        assert [r["consumedCapacity"]["memory"] for r in results] == ["20Gi", "20Gi"]
+        uuid = devices(cluster)[shared]["attributes"]["uuid"]["string"]
+        assert visible(cluster, "dra-share-a") == visible(cluster, "dra-share-b") == [uuid]
+    finally:
+        cluster.delete_pods("dra-share-a", "dra-share-b")
 
 
 def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, dra_agent):

@@ -34,6 +34,7 @@ SHARED_GPU = 7
 AGENT_CONFIG = f"""version: v1
 sharing:
   timeSlicing:
+    renameByDefault: true
     resources:
     - name: nvidia.com/gpu
       replicas: 4

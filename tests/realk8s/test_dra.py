@@ -52,6 +52,7 @@ def start_dra_agent(cluster: Cluster) -> CommandProcess:
         "--dra-registry-dir", kubelet["plugins_registry"],
         "--dra-plugins-dir", kubelet["plugins_dir"],
         "--share-record", str(cluster.run_dir / "agent" / "dra-shares.json"),
+        "--health-recheck-interval", "45",
         config_file=config_file,
     )  # fmt: skip
     proc.port(timeout_s=60)
@@ -211,7 +212,8 @@ def test_two_20gi_shares_of_one_gpu(cluster: Cluster, dra_agent):
 
 def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, dra_agent):
     """dgx-a100-mig's fake NVML emits Xid 79 on GPU5 30 s after the agent starts; the GPU
-    answers NVML again, so it is Healthy once the reset-required probe passes (about 10 s)."""
+    answers NVML again, so it is Healthy at the next reset-required probe (the DRA agent probes
+    every 45 s, so the Unhealthy state lasts long enough to be seen)."""
     gpu5 = load_fixture(FIXTURE).inventory.gpus[5]
     template = claim_template(
         "gpu5", "gpu.gputopo.io", f"{ATTR}.uuid == '{gpu5.uuid}'",
@@ -220,9 +222,11 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
     name = f"gpu-{gpu5.minor}"
     resource = f"{DRIVER}/{cluster.node}/{name}"
     seen: set[str] = set()
+    last: list[dict[str, str]] = [{}]
 
     def observe() -> bool:
-        if device_health(cluster, "dra-xid").get(resource) == "Unhealthy":
+        last[0] = device_health(cluster, "dra-xid")
+        if last[0].get(resource) == "Unhealthy":
             seen.add("pod")
         if any(t["key"] == f"{DRIVER}/unhealthy" for t in devices(cluster)[name].get("taints", [])):
             seen.add("slice")
@@ -232,9 +236,12 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
         run_pod(cluster, "dra-xid", template)
         dra_agent.stop()  # the restarted fake NVML emits the Xid 30 s after the start
         dra_agent.start()
-        wait_until(observe, 90, f"{resource} Unhealthy in the pod's status and tainted")
+        try:
+            wait_until(observe, 90, f"{resource} Unhealthy in the pod's status and tainted")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; seen {seen}; pod's last status {last[0]}") from None
         wait_until(
-            lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 60,
+            lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 120,
             f"{resource} Healthy again",
         )  # fmt: skip
         assert cluster.pod("dra-xid")["status"]["phase"] == "Running"

@@ -75,6 +75,7 @@ class DraPlugin:
         devices: Callable[[], Sequence[DraDevice]],
         state: DeviceState,
         dry_run: bool = False,
+        health_resend_s: float = 10.0,
     ) -> None:
         self.paths = paths
         self._stop = threading.Event()
@@ -86,7 +87,9 @@ class DraPlugin:
             record=self.record,
             cdi=CdiSpecDir(paths.cdi_dir),
         )
-        self.health = HealthServicer(pool=node, devices=devices, state=state, stop=self._stop)
+        self.health = HealthServicer(
+            pool=node, devices=devices, state=state, stop=self._stop, resend_s=health_resend_s
+        )
         self.registration = RegistrationServicer(str(paths.service_socket))
         self._servers: list[tuple[grpc.Server, Path]] = []
 

@@ -2,7 +2,8 @@
 
 `DraPluginV1` and `DraPluginV1beta1` serve `Node(Un)PrepareResources` through one `Preparer`
 (v1beta1 has no `share_id`); `HealthServicer` streams every device's health
-(`v1alpha1.DRAResourceHealth`), the complete list again on each change; `RegistrationServicer`
+(`v1alpha1.DRAResourceHealth`), the complete list again on each change and every 10 s (the kubelet
+reads a device not reported for 30 s as Unknown); `RegistrationServicer`
 answers the kubelet's plugin watcher. A request with a claim missing its UID, namespace or name is
 INVALID_ARGUMENT naming the entry; an unexpected failure is logged once and is INTERNAL.
 """
@@ -141,6 +142,8 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         stop: threading.Event,
         wall_clock: Callable[[], float] = time.time,
         wait_s: float = 1.0,
+        resend_s: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pool = pool
         self._devices = devices
@@ -148,6 +151,8 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         self._stop = stop
         self._clock = wall_clock
         self._wait_s = wait_s
+        self._resend_s = resend_s
+        self._monotonic = monotonic
 
     def message(self, unhealthy: frozenset[str]) -> health_pb.NodeWatchResourcesResponse:
         now = int(self._clock())
@@ -165,18 +170,22 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
     def NodeWatchResources(  # noqa: N802
         self, request: Any, context: grpc.ServicerContext
     ) -> Iterator[health_pb.NodeWatchResourcesResponse]:
-        version, last = -1, None
+        """The list at once, again on every change, and again every `resend_s` without one: the
+        kubelet reads a device whose last report is older than 30 s as Unknown."""
+        version, last, sent_at = -1, None, float("-inf")
 
         def done() -> bool:
             return self._stop.is_set() or not context.is_active()
 
         while not done():
-            view = self._state.wait(version, self._wait_s, cancelled=done)
+            wait = max(0.0, min(self._wait_s, sent_at + self._resend_s - self._monotonic()))
+            view = self._state.wait(version, wait, cancelled=done)
             version = view.version
             message = self.message(view.unhealthy)
             key = [(d.device.device_name, d.health) for d in message.devices]
-            if key != last and not done():
-                last = key
+            due = self._monotonic() - sent_at >= self._resend_s
+            if (key != last or due) and not done():
+                last, sent_at = key, self._monotonic()
                 yield message
 
 

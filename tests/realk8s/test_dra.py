@@ -220,7 +220,7 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
         tolerate=f"{DRIVER}/unhealthy",
     )  # fmt: skip
     name = f"gpu-{gpu5.minor}"
-    resource = f"{DRIVER}/{cluster.node}/{name}"
+    resource = ""  # the kubelet 1.37 names the resource by its CDI device ID
     seen: set[str] = set()
     last: list[dict[str, str]] = [{}]
 
@@ -233,7 +233,12 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
         return seen == {"pod", "slice"}
 
     try:
-        run_pod(cluster, "dra-xid", template)
+        claim = run_pod(cluster, "dra-xid", template)
+        resource = f"k8s.gputopo.io/claim={claim['metadata']['uid']}-{name}"
+        wait_until(
+            lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 60,
+            f"{resource} Healthy in the pod's status",
+        )  # fmt: skip
         dra_agent.stop()  # the restarted fake NVML emits the Xid 30 s after the start
         dra_agent.start()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,13 +61,14 @@ class Rig:
         self.plugin: DraPlugin | None = None
         self.kubelet = DraKubelet(paths.registry_dir)
 
-    def start_plugin(self) -> DraPlugin:
+    def start_plugin(self, **kw) -> DraPlugin:
         self.plugin = DraPlugin(
             node=NODE,
             paths=self.paths,
             reader=KubeDra(self.api, NODE),
             devices=lambda: self.devices,
             state=self.state,
+            **kw,
         )
         self.plugin.start()
         return self.plugin
@@ -233,3 +235,16 @@ def test_two_shares_of_one_gpu_are_prepared_with_their_share_ids(rig):
     assert [(d.device, d.share_id) for d in out[second[2]]] == [("gpu-1", "bbbb2")]
     record = {c.uid: c.devices[0].share_id for c in rig.plugin.record.claims()}
     assert record == {first[2]: "aaaa1", second[2]: "bbbb2"}
+
+
+def test_health_is_sent_again_without_a_change_before_the_kubelets_30_s_timeout(rig):
+    rig.start_plugin(health_resend_s=0.2)
+    rig.kubelet.scan()
+    rig.kubelet.watch_health(DRIVER)
+    reg = rig.kubelet.plugins[DRIVER]
+    assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-0", health_pb.HEALTHY)
+    first = reg.health_messages
+    deadline = time.monotonic() + 5
+    while reg.health_messages < first + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reg.health_messages >= first + 3

@@ -278,8 +278,11 @@ def test_kubelet_restart_wipes_the_slices_and_the_agent_publishes_them_again(
 ):
     before = slice_uids(cluster)
     assert before
+    gpus = cluster.node_allocatable("nvidia.com/gpu")  # the session agent's, when it runs
     template = claim_template("after-restart", "gpu.gputopo.io")
     cluster.restart_kubelet()
+    wait_until(lambda: cluster.node_allocatable("nvidia.com/gpu") == gpus, 60,
+               "the device plugin's GPUs back after the kubelet restart")  # fmt: skip
     wait_until(lambda: slice_uids(cluster) and not slice_uids(cluster) & before, 60,
                "slices re-created after the kubelet's wipe")  # fmt: skip
     try:

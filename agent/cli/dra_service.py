@@ -23,6 +23,7 @@ from agent.cli.services import AgentContext, Service
 from agent.dra.devices import DraDevice, dra_devices
 from agent.dra.slices import wanted_slices
 from agent.model import NodeInventory
+from agent.nvml.sysfs import pcie_root
 from deviceplugin.device_state import DeviceState
 from deviceplugin.dra.plugin import DraPaths, DraPlugin
 from deviceplugin.dra.wire import CDI_DIR
@@ -65,6 +66,11 @@ class DraService:
         self._ctx = ctx
         self._gpus = gpus
         self._shared = shared_dra_gpus(ctx.inventory, cfg.plugin, gpus)
+        self._roots = {
+            g.index: root
+            for g in ctx.inventory.gpus
+            if (root := pcie_root(cfg.host_root, g.pci_bus_id)) is not None
+        }
         self._state = ctx.device_plugin.device_state if ctx.device_plugin else DeviceState()
         self._dry_run = cfg.dry_run
         from agent.kube.connect import load_api_client
@@ -88,7 +94,9 @@ class DraService:
 
     def devices(self) -> tuple[DraDevice, ...]:
         inventory = self._ctx.device_plugin.inventory if self._ctx.device_plugin else None
-        return dra_devices(inventory or self._ctx.inventory, self._gpus, shared=self._shared)
+        return dra_devices(
+            inventory or self._ctx.inventory, self._gpus, self._roots, shared=self._shared
+        )
 
     def start(self) -> None:
         logger.info("DRA driver serving %d devices", len(self.devices()))

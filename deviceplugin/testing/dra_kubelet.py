@@ -67,8 +67,9 @@ class PreparedDevice:
 class DraKubelet:
     """The kubelet's view of the DRA drivers whose sockets are in `registry_dir`."""
 
-    def __init__(self, registry_dir: Path) -> None:
+    def __init__(self, registry_dir: Path, services: Sequence[str] = tuple(_SERVICES)) -> None:
         self.registry_dir = registry_dir
+        self.services = tuple(services)  # what this kubelet speaks (1.32-1.33: v1beta1 only)
         self.plugins: dict[str, DraRegistration] = {}
         self.refused: dict[str, str] = {}  # socket path -> why
         self._cond = threading.Condition()
@@ -98,7 +99,7 @@ class DraKubelet:
             return info
 
     def _register(self, socket: Path, info: reg_pb.PluginInfo) -> str | None:
-        service = next((v for v in info.supported_versions if v in _SERVICES), None)
+        service = next((v for v in info.supported_versions if v in self.services), None)
         error = ""
         if info.type != "DRAPlugin":
             error = f"plugin type {info.type!r} is not DRAPlugin"

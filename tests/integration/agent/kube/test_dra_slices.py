@@ -113,3 +113,20 @@ def test_a_shared_gpus_request_policy_is_accepted_and_a_wrong_default_refused(fa
     api.close()
     assert err.value.status == 422
     assert "capacity[memory].requestPolicy.default" in err.value.body
+
+
+def test_a_new_mig_layout_is_published_under_a_new_generation(fake_api):
+    fake_api.add_node(NODE)
+    api = fake_api.api_client()
+    layouts = [make_inventory(4, mig={3: ["3g.40gb", "3g.40gb"]})]
+    publisher = SlicePublisher(KubeDra(api, NODE), lambda: dra_devices(layouts[-1], range(4)), set)
+    publisher.step()
+    layouts.append(make_inventory(4, mig={3: ["4g.40gb", "3g.40gb"]}))  # the MIG re-scan's
+    assert len(publisher.step().update) == 1
+    (obj,) = _slices(client.CustomObjectsApi(api))
+    api.close()
+    assert obj["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in obj["spec"]["devices"]][3:] == [
+        "gpu-3-mig-4g-40gb-0",
+        "gpu-3-mig-3g-40gb-4",
+    ]

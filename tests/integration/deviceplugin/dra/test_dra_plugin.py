@@ -248,3 +248,26 @@ def test_health_is_sent_again_without_a_change_before_the_kubelets_30_s_timeout(
     while reg.health_messages < first + 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert reg.health_messages >= first + 3
+
+
+def test_a_kubelet_that_speaks_only_v1beta1_prepares_through_it(rig):
+    rig.start_plugin()
+    old = DraKubelet(rig.paths.registry_dir, services=["v1beta1.DRAPlugin"])
+    try:
+        assert old.scan() == [DRIVER]
+        assert old.plugins[DRIVER].service == "v1beta1.DRAPlugin"
+        claim = rig.claim("c", [("gpu", "gpu-2")], [rig.pod("p")])
+        (device,) = old.prepare(DRIVER, [claim])[claim[2]]
+        assert (device.device, device.share_id) == ("gpu-2", None)
+        assert old.unprepare(DRIVER, [claim]) == {claim[2]: ""}
+    finally:
+        old.close()
+
+
+def test_a_kubelet_that_speaks_no_dra_version_we_offer_refuses_the_plugin(rig):
+    rig.start_plugin()
+    future = DraKubelet(rig.paths.registry_dir, services=["v2.DRAPlugin"])
+    assert future.scan() == []
+    assert rig.plugin.registration.statuses == [
+        (False, future.refused[str(rig.paths.registration_socket)])
+    ]

@@ -1,8 +1,7 @@
 """What the DRA driver publishes of a node: one `DraDevice` per whole GPU and per MIG device.
 
-Names follow NVIDIA's driver: `gpu-<minor>` for a whole GPU, `gpu-<minor>-mig-<profile>-<start>`
-for a MIG device (the profile with `.` and `+` turned into `-`, so `1g.10gb` -> `1g-10gb`, and the
-placement start). A GPU in MIG mode is published only through its MIG devices.
+Names as `agent.dra.names` forms them. A GPU in MIG mode is published only through its MIG
+devices.
 
 Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`type`, `uuid`,
 `productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from agent.dra.names import gpu_device_name, mig_device_name
 from agent.labels import gpu_family
 from agent.model import Gpu, MigDevice, MigMode, NodeInventory
 from agent.nvml.sysfs import sysfs_bus_id
@@ -27,8 +27,6 @@ from agent.nvml.sysfs import sysfs_bus_id
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
-
-_NOT_NAME = re.compile(r"[^a-z0-9-]+")
 
 AttributeValue = Mapping[str, Any]
 
@@ -54,15 +52,6 @@ class DraDevice:
     @property
     def shared(self) -> bool:
         return self.share_memory_mib > 0
-
-
-def gpu_device_name(gpu: Gpu) -> str:
-    return f"gpu-{gpu.minor}"
-
-
-def mig_device_name(gpu: Gpu, mig: MigDevice) -> str:
-    profile = _NOT_NAME.sub("-", mig.profile.lower()).strip("-")
-    return f"gpu-{gpu.minor}-mig-{profile}-{mig.start}"
 
 
 def semver(text: str) -> str:

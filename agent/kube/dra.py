@@ -122,6 +122,7 @@ class SlicePublisher:
         self._node_uid: str | None = None
         self.writes = 0
         self.problem: str | None = "ResourceSlices not published yet"
+        self._failing = False
 
     def poke(self) -> None:
         self._wake.set()
@@ -153,11 +154,13 @@ class SlicePublisher:
             try:
                 self.step()
             except PublishError as exc:
-                level = logging.WARNING if self.problem is None else logging.DEBUG
+                level = logging.DEBUG if self._failing else logging.WARNING
                 logger.log(level, "publishing ResourceSlices failed: %s", exc)
-                self.problem = str(exc)
+                self.problem, self._failing = str(exc), True
             else:
-                self.problem = None
+                if self._failing:
+                    logger.info("publishing ResourceSlices works again")
+                self.problem, self._failing = None, False
             self._wake.wait(self._poll_s)
 
     def start(self) -> None:

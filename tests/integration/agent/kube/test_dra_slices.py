@@ -130,3 +130,24 @@ def test_a_new_mig_layout_is_published_under_a_new_generation(fake_api):
         "gpu-3-mig-4g-40gb-0",
         "gpu-3-mig-3g-40gb-4",
     ]
+
+
+def test_an_api_outage_is_reported_once_and_the_slices_land_after_it(fake_api, caplog):
+    fake_api.add_node(NODE)
+    api = fake_api.api_client()
+    devices = dra_devices(make_inventory(1), range(1))
+    publisher = SlicePublisher(KubeDra(api, NODE), lambda: devices, set, poll_s=0.05)
+    fake_api.down()
+    publisher.start()
+    try:
+        assert _wait(lambda: publisher.problem and "unreachable" in publisher.problem)
+        fake_api.up()
+        assert _wait(lambda: publisher.problem is None)
+    finally:
+        publisher.stop()
+    warnings = [
+        r for r in caplog.records if r.levelname == "WARNING" and "ResourceSlices" in r.message
+    ]
+    assert len(warnings) == 1
+    assert len(_slices(client.CustomObjectsApi(api))) == 1
+    api.close()

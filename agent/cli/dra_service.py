@@ -76,7 +76,7 @@ class DraService:
         from agent.kube.connect import load_api_client
         from agent.kube.dra import KubeDra, SlicePublisher
 
-        self._kube = KubeDra(load_api_client(cfg.kubeconfig), cfg.node_name)
+        self._kube = KubeDra(lambda: load_api_client(cfg.kubeconfig), cfg.node_name)
         paths = DraPaths(
             registry_dir=cfg.dra.registry_dir,
             plugins_dir=cfg.dra.plugins_dir,

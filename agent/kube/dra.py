@@ -22,25 +22,47 @@ from kubernetes import client
 from agent.dra import CLAIMS, DRIVER, GROUP, SLICES, VERSION
 from agent.dra.devices import DraDevice
 from agent.dra.slices import SlicePlan, plan_slices
-from agent.errors import PublishError
+from agent.errors import ConfigError, PublishError
 from agent.kube.client import _json, _read_or_none, api_errors, list_node_pods
 
 logger = logging.getLogger(__name__)
 
 
 class KubeDra:
-    """Claims, pods and slices of one node, over the real client; failures are PublishError."""
+    """Claims, pods and slices of one node, over the real client; failures are PublishError.
 
-    def __init__(self, api_client: client.ApiClient, node: str, *, timeout_s: float = 10.0):
-        self._api_client = api_client
+    `connect` makes the API client on first use and again after it failed (no credentials yet
+    is a PublishError like any other: the agent keeps serving and retries)."""
+
+    def __init__(
+        self,
+        connect: client.ApiClient | Callable[[], client.ApiClient],
+        node: str,
+        *,
+        timeout_s: float = 10.0,
+    ):
+        self._connect = connect if callable(connect) else lambda: connect
+        self._api_client: client.ApiClient | None = None
         self.node = node
-        self._custom = client.CustomObjectsApi(api_client)
         self._timeout = timeout_s
-        self.server: str = api_client.configuration.host
+        self.server = ""
+
+    def _api(self) -> client.ApiClient:
+        if self._api_client is None:
+            try:
+                self._api_client = self._connect()
+            except ConfigError as exc:
+                raise PublishError(f"no API server credentials: {exc}") from None
+            self.server = self._api_client.configuration.host
+        return self._api_client
+
+    @property
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self._api())
 
     @cached_property
     def _core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self._api_client)
+        return client.CoreV1Api(self._api())
 
     def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return _read_or_none(

@@ -110,3 +110,28 @@ def test_an_unknown_dra_gpu_refuses_the_start(kubelet, dirs):
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "--dra-gpus: no GPU 9 on this node" in done.stderr.strip().splitlines()[-1]
+
+
+def test_without_credentials_the_dra_plugin_serves_and_the_claim_error_says_why(kubelet, dirs):
+    command = [
+        sys.executable, "-m", "agent.cli", "run", "--node-name", NODE,
+        "--nvml-fixture", "dgx-a100", "--allow-fake-gpus", "--dra-gpus", "all",
+        "--device-plugin-dir", str(kubelet.plugin_dir), "--kubeconfig", str(dirs / "missing"),
+        "--dra-registry-dir", str(dirs / "registry"), "--dra-plugins-dir", str(dirs / "plugins"),
+        "--host-root", str(dirs / "host"),
+        "--no-publish", "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dra = DraKubelet(dirs / "registry")
+    try:
+        assert _wait(dra.scan) == [DRIVER]
+        out = dra.prepare(DRIVER, [("default", "c", "uid-1")])
+        assert "no API server credentials" in out["uid-1"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        dra.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "publishing ResourceSlices failed" in err

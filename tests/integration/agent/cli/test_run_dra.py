@@ -49,18 +49,22 @@ def _wait(predicate, timeout_s=20.0):
     return None
 
 
-def test_two_gpus_through_dra_and_six_through_the_device_plugin(fake_api, kubelet, dirs):
-    fake_api.add_node(NODE)
-    kubeconfig = fake_api.write_kubeconfig(dirs / "kubeconfig")
+def _start_agent(kubelet, dirs: Path, gpus: str, kubeconfig: Path) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "agent.cli", "run", "--node-name", NODE,
-        "--nvml-fixture", "dgx-a100", "--allow-fake-gpus", "--dra-gpus", "6,7",
+        "--nvml-fixture", "dgx-a100", "--allow-fake-gpus", "--dra-gpus", gpus,
         "--device-plugin-dir", str(kubelet.plugin_dir), "--kubeconfig", str(kubeconfig),
         "--dra-registry-dir", str(dirs / "registry"), "--dra-plugins-dir", str(dirs / "plugins"),
         "--host-root", str(dirs / "host"),
         "--no-publish", "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
     ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_gpus_through_dra_and_six_through_the_device_plugin(fake_api, kubelet, dirs):
+    fake_api.add_node(NODE)
+    kubeconfig = fake_api.write_kubeconfig(dirs / "kubeconfig")
+    proc = _start_agent(kubelet, dirs, "6,7", kubeconfig)
     dra = DraKubelet(dirs / "registry")
     api = fake_api.api_client()
     custom = client.CustomObjectsApi(api)
@@ -113,15 +117,7 @@ def test_an_unknown_dra_gpu_refuses_the_start(kubelet, dirs):
 
 
 def test_without_credentials_the_dra_plugin_serves_and_the_claim_error_says_why(kubelet, dirs):
-    command = [
-        sys.executable, "-m", "agent.cli", "run", "--node-name", NODE,
-        "--nvml-fixture", "dgx-a100", "--allow-fake-gpus", "--dra-gpus", "all",
-        "--device-plugin-dir", str(kubelet.plugin_dir), "--kubeconfig", str(dirs / "missing"),
-        "--dra-registry-dir", str(dirs / "registry"), "--dra-plugins-dir", str(dirs / "plugins"),
-        "--host-root", str(dirs / "host"),
-        "--no-publish", "--node-labels", "off", "--metrics-address", "127.0.0.1:0",
-    ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_agent(kubelet, dirs, "all", dirs / "missing")
     dra = DraKubelet(dirs / "registry")
     try:
         assert _wait(dra.scan) == [DRIVER]

@@ -4,7 +4,8 @@ PluginError
 ├── ResourceError              the inventory cannot be advertised under the configured strategy
 ├── RequestError               a kubelet request refused as a whole (names the ID and the reason)
 │   ├── InvalidRequestError      unknown or duplicate IDs, too many replicas -> INVALID_ARGUMENT
-│   └── DeviceUnavailableError   unhealthy device, no CDI spec names it      -> FAILED_PRECONDITION
+│   ├── DeviceUnavailableError   unhealthy device, no CDI spec names it      -> FAILED_PRECONDITION
+│   └── ClaimError               a DRA claim this node may not prepare (names claim and field)
 └── RegistrationError          the kubelet refused or did not answer Register
 """
 
@@ -29,6 +30,10 @@ class InvalidRequestError(RequestError):
 
 class DeviceUnavailableError(RequestError):
     """The request is well formed but a device cannot be handed out now."""
+
+
+class ClaimError(RequestError):
+    """A ResourceClaim the DRA driver refuses to prepare; the message names the claim and field."""
 
 
 class RegistrationError(PluginError):

@@ -97,7 +97,10 @@ def build_resources(inventory: NodeInventory, settings: PluginSettings) -> tuple
 
     Raises ResourceError naming every GPU and profile that makes the strategy impossible.
     """
-    units = _units(inventory, settings.mig_strategy)
+    units = {
+        name: [d for d in devices if d.gpu_index not in settings.dra_gpus]
+        for name, devices in _units(inventory, settings.mig_strategy).items()
+    }
     resources = _apply_time_slicing(units, settings.time_slicing)
     too_long = [d.id for r in resources for d in r.devices if len(d.id) > MAX_DEVICE_ID]
     if too_long:

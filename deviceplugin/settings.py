@@ -192,3 +192,4 @@ class PluginSettings:
     health_recheck_interval_s: float = 5.0
     rescan_interval_s: float = 10.0
     mps_root: str = DEFAULT_MPS_ROOT
+    dra_gpus: frozenset[int] = frozenset()  # indices the DRA driver serves: never advertised here

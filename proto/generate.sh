@@ -11,5 +11,6 @@ mkdir -p "$OUT"
 "$PY" -m grpc_tools.protoc \
   -I"$OUT"=proto \
   --python_out=. --pyi_out=. --grpc_python_out=. \
-  "$OUT"/deviceplugin.proto "$OUT"/podresources.proto
+  "$OUT"/deviceplugin.proto "$OUT"/podresources.proto "$OUT"/pluginregistration.proto \
+  "$OUT"/dra_v1.proto "$OUT"/dra_v1beta1.proto "$OUT"/dra_health_v1alpha1.proto
 [ -f "$OUT/__init__.py" ] || printf '"""Generated protobuf and gRPC code (proto/generate.sh); do not edit."""\n' >"$OUT/__init__.py"

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent.cli import dra_config
 from agent.cli.config_values import Opt, convert, split_host_port
+from agent.cli.dra_config import DraSettings
 from agent.dispatch import CommandParser, version_line
 from agent.docread import read_yaml
 from agent.errors import ConfigError
@@ -100,6 +102,12 @@ _OPTIONS: tuple[Opt, ...] = (
          "under sharing.mps", "str", DEFAULT_MPS_ROOT),
     Opt("--share-record", "root-only file of what each share container was given (kept across "
          "node restarts)", "path", DEFAULT_SHARE_RECORD),
+    Opt("--dra-gpus", "GPUs served through DRA (driver gpu.gputopo.io) instead of the device "
+         "plugin: none, all, or indices/UUIDs (comma list)", "list", "none"),
+    Opt("--dra-registry-dir", "the kubelet's plugin-watcher directory", "path",
+         "/var/lib/kubelet/plugins_registry"),
+    Opt("--dra-plugins-dir", "the kubelet's plugin directory (DRA socket and claim record)",
+         "path", "/var/lib/kubelet/plugins"),
     Opt("--share-scheduler-name", "the scheduler whose share pods are served only through the "
          "share Lease", "str", DEFAULT_SCHEDULER_NAME),
 )  # fmt: skip
@@ -130,6 +138,7 @@ class AgentConfig:
     share_record: Path = Path(DEFAULT_SHARE_RECORD)
     share_scheduler_name: str = DEFAULT_SCHEDULER_NAME
     plugin: PluginSettings = field(default_factory=PluginSettings)
+    dra: DraSettings = field(default_factory=DraSettings)
 
     @property
     def mig_strategy(self) -> MigStrategy:
@@ -228,9 +237,11 @@ def load(argv: Sequence[str], environ: Mapping[str, str], path: Path | None = No
     )
     channels = parse_imex(str(config_path), imex, errors)
     errors += _fake_gpu_problems(raw)
+    dra = dra_config.dra_settings(raw, errors)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
     config = _build(raw, Path(config_path) if config_path else None, time_slicing, xid_policy)
+    config = replace(config, dra=dra)
     imex_settings = replace(channels, dev_root=config.host_root)  # where the host's /dev shows
     return replace(config, plugin=replace(config.plugin, imex=imex_settings))
 
@@ -327,9 +338,10 @@ def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], Any, Any]
     for key, value in doc.items():
         if key in _BY_KEY:
             values[key] = (f"{path}: {key}", value)
-        elif key not in {"version", "flags", "sharing", "resources", "imex"}:
+        elif key not in {"version", "flags", "sharing", "resources", "imex", "dra"}:
             errors.append(f"{path}: {key}: unknown key")
     if isinstance(doc.get("resources"), dict | list) and doc["resources"]:
         logger.warning("%s: resources: custom resource names are not supported; ignored", path)
     fold_flags(str(path), doc.get("flags"), values, errors)
+    dra_config.file_values(path, doc.get("dra"), values, errors)
     return values, doc.get("sharing"), doc.get("imex")

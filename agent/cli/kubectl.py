@@ -31,6 +31,7 @@ import yaml
 
 from agent import logsetup
 from agent.cli import kubectl_queues as queues
+from agent.cli.kubectl_dra import ClaimLister, holds_data, holds_table, node_holds
 from agent.cli.kubectl_nodes import (
     node_summary,
     render_nodes,
@@ -149,8 +150,10 @@ def cmd_topo(
     out: TextIO,
     err: TextIO,
     pods: Callable[[], list[dict[str, Any]]] | None = None,
+    claims: ClaimLister | None = None,
 ) -> int:
-    """`pods` lists the node's pods, for the per-pod shares of shared GPUs."""
+    """`pods` lists the node's pods, for the per-pod shares of shared GPUs; `claims` every
+    ResourceClaim, for the GPUs DRA claims hold."""
     if obj is None:
         err.write(f"{PROG}: no NodeResourceTopology for node {node}\n")
         return 1
@@ -160,10 +163,11 @@ def cmd_topo(
         err.write(f"{PROG}: {exc}\n")
         return 1
     shares = _pod_shares(topology, pods, err)
+    holds = node_holds(topology.inventory, node, claims, PROG, err)
     if output == "table":
-        out.write(render_topo(topology, shares))
+        out.write(render_topo(topology, shares) + holds_table(holds))
     else:
-        emit(topo_data(topology, shares), output, out)
+        emit({**topo_data(topology, shares), "draClaims": holds_data(holds)}, output, out)
     return 0
 
 
@@ -270,7 +274,8 @@ def main(
         if args.command == "queue":
             return cmd_queue(sink, args.action, args.name, out, err)
         pods = lambda: sink.node_pods(args.node)  # noqa: E731
-        return cmd_topo(sink.get_topology(args.node), args.node, output, out, err, pods)
+        topology = sink.get_topology(args.node)
+        return cmd_topo(topology, args.node, output, out, err, pods, sink.list_claims)
     except AgentError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 1

@@ -26,6 +26,7 @@ from pathlib import Path
 from agent import logsetup
 from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
+from agent.cli.dra_service import dra_gpus_for, dra_service
 from agent.cli.publish_service import metrics_service, topology_service
 from agent.cli.services import AgentContext, ReadyCheck, Service, ServiceFactory
 from agent.cli.share_wiring import share_factory
@@ -53,7 +54,7 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
     observer = ctx.metrics.observe_rpc if ctx.metrics is not None else None
     ctx.share_record = ShareRecord(None if ctx.config.dry_run else ctx.config.share_record)
     ctx.device_plugin = plugin = DevicePlugin(
-        ctx.config.plugin,
+        dra_gpus_for(ctx),
         ctx.backend,
         ctx.inventory,
         observer=observer,
@@ -81,6 +82,7 @@ def kubelet_check(socket: Path) -> ReadyCheck:
 
 SERVICE_FACTORIES: tuple[ServiceFactory, ...] = (
     device_plugin_service,
+    dra_service,
     topology_service,
     metrics_service,
 )

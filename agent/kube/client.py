@@ -19,6 +19,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agent.dra import CLAIMS
+from agent.dra import GROUP as DRA_GROUP
+from agent.dra import VERSION as DRA_VERSION
 from agent.errors import PublishError
 from agent.kube.connect import TRANSPORT_ERRORS, read_or_none, transport_reason
 from agent.kube.publisher import FIELD_MANAGER, NodeInfo
@@ -151,6 +154,21 @@ class KubeSink:
     def pod_phases(self, node: str) -> dict[tuple[str, str], str]:
         """(namespace, name) -> phase of every pod bound to `node`."""
         return pod_phases(self.node_pods(node))
+
+    def list_claims(self) -> list[dict[str, Any]] | None:
+        """Every ResourceClaim, or None when the API server serves no resource.k8s.io/v1."""
+        data = _read_or_none(
+            "listing ResourceClaims",
+            lambda: self._custom.list_cluster_custom_object(
+                DRA_GROUP, DRA_VERSION, CLAIMS,
+                _preload_content=False, _request_timeout=self._timeout,
+            ),
+            self.server,
+        )  # fmt: skip
+        if data is None:
+            return None
+        items: list[dict[str, Any]] = data.get("items") or []
+        return items
 
     def list_queues(self) -> list[dict[str, Any]] | None:
         """Every Queue, or None when the API server does not serve Queues (CRD not installed)."""

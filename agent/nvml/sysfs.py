@@ -15,6 +15,7 @@ Files read::
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 from agent.model import NumaNode, parse_cpulist
 
 PCI_DEVICES = Path("sys/bus/pci/devices")
+_PCI_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 NODE_DIR = Path("sys/devices/system/node")
 
 _SIZE_UNITS = (("Gi", 1024 * 1024), ("Mi", 1024), ("Ki", 1))
@@ -48,6 +50,18 @@ def gpu_numa_node(host_root: Path, nvml_bus_id: str) -> int | None:
     except (OSError, ValueError):
         return None
     return None if value < 0 else value
+
+
+def pcie_root(host_root: Path, nvml_bus_id: str) -> str | None:
+    """The PCIe root complex above the device (`pci0000:00`): the first `pci<domain>:<bus>` part of
+    where its sysfs link points (`../../../devices/pci0000:00/0000:00:01.0/.../0000:18:00.0`);
+    None when the link is missing (a fake host root, or no such device)."""
+    link = host_root / PCI_DEVICES / sysfs_bus_id(nvml_bus_id)
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return next((part for part in Path(target).parts if _PCI_ROOT.fullmatch(part)), None)
 
 
 def numa_nodes(host_root: Path) -> tuple[NumaNode, ...]:

@@ -116,6 +116,7 @@ class Launcher:
         pids = self.state["pids"]
         assert isinstance(pids, dict)
         pids[name] = proc.pid
+        self.state.setdefault("argv", {})[name] = argv  # type: ignore[index]
         self.save()
 
     def save(self) -> None:
@@ -451,6 +452,16 @@ def down(run: Path) -> None:
     log("down")
 
 
+def restart(run: Path, name: str) -> None:
+    """Stop one part (SIGTERM, as systemd does) and start it again with the same arguments."""
+    state = json.loads((run / "state.json").read_text())
+    launcher = Launcher(run, Path(state["bin"]))
+    launcher.state = state
+    _stop(state["pids"][name])
+    launcher.start(name, state["argv"][name])
+    log(f"restarted {name}")
+
+
 def _stop(pid: int, grace: float = 10.0) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)
@@ -498,7 +509,8 @@ def _remove_netns() -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="realk8s-cluster", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "restart"))
+    parser.add_argument("--part", default="kubelet", help="what `restart` restarts")
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN)
     parser.add_argument("--node", default="gputopo-node-0")
     parser.add_argument(
@@ -518,6 +530,8 @@ def main(argv: list[str]) -> int:
             raise
     elif args.action == "down":
         down(run)
+    elif args.action == "restart":
+        restart(run, args.part)
     else:
         print((run / "state.json").read_text() if (run / "state.json").exists() else "{}")
     return 0

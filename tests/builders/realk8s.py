@@ -88,6 +88,25 @@ class Cluster:
             check=False,
         )
 
+    def restart_kubelet(self) -> None:
+        """SIGTERM the kubelet and start it again with the same flags (as `systemctl restart`);
+        returns once the Node's Ready condition has a heartbeat from the new kubelet."""
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "cluster.py"), "restart", "--part", "kubelet",
+             f"--run-dir={self.run_dir}"],
+            check=True,
+        )  # fmt: skip
+        self.state = json.loads((self.run_dir / "state.json").read_text())
+
+        def ready_again() -> bool:
+            node = json.loads(self.kubectl("get", "node", self.node, "-o", "json"))
+            ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+            return bool(ready and ready[0]["status"] == "True"
+                        and ready[0]["lastHeartbeatTime"] > started)  # fmt: skip
+
+        wait_until(ready_again, 60, "the restarted kubelet's Ready heartbeat")
+
     @property
     def node(self) -> str:
         return str(self.state["node"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakeapi import disruption, pods, priority, workloads
+from tests.fakeapi import disruption, dra, pods, priority, workloads
 from tests.fakeapi.errors import invalid
 from tests.fakeapi.resources import ResourceType, crd_problems
 from tests.fakeapi.store import DELETE, Delete, Obj, clone
@@ -104,6 +104,8 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
         return _create_namespace(obj)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         return _create_crd(rt, obj)
+    if dra.is_dra(rt):
+        return dra.prepare_create(rt, obj)
     return obj
 
 
@@ -132,6 +134,8 @@ def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Clas
         return disruption.check_update(rt, new, sub)
     if workloads.handles(rt):
         return workloads.check_update(rt, old, new)
+    if dra.is_dra(rt):
+        return dra.check_update(rt, old, new)
     if rt.builtin and rt.plural == "customresourcedefinitions":
         problems = crd_problems(new)
         if problems:

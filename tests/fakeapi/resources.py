@@ -88,6 +88,8 @@ def _grouped(group: str, plural: str, kind: str, namespaced: bool, **kw: Any) ->
 
 def builtin_types() -> list[ResourceType]:
     """The built-in resources; custom resources come from CRDs."""
+    from tests.fakeapi.dra import dra_types  # here: tests.fakeapi.dra imports this module
+
     pods = _core(
         "pods",
         "Pod",
@@ -114,6 +116,7 @@ def builtin_types() -> list[ResourceType]:
             False,
             **status,
         ),
+        *dra_types(),
     ]
 
 

@@ -76,6 +76,7 @@ def test_optional_holds_only_opt_in_kustomizations():
     assert folders == [
         "admission",
         "cdi",
+        "dra",
         "kubelet-config/eks",
         "kubelet-config/gke",
         "kubelet-config/kubeadm",

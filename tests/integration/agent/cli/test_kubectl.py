@@ -22,6 +22,7 @@ from agent.nvml.fixture import builtin_names, load_fixture
 from agent.resource_names import model_key_problem
 from agent.topo_table import render_legend, render_topo_matrix
 from scheduler.quota.models import model_of_product
+from tests.builders.dra import allocation_status, make_claim
 from tests.builders.nrt import as_published
 from tests.builders.topology import allocatable_of, gpu_pod
 from tests.fakeapi import FakeApiServer
@@ -266,3 +267,51 @@ def test_no_arguments_lists_the_commands() -> None:
     assert out.startswith("usage: kubectl gputopo ")
     for command in ("nodes", "topo", "queues", "queue"):
         assert f"\n    {command} " in out
+
+
+# DRA: the claims that hold a node's GPUs
+
+DRA_NODE = "dgx-a100-mig"
+
+
+def _claim(fake: FakeApiServer, name: str, devices, namespace="default", node=DRA_NODE, **kw):
+    obj = make_claim(name)
+    obj["metadata"]["namespace"] = namespace
+    obj.update(allocation_status(node, devices, [("p", "uid-p")], **kw))
+    fake.put_object("resourceclaims", obj)
+
+
+@pytest.fixture
+def dra_kubeconfig(fake_api):
+    inv = load_fixture(DRA_NODE).inventory
+    av = compute_availability(inv, numa_capacity(inv.numa_nodes, KubeletConfig()), None)
+    fake_api.put_object("noderesourcetopologies", encode(inv, av, node_name=DRA_NODE))
+    fake_api.put_object("namespaces", {"metadata": {"name": "ml"}})
+    _claim(fake_api, "train", [("gpu", "gpu-4"), ("gpu", "gpu-6")], namespace="ml")
+    _claim(fake_api, "small", [("mig", "gpu-1-mig-2g-20gb-4")])
+    _claim(fake_api, "elsewhere", [("gpu", "gpu-4")], node="other-node")
+    _claim(fake_api, "nic", [("nic", "eth0")], driver="nic.example.com")
+    return str(fake_api.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig"))
+
+
+def test_topo_table_names_the_claim_holding_each_gpu(dra_kubeconfig):
+    code, out, err = run("--kubeconfig", dra_kubeconfig, "topo", DRA_NODE)
+    assert (code, err) == (0, "")
+    table = out[out.index("DRA DEVICE") - len("GPU  ") :].splitlines()
+    rows = [line.split() for line in table[1:]]
+    assert rows == [
+        ["1", "gpu-1-mig-2g-20gb-4", "default/small", "-"],
+        ["4", "gpu-4", "ml/train", "-"],
+        ["6", "gpu-6", "ml/train", "-"],
+    ]
+
+
+def test_topo_json_lists_dra_claims(dra_kubeconfig):
+    code, out, _ = run("--kubeconfig", dra_kubeconfig, "-o", "json", "topo", DRA_NODE)
+    doc = json.loads(out)
+    assert code == 0
+    assert [(c["gpu"], c["claim"]) for c in doc["draClaims"]] == [
+        (1, "default/small"),
+        (4, "ml/train"),
+        (6, "ml/train"),
+    ]

@@ -82,3 +82,13 @@ def test_real_style_meminfo_is_parsed(tmp_path: Path) -> None:
 def test_hugepage_sizes_use_kubernetes_names(kb: int, name: str) -> None:
     assert sysfs.hugepage_name(kb) == name
     assert sysfs.hugepage_kb(name) == kb
+
+
+def test_pcie_root_is_read_from_the_device_link(tmp_path):
+    devices = tmp_path / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    real = tmp_path / "sys/devices/pci0000:17/0000:17:01.0/0000:18:00.0"
+    real.mkdir(parents=True)
+    (devices / "0000:18:00.0").symlink_to("../../../devices/pci0000:17/0000:17:01.0/0000:18:00.0")
+    assert sysfs.pcie_root(tmp_path, "00000000:18:00.0") == "pci0000:17"
+    assert sysfs.pcie_root(tmp_path, "00000000:19:00.0") is None

@@ -1,0 +1,101 @@
+"""What a ResourceClaim asks of this node's driver, read from the claim as the API server has it.
+
+The kubelet's request names a claim only (namespace, name, UID); `ClaimReader` (the agent's
+Kubernetes I/O) GETs it. `allocated_devices` takes the allocation results whose driver is ours and
+refuses, with a `ClaimError` naming the claim and the field, a claim that is gone or was replaced
+(another UID), not allocated, reserved for no pod on this node, or allocated a device this node's
+driver does not publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.dra import DRIVER
+from deviceplugin.errors import ClaimError
+
+
+class ClaimReader(Protocol):
+    """Reads claims and this node's pods from the API server; failures raise `AgentError`."""
+
+    def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The claim as JSON, or None when there is none."""
+        ...
+
+    def node_pod_uids(self) -> frozenset[str]:
+        """The UIDs of the pods bound to this node."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} (uid {self.uid})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatedDevice:
+    """One device of our driver in a claim's allocation, with the requests it serves."""
+
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    share_id: str | None = None
+
+
+def allocated_devices(
+    claim: Mapping[str, Any] | None,
+    ref: ClaimRef,
+    node_pods: Collection[str],
+    published: Mapping[str, str],
+) -> tuple[AllocatedDevice, ...]:
+    """Our devices in the claim's allocation; `published` maps a device name of this node's
+    pool to the pool name. Raises ClaimError when the claim may not be prepared here."""
+    _check_claim(claim, ref, node_pods)
+    assert claim is not None
+    results = claim["status"]["allocation"].get("devices", {}).get("results") or []
+    merged: dict[tuple[str, str, str | None], list[str]] = {}
+    for i, result in enumerate(results):
+        if not isinstance(result, Mapping) or result.get("driver") != DRIVER:
+            continue
+        field = f"status.allocation.devices.results[{i}]"
+        device, pool = result.get("device"), result.get("pool")
+        if (
+            not isinstance(device, str)
+            or not isinstance(pool, str)
+            or published.get(device) != pool
+        ):
+            raise ClaimError(
+                f"{ref}: {field}: device {pool}/{device} is not published by {DRIVER} on this node"
+            )
+        share = result.get("shareID")
+        key = (pool, device, share if isinstance(share, str) else None)
+        merged.setdefault(key, []).append(str(result.get("request", "")))
+    return tuple(
+        AllocatedDevice(requests=tuple(reqs), pool=pool, device=device, share_id=share)
+        for (pool, device, share), reqs in merged.items()
+    )
+
+
+def _check_claim(
+    claim: Mapping[str, Any] | None, ref: ClaimRef, node_pods: Collection[str]
+) -> None:
+    if claim is None:
+        raise ClaimError(f"{ref}: not found")
+    uid = (claim.get("metadata") or {}).get("uid")
+    if uid != ref.uid:
+        raise ClaimError(f"{ref}: metadata.uid is {uid!r}: the claim was replaced")
+    status = claim.get("status") or {}
+    if not isinstance(status.get("allocation"), Mapping):
+        raise ClaimError(f"{ref}: status.allocation: not allocated")
+    reserved = status.get("reservedFor") or []
+    pods = [r for r in reserved if isinstance(r, Mapping) and r.get("resource") == "pods"]
+    if not any(r.get("uid") in node_pods for r in pods):
+        names = ", ".join(str(r.get("name")) for r in pods) or "no pod"
+        raise ClaimError(f"{ref}: status.reservedFor names {names}, none of them on this node")

@@ -1,0 +1,219 @@
+"""resource.k8s.io/v1 (DRA) in the fake API server: ResourceSlices, ResourceClaims (status
+subresource), ResourceClaimTemplates and DeviceClasses, checked as kube-apiserver 1.34+ checks them.
+
+ResourceSlices: `spec.driver`, `spec.pool` (`name`, `resourceSliceCount` >= 1, `generation` >= 0)
+and `spec.nodeName` are required here (the other node selections, `nodeSelector`, `allNodes` and
+`perDeviceNodeSelection`, and `sharedCounters` / `consumesCounters` are not modelled: they raise);
+at most 128 devices (64 when any has taints), device names are DNS labels and unique, every
+attribute holds exactly one of `int`, `bool`, `string` (<= 64 characters) or `version` (semantic),
+attribute and capacity names are C identifiers of <= 32 characters with an optional domain, at
+most 32 of them per device; a taint's effect is `NoSchedule`, `NoExecute` or `None` and the server
+sets its `timeAdded`; a capacity's `requestPolicy` (`default`, `validRange.min`/`max`) must hold
+its default within the range and the value. Field selectors `spec.nodeName` and `spec.driver`.
+ResourceClaims: `spec` is immutable (`status` is written through `/status`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.fakeapi.errors import invalid
+from tests.fakeapi.resources import ResourceType
+
+GROUP = "resource.k8s.io"
+MAX_DEVICES = 128
+MAX_TAINTED = 64
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SEMVER = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?"
+)
+_VALUE_TYPES = ("int", "bool", "string", "version")
+_DEVICE_KEYS = {"name", "attributes", "capacity", "taints", "allowMultipleAllocations"}
+_UNMODELLED_SPEC = ("nodeSelector", "perDeviceNodeSelection", "sharedCounters")
+
+Obj = dict[str, Any]
+
+
+def dra_types() -> list[ResourceType]:
+    def grouped(plural: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
+        return ResourceType(
+            group=GROUP, versions=("v1",), plural=plural, kind=kind, namespaced=namespaced, **kw
+        )
+
+    return [
+        grouped(
+            "resourceslices",
+            "ResourceSlice",
+            False,
+            field_labels=frozenset({"spec.nodeName", "spec.driver"}),
+        ),
+        grouped("resourceclaims", "ResourceClaim", True, status_subresource=True),
+        grouped("resourceclaimtemplates", "ResourceClaimTemplate", True),
+        grouped("deviceclasses", "DeviceClass", False),
+    ]
+
+
+def is_dra(rt: ResourceType) -> bool:
+    return rt.builtin and rt.group == GROUP
+
+
+def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
+    if rt.plural == "resourceslices":
+        _check_slice(rt, obj)
+    return obj
+
+
+def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    if rt.plural == "resourceslices":
+        _check_slice(rt, new, old)
+    if rt.plural == "resourceclaims" and new.get("spec") != old.get("spec"):
+        raise invalid(rt, new["metadata"]["name"], ["spec: Invalid value: field is immutable"])
+    return new
+
+
+def _check_slice(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
+    spec = obj.get("spec") or {}
+    for key in _UNMODELLED_SPEC:
+        if spec.get(key):
+            raise NotImplementedError(f"fake API server: ResourceSlice spec.{key}")
+    problems = _spec_problems(spec)
+    devices = spec.get("devices") or []
+    tainted = any(isinstance(d, Mapping) and d.get("taints") for d in devices)
+    limit = MAX_TAINTED if tainted else MAX_DEVICES
+    if len(devices) > limit:
+        problems.append(f"spec.devices: Too many: {len(devices)}: must have at most {limit} items")
+    seen: set[str] = set()
+    for i, device in enumerate(devices):
+        problems += _device_problems(f"spec.devices[{i}]", device, seen)
+    if problems:
+        raise invalid(rt, obj["metadata"].get("name", ""), problems)
+    _stamp_taints(devices, old)
+
+
+def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if not spec.get("driver"):
+        problems.append("spec.driver: Required value")
+    pool = spec.get("pool") or {}
+    if not pool.get("name"):
+        problems.append("spec.pool.name: Required value")
+    if int(pool.get("resourceSliceCount") or 0) < 1:
+        problems.append("spec.pool.resourceSliceCount: Invalid value: must be greater than zero")
+    if int(pool.get("generation") or 0) < 0:
+        problems.append("spec.pool.generation: Invalid value: must be greater than or equal to 0")
+    if bool(spec.get("nodeName")) == bool(spec.get("allNodes")):
+        problems.append(
+            "spec: Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+            "`perDeviceNodeSelection` is required"
+        )
+    return problems
+
+
+def _device_problems(field: str, device: Any, seen: set[str]) -> list[str]:
+    if not isinstance(device, Mapping):
+        return [f"{field}: Invalid value: must be an object"]
+    unknown = set(device) - _DEVICE_KEYS
+    if unknown:
+        raise NotImplementedError(
+            f"fake API server: ResourceSlice {field} fields {sorted(unknown)}"
+        )
+    problems = []
+    name = device.get("name") or ""
+    if not _LABEL.fullmatch(name) or len(name) > 63:
+        problems.append(f"{field}.name: Invalid value: {name!r}: must be a DNS label")
+    elif name in seen:
+        problems.append(f"{field}.name: Duplicate value: {name!r}")
+    seen.add(name)
+    attributes = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    if len(attributes) + len(capacity) > 32:
+        problems.append(f"{field}: Too many: must have at most 32 attributes and capacities")
+    for key, value in attributes.items():
+        problems += _name_problems(f"{field}.attributes[{key}]", key)
+        problems += _value_problems(f"{field}.attributes[{key}]", value)
+    for key, value in capacity.items():
+        problems += _name_problems(f"{field}.capacity[{key}]", key)
+        problems += _capacity_problems(f"{field}.capacity[{key}]", value)
+    for j, taint in enumerate(device.get("taints") or []):
+        if taint.get("effect") not in ("NoSchedule", "NoExecute", "None"):
+            problems.append(
+                f"{field}.taints[{j}].effect: Unsupported value: {taint.get('effect')!r}"
+            )
+    return problems
+
+
+def _capacity_problems(field: str, value: Any) -> list[str]:
+    """`value`, and a `requestPolicy` with `default` and `validRange` (`validValues` and `step`
+    are not modelled); the default lies in the range and within the value."""
+    if not isinstance(value, Mapping) or not set(value) <= {"value", "requestPolicy"}:
+        raise NotImplementedError(f"fake API server: {field} {value!r}")
+    total = _quantity(value.get("value"))
+    if total is None:
+        return [f"{field}.value: Invalid value: {value.get('value')!r}: not a quantity"]
+    policy = value.get("requestPolicy")
+    if policy is None:
+        return []
+    if not set(policy) <= {"default", "validRange"} or set(policy.get("validRange") or {}) - {
+        "min",
+        "max",
+    }:
+        raise NotImplementedError(f"fake API server: {field}.requestPolicy {policy!r}")
+    default = _quantity(policy.get("default"))
+    low = _quantity((policy.get("validRange") or {}).get("min"))
+    if default is None or low is None:
+        return [f"{field}.requestPolicy: Invalid value: default and validRange.min are required"]
+    if not low <= default <= total:
+        return [
+            f"{field}.requestPolicy.default: Invalid value: must lie within validRange and value"
+        ]
+    return []
+
+
+_SUFFIXES = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
+             "G": 10**9, "T": 10**12}  # fmt: skip
+_QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+
+
+def _quantity(text: Any) -> int | None:
+    """Integral quantities only (what the driver writes); anything else reads as invalid."""
+    match = _QUANTITY.fullmatch(str(text)) if text is not None else None
+    return int(match[1]) * _SUFFIXES[match[2] or ""] if match else None
+
+
+def _name_problems(field: str, key: str) -> list[str]:
+    domain, slash, ident = key.rpartition("/")
+    if slash and not domain:
+        return [f"{field}: Invalid value: empty domain"]
+    if not _C_IDENT.fullmatch(ident) or len(ident) > 32:
+        return [
+            f"{field}: Invalid value: {ident!r}: must be a C identifier of at most 32 characters"
+        ]
+    return []
+
+
+def _value_problems(field: str, value: Any) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [f"{field}: Invalid value: must be an object"]
+    kinds = [k for k in _VALUE_TYPES if k in value]
+    if len(kinds) != 1 or set(value) - set(_VALUE_TYPES):
+        return [f"{field}: Invalid value: exactly one value must be specified"]
+    kind, item = kinds[0], value[kinds[0]]
+    if kind == "version" and not (isinstance(item, str) and _SEMVER.fullmatch(item)):
+        return [f"{field}.version: Invalid value: {item!r}: must be a semantic version"]
+    if kind == "string" and (not isinstance(item, str) or len(item) > 64):
+        return [f"{field}.string: Too long: may not be more than 64 bytes"]
+    if kind == "int" and (not isinstance(item, int) or isinstance(item, bool)):
+        return [f"{field}.int: Invalid value: must be an integer"]
+    return []
+
+
+def _stamp_taints(devices: list[Any], old: Obj | None) -> None:
+    """The server sets `timeAdded` of a taint that has none."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for device in devices:
+        for taint in device.get("taints") or []:
+            taint.setdefault("timeAdded", now)

@@ -1,0 +1,75 @@
+"""`--dra-gpus` / `dra.gpus`: which GPUs the DRA driver serves instead of the device plugin."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from agent.cli.config import load
+from agent.cli.dra_config import dra_gpu_indices
+from agent.errors import ConfigError
+from deviceplugin.resources import build_resources
+from deviceplugin.settings import PluginSettings
+from tests.builders.deviceplugin import make_inventory
+
+ENV = {"NODE_NAME": "node-a"}
+
+
+def test_default_is_no_gpu_on_dra():
+    cfg = load([], ENV)
+    assert not cfg.dra.enabled
+    assert str(cfg.dra.registry_dir) == "/var/lib/kubelet/plugins_registry"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        pytest.param("gpus: all", frozenset(range(4)), id="all"),
+        pytest.param("gpus: none", frozenset(), id="none"),
+        pytest.param("gpus: [1, 3]", frozenset({1, 3}), id="list of indices"),
+        pytest.param("gpus: GPU-00000000-0000-4000-8000-000000000002", frozenset({2}), id="a UUID"),
+    ],
+)
+def test_the_config_file_dra_section(tmp_path, text, want):
+    path = tmp_path / "agent.yaml"
+    path.write_text(textwrap.dedent(f"version: v1\ndra:\n  {text}\n"))
+    cfg = load(["--config", str(path)], ENV)
+    assert dra_gpu_indices(cfg.dra, make_inventory(4)) == want
+
+
+def test_the_flag_wins_over_the_file(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("version: v1\ndra:\n  gpus: all\n")
+    cfg = load(["--config", str(path), "--dra-gpus", "0"], ENV)
+    assert dra_gpu_indices(cfg.dra, make_inventory(4)) == {0}
+
+
+@pytest.mark.parametrize(
+    ("argv", "doc", "message"),
+    [
+        pytest.param(["--dra-gpus", "all,3"], None, "'all' cannot be combined", id="all and more"),
+        pytest.param([], "dra:\n  gpu: all\n", "dra.gpu: unknown key", id="misspelt key"),
+        pytest.param([], "dra: all\n", "dra: expected a mapping", id="not a mapping"),
+    ],
+)
+def test_bad_dra_settings_are_named(tmp_path, argv, doc, message):
+    if doc is not None:
+        path = tmp_path / "agent.yaml"
+        path.write_text("version: v1\n" + doc)
+        argv = [*argv, "--config", str(path)]
+    with pytest.raises(ConfigError, match=message):
+        load(argv, ENV)
+
+
+def test_an_unknown_gpu_is_refused_naming_it():
+    cfg = load(["--dra-gpus", "1,GPU-nope"], ENV)
+    with pytest.raises(ConfigError, match="no GPU GPU-nope on this node"):
+        dra_gpu_indices(cfg.dra, make_inventory(4))
+
+
+def test_dra_gpus_are_not_advertised_by_the_device_plugin():
+    inventory = make_inventory(4, mig={3: ["3g.40gb", "3g.40gb"]})
+    resources = build_resources(inventory, PluginSettings(dra_gpus=frozenset({0, 3})))
+    ids = {d.gpu_index for r in resources for d in r.devices}
+    assert ids == {1, 2}

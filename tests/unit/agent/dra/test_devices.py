@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import pytest
+
+from agent.dra.devices import PCI_BUS_ID, PCIE_ROOT, DeviceType, dra_devices, semver
+from agent.nvml.fixture import load_fixture
+from tests.builders.deviceplugin import make_inventory
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        pytest.param("9.0", "9.0.0", id="compute capability"),
+        pytest.param("535.104.05", "535.104.5", id="driver with a leading zero"),
+        pytest.param("550.54.15", "550.54.15", id="driver"),
+        pytest.param("570", "570.0.0", id="major only"),
+    ],
+)
+def test_semver(text, want):
+    assert semver(text) == want
+
+
+def test_whole_gpus_of_dgx_h100_carry_nvidia_and_gputopo_attributes():
+    inventory = load_fixture("dgx-h100").inventory
+    devices = dra_devices(inventory, range(8), {0: "pci0000:00"})
+    assert [d.name for d in devices] == [f"gpu-{g.minor}" for g in inventory.gpus]
+    first, gpu = devices[0], inventory.gpus[0]
+    assert first.type is DeviceType.GPU
+    assert first.attributes["uuid"] == {"string": gpu.uuid}
+    assert first.attributes["productName"] == {"string": gpu.product}
+    assert first.attributes["architecture"] == {"string": "Hopper"}
+    assert first.attributes["cudaComputeCapability"] == {"version": "9.0.0"}
+    assert first.attributes[PCIE_ROOT] == {"string": "pci0000:00"}
+    assert PCIE_ROOT not in devices[1].attributes
+    assert first.attributes[PCI_BUS_ID]["string"].count(":") == 2
+    assert first.capacity == {"memory": f"{gpu.usable_memory_mib}Mi"}
+    assert {d.attributes["nvlinkIsland"]["int"] for d in devices} == {0}
+
+
+def test_only_the_gpus_given_to_dra_are_published():
+    devices = dra_devices(make_inventory(4, nvlinks=0), [1, 3])
+    assert [d.name for d in devices] == ["gpu-1", "gpu-3"]
+    assert [d.attributes["nvlinkIsland"]["int"] for d in devices] == [1, 3]
+
+
+def test_a_gpu_in_mig_mode_is_published_as_its_mig_devices():
+    inventory = make_inventory(2, mig={0: ["3g.40gb", "1g.10gb+me"]})
+    devices = dra_devices(inventory, range(2))
+    assert [d.name for d in devices] == ["gpu-0-mig-3g-40gb-0", "gpu-0-mig-1g-10gb-me-4", "gpu-1"]
+    mig = devices[0]
+    assert mig.type is DeviceType.MIG
+    assert mig.attributes["profile"] == {"string": "3g.40gb"}
+    assert mig.attributes["parentUUID"] == {"string": inventory.gpus[0].uuid}
+    assert mig.gpu_uuid == inventory.gpus[0].uuid
+    assert mig.capacity == {"memory": "40192Mi"}

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from agent.dra import DRIVER, UNHEALTHY_TAINT
+from agent.dra.devices import dra_devices
+from agent.dra.slices import CONTENT_ANNOTATION, MAX_TAINTED_DEVICES, plan_slices
+from tests.builders.deviceplugin import make_inventory
+
+NODE = "gpu-node-1"
+
+
+def _held(objs):
+    """What the API server would hand back: the objects with a resourceVersion."""
+    return [{**o, "metadata": {**o["metadata"], "resourceVersion": "7"}} for o in objs]
+
+
+def test_first_plan_creates_one_slice_for_the_pool():
+    devices = dra_devices(make_inventory(2), range(2))
+    plan = plan_slices(NODE, devices, set(), [], node_uid="u-1")
+    assert not plan.update
+    assert not plan.delete
+    (obj,) = plan.create
+    assert obj["spec"]["driver"] == DRIVER
+    assert obj["spec"]["nodeName"] == NODE
+    assert obj["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_unchanged_pool_writes_nothing():
+    devices = dra_devices(make_inventory(2), range(2))
+    held = _held(plan_slices(NODE, devices, set(), []).create)
+    assert plan_slices(NODE, devices, set(), held).empty
+
+
+def test_an_unhealthy_gpu_is_tainted_under_a_new_generation():
+    inventory = make_inventory(2)
+    devices = dra_devices(inventory, range(2))
+    held = _held(plan_slices(NODE, devices, set(), []).create)
+    plan = plan_slices(NODE, devices, {inventory.gpus[1].uuid}, held)
+    (obj,) = plan.update
+    assert obj["spec"]["pool"]["generation"] == 2
+    assert obj["metadata"]["resourceVersion"] == "7"
+    taints = obj["spec"]["devices"][1]["taints"]
+    assert taints == [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]
+    assert "taints" not in obj["spec"]["devices"][0]
+
+
+def test_a_slice_edited_by_someone_else_is_rewritten():
+    devices = dra_devices(make_inventory(2), range(2))
+    held = _held(plan_slices(NODE, devices, set(), []).create)
+    held[0]["metadata"]["annotations"] = {CONTENT_ANNOTATION: "other"}
+    assert len(plan_slices(NODE, devices, set(), held).update) == 1
+
+
+def test_many_tainted_devices_split_into_slices_and_stale_ones_go():
+    inventory = make_inventory(10, mig={i: ["1g.10gb"] * 7 for i in range(10)})
+    devices = dra_devices(inventory, range(10))
+    unhealthy = {inventory.gpus[0].uuid}
+    stale = {"metadata": {"name": "old", "resourceVersion": "1"},
+             "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"generation": 4}}}  # fmt: skip
+    plan = plan_slices(NODE, devices, unhealthy, [stale])
+    counts = [len(o["spec"]["devices"]) for o in plan.create]
+    assert counts == [MAX_TAINTED_DEVICES, 70 - MAX_TAINTED_DEVICES]
+    assert {o["spec"]["pool"]["resourceSliceCount"] for o in plan.create} == {len(counts)}
+    assert {o["spec"]["pool"]["generation"] for o in plan.create} == {5}
+    assert plan.delete == ("old",)
+
+
+def test_slices_of_other_nodes_and_drivers_are_left_alone():
+    other = {"metadata": {"name": "x"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE}}
+    devices = dra_devices(make_inventory(1), range(1))
+    plan = plan_slices(NODE, devices, set(), [other])
+    assert plan.delete == ()
+    assert len(plan.create) == 1
+
+
+def test_a_shared_gpu_allows_several_allocations_with_an_equal_split_default():
+    inventory = make_inventory(2)
+    devices = dra_devices(inventory, range(2), shared={1: 4})
+    (obj,) = plan_slices(NODE, devices, set(), []).create
+    plain, shared = obj["spec"]["devices"]
+    assert "allowMultipleAllocations" not in plain
+    assert shared["allowMultipleAllocations"] is True
+    split = inventory.gpus[1].usable_memory_mib // 4
+    assert shared["capacity"]["memory"] == {
+        "value": f"{inventory.gpus[1].usable_memory_mib}Mi",
+        "requestPolicy": {"default": f"{split}Mi", "validRange": {"min": "1Mi"}},
+    }

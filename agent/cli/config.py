@@ -94,6 +94,10 @@ _OPTIONS: tuple[Opt, ...] = (
     Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
          "float", 5.0),
     Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+    Opt("--load-window", "seconds of NVML readings (used memory, SM, power) averaged into the "
+         "NRT GPU zones' measured use (0: not published)", "float", 60.0),
+    Opt("--load-publish-interval", "at most one NRT write per this many seconds for measured "
+         "use alone (structural changes publish at once)", "float", 30.0),
     Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
          "str", DEFAULT_SHARE_LOCK_NAMESPACE),
     Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
@@ -129,6 +133,8 @@ class AgentConfig:
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE
     share_record: Path = Path(DEFAULT_SHARE_RECORD)
     share_scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    load_window_s: float = 60.0  # 0: measured use is not published (issue 47)
+    load_publish_interval_s: float = 30.0
     plugin: PluginSettings = field(default_factory=PluginSettings)
 
     @property
@@ -286,6 +292,8 @@ def _build(
         share_lock_namespace=raw["shareLockNamespace"],
         share_record=raw["shareRecord"],
         share_scheduler_name=raw["shareSchedulerName"],
+        load_window_s=raw["loadWindow"],
+        load_publish_interval_s=raw["loadPublishInterval"],
         plugin=plugin,
     )
 

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["LOAD_ATTRS", "GpuLoad", "LoadSample", "LoadWindow", "load_attributes", "parse_load"]
+__all__ = [
+    "LOAD_ATTRS",
+    "GpuLoad",
+    "LoadSample",
+    "LoadWindow",
+    "format_time",
+    "load_attributes",
+    "parse_load",
+]
 
 # GPU zone attributes (DESIGN §5 names the others in agent.nrt.wire):
 GPU_ATTR_MEMORY_USED = "memoryUsedMiB"

@@ -8,6 +8,10 @@ One object per node, named after the node, owned by the Node, written with serve
   was last written: nothing is written while nothing changes;
 - every `resync_s` (60 s) reads the object and the Node back and repairs any drift (a deleted or
   edited object, lost labels, a re-created Node with a new UID);
+- a change of the GPUs' measured use alone (`NodeState.load`, issue 47) is written at most once
+  per `load_interval_s` (30 s): until then the last object written stands, and is what a resync
+  repairs with; anything else that changes (allocations, health, MIG) publishes at once and
+  carries the latest measured use with it;
 - writes nothing for a Node that does not exist (a mistyped `--node-name` would leave an object
   nothing owns and nothing deletes): it looks the Node up again every `node_wait_s` (5 s) and
   publishes once it appears (`publish_once` fails with `NodeNotFound` at once);
@@ -252,9 +256,11 @@ class Publisher:
                 )
         desired = self.desired(state)
         publish = self.settings.publish_topology
-        changed = desired != self._written and not self._defer_load(desired, now, resync=resync)
-        if publish and (changed or (resync and not self._stored_matches(desired))):
-            self._write(desired, routine=changed and self._written is not None)
+        deferred = self._defer_load(desired, now)
+        target = self._written if deferred and self._written is not None else desired
+        changed = target != self._written
+        if publish and (changed or (resync and not self._stored_matches(target))):
+            self._write(target, routine=changed and self._written is not None)
             self._load_written_at = now
         if self.settings.node_labels:
             self._label(state.inventory)
@@ -262,12 +268,13 @@ class Publisher:
         if not publish:
             self._written = desired  # nothing to write: ready once the labels are in place
 
-    def _defer_load(self, desired: dict[str, Any], now: float, *, resync: bool) -> bool:
+    def _defer_load(self, desired: dict[str, Any], now: float) -> bool:
         """True when `desired` differs from what was written only in measured use and the last
-        write is younger than `load_interval_s` (structural changes publish at once)."""
+        write is younger than `load_interval_s` (structural changes publish at once; a resync
+        repairs drift with what was written, so it adds no telemetry write)."""
         written = self._written
         self._load_deferred = False
-        if resync or written is None or without_load(desired) != without_load(written):
+        if written is None or desired == written or without_load(desired) != without_load(written):
             return False
         self._load_deferred = now < self._load_written_at + self.settings.load_interval_s
         return self._load_deferred

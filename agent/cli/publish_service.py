@@ -345,7 +345,7 @@ def _shared_source(ctx: AgentContext) -> Callable[[], Mapping[GpuUuid, SharedGpu
 def _load_sampler(
     ctx: AgentContext, inventory: Callable[[], NodeInventory], clock: Callable[[], float]
 ) -> LoadSampler | None:
-    """What the GPUs really use, sampled for the NRT (issue 47); None with `--load-window 0`."""
+    """What the GPUs really use, sampled for the NRT (issue 47); None with `--no-load`."""
     window = ctx.config.load_window_s
     if window <= 0:
         return None

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from agent.cli.config import load
 from agent.errors import FixtureError
 from agent.gpu_load import GpuLoad, LoadSample, LoadWindow, load_attributes, parse_load
 from agent.load_sampler import LoadSampler
@@ -111,3 +112,12 @@ def test_malformed_scripted_load_names_the_key(entry: dict[str, object], reason:
     doc["load"] = [entry]
     with pytest.raises(FixtureError, match=re.escape(reason)):
         parse_fixture(doc, "bad.yaml")
+
+
+def test_the_agent_config_sets_the_window_and_the_interval() -> None:
+    base = ["--node-name=n1", "--oneshot"]
+    default = load(base, {})
+    assert (default.load_window_s, default.load_publish_interval_s) == (60.0, 30.0)
+    set_ = load([*base, "--load-window=120", "--load-publish-interval=10"], {})
+    assert (set_.load_window_s, set_.load_publish_interval_s) == (120.0, 10.0)
+    assert load([*base, "--no-load"], {}).load_window_s == 0.0

@@ -41,17 +41,18 @@ class LoadClock:
         return LoadView(settings=self.settings, now=self._wall()) if self.settings.shares else None
 
     def note(self, name: str, nrt: DecodedTopology | None, view: LoadView | None) -> None:
-        """Remember when the first fresh reading of node `name` turns stale."""
-        self._due.pop(name, None)
+        """Remember when the first fresh reading of node `name` turns stale (a rebuild with the
+        same readings pushes nothing new: the heap grows with readings, not with rebuilds)."""
+        before = self._due.pop(name, None)
         if view is None or nrt is None:
             return
-        stamps = [g.load.measured_at for g in nrt.availability.gpus if g.load is not None]
-        fresh = [
-            t + view.settings.max_age_s for t in stamps if t + view.settings.max_age_s >= view.now
-        ]
+        age = view.settings.max_age_s
+        stamps = [g.load.measured_at + age for g in nrt.availability.gpus if g.load is not None]
+        fresh = [t for t in stamps if t >= view.now]
         if fresh:
             self._due[name] = min(fresh)
-            heapq.heappush(self._expiry, (min(fresh), name))
+            if min(fresh) != before:
+                heapq.heappush(self._expiry, (min(fresh), name))
 
     def stale(self) -> list[str]:
         """The nodes with a reading that went stale since they were built (each once)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.cli.config import load
 from agent.errors import FixtureError
@@ -121,3 +123,23 @@ def test_the_agent_config_sets_the_window_and_the_interval() -> None:
     set_ = load([*base, "--load-window=120", "--load-publish-interval=10"], {})
     assert (set_.load_window_s, set_.load_publish_interval_s) == (120.0, 10.0)
     assert load([*base, "--no-load"], {}).load_window_s == 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 5), st.integers(0, 81_559), st.integers(0, 100)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_average_lies_within_the_window_samples(steps: list[tuple[float, int, int]]) -> None:
+    window, now, kept = LoadWindow(30), 0.0, []
+    for gap, memory, sm in steps:
+        now += gap
+        window.add(0, sample(memory, sm), now=now, wall=WALL + now)
+        kept = [(t, m, s) for t, m, s in [*kept, (now, memory, sm)] if t >= now - 30]
+    load = window.averages()[0]
+    assert min(m for _, m, _ in kept) <= load.memory_used_mib <= max(m for _, m, _ in kept)
+    assert min(s for _, _, s in kept) <= load.sm_percent <= max(s for _, _, s in kept)
+    assert load.measured_at == WALL + now

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from agent.fingerprint import METHOD_ALL, METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
+from agent.gpu_load import GpuLoad
 from agent.model import NodeInventory
 from agent.numa_capacity import CPU, NATIVE_RESOURCES, NumaCapacity
 from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_resource
@@ -93,6 +94,7 @@ class GpuAvailability:
     sharing: Sharing = Sharing.NONE
     shares: int = 0
     share_pods: tuple[PodShare, ...] = ()  # what each share container uses (agent.share_pods)
+    load: GpuLoad | None = None  # what it really uses, measured (agent.gpu_load; issue 47)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,7 @@ from typing import Any, TypeGuard
 from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.shares import DEFAULT_SHARE_LOCK_SECONDS
+from scheduler.placement.load import DEFAULT_MAX_AGE_S, LoadAware
 from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
 from scheduler.preemption import PreemptionSettings
 
@@ -58,6 +59,7 @@ _TOP_KEYS = {
     "gang",
     "preemption",
     "shareLockSeconds",
+    "loadAware",
     "leaderElect",
     "leaderElectNamespace",
     "metricsAddress",
@@ -72,6 +74,7 @@ DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
 """A gang's `scheduleTimeoutSeconds` when neither its PodGroup nor the config file sets one."""
 _SCORING_KEYS = {"weights", "preferUsedNodes", "candidateLimit"}
 _GANG_KEYS = {"scheduleTimeoutSeconds"}
+_LOAD_KEYS = {"shares", "maxAgeSeconds"}
 _PREEMPTION_FLAGS = {
     "enabled": "enabled",
     "reclaim": "reclaim",
@@ -105,6 +108,7 @@ class SchedulerConfig:
     gang_timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
+    load_aware: LoadAware = field(default_factory=LoadAware)
     leader_elect: bool | None = None
     leader_elect_namespace: str | None = None
     metrics_address: str | None = None
@@ -163,12 +167,30 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
             errors.append(f"shareLockSeconds: must be a whole number >= 1, got {seconds!r}")
         else:
             values["share_lock_seconds"] = seconds
+    if "loadAware" in data:
+        values["load_aware"] = _parse_load_aware(data["loadAware"], errors)
     preemption = _parse_preemption(data.get("preemption"), errors)
     if preemption is not None:
         values["preemption"] = preemption
     if errors:
         raise ConfigError(f"{source}: invalid scheduler config: " + "; ".join(errors))
     return SchedulerConfig(**values)
+
+
+def _parse_load_aware(raw: object, errors: list[str]) -> LoadAware:
+    """`loadAware: {shares: bool, maxAgeSeconds: number > 0}` (issue 47)."""
+    if not isinstance(raw, Mapping):
+        errors.append("loadAware: must be a mapping")
+        return LoadAware()
+    errors.extend(f"loadAware.{k}: unknown key" for k in sorted(set(raw) - _LOAD_KEYS, key=str))
+    shares, age = raw.get("shares", True), raw.get("maxAgeSeconds", DEFAULT_MAX_AGE_S)
+    if not isinstance(shares, bool):
+        errors.append(f"loadAware.shares: must be true or false, got {shares!r}")
+        shares = True
+    if not _finite(age) or age <= 0:
+        errors.append(f"loadAware.maxAgeSeconds: must be a number > 0, got {age!r}")
+        age = DEFAULT_MAX_AGE_S
+    return LoadAware(shares=shares, max_age_s=float(age))
 
 
 def _parse_run_options(data: Mapping[str, Any], errors: list[str]) -> dict[str, Any]:

@@ -96,6 +96,11 @@ _OPTIONS: tuple[Opt, ...] = (
     Opt("--health-recheck-interval", "seconds between probes of reset-required GPUs",
          "float", 5.0),
     Opt("--rescan-interval", "seconds between MIG layout re-scans", "float", 10.0),
+    Opt("--load-window", "seconds of NVML readings (used memory, SM, power) averaged into the "
+         "NRT GPU zones' measured use", "float", 60.0),
+    Opt("--no-load", "do not publish the GPUs' measured use in the NRT", "bool", False),
+    Opt("--load-publish-interval", "at most one NRT write per this many seconds for measured "
+         "use alone (structural changes publish at once)", "float", 30.0),
     Opt("--share-lock-namespace", "namespace of the node's share lock Lease (the scheduler's)",
          "str", DEFAULT_SHARE_LOCK_NAMESPACE),
     Opt("--mps-root", "host directory of the MPS daemons' pipes (<root>/<uid>/pipe) and shm, "
@@ -137,6 +142,8 @@ class AgentConfig:
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE
     share_record: Path = Path(DEFAULT_SHARE_RECORD)
     share_scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    load_window_s: float = 60.0  # measured use, issue 47 (0: not published; --no-load)
+    load_publish_interval_s: float = 30.0
     plugin: PluginSettings = field(default_factory=PluginSettings)
     dra: DraSettings = field(default_factory=DraSettings)
 
@@ -297,6 +304,8 @@ def _build(
         share_lock_namespace=raw["shareLockNamespace"],
         share_record=raw["shareRecord"],
         share_scheduler_name=raw["shareSchedulerName"],
+        load_window_s=0.0 if raw["noLoad"] else raw["loadWindow"],
+        load_publish_interval_s=raw["loadPublishInterval"],
         plugin=plugin,
     )
 

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.gpu_load import format_time
 from agent.labels import label_value
 from agent.model import HEALTHY, UNHEALTHY, GpuUuid, format_cpulist
 from agent.nrt import ATTR_SOURCE, DecodedTopology, is_gpu_free, is_whole_gpu
@@ -91,6 +92,22 @@ def share_summary(topology: DecodedTopology) -> list[dict[str, Any]]:
     return out
 
 
+def measured_summary(topology: DecodedTopology) -> list[dict[str, Any]]:
+    """Per GPU with a reading in the NRT: what it really uses, as the agent measured (issue 47)."""
+    return [
+        {
+            "gpu": gpu.index,
+            "memoryUsedMiB": entry.load.memory_used_mib,
+            "memoryMiB": gpu.memory_mib,
+            "smPercent": entry.load.sm_percent,
+            "powerW": entry.load.power_w,
+            "measuredAt": format_time(entry.load.measured_at),
+        }
+        for gpu, entry in zip(topology.inventory.gpus, topology.availability.gpus, strict=True)
+        if entry.load is not None
+    ]
+
+
 def node_summary(topology: DecodedTopology) -> dict[str, Any]:
     gpus = topology.inventory.gpus
     whole = [
@@ -110,6 +127,7 @@ def node_summary(topology: DecodedTopology) -> dict[str, Any]:
         "migGpus": sum(1 for g in gpus if not is_whole_gpu(g)),
         "sharedGpus": len(shares),
         "shares": shares,
+        "measured": measured_summary(topology),
         "migFree": mig_free(topology),
         "nvlinkIslands": islands(topology),
         "unhealthy": [g.index for g in topology.availability.gpus if not g.healthy],
@@ -165,11 +183,35 @@ def render_nodes(summaries: Sequence[dict[str, Any]]) -> str:
     ]
     note = f"\n{MIG_NOTE}\n" if any(s["migGpus"] for s in summaries) else ""
     keys = _quota_key_lines(summaries)
+    header: tuple[str, ...] = NODES_HEADER
     if any(s["shares"] for s in summaries):
         rows = [(*row, _shares_text(s["shares"])) for row, s in zip(rows, summaries, strict=True)]
-        header = (*NODES_HEADER, "SHARES FREE (GPU:FREE/OF)")
-        return table(header, rows) + note + SHARE_NOTE + keys
-    return table(NODES_HEADER, rows) + note + keys
+        header, note = (*header, "SHARES FREE (GPU:FREE/OF)"), note + SHARE_NOTE
+    if any(s["measured"] for s in summaries):
+        rows = [
+            (*row, _measured_text(s["measured"])) for row, s in zip(rows, summaries, strict=True)
+        ]
+        header, note = (*header, "MEASURED USE (GPU:USED/OF SM)"), note + _measured_note(summaries)
+    return table(header, rows) + note + keys
+
+
+def _measured_text(measured: Sequence[Mapping[str, Any]]) -> str:
+    parts = [
+        f"{m['gpu']}:{m['memoryUsedMiB'] / 1024:.0f}/{m['memoryMiB'] / 1024:.0f}Gi "
+        f"{m['smPercent']}%"
+        for m in measured
+        if m["memoryUsedMiB"] or m["smPercent"]
+    ]
+    idle = len(measured) - len(parts)
+    return ",".join([*parts, f"{idle}-idle"] if idle else parts) or "-"
+
+
+def _measured_note(summaries: Sequence[Mapping[str, Any]]) -> str:
+    oldest = min(m["measuredAt"] for s in summaries for m in s["measured"])
+    return (
+        "\nMEASURED USE: GPU memory in use and SM utilisation as NVML reports them, averaged by "
+        f"the agent (oldest reading {oldest}); requests are in the other columns\n"
+    )
 
 
 def _shares_text(shares: Sequence[Mapping[str, Any]]) -> str:

@@ -26,6 +26,7 @@ from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.services import AgentContext
 from agent.cli.share_wiring import configured_shared_gpus, share_state, shared_gpus
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
+from agent.gpu_load import GpuLoad
 from agent.httpserver import MetricsServer
 from agent.kube.node_pods import NodePods, TerminalPodFilter
 from agent.kube.publisher import (
@@ -36,6 +37,7 @@ from agent.kube.publisher import (
     PublisherSettings,
     TopologySink,
 )
+from agent.load_sampler import LoadSampler
 from agent.metrics import AgentMetrics, MetricsSnapshot
 from agent.model import GpuUuid, NodeInventory
 from agent.numa_capacity import KubeletConfig
@@ -84,8 +86,10 @@ class StateReader:
         kubelet_socket: Path | None = None,
         hold: RestartHold | None = None,
         shares: ShareState | None = None,
+        load: Callable[[], Mapping[int, GpuLoad]] | None = None,
     ) -> None:
         self._client = client
+        self._load = load
         self._shares = shares
         self._inventory = inventory
         self._unhealthy = unhealthy
@@ -121,6 +125,7 @@ class StateReader:
             unhealthy=self._unhealthy(),
             shared=shared,
             share_use=use,
+            load=self._load() if self._load is not None else {},
         )
 
     def _snapshot(self) -> PodResourcesSnapshot | None:
@@ -228,6 +233,7 @@ class TopologyService:
             node_labels=cfg.node_labels,
             publish_topology=cfg.publish,
             dry_run=cfg.dry_run,
+            load_interval_s=cfg.load_publish_interval_s,
         )
         self.sink = sink if sink is not None else _sink(ctx)
         listing = getattr(self.sink, "node_pods", None)
@@ -249,6 +255,7 @@ class TopologyService:
             kubelet_socket=cfg.device_plugin_dir / KUBELET_SOCKET,
             hold=RestartHold(clock=clock),
             shares=self._share_state if self._shared is not None else None,
+            load=_load_sampler(ctx, self._inventory, clock),
         )
         self.publisher = Publisher(
             settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
@@ -333,6 +340,16 @@ def _shared_source(ctx: AgentContext) -> Callable[[], Mapping[GpuUuid, SharedGpu
         configured = configured_shared_gpus(cfg, ctx.inventory)
         return lambda: configured
     return None
+
+
+def _load_sampler(
+    ctx: AgentContext, inventory: Callable[[], NodeInventory], clock: Callable[[], float]
+) -> LoadSampler | None:
+    """What the GPUs really use, sampled for the NRT (issue 47); None with `--no-load`."""
+    window = ctx.config.load_window_s
+    if window <= 0:
+        return None
+    return LoadSampler(ctx.backend, inventory, window_s=window, clock=clock)
 
 
 def _holds_devices(pod: PodGrant) -> bool:

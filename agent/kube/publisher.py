@@ -8,6 +8,10 @@ One object per node, named after the node, owned by the Node, written with serve
   was last written: nothing is written while nothing changes;
 - every `resync_s` (60 s) reads the object and the Node back and repairs any drift (a deleted or
   edited object, lost labels, a re-created Node with a new UID);
+- a change of the GPUs' measured use alone (`NodeState.load`, issue 47) is written at most once
+  per `load_interval_s` (30 s): until then the last object written stands, and is what a resync
+  repairs with; anything else that changes (allocations, health, MIG) publishes at once and
+  carries the latest measured use with it;
 - writes nothing for a Node that does not exist (a mistyped `--node-name` would leave an object
   nothing owns and nothing deletes): it looks the Node up again every `node_wait_s` (5 s) and
   publishes once it appears (`publish_once` fails with `NodeNotFound` at once);
@@ -37,6 +41,7 @@ import yaml
 
 from agent.availability import Availability, PodResourcesSnapshot, compute_availability
 from agent.errors import NodeNotFound, PublishError
+from agent.gpu_load import LOAD_ATTRS, GpuLoad
 from agent.labels import gfd_labels, label_patch
 from agent.model import GpuUuid, NodeInventory
 from agent.nrt import encode
@@ -83,6 +88,7 @@ class NodeState:
     unhealthy: frozenset[str] = frozenset()
     shared: Mapping[GpuUuid, SharedGpu] = field(default_factory=dict)  # DESIGN §12
     share_use: Mapping[GpuUuid, ShareUse] = field(default_factory=dict)
+    load: Mapping[int, GpuLoad] = field(default_factory=dict)  # by GPU index (issue 47)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +104,7 @@ class PublisherSettings:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 1.0  # the retry finds the API server back: see the module docstring
     node_wait_s: float = 5.0  # how often a missing Node is looked up again
+    load_interval_s: float = 30.0  # at most one write per interval for measured use alone
 
 
 def matches(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
@@ -141,6 +148,8 @@ class Publisher:
         self._failures = 0
         self._problem: str | None = None
         self._node_missing = False
+        self._load_written_at = float("-inf")
+        self._load_deferred = False  # a measured-use change waits for its interval
 
     @property
     def written(self) -> dict[str, Any] | None:
@@ -170,11 +179,14 @@ class Publisher:
         """The object `state` encodes to, with the ownerReference once the Node's UID is known."""
         kubelet = self.settings.kubelet
         capacity = numa_capacity(state.inventory.numa_nodes, kubelet)
-        availability = with_shares(
-            compute_availability(state.inventory, capacity, state.snapshot, state.unhealthy),
-            state.inventory,
-            state.shared,
-            state.share_use,
+        availability = with_load(
+            with_shares(
+                compute_availability(state.inventory, capacity, state.snapshot, state.unhealthy),
+                state.inventory,
+                state.shared,
+                state.share_use,
+            ),
+            state.load,
         )
         self._availability = availability
         return encode(
@@ -195,7 +207,7 @@ class Publisher:
         if state is None:  # allocations unreadable right now: publish nothing rather than guess
             return self.settings.poll_s
         try:
-            self._sync(state, resync=now >= self._next_resync)
+            self._sync(state, resync=now >= self._next_resync, now=now)
         except PublishError as exc:
             self._failed(exc, now)
             return min(self.settings.poll_s, self._retry_at - now)
@@ -227,12 +239,13 @@ class Publisher:
             raise PublishError(
                 f"NodeResourceTopology {self.settings.node_name}: node state unreadable"
             )
-        self._sync(state, resync=True)
+        self._sync(state, resync=True, now=self._clock())
         assert self._written is not None
         return self._written
 
-    def _sync(self, state: NodeState, *, resync: bool) -> None:
-        if state == self._synced and not resync:
+    def _sync(self, state: NodeState, *, resync: bool, now: float) -> None:
+        due = self._load_deferred and now >= self._load_written_at + self.settings.load_interval_s
+        if state == self._synced and not resync and not due:
             return  # the common idle case: nothing to encode or compare
         if resync or self._node is None:
             self._node = self._sink.node(self.settings.node_name)
@@ -243,14 +256,28 @@ class Publisher:
                 )
         desired = self.desired(state)
         publish = self.settings.publish_topology
-        changed = desired != self._written
-        if publish and (changed or (resync and not self._stored_matches(desired))):
-            self._write(desired, routine=changed and self._written is not None)
+        deferred = self._defer_load(desired, now)
+        target = self._written if deferred and self._written is not None else desired
+        changed = target != self._written
+        if publish and (changed or (resync and not self._stored_matches(target))):
+            self._write(target, routine=changed and self._written is not None)
+            self._load_written_at = now
         if self.settings.node_labels:
             self._label(state.inventory)
         self._synced = state
         if not publish:
             self._written = desired  # nothing to write: ready once the labels are in place
+
+    def _defer_load(self, desired: dict[str, Any], now: float) -> bool:
+        """True when `desired` differs from what was written only in measured use and the last
+        write is younger than `load_interval_s` (structural changes publish at once; a resync
+        repairs drift with what was written, so it adds no telemetry write)."""
+        written = self._written
+        self._load_deferred = False
+        if written is None or desired == written or without_load(desired) != without_load(written):
+            return False
+        self._load_deferred = now < self._load_written_at + self.settings.load_interval_s
+        return self._load_deferred
 
     def _stored_matches(self, desired: dict[str, Any]) -> bool:
         return matches(self._sink.get_topology(self.settings.node_name), desired)
@@ -307,6 +334,26 @@ class Publisher:
             delay,
             exc,
         )
+
+
+def with_load(availability: Availability, load: Mapping[int, GpuLoad]) -> Availability:
+    """`availability` with each GPU's measured use (by index) beside its counts."""
+    if not load:
+        return availability
+    gpus = tuple(replace(g, load=load.get(g.index)) for g in availability.gpus)
+    return replace(availability, gpus=gpus)
+
+
+def without_load(obj: Mapping[str, Any]) -> list[Any]:
+    """The object's zones and attributes less the GPU zones' measured use (for comparing)."""
+    zones = [
+        {
+            **zone,
+            "attributes": [a for a in zone.get("attributes", ()) if a["name"] not in LOAD_ATTRS],
+        }
+        for zone in obj.get("zones", ())
+    ]
+    return [zones, obj.get("attributes"), obj.get("topologyPolicies")]
 
 
 class DryRunSink:

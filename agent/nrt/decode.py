@@ -17,6 +17,7 @@ from typing import Any
 
 from agent.availability import Availability, GpuAvailability, NumaAvailability, ResourceCounts
 from agent.errors import TopologyDecodeError
+from agent.gpu_load import parse_load
 from agent.model import (
     HEALTHY,
     UNHEALTHY,
@@ -297,6 +298,7 @@ def _decode_gpus(
                 sharing=sharing,
                 shares=shares,
                 share_pods=_share_pods(r, attrs, field),
+                load=parse_load(attrs),
             )
         )
     return tuple(gpus), tuple(counts)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.availability import Availability, GpuAvailability, ResourceCounts
+from agent.gpu_load import load_attributes
 from agent.model import HEALTHY, UNHEALTHY, Gpu, MigMode, NodeInventory, NumaNode
 from agent.nrt.wire import (
     API_VERSION,
@@ -141,6 +142,8 @@ def _gpu_attributes(
             pairs.append((GPU_ATTR_SHARE_PODS, encode_share_pods(entry.share_pods)))
     if clique is not None and gpu.fabric is not None and gpu.fabric.clique == clique:
         pairs.append((GPU_ATTR_CLIQUE, clique))
+    if entry is not None and entry.load is not None:
+        pairs.extend(load_attributes(entry.load))
     return pairs
 
 

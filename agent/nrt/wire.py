@@ -60,6 +60,8 @@ GPU_ATTR_SHARING = "sharing"  # none | timeSlicing | mps (agent.shares.Sharing)
 GPU_ATTR_SHARES = "shares"  # replicas a shared GPU is split into (only on shared GPUs)
 GPU_ATTR_SHARE_PODS = "sharePods"  # each share container's use (agent.share_pods; when any)
 GPU_ATTR_CLIQUE = "clique"  # the node's NVLink clique, on the GPUs attached to it (DESIGN §13)
+# What the GPU really uses (issue 47): memoryUsedMiB, smPercent, powerW, measuredAt, named in
+# agent.gpu_load (its codec), which the codec here and the scheduler import.
 
 NVLINK_COST_BASE = 100
 

@@ -17,6 +17,8 @@ Xid events and error translation. What it models:
 - Events: the fixture's `events` fire `afterSeconds` after the fake was created, by the injected
   `clock`; `sleep` (default: a real wait) is how a wait passes time, so a fake clock needs no
   real sleeps.
+- Use (issue 47): memory used, utilisation and power come from `set_telemetry` and from the
+  fixture's scripted `load`, applied when due by the same `clock` (later entries win).
 - Compute mode: per GPU, Default until set (`compute_modes`, GPU index → NVML value); a MIG
   device's handle or an unknown mode is InvalidArgument. MPS clients come from `set_mps_clients`.
 - Failures for tests: `fail(function, code, gpu=, times=)`, `set_lost`, `set_remap_pending`,
@@ -176,7 +178,7 @@ class FakePynvml(FakeNvmlState):
         self._guard("nvmlDeviceGetMemoryInfo", handle)
         mig, gpu = self._mig(handle), self._gpu(handle)
         total = (mig.memory_mib if mig else gpu.memory_mib) << 20
-        used = 0 if mig else self._telemetry[gpu.index].memory_used_mib << 20
+        used = 0 if mig else self._reading(gpu.index).memory_used_mib << 20
         if version is None:
             return fs.Memory(total=total, free=total - used, used=used)
         reserved = 0 if mig else gpu.memory_reserved_mib << 20
@@ -308,18 +310,18 @@ class FakePynvml(FakeNvmlState):
         gpu = self._gpu(handle)
         if gpu.mig_mode.value == "enabled" or handle.mig_slot is not None:
             raise NVMLError(fs.NVML_ERROR_NOT_SUPPORTED)
-        reading = self._telemetry[gpu.index]
+        reading = self._reading(gpu.index)
         return fs.Utilization(gpu=reading.utilization, memory=reading.utilization)
 
     def nvmlDeviceGetTemperature(self, handle: DeviceHandle, sensor: int) -> int:
         self._guard("nvmlDeviceGetTemperature", handle)
         if sensor != fs.NVML_TEMPERATURE_GPU:
             raise NVMLError(fs.NVML_ERROR_NOT_SUPPORTED)
-        return self._telemetry[self._gpu(handle).index].temperature_c
+        return self._reading(self._gpu(handle).index).temperature_c
 
     def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
         self._guard("nvmlDeviceGetPowerUsage", handle)
-        return round(self._telemetry[self._gpu(handle).index].power_w * 1000)
+        return round(self._reading(self._gpu(handle).index).power_w * 1000)
 
     # ---- compute mode and MPS -------------------------------------------------------------
     def nvmlDeviceGetComputeMode(self, handle: DeviceHandle) -> int:

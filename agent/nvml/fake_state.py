@@ -82,6 +82,7 @@ class FakeNvmlState:
         self._lost: set[int] = set()
         self._remap: set[int] = set()
         self._telemetry = {g.index: _Telemetry() for g in self._gpus}
+        self._load_cursor = 0  # next scripted load entry (fixture.load)
         self._sets: dict[int, _EventSet] = {}
         self._links = [self._wire(g.index) for g in self._gpus]
         self.compute_modes = {g.index: fs.NVML_COMPUTEMODE_DEFAULT for g in self._gpus}
@@ -125,6 +126,23 @@ class FakeNvmlState:
                 if not hasattr(reading, key):
                     raise TypeError(f"set_telemetry: unknown reading {key!r}")
                 setattr(reading, key, type(getattr(reading, key))(value))
+
+    def _reading(self, gpu: int) -> _Telemetry:
+        """The GPU's readings, once the fixture's scripted `load` entries now due are applied."""
+        with self._cond:
+            script = self.fixture.load
+            elapsed = self._clock() - self._born
+            while self._load_cursor < len(script) and script[self._load_cursor].after_s <= elapsed:
+                entry = script[self._load_cursor]
+                reading = self._telemetry[entry.gpu]
+                if entry.memory_used_mib is not None:
+                    reading.memory_used_mib = entry.memory_used_mib
+                if entry.sm_percent is not None:
+                    reading.utilization = entry.sm_percent
+                if entry.power_w is not None:
+                    reading.power_w = entry.power_w
+                self._load_cursor += 1
+            return self._telemetry[gpu]
 
     def set_mps_clients(self, gpu: int, pids: Sequence[int]) -> None:
         """The processes NVML lists as MPS clients of a GPU (what CUDA under MPS would start)."""

@@ -1,11 +1,13 @@
 """NVML fixtures (DESIGN.md §3): load, validate and dump.
 
 A fixture is a node's NVML view as YAML or JSON: driver, NUMA nodes, GPUs with MIG devices, the
-`nvidia-smi topo -m` GPU block, how NVLink is wired (`nvlinkFabric`) and optional scripted Xid
-events. A GPU's `numaNode` is what sysfs says (-1: unknown, common in VMs); its optional
-`memoryAffinity` (e.g. `[0]`) lists the NUMA nodes `nvmlDeviceGetMemoryAffinity` names, absent
-where NVML does not answer, so a record replays the NRT's choice of zone (DESIGN.md §5). Its
-optional `fabric` (`{clusterUuid, cliqueId, state, status}`, DESIGN.md §13) is NVML's GPU fabric
+`nvidia-smi topo -m` GPU block, how NVLink is wired (`nvlinkFabric`), optional scripted Xid
+events and optional scripted use (`load`: `{afterSeconds, gpu, memoryUsedMiB, smPercent, powerW}`,
+what NVML reports from then on). A GPU's `numaNode` is what sysfs says (-1: unknown, common
+in VMs); its optional `memoryAffinity` (e.g. `[0]`) lists the NUMA nodes
+`nvmlDeviceGetMemoryAffinity` names, absent where NVML does not answer, so a record replays
+the NRT's choice of zone (DESIGN.md §5). Its optional `fabric` (`{clusterUuid, cliqueId,
+state, status}`, DESIGN.md §13) is NVML's GPU fabric
 info, absent where NVML answers NotSupported.
 Built-ins ship in `agent/nvml/fixtures/<name>.yaml`. Any problem raises `FixtureError` with
 `"<file>: <key.path[3].x>: <reason>"`. `dump` writes the same format back (`record` uses it).
@@ -25,14 +27,21 @@ import yaml
 from agent.docread import yaml_problem
 from agent.errors import FixtureError
 from agent.model import Gpu, GpuLink, LinkMatrix, NodeInventory, NumaNode, NvlinkFabric
-from agent.nvml.fixture_schema import Ctx, read_gpu, read_numa
+from agent.nvml.fixture_schema import (
+    Ctx,
+    ScriptedLoad,
+    read_gpu,
+    read_load_script,
+    read_numa,
+    scripted,
+)
 from agent.plural import counted
 
 NVLINK_MAX_LINKS = 36
 """NVML_NVLINK_MAX_LINKS: no GPU has more NVLinks than this."""
 
 _TOP_KEYS = ("version", "driverVersion", "cudaDriverVersion", "gpus", "topology")
-_TOP_OPTIONAL = ("nvlinkFabric", "numa", "events")
+_TOP_OPTIONAL = ("nvlinkFabric", "numa", "events", "load")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +60,7 @@ class Fixture:
     source: str  # the file name used in messages
     inventory: NodeInventory
     events: tuple[ScriptedEvent, ...] = ()
+    load: tuple[ScriptedLoad, ...] = ()  # scripted use per GPU over time (issue 47)
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -118,7 +128,10 @@ def parse_fixture(data: Any, source: str) -> Fixture:
         nvlink_fabric=NvlinkFabric(fabric_text),
     )
     return Fixture(
-        source=source, inventory=inventory, events=_read_events(ctx, doc.get("events"), gpus)
+        source=source,
+        inventory=inventory,
+        events=_read_events(ctx, doc.get("events"), gpus),
+        load=read_load_script(ctx, doc.get("load"), gpus),
     )
 
 
@@ -248,20 +261,13 @@ def _check_fabric(ctx: Ctx, matrix: LinkMatrix, fabric: NvlinkFabric) -> None:
 
 
 def _read_events(ctx: Ctx, raw: Any, gpus: Sequence[Gpu]) -> tuple[ScriptedEvent, ...]:
-    if raw is None:
-        return ()
     events = []
-    for i, item in enumerate(ctx.as_list(raw, "events")):
-        path = f"events[{i}]"
-        doc = ctx.mapping(item, path, ("afterSeconds", "gpu", "xid"), ("giId", "ciId"))
-        gpu = ctx.as_int(doc["gpu"], f"{path}.gpu", minimum=0)
-        if gpu >= len(gpus):
-            ctx.fail(f"{path}.gpu", f"no GPU with index {gpu} ({counted(len(gpus), 'GPU')})")
+    for path, doc, after, gpu in scripted(ctx, raw, "events", gpus, ("giId", "ciId"), ("xid",)):
         gi = doc.get("giId")
         ci = doc.get("ciId")
         events.append(
             ScriptedEvent(
-                after_s=ctx.as_number(doc["afterSeconds"], f"{path}.afterSeconds"),
+                after_s=after,
                 gpu=gpu,
                 xid=ctx.as_int(doc["xid"], f"{path}.xid", minimum=1),
                 gi_id=None if gi is None else ctx.as_int(gi, f"{path}.giId", minimum=0),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -240,3 +240,69 @@ def _check_placement(
         ctx.fail(path, f"more than {prof.max_instances} {mig.profile} instance(s) on one GPU")
     if sum(o.compute_slices for o, _ in placed) + mig.compute_slices > 7:
         ctx.fail(path, "the layout needs more than 7 compute slices")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedLoad:
+    """What a GPU uses from `after_s` seconds after the fake NVML is created (issue 47); a
+    value left None keeps the GPU's previous reading."""
+
+    after_s: float
+    gpu: int  # GPU index
+    memory_used_mib: int | None = None
+    sm_percent: int | None = None
+    power_w: float | None = None
+
+
+_LOAD_VALUES = ("memoryUsedMiB", "smPercent", "powerW")
+
+
+def scripted(
+    ctx: Ctx,
+    raw: Any,
+    key: str,
+    gpus: Sequence[Gpu],
+    optional: tuple[str, ...],
+    required: tuple[str, ...] = (),
+) -> Iterator[tuple[str, dict[str, Any], float, int]]:
+    """(path, entry, afterSeconds, GPU index) of a scripted list (`events`, `load`)."""
+    for i, item in enumerate(ctx.as_list(raw, key) if raw is not None else ()):
+        path = f"{key}[{i}]"
+        doc = ctx.mapping(item, path, ("afterSeconds", "gpu", *required), optional)
+        after = ctx.as_number(doc["afterSeconds"], f"{path}.afterSeconds")
+        yield path, doc, after, read_gpu_index(ctx, doc["gpu"], f"{path}.gpu", len(gpus))
+
+
+def read_gpu_index(ctx: Ctx, raw: Any, path: str, count: int) -> int:
+    """A GPU index of a fixture with `count` GPUs."""
+    gpu = ctx.as_int(raw, path, minimum=0)
+    if gpu >= count:
+        ctx.fail(path, f"no GPU with index {gpu} ({counted(count, 'GPU')})")
+    return gpu
+
+
+def read_load_script(ctx: Ctx, raw: Any, gpus: Sequence[Gpu]) -> tuple[ScriptedLoad, ...]:
+    """The fixture's `load` list: `{afterSeconds, gpu, memoryUsedMiB?, smPercent?, powerW?}`."""
+    out = []
+    for path, doc, after, gpu in scripted(ctx, raw, "load", gpus, _LOAD_VALUES):
+        values = {
+            key: None if doc.get(key) is None else read(doc[key], f"{path}.{key}")
+            for key, read in (
+                ("memoryUsedMiB", lambda v, p: ctx.as_int(v, p, 0)),
+                ("smPercent", lambda v, p: ctx.as_int(v, p, 0)),
+                ("powerW", ctx.as_number),
+            )
+        }
+        memory = values["memoryUsedMiB"]
+        if memory is not None and memory > gpus[gpu].memory_mib:
+            ctx.fail(f"{path}.memoryUsedMiB", f"above the GPU's {gpus[gpu].memory_mib} MiB")
+        out.append(
+            ScriptedLoad(
+                after_s=after,
+                gpu=gpu,
+                memory_used_mib=None if memory is None else int(memory),
+                sm_percent=None if values["smPercent"] is None else int(values["smPercent"]),
+                power_w=values["powerW"],
+            )
+        )
+    return tuple(sorted(out, key=lambda e: e.after_s))

@@ -137,7 +137,7 @@ class PynvmlBackend:
         with self.translated("nvmlDeviceGetHandleByUUID"):
             handle = self.nvml.nvmlDeviceGetHandleByUUID(uuid)
         util = self._optional("nvmlDeviceGetUtilizationRates", handle)
-        memory = self._optional("nvmlDeviceGetMemoryInfo", handle)
+        memory = self._memory_info(handle)
         temp = self._optional("nvmlDeviceGetTemperature", handle, self.nvml.NVML_TEMPERATURE_GPU)
         power_mw = self._optional("nvmlDeviceGetPowerUsage", handle)
         return GpuTelemetry(
@@ -213,11 +213,20 @@ class PynvmlBackend:
     def _reserved_mib(self, handle: Any) -> int:
         """NVML's reserved memory (`nvmlDeviceGetMemoryInfo_v2`); 0 where this pynvml or
         driver has no v2."""
+        info = self._memory_v2(handle)
+        return 0 if info is None else int(info.reserved) >> 20
+
+    def _memory_v2(self, handle: Any) -> Any:
         version = getattr(self.nvml, "nvmlMemory_v2", None)
-        info = (
+        return (
             None if version is None else self._optional("nvmlDeviceGetMemoryInfo", handle, version)
         )
-        return 0 if info is None else int(info.reserved) >> 20
+
+    def _memory_info(self, handle: Any) -> Any:
+        """v2 where there is one: its `used` leaves the reserved memory out, as the shares'
+        capacity does (DESIGN §12) and as `nvidia-smi` shows it; else v1."""
+        info = self._memory_v2(handle)
+        return info if info is not None else self._optional("nvmlDeviceGetMemoryInfo", handle)
 
     def _mig_mode(self, handle: Any) -> MigMode:
         try:

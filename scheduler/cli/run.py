@@ -57,6 +57,7 @@ from scheduler.kubeapi.informer import Informer
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector
 from scheduler.runtime.cache import ClusterCache
 from scheduler.runtime.gpucount import GpuCounts, count_gpus
+from scheduler.runtime.loadview import LoadClock
 from scheduler.runtime.loop import LoopSettings, Scheduler
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue
@@ -248,6 +249,7 @@ class Runtime:
             settings.scheduler_name,
             gang_timeout=cfg.gang_timeout_seconds,
             topology_levels=cfg.topology_levels,
+            load=LoadClock(cfg.load_aware),
         )
         self.queue = queue or SchedulingQueue(time.monotonic)
         self.reporter = Reporter(kube, self.fence, self.metrics)

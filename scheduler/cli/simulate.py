@@ -31,8 +31,10 @@ from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
 from scheduler.cli.simulate_text import header, inputs_document, legend, warning_lines
 from scheduler.config import SchedulerConfig, load_config
+from scheduler.placement import default_scoring
 from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
+from scheduler.sim.loadaware import format_studies, run_load_study
 from scheduler.sim.plot import plot_problem, plot_runs, plot_title
 from scheduler.sim.policies import POLICIES, canonical_policy
 from scheduler.sim.protocol import RunResult, run_protocol
@@ -148,6 +150,12 @@ def _parser() -> argparse.ArgumentParser:
         "--plot",
         help="write a PNG: allocation vs arrived demand (protocol), allocation and fragmentation "
         "vs time (events); .png, .pdf or .svg (default: no plot)",
+    )
+    p.add_argument(
+        "--load-aware",
+        action="store_true",
+        help="the load-aware study (issue 47): the workload placed with load-awareness off, then "
+        "on; every figure of both runs (defaults: --cluster load --workload load)",
     )
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="(default: text)")
     p.add_argument("--version", action="version", version=version_line(PROG))
@@ -374,6 +382,8 @@ def _inputs(settings: Settings) -> tuple[ClusterSpec, Workload, Replay | None]:
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     args = _parser().parse_args(list(argv))
     logsetup.configure(args.log_format, logging.WARNING)
+    if args.load_aware:
+        return _load_study(args)
     try:
         settings = _settings(args, os.environ if environ is None else environ)
         if settings.plot and (problem := plot_problem(Path(settings.plot))):
@@ -406,6 +416,22 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
             sys.stdout.write(_replay_line(replay))
         tables = format_table(runs)
         sys.stdout.write(tables + legend(tables))
+    return 0
+
+
+def _load_study(args: argparse.Namespace) -> int:
+    """`--load-aware`: the same inputs placed with load-awareness off and on, every figure."""
+    try:
+        spec = load_cluster(args.cluster or "load")
+        workload = load_workload(args.workload or "load")
+        config = load_config(args.config) if args.config else None
+    except (UsageError, WorkloadError, TraceError, AgentError) as exc:
+        sys.stderr.write(f"{PROG}: {exc}\n")
+        return 2
+    scoring = config.scoring() if config is not None else default_scoring()
+    studies = [run_load_study(spec, workload, scoring, load_aware=on) for on in (False, True)]
+    title = f"load-aware study: cluster {spec.source}, workload {workload.source}"
+    sys.stdout.write(format_studies(studies, title))
     return 0
 
 

@@ -37,3 +37,14 @@ def shared_free_milli(
         MILLI_PER_GPU * memory_free // memory if memory > 0 else MILLI_PER_GPU * slots_free // slots
     )
     return max(0, min(MILLI_PER_GPU, by_memory, compute * MILLI_PER_GPU // MAX_COMPUTE_PERCENT))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredUse:
+    """A fresh reading of one GPU (issue 47, `load`): bytes in use, SM percent, watts, seconds
+    since measured."""
+
+    memory_used: int
+    sm_percent: int
+    power_w: int
+    age_s: float

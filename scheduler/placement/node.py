@@ -15,7 +15,7 @@ from enum import StrEnum
 from agent.gpuset import GpuSelector, mask_indices
 from agent.model import MILLI_PER_GPU, LinkMatrix, MigMode, NodeInventory
 
-from .gpushare import GpuShare, shared_free_milli
+from .gpushare import GpuShare, MeasuredUse, shared_free_milli
 from .request import CPU, MEMORY, PodRequest, Taint
 
 __all__ = ["GPU_PRODUCT_LABEL", "Assignment", "NodeState", "TopologyPolicy"]
@@ -87,6 +87,8 @@ class NodeState:
     slots_free: list[int] = field(default_factory=list)
     memory_free: list[int] = field(default_factory=list)
     compute_free: list[int] = field(default_factory=list)
+    gpu_load: tuple[MeasuredUse | None, ...] = ()
+    """Fresh measured use per GPU where load-awareness holds it (`load.hold_measured_use`)."""
     selector: GpuSelector | None = field(default=None, repr=False, compare=False)
     idle_mask: int = field(init=False, default=0, repr=False, compare=False)
     used_milli: int = field(init=False, default=0, repr=False, compare=False)
@@ -211,6 +213,7 @@ class NodeState:
         copy.topology_policy, copy.selector = self.topology_policy, self.selector
         copy.gpu_slots, copy.gpu_memory = self.gpu_slots, self.gpu_memory
         copy.share_resource, copy.shared_gpus = self.share_resource, self.shared_gpus
+        copy.gpu_load = self.gpu_load
         copy.idle_mask, copy.used_milli, copy.derived = (
             self.idle_mask,
             self.used_milli,

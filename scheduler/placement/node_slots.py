@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from agent.resource_names import GPU_RESOURCE
 
+from .load import busy_key
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
 from .slot_records import ChangeLog, Interner
@@ -84,7 +85,12 @@ def dynamic_state(node: NodeState) -> tuple[object, ...]:
         zones = tuple((k, tuple(sorted(v.items()))) for k, v in sorted(node.numa_free.items()))
     shared: tuple[object, ...] = ()
     if node.share_resource is not None:
-        shared = (tuple(node.slots_free), tuple(node.memory_free), tuple(node.compute_free))
+        shared = (
+            tuple(node.slots_free),
+            tuple(node.memory_free),
+            tuple(node.compute_free),
+            busy_key(node),
+        )
     return (tuple(node.gpu_free), tuple(sorted(node.requested.items())), mig, zones, shared)
 
 

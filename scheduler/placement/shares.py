@@ -23,6 +23,7 @@ from agent.resource_names import GPU_RESOURCE
 from agent.shares import ContainerShare, share_milli
 
 from .gpushare import MAX_COMPUTE_PERCENT, GpuShare
+from .load import busy_key, load_key, measured_reason
 from .node import Assignment, NodeState
 from .request import PodRequest
 
@@ -72,12 +73,13 @@ class _Room:
 
 def shared_room(node: NodeState) -> tuple[tuple[int, ...], ...]:
     """All `place_shares` reads of a node besides its static shape: what each GPU has free
-    (replicas, memory, compute, milli-GPU)."""
+    (replicas, memory, compute, milli-GPU) and, with measured use, how busy each is."""
     return (
         tuple(node.slots_free),
         tuple(node.memory_free),
         tuple(node.compute_free),
         tuple(node.gpu_free),
+        busy_key(node),
     )
 
 
@@ -182,10 +184,18 @@ def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> 
             room.slots[g] >= n
             and room.memory[g] >= memory
             and room.compute[g] >= compute
-            and (best is None or room.milli[g] < room.milli[best])
+            and (best is None or _before(node, room, g, best))
         ):
             best = g
     return best
+
+
+def _before(node: NodeState, room: _Room, g: int, best: int) -> bool:
+    """GPU `g` is preferred to `best`: the fuller (less milli free) without measured use; with
+    it, `load.load_key` (memory in tenths, then SM, then power)."""
+    if not node.gpu_load:
+        return room.milli[g] < room.milli[best]
+    return load_key(node, g, room.milli[g]) < load_key(node, best, room.milli[best])
 
 
 def share_gpu(asks: Sequence[ContainerShare], node: NodeState) -> int | None:
@@ -289,6 +299,10 @@ def share_reason(pod: PodRequest, node: NodeState) -> str:
     return REASON_NO_REPLICA
 
 
+def _what(ask: ContainerShare) -> str:
+    return "replica" if ask.memory_bytes is None else "share"
+
+
 def _ask_reason(ask: ContainerShare, sizes: Sequence[GpuShare], node: NodeState) -> str | None:
     with_slot = [s for s in sizes if node.slots_free[s.gpu] >= s.slots]
     if not with_slot:
@@ -302,6 +316,10 @@ def _ask_reason(ask: ContainerShare, sizes: Sequence[GpuShare], node: NodeState)
             f"({format_bytes(biggest)})"
         )
     if all(node.memory_free[s.gpu] < s.memory for s in with_slot):
+        roomiest = max(with_slot, key=lambda s: node.memory_free[s.gpu])
+        measured = measured_reason(node, roomiest.gpu, roomiest.memory, _what(ask))
+        if measured is not None:
+            return measured
         return (
             f"no shared GPU had {format_bytes(memory)} free for a share "
             f"(largest free {format_bytes(largest)})"

@@ -22,6 +22,7 @@ from agent.nrt import DecodedTopology, decode
 from agent.objkey import ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot
+from scheduler.placement.load import LoadAware
 from scheduler.runtime.budgets import BudgetBook
 from scheduler.runtime.groups import (
     TOPOLOGY_PREFERRED,
@@ -29,6 +30,7 @@ from scheduler.runtime.groups import (
     GroupInfo,
     parse_group,
 )
+from scheduler.runtime.loadview import LoadClock
 from scheduler.runtime.nodeview import (
     AllocatableMemo,
     NodeInfo,
@@ -58,8 +60,10 @@ class ClusterCache:
         *,
         gang_timeout: float = DEFAULT_GANG_TIMEOUT_SECONDS,
         topology_levels: Iterable[str] | None = None,
+        load: LoadClock | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
+        self.load = load or LoadClock(LoadAware())  # measured use, issue 47
         self._gang_timeout = gang_timeout
         self._levels = None if topology_levels is None else tuple(topology_levels)
         # GPU gangs prefer one NVLink clique while the clique label is a topology level (§13).
@@ -201,6 +205,11 @@ class ClusterCache:
         self.nrts.pop(name, None)
         self._rebuild(name)
 
+    def expire_load(self) -> None:
+        """Rebuild the nodes whose measured use went stale (judged by requests alone again)."""
+        for name in self.load.stale():
+            self._rebuild(name)
+
     def _rebuild(self, name: str) -> None:
         info = self.nodes.get(name)
         if info is None:
@@ -210,7 +219,9 @@ class ClusterCache:
         keys = sorted(self._node_pods.get(name, ()))
         pods = [self.pods[k] for k in keys]
         new = name not in self.snapshot
-        state = build_node_state(info, self.nrts.get(name), pods, self._selectors, self._shapes)
+        nrt, view = self.nrts.get(name), self.load.view()
+        state = build_node_state(info, nrt, pods, self._selectors, self._shapes, view)
+        self.load.note(name, nrt, view)
         self.snapshot.add_node(state)
         self.queues.set_shared(name, state)
         if new:  # pods seen before their node: their running units read their places now

@@ -208,6 +208,7 @@ class Scheduler:
             held = self.preemption.excluded(unit, priority)
             models = self.quota.model_filter([info])
             excluded = models.excluded(held)
+            self.cache.expire_load()
             placer = self._live_placer()
             decision = models.decide(
                 held, lambda off: placer.decide(info.request, excluded=off), assigned

@@ -37,7 +37,9 @@ from scheduler.placement import (
     TopologyPolicy,
     choose_devices,
 )
+from scheduler.placement.load import hold_measured_use
 from scheduler.placement.shares import share_asks
+from scheduler.runtime.loadview import LoadView
 from scheduler.runtime.podinfo import PodInfo
 from scheduler.runtime.podspec import ResourceList, resource_list
 from scheduler.runtime.sharecharge import Counted, hold_nrt_use, nrt_shares, pod_shares_on
@@ -275,9 +277,11 @@ def build_node_state(
     pods: Sequence[PodInfo],
     selectors: SelectorCache,
     shapes: NodeShapes | None = None,
+    load: LoadView | None = None,
 ) -> NodeState:
     """The node's state with every pod in `pods` charged; `shapes`: the cache's starting states
-    per node shape (None: build this node's own)."""
+    per node shape (None: build this node's own); `load`: what its shared GPUs measurably use
+    is charged too (`placement.load`), judged at `load.now`."""
     if nrt is not None and len(nrt.inventory.gpus) == 0 and info.allocatable.get(GPU_RESOURCE):
         nrt = None  # an NRT without GPUs says nothing about this GPU node's devices
     if nrt is None:
@@ -289,6 +293,8 @@ def build_node_state(
     _charge(state, pods, trusted, uuids, {} if nrt is None else nrt_shares(nrt))
     if nrt is not None and state.shared_gpus:
         hold_nrt_use(state, nrt)
+        if load is not None:
+            hold_measured_use(state, load.uses(nrt))
     return state
 
 

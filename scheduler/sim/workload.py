@@ -63,7 +63,14 @@ from scheduler.placement import TopologyConstraint
 from scheduler.quota import QueueSpec, QuotaTree, read_queue
 from scheduler.sim.claims import claim_gpus, read_pod_claims
 from scheduler.sim.domains import read_topology
-from scheduler.sim.sharing import GROUP_KEYS, POD_KEYS, read_group_sharing, read_pod_share
+from scheduler.sim.sharing import (
+    GROUP_KEYS,
+    POD_KEYS,
+    PodUse,
+    read_group_sharing,
+    read_pod_share,
+    read_pod_use,
+)
 from scheduler.sim.trace import PodClass, TraceNode, TracePod, read_node_list, read_pod_list
 from scheduler.sim.yamlread import Reader, WorkloadError
 
@@ -99,6 +106,7 @@ class PodSpec:
     mig: Mapping[str, int] = field(default_factory=lambda: _NONE)
     gpu_models: frozenset[str] = frozenset()
     claims: tuple[ResourceClaim, ...] = ()  # claim-style GPUs (`gpus` is their count)
+    use: PodUse | None = None  # what it really uses (issue 47; None: what it asks)
 
     @property
     def gpu_milli_total(self) -> int:
@@ -338,6 +346,7 @@ def _pod(reader: Reader, raw: Any, path: str) -> PodSpec:
         mig=mig,
         gpu_models=frozenset(reader.as_str(m, f"{path}.gpuModels") for m in models),
         claims=claims,
+        use=read_pod_use(reader, doc, path),
     )
 
 

@@ -96,7 +96,7 @@ MALFORMED = [
     pytest.param(
         variant(node_doc(), "colour", "blue"),
         "test.yaml: colour: unknown key (allowed: version, driverVersion, cudaDriverVersion, gpus, "
-        "topology, nvlinkFabric, numa, events)",
+        "topology, nvlinkFabric, numa, events, load)",
         id="unknown top-level key",
     ),
     pytest.param(

@@ -109,17 +109,22 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Classes) -> Obj:
     return obj
 
 
+def _status_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
+    """A write of the status subresource: only `status` (and the write's metadata) changes."""
+    merged = clone(old)
+    merged["status"] = new.get("status") or {}
+    merged["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
+    if "managedFields" in new["metadata"]:
+        merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
+    if _is(rt, disruption.GROUP, disruption.PLURAL):
+        return disruption.check_update(rt, merged, sub)
+    return merged
+
+
 def prepare_update(rt: ResourceType, old: Obj, new: Obj, sub: str, classes: Classes) -> Obj:
     """Carry over what this endpoint may not change; 422 for forbidden changes."""
     if sub == "status":
-        merged = clone(old)
-        merged["status"] = new.get("status") or {}
-        merged["metadata"]["resourceVersion"] = new["metadata"].get("resourceVersion")
-        if "managedFields" in new["metadata"]:
-            merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
-        if _is(rt, disruption.GROUP, disruption.PLURAL):
-            return disruption.check_update(rt, merged, sub)
-        return merged
+        return _status_update(rt, old, new, sub)
     if rt.status_subresource:
         if "status" in old:
             new["status"] = clone(old["status"])

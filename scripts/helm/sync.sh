@@ -12,8 +12,7 @@ cp crds/*.yaml "$chart/crds/"
 rm "$chart/crds/kustomization.yaml"  # not a CRD: Helm would send it to the API server
 for file in admission/agent-own-node-policy.yaml admission/share-trust-policy.yaml \
   queue-label/queue-label-policy.yaml monitoring/podmonitors.yaml \
-  monitoring/prometheusrule.yaml monitoring/gputopo-dashboard.json dra.yaml; do
-  [ -f "optional/$file" ] || continue  # dra.yaml: once the DRA driver's file is there
+  monitoring/prometheusrule.yaml monitoring/gputopo-dashboard.json dra/dra.yaml; do
   mkdir -p "$chart/files/optional/$(dirname "$file")"
   cp "optional/$file" "$chart/files/optional/$file"
 done

@@ -33,7 +33,7 @@ OPTIONAL_VALUES: dict[str, dict[str, Any]] = {
             "dashboard": {"enabled": True},
         }
     },
-    "dra.yaml": {"dra": {"enabled": True}},
+    "dra": {"dra": {"enabled": True}},
     "cdi": {"agent": {"cdi": {"enabled": True}}},
     "kubelet-config": {"agent": {"kubeletConfig": {"path": "/var/lib/kubelet/config.yaml"}}},
 }
@@ -128,13 +128,11 @@ def test_every_optional_part_has_a_value():
         pytest.param("admission", id="admission policies"),
         pytest.param("queue-label", id="queue-label policy"),
         pytest.param("monitoring", id="PodMonitors, PrometheusRule, dashboard"),
-        pytest.param("dra.yaml", id="DRA driver"),
+        pytest.param("dra", id="DRA DeviceClasses and RBAC"),
     ],
 )
 def test_each_optional_part_renders_as_its_manifests(helm, default_render, part):
     source = r.OPTIONAL / part
-    if not source.exists():
-        pytest.skip(f"daemonset/optional/{part} is not in the tree yet")
     manifests = _optional_manifests(source)
     chart = h.added(_with(helm, OPTIONAL_VALUES[part]), default_render)
     assert h.by_key(chart) == h.by_key(manifests)
@@ -145,6 +143,7 @@ def test_each_optional_part_renders_as_its_manifests(helm, default_render, part)
     [
         pytest.param("cdi", r.OPTIONAL / "cdi", id="cdi-cri"),
         pytest.param("kubelet-config", r.OPTIONAL / "kubelet-config" / "kubeadm", id="kubeadm"),
+        pytest.param("dra", r.OPTIONAL / "dra", id="DRA driver"),
     ],
 )
 def test_each_agent_component_renders_as_its_overlay(helm, part, component):
@@ -160,9 +159,8 @@ def test_each_agent_component_renders_as_its_overlay(helm, part, component):
 
 def _every_part_on() -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for part, on in OPTIONAL_VALUES.items():
-        if part != "dra.yaml" or (r.OPTIONAL / part).exists():
-            values = h.merged(values, on)
+    for on in OPTIONAL_VALUES.values():
+        values = h.merged(values, on)
     return values
 
 
@@ -311,6 +309,29 @@ def test_other_names_and_namespaces_reach_every_object_and_policy(helm):
     assert (
         checks.parse_flags(agent["containers"][0]["args"])["--share-lock-namespace"] == "gt-sched"
     )
+
+
+def test_dra_gpus_and_other_names_reach_the_agent_and_its_dra_binding(helm):
+    values = {"namePrefix": "gt", "namespaces": {"agent": "gt-node"},
+              "dra": {"enabled": True, "gpus": "0,GPU-1234"}}  # fmt: skip
+    objects = _with(helm, values)
+    agent = r.pod_specs(r.one(objects, "DaemonSet", "gt-agent"))[0]
+    assert checks.parse_flags(agent["containers"][0]["args"])["--dra-gpus"] == "0,GPU-1234"
+    binding = r.one(objects, "ClusterRoleBinding", "gt-agent-dra")
+    assert binding["roleRef"]["name"] == "gt-agent-dra"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gt-agent", "namespace": "gt-node"}
+    ]
+    r.one(objects, "ClusterRole", "gt-agent-dra")
+
+
+def test_cdi_and_dra_together_mount_one_cdi_run_volume(helm):
+    objects = _with(helm, h.merged(OPTIONAL_VALUES["cdi"], OPTIONAL_VALUES["dra"]))
+    pod = _agent_pod(objects)
+    names = [v["name"] for v in pod["volumes"]]
+    assert len(names) == len(set(names)), names
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/var/run/cdi"] == mounts["/host/var/run/cdi"] == "cdi-run"
 
 
 def test_the_optional_parts_are_off_by_default(default_render):

@@ -41,8 +41,8 @@ system:serviceaccount:{{ index .root.Values.namespaces .namespace }}:{{ include 
 An optional manifest of daemonset/optional/, included from its copy under files/optional/ (the
 same bytes: tests/unit/daemonset/test_helm_chart.py), with the names and namespaces of this
 release: a name "gputopo-..." takes namePrefix, namespace gputopo-agent and gputopo-system the
-chart's, the two ServiceAccounts' user names in CEL expressions follow, and the image the
-manifests name becomes the chart's.
+chart's, the two ServiceAccounts' user names in CEL expressions and a binding's ServiceAccount
+subjects and roleRef follow, and the image the manifests name becomes the chart's.
 */}}
 {{- define "gputopo.optionalFile" -}}
 {{- $root := .root }}
@@ -69,6 +69,15 @@ manifests name becomes the chart's.
 {{- end }}
 {{- if and (eq $obj.kind "ValidatingAdmissionPolicyBinding") (hasPrefix "gputopo" $obj.spec.policyName) }}
 {{- $_ := set $obj.spec "policyName" (printf "%s%s" $root.Values.namePrefix (trimPrefix "gputopo" $obj.spec.policyName)) }}
+{{- end }}
+{{- if and (hasSuffix "RoleBinding" $obj.kind) (hasPrefix "gputopo" $obj.roleRef.name) }}
+{{- $_ := set $obj.roleRef "name" (printf "%s%s" $root.Values.namePrefix (trimPrefix "gputopo" $obj.roleRef.name)) }}
+{{- end }}
+{{- range $subject := $obj.subjects | default list }}
+{{- if and (eq $subject.kind "ServiceAccount") (hasPrefix "gputopo" $subject.name) }}
+{{- $_ := set $subject "name" (printf "%s%s" $root.Values.namePrefix (trimPrefix "gputopo" $subject.name)) }}
+{{- $_ := set $subject "namespace" (get $namespaces $subject.namespace | default $subject.namespace) }}
+{{- end }}
 {{- end }}
 ---
 {{ toYaml $obj }}

@@ -325,13 +325,18 @@ def test_dra_gpus_and_other_names_reach_the_agent_and_its_dra_binding(helm):
     r.one(objects, "ClusterRole", "gt-agent-dra")
 
 
-def test_cdi_and_dra_together_mount_one_cdi_run_volume(helm):
-    objects = _with(helm, h.merged(OPTIONAL_VALUES["cdi"], OPTIONAL_VALUES["dra"]))
-    pod = _agent_pod(objects)
-    names = [v["name"] for v in pod["volumes"]]
-    assert len(names) == len(set(names)), names
-    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts["/var/run/cdi"] == mounts["/host/var/run/cdi"] == "cdi-run"
+def test_cdi_and_dra_together_give_each_volume_a_name_of_its_own(helm):
+    """Both parts mount the node's /var/run/cdi (the device plugin's read-only, the DRA driver's
+    writable under the host root): in the chart and in the two kustomize components together,
+    every volume name is unique (the API server refuses a pod with two of one name)."""
+    chart = _agent_pod(_with(helm, h.merged(OPTIONAL_VALUES["cdi"], OPTIONAL_VALUES["dra"])))
+    optional = r.DAEMONSET / "optional"
+    manifests = _agent_pod(r.render_with_components(optional / "cdi", optional / "dra"))
+    for pod in (chart, manifests):
+        names = [v["name"] for v in pod["volumes"]]
+        assert len(names) == len(set(names)), names
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        assert (mounts["/var/run/cdi"], mounts["/host/var/run/cdi"]) == ("cdi-run", "dra-cdi-specs")
 
 
 def test_the_optional_parts_are_off_by_default(default_render):

@@ -1,5 +1,5 @@
 """`kubectl gputopo` (installed as `kubectl-gputopo`): GPU capacity and topology from the nodes'
-NodeResourceTopology objects, and the scheduler's queues.
+NodeResourceTopology objects, the scheduler's queues, and the gangs of both PodGroup APIs.
 
     kubectl gputopo nodes            per node: product, GPUs, whole GPUs free, GPUs in MIG mode and
                                      free MIG slices by profile, NVLink islands, health
@@ -8,6 +8,10 @@ NodeResourceTopology objects, and the scheduler's queues.
                                      share, and each queue's state
     kubectl gputopo queue pause|resume NAME
                                      set the Queue's spec.paused (`root`: the whole scheduler)
+    kubectl gputopo gangs [-n NS | -A]
+                                     one row per gang, ours (scheduling.x-k8s.io PodGroups) and
+                                     upstream (scheduling.k8s.io): minimum, members seen, bound,
+                                     pending, topology key, status
     --kubeconfig PATH, --context NAME, -o table|json|yaml, --log-format text|json, --version
 
 With no arguments it lists its commands. An object gputopo cannot read (another producer's, or a
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from agent import logsetup
+from agent.cli import kubectl_gangs as gangs
 from agent.cli import kubectl_queues as queues
 from agent.cli.kubectl_dra import ClaimLister, holds_data, holds_table, node_holds
 from agent.cli.kubectl_nodes import (
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from agent.kube.client import KubeSink
 
 PROG = "kubectl-gputopo"
+DEFAULT_NAMESPACE = "default"
 OUTPUTS = ("table", "json", "yaml")
 NO_QUEUE_CRD = "the Queue CRD (queues.scheduling.gputopo.io) is not installed"
 SCHEDULER_PAUSED = "scheduler paused: queue root has spec.paused, nothing new starts"
@@ -112,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     queue = sub.add_parser("queue", parents=[common], help="pause or resume a queue")
     queue.add_argument("action", choices=("pause", "resume"), help="pause or resume")
     queue.add_argument("name", help="Queue name (`root`: the whole scheduler)")
+    gang_parser = sub.add_parser(
+        "gangs",
+        parents=[common],
+        help="gangs (both PodGroup APIs): minimum, members, bound, pending, topology, status",
+    )
+    scope = gang_parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", default=DEFAULT_NAMESPACE, help="namespace (default: default)"
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="the gangs of every namespace"
+    )
     return parser
 
 
@@ -244,6 +262,29 @@ def cmd_queue(sink: KubeSink, action: str, name: str, out: TextIO, err: TextIO) 
     return 0
 
 
+def cmd_gangs(
+    ours: Sequence[Any] | None,
+    upstream: tuple[str, Sequence[Any]] | None,
+    pods: Sequence[Any],
+    namespace: str | None,
+    output: str,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """`ours`: our PodGroups (None: the CRD is not installed); `upstream`: (apiVersion, the
+    scheduling.k8s.io PodGroups), None when the server does not serve them."""
+    api, listed = upstream if upstream is not None else (None, None)
+    found = gangs.build_gangs(ours, listed, api, pods)
+    if output != "table":
+        emit({"gangs": [gangs.gang_json(g) for g in found]}, output, out)
+    elif found:
+        out.write(table(gangs.HEADER, [gangs.gang_row(g) for g in found]))
+    else:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        err.write(f"{PROG}: no gangs in {where}\n")
+    return 0
+
+
 def options(args: argparse.Namespace) -> tuple[str | None, str | None, str, str]:
     """(kubeconfig, context, output, log format), defaults filled in."""
     get = args.__dict__.get
@@ -273,6 +314,12 @@ def main(
             return cmd_queues(sink.list_queues(), output, out, err)
         if args.command == "queue":
             return cmd_queue(sink, args.action, args.name, out, err)
+        if args.command == "gangs":
+            namespace = None if args.all_namespaces else args.namespace
+            ours = sink.list_podgroups(namespace)
+            upstream = sink.list_upstream_podgroups(namespace)
+            members = sink.list_pods(namespace)
+            return cmd_gangs(ours, upstream, members, namespace, output, out, err)
         pods = lambda: sink.node_pods(args.node)  # noqa: E731
         topology = sink.get_topology(args.node)
         return cmd_topo(topology, args.node, output, out, err, pods, sink.list_claims)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from kubernetes import client
@@ -32,6 +32,12 @@ APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", "queues"
 """The Queue CRD (DESIGN §10), cluster-scoped; only the scheduler writes its status."""
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUPS = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
+"""Our PodGroups (scheduler-plugins' coscheduling CRD), namespaced."""
+UPSTREAM_GROUP = "scheduling.k8s.io"
+UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
+"""The upstream PodGroup versions, newest first, as `scheduler.kubeapi.workloads.VERSIONS`
+discovers them (tests/unit/agent/cli/test_kubectl_gangs.py keeps the two alike)."""
 
 
 @contextmanager
@@ -186,6 +192,80 @@ class KubeSink:
         if data is None:
             return None
         items: list[dict[str, Any]] = data.get("items") or []
+        return items
+
+    def _list_namespaced(
+        self, what: str, group: str, version: str, plural: str, namespace: str | None
+    ) -> list[dict[str, Any]] | None:
+        """Every object of `group/version/plural` in `namespace` (None: all); None on 404."""
+        if namespace is None:
+            call = lambda: self._custom.list_cluster_custom_object(  # noqa: E731
+                group, version, plural, _preload_content=False, _request_timeout=self._timeout
+            )
+        else:
+            call = lambda: self._custom.list_namespaced_custom_object(  # noqa: E731
+                group, version, namespace, plural,
+                _preload_content=False, _request_timeout=self._timeout,
+            )  # fmt: skip
+        data = _read_or_none(what, call, self.server)
+        if data is None:
+            return None
+        items: list[dict[str, Any]] = data.get("items") or []
+        return items
+
+    def list_podgroups(self, namespace: str | None) -> list[dict[str, Any]] | None:
+        """Our PodGroups in `namespace` (None: all), or None when their CRD is not installed."""
+        return self._list_namespaced(
+            "listing PodGroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUPS, namespace
+        )
+
+    def upstream_version(self) -> str | None:
+        """The newest `scheduling.k8s.io` version serving PodGroups, as the scheduler discovers
+        it; None when the server serves none."""
+        for version in UPSTREAM_VERSIONS:
+            data = _read_or_none(
+                f"discovering {UPSTREAM_GROUP}/{version}",
+                partial(
+                    self._custom.get_api_resources,
+                    UPSTREAM_GROUP,
+                    version,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+                self.server,
+            )
+            resources = (data or {}).get("resources") or ()
+            if any(isinstance(r, Mapping) and r.get("name") == PODGROUPS for r in resources):
+                return version
+        return None
+
+    def list_upstream_podgroups(
+        self, namespace: str | None
+    ) -> tuple[str, list[dict[str, Any]]] | None:
+        """(apiVersion, the upstream PodGroups in `namespace`, None: all), or None when the
+        server does not serve them."""
+        version = self.upstream_version()
+        if version is None:
+            return None
+        items = self._list_namespaced(
+            f"listing PodGroups ({UPSTREAM_GROUP}/{version})",
+            UPSTREAM_GROUP, version, PODGROUPS, namespace,
+        )  # fmt: skip
+        return f"{UPSTREAM_GROUP}/{version}", items or []
+
+    def list_pods(self, namespace: str | None) -> list[dict[str, Any]]:
+        """Every pod in `namespace` (None: all namespaces), as JSON."""
+        where = "all namespaces" if namespace is None else f"namespace {namespace}"
+        with api_errors(f"listing pods in {where}", self.server):
+            if namespace is None:
+                response = self._core.list_pod_for_all_namespaces(
+                    _preload_content=False, _request_timeout=self._timeout
+                )
+            else:
+                response = self._core.list_namespaced_pod(
+                    namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+        items: list[dict[str, Any]] = _json(response).get("items") or []
         return items
 
     def patch_queue(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
 from scheduler.kubeapi.workloads import condition_for
 from scheduler.placement import TopologyConstraint
 from scheduler.runtime.groups import GroupInfo, base_group, check_level
@@ -55,8 +56,8 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
         if not isinstance(spec, Mapping):
             raise ValueError(f"spec: must be an object, got {spec!r}")
         _refuse_unsupported(spec)
-        policy = _member(spec, "schedulingPolicy", ("basic", "gang"))
-        disruption = _member(spec, "disruptionMode", ("single", "all"), default="single")
+        policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
+        disruption = union_member(spec, "disruptionMode", ("single", "all"), default="single")
         topology = _topology(spec, levels)
         if policy == "basic" and topology is not None:
             raise ValueError(
@@ -90,22 +91,6 @@ def _refuse_unsupported(spec: Obj) -> None:
         )
 
 
-def _member(spec: Obj, field: str, members: tuple[str, ...], default: str = "") -> str:
-    """The one member set in union `spec.<field>` (`default` when the field is absent)."""
-    union = spec.get(field)
-    if union is None and default:
-        return default
-    if not isinstance(union, Mapping):
-        raise ValueError(f"spec.{field}: must be an object with one of {', '.join(members)}")
-    given = sorted(k for k, v in union.items() if v is not None)
-    if len(given) != 1 or given[0] not in members:
-        shown = ", ".join(given) or "none"
-        raise ValueError(
-            f"spec.{field}: must set exactly one of {', '.join(members)} (got {shown})"
-        )
-    return str(given[0])
-
-
 def _min_count(spec: Obj) -> int:
     gang = spec["schedulingPolicy"]["gang"]
     count = gang.get("minCount") if isinstance(gang, Mapping) else None
@@ -117,19 +102,10 @@ def _min_count(spec: Obj) -> int:
 
 
 def _topology(spec: Obj, levels: Iterable[str] | None) -> TopologyConstraint | None:
-    constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
-    if not isinstance(constraints, list):
-        raise ValueError("spec.schedulingConstraints.topology: must be a list")
-    if len(constraints) > 1:
-        raise ValueError(
-            "spec.schedulingConstraints.topology: at most one constraint is supported, "
-            f"got {len(constraints)}"
-        )
-    if not constraints:
+    present, key = topology_key(spec)
+    if not present:
         return None
-    field = "spec.schedulingConstraints.topology[0].key"
-    key = constraints[0].get("key") if isinstance(constraints[0], Mapping) else None
-    return TopologyConstraint(label=check_level(field, key, levels), required=True)
+    return TopologyConstraint(label=check_level(TOPOLOGY_KEY_FIELD, key, levels), required=True)
 
 
 def _priority(spec: Obj) -> int | None:

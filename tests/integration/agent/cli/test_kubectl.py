@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -32,13 +31,7 @@ NOT_OURS = "not written by gputopo (expected 'v1')"
 GOLDEN = Path(__file__).resolve().parents[3] / "golden"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """main() configures the root logger as a command would; put the test run's handlers back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.fixture(scope="module")

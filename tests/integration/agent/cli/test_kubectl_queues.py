@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import tempfile
 from pathlib import Path
 
@@ -18,13 +17,7 @@ CRD_NAME = f"queues.{GROUP}"
 NO_CRD = f"kubectl-gputopo: the Queue CRD ({CRD_NAME}) is not installed"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """main() configures the root logger as a command would; put the test run's handlers back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def queue_crd() -> dict:

@@ -1,0 +1,259 @@
+"""The gangs `kubectl gputopo gangs` shows, built from the PodGroups and pods as listed (pure).
+
+Both kinds of gang, one row each: our PodGroups (`scheduling.x-k8s.io/v1alpha1`, members named by
+the `scheduling.x-k8s.io/pod-group` label, or the legacy `pod-group.scheduling.sigs.k8s.io`) and
+upstream ones (`scheduling.k8s.io`, in the version the server serves; members named by
+`spec.schedulingGroup.podGroupName`). The fields are read as the scheduler reads them
+(scheduler/runtime/groups.py, upstream.py; the upstream unions through agent/podgroup.py, which
+both use), without importing the scheduler (numpy): the base install runs this.
+
+MIN: `minMember` (ours, default 1) or `gang.minCount`; `-` for a `basic` group. PODS: the pods
+naming the group; BOUND: those on a node and not Failed (what the scheduler counts as holding a
+place); PENDING: those on no node and not finished. TOPOLOGY: the required topology key (the
+`gputopo.io/topology-required` annotation, the upstream `schedulingConstraints.topology[0].key`),
+a preferred one followed by ` (preferred)`. STATUS: `invalid: <field>: <why>` for a group the
+scheduler cannot use, `PodGroup not found` for pods naming a group that does not exist, else the
+reason of the upstream `PodGroupInitiallyScheduled` condition (`PodGroupScheduled` in
+`v1alpha2`) or our PodGroup's `status.phase`, else `-` (no status written yet). Nothing here
+raises on a malformed object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
+
+__all__ = [
+    "HEADER",
+    "NOT_FOUND",
+    "OURS",
+    "POD_GROUP_LABELS",
+    "UPSTREAM",
+    "Gang",
+    "build_gangs",
+    "gang_json",
+    "gang_row",
+]
+
+Obj = Mapping[str, Any]
+OURS = "scheduling.x-k8s.io"
+UPSTREAM = "scheduling.k8s.io"
+POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+TOPOLOGY_REQUIRED = "gputopo.io/topology-required"
+TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
+CONDITION_SCHEDULED = "PodGroupScheduled"  # v1alpha2 (Kubernetes 1.36)
+CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"  # v1alpha3, v1beta1 (1.37)
+NOT_FOUND = "PodGroup not found"
+HEADER = ("NAMESPACE", "NAME", "API", "MIN", "PODS", "BOUND", "PENDING", "TOPOLOGY", "STATUS")
+
+
+@dataclass(slots=True, kw_only=True)
+class Gang:
+    """One gang; `min_count` None for a basic group (and for one not read: `problem` says why)."""
+
+    namespace: str
+    name: str
+    api: str
+    min_count: int | None = None
+    basic: bool = False
+    topology: str | None = None
+    topology_required: bool = True
+    status: str | None = None
+    problem: str | None = None
+    pods: int = 0
+    bound: int = 0
+    pending: int = 0
+    members: list[str] = field(default_factory=list)
+
+    @property
+    def upstream(self) -> bool:
+        return self.api.startswith(UPSTREAM)
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _identity(obj: Obj) -> tuple[str, str]:
+    meta = _map(obj.get("metadata"))
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def _positive(value: Any, where: str, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        kind = "a positive" if minimum else "a non-negative"
+        raise ValueError(f"{where}: must be {kind} integer, got {value!r}")
+    return value
+
+
+def _label(value: Any, where: str) -> str:
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        raise ValueError(f"{where}: must name a node label")
+    return text
+
+
+def our_gang(obj: Obj) -> Gang:
+    """Our PodGroup (`scheduling.x-k8s.io/v1alpha1`) as a gang."""
+    namespace, name = _identity(obj)
+    gang = Gang(namespace=namespace, name=name, api=OURS)
+    gang.status = str(_map(obj.get("status")).get("phase") or "") or None
+    try:
+        spec = obj.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"spec: must be an object, got {spec!r}")
+        gang.min_count = max(_positive(spec.get("minMember", 1), "spec.minMember", 0), 1)
+        annotations = _map(_map(obj.get("metadata")).get("annotations"))
+        for key, required in ((TOPOLOGY_REQUIRED, True), (TOPOLOGY_PREFERRED, False)):
+            if key in annotations:
+                where = f"metadata.annotations[{key}]"
+                gang.topology = _label(annotations[key], where)
+                gang.topology_required = required
+                break
+    except ValueError as exc:
+        gang.min_count, gang.problem = None, str(exc)
+    return gang
+
+
+def _upstream_topology(spec: Obj) -> str | None:
+    present, key = topology_key(spec)
+    return _label(key, TOPOLOGY_KEY_FIELD) if present else None
+
+
+def condition_for(api_version: str) -> str:
+    """The condition kube-scheduler writes on an upstream PodGroup of `api_version`."""
+    return (
+        CONDITION_SCHEDULED if api_version.endswith("/v1alpha2") else CONDITION_INITIALLY_SCHEDULED
+    )
+
+
+def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
+    """An upstream PodGroup as a gang; `api_version`: the version it was listed in (a list's
+    items need not carry their own)."""
+    namespace, name = _identity(obj)
+    api_version = api_version or str(obj.get("apiVersion") or UPSTREAM)
+    gang = Gang(namespace=namespace, name=name, api=api_version)
+    kind = condition_for(api_version)
+    for condition in _map(obj.get("status")).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            gang.status = str(condition.get("reason") or condition.get("status") or "") or None
+    try:
+        spec = obj.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"spec: must be an object, got {spec!r}")
+        policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
+        gang.topology = _upstream_topology(spec)
+        if policy == "basic":
+            if gang.topology is not None:
+                raise ValueError(
+                    "spec.schedulingConstraints.topology: unsupported on a basic PodGroup"
+                )
+            gang.basic = True
+        else:
+            count = _map(spec["schedulingPolicy"]["gang"]).get("minCount")
+            gang.min_count = _positive(count, "spec.schedulingPolicy.gang.minCount", 1)
+    except (ValueError, KeyError, TypeError) as exc:
+        gang.min_count, gang.problem = None, str(exc)
+    return gang
+
+
+def pod_groups(pod: Obj) -> list[tuple[str, str]]:
+    """The groups a pod names: (`OURS` or `UPSTREAM`, name); both when it names two (the
+    scheduler refuses such a pod, each row counts it)."""
+    meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
+    labels = _map(meta.get("labels"))
+    named = [(OURS, str(labels[k])) for k in POD_GROUP_LABELS if labels.get(k)][:1]
+    upstream = _map(spec.get("schedulingGroup")).get("podGroupName")
+    if isinstance(upstream, str) and upstream:
+        named.append((UPSTREAM, upstream))
+    return named
+
+
+def _count(gang: Gang, pod: Obj) -> None:
+    spec, status = _map(pod.get("spec")), _map(pod.get("status"))
+    phase = status.get("phase")
+    gang.pods += 1
+    gang.members.append(_identity(pod)[1])
+    if spec.get("nodeName"):
+        gang.bound += phase != "Failed"
+    else:
+        gang.pending += phase not in ("Succeeded", "Failed")
+
+
+def build_gangs(
+    ours: Iterable[Obj] | None,
+    upstream: Iterable[Obj] | None,
+    upstream_api: str | None,
+    pods: Iterable[Obj],
+) -> list[Gang]:
+    """Every gang, sorted by namespace, name and API: the listed PodGroups (None: that API is
+    not served), with their member pods counted, and a `PodGroup not found` row for pods that
+    name a group not listed."""
+    gangs: dict[tuple[str, str, str], Gang] = {}
+    for obj in ours or ():
+        gang = our_gang(obj)
+        gangs[(gang.namespace, gang.name, OURS)] = gang
+    for obj in upstream or ():
+        gang = upstream_gang(obj, upstream_api)
+        gangs[(gang.namespace, gang.name, UPSTREAM)] = gang
+    for pod in pods:
+        namespace = _identity(pod)[0]
+        for api, name in pod_groups(pod):
+            key = (namespace, name, api)
+            if key not in gangs:
+                gangs[key] = Gang(namespace=namespace, name=name, api=api, problem=NOT_FOUND)
+            _count(gangs[key], pod)
+    return [gangs[k] for k in sorted(gangs)]
+
+
+def _status(gang: Gang) -> str:
+    if gang.problem == NOT_FOUND:
+        return NOT_FOUND
+    if gang.problem is not None:
+        return f"invalid: {gang.problem}"
+    return gang.status or "-"
+
+
+def _topology(gang: Gang) -> str:
+    if gang.topology is None:
+        return "-"
+    return gang.topology if gang.topology_required else f"{gang.topology} (preferred)"
+
+
+def gang_row(gang: Gang) -> tuple[str, ...]:
+    minimum = "?" if gang.min_count is None else str(gang.min_count)
+    return (
+        gang.namespace,
+        gang.name,
+        gang.api,
+        "-" if gang.basic else minimum,
+        str(gang.pods),
+        str(gang.bound),
+        str(gang.pending),
+        _topology(gang),
+        _status(gang),
+    )
+
+
+def gang_json(gang: Gang) -> dict[str, Any]:
+    """One gang as `-o json|yaml` lists it."""
+    topology = None
+    if gang.topology is not None:
+        topology = {"key": gang.topology, "required": gang.topology_required}
+    return {
+        "namespace": gang.namespace,
+        "name": gang.name,
+        "api": gang.api,
+        "minCount": gang.min_count,
+        "basic": gang.basic,
+        "pods": gang.pods,
+        "bound": gang.bound,
+        "pending": gang.pending,
+        "members": sorted(gang.members),
+        "topology": topology,
+        "status": gang.status,
+        "problem": gang.problem,
+    }

@@ -1,0 +1,47 @@
+"""Fields of an upstream PodGroup (`scheduling.k8s.io`) read alike by the scheduler
+(scheduler/runtime/upstream.py) and `kubectl gputopo gangs` (agent/cli/kubectl_gangs.py), which
+runs on the base install and so cannot import the scheduler. Pure, standard library only; each
+reader raises ValueError naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["TOPOLOGY_KEY_FIELD", "topology_key", "union_member"]
+
+TOPOLOGY_KEY_FIELD = "spec.schedulingConstraints.topology[0].key"
+
+
+def union_member(
+    spec: Mapping[str, Any], field: str, members: tuple[str, ...], default: str = ""
+) -> str:
+    """The one member set in union `spec.<field>` (`default` when the field is absent)."""
+    union = spec.get(field)
+    if union is None and default:
+        return default
+    if not isinstance(union, Mapping):
+        raise ValueError(f"spec.{field}: must be an object with one of {', '.join(members)}")
+    given = sorted(str(k) for k, v in union.items() if v is not None)
+    if len(given) != 1 or given[0] not in members:
+        shown = ", ".join(given) or "none"
+        raise ValueError(
+            f"spec.{field}: must set exactly one of {', '.join(members)} (got {shown})"
+        )
+    return given[0]
+
+
+def topology_key(spec: Mapping[str, Any]) -> tuple[bool, object]:
+    """(whether `spec.schedulingConstraints.topology` holds a constraint, its `key` as written:
+    None when absent); ValueError for a topology that is not a list or holds more than one."""
+    constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    if not isinstance(constraints, list):
+        raise ValueError("spec.schedulingConstraints.topology: must be a list")
+    if len(constraints) > 1:
+        raise ValueError(
+            "spec.schedulingConstraints.topology: at most one constraint is supported, "
+            f"got {len(constraints)}"
+        )
+    if not constraints:
+        return False, None
+    return True, constraints[0].get("key") if isinstance(constraints[0], Mapping) else None

@@ -1,0 +1,156 @@
+"""`kubectl gputopo gangs` against the fake API server (real client): both PodGroup APIs, the
+served upstream version, a server without scheduling.k8s.io, and malformed groups."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.cli import kubectl as kubectl_plugin
+from tests.builders.scheduler import create_pod, create_podgroup, pod_body, podgroup
+from tests.builders.workloads import (
+    OURS,
+    PODGROUPS,
+    create_upstream_podgroup,
+    member_pod,
+    upstream_podgroup,
+)
+from tests.fakeapi import FakeApiServer
+
+LABEL = "scheduling.x-k8s.io/pod-group"
+HEADER = ["NAMESPACE", "NAME", "API", "MIN", "PODS", "BOUND", "PENDING", "TOPOLOGY", "STATUS"]
+
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
+
+@pytest.fixture
+def kubeconfig(fake_api: FakeApiServer) -> str:
+    path = fake_api.write_kubeconfig(Path(tempfile.mkdtemp(dir="/tmp")) / "kubeconfig")
+    return str(path)
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = kubectl_plugin.main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _ours(fake: FakeApiServer, custom, core) -> None:
+    body = podgroup("train", 2, annotations={"gputopo.io/topology-required": "rack"})
+    create_podgroup(custom, body)
+    create_pod(core, pod_body("train-0", gpus=1, labels={LABEL: "train"}))
+    create_pod(core, pod_body("train-1", gpus=1, labels={LABEL: "train"}, node="n1"))
+
+
+def test_both_kinds_in_the_served_version(fake_api, kubeconfig, core_v1, custom_objects) -> None:
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"))
+    _ours(fake_api, custom_objects, core_v1)
+    create_upstream_podgroup(custom_objects, upstream_podgroup("infer", 3, topology="zone"))
+    create_upstream_podgroup(custom_objects, upstream_podgroup("web"))
+    create_pod(core_v1, member_pod("infer-0", "infer"))
+    create_pod(core_v1, member_pod("web-0", "web", node="n1"))
+    group = fake_api.get_object(PODGROUPS, "infer", "default")
+    condition = {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable"}
+    fake_api.put_object(PODGROUPS, group | {"status": {"conditions": [condition]}})
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")
+    assert (code, err) == (0, "")
+    assert [line.split() for line in out.splitlines()] == [
+        HEADER,
+        ["default", "infer", "scheduling.k8s.io/v1beta1", "3", "1", "0", "1", "zone",
+         "Unschedulable"],
+        ["default", "train", "scheduling.x-k8s.io", "2", "2", "1", "1", "rack", "-"],
+        ["default", "web", "scheduling.k8s.io/v1beta1", "-", "1", "1", "0", "-", "-"],
+    ]  # fmt: skip
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-o", "json")
+    assert (code, err) == (0, "")
+    shown = {(g["name"], g["api"]): g for g in json.loads(out)["gangs"]}
+    assert shown["infer", "scheduling.k8s.io/v1beta1"]["minCount"] == 3
+    assert shown["web", "scheduling.k8s.io/v1beta1"]["basic"] is True
+    assert shown["train", "scheduling.x-k8s.io"]["members"] == ["train-0", "train-1"]
+    code, out, _ = run("--kubeconfig", kubeconfig, "gangs", "-o", "yaml")
+    assert code == 0
+    assert yaml.safe_load(out)["gangs"] == list(shown.values())
+
+
+def test_v1alpha2_and_its_condition(fake_api, kubeconfig, custom_objects) -> None:
+    fake_api.serve_workload_api(("v1alpha2",))
+    create_upstream_podgroup(custom_objects, upstream_podgroup("g", 2, version="v1alpha2"))
+    group = fake_api.get_object(PODGROUPS, "g", "default")
+    condition = {"type": "PodGroupScheduled", "status": "True", "reason": "Scheduled"}
+    fake_api.put_object(PODGROUPS, group | {"status": {"conditions": [condition]}})
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1].split() == [
+        "default", "g", "scheduling.k8s.io/v1alpha2", "2", "0", "0", "0", "-", "Scheduled"
+    ]  # fmt: skip
+
+
+def test_without_scheduling_k8s_io_our_gangs_are_listed(
+    fake_api, kubeconfig, core_v1, custom_objects
+) -> None:
+    _ours(fake_api, custom_objects, core_v1)
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-A")
+    assert (code, err) == (0, "")
+    assert [line.split()[:3] for line in out.splitlines()] == [
+        HEADER[:3],
+        ["default", "train", "scheduling.x-k8s.io"],
+    ]
+
+
+def test_namespaces(fake_api, kubeconfig, core_v1, custom_objects) -> None:
+    fake_api.serve_workload_api()
+    core_v1.create_namespace({"metadata": {"name": "team"}})
+    _ours(fake_api, custom_objects, core_v1)
+    create_upstream_podgroup(custom_objects, upstream_podgroup("t", 2, namespace="team"))
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-n", "team")
+    assert (code, err) == (0, "")
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [["team", "t"]]
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "--all-namespaces")
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [
+        ["default", "train"],
+        ["team", "t"],
+    ]
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-n", "empty")
+    assert (code, out, err) == (0, "", "kubectl-gputopo: no gangs in namespace empty\n")
+    with pytest.raises(SystemExit):
+        run("--kubeconfig", kubeconfig, "gangs", "-n", "team", "-A")
+
+
+def test_malformed_groups_show_their_problem(fake_api, kubeconfig, core_v1) -> None:
+    fake_api.serve_workload_api()
+    fake_api.put_object(
+        PODGROUPS,
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": "two"}}},
+        },
+    )
+    fake_api.put_object(
+        OURS,
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "worse", "namespace": "default"},
+            "spec": "nonsense",
+        },
+    )
+    create_pod(core_v1, pod_body("orphan-0", gpus=1, labels={LABEL: "gone"}))
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[1].split()[:4] == ["default", "bad", "scheduling.k8s.io/v1beta1", "?"]
+    assert lines[1].endswith(
+        "invalid: spec.schedulingPolicy.gang.minCount: must be a positive integer, got 'two'"
+    )
+    assert lines[2].split()[:5] == ["default", "gone", "scheduling.x-k8s.io", "?", "1"]
+    assert lines[2].endswith("PodGroup not found")
+    assert lines[3].split()[:4] == ["default", "worse", "scheduling.x-k8s.io", "?"]
+    assert lines[3].endswith("invalid: spec: must be an object, got 'nonsense'")

@@ -1,0 +1,151 @@
+"""The rows of `kubectl gputopo gangs` (agent/cli/kubectl_gangs.py), from objects as listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.cli.kubectl_gangs import HEADER, NOT_FOUND, build_gangs, gang_json, gang_row
+from agent.kube.client import UPSTREAM_VERSIONS
+
+UPSTREAM_API = "scheduling.k8s.io/v1beta1"
+
+
+def ours(name, min_member=None, *, namespace="default", annotations=None, phase=None, spec=None):
+    body = {"minMember": min_member} if min_member is not None else {}
+    obj = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+        "spec": body if spec is None else spec,
+    }
+    return obj | ({"status": {"phase": phase}} if phase else {})
+
+
+def upstream(name, min_count=None, *, version="v1beta1", topology=None, reason=None, spec=None):
+    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    body = {"schedulingPolicy": policy}
+    if topology:
+        body["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    obj = {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": body if spec is None else spec,
+    }
+    if reason:
+        kind = "PodGroupScheduled" if version == "v1alpha2" else "PodGroupInitiallyScheduled"
+        obj["status"] = {"conditions": [{"type": "Other", "reason": "Nope"}]}
+        obj["status"]["conditions"].append({"type": kind, "status": "False", "reason": reason})
+    return obj
+
+
+def pod(name, *, label=None, group=None, node=None, phase="Pending", namespace="default"):
+    obj = {"metadata": {"name": name, "namespace": namespace, "labels": {}}, "spec": {}}
+    if label:
+        obj["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = label
+    if group:
+        obj["spec"]["schedulingGroup"] = {"podGroupName": group}
+    if node:
+        obj["spec"]["nodeName"] = node
+    return obj | {"status": {"phase": phase}}
+
+
+def rows(*args):
+    return [gang_row(g) for g in build_gangs(*args)]
+
+
+def test_both_kinds_with_their_members_counted():
+    pods = [
+        pod("a-0", label="train", node="n1", phase="Running"),
+        pod("a-1", label="train"),
+        pod("b-0", group="train", node="n2", phase="Running"),
+        pod("b-1", group="train", node="n2", phase="Failed"),
+        pod("lone"),
+    ]
+    groups = [
+        ours("train", 2, annotations={"gputopo.io/topology-required": "rack"}, phase="Scheduling")
+    ]
+    got = rows(groups, [upstream("train", 2, topology="zone", reason="Unschedulable")],
+               UPSTREAM_API, pods)  # fmt: skip
+    assert got == [
+        ("default", "train", "scheduling.k8s.io/v1beta1", "2", "2", "1", "0", "zone",
+         "Unschedulable"),
+        ("default", "train", "scheduling.x-k8s.io", "2", "2", "1", "1", "rack", "Scheduling"),
+    ]  # fmt: skip
+    assert len(HEADER) == len(got[0])
+
+
+def test_basic_group_and_defaults():
+    got = rows([ours("solo"), ours("pref", 3, annotations={"gputopo.io/topology-preferred": "h"})],
+               [upstream("basic")], UPSTREAM_API, [])  # fmt: skip
+    assert got == [
+        ("default", "basic", UPSTREAM_API, "-", "0", "0", "0", "-", "-"),
+        ("default", "pref", "scheduling.x-k8s.io", "3", "0", "0", "0", "h (preferred)", "-"),
+        ("default", "solo", "scheduling.x-k8s.io", "1", "0", "0", "0", "-", "-"),
+    ]
+
+
+def test_the_v1alpha2_condition_is_read():
+    got = rows(None, [upstream("g", 2, version="v1alpha2", reason="Scheduled")],
+               "scheduling.k8s.io/v1alpha2", [])  # fmt: skip
+    assert got == [("default", "g", "scheduling.k8s.io/v1alpha2", "2", "0", "0", "0", "-",
+                    "Scheduled")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("obj", "problem"),
+    [
+        (ours("g", spec={"minMember": "two"}), "spec.minMember: must be a non-negative integer"),
+        (ours("g", spec=["x"]), "spec: must be an object"),
+        (ours("g", 2, annotations={"gputopo.io/topology-required": ""}),
+         "metadata.annotations[gputopo.io/topology-required]: must name a node label"),
+        (upstream("g", 0), "spec.schedulingPolicy.gang.minCount: must be a positive integer"),
+        (upstream("g", spec={"schedulingPolicy": {"basic": {}, "gang": {"minCount": 2}}}),
+         "spec.schedulingPolicy: must set exactly one of basic, gang (got basic, gang)"),
+        (upstream("g", spec={}), "spec.schedulingPolicy: must be an object"),
+        (upstream("g", spec={"schedulingPolicy": {"gang": "x"}}),
+         "spec.schedulingPolicy.gang.minCount: must be a positive integer, got None"),
+        (upstream("g", topology="rack"), "unsupported on a basic PodGroup"),
+        (upstream("g", 2, spec={"schedulingPolicy": {"gang": {"minCount": 2}},
+                                "schedulingConstraints": {"topology": [{}]}}),
+         "spec.schedulingConstraints.topology[0].key: must name a node label"),
+        (upstream("g", spec={"schedulingPolicy": {"gang": {"minCount": 2}},
+                             "schedulingConstraints": {"topology": "rack"}}),
+         "spec.schedulingConstraints.topology: must be a list"),
+        (upstream("g", spec="nonsense"), "spec: must be an object"),
+    ],
+)  # fmt: skip
+def test_a_malformed_group_shows_its_problem_in_the_row(obj, problem):
+    is_ours = obj["apiVersion"].startswith("scheduling.x-k8s.io")
+    (gang,) = build_gangs([obj] if is_ours else None, None if is_ours else [obj], UPSTREAM_API, [])
+    row = gang_row(gang)
+    assert row[3] == "?"
+    assert row[8].startswith("invalid: ")
+    assert problem in row[8]
+    assert gang_json(gang)["problem"] == row[8].removeprefix("invalid: ")
+
+
+def test_pods_naming_a_missing_group_get_a_row():
+    pods = [pod("x-0", group="gone", node="n1", phase="Running"), pod("y-0", label="lost")]
+    got = rows([], None, None, pods)
+    assert got == [
+        ("default", "gone", "scheduling.k8s.io", "?", "1", "1", "0", "-", NOT_FOUND),
+        ("default", "lost", "scheduling.x-k8s.io", "?", "1", "0", "1", "-", NOT_FOUND),
+    ]
+
+
+def test_json_of_a_gang():
+    (gang,) = build_gangs(None, [upstream("g", 2, topology="rack")], UPSTREAM_API,
+                          [pod("g-1", group="g"), pod("g-0", group="g", node="n")])  # fmt: skip
+    assert gang_json(gang) == {
+        "namespace": "default", "name": "g", "api": UPSTREAM_API, "minCount": 2, "basic": False,
+        "pods": 2, "bound": 1, "pending": 1, "members": ["g-0", "g-1"],
+        "topology": {"key": "rack", "required": True}, "status": None, "problem": None,
+    }  # fmt: skip
+
+
+def test_the_versions_are_the_schedulers():
+    pytest.importorskip("numpy")
+    from scheduler.kubeapi.workloads import VERSIONS
+
+    assert tuple(v for v, _ in VERSIONS) == UPSTREAM_VERSIONS

@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scope = gang_parser.add_mutually_exclusive_group()
     scope.add_argument(
-        "-n", "--namespace", default=DEFAULT_NAMESPACE, help="namespace (default: default)"
+        "-n",
+        "--namespace",
+        default=None,
+        help="namespace (default: the kubeconfig context's, as kubectl's, else default)",
     )
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", help="the gangs of every namespace"
@@ -304,7 +307,7 @@ def main(
     kubeconfig, context, output, log_format = options(args)
     logsetup.configure(log_format)
     from agent.kube.client import KubeSink
-    from agent.kube.connect import load_api_client
+    from agent.kube.connect import context_namespace, load_api_client
 
     try:
         sink = KubeSink(load_api_client(kubeconfig, context))
@@ -316,6 +319,8 @@ def main(
             return cmd_queue(sink, args.action, args.name, out, err)
         if args.command == "gangs":
             namespace = None if args.all_namespaces else args.namespace
+            if namespace is None and not args.all_namespaces:
+                namespace = context_namespace(kubeconfig, context)
             ours = sink.list_podgroups(namespace)
             upstream = sink.list_upstream_podgroups(namespace)
             members = sink.list_pods(namespace)

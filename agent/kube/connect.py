@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -73,6 +74,31 @@ def kubeconfig_files(
     if listed:
         return KubeconfigFiles(tuple(Path(p).expanduser() for p in listed), "env")
     return KubeconfigFiles((Path("~/.kube/config").expanduser(),), "default")
+
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def context_namespace(
+    kubeconfig: str | Path | None = None,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    in_cluster_file: Path = IN_CLUSTER_NAMESPACE,
+) -> str:
+    """The namespace kubectl would use without `-n`: the kubeconfig context's (`--context`, else
+    the current one), in a pod its ServiceAccount's, else `default`."""
+    files = kubeconfig_files(kubeconfig, environ)
+    if files.origin == "default" and not context and in_cluster_file.is_file():
+        return in_cluster_file.read_text(encoding="utf-8").strip() or "default"
+    if files.missing() is None:
+        with contextlib.suppress(*CREDENTIAL_ERRORS):
+            contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                config_file=os.pathsep.join(str(p) for p in files.paths)
+            )
+            chosen = next((c for c in contexts if c.get("name") == context), None)
+            found = (chosen if context else current) or {}
+            return str((found.get("context") or {}).get("namespace") or "default")
+    return "default"
 
 
 def load_configuration(

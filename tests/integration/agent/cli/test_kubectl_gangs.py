@@ -35,6 +35,17 @@ def kubeconfig(fake_api: FakeApiServer) -> str:
     return str(path)
 
 
+def _in_namespace(kubeconfig: str, namespace: str) -> str:
+    """A copy of `kubeconfig` whose current context names `namespace` (as `kubectl config
+    set-context --current --namespace` writes it)."""
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    current = next(c for c in doc["contexts"] if c["name"] == doc["current-context"])
+    current["context"]["namespace"] = namespace
+    path = Path(kubeconfig).with_name(f"kubeconfig-{namespace}")
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
 def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = kubectl_plugin.main(list(argv), out=out, err=err)
@@ -116,6 +127,10 @@ def test_namespaces(fake_api, kubeconfig, core_v1, custom_objects) -> None:
         ["default", "train"],
         ["team", "t"],
     ]
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")  # the context names none
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [["default", "train"]]
+    code, out, err = run("--kubeconfig", _in_namespace(kubeconfig, "team"), "gangs")
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [["team", "t"]]
     code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-n", "empty")
     assert (code, out, err) == (0, "", "kubectl-gputopo: no gangs in namespace empty\n")
     with pytest.raises(SystemExit):

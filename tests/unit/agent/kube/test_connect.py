@@ -13,6 +13,7 @@ from urllib3.connection import HTTPConnection
 
 from agent.errors import ConfigError
 from agent.kube.connect import (
+    context_namespace,
     load_api_client,
     load_configuration,
     read_or_none,
@@ -192,3 +193,36 @@ def test_read_or_none() -> None:
     assert read_or_none(fails(404, "Not Found")) is None
     with pytest.raises(ApiException, match="Forbidden"):
         read_or_none(fails(403, "Forbidden"))
+
+
+TWO_CONTEXTS = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://192.0.2.10:6443"}}]
+users: [{name: u, user: {token: secret}}]
+contexts:
+- {name: ctx, context: {cluster: c, user: u, namespace: team}}
+- {name: bare, context: {cluster: c, user: u}}
+current-context: ctx
+"""
+
+
+def test_the_namespace_without_n_is_the_contexts_as_kubectls(tmp_path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(TWO_CONTEXTS)
+    absent = tmp_path / "no-serviceaccount"
+    assert context_namespace(path, in_cluster_file=absent) == "team"
+    assert context_namespace(path, "bare", in_cluster_file=absent) == "default"
+    assert context_namespace(path, "unknown", in_cluster_file=absent) == "default"
+    assert context_namespace(tmp_path / "missing", in_cluster_file=absent) == "default"
+    (tmp_path / "broken").write_text("contexts: [")
+    assert context_namespace(tmp_path / "broken", in_cluster_file=absent) == "default"
+
+
+def test_in_a_pod_the_namespace_is_its_serviceaccounts(tmp_path) -> None:
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("gputopo-system\n")
+    environ = {"HOME": str(tmp_path)}
+    assert context_namespace(None, environ=environ, in_cluster_file=namespace_file) == (
+        "gputopo-system"
+    )

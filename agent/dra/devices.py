@@ -14,11 +14,13 @@ versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `5
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from agent.availability import DynamicDevice
+from agent.dra import DRIVER
 from agent.dra.names import gpu_device_name, mig_device_name
 from agent.labels import gpu_family
 from agent.model import Gpu, MigDevice, MigMode, NodeInventory
@@ -29,6 +31,12 @@ PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 AttributeValue = Mapping[str, Any]
+
+NRT_GPU_RESOURCE = f"{DRIVER}/gpu"
+NRT_MIG_RESOURCE_PREFIX = f"{DRIVER}/mig-"
+"""The NRT resource lines a GPU zone counts the driver's devices in (never `nvidia.com/*`: those
+are the device plugin's, which a pod asks for as extended resources): `gpu.gputopo.io/gpu`,
+`gpu.gputopo.io/mig-<profile>` (`+` written `.`, as `agent.resource_names.mig_resource`)."""
 
 
 class DeviceType(StrEnum):
@@ -149,4 +157,28 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         gpu_index=gpu.index,
         attributes=attrs,
         capacity={"memory": f"{mig.memory_mib}Mi"},
+    )
+
+
+def nrt_resource(device: DraDevice) -> str:
+    """The NRT resource line `device` counts in."""
+    if device.type is DeviceType.MIG:
+        profile = str(device.attributes["profile"]["string"])
+        return NRT_MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+    return NRT_GPU_RESOURCE
+
+
+def nrt_devices(pool: str, devices: Sequence[DraDevice]) -> tuple[DynamicDevice, ...]:
+    """The driver's devices of the node's pool as the NRT counts them (DESIGN §14: a device
+    prepared for a claim is used)."""
+    return tuple(
+        DynamicDevice(
+            driver=DRIVER,
+            pool=pool,
+            name=d.name,
+            gpu_index=d.gpu_index,
+            uuid=d.uuid,
+            resource=nrt_resource(d),
+        )
+        for d in devices
     )

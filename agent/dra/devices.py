@@ -7,6 +7,9 @@ Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`typ
 `productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
 `parentUUID`), ours (`numaNode`, `nvlinkIsland`, `clique`), and the standard
 `resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
+Capacity `memory`; a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
+split of both unless its claim asks otherwise (a default compute of 100 would let one share take
+every SM's worth of capacity, so a second share asking memory alone would no longer fit).
 Values are in the API's typed form (`{"string": ...}`, `{"int": ...}`, `{"version": ...}`);
 versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `535.104.5`).
 """
@@ -32,6 +35,11 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 AttributeValue = Mapping[str, Any]
 
+MEMORY = "memory"
+COMPUTE = "compute"
+FULL_COMPUTE = 100
+"""A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
+
 NRT_GPU_RESOURCE = f"{DRIVER}/gpu"
 NRT_MIG_RESOURCE_PREFIX = f"{DRIVER}/mig-"
 """The NRT resource lines a GPU zone counts the driver's devices in (never `nvidia.com/*`: those
@@ -56,6 +64,7 @@ class DraDevice:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)  # name -> quantity
     share_memory_mib: int = 0  # > 0: a shared GPU; what a share takes unless its claim says
+    share_compute_percent: int = 0  # a share's compute (percent of the SMs) unless its claim says
 
     @property
     def shared(self) -> bool:
@@ -129,6 +138,9 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         "uuid": {"string": gpu.uuid},
         **common,
     }
+    capacity = {"memory": f"{gpu.usable_memory_mib}Mi"}
+    if replicas > 0:
+        capacity[COMPUTE] = str(FULL_COMPUTE)
     return DraDevice(
         name=gpu_device_name(gpu),
         type=DeviceType.GPU,
@@ -136,8 +148,9 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
         attributes=attrs,
-        capacity={"memory": f"{gpu.usable_memory_mib}Mi"},
+        capacity=capacity,
         share_memory_mib=gpu.usable_memory_mib // replicas if replicas > 0 else 0,
+        share_compute_percent=max(1, FULL_COMPUTE // replicas) if replicas > 0 else 0,
     )
 
 

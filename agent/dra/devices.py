@@ -28,6 +28,7 @@ from agent.dra.names import gpu_device_name, mig_device_name
 from agent.labels import gpu_family
 from agent.model import Gpu, MigDevice, MigMode, NodeInventory
 from agent.nvml.sysfs import sysfs_bus_id
+from agent.resource_names import DRA_GPU_RESOURCE, dra_mig_resource
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
@@ -39,12 +40,6 @@ MEMORY = "memory"
 COMPUTE = "compute"
 FULL_COMPUTE = 100
 """A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
-
-NRT_GPU_RESOURCE = f"{DRIVER}/gpu"
-NRT_MIG_RESOURCE_PREFIX = f"{DRIVER}/mig-"
-"""The NRT resource lines a GPU zone counts the driver's devices in (never `nvidia.com/*`: those
-are the device plugin's, which a pod asks for as extended resources): `gpu.gputopo.io/gpu`,
-`gpu.gputopo.io/mig-<profile>` (`+` written `.`, as `agent.resource_names.mig_resource`)."""
 
 
 class DeviceType(StrEnum):
@@ -174,11 +169,10 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
 
 
 def nrt_resource(device: DraDevice) -> str:
-    """The NRT resource line `device` counts in."""
+    """The NRT resource line `device` counts in (`agent.resource_names`)."""
     if device.type is DeviceType.MIG:
-        profile = str(device.attributes["profile"]["string"])
-        return NRT_MIG_RESOURCE_PREFIX + profile.replace("+", ".")
-    return NRT_GPU_RESOURCE
+        return dra_mig_resource(str(device.attributes["profile"]["string"]))
+    return DRA_GPU_RESOURCE
 
 
 def nrt_devices(pool: str, devices: Sequence[DraDevice]) -> tuple[DynamicDevice, ...]:

@@ -12,11 +12,12 @@ import pytest
 from agent.availability import ClaimDevice, ClaimGrant, ContainerGrant, PodGrant
 from agent.cli.publish_service import StateReader
 from agent.dra import DRIVER
-from agent.dra.devices import NRT_GPU_RESOURCE, dra_devices, nrt_devices
+from agent.dra.devices import dra_devices, nrt_devices
 from agent.kube.client import KubeSink
 from agent.kube.publisher import Publisher, PublisherSettings
 from agent.nrt import decode
-from agent.resource_names import GPU_RESOURCE
+from agent.nrt.wire import ATTR_GPUS_FREE
+from agent.resource_names import DRA_GPU_RESOURCE, GPU_RESOURCE
 from deviceplugin.podresources import PodResourcesClient
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
 from tests.builders.agentnode import NODE
@@ -89,15 +90,17 @@ def zone(nrt, index: int) -> dict[str, tuple[int, int, int]]:
 def test_a_gpu_prepared_for_a_claim_is_used_until_its_pod_is_gone(kubelet, publish) -> None:
     assert [d.name for d in DEVICES] == [f"gpu-{INVENTORY.gpus[i].minor}" for i in (6, 7)]
     nrt = publish()
-    assert zone(nrt, 6) == {NRT_GPU_RESOURCE: (1, 1, 1)}
-    assert zone(nrt, 7) == {NRT_GPU_RESOURCE: (1, 1, 1)}
+    assert zone(nrt, 6) == {DRA_GPU_RESOURCE: (1, 1, 1)}
+    assert zone(nrt, 7) == {DRA_GPU_RESOURCE: (1, 1, 1)}
+    assert nrt.attributes[ATTR_GPUS_FREE] == "6"  # as nvidia.com/gpu: the DRA GPUs are not
     kubelet.set_pod(claim_pod("train", DEVICES[1].name))
     kubelet.set_pod(gpu_pod("ml", "plain", str(gpu_uuid(0))))
     nrt = publish()
-    assert zone(nrt, 6) == {NRT_GPU_RESOURCE: (1, 1, 1)}
-    assert zone(nrt, 7) == {NRT_GPU_RESOURCE: (1, 1, 0)}
+    assert zone(nrt, 6) == {DRA_GPU_RESOURCE: (1, 1, 1)}
+    assert zone(nrt, 7) == {DRA_GPU_RESOURCE: (1, 1, 0)}
     assert zone(nrt, 0) == {GPU_RESOURCE: (1, 1, 0)}
+    assert nrt.attributes[ATTR_GPUS_FREE] == "5"
     numa = nrt.numa_counts(INVENTORY.gpus[7].numa_node or 0)
-    assert (numa[NRT_GPU_RESOURCE].available, numa[GPU_RESOURCE].capacity) == (1, 2)
+    assert (numa[DRA_GPU_RESOURCE].available, numa[GPU_RESOURCE].capacity) == (1, 2)
     kubelet.remove_pod("ml", "train")
-    assert zone(publish(), 7) == {NRT_GPU_RESOURCE: (1, 1, 1)}
+    assert zone(publish(), 7) == {DRA_GPU_RESOURCE: (1, 1, 1)}

@@ -8,6 +8,12 @@ the inventory is free and available equals allocatable.
 The PodResources dataclasses below are the plain-value form of the kubelet's messages; the gRPC
 client in `deviceplugin.podresources` returns them (`agent.restart_hold` filters them right after
 a kubelet restart).
+
+GPUs given to the DRA driver (DESIGN §14) are not the device plugin's, so the kubelet's allocatable
+devices do not list them: the caller names them (`DynamicDevice`, one per device the driver
+publishes) and each counts in its GPU zone under its own resource line, used while a listed pod's
+container holds it through a claim (`List`'s `dynamic_resources`). A pod holding only DRA devices
+stays out of the pods fingerprint, as the scheduler's side computes it from pod requests.
 """
 
 from __future__ import annotations
@@ -44,11 +50,36 @@ class MemoryGrant:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimDevice:
+    """One device a DRA claim gave a container (PodResources `ClaimResource`)."""
+
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: tuple[str, ...] = ()
+    share_id: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimGrant:
+    """The devices a container got through one ResourceClaim (PodResources `DynamicResource`)."""
+
+    claim_namespace: str
+    claim_name: str
+    devices: tuple[ClaimDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerGrant:
     name: str
     devices: tuple[DeviceGrant, ...] = ()
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryGrant, ...] = ()
+    claims: tuple[ClaimGrant, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +101,23 @@ class PodResourcesSnapshot:
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryGrant, ...] = ()
     pods: tuple[PodGrant, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DynamicDevice:
+    """A device the node's DRA driver publishes, as the NRT counts it: in GPU zone `gpu_index`
+    under `resource`; `uuid` (GPU or MIG) is what the health checker marks."""
+
+    driver: str
+    pool: str
+    name: str
+    gpu_index: int
+    uuid: str
+    resource: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,17 +189,27 @@ def _is_unhealthy(device_id: str, owner_uuid: str, unhealthy: Set[str]) -> bool:
 
 
 def gpu_availability(
-    inventory: NodeInventory, snapshot: PodResourcesSnapshot | None, unhealthy: Set[str]
+    inventory: NodeInventory,
+    snapshot: PodResourcesSnapshot | None,
+    unhealthy: Set[str],
+    dynamic: Sequence[DynamicDevice] = (),
 ) -> tuple[GpuAvailability, ...]:
-    """Per-GPU resources: advertised devices, minus unhealthy ones, minus those pods hold."""
+    """Per-GPU resources: advertised devices, minus unhealthy ones, minus those pods hold;
+    `dynamic`: the DRA driver's devices (their GPUs are never the device plugin's)."""
     owner = _gpu_owner(inventory)
     if snapshot is None:
-        advertised = _inventory_devices(inventory)
+        dra_gpus = {d.gpu_index for d in dynamic}
+        advertised = [
+            (r, i)
+            for r, i in _inventory_devices(inventory)
+            if owner[base_device_id(i)] not in dra_gpus
+        ]
         used: set[tuple[str, str]] = set()
     else:
         advertised = [(d.resource_name, i) for d in snapshot.devices for i in d.device_ids]
         used = {(d.resource_name, i) for d in _pod_devices(snapshot.pods) for i in d.device_ids}
     per_gpu: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
+    _count_dynamic(per_gpu, inventory, dynamic, snapshot, unhealthy)
     for resource, device_id in advertised:
         index = owner.get(base_device_id(device_id))
         if index is None:
@@ -172,6 +230,31 @@ def gpu_availability(
         )
         for gpu in inventory.gpus
     )
+
+
+def _count_dynamic(
+    per_gpu: dict[int, dict[str, list[int]]],
+    inventory: NodeInventory,
+    dynamic: Sequence[DynamicDevice],
+    snapshot: PodResourcesSnapshot | None,
+    unhealthy: Set[str],
+) -> None:
+    """Each DRA device in its GPU's zone; used while a listed container holds it by a claim."""
+    held = {d.key for d in claim_devices(snapshot.pods)} if snapshot is not None else set()
+    for device in dynamic:
+        counts = per_gpu[device.gpu_index][device.resource]
+        bad = _is_unhealthy(device.uuid, str(inventory.gpus[device.gpu_index].uuid), unhealthy)
+        counts[0] += 1
+        counts[1] += 0 if bad else 1
+        counts[2] += 0 if bad or device.key in held else 1
+
+
+def claim_devices(pods: Iterable[PodGrant]) -> Iterable[ClaimDevice]:
+    """Every device the pods' containers hold through DRA claims."""
+    for pod in pods:
+        for container in pod.containers:
+            for claim in container.claims:
+                yield from claim.devices
 
 
 def _pod_devices(pods: Iterable[PodGrant]) -> Iterable[DeviceGrant]:
@@ -287,13 +370,15 @@ def compute_availability(
     capacity: Sequence[NumaCapacity],
     snapshot: PodResourcesSnapshot | None,
     unhealthy: Set[str] = frozenset(),
+    dynamic: Sequence[DynamicDevice] = (),
 ) -> Availability:
     """Per-GPU and per-NUMA capacity/allocatable/available, and the pods fingerprint.
 
     `unhealthy` holds GPU UUIDs, MIG UUIDs or device IDs the health checker marked Unhealthy;
-    `snapshot` is None when the kubelet's PodResources socket is absent.
+    `snapshot` is None when the kubelet's PodResources socket is absent; `dynamic` names the DRA
+    driver's devices.
     """
-    gpus = gpu_availability(inventory, snapshot, unhealthy)
+    gpus = gpu_availability(inventory, snapshot, unhealthy, dynamic)
     numa = tuple(
         NumaAvailability(
             numa_id=cap.numa_id,

@@ -4,6 +4,10 @@ A whole GPU is `nvidia.com/gpu`. A MIG device is `nvidia.com/mig-<profile>` with
 profile written as `.` (NVIDIA's mixed strategy): profile `1g.10gb+me` is advertised as
 `nvidia.com/mig-1g.10gb.me`. The device plugin advertises these names, the NRT carries them, and
 the scheduler reads them back from pods and nodes; all of them use the two functions here.
+
+The NRT counts the GPUs of the DRA driver (`gpu.gputopo.io`, DESIGN §14) in that driver's domain,
+never as NVIDIA's names (a pod asks for those as extended resources, and the device plugin serves
+them): `gpu.gputopo.io/gpu`, `gpu.gputopo.io/mig-<profile>` (`dra_mig_resource`).
 """
 
 from __future__ import annotations
@@ -11,10 +15,15 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "DRA_DRIVER",
+    "DRA_GPU_RESOURCE",
+    "DRA_MIG_RESOURCE_PREFIX",
     "GPU_RESOURCE",
     "MIG_RESOURCE_PREFIX",
     "MODEL_KEY_PATTERN",
     "MODEL_SEP",
+    "dra_mig_resource",
+    "is_dra_resource",
     "mig_profile",
     "mig_resource",
     "model_key",
@@ -24,6 +33,11 @@ __all__ = [
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MODEL_SEP = "@"
+
+DRA_DRIVER = "gpu.gputopo.io"
+"""The DRA driver's name (`agent.dra.DRIVER`), whose domain its NRT resource lines use."""
+DRA_GPU_RESOURCE = f"{DRA_DRIVER}/gpu"
+DRA_MIG_RESOURCE_PREFIX = f"{DRA_DRIVER}/mig-"
 
 MODEL_KEY_PATTERN = (
     r"(nvidia[.]com/gpu|nvidia[.]com/mig-[^@]*)@[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -39,6 +53,16 @@ _MODEL_KEY = re.compile(MODEL_KEY_PATTERN)
 def mig_resource(profile: str) -> str:
     """`1g.10gb` -> `nvidia.com/mig-1g.10gb`; `1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`."""
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+def dra_mig_resource(profile: str) -> str:
+    """`1g.10gb+me` -> `gpu.gputopo.io/mig-1g.10gb.me` (the NRT line of a DRA MIG device)."""
+    return DRA_MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+def is_dra_resource(resource: str) -> bool:
+    """An NRT resource line of the DRA driver's devices (not the device plugin's)."""
+    return resource.startswith(f"{DRA_DRIVER}/")
 
 
 def mig_profile(resource: str) -> str | None:

@@ -26,7 +26,7 @@ from agent.model import GpuUuid
 from agent.share_record import GivenShare
 from agent.shares import mps_pipe_directory, mps_shm_directory
 from deviceplugin.allocation import ContainerAllocation, MountSpec
-from deviceplugin.errors import DeviceUnavailableError
+from deviceplugin.errors import DeviceUnavailableError, RequestError
 from deviceplugin.resources import Resource
 
 PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
@@ -48,6 +48,24 @@ def effective_uid(pod: Mapping[str, Any], container: str) -> int | None:
                     return uid
     uid = (spec.get("securityContext") or {}).get("runAsUser")
     return uid if isinstance(uid, int) else None
+
+
+def mps_uid(uid: int | None, users: frozenset[int], subject: str, error: type[RequestError]) -> int:
+    """The user an MPS client runs as (`uid`; None: root) when MPS serves it here, else `error`
+    saying why, `subject` (`pod x container y`) first."""
+    served = ", ".join(str(u) for u in sorted(users)) or "none"
+    if uid is None and ROOT_UID not in users:
+        raise error(
+            f"{subject} sets no runAsUser and MPS does not serve root here (MPS users: {served}): "
+            "set securityContext.runAsUser to one of them"
+        )
+    uid = ROOT_UID if uid is None else uid
+    if uid not in users:
+        raise error(
+            f"{subject} runs as uid {uid}, which has no MPS daemon on this node (MPS users: "
+            f"{served}; add it to gputopo-mps --users)"
+        )
+    return uid
 
 
 class MpsEnv:
@@ -86,22 +104,12 @@ class MpsEnv:
 
     def _uid(self, given: GivenShare, pod: Mapping[str, Any]) -> int:
         """The container's user, which MPS must serve; DeviceUnavailableError names why not."""
-        users = self._users()
-        served = ", ".join(str(u) for u in sorted(users)) or "none"
-        uid = effective_uid(pod, given.container)
-        if uid is None and ROOT_UID not in users:
-            raise DeviceUnavailableError(
-                f"pod {given.pod} container {given.container} sets no runAsUser and MPS does not "
-                f"serve root here (MPS users: {served}): set securityContext.runAsUser to one of "
-                "them"
-            )
-        uid = ROOT_UID if uid is None else uid
-        if uid not in users:
-            raise DeviceUnavailableError(
-                f"pod {given.pod} container {given.container} runs as uid {uid}, which has no MPS "
-                f"daemon on this node (MPS users: {served}; add it to gputopo-mps --users)"
-            )
-        return uid
+        return mps_uid(
+            effective_uid(pod, given.container),
+            self._users(),
+            f"pod {given.pod} container {given.container}",
+            DeviceUnavailableError,
+        )
 
     def _limit_mib(self, resource: Resource, given: GivenShare) -> int:
         if given.memory_bytes is not None:

@@ -1,6 +1,7 @@
 """Client of the kubelet's PodResources API v1 (`/var/lib/kubelet/pod-resources/kubelet.sock`).
 
-One `snapshot()` is GetAllocatableResources + List, translated to the plain dataclasses of
+One `snapshot()` is GetAllocatableResources + List (with each container's DRA claims,
+`dynamic_resources`), translated to the plain dataclasses of
 `agent.availability` (no protobuf message leaves this module). Pods the caller reports as terminal
 (Succeeded/Failed; the kubelet may still list them) are skipped, so a finished pod's devices count
 as free and its name stays out of the pods fingerprint.
@@ -23,6 +24,8 @@ from types import TracebackType
 import grpc
 
 from agent.availability import (
+    ClaimDevice,
+    ClaimGrant,
     ContainerGrant,
     DeviceGrant,
     MemoryGrant,
@@ -158,6 +161,26 @@ def _memory(memory: Iterable[pb.ContainerMemory]) -> tuple[MemoryGrant, ...]:
     )
 
 
+def _claims(resources: Iterable[pb.DynamicResource]) -> tuple[ClaimGrant, ...]:
+    return tuple(
+        ClaimGrant(
+            claim_namespace=r.claim_namespace,
+            claim_name=r.claim_name,
+            devices=tuple(
+                ClaimDevice(
+                    driver=c.driver_name,
+                    pool=c.pool_name,
+                    device=c.device_name,
+                    cdi_devices=tuple(d.name for d in c.cdi_devices),
+                    share_id=c.share_id if c.HasField("share_id") else None,
+                )
+                for c in r.claim_resources
+            ),
+        )
+        for r in resources
+    )
+
+
 def _pod(pod: pb.PodResources) -> PodGrant:
     return PodGrant(
         namespace=pod.namespace,
@@ -168,6 +191,7 @@ def _pod(pod: pb.PodResources) -> PodGrant:
                 devices=_devices(c.devices),
                 cpu_ids=tuple(sorted(c.cpu_ids)),
                 memory=_memory(c.memory),
+                claims=_claims(c.dynamic_resources),
             )
             for c in pod.containers
         ),

@@ -5,8 +5,9 @@ Built after the device plugin, whose NVML model and health it shares: the device
 current by the MIG re-scan) is what the devices are made from. The GPUs given to DRA
 (`--dra-gpus`) are left out of the device plugin's resources (`PluginSettings.dra_gpus`, set by
 `dra_gpus_for`), so no GPU is handed out twice. A DRA GPU that `sharing` shares is published
-for shares (`shared_dra_gpus`). With `--dry-run` the claim record stays in memory
-and no slice is written (printed instead, once).
+for shares (`shared_dra_gpus`); under `sharing.mps` a share's CDI spec carries the MPS limits,
+pipe and `/dev/shm` of DESIGN §12 (`dra_mps_edits`). With `--dry-run` the claim record stays in
+memory and no slice is written (printed instead, once).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import yaml
 
@@ -23,8 +26,12 @@ from agent.cli.services import AgentContext, Service
 from agent.dra.devices import DraDevice, dra_devices
 from agent.dra.slices import wanted_slices
 from agent.model import NodeInventory
+from agent.mps.layout import MpsLayout
+from agent.mps.status import served_uids
 from agent.nvml.sysfs import pcie_root
+from agent.shares import Sharing
 from deviceplugin.device_state import DeviceState
+from deviceplugin.dra.mps_edits import MpsEdits
 from deviceplugin.dra.plugin import DraPaths, DraPlugin
 from deviceplugin.dra.wire import CDI_DIR
 from deviceplugin.resources import build_resources
@@ -48,6 +55,14 @@ def shared_dra_gpus(
         if d.mig is None and d.replica is not None
     )
     return dict(counts)
+
+
+def dra_mps_edits(settings: PluginSettings, shared: Mapping[int, int]) -> MpsEdits | None:
+    """The CDI edits of DRA shares under `sharing.mps` (None: time-slicing, or no shared GPU)."""
+    if not shared or settings.time_slicing.sharing is not Sharing.MPS:
+        return None
+    status_file = MpsLayout(Path(settings.mps_root)).status_file
+    return MpsEdits(settings.mps_root, lambda: served_uids(status_file))
 
 
 def dra_gpus_for(ctx: AgentContext) -> PluginSettings:
@@ -89,6 +104,7 @@ class DraService:
             devices=self.devices,
             state=self._state,
             dry_run=cfg.dry_run,
+            share_edits=dra_mps_edits(cfg.plugin, self._shared),
         )
         self.slices = SlicePublisher(self._kube, self.devices, lambda: self._state.unhealthy)
 

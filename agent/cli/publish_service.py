@@ -22,9 +22,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent.availability import PodGrant, PodResourcesSnapshot, allocated_devices
+from agent.availability import DynamicDevice, PodGrant, PodResourcesSnapshot, allocated_devices
+from agent.cli.dra_config import dra_gpu_indices
 from agent.cli.services import AgentContext
 from agent.cli.share_wiring import configured_shared_gpus, share_state, shared_gpus
+from agent.dra.devices import dra_devices, nrt_devices
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.gpu_load import GpuLoad
 from agent.httpserver import MetricsServer
@@ -87,8 +89,10 @@ class StateReader:
         hold: RestartHold | None = None,
         shares: ShareState | None = None,
         load: Callable[[], Mapping[int, GpuLoad]] | None = None,
+        dynamic: Callable[[], tuple[DynamicDevice, ...]] | None = None,
     ) -> None:
         self._client = client
+        self._dynamic = dynamic
         self._load = load
         self._shares = shares
         self._inventory = inventory
@@ -126,6 +130,7 @@ class StateReader:
             shared=shared,
             share_use=use,
             load=self._load() if self._load is not None else {},
+            dynamic=self._dynamic() if self._dynamic is not None else (),
         )
 
     def _snapshot(self) -> PodResourcesSnapshot | None:
@@ -256,6 +261,7 @@ class TopologyService:
             hold=RestartHold(clock=clock),
             shares=self._share_state if self._shared is not None else None,
             load=_load_sampler(ctx, self._inventory, clock),
+            dynamic=_dra_source(ctx, self._inventory),
         )
         self.publisher = Publisher(
             settings, self.sink, self.reader, clock=clock, stop=self._stop, metrics=ctx.metrics
@@ -340,6 +346,18 @@ def _shared_source(ctx: AgentContext) -> Callable[[], Mapping[GpuUuid, SharedGpu
         configured = configured_shared_gpus(cfg, ctx.inventory)
         return lambda: configured
     return None
+
+
+def _dra_source(
+    ctx: AgentContext, inventory: Callable[[], NodeInventory]
+) -> Callable[[], tuple[DynamicDevice, ...]] | None:
+    """The DRA driver's devices as the NRT counts them (DESIGN §14), made from the live
+    inventory (MIG layout changes); None when `--dra-gpus` gives it none."""
+    cfg = ctx.config
+    if not cfg.dra.enabled:
+        return None
+    gpus = dra_gpu_indices(cfg.dra, ctx.inventory)
+    return lambda: nrt_devices(cfg.node_name, dra_devices(inventory(), gpus))
 
 
 def _load_sampler(

@@ -8,7 +8,9 @@ Nothing here does I/O: the agent's Kubernetes calls live in `agent.kube`.
 
 from __future__ import annotations
 
-DRIVER = "gpu.gputopo.io"
+from agent.resource_names import DRA_DRIVER
+
+DRIVER = DRA_DRIVER
 """The driver name: in every ResourceSlice, allocation result and the kubelet registration."""
 
 GROUP = "resource.k8s.io"

@@ -7,6 +7,9 @@ Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`typ
 `productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
 `parentUUID`), ours (`numaNode`, `nvlinkIsland`, `clique`), and the standard
 `resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
+Capacity `memory`; a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
+split of both unless its claim asks otherwise (a default compute of 100 would let one share take
+every SM's worth of capacity, so a second share asking memory alone would no longer fit).
 Values are in the API's typed form (`{"string": ...}`, `{"int": ...}`, `{"version": ...}`);
 versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `535.104.5`).
 """
@@ -14,21 +17,29 @@ versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `5
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from agent.availability import DynamicDevice
+from agent.dra import DRIVER
 from agent.dra.names import gpu_device_name, mig_device_name
 from agent.labels import gpu_family
 from agent.model import Gpu, MigDevice, MigMode, NodeInventory
 from agent.nvml.sysfs import sysfs_bus_id
+from agent.resource_names import DRA_GPU_RESOURCE, dra_mig_resource
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 AttributeValue = Mapping[str, Any]
+
+MEMORY = "memory"
+COMPUTE = "compute"
+FULL_COMPUTE = 100
+"""A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
 
 
 class DeviceType(StrEnum):
@@ -48,6 +59,7 @@ class DraDevice:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)  # name -> quantity
     share_memory_mib: int = 0  # > 0: a shared GPU; what a share takes unless its claim says
+    share_compute_percent: int = 0  # a share's compute (percent of the SMs) unless its claim says
 
     @property
     def shared(self) -> bool:
@@ -121,6 +133,9 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         "uuid": {"string": gpu.uuid},
         **common,
     }
+    capacity = {"memory": f"{gpu.usable_memory_mib}Mi"}
+    if replicas > 0:
+        capacity[COMPUTE] = str(FULL_COMPUTE)
     return DraDevice(
         name=gpu_device_name(gpu),
         type=DeviceType.GPU,
@@ -128,8 +143,9 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
         attributes=attrs,
-        capacity={"memory": f"{gpu.usable_memory_mib}Mi"},
+        capacity=capacity,
         share_memory_mib=gpu.usable_memory_mib // replicas if replicas > 0 else 0,
+        share_compute_percent=max(1, FULL_COMPUTE // replicas) if replicas > 0 else 0,
     )
 
 
@@ -149,4 +165,27 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         gpu_index=gpu.index,
         attributes=attrs,
         capacity={"memory": f"{mig.memory_mib}Mi"},
+    )
+
+
+def nrt_resource(device: DraDevice) -> str:
+    """The NRT resource line `device` counts in (`agent.resource_names`)."""
+    if device.type is DeviceType.MIG:
+        return dra_mig_resource(str(device.attributes["profile"]["string"]))
+    return DRA_GPU_RESOURCE
+
+
+def nrt_devices(pool: str, devices: Sequence[DraDevice]) -> tuple[DynamicDevice, ...]:
+    """The driver's devices of the node's pool as the NRT counts them (DESIGN §14: a device
+    prepared for a claim is used)."""
+    return tuple(
+        DynamicDevice(
+            driver=DRIVER,
+            pool=pool,
+            name=d.name,
+            gpu_index=d.gpu_index,
+            uuid=d.uuid,
+            resource=nrt_resource(d),
+        )
+        for d in devices
     )

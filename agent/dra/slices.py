@@ -4,7 +4,8 @@ One pool per node, named after the node, with `nodeName` set; its devices are sp
 slices as the API's per-slice limit asks (128 devices, 64 when any carries a taint), named
 `<node>-gpu.gputopo.io-<i>`. An Unhealthy device carries the NoSchedule taint
 `gpu.gputopo.io/unhealthy`. A shared GPU (DESIGN §12) has `allowMultipleAllocations` and a request
-policy on its `memory`: a claim without `capacity.requests.memory` takes the equal split.
+policy on its `memory` and its `compute` (percent): a claim that does not ask one of them in
+`capacity.requests` takes the equal split of it.
 
 `plan_slices` compares what the API server holds with what it should: each slice carries the hash
 of the whole pool's content in an annotation, so a slice the kubelet wiped, a changed device or a
@@ -22,13 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.dra import API_VERSION, DRIVER, UNHEALTHY_TAINT
-from agent.dra.devices import DraDevice
+from agent.dra.devices import COMPUTE, FULL_COMPUTE, MEMORY, DraDevice
 
 CONTENT_ANNOTATION = f"{DRIVER}/content"
 MAX_DEVICES = 128
 MAX_TAINTED_DEVICES = 64
 SHARE_MIN_MEMORY = "1Mi"
 """The least memory a claim may ask of a shared GPU (`capacity.requests.memory`)."""
+SHARE_MIN_COMPUTE = "1"
+"""The least compute (percent) a claim may ask of a shared GPU (`capacity.requests.compute`)."""
 
 Obj = dict[str, Any]
 
@@ -59,9 +62,13 @@ def device_entry(device: DraDevice, unhealthy: bool) -> Obj:
     }
     if device.shared:
         entry["allowMultipleAllocations"] = True
-        entry["capacity"]["memory"]["requestPolicy"] = {
+        entry["capacity"][MEMORY]["requestPolicy"] = {
             "default": f"{device.share_memory_mib}Mi",
             "validRange": {"min": SHARE_MIN_MEMORY},
+        }
+        entry["capacity"][COMPUTE]["requestPolicy"] = {
+            "default": str(device.share_compute_percent),
+            "validRange": {"min": SHARE_MIN_COMPUTE, "max": str(FULL_COMPUTE)},
         }
     if unhealthy:
         entry["taints"] = [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]

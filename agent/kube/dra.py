@@ -74,9 +74,8 @@ class KubeDra:
             self.server,
         )  # fmt: skip
 
-    def node_pod_uids(self) -> frozenset[str]:
-        pods = list_node_pods(self._core, self.node, self.server, self._timeout)
-        return frozenset(str(p["metadata"]["uid"]) for p in pods if p["metadata"].get("uid"))
+    def node_pods(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(list_node_pods(self._core, self.node, self.server, self._timeout))
 
     def node_uid(self) -> str | None:
         data = _read_or_none(

@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import yaml
 
-from agent.availability import Availability, PodResourcesSnapshot, compute_availability
+from agent.availability import (
+    Availability,
+    DynamicDevice,
+    PodResourcesSnapshot,
+    compute_availability,
+)
 from agent.errors import NodeNotFound, PublishError
 from agent.gpu_load import LOAD_ATTRS, GpuLoad
 from agent.labels import gfd_labels, label_patch
@@ -89,6 +94,7 @@ class NodeState:
     shared: Mapping[GpuUuid, SharedGpu] = field(default_factory=dict)  # DESIGN §12
     share_use: Mapping[GpuUuid, ShareUse] = field(default_factory=dict)
     load: Mapping[int, GpuLoad] = field(default_factory=dict)  # by GPU index (issue 47)
+    dynamic: tuple[DynamicDevice, ...] = ()  # the DRA driver's devices (DESIGN §14)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,7 +187,9 @@ class Publisher:
         capacity = numa_capacity(state.inventory.numa_nodes, kubelet)
         availability = with_load(
             with_shares(
-                compute_availability(state.inventory, capacity, state.snapshot, state.unhealthy),
+                compute_availability(
+                    state.inventory, capacity, state.snapshot, state.unhealthy, state.dynamic
+                ),
                 state.inventory,
                 state.shared,
                 state.share_use,

@@ -70,6 +70,7 @@ from agent.nrt.wire import (
 )
 from agent.numa_capacity import CPU
 from agent.quantity import format_milli
+from agent.resource_names import is_dra_resource
 from agent.share_pods import encode_share_pods
 from agent.shares import Sharing
 
@@ -211,12 +212,10 @@ def whole_gpus_free(inventory: NodeInventory, availability: Availability) -> int
 
 
 def is_gpu_free(gpu: GpuAvailability) -> bool:
-    """Healthy, advertised, and nothing on it is held by a pod."""
-    return (
-        gpu.healthy
-        and bool(gpu.resources)
-        and all(r.available == r.allocatable > 0 for r in gpu.resources)
-    )
+    """Healthy, advertised by the device plugin, and nothing on it is held by a pod (a GPU of
+    the DRA driver is never free this way: a pod cannot ask for it as `nvidia.com/gpu`)."""
+    plugin = [r for r in gpu.resources if not is_dra_resource(r.name)]
+    return gpu.healthy and bool(plugin) and all(r.available == r.allocatable > 0 for r in plugin)
 
 
 def encode(

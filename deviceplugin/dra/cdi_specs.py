@@ -3,32 +3,45 @@
 Kind `k8s.gputopo.io/claim`, one device per allocated device named `<claim UID>-<device>`. Each
 device's edits set `NVIDIA_VISIBLE_DEVICES` to the UUIDs of all the claim's devices (the same value
 in each, so the runtime's merge of a claim's devices keeps them all), as the device plugin's
-Allocate does for its containers. Written to a temporary file and renamed: the runtime never reads
-half a spec.
+Allocate does for its containers, then the device's own (an MPS share's limits, pipe and
+`/dev/shm`, `deviceplugin.dra.mps_edits`). Written to a temporary file and renamed: the runtime
+never reads half a spec.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agent.dra.devices import VISIBLE_DEVICES
+from deviceplugin.dra.record import PreparedDevice
 from deviceplugin.dra.wire import CDI_KIND, CDI_VERSION, cdi_device_name, cdi_spec_file
 
+MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
 
-def claim_spec(
-    claim_uid: str, devices: Mapping[str, str], extra_env: Sequence[str] = ()
-) -> dict[str, object]:
-    """The spec of a claim whose devices are `device name -> UUID`."""
-    env = [f"{VISIBLE_DEVICES}={','.join(devices.values())}", *extra_env]
+
+def _edits(visible: str, device: PreparedDevice) -> dict[str, Any]:
+    edits: dict[str, Any] = {"env": [visible, *device.env]}
+    if device.mounts:
+        edits["mounts"] = [
+            {"hostPath": host, "containerPath": path, "options": list(MOUNT_OPTIONS)}
+            for host, path in device.mounts
+        ]
+    return edits
+
+
+def claim_spec(claim_uid: str, devices: Sequence[PreparedDevice]) -> dict[str, object]:
+    """The spec of a claim whose prepared devices are `devices`."""
+    visible = f"{VISIBLE_DEVICES}={','.join(d.uuid for d in devices)}"
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "devices": [
-            {"name": cdi_device_name(claim_uid, name), "containerEdits": {"env": list(env)}}
-            for name in devices
+            {"name": cdi_device_name(claim_uid, d.device), "containerEdits": _edits(visible, d)}
+            for d in devices
         ],
     }
 
@@ -42,7 +55,7 @@ class CdiSpecDir:
     def path(self, claim_uid: str) -> Path:
         return self.directory / cdi_spec_file(claim_uid)
 
-    def write(self, claim_uid: str, devices: Mapping[str, str]) -> Path:
+    def write(self, claim_uid: str, devices: Sequence[PreparedDevice]) -> Path:
         path = self.path(claim_uid)
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")

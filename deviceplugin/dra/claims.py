@@ -9,8 +9,8 @@ driver does not publish.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.dra import DRIVER
@@ -24,8 +24,8 @@ class ClaimReader(Protocol):
         """The claim as JSON, or None when there is none."""
         ...
 
-    def node_pod_uids(self) -> frozenset[str]:
-        """The UIDs of the pods bound to this node."""
+    def node_pods(self) -> tuple[Mapping[str, Any], ...]:
+        """The pods bound to this node, as JSON."""
         ...
 
 
@@ -47,6 +47,18 @@ class AllocatedDevice:
     pool: str
     device: str
     share_id: str | None = None
+    consumed: Mapping[str, str] = field(default_factory=dict)  # the result's consumedCapacity
+
+
+def reserved_pods(
+    claim: Mapping[str, Any], node_pods: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any], ...]:
+    """The pods of this node the claim's `status.reservedFor` names."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    uids = {
+        r.get("uid") for r in reserved if isinstance(r, Mapping) and r.get("resource") == "pods"
+    }
+    return tuple(p for p in node_pods if (p.get("metadata") or {}).get("uid") in uids)
 
 
 def allocated_devices(
@@ -61,10 +73,11 @@ def allocated_devices(
     assert claim is not None
     results = claim["status"]["allocation"].get("devices", {}).get("results") or []
     merged: dict[tuple[str, str, str | None], list[str]] = {}
+    consumed: dict[tuple[str, str, str | None], dict[str, str]] = {}
     for i, result in enumerate(results):
         if not isinstance(result, Mapping) or result.get("driver") != DRIVER:
             continue
-        field = f"status.allocation.devices.results[{i}]"
+        where = f"status.allocation.devices.results[{i}]"
         device, pool = result.get("device"), result.get("pool")
         if (
             not isinstance(device, str)
@@ -72,13 +85,22 @@ def allocated_devices(
             or published.get(device) != pool
         ):
             raise ClaimError(
-                f"{ref}: {field}: device {pool}/{device} is not published by {DRIVER} on this node"
+                f"{ref}: {where}: device {pool}/{device} is not published by {DRIVER} on this node"
             )
         share = result.get("shareID")
         key = (pool, device, share if isinstance(share, str) else None)
         merged.setdefault(key, []).append(str(result.get("request", "")))
+        capacity = result.get("consumedCapacity")
+        if isinstance(capacity, Mapping):
+            consumed.setdefault(key, {k: str(v) for k, v in capacity.items()})
     return tuple(
-        AllocatedDevice(requests=tuple(reqs), pool=pool, device=device, share_id=share)
+        AllocatedDevice(
+            requests=tuple(reqs),
+            pool=pool,
+            device=device,
+            share_id=share,
+            consumed=consumed.get((pool, device, share), {}),
+        )
         for (pool, device, share), reqs in merged.items()
     )
 

@@ -27,7 +27,7 @@ from deviceplugin._pb import pluginregistration_pb2_grpc as reg_grpc
 from deviceplugin.device_state import DeviceState
 from deviceplugin.dra.cdi_specs import CdiSpecDir
 from deviceplugin.dra.claims import ClaimReader
-from deviceplugin.dra.prepare import Preparer
+from deviceplugin.dra.prepare import Preparer, ShareEdits
 from deviceplugin.dra.record import PreparedRecord
 from deviceplugin.dra.servicers import (
     DraPluginV1,
@@ -76,7 +76,9 @@ class DraPlugin:
         state: DeviceState,
         dry_run: bool = False,
         health_resend_s: float = 10.0,
+        share_edits: ShareEdits | None = None,
     ) -> None:
+        """`share_edits`: what a share of a shared device adds to its CDI spec (MPS)."""
         self.paths = paths
         self._stop = threading.Event()
         self.record = PreparedRecord(None if dry_run else paths.record)
@@ -86,6 +88,7 @@ class DraPlugin:
             devices=devices,
             record=self.record,
             cdi=CdiSpecDir(paths.cdi_dir),
+            share_edits=share_edits,
         )
         self.health = HealthServicer(
             pool=node, devices=devices, state=state, stop=self._stop, resend_s=health_resend_s

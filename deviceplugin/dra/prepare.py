@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from agent import logkeys
 from agent.dra.devices import DraDevice
 from agent.errors import AgentError
 from deviceplugin.dra.cdi_specs import CdiSpecDir
-from deviceplugin.dra.claims import AllocatedDevice, ClaimReader, ClaimRef, allocated_devices
+from deviceplugin.dra.claims import (
+    AllocatedDevice,
+    ClaimReader,
+    ClaimRef,
+    allocated_devices,
+    reserved_pods,
+)
+from deviceplugin.dra.mps_edits import DeviceEdits
 from deviceplugin.dra.record import PreparedClaim, PreparedDevice, PreparedRecord
 from deviceplugin.dra.wire import cdi_device_id
 from deviceplugin.errors import ClaimError
@@ -26,6 +34,19 @@ logger = logging.getLogger(__name__)
 
 Outcome = PreparedClaim | str
 """A prepared claim, or why it could not be prepared."""
+
+
+class ShareEdits(Protocol):
+    """The CDI edits a share of a shared device needs (`mps_edits.MpsEdits` under MPS); raises
+    ClaimError to refuse the claim."""
+
+    def __call__(
+        self,
+        ref: ClaimRef,
+        device: DraDevice,
+        consumed: Mapping[str, str],
+        pods: Sequence[Mapping[str, Any]],
+    ) -> DeviceEdits: ...
 
 
 class Preparer:
@@ -40,8 +61,10 @@ class Preparer:
         devices: Callable[[], Sequence[DraDevice]],
         record: PreparedRecord,
         cdi: CdiSpecDir,
+        share_edits: ShareEdits | None = None,
     ) -> None:
         self.pool = pool
+        self._share_edits = share_edits
         self._reader = reader
         self._devices = devices
         self.record = record
@@ -50,30 +73,36 @@ class Preparer:
 
     def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
         with self._lock:
-            node_pods: frozenset[str] | None = None
+            node_pods: tuple[Mapping[str, Any], ...] | None = None
             out: dict[str, Outcome] = {}
             for ref in refs:
                 known = self.record.get(ref.uid)
                 if known is not None:
-                    self._cdi.write(ref.uid, {d.device: d.uuid for d in known.devices})
+                    self._cdi.write(ref.uid, known.devices)
                     out[ref.uid] = known
                     continue
                 try:
                     if node_pods is None:
-                        node_pods = self._reader.node_pod_uids()
+                        node_pods = self._reader.node_pods()
                     out[ref.uid] = self._prepare_one(ref, node_pods)
                 except (ClaimError, AgentError) as exc:
                     logger.warning("not prepared: %s", exc, extra={logkeys.POD: str(ref)})
                     out[ref.uid] = str(exc)
             return out
 
-    def _prepare_one(self, ref: ClaimRef, node_pods: frozenset[str]) -> PreparedClaim:
+    def _prepare_one(self, ref: ClaimRef, node_pods: Sequence[Mapping[str, Any]]) -> PreparedClaim:
         catalog = {d.name: d for d in self._devices()}
         claim = self._reader.read_claim(ref.namespace, ref.name)
         published = dict.fromkeys(catalog, self.pool)
-        allocated = allocated_devices(claim, ref, node_pods, published)
-        devices = tuple(_prepared(ref, a, catalog[a.device]) for a in allocated)
-        self._cdi.write(ref.uid, {d.device: d.uuid for d in devices})
+        uids = {str((p.get("metadata") or {}).get("uid")) for p in node_pods}
+        allocated = allocated_devices(claim, ref, uids, published)
+        assert claim is not None  # allocated_devices refuses a missing claim
+        pods = reserved_pods(claim, node_pods)
+        devices = tuple(
+            _prepared(ref, a, catalog[a.device], self._edits(ref, a, catalog[a.device], pods))
+            for a in allocated
+        )
+        self._cdi.write(ref.uid, devices)
         prepared = PreparedClaim(
             uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=devices
         )
@@ -82,6 +111,17 @@ class Preparer:
             "prepared %s: %s", ref, ", ".join(d.device for d in devices) or "no device of ours"
         )
         return prepared
+
+    def _edits(
+        self,
+        ref: ClaimRef,
+        allocated: AllocatedDevice,
+        device: DraDevice,
+        pods: Sequence[Mapping[str, Any]],
+    ) -> DeviceEdits:
+        if self._share_edits is None or not device.shared:
+            return DeviceEdits()
+        return self._share_edits(ref, device, allocated.consumed, pods)
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error text ("" when unprepared)."""
@@ -98,8 +138,12 @@ class Preparer:
             return out
 
 
-def _prepared(ref: ClaimRef, allocated: AllocatedDevice, device: DraDevice) -> PreparedDevice:
+def _prepared(
+    ref: ClaimRef, allocated: AllocatedDevice, device: DraDevice, edits: DeviceEdits
+) -> PreparedDevice:
     return PreparedDevice(
+        env=edits.env,
+        mounts=edits.mounts,
         requests=allocated.requests,
         pool=allocated.pool,
         device=allocated.device,

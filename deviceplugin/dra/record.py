@@ -31,6 +31,8 @@ class PreparedDevice:
     uuid: str
     cdi_ids: tuple[str, ...]
     share_id: str | None = None
+    env: tuple[str, ...] = ()  # CDI edits beyond NVIDIA_VISIBLE_DEVICES (MPS shares)
+    mounts: tuple[tuple[str, str], ...] = ()  # (host path, container path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +52,8 @@ def _claim_from_json(uid: str, data: Mapping[str, Any]) -> PreparedClaim:
             uuid=d["uuid"],
             cdi_ids=tuple(d["cdi_ids"]),
             share_id=d.get("share_id"),
+            env=tuple(d.get("env") or ()),
+            mounts=tuple((str(h), str(c)) for h, c in d.get("mounts") or ()),
         )
         for d in data["devices"]
     )

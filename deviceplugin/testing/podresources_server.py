@@ -1,9 +1,10 @@
 """A fake kubelet PodResources v1 server over a real unix socket, for tests and benchmarks.
 
 It serves `List`, `GetAllocatableResources` and `Get` from state the test sets with the plain
-dataclasses of `agent.availability` (`set_allocatable`, `set_pod`, `remove_pod`). `fail_next(code)`
-makes the next call(s) fail with a gRPC status; `calls` counts requests per method; `changed`
-is an Event set on every state change (benchmarks time from it).
+dataclasses of `agent.availability` (`set_allocatable`, `set_pod`, `remove_pod`; a container's
+DRA `claims` are its `dynamic_resources`). `fail_next(code)` makes the next call(s) fail with a
+gRPC status; `calls` counts requests per method; `changed` is an Event set on every state change
+(benchmarks time from it).
 
 `restart(down_s=..., unsynced_s=...)` is what a kubelet restart looks like from the outside: the
 socket goes away, a new socket file is served at the same path, and for `unsynced_s` `List` (and
@@ -30,7 +31,13 @@ from pathlib import Path
 
 import grpc
 
-from agent.availability import DeviceGrant, MemoryGrant, PodGrant, PodResourcesSnapshot
+from agent.availability import (
+    ClaimGrant,
+    DeviceGrant,
+    MemoryGrant,
+    PodGrant,
+    PodResourcesSnapshot,
+)
 from agent.objkey import object_key
 from deviceplugin._pb import podresources_pb2 as pb
 from deviceplugin._pb import podresources_pb2_grpc as pb_grpc
@@ -58,6 +65,26 @@ def _memory(grants: Iterable[MemoryGrant]) -> list[pb.ContainerMemory]:
     ]
 
 
+def _claims(grants: Iterable[ClaimGrant]) -> list[pb.DynamicResource]:
+    return [
+        pb.DynamicResource(
+            claim_name=g.claim_name,
+            claim_namespace=g.claim_namespace,
+            claim_resources=[
+                pb.ClaimResource(
+                    cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices],
+                    driver_name=d.driver,
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    share_id=d.share_id,
+                )
+                for d in g.devices
+            ],
+        )
+        for g in grants
+    ]
+
+
 def _pod(pod: PodGrant) -> pb.PodResources:
     return pb.PodResources(
         name=pod.name,
@@ -68,6 +95,7 @@ def _pod(pod: PodGrant) -> pb.PodResources:
                 devices=_devices(c.devices),
                 cpu_ids=list(c.cpu_ids),
                 memory=_memory(c.memory),
+                dynamic_resources=_claims(c.claims),
             )
             for c in pod.containers
         ],

@@ -10,6 +10,8 @@ import grpc
 import pytest
 
 from agent.availability import (
+    ClaimDevice,
+    ClaimGrant,
     ContainerGrant,
     DeviceGrant,
     MemoryGrant,
@@ -58,6 +60,33 @@ def test_snapshot_reads_allocatable_and_pods(server) -> None:
     assert snap.memory == allocatable.memory
     assert snap.pods == (_pod("ml", "train", "GPU-a", cpus=(1, 2), memory=hugepages),)
     assert server.calls == {"GetAllocatableResources": 1, "List": 1}
+
+
+def test_dynamic_resources_are_read_per_container(server) -> None:
+    claims = (
+        ClaimGrant(
+            claim_namespace="ml",
+            claim_name="train-gpus",
+            devices=(
+                ClaimDevice(
+                    driver="gpu.gputopo.io",
+                    pool="node-a",
+                    device="gpu-3",
+                    cdi_devices=("k8s.gputopo.io/claim=uid-1-gpu-3",),
+                ),
+                ClaimDevice(driver="gpu.gputopo.io", pool="node-a", device="gpu-4", share_id="s-1"),
+            ),
+        ),
+    )
+    pod = PodGrant(
+        namespace="ml",
+        name="train",
+        containers=(ContainerGrant(name="main", claims=claims), ContainerGrant(name="side")),
+    )
+    server.set_pod(pod)
+    with PodResourcesClient(server.socket) as client:
+        assert client.snapshot().pods == (pod,)
+        assert client.pods() == (pod,)
 
 
 def test_terminal_pods_are_skipped(server) -> None:

@@ -9,12 +9,17 @@ import pytest
 from agent.availability import (
     SOURCE_NONE,
     SOURCE_PODRESOURCES,
+    ClaimDevice,
+    ClaimGrant,
+    ContainerGrant,
     DeviceGrant,
     MemoryGrant,
+    PodGrant,
     PodResourcesSnapshot,
     allocated_devices,
     compute_availability,
 )
+from agent.dra.devices import dra_devices, nrt_devices
 from agent.fingerprint import pods_fingerprint
 from agent.numa_capacity import CPU, HUGEPAGES_2MI, MEMORY, KubeletConfig, numa_capacity
 from agent.quantity import MIB
@@ -154,3 +159,80 @@ def test_gpu_whose_sysfs_numa_node_is_minus_one(
     assert gpu_counts(av, 0) == {GPU_RESOURCE: (1, 1, 1)}
     listed = {n: counts(av, n).get(GPU_RESOURCE) for n in range(numa_nodes)}
     assert listed == {n: (1, 1, 1) if n == zone else None for n in range(numa_nodes)}
+
+
+def _dra(inventory, gpus, pool="node-a"):
+    """The DRA driver's devices of `gpus` (whole GPUs and MIG devices) as the NRT counts them."""
+    return nrt_devices(pool, dra_devices(inventory, gpus))
+
+
+def _claim_pod(name, *devices, driver="gpu.gputopo.io", pool="node-a"):
+    claim = ClaimGrant(
+        claim_namespace="ml",
+        claim_name=f"{name}-gpu",
+        devices=tuple(ClaimDevice(driver=driver, pool=pool, device=d) for d in devices),
+    )
+    return PodGrant(
+        namespace="ml", name=name, containers=(ContainerGrant(name="main", claims=(claim,)),)
+    )
+
+
+def _without(snapshot, inventory, gpus):
+    uuids = {str(inventory.gpus[i].uuid) for i in gpus}
+    uuids |= {str(m.uuid) for g, m in inventory.mig_devices() if g.index in gpus}
+    devices = tuple(d for d in snapshot.devices if not set(d.device_ids) & uuids)
+    return replace(snapshot, devices=devices)
+
+
+def test_gpus_prepared_for_dra_claims_count_as_used() -> None:
+    inv = dgx_h100()
+    dynamic = _dra(inv, {6, 7})
+    snap = replace(
+        _without(allocatable_of(inv), inv, {6, 7}),
+        pods=(
+            _claim_pod("train", dynamic[0].name),
+            _claim_pod("other-pool", dynamic[1].name, pool="node-b"),
+            _claim_pod("other-driver", dynamic[1].name, driver="gpu.nvidia.com"),
+        ),
+    )
+    av = compute_availability(
+        inv, numa_capacity(inv.numa_nodes, KubeletConfig()), snap, dynamic=dynamic
+    )
+    assert gpu_counts(av, 6) == {"gpu.gputopo.io/gpu": (1, 1, 0)}
+    assert gpu_counts(av, 7) == {"gpu.gputopo.io/gpu": (1, 1, 1)}
+    assert gpu_counts(av, 5) == {GPU_RESOURCE: (1, 1, 1)}
+    assert counts(av, 1)["gpu.gputopo.io/gpu"] == (2, 2, 1)
+    assert counts(av, 1)[GPU_RESOURCE] == (2, 2, 2)
+    # a pod holding only DRA devices stays out of the fingerprint (the scheduler's side counts
+    # pods by their requests)
+    assert av.fingerprint == pods_fingerprint([])
+
+
+def test_dra_mig_devices_and_health_without_podresources() -> None:
+    inv = mig_mixed()
+    dynamic = _dra(inv, {0, 1})
+    av = compute_availability(
+        inv,
+        numa_capacity(inv.numa_nodes, KubeletConfig()),
+        None,
+        unhealthy=frozenset({str(mig_uuid(0, 1))}),
+        dynamic=dynamic,
+    )
+    assert gpu_counts(av, 0) == {
+        "gpu.gputopo.io/mig-1g.10gb": (3, 2, 2),
+        "gpu.gputopo.io/mig-3g.40gb": (1, 1, 1),
+    }
+    assert gpu_counts(av, 1) == {"gpu.gputopo.io/gpu": (1, 1, 1)}  # not nvidia.com/gpu too
+
+
+def test_a_claimed_mig_device_is_used_on_its_gpu() -> None:
+    inv = mig_mixed()
+    dynamic = _dra(inv, {0})
+    held = next(d for d in dynamic if "3g" in d.name)
+    snap = replace(_without(allocatable_of(inv), inv, {0}), pods=(_claim_pod("p", held.name),))
+    av = compute_availability(
+        inv, numa_capacity(inv.numa_nodes, KubeletConfig()), snap, dynamic=dynamic
+    )
+    assert gpu_counts(av, 0)["gpu.gputopo.io/mig-3g.40gb"] == (1, 1, 0)
+    assert gpu_counts(av, 0)["gpu.gputopo.io/mig-1g.10gb"] == (3, 3, 3)
+    assert gpu_counts(av, 1) == {GPU_RESOURCE: (1, 1, 1)}

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from agent.resource_names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_profile, mig_resource
+from agent.dra import DRIVER
+from agent.resource_names import (
+    DRA_DRIVER,
+    DRA_GPU_RESOURCE,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    dra_mig_resource,
+    is_dra_resource,
+    mig_profile,
+    mig_resource,
+)
 
 
 @pytest.mark.parametrize(
@@ -31,3 +41,12 @@ def test_names_that_are_not_mig_devices(resource: str) -> None:
 def test_the_prefix_is_nvidias() -> None:
     assert mig_resource("7g.80gb").startswith(MIG_RESOURCE_PREFIX)
     assert (GPU_RESOURCE, MIG_RESOURCE_PREFIX) == ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def test_dra_resource_lines_are_in_the_dra_drivers_domain():
+    assert DRA_DRIVER == DRIVER
+    assert DRA_GPU_RESOURCE == "gpu.gputopo.io/gpu"
+    assert dra_mig_resource("1g.10gb+me") == "gpu.gputopo.io/mig-1g.10gb.me"
+    assert is_dra_resource(dra_mig_resource("3g.40gb"))
+    assert not is_dra_resource(mig_resource("3g.40gb"))
+    assert not is_dra_resource("nvidia.com/gpu")

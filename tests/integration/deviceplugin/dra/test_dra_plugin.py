@@ -17,6 +17,7 @@ from agent.dra.devices import dra_devices
 from agent.kube.dra import KubeDra
 from deviceplugin._pb import dra_health_v1alpha1_pb2 as health_pb
 from deviceplugin.device_state import DeviceState
+from deviceplugin.dra.mps_edits import MpsEdits
 from deviceplugin.dra.plugin import DraPaths, DraPlugin
 from deviceplugin.testing.dra_kubelet import DraKubelet, PrepareCallError
 from tests.builders.deviceplugin import make_inventory
@@ -271,3 +272,63 @@ def test_a_kubelet_that_speaks_no_dra_version_we_offer_refuses_the_plugin(rig):
     assert rig.plugin.registration.statuses == [
         (False, future.refused[str(rig.paths.registration_socket)])
     ]
+
+
+def test_under_mps_a_share_gets_the_limits_of_its_allocation_and_keeps_them(rig, inventory):
+    rig.devices = dra_devices(inventory, range(3), shared={1: 4})
+    rig.start_plugin(share_edits=MpsEdits("/run/mps", lambda: frozenset({1000})))
+    rig.kubelet.scan()
+    made = make_pod("a", node=NODE)
+    made["spec"]["securityContext"] = {"runAsUser": 1000}
+    pod = rig.core.create_namespaced_pod(NS, made)
+    claims = {}
+    for name, consumed in (("asks", {"memory": "20Gi", "compute": "30"}), ("split", {})):
+        claims[name] = rig.claim(name, [("gpu", "gpu-1")], [("a", pod.metadata.uid)])
+        status = allocation_status(NODE, [("gpu", "gpu-1")], [("a", pod.metadata.uid)])
+        status["status"]["allocation"]["devices"]["results"][0].update(
+            shareID=f"share-{name}", consumedCapacity=consumed
+        )
+        rig.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, NS, "resourceclaims", name, status
+        )
+    rig.kubelet.prepare(DRIVER, list(claims.values()))
+
+    def edits(name):
+        uid = claims[name][2]
+        spec = json.loads((rig.paths.cdi_dir / f"k8s.gputopo.io-claim_{uid}.json").read_text())
+        return spec["devices"][0]["containerEdits"]
+
+    split_mib = rig.devices[1].share_memory_mib
+    assert edits("asks")["env"] == [
+        f"NVIDIA_VISIBLE_DEVICES={rig.devices[1].uuid}",
+        "CUDA_MPS_PIPE_DIRECTORY=/run/mps/1000/pipe",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
+    ]
+    assert edits("split")["env"][2:] == [
+        f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={split_mib}M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+    ]
+    assert [(m["hostPath"], m["containerPath"]) for m in edits("asks")["mounts"]] == [
+        ("/run/mps/1000/pipe", "/run/mps/1000/pipe"),
+        ("/run/mps/1000/shm", "/dev/shm"),
+    ]
+    before = edits("asks")
+    rig.plugin.stop()  # an agent restart: the record answers, the spec is written the same
+    for spec in rig.paths.cdi_dir.iterdir():
+        spec.unlink()
+    rig.start_plugin()
+    rig.kubelet.scan()
+    rig.kubelet.prepare(DRIVER, [claims["asks"]])
+    assert edits("asks") == before
+
+
+def test_under_mps_a_share_of_an_unserved_user_is_refused(rig, inventory):
+    rig.devices = dra_devices(inventory, range(3), shared={1: 4})
+    rig.start_plugin(share_edits=MpsEdits("/run/mps", lambda: frozenset({1000})))
+    rig.kubelet.scan()
+    claim = rig.claim("c", [("gpu", "gpu-1")], [rig.pod("a")])  # no runAsUser: root
+    out = rig.kubelet.prepare(DRIVER, [claim])
+    assert "ResourceClaim default/c" in out[claim[2]]
+    assert "sets no runAsUser and MPS does not serve root here (MPS users: 1000)" in out[claim[2]]
+    assert not (rig.paths.cdi_dir / f"k8s.gputopo.io-claim_{claim[2]}.json").exists()

@@ -8,9 +8,12 @@ import pytest
 
 from agent.cli.config import load
 from agent.cli.dra_config import dra_gpu_indices
+from agent.cli.dra_service import dra_mps_edits
 from agent.errors import ConfigError
+from agent.shares import Sharing
+from deviceplugin.dra.mps_edits import MpsEdits
 from deviceplugin.resources import build_resources
-from deviceplugin.settings import PluginSettings
+from deviceplugin.settings import PluginSettings, TimeSlicing
 from tests.builders.deviceplugin import make_inventory
 
 ENV = {"NODE_NAME": "node-a"}
@@ -73,3 +76,16 @@ def test_dra_gpus_are_not_advertised_by_the_device_plugin():
     resources = build_resources(inventory, PluginSettings(dra_gpus=frozenset({0, 3})))
     ids = {d.gpu_index for r in resources for d in r.devices}
     assert ids == {1, 2}
+
+
+@pytest.mark.parametrize(
+    ("sharing", "shared", "edits"),
+    [
+        pytest.param(Sharing.MPS, {0: 4}, True, id="MPS shares: limits in the CDI specs"),
+        pytest.param(Sharing.TIME_SLICING, {0: 4}, False, id="time-slicing: nothing enforced"),
+        pytest.param(Sharing.MPS, {}, False, id="MPS, but no DRA GPU is shared"),
+    ],
+)
+def test_dra_shares_get_mps_edits_only_under_mps(sharing, shared, edits):
+    settings = PluginSettings(time_slicing=TimeSlicing(sharing=sharing))
+    assert isinstance(dra_mps_edits(settings, shared), MpsEdits) is edits

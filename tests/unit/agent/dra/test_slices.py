@@ -86,3 +86,9 @@ def test_a_shared_gpu_allows_several_allocations_with_an_equal_split_default():
         "value": f"{inventory.gpus[1].usable_memory_mib}Mi",
         "requestPolicy": {"default": f"{split}Mi", "validRange": {"min": "1Mi"}},
     }
+    # the equal split, not 100: a share asking memory alone leaves room for the others
+    assert shared["capacity"]["compute"] == {
+        "value": "100",
+        "requestPolicy": {"default": "25", "validRange": {"min": "1", "max": "100"}},
+    }
+    assert "compute" not in plain["capacity"]

@@ -183,16 +183,18 @@ class FakeApiServer:
     # fault injection -------------------------------------------------------------------------
 
     def down(self) -> None:
-        """Refuse connections: close the listening socket and cut every open connection."""
+        """Go down as a crashed server does: close the listening socket and cut every open
+        connection. A watch stream open now ends without its last chunk (the client sees a broken
+        connection, never a clean end), and only then are the handlers woken to finish."""
         with self.lock:
             http, thread, self._http, self._thread = self._http, self._thread, None, None
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+            http.cut_connections()
+        with self.lock:
             self._generation += 1
         self.store.wake_all()
-        if http is None:
-            return
-        http.shutdown()
-        http.server_close()
-        http.cut_connections()
         if thread is not None:
             thread.join(timeout=5)
 

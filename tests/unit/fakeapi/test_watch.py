@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import watch
 from kubernetes.client import ApiException, CoreV1Api
 
@@ -155,11 +156,12 @@ def test_timeout_seconds_ends_the_stream_with_a_bookmark(core_v1):
     assert w.resource_version == rv
 
 
-def test_watch_stream_ends_when_the_server_goes_down(fake_api, core_v1):
+def test_watch_stream_breaks_when_the_server_goes_down(fake_api, core_v1):
     rv = _started(core_v1)
     resp = core_v1.list_node(watch=True, resource_version=rv, _preload_content=False)
     fake_api.down()
-    assert resp.read() == b""
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        resp.read()
 
 
 def test_custom_object_watch_streams_nrts_and_podgroups(fake_api, custom_objects):

@@ -1,7 +1,7 @@
 """Fields of an upstream PodGroup (`scheduling.k8s.io`) read alike by the scheduler
-(scheduler/runtime/upstream.py) and `kubectl gputopo gangs` (agent/cli/kubectl_gangs.py), which
-runs on the base install and so cannot import the scheduler. Pure, standard library only; each
-reader raises ValueError naming the field."""
+(scheduler/runtime/cluster/upstream.py) and `kubectl gputopo gangs`
+(agent/cli/kubectl_gangs.py), which runs on the base install and so cannot import the scheduler.
+Pure, standard library only; each reader raises ValueError naming the field."""
 
 from __future__ import annotations
 

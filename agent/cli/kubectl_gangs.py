@@ -4,8 +4,9 @@ Both kinds of gang, one row each: our PodGroups (`scheduling.x-k8s.io/v1alpha1`,
 the `scheduling.x-k8s.io/pod-group` label, or the legacy `pod-group.scheduling.sigs.k8s.io`) and
 upstream ones (`scheduling.k8s.io`, in the version the server serves; members named by
 `spec.schedulingGroup.podGroupName`). The fields are read as the scheduler reads them
-(scheduler/runtime/groups.py, upstream.py; the upstream unions through agent/podgroup.py, which
-both use), without importing the scheduler (numpy): the base install runs this.
+(scheduler/runtime/cluster/groups.py, upstream.py; the upstream unions through
+agent/podgroup.py, which both use), without importing the scheduler (numpy): the base install
+runs this.
 
 MIN: `minMember` (ours, default 1) or `gang.minCount`; `-` for a `basic` group. PODS: the pods
 naming the group; BOUND: those on a node and not Failed (what the scheduler counts as holding a

@@ -55,9 +55,9 @@ from scheduler.kubeapi.client import (
 )
 from scheduler.kubeapi.informer import Informer
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.loadview import LoadClock
 from scheduler.runtime.gpucount import GpuCounts, count_gpus
-from scheduler.runtime.loadview import LoadClock
 from scheduler.runtime.loop import LoopSettings, Scheduler
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue

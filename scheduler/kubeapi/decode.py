@@ -2,7 +2,7 @@
 
 Every kind is decoded whole into plain dicts, as `json.loads` would, except Nodes: of a Node the
 scheduler reads only its name, labels, taints, `unschedulable` and allocatable
-(`scheduler.runtime.nodeview.parse_node`), plus what an Event about it names (`uid`,
+(`scheduler.runtime.cluster.nodeview.parse_node`), plus what an Event about it names (`uid`,
 `apiVersion`). The rest (its status's conditions, addresses, `nodeInfo` and images, its
 `managedFields`: most of its bytes, and what a kubelet rewrites at every heartbeat) is skipped
 while decoding, never built as Python objects. A start lists every node, so this was most of a

@@ -5,7 +5,8 @@ each shared GPU counted as one GPU (DESIGN §12): the kubelet's allocatable coun
 a time-sliced plain `nvidia.com/gpu` as that many GPUs, and those of a renamed one
 (`nvidia.com/gpu.shared`) not at all, while a share is charged the milli of the one GPU it is
 on. The runtime keeps the sum per node as nodes come and go and subtracts what other schedulers'
-pods use (`scheduler.runtime.queuebook`); the simulator, with no such pods, sums its nodes once.
+pods use (`scheduler.runtime.cluster.queuebook`); the simulator, with no such pods, sums its
+nodes once.
 """
 
 from __future__ import annotations

@@ -15,21 +15,21 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
-from scheduler.runtime.cache import UPSTREAM_PODGROUPS, ClusterCache
-from scheduler.runtime.gangs import GangTracker
-from scheduler.runtime.metrics import SchedulerMetrics
-from scheduler.runtime.nominating import Preemption
-from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import (
+from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, ClusterCache
+from scheduler.runtime.cluster.podinfo import (
     PodInfo,
     admission_rejection,
     placement_inputs_equal,
     read_pod,
 )
-from scheduler.runtime.queuebook import ELASTIC_QUOTAS, QUEUES
-from scheduler.runtime.queueing import QueueGate
+from scheduler.runtime.cluster.queuebook import ELASTIC_QUOTAS, QUEUES
+from scheduler.runtime.gangs.tracker import GangTracker
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.preempting.nominating import Preemption
+from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
-from scheduler.runtime.sharebind import ShareBinding
 
 __all__ = ["SHARE_LOCK", "Intake"]
 

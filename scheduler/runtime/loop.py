@@ -35,20 +35,20 @@ from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import PreemptionSettings
 from scheduler.quota.modelfilter import assigned
-from scheduler.runtime.cache import ClusterCache
-from scheduler.runtime.gangs import GangTracker
-from scheduler.runtime.intake import SHARE_LOCK, Intake
-from scheduler.runtime.metrics import SchedulerMetrics
-from scheduler.runtime.nominating import Preemption
-from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import (
+from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.podinfo import (
     PodInfo,
 )
-from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
-from scheduler.runtime.queueing import QueueGate
+from scheduler.runtime.cluster.volumes import VolumeCheck
+from scheduler.runtime.gangs.tracker import GangTracker
+from scheduler.runtime.intake import SHARE_LOCK, Intake
+from scheduler.runtime.metrics import SchedulerMetrics
+from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
+from scheduler.runtime.preempting.nominating import Preemption
+from scheduler.runtime.queues.queueing import CATEGORY as QUEUE_CATEGORY
+from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
-from scheduler.runtime.sharebind import ShareBinding
-from scheduler.runtime.volumes import VolumeCheck
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import yaml
 from kubernetes import client
 
 from scheduler.kubeapi.client import KubeClient
-from scheduler.runtime.cache import parse_group
-from scheduler.runtime.gangstatus import GangProgress, LostMembers, group_status
-from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.cluster.cache import parse_group
+from scheduler.runtime.cluster.podinfo import read_pod
+from scheduler.runtime.gangs.gangstatus import GangProgress, LostMembers, group_status
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,

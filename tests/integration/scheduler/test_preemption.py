@@ -17,7 +17,7 @@ from kubernetes import client
 
 from scheduler.config import load_config
 from scheduler.preemption import PreemptionSettings
-from scheduler.runtime.evicting import disruption_message
+from scheduler.runtime.preempting.evicting import disruption_message
 from tests.builders.fakeapi import make_pdb
 from tests.builders.queues import create_namespace, create_queue, patch_queue, queue_body
 from tests.builders.scheduler import (
@@ -515,7 +515,7 @@ def test_a_starvation_hold_gives_way_to_reclaim(cluster, caplog):
     c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
     create_queue(c.custom, queue_body("a", gpu_min=8, gpu_max=24, namespaces=["team-a"]))
     create_queue(c.custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
-    caplog.set_level("INFO", logger="scheduler.runtime.nominating")
+    caplog.set_level("INFO", logger="scheduler.runtime.preempting.nominating")
     settings = config(enabled=False, reclaim=True, starvation_seconds=1.0)
     with running(c.fake, config=settings) as runtime:
         c.fill(8, prefix="old", node="gpu-b")
@@ -543,7 +543,7 @@ def test_a_hold_whose_node_drained_is_renewed_before_a_unit_behind_it_takes_the_
     next cycle, b0 was tried first, bound there, and the node no longer counted as drained.)"""
     c = cluster
     create_queue(c.custom, queue_body("b", gpu_min=1, namespaces=["team-b"]))  # b goes first
-    caplog.set_level("INFO", logger="scheduler.runtime.nominating")
+    caplog.set_level("INFO", logger="scheduler.runtime.preempting.nominating")
     held = "pod/team-a/big starves: gpu-a held for it"
     settings = config(
         enabled=False, reclaim=False, starvation_seconds=1.0, starvation_hold_seconds=1.5

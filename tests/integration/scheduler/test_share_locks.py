@@ -20,8 +20,8 @@ from agent.shares import (
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Placer, Snapshot, default_scoring
-from scheduler.runtime.podinfo import read_pod
-from scheduler.runtime.sharebind import LOCKED, RECHECK, ShareBinding
+from scheduler.runtime.binding.sharebind import LOCKED, RECHECK, ShareBinding
+from scheduler.runtime.cluster.podinfo import read_pod
 from tests.builders.nrt import make_shared_nrt
 from tests.builders.placement import GIB, share, share_pod, shared_node
 from tests.builders.scheduler import NAME, create_pod

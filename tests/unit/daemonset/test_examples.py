@@ -9,7 +9,7 @@ import yaml
 
 from agent.quantity import parse_quantity
 from scheduler.placement.request import Effect, Taint
-from scheduler.runtime.podspec import pod_request
+from scheduler.runtime.cluster.podspec import pod_request
 from tests.builders import render as r
 
 POD_FILES = {

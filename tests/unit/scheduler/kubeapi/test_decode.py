@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, DecodeError
-from scheduler.runtime.nodeview import parse_node
+from scheduler.runtime.cluster.nodeview import parse_node
 from tests.builders.nodes import node_obj
 
 _JSON = st.recursive(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent.objkey import object_key
-from scheduler.runtime.budgets import BudgetBook
-from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.cluster.budgets import BudgetBook
+from scheduler.runtime.cluster.podinfo import read_pod
 from tests.builders.fakeapi import make_pdb
 from tests.builders.pods import pod
 

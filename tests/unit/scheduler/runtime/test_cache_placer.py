@@ -8,7 +8,7 @@ import random
 from agent.objkey import ObjectKey, object_key
 from scheduler.placement import Decision, Placer, PodRequest, default_scoring
 from scheduler.placement.pick import pick
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cluster.cache import ClusterCache
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
 from tests.builders.pods import container, pod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.runtime.evicting import disruption_message, preemptor_of
+from scheduler.runtime.preempting.evicting import disruption_message, preemptor_of
 
 
 def _victim(message: str, reason: str = "PreemptionByScheduler") -> dict:

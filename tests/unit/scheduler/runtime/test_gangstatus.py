@@ -1,4 +1,4 @@
-"""`scheduler/runtime/gangstatus.py`: members lost after binding; the PodGroup status."""
+"""`scheduler/runtime/gangs/gangstatus.py`: members lost after binding; the PodGroup status."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from scheduler.runtime.cache import parse_group
-from scheduler.runtime.gangstatus import (
+from scheduler.runtime.cluster.cache import parse_group
+from scheduler.runtime.cluster.podinfo import PodInfo, read_pod
+from scheduler.runtime.gangs.gangstatus import (
     GangProgress,
     LostMembers,
     bound_count,
     group_status,
     loss_cause,
 )
-from scheduler.runtime.podinfo import PodInfo, read_pod
 from tests.builders.pods import container, pod
 
 SCHEDULER = "gputopo-scheduler"

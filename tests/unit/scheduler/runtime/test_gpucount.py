@@ -7,7 +7,7 @@ from dataclasses import replace
 from agent.nrt import decode
 from scheduler.placement import Assignment
 from scheduler.placement.gpushare import GpuShare
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.gpucount import UNKNOWN_MODEL, count_gpus
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.quantity import resource_units
-from scheduler.runtime.podinfo import read_pod
-from scheduler.runtime.podspec import units
+from scheduler.runtime.cluster.podinfo import read_pod
+from scheduler.runtime.cluster.podspec import units
 from tests.builders.pods import container, pod
 
 SCHEDULER = "gputopo-scheduler"

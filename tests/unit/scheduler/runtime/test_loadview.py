@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from agent.gpu_load import GpuLoad, load_attributes
 from scheduler.placement.load import LoadAware
-from scheduler.runtime.cache import ClusterCache
-from scheduler.runtime.loadview import LoadClock
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.loadview import LoadClock
 from tests.builders.clock import FakeClock
 from tests.builders.nodes import node_obj
 from tests.builders.nrt import make_shared_nrt

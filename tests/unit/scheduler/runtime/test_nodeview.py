@@ -5,15 +5,15 @@ import pytest
 from agent.nrt import decode
 from agent.objkey import object_key
 from scheduler.placement import Assignment, Effect
-from scheduler.runtime.cache import ClusterCache, parse_group
-from scheduler.runtime.nodeview import (
+from scheduler.runtime.cluster.cache import ClusterCache, parse_group
+from scheduler.runtime.cluster.nodeview import (
     AllocatableMemo,
     SelectorCache,
     build_node_state,
     is_trusted,
     parse_node,
 )
-from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.cluster.podinfo import read_pod
 from tests.builders.nodes import bound_pod, node_obj
 from tests.builders.nrt import make_nrt
 from tests.builders.topology import dgx_h100, gpu_uuid, mig_mixed

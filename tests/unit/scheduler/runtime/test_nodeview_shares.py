@@ -8,8 +8,8 @@ from typing import Any
 
 from agent.share_pods import PodShare
 from scheduler.quota.capacity import nodes_capacity
-from scheduler.runtime.cache import ClusterCache
-from scheduler.runtime.queuebook import QUEUES
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.queuebook import QUEUES
 from tests.builders.nodes import node_obj
 from tests.builders.nrt import make_nrt, make_shared_nrt
 from tests.builders.pods import share_pod

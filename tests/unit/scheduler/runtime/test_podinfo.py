@@ -1,4 +1,4 @@
-"""`scheduler/runtime/podinfo.py`: a pod read once at intake, under one key."""
+"""`scheduler/runtime/cluster/podinfo.py`: a pod read once at intake, under one key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from agent.objkey import object_key
-from scheduler.runtime.podinfo import RequestMemo, parse_time, read_pod
+from scheduler.runtime.cluster.podinfo import RequestMemo, parse_time, read_pod
 from tests.builders.pods import container, pod, share_pod
 
 SCHEDULER = "gputopo-scheduler"

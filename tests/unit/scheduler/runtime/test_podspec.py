@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.placement.request import Effect, Operator
-from scheduler.runtime.podspec import (
+from scheduler.runtime.cluster.podspec import (
     claim_names,
     is_guaranteed,
     pod_group_name,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.runtime.podinfo import read_pod
-from scheduler.runtime.podspec import pod_request
+from scheduler.runtime.cluster.podinfo import read_pod
+from scheduler.runtime.cluster.podspec import pod_request
 from tests.builders.pods import container, pod
 
 GIB = 1 << 30

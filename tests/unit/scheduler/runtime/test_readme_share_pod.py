@@ -11,7 +11,7 @@ import kubernetes_validate
 import yaml
 
 from agent.shares import GPU_COMPUTE, GPU_MEMORY
-from scheduler.runtime.podinfo import read_pod
+from scheduler.runtime.cluster.podinfo import read_pod
 
 README = Path(__file__).resolve().parents[4] / "README.md"
 SCHEDULER = "gputopo-scheduler"

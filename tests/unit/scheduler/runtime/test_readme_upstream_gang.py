@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from scheduler.runtime.groups import group_key
-from scheduler.runtime.podinfo import read_pod
-from scheduler.runtime.upstream import parse_upstream_group
+from scheduler.runtime.cluster.groups import group_key
+from scheduler.runtime.cluster.podinfo import read_pod
+from scheduler.runtime.cluster.upstream import parse_upstream_group
 
 README = Path(__file__).resolve().parents[4] / "README.md"
 

@@ -5,7 +5,7 @@ as one unit with its members above `minMember` spare."""
 from __future__ import annotations
 
 from agent.objkey import object_key
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cluster.cache import ClusterCache
 from tests.builders.nodes import bound_pod, node_obj
 
 NAME = "gputopo-scheduler"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from scheduler.placement import Placer, default_scoring
-from scheduler.runtime.cache import ClusterCache
+from scheduler.runtime.cluster.cache import ClusterCache
 from tests.builders.nodes import node_obj
 from tests.builders.nrt import make_shared_nrt
 from tests.builders.pods import container, pod, share_pod

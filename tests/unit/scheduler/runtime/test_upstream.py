@@ -10,9 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.groups import group_key
-from scheduler.runtime.podinfo import read_pod
-from scheduler.runtime.upstream import condition_type, initially_scheduled, parse_upstream_group
+from scheduler.runtime.cluster.groups import group_key
+from scheduler.runtime.cluster.podinfo import read_pod
+from scheduler.runtime.cluster.upstream import (
+    condition_type,
+    initially_scheduled,
+    parse_upstream_group,
+)
 from tests.builders.pods import pod
 from tests.builders.workloads import upstream_podgroup
 

@@ -36,8 +36,11 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
-from scheduler.runtime.cache import ClusterCache, GroupInfo
-from scheduler.runtime.gangstatus import (
+from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
+from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
+from scheduler.runtime.cluster.podinfo import PodInfo
+from scheduler.runtime.cluster.upstream import status_patch
+from scheduler.runtime.gangs.gangstatus import (
     CONDITION_LOST,
     REASON_REPLACED,
     GangProgress,
@@ -47,15 +50,12 @@ from scheduler.runtime.gangstatus import (
     group_status,
     holds_place,
 )
-from scheduler.runtime.groups import gang_priority, group_key, not_found
 from scheduler.runtime.metrics import SchedulerMetrics
-from scheduler.runtime.nominating import Preemption
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo
-from scheduler.runtime.queueing import CATEGORY as QUEUE_CATEGORY
-from scheduler.runtime.queueing import QueueGate
+from scheduler.runtime.preempting.nominating import Preemption
+from scheduler.runtime.queues.queueing import CATEGORY as QUEUE_CATEGORY
+from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
-from scheduler.runtime.upstream import status_patch
 
 log = logging.getLogger(__name__)
 _MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes

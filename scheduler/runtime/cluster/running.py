@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from agent.objkey import ObjectKey
 from scheduler.placement import Snapshot
 from scheduler.preemption import Running, RunningIndex
+from scheduler.runtime.cluster.podinfo import PodInfo, parse_time
 from scheduler.runtime.pending import UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo, parse_time
 
 __all__ = ["RunningUnits", "unit_name"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE
 from scheduler.errors import ApiError
 from scheduler.kubeapi.client import KubeClient
-from scheduler.runtime.podspec import claim_names, volume_problem
+from scheduler.runtime.cluster.podspec import claim_names, volume_problem
 
 __all__ = ["VolumeCheck"]
 

@@ -39,10 +39,10 @@ from scheduler.placement import (
 )
 from scheduler.placement.load import hold_measured_use
 from scheduler.placement.shares import share_asks
-from scheduler.runtime.loadview import LoadView
-from scheduler.runtime.podinfo import PodInfo
-from scheduler.runtime.podspec import ResourceList, resource_list
-from scheduler.runtime.sharecharge import Counted, hold_nrt_use, nrt_shares, pod_shares_on
+from scheduler.runtime.cluster.loadview import LoadView
+from scheduler.runtime.cluster.podinfo import PodInfo
+from scheduler.runtime.cluster.podspec import ResourceList, resource_list
+from scheduler.runtime.cluster.sharecharge import Counted, hold_nrt_use, nrt_shares, pod_shares_on
 
 Obj = Mapping[str, Any]
 

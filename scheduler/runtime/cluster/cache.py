@@ -23,15 +23,15 @@ from agent.objkey import ObjectKey, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot
 from scheduler.placement.load import LoadAware
-from scheduler.runtime.budgets import BudgetBook
-from scheduler.runtime.groups import (
+from scheduler.runtime.cluster.budgets import BudgetBook
+from scheduler.runtime.cluster.groups import (
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
     GroupInfo,
     parse_group,
 )
-from scheduler.runtime.loadview import LoadClock
-from scheduler.runtime.nodeview import (
+from scheduler.runtime.cluster.loadview import LoadClock
+from scheduler.runtime.cluster.nodeview import (
     AllocatableMemo,
     NodeInfo,
     NodeShapes,
@@ -39,10 +39,10 @@ from scheduler.runtime.nodeview import (
     build_node_state,
     parse_node,
 )
-from scheduler.runtime.podinfo import PodInfo, RequestMemo, read_pod
-from scheduler.runtime.queuebook import QueueBook
-from scheduler.runtime.running import RunningUnits
-from scheduler.runtime.upstream import parse_upstream_group
+from scheduler.runtime.cluster.podinfo import PodInfo, RequestMemo, read_pod
+from scheduler.runtime.cluster.queuebook import QueueBook
+from scheduler.runtime.cluster.running import RunningUnits
+from scheduler.runtime.cluster.upstream import parse_upstream_group
 
 __all__ = ["TOPOLOGY_PREFERRED", "TOPOLOGY_REQUIRED", "ClusterCache", "GroupInfo", "parse_group"]
 

@@ -29,7 +29,7 @@ from agent.share_pods import PodShare
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, ContainerShare, share_milli
 from scheduler.placement import Assignment, GpuShare, NodeState, PodRequest
 from scheduler.placement.shares import place_shares, share_asks, shares_on
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.cluster.podinfo import PodInfo
 
 __all__ = ["Counted", "hold_nrt_use", "nrt_shares", "pod_shares_on"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from agent.shares import GPUS_ANNOTATION, ShareRequestError, decode_gpus
 from scheduler.placement import Assignment, PodRequest
-from scheduler.runtime.podspec import pod_request
+from scheduler.runtime.cluster.podspec import pod_request
 
 __all__ = ["PodInfo", "admission_rejection", "parse_time", "read_pod"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
 from scheduler.kubeapi.workloads import condition_for
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.groups import GroupInfo, base_group, check_level
+from scheduler.runtime.cluster.groups import GroupInfo, base_group, check_level
 
 __all__ = [
     "REASON_SCHEDULED",

@@ -18,7 +18,7 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.podspec import UPSTREAM_GROUP_MARK, resource_list
+from scheduler.runtime.cluster.podspec import UPSTREAM_GROUP_MARK, resource_list
 
 __all__ = [
     "TOPOLOGY_PREFERRED",

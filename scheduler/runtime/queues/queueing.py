@@ -17,12 +17,12 @@ from scheduler.placement import Assignment
 from scheduler.quota import Amounts, QueueOrder, add_into, admission_problem, request_amounts
 from scheduler.quota.models import MODEL_SEP, base_of, models_named
 from scheduler.quota.tree import Problem
-from scheduler.runtime.cache import ClusterCache
-from scheduler.runtime.modelquota import ModelFilter, gang_breach, model_filter
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.podinfo import PodInfo
+from scheduler.runtime.cluster.queuebook import QueueBook
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.podinfo import PodInfo
-from scheduler.runtime.queuebook import QueueBook
-from scheduler.runtime.queuestatus import (
+from scheduler.runtime.queues.modelquota import ModelFilter, gang_breach, model_filter
+from scheduler.runtime.queues.queuestatus import (
     PendingWork,
     QueueFigures,
     merge_patch,

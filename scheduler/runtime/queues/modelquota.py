@@ -16,7 +16,7 @@ from scheduler.placement import Assignment, PodRequest, Snapshot
 from scheduler.quota import Amounts, Usage, add_into, admission_problem_of, request_amounts
 from scheduler.quota.modelfilter import ModelFilter
 from scheduler.quota.modelfilter import model_filter as pure_model_filter
-from scheduler.runtime.queuebook import QueueBook
+from scheduler.runtime.cluster.queuebook import QueueBook
 
 __all__ = ["ModelFilter", "gang_breach", "model_filter"]
 

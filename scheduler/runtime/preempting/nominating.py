@@ -43,15 +43,20 @@ from scheduler.preemption import (
     find_victims,
     take_hold,
 )
-from scheduler.runtime.cache import ClusterCache, GroupInfo
-from scheduler.runtime.evicting import EvictionWriter, Victim, disruption_message, preemptor_of
-from scheduler.runtime.groups import gang_priority
+from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
+from scheduler.runtime.cluster.groups import gang_priority
+from scheduler.runtime.cluster.podinfo import PodInfo
+from scheduler.runtime.cluster.running import unit_name
 from scheduler.runtime.metrics import SchedulerMetrics
-from scheduler.runtime.modelquota import model_filter
 from scheduler.runtime.pending import UnitKey
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.preempting.evicting import (
+    EvictionWriter,
+    Victim,
+    disruption_message,
+    preemptor_of,
+)
+from scheduler.runtime.queues.modelquota import model_filter
 from scheduler.runtime.reporter import Reporter
-from scheduler.runtime.running import unit_name
 
 __all__ = ["Preemption"]
 

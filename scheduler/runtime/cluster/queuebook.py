@@ -32,7 +32,7 @@ from scheduler.quota import (
 from scheduler.quota.capacity import shared_gpu_fix
 from scheduler.quota.modelfilter import ModelNodes
 from scheduler.quota.models import model_amounts, model_of_product, named_model_amounts
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.cluster.podinfo import PodInfo
 
 __all__ = ["QueueBook"]
 

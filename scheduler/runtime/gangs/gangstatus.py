@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.objkey import ObjectKey
-from scheduler.runtime.cache import GroupInfo
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.cluster.cache import GroupInfo
+from scheduler.runtime.cluster.podinfo import PodInfo
 
 CONDITION_LOST = "MembersLost"
 REASON_REPLACED = "MembersReplaced"

@@ -18,7 +18,7 @@ from typing import Any
 from agent.objkey import ObjectKey, key_of
 from scheduler.placement import NodeSelectorRequirement, Operator
 from scheduler.preemption import Budget
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.cluster.podinfo import PodInfo
 
 __all__ = ["BudgetBook"]
 

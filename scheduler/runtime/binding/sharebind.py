@@ -30,7 +30,7 @@ from scheduler.errors import ApiError
 from scheduler.kubeapi.sharelock import Holder, ShareLocks
 from scheduler.placement import Assignment, Placer, PodRequest
 from scheduler.placement.pick import Decision
-from scheduler.runtime.podinfo import PodInfo
+from scheduler.runtime.cluster.podinfo import PodInfo
 
 log = logging.getLogger(__name__)
 

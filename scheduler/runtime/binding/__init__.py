@@ -1,0 +1,1 @@
+"""Binding writes beyond the plain `pods/binding`: a share pod's lock and annotation."""

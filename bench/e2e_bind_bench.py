@@ -116,7 +116,8 @@ def serve_fake(nodes: int, conn: Connection) -> None:
 def _runtime(port: int) -> Any:
     from kubernetes import client
 
-    from scheduler.cli.run import RunSettings, Runtime
+    from scheduler.cli.runtime import Runtime
+    from scheduler.cli.settings import RunSettings
     from scheduler.config import load_config
     from scheduler.kubeapi.client import KubeClient
 

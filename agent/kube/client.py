@@ -24,16 +24,20 @@ from agent.dra import GROUP as DRA_GROUP
 from agent.dra import VERSION as DRA_VERSION
 from agent.errors import PublishError
 from agent.kube.connect import TRANSPORT_ERRORS, read_or_none, transport_reason
+from agent.kube.kinds import (
+    PODGROUP_GROUP,
+    PODGROUP_VERSION,
+    PODGROUPS,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    QUEUE_VERSION,
+)
 from agent.kube.publisher import FIELD_MANAGER, NodeInfo
 from agent.nrt import GROUP, PLURAL, VERSION
 from agent.podphase import pod_phases
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
-QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.gputopo.io", "v1alpha1", "queues"
-"""The Queue CRD (DESIGN §10), cluster-scoped; only the scheduler writes its status."""
-PODGROUP_GROUP, PODGROUP_VERSION, PODGROUPS = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-"""Our PodGroups (scheduler-plugins' coscheduling CRD), namespaced."""
 UPSTREAM_GROUP = "scheduling.k8s.io"
 UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """The upstream PodGroup versions, newest first, as `scheduler.kubeapi.workloads.VERSIONS`

@@ -23,57 +23,35 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from agent.errors import ConfigError
+from agent.kube.kubeconfig import KubeconfigFiles, kubeconfig_files
+from agent.kube.transport import TRANSPORT_ERRORS, transport_reason
+
+__all__ = [
+    "CREDENTIAL_ERRORS",
+    "TRANSPORT_ERRORS",
+    "KubeconfigFiles",
+    "context_namespace",
+    "kubeconfig_files",
+    "load_api_client",
+    "load_configuration",
+    "read_or_none",
+    "status_message",
+    "transport_reason",
+]
 
 CREDENTIAL_ERRORS = (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError)
 """What the client raises for missing, unreadable or malformed credentials."""
 
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-"""A call that got no HTTP answer: connection refused, timeout, TLS, a broken stream."""
-
 Response = TypeVar("Response")
-
-
-@dataclass(frozen=True, slots=True)
-class KubeconfigFiles:
-    """The kubeconfig file(s) to read and where that choice came from: `flag` (`--kubeconfig`),
-    `env` (`$KUBECONFIG`, a list the client merges) or `default` (`~/.kube/config`)."""
-
-    paths: tuple[Path, ...]
-    origin: str
-
-    def __str__(self) -> str:
-        listed = os.pathsep.join(str(p) for p in self.paths)
-        return f"kubeconfig {listed}" + (" from $KUBECONFIG" if self.origin == "env" else "")
-
-    def missing(self) -> str | None:
-        """Why none of the files can be read (None while one exists)."""
-        if any(p.is_file() for p in self.paths):
-            return None
-        return "no such file" if len(self.paths) == 1 else "none of these files exists"
-
-
-def kubeconfig_files(
-    kubeconfig: str | Path | None, environ: Mapping[str, str] | None = None
-) -> KubeconfigFiles:
-    """`kubeconfig` when given, else what `$KUBECONFIG` (in `environ`) lists, else the default."""
-    if kubeconfig:
-        return KubeconfigFiles((Path(kubeconfig),), "flag")
-    variables = os.environ if environ is None else environ
-    listed = [p for p in variables.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed:
-        return KubeconfigFiles(tuple(Path(p).expanduser() for p in listed), "env")
-    return KubeconfigFiles((Path("~/.kube/config").expanduser(),), "default")
 
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -161,34 +139,6 @@ def status_message(exc: ApiException) -> str:
         return str(body.get("message") or exc.reason)
     except (ValueError, AttributeError):
         return str(exc.reason)
-
-
-def transport_reason(exc: BaseException) -> str:
-    """Why a call got no answer, in a few words: `Connection refused`, `read timed out`."""
-    chain = _chain(exc)
-    for link in chain:
-        if isinstance(link, OSError) and link.strerror:
-            return str(link.strerror)
-    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
-        return "read timed out"
-    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
-        return "connect timed out"
-    last = chain[-1]
-    return f"{type(last).__name__}: {last}" if str(last) else type(last).__name__
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    """`exc` and what it wraps: a retry error's reason, `raise ... from`, exceptions in `args`."""
-    chain = [exc]
-    while len(chain) < 8:
-        last = chain[-1]
-        reason = getattr(last, "reason", None)
-        inner = next((arg for arg in last.args if isinstance(arg, BaseException)), None)
-        nxt = last.__cause__ or (reason if isinstance(reason, BaseException) else inner)
-        if nxt is None or nxt in chain:
-            break
-        chain.append(nxt)
-    return chain
 
 
 def read_or_none(call: Callable[[], Response]) -> Response | None:

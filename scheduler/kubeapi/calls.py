@@ -1,6 +1,6 @@
 """What every scheduler API call shares, and the watch stream a watch opens.
 
-`api_call` turns the `kubernetes` client's and urllib3's exceptions into `ApiError`s naming the
+`api_call` turns urllib3's transport exceptions into `ApiError`s naming the
 operation (HTTP status 0 for a transport failure; `ConflictError` for 409, `GoneError` for 410,
 `NotFoundError` for 404); `Kind` names a collection; `WatchStream` splits a watch's raw response
 into lines and decodes each event once, straight into a dict (`decode`).
@@ -13,9 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from agent.kube.connect import TRANSPORT_ERRORS, status_message, transport_reason
+from agent.kube.transport import TRANSPORT_ERRORS, transport_reason
 from scheduler.errors import ApiError, ConflictError, GoneError, NotFoundError
 from scheduler.kubeapi.decode import WHOLE, Decoder
 
@@ -31,12 +29,9 @@ def error_class(status: int) -> type[ApiError]:
 
 @contextmanager
 def api_call(operation: str) -> Iterator[None]:
-    """Translate the client's and urllib3's exceptions into `ApiError`s naming `operation`."""
+    """Translate a failed transport (no answer) into an `ApiError` naming `operation`."""
     try:
         yield
-    except ApiException as exc:
-        status = int(exc.status or 0)
-        raise error_class(status)(operation, status, status_message(exc)) from exc
     except TRANSPORT_ERRORS as exc:
         raise ApiError(operation, 0, transport_reason(exc)) from exc
 

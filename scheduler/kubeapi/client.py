@@ -1,12 +1,13 @@
-"""Every Kubernetes API call of the scheduler, over the real `kubernetes` client's connection pool.
+"""Every Kubernetes API call of the scheduler, over one urllib3 pool (`connection.Connection`).
 
-The client gives the configuration (kubeconfig or in-cluster, credentials, TLS) and its urllib3
-pool; the calls themselves skip its typed APIs (`CoreV1Api` and the like): importing them builds
-thousands of pydantic models and took seconds of the scheduler's start before its first list, and
-per call they add request models, header dicts and retry objects for nothing the scheduler reads.
+`connection.connect` reads the credentials (kubeconfig or in-cluster, TLS) itself in the common
+shapes and leaves the rest to the `kubernetes` client; either way the calls skip the client's
+typed APIs (`CoreV1Api` and the like): importing them builds thousands of models and took
+seconds of the scheduler's start before its first list, and per call they add request models,
+header dicts and retry objects for nothing the scheduler reads.
 Objects travel as plain JSON dicts (camelCase, as the API server sends them): a request goes out
-as JSON bytes with the configuration's headers and credentials (read per call, so a refreshed token
-is used) through `PooledWriter` (one `sendall`, the answer read with llhttp), a watch through the
+as JSON bytes with the connection's credentials (read per call, so a refreshed token is used)
+through `PooledWriter` (one `sendall`, the answer read with llhttp), a watch through the
 pool's streaming response. List answers and watch events are decoded once, straight into dicts,
 by `decode` (of a Node, only the fields the scheduler reads). Errors are `ApiError` (HTTP status 0
 for a transport failure) or the subclass of its status (`calls.error_class`): `ConflictError`,
@@ -17,23 +18,28 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes import client
 
 from agent import nrt
-from agent.kube.client import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from agent.kube.connect import TRANSPORT_ERRORS, load_configuration, transport_reason
+from agent.kube.kinds import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from agent.kube.transport import TRANSPORT_ERRORS, transport_reason
 from agent.objkey import object_key
 from scheduler.errors import ApiError, ConflictError, LeaseConflictError, NotFoundError
 from scheduler.kubeapi.calls import Kind, WatchStream, error_class
+from scheduler.kubeapi.connection import Connection, connect
 from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, Decoder
 from scheduler.kubeapi.pooled_writes import PooledWriter
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -92,34 +98,67 @@ class KubeClient:
     """The scheduler's API calls. Thread-safe (urllib3 pools connections)."""
 
     def __init__(
-        self, api_client: client.ApiClient, component: str, identity: str, timeout: float = 30.0
+        self,
+        connection: Connection | ApiClient,
+        component: str,
+        identity: str,
+        timeout: float = 30.0,
     ) -> None:
-        """`timeout`: seconds any call may take (a watch: its own length plus this)."""
-        self.api_client = api_client
+        """`connection`: the pool and credentials (a `kubernetes` `ApiClient`'s, as tests and
+        benches build one for the fake API server, are taken over); `timeout`: seconds any
+        call may take (a watch: its own length plus this)."""
+        if not isinstance(connection, Connection):
+            connection = Connection.of_api_client(connection)
+        self.connection = connection
         self.component, self.identity = component, identity
         self.timeout = timeout
-        self._writer = PooledWriter(
-            api_client.rest_client.pool_manager, api_client.configuration.host, timeout
-        )
+        self._writer = PooledWriter(connection.pool, connection.host, timeout)
+        self._lock = threading.Lock()
+        self._prefetched: dict[Kind, Future[bytes]] = {}
 
     @classmethod
     def from_kubeconfig(
         cls, path: str | None, component: str, identity: str, pool: int = 32
     ) -> KubeClient:
-        """The kubeconfig at `path`, else as `agent.kube.connect` chooses; ConfigError: none."""
-        configuration = load_configuration(path)
-        configuration.connection_pool_maxsize = pool
-        return cls(client.ApiClient(configuration), component, identity)
+        """The kubeconfig at `path`, else in kubectl's order (`connection.connect`);
+        ConfigError: no usable credentials."""
+        return cls(connect(path, pool), component, identity)
+
+    @property
+    def host(self) -> str:
+        return self.connection.host
 
     def close(self) -> None:
         """Close the connection pool."""
-        api_client: Any = self.api_client
-        api_client.close()
+        self.connection.close()
 
     # -- list and watch ------------------------------------------------------------------
+    def prefetch(self, kinds: Sequence[Kind]) -> None:
+        """Send the list of each of `kinds` now, on a thread of its own; the next `list` of that
+        kind takes the answer (waiting for it if need be), as if it had been sent then. Start-up
+        sends the big lists before it imports the runtime (`scheduler.cli.run`)."""
+        for kind in kinds:
+            answer: Future[bytes] = Future()
+            with self._lock:
+                self._prefetched[kind] = answer
+            threading.Thread(
+                target=self._fetch, args=(kind, answer), name=f"prefetch-{kind.name}", daemon=True
+            ).start()
+
+    def _fetch(self, kind: Kind, answer: Future[bytes]) -> None:
+        try:
+            answer.set_result(self._call("GET", _collection(kind), None, "", f"list {kind.name}"))
+        except ApiError as exc:
+            answer.set_exception(exc)
+
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""
-        data = self._call("GET", _collection(kind), None, "", f"list {kind.name}")
+        with self._lock:
+            prefetched = self._prefetched.pop(kind, None)
+        if prefetched is not None:
+            data = prefetched.result()  # its ApiError, as the call would have raised it
+        else:
+            data = self._call("GET", _collection(kind), None, "", f"list {kind.name}")
         body = _decoder(kind).list_body(data)
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
@@ -136,11 +175,10 @@ class KubeClient:
                 "timeoutSeconds": str(timeout_seconds),
             }
         )
-        api_client: Any = self.api_client
         try:
-            resp = api_client.rest_client.pool_manager.request(
+            resp = self.connection.pool.request(
                 "GET",
-                f"{api_client.configuration.host}{_collection(kind)}?{query}",
+                f"{self.connection.host}{_collection(kind)}?{query}",
                 headers=self._headers(""),
                 preload_content=False,
                 timeout=urllib3.Timeout(connect=self.timeout, read=timeout_seconds + self.timeout),
@@ -232,17 +270,11 @@ class KubeClient:
         self._patch_pod_status(namespace, name, {"nominatedNodeName": node})
 
     def _headers(self, content_type: str) -> dict[str, str]:
-        """The client's default headers and credentials (read per call: a refreshed token is
-        used), JSON accepted, `content_type` when the request has a body."""
-        api_client: Any = self.api_client
-        headers = {"Accept": "application/json", **api_client.default_headers}
+        """The connection's credentials (read per call: a refreshed token is used), JSON
+        accepted, `content_type` when the request has a body."""
+        headers = {"Accept": "application/json", **self.connection.auth()}
         if content_type:
             headers["Content-Type"] = content_type
-        if api_client.cookie:
-            headers["Cookie"] = api_client.cookie
-        for auth in api_client.configuration.auth_settings().values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
         return headers
 
     def _send(self, method: str, path: str, body: Obj, content_type: str, operation: str) -> None:
@@ -255,7 +287,6 @@ class KubeClient:
         """One request through the client's connection pool, with the client's headers and
         credentials; the answer's body, unparsed. Errors: `ApiError` (0 when no answer came) or
         the subclass of its HTTP status."""
-        api_client: Any = self.api_client
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._headers(content_type if body is not None else "")
         try:
@@ -263,9 +294,9 @@ class KubeClient:
                 answer = self._writer.request(method, path, data, headers)
                 status, reason, text = answer.status, answer.reason, answer.body
             else:
-                resp = api_client.rest_client.pool_manager.urlopen(
+                resp = self.connection.pool.urlopen(
                     method,
-                    api_client.configuration.host + path,
+                    self.connection.host + path,
                     body=data if body is not None else None,
                     headers=headers,
                     timeout=urllib3.Timeout(total=self.timeout),

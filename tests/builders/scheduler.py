@@ -10,7 +10,8 @@ from typing import Any
 
 from kubernetes import client
 
-from scheduler.cli.run import LeaseTiming, RunSettings, Runtime
+from scheduler.cli.runtime import LeaseTiming, Runtime
+from scheduler.cli.settings import RunSettings
 from scheduler.config import load_config
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import micro_time

@@ -19,7 +19,7 @@ from agent.metrics import AgentMetrics
 from agent.nvml.fixture import load_fixture
 from deviceplugin.testing.kubelet import KubeletEmulator
 from deviceplugin.testing.podresources_server import FakePodResourcesServer
-from scheduler.cli.run import Runtime
+from scheduler.cli.runtime import Runtime
 from tests.builders.agentnode import NODE, NODE_CAPACITY
 from tests.builders.scheduler import running, wait_for
 from tests.builders.topology import allocatable_of

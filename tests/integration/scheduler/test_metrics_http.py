@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from scheduler.cli.run import LeaseTiming
+from scheduler.cli.runtime import LeaseTiming
 from tests.builders.scheduler import (
     create_pod,
     gpu_node,

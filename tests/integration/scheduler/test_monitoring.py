@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from scheduler.cli.run import LeaseTiming
+from scheduler.cli.runtime import LeaseTiming
 from tests.builders import monitoring as mon
 from tests.builders.agentnode import NODE
 from tests.builders.prometheus import PROMETHEUS, PrometheusServer, Target, binary, prometheus

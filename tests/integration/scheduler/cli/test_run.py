@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli.run import Runtime, run
+from scheduler.cli.run import run
+from scheduler.cli.runtime import Runtime
 from scheduler.kubeapi.client import KubeClient
 from tests.builders.scheduler import (
     NAME,

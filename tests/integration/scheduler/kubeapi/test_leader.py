@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from scheduler.cli.run import LeaseTiming
+from scheduler.cli.runtime import LeaseTiming
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import AlwaysLeader, Fence, LeaderElector, LeaseStore, micro_time
 from tests.builders.clock import FakeClock

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from scheduler.cli.run import LeaseTiming
+from scheduler.cli.runtime import LeaseTiming
 from tests.builders import rbac
 from tests.builders import render as r
 from tests.builders.scheduler import (

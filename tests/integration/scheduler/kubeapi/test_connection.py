@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from agent.errors import ConfigError
+from scheduler.errors import ApiError
 from scheduler.kubeapi.client import NODES, KubeClient
 from scheduler.kubeapi.connection import Connection, _TokenFile, connect
 
@@ -177,7 +178,7 @@ def test_a_server_its_ca_did_not_sign_is_refused(tmp_path, pki, https):
          "client-key-data": _b64(pki.client_key)},
     )  # fmt: skip
     kube = KubeClient(connect(str(path), 4, environ={}), "gputopo-scheduler", "t", timeout=5.0)
-    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(ApiError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         kube.list(NODES)
     kube.close()
 
@@ -205,8 +206,7 @@ def test_a_token_file_is_read_again_once_a_minute(tmp_path):
     assert bearer.current() == "two"
 
 
-def test_in_cluster_reads_the_service_account(tmp_path, http):
-    host, seen = http
+def test_a_service_account_ca_that_cannot_be_loaded_is_named(tmp_path):
     account = tmp_path / "sa"
     account.mkdir()
     (account / "token").write_text("sa-token\n")
@@ -237,7 +237,7 @@ def test_plain_http_with_a_token_file(tmp_path, http):
 
 
 def test_an_exec_plugin_is_left_to_the_kubernetes_client(tmp_path, http):
-    host, seen = http
+    host, _ = http
     exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true",
                           "interactiveMode": "Never"}}  # fmt: skip
     path = _kubeconfig(tmp_path / "config", {"server": host}, exec_user)

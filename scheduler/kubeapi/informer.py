@@ -1,14 +1,15 @@
 """List-then-watch of one collection, feeding a sink (client-go's reflector, in a thread).
 
-The informer lists, hands the whole list to `sink.replace` (which drops what disappeared), then
-watches from the list's resourceVersion and hands each event to `sink.event`. A watch that ends
-normally is resumed from the last resourceVersion seen (bookmarks included); `410 Gone` means
-list again; `429` (the server's cache of the kind still initialising, as a CRD's first request
-meets on a real API server) waits `BUSY_RETRY`; any other failure waits `retry` seconds and lists
-again. A collection whose CRD is not
-installed (404) counts as synced and empty, and is listed again every `missing_retry` seconds; so
-does an `optional` one the scheduler may not read (403: an upgrade that kept the old RBAC), so
-that it never holds up the others.
+The informer lists, hands the whole list to `sink.replace` (which drops what disappeared), counts
+as synced, runs the steps `replace` left for after the sync (the scheduler's first pod list leaves
+the pods waiting for it: `scheduler.runtime.intake`), then watches from the list's
+resourceVersion and hands each event to `sink.event`. A watch that ends normally is resumed from
+the last resourceVersion seen (bookmarks included); `410 Gone` means list again; `429` (the
+server's cache of the kind still initialising, as a CRD's first request meets on a real API
+server) waits `BUSY_RETRY`; any other failure waits `retry` seconds and lists again. A collection
+whose CRD is not installed (404) counts as synced and empty, and is listed again every
+`missing_retry` seconds; so does an `optional` one the scheduler may not read (403: an upgrade
+that kept the old RBAC), so that it never holds up the others.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from scheduler.errors import ApiError, GoneError, NotFoundError
@@ -27,7 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
-    def replace(self, kind: str, items: list[dict[str, Any]]) -> None: ...
+    def replace(
+        self, kind: str, items: list[dict[str, Any]]
+    ) -> Sequence[Callable[[], None]] | None: ...
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None: ...
 
@@ -115,12 +118,14 @@ class Informer:
             self.synced.set()
             return None
         listed = time.monotonic()
+        later: Sequence[Callable[[], None]] | None = None
         try:
-            self._sink.replace(self.kind.name, items)
+            later = self._sink.replace(self.kind.name, items)
         except Exception:
             log.exception("%s: handling the list failed", self.kind.name)
+        level = logging.DEBUG if self.synced.is_set() else logging.INFO
         log.log(
-            logging.DEBUG if self.synced.is_set() else logging.INFO,
+            level,
             "%s: listed %d in %.2f s, cached in %.2f s",
             self.kind.name,
             len(items),
@@ -128,7 +133,28 @@ class Informer:
             time.monotonic() - listed,
         )
         self.synced.set()
+        if later:
+            self._run_later(later, level)
         return resource_version
+
+    def _run_later(self, later: Sequence[Callable[[], None]], level: int) -> None:
+        """The steps the list left for after the sync, unless stopped; a failed one is logged
+        and the others still run."""
+        began = time.monotonic()
+        for step in later:
+            if self._stop.is_set():
+                return
+            try:
+                step()
+            except Exception:
+                log.exception("%s: handling the list failed", self.kind.name)
+        log.log(
+            level,
+            "%s: %d steps left for after the sync done in %.2f s",
+            self.kind.name,
+            len(later),
+            time.monotonic() - began,
+        )
 
     def _deliver(self, etype: str, obj: dict[str, Any]) -> None:
         """One event to the sink; a failure there is logged and does not stop the watch."""

@@ -7,11 +7,21 @@ another's. A change that may free room (a pod gone or moved, a node or NRT chang
 unschedulable unit again, once per list (`_room_changed`). The scheduling cycle itself is
 `scheduler.runtime.loop`; the two share the pending reasons (`reasons`: pod key -> why it waits),
 which the intake drops when a pod stops waiting.
+
+The first list of pods after a start holds every pod waiting for this scheduler (thousands, after
+a restart or a failover), and reading them is most of a start's work. None of them takes room, so
+scheduling need not wait for them: `replace` applies every other pod (bound, nominated, another
+scheduler's) and returns the waiting ones as later steps (`Later`), in the order the queue would
+take them (priority, then age), `FIRST_BATCH` then `BATCH` pods each. The informer counts as
+synced once the rest is in and runs the steps after, before it watches; the loop meanwhile
+starts on the first pods (the queue takes the best present; later ones are no better).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from functools import partial
+from itertools import pairwise
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
@@ -31,7 +41,13 @@ from scheduler.runtime.preempting.nominating import Preemption
 from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
-__all__ = ["SHARE_LOCK", "Intake"]
+__all__ = ["BATCH", "FIRST_BATCH", "SHARE_LOCK", "Intake", "Later"]
+
+Later = Sequence[Callable[[], None]]
+"""Steps of a list left for after the sync (the informer runs them before it watches)."""
+FIRST_BATCH, BATCH = 256, 1024
+"""Waiting pods of a first list read per later step: few in the first, so the loop starts soon."""
+_TERMINAL_PHASES = ("Succeeded", "Failed")
 
 SHARE_LOCK = "share-lock"
 """Why a share pod waits when every node that fits is admitting another share."""
@@ -57,6 +73,49 @@ def _stub(kind: str, key: str) -> dict[str, Any]:
     return {"metadata": {"name": key}}
 
 
+def _waits(obj: Mapping[str, Any], scheduler_name: str) -> bool:
+    """Waiting for this scheduler and holding no room: ours, not bound, not nominated, not
+    finished or going (what `PodInfo.pending` says, read before the pod is)."""
+    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return (
+        spec.get("schedulerName") == scheduler_name
+        and not spec.get("nodeName")
+        and not status.get("nominatedNodeName")
+        and status.get("phase") not in _TERMINAL_PHASES
+        and not meta.get("deletionTimestamp")
+    )
+
+
+def _queue_order(obj: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Higher priority first, then older (RFC 3339 stamps sort as text), then by key."""
+    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    priority = spec.get("priority")
+    return (
+        -priority if isinstance(priority, int) else 0,
+        str(meta.get("creationTimestamp") or ""),
+        key_of(obj),
+    )
+
+
+def _split_waiting(
+    items: list[dict[str, Any]], scheduler_name: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pods that take room or are not ours, and the waiting ones in queue order."""
+    rest: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for obj in items:
+        (waiting if _waits(obj, scheduler_name) else rest).append(obj)
+    waiting.sort(key=_queue_order)
+    return rest, waiting
+
+
+def _batches(count: int) -> list[tuple[int, int]]:
+    """(start, end) of each later step over `count` waiting pods."""
+    bounds = [0, *range(FIRST_BATCH, count, BATCH), count] if count else []
+    return list(pairwise(bounds))
+
+
 class Intake:
     """Lists and events into the cache and the queue (the informers' sink)."""
 
@@ -77,10 +136,18 @@ class Intake:
         self._metrics, self._reasons = metrics, reasons
         self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
 
-    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> Later:
         """A full list of `kind`: apply every object, delete what is no longer there. Pods are
         read before the lock is taken (as `event` reads them), so the other informers' lists
-        go into the cache meanwhile."""
+        go into the cache meanwhile. The first list of pods leaves its waiting pods for the
+        steps it returns (module docstring)."""
+        later: Later = ()
+        if kind == PODS and not self.cache.pods:
+            items, waiting = _split_waiting(items, self.cache.scheduler_name)
+            later = [
+                partial(self._add_waiting, waiting[start:end])
+                for start, end in _batches(len(waiting))
+            ]
         reads: list[PodInfo | None] = [None] * len(items)
         if kind == PODS:
             pods, name, memo = self.cache.pods, self.cache.scheduler_name, self.cache.requests
@@ -89,18 +156,35 @@ class Intake:
             if kind in (QUEUES, ELASTIC_QUOTAS):  # one tree rebuild for the whole list
                 if self._quota.on_queue(kind, "ADDED", None, items):
                     self._requeue_all()
-                return
+                return later
             if kind == PDBS:
                 self.cache.budgets.replace(items, self.cache.pods.values())
-                return
-            self._listing = True
-            try:
-                self._apply_list(kind, items, reads)
-            finally:
-                self._listing = False
-                if self._room_freed:
-                    self._room_freed = False
-                    self.queue.move_all_to_active()
+                return later
+            self._listed(lambda: self._apply_list(kind, items, reads))
+        return later
+
+    def _add_waiting(self, objs: list[dict[str, Any]]) -> None:
+        """A later step of the first pod list: these waiting pods, as if listed with the rest."""
+        name, memo = self.cache.scheduler_name, self.cache.requests
+        reads = [read_pod(o, name, None, memo) for o in objs]
+
+        def apply() -> None:
+            for obj, read in zip(objs, reads, strict=True):
+                self._apply(PODS, "ADDED", obj, read)
+
+        with self.cache.lock, self.queue.batch():
+            self._listed(apply)
+
+    def _listed(self, apply: Callable[[], object]) -> None:
+        """`apply` (under the lock) with room freed meanwhile answered once, after it."""
+        self._listing = True
+        try:
+            apply()
+        finally:
+            self._listing = False
+            if self._room_freed:
+                self._room_freed = False
+                self.queue.move_all_to_active()
 
     def _apply_list(
         self, kind: str, items: list[dict[str, Any]], reads: list[PodInfo | None]

@@ -42,7 +42,7 @@ from scheduler.runtime.cluster.podinfo import (
 )
 from scheduler.runtime.cluster.volumes import VolumeCheck
 from scheduler.runtime.gangs.tracker import GangTracker
-from scheduler.runtime.intake import SHARE_LOCK, Intake
+from scheduler.runtime.intake import SHARE_LOCK, Intake, Later
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
 from scheduler.runtime.preempting.nominating import Preemption
@@ -128,9 +128,9 @@ class Scheduler:
         )
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
-    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
-        """A full list of `kind` (`Intake.replace`)."""
-        self.intake.replace(kind, items)
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> Later:
+        """A full list of `kind` (`Intake.replace`), and what it leaves for after the sync."""
+        return self.intake.replace(kind, items)
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
         """One watch event (`Intake.event`)."""

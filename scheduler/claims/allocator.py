@@ -35,7 +35,7 @@ from .decision import (
 )
 from .errors import SearchLimitError
 from .model import AllocationMode, Alternative, ClaimKey, DeviceClass, ResourceClaim
-from .order import prefer
+from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
 from .usage import Usage
@@ -63,6 +63,7 @@ class ClaimAllocator:
         self.selectors = selectors or Selectors()
         self.limit = limit
         self._static: StaticMemo = {}
+        self._orders: OrderMemo = {}
         self._verdicts = Verdicts(self.scoring)
         self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
         """Claim shapes that fit no node, per usage epoch and node objects (held here, so
@@ -149,7 +150,7 @@ class ClaimAllocator:
                 ),
                 None,
             )
-            options.append(Option(alt, prefer(found, node.gpus, usage, group_by)))
+            options.append(Option(alt, prefer(found, node.gpus, usage, group_by, self._orders)))
         if not options:
             return max(misses, key=lambda m: m.rank)
         return Slot(pos, tuple(options), claim.spec.constraints)
@@ -160,16 +161,17 @@ class ClaimAllocator:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
         every node's nearest miss, nearest first; without, one line)."""
         kept, fresh = _split(pod.claims)
-        shape = tuple(repr(c.spec) for c in fresh)
+        shape = tuple(c.spec.shape for c in fresh)
         nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
+        requests: dict[int, PodRequest] = {}  # by GPU count: one per count for all the nodes
         best = self._verdicts.scan(
             (shape, tuple(str(c.key) for c in kept)),
             here,
             usage,
-            lambda node: self._fit(pod.key, fresh, node, usage),
+            lambda node: self._fit(pod.key, fresh, node, usage, requests),
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)
@@ -180,7 +182,14 @@ class ClaimAllocator:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         return self._explain(pod, nodes, usage)
 
-    def _fit(self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage) -> Fit:
+    def _fit(
+        self,
+        pod: str,
+        fresh: Sequence[ResourceClaim],
+        node: ClaimNode,
+        usage: Usage,
+        requests: dict[int, PodRequest],
+    ) -> Fit:
         found = self._solve(pod, fresh, node, usage)
         if isinstance(found, Miss):
             return NO_FIT
@@ -188,7 +197,9 @@ class ClaimAllocator:
         state = node.state
         if state is None:
             return Fit(tuple(found), (False, fullness(node, found, usage)))
-        request = PodRequest(key=pod, gpus=len(gpus))
+        request = requests.get(len(gpus))
+        if request is None:
+            request = requests[len(gpus)] = PodRequest(key=pod, gpus=len(gpus))
         score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
         return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
 

@@ -34,7 +34,14 @@ from .decision import (
     whole_gpus,
 )
 from .errors import SearchLimitError
-from .model import AllocationMode, Alternative, ClaimKey, DeviceClass, ResourceClaim
+from .model import (
+    AllocationMode,
+    Alternative,
+    ClaimKey,
+    Constraint,
+    DeviceClass,
+    ResourceClaim,
+)
 from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
@@ -65,9 +72,9 @@ class ClaimAllocator:
         self._static: StaticMemo = {}
         self._orders: OrderMemo = {}
         self._verdicts = Verdicts(self.scoring)
-        self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
-        """Claim shapes that fit no node, per usage epoch and node objects (held here, so
-        their ids stay theirs): whether claims fit reads nothing else."""
+        self._nowhere: set[tuple[object, ...]] = set()
+        """Claim shapes that fit no node, per usage epoch and node list (by the number verdicts
+        give it): whether claims fit reads nothing else."""
 
     def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
         """The pod's claims allocated on `node`, or the nearest miss there."""
@@ -142,14 +149,7 @@ class ClaimAllocator:
             if miss is not None:
                 misses.append(miss)
                 continue
-            group_by = next(
-                (
-                    c.match_attribute
-                    for c in claim.spec.constraints
-                    if c.match_attribute and applies(c, alt.name)
-                ),
-                None,
-            )
+            group_by = _group_by(claim.spec.constraints, alt.name)
             options.append(Option(alt, prefer(found, node.gpus, usage, group_by, self._orders)))
         if not options:
             return max(misses, key=lambda m: m.rank)
@@ -162,7 +162,8 @@ class ClaimAllocator:
         every node's nearest miss, nearest first; without, one line)."""
         kept, fresh = _split(pod.claims)
         shape = tuple(c.spec.shape for c in fresh)
-        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
+        listed = self._verdicts.list_number(nodes)
+        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
@@ -177,7 +178,7 @@ class ClaimAllocator:
             return self._decision(kept, fresh, best[0], best[1].picks)
         if len(self._nowhere) >= 10_000:
             self._nowhere.clear()
-        self._nowhere[nowhere] = tuple(nodes)  # fits nowhere: exact while devices, usage stay
+        self._nowhere.add(nowhere)  # fits nowhere: exact while devices, usage stay
         if not explain:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         return self._explain(pod, nodes, usage)
@@ -265,6 +266,14 @@ def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[R
         seen.setdefault(claim.key, claim)
     kept = [c for c in seen.values() if c.allocation is not None]
     return kept, [c for c in seen.values() if c.allocation is None]
+
+
+def _group_by(constraints: Sequence[Constraint], request: str) -> str | None:
+    """The attribute the first `matchAttribute` constraint over `request` groups its devices by."""
+    for con in constraints:
+        if con.match_attribute and applies(con, request):
+            return con.match_attribute
+    return None
 
 
 def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:

@@ -73,6 +73,8 @@ class _Static:
         """The first stage that keeps fewer than `need` devices (or none), or its error."""
         if self.miss is not None:
             return self.miss
+        if 0 < need <= len(self.passed):
+            return None  # every stage kept at least the devices that passed them all
         for stage, found in enumerate(self.stages):
             if found.error is not None:
                 return Miss(f"{found.error} {where}", (stage + 1, found.kept))

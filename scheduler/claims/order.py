@@ -92,6 +92,11 @@ def prefer(
     keeps the order of whole GPUs per GPU selector, count and sets of GPUs to order."""
     if gpus is None or len(cands.usable) < 2:
         return cands
+    if group_by is None:
+        only = _only_whole(cands.usable, gpus)
+        if only is not None:  # the common case: whole GPUs only, in one group
+            ordered = _ordered(only, gpus, cands.need, memo)
+            return Candidates(tuple(ordered), cands.need, cands.miss)
     whole, shared, mig, rest = [], [], [], []
     for cand in cands.usable:
         dev = cand.device
@@ -103,12 +108,14 @@ def prefer(
             mig.append(cand)
         else:
             rest.append(cand)
-    ordered = _whole_order(whole, gpus, cands.need, group_by, memo)
-    ordered += sorted(shared, key=lambda c: (_fullness_left(c, usage), c.device.name))
-    busy = _busy_gpus(gpus, usage)
-    ordered += sorted(
-        mig, key=lambda c: (gpus.parent[c.device.id] not in busy, gpus.parent[c.device.id])
-    )
+    ordered = _whole_order(whole, gpus, cands.need, group_by, memo) if whole else []
+    if shared:
+        ordered += sorted(shared, key=lambda c: (_fullness_left(c, usage), c.device.name))
+    if mig:
+        busy = _busy_gpus(gpus, usage)
+        ordered += sorted(
+            mig, key=lambda c: (gpus.parent[c.device.id] not in busy, gpus.parent[c.device.id])
+        )
     return Candidates(tuple(ordered + rest), cands.need, cands.miss)
 
 
@@ -120,7 +127,25 @@ def _whole_order(
         value = cand.device.attributes.get(group_by) if group_by else None
         key = None if value is None else (type(value).__name__, value)
         groups.setdefault(key, {})[gpus.whole[cand.device.id]] = cand
-    members = list(groups.values())
+    return _ordered(list(groups.values()), gpus, need, memo)
+
+
+def _only_whole(usable: Sequence[Candidate], gpus: GpuMap) -> list[dict[int, Candidate]] | None:
+    """The candidates by GPU index as one group when every one is a whole GPU taken whole."""
+    whole = gpus.whole
+    by_index = {}
+    for cand in usable:
+        index = whole.get(cand.device.id)
+        if index is None or cand.consumed is not None:
+            return None
+        by_index[index] = cand
+    return [by_index]
+
+
+def _ordered(
+    members: list[dict[int, Candidate]], gpus: GpuMap, need: int, memo: OrderMemo | None
+) -> list[Candidate]:
+    """The groups' candidates (by GPU index) in the order `_mask_order` gives, memoised."""
     masks = tuple(sum(1 << g for g in by_index) for by_index in members)
     memo_key = (id(gpus.selector), need, masks)
     hit = None if memo is None else memo.get(memo_key)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
-from operator import attrgetter, is_not
+from operator import attrgetter, is_, is_not
 
 from scheduler.placement import Scoring
 
@@ -94,20 +94,20 @@ class _Book:
 
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
-        self.views: dict[tuple[int, ...], _View] = {}
+        self.views: dict[int, _View] = {}
 
-    def view(self, nodes: Sequence[ClaimNode]) -> _View:
-        ids = tuple(map(id, nodes))
-        found = self.views.get(ids)
+    def view(self, listed: int, nodes: Sequence[ClaimNode]) -> _View:
+        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`."""
+        found = self.views.get(listed)
         if found is not None:
-            return found  # it holds the nodes, so these ids are still theirs
+            return found
         if len(self.views) >= _VIEW_LIMIT:
             self.views.clear()
         if len(self.entries) > 4 * len(nodes) + 256:
             self.entries.clear()  # entries of node objects long gone
         pools = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
         unseen = object()  # a token and stamp nothing holds: every node is checked at first
-        found = self.views[ids] = _View(
+        found = self.views[listed] = _View(
             nodes=tuple(nodes),
             pools=tuple(p for p, _i in pools),
             owner=tuple(i for _p, i in pools),
@@ -126,6 +126,26 @@ class Verdicts:
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
         self._names: dict[str, str] = {}  # node name -> its reversed key (ties to the lowest)
+        self._last: tuple[ClaimNode, ...] = ()
+        self._last_number = -1
+        self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
+        self._next_number = 0
+
+    def list_number(self, nodes: Sequence[ClaimNode]) -> int:
+        """A number for the node list (the same objects in the same order: the same number while
+        it is kept; never one of another list). The same list as last time costs one pass in C."""
+        if len(nodes) == len(self._last) and all(map(is_, nodes, self._last)):
+            return self._last_number
+        last = tuple(nodes)
+        ids = tuple(map(id, last))
+        found = self._numbers.get(ids)  # it holds its nodes, so these ids are still theirs
+        if found is None:
+            if len(self._numbers) >= _VIEW_LIMIT:
+                self._numbers.clear()
+            found = self._numbers[ids] = (self._next_number, last)
+            self._next_number += 1
+        self._last, self._last_number = last, found[0]
+        return found[0]
 
     def scan(
         self,
@@ -137,7 +157,7 @@ class Verdicts:
         """The best node for `shape` among `nodes` (ties to the lowest name), or None."""
         learned = tuple(fn.version for fn in self._learners)
         book = self._book((shape, learned))
-        view = book.view(nodes)
+        view = book.view(self.list_number(nodes), nodes)
         tokens = list(map(usage.versions.get, view.pools))
         stamps = list(map(_stamp_of, view.states))
         stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}

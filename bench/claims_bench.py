@@ -8,10 +8,11 @@ pod of `exactly` N GPUs of class gpu.gputopo.io, `ClaimAllocator.place`, then th
 counted as used and the pod assumed on the node's `NodeState`, which both paths score with the
 same `Scoring`). The same seeded pods (1, 2, 4 or 8 GPUs) arrive one by one until PODS were
 tried; each path's time is the decision and its bookkeeping, per pod (the fastest of `--repeat`
-fresh runs). The claims path runs cold (compiling the selectors and building each device's CEL
-value during the first pods) and warm (those built before the clock starts, as in a scheduler
-that has run a while). Pods that fit nowhere are decided without the per-node reasons on both
-paths. Also printed: pods placed, and how many multi-GPU pods got GPUs of one island.
+fresh runs, the paths taking turns). The claims path runs cold (compiling the selectors and
+building each device's CEL value during the first pods) and warm (those built before the clock
+starts, as in a scheduler that has run a while). Pods that fit nowhere are decided without the
+per-node reasons on both paths. Also printed: pods placed, and how many multi-GPU pods got GPUs
+of one island.
 
     .venv/bin/python bench/claims_bench.py [--nodes 64] [--pods 600] [--seed 1] [--repeat 3]
 """
@@ -138,9 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [f"node-{i:03d}" for i in range(args.nodes)]
     multi = sum(1 for s in sizes if s > 1)
     print(f"{args.nodes} nodes x 8 GPUs (2 NVLink islands), {args.pods} pods, seed {args.seed}")
-    dp_runs = [device_plugin(names, sizes) for _ in range(args.repeat)]
-    cold_runs = [claims(names, sizes, warm=False) for _ in range(args.repeat)]
-    warm_runs = [claims(names, sizes, warm=True) for _ in range(args.repeat)]
+    dp_runs, cold_runs, warm_runs = [], [], []
+    for _ in range(args.repeat):  # interleaved, so that a busy machine slows each path alike
+        dp_runs.append(device_plugin(names, sizes))
+        cold_runs.append(claims(names, sizes, warm=False))
+        warm_runs.append(claims(names, sizes, warm=True))
     print("device plugin runs (s): " + ", ".join(f"{r[0]:.3f}" for r in dp_runs))
     print("claims cold runs (s):   " + ", ".join(f"{r[0]:.3f}" for r in cold_runs))
     print("claims warm runs (s):   " + ", ".join(f"{r[0]:.3f}" for r in warm_runs))

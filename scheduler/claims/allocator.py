@@ -34,8 +34,15 @@ from .decision import (
     whole_gpus,
 )
 from .errors import SearchLimitError
-from .model import AllocationMode, Alternative, ClaimKey, DeviceClass, ResourceClaim
-from .order import prefer
+from .model import (
+    AllocationMode,
+    Alternative,
+    ClaimKey,
+    Constraint,
+    DeviceClass,
+    ResourceClaim,
+)
+from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
 from .usage import Usage
@@ -63,10 +70,11 @@ class ClaimAllocator:
         self.selectors = selectors or Selectors()
         self.limit = limit
         self._static: StaticMemo = {}
+        self._orders: OrderMemo = {}
         self._verdicts = Verdicts(self.scoring)
-        self._nowhere: dict[tuple[object, ...], tuple[ClaimNode, ...]] = {}
-        """Claim shapes that fit no node, per usage epoch and node objects (held here, so
-        their ids stay theirs): whether claims fit reads nothing else."""
+        self._nowhere: set[tuple[object, ...]] = set()
+        """Claim shapes that fit no node, per usage epoch and node list (by the number verdicts
+        give it): whether claims fit reads nothing else."""
 
     def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
         """The pod's claims allocated on `node`, or the nearest miss there."""
@@ -141,15 +149,8 @@ class ClaimAllocator:
             if miss is not None:
                 misses.append(miss)
                 continue
-            group_by = next(
-                (
-                    c.match_attribute
-                    for c in claim.spec.constraints
-                    if c.match_attribute and applies(c, alt.name)
-                ),
-                None,
-            )
-            options.append(Option(alt, prefer(found, node.gpus, usage, group_by)))
+            group_by = _group_by(claim.spec.constraints, alt.name)
+            options.append(Option(alt, prefer(found, node.gpus, usage, group_by, self._orders)))
         if not options:
             return max(misses, key=lambda m: m.rank)
         return Slot(pos, tuple(options), claim.spec.constraints)
@@ -160,27 +161,36 @@ class ClaimAllocator:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
         every node's nearest miss, nearest first; without, one line)."""
         kept, fresh = _split(pod.claims)
-        shape = tuple(repr(c.spec) for c in fresh)
-        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, tuple(map(id, nodes)))
+        shape = tuple(c.spec.shape for c in fresh)
+        listed = self._verdicts.list_number(nodes)
+        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
+        requests: dict[int, PodRequest] = {}  # by GPU count: one per count for all the nodes
         best = self._verdicts.scan(
             (shape, tuple(str(c.key) for c in kept)),
             here,
             usage,
-            lambda node: self._fit(pod.key, fresh, node, usage),
+            lambda node: self._fit(pod.key, fresh, node, usage, requests),
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)
         if len(self._nowhere) >= 10_000:
             self._nowhere.clear()
-        self._nowhere[nowhere] = tuple(nodes)  # fits nowhere: exact while devices, usage stay
+        self._nowhere.add(nowhere)  # fits nowhere: exact while devices, usage stay
         if not explain:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         return self._explain(pod, nodes, usage)
 
-    def _fit(self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage) -> Fit:
+    def _fit(
+        self,
+        pod: str,
+        fresh: Sequence[ResourceClaim],
+        node: ClaimNode,
+        usage: Usage,
+        requests: dict[int, PodRequest],
+    ) -> Fit:
         found = self._solve(pod, fresh, node, usage)
         if isinstance(found, Miss):
             return NO_FIT
@@ -188,7 +198,9 @@ class ClaimAllocator:
         state = node.state
         if state is None:
             return Fit(tuple(found), (False, fullness(node, found, usage)))
-        request = PodRequest(key=pod, gpus=len(gpus))
+        request = requests.get(len(gpus))
+        if request is None:
+            request = requests[len(gpus)] = PodRequest(key=pod, gpus=len(gpus))
         score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
         return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
 
@@ -254,6 +266,14 @@ def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[R
         seen.setdefault(claim.key, claim)
     kept = [c for c in seen.values() if c.allocation is not None]
     return kept, [c for c in seen.values() if c.allocation is None]
+
+
+def _group_by(constraints: Sequence[Constraint], request: str) -> str | None:
+    """The attribute the first `matchAttribute` constraint over `request` groups its devices by."""
+    for con in constraints:
+        if con.match_attribute and applies(con, request):
+            return con.match_attribute
+    return None
 
 
 def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:

@@ -48,9 +48,45 @@ class Candidates:
     miss: Miss | None
 
 
-StaticMemo = dict[tuple[object, ...], tuple[object, "tuple[Device, ...] | Miss"]]
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """One static stage run over every device the earlier stages kept: how many it kept, or the
+    selector error it met (`error`, then `kept` is how many it was given)."""
+
+    words: str
+    kept: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Static:
+    """The static stages' outcome for one node's devices and one request's class, selectors and
+    tolerations (whatever its count): each stage, and the devices that pass them all (each as
+    an exclusive candidate), or the miss no count avoids."""
+
+    stages: tuple[_Stage, ...]
+    passed: tuple[Candidate, ...]
+    miss: Miss | None = None
+    shared: bool = False  # some of `passed` allow several allocations
+
+    def miss_for(self, need: int, where: str) -> Miss | None:
+        """The first stage that keeps fewer than `need` devices (or none), or its error."""
+        if self.miss is not None:
+            return self.miss
+        if 0 < need <= len(self.passed):
+            return None  # every stage kept at least the devices that passed them all
+        for stage, found in enumerate(self.stages):
+            if found.error is not None:
+                return Miss(f"{found.error} {where}", (stage + 1, found.kept))
+            if found.kept < need or not found.kept:
+                text = f"{found.kept} of {max(need, 1)} devices {found.words} {where}"
+                return Miss(text, (stage + 1, found.kept))
+        return None
+
+
+StaticMemo = dict[tuple[object, ...], tuple[object, _Static]]
 """What `candidates` keeps per node and request shape: the devices that pass the static stages
-(selectors and taints), which depend on neither the claim nor what is in use."""
+(selectors and taints), which depend on neither the claim, the count nor what is in use."""
 
 
 def candidates(
@@ -65,20 +101,20 @@ def candidates(
 ) -> Candidates:
     """Filter `devices` for `alt` of `claim`; `where` ends every reason ("on node n1").
     `memo` keeps the static stages' outcome per `devices` object and request shape."""
-    head = f"claim {claim} request {alt.name}"
-    key = (id(devices), alt.device_class, alt.selectors, alt.tolerations, alt.mode, alt.count)
+    key = (id(devices), alt.device_class, alt.selectors, alt.tolerations)
     hit = None if memo is None else memo.get(key)
     if hit is not None and hit[0] is devices:
         passed = hit[1]
     else:
-        passed = _static(alt, classes, devices, selectors, where)
+        passed = _static(alt, classes, devices, selectors)
         if memo is not None:
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()
             memo[key] = (devices, passed)
-    if isinstance(passed, Miss):
-        return _missed(Miss(f"{head}: {passed.text}", passed.rank))
-    return _usable(head, alt, passed, usage, where)
+    miss = passed.miss_for(_need(alt), where)
+    if miss is not None:
+        return _missed(Miss(f"claim {claim} request {alt.name}: {miss.text}", miss.rank))
+    return _usable(claim, alt, passed.passed, passed.shared, usage, where)
 
 
 def _static(
@@ -86,46 +122,53 @@ def _static(
     classes: Mapping[str, DeviceClass],
     devices: Sequence[Device],
     selectors: Selectors,
-    where: str,
-) -> tuple[Device, ...] | Miss:
-    """The devices that pass the class's and the request's selectors and tolerate their taints,
-    or the miss (its text without the claim and request)."""
+) -> _Static:
+    """The class's and the request's selectors, then the taints, each over what the earlier
+    stages kept (stopping at an error, or when none are left)."""
     cls = classes.get(alt.device_class)
     if cls is None:
-        return Miss(f"device class {alt.device_class} not found", (0, 0))
+        return _Static((), (), Miss(f"device class {alt.device_class} not found", (0, 0)))
     pool = tuple(devices)
     stages: list[tuple[str, Callable[[Device], bool]]] = [
         (f"match class {cls.name}'s selector `{e}`", _selector(selectors, e)) for e in cls.selectors
     ] + [(f"match selector `{e}`", _selector(selectors, e)) for e in alt.selectors]
     stages.append(("tolerate their taints", lambda d: _tolerated(alt, d)))
-    for stage, (words, keep) in enumerate(stages):
+    done = []
+    for words, keep in stages:
         try:
             kept = tuple(d for d in pool if keep(d))
         except SelectorError as exc:
-            return Miss(f"{exc} {where}", (stage + 1, len(pool)))
-        need = _need(alt)
-        if len(kept) < need or not kept:
-            return Miss(
-                f"{len(kept)} of {max(need, 1)} devices {words} {where}", (stage + 1, len(kept))
-            )
+            done.append(_Stage(words, len(pool), str(exc)))
+            return _Static(tuple(done), ())
+        done.append(_Stage(words, len(kept)))
         pool = kept
-    return pool
+    shared = any(d.allow_multiple_allocations for d in pool)
+    return _Static(tuple(done), tuple(Candidate(d, None) for d in pool), shared=shared)
 
 
 def _usable(
-    head: str, alt: Alternative, pool: Sequence[Device], usage: Usage, where: str
+    claim: ClaimKey,
+    alt: Alternative,
+    pool: Sequence[Candidate],
+    shared: bool,
+    usage: Usage,
+    where: str,
 ) -> Candidates:
-    usable = []
-    for device in pool:
-        found = _fits(alt, device, usage)
-        if found is not None:
-            usable.append(found)
+    """The candidates free for `alt` (`shared`: some of `pool` allow several allocations)."""
+    if alt.capacity or alt.admin_access or shared:
+        found = (_fits(alt, c.device, usage) for c in pool)
+        usable = tuple(c for c in found if c is not None)
+    else:  # the common case: whole devices, no capacity asked; free when nobody holds them
+        exclusive, consumed = usage.exclusive, usage.consumed
+        usable = tuple(
+            c for c in pool if c.device.id not in exclusive and c.device.id not in consumed
+        )
     need = alt.count if alt.mode is AllocationMode.EXACT_COUNT else len(pool)
     if len(usable) >= need:
-        return Candidates(tuple(usable), need, None)
+        return Candidates(usable, need, None)
     words = "free" if not alt.capacity else "free with the capacity asked"
-    text = f"{head}: {len(usable)} of {need} matching devices are {words} {where}"
-    return Candidates((), need, Miss(text, (_AVAILABILITY, len(usable))))
+    text = f"claim {claim} request {alt.name}: {len(usable)} of {need} matching devices are"
+    return Candidates((), need, Miss(f"{text} {words} {where}", (_AVAILABILITY, len(usable))))
 
 
 def _fits(alt: Alternative, device: Device, usage: Usage) -> Candidate | None:

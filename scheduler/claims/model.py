@@ -181,6 +181,11 @@ class ClaimSpec:
     requests: tuple[DeviceRequest, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     config: tuple[ConfigEntry, ...] = ()
+    shape: str = field(init=False, repr=False, compare=False)
+    """The spec as text, made once: equal specs have equal shapes (what allocation keys on)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", repr(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

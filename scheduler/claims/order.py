@@ -27,9 +27,13 @@ from .candidates import Candidate, Candidates
 from .model import AttrValue, Device, DeviceId
 from .usage import Usage
 
-__all__ = ["GpuMap", "prefer"]
+__all__ = ["GpuMap", "OrderMemo", "prefer"]
 
 _GPU_NAME = re.compile(r"^gpu-(\d+)$")
+_MEMO_LIMIT = 10_000
+
+OrderMemo = dict[tuple[int, int, tuple[int, ...]], tuple[GpuSelector, tuple[tuple[int, int], ...]]]
+"""The order `prefer` found per (GPU selector, count, GPU masks of the groups)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,11 +82,21 @@ def _whole_index(
 
 
 def prefer(
-    cands: Candidates, gpus: GpuMap | None, usage: Usage, group_by: str | None
+    cands: Candidates,
+    gpus: GpuMap | None,
+    usage: Usage,
+    group_by: str | None,
+    memo: OrderMemo | None = None,
 ) -> Candidates:
-    """`cands` in the order the search should try them (see the module docstring)."""
+    """`cands` in the order the search should try them (see the module docstring). `memo`
+    keeps the order of whole GPUs per GPU selector, count and sets of GPUs to order."""
     if gpus is None or len(cands.usable) < 2:
         return cands
+    if group_by is None:
+        only = _only_whole(cands.usable, gpus)
+        if only is not None:  # the common case: whole GPUs only, in one group
+            ordered = _ordered(only, gpus, cands.need, memo)
+            return Candidates(tuple(ordered), cands.need, cands.miss)
     whole, shared, mig, rest = [], [], [], []
     for cand in cands.usable:
         dev = cand.device
@@ -94,35 +108,74 @@ def prefer(
             mig.append(cand)
         else:
             rest.append(cand)
-    ordered = _whole_order(whole, gpus, cands.need, group_by)
-    ordered += sorted(shared, key=lambda c: (_fullness_left(c, usage), c.device.name))
-    busy = _busy_gpus(gpus, usage)
-    ordered += sorted(
-        mig, key=lambda c: (gpus.parent[c.device.id] not in busy, gpus.parent[c.device.id])
-    )
+    ordered = _whole_order(whole, gpus, cands.need, group_by, memo) if whole else []
+    if shared:
+        ordered += sorted(shared, key=lambda c: (_fullness_left(c, usage), c.device.name))
+    if mig:
+        busy = _busy_gpus(gpus, usage)
+        ordered += sorted(
+            mig, key=lambda c: (gpus.parent[c.device.id] not in busy, gpus.parent[c.device.id])
+        )
     return Candidates(tuple(ordered + rest), cands.need, cands.miss)
 
 
 def _whole_order(
-    whole: list[Candidate], gpus: GpuMap, need: int, group_by: str | None
+    whole: list[Candidate], gpus: GpuMap, need: int, group_by: str | None, memo: OrderMemo | None
 ) -> list[Candidate]:
-    groups: dict[tuple[str, AttrValue] | None, list[Candidate]] = {}
+    groups: dict[tuple[str, AttrValue] | None, dict[int, Candidate]] = {}
     for cand in whole:
         value = cand.device.attributes.get(group_by) if group_by else None
         key = None if value is None else (type(value).__name__, value)
-        groups.setdefault(key, []).append(cand)
+        groups.setdefault(key, {})[gpus.whole[cand.device.id]] = cand
+    return _ordered(list(groups.values()), gpus, need, memo)
+
+
+def _only_whole(usable: Sequence[Candidate], gpus: GpuMap) -> list[dict[int, Candidate]] | None:
+    """The candidates by GPU index as one group when every one is a whole GPU taken whole."""
+    whole = gpus.whole
+    by_index = {}
+    for cand in usable:
+        index = whole.get(cand.device.id)
+        if index is None or cand.consumed is not None:
+            return None
+        by_index[index] = cand
+    return [by_index]
+
+
+def _ordered(
+    members: list[dict[int, Candidate]], gpus: GpuMap, need: int, memo: OrderMemo | None
+) -> list[Candidate]:
+    """The groups' candidates (by GPU index) in the order `_mask_order` gives, memoised."""
+    masks = tuple(sum(1 << g for g in by_index) for by_index in members)
+    memo_key = (id(gpus.selector), need, masks)
+    hit = None if memo is None else memo.get(memo_key)
+    if hit is not None and hit[0] is gpus.selector:
+        order = hit[1]
+    else:
+        order = _mask_order(gpus.selector, need, masks)
+        if memo is not None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[memo_key] = (gpus.selector, order)
+    return [members[group][g] for group, g in order]
+
+
+def _mask_order(
+    selector: GpuSelector, need: int, masks: Sequence[int]
+) -> tuple[tuple[int, int], ...]:
+    """(group, GPU) in the order to try: groups that hold enough GPUs first, better sets first;
+    within a group its best set, then its other GPUs by index."""
     ranked = []
-    for members in groups.values():
-        by_index = {gpus.whole[c.device.id]: c for c in members}
-        mask = sum(1 << g for g in by_index)
-        size = min(need, len(by_index))
-        best = gpus.selector.select_mask(mask, 0, size) or ()
-        nv, pc, numa = gpus.selector.objective_of(best)
-        rank = (len(by_index) < need, -nv, pc, numa, min(by_index))
-        order = [by_index[g] for g in best]
-        order += [by_index[g] for g in mask_indices(mask) if g not in best]
+    for group, mask in enumerate(masks):
+        indices = mask_indices(mask)
+        size = min(need, len(indices))
+        best = selector.select_mask(mask, 0, size) or ()
+        nv, pc, numa = selector.objective_of(best)
+        rank = (len(indices) < need, -nv, pc, numa, min(indices))
+        order = [(group, g) for g in best]
+        order += [(group, g) for g in indices if g not in best]
         ranked.append((rank, order))
-    return [c for _rank, order in sorted(ranked, key=lambda r: r[0]) for c in order]
+    return tuple(item for _rank, order in sorted(ranked, key=lambda r: r[0]) for item in order)
 
 
 def _fullness_left(cand: Candidate, usage: Usage) -> Fraction:

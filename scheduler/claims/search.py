@@ -51,8 +51,24 @@ class Pick:
 def search(slots: Sequence[Slot], usage: Usage, limit: int = DEFAULT_LIMIT) -> list[Pick] | None:
     """The first answer in candidate order, or None when there is none; SearchLimitError past
     `limit` steps."""
+    if len(slots) == 1 and not slots[0].constraints:
+        return _single(slots[0], limit)
     run = _Run(slots, usage, limit)
     return list(run.picks) if run.fill(0) else None
+
+
+def _single(slot: Slot, limit: int) -> list[Pick] | None:
+    """One request under no constraint: the first option's first `need` candidates, as the
+    general search finds them (each candidate fits on its own, and a device serves a request
+    once, so any of them go together), after as many steps."""
+    for option in slot.options:
+        need = option.candidates.need
+        if need > limit:
+            raise SearchLimitError(f"no answer within {limit} steps")
+        usable = option.candidates.usable
+        if len(usable) >= need:
+            return [Pick(slot.claim, option.alternative, cand) for cand in usable[:need]]
+    return None
 
 
 def applies(constraint: Constraint, request: str) -> bool:

@@ -9,18 +9,25 @@ placed by `ClaimAllocator` with the policy's scoring, on the nodes where the res
 memory, taints, affinity) fits, and bound as a pod of that many whole GPUs on the GPUs its
 claims got. A GPU is in use for claims when the node's state has anything on it, so the two
 paths never hand out one GPU twice.
+
+A gang of claim-style pods (`place_gang`) gets its claims from `ClaimAllocator.place_gang`: all
+members' claims or none (each member's claims are its own, named after it), in one domain of
+the job's topology label when it has one (preferred: else anywhere; `prefer_clique`: one clique
+preferred, as for other gangs), on the nodes where a member's rest fits. The rests are then
+checked together (cpu, memory of members sharing a node): a gang whose rests do not fit where
+its claims went is not placed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from fractions import Fraction
 
 from agent.docread import DocReader
 from scheduler.claims.allocator import ClaimAllocator
-from scheduler.claims.decision import ClaimNode, PodClaims
+from scheduler.claims.decision import ClaimNode, GangDecision, PodClaims
 from scheduler.claims.errors import SpecError
 from scheduler.claims.model import (
     AllocatedDevice,
@@ -28,6 +35,7 @@ from scheduler.claims.model import (
     AllocationMode,
     AttrValue,
     Capacity,
+    ClaimKey,
     Device,
     DeviceClass,
     DeviceId,
@@ -37,7 +45,17 @@ from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim
 from scheduler.claims.slices import NodeDevices
 from scheduler.claims.usage import Usage
-from scheduler.placement import GPU_PRODUCT_LABEL, Assignment, NodeState, Placer, PodRequest
+from scheduler.placement import (
+    CLIQUE_LABEL,
+    GPU_PRODUCT_LABEL,
+    Assignment,
+    GangPlacement,
+    NodeState,
+    Placer,
+    PodRequest,
+    TopologyConstraint,
+    topology_domains,
+)
 
 __all__ = ["DRIVER", "GPU_CLASS", "SimClaims", "claim_gpus", "claim_node", "read_pod_claims"]
 
@@ -139,12 +157,73 @@ class SimClaims:
             return None
         return Assignment(node=decision.node, gpus=decision.gpus)
 
+    def place_gang(
+        self,
+        pods: Sequence[tuple[PodRequest, Sequence[ResourceClaim]]],
+        *,
+        topology: TopologyConstraint | None = None,
+        prefer_clique: bool = False,
+        excluded: AbstractSet[str] | None = None,
+    ) -> GangPlacement:
+        """Where every member and its claims go, or none (nothing is bound; see the module
+        docstring)."""
+        if not pods:
+            return GangPlacement(ok=True)
+        rest = replace(pods[0][0], gpus=0)
+        names = [n for n in self.placer.feasible(rest) if not excluded or n not in excluded]
+        nodes = [self._node(n) for n in names]
+        members = [PodClaims(key=p.key, claims=_own(p.key, c)) for p, c in pods]
+        usage = _usage(nodes)
+        if topology is None and prefer_clique and self.placer.snapshot.domains(CLIQUE_LABEL):
+            topology = TopologyConstraint(label=CLIQUE_LABEL, required=False)
+        decision = None
+        if topology is not None:
+            domains = _domains(topology_domains(self.placer.snapshot, topology.label), nodes)
+            decision = self.allocator.place_gang(members, nodes, usage, domains=domains)
+            if not decision.placed and topology.required:
+                return GangPlacement(ok=False, reason=decision.reasons[0])
+        if decision is None or not decision.placed:
+            decision = self.allocator.place_gang(members, nodes, usage)
+        return self._checked([p for p, _c in pods], decision)
+
+    def _checked(self, pods: Sequence[PodRequest], decision: GangDecision) -> GangPlacement:
+        """The gang's placement once every member's rest fits with the others on its node."""
+        if not decision.placed:
+            return GangPlacement(ok=False, reason=decision.reasons[0])
+        snapshot, placed = self.placer.snapshot, []
+        try:
+            for pod, got in zip(pods, decision.pods, strict=True):
+                if got.node is None or len(got.gpus) != pod.gpus:
+                    return GangPlacement(ok=False, reason=f"pod {pod.key}: its claims' GPUs")
+                if self.placer.assignment_on(replace(pod, gpus=0), got.node) is None:
+                    return GangPlacement(ok=False, reason=f"pod {pod.key}: no room on {got.node}")
+                assignment = Assignment(node=got.node, gpus=got.gpus)
+                snapshot.assume(pod, assignment)
+                placed.append((pod.key, assignment))
+        finally:
+            for key, _assignment in reversed(placed):
+                snapshot.forget(key)
+        return GangPlacement(ok=True, assignments=dict(placed))
+
     def _node(self, name: str) -> ClaimNode:
         state = self.placer.snapshot.node(name)
         found = self._nodes.get(name)
         if found is None or found.state is not state:
             found = self._nodes[name] = claim_node(state)
         return found
+
+
+def _own(pod: str, claims: Sequence[ResourceClaim]) -> tuple[ResourceClaim, ...]:
+    """A member's claims named after it, so that no two members share one."""
+    return tuple(replace(c, key=ClaimKey(c.key.namespace, f"{pod}.{c.key.name}")) for c in claims)
+
+
+def _domains(
+    values: Mapping[str, AbstractSet[str]], nodes: Sequence[ClaimNode]
+) -> dict[str, list[ClaimNode]]:
+    """Each domain's nodes among `nodes` (domains with none left out)."""
+    found = {v: [n for n in nodes if n.name in names] for v, names in values.items()}
+    return {v: members for v, members in found.items() if members}
 
 
 def _usage(nodes: Sequence[ClaimNode]) -> Usage:

@@ -2,11 +2,11 @@
 
 Time advances from event to event (an arrival, a pod finishing, a starvation hold ending).
 After every event the pending jobs are tried in arrival order, none blocking the ones behind
-it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_gang` (all or
-none; while it waits it holds nothing but a starvation hold, see `evictions`), then the rest one
-by one like any other replica. A pod runs `duration` seconds from the moment it is placed (for
-ever without one). A job is placed once all its replicas are; its gang wait is the
-time from arrival until its gang was placed.
+it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_gang` (members
+with claims: `SimClaims.place_gang`), all or none; while it waits it holds nothing but a
+starvation hold, see `evictions`; then the rest one by one like any other replica. A pod runs
+`duration` seconds from the moment it is placed (for ever without one). A job is placed once
+all its replicas are; its gang wait is the time from arrival until its gang was placed.
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the
 allocation against arrived demand (as in the protocol), fragmentation as the last job arrived, the
@@ -31,7 +31,7 @@ from functools import partial
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig, load_config
-from scheduler.placement import Assignment, PodRequest, place_gang
+from scheduler.placement import Assignment, PodRequest
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.placement.shares import placed_milli as milli
 from scheduler.preemption import PreemptionSettings, Preemptor
@@ -214,13 +214,7 @@ class _EventRun:
         held = None if self.preemption is None else self.preemption.blocked(key, entry.job.priority)
         models = self.models.filter(leaf, unit.pods)
         if unit.gang:
-            gang = partial(
-                place_gang,
-                unit.pods,
-                self.scheduler.placer,
-                topology=entry.job.topology,
-                prefer_clique=self.scheduler.policy.prefer_clique,
-            )
+            gang = partial(self.scheduler.choose_gang, unit.pods, entry.job.topology)
             result = models.decide(held, lambda off: gang(excluded=off), lambda r: r.ok)
             self._account(start, len(unit.pods))
             if not result.ok or not self.models.gang_fits(leaf, unit.pods, result.assignments):

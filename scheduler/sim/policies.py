@@ -23,10 +23,13 @@ from scheduler.config import SchedulerConfig, load_config
 from scheduler.placement import (
     CLIQUE_LABEL,
     Assignment,
+    GangPlacement,
     NodeState,
     PodRequest,
     Scoring,
+    TopologyConstraint,
     WeightedScore,
+    place_gang,
 )
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
@@ -142,6 +145,31 @@ class SimScheduler:
         if share is None:
             return assignment
         return Assignment(node=assignment.node, shares=(share,), numa=assignment.numa)
+
+    def choose_gang(
+        self,
+        pods: Sequence[PodRequest],
+        topology: TopologyConstraint | None,
+        excluded: AbstractSet[str] | None = None,
+    ) -> GangPlacement:
+        """Where every member of a gang would go, or none (nothing is bound): members with
+        claims through `SimClaims.place_gang`, others through placement's `place_gang`."""
+        prefer_clique = self.policy.prefer_clique
+        claims = [self.claims.get(p.key) for p in pods]
+        if not any(claims):
+            return place_gang(
+                pods, self.placer, topology=topology, prefer_clique=prefer_clique, excluded=excluded
+            )
+        if not all(claims):
+            return GangPlacement(ok=False, reason="a gang mixes pods with and without claims")
+        if self._sim_claims is None:
+            self._sim_claims = SimClaims(self.placer)
+        return self._sim_claims.place_gang(
+            [(p, c or ()) for p, c in zip(pods, claims, strict=True)],
+            topology=topology,
+            prefer_clique=prefer_clique,
+            excluded=excluded,
+        )
 
     def place(self, pod: PodRequest) -> Assignment | None:
         """Choose and bind; None when `pod` fits nowhere."""

@@ -16,7 +16,7 @@ jobs:
     # or gpuShare: 500 (milli of one GPU), or mig: {1g.10gb: 1}, or a share of a time-sliced
     # GPU by memory and compute (DESIGN §12): gpuMemory: 20Gi, gpuCompute: 30, or DRA claims
     # (each a ResourceClaim spec; `sim/claims.py`): claims: [{devices: {requests: [{name: g,
-    #   exactly: {deviceClassName: gpu.gputopo.io, count: 2}}]}}]
+    #   exactly: {deviceClassName: gpu.gputopo.io, count: 2}}]}}] (a gang's: all or none)
     queue: team-a        # a leaf of `queues` (omitted: the implicit `default` queue)
     priority: 0          # inside a queue: higher first, then arrival
     topology: {required: nvidia.com/gpu.clique}  # or preferred: a gang in one domain (`domains`)
@@ -290,8 +290,6 @@ def _jobs(reader: Reader, raw: Any, path: str, leaves: frozenset[str]) -> list[J
     min_member = reader.as_int(doc.get("minMember", 1), f"{path}.minMember", 1)
     if min_member > replicas:
         reader.fail(f"{path}.minMember", f"{min_member} is more than replicas ({replicas})")
-    if pod.claims and min_member > 1:
-        reader.fail(f"{path}.minMember", "claims are simulated for single pods, not gangs, yet")
     arrival = reader.as_float(doc.get("arrival", 0), f"{path}.arrival", 0.0)
     duration = doc.get("duration")
     if duration is not None:

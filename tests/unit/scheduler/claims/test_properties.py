@@ -6,14 +6,16 @@
 - with no topology preference the answer is the first a first-fit allocator finds (an oracle
   written separately: every combination in node order, checked whole), and it exists exactly
   when the oracle finds one; with a topology preference an answer exists exactly then too;
-- the decision is deterministic.
+- the decision is deterministic;
+- pods placed in turn on one `Usage` (each decision added to it), and a gang's members, never
+  take a device twice nor more of a shared device's capacity than is left, all together.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +28,7 @@ from scheduler.claims.model import (
     AllocatedDevice,
     Allocation,
     Alternative,
+    ClaimKey,
     Device,
     DeviceId,
     ResourceClaim,
@@ -360,3 +363,101 @@ def test_a_gang_is_all_or_none_and_takes_no_device_twice(
     assert len(taken) == len(set(taken)) == needed
     assert not set(taken) & held.exclusive
     assert len(decision.pods) == len(sizes)
+
+
+@st.composite
+def pod_runs(draw: st.DrawFn) -> tuple[Case, list[tuple[ResourceClaim, ...]], bool]:
+    """A node's devices and what is held there (`cases`), a second node like it, pods of one or
+    two claims each (their own), and whether the nodes have GPU maps (topology order)."""
+    case = draw(cases())
+    pods = []
+    for j in range(draw(st.integers(1, 5))):
+        claims = tuple(draw(claims_of(i)) for i in range(draw(st.integers(1, 2))))
+        pods.append(
+            tuple(replace(c, key=ClaimKey(c.key.namespace, f"p{j}-{c.key.name}")) for c in claims)
+        )
+    return case, pods, draw(st.booleans())
+
+
+def _two_nodes(case: Case, topology: bool) -> list[ClaimNode]:
+    twin = tuple(replace(d, id=DeviceId(d.id.driver, "n2", d.id.device)) for d in case.devices)
+    return [
+        ClaimNode(
+            name=name,
+            devices=NodeDevices(node=name, devices=devices),
+            gpus=GpuMap.build(case.inventory, devices) if topology else None,
+        )
+        for name, devices in (("n1", case.devices), ("n2", twin))
+    ]
+
+
+def check_together(
+    nodes: Sequence[ClaimNode], held: Usage, decisions: Sequence[PodDecision]
+) -> None:
+    """Across every pod: no device exclusively twice (nor one held before, nor one shared),
+    a pod's devices on its node, and a shared device's capacity never exceeded."""
+    by_id = {d.id: d for n in nodes for d in n.devices.devices}
+    exclusive: list[DeviceId] = []
+    consumed: dict[DeviceId, Fraction] = {}
+    for decision in decisions:
+        for made in decision.claims:
+            assert made.allocation.node == decision.node
+            for res in made.allocation.devices:
+                assert res.id.pool == decision.node
+                if res.consumed:
+                    amount = res.consumed[f"{DRIVER}/memory"]
+                    consumed[res.id] = consumed.get(res.id, Fraction(0)) + amount
+                else:
+                    exclusive.append(res.id)
+    assert len(exclusive) == len(set(exclusive))
+    assert not set(exclusive) & (held.exclusive | set(held.consumed) | set(consumed))
+    for dev_id, amount in consumed.items():
+        assert amount <= held.left(by_id[dev_id], f"{DRIVER}/memory")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod_runs())
+def test_pods_placed_in_turn_on_one_usage_never_share_a_device_or_overfill_one(
+    run: tuple[Case, list[tuple[ResourceClaim, ...]], bool],
+) -> None:
+    """One allocator and one `Usage` for a run of pods, each decision added to it as the runtime
+    does: every allocation valid when made, and all of them together too."""
+    case, pods, topology = run
+    nodes = _two_nodes(case, topology)
+    allocator = ClaimAllocator(classes())
+    usage = case.usage.copy()
+    decisions = []
+    for j, claims in enumerate(pods):
+        before = usage.copy()
+        decision = allocator.place(PodClaims(key=f"ns/p{j}", claims=claims), nodes, usage)
+        if decision.node is None:
+            assert decision.reasons
+            continue
+        devices = tuple(d for n in nodes for d in n.devices.devices)
+        check_valid(Case(devices, claims, before, case.inventory), decision)
+        for made in decision.claims:
+            usage.add(made.allocation.devices)
+        decisions.append(decision)
+    check_together(nodes, case.usage, decisions)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod_runs())
+def test_a_gang_of_random_claims_is_all_or_none_and_valid_together(
+    run: tuple[Case, list[tuple[ResourceClaim, ...]], bool],
+) -> None:
+    """A gang of random claims on two nodes: all or none; when placed, each member's claims
+    valid on their own and all of them together (no device twice, no capacity exceeded)."""
+    case, pods, topology = run
+    nodes = _two_nodes(case, topology)
+    members = [PodClaims(key=f"ns/p{j}", claims=claims) for j, claims in enumerate(pods)]
+    decision = ClaimAllocator(classes()).place_gang(members, nodes, case.usage)
+    if not decision.placed:
+        assert decision.pods == ()
+        assert decision.reasons
+        return
+    assert [p.node is not None for p in decision.pods] == [True] * len(members)
+    check_together(nodes, case.usage, decision.pods)
+    devices = tuple(d for n in nodes for d in n.devices.devices)
+    for member, got in zip(members, decision.pods, strict=True):
+        check_valid(Case(devices, member.claims, case.usage, case.inventory), got)

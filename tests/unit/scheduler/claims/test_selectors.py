@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from scheduler.claims.errors import SelectorError
+from scheduler.claims.model import Device
 from scheduler.claims.parse import parse_slice
 from scheduler.claims.selectors import Selectors
 from scheduler.claims.semver import Semver, parse_semver
@@ -126,3 +127,45 @@ def test_semver_precedence() -> None:
     parsed = [parse_semver(t) for t in ordered]
     assert all(a.compare(b) == -1 and b.compare(a) == 1 for a, b in itertools.pairwise(parsed))
     assert parse_semver("1.0.0+a").compare(parse_semver("1.0.0+b")) == 0
+
+
+def _gpu(minor: int, **attrs: object) -> Device:
+    return parse_slice(slice_obj("n1", [gpu_device(minor, **attrs)])).devices[0]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"{D}.numaNode == 1", id="one name"),
+        pytest.param(f'{D}["numaNode"] == 1', id="name by index"),
+        pytest.param(f'{D}.exists(k, k == "numaNode" && {D}.numaNode == 1)', id="domain iterated"),
+        pytest.param(
+            'device.attributes.exists(d, "numaNode" in device.attributes[d]'
+            " && device.attributes[d].numaNode == 1)",
+            id="every domain",
+        ),
+        pytest.param('device["attributes"]["gpu.gputopo.io"].numaNode == 1', id="device by index"),
+        pytest.param(f"has({D}.numaNode) && {D}.numaNode == 1", id="has"),
+    ],
+)
+def test_devices_that_differ_where_the_expression_reads_get_their_own_verdicts(
+    expression: str,
+) -> None:
+    """Verdicts are shared between devices that look the same to an expression; these differ
+    in what each expression reads (numaNode, or how many attributes), whatever way it reads it."""
+    selectors = Selectors()
+    one, zero, other = _gpu(0, numaNode=1), _gpu(1, numaNode=0), _gpu(2, numaNode=1)
+    assert selectors.matches(expression, one) is True
+    assert selectors.matches(expression, zero) is False
+    assert selectors.matches(expression, other) is True
+    assert Selectors().matches(expression, zero) is False
+
+
+def test_a_name_the_expression_does_not_read_is_not_seen() -> None:
+    selectors = Selectors()
+    expr = f'{D}.productName == "A"'
+    assert selectors.matches(expr, _gpu(0, productName="A", numaNode=0))
+    assert selectors.matches(expr, _gpu(1, productName="A", numaNode=1))
+    assert not selectors.matches(expr, _gpu(2, productName="B", numaNode=0))
+    with pytest.raises(SelectorError, match="no such key"):
+        selectors.matches(expr, _gpu(3, numaNode=0))

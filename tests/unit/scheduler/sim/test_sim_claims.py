@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from agent.model import NvlinkFabric
-from scheduler.placement import NodeState
+from scheduler.placement import NodeState, TopologyConstraint
+from scheduler.sim.build import build_cluster, job_requests
 from scheduler.sim.claims import claim_node
 from scheduler.sim.cluster import make_links
 from scheduler.sim.events import run_events
-from scheduler.sim.workload import GIB, ClusterSpec, NodeGroup, load_workload
+from scheduler.sim.policies import SimScheduler, make_policy
+from scheduler.sim.workload import GIB, ClusterSpec, NodeGroup, Workload, load_workload
 from scheduler.sim.yamlread import WorkloadError
 
 ONE_NODE = ClusterSpec(
@@ -45,11 +48,6 @@ def test_claims_are_read_and_counted_as_gpus(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("job", "match"),
     [
-        pytest.param(
-            "  - name: g\n    replicas: 2\n    minMember: 2\n" + claim_yaml(1),
-            "not gangs",
-            id="gang",
-        ),
         pytest.param(
             "  - name: b\n    pod: {claims: [{devices: {requests: [{name: g}]}}]}\n",
             r"jobs\[0\].pod.claims\[0\]: spec.devices.requests\[0\].exactly",
@@ -92,3 +90,98 @@ def test_devices_carry_nvlink_islands_from_the_links() -> None:
     assert islands == [0, 0, 2, 2]
     assert published.gpus is not None
     assert published.gpus.whole[published.devices.devices[3].id] == 3
+
+
+RACK = "gputopo.io/rack"
+RACKED = NodeGroup(name="n", count=2, gpus=8, model="H100", topology={RACK: "rack-{index}"})
+TWO_RACKS = ClusterSpec((RACKED,))
+
+
+def gang_yaml(name: str, replicas: int, count: int, cpu: int = 1, topology: str = "") -> str:
+    job = f"  - name: {name}\n    replicas: {replicas}\n    minMember: {replicas}\n{topology}"
+    return job + claim_yaml(count).replace("{cpu: 1,", f"{{cpu: {cpu},")
+
+
+def gang_scheduler(spec: ClusterSpec, path: Path) -> tuple[SimScheduler, Workload]:
+    loaded = load_workload(str(path))
+    scheduler = SimScheduler(build_cluster(spec), make_policy("gputopo", []), random.Random(1))
+    for job in loaded.jobs:
+        scheduler.claims.update((r.key, job.pod.claims) for r in job_requests(job))
+    return scheduler, loaded
+
+
+GANGS = [  # (replicas, GPUs each, pods placed) on one node of 8 GPUs
+    pytest.param(4, 2, 4, id="4 pods x 2 GPUs fill the node"),
+    pytest.param(2, 4, 2, id="2 pods x 4 GPUs"),
+    pytest.param(5, 2, 0, id="5 pods x 2 GPUs: none"),
+    pytest.param(3, 3, 0, id="3 pods x 3 GPUs: none"),
+]
+
+
+@pytest.mark.parametrize(("replicas", "count", "placed"), GANGS)
+def test_a_claim_gang_is_placed_all_or_none(
+    tmp_path: Path, replicas: int, count: int, placed: int
+) -> None:
+    path = workload(tmp_path, gang_yaml("g", replicas, count))
+    result = run_events(ONE_NODE, load_workload(str(path)), "gputopo", 1)
+    assert result.pods_placed == placed
+    assert result.jobs_placed == (1 if placed else 0)
+
+
+def test_gang_members_get_their_own_gpus_and_nothing_is_bound(tmp_path: Path) -> None:
+    scheduler, loaded = gang_scheduler(ONE_NODE, workload(tmp_path, gang_yaml("g", 4, 2)))
+    pods = job_requests(loaded.jobs[0])
+    got = scheduler.choose_gang(pods, None)
+    assert got.ok
+    gpus = [g for p in pods for g in got.assignments[p.key].gpus]
+    assert sorted(gpus) == list(range(8))
+    assert all(len(got.assignments[p.key].gpus) == 2 for p in pods)
+    nothing_bound = scheduler.placer.snapshot.node(got.assignments[pods[0].key].node)
+    assert not nothing_bound.pods
+
+
+@pytest.mark.parametrize(
+    ("topology", "placed"),
+    [
+        pytest.param(f"    topology: {{required: {RACK}}}\n", False, id="required rack: none"),
+        pytest.param(f"    topology: {{preferred: {RACK}}}\n", True, id="preferred: both racks"),
+        pytest.param("", True, id="no topology"),
+    ],
+)
+def test_a_claim_gang_keeps_to_its_topology_domain(
+    tmp_path: Path, topology: str, placed: bool
+) -> None:
+    """3 pods x 4 GPUs: 12 GPUs, more than one rack's 8."""
+    scheduler, loaded = gang_scheduler(
+        TWO_RACKS, workload(tmp_path, gang_yaml("g", 3, 4, 1, topology))
+    )
+    job = loaded.jobs[0]
+    got = scheduler.choose_gang(job_requests(job), job.topology)
+    assert got.ok is placed
+    if placed:
+        assert {a.node for a in got.assignments.values()} == {"n-0", "n-1"}
+    else:
+        assert got.reason
+
+
+def test_a_claim_gang_in_one_rack_when_it_fits_there(tmp_path: Path) -> None:
+    scheduler, loaded = gang_scheduler(
+        TWO_RACKS,
+        workload(tmp_path, gang_yaml("g", 2, 4, 1, f"    topology: {{required: {RACK}}}\n")),
+    )
+    job = loaded.jobs[0]
+    assert job.topology == TopologyConstraint(label=RACK, required=True)
+    got = scheduler.choose_gang(job_requests(job), job.topology)
+    assert got.ok
+    assert len({a.node for a in got.assignments.values()}) == 1
+
+
+def test_a_claim_gang_whose_members_cpu_does_not_fit_together_is_not_placed(
+    tmp_path: Path,
+) -> None:
+    """Two members of 40 cpus and 4 GPUs each: the GPUs fit on the node, the cpus do not."""
+    scheduler, loaded = gang_scheduler(ONE_NODE, workload(tmp_path, gang_yaml("g", 2, 4, cpu=40)))
+    got = scheduler.choose_gang(job_requests(loaded.jobs[0]), None)
+    assert not got.ok
+    assert "no room" in got.reason
+    assert not scheduler.placer.snapshot.node("n-0").pods

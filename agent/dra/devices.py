@@ -7,7 +7,8 @@ Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`typ
 `productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
 `parentUUID`), ours (`numaNode`, `nvlinkIsland`, `clique`), and the standard
 `resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
-Capacity `memory`; a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
+Capacity `memory`, and `multiprocessors` for a MIG device (its profile's SM count, where NVML
+said it); a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
 split of both unless its claim asks otherwise (a default compute of 100 would let one share take
 every SM's worth of capacity, so a second share asking memory alone would no longer fit).
 Values are in the API's typed form (`{"string": ...}`, `{"int": ...}`, `{"version": ...}`);
@@ -37,6 +38,7 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 AttributeValue = Mapping[str, Any]
 
 MEMORY = "memory"
+MULTIPROCESSORS = "multiprocessors"
 COMPUTE = "compute"
 FULL_COMPUTE = 100
 """A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
@@ -133,7 +135,7 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         "uuid": {"string": gpu.uuid},
         **common,
     }
-    capacity = {"memory": f"{gpu.usable_memory_mib}Mi"}
+    capacity = {MEMORY: f"{gpu.usable_memory_mib}Mi"}
     if replicas > 0:
         capacity[COMPUTE] = str(FULL_COMPUTE)
     return DraDevice(
@@ -157,6 +159,9 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         "parentUUID": {"string": gpu.uuid},
         **common,
     }
+    capacity = {MEMORY: f"{mig.memory_mib}Mi"}
+    if mig.multiprocessors > 0:
+        capacity[MULTIPROCESSORS] = str(mig.multiprocessors)
     return DraDevice(
         name=mig_device_name(gpu, mig),
         type=DeviceType.MIG,
@@ -164,7 +169,7 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
         attributes=attrs,
-        capacity={"memory": f"{mig.memory_mib}Mi"},
+        capacity=capacity,
     )
 
 

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agent.dra.devices import PCI_BUS_ID, PCIE_ROOT, DeviceType, dra_devices, semver
+from agent.inventory import discover
 from agent.nvml.fixture import load_fixture
 from tests.builders.deviceplugin import make_inventory
 
@@ -52,4 +55,23 @@ def test_a_gpu_in_mig_mode_is_published_as_its_mig_devices():
     assert mig.attributes["profile"] == {"string": "3g.40gb"}
     assert mig.attributes["parentUUID"] == {"string": inventory.gpus[0].uuid}
     assert mig.gpu_uuid == inventory.gpus[0].uuid
-    assert mig.capacity == {"memory": "40192Mi"}
+    assert mig.capacity == {"memory": "40192Mi", "multiprocessors": "42"}
+    assert devices[1].capacity == {"memory": "9856Mi", "multiprocessors": "14"}
+
+
+def test_a_mig_device_nvml_gave_no_sm_count_publishes_memory_alone():
+    inventory = make_inventory(1, mig={0: ["7g.80gb"]})
+    gpu = inventory.gpus[0]
+    unsaid = replace(gpu, mig_devices=(replace(gpu.mig_devices[0], multiprocessors=0),))
+    devices = dra_devices(replace(inventory, gpus=(unsaid,)), [0])
+    assert devices[0].capacity == {"memory": "80896Mi"}
+
+
+def test_mig_devices_read_through_nvml_publish_their_profiles_multiprocessors(backend_for):
+    backend, _ = backend_for("dgx-a100-mig")
+    inventory = discover(backend)
+    devices = dra_devices(inventory, [2])
+    assert [(d.attributes["profile"]["string"], d.capacity) for d in devices] == [
+        ("4g.40gb", {"memory": "40192Mi", "multiprocessors": "56"}),
+        ("3g.40gb", {"memory": "40192Mi", "multiprocessors": "42"}),
+    ]

@@ -11,6 +11,9 @@ Capacity `memory`, and `multiprocessors` for a MIG device (its profile's SM coun
 said it); a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
 split of both unless its claim asks otherwise (a default compute of 100 would let one share take
 every SM's worth of capacity, so a second share asking memory alone would no longer fit).
+A device is Unhealthy (`unhealthy_devices`) when NVML reported an Xid on it or its GPU, or lost
+the GPU, and a share also while MPS does not serve it (DESIGN §12: the device plugin's shares go
+Unhealthy then too).
 Values are in the API's typed form (`{"string": ...}`, `{"int": ...}`, `{"version": ...}`);
 versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `535.104.5`).
 """
@@ -42,6 +45,8 @@ MULTIPROCESSORS = "multiprocessors"
 COMPUTE = "compute"
 FULL_COMPUTE = 100
 """A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
+NVML_UNHEALTHY = "Xid or lost GPU reported by NVML"
+"""Why a device whose GPU or MIG UUID the health tracker marks is Unhealthy."""
 
 
 class DeviceType(StrEnum):
@@ -171,6 +176,20 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         attributes=attrs,
         capacity=capacity,
     )
+
+
+def unhealthy_devices(
+    devices: Sequence[DraDevice], unhealthy: Collection[str], mps_down: str | None
+) -> dict[str, str]:
+    """Device name -> why it is Unhealthy: its GPU or MIG UUID is in `unhealthy` (the health
+    tracker's), or it is a share while MPS does not serve (`mps_down`, the reason)."""
+    out: dict[str, str] = {}
+    for device in devices:
+        if device.uuid in unhealthy or device.gpu_uuid in unhealthy:
+            out[device.name] = NVML_UNHEALTHY
+        elif device.shared and mps_down is not None:
+            out[device.name] = mps_down
+    return out
 
 
 def nrt_resource(device: DraDevice) -> str:

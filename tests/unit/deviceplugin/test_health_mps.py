@@ -47,12 +47,17 @@ class Rig:
         self.clock = FakeClock(start=1_764_190_000.0)
         self.path = folder / "status.json"
         self.published: list[dict[str, str]] = []
+        self.reasons: list[str | None] = []
         self.watch = MpsWatch(
             self.path,
             lambda: resources(Sharing.MPS),
-            lambda down: self.published.append(dict(down)),
+            self.publish,
             wall_clock=self.clock,
         )
+
+    def publish(self, down, reason) -> None:
+        self.published.append(dict(down))
+        self.reasons.append(reason)
 
     def write(self, *daemons: DaemonStatus) -> None:
         write_status(self.path, MpsStatus(written_at=self.clock(), gpus=(), daemons=daemons))
@@ -67,9 +72,11 @@ def test_the_watch_follows_the_file_down_and_up(tmp_path):
     assert "MPS is not running: no" in r.poll()[SHARED]
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=False, reason="exited"))
     assert r.poll() == {SHARED: DOWN}
+    assert r.reasons[-1] == DOWN  # the reason itself, for the DRA driver's shares
     assert r.watch.serving is False
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=True))
     assert r.poll() == {}
+    assert r.reasons[-1] is None
     assert r.watch.serving is True
     r.clock.advance(STALE_AFTER_S + 1)  # the supervisor stopped writing
     assert "the MPS supervisor stopped updating it" in r.poll()[SHARED]

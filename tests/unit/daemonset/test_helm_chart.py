@@ -357,6 +357,18 @@ def test_the_mps_gpus_are_those_sharing_mps_shares_unless_set(helm, values, gpus
     assert checks.parse_flags(pod["containers"][0]["args"])["--gpus"] == gpus
 
 
+def test_the_extended_resource_device_class_renders_as_its_part_and_only_with_every_gpu(helm):
+    on = {"dra": {"enabled": True, "extendedResource": True}}
+    chart = h.added(_with(helm, on), _with(helm, OPTIONAL_VALUES["dra"]))
+    manifests = r.load_file(r.OPTIONAL / "dra" / "extended-resource" / "deviceclass.yaml")
+    assert h.by_key(chart) == h.by_key(manifests)
+    some = h.merged(on, {"dra": {"gpus": "0,1"}})
+    done = h.helm(helm, "template", "gputopo", str(h.CHART), "--values", str(h.values_file(some)),
+                  check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert "dra.extendedResource needs dra.enabled and dra.gpus: all" in done.stderr
+
+
 def test_cdi_and_dra_together_give_each_volume_a_name_of_its_own(helm):
     """Both parts mount the node's /var/run/cdi (the device plugin's read-only, the DRA driver's
     writable under the host root): in the chart and in the two kustomize components together,

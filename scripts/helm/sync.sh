@@ -13,7 +13,7 @@ rm "$chart/crds/kustomization.yaml"  # not a CRD: Helm would send it to the API 
 for file in admission/agent-own-node-policy.yaml admission/share-trust-policy.yaml \
   queue-label/queue-label-policy.yaml monitoring/podmonitors.yaml \
   monitoring/prometheusrule.yaml monitoring/gputopo-dashboard.json dra/dra.yaml \
-  dra/extended-resource/deviceclass.yaml; do
+  dra/slice-policy.yaml dra/extended-resource/deviceclass.yaml; do
   mkdir -p "$chart/files/optional/$(dirname "$file")"
   cp "optional/$file" "$chart/files/optional/$file"
 done

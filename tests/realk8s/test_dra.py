@@ -4,11 +4,13 @@ attributes, prepared by the agent (a CDI spec per claim) and seen in the contain
 through containerd's CDI; an Xid in the slices and the pod's status; agent and kubelet restarts.
 
 The DRA agent runs on its own (module fixture) with fixture dgx-a100-mig, every GPU given to DRA
-(its device plugin then advertises nothing), no NRT and no labels (the session agent's)."""
+(its device plugin then advertises nothing), GPU 7 shared under sharing.mps (an MPS root whose
+status file says MPS serves root), no NRT and no labels (the session agent's)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,29 +19,44 @@ import pytest
 
 from agent.dra import DRIVER
 from agent.nvml.fixture import load_fixture
+from agent.shares import mps_pipe_directory, mps_shm_directory
+from deviceplugin.mps_env import MEMORY_ENV, PIPE_ENV, THREADS_ENV
 from tests.builders.dra import claim_template, with_claim_template
 from tests.builders.process import ROOT, CommandProcess
 from tests.builders.realk8s import Cluster, busybox_pod, env_of, wait_until
+from tests.builders.sharenode import mps_serving
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(600)]
 
 FIXTURE = "dgx-a100-mig"
 DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
+SLICE_POLICY = DRA_YAML.parent / "slice-policy.yaml"
 A100 = "NVIDIA A100-SXM4-80GB"
 ATTR = f"device.attributes['{DRIVER}']"
 CAP = f"device.capacity['{DRIVER}']"
 
 
 SHARED_GPU = 7
+REPLICAS = 4
 AGENT_CONFIG = f"""version: v1
 sharing:
-  timeSlicing:
+  mps:
     renameByDefault: true
     resources:
     - name: nvidia.com/gpu
-      replicas: 4
+      replicas: {REPLICAS}
       devices: [{SHARED_GPU}]
 """
+
+
+def mps_root(cluster: Cluster) -> Path:
+    """An MPS root as `gputopo-agent mps` keeps it for root (uid 0, as the busybox pods run):
+    its status file says MPS serves (dated an hour ahead: no supervisor rewrites it), and its pipe
+    directory and shm, which a share's CDI spec mounts, exist."""
+    root = mps_serving(cluster.run_dir / "mps", users=(0,))
+    for folder in (mps_pipe_directory(str(root), 0), mps_shm_directory(str(root), 0)):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def start_dra_agent(cluster: Cluster) -> CommandProcess:
@@ -52,7 +69,7 @@ def start_dra_agent(cluster: Cluster) -> CommandProcess:
         "--dra-registry-dir", kubelet["plugins_registry"],
         "--dra-plugins-dir", kubelet["plugins_dir"],
         "--share-record", str(cluster.run_dir / "agent" / "dra-shares.json"),
-        "--health-recheck-interval", "45",
+        "--health-recheck-interval", "45", "--mps-root", str(mps_root(cluster)),
         config_file=config_file,
     )  # fmt: skip
     proc.port(timeout_s=60)
@@ -90,6 +107,7 @@ class DraAgent:
 @pytest.fixture(scope="module")
 def dra_agent(cluster: Cluster) -> Iterator[DraAgent]:
     cluster.kubectl("apply", "-f", str(DRA_YAML))
+    cluster.kubectl("apply", "-f", str(SLICE_POLICY))  # the agent writes its slices under it
     agent = DraAgent(cluster)
     wait_until(lambda: len(devices(cluster)) >= 8, 90, "the agent's ResourceSlices")
     yield agent
@@ -193,9 +211,10 @@ def test_a_mig_claim_gets_a_mig_device(cluster: Cluster, dra_agent):
         cluster.delete_pods("dra-mig")
 
 
-def test_two_20gi_shares_of_one_gpu(cluster: Cluster, dra_agent):
+def test_two_20gi_shares_of_one_gpu_run_with_their_mps_limits(cluster: Cluster, dra_agent):
     shared = f"gpu-{load_fixture(FIXTURE).inventory.gpus[SHARED_GPU].minor}"
     assert devices(cluster)[shared]["allowMultipleAllocations"] is True
+    assert "taints" not in devices(cluster)[shared]  # MPS serves: the share is healthy
     template = claim_template("share-20g", "gpu-share.gputopo.io", capacity={"memory": "20Gi"})
     try:
         first = run_pod(cluster, "dra-share-a", template)
@@ -206,6 +225,13 @@ def test_two_20gi_shares_of_one_gpu(cluster: Cluster, dra_agent):
         assert [r["consumedCapacity"]["memory"] for r in results] == ["20Gi", "20Gi"]
         uuid = devices(cluster)[shared]["attributes"]["uuid"]["string"]
         assert visible(cluster, "dra-share-a") == visible(cluster, "dra-share-b") == [uuid]
+        # the limits of DESIGN §12 through the claim's CDI spec: its memory, the equal split of
+        # the SMs (the claim asked no compute), root's MPS pipe directory
+        env = env_of(cluster.logs("dra-share-a"))
+        pipe = mps_pipe_directory(str(cluster.run_dir / "mps"), 0)
+        assert (env.get(MEMORY_ENV), env.get(THREADS_ENV), env.get(PIPE_ENV)) == (
+            "0=20480M", str(100 // REPLICAS), pipe,
+        )  # fmt: skip
     finally:
         cluster.delete_pods("dra-share-a", "dra-share-b")
 
@@ -245,6 +271,7 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
             wait_until(observe, 90, f"{resource} Unhealthy in the pod's status and tainted")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; seen {seen}; pod's last status {last[0]}") from None
+        assert_a_new_claim_waits_while_tainted(cluster, gpu5.uuid, name)
         wait_until(
             lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 120,
             f"{resource} Healthy again",
@@ -252,6 +279,41 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
         assert cluster.pod("dra-xid")["status"]["phase"] == "Running"
     finally:
         cluster.delete_pods("dra-xid")
+
+
+def tainted(cluster: Cluster, device: str) -> bool:
+    taints = devices(cluster).get(device, {}).get("taints", [])
+    return any(t["key"] == f"{DRIVER}/unhealthy" for t in taints)
+
+
+def assert_a_new_claim_waits_while_tainted(cluster: Cluster, uuid: str, device: str) -> None:
+    """A claim for the tainted GPU, not tolerating the taint: kube-scheduler allocates it nothing
+    while the slice carries the taint (the claim is read before the slice, and a taint only
+    goes away here, so an allocation seen with the taint still there was made under it)."""
+    template = claim_template("avoid-tainted", "gpu.gputopo.io", f"{ATTR}.uuid == '{uuid}'")
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(template))
+    pod = with_claim_template(busybox_pod("dra-avoid"), "avoid-tainted")
+    cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    waited = 0
+    try:
+        while True:
+            status = cluster.pod("dra-avoid")["status"]
+            names = [c["resourceClaimName"] for c in status.get("resourceClaimStatuses") or []]
+            claim = (
+                json.loads(cluster.kubectl("get", "resourceclaim", names[0], "-o", "json"))
+                if names
+                else {}
+            )
+            allocation = (claim.get("status") or {}).get("allocation")
+            if not tainted(cluster, device):
+                break
+            assert allocation is None, f"allocated while {device} is tainted: {allocation}"
+            assert status.get("phase") == "Pending"
+            waited += 1
+            time.sleep(1)
+    finally:
+        cluster.delete_pods("dra-avoid")
+    assert waited >= 3, "the taint went before the claim could be tried"
 
 
 def test_agent_restart_keeps_the_prepared_claim_and_the_kubelet_wipes_slices_of_a_gone_driver(

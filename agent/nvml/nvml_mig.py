@@ -19,7 +19,9 @@ _PROFILE_COUNT = 0x12  # NVML_GPU_INSTANCE_PROFILE_COUNT in current pynvml
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _ProfileInfo:
+class GpuInstanceProfile:
+    """What NVML says of one GPU-instance profile this GPU supports."""
+
     name: str  # "1g.10gb"
     multiprocessors: int
 
@@ -40,7 +42,7 @@ def read_mig_devices(nvml: Any, parent: Any) -> tuple[MigDevice, ...]:
 
 
 def _mig_device(
-    nvml: Any, parent: Any, handle: Any, profiles: dict[int, _ProfileInfo]
+    nvml: Any, parent: Any, handle: Any, profiles: dict[int, GpuInstanceProfile]
 ) -> MigDevice:
     gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
     info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(parent, gi_id))
@@ -57,11 +59,11 @@ def _mig_device(
     )
 
 
-def gpu_instance_profiles(nvml: Any, parent: Any) -> dict[int, _ProfileInfo]:
+def gpu_instance_profiles(nvml: Any, parent: Any) -> dict[int, GpuInstanceProfile]:
     """GPU-instance profile ID → its name (`1g.10gb`) and SM count, for the profiles this GPU
     supports."""
     absent = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
-    profiles: dict[int, _ProfileInfo] = {}
+    profiles: dict[int, GpuInstanceProfile] = {}
     for profile in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", _PROFILE_COUNT))):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile)
@@ -69,7 +71,7 @@ def gpu_instance_profiles(nvml: Any, parent: Any) -> dict[int, _ProfileInfo]:
             if exc.value in absent:
                 continue
             raise
-        profiles[int(info.id)] = _ProfileInfo(
+        profiles[int(info.id)] = GpuInstanceProfile(
             name=_name_suffix(info.name), multiprocessors=int(info.multiprocessorCount)
         )
     return profiles

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from agent.dra import DRIVER
+from agent.mps.layout import MpsLayout
+from agent.mps.status import DaemonStatus, MpsStatus, write_status
 from agent.nvml.fixture import load_fixture
 from agent.shares import mps_pipe_directory, mps_shm_directory
 from deviceplugin.mps_env import MEMORY_ENV, PIPE_ENV, THREADS_ENV
@@ -163,6 +165,11 @@ def test_slices_publish_every_gpu_and_mig_device_with_attributes(cluster: Cluste
     assert gpu["attributes"]["productName"] == {"string": A100}
     assert gpu["attributes"]["type"] == {"string": "gpu"}
     assert "resource.kubernetes.io/pciBusID" in gpu["attributes"]
+    mig = next(d for d in found.values() if d["attributes"]["type"] == {"string": "mig"})
+    sms = {"1g.10gb": "14", "2g.20gb": "28", "3g.40gb": "42", "4g.40gb": "56"}
+    assert mig["capacity"]["multiprocessors"] == {
+        "value": sms[mig["attributes"]["profile"]["string"]]
+    }
 
 
 def test_a_claim_by_product_and_memory_runs_and_sees_its_gpu_uuid(cluster: Cluster, dra_agent):
@@ -236,6 +243,22 @@ def test_two_20gi_shares_of_one_gpu_run_with_their_mps_limits(cluster: Cluster, 
         cluster.delete_pods("dra-share-a", "dra-share-b")
 
 
+def test_while_mps_does_not_serve_the_shared_gpu_is_tainted_and_then_healthy_again(
+    cluster: Cluster, dra_agent
+):
+    shared = f"gpu-{load_fixture(FIXTURE).inventory.gpus[SHARED_GPU].minor}"
+    status = MpsLayout(cluster.run_dir / "mps").status_file
+    down = MpsStatus(written_at=time.time() + 3600, gpus=(),
+                     daemons=(DaemonStatus(uid=0, up=False, reason="exited"),))  # fmt: skip
+    try:
+        write_status(status, down)
+        wait_until(lambda: tainted(cluster, shared), 30, f"{shared} tainted while MPS is down")
+        assert not tainted(cluster, "gpu-4")  # a whole GPU needs no MPS
+    finally:
+        mps_root(cluster)  # serving again
+    wait_until(lambda: not tainted(cluster, shared), 30, f"{shared} healthy once MPS serves")
+
+
 def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, dra_agent):
     """dgx-a100-mig's fake NVML emits Xid 79 on GPU5 30 s after the agent starts; the GPU
     answers NVML again, so it is Healthy at the next reset-required probe (the DRA agent probes
@@ -249,20 +272,25 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
     resource = ""  # the kubelet 1.37 names the resource by its CDI device ID
     seen: set[str] = set()
     last: list[dict[str, str]] = [{}]
+    probe = TaintedClaimProbe(cluster, gpu5.uuid, name)
 
     def observe() -> bool:
         last[0] = device_health(cluster, "dra-xid")
         if last[0].get(resource) == "Unhealthy":
             seen.add("pod")
-        if any(t["key"] == f"{DRIVER}/unhealthy" for t in devices(cluster)[name].get("taints", [])):
+        if tainted(cluster, name):
             seen.add("slice")
+        if "slice" in seen:
+            probe.sample()  # a new claim for it, tried while the taint is there
         return seen == {"pod", "slice"}
 
     try:
         claim = run_pod(cluster, "dra-xid", template)
         resource = f"k8s.gputopo.io/claim={claim['metadata']['uid']}-{name}"
+        # Healthy once the module agent's own first Xid (30 s after its start) has passed: up
+        # to 45 s for the probe and the kubelet's next pod status
         wait_until(
-            lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 60,
+            lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 120,
             f"{resource} Healthy in the pod's status",
         )  # fmt: skip
         dra_agent.stop()  # the restarted fake NVML emits the Xid 30 s after the start
@@ -271,14 +299,14 @@ def test_an_xid_taints_the_device_and_shows_in_the_pod_status(cluster: Cluster, 
             wait_until(observe, 90, f"{resource} Unhealthy in the pod's status and tainted")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; seen {seen}; pod's last status {last[0]}") from None
-        assert_a_new_claim_waits_while_tainted(cluster, gpu5.uuid, name)
+        probe.finish()
         wait_until(
             lambda: device_health(cluster, "dra-xid").get(resource) == "Healthy", 120,
             f"{resource} Healthy again",
         )  # fmt: skip
         assert cluster.pod("dra-xid")["status"]["phase"] == "Running"
     finally:
-        cluster.delete_pods("dra-xid")
+        cluster.delete_pods("dra-xid", "dra-avoid")
 
 
 def tainted(cluster: Cluster, device: str) -> bool:
@@ -286,34 +314,50 @@ def tainted(cluster: Cluster, device: str) -> bool:
     return any(t["key"] == f"{DRIVER}/unhealthy" for t in taints)
 
 
-def assert_a_new_claim_waits_while_tainted(cluster: Cluster, uuid: str, device: str) -> None:
-    """A claim for the tainted GPU, not tolerating the taint: kube-scheduler allocates it nothing
-    while the slice carries the taint (the claim is read before the slice, and a taint only
-    goes away here, so an allocation seen with the taint still there was made under it)."""
-    template = claim_template("avoid-tainted", "gpu.gputopo.io", f"{ATTR}.uuid == '{uuid}'")
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(template))
-    pod = with_claim_template(busybox_pod("dra-avoid"), "avoid-tainted")
-    cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
-    waited = 0
-    try:
-        while True:
-            status = cluster.pod("dra-avoid")["status"]
-            names = [c["resourceClaimName"] for c in status.get("resourceClaimStatuses") or []]
-            claim = (
-                json.loads(cluster.kubectl("get", "resourceclaim", names[0], "-o", "json"))
-                if names
-                else {}
+class TaintedClaimProbe:
+    """A claim for one GPU, not tolerating its taint, made as soon as the taint shows in the
+    slice: kube-scheduler must allocate it nothing while the slice carries the taint. The claim
+    is read before the slice and a taint only goes away here, so an allocation seen with the
+    taint still there was made under it."""
+
+    def __init__(self, cluster: Cluster, uuid: str, device: str) -> None:
+        self.cluster = cluster
+        self.uuid = uuid
+        self.device = device
+        self.made = False
+        self.samples = 0
+
+    def sample(self) -> bool:
+        """One look while the taint may be there; False once it is gone."""
+        if not self.made:
+            template = claim_template(
+                "avoid-tainted", "gpu.gputopo.io", f"{ATTR}.uuid == '{self.uuid}'"
             )
-            allocation = (claim.get("status") or {}).get("allocation")
-            if not tainted(cluster, device):
-                break
-            assert allocation is None, f"allocated while {device} is tainted: {allocation}"
-            assert status.get("phase") == "Pending"
-            waited += 1
-            time.sleep(1)
-    finally:
-        cluster.delete_pods("dra-avoid")
-    assert waited >= 3, "the taint went before the claim could be tried"
+            self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(template))
+            pod = with_claim_template(busybox_pod("dra-avoid"), "avoid-tainted")
+            self.cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+            self.made = True
+        status = self.cluster.pod("dra-avoid")["status"]
+        names = [c["resourceClaimName"] for c in status.get("resourceClaimStatuses") or []]
+        claim = {}
+        if names:
+            claim = json.loads(self.cluster.kubectl("get", "resourceclaim", names[0], "-o", "json"))
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not tainted(self.cluster, self.device):
+            return False
+        assert allocation is None, f"allocated while {self.device} is tainted: {allocation}"
+        assert status.get("phase") == "Pending"
+        self.samples += 1
+        return True
+
+    def finish(self) -> None:
+        """Look until the taint goes; then the claim was tried while it was there."""
+        try:
+            while self.sample():
+                time.sleep(1)
+        finally:
+            self.cluster.delete_pods("dra-avoid")
+        assert self.samples >= 3, f"{self.samples} looks while {self.device} was tainted"
 
 
 def test_agent_restart_keeps_the_prepared_claim_and_the_kubelet_wipes_slices_of_a_gone_driver(

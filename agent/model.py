@@ -250,6 +250,7 @@ class MigDevice:
     memory_mib: int
     start: int  # placement start, in memory slices
     size: int  # placement size, in memory slices
+    multiprocessors: int = 0  # streaming multiprocessors (NVML's profile info); 0 where unsaid
 
     @property
     def compute_slices(self) -> int:

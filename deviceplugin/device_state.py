@@ -6,6 +6,8 @@ bumps the version and wakes the ListAndWatch streams waiting on it.
 
 Two kinds of Unhealthy: `unhealthy` names GPU / MIG units (an Xid; every resource on that unit),
 `down` names whole resources with the reason (MPS not serving: every replica, whatever its GPU).
+`mps_down` is that reason itself, the one reading of the MPS status file, which the DRA driver's
+shares read as well (they are no resource of the device plugin's).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class DeviceStateView:
     resources: Mapping[str, Resource]  # by resource name
     unhealthy: frozenset[str]  # GPU and MIG UUIDs
     down: Mapping[str, str] = field(default_factory=dict)  # resource name -> why all Unhealthy
+    mps_down: str | None = None  # why MPS does not serve (watched under sharing.mps only)
 
 
 def down_error(name: str, reason: str) -> DeviceUnavailableError:
@@ -70,13 +73,15 @@ class DeviceState:
             self._publish(replace(old, version=old.version + 1, unhealthy=unhealthy))
             return True
 
-    def set_down(self, down: Mapping[str, str]) -> bool:
-        """Replace the resources marked down (name -> reason); False when nothing changed."""
+    def set_down(self, down: Mapping[str, str], mps_down: str | None = None) -> bool:
+        """Replace the resources marked down (name -> reason) and why MPS does not serve (None
+        while it serves); False when nothing changed."""
         with self._cond:
             old = self._view
-            if dict(down) == dict(old.down):
+            if dict(down) == dict(old.down) and mps_down == old.mps_down:
                 return False
-            self._publish(replace(old, version=old.version + 1, down=dict(down)))
+            new = replace(old, version=old.version + 1, down=dict(down), mps_down=mps_down)
+            self._publish(new)
             return True
 
     def _publish(self, view: DeviceStateView) -> None:

@@ -15,6 +15,7 @@ every GPU reset-required; the process keeps serving.
 MPS (DESIGN §12): under `sharing.mps`, `MpsWatch` reads `gputopo-agent mps`'s status file every
 health round; while it says MPS does not serve (`agent.mps.status.down_reason`), every device of
 every shared resource is Unhealthy, with that reason (`mps_down`); the GPUs themselves stay Healthy.
+The reason is published too, for the DRA driver's shares on the same MPS.
 """
 
 from __future__ import annotations
@@ -216,13 +217,14 @@ def mps_down(
 
 
 class MpsWatch:
-    """Reads the MPS status file and publishes `mps_down`; logs each change once."""
+    """Reads the MPS status file and publishes `mps_down` with the reason (None while MPS
+    serves); logs each change once."""
 
     def __init__(
         self,
         status_file: Path,
         resources: Callable[[], Mapping[str, Resource]],
-        publish: Callable[[Mapping[str, str]], object],
+        publish: Callable[[Mapping[str, str], str | None], object],
         *,
         wall_clock: Callable[[], float] = time.time,  # the file's time is another process's
     ) -> None:
@@ -240,12 +242,13 @@ class MpsWatch:
     def poll(self) -> None:
         reason = down_reason(self._path, self._wall_clock())
         down = mps_down(self._resources(), Sharing.MPS, reason)
-        if reason != self._reason and down:
-            logger.warning("MPS does not serve, %s Unhealthy: %s", ", ".join(sorted(down)), reason)
+        if reason is not None and reason != self._reason:
+            shared = ", ".join(sorted(down)) or "every share"
+            logger.warning("MPS does not serve, %s Unhealthy: %s", shared, reason)
         elif reason is None and self._reason is not None:
             logger.info("MPS serves again: its shared devices are Healthy")
         self._reason = reason
-        self._publish(down)
+        self._publish(down, reason)
 
 
 class HealthMonitor:

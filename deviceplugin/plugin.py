@@ -56,7 +56,10 @@ class DevicePlugin:
         wait_timeout_s: float = 0.5,
         make_shares: MakeShares | None = None,
         wall_clock: Callable[[], float] = time.time,
+        dra_shares: bool = False,
     ) -> None:
+        """`dra_shares`: the DRA driver shares some of the node's GPUs (`settings.dra_gpus`), so
+        under `sharing.mps` MPS is watched for them even where no resource here is shared."""
         self.settings = settings
         self.inventory = inventory
         self._backend = backend
@@ -72,7 +75,7 @@ class DevicePlugin:
             recheck_interval_s=settings.health_recheck_interval_s,
             clock=clock,
         )
-        self.mps_watch = self._mps_watch(shared, wall_clock)
+        self.mps_watch = self._mps_watch(bool(shared) or dra_shares, wall_clock)
         self.monitor = HealthMonitor(
             backend,
             self.tracker,
@@ -99,10 +102,9 @@ class DevicePlugin:
             clock=clock,
         )
 
-    def _mps_watch(
-        self, shared: frozenset[str], wall_clock: Callable[[], float]
-    ) -> MpsWatch | None:
-        """Under `sharing.mps`, the watch that marks the shared resources down while MPS is."""
+    def _mps_watch(self, shared: bool, wall_clock: Callable[[], float]) -> MpsWatch | None:
+        """Under `sharing.mps` with something shared, the watch that marks the shared resources
+        (and the DRA driver's shares) down while MPS is."""
         if not shared or self.settings.time_slicing.sharing is not Sharing.MPS:
             return None
         return MpsWatch(

@@ -6,8 +6,9 @@ current by the MIG re-scan) is what the devices are made from. The GPUs given to
 (`--dra-gpus`) are left out of the device plugin's resources (`PluginSettings.dra_gpus`, set by
 `dra_gpus_for`), so no GPU is handed out twice. A DRA GPU that `sharing` shares is published
 for shares (`shared_dra_gpus`); under `sharing.mps` a share's CDI spec carries the MPS limits,
-pipe and `/dev/shm` of DESIGN §12 (`dra_mps_edits`). With `--dry-run` the claim record stays in
-memory and no slice is written (printed instead, once).
+pipe and `/dev/shm` of DESIGN §12 (`dra_mps_edits`), and while MPS does not serve (the device
+plugin's MPS watch, `DeviceStateView.mps_down`) every share is Unhealthy and tainted. With
+`--dry-run` the claim record stays in memory and no slice is written (printed instead, once).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import yaml
 
 from agent.cli.dra_config import dra_gpu_indices
 from agent.cli.services import AgentContext, Service
-from agent.dra.devices import DraDevice, dra_devices
+from agent.dra.devices import DraDevice, dra_devices, unhealthy_devices
 from agent.dra.slices import wanted_slices
 from agent.model import NodeInventory
 from agent.mps.layout import MpsLayout
@@ -71,6 +72,14 @@ def dra_gpus_for(ctx: AgentContext) -> PluginSettings:
     return replace(ctx.config.plugin, dra_gpus=indices)
 
 
+def dra_shares(ctx: AgentContext) -> dict[int, int]:
+    """`shared_dra_gpus` of the GPUs `--dra-gpus` gives the DRA driver (empty without it)."""
+    if not ctx.config.dra.enabled:
+        return {}
+    gpus = dra_gpu_indices(ctx.config.dra, ctx.inventory)
+    return shared_dra_gpus(ctx.inventory, ctx.config.plugin, gpus)
+
+
 class DraService:
     """Serves the kubelet plugin and keeps the node's ResourceSlices."""
 
@@ -80,7 +89,7 @@ class DraService:
         cfg = ctx.config
         self._ctx = ctx
         self._gpus = gpus
-        self._shared = shared_dra_gpus(ctx.inventory, cfg.plugin, gpus)
+        self._shared = dra_shares(ctx)
         self._roots = {
             g.index: root
             for g in ctx.inventory.gpus
@@ -106,7 +115,12 @@ class DraService:
             dry_run=cfg.dry_run,
             share_edits=dra_mps_edits(cfg.plugin, self._shared),
         )
-        self.slices = SlicePublisher(self._kube, self.devices, lambda: self._state.unhealthy)
+        self.slices = SlicePublisher(self._kube, self.devices, self.unhealthy)
+
+    def unhealthy(self) -> dict[str, str]:
+        """The devices to taint: `unhealthy_devices` of the device plugin's state."""
+        view = self._state.view()
+        return unhealthy_devices(self.devices(), view.unhealthy, view.mps_down)
 
     def devices(self) -> tuple[DraDevice, ...]:
         inventory = self._ctx.device_plugin.inventory if self._ctx.device_plugin else None

@@ -26,7 +26,7 @@ from pathlib import Path
 from agent import logsetup
 from agent.cli import config as agent_config
 from agent.cli.config import AgentConfig
-from agent.cli.dra_service import dra_gpus_for, dra_service
+from agent.cli.dra_service import dra_gpus_for, dra_service, dra_shares
 from agent.cli.publish_service import metrics_service, topology_service
 from agent.cli.services import AgentContext, ReadyCheck, Service, ServiceFactory
 from agent.cli.share_wiring import share_factory
@@ -59,6 +59,7 @@ def device_plugin_service(ctx: AgentContext) -> Service | None:
         ctx.inventory,
         observer=observer,
         make_shares=share_factory(ctx.config, ctx.inventory, ctx.share_record),
+        dra_shares=bool(dra_shares(ctx)),
     )
     if ctx.metrics is not None:
         watch = plugin.mps_watch

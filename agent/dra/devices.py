@@ -7,9 +7,13 @@ Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`typ
 `productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
 `parentUUID`), ours (`numaNode`, `nvlinkIsland`, `clique`), and the standard
 `resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
-Capacity `memory`; a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
+Capacity `memory`, and `multiprocessors` for a MIG device (its profile's SM count, where NVML
+said it); a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
 split of both unless its claim asks otherwise (a default compute of 100 would let one share take
 every SM's worth of capacity, so a second share asking memory alone would no longer fit).
+A device is Unhealthy (`unhealthy_devices`) when NVML reported an Xid on it or its GPU, or lost
+the GPU, and a share also while MPS does not serve it (DESIGN §12: the device plugin's shares go
+Unhealthy then too).
 Values are in the API's typed form (`{"string": ...}`, `{"int": ...}`, `{"version": ...}`);
 versions are made semantic-version strings (`9.0` -> `9.0.0`, `535.104.05` -> `535.104.5`).
 """
@@ -37,9 +41,12 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 AttributeValue = Mapping[str, Any]
 
 MEMORY = "memory"
+MULTIPROCESSORS = "multiprocessors"
 COMPUTE = "compute"
 FULL_COMPUTE = 100
 """A shared GPU's `compute` capacity: percent of its SMs (DESIGN §12's `gpu-compute`)."""
+NVML_UNHEALTHY = "Xid or lost GPU reported by NVML"
+"""Why a device whose GPU or MIG UUID the health tracker marks is Unhealthy."""
 
 
 class DeviceType(StrEnum):
@@ -133,7 +140,7 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
         "uuid": {"string": gpu.uuid},
         **common,
     }
-    capacity = {"memory": f"{gpu.usable_memory_mib}Mi"}
+    capacity = {MEMORY: f"{gpu.usable_memory_mib}Mi"}
     if replicas > 0:
         capacity[COMPUTE] = str(FULL_COMPUTE)
     return DraDevice(
@@ -157,6 +164,9 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         "parentUUID": {"string": gpu.uuid},
         **common,
     }
+    capacity = {MEMORY: f"{mig.memory_mib}Mi"}
+    if mig.multiprocessors > 0:
+        capacity[MULTIPROCESSORS] = str(mig.multiprocessors)
     return DraDevice(
         name=mig_device_name(gpu, mig),
         type=DeviceType.MIG,
@@ -164,8 +174,22 @@ def _mig_device(gpu: Gpu, mig: MigDevice, common: Mapping[str, AttributeValue]) 
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
         attributes=attrs,
-        capacity={"memory": f"{mig.memory_mib}Mi"},
+        capacity=capacity,
     )
+
+
+def unhealthy_devices(
+    devices: Sequence[DraDevice], unhealthy: Collection[str], mps_down: str | None
+) -> dict[str, str]:
+    """Device name -> why it is Unhealthy: its GPU or MIG UUID is in `unhealthy` (the health
+    tracker's), or it is a share while MPS does not serve (`mps_down`, the reason)."""
+    out: dict[str, str] = {}
+    for device in devices:
+        if device.uuid in unhealthy or device.gpu_uuid in unhealthy:
+            out[device.name] = NVML_UNHEALTHY
+        elif device.shared and mps_down is not None:
+            out[device.name] = mps_down
+    return out
 
 
 def nrt_resource(device: DraDevice) -> str:

@@ -88,9 +88,9 @@ def wanted_slices(
     generation: int,
     node_uid: str | None = None,
 ) -> list[Obj]:
-    """The slices of the pool at `generation`; `unhealthy` holds GPU and MIG UUIDs (a GPU's
-    marks its MIG devices too)."""
-    entries = [device_entry(d, d.uuid in unhealthy or d.gpu_uuid in unhealthy) for d in devices]
+    """The slices of the pool at `generation`; `unhealthy` names the devices to taint
+    (`agent.dra.devices.unhealthy_devices`)."""
+    entries = [device_entry(d, d.name in unhealthy) for d in devices]
     chunks = _chunks(entries)
     content = _content_hash(node, entries)
     out = []

@@ -129,7 +129,7 @@ class SlicePublisher:
         self,
         sink: KubeDra,
         devices: Callable[[], Sequence[DraDevice]],
-        unhealthy: Callable[[], Collection[str]],
+        unhealthy: Callable[[], Collection[str]],  # names of the devices to taint
         *,
         poll_s: float = 2.0,
     ) -> None:

@@ -28,7 +28,7 @@ from agent.model import (
     NumaNode,
     parse_cpulist,
 )
-from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profiles_for
+from agent.nvml.mig_profiles import MEMORY_SLICES, MigProfile, profile_by_name, profiles_for
 from agent.nvml.nvml_fabric import status_words
 from agent.nvml.sysfs import hugepage_kb
 from agent.plural import counted
@@ -190,7 +190,8 @@ def _read_mig_devices(ctx: Ctx, gpu: Gpu, raw: Any, gpu_path: str) -> tuple[MigD
 def _read_mig(ctx: Ctx, raw: Any, path: str, profiles: tuple[MigProfile, ...]) -> MigDevice:
     doc = ctx.mapping(raw, path, ("profile", "uuid", "giId", "ciId", "memoryMiB", "start", "size"))
     name = ctx.as_str(doc["profile"], f"{path}.profile")
-    if not any(p.name == name for p in profiles):
+    profile = profile_by_name(profiles, name)
+    if profile is None:
         known = ", ".join(p.name for p in profiles)
         ctx.fail(f"{path}.profile", f"{name!r} is not a MIG profile of this GPU (known: {known})")
     return MigDevice(
@@ -203,6 +204,7 @@ def _read_mig(ctx: Ctx, raw: Any, path: str, profiles: tuple[MigProfile, ...]) -
         memory_mib=ctx.as_int(doc["memoryMiB"], f"{path}.memoryMiB", minimum=1),
         start=ctx.as_int(doc["start"], f"{path}.start", minimum=0),
         size=ctx.as_int(doc["size"], f"{path}.size", minimum=1),
+        multiprocessors=profile.sms,
     )
 
 

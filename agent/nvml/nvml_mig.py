@@ -3,12 +3,14 @@
 For each slot up to `nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex` gives
 a MIG handle or raises NotFound for an empty slot. The GPU instance (`nvmlDeviceGetGpuInstanceId` →
 `nvmlDeviceGetGpuInstanceById` → `nvmlGpuInstanceGetInfo`) gives the profile ID and placement; the
-profile ID is named through `nvmlDeviceGetGpuInstanceProfileInfo` over the profile enum. NVMLError
-goes through for the caller to translate.
+profile ID is named, and its streaming multiprocessors counted (`multiprocessorCount`), through
+`nvmlDeviceGetGpuInstanceProfileInfo` over the profile enum. NVMLError goes through for the caller
+to translate.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from agent.model import MigDevice, MigUuid
@@ -16,9 +18,17 @@ from agent.model import MigDevice, MigUuid
 _PROFILE_COUNT = 0x12  # NVML_GPU_INSTANCE_PROFILE_COUNT in current pynvml
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuInstanceProfile:
+    """What NVML says of one GPU-instance profile this GPU supports."""
+
+    name: str  # "1g.10gb"
+    multiprocessors: int
+
+
 def read_mig_devices(nvml: Any, parent: Any) -> tuple[MigDevice, ...]:
     """The MIG devices of a MIG-enabled GPU, in placement order."""
-    names = profile_names(nvml, parent)
+    profiles = gpu_instance_profiles(nvml, parent)
     found: list[MigDevice] = []
     for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))):
         try:
@@ -27,17 +37,20 @@ def read_mig_devices(nvml: Any, parent: Any) -> tuple[MigDevice, ...]:
             if exc.value == nvml.NVML_ERROR_NOT_FOUND:
                 continue
             raise
-        found.append(_mig_device(nvml, parent, handle, names))
+        found.append(_mig_device(nvml, parent, handle, profiles))
     return tuple(sorted(found, key=lambda m: (m.start, m.gi_id, m.ci_id)))
 
 
-def _mig_device(nvml: Any, parent: Any, handle: Any, names: dict[int, str]) -> MigDevice:
+def _mig_device(
+    nvml: Any, parent: Any, handle: Any, profiles: dict[int, GpuInstanceProfile]
+) -> MigDevice:
     gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
     info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(parent, gi_id))
-    profile = names.get(int(info.profileId)) or _name_suffix(nvml.nvmlDeviceGetName(handle))
+    profile = profiles.get(int(info.profileId))
     return MigDevice(
         uuid=MigUuid(_text(nvml.nvmlDeviceGetUUID(handle))),
-        profile=profile,
+        profile=profile.name if profile else _name_suffix(nvml.nvmlDeviceGetName(handle)),
+        multiprocessors=profile.multiprocessors if profile else 0,
         gi_id=gi_id,
         ci_id=int(nvml.nvmlDeviceGetComputeInstanceId(handle)),
         memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20,
@@ -46,10 +59,11 @@ def _mig_device(nvml: Any, parent: Any, handle: Any, names: dict[int, str]) -> M
     )
 
 
-def profile_names(nvml: Any, parent: Any) -> dict[int, str]:
-    """GPU-instance profile ID → name (`1g.10gb`) for the profiles this GPU supports."""
+def gpu_instance_profiles(nvml: Any, parent: Any) -> dict[int, GpuInstanceProfile]:
+    """GPU-instance profile ID → its name (`1g.10gb`) and SM count, for the profiles this GPU
+    supports."""
     absent = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT)
-    names: dict[int, str] = {}
+    profiles: dict[int, GpuInstanceProfile] = {}
     for profile in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", _PROFILE_COUNT))):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile)
@@ -57,8 +71,10 @@ def profile_names(nvml: Any, parent: Any) -> dict[int, str]:
             if exc.value in absent:
                 continue
             raise
-        names[int(info.id)] = _name_suffix(info.name)
-    return names
+        profiles[int(info.id)] = GpuInstanceProfile(
+            name=_name_suffix(info.name), multiprocessors=int(info.multiprocessorCount)
+        )
+    return profiles
 
 
 def _name_suffix(name: Any) -> str:

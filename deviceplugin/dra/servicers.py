@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from agent.dra import DRIVER
-from agent.dra.devices import DraDevice
+from agent.dra.devices import DraDevice, unhealthy_devices
 from deviceplugin._pb import dra_health_v1alpha1_pb2 as health_pb
 from deviceplugin._pb import dra_health_v1alpha1_pb2_grpc as health_grpc
 from deviceplugin._pb import dra_v1_pb2 as v1_pb
@@ -30,7 +30,7 @@ from deviceplugin._pb import dra_v1beta1_pb2 as v1beta1_pb
 from deviceplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from deviceplugin._pb import pluginregistration_pb2 as reg_pb
 from deviceplugin._pb import pluginregistration_pb2_grpc as reg_grpc
-from deviceplugin.device_state import DeviceState
+from deviceplugin.device_state import DeviceState, DeviceStateView
 from deviceplugin.dra.claims import ClaimRef
 from deviceplugin.dra.prepare import Preparer
 from deviceplugin.dra.wire import PLUGIN_TYPE, SUPPORTED_VERSIONS
@@ -130,8 +130,8 @@ class DraPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
 
 
 class HealthServicer(health_grpc.DRAResourceHealthServicer):
-    """Streams the health of every published device; a device is Unhealthy when its UUID or its
-    GPU's UUID is in the device state's Unhealthy set."""
+    """Streams the health of every published device, Unhealthy as `unhealthy_devices` reads the
+    device state (an Xid on it or its GPU; a share while MPS does not serve)."""
 
     def __init__(
         self,
@@ -154,17 +154,19 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         self._resend_s = resend_s
         self._monotonic = monotonic
 
-    def message(self, unhealthy: frozenset[str]) -> health_pb.NodeWatchResourcesResponse:
+    def message(self, view: DeviceStateView) -> health_pb.NodeWatchResourcesResponse:
         now = int(self._clock())
         response = health_pb.NodeWatchResourcesResponse()
-        for device in self._devices():
-            bad = device.uuid in unhealthy or device.gpu_uuid in unhealthy
+        devices = self._devices()
+        why = unhealthy_devices(devices, view.unhealthy, view.mps_down)
+        for device in devices:
             entry = response.devices.add()
             entry.device.pool_name = self._pool
             entry.device.device_name = device.name
+            bad = device.name in why
             entry.health = health_pb.UNHEALTHY if bad else health_pb.HEALTHY
             entry.last_updated_time = now
-            entry.message = "Xid or lost GPU reported by NVML" if bad else ""
+            entry.message = why.get(device.name, "")
         return response
 
     def NodeWatchResources(  # noqa: N802
@@ -181,7 +183,7 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
             wait = max(0.0, min(self._wait_s, sent_at + self._resend_s - self._monotonic()))
             view = self._state.wait(version, wait, cancelled=done)
             version = view.version
-            message = self.message(view.unhealthy)
+            message = self.message(view)
             key = [(d.device.device_name, d.health) for d in message.devices]
             due = self._monotonic() - sent_at >= self._resend_s
             if (key != last or due) and not done():

@@ -12,7 +12,8 @@ cp crds/*.yaml "$chart/crds/"
 rm "$chart/crds/kustomization.yaml"  # not a CRD: Helm would send it to the API server
 for file in admission/agent-own-node-policy.yaml admission/share-trust-policy.yaml \
   queue-label/queue-label-policy.yaml monitoring/podmonitors.yaml \
-  monitoring/prometheusrule.yaml monitoring/gputopo-dashboard.json dra/dra.yaml; do
+  monitoring/prometheusrule.yaml monitoring/gputopo-dashboard.json dra/dra.yaml \
+  dra/slice-policy.yaml dra/extended-resource/deviceclass.yaml; do
   mkdir -p "$chart/files/optional/$(dirname "$file")"
   cp "optional/$file" "$chart/files/optional/$file"
 done

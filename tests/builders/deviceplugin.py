@@ -19,14 +19,14 @@ from agent.model import (
 )
 from deviceplugin.settings import PluginSettings
 
-# (profile, memory MiB, placement size) of A100-80GB GPU-instance profiles
+# profile -> (memory MiB, placement size, SMs) of A100-80GB GPU-instance profiles
 A100_PROFILES = {
-    "1g.10gb": (9856, 1),
-    "1g.10gb+me": (9856, 1),
-    "2g.20gb": (19968, 2),
-    "3g.40gb": (40192, 4),
-    "4g.40gb": (40192, 4),
-    "7g.80gb": (80896, 8),
+    "1g.10gb": (9856, 1, 14),
+    "1g.10gb+me": (9856, 1, 14),
+    "2g.20gb": (19968, 2, 28),
+    "3g.40gb": (40192, 4, 42),
+    "4g.40gb": (40192, 4, 56),
+    "7g.80gb": (80896, 8, 98),
 }
 
 
@@ -37,7 +37,7 @@ def gpu_uuid(index: int) -> GpuUuid:
 def mig_devices(gpu: int, profiles: Sequence[str]) -> tuple[MigDevice, ...]:
     out, start = [], 0
     for pos, profile in enumerate(profiles):
-        memory, size = A100_PROFILES[profile]
+        memory, size, sms = A100_PROFILES[profile]
         out.append(
             MigDevice(
                 uuid=MigUuid(f"MIG-00000000-0000-4000-8000-{gpu:06d}{pos:06d}"),
@@ -47,6 +47,7 @@ def mig_devices(gpu: int, profiles: Sequence[str]) -> tuple[MigDevice, ...]:
                 memory_mib=memory,
                 start=start,
                 size=size,
+                multiprocessors=sms,
             )
         )
         start += size

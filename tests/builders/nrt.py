@@ -46,13 +46,15 @@ def make_nrt(
 def as_published(inventory: NodeInventory) -> NodeInventory:
     """The inventory as its NRT tells it: each GPU's NUMA node is the zone it is published under
     (`NodeInventory.gpu_numa_zone`), not its sysfs reading; NVML's memory affinity is left out;
-    fabric info only as membership of the node's NVLink clique (GPU zone attribute `clique`)."""
+    fabric info only as membership of the node's NVLink clique (GPU zone attribute `clique`); a
+    MIG device's SM count is left out."""
     gpus = tuple(
         replace(
             g,
             numa_node=inventory.gpu_numa_zone(g),
             memory_affinity=(),
             fabric=_published_fabric(g.fabric, inventory.nvlink_clique()),
+            mig_devices=tuple(replace(m, multiprocessors=0) for m in g.mig_devices),
         )
         for g in inventory.gpus
     )

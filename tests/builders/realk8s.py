@@ -166,7 +166,7 @@ class Cluster:
             "--device-plugin-dir", kubelet["device_plugin_dir"],
             "--pod-resources-socket", kubelet["pod_resources_socket"],
             "--kubelet-config", kubelet["config"],
-            "--kubeconfig", str(self._agent_kubeconfig()),
+            "--kubeconfig", str(self.agent_kubeconfig()),
             "--metrics-address", "127.0.0.1:0",
             "--share-record", str(self.run_dir / "agent" / "shares.json"),
             *(["--config", str(config_file)] if config_file else []), *args,
@@ -175,7 +175,7 @@ class Cluster:
         self.processes.append(proc)
         return proc
 
-    def _agent_kubeconfig(self) -> Path:
+    def agent_kubeconfig(self) -> Path:
         """The agent's token, bound to a pod of its ServiceAccount on the node, as a DaemonSet
         pod's is: the token then names the node (`authentication.kubernetes.io/node-name`),
         which the shipped admission policy holds the agent to."""

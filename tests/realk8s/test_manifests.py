@@ -10,6 +10,7 @@ import pytest
 
 from tests.builders.process import ROOT
 from tests.builders.realk8s import Cluster
+from tests.builders.render import load_file
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(120)]
 DAEMONSET = ROOT / "daemonset"
@@ -28,6 +29,35 @@ def test_the_server_accepts_each_kustomization(cluster: Cluster, kustomization: 
     folder = DAEMONSET / kustomization
     out = cluster.kubectl("apply", "--dry-run=server", "-k", str(folder))
     assert "created (server dry run)" in out or "configured (server dry run)" in out, out
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        pytest.param("optional/dra/dra.yaml", id="DRA DeviceClasses and RBAC"),
+        pytest.param(
+            "optional/dra/extended-resource/deviceclass.yaml", id="nvidia.com/gpu DeviceClass"
+        ),
+    ],
+)
+def test_the_server_accepts_each_dra_manifest_field_for_field(
+    cluster: Cluster, manifest: str
+) -> None:
+    """The DRA parts are kustomize Components (no `apply -k` of their own): their files. A field
+    the server does not know or has switched off (extendedResourceName without the
+    DRAExtendedResource gate) would be dropped, not refused: the answer must keep every one."""
+    path = DAEMONSET / manifest
+    out = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-f", str(path))
+    doc = json.loads(out)
+    answered = doc["items"] if doc.get("kind") == "List" else [doc]
+    classes = {o["metadata"]["name"]: o["spec"] for o in answered if o["kind"] == "DeviceClass"}
+    written = {
+        o["metadata"]["name"]: o["spec"] for o in load_file(path) if o["kind"] == "DeviceClass"
+    }
+    assert set(classes) == set(written)
+    for name, spec in written.items():
+        assert classes[name].get("extendedResourceName") == spec.get("extendedResourceName")
+        assert classes[name]["selectors"] == spec["selectors"]
 
 
 def test_the_crds_are_established(cluster: Cluster) -> None:

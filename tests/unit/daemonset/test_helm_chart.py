@@ -325,6 +325,50 @@ def test_dra_gpus_and_other_names_reach_the_agent_and_its_dra_binding(helm):
     r.one(objects, "ClusterRole", "gt-agent-dra")
 
 
+def _mps_sharing(*devices: Any) -> dict[str, Any]:
+    """sharing.mps with one renamed resource per `devices` entry (None: every device)."""
+    resources = [
+        {"name": "nvidia.com/gpu", "replicas": 2, "rename": f"nvidia.com/gpu-shared-{i}"}
+        | ({} if d is None else {"devices": d})
+        for i, d in enumerate(devices)
+    ]
+    return {"agent": {"config": {"sharing": {"mps": {"resources": resources}}}}}
+
+
+@pytest.mark.parametrize(
+    ("values", "gpus"),
+    [
+        pytest.param({}, "all", id="no sharing.mps: all"),
+        pytest.param(_mps_sharing(None), "all", id="every device shared"),
+        pytest.param(_mps_sharing([0, "GPU-ab"], [1, 0]), "0,GPU-ab,1", id="the devices lists"),
+        pytest.param(
+            h.merged(_mps_sharing([6, 7]), {"dra": {"enabled": True, "gpus": "6,7"}}),
+            "6,7",
+            id="the DRA GPUs' shares: the same list",
+        ),
+        pytest.param(
+            h.merged(_mps_sharing(None), {"mps": {"gpus": "2,3"}}), "2,3", id="set: as set"
+        ),
+    ],
+)
+def test_the_mps_gpus_are_those_sharing_mps_shares_unless_set(helm, values, gpus):
+    objects = _with(helm, h.merged({"mps": {"enabled": True}}, values))
+    pod = r.pod_specs(r.one(objects, "DaemonSet", "gputopo-mps"))[0]
+    assert checks.parse_flags(pod["containers"][0]["args"])["--gpus"] == gpus
+
+
+def test_the_extended_resource_device_class_renders_as_its_part_and_only_with_every_gpu(helm):
+    on = {"dra": {"enabled": True, "extendedResource": True}}
+    chart = h.added(_with(helm, on), _with(helm, OPTIONAL_VALUES["dra"]))
+    manifests = r.load_file(r.OPTIONAL / "dra" / "extended-resource" / "deviceclass.yaml")
+    assert h.by_key(chart) == h.by_key(manifests)
+    some = h.merged(on, {"dra": {"gpus": "0,1"}})
+    done = h.helm(helm, "template", "gputopo", str(h.CHART), "--values", str(h.values_file(some)),
+                  check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert "dra.extendedResource needs dra.enabled and dra.gpus: all" in done.stderr
+
+
 def test_cdi_and_dra_together_give_each_volume_a_name_of_its_own(helm):
     """Both parts mount the node's /var/run/cdi (the device plugin's read-only, the DRA driver's
     writable under the host root): in the chart and in the two kustomize components together,

@@ -77,6 +77,7 @@ def test_optional_holds_only_opt_in_kustomizations():
         "admission",
         "cdi",
         "dra",
+        "dra/extended-resource",
         "kubelet-config/eks",
         "kubelet-config/gke",
         "kubelet-config/kubeadm",

@@ -37,17 +37,32 @@ def test_the_oldest_version_is_the_one_the_schema_tests_validate_against():
 
 
 def test_the_parts_that_need_validating_admission_policy_are_those_the_readme_names():
-    assert _parts_with_admission_policies() == ["optional/admission", "optional/queue-label"]
+    assert _parts_with_admission_policies() == [
+        "optional/admission",
+        "optional/dra",
+        "optional/queue-label",
+    ]
+
+
+def _says_at_least_the_oldest(text: str) -> bool:
+    """`Kubernetes >= 1.N` with 1.N no older than OLDEST (the DRA driver needs 1.34)."""
+    stated = re.findall(r"Kubernetes >= 1\.(\d+)", text)
+    return any(int(minor) >= int(OLDEST.split(".")[1]) for minor in stated)
 
 
 @pytest.mark.parametrize("part", _parts_with_admission_policies())
 def test_each_part_that_needs_validating_admission_policy_says_so_where_it_is(part):
     kustomization = (r.DAEMONSET / part / "kustomization.yaml").read_text(encoding="utf-8")
-    assert f"Kubernetes >= {OLDEST}" in kustomization
+    assert _says_at_least_the_oldest(kustomization)
     assert f"daemonset/{part}/" in TOP
     (row,) = [
         line
         for line in (r.DAEMONSET / "README.md").read_text(encoding="utf-8").splitlines()
         if line.startswith(f"| `{part}/`")
     ]
-    assert f"Kubernetes >= {OLDEST}" in row
+    assert _says_at_least_the_oldest(row)
+
+
+def test_an_older_version_than_the_oldest_does_not_count():
+    assert not _says_at_least_the_oldest("Kubernetes >= 1.29")
+    assert _says_at_least_the_oldest("Kubernetes >= 1.34")

@@ -41,18 +41,24 @@ def test_mps_down_marks_only_the_shared_resources_under_mps(sharing, reason, exp
 
 
 class Rig:
-    """A status file the test writes, and a watch reading it on a fake wall clock."""
+    """A status file the test writes, and a watch reading it on a fake wall clock (over the
+    device plugin's resources, or none: every shared GPU on the DRA driver)."""
 
-    def __init__(self, folder) -> None:
+    def __init__(self, folder, *, shared_here: bool = True) -> None:
         self.clock = FakeClock(start=1_764_190_000.0)
         self.path = folder / "status.json"
         self.published: list[dict[str, str]] = []
+        self.reasons: list[str | None] = []
         self.watch = MpsWatch(
             self.path,
-            lambda: resources(Sharing.MPS),
-            lambda down: self.published.append(dict(down)),
+            lambda: resources(Sharing.MPS) if shared_here else {},
+            self.publish,
             wall_clock=self.clock,
         )
+
+    def publish(self, down, reason) -> None:
+        self.published.append(dict(down))
+        self.reasons.append(reason)
 
     def write(self, *daemons: DaemonStatus) -> None:
         write_status(self.path, MpsStatus(written_at=self.clock(), gpus=(), daemons=daemons))
@@ -67,9 +73,11 @@ def test_the_watch_follows_the_file_down_and_up(tmp_path):
     assert "MPS is not running: no" in r.poll()[SHARED]
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=False, reason="exited"))
     assert r.poll() == {SHARED: DOWN}
+    assert r.reasons[-1] == DOWN  # the reason itself, for the DRA driver's shares
     assert r.watch.serving is False
     r.write(DaemonStatus(uid=0, up=True), DaemonStatus(uid=1000, up=True))
     assert r.poll() == {}
+    assert r.reasons[-1] is None
     assert r.watch.serving is True
     r.clock.advance(STALE_AFTER_S + 1)  # the supervisor stopped writing
     assert "the MPS supervisor stopped updating it" in r.poll()[SHARED]
@@ -93,4 +101,19 @@ def test_each_change_is_logged_once(tmp_path, caplog):
         ("WARNING", f"MPS does not serve, {SHARED} Unhealthy: {DOWN}"),
         ("INFO", "MPS serves again: its shared devices are Healthy"),
         ("WARNING", f"MPS does not serve, {SHARED} Unhealthy: {r.poll()[SHARED]}"),
+    ]
+
+
+def test_with_no_shared_resource_here_the_reason_is_still_published_and_logged(tmp_path, caplog):
+    r = Rig(tmp_path, shared_here=False)
+    r.write(DaemonStatus(uid=1000, up=False, reason="exited"))
+    with caplog.at_level(logging.INFO, logger="deviceplugin.health"):
+        assert r.poll() == {}
+        r.write(DaemonStatus(uid=1000, up=True))
+        assert r.poll() == {}
+    assert r.reasons == [DOWN, None]
+    logged = [(rec.levelname, rec.getMessage()) for rec in caplog.records]
+    assert logged == [
+        ("WARNING", f"MPS does not serve, every share Unhealthy: {DOWN}"),
+        ("INFO", "MPS serves again: its shared devices are Healthy"),
     ]

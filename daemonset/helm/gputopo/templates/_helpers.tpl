@@ -84,3 +84,30 @@ subjects and roleRef follow, and the image the manifests name becomes the chart'
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The GPUs `gputopo-agent mps` serves (--gpus): mps.gpus, or with `auto` the GPUs the agent's
+sharing.mps shares, through the device plugin and the DRA driver alike (sharing applies to the
+GPUs of both, so --dra-gpus moves a shared GPU from one to the other and the list stays):
+`all` when a resource shares every device (or none is configured), else the devices lists
+together (values.schema.json takes no count of devices).
+*/}}
+{{- define "gputopo.mpsGpus" -}}
+{{- $gpus := toString .Values.mps.gpus }}
+{{- if ne $gpus "auto" }}
+{{- $gpus }}
+{{- else }}
+{{- $sharing := (.Values.agent.config.sharing | default dict).mps | default dict }}
+{{- $all := false }}
+{{- $listed := list }}
+{{- range $sharing.resources | default list }}
+{{- $devices := .devices | default "all" }}
+{{- if kindIs "slice" $devices }}
+{{- range $devices }}{{ $listed = append $listed (toString .) }}{{ end }}
+{{- else }}
+{{- $all = true }}
+{{- end }}
+{{- end }}
+{{- if or $all (not $listed) }}all{{ else }}{{ join "," (uniq $listed) }}{{ end }}
+{{- end }}
+{{- end }}

@@ -9,7 +9,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from agent.dra import DRIVER, GROUP, SLICES, UNHEALTHY_TAINT, VERSION
-from agent.dra.devices import dra_devices
+from agent.dra.devices import dra_devices, unhealthy_devices
 from agent.kube.dra import KubeDra, SlicePublisher
 from tests.builders.deviceplugin import make_inventory
 
@@ -21,9 +21,13 @@ def rig(fake_api):
     fake_api.add_node(NODE)
     api = fake_api.api_client()
     inventory = make_inventory(4, mig={3: ["3g.40gb", "3g.40gb"]})
-    unhealthy: set[str] = set()
+    unhealthy: set[str] = set()  # GPU and MIG UUIDs, as the health tracker has them
+
+    def devices():
+        return dra_devices(inventory, range(4))
+
     publisher = SlicePublisher(
-        KubeDra(api, NODE), lambda: dra_devices(inventory, range(4)), lambda: unhealthy,
+        KubeDra(api, NODE), devices, lambda: unhealthy_devices(devices(), unhealthy, None),
         poll_s=0.05,
     )  # fmt: skip
     yield publisher, client.CustomObjectsApi(api), inventory, unhealthy

@@ -56,7 +56,7 @@ def _drive(fake) -> None:
     devices = dra_devices(inventory, range(2))
     publisher = SlicePublisher(KubeDra(api, NODE), lambda: devices, lambda: unhealthy)
     publisher.step()
-    unhealthy.add(inventory.gpus[0].uuid)
+    unhealthy.add(devices[0].name)
     publisher.step()
     admin = fake.api_client()
     pod = client.CoreV1Api(admin).create_namespaced_pod("default", make_pod("p", node=NODE))

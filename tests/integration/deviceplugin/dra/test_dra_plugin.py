@@ -218,6 +218,20 @@ def test_health_stream_sends_the_whole_list_and_marks_an_xid_unhealthy(rig):
     assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-0", healthy)
 
 
+def test_while_mps_does_not_serve_a_shared_gpu_is_unhealthy_and_a_whole_one_is_not(rig, inventory):
+    rig.devices = dra_devices(inventory, range(3), shared={1: 4})
+    rig.start_plugin()
+    rig.kubelet.scan()
+    rig.kubelet.watch_health(DRIVER)
+    healthy, unhealthy = health_pb.HEALTHY, health_pb.UNHEALTHY
+    assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-1", healthy)
+    rig.state.set_down({}, "MPS control daemon down for uid 1000 (exited)")
+    assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-1", unhealthy)
+    assert rig.kubelet.plugins[DRIVER].health[f"{NODE}/gpu-0"] == healthy
+    rig.state.set_down({}, None)
+    assert rig.kubelet.wait_health(DRIVER, f"{NODE}/gpu-1", healthy)
+
+
 def test_two_shares_of_one_gpu_are_prepared_with_their_share_ids(rig):
     rig.start_plugin()
     rig.kubelet.scan()

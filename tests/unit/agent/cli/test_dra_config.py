@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from agent.cli.config import load
 from agent.cli.dra_config import dra_gpu_indices
-from agent.cli.dra_service import dra_mps_edits
+from agent.cli.dra_service import dra_mps_edits, shared_dra_gpus
 from agent.errors import ConfigError
+from agent.mps.shared_gpus import ALL, select_gpus
+from agent.resource_names import GPU_RESOURCE
 from agent.shares import Sharing
 from deviceplugin.dra.mps_edits import MpsEdits
 from deviceplugin.resources import build_resources
-from deviceplugin.settings import PluginSettings, TimeSlicing
+from deviceplugin.settings import PluginSettings, SharedResource, TimeSlicing
 from tests.builders.deviceplugin import make_inventory
 
 ENV = {"NODE_NAME": "node-a"}
@@ -89,3 +92,35 @@ def test_dra_gpus_are_not_advertised_by_the_device_plugin():
 def test_dra_shares_get_mps_edits_only_under_mps(sharing, shared, edits):
     settings = PluginSettings(time_slicing=TimeSlicing(sharing=sharing))
     assert isinstance(dra_mps_edits(settings, shared), MpsEdits) is edits
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        pytest.param(None, id="every device"),
+        pytest.param(("1", "2", "6"), id="a devices list"),
+    ],
+)
+@pytest.mark.parametrize(
+    "dra",
+    [frozenset(), frozenset({6, 7}), frozenset({0, 1, 2}), frozenset(range(8))],
+    ids=["no DRA", "DRA 6,7", "DRA 0-2", "all on DRA"],
+)
+def test_mps_serves_the_same_gpus_whichever_of_them_dra_has(devices, dra):
+    """The MPS DaemonSet's --gpus is sharing.mps's devices (`all` or the list), whatever
+    --dra-gpus says: the device plugin's shares and the DRA driver's together are those GPUs."""
+    inventory = make_inventory(8)
+    entry = SharedResource(
+        name=GPU_RESOURCE, replicas=2, rename="nvidia.com/gpu-shared", devices=devices
+    )
+    settings = PluginSettings(time_slicing=TimeSlicing(sharing=Sharing.MPS, resources=(entry,)))
+    plugin = {
+        d.gpu_index
+        for r in build_resources(inventory, replace(settings, dra_gpus=dra))
+        if r.shared
+        for d in r.devices
+    }
+    on_dra = set(shared_dra_gpus(inventory, settings, dra))
+    spec = ALL if devices is None else ",".join(devices)
+    assert plugin | on_dra == {g.index for g in select_gpus(inventory.gpus, spec)}
+    assert not plugin & on_dra

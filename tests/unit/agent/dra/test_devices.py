@@ -1,8 +1,19 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from agent.dra.devices import PCI_BUS_ID, PCIE_ROOT, DeviceType, dra_devices, semver
+from agent.dra.devices import (
+    NVML_UNHEALTHY,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    DeviceType,
+    dra_devices,
+    semver,
+    unhealthy_devices,
+)
+from agent.inventory import discover
 from agent.nvml.fixture import load_fixture
 from tests.builders.deviceplugin import make_inventory
 
@@ -52,4 +63,52 @@ def test_a_gpu_in_mig_mode_is_published_as_its_mig_devices():
     assert mig.attributes["profile"] == {"string": "3g.40gb"}
     assert mig.attributes["parentUUID"] == {"string": inventory.gpus[0].uuid}
     assert mig.gpu_uuid == inventory.gpus[0].uuid
-    assert mig.capacity == {"memory": "40192Mi"}
+    assert mig.capacity == {"memory": "40192Mi", "multiprocessors": "42"}
+    assert devices[1].capacity == {"memory": "9856Mi", "multiprocessors": "14"}
+
+
+def test_a_mig_device_nvml_gave_no_sm_count_publishes_memory_alone():
+    inventory = make_inventory(1, mig={0: ["7g.80gb"]})
+    gpu = inventory.gpus[0]
+    unsaid = replace(gpu, mig_devices=(replace(gpu.mig_devices[0], multiprocessors=0),))
+    devices = dra_devices(replace(inventory, gpus=(unsaid,)), [0])
+    assert devices[0].capacity == {"memory": "80896Mi"}
+
+
+def test_mig_devices_read_through_nvml_publish_their_profiles_multiprocessors(backend_for):
+    backend, _ = backend_for("dgx-a100-mig")
+    inventory = discover(backend)
+    devices = dra_devices(inventory, [2])
+    assert [(d.attributes["profile"]["string"], d.capacity) for d in devices] == [
+        ("4g.40gb", {"memory": "40192Mi", "multiprocessors": "56"}),
+        ("3g.40gb", {"memory": "40192Mi", "multiprocessors": "42"}),
+    ]
+
+
+MPS_DOWN = "MPS control daemon down for uid 1000 (exited)"
+
+
+@pytest.mark.parametrize(
+    ("xid_on", "mps_down", "want"),
+    [
+        pytest.param((), None, {}, id="all well"),
+        pytest.param((), MPS_DOWN, {"gpu-1": MPS_DOWN}, id="MPS down: the share, not the rest"),
+        pytest.param((0,), None, {"gpu-0": NVML_UNHEALTHY}, id="an Xid on a whole GPU"),
+        pytest.param(
+            (1,), MPS_DOWN, {"gpu-1": NVML_UNHEALTHY}, id="an Xid on a share says the Xid"
+        ),
+        pytest.param(
+            (2,),
+            MPS_DOWN,
+            {"gpu-1": MPS_DOWN, "gpu-2-mig-3g-40gb-0": NVML_UNHEALTHY},
+            id="an Xid on a MIG parent marks its MIG device",
+        ),
+    ],
+)
+def test_unhealthy_devices_are_the_xid_ones_and_the_shares_while_mps_is_down(
+    xid_on, mps_down, want
+):
+    inventory = make_inventory(3, mig={2: ["3g.40gb"]})
+    devices = dra_devices(inventory, range(3), shared={1: 4})
+    uuids = {inventory.gpus[i].uuid for i in xid_on}
+    assert unhealthy_devices(devices, uuids, mps_down) == want

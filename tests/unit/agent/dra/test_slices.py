@@ -36,7 +36,7 @@ def test_an_unhealthy_gpu_is_tainted_under_a_new_generation():
     inventory = make_inventory(2)
     devices = dra_devices(inventory, range(2))
     held = _held(plan_slices(NODE, devices, set(), []).create)
-    plan = plan_slices(NODE, devices, {inventory.gpus[1].uuid}, held)
+    plan = plan_slices(NODE, devices, {"gpu-1"}, held)
     (obj,) = plan.update
     assert obj["spec"]["pool"]["generation"] == 2
     assert obj["metadata"]["resourceVersion"] == "7"
@@ -55,7 +55,7 @@ def test_a_slice_edited_by_someone_else_is_rewritten():
 def test_many_tainted_devices_split_into_slices_and_stale_ones_go():
     inventory = make_inventory(10, mig={i: ["1g.10gb"] * 7 for i in range(10)})
     devices = dra_devices(inventory, range(10))
-    unhealthy = {inventory.gpus[0].uuid}
+    unhealthy = {d.name for d in devices if d.gpu_uuid == inventory.gpus[0].uuid}
     stale = {"metadata": {"name": "old", "resourceVersion": "1"},
              "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"generation": 4}}}  # fmt: skip
     plan = plan_slices(NODE, devices, unhealthy, [stale])

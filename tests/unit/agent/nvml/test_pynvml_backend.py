@@ -99,9 +99,33 @@ def test_a_new_mig_layout_is_seen_on_the_next_scan(backend_for: BackendFor) -> N
         memory_mib=80384,
         start=0,
         size=8,
+        multiprocessors=98,
     )
     fake.set_mig_devices(3, [whole])
     assert backend.gpus()[3].mig_devices == (whole,)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "gpu", "sms"),
+    [
+        pytest.param("dgx-a100-mig", 2, [56, 42], id="A100 80GB: 4g and 3g"),
+        pytest.param("dgx-a100-mig", 1, [42, 28, 14], id="A100 80GB: 3g, 2g and 1g"),
+    ],
+)
+def test_a_mig_device_counts_its_profiles_multiprocessors(
+    backend_for: BackendFor, fixture: str, gpu: int, sms: list[int]
+) -> None:
+    backend, _ = backend_for(fixture)
+    assert [m.multiprocessors for m in backend.gpus()[gpu].mig_devices] == sms
+
+
+def test_a_profile_nvml_does_not_name_leaves_the_multiprocessors_unsaid(
+    backend_for: BackendFor,
+) -> None:
+    backend, fake = backend_for("dgx-a100-mig")
+    fake.fail("nvmlDeviceGetGpuInstanceProfileInfo", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=2)
+    migs = backend.gpus()[2].mig_devices
+    assert [(m.profile, m.multiprocessors) for m in migs] == [("4g.40gb", 0), ("3g.40gb", 0)]
 
 
 def test_a_failing_slot_lookup_is_an_error_naming_the_gpu(backend_for: BackendFor) -> None:

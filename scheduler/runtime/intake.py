@@ -1,6 +1,7 @@
 """The scheduler's watch intake (`scheduler.kubeapi.informer.Sink`): each list and event of pods,
 nodes, NRTs, PodGroups (ours and scheduling.k8s.io's), Queues, ElasticQuotas and PDBs goes into
-the cache and the scheduling queue under `cache.lock`, and wakes the units it may let start.
+the cache and the scheduling queue under `cache.lock`, and wakes the units it may let start;
+DeviceClasses, ResourceSlices and ResourceClaims go into the claim book.
 
 Pods are read (`read_pod`) before the lock is taken, so one informer's reading never holds up
 another's. A change that may free room (a pod gone or moved, a node or NRT changed) tries every
@@ -16,6 +17,8 @@ from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
+from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
@@ -57,6 +60,13 @@ def _stub(kind: str, key: str) -> dict[str, Any]:
     return {"metadata": {"name": key}}
 
 
+def _claims_named(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Do `old` and `new` name the same claims made from templates (a change: the pod may be
+    placed now)?"""
+    field = "resourceClaimStatuses"
+    return bool((old.get("status") or {}).get(field) == (new.get("status") or {}).get(field))
+
+
 class Intake:
     """Lists and events into the cache and the queue (the informers' sink)."""
 
@@ -71,10 +81,11 @@ class Intake:
         reporter: Reporter,
         metrics: SchedulerMetrics,
         reasons: MutableMapping[ObjectKey, str],
+        claims: ClaimBook,
     ) -> None:
         self.cache, self.queue, self._quota, self._gangs = cache, queue, quota, gangs
         self._preemption, self._shares, self._reporter = preemption, shares, reporter
-        self._metrics, self._reasons = metrics, reasons
+        self._metrics, self._reasons, self._claims = metrics, reasons, claims
         self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
@@ -92,6 +103,10 @@ class Intake:
                 return
             if kind == PDBS:
                 self.cache.budgets.replace(items, self.cache.pods.values())
+                return
+            if kind in CLAIM_KINDS:
+                self._claims.replace(kind, items)
+                self.queue.move_all_to_active()
                 return
             self._listing = True
             try:
@@ -146,6 +161,8 @@ class Intake:
             self._requeue_all()
         elif kind == PDBS:
             self.cache.budgets.apply(etype, obj, self.cache.pods.values())
+        elif kind in CLAIM_KINDS and self._claims.apply(kind, etype, obj):
+            self._room_changed()
 
     def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
         """A share lock this scheduler knew held is over: its waiters are tried again now."""
@@ -182,7 +199,9 @@ class Intake:
         fresh = new is not None and new.pending and not new.gated
         if new is not None and old is not None and old.pending and not old.gated:
             # else a status update: nothing new to try
-            fresh = fresh and not placement_inputs_equal(old.obj, new.obj)
+            fresh = fresh and not (
+                placement_inputs_equal(old.obj, new.obj) and _claims_named(old.obj, new.obj)
+            )
         if info.group is not None:
             self._gangs.on_member(info, fresh)
             return

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,16 @@ from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECOND
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
+from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import PreemptionSettings
 from scheduler.quota.modelfilter import assigned
+from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.placing import ClaimPlacement, decide_claims
+from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
@@ -86,6 +92,10 @@ class Scheduler:
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
+        self.claims = ClaimBook(scoring)
+        self.dra = False  # resource.k8s.io/v1 served: pods with claims are placed (`run`)
+        self._claim_api = ClaimApi(kube)
+        self._claim_binds: dict[ObjectKey, ClaimPlacement] = {}  # assumed, not yet bound
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
@@ -125,6 +135,7 @@ class Scheduler:
             reporter,
             metrics,
             self._reasons,
+            self.claims,
         )
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
@@ -210,6 +221,8 @@ class Scheduler:
             excluded = models.excluded(held)
             self.cache.expire_load()
             placer = self._live_placer()
+            if has_claims(info.obj):
+                return self._attempt_claims(unit, info, placer, excluded)
             decision = models.decide(
                 held, lambda off: placer.decide(info.request, excluded=off), assigned
             )
@@ -228,6 +241,23 @@ class Scheduler:
             self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, decision.assignment)])
+        return "scheduled"
+
+    def _attempt_claims(
+        self, unit: UnitKey, info: PodInfo, placer: Placer, excluded: AbstractSet[str] | None
+    ) -> str:
+        """A pod with ResourceClaims (called with `cache.lock` held): its claims allocated on a
+        node that fits the rest of it, assumed with the GPUs they take, then bound."""
+        placed = decide_claims(self.claims, self.cache, placer, info, excluded)
+        if isinstance(placed, str):
+            return self._refuse(unit, info, "claims", placed)
+        info.request = placed.request
+        self.cache.assume(info.key, placed.assignment)
+        self.claims.assume(placed.decision)
+        self._claim_binds[info.key] = placed
+        self.preemption.placed(unit)
+        self.queue.done(unit)
+        self._bind(unit, [(info, placed.assignment)])
         return "scheduled"
 
     def _refuse(
@@ -266,6 +296,8 @@ class Scheduler:
             return "invalid", f"invalid pod: {info.error}"
         if info.request.unsupported:
             return "unsupported", f"unsupported: {info.request.unsupported}"
+        if not self.dra and has_claims(info.obj):
+            return "unsupported", "unsupported: dynamic resource claims (no resource.k8s.io/v1)"
         return None
 
     def unschedulable(self, infos: list[PodInfo], message: str, category: str) -> None:
@@ -304,6 +336,12 @@ class Scheduler:
     def _bind_one(self, unit: UnitKey, info: PodInfo, assignment: Assignment) -> None:
         node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
         nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
+        with self.cache.lock:
+            claims = self._claim_binds.pop(info.key, None)
+        if claims is not None:
+            pod = PodRef(namespace=info.namespace, name=info.name, uid=info.uid)
+            made = claims.decision.claims
+            bind = functools.partial(bind_with_claims, self._claim_api, pod, made, bind)
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
@@ -312,6 +350,11 @@ class Scheduler:
                 self.gangs.bound(unit, info.key)
             return
         with self.cache.lock:
+            if claims is not None:
+                self.claims.forget(claims.decision)
+                current = self.cache.pods.get(info.key)
+                if current is not None and current.request is claims.request:
+                    current.request = claims.original  # before `forget` charges it again
             self.cache.forget(info.key)
             self._reasons[info.key] = "backoff"
             self.queue.retry(unit, info.request.priority, info.created)

@@ -40,7 +40,7 @@ from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import ClaimBook
-from scheduler.runtime.claims.placing import ClaimPlacement, decide_claims
+from scheduler.runtime.claims.placing import ClaimCharges
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import (
@@ -95,7 +95,7 @@ class Scheduler:
         self.claims = ClaimBook(scoring)
         self.dra = False  # resource.k8s.io/v1 served: pods with claims are placed (`run`)
         self._claim_api = ClaimApi(kube)
-        self._claim_binds: dict[ObjectKey, ClaimPlacement] = {}  # assumed, not yet bound
+        self.charges = ClaimCharges(self.claims, cache)  # pods with claims assumed, not bound
         self.quota = QueueGate(cache, queue, reporter)
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
@@ -120,6 +120,7 @@ class Scheduler:
             self._live_placer,
             self.quota,
             self.preemption,
+            self.charges,
         )
         self._volumes = VolumeCheck(kube, clock, self._settings.storage_class_ttl)
         seconds = self._settings.share_lock_seconds
@@ -248,13 +249,9 @@ class Scheduler:
     ) -> str:
         """A pod with ResourceClaims (called with `cache.lock` held): its claims allocated on a
         node that fits the rest of it, assumed with the GPUs they take, then bound."""
-        placed = decide_claims(self.claims, self.cache, placer, info, excluded)
+        placed = self.charges.place(placer, info, excluded)
         if isinstance(placed, str):
             return self._refuse(unit, info, "claims", placed)
-        info.request = placed.request
-        self.cache.assume(info.key, placed.assignment)
-        self.claims.assume(placed.decision)
-        self._claim_binds[info.key] = placed
         self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, placed.assignment)])
@@ -337,7 +334,7 @@ class Scheduler:
         node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
         nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
         with self.cache.lock:
-            claims = self._claim_binds.pop(info.key, None)
+            claims = self.charges.held(info.key)
         if claims is not None:
             pod = PodRef(namespace=info.namespace, name=info.name, uid=info.uid)
             made = claims.decision.claims
@@ -345,17 +342,15 @@ class Scheduler:
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
+            if claims is not None:
+                with self.cache.lock:
+                    self.charges.bound(info.key)
             self._reporter.scheduled(info.obj, node)
             if unit.kind is UnitKind.GANG:
                 self.gangs.bound(unit, info.key)
             return
         with self.cache.lock:
-            if claims is not None:
-                self.claims.forget(claims.decision)
-                current = self.cache.pods.get(info.key)
-                if current is not None and current.request is claims.request:
-                    current.request = claims.original  # before `forget` charges it again
-            self.cache.forget(info.key)
+            self.charges.forget(info.key)
             self._reasons[info.key] = "backoff"
             self.queue.retry(unit, info.request.priority, info.created)
             if unit.kind is UnitKind.GANG:

@@ -21,8 +21,10 @@ from tests.builders.dra import allocation_status
 from tests.builders.nrt import make_nrt
 from tests.builders.scheduler import (
     create_pod,
+    create_podgroup,
     gpu_node,
     pod_body,
+    podgroup,
     running,
     scheduled_condition,
     wait_for,
@@ -32,14 +34,18 @@ from tests.fakeapi import FakeApiServer
 Obj = dict[str, Any]
 NS = "default"
 PROTECTION = "resource.kubernetes.io/delete-protection"
+RACK = "gputopo.io/rack"
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
-def dra_cluster(fake: FakeApiServer, nodes: Sequence[str] = ("n1",)) -> None:
+def dra_cluster(
+    fake: FakeApiServer, nodes: Sequence[str] = ("n1",), racks: Sequence[str] = ()
+) -> None:
     """`nodes`, each with eight GPUs in islands {0-3} and {4-7}, published as NRT and as a
-    ResourceSlice; the gputopo DeviceClass."""
+    ResourceSlice, labelled `rack` by `racks` (in order); the gputopo DeviceClass."""
     fake.put_object("deviceclasses", class_obj())
-    for name in nodes:
-        gpu_node(fake, name, gpus=8)
+    for i, name in enumerate(nodes):
+        gpu_node(fake, name, gpus=8, labels={RACK: racks[i]} if racks else None)
         fake.put_object("noderesourcetopologies", make_nrt(name, two_islands()))
         fake.put_object("resourceslices", slice_obj(name, island_devices()))
 
@@ -91,3 +97,26 @@ def refusal(fake: FakeApiServer, core: client.CoreV1Api, pod: Obj) -> Obj:
     condition = scheduled_condition(fake, name)
     assert condition is not None
     return condition
+
+
+def claim_gang(
+    fake: FakeApiServer,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    name: str,
+    members: int,
+    gpus: int,
+    **annotations: str,
+) -> list[str]:
+    """A PodGroup `name` of `members` pods `name-<i>`, each with its own claim of `gpus` GPUs
+    (`name-<i>-gpus`); the pods' names."""
+    create_podgroup(custom, podgroup(name, members, annotations=annotations))
+    pods = []
+    for i in range(members):
+        pod = f"{name}-{i}"
+        fake.put_object("resourceclaims", gpu_claim(f"{pod}-gpus", gpus))
+        body = claim_pod(pod, f"{pod}-gpus")
+        body["metadata"]["labels"] = {GANG_LABEL: name}
+        create_pod(core, body)
+        pods.append(pod)
+    return pods

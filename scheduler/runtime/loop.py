@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -95,8 +95,8 @@ class Scheduler:
         self.claims = ClaimBook(scoring)
         self.dra = False  # resource.k8s.io/v1 served: pods with claims are placed (`run`)
         self._claim_api = ClaimApi(kube)
-        self.charges = ClaimCharges(self.claims, cache)  # pods with claims assumed, not bound
         self.quota = QueueGate(cache, queue, reporter)
+        self.charges = ClaimCharges(self.claims, cache, self._queue_refusal)  # until bound
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
             cache,
@@ -256,6 +256,11 @@ class Scheduler:
         self.queue.done(unit)
         self._bind(unit, [(info, placed.assignment)])
         return "scheduled"
+
+    def _queue_refusal(self, infos: Sequence[PodInfo]) -> str | None:
+        """Why the queue of `infos` (one unit) holds it back as it asks now (None: admitted)."""
+        problem = self.quota.problem(infos)
+        return None if problem is None else problem[1]
 
     def _refuse(
         self,

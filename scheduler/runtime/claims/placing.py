@@ -12,7 +12,7 @@ Called with `cache.lock` held.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
@@ -27,6 +27,9 @@ __all__ = ["ClaimCharges", "ClaimPlacement"]
 
 _SHOWN = 3  # the nearest misses a waiting pod's message names
 
+Admit = Callable[[Sequence[PodInfo]], str | None]
+"""Why a queue holds pods back as they ask now (None: admitted)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimPlacement:
@@ -39,12 +42,17 @@ class ClaimPlacement:
 
 
 class ClaimCharges:
-    def __init__(self, book: ClaimBook, cache: ClusterCache) -> None:
-        self._book, self._cache = book, cache
+    def __init__(self, book: ClaimBook, cache: ClusterCache, admit: Admit | None = None) -> None:
+        """`admit`: why a pod's (or a gang's) queue holds it back once it asks for the GPUs its
+        claims take (None: admitted)."""
+        self._book, self._cache, self._admit = book, cache, admit
         self._held: dict[ObjectKey, ClaimPlacement] = {}
 
     def place(
-        self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
+        self,
+        placer: Placer,
+        info: PodInfo,
+        excluded: AbstractSet[str] | None,
     ) -> ClaimPlacement | str:
         """Decide `info` and assume it; the placement, or why it waits."""
         claims = self._book.pod_claims(info.key, info.obj)
@@ -56,7 +64,14 @@ class ClaimCharges:
         decision = self._book.allocator.place(claims, nodes, self._book.usage())
         if decision.node is None:
             return self._refusal(decision.reasons)
-        return self._assume(placer, info, decision)
+        placed = self._charged(placer, info, decision)
+        if isinstance(placed, str):
+            return placed
+        why = _refused([(info, placed)], self._admit)
+        if why is not None:
+            return why
+        self._hold(info, placed)
+        return placed
 
     def place_gang(
         self,
@@ -84,12 +99,20 @@ class ClaimCharges:
             return self._refusal(decision.reasons)
         placed: list[ClaimPlacement] = []
         for info, made in zip(infos, decision.pods, strict=True):
-            one = self._assume(placer, info, made)
+            one = self._charged(placer, info, made)  # on the snapshot the earlier ones took
             if isinstance(one, str):
                 for done in infos[: len(placed)]:
                     self.forget(done.key)
                 return one
+            self._hold(info, one)
             placed.append(one)
+        for done in infos:  # asked for together, as they are charged: not charged twice
+            self.forget(done.key)
+        why = _refused(list(zip(infos, placed, strict=True)), self._admit)
+        if why is not None:
+            return why
+        for info, one in zip(infos, placed, strict=True):
+            self._hold(info, one)
         return placed
 
     def held(self, key: ObjectKey) -> ClaimPlacement | None:
@@ -109,23 +132,29 @@ class ClaimCharges:
                 current.request = placed.original  # before `forget` charges it again
         return self._cache.forget(key)
 
-    def _assume(self, placer: Placer, info: PodInfo, decision: PodDecision) -> ClaimPlacement | str:
+    def _charged(
+        self, placer: Placer, info: PodInfo, decision: PodDecision
+    ) -> ClaimPlacement | str:
+        """What `info` is charged with `decision`: its devices on the node, the claims' GPUs."""
         node = decision.node
         base = None if node is None else placer.assignment_on(info.request, node)
         if node is None or base is None:
             return f"pod {info.key} no longer fits node {node}"
         gpus = tuple(sorted({*base.gpus, *decision.gpus}))
-        placed = ClaimPlacement(
+        return ClaimPlacement(
             original=info.request,
             request=replace(info.request, gpus=len(gpus)),
             assignment=replace(base, gpus=gpus),
             decision=decision,
         )
+
+    def _hold(self, info: PodInfo, placed: ClaimPlacement) -> None:
+        """Assume `info` as `placed` says (its claims' allocations held too)."""
+        decision = placed.decision
         info.request = placed.request
         self._cache.assume(info.key, placed.assignment)
         self._book.assume(decision)
         self._held[info.key] = placed
-        return placed
 
     def _nodes(
         self, placer: Placer, infos: Sequence[PodInfo], excluded: AbstractSet[str] | None
@@ -166,3 +195,16 @@ class ClaimCharges:
             None if nrt is None else nrt.inventory,
             cache.snapshot.node(name) if name in cache.snapshot else None,
         )
+
+
+def _refused(placed: Sequence[tuple[PodInfo, ClaimPlacement]], admit: Admit | None) -> str | None:
+    """`admit` asked with each pod's request as its claims make it (put back after)."""
+    if admit is None:
+        return None
+    for info, one in placed:
+        info.request = one.request
+    try:
+        return admit([info for info, _ in placed])
+    finally:
+        for info, one in placed:
+            info.request = one.original

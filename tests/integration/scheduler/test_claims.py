@@ -15,7 +15,9 @@ from tests.builders.claimcluster import (
     refusal,
     reserved_for,
 )
+from tests.builders.queues import create_queue, queue_body, queue_status
 from tests.builders.scheduler import (
+    GPU,
     create_pod,
     node_of,
     running,
@@ -121,3 +123,34 @@ def test_a_claim_allocated_by_someone_else_leaves_too_few_gpus(fake_api, core_v1
     assert condition["status"] == "False"
     assert "1 of 2 matching devices are free" in condition["message"]
     assert devices_of(fake_api, "mine") == []
+
+
+def test_a_queue_is_charged_the_gpus_its_pods_claims_hold(fake_api, core_v1, custom_objects):
+    dra_cluster(fake_api)
+    create_queue(custom_objects, queue_body("team", gpu_max=8, namespaces=[NS]))
+    fake_api.put_object("resourceclaims", gpu_claim("mine", 2))
+    with running(fake_api):
+        create_pod(core_v1, claim_pod("p1", "mine"))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        used = wait_for(
+            lambda: queue_status(fake_api, "team").get("used", {}).get(GPU), 5, "team's usage"
+        )
+    assert used == "2"
+
+
+def test_a_queue_max_holds_back_a_pod_whose_claims_would_pass_it(fake_api, core_v1, custom_objects):
+    dra_cluster(fake_api)
+    create_queue(custom_objects, queue_body("team", gpu_max=2, namespaces=[NS]))
+    for name in ("first", "second"):
+        fake_api.put_object("resourceclaims", gpu_claim(name, 2))
+    with running(fake_api) as rt:
+        create_pod(core_v1, claim_pod("a", "first"))
+        wait_for(lambda: node_of(fake_api, "a"), 5, "a bound")
+        create_pod(core_v1, claim_pod("b", "second"))
+        wait_for(lambda: scheduled_condition(fake_api, "b"), 5, "b held back")
+        rt.reporter.flush()
+    condition = scheduled_condition(fake_api, "b")
+    assert condition is not None
+    assert "max" in condition["message"]
+    assert node_of(fake_api, "b") is None
+    assert devices_of(fake_api, "second") == []

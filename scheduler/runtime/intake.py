@@ -12,6 +12,7 @@ which the intake drops when a pod stops waiting.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
 from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
@@ -106,6 +108,7 @@ class Intake:
                 return
             if kind in CLAIM_KINDS:
                 self._claims.replace(kind, items)
+                self._recharge_claim_pods()
                 self.queue.move_all_to_active()
                 return
             self._listing = True
@@ -150,7 +153,7 @@ class Intake:
         self, kind: str, etype: str, obj: Mapping[str, Any], read: PodInfo | None = None
     ) -> None:
         if kind == PODS:
-            self._on_pod(etype, obj, read)
+            self._on_pod(etype, obj, read if read is None else self._claims_charged(read))
         elif kind == NODES:
             self._on_node(etype, obj)
         elif kind == NRTS:
@@ -210,6 +213,23 @@ class Intake:
             self.queue.add(unit, new.request.priority, new.created, self.cache.leaf_of(new)[0])
         elif new is None or not new.pending or new.gated:
             self.queue.remove(unit)
+
+    def _claims_charged(self, info: PodInfo) -> PodInfo:
+        """A bound pod of ours with claims, charged the whole GPUs they hold (its request as
+        read asks none; a pod this scheduler placed carries them over from its decision)."""
+        if info.node is None or not info.ours or not has_claims(info.obj):
+            return info
+        held = self._claims.gpus_held(info.obj)
+        if held <= info.request.gpus:
+            return info
+        return dataclasses.replace(info, request=dataclasses.replace(info.request, gpus=held))
+
+    def _recharge_claim_pods(self) -> None:
+        """Claims listed: bound pods of ours read before them are charged their GPUs now."""
+        for info in list(self.cache.pods.values()):
+            charged = self._claims_charged(info)
+            if charged is not info:
+                self.cache.upsert_pod(info.obj, charged)
 
     def _requeue_all(self) -> None:
         """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,

@@ -20,7 +20,15 @@ from agent.model import NodeInventory
 from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.errors import SpecError
-from scheduler.claims.model import Allocation, ClaimKey, DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.claims.model import (
+    Allocation,
+    ClaimKey,
+    Device,
+    DeviceClass,
+    DeviceId,
+    ResourceClaim,
+    ResourceSlice,
+)
 from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
 from scheduler.claims.slices import node_devices
@@ -61,6 +69,7 @@ class ClaimBook:
         self._usage: Usage | None = None
         self._slices_version = 0
         self._nodes: dict[str, tuple[int, tuple[object, ...], ClaimNode]] = {}
+        self._by_id: tuple[int, dict[DeviceId, Device]] | None = None
 
     # -- intake ----------------------------------------------------------------------------
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
@@ -183,6 +192,31 @@ class ClaimBook:
 
     def drop_node(self, name: str) -> None:
         self._nodes.pop(name, None)
+
+    def gpus_held(self, pod: Obj) -> int:
+        """The whole GPUs the pod's allocated claims hold (devices of `type` gpu, held
+        exclusively), as a pod bound before this scheduler started is charged."""
+        held: set[DeviceId] = set()
+        for ref in claim_refs(pod).keys:
+            claim = self.claims.get(ref)
+            allocation = None if claim is None else claim.allocation
+            for result in allocation.devices if allocation is not None else ():
+                if result.admin_access or result.share_id is not None:
+                    continue
+                device = self._devices().get(result.id)
+                if (
+                    device is not None
+                    and device.attributes.get(f"{device.id.driver}/type") == "gpu"
+                ):
+                    held.add(result.id)
+        return len(held)
+
+    def _devices(self) -> Mapping[DeviceId, Device]:
+        """Every device of every slice by its ID (built again when slices change)."""
+        if self._by_id is None or self._by_id[0] != self._slices_version:
+            found = {d.id: d for s in self.slices.values() for d in s.devices}
+            self._by_id = (self._slices_version, found)
+        return self._by_id[1]
 
     def assume(self, decision: PodDecision) -> None:
         """The claims `decision` allocates count as allocated until their status says so."""

@@ -154,3 +154,19 @@ def test_a_queue_max_holds_back_a_pod_whose_claims_would_pass_it(fake_api, core_
     assert "max" in condition["message"]
     assert node_of(fake_api, "b") is None
     assert devices_of(fake_api, "second") == []
+
+
+def test_a_running_pod_is_charged_its_claims_gpus_when_the_scheduler_starts(
+    fake_api, core_v1, custom_objects
+):
+    dra_cluster(fake_api)
+    create_queue(custom_objects, queue_body("team", gpu_max=8, namespaces=[NS]))
+    allocated_elsewhere(fake_api, "held", "n1", [4, 5, 6])  # as a scheduler before this one did
+    body = claim_pod("p1", "held")
+    body["spec"]["nodeName"] = "n1"
+    create_pod(core_v1, body)
+    with running(fake_api):
+        used = wait_for(
+            lambda: queue_status(fake_api, "team").get("used", {}).get(GPU), 5, "team's usage"
+        )
+    assert used == "3"

@@ -122,3 +122,16 @@ def test_a_pod_waits_for_the_claim_of_its_template_and_then_gets_it():
     found = book.pod_claims("ns/p", pod)
     assert isinstance(found, PodClaims)
     assert [c.key.name for c in found.claims] == ["p-a"]
+
+
+def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_not_shares_or_admin_access():
+    book = _book()
+    mine = claim_obj("mine", request("gpus", 2))
+    mine.update(allocation_status("n1", [("gpus", "gpu-2"), ("gpus", "gpu-3")], [("p", "u")]))
+    shared = claim_obj("shared", request("gpus", 1))
+    shared.update(allocation_status("n1", [("gpus", "gpu-4")], [("p", "u")]))
+    shared["status"]["allocation"]["devices"]["results"][0]["shareID"] = "s1"
+    book.replace(CLAIMS, [mine, shared, claim_obj("later", request("gpus", 1))])
+    entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "shared", "later")]
+    pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": entries}}
+    assert book.gpus_held(pod) == 2

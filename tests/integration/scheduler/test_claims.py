@@ -19,6 +19,7 @@ from tests.builders.queues import create_queue, queue_body, queue_status
 from tests.builders.scheduler import (
     GPU,
     create_pod,
+    gpu_node,
     node_of,
     running,
     scheduled_condition,
@@ -170,3 +171,12 @@ def test_a_running_pod_is_charged_its_claims_gpus_when_the_scheduler_starts(
             lambda: queue_status(fake_api, "team").get("used", {}).get(GPU), 5, "team's usage"
         )
     assert used == "3"
+
+
+def test_without_resource_k8s_io_v1_dra_is_off_and_pods_with_claims_wait(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    for plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"):
+        fake_api.registry.remove("resource.k8s.io", plural)  # a server before 1.34
+    condition = refusal(fake_api, core_v1, claim_pod("p1", "mine"))
+    assert "unsupported: dynamic resource claims" in condition["message"]
+    assert fake_api.requests_matching("GET", r"/apis/resource\.k8s\.io/v1/") == []

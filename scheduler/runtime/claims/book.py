@@ -43,12 +43,21 @@ log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 CLASSES, SLICES, CLAIMS = "deviceclasses", "resourceslices", "resourceclaims"
 KINDS = (CLASSES, SLICES, CLAIMS)
+MAX_RESERVED = 256
+"""The most consumers a claim's `status.reservedFor` holds (resource.k8s.io/v1)."""
 """The intake's kind names of resource.k8s.io/v1 objects (`scheduler.kubeapi.resourceclaims`)."""
 
 
 def _key_of(obj: Obj) -> ClaimKey:
     meta = obj.get("metadata") or {}
     return ClaimKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+
+
+def _meta_of(obj: Obj) -> tuple[bool, tuple[str, ...]]:
+    """Whether the claim is being deleted, and the UIDs of its owners."""
+    meta = obj.get("metadata") or {}
+    owners = tuple(str(o.get("uid") or "") for o in meta.get("ownerReferences") or ())
+    return bool(meta.get("deletionTimestamp")), owners
 
 
 def _name_of(obj: Obj) -> str:
@@ -64,6 +73,7 @@ class ClaimBook:
         self.slices: dict[str, ResourceSlice] = {}
         self.claims: dict[ClaimKey, ResourceClaim] = {}
         self.problems: dict[ClaimKey, str] = {}
+        self._meta: dict[ClaimKey, tuple[bool, tuple[str, ...]]] = {}  # deleting, owner UIDs
         self.allocator = ClaimAllocator({}, scoring=scoring)
         self._assumed: dict[ClaimKey, Allocation] = {}
         self._usage: Usage | None = None
@@ -133,8 +143,10 @@ class ClaimBook:
             except SpecError as exc:
                 log.warning("ignoring %s", exc, extra={"resource": str(key)})
                 self.problems[key] = str(exc)
+        self._meta.pop(key, None)
         if new is not None:
             self.claims[key] = new
+            self._meta[key] = _meta_of(obj)
             if new.allocation is not None:
                 self._assumed.pop(key, None)
         before = None if old is None else old.allocation
@@ -158,6 +170,7 @@ class ClaimBook:
         if refs.waiting is not None:
             return refs.waiting
         claims = []
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
         for ref in refs.keys:
             problem = self.problems.get(ref)
             if problem is not None:
@@ -165,9 +178,23 @@ class ClaimBook:
             claim = self.claims.get(ref)
             if claim is None:
                 return f'resourceclaim "{ref}" not found'
+            why = self._unusable(claim, uid, ref in refs.made)
+            if why is not None:
+                return why
             assumed = self._assumed.get(ref)
             claims.append(claim if assumed is None else replace(claim, allocation=assumed))
         return PodClaims(key=key, claims=tuple(claims))
+
+    def _unusable(self, claim: ResourceClaim, pod_uid: str, made: bool) -> str | None:
+        """Why the pod may not use `claim` now, as kube-scheduler refuses it (None: it may)."""
+        deleting, owners = self._meta.get(claim.key, (False, ()))
+        if deleting:
+            return f'resourceclaim "{claim.key}" is being deleted'
+        if made and pod_uid not in owners:
+            return f"ResourceClaim {claim.key} was not created for the pod (not its owner)"
+        if len(claim.reserved_for) >= MAX_RESERVED and pod_uid not in claim.reserved_for:
+            return f"resourceclaim {claim.key} is reserved for {MAX_RESERVED} consumers already"
+        return None
 
     def node(
         self,

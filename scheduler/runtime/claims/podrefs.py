@@ -24,6 +24,7 @@ class ClaimRefs:
 
     keys: tuple[ClaimKey, ...] = ()
     waiting: str | None = None
+    made: frozenset[ClaimKey] = frozenset()  # those made from a template (the pod owns them)
 
 
 def has_claims(pod: Obj) -> bool:
@@ -38,7 +39,8 @@ def claim_refs(pod: Obj) -> ClaimRefs:
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
         if isinstance(s, Mapping)
     }
-    keys = []
+    keys: list[ClaimKey] = []
+    owned: set[ClaimKey] = set()
     for entry in spec.get("resourceClaims") or ():
         name = str(entry.get("name") or "")
         direct, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
@@ -51,4 +53,5 @@ def claim_refs(pod: Obj) -> ClaimRefs:
             )
         elif made.get(name):
             keys.append(ClaimKey(namespace, str(made[name])))
-    return ClaimRefs(keys=tuple(keys))
+            owned.add(keys[-1])
+    return ClaimRefs(keys=tuple(keys), made=frozenset(owned))

@@ -56,6 +56,9 @@ def test_a_claim_from_a_template_waits_for_its_claim_then_binds(fake_api, core_v
         assert "two-gpus" in waiting["message"]
         # what the resourceclaim controller does: the claim, then the pod's status naming it
         made = gpu_claim("p1-tpl-x7k2q", 2)
+        uid = fake_api.get_object("pods", "p1", NS)["metadata"]["uid"]
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": uid, "controller": True}
+        made["metadata"]["ownerReferences"] = [owner]
         fake_api.put_object("resourceclaims", made)
         core_v1.patch_namespaced_pod_status(
             "p1",

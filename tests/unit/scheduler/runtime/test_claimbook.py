@@ -112,13 +112,18 @@ def test_a_pods_claims_are_named_directly_or_by_its_status(entries, statuses, ex
 def test_a_pod_waits_for_the_claim_of_its_template_and_then_gets_it():
     book = _book()
     entry = {"name": "a", "resourceClaimTemplateName": "t"}
-    pod = {"metadata": {"namespace": "ns", "name": "p"}, "spec": {"resourceClaims": [entry]}}
+    meta = {"namespace": "ns", "name": "p", "uid": "u1"}
+    pod = {"metadata": meta, "spec": {"resourceClaims": [entry]}}
     waiting = book.pod_claims("ns/p", pod)
     assert isinstance(waiting, str)
     assert "resourceclaim controller" in waiting
     pod["status"] = {"resourceClaimStatuses": [{"name": "a", "resourceClaimName": "p-a"}]}
     assert book.pod_claims("ns/p", pod) == 'resourceclaim "ns/p-a" not found'
-    book.apply(CLAIMS, "ADDED", claim_obj("p-a", request("gpus", 1)))
+    made = claim_obj("p-a", request("gpus", 1))
+    book.apply(CLAIMS, "ADDED", made)
+    assert "was not created for the pod" in str(book.pod_claims("ns/p", pod))
+    made["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": "u1"}]
+    book.apply(CLAIMS, "MODIFIED", made)
     found = book.pod_claims("ns/p", pod)
     assert isinstance(found, PodClaims)
     assert [c.key.name for c in found.claims] == ["p-a"]
@@ -135,3 +140,13 @@ def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_not_shares_or_admin_
     entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "shared", "later")]
     pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": entries}}
     assert book.gpus_held(pod) == 2
+
+
+def test_a_claim_being_deleted_is_not_used():
+    book = _book()
+    going = claim_obj("going", request("gpus", 1))
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    book.replace(CLAIMS, [going])
+    entry = {"name": "a", "resourceClaimName": "going"}
+    pod = {"metadata": {"namespace": "ns", "uid": "u"}, "spec": {"resourceClaims": [entry]}}
+    assert book.pod_claims("ns/p", pod) == 'resourceclaim "ns/going" is being deleted'

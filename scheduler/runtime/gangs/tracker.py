@@ -308,12 +308,11 @@ class GangTracker:
         if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
             why = ""
             for info in pending:
-                decision = placer.decide(info.request, excluded=excluded)
-                if decision.assignment is None:
-                    why = why or decision.message()
+                assignment, refusal = self._place_alone(placer, info, excluded)
+                if assignment is None:
+                    why = why or refusal
                     continue
-                self._cache.assume(info.key, decision.assignment)
-                placed.append((info, decision.assignment))
+                placed.append((info, assignment))
             return placed, why
         if any(has_claims(m.obj) for m in pending):
             claimed = self._charges.place_gang(placer, pending, excluded, group.topology)
@@ -334,6 +333,19 @@ class GangTracker:
             self._cache.assume(info.key, result.assignments[info.key])
             placed.append((info, result.assignments[info.key]))
         return placed, ""
+
+    def _place_alone(
+        self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
+    ) -> tuple[Assignment | None, str]:
+        """One member placed and assumed on its own (its claims too): where, or why not."""
+        if has_claims(info.obj):
+            claimed = self._charges.place(placer, info, excluded)
+            return (None, claimed) if isinstance(claimed, str) else (claimed.assignment, "")
+        decision = placer.decide(info.request, excluded=excluded)
+        if decision.assignment is None:
+            return None, decision.message()
+        self._cache.assume(info.key, decision.assignment)
+        return decision.assignment, ""
 
     def _state(self, group: GroupInfo) -> GangState:
         gkey = group.key

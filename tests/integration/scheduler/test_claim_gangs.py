@@ -6,13 +6,16 @@ from __future__ import annotations
 import time
 
 from tests.builders.claimcluster import (
+    GANG_LABEL,
     RACK,
     allocated_elsewhere,
     claim_gang,
+    claim_pod,
     devices_of,
     dra_cluster,
+    gpu_claim,
 )
-from tests.builders.scheduler import bound_pods, running, scheduled_condition, wait_for
+from tests.builders.scheduler import bound_pods, create_pod, running, scheduled_condition, wait_for
 
 
 def _islands(fake, pods: list[str]) -> set[tuple[str, int]]:
@@ -68,3 +71,20 @@ def test_a_gangs_claims_stay_in_one_domain_of_its_required_level(fake_api, core_
         wait_for(lambda: set(bound_pods(fake_api)) == set(pods), 10, "the whole gang bound")
     nodes = {bound_pods(fake_api)[p] for p in pods}
     assert nodes <= {"n2", "n3"}  # rack a alone could hold 4 of the 5
+
+
+def test_a_member_that_comes_after_its_gang_started_gets_its_claims_alone(
+    fake_api, core_v1, custom_objects
+):
+    dra_cluster(fake_api, ("n1",))
+    with running(fake_api):
+        pods = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 2)
+        wait_for(lambda: set(bound_pods(fake_api)) == set(pods), 10, "the gang bound")
+        fake_api.put_object("resourceclaims", gpu_claim("late-gpus", 2))
+        body = claim_pod("late", "late-gpus")
+        body["metadata"]["labels"] = {GANG_LABEL: "g"}
+        create_pod(core_v1, body)
+        wait_for(lambda: "late" in bound_pods(fake_api), 10, "the late member bound")
+    late = devices_of(fake_api, "late-gpus")
+    assert len(late) == 2
+    assert not set(late) & {d for p in pods for d in devices_of(fake_api, f"{p}-gpus")}

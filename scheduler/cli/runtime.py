@@ -18,7 +18,7 @@ from agent.httpserver import MetricsServer
 from scheduler.cli.settings import RunSettings
 from scheduler.cli.startgc import StartupGc
 from scheduler.errors import ApiError
-from scheduler.kubeapi import workloads
+from scheduler.kubeapi import resourceclaims, workloads
 from scheduler.kubeapi.client import (
     ELASTIC_QUOTAS,
     NODES,
@@ -124,6 +124,10 @@ class Runtime:
         )
         self.upstream = workloads.discover(kube)
         groups = (PODGROUPS,) if self.upstream is None else (PODGROUPS, self.upstream.kind)
+        self.scheduler.dra = resourceclaims.served(kube)
+        if not self.scheduler.dra:
+            log.info("DRA off: resource.k8s.io/v1 is not served; pods with claims wait")
+        dra = resourceclaims.KINDS if self.scheduler.dra else ()
         self.informers = [
             Informer(
                 kube,
@@ -133,7 +137,7 @@ class Runtime:
                 watch_timeout=watch_timeout,
                 optional=kind.group == workloads.GROUP,
             )
-            for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, PODS)
+            for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, *dra, PODS)
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)

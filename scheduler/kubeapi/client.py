@@ -308,7 +308,7 @@ class KubeClient:
             raise error_class(status)(operation, status, _status_text(text, reason))
         return bytes(text)
 
-    def _read(self, path: str, operation: str) -> dict[str, Any] | None:
+    def read(self, path: str, operation: str) -> dict[str, Any] | None:
         """The object at `path`, or None when it does not exist (404)."""
         try:
             return dict(json.loads(self._call("GET", path, None, "", operation)))
@@ -317,7 +317,7 @@ class KubeClient:
 
     def resources(self, group: str, version: str) -> dict[str, Any] | None:
         """Discovery: the APIResourceList `group/version` serves, or None when it serves none."""
-        return self._read(f"/apis/{group}/{version}", f"discover {group}/{version}")
+        return self.read(f"/apis/{group}/{version}", f"discover {group}/{version}")
 
     def patch_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the status subresource of an object of `kind` (one of the
@@ -382,7 +382,7 @@ class KubeClient:
 
     # -- volumes -------------------------------------------------------------------------
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._read(
+        return self.read(
             f"/api/v1/namespaces/{_path(namespace)}/persistentvolumeclaims/{_path(name)}",
             f"get persistentvolumeclaim {object_key(namespace, name)}",
         )
@@ -403,7 +403,7 @@ class KubeClient:
 
     # -- leases (scheduler.kubeapi.leader.LeaseStore) --------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._read(_lease_path(namespace, name), f"get lease {object_key(namespace, name)}")
+        return self.read(_lease_path(namespace, name), f"get lease {object_key(namespace, name)}")
 
     def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(
@@ -418,8 +418,12 @@ class KubeClient:
             f"replace lease {object_key(namespace, name)}",
         )
 
+    def write(self, method: str, path: str, body: Obj, operation: str) -> dict[str, Any]:
+        """A JSON write (POST, PUT) at `path`; the object the server answers with."""
+        return dict(json.loads(self._call(method, path, body, "application/json", operation)))
+
     def _lease_write(self, method: str, path: str, body: Obj, operation: str) -> dict[str, Any]:
         try:
-            return dict(json.loads(self._call(method, path, body, "application/json", operation)))
+            return self.write(method, path, body, operation)
         except ConflictError as exc:
             raise LeaseConflictError(str(exc)) from exc

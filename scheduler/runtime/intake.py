@@ -1,6 +1,7 @@
 """The scheduler's watch intake (`scheduler.kubeapi.informer.Sink`): each list and event of pods,
 nodes, NRTs, PodGroups (ours and scheduling.k8s.io's), Queues, ElasticQuotas and PDBs goes into
-the cache and the scheduling queue under `cache.lock`, and wakes the units it may let start.
+the cache and the scheduling queue under `cache.lock`, and wakes the units it may let start;
+DeviceClasses, ResourceSlices and ResourceClaims go into the claim book.
 
 Pods are read (`read_pod`) before the lock is taken, so one informer's reading never holds up
 another's. A change that may free room (a pod gone or moved, a node or NRT changed) tries every
@@ -19,6 +20,7 @@ starts on the first pods (the queue takes the best present; later ones are no be
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from functools import partial
 from itertools import pairwise
@@ -26,6 +28,9 @@ from typing import Any
 
 from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
+from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
@@ -116,6 +121,13 @@ def _batches(count: int) -> list[tuple[int, int]]:
     return list(pairwise(bounds))
 
 
+def _claims_named(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Do `old` and `new` name the same claims made from templates (a change: the pod may be
+    placed now)?"""
+    field = "resourceClaimStatuses"
+    return bool((old.get("status") or {}).get(field) == (new.get("status") or {}).get(field))
+
+
 class Intake:
     """Lists and events into the cache and the queue (the informers' sink)."""
 
@@ -130,10 +142,11 @@ class Intake:
         reporter: Reporter,
         metrics: SchedulerMetrics,
         reasons: MutableMapping[ObjectKey, str],
+        claims: ClaimBook,
     ) -> None:
         self.cache, self.queue, self._quota, self._gangs = cache, queue, quota, gangs
         self._preemption, self._shares, self._reporter = preemption, shares, reporter
-        self._metrics, self._reasons = metrics, reasons
+        self._metrics, self._reasons, self._claims = metrics, reasons, claims
         self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> Later:
@@ -159,6 +172,11 @@ class Intake:
                 return later
             if kind == PDBS:
                 self.cache.budgets.replace(items, self.cache.pods.values())
+                return later
+            if kind in CLAIM_KINDS:
+                self._claims.replace(kind, items)
+                self._recharge_claim_pods()
+                self.queue.move_all_to_active()
                 return later
             self._listed(lambda: self._apply_list(kind, items, reads))
         return later
@@ -219,7 +237,7 @@ class Intake:
         self, kind: str, etype: str, obj: Mapping[str, Any], read: PodInfo | None = None
     ) -> None:
         if kind == PODS:
-            self._on_pod(etype, obj, read)
+            self._on_pod(etype, obj, read if read is None else self._claims_charged(read))
         elif kind == NODES:
             self._on_node(etype, obj)
         elif kind == NRTS:
@@ -230,6 +248,8 @@ class Intake:
             self._requeue_all()
         elif kind == PDBS:
             self.cache.budgets.apply(etype, obj, self.cache.pods.values())
+        elif kind in CLAIM_KINDS and self._claims.apply(kind, etype, obj):
+            self._room_changed()
 
     def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
         """A share lock this scheduler knew held is over: its waiters are tried again now."""
@@ -266,7 +286,9 @@ class Intake:
         fresh = new is not None and new.pending and not new.gated
         if new is not None and old is not None and old.pending and not old.gated:
             # else a status update: nothing new to try
-            fresh = fresh and not placement_inputs_equal(old.obj, new.obj)
+            fresh = fresh and not (
+                placement_inputs_equal(old.obj, new.obj) and _claims_named(old.obj, new.obj)
+            )
         if info.group is not None:
             self._gangs.on_member(info, fresh)
             return
@@ -275,6 +297,23 @@ class Intake:
             self.queue.add(unit, new.request.priority, new.created, self.cache.leaf_of(new)[0])
         elif new is None or not new.pending or new.gated:
             self.queue.remove(unit)
+
+    def _claims_charged(self, info: PodInfo) -> PodInfo:
+        """A bound pod of ours with claims, charged the whole GPUs they hold (its request as
+        read asks none; a pod this scheduler placed carries them over from its decision)."""
+        if info.node is None or not info.ours or not has_claims(info.obj):
+            return info
+        held = self._claims.gpus_held(info.obj)
+        if held <= info.request.gpus:
+            return info
+        return dataclasses.replace(info, request=dataclasses.replace(info.request, gpus=held))
+
+    def _recharge_claim_pods(self) -> None:
+        """Claims listed: bound pods of ours read before them are charged their GPUs now."""
+        for info in list(self.cache.pods.values()):
+            charged = self._claims_charged(info)
+            if charged is not info:
+                self.cache.upsert_pod(info.obj, charged)
 
     def _requeue_all(self) -> None:
         """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,

@@ -21,7 +21,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,16 @@ from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECOND
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
+from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import PreemptionSettings
 from scheduler.quota.modelfilter import assigned
+from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
@@ -86,7 +92,11 @@ class Scheduler:
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
+        self.claims = ClaimBook(scoring)
+        self.dra = False  # resource.k8s.io/v1 served: pods with claims are placed (`run`)
+        self._claim_api = ClaimApi(kube)
         self.quota = QueueGate(cache, queue, reporter)
+        self.charges = ClaimCharges(self.claims, cache, self._queue_refusal)  # until bound
         queue.chooser = self.quota.choose
         self.preemption = Preemption(
             cache,
@@ -110,6 +120,7 @@ class Scheduler:
             self._live_placer,
             self.quota,
             self.preemption,
+            self.charges,
         )
         self._volumes = VolumeCheck(kube, clock, self._settings.storage_class_ttl)
         seconds = self._settings.share_lock_seconds
@@ -125,6 +136,7 @@ class Scheduler:
             reporter,
             metrics,
             self._reasons,
+            self.claims,
         )
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
@@ -210,6 +222,8 @@ class Scheduler:
             excluded = models.excluded(held)
             self.cache.expire_load()
             placer = self._live_placer()
+            if has_claims(info.obj):
+                return self._attempt_claims(unit, info, placer, excluded)
             decision = models.decide(
                 held, lambda off: placer.decide(info.request, excluded=off), assigned
             )
@@ -229,6 +243,24 @@ class Scheduler:
         self.queue.done(unit)
         self._bind(unit, [(info, decision.assignment)])
         return "scheduled"
+
+    def _attempt_claims(
+        self, unit: UnitKey, info: PodInfo, placer: Placer, excluded: AbstractSet[str] | None
+    ) -> str:
+        """A pod with ResourceClaims (called with `cache.lock` held): its claims allocated on a
+        node that fits the rest of it, assumed with the GPUs they take, then bound."""
+        placed = self.charges.place(placer, info, excluded)
+        if isinstance(placed, str):
+            return self._refuse(unit, info, "claims", placed)
+        self.preemption.placed(unit)
+        self.queue.done(unit)
+        self._bind(unit, [(info, placed.assignment)])
+        return "scheduled"
+
+    def _queue_refusal(self, infos: Sequence[PodInfo]) -> str | None:
+        """Why the queue of `infos` (one unit) holds it back as it asks now (None: admitted)."""
+        problem = self.quota.problem(infos)
+        return None if problem is None else problem[1]
 
     def _refuse(
         self,
@@ -266,6 +298,8 @@ class Scheduler:
             return "invalid", f"invalid pod: {info.error}"
         if info.request.unsupported:
             return "unsupported", f"unsupported: {info.request.unsupported}"
+        if not self.dra and has_claims(info.obj):
+            return "unsupported", "unsupported: dynamic resource claims (no resource.k8s.io/v1)"
         return None
 
     def unschedulable(self, infos: list[PodInfo], message: str, category: str) -> None:
@@ -304,15 +338,24 @@ class Scheduler:
     def _bind_one(self, unit: UnitKey, info: PodInfo, assignment: Assignment) -> None:
         node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
         nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
+        with self.cache.lock:
+            claims = self.charges.held(info.key)
+        if claims is not None:
+            pod = PodRef(namespace=info.namespace, name=info.name, uid=info.uid)
+            made = claims.decision.claims
+            bind = functools.partial(bind_with_claims, self._claim_api, pod, made, bind)
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
+            if claims is not None:
+                with self.cache.lock:
+                    self.charges.bound(info.key)
             self._reporter.scheduled(info.obj, node)
             if unit.kind is UnitKind.GANG:
                 self.gangs.bound(unit, info.key)
             return
         with self.cache.lock:
-            self.cache.forget(info.key)
+            self.charges.forget(info.key)
             self._reasons[info.key] = "backoff"
             self.queue.retry(unit, info.request.priority, info.created)
             if unit.kind is UnitKind.GANG:

@@ -42,6 +42,13 @@ KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("scheduling.k8s.io", "podgroups"): ALL_VERBS,
     ("scheduling.k8s.io", "podgroups/status"): STATUS_VERBS,
     ("scheduling.k8s.io", "workloads"): ALL_VERBS,
+    # DRA (resource.k8s.io/v1); `resourceclaims/binding` is synthetic: authorized on a write of a
+    # claim's status that changes its allocation or reservedFor (1.36+).
+    ("resource.k8s.io", "deviceclasses"): ALL_VERBS,
+    ("resource.k8s.io", "resourceslices"): ALL_VERBS,
+    ("resource.k8s.io", "resourceclaims"): ALL_VERBS,
+    ("resource.k8s.io", "resourceclaims/status"): STATUS_VERBS,
+    ("resource.k8s.io", "resourceclaims/binding"): frozenset({"update", "patch"}),
     # scheduler-plugins' CapacityScheduling CRD: gputopo reads it where it is installed, never
     # ships it (DESIGN §10).
     ("scheduling.x-k8s.io", "elasticquotas"): ALL_VERBS,

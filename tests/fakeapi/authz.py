@@ -15,8 +15,11 @@ RBAC about (verb, apiGroup, resource, subresource, namespace, name) before it ha
 - the user is the bearer token as sent (`Authorization: Bearer <token>`; "" without one): the
   fake authenticates nothing, it only tells clients apart.
 
-One more check happens while a request runs: a PUT or PATCH that creates its object (server-side
-apply of an object that does not exist, answered 201) is also authorized as `create`.
+Two more checks happen while a request runs: a PUT or PATCH that creates its object (server-side
+apply of an object that does not exist, answered 201) is also authorized as `create`; a write of a
+ResourceClaim's status that changes `allocation` or `reservedFor` is also authorized on the
+synthetic subresource `resourceclaims/binding` with the same verb (1.36+, granular status
+authorization, on by default).
 """
 
 from __future__ import annotations
@@ -108,3 +111,30 @@ def _selected_name(selector: str) -> str:
 def created(check: Attributes) -> Attributes:
     """The extra `create` check of a PUT or PATCH that created its object."""
     return replace(check, verb="create")
+
+
+_BINDING_FIELDS = ("allocation", "reservedFor")
+
+
+def claim_binding(
+    check: Attributes, body: object, stored: Mapping[str, object] | None
+) -> Attributes | None:
+    """The `resourceclaims/binding` check of a claim status write (`check`) with `body` (a full
+    object for an update, the patch document for a patch) over the claim as `stored`."""
+    if (check.group, check.resource, check.subresource) != (
+        "resource.k8s.io",
+        "resourceclaims",
+        "status",
+    ):
+        return None
+    if check.verb == "update" and isinstance(body, Mapping):
+        new = body.get("status") or {}
+        old = (stored or {}).get("status") or {}
+        if not isinstance(new, Mapping) or not isinstance(old, Mapping):
+            return None
+        changed = any(new.get(f) != old.get(f) for f in _BINDING_FIELDS)
+    elif check.verb == "patch":
+        changed = any(f in str(body) for f in _BINDING_FIELDS)
+    else:
+        return None
+    return replace(check, subresource="binding") if changed else None

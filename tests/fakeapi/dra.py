@@ -10,7 +10,8 @@ attribute and capacity names are C identifiers of <= 32 characters with an optio
 most 32 of them per device; a taint's effect is `NoSchedule`, `NoExecute` or `None` and the server
 sets its `timeAdded`; a capacity's `requestPolicy` (`default`, `validRange.min`/`max`) must hold
 its default within the range and the value. Field selectors `spec.nodeName` and `spec.driver`.
-ResourceClaims: `spec` is immutable (`status` is written through `/status`).
+ResourceClaims: `spec` is immutable (`status` is written through `/status`: `reservedFor` needs an
+allocation, an allocation is set or cleared, never changed).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.fakeapi.resources import ResourceType
 GROUP = "resource.k8s.io"
 MAX_DEVICES = 128
 MAX_TAINTED = 64
+MAX_RESERVED = 256
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SEMVER = re.compile(
@@ -72,6 +74,34 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
         _check_slice(rt, new, old)
     if rt.plural == "resourceclaims" and new.get("spec") != old.get("spec"):
         raise invalid(rt, new["metadata"]["name"], ["spec: Invalid value: field is immutable"])
+    return new
+
+
+def check_status_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    """A ResourceClaim's status as kube-apiserver validates it: `reservedFor` only with an
+    allocation, at most 256 entries with unique UIDs; an allocation may be set or cleared but
+    not changed, and not set on a claim being deleted."""
+    status, before = new.get("status") or {}, old.get("status") or {}
+    reserved = status.get("reservedFor") or []
+    allocation, old_allocation = status.get("allocation"), before.get("allocation")
+    problems = []
+    if reserved and not allocation:
+        problems.append(
+            "status.reservedFor: Forbidden: may not be specified when `allocated` is not set"
+        )
+    if len(reserved) > MAX_RESERVED:
+        problems.append(
+            f"status.reservedFor: Too many: {len(reserved)}: must have at most {MAX_RESERVED} items"
+        )
+    uids = [r.get("uid") for r in reserved]
+    if len(set(uids)) != len(uids):
+        problems.append("status.reservedFor: Duplicate value: a consumer UID twice")
+    if allocation and old_allocation and allocation != old_allocation:
+        problems.append("status.allocation: Invalid value: field is immutable")
+    if allocation and not old_allocation and old["metadata"].get("deletionTimestamp"):
+        problems.append("status.allocation: Forbidden: new allocation not allowed while deleting")
+    if problems:
+        raise invalid(rt, new["metadata"]["name"], problems)
     return new
 
 

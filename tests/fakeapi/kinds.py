@@ -118,6 +118,8 @@ def _status_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
         merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
     if _is(rt, disruption.GROUP, disruption.PLURAL):
         return disruption.check_update(rt, merged, sub)
+    if dra.is_dra(rt):
+        return dra.check_status_update(rt, old, merged)
     return merged
 
 

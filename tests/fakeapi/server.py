@@ -262,10 +262,19 @@ class FakeApiServer:
             except ValueError:
                 body = _yaml_or_text(raw)
         check = authz.resolve(method, path, query, user)
+        binding = None if check is None else authz.claim_binding(check, body, self._stored(check))
         with self.lock:
             self._requests.append(RecordedRequest(method, path, dict(query), body, content_type))
             if check is not None:
                 self._checks.append(check)
+            if binding is not None:
+                self._checks.append(binding)
+
+    def _stored(self, check: authz.Attributes) -> Obj | None:
+        """The object a write of a ResourceClaim's status addresses, as stored before it."""
+        if check.resource != "resourceclaims" or check.subresource != "status":
+            return None
+        return self.get_object("resourceclaims", check.name, check.namespace)
 
     def record_created(
         self, method: str, path: str, query: Mapping[str, str], user: str = ""

@@ -122,8 +122,6 @@ def unsupported_feature(pod: Obj) -> str | None:
         return "inter-pod anti-affinity"
     if spec.get("topologySpreadConstraints"):
         return "topology spread constraints"
-    if spec.get("resourceClaims"):
-        return "dynamic resource claims"
     if spec.get("resources"):
         return "pod-level resources"
     containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]

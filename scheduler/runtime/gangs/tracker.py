@@ -36,6 +36,8 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
+from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
 from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
 from scheduler.runtime.cluster.podinfo import PodInfo
@@ -97,6 +99,7 @@ class GangTracker:
         live_placer: LivePlacer,
         quota: QueueGate,
         preemption: Preemption,
+        charges: ClaimCharges,
     ) -> None:
         """`live_placer`: the Placer bound to the cache's live snapshot (called under the lock);
         `quota`: the gang's queue admits its pending members (summed) before they are placed;
@@ -106,6 +109,7 @@ class GangTracker:
         self._may_preempt = may_preempt
         self._live_placer, self._quota, self._preemption = live_placer, quota, preemption
         self._states: dict[ObjectKey, GangState] = {}
+        self._charges = charges  # members with ResourceClaims: decided and assumed together
 
     # -- intake ----------------------------------------------------------------------------
     def on_group(self, etype: str, obj: Mapping[str, Any], *, upstream: bool = False) -> None:
@@ -284,7 +288,7 @@ class GangTracker:
 
     def _forget(self, placed: Binds) -> None:
         for info, _ in placed:
-            self._cache.forget(info.key)
+            self._charges.forget(info.key)
 
     def _place(
         self,
@@ -304,13 +308,17 @@ class GangTracker:
         if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
             why = ""
             for info in pending:
-                decision = placer.decide(info.request, excluded=excluded)
-                if decision.assignment is None:
-                    why = why or decision.message()
+                assignment, refusal = self._place_alone(placer, info, excluded)
+                if assignment is None:
+                    why = why or refusal
                     continue
-                self._cache.assume(info.key, decision.assignment)
-                placed.append((info, decision.assignment))
+                placed.append((info, assignment))
             return placed, why
+        if any(has_claims(m.obj) for m in pending):
+            claimed = self._charges.place_gang(placer, pending, excluded, group.topology)
+            if isinstance(claimed, str):
+                return [], claimed
+            return [(info, c.assignment) for info, c in zip(pending, claimed, strict=True)], ""
         result = place_gang(
             [m.request for m in pending],
             placer,
@@ -325,6 +333,19 @@ class GangTracker:
             self._cache.assume(info.key, result.assignments[info.key])
             placed.append((info, result.assignments[info.key]))
         return placed, ""
+
+    def _place_alone(
+        self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
+    ) -> tuple[Assignment | None, str]:
+        """One member placed and assumed on its own (its claims too): where, or why not."""
+        if has_claims(info.obj):
+            claimed = self._charges.place(placer, info, excluded)
+            return (None, claimed) if isinstance(claimed, str) else (claimed.assignment, "")
+        decision = placer.decide(info.request, excluded=excluded)
+        if decision.assignment is None:
+            return None, decision.message()
+        self._cache.assume(info.key, decision.assignment)
+        return decision.assignment, ""
 
     def _state(self, group: GroupInfo) -> GangState:
         gkey = group.key

@@ -78,13 +78,18 @@ class Rig:
         made = self.core.create_namespaced_pod(NS, make_pod(name, node=node))
         return name, made.metadata.uid
 
-    def claim(self, name: str, devices, pods, **kw) -> tuple[str, str, str]:
+    def claim(self, name: str, devices, pods, result=None, **kw) -> tuple[str, str, str]:
+        """A claim allocated `devices` for `pods`; `result`: fields every result gets (a share's
+        `shareID`, `consumedCapacity`), written with the allocation (it is immutable after)."""
         requests = tuple(dict.fromkeys(r for r, _ in devices)) or ("gpu",)
         made = self.custom.create_namespaced_custom_object(
             GROUP, VERSION, NS, "resourceclaims", make_claim(name, requests)
         )
+        status = allocation_status(NODE, devices, pods, **kw)
+        for entry in status["status"]["allocation"]["devices"]["results"]:
+            entry.update(result or {})
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, "resourceclaims", name, allocation_status(NODE, devices, pods, **kw)
+            GROUP, VERSION, NS, "resourceclaims", name, status
         )
         return NS, name, made["metadata"]["uid"]
 
@@ -235,16 +240,15 @@ def test_while_mps_does_not_serve_a_shared_gpu_is_unhealthy_and_a_whole_one_is_n
 def test_two_shares_of_one_gpu_are_prepared_with_their_share_ids(rig):
     rig.start_plugin()
     rig.kubelet.scan()
-    first = rig.claim("share-a", [("gpu", "gpu-1")], [rig.pod("a")])
-    second = rig.claim("share-b", [("gpu", "gpu-1")], [rig.pod("b")])
-    for claim, share in ((first, "aaaa1"), (second, "bbbb2")):
-        status = allocation_status(NODE, [("gpu", "gpu-1")], [])
-        result = status["status"]["allocation"]["devices"]["results"][0]
-        result.update(shareID=share, consumedCapacity={"memory": "20Gi"})
-        rig.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, "resourceclaims", claim[1],
-            {"status": {"allocation": status["status"]["allocation"]}},
-        )  # fmt: skip
+    first, second = (
+        rig.claim(
+            f"share-{pod}",
+            [("gpu", "gpu-1")],
+            [rig.pod(pod)],
+            result={"shareID": share, "consumedCapacity": {"memory": "20Gi"}},
+        )
+        for pod, share in (("a", "aaaa1"), ("b", "bbbb2"))
+    )
     out = rig.kubelet.prepare(DRIVER, [first, second])
     assert [(d.device, d.share_id) for d in out[first[2]]] == [("gpu-1", "aaaa1")]
     assert [(d.device, d.share_id) for d in out[second[2]]] == [("gpu-1", "bbbb2")]
@@ -297,14 +301,8 @@ def test_under_mps_a_share_gets_the_limits_of_its_allocation_and_keeps_them(rig,
     pod = rig.core.create_namespaced_pod(NS, made)
     claims = {}
     for name, consumed in (("asks", {"memory": "20Gi", "compute": "30"}), ("split", {})):
-        claims[name] = rig.claim(name, [("gpu", "gpu-1")], [("a", pod.metadata.uid)])
-        status = allocation_status(NODE, [("gpu", "gpu-1")], [("a", pod.metadata.uid)])
-        status["status"]["allocation"]["devices"]["results"][0].update(
-            shareID=f"share-{name}", consumedCapacity=consumed
-        )
-        rig.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, "resourceclaims", name, status
-        )
+        result = {"shareID": f"share-{name}", "consumedCapacity": consumed}
+        claims[name] = rig.claim(name, [("gpu", "gpu-1")], [("a", pod.metadata.uid)], result=result)
     rig.kubelet.prepare(DRIVER, list(claims.values()))
 
     def edits(name):

@@ -3,7 +3,8 @@ authorization checks while the real scheduler runs with leader election through 
 pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a gang
 of an upstream scheduling.k8s.io PodGroup (its condition), a pod
 with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
-share lock, the pod's annotation), informers listing and watching."""
+share lock, the pod's annotation), a pod with a ResourceClaim (the claim read, its finalizer, its
+allocation and reservation), informers listing and watching."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from kubernetes import client
 from scheduler.cli.runtime import LeaseTiming
 from tests.builders import rbac
 from tests.builders import render as r
+from tests.builders.claimcluster import claim_pod, gpu_claim
+from tests.builders.claims import class_obj, island_devices, slice_obj
 from tests.builders.scheduler import (
     create_pod,
     create_podgroup,
@@ -66,6 +69,7 @@ def _create_workload(api: client.ApiClient) -> None:
     queue = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 16}}}
     custom.create_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", queue)
     create_pod(core, share_body("share", "10Gi"))
+    create_pod(core, claim_pod("with-gpus", "gpus"))
 
 
 def _called(fake, verb: str, resource: str) -> bool:
@@ -78,6 +82,7 @@ def _called(fake, verb: str, resource: str) -> bool:
 def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: node_of(fake, "fits"), 30, "pod fits bound")
     wait_for(lambda: node_of(fake, "share"), 30, "the share bound under its node's lock")
+    wait_for(lambda: node_of(fake, "with-gpus"), 30, "the pod with a claim bound")
     wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
     wait_for(lambda: node_of(fake, "up-0") and node_of(fake, "up-1"), 30, "the upstream gang")
     wait_for(lambda: upstream_condition(fake, "up"), 30, "the upstream PodGroup's condition")
@@ -108,6 +113,9 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     gpu_node(fake_api, "gpu-a", gpus=8)
     gpu_node(fake_api, "gpu-b", gpus=8)
     shared_gpu_node(fake_api, client.CustomObjectsApi(setup_client), "gpu-s")
+    fake_api.put_object("deviceclasses", class_obj())
+    fake_api.put_object("resourceslices", slice_obj("gpu-a", island_devices()))
+    fake_api.put_object("resourceclaims", gpu_claim("gpus", 1))
     with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
         _create_workload(setup_client)
         _wait_for_every_scenario(fake_api)

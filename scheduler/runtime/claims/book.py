@@ -1,0 +1,263 @@
+"""The claim book: DeviceClasses, ResourceSlices and ResourceClaims as read at intake, what is
+allocated (`usage`, from every claim's `status.allocation`, whoever allocated it, and this
+scheduler's decisions not yet written), and each node as claims see it (`node`).
+
+A malformed object is logged once, naming the object and the field, and left out (a claim
+that does not parse keeps its problem, which its pods show). A node's `ClaimNode` is kept while
+its slices, labels, inventory (NRT) and placement state are the same objects, so the allocator's
+verdicts per node object stay valid; a new one is built when any of them changes. Not
+thread-safe: callers hold `cache.lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from agent.model import NodeInventory
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
+from scheduler.claims.errors import SpecError
+from scheduler.claims.model import (
+    Allocation,
+    ClaimKey,
+    Device,
+    DeviceClass,
+    DeviceId,
+    ResourceClaim,
+    ResourceSlice,
+)
+from scheduler.claims.order import GpuMap
+from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
+from scheduler.claims.slices import node_devices
+from scheduler.claims.usage import Usage
+from scheduler.placement import NodeState, Scoring
+from scheduler.runtime.claims.podrefs import claim_refs
+
+__all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook"]
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+CLASSES, SLICES, CLAIMS = "deviceclasses", "resourceslices", "resourceclaims"
+KINDS = (CLASSES, SLICES, CLAIMS)
+MAX_RESERVED = 256
+"""The most consumers a claim's `status.reservedFor` holds (resource.k8s.io/v1)."""
+"""The intake's kind names of resource.k8s.io/v1 objects (`scheduler.kubeapi.resourceclaims`)."""
+
+
+def _key_of(obj: Obj) -> ClaimKey:
+    meta = obj.get("metadata") or {}
+    return ClaimKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+
+
+def _meta_of(obj: Obj) -> tuple[bool, tuple[str, ...]]:
+    """Whether the claim is being deleted, and the UIDs of its owners."""
+    meta = obj.get("metadata") or {}
+    owners = tuple(str(o.get("uid") or "") for o in meta.get("ownerReferences") or ())
+    return bool(meta.get("deletionTimestamp")), owners
+
+
+def _name_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+class ClaimBook:
+    """resource.k8s.io/v1 as the scheduler knows it, and the allocator deciding on it."""
+
+    def __init__(self, scoring: Scoring | None = None) -> None:
+        self._scoring = scoring
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.claims: dict[ClaimKey, ResourceClaim] = {}
+        self.problems: dict[ClaimKey, str] = {}
+        self._meta: dict[ClaimKey, tuple[bool, tuple[str, ...]]] = {}  # deleting, owner UIDs
+        self.allocator = ClaimAllocator({}, scoring=scoring)
+        self._assumed: dict[ClaimKey, Allocation] = {}
+        self._usage: Usage | None = None
+        self._slices_version = 0
+        self._nodes: dict[str, tuple[int, tuple[object, ...], ClaimNode]] = {}
+        self._by_id: tuple[int, dict[DeviceId, Device]] | None = None
+
+    # -- intake ----------------------------------------------------------------------------
+    def replace(self, kind: str, items: Iterable[Obj]) -> None:
+        """A full list of `kind`: what is not in it is gone."""
+        items = list(items)
+        if kind == CLAIMS:
+            gone: set[object] = set(self.claims) | set(self.problems)
+            gone -= {_key_of(o) for o in items}
+        else:
+            gone = set(self.classes if kind == CLASSES else self.slices)
+            gone -= {_name_of(o) for o in items}
+        for obj in items:
+            self.apply(kind, "ADDED", obj)
+        for key in gone:
+            if isinstance(key, ClaimKey):
+                stub: Obj = {"metadata": {"namespace": key.namespace, "name": key.name}}
+            else:
+                stub = {"metadata": {"name": key}}
+            self.apply(kind, "DELETED", stub)
+
+    def apply(self, kind: str, etype: str, obj: Obj) -> bool:
+        """One object of `kind` added, changed or deleted; True when allocation may see more
+        room or new devices (its waiting pods are worth another try)."""
+        if kind == CLASSES:
+            return self._apply(self.classes, _name_of(obj), etype, obj, parse_device_class)
+        if kind == SLICES:
+            self._slices_version += 1
+            return self._apply(self.slices, _name_of(obj), etype, obj, parse_slice)
+        if kind == CLAIMS:
+            return self._on_claim(etype, obj)
+        return False
+
+    def _apply(
+        self,
+        book: dict[str, Any],
+        name: str,
+        etype: str,
+        obj: Obj,
+        parse: Callable[[object], Any],
+    ) -> bool:
+        if etype == "DELETED":
+            book.pop(name, None)
+        else:
+            try:
+                book[name] = parse(obj)
+            except SpecError as exc:
+                log.warning("ignoring %s", exc, extra={"resource": name})
+                book.pop(name, None)
+        if book is self.classes:
+            self.allocator = ClaimAllocator(dict(self.classes), scoring=self._scoring)
+        return True
+
+    def _on_claim(self, etype: str, obj: Obj) -> bool:
+        key = _key_of(obj)
+        old = self.claims.pop(key, None)
+        self.problems.pop(key, None)
+        new = None
+        if etype != "DELETED":
+            try:
+                new = parse_claim(obj)
+            except SpecError as exc:
+                log.warning("ignoring %s", exc, extra={"resource": str(key)})
+                self.problems[key] = str(exc)
+        self._meta.pop(key, None)
+        if new is not None:
+            self.claims[key] = new
+            self._meta[key] = _meta_of(obj)
+            if new.allocation is not None:
+                self._assumed.pop(key, None)
+        before = None if old is None else old.allocation
+        after = None if new is None else new.allocation
+        if before != after:
+            self._usage = None
+        return new is None or before != after or old is None
+
+    # -- decisions -------------------------------------------------------------------------
+    def usage(self) -> Usage:
+        """Every allocation: the claims' own and this scheduler's not yet seen written."""
+        if self._usage is None:
+            allocated = [c.allocation for c in self.claims.values() if c.allocation is not None]
+            self._usage = Usage.of([*allocated, *self._assumed.values()])
+        return self._usage
+
+    def pod_claims(self, key: str, pod: Obj) -> PodClaims | str:
+        """The pod's claims as the allocator takes them (with this scheduler's allocations not
+        yet written), or why the pod waits for them."""
+        refs = claim_refs(pod)
+        if refs.waiting is not None:
+            return refs.waiting
+        claims = []
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        for ref in refs.keys:
+            problem = self.problems.get(ref)
+            if problem is not None:
+                return f"ResourceClaim {ref} cannot be used: {problem}"
+            claim = self.claims.get(ref)
+            if claim is None:
+                return f'resourceclaim "{ref}" not found'
+            why = self._unusable(claim, uid, ref in refs.made)
+            if why is not None:
+                return why
+            assumed = self._assumed.get(ref)
+            claims.append(claim if assumed is None else replace(claim, allocation=assumed))
+        return PodClaims(key=key, claims=tuple(claims))
+
+    def _unusable(self, claim: ResourceClaim, pod_uid: str, made: bool) -> str | None:
+        """Why the pod may not use `claim` now, as kube-scheduler refuses it (None: it may)."""
+        deleting, owners = self._meta.get(claim.key, (False, ()))
+        if deleting:
+            return f'resourceclaim "{claim.key}" is being deleted'
+        if made and pod_uid not in owners:
+            return f"ResourceClaim {claim.key} was not created for the pod (not its owner)"
+        if len(claim.reserved_for) >= MAX_RESERVED and pod_uid not in claim.reserved_for:
+            return f"resourceclaim {claim.key} is reserved for {MAX_RESERVED} consumers already"
+        return None
+
+    def node(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        inventory: NodeInventory | None,
+        state: NodeState | None,
+    ) -> ClaimNode:
+        """`name` as claims see it (the same object while nothing it is built from changed)."""
+        known = self._nodes.get(name)
+        inputs = (labels, inventory, state)
+        if known is not None and known[0] == self._slices_version and _same(known[1], inputs):
+            return known[2]
+        devices = node_devices(self.slices.values(), name, labels)
+        if known is not None and _same(known[1][1:], inputs[1:]) and known[2].devices == devices:
+            self._nodes[name] = (self._slices_version, inputs, known[2])
+            return known[2]
+        gpus = None if inventory is None else GpuMap.build(inventory, devices.devices)
+        view = ClaimNode(name=name, devices=devices, gpus=gpus, state=state)
+        self._nodes[name] = (self._slices_version, inputs, view)
+        return view
+
+    def drop_node(self, name: str) -> None:
+        self._nodes.pop(name, None)
+
+    def gpus_held(self, pod: Obj) -> int:
+        """The whole GPUs the pod's allocated claims hold (devices of `type` gpu, held
+        exclusively), as a pod bound before this scheduler started is charged."""
+        held: set[DeviceId] = set()
+        for ref in claim_refs(pod).keys:
+            claim = self.claims.get(ref)
+            allocation = None if claim is None else claim.allocation
+            for result in allocation.devices if allocation is not None else ():
+                if result.admin_access or result.share_id is not None:
+                    continue
+                device = self._devices().get(result.id)
+                if (
+                    device is not None
+                    and device.attributes.get(f"{device.id.driver}/type") == "gpu"
+                ):
+                    held.add(result.id)
+        return len(held)
+
+    def _devices(self) -> Mapping[DeviceId, Device]:
+        """Every device of every slice by its ID (built again when slices change)."""
+        if self._by_id is None or self._by_id[0] != self._slices_version:
+            found = {d.id: d for s in self.slices.values() for d in s.devices}
+            self._by_id = (self._slices_version, found)
+        return self._by_id[1]
+
+    def assume(self, decision: PodDecision) -> None:
+        """The claims `decision` allocates count as allocated until their status says so."""
+        for made in decision.claims:
+            if made.new:
+                self._assumed[made.claim.key] = made.allocation
+                self.usage().add(made.allocation.devices)
+
+    def forget(self, decision: PodDecision) -> None:
+        """The bind of `decision` failed: what it allocated is free again (unless written)."""
+        for made in decision.claims:
+            if made.new and self._assumed.pop(made.claim.key, None) is not None:
+                self._usage = None
+
+
+def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
+    return all(a is b for a, b in zip(old, new, strict=True))

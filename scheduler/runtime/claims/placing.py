@@ -1,0 +1,210 @@
+"""Pods with ResourceClaims decided on the live cache and charged there until bound.
+
+Placement filters the nodes for each pod's other resources, the claim allocator chooses among
+them (a gang's pods all together or none, within one domain of a required topology level), and
+each pod is assumed with the GPUs its claims take (CLAIMS.md steps 4 and 6), so binpack,
+topology and queues see them. `ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its
+bind ends: `bound` drops it, `forget` undoes the assumption (the pod's request as read again,
+its claims' allocations free again). A refusal is the message the pod waits with: the claims'
+reasons (claim, request and nearest miss), or placement's when no node fits the rest.
+Called with `cache.lock` held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
+
+from agent.objkey import ObjectKey
+from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
+from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
+from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.podinfo import PodInfo
+
+__all__ = ["ClaimCharges", "ClaimPlacement"]
+
+_SHOWN = 3  # the nearest misses a waiting pod's message names
+
+Admit = Callable[[Sequence[PodInfo]], str | None]
+"""Why a queue holds pods back as they ask now (None: admitted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimPlacement:
+    """`request`: the pod's own, with the GPUs its claims take (`original`: as read)."""
+
+    original: PodRequest
+    request: PodRequest
+    assignment: Assignment
+    decision: PodDecision
+
+
+class ClaimCharges:
+    def __init__(self, book: ClaimBook, cache: ClusterCache, admit: Admit | None = None) -> None:
+        """`admit`: why a pod's (or a gang's) queue holds it back once it asks for the GPUs its
+        claims take (None: admitted)."""
+        self._book, self._cache, self._admit = book, cache, admit
+        self._held: dict[ObjectKey, ClaimPlacement] = {}
+
+    def place(
+        self,
+        placer: Placer,
+        info: PodInfo,
+        excluded: AbstractSet[str] | None,
+    ) -> ClaimPlacement | str:
+        """Decide `info` and assume it; the placement, or why it waits."""
+        claims = self._book.pod_claims(info.key, info.obj)
+        if isinstance(claims, str):
+            return claims
+        nodes = self._nodes(placer, [info], excluded)
+        if isinstance(nodes, str):
+            return nodes
+        decision = self._book.allocator.place(claims, nodes, self._book.usage())
+        if decision.node is None:
+            return self._refusal(decision.reasons)
+        placed = self._charged(placer, info, decision)
+        if isinstance(placed, str):
+            return placed
+        why = _refused([(info, placed)], self._admit)
+        if why is not None:
+            return why
+        self._hold(info, placed)
+        return placed
+
+    def place_gang(
+        self,
+        placer: Placer,
+        infos: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+        topology: TopologyConstraint | None,
+    ) -> list[ClaimPlacement] | str:
+        """Decide a gang's pods together and assume them all, or none; why not."""
+        pods: list[PodClaims] = []
+        for info in infos:
+            claims = self._book.pod_claims(info.key, info.obj)
+            if isinstance(claims, str):
+                return f"pod {info.key}: {claims}"
+            pods.append(claims)
+        nodes = self._nodes(placer, infos, excluded)
+        if isinstance(nodes, str):
+            return nodes
+        usage, allocator = self._book.usage(), self._book.allocator
+        domains = None if topology is None else self._domains(nodes, topology.label)
+        decision = allocator.place_gang(pods, nodes, usage, domains=domains)
+        if not decision.placed and domains is not None and topology and not topology.required:
+            decision = allocator.place_gang(pods, nodes, usage)  # preferred: one domain if any
+        if not decision.placed:
+            return self._refusal(decision.reasons)
+        placed: list[ClaimPlacement] = []
+        for info, made in zip(infos, decision.pods, strict=True):
+            one = self._charged(placer, info, made)  # on the snapshot the earlier ones took
+            if isinstance(one, str):
+                for done in infos[: len(placed)]:
+                    self.forget(done.key)
+                return one
+            self._hold(info, one)
+            placed.append(one)
+        for done in infos:  # asked for together, as they are charged: not charged twice
+            self.forget(done.key)
+        why = _refused(list(zip(infos, placed, strict=True)), self._admit)
+        if why is not None:
+            return why
+        for info, one in zip(infos, placed, strict=True):
+            self._hold(info, one)
+        return placed
+
+    def held(self, key: ObjectKey) -> ClaimPlacement | None:
+        """The placement of `key`, assumed and not yet bound (None: not a pod with claims)."""
+        return self._held.get(key)
+
+    def bound(self, key: ObjectKey) -> None:
+        self._held.pop(key, None)
+
+    def forget(self, key: ObjectKey) -> bool:
+        """Undo the assumption of `key` (`ClusterCache.forget`), its claims' allocations too."""
+        placed = self._held.pop(key, None)
+        if placed is not None:
+            self._book.forget(placed.decision)
+            current = self._cache.pods.get(key)
+            if current is not None and current.request is placed.request:
+                current.request = placed.original  # before `forget` charges it again
+        return self._cache.forget(key)
+
+    def _charged(
+        self, placer: Placer, info: PodInfo, decision: PodDecision
+    ) -> ClaimPlacement | str:
+        """What `info` is charged with `decision`: its devices on the node, the claims' GPUs."""
+        node = decision.node
+        base = None if node is None else placer.assignment_on(info.request, node)
+        if node is None or base is None:
+            return f"pod {info.key} no longer fits node {node}"
+        gpus = tuple(sorted({*base.gpus, *decision.gpus}))
+        return ClaimPlacement(
+            original=info.request,
+            request=replace(info.request, gpus=len(gpus)),
+            assignment=replace(base, gpus=gpus),
+            decision=decision,
+        )
+
+    def _hold(self, info: PodInfo, placed: ClaimPlacement) -> None:
+        """Assume `info` as `placed` says (its claims' allocations held too)."""
+        decision = placed.decision
+        info.request = placed.request
+        self._cache.assume(info.key, placed.assignment)
+        self._book.assume(decision)
+        self._held[info.key] = placed
+
+    def _nodes(
+        self, placer: Placer, infos: Sequence[PodInfo], excluded: AbstractSet[str] | None
+    ) -> list[ClaimNode] | str:
+        """The nodes every one of `infos` fits for its other resources, as claims see them."""
+        names: set[str] | None = None
+        for info in infos:
+            fits = {n for n in placer.feasible(info.request) if not excluded or n not in excluded}
+            if not fits:
+                return placer.decide(info.request, excluded=excluded).message()
+            names = fits if names is None else names & fits
+        if not names:
+            return "no node fits every member's other resources"
+        return [self._claim_node(name) for name in sorted(names)]
+
+    def _domains(self, nodes: Sequence[ClaimNode], label: str) -> Mapping[str, list[ClaimNode]]:
+        out: dict[str, list[ClaimNode]] = {}
+        for node in nodes:
+            info = self._cache.nodes.get(node.name)
+            value = None if info is None else info.labels.get(label)
+            if value is not None:
+                out.setdefault(value, []).append(node)
+        return out
+
+    def _refusal(self, reasons: Sequence[str]) -> str:
+        shown = "; ".join(reasons[:_SHOWN])
+        more = len(reasons) - _SHOWN
+        tail = f" (and {more} more)" if more > 0 else ""
+        total = len(self._cache.nodes)
+        return f"0/{total} nodes are available: claims do not fit: {shown}{tail}"
+
+    def _claim_node(self, name: str) -> ClaimNode:
+        cache = self._cache
+        node, nrt = cache.nodes.get(name), cache.nrts.get(name)
+        return self._book.node(
+            name,
+            node.labels if node is not None else {},
+            None if nrt is None else nrt.inventory,
+            cache.snapshot.node(name) if name in cache.snapshot else None,
+        )
+
+
+def _refused(placed: Sequence[tuple[PodInfo, ClaimPlacement]], admit: Admit | None) -> str | None:
+    """`admit` asked with each pod's request as its claims make it (put back after)."""
+    if admit is None:
+        return None
+    for info, one in placed:
+        info.request = one.request
+    try:
+        return admit([info for info, _ in placed])
+    finally:
+        for info, one in placed:
+            info.request = one.original

@@ -1,0 +1,209 @@
+"""gputopo-scheduler allocating ResourceClaims on a real 1.37 API server and kubelet, beside the
+real kube-scheduler, with the agent as DRA driver gpu.gputopo.io (fixture pcie-4x-nvlink-pairs:
+GPUs 0-1 and 2-3 NVLink pairs, all four given to DRA, its NRT published so the scheduler knows the
+pairs).
+
+On the same node state (gpu-0 held by a pod of kube-scheduler's): kube-scheduler gives a 2-GPU
+claim the first two free devices, gpu-1 and gpu-2, across the pairs; gputopo-scheduler gives it
+gpu-2 and gpu-3, one pair, and the pod runs. A gang of 4 pods x 2-GPU claims (8 GPUs on a
+4-GPU node) binds none and allocates nothing; one of 2 x 2 binds both. A claim two pods share is
+allocated once and reserved for both. A claim no device satisfies stays Pending with a reason
+naming its selector."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent.dra import DRIVER
+from tests.builders.dra import claim_template, make_claim, with_claim_template
+from tests.builders.process import ROOT, CommandProcess
+from tests.builders.realk8s import Cluster, busybox_pod, wait_until
+from tests.builders.scheduler import podgroup
+
+pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(600)]
+
+SCHEDULER = "gputopo-scheduler"
+FIXTURE = "pcie-4x-nvlink-pairs"
+DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+@pytest.fixture(scope="module")
+def pairs_agent(cluster: Cluster) -> Iterator[CommandProcess]:
+    """The agent as DRA driver of the fixture's four GPUs, publishing the node's NRT."""
+    cluster.kubectl("apply", "-f", str(DRA_YAML))
+    kubelet = cluster.kubelet
+    proc = cluster.start_agent(
+        "--nvml-fixture", FIXTURE, "--dra-gpus", "all", "--node-labels", "off",
+        "--dra-registry-dir", kubelet["plugins_registry"],
+        "--dra-plugins-dir", kubelet["plugins_dir"],
+        "--share-record", str(cluster.run_dir / "agent" / "dra-pairs-shares.json"),
+    )  # fmt: skip
+    proc.port(timeout_s=60)
+    wait_until(lambda: len(_devices(cluster)) == 4, 90, "the agent's ResourceSlice")
+    yield proc
+    proc.stop()
+
+
+def _devices(cluster: Cluster) -> list[str]:
+    listed = json.loads(
+        cluster.kubectl(
+            "get", "resourceslices", "-o", "json",
+            f"--field-selector=spec.nodeName={cluster.node},spec.driver={DRIVER}",
+        )
+    )  # fmt: skip
+    return [d["name"] for s in listed["items"] for d in s["spec"].get("devices", [])]
+
+
+def _apply(cluster: Cluster, *bodies: dict[str, Any]) -> None:
+    for body in bodies:
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(body))
+
+
+def _claim_pod(name: str, template: str, scheduler: str | None = SCHEDULER) -> dict[str, Any]:
+    return with_claim_template(busybox_pod(name, scheduler=scheduler), template)
+
+
+def _claims(cluster: Cluster) -> list[dict[str, Any]]:
+    return list(json.loads(cluster.kubectl("get", "resourceclaims", "-o", "json"))["items"])
+
+
+def _claim_of(cluster: Cluster, pod: str) -> dict[str, Any] | None:
+    """The claim the pod's status names (made from its template), as it is now."""
+    statuses = (cluster.pod(pod).get("status") or {}).get("resourceClaimStatuses") or []
+    names = [s.get("resourceClaimName") for s in statuses if s.get("resourceClaimName")]
+    found = [c for c in _claims(cluster) if c["metadata"]["name"] in names]
+    return found[0] if found else None
+
+
+def _devices_of(claim: dict[str, Any] | None) -> list[str]:
+    allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
+    return sorted(r["device"] for r in (allocation.get("devices") or {}).get("results") or [])
+
+
+def _allocated_devices(cluster: Cluster) -> set[str]:
+    return {d for c in _claims(cluster) for d in _devices_of(c)}
+
+
+def _reason(cluster: Cluster, pod: str) -> str:
+    for entry in (cluster.pod(pod).get("status") or {}).get("conditions") or []:
+        if entry.get("type") == "PodScheduled":
+            return str(entry.get("message") or "")
+    return ""
+
+
+def _pair(device: str) -> int:
+    return int(device.removeprefix("gpu-")) // 2
+
+
+def _clean(cluster: Cluster, pods: list[str], templates: list[str]) -> None:
+    cluster.delete_pods(*pods)
+    if templates:
+        cluster.kubectl("delete", "resourceclaimtemplates", *templates, "--ignore-not-found")
+    wait_until(lambda: not _allocated_devices(cluster), 90, "every claim deallocated")
+
+
+def test_a_two_gpu_claim_gets_one_nvlink_pair_where_kube_scheduler_takes_any_two(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    _apply(cluster, claim_template("one-gpu", DRIVER), claim_template("two-gpus", DRIVER, count=2))
+    try:
+        _apply(cluster, _claim_pod("hold", "one-gpu", scheduler=None))
+        wait_until(lambda: _devices_of(_claim_of(cluster, "hold")), 90, "hold's claim allocated")
+        assert _devices_of(_claim_of(cluster, "hold")) == ["gpu-0"]
+        _apply(cluster, _claim_pod("theirs", "two-gpus", scheduler=None))
+        theirs = wait_until(lambda: _devices_of(_claim_of(cluster, "theirs")), 90, "theirs")
+        cluster.delete_pods("theirs")
+        wait_until(lambda: _allocated_devices(cluster) == {"gpu-0"}, 90, "theirs deallocated")
+        _apply(cluster, _claim_pod("ours", "two-gpus"))
+        ours = wait_until(lambda: _devices_of(_claim_of(cluster, "ours")), 90, "ours allocated")
+        cluster.wait_running("ours", timeout_s=120)
+        print(f"kube-scheduler: {theirs}; gputopo-scheduler: {ours}")  # shown with -s
+        assert theirs == ["gpu-1", "gpu-2"]  # first fit: across the pairs
+        assert ours == ["gpu-2", "gpu-3"]  # one NVLink pair
+        assert len({_pair(d) for d in ours}) == 1
+        claim = _claim_of(cluster, "ours")
+        assert claim is not None
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        assert [r["name"] for r in claim["status"]["reservedFor"]] == ["ours"]
+    finally:
+        _clean(cluster, ["hold", "theirs", "ours"], ["one-gpu", "two-gpus"])
+
+
+def test_a_gang_of_two_gpu_claims_binds_all_or_none(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    _apply(cluster, claim_template("gang-gpus", DRIVER, count=2))
+    big, small = [f"big-{i}" for i in range(4)], [f"small-{i}" for i in range(2)]
+    try:
+        _apply(cluster, podgroup("big", len(big)), podgroup("small", len(small)))
+        for pod in big:
+            body = _claim_pod(pod, "gang-gpus")
+            body["metadata"]["labels"] = {GANG_LABEL: "big"}
+            _apply(cluster, body)
+        wait_until(lambda: all(_claim_of(cluster, p) for p in big), 60, "big's claims made")
+        wait_until(lambda: _reason(cluster, big[0]), 60, "the big gang refused")
+        time.sleep(5)
+        assert [cluster.pod(p)["spec"].get("nodeName") for p in big] == [None] * 4
+        assert _allocated_devices(cluster) == set()
+        print(f"4 x 2 GPUs on 4: {_reason(cluster, big[0])}")
+        cluster.delete_pods(*big)
+        for pod in small:
+            body = _claim_pod(pod, "gang-gpus")
+            body["metadata"]["labels"] = {GANG_LABEL: "small"}
+            _apply(cluster, body)
+        wait_until(
+            lambda: all(cluster.pod(p)["spec"].get("nodeName") for p in small), 90, "small bound"
+        )
+        held = [_devices_of(_claim_of(cluster, p)) for p in small]
+        assert sorted(held) == [["gpu-0", "gpu-1"], ["gpu-2", "gpu-3"]]
+    finally:
+        _clean(cluster, [*big, *small], ["gang-gpus"])
+        cluster.kubectl(
+            "delete", "podgroups.scheduling.x-k8s.io", "big", "small", "--ignore-not-found"
+        )
+
+
+def test_a_claim_shared_by_two_pods_is_allocated_once_for_both(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    claim = make_claim("shared")
+    claim["metadata"]["namespace"] = "default"
+    pods = ["share-a", "share-b"]
+    try:
+        _apply(cluster, claim)
+        for pod in pods:
+            body = busybox_pod(pod, scheduler=SCHEDULER)
+            body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+            body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+            _apply(cluster, body)
+        for pod in pods:
+            cluster.wait_running(pod, timeout_s=120)
+        found = json.loads(cluster.kubectl("get", "resourceclaim", "shared", "-o", "json"))
+        assert sorted(r["name"] for r in found["status"]["reservedFor"]) == pods
+        assert len(_devices_of(found)) == 1
+    finally:
+        cluster.delete_pods(*pods)
+        cluster.kubectl("delete", "resourceclaim", "shared", "--ignore-not-found")
+        wait_until(lambda: not _allocated_devices(cluster), 90, "the shared claim gone")
+
+
+def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    selector = f"device.attributes['{DRIVER}'].productName == 'NVIDIA B300'"
+    _apply(cluster, claim_template("nowhere", DRIVER, selector))
+    try:
+        _apply(cluster, _claim_pod("lost", "nowhere"))
+        reason = wait_until(lambda: "selector" in _reason(cluster, "lost") and _reason(
+            cluster, "lost"), 90, "lost refused with its selector")  # fmt: skip
+        print(f"unsatisfiable: {reason}")
+        assert selector in reason
+        assert cluster.pod("lost")["spec"].get("nodeName") is None
+    finally:
+        _clean(cluster, ["lost"], ["nowhere"])

@@ -1,0 +1,115 @@
+"""Pods with ResourceClaims placed, bound and forgotten on a live cache in any order (a Hypothesis
+state machine): no device is held by two claims, every claim's devices are on its pod's node and
+satisfy its count, a pod is charged exactly the whole GPUs its claims hold, a gang is placed all
+or none, and forgetting a pod gives its devices and its request back."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from scheduler.claims.model import DeviceId
+from scheduler.placement import Placer, default_scoring
+from scheduler.runtime.claims.book import CLAIMS, CLASSES, SLICES, ClaimBook
+from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.cluster.cache import ClusterCache
+from tests.builders.claims import claim_obj, class_obj, island_devices, request, slice_obj
+from tests.builders.claims import two_islands as islands_inventory
+from tests.builders.nodes import node_obj
+from tests.builders.nrt import make_nrt
+from tests.builders.pods import container, pod
+
+NODES = ("n1", "n2")
+
+
+def _claim_pod(name: str) -> dict:
+    body = pod(name, containers=[container(limits={"cpu": "1"})], schedulerName="gputopo-scheduler")
+    body["metadata"].update(uid=f"uid-{name}", namespace="ns")
+    body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
+    return body
+
+
+class ClaimChargesMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = ClusterCache("gputopo-scheduler")
+        self.book = ClaimBook()
+        self.charges = ClaimCharges(self.book, self.cache)
+        self.placer = Placer(self.cache.snapshot, default_scoring())
+        self.book.replace(CLASSES, [class_obj()])
+        self.book.replace(SLICES, [slice_obj(n, island_devices()) for n in NODES])
+        for name in NODES:
+            self.cache.upsert_node(node_obj(name, gpus=8))
+            self.cache.upsert_nrt(make_nrt(name, islands_inventory()))
+        self.counts: dict[str, int] = {}  # pod name -> GPUs its claim asks
+        self.placed: set[str] = set()
+        self.made = 0
+
+    def _new_pod(self, gpus: int) -> str:
+        self.made += 1
+        name = f"p{self.made}"
+        self.book.apply(CLAIMS, "ADDED", claim_obj(f"{name}-gpus", request("gpus", gpus)))
+        obj = _claim_pod(name)
+        self.cache.upsert_pod(obj)
+        self.counts[name] = gpus
+        return name
+
+    def _free(self, node: str) -> int:
+        on = [p for p in self.placed if self.cache.pods[f"ns/{p}"].node == node]
+        return 8 - sum(self.counts[p] for p in on)
+
+    @rule(gpus=st.integers(1, 5))
+    def place_one(self, gpus: int) -> None:
+        room = max(self._free(n) for n in NODES)
+        name = self._new_pod(gpus)
+        placed = self.charges.place(self.placer, self.cache.pods[f"ns/{name}"], None)
+        assert isinstance(placed, str) == (room < gpus)  # fits wherever enough devices are free
+        if isinstance(placed, str):
+            assert f"claim ns/{name}-gpus request gpus" in placed
+        else:
+            self.placed.add(name)
+            assert placed.request.gpus == gpus
+
+    @rule(members=st.integers(2, 4), gpus=st.integers(1, 4))
+    def place_gang(self, members: int, gpus: int) -> None:
+        names = [self._new_pod(gpus) for _ in range(members)]
+        infos = [self.cache.pods[f"ns/{n}"] for n in names]
+        placed = self.charges.place_gang(self.placer, infos, None, None)
+        held = [n for n in names if self.charges.held(self.cache.pods[f"ns/{n}"].key)]
+        if isinstance(placed, str):
+            assert held == []  # none
+        else:
+            assert held == names  # or all
+            self.placed.update(names)
+
+    @precondition(lambda self: self.placed)
+    @rule(data=st.data())
+    def forget_one(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.placed)))
+        key = self.cache.pods[f"ns/{name}"].key
+        assert self.charges.forget(key)
+        self.placed.discard(name)
+        info = self.cache.pods[key]
+        assert info.node is None
+        assert info.request.gpus == 0
+
+    @invariant()
+    def no_device_twice_and_each_on_its_pods_node(self) -> None:
+        seen: set[DeviceId] = set()
+        for name in self.placed:
+            key = self.cache.pods[f"ns/{name}"].key
+            held = self.charges.held(key)
+            assert held is not None
+            info = self.cache.pods[key]
+            devices = [d.id for c in held.decision.claims for d in c.allocation.devices]
+            assert len(devices) == self.counts[name]
+            assert not seen & set(devices)
+            seen.update(devices)
+            assert {d.pool for d in devices} == {info.node}
+            assert info.request.gpus == len(held.assignment.gpus) == self.counts[name]
+        assert self.book.usage().exclusive == seen
+
+
+TestClaimCharges = ClaimChargesMachine.TestCase
+TestClaimCharges.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)

@@ -34,7 +34,7 @@ from bench.living_cluster import (
     study_names,
     table,
 )
-from scheduler.cli.simulate_generated import generated_size
+from scheduler.cli.simulate_generated import generated_size, size_text
 from scheduler.config import load_config
 from scheduler.sim.generalise import format_rows, format_summary, run_generated, summarise
 from scheduler.sim.generate import Size
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("judging", args.judging_seeds, args.judging),
         ):
             body = _generated(pool, seeds, size, args.config)
-            sys.stdout.write(f"## {name} workloads (seeds {text}; {size})\n{body}\n")
+            sys.stdout.write(f"## {name} workloads (seeds {text}; {size_text(size)})\n{body}\n")
             sys.stdout.flush()
         sys.stdout.write(_beside(pool, args))
     elapsed = time.perf_counter() - began

@@ -23,7 +23,7 @@ from scheduler.sim.generalise import (
 )
 from scheduler.sim.generate import DEFAULT_SIZE, Size
 
-__all__ = ["add_arguments", "generated_size", "run_generated_study"]
+__all__ = ["add_arguments", "generated_size", "run_generated_study", "size_text"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +48,13 @@ def generated_size(jobs: int | None, gpu_nodes: int | None) -> Size:
         jobs=base.jobs if jobs is None else jobs,
         gpu_nodes=nodes,
         cpu_nodes=base.cpu_nodes if gpu_nodes is None else max(1, nodes // 4),
+    )
+
+
+def size_text(size: Size) -> str:
+    return (
+        f"{size.jobs} jobs, {size.gpu_nodes} GPU nodes, {size.cpu_nodes} CPU nodes, "
+        f"load {size.load:g}"
     )
 
 
@@ -78,8 +85,7 @@ def run_generated_study(
     elapsed = time.perf_counter() - began
     head = (
         f"{args.generated} generated workloads (seeds {args.generated_seed}.."
-        f"{args.generated_seed + args.generated - 1}; {size.jobs} jobs, {size.gpu_nodes} GPU "
-        f"nodes, {size.cpu_nodes} CPU nodes, load {size.load:g}), {len(policies)} policies, "
-        f"{elapsed:.0f} s\n\n"
+        f"{args.generated_seed + args.generated - 1}; {size_text(size)}), "
+        f"{len(policies)} policies, {elapsed:.0f} s\n\n"
     )
     return head + format_rows(outcomes) + "\n" + format_summary(summarise(outcomes))

@@ -43,7 +43,7 @@ def test_a_tiny_study_prints_both_ranges_and_its_runtime(
     argv = ["--tuning", "1", "--judging", "2", "--generated-jobs", "15", "--generated-nodes", "2"]
     assert _bench().main([*argv, "--beside", "none", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "## tuning workloads (seeds 1;" in out
+    assert "## tuning workloads (seeds 1; 15 jobs, 2 GPU nodes, 1 CPU nodes, load 1.2)" in out
     assert "## judging workloads (seeds 2;" in out
     assert [line.split()[0] for line in out.splitlines() if line.startswith("gen-")] == (
         ["gen-1/" + out.split("gen-1/")[1].split()[0]] * 5

@@ -209,6 +209,15 @@ def seeds_of(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    """`--config`: the scheduler config the gputopo policy uses."""
+    p.add_argument(
+        "--config",
+        type=config_file_argument,
+        help="scheduler config the gputopo policy uses (default: the shipped one)",
+    )
+
+
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", default="1-5")
@@ -225,11 +234,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
     p.add_argument("--plot", help="write PREFIX-<study>.png (allocation, fragmentation vs time)")
-    p.add_argument(
-        "--config",
-        type=config_file_argument,
-        help="scheduler config the gputopo policy uses (default: the shipped one)",
-    )
+    add_config_flag(p)
     args = p.parse_args(argv)
     try:
         args.studies = study_names(args.studies)

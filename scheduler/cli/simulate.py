@@ -29,6 +29,7 @@ from agent import logsetup
 from agent.dispatch import CommandParser, version_line
 from agent.errors import AgentError
 from agent.precedence import env_var, first_value, from_env, from_flag
+from scheduler.cli import simulate_generated
 from scheduler.cli.simulate_text import header, inputs_document, legend, warning_lines
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.placement import default_scoring
@@ -157,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the load-aware study (issue 47): the workload placed with load-awareness off, then "
         "on; every figure of both runs (defaults: --cluster load --workload load)",
     )
+    simulate_generated.add_arguments(p)
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="(default: text)")
     p.add_argument("--version", action="version", version=version_line(PROG))
     return p
@@ -384,6 +386,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     logsetup.configure(args.log_format, logging.WARNING)
     if args.load_aware:
         return _load_study(args)
+    if args.generated is not None:
+        return _generated(args, os.environ if environ is None else environ)
     try:
         settings = _settings(args, os.environ if environ is None else environ)
         if settings.plot and (problem := plot_problem(Path(settings.plot))):
@@ -432,6 +436,21 @@ def _load_study(args: argparse.Namespace) -> int:
     studies = [run_load_study(spec, workload, scoring, load_aware=on) for on in (False, True)]
     title = f"load-aware study: cluster {spec.source}, workload {workload.source}"
     sys.stdout.write(format_studies(studies, title))
+    return 0
+
+
+def _generated(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """`--generated N`: generated workloads, every policy, the table and its summary."""
+    try:
+        policies = _policies(_setting(args, "policy", environ, ",".join(POLICIES)))
+        if problem := simulate_generated.problem(args, policies):
+            raise UsageError(problem)
+        config = load_config(args.config) if args.config else None
+        text = simulate_generated.run_generated_study(args, policies, config)
+    except (UsageError, WorkloadError, AgentError) as exc:
+        sys.stderr.write(f"{PROG}: {exc}\n")
+        return 2
+    sys.stdout.write(text)
     return 0
 
 

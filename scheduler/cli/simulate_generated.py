@@ -1,0 +1,91 @@
+"""`gputopo-scheduler simulate --generated N`: N generated workloads (`scheduler.sim.generate`),
+every policy on each, the per-workload table and the summary of `scheduler.sim.generalise`.
+
+Workload k (0 ≤ k < N) is the one of seed `--generated-seed` + k; `--generated-jobs` and
+`--generated-nodes` size them (jobs, GPU nodes; a quarter as many CPU-only nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from scheduler.config import SchedulerConfig
+from scheduler.sim.generalise import (
+    PEERS,
+    SUBJECT,
+    format_rows,
+    format_summary,
+    run_generated,
+    summarise,
+)
+from scheduler.sim.generate import DEFAULT_SIZE, Size
+
+__all__ = ["add_arguments", "generated_size", "run_generated_study", "size_text"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--generated",
+        type=int,
+        help="run N generated workloads (cluster and jobs drawn from a seed each) for every "
+        "policy and print the per-workload table and its summary (default: off)",
+    )
+    p.add_argument(
+        "--generated-seed", type=int, default=1, help="seed of the first one (default: 1)"
+    )
+    p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
+    p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+
+
+def generated_size(jobs: int | None, gpu_nodes: int | None) -> Size:
+    """The default `Size` with the jobs and GPU nodes given (CPU nodes: a quarter of those)."""
+    base = DEFAULT_SIZE
+    nodes = base.gpu_nodes if gpu_nodes is None else gpu_nodes
+    return Size(
+        jobs=base.jobs if jobs is None else jobs,
+        gpu_nodes=nodes,
+        cpu_nodes=base.cpu_nodes if gpu_nodes is None else max(1, nodes // 4),
+    )
+
+
+def size_text(size: Size) -> str:
+    return (
+        f"{size.jobs} jobs, {size.gpu_nodes} GPU nodes, {size.cpu_nodes} CPU nodes, "
+        f"load {size.load:g}"
+    )
+
+
+def problem(args: argparse.Namespace, policies: Sequence[str]) -> str | None:
+    """Why these flags cannot run, or None."""
+    if args.generated < 1:
+        return f"--generated: must be at least 1, got {args.generated}"
+    if any(v is not None and v < 1 for v in (args.generated_jobs, args.generated_nodes)):
+        return "--generated-jobs and --generated-nodes must be at least 1"
+    missing = [p for p in (SUBJECT, *PEERS) if p not in policies]
+    if missing:
+        return f"--generated: the summary needs every policy; --policy lacks {', '.join(missing)}"
+    return None
+
+
+def run_generated_study(
+    args: argparse.Namespace, policies: Sequence[str], config: SchedulerConfig | None
+) -> str:
+    """The table and summary text of `--generated`."""
+    size = generated_size(args.generated_jobs, args.generated_nodes)
+    began = time.perf_counter()
+    outcomes = {}
+    for seed in range(args.generated_seed, args.generated_seed + args.generated):
+        label, runs = run_generated(seed, policies, size, config=config)
+        outcomes[label] = runs
+        if sys.stderr.isatty():
+            sys.stderr.write(f"{label}: done\n")
+    elapsed = time.perf_counter() - began
+    head = (
+        f"{args.generated} generated workloads (seeds {args.generated_seed}.."
+        f"{args.generated_seed + args.generated - 1}; {size_text(size)}), "
+        f"{len(policies)} policies, {elapsed:.0f} s\n\n"
+    )
+    return head + format_rows(outcomes) + "\n" + format_summary(summarise(outcomes))

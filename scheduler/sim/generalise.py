@@ -1,0 +1,210 @@
+"""Judging placement on many workloads (issue 45): the per-workload table and its summary.
+
+Input: every policy's event-mode run on each workload (`Outcomes`: workload label -> runs). Per
+workload and policy the figures are the mean wait over all pods, the makespan and each pod
+class's median wait. The summary answers the issue's "Verified when":
+
+* *within 5 %*: workloads where `gputopo`'s mean wait and makespan are both at most 1.05 × the
+  best of the peers (`PEERS`); a best of 0 s asks for 0 s;
+* *average rank*: each policy's rank among all policies (1 = lowest; ties share the lowest rank)
+  on mean wait and on makespan, averaged over both and over the workloads;
+* *lowest on average*: each policy's mean over the workloads of mean wait and of makespan;
+* *class losses*: workloads where some class's median wait under `gputopo` exceeds the best
+  packing peer's (`PACKING_PEERS`) by more than max(60 s, 10 %).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.config import SchedulerConfig
+from scheduler.preemption import PreemptionSettings
+from scheduler.sim.events import run_events
+from scheduler.sim.generate import DEFAULT_SIZE, Size, generate
+from scheduler.sim.protocol import RunResult
+
+__all__ = [
+    "PACKING_PEERS",
+    "PEERS",
+    "SUBJECT",
+    "Outcomes",
+    "Summary",
+    "WorkloadFigures",
+    "figures_of",
+    "format_rows",
+    "format_summary",
+    "run_generated",
+    "summarise",
+]
+
+SUBJECT = "gputopo"
+PEERS = ("fgd", "bestfit", "random", "spread")
+PACKING_PEERS = ("fgd", "bestfit")
+TOLERANCE = 0.05
+CLASS_SLACK_S = 60.0
+CLASS_SLACK_SHARE = 0.10
+
+Outcomes = Mapping[str, Sequence[RunResult]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadFigures:
+    """One policy on one workload."""
+
+    workload: str
+    policy: str
+    mean_wait: float
+    makespan: float
+    class_p50: Mapping[str, float]  # classes with a started pod
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary:
+    workloads: int
+    within: int  # workloads where the subject is within TOLERANCE of the best peer on both
+    losses: tuple[str, ...]  # the other workloads
+    average_rank: Mapping[str, float]
+    average_wait: Mapping[str, float]
+    average_makespan: Mapping[str, float]
+    class_losses: Mapping[str, tuple[str, ...]]  # workload -> classes losing to packing peers
+
+
+def figures_of(workload: str, run: RunResult) -> WorkloadFigures:
+    waits = run.waits
+    every = waits.get("all")
+    return WorkloadFigures(
+        workload=workload,
+        policy=run.policy,
+        mean_wait=(every.mean if every and every.mean is not None else 0.0),
+        makespan=(run.figures.makespan or 0.0) if run.figures else 0.0,
+        class_p50={c: w.p50 for c, w in waits.items() if c != "all" and w.p50 is not None},
+    )
+
+
+def _table(outcomes: Outcomes) -> dict[str, dict[str, WorkloadFigures]]:
+    return {
+        label: {run.policy: figures_of(label, run) for run in runs}
+        for label, runs in outcomes.items()
+    }
+
+
+def _within(subject: float, best: float) -> bool:
+    return subject <= best * (1 + TOLERANCE)
+
+
+def _ranks(by_policy: Mapping[str, float]) -> dict[str, int]:
+    """1 + how many policies did strictly better."""
+    return {p: 1 + sum(v < mine for v in by_policy.values()) for p, mine in by_policy.items()}
+
+
+def _class_losses(row: Mapping[str, WorkloadFigures]) -> tuple[str, ...]:
+    mine = row[SUBJECT].class_p50
+    losing = []
+    for cls, wait in sorted(mine.items()):
+        peers = [row[p].class_p50[cls] for p in PACKING_PEERS if cls in row[p].class_p50]
+        if peers and wait > min(peers) + max(CLASS_SLACK_S, CLASS_SLACK_SHARE * min(peers)):
+            losing.append(cls)
+    return tuple(losing)
+
+
+def summarise(outcomes: Outcomes) -> Summary:
+    """The summary of the module docstring; every workload needs a run of `gputopo` and of each
+    peer."""
+    table = _table(outcomes)
+    within: list[str] = []
+    ranks: dict[str, list[int]] = {}
+    for label, row in table.items():
+        me = row[SUBJECT]
+        if _within(me.mean_wait, min(row[p].mean_wait for p in PEERS)) and _within(
+            me.makespan, min(row[p].makespan for p in PEERS)
+        ):
+            within.append(label)
+        for key in ("mean_wait", "makespan"):
+            for policy, rank in _ranks({p: getattr(f, key) for p, f in row.items()}).items():
+                ranks.setdefault(policy, []).append(rank)
+    policies = list(next(iter(table.values()))) if table else []
+    return Summary(
+        workloads=len(table),
+        within=len(within),
+        losses=tuple(label for label in table if label not in within),
+        average_rank={p: statistics.fmean(ranks[p]) for p in policies},
+        average_wait={
+            p: statistics.fmean(r[p].mean_wait for r in table.values()) for p in policies
+        },
+        average_makespan={
+            p: statistics.fmean(r[p].makespan for r in table.values()) for p in policies
+        },
+        class_losses={label: lost for label, row in table.items() if (lost := _class_losses(row))},
+    )
+
+
+def format_rows(outcomes: Outcomes) -> str:
+    """One line per workload and policy: mean wait, makespan, each class's median wait."""
+    table = _table(outcomes)
+    classes = sorted({c for row in table.values() for f in row.values() for c in f.class_p50})
+    head = ["workload", "policy", "mean wait s", "makespan s", *(f"p50 {c}" for c in classes)]
+    lines = [head]
+    for label, row in table.items():
+        for policy, f in row.items():
+            cells = [f"{f.class_p50[c]:,.0f}" if c in f.class_p50 else "-" for c in classes]
+            lines.append([label, policy, f"{f.mean_wait:,.0f}", f"{f.makespan:,.0f}", *cells])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
+        for line in lines
+    )
+
+
+def format_summary(summary: Summary) -> str:
+    n = summary.workloads
+    lines = [
+        f"{SUBJECT} within {TOLERANCE:.0%} of the best of {', '.join(PEERS)} on mean wait and "
+        f"makespan: {summary.within} of {n}"
+        + (f" (not on: {', '.join(summary.losses)})" if summary.losses else ""),
+        "average rank (mean wait and makespan; 1 = best): "
+        + ", ".join(f"{p} {r:.2f}" for p, r in sorted(summary.average_rank.items(), key=_by_value)),
+        "average mean wait s: "
+        + ", ".join(
+            f"{p} {v:,.0f}" for p, v in sorted(summary.average_wait.items(), key=_by_value)
+        ),
+        "average makespan s: "
+        + ", ".join(
+            f"{p} {v:,.0f}" for p, v in sorted(summary.average_makespan.items(), key=_by_value)
+        ),
+        f"workloads where a class's median wait exceeds the best of {', '.join(PACKING_PEERS)} "
+        f"by more than max({CLASS_SLACK_S:.0f} s, {CLASS_SLACK_SHARE:.0%}): "
+        f"{len(summary.class_losses)} of {n}",
+        *(f"  {label}: {', '.join(c)}" for label, c in summary.class_losses.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _by_value(item: tuple[str, float]) -> tuple[float, str]:
+    return item[1], item[0]
+
+
+def run_generated(
+    seed: int,
+    policies: Sequence[str],
+    size: Size = DEFAULT_SIZE,
+    preemption: PreemptionSettings | bool = True,
+    config: SchedulerConfig | None = None,
+) -> tuple[str, list[RunResult]]:
+    """The label (`gen-<seed>/<pattern>`) of the workload of `seed` and every policy's run on it
+    (event mode, nodes ranked by the seed; `config` is the one the gputopo policy uses)."""
+    made = generate(seed, size)
+    runs = [
+        run_events(
+            made.cluster,
+            made.workload,
+            policy,
+            seed,
+            shuffle_nodes=True,
+            preemption=preemption,
+            config=config,
+        )
+        for policy in policies
+    ]
+    return f"gen-{seed}/{made.pattern.value}", runs

@@ -1,0 +1,136 @@
+"""`scheduler.sim.generalise`: the summary of the issue's "Verified when" over runs, and
+`simulate --generated` end to end on a tiny size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from scheduler.cli.simulate import main
+from scheduler.sim.generalise import format_rows, format_summary, summarise
+from scheduler.sim.metrics import ClassWaits, JobFigures
+from scheduler.sim.protocol import RunResult
+
+POLICIES = ("gputopo", "spread", "bestfit", "random", "fgd")
+
+
+def _run(policy: str, wait: float, makespan: float, p50: Mapping[str, float]) -> RunResult:
+    waits = {c: ClassWaits(pods=1, started=1, p50=v, p99=v, longest=v) for c, v in p50.items()}
+    waits["all"] = ClassWaits(pods=1, started=1, p50=wait, p99=wait, longest=wait, mean=wait)
+    return RunResult(
+        policy=policy,
+        seed=1,
+        allocation={},
+        fragmented_share=0.0,
+        fragmented_gpus=0,
+        pods_arrived=1,
+        pods_placed=1,
+        failed={},
+        decisions_per_second=0.0,
+        waits=waits,
+        figures=JobFigures(
+            gpu_weighted_wait=None, mean_completion=None, mean_slowdown=None, makespan=makespan
+        ),
+    )
+
+
+def _workload(
+    mine: tuple[float, float], peers: tuple[float, float] = (1000.0, 10_000.0), **p50: float
+) -> list[RunResult]:
+    """gputopo's (mean wait, makespan) and class medians; every peer at `peers`, class medians
+    1,000 s."""
+    peer_p50 = dict.fromkeys(p50, 1000.0)
+    return [_run("gputopo", *mine, p50)] + [_run(p, *peers, peer_p50) for p in POLICIES[1:]]
+
+
+@pytest.mark.parametrize(
+    ("mine", "within"),
+    [
+        pytest.param((1000.0, 10_000.0), 1, id="equal to the best"),
+        pytest.param((1049.0, 10_490.0), 1, id="4.9 % worse on both"),
+        pytest.param((1051.0, 10_000.0), 0, id="5.1 % worse on mean wait"),
+        pytest.param((1000.0, 10_510.0), 0, id="5.1 % worse on makespan"),
+    ],
+)
+def test_within_five_percent_of_the_best_peer_on_both(
+    mine: tuple[float, float], within: int
+) -> None:
+    summary = summarise({"w": _workload(mine)})
+    assert summary.within == within
+    assert summary.losses == (() if within else ("w",))
+
+
+@pytest.mark.parametrize(
+    ("share", "losing"),
+    [
+        pytest.param(1059.0, (), id="59 s over 1,000 s: within max(60 s, 10 %)"),
+        pytest.param(1099.0, (), id="99 s over 1,000 s: within 10 %"),
+        pytest.param(1101.0, ("share",), id="101 s over 1,000 s: a loss"),
+    ],
+)
+def test_a_class_loses_past_max_60_s_and_10_percent(share: float, losing: tuple[str, ...]) -> None:
+    summary = summarise({"w": _workload((1000.0, 10_000.0), share=share, cpu=1000.0)})
+    assert summary.class_losses == ({"w": losing} if losing else {})
+
+
+def test_sixty_seconds_is_the_floor_for_short_waits() -> None:
+    runs = [_run("gputopo", 10, 10, {"gang": 59.0})]
+    runs += [_run(p, 10, 10, {"gang": 0.0}) for p in POLICIES[1:]]
+    assert summarise({"w": runs}).class_losses == {}
+    runs[0] = _run("gputopo", 10, 10, {"gang": 61.0})
+    assert summarise({"w": runs}).class_losses == {"w": ("gang",)}
+
+
+def test_only_the_packing_peers_set_the_class_bar() -> None:
+    runs = [_run("gputopo", 10, 10, {"1-gpu": 500.0})]
+    runs += [_run(p, 10, 10, {"1-gpu": 0.0 if p == "spread" else 500.0}) for p in POLICIES[1:]]
+    assert summarise({"w": runs}).class_losses == {}
+
+
+def test_average_rank_and_averages_over_workloads() -> None:
+    first = _workload((900.0, 9_000.0))  # best on both
+    second = _workload((2000.0, 10_000.0))  # worst on wait, tied first on makespan
+    summary = summarise({"a": first, "b": second})
+    assert summary.average_rank["gputopo"] == pytest.approx((1 + 1 + 5 + 1) / 4)
+    assert summary.average_rank["spread"] == pytest.approx((2 + 2 + 1 + 1) / 4)
+    assert summary.average_wait["gputopo"] == pytest.approx(1450.0)
+    assert summary.average_makespan["fgd"] == pytest.approx(10_000.0)
+    assert summary.within == 1
+
+
+def test_the_text_names_the_losses() -> None:
+    outcomes = {"gen-1/steady": _workload((2000.0, 10_000.0), gang=5000.0)}
+    text = format_summary(summarise(outcomes))
+    assert "within 5% of the best of fgd, bestfit, random, spread" in text
+    assert ": 0 of 1 (not on: gen-1/steady)" in text
+    assert "  gen-1/steady: gang" in text
+    rows = format_rows(outcomes).splitlines()
+    assert rows[0].split()[:4] == ["workload", "policy", "mean", "wait"]
+    assert len(rows) == 1 + len(POLICIES)
+    assert rows[1].split()[:4] == ["gen-1/steady", "gputopo", "2,000", "10,000"]
+
+
+def test_simulate_generated_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--generated", "2", "--generated-seed", "5", "--generated-jobs", "20"]
+    assert main([*argv, "--generated-nodes", "3"], environ={}) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 generated workloads (seeds 5..6; 20 jobs, 3 GPU nodes")
+    rows = [line for line in out.splitlines() if line.startswith("gen-")]
+    assert len(rows) == 2 * len(POLICIES)
+    assert {row.split()[1] for row in rows} == set(POLICIES)
+    assert "gputopo within 5% of the best" in out
+    assert "average rank (mean wait and makespan; 1 = best): " in out
+
+
+def test_simulate_generated_needs_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--generated", "1", "--policy", "gputopo,fgd"], environ={}) == 2
+    assert "--policy lacks bestfit, random, spread" in capsys.readouterr().err
+
+
+def test_simulate_generated_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--generated", "1", "--generated-jobs", "15", "--generated-nodes", "2"]
+    assert main(argv, environ={}) == 0
+    first = capsys.readouterr().out.split("\n", 1)[1]  # the head line carries the runtime
+    assert main(argv, environ={}) == 0
+    assert capsys.readouterr().out.split("\n", 1)[1] == first

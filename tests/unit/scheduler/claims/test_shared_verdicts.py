@@ -67,12 +67,15 @@ def node_sets(draw: st.DrawFn) -> NodeSet:
     """Up to six nodes from one or two templates; each holds one of a few sets of positions
     (shared devices: 8Gi taken), with its GPUs assumed on its state when it has one."""
     kinds = [draw(templates()) for _ in range(draw(st.integers(1, 2)))]
-    with_state = draw(st.booleans())
+    with_state, extra = draw(st.booleans()), draw(st.booleans())
     nodes, held = [], []
     for i in range(draw(st.integers(2, 6))):
         name = f"node-{i}"
         objs = kinds[draw(st.integers(0, len(kinds) - 1))]
-        found = node_devices([parse_slice(slice_obj(name, objs))], name, {})
+        slices = [parse_slice(slice_obj(name, objs))]
+        if extra:
+            slices.append(parse_slice(_extra_pool(name)))
+        found = node_devices(slices, name, {})
         used = draw(st.sampled_from([(), (0,), (0, 1), (5,), (1, 4, 6)]))
         for g in used:
             dev = found.devices[g]
@@ -94,6 +97,18 @@ def node_sets(draw: st.DrawFn) -> NodeSet:
         gpus = GpuMap.build(INVENTORY, found.devices, selector=SELECTOR)
         nodes.append(ClaimNode(name=name, devices=found, gpus=gpus, state=state))
     return NodeSet(tuple(nodes), Usage.of([Allocation(devices=tuple(held))]))
+
+
+def _extra_pool(node: str) -> dict[str, object]:
+    """A second pool of the node (`<node>-more`, sorted after its own), whose devices have the
+    names of the first ones: two GPUs not in the inventory and one more `gpu-0` there."""
+    obj = slice_obj(node, [gpu_device(8), gpu_device(9)], name=f"{node}-more")
+    spec = obj["spec"]
+    assert isinstance(spec, dict)
+    spec["pool"] = {"name": f"{node}-more", "generation": 1, "resourceSliceCount": 1}
+    for device, name in zip(spec["devices"], ("gpu-0", "gpu-1"), strict=True):
+        device["name"] = name
+    return obj
 
 
 @st.composite
@@ -131,7 +146,9 @@ def test_a_shared_verdict_equals_the_one_the_node_computes_alone(
         alone = ClaimAllocator(classes()).place(pod, [node], found.usage, explain=False)
         assert got == alone
         for made in got.claims:
-            assert {d.id.pool for d in made.allocation.devices} == {node.name}
+            assert {d.id.pool for d in made.allocation.devices} <= {
+                p for _d, p in node.devices.pools
+            }
 
 
 def _like_nodes(names: list[str]) -> list[ClaimNode]:

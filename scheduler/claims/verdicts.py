@@ -30,6 +30,7 @@ from itertools import compress, count
 from operator import attrgetter, is_, is_not
 from typing import cast
 
+from agent.model import LinkMatrix
 from scheduler.placement import GPU_PRODUCT_LABEL, NodeState, Scoring
 from scheduler.placement.node_slots import dynamic_state, static_shape
 
@@ -346,8 +347,8 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     incomplete = tuple(sorted(place[p] for p in node.devices.incomplete_pools if p in place))
     state = node.state
     shape = None
-    if state is not None:  # the link matrix by identity (hashing it costs more than a verdict)
-        shape = tuple(_Same(v) if v is state.links else v for v in static_shape(state))
+    if state is not None:
+        shape = tuple(_Links(v) if isinstance(v, LinkMatrix) else v for v in static_shape(state))
     gpus = node.gpus
     if gpus is None:
         return (devices, incomplete, shape, None)
@@ -376,19 +377,22 @@ def _capacity_likeness(name: str, capacity: Capacity) -> tuple[object, ...]:
     return (name, value.numerator, value.denominator, capacity.policy)
 
 
-class _Same:
-    """Holds a value compared by identity: the same object is equal, another one never is."""
+class _Links:
+    """A link matrix compared by identity first, then by value, and hashed by its size only:
+    hashing one costs more than a verdict, and nodes of one shape often share the object."""
 
     __slots__ = ("value",)
 
-    def __init__(self, value: object) -> None:
+    def __init__(self, value: LinkMatrix) -> None:
         self.value = value
 
     def __hash__(self) -> int:
-        return id(self.value)
+        return self.value.size
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.value is self.value
+        return isinstance(other, _Links) and (
+            other.value is self.value or other.value == self.value
+        )
 
 
 def _state_class(state: NodeState) -> _Hashed:

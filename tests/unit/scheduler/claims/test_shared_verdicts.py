@@ -90,7 +90,8 @@ def node_sets(draw: st.DrawFn) -> NodeSet:
         state = None
         if with_state:
             alloc = {"cpu": 64_000, "memory": 1 << 40, "pods": 110, "nvidia.com/gpu": 8}
-            state = NodeState.from_inventory(name, INVENTORY, allocatable=alloc, selector=SELECTOR)
+            layout = two_islands()  # its own link matrix, equal to the others'
+            state = NodeState.from_inventory(name, layout, allocatable=alloc, selector=SELECTOR)
             if used:
                 want = PodRequest(key=f"ns/held-{i}", gpus=len(used))
                 state.add_pod(want, Assignment(node=name, gpus=tuple(used)))

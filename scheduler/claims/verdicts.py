@@ -17,9 +17,10 @@ A changed node whose likeness (`_Likeness`) equals one decided before for the sa
 that verdict, its picks moved to its own devices by position: its devices equal the other's
 but for their pool names (same driver, device name, attributes, capacity, taints, sharing, same
 pool order, same incomplete pools), the same devices are held in `Usage` by position (and the
-same capacity consumed), the same GPU map by position and the same GPU selector object, and its
-`NodeState` is in the same class as placement's verdict memo keys it (`static_shape`,
-`dynamic_state`, the GPU product label). Only with shipped scores (others may read the name).
+same capacity consumed), the same GPU map by position and GPU selector (the same object, or
+made from equal links and NUMA nodes), and its `NodeState` is in the same class as placement's
+verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label). Only with
+shipped scores (others may read the name).
 """
 
 from __future__ import annotations
@@ -338,8 +339,8 @@ class _Likeness:
 def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     """The node's devices and GPU map with each pool by its position among the node's pools
     (`pools` is sorted: pools in the same order compare alike), and its state's static shape;
-    holds the GPU selector itself (compared as the same object, and kept alive while the key
-    is)."""
+    the GPU selector by the layout it was made from, or when it was given, itself (compared as
+    the same object, and kept alive while the key is)."""
     place = {pool: i for i, pool in enumerate(node.devices.pools)}
     devices = tuple(
         _device_likeness(d, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices
@@ -355,7 +356,8 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     devs = node.devices.devices
     whole = tuple(gpus.whole.get(d.id, -1) for d in devs)
     parent = tuple(gpus.parent.get(d.id, -1) for d in devs)
-    return (devices, incomplete, shape, (gpus.selector, whole, parent))
+    made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
+    return (devices, incomplete, shape, (made, whole, parent))
 
 
 def _device_likeness(device: Device, pool: int) -> tuple[object, ...]:

@@ -65,9 +65,10 @@ def templates(draw: st.DrawFn) -> list[dict[str, object]]:
 @st.composite
 def node_sets(draw: st.DrawFn) -> NodeSet:
     """Up to six nodes from one or two templates; each holds one of a few sets of positions
-    (shared devices: 8Gi taken), with its GPUs assumed on its state when it has one."""
+    (shared devices: 8Gi taken), with its GPUs assumed on its state when it has one; every node
+    has its own (equal) link matrix, and the one GPU selector or its own."""
     kinds = [draw(templates()) for _ in range(draw(st.integers(1, 2)))]
-    with_state, extra = draw(st.booleans()), draw(st.booleans())
+    with_state, extra, given = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
     nodes, held = [], []
     for i in range(draw(st.integers(2, 6))):
         name = f"node-{i}"
@@ -95,7 +96,8 @@ def node_sets(draw: st.DrawFn) -> NodeSet:
             if used:
                 want = PodRequest(key=f"ns/held-{i}", gpus=len(used))
                 state.add_pod(want, Assignment(node=name, gpus=tuple(used)))
-        gpus = GpuMap.build(INVENTORY, found.devices, selector=SELECTOR)
+        selector = SELECTOR if given else None  # else each map makes its own
+        gpus = GpuMap.build(two_islands(), found.devices, selector=selector)
         nodes.append(ClaimNode(name=name, devices=found, gpus=gpus, state=state))
     return NodeSet(tuple(nodes), Usage.of([Allocation(devices=tuple(held))]))
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from agent.gpuset import GpuSelector, mask_indices
-from agent.model import NodeInventory
+from agent.model import LinkMatrix, NodeInventory
 
 from .candidates import Candidate, Candidates
 from .model import AttrValue, Device, DeviceId
@@ -44,6 +44,9 @@ class GpuMap:
     selector: GpuSelector = field(compare=False)
     whole: Mapping[DeviceId, int]
     parent: Mapping[DeviceId, int]
+    layout: tuple[LinkMatrix, tuple[int | None, ...]] | None = field(default=None, compare=False)
+    """The links and NUMA nodes `selector` was made from here (None: it was given), so that
+    maps with selectors of equal layouts are known to choose alike."""
 
     @classmethod
     def build(
@@ -67,8 +70,11 @@ class GpuMap:
             index = _whole_index(dev, by_uuid, by_minor)
             if index is not None:
                 whole[dev.id] = index
-        sel = selector or GpuSelector(inventory.links, [g.numa_node for g in inventory.gpus])
-        return cls(selector=sel, whole=whole, parent=parent)
+        if selector is not None:
+            return cls(selector=selector, whole=whole, parent=parent)
+        numa = tuple(g.numa_node for g in inventory.gpus)
+        sel = GpuSelector(inventory.links, numa)
+        return cls(selector=sel, whole=whole, parent=parent, layout=(inventory.links, numa))
 
 
 def _whole_index(

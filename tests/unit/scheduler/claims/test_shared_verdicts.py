@@ -1,0 +1,189 @@
+"""Nodes alike up to their pool names share one verdict (`verdicts._Likeness`), moved to their own
+devices: on random node sets (a few device templates, each published by several nodes under their
+own pools, with devices held and GPUs assumed by position), the decision an allocator gives a node
+after deciding its look-alikes equals the one a fresh allocator computes for that node alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.gpuset import GpuSelector
+from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.decision import ClaimNode, PodClaims
+from scheduler.claims.model import AllocatedDevice, Allocation
+from scheduler.claims.order import GpuMap
+from scheduler.claims.parse import parse_claim, parse_slice
+from scheduler.claims.slices import node_devices
+from scheduler.claims.usage import Usage
+from scheduler.placement import Assignment, NodeState, PodRequest
+from tests.builders.claims import (
+    DRIVER,
+    GIB,
+    claim_obj,
+    classes,
+    gpu_device,
+    island_devices,
+    slice_obj,
+    two_islands,
+)
+
+INVENTORY = two_islands()
+SELECTOR = GpuSelector(INVENTORY.links, [g.numa_node for g in INVENTORY.gpus])
+EXPRESSIONS = (
+    f'device.attributes["{DRIVER}"].kind == "a"',
+    f'device.attributes["{DRIVER}"].nvlinkIsland == 1',
+    f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+)
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    nodes: tuple[ClaimNode, ...]
+    usage: Usage
+
+
+@st.composite
+def templates(draw: st.DrawFn) -> list[dict[str, object]]:
+    """Eight GPUs with random kinds, memory and sharing (odd GPUs only)."""
+    return [
+        gpu_device(
+            g,
+            nvlinkIsland=g // 4,
+            kind=draw(st.sampled_from("ab")),
+            shared=g % 2 == 1 and draw(st.booleans()),
+            capacity={"memory": {"value": f"{draw(st.sampled_from([40, 80]))}Gi"}},
+        )
+        for g in range(8)
+    ]
+
+
+@st.composite
+def node_sets(draw: st.DrawFn) -> NodeSet:
+    """Up to six nodes from one or two templates; each holds one of a few sets of positions
+    (shared devices: 8Gi taken), with its GPUs assumed on its state when it has one; every node
+    has its own (equal) link matrix, and the one GPU selector or its own."""
+    kinds = [draw(templates()) for _ in range(draw(st.integers(1, 2)))]
+    with_state, extra, given = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    nodes, held = [], []
+    for i in range(draw(st.integers(2, 6))):
+        name = f"node-{i}"
+        objs = kinds[draw(st.integers(0, len(kinds) - 1))]
+        slices = [parse_slice(slice_obj(name, objs))]
+        if extra:
+            slices.append(parse_slice(_extra_pool(name)))
+        found = node_devices(slices, name, {})
+        used = draw(st.sampled_from([(), (0,), (0, 1), (5,), (1, 4, 6)]))
+        for g in used:
+            dev = found.devices[g]
+            taken = (
+                {f"{DRIVER}/memory": Fraction(8 * GIB)} if dev.allow_multiple_allocations else {}
+            )
+            held.append(
+                AllocatedDevice(
+                    request="x", id=dev.id, share_id="s" if taken else None, consumed=taken
+                )
+            )
+        state = None
+        if with_state:
+            alloc = {"cpu": 64_000, "memory": 1 << 40, "pods": 110, "nvidia.com/gpu": 8}
+            layout = two_islands()  # its own link matrix, equal to the others'
+            state = NodeState.from_inventory(name, layout, allocatable=alloc, selector=SELECTOR)
+            if used:
+                want = PodRequest(key=f"ns/held-{i}", gpus=len(used))
+                state.add_pod(want, Assignment(node=name, gpus=tuple(used)))
+        selector = SELECTOR if given else None  # else each map makes its own
+        gpus = GpuMap.build(two_islands(), found.devices, selector=selector)
+        nodes.append(ClaimNode(name=name, devices=found, gpus=gpus, state=state))
+    return NodeSet(tuple(nodes), Usage.of([Allocation(devices=tuple(held))]))
+
+
+def _extra_pool(node: str) -> dict[str, object]:
+    """A second pool of the node (`<node>-more`, sorted after its own), whose devices have the
+    names of the first ones: two GPUs not in the inventory and one more `gpu-0` there."""
+    obj = slice_obj(node, [gpu_device(8), gpu_device(9)], name=f"{node}-more")
+    spec = obj["spec"]
+    assert isinstance(spec, dict)
+    spec["pool"] = {"name": f"{node}-more", "generation": 1, "resourceSliceCount": 1}
+    for device, name in zip(spec["devices"], ("gpu-0", "gpu-1"), strict=True):
+        device["name"] = name
+    return obj
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodClaims:
+    """One claim of one or two requests: a count or all, an optional selector and memory asked,
+    and an optional constraint over the island."""
+    requests = []
+    for r in range(draw(st.integers(1, 2))):
+        exactly: dict[str, object] = {"deviceClassName": "gpu.gputopo.io"}
+        if draw(st.integers(0, 5)) == 0:
+            exactly["allocationMode"] = "All"
+        else:
+            exactly["count"] = draw(st.integers(1, 4))
+        chosen = draw(st.lists(st.sampled_from(EXPRESSIONS), max_size=1))
+        if chosen:
+            exactly["selectors"] = [{"cel": {"expression": e}} for e in chosen]
+        if draw(st.booleans()):
+            exactly["capacity"] = {"requests": {"memory": f"{draw(st.sampled_from([8, 40]))}Gi"}}
+        requests.append({"name": f"r{r}", "exactly": exactly})
+    kind = draw(st.sampled_from(["none", "matchAttribute", "distinctAttribute"]))
+    constraints = [] if kind == "none" else [{kind: f"{DRIVER}/nvlinkIsland"}]
+    return PodClaims(
+        key="ns/p", claims=(parse_claim(claim_obj("c", *requests, constraints=constraints)),)
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_sets(), pods())
+def test_a_shared_verdict_equals_the_one_the_node_computes_alone(
+    found: NodeSet, pod: PodClaims
+) -> None:
+    shared = ClaimAllocator(classes())
+    for node in found.nodes:
+        got = shared.place(pod, [node], found.usage, explain=False)
+        alone = ClaimAllocator(classes()).place(pod, [node], found.usage, explain=False)
+        assert got == alone
+        for made in got.claims:
+            assert {d.id.pool for d in made.allocation.devices} <= {
+                p for _d, p in node.devices.pools
+            }
+
+
+def _like_nodes(names: list[str]) -> list[ClaimNode]:
+    nodes = []
+    for name in names:
+        found = node_devices([parse_slice(slice_obj(name, island_devices()))], name, {})
+        gpus = GpuMap.build(INVENTORY, found.devices, selector=SELECTOR)
+        state = NodeState.from_inventory(name, INVENTORY, allocatable={}, selector=SELECTOR)
+        nodes.append(ClaimNode(name=name, devices=found, gpus=gpus, state=state))
+    return nodes
+
+
+def test_a_like_node_gets_its_own_devices_and_a_busier_one_is_not_alike() -> None:
+    """node-a is decided first; node-b (alike) answers from it with its own devices; once node-b
+    holds a GPU the nodes differ, and the next pod goes to node-b's GPU 1 (binpack)."""
+    a, b = _like_nodes(["node-a", "node-b"])
+    allocator = ClaimAllocator(classes())
+    want = PodClaims(
+        key="ns/p",
+        claims=(
+            parse_claim(
+                claim_obj("c", {"name": "g", "exactly": {"deviceClassName": "gpu.gputopo.io"}})
+            ),
+        ),
+    )
+    usage = Usage()
+    allocator.place(want, [a], usage)
+    on_b = allocator.place(want, [b], usage)
+    assert [d.id for d in on_b.claims[0].allocation.devices] == [b.devices.devices[0].id]
+    usage.add(on_b.claims[0].allocation.devices)
+    assert b.state is not None
+    b.state.add_pod(PodRequest(key="ns/p", gpus=1), Assignment(node="node-b", gpus=on_b.gpus))
+    second = allocator.place(want, [a, b], usage)
+    assert second.node == "node-b"
+    assert second.gpus == (1,)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
 from typing import TypeVar
-
-import cel
 
 from .cel_ext import FUNCTIONS, quantity_value, semver_value
 from .errors import SelectorError
@@ -38,6 +38,16 @@ __all__ = ["Selectors"]
 
 _MEMO_LIMIT = 200_000
 _FNS = dict(FUNCTIONS)
+
+
+@cache
+def _cel() -> ModuleType:
+    """The CEL library, imported at the first selector: its package also loads its command line
+    (prompt_toolkit and the like, about 0.4 s), which a scheduler start with no claims to decide
+    need not wait for."""
+    import cel
+
+    return cel
 _USE = re.compile(r"(?<![\w.])device\b")
 _FIELD = re.compile(
     r"""\s*\.\s*(driver|allowMultipleAllocations|attributes|capacity)\b"""
@@ -111,7 +121,7 @@ class Selectors:
         found = self._programs.get(expression)
         if found is None:
             try:
-                program = cel.compile(expression)
+                program = _cel().compile(expression)
             except (ValueError, RuntimeError) as exc:
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise SelectorError(expression, f"does not compile: {first}") from None
@@ -142,7 +152,7 @@ class Selectors:
 
 
 def _evaluate(expression: str, program: object, value: dict[str, object]) -> bool:
-    context = cel.Context(variables={"device": value}, functions=_FNS)
+    context = _cel().Context(variables={"device": value}, functions=_FNS)
     try:
         verdict = program.execute(context)  # type: ignore[attr-defined]
     except KeyError as exc:

@@ -30,7 +30,7 @@ from agent.resource_names import GPU_RESOURCE
 from .load import busy_key
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
-from .slot_records import ChangeLog, Interner
+from .slot_records import ChangeLog, Interner, StateMembers
 from .snapshot import Snapshot
 
 __all__ = [
@@ -112,6 +112,7 @@ class NodeSlots:
         self._states: Interner[StateKey] = Interner(_IDLE_STATES)
         self._state_keys: list[StateKey | None] = []
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
+        self.members = StateMembers()  # the slots in each state (`rows`: a dense row per state)
         # cpu, mem, pods, idle, share; of shared GPUs with a free replica: replicas, the most
         # memory and the most compute one has free
         self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
@@ -166,7 +167,9 @@ class NodeSlots:
             self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
             self._shape_keys[slot] = shape
         key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), load)
-        self.states[slot] = self._states.take(key, self._state_keys[slot])
+        state = self._states.take(key, self._state_keys[slot])
+        self.members.move(slot, int(self.states[slot]), state)
+        self.states[slot] = state
         self._state_keys[slot] = key
         self._room[slot] = room
         updated.append(slot)
@@ -202,6 +205,7 @@ class NodeSlots:
         self._shared.extend([False] * extra)
         self._whole.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
+        self.members.grow(grown)
         absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
         self.capacity = grown
@@ -223,6 +227,7 @@ class NodeSlots:
         self._shape[slot] = -1
         self._shape_keys[slot] = None
         self._state_keys[slot] = None
+        self.members.move(slot, int(self.states[slot]), -1)
         self.states[slot] = -1
         self._headroom[:, slot] = -1
         self._room[slot] = None

@@ -167,14 +167,23 @@ class Verdicts:
             return np.concatenate((used, rest))
         return _best_scored(slots, self.score, ranks, self.top)
 
-    def best(self, names: Sequence[str | None], ranks: Callable[[], IntArray]) -> int | None:
-        """The slot `pick` would choose among all nodes; None when none fits."""
+    def best(
+        self,
+        names: Sequence[str | None],
+        ranks: Callable[[], IntArray],
+        choose: Callable[[Verdicts], IntArray | None] | None = None,
+    ) -> int | None:
+        """The slot `pick` would choose among all nodes; None when none fits. `choose`: finds a
+        rebuild's best `top` slots (None: no more than `top` are feasible) faster than
+        `rebuild` itself can (`VerdictMemo._top_slots`)."""
+        rebuilds = 0
         if len(self.heap) > 2 * len(self.feasible) + 4 * self.top:  # mostly left-behind entries
-            self.rebuild(names, ranks())
-        found = self._top(names)
-        if found is _INCOMPLETE:
-            self.rebuild(names, ranks())
-            found = self._top(names)
+            rebuilds = 1
+        found = None if rebuilds else self._top(names)
+        while rebuilds < 2 and (rebuilds == 1 or found is _INCOMPLETE):
+            self.rebuild(names, ranks(), None if choose is None else choose(self))
+            found, rebuilds = self._top(names), 2
+
         return None if found is _INCOMPLETE else found
 
     def _top(self, names: Sequence[str | None]) -> int | None:

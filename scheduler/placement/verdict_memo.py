@@ -137,7 +137,8 @@ class VerdictMemo:
         self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
     ) -> tuple[Assignment, float] | None:
         if mask is None:
-            best = verdicts.best(self._nodes.names, self._nodes.ranks)
+            choose = None if verdicts.labels else self._top_slots
+            best = verdicts.best(self._nodes.names, self._nodes.ranks, choose)
         else:
             best = self._best_of(verdicts, verdicts.feasible & mask)
         if best is None:
@@ -335,13 +336,28 @@ class VerdictMemo:
         verdicts.tier[:] = tier[at]
         verdicts.score[:] = score[at]
         verdicts.code[:] = code[at]
+        verdicts.rebuild(self._nodes.names, self._nodes.ranks(), self._top_slots(verdicts))
+
+    def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
+        """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,
+        for a class that reads no labels (its slots in one state share a verdict); None when no
+        more are feasible. Each state's (tier, score) gets a level, so a slot's key (level, name
+        rank) is a distinct integer: one partial selection, which many equal scores (idle nodes
+        alike) do not slow as they slow a selection on the scores."""
+        if int(np.count_nonzero(verdicts.feasible)) <= verdicts.top:
+            return None
+        first = self._nodes.members.first_slots()  # per row; the last: rows of no node
+        feasible, tier, score = (
+            verdicts.feasible[first],
+            verdicts.tier[first],
+            verdicts.score[first],
+        )
+        feasible[first < 0] = False
+        level = _levels(feasible, tier if verdicts.tiered else None, score)
         ranks = self._nodes.ranks()
-        best = None
-        if int(np.count_nonzero(feasible[at])) > verdicts.top:
-            level = _levels(feasible, tier if verdicts.tiered else None, score)
-            key = level[at] * (len(ranks) + 1) + ranks
-            best = np.argpartition(key, verdicts.top - 1)[: verdicts.top]
-        verdicts.rebuild(self._nodes.names, ranks, best)
+        key = level[self._nodes.members.rows] * (len(ranks) + 1) + ranks
+        best: IntArray = np.argpartition(key, verdicts.top - 1)[: verdicts.top]
+        return best
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels

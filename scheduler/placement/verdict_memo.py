@@ -314,19 +314,22 @@ class VerdictMemo:
         verdicts.code[kept] = codes
 
     def _evaluate_states(self, pod: PodRequest, verdicts: Verdicts) -> None:
-        """Every slot's verdict for a class that reads no labels (codes are state ids): one
-        pre-check and verdict per live state (`StateMembers`), spread to the slots by one gather
-        per array, so a new class or a refit costs O(states), never a Python pass over slots."""
+        """Every slot's verdict for a class that reads no labels (codes are state ids): the
+        pre-check on one slot per live state (`StateMembers`, vectorised) and a verdict per state
+        that passes it, spread to the slots by one gather per array, so a new class or a refit
+        costs O(states), never a pass over the slots."""
         members = self._nodes.members
-        rows = members.row_count + 1  # the last row: slots without a node (row -1)
-        feasible = np.zeros(rows, dtype=np.bool_)
-        tier = np.zeros(rows, dtype=np.bool_)
-        score = np.zeros(rows, dtype=np.float64)
-        code = np.full(rows, -1, dtype=np.int64)
+        first = members.first_slots()  # the last row: slots without a node (row -1)
+        live = np.flatnonzero(first >= 0)
+        passed = self._nodes.maybe_fits(pod, first[live])
+        feasible = np.zeros(len(first), dtype=np.bool_)
+        tier = np.zeros(len(first), dtype=np.bool_)
+        score = np.zeros(len(first), dtype=np.float64)
+        code = np.full(len(first), -1, dtype=np.int64)
         table = verdicts.table
-        for state, row, slot in members.live():
-            if not self._nodes.may_fit(pod, slot):
-                continue
+        rows, slots = live[passed], first[live[passed]]
+        states = self._nodes.states[slots].tolist()
+        for state, row, slot in zip(states, rows.tolist(), slots.tolist(), strict=True):
             verdict = table.get(state)
             if verdict is None:
                 verdict = table[state] = self._verdict(pod, slot)

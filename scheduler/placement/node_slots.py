@@ -13,8 +13,10 @@ only nodes a pod asking for whole GPUs may fit.
 
 Each slot also carries a *state id*: equal ids mean equal static shape, GPU product label and load
 (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are interned once per node
-change, not once per pod class, and never reused for another state (`Interner`). Ties between
-equal scores go to the lowest node name (`first_by_name`).
+change, not once per pod class, and never reused for another state (`Interner`). `members`
+indexes the slots in each state (`StateMembers`), so a pod class is evaluated one state at a
+time (`VerdictMemo._evaluate_states`). Ties between equal scores go to the lowest node name
+(`first_by_name`).
 """
 
 from __future__ import annotations

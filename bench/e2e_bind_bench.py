@@ -40,6 +40,7 @@ import inspect
 import json
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -276,6 +277,7 @@ def _start_span(runtime: Any, pods: int, timeout: float) -> dict[str, Any]:
         return None if done is None else time.monotonic() - start
 
     synced = since_start(runtime.ready, 0.001)
+    rss_synced = _rss_mb()
     first = since_start(lambda: _counter(runtime.metrics.binds, "bound") >= 1, 0.001)
     cpu_first = time.process_time() - cpu_start
     elapsed = since_start(lambda: _counter(runtime.metrics.binds, "bound") >= pods, 0.005)
@@ -285,6 +287,7 @@ def _start_span(runtime: Any, pods: int, timeout: float) -> dict[str, Any]:
         "first": first,
         "cpuFirst": cpu_first,
         "synced": synced,
+        "rssSynced": rss_synced,
         "lists": stamps["list"],
         "builds": stamps["build"],
         "cpu": cpu,
@@ -360,7 +363,16 @@ def _start_figures(pods: int, span: dict[str, Any]) -> dict[str, Any]:
         "listSeconds": span["lists"],
         "cacheBuildSeconds": span["builds"],
         "boundPodsPerSecondAfterFirst": after,
+        "rssMBWhenSynced": round(span["rssSynced"], 1),
+        "peakRssMB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now (the scheduler and this harness; the fake API server
+    runs in its own process), in MiB."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -378,6 +390,10 @@ def _print(result: dict[str, Any]) -> None:
             f"all informers synced after {result['syncedSeconds']} s, first cycle "
             f"{result['firstCycleSeconds']} s, {result['boundPodsPerSecondAfterFirst']} bound "
             "pods/s between the first and the last bind"
+        )
+        print(
+            f"memory: RSS {result['rssMBWhenSynced']} MiB when every informer synced, "
+            f"peak {result['peakRssMB']} MiB (the scheduler's process)"
         )
         print(f"list [s, ended at s]: {result['listSeconds']}")
         print(f"cache build [s, ended at s]: {result['cacheBuildSeconds']}")

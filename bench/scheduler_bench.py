@@ -1,7 +1,13 @@
-"""Placement benchmark: 5,000 nodes × 8 GPUs (DESIGN §7 targets: ≥ 1,000 decisions/s, p99 ≤ 10 ms).
+"""Placement benchmark: 5,000 to 40,000 nodes × 8 GPUs (issue 46 targets at 40,000 nodes: ≥ 5,000
+single-pod decisions/s, p99 ≤ 2 ms, gang p99 ≤ 10 ms, the share mix within 1.2×, RSS < 1 GiB, the
+CPU per decision at most 2× that at 5,000 nodes).
 
 Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [--gangs 1000]
-[--pairs 5]`.
+[--pairs 5]` for one size in detail, or `--sizes 5000,10000,20000,40000` for one table over the
+sizes: each size in its own process (so its RSS is its own peak), with `--pods` (default: twice
+the nodes, at most 20,000) single pods, `--gangs` gangs and `--pairs` share pairs; per size the
+single pods' decisions/s (wall and CPU), p99, process CPU per decision, the gang p99, the share
+mix's decisions per cpu-s and its ratio, and the peak RSS.
 
 1. Single pods: a seeded mix (1, 2, 4, 8 whole GPUs, GPU shares, MIG-free, cpu-only) placed one
    by one with the shipped scoring, each bound when placed; decisions/s and cycle-latency
@@ -34,6 +40,7 @@ import gc
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -258,10 +265,82 @@ def share_pairs(args: argparse.Namespace) -> list[dict[str, dict[str, float]]]:
     return [share_pair(args, k) for k in range(1, args.pairs + 1)]
 
 
+def size_row(args: argparse.Namespace) -> dict[str, float]:
+    """One size's figures (`--row`): single pods, gangs, the share pairs' median, peak RSS."""
+    pods = bench_pods(args.nodes, args.pods, args.seed, args.plain)
+    gangs = bench_gangs(args.nodes, args.gangs, args.seed, args.plain)
+    pairs = share_pairs(args)
+    ratios = [p["mixed"]["rate/cpu-s"] / max(1e-9, p["shares"]["rate/cpu-s"]) for p in pairs]
+    middle = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]
+    return {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "rate/s": pods["rate/s"],
+        "rate/cpu-s": pods["rate/cpu-s"],
+        "p99 ms": pods["p99 ms"],
+        "p99 cpu ms": pods["p99 cpu ms"],
+        "cpu us": 1e6 / max(1e-9, pods["rate/cpu-s"]),
+        "gang p99 ms": gangs["p99 ms"],
+        "gang p99 cpu ms": gangs["p99 cpu ms"],
+        "share/cpu-s": pairs[middle]["shares"]["rate/cpu-s"],
+        "ratio": statistics.median(ratios),
+        "rss MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+_TABLE = (
+    ("nodes", "nodes", "{:>8.0f}"),
+    ("pods", "pods", "{:>8.0f}"),
+    ("pods/s", "rate/s", "{:>9.0f}"),
+    ("pods/cpu-s", "rate/cpu-s", "{:>11.0f}"),
+    ("p99 ms", "p99 ms", "{:>8.2f}"),
+    ("p99 cpu", "p99 cpu ms", "{:>8.2f}"),
+    ("cpu µs/pod", "cpu us", "{:>11.0f}"),
+    ("gang p99", "gang p99 ms", "{:>9.2f}"),
+    ("gang cpu", "gang p99 cpu ms", "{:>9.2f}"),
+    ("share/cpu-s", "share/cpu-s", "{:>12.0f}"),
+    ("ratio", "ratio", "{:>6.2f}"),
+    ("RSS MB", "rss MB", "{:>7.0f}"),
+)
+
+
+def size_table(args: argparse.Namespace) -> None:
+    """`--sizes`: each size in its own process (`--row`), one table."""
+    rows = []
+    for nodes in (int(n) for n in args.sizes.split(",") if n):
+        pods = args.pods or min(20_000, 2 * nodes)
+        command = [sys.executable, __file__, "--nodes", str(nodes), "--pods", str(pods), "--row"]
+        command += [
+            "--gangs",
+            str(args.gangs),
+            "--pairs",
+            str(args.pairs),
+            "--seed",
+            str(args.seed),
+        ]
+        command += ["--plain"] if args.plain else []
+        rows.append(json.loads(subprocess.run(command, check=True, capture_output=True).stdout))
+    print("".join(f"{head:>{len(fmt.format(0))}}" for head, _key, fmt in _TABLE))
+    for row in rows:
+        print("".join(fmt.format(row[key]) for _head, key, fmt in _TABLE))
+    base = rows[0]["cpu us"]
+    print(
+        "cpu per decision vs the first size: "
+        + ", ".join(f"{r['nodes']:.0f}: {r['cpu us'] / base:.2f}×" for r in rows)
+    )
+    print(
+        "targets at 40,000 nodes: ≥ 5,000 pods/s, p99 ≤ 2 ms, gang p99 ≤ 10 ms, ratio ≤ 1.2, "
+        "RSS < 1 GiB, cpu per decision ≤ 2× that at 5,000 nodes (share/cpu-s and ratio: the "
+        "pair with the median ratio, 40 % of the nodes shared and 40 % share pods)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--sizes", help="comma-separated node counts: one table over them")
+    parser.add_argument("--row", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pods", type=int, default=0, help="default 10,000 (--sizes: 2 × nodes)")
     parser.add_argument("--gangs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--pairs", type=int, default=5, help="share-ratio pairs (hash seeds)")
@@ -270,8 +349,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--plain", action="store_true", help="rank every node on the Placer's plain path"
     )
     args = parser.parse_args(argv)
+    if args.sizes:
+        size_table(args)
+        return 0
+    args.pods = args.pods or 10_000
     if args.lockstep:  # one mix of a share-ratio pair, for the parent process
         lockstep_child(args)
+        return 0
+    if args.row:  # one size of the table, for the parent process
+        print(json.dumps(size_row(args)))
         return 0
     build = timed(lambda: make_cluster(args.nodes, 50))
     how = "the plain path" if args.plain else "the shipped scoring"

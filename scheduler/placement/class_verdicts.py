@@ -137,15 +137,16 @@ class Verdicts:
         self.feasible[slot] = False
         self.code[slot] = -1
 
-    def rebuild(self, names: Sequence[str | None], ranks: IntArray) -> None:
+    def rebuild(
+        self, names: Sequence[str | None], ranks: IntArray, best: IntArray | None = None
+    ) -> None:
         """The heap afresh from the arrays: the best `top` feasible slots (by `ranks`, the
-        slots' name order), after a bulk update or when it grew long."""
-        slots = np.flatnonzero(self.feasible)
+        slots' name order), after a bulk update or when it grew long. `best`: those slots when
+        the caller found them already (`VerdictMemo._evaluate_states`)."""
+        slots = np.flatnonzero(self.feasible) if best is None else best
         self.threshold = None
         if len(slots) > self.top:
-            untiered = ~self.tier[slots] if self.tiered else np.zeros(len(slots), dtype=np.bool_)
-            order = np.lexsort((ranks[slots], -self.score[slots], untiered))
-            slots = slots[order[: self.top]]
+            slots = self._best_slots(slots, ranks)
         tiers, scores = self.tier[slots].tolist(), self.score[slots].tolist()
         self.heap = [
             (self.tiered and not tier, -score, str(names[slot]), slot)
@@ -155,14 +156,34 @@ class Verdicts:
             self.threshold = max(self.heap)[:3]
         heapq.heapify(self.heap)
 
-    def best(self, names: Sequence[str | None], ranks: Callable[[], IntArray]) -> int | None:
-        """The slot `pick` would choose among all nodes; None when none fits."""
+    def _best_slots(self, slots: IntArray, ranks: IntArray) -> IntArray:
+        """The best `top` of `slots` by (used tier, score, rank), in no order: partial
+        selections (O(slots)), not a sort."""
+        if self.tiered:
+            used = slots[self.tier[slots]]
+            if len(used) >= self.top:
+                return _best_scored(used, self.score, ranks, self.top)
+            rest = _best_scored(slots[~self.tier[slots]], self.score, ranks, self.top - len(used))
+            return np.concatenate((used, rest))
+        return _best_scored(slots, self.score, ranks, self.top)
+
+    def best(
+        self,
+        names: Sequence[str | None],
+        ranks: Callable[[], IntArray],
+        choose: Callable[[Verdicts], IntArray | None] | None = None,
+    ) -> int | None:
+        """The slot `pick` would choose among all nodes; None when none fits. `choose`: finds a
+        rebuild's best `top` slots (None: no more than `top` are feasible) faster than
+        `rebuild` itself can (`VerdictMemo._top_slots`)."""
+        rebuilds = 0
         if len(self.heap) > 2 * len(self.feasible) + 4 * self.top:  # mostly left-behind entries
-            self.rebuild(names, ranks())
-        found = self._top(names)
-        if found is _INCOMPLETE:
-            self.rebuild(names, ranks())
-            found = self._top(names)
+            rebuilds = 1
+        found = None if rebuilds else self._top(names)
+        while rebuilds < 2 and (rebuilds == 1 or found is _INCOMPLETE):
+            self.rebuild(names, ranks(), None if choose is None else choose(self))
+            found, rebuilds = self._top(names), 2
+
         return None if found is _INCOMPLETE else found
 
     def _top(self, names: Sequence[str | None]) -> int | None:
@@ -182,3 +203,16 @@ class Verdicts:
                 return slot
             heapq.heappop(heap)
         return None if self.threshold is None else _INCOMPLETE
+
+
+def _best_scored(slots: IntArray, score: FloatArray, ranks: IntArray, count: int) -> IntArray:
+    """The `count` slots of `slots` with the highest score, the lowest rank first among equals."""
+    if len(slots) <= count:
+        return slots
+    negative = -score[slots]
+    cut = np.partition(negative, count - 1)[count - 1]
+    better, ties = slots[negative < cut], slots[negative == cut]
+    need = count - len(better)
+    if len(ties) > need:
+        ties = ties[np.argpartition(ranks[ties], need - 1)[:need]]
+    return np.concatenate((better, ties))

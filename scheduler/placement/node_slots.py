@@ -13,8 +13,10 @@ only nodes a pod asking for whole GPUs may fit.
 
 Each slot also carries a *state id*: equal ids mean equal static shape, GPU product label and load
 (`static_shape`, `dynamic_state`), so one verdict serves them all; ids are interned once per node
-change, not once per pod class, and never reused for another state (`Interner`). Ties between
-equal scores go to the lowest node name (`first_by_name`).
+change, not once per pod class, and never reused for another state (`Interner`). `members`
+indexes the slots in each state (`StateMembers`), so a pod class is evaluated one state at a
+time (`VerdictMemo._evaluate_states`). Ties between equal scores go to the lowest node name
+(`first_by_name`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from agent.resource_names import GPU_RESOURCE
 from .load import busy_key
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
-from .slot_records import ChangeLog, Interner
+from .slot_records import ChangeLog, Interner, StateMembers
 from .snapshot import Snapshot
 
 __all__ = [
@@ -112,6 +114,7 @@ class NodeSlots:
         self._states: Interner[StateKey] = Interner(_IDLE_STATES)
         self._state_keys: list[StateKey | None] = []
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
+        self.members = StateMembers()  # the slots in each state (`rows`: a dense row per state)
         # cpu, mem, pods, idle, share; of shared GPUs with a free replica: replicas, the most
         # memory and the most compute one has free
         self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
@@ -166,7 +169,9 @@ class NodeSlots:
             self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
             self._shape_keys[slot] = shape
         key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), load)
-        self.states[slot] = self._states.take(key, self._state_keys[slot])
+        state = self._states.take(key, self._state_keys[slot])
+        self.members.move(slot, int(self.states[slot]), state)
+        self.states[slot] = state
         self._state_keys[slot] = key
         self._room[slot] = room
         updated.append(slot)
@@ -202,6 +207,7 @@ class NodeSlots:
         self._shared.extend([False] * extra)
         self._whole.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
+        self.members.grow(grown)
         absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
         self.capacity = grown
@@ -223,6 +229,7 @@ class NodeSlots:
         self._shape[slot] = -1
         self._shape_keys[slot] = None
         self._state_keys[slot] = None
+        self.members.move(slot, int(self.states[slot]), -1)
         self.states[slot] = -1
         self._headroom[:, slot] = -1
         self._room[slot] = None

@@ -1,12 +1,17 @@
-"""`NodeSlots`' records: the log of slots in the order they changed, and the ids of the keys
-(static shapes, states) slots are in."""
+"""`NodeSlots`' records: the log of slots in the order they changed, the ids of the keys
+(static shapes, states) slots are in, and the slots in each state."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["ChangeLog", "Interner"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ChangeLog", "Interner", "StateMembers"]
+
+IntArray = npt.NDArray[np.int64]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -75,3 +80,88 @@ class Interner(Generic[K]):
                     oldest = next(iter(self._idle))
                     del self._idle[oldest], self._ids[oldest]
         return found
+
+
+class StateMembers:
+    """The slots in each state a slot is in, and a dense row per such state (`rows`: per slot,
+    -1 where no node is), kept up to date by `move` in O(1) per change: a pod class evaluates
+    one verdict per live state and spreads it to the slots with one gather over `rows`, instead
+    of a pass over every slot. A row freed when its state's last slot leaves is reused. Each row
+    also names one slot in its state (`first_slots`), so a class reads a state's verdict there."""
+
+    def __init__(self) -> None:
+        self.rows: IntArray = np.zeros(0, dtype=np.int64)
+        self._row: dict[int, int] = {}  # state id -> row
+        self._members: list[set[int]] = []  # row -> the slots in its state
+        self._states: list[int] = []  # row -> state id (-1: row free)
+        self._first: list[int] = []  # row -> one slot in its state (-1: row free)
+        self._first_array: IntArray = np.full(1, -1, dtype=np.int64)  # the same, then -1s
+        self._free: list[int] = []
+
+    @property
+    def row_count(self) -> int:
+        """Rows in use or free: arrays indexed by row are this long (plus one for -1)."""
+        return len(self._states)
+
+    def grow(self, capacity: int) -> None:
+        """Room for `capacity` slots (new slots hold no node)."""
+        extra = capacity - len(self.rows)
+        if extra > 0:
+            self.rows = np.concatenate((self.rows, np.full(extra, -1, dtype=np.int64)))
+
+    def move(self, slot: int, before: int, after: int) -> None:
+        """Slot `slot` left state `before` for state `after` (-1: none)."""
+        if before == after:
+            return
+        if before >= 0:
+            self._leave(slot, self._row[before])
+        if after < 0:
+            self.rows[slot] = -1
+            return
+        row = self._row.get(after, -1)
+        if row < 0:
+            row = self._free.pop() if self._free else self._new_row()
+            self._states[row], self._row[after] = after, row
+            self._name_first(row, slot)
+        self._members[row].add(slot)
+        self.rows[slot] = row
+
+    def _leave(self, slot: int, row: int) -> None:
+        members = self._members[row]
+        members.discard(slot)
+        if not members:
+            del self._row[self._states[row]]
+            self._states[row] = -1
+            self._name_first(row, -1)
+            self._free.append(row)
+        elif self._first[row] == slot:
+            other = members.pop()  # an arbitrary member, in amortised O(1) (unlike iter)
+            members.add(other)
+            self._name_first(row, other)
+
+    def _new_row(self) -> int:
+        row = len(self._states)
+        self._states.append(-1)
+        self._members.append(set())
+        self._first.append(-1)
+        if len(self._first_array) < row + 2:
+            grown = np.full(2 * (row + 2), -1, dtype=np.int64)
+            grown[: len(self._first_array)] = self._first_array
+            self._first_array = grown
+        return row
+
+    def _name_first(self, row: int, slot: int) -> None:
+        self._first[row] = slot
+        self._first_array[row] = slot
+
+    def first_slots(self) -> IntArray:
+        """Per row, one slot in its state (-1: a free row), then -1 (for `rows`' -1)."""
+        return self._first_array[: len(self._states) + 1]
+
+    def live(self) -> list[tuple[int, int, int]]:
+        """(state id, row, one slot in it) for each state some slot is in."""
+        return [
+            (state, row, first)
+            for row, (state, first) in enumerate(zip(self._states, self._first, strict=True))
+            if state >= 0
+        ]

@@ -29,7 +29,12 @@ The best node of a class comes from a heap kept with its verdicts (`Verdicts.bes
 after a few changes touches only the changed nodes and stays in plain Python: numpy calls
 (`unique`, sorts, even small reductions) can release the GIL, and in the scheduler another
 thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
-class unused for long) are evaluated vectorised, one verdict per distinct state.
+class unused for long) are evaluated one verdict per live state, found through the index of the
+slots in each state (`StateMembers`, kept by `NodeSlots` in O(1) per node change), and spread to
+the slots by one gather per array; the heap's best nodes then come from a partial selection on
+(score level of the state, name rank), not a sort: the cost grows with the states, not the nodes.
+Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster still keeps a
+typical mix's classes (about a hundred) instead of evicting one per decision.
 
 Score functions that learn (`Learner`, like `FragmentationScore`) see every pod first, as in
 `pick` (`Scoring.observe`), and a new `version` drops every cached verdict.
@@ -50,7 +55,7 @@ import numpy as np
 from .class_verdicts import HEAP_TOP, ClassKey, Verdict, Verdicts, label_keys, pod_class
 from .filters import filter_node
 from .node import Assignment, NodeState
-from .node_slots import BoolArray, IntArray, NodeSlots
+from .node_slots import BoolArray, FloatArray, IntArray, NodeSlots
 from .pick import Decision, Rejection, count_reasons
 from .request import PodRequest
 from .scores import Learner, Scoring
@@ -59,7 +64,7 @@ from .snapshot import Snapshot
 
 __all__ = ["VerdictMemo"]
 
-_CLASS_CELLS = 1 << 20  # classes kept × node slots; the least recently used class goes first
+_CLASS_CELLS = 1 << 23  # classes kept × node slots; the least recently used class goes first
 _FEW = 32  # changed slots up to which a class is updated slot by slot (else vectorised)
 _TABLES = 1024  # verdict tables shared between classes, kept before they start afresh
 
@@ -132,7 +137,8 @@ class VerdictMemo:
         self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
     ) -> tuple[Assignment, float] | None:
         if mask is None:
-            best = verdicts.best(self._nodes.names, self._nodes.ranks)
+            choose = None if verdicts.labels else self._top_slots
+            best = verdicts.best(self._nodes.names, self._nodes.ranks, choose)
         else:
             best = self._best_of(verdicts, verdicts.feasible & mask)
         if best is None:
@@ -241,9 +247,12 @@ class VerdictMemo:
             dirty = log.changed_after(verdicts.seen)
         verdicts.seen = log.position
         if dirty is None or len(dirty) > max(_FEW, capacity // 8):
-            all_slots = np.arange(capacity, dtype=np.int64)
-            self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
-            verdicts.rebuild(self._nodes.names, self._nodes.ranks())
+            if verdicts.labels:
+                all_slots = np.arange(capacity, dtype=np.int64)
+                self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
+                verdicts.rebuild(self._nodes.names, self._nodes.ranks())
+            else:
+                self._evaluate_states(pod, verdicts)
         else:
             for slot in dirty:
                 self._evaluate_one(pod, verdicts, slot)
@@ -304,6 +313,55 @@ class VerdictMemo:
         verdicts.score[kept] = score[at]
         verdicts.code[kept] = codes
 
+    def _evaluate_states(self, pod: PodRequest, verdicts: Verdicts) -> None:
+        """Every slot's verdict for a class that reads no labels (codes are state ids): the
+        pre-check on one slot per live state (`StateMembers`, vectorised) and a verdict per state
+        that passes it, spread to the slots by one gather per array, so a new class or a refit
+        costs O(states), never a pass over the slots."""
+        members = self._nodes.members
+        first = members.first_slots()  # the last row: slots without a node (row -1)
+        live = np.flatnonzero(first >= 0)
+        passed = self._nodes.maybe_fits(pod, first[live])
+        feasible = np.zeros(len(first), dtype=np.bool_)
+        tier = np.zeros(len(first), dtype=np.bool_)
+        score = np.zeros(len(first), dtype=np.float64)
+        code = np.full(len(first), -1, dtype=np.int64)
+        table = verdicts.table
+        rows, slots = live[passed], first[live[passed]]
+        states = self._nodes.states[slots].tolist()
+        for state, row, slot in zip(states, rows.tolist(), slots.tolist(), strict=True):
+            verdict = table.get(state)
+            if verdict is None:
+                verdict = table[state] = self._verdict(pod, slot)
+            feasible[row], tier[row], score[row], code[row] = (*verdict[:3], state)
+        at = members.rows
+        verdicts.feasible[:] = feasible[at]
+        verdicts.tier[:] = tier[at]
+        verdicts.score[:] = score[at]
+        verdicts.code[:] = code[at]
+        verdicts.rebuild(self._nodes.names, self._nodes.ranks(), self._top_slots(verdicts))
+
+    def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
+        """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,
+        for a class that reads no labels (its slots in one state share a verdict); None when no
+        more are feasible. Each state's (tier, score) gets a level, so a slot's key (level, name
+        rank) is a distinct integer: one partial selection, which many equal scores (idle nodes
+        alike) do not slow as they slow a selection on the scores."""
+        if int(np.count_nonzero(verdicts.feasible)) <= verdicts.top:
+            return None
+        first = self._nodes.members.first_slots()  # per row; the last: rows of no node
+        feasible, tier, score = (
+            verdicts.feasible[first],
+            verdicts.tier[first],
+            verdicts.score[first],
+        )
+        feasible[first < 0] = False
+        level = _levels(feasible, tier if verdicts.tiered else None, score)
+        ranks = self._nodes.ranks()
+        key = level[self._nodes.members.rows] * (len(ranks) + 1) + ranks
+        best: IntArray = np.argpartition(key, verdicts.top - 1)[: verdicts.top]
+        return best
+
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
         (a node selector or affinity) a code for (state id, those labels' values)."""
@@ -334,3 +392,19 @@ class VerdictMemo:
             return (False, False, 0.0, None, fit.reasons)
         assignment, score = self._shares.scored(state, shape, pod, node, fit.assignment)
         return (True, node.gpu_used(), score, assignment, ())
+
+
+def _levels(feasible: BoolArray, tier: BoolArray | None, score: FloatArray) -> IntArray:
+    """Per row, the rank of its (used tier when `tier` is given, score) among the rows, equal
+    ones alike, the best 0; rows not feasible after every feasible one: a slot's level times
+    (slots + 1) plus its name rank orders slots as `pick` does."""
+    group = np.where(feasible, 0, 2) if tier is None else np.where(feasible, ~tier, 2)
+    order = np.lexsort((-score, group))
+    ordered_group, ordered_score = group[order], score[order]
+    starts = np.ones(len(order), dtype=np.int64)
+    starts[1:] = (ordered_group[1:] != ordered_group[:-1]) | (
+        ordered_score[1:] != ordered_score[:-1]
+    )
+    level = np.empty(len(order), dtype=np.int64)
+    level[order] = np.cumsum(starts) - 1
+    return level

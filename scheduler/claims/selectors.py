@@ -48,6 +48,8 @@ def _cel() -> ModuleType:
     import cel
 
     return cel
+
+
 _USE = re.compile(r"(?<![\w.])device\b")
 _FIELD = re.compile(
     r"""\s*\.\s*(driver|allowMultipleAllocations|attributes|capacity)\b"""

@@ -19,7 +19,6 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any, NoReturn
 
 DISTRIBUTION = "gputopo"
@@ -42,7 +41,10 @@ Subcommands = Mapping[str, tuple[str, str]]
 
 
 def package_version() -> str:
-    """The installed gputopo's version; "unknown" when running from a tree that is not installed."""
+    """The installed gputopo's version; "unknown" when running from a tree that is not installed.
+    (`importlib.metadata` is imported here: it costs every command's start some 50 ms.)"""
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -1,7 +1,7 @@
 """The `/metrics`, `/healthz` and `/readyz` HTTP server both binaries run (`gputopo-agent run` on
 `:9445`, `gputopo-scheduler run` on `:9446`), each over its own Prometheus registry.
 
-`parse_address` reads the `--metrics-address` flag (`HOST:PORT`; port 0 binds an ephemeral port,
+`parse_address` (`agent.hostport`) reads the `--metrics-address` flag (`HOST:PORT`; port 0 binds an ephemeral port,
 an IPv6 host is written in brackets).
 
 The HTTP protocol is waitress's (a pure-Python WSGI server); this module holds the small WSGI app
@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from waitress.server import create_server
 
+from agent.hostport import parse_address
+
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
@@ -53,14 +55,6 @@ def register_build_info(registry: CollectorRegistry, prefix: str, version: str) 
         registry=registry,
     )
     build.labels(version=version or "unknown", python_version=platform.python_version()).set(1)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`:9445` -> ("", 9445); `127.0.0.1:0`; `[::1]:9445`. ValueError names the address."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bad address {address!r}: expected HOST:PORT (port 0 = ephemeral)")
-    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

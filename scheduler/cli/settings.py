@@ -2,20 +2,22 @@
 then the `version: v1` config file (`--config`), then defaults. Bad input is a `ConfigError`
 naming the flag or field (the command exits 2 with it).
 
-Light on purpose (no runtime, informers or metrics server): `run` reads the settings, connects
-and starts the first lists before it imports the rest (`scheduler.cli.runtime`).
+Light on purpose (no runtime, informers or metrics server, and the config file's module only in
+`Flags.settings`): `run` reads and checks the flags (`read_flags`), connects and starts the first
+lists, and only then reads the config file and imports the rest (`scheduler.cli.runtime`).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from agent.dispatch import CommandParser, version_line
 from agent.errors import ConfigError
-from agent.httpserver import parse_address
+from agent.hostport import parse_address
 from agent.objkey import name_problem
 from agent.precedence import (
     Setting,
@@ -26,7 +28,9 @@ from agent.precedence import (
     from_flag,
     from_value,
 )
-from scheduler.config import SchedulerConfig, load_config
+
+if TYPE_CHECKING:
+    from scheduler.config import SchedulerConfig
 
 PROG = "gputopo-scheduler run"
 DEFAULT_NAME = "gputopo-scheduler"
@@ -99,49 +103,101 @@ def _bool(name: str, value: str) -> bool:
     raise ConfigError(f"{name}: expected true or false, got {value!r}")
 
 
-def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
-    """Flags > GPUTOPO_<FLAG> > config file > defaults; ConfigError names what is wrong."""
-    args = _parser().parse_args(list(argv))
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """The command line and the GPUTOPO_<FLAG> variables, read and checked before anything
+    connects; the config file is read by `settings` (its defaults import placement)."""
 
-    def given(flag: str) -> Setting | None:
+    args: argparse.Namespace
+    environ: Mapping[str, str]
+
+    def given(self, flag: str) -> Setting | None:
         """`--<flag>`, else GPUTOPO_<FLAG> unless that is empty."""
         return first_set(
-            from_flag(f"--{flag}", getattr(args, flag.replace("-", "_"))),
-            from_env(environ, env_var(flag), blank_is_unset=True),
+            from_flag(f"--{flag}", getattr(self.args, flag.replace("-", "_"))),
+            from_env(self.environ, env_var(flag), blank_is_unset=True),
         )
 
-    def pick(flag: str, in_file: str | None, default: Default) -> str | Default:
-        """The first non-empty of the flag, its variable, the file's value; else `default`."""
-        found = first_set(given(flag), from_value("config file", in_file), skip_blank=True)
-        return default if found is None else str(found.value)
+    def given_value(self, flag: str) -> str | None:
+        """The flag's or its variable's value; None when neither gives one (or it is blank)."""
+        found = first_set(self.given(flag), skip_blank=True)
+        return None if found is None else str(found.value)
 
-    config = load_config(first_value(given("config")))
-    elect = given("leader-elect")
-    settings = RunSettings(
-        kubeconfig=pick("kubeconfig", config.kubeconfig, None),
-        config=config,
-        scheduler_name=pick("scheduler-name", config.scheduler_name, DEFAULT_NAME),
-        leader_elect=_bool("--leader-elect", elect.value)
-        if elect is not None
-        else bool(config.leader_elect),
-        leader_elect_namespace=pick(
-            "leader-elect-namespace", config.leader_elect_namespace, DEFAULT_NAMESPACE
-        ),
-        metrics_address=pick("metrics-address", config.metrics_address, DEFAULT_METRICS),
-        log_format=pick("log-format", None, "text"),
+    def settings(self) -> RunSettings:
+        """Flags > GPUTOPO_<FLAG> > config file > defaults; ConfigError names what is wrong."""
+        from scheduler.config import load_config
+
+        def pick(flag: str, in_file: str | None, default: Default) -> str | Default:
+            """The first non-empty of the flag, its variable, the file's value; else
+            `default`."""
+            found = first_set(self.given(flag), from_value("config file", in_file), skip_blank=True)
+            return default if found is None else str(found.value)
+
+        config = load_config(first_value(self.given("config")))
+        elect = self.given("leader-elect")
+        settings = RunSettings(
+            kubeconfig=pick("kubeconfig", config.kubeconfig, None),
+            config=config,
+            scheduler_name=pick("scheduler-name", config.scheduler_name, DEFAULT_NAME),
+            leader_elect=_bool("--leader-elect", elect.value)
+            if elect is not None
+            else bool(config.leader_elect),
+            leader_elect_namespace=pick(
+                "leader-elect-namespace", config.leader_elect_namespace, DEFAULT_NAMESPACE
+            ),
+            metrics_address=pick("metrics-address", config.metrics_address, DEFAULT_METRICS),
+            log_format=pick("log-format", None, "text"),
+        )
+        _check(
+            kubeconfig=settings.kubeconfig,
+            scheduler_name=settings.scheduler_name,
+            namespace=settings.leader_elect_namespace,
+            metrics_address=settings.metrics_address,
+            log_format=settings.log_format,
+        )
+        return settings
+
+
+def read_flags(argv: Sequence[str], environ: Mapping[str, str]) -> Flags:
+    """The flags and variables, each one given checked (ConfigError naming it), without the
+    config file: `run` connects between this and `Flags.settings`."""
+    flags = Flags(_parser().parse_args(list(argv)), environ)
+    _check(
+        kubeconfig=flags.given_value("kubeconfig"),
+        scheduler_name=flags.given_value("scheduler-name"),
+        namespace=flags.given_value("leader-elect-namespace"),
+        metrics_address=flags.given_value("metrics-address"),
+        log_format=flags.given_value("log-format"),
     )
-    if settings.log_format not in ("text", "json"):
-        raise ConfigError(f"--log-format: expected text or json, got {settings.log_format!r}")
-    try:
-        parse_address(settings.metrics_address)
-    except ValueError as exc:
-        raise ConfigError(f"--metrics-address: {exc}") from None
-    if settings.kubeconfig is not None and not os.path.isfile(settings.kubeconfig):
-        raise ConfigError(f"--kubeconfig: no such file: {settings.kubeconfig}")
+    return flags
+
+
+def load(argv: Sequence[str], environ: Mapping[str, str]) -> RunSettings:
+    """Flags > GPUTOPO_<FLAG> > config file > defaults; ConfigError names what is wrong."""
+    return read_flags(argv, environ).settings()
+
+
+def _check(
+    *,
+    kubeconfig: str | None,
+    scheduler_name: str | None,
+    namespace: str | None,
+    metrics_address: str | None,
+    log_format: str | None,
+) -> None:
+    """ConfigError naming the first of these (None: not given) that is wrong."""
+    if log_format is not None and log_format not in ("text", "json"):
+        raise ConfigError(f"--log-format: expected text or json, got {log_format!r}")
+    if metrics_address is not None:
+        try:
+            parse_address(metrics_address)
+        except ValueError as exc:
+            raise ConfigError(f"--metrics-address: {exc}") from None
+    if kubeconfig is not None and not os.path.isfile(kubeconfig):
+        raise ConfigError(f"--kubeconfig: no such file: {kubeconfig}")
     for flag, name, label in (
-        ("--scheduler-name", settings.scheduler_name, False),
-        ("--leader-elect-namespace", settings.leader_elect_namespace, True),
+        ("--scheduler-name", scheduler_name, False),
+        ("--leader-elect-namespace", namespace, True),
     ):
-        if (problem := name_problem(name, label=label)) is not None:
+        if name is not None and (problem := name_problem(name, label=label)) is not None:
             raise ConfigError(f"{flag}: {name!r}: {problem}")
-    return settings

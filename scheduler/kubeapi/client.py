@@ -124,6 +124,15 @@ class KubeClient:
         ConfigError: no usable credentials."""
         return cls(connect(path, pool), component, identity)
 
+    def renamed(self, component: str) -> KubeClient:
+        """A client for `component` on this one's connection, taking over the lists this one
+        sent (`prefetch`) and not yet handed out: `gputopo-scheduler run` sends its first lists
+        before it has read the settings that name the scheduler (`scheduler.cli.run`)."""
+        client = KubeClient(self.connection, component, self.identity, self.timeout)
+        with self._lock:
+            client._prefetched, self._prefetched = self._prefetched, {}
+        return client
+
     @property
     def host(self) -> str:
         return self.connection.host

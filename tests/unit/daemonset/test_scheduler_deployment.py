@@ -151,7 +151,7 @@ def _kubelet_expand(arg: str, env: dict[str, str]) -> str:
 def test_scheduler_run_accepts_the_manifest_args(objects, deployment, container, tmp_path):
     if importlib.util.find_spec("scheduler.cli.run") is None:
         pytest.skip("scheduler/run_cmd.py is not in the tree yet")
-    from scheduler.cli.run import load
+    from scheduler.cli.settings import load
 
     config = tmp_path / "scheduler.yaml"
     config.write_text(

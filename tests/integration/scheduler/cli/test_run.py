@@ -45,12 +45,16 @@ def restore_logging():
     root.setLevel(level)
 
 
-def test_run_binds_and_stops(fake_api, core_v1, restore_logging):
+def _lists(fake_api, path: str) -> int:
+    """How many lists (not watches) of `path` the fake API server answered."""
+    return sum(1 for r in fake_api.requests_matching("GET", f"^{path}$") if "watch" not in r.query)
+
+
+def _run_until_bound(fake_api, core_v1, argv: list[str], env: dict[str, str]) -> list[int]:
     gpu_node(fake_api, "n1")
     stop = threading.Event()
-    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": kubeconfig(fake_api)}
     codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(run([], env, stop)), daemon=True)
+    thread = threading.Thread(target=lambda: codes.append(run(argv, env, stop)), daemon=True)
     thread.start()
     try:
         create_pod(core_v1, pod_body("p", gpus=1))
@@ -58,7 +62,42 @@ def test_run_binds_and_stops(fake_api, core_v1, restore_logging):
     finally:
         stop.set()
         thread.join(10)
-    assert codes == [0]
+    return codes
+
+
+def test_run_binds_and_stops(fake_api, core_v1, restore_logging):
+    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0", "GPUTOPO_KUBECONFIG": kubeconfig(fake_api)}
+    assert _run_until_bound(fake_api, core_v1, [], env) == [0]
+
+
+def test_the_first_lists_go_out_once_before_the_settings_are_read(
+    fake_api, core_v1, restore_logging
+):
+    argv = ["--kubeconfig", kubeconfig(fake_api), "--metrics-address", "127.0.0.1:0"]
+    assert _run_until_bound(fake_api, core_v1, argv, {}) == [0]
+    assert (_lists(fake_api, "/api/v1/nodes"), _lists(fake_api, "/api/v1/pods")) == (1, 1)
+
+
+def test_a_config_files_kubeconfig_replaces_the_early_connection(
+    fake_api, core_v1, restore_logging, tmp_path, monkeypatch
+):
+    """Without a flag or GPUTOPO_KUBECONFIG the early lists go where kubectl's order points
+    ($KUBECONFIG: here a server nobody answers on); the config file names another kubeconfig,
+    which the scheduler then uses, its lists sent again there."""
+    nowhere = tmp_path / "nowhere"
+    nowhere.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: x, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: x, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: x, user: x}}]\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(nowhere))
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(f"version: v1\nkubeconfig: {kubeconfig(fake_api)}\n", encoding="utf-8")
+    argv = ["--config", str(config), "--metrics-address", "127.0.0.1:0"]
+    assert _run_until_bound(fake_api, core_v1, argv, {}) == [0]
+    assert (_lists(fake_api, "/api/v1/nodes"), _lists(fake_api, "/api/v1/pods")) == (1, 1)
 
 
 def test_unreachable_kubeconfig_server_is_one_line(tmp_path, capsys):

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from agent.errors import ConfigError
-from scheduler.cli.run import load, main
+from scheduler.cli.run import main
+from scheduler.cli.settings import load, read_flags
 
 
 def write_config(tmp_path, text: str) -> str:
@@ -64,3 +65,39 @@ def test_main_exits_2_with_one_line(capsys, tmp_path):
     assert err.count("\n") == 1
     assert err.startswith("gputopo-scheduler run: ")
     assert "version: must be v1" in err
+
+
+@pytest.mark.parametrize("flag", ["none", "blank", "spaced", "equals", "twice"])
+@pytest.mark.parametrize("variable", ["none", "blank", "set"])
+def test_the_kubeconfig_the_flags_give_is_the_one_the_settings_use_without_a_file(
+    tmp_path, flag, variable
+):
+    """`run` connects with the flags' kubeconfig before it reads the config file: without a
+    file, that is the settings' own."""
+    by_flag, by_variable = tmp_path / "flag", tmp_path / "variable"
+    by_flag.write_text("")
+    by_variable.write_text("")
+    argv = {
+        "none": [],
+        "blank": ["--kubeconfig", ""],
+        "spaced": ["--kubeconfig", str(by_flag)],
+        "equals": [f"--kubeconfig={by_flag}"],
+        "twice": ["--kubeconfig", str(by_variable), "--kubeconfig", str(by_flag)],
+    }[flag]
+    environ = {
+        "none": {},
+        "blank": {"GPUTOPO_KUBECONFIG": ""},
+        "set": {"GPUTOPO_KUBECONFIG": str(by_variable)},
+    }[variable]
+    assert read_flags(argv, environ).given_value("kubeconfig") == load(argv, environ).kubeconfig
+
+
+def test_a_bad_flag_is_refused_before_the_config_file_is_read(tmp_path):
+    """The flags are checked on their own (before `run` connects): a bad name is named even
+    where the config file would be refused too."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("version: v9\n")
+    with pytest.raises(ConfigError, match="--scheduler-name: 'Bad Name'"):
+        read_flags(["--config", str(config), "--scheduler-name", "Bad Name"], {})
+    with pytest.raises(ConfigError, match="version"):
+        load(["--config", str(config)], {})

@@ -35,6 +35,7 @@ from scheduler.claims.slices import node_devices
 from scheduler.claims.usage import Usage
 from scheduler.placement import NodeState, Scoring
 from scheduler.runtime.claims.podrefs import claim_refs
+from scheduler.runtime.cluster.groups import GroupInfo
 
 __all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook"]
 
@@ -163,10 +164,11 @@ class ClaimBook:
             self._usage = Usage.of([*allocated, *self._assumed.values()])
         return self._usage
 
-    def pod_claims(self, key: str, pod: Obj) -> PodClaims | str:
+    def pod_claims(self, key: str, pod: Obj, group: GroupInfo | None = None) -> PodClaims | str:
         """The pod's claims as the allocator takes them (with this scheduler's allocations not
-        yet written), or why the pod waits for them."""
-        refs = claim_refs(pod)
+        yet written), or why the pod waits for them. `group`: the pod's PodGroup, whose claims
+        the pod uses as the group's consumer."""
+        refs = claim_refs(pod, () if group is None else group.claims)
         if refs.waiting is not None:
             return refs.waiting
         claims = []
@@ -178,21 +180,23 @@ class ClaimBook:
             claim = self.claims.get(ref)
             if claim is None:
                 return f'resourceclaim "{ref}" not found'
-            why = self._unusable(claim, uid, ref in refs.made)
+            consumer = uid if group is None or ref not in refs.for_group else group.uid
+            why = self._unusable(claim, consumer, ref in refs.made)
             if why is not None:
                 return why
             assumed = self._assumed.get(ref)
             claims.append(claim if assumed is None else replace(claim, allocation=assumed))
         return PodClaims(key=key, claims=tuple(claims))
 
-    def _unusable(self, claim: ResourceClaim, pod_uid: str, made: bool) -> str | None:
-        """Why the pod may not use `claim` now, as kube-scheduler refuses it (None: it may)."""
+    def _unusable(self, claim: ResourceClaim, consumer: str, made: bool) -> str | None:
+        """Why `consumer` (the pod's UID, or its PodGroup's for a group claim) may not use
+        `claim` now, as kube-scheduler refuses it (None: it may)."""
         deleting, owners = self._meta.get(claim.key, (False, ()))
         if deleting:
             return f'resourceclaim "{claim.key}" is being deleted'
-        if made and pod_uid not in owners:
+        if made and consumer not in owners:
             return f"ResourceClaim {claim.key} was not created for the pod (not its owner)"
-        if len(claim.reserved_for) >= MAX_RESERVED and pod_uid not in claim.reserved_for:
+        if len(claim.reserved_for) >= MAX_RESERVED and consumer not in claim.reserved_for:
             return f"resourceclaim {claim.key} is reserved for {MAX_RESERVED} consumers already"
         return None
 

@@ -8,8 +8,8 @@ a node's own (`nodeName`) under that node, the others (`allNodes`, `nodeSelector
 node's view reads only those two and a slice event makes only the views it may change stale.
 A node's `ClaimNode` is kept while its slices, labels, inventory (NRT) and placement state are
 the same objects, so the allocator's verdicts per node object stay valid; a new one is built
-when any of them changes. Not
-thread-safe: callers hold `cache.lock`.
+when any of them changes, its GPU map with the node's own `GpuSelector` (placement's, one per
+layout). Not thread-safe: callers hold `cache.lock`.
 """
 
 from __future__ import annotations
@@ -261,7 +261,11 @@ class ClaimBook:
         if known is not None and _same(known[1][1:], inputs[1:]) and known[2].devices == devices:
             self._nodes[name] = (epoch, inputs, known[2])
             return known[2]
-        gpus = None if inventory is None else GpuMap.build(inventory, devices.devices)
+        gpus = None
+        if inventory is not None:  # the node's own selector, as placement's: one per layout
+            fits = state is not None and len(state.gpu_numa) == len(inventory.gpus)
+            selector = state.selector if fits and state is not None else None
+            gpus = GpuMap.build(inventory, devices.devices, selector=selector)
         view = ClaimNode(name=name, devices=devices, gpus=gpus, state=state)
         self._nodes[name] = (epoch, inputs, view)
         return view

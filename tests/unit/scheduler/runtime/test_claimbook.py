@@ -8,8 +8,10 @@ import logging
 
 import pytest
 
-from scheduler.claims.decision import PodClaims
+from agent.gpuset import GpuSelector
+from scheduler.claims.decision import PodClaims, PodDecision
 from scheduler.claims.model import ClaimKey
+from scheduler.placement import NodeState
 from scheduler.runtime.claims.book import CLAIMS, CLASSES, MAX_RESERVED, SLICES, ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
 from scheduler.runtime.cluster.groups import GroupClaim, GroupInfo
@@ -212,3 +214,31 @@ def test_a_full_group_claim_still_serves_the_members_of_the_group_it_is_reserved
     assert "reserved for 256 consumers" in str(book.pod_claims("ns/p", pod))
     found = book.pod_claims("ns/p", pod, _group(GroupClaim(name="nvl", claim_name="shared")))
     assert isinstance(found, PodClaims)
+
+
+def test_a_node_view_orders_gpus_with_the_nodes_own_selector_and_decides_alike():
+    """Placement's selector is shared by nodes of one layout; the claim view takes it (a map
+    built apart makes its own from the same links: the same sets, a cold memo)."""
+    book = _book()
+    book.replace(
+        CLAIMS, [claim_obj("theirs", request("gpus", 1)), claim_obj("pair", request("gpus", 2))]
+    )
+    inventory = two_islands()
+    selector = GpuSelector(inventory.links, tuple(g.numa_node for g in inventory.gpus))
+    state = NodeState.from_inventory("n1", inventory, allocatable={}, selector=selector)
+    view = book.node("n1", {}, inventory, state)
+    assert view.gpus is not None
+    assert view.gpus.selector is selector
+    apart = book.node("n1", {}, inventory, None)
+    assert apart.gpus is not None
+    assert apart.gpus.selector is not selector
+    entry = {"name": "a", "resourceClaimName": "pair"}
+    pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": [entry]}}
+    claims = book.pod_claims("ns/p", pod)
+    assert isinstance(claims, PodClaims)
+    usage = book.usage()
+    with_own = book.allocator.on_node(claims, view, usage)
+    with_apart = book.allocator.on_node(claims, apart, usage)
+    assert isinstance(with_own, PodDecision)
+    assert isinstance(with_apart, PodDecision)
+    assert with_own.claims[0].allocation == with_apart.claims[0].allocation

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.podgroup import podgroup_consumer
 from scheduler.claims.decision import ClaimAllocation
 from scheduler.claims.model import ClaimKey
 from scheduler.claims.status import allocation_status
@@ -28,7 +29,6 @@ from scheduler.errors import ApiError, ConflictError
 
 __all__ = [
     "DELETE_PROTECTION",
-    "PODGROUPS_GROUP",
     "ClaimWrites",
     "GroupRef",
     "PodRef",
@@ -41,8 +41,6 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 """The finalizer kube-scheduler puts on a claim it allocates (the resourceclaim controller
 removes it when it deallocates the claim)."""
 
-PODGROUPS_GROUP = "scheduling.k8s.io"
-"""The API group of the PodGroups a group claim is reserved for (`resource: podgroups`)."""
 _RETRIES = 3  # re-reads of a claim whose reservation write met a newer version
 Obj = Mapping[str, Any]
 
@@ -80,12 +78,7 @@ class GroupRef:
     @property
     def consumer(self) -> dict[str, str]:
         """The PodGroup as a `reservedFor` entry."""
-        return {
-            "apiGroup": PODGROUPS_GROUP,
-            "resource": "podgroups",
-            "name": self.name,
-            "uid": self.uid,
-        }
+        return podgroup_consumer(self.name, self.uid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ subresource. What 1.37.2 was seen to do (`reference/dra-and-workload-api.md`):
   does.
 
 Not modelled (raises `NotImplementedError`): a `globalDefault` PriorityClass with a PodGroup that
-names no class, and CompositePodGroups.
+names no class, CompositePodGroups, and a Workload template's `resourceClaims`.
 """
 
 from __future__ import annotations
@@ -246,6 +246,10 @@ def _checked_workload(rt: ResourceType, workload: Obj) -> Obj:
     spec = workload.get("spec") or {}
     if spec.get("compositePodGroupTemplates"):
         raise NotImplementedError("fake API server: compositePodGroupTemplates are not modelled")
+    if any((t or {}).get("resourceClaims") for t in spec.get("podGroupTemplates") or []):
+        raise NotImplementedError(
+            "fake API server: podGroupTemplates[*].resourceClaims (a Workload's) are not modelled"
+        )
     problems = []
     for i, template in enumerate(spec.get("podGroupTemplates") or []):
         field = f"spec.podGroupTemplates[{i}]"

@@ -187,3 +187,17 @@ def test_without_the_gate_group_claims_are_dropped(fake_api, kube_client) -> Non
     fake_api.serve_workload_api(("v1beta1",), claims_gate=False)
     created = _create(CustomObjectsApi(kube_client), _claims({"name": "a"}))
     assert "resourceClaims" not in created["spec"]
+
+
+def test_a_workload_templates_claims_are_not_modelled(custom) -> None:
+    template = {"name": "t", "schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "a"}]}
+    body = {
+        "apiVersion": f"{GROUP}/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {"podGroupTemplates": [template]},
+    }
+    with pytest.raises(ApiException) as err:
+        _create(custom, body, plural="workloads")
+    assert err.value.status == 500
+    assert "resourceClaims (a Workload's) are not modelled" in status_body(err.value)["message"]

@@ -1,16 +1,40 @@
 """Fields of an upstream PodGroup (`scheduling.k8s.io`) read alike by the scheduler
 (scheduler/runtime/cluster/upstream.py) and `kubectl gputopo gangs`
 (agent/cli/kubectl_gangs.py), which runs on the base install and so cannot import the scheduler.
-Pure, standard library only; each reader raises ValueError naming the field."""
+Pure, standard library only; each reader raises ValueError naming the field. Also the
+`reservedFor` entry of a ResourceClaim reserved for a PodGroup (DRAWorkloadResourceClaims), which
+the scheduler writes and the DRA driver reads."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TOPOLOGY_KEY_FIELD", "topology_key", "union_member"]
+__all__ = [
+    "TOPOLOGY_KEY_FIELD",
+    "UPSTREAM_GROUP",
+    "podgroup_consumer",
+    "reserved_podgroup",
+    "topology_key",
+    "union_member",
+]
 
 TOPOLOGY_KEY_FIELD = "spec.schedulingConstraints.topology[0].key"
+UPSTREAM_GROUP = "scheduling.k8s.io"
+_PODGROUPS = "podgroups"
+
+
+def podgroup_consumer(name: str, uid: str) -> dict[str, str]:
+    """PodGroup `name` as an entry of a ResourceClaim's `status.reservedFor`."""
+    return {"apiGroup": UPSTREAM_GROUP, "resource": _PODGROUPS, "name": name, "uid": uid}
+
+
+def reserved_podgroup(entry: Mapping[str, Any]) -> str | None:
+    """The PodGroup a `status.reservedFor` entry names (None: it names something else)."""
+    if entry.get("apiGroup") != UPSTREAM_GROUP or entry.get("resource") != _PODGROUPS:
+        return None
+    name = entry.get("name")
+    return name if isinstance(name, str) else None
 
 
 def union_member(

@@ -4,16 +4,20 @@ The kubelet's request names a claim only (namespace, name, UID); `ClaimReader` (
 Kubernetes I/O) GETs it. `allocated_devices` takes the allocation results whose driver is ours and
 refuses, with a `ClaimError` naming the claim and the field, a claim that is gone or was replaced
 (another UID), not allocated, reserved for no pod on this node, or allocated a device this node's
-driver does not publish.
+driver does not publish. A claim reserved for an upstream PodGroup (`{apiGroup:
+scheduling.k8s.io, resource: podgroups, name}`, DRAWorkloadResourceClaims) serves the pods of the
+claim's namespace that name that group in `spec.schedulingGroup.podGroupName`, as the kubelet's
+`IsReservedForPod` has it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.dra import DRIVER
+from agent.podgroup import reserved_podgroup
 from deviceplugin.errors import ClaimError
 
 
@@ -53,22 +57,38 @@ class AllocatedDevice:
 def reserved_pods(
     claim: Mapping[str, Any], node_pods: Sequence[Mapping[str, Any]]
 ) -> tuple[Mapping[str, Any], ...]:
-    """The pods of this node the claim's `status.reservedFor` names."""
-    reserved = (claim.get("status") or {}).get("reservedFor") or []
-    uids = {
-        r.get("uid") for r in reserved if isinstance(r, Mapping) and r.get("resource") == "pods"
-    }
-    return tuple(p for p in node_pods if (p.get("metadata") or {}).get("uid") in uids)
+    """The pods of this node the claim's `status.reservedFor` names, by UID or by their
+    PodGroup."""
+    reserved = [
+        r for r in (claim.get("status") or {}).get("reservedFor") or [] if isinstance(r, Mapping)
+    ]
+    uids = {r.get("uid") for r in reserved if r.get("resource") == "pods"}
+    groups = {reserved_podgroup(r) for r in reserved} - {None}
+    namespace = (claim.get("metadata") or {}).get("namespace")
+    return tuple(
+        p
+        for p in node_pods
+        if (p.get("metadata") or {}).get("uid") in uids
+        or (groups and _group_of(p, namespace) in groups)
+    )
+
+
+def _group_of(pod: Mapping[str, Any], namespace: object) -> object:
+    """The upstream PodGroup a pod of `namespace` names (None: none, or another namespace)."""
+    if (pod.get("metadata") or {}).get("namespace") != namespace:
+        return None
+    return ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
 
 
 def allocated_devices(
     claim: Mapping[str, Any] | None,
     ref: ClaimRef,
-    node_pods: Collection[str],
+    node_pods: Sequence[Mapping[str, Any]],
     published: Mapping[str, str],
 ) -> tuple[AllocatedDevice, ...]:
     """Our devices in the claim's allocation; `published` maps a device name of this node's
-    pool to the pool name. Raises ClaimError when the claim may not be prepared here."""
+    pool to the pool name; `node_pods`: the pods bound to this node. Raises ClaimError when the
+    claim may not be prepared here."""
     _check_claim(claim, ref, node_pods)
     assert claim is not None
     results = claim["status"]["allocation"].get("devices", {}).get("results") or []
@@ -106,7 +126,7 @@ def allocated_devices(
 
 
 def _check_claim(
-    claim: Mapping[str, Any] | None, ref: ClaimRef, node_pods: Collection[str]
+    claim: Mapping[str, Any] | None, ref: ClaimRef, node_pods: Sequence[Mapping[str, Any]]
 ) -> None:
     if claim is None:
         raise ClaimError(f"{ref}: not found")
@@ -116,8 +136,13 @@ def _check_claim(
     status = claim.get("status") or {}
     if not isinstance(status.get("allocation"), Mapping):
         raise ClaimError(f"{ref}: status.allocation: not allocated")
-    reserved = status.get("reservedFor") or []
-    pods = [r for r in reserved if isinstance(r, Mapping) and r.get("resource") == "pods"]
-    if not any(r.get("uid") in node_pods for r in pods):
-        names = ", ".join(str(r.get("name")) for r in pods) or "no pod"
+    if not reserved_pods(claim, node_pods):
+        reserved = [r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)]
+        names = ", ".join(_consumer(r) for r in reserved) or "no pod"
         raise ClaimError(f"{ref}: status.reservedFor names {names}, none of them on this node")
+
+
+def _consumer(entry: Mapping[str, Any]) -> str:
+    """A `reservedFor` entry as a message names it: a pod by name, a PodGroup as such."""
+    group = reserved_podgroup(entry)
+    return str(entry.get("name")) if group is None else f"PodGroup {group} (no pod of it)"

@@ -94,8 +94,7 @@ class Preparer:
         catalog = {d.name: d for d in self._devices()}
         claim = self._reader.read_claim(ref.namespace, ref.name)
         published = dict.fromkeys(catalog, self.pool)
-        uids = {str((p.get("metadata") or {}).get("uid")) for p in node_pods}
-        allocated = allocated_devices(claim, ref, uids, published)
+        allocated = allocated_devices(claim, ref, node_pods, published)
         assert claim is not None  # allocated_devices refuses a missing claim
         pods = reserved_pods(claim, node_pods)
         devices = tuple(

@@ -24,7 +24,7 @@ from .model import (
 from .semver import parse_semver
 from .wire import Fields, fields_of
 
-__all__ = ["NodeDevices", "node_devices", "parse_slice", "qualified"]
+__all__ = ["NodeDevices", "node_devices", "parse_slice", "qualified", "serves"]
 
 
 def qualified(name: str, driver: str) -> str:
@@ -130,7 +130,7 @@ def node_devices(
     """What `node` (with `labels`) can use of `slices`: node-local, all-nodes and selected."""
     newest: dict[tuple[str, str], list[ResourceSlice]] = {}
     for s in slices:
-        if not _serves(s, node, labels):
+        if not serves(s, node, labels):
             continue
         pool = newest.setdefault((s.driver, s.pool), [])
         if pool and pool[0].generation < s.generation:
@@ -147,7 +147,8 @@ def node_devices(
     return NodeDevices(node=node, devices=tuple(devices), incomplete_pools=frozenset(incomplete))
 
 
-def _serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
+def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
+    """Whether `node` (with `labels`) may use the devices of slice `s`."""
     if s.node_name is not None:
         return s.node_name == node
     if s.all_nodes:

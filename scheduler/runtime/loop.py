@@ -332,18 +332,35 @@ class Scheduler:
 
     # -- binding ---------------------------------------------------------------------------
     def _bind(self, unit: UnitKey, binds: list[tuple[PodInfo, Assignment]]) -> None:
+        """One bind task per pod; pods sharing a claim (a gang's, its PodGroup's) in one task,
+        in decision order: the pod that allocates the claim writes it before the others
+        reserve it."""
+        if self._share_claims([info for info, _ in binds]):
+            self._binder.submit(self._bind_in_order, unit, binds)
+            return
         for info, assignment in binds:
             self._binder.submit(self._bind_one, unit, info, assignment)
+
+    def _share_claims(self, infos: Sequence[PodInfo]) -> bool:
+        with self.cache.lock:
+            held = [self.charges.held(info.key) for info in infos]
+        keys = [m.claim.key for h in held if h is not None for m in h.decision.claims]
+        return len(keys) != len(set(keys))
+
+    def _bind_in_order(self, unit: UnitKey, binds: list[tuple[PodInfo, Assignment]]) -> None:
+        for info, assignment in binds:
+            self._bind_one(unit, info, assignment)
 
     def _bind_one(self, unit: UnitKey, info: PodInfo, assignment: Assignment) -> None:
         node, bind = assignment.node, functools.partial(self._try_bind, info, assignment.node)
         nrt = self.cache.nrts.get(node)  # a dict read: its topologies are never changed in place
         with self.cache.lock:
             claims = self.charges.held(info.key)
+            group = None if claims is None else self.charges.group_ref(info)
         if claims is not None:
             pod = PodRef(namespace=info.namespace, name=info.name, uid=info.uid)
             made = claims.decision.claims
-            bind = functools.partial(bind_with_claims, self._claim_api, pod, made, bind)
+            bind = functools.partial(bind_with_claims, self._claim_api, pod, made, bind, group)
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":

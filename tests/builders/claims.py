@@ -66,6 +66,29 @@ def slice_obj(
     }
 
 
+def shared_slice_obj(
+    name: str,
+    pool: str,
+    devices: Sequence[Obj],
+    *,
+    generation: int = 1,
+    count: int = 1,
+    label: tuple[str, str] | None = None,
+    driver: str = DRIVER,
+) -> Obj:
+    """A slice of no one node: `allNodes`, or with `label` (key, value) a `nodeSelector`."""
+    body = slice_obj(pool, devices, generation=generation, count=count, name=name, driver=driver)
+    spec = body["spec"]
+    del spec["nodeName"]
+    if label is None:
+        spec["allNodes"] = True
+    else:
+        key, value = label
+        term = {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+        spec["nodeSelector"] = {"nodeSelectorTerms": [term]}
+    return body
+
+
 def class_obj(name: str = GPU_CLASS, *selectors: str, config: Sequence[Obj] = ()) -> Obj:
     exprs = selectors or (GPU_SELECTOR,)
     spec: Obj = {"selectors": [{"cel": {"expression": e}} for e in exprs]}

@@ -79,7 +79,8 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
 
 def check_status_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     """A ResourceClaim's status as kube-apiserver validates it: `reservedFor` only with an
-    allocation, at most 256 entries with unique UIDs; an allocation may be set or cleared but
+    allocation, at most 256 entries with unique UIDs, each naming its `resource`, `name` and
+    `uid` (a pod, or a `scheduling.k8s.io` `podgroups` one); an allocation may be set or cleared but
     not changed, and not set on a claim being deleted."""
     status, before = new.get("status") or {}, old.get("status") or {}
     reserved = status.get("reservedFor") or []
@@ -93,6 +94,12 @@ def check_status_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
         problems.append(
             f"status.reservedFor: Too many: {len(reserved)}: must have at most {MAX_RESERVED} items"
         )
+    for i, consumer in enumerate(reserved):
+        problems += [
+            f"status.reservedFor[{i}].{part}: Required value"
+            for part in ("resource", "name", "uid")
+            if not (consumer or {}).get(part)
+        ]
     uids = [r.get("uid") for r in reserved]
     if len(set(uids)) != len(uids):
         problems.append("status.reservedFor: Duplicate value: a consumer UID twice")

@@ -53,6 +53,7 @@ class ResourceType:
     builtin: bool = True
     field_labels: frozenset[str] = frozenset()
     indexed_fields: tuple[str, ...] = ()
+    gates: frozenset[str] = frozenset()  # the feature gates it is served with (see its module)
     # version -> openAPIV3Schema (custom resources only)
     schemas: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 

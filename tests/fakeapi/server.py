@@ -368,10 +368,13 @@ class FakeApiServer:
         _, created = self.api.create(Ref(rt, rt.versions[-1], namespace), body)
         return created
 
-    def serve_workload_api(self, versions: Sequence[str] = ("v1beta1",)) -> None:
+    def serve_workload_api(
+        self, versions: Sequence[str] = ("v1beta1",), *, claims_gate: bool = True
+    ) -> None:
         """Serve `scheduling.k8s.io` Workloads and PodGroups in `versions`, as a server with
-        the GenericWorkload gate does (`workloads`)."""
-        for rt in workloads.types(versions):
+        the GenericWorkload gate does (`workloads`); `claims_gate`: DRAWorkloadResourceClaims
+        on (PodGroup `spec.resourceClaims` kept) or off (dropped)."""
+        for rt in workloads.types(versions, claims_gate=claims_gate):
             self.registry.add(rt)
 
     def register_crd(self, crd: Obj) -> None:

@@ -14,10 +14,16 @@ subresource. What 1.37.2 was seen to do (`reference/dra-and-workload-api.md`):
   sent that differs is 403, a resolved value above 1000000000 is 422;
 - a new PodGroup gets the finalizer `scheduling.k8s.io/podgroup-protection` (no controller here
   removes it: `fake.delete_object` removes a PodGroup at once);
-- a Workload's `podGroupTemplates[*].schedulingPolicy` follows the same union rule.
+- a Workload's `podGroupTemplates[*].schedulingPolicy` follows the same union rule;
+- with the `DRAWorkloadResourceClaims` gate (`CLAIMS_GATE`, on unless a test turns it off) a
+  PodGroup's `spec.resourceClaims` holds at most 4 entries of unique `name`s, each with exactly
+  one of `resourceClaimName`, `resourceClaimTemplateName`; the list is immutable; every
+  `status.resourceClaimStatuses[*].name` must name one of them. Without the gate both fields
+  are dropped (unless the stored object has claims already), as `dropDisabledPodGroupSpecFields`
+  does.
 
 Not modelled (raises `NotImplementedError`): a `globalDefault` PriorityClass with a PodGroup that
-names no class, and CompositePodGroups.
+names no class, CompositePodGroups, and a Workload template's `resourceClaims`.
 """
 
 from __future__ import annotations
@@ -31,14 +37,17 @@ from tests.fakeapi.resources import ResourceType
 from tests.fakeapi.store import Obj
 
 GROUP = "scheduling.k8s.io"
+CLAIMS_GATE = "DRAWorkloadResourceClaims"
+MAX_CLAIMS = 4
+_CLAIM_REFS = ("resourceClaimName", "resourceClaimTemplateName")
 PODGROUPS, WORKLOADS = "podgroups", "workloads"
 PROTECTION_FINALIZER = "scheduling.k8s.io/podgroup-protection"
 _POLICIES = ("basic", "gang")
 _DISRUPTION = ("single", "all")
 
 
-def types(versions: Sequence[str]) -> list[ResourceType]:
-    """The two resource types, served in `versions`."""
+def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[ResourceType]:
+    """The two resource types, served in `versions` (`claims_gate`: DRAWorkloadResourceClaims)."""
     served = tuple(versions)
     return [
         ResourceType(
@@ -48,6 +57,7 @@ def types(versions: Sequence[str]) -> list[ResourceType]:
             kind="PodGroup",
             namespaced=True,
             status_subresource=True,
+            gates=frozenset({CLAIMS_GATE}) if claims_gate else frozenset(),
         ),
         ResourceType(
             group=GROUP, versions=served, plural=WORKLOADS, kind="Workload", namespaced=True
@@ -115,6 +125,62 @@ def _group_problems(spec: Obj, prefix: str = "spec") -> list[str]:
     return problems
 
 
+def _claim_problems(claims: Any) -> list[str]:
+    """`spec.resourceClaims` as the declarative validation of 1.37.2 checks it."""
+    if not isinstance(claims, list):
+        return ["spec.resourceClaims: Invalid value: must be a list"]
+    problems = []
+    if len(claims) > MAX_CLAIMS:
+        problems.append(
+            f"spec.resourceClaims: Too many: {len(claims)}: must have at most {MAX_CLAIMS} items"
+        )
+    seen: set[str] = set()
+    for i, claim in enumerate(claims):
+        field = f"spec.resourceClaims[{i}]"
+        name = (claim or {}).get("name")
+        if not name:
+            problems.append(f"{field}.name: Required value")
+        elif name in seen:
+            problems.append(f'{field}: Duplicate value: {{"name":"{name}"}}')
+        seen.add(str(name))
+        given = [k for k in _CLAIM_REFS if (claim or {}).get(k) is not None]
+        if len(given) != 1:
+            how = "exactly one of" if given else "one of"
+            problems.append(
+                f'{field}: Invalid value: "": must specify {how}: {_quoted(_CLAIM_REFS)}'
+            )
+    return problems
+
+
+def _gate_claims(rt: ResourceType, new: Obj, old: Obj | None) -> list[str]:
+    """Drop the claim fields without the gate; their problems with it."""
+    spec, before = new.setdefault("spec", {}), (old or {}).get("spec") or {}
+    if CLAIMS_GATE not in rt.gates and not before.get("resourceClaims"):
+        spec.pop("resourceClaims", None)
+        (new.get("status") or {}).pop("resourceClaimStatuses", None)
+        return []
+    if "resourceClaims" not in spec:
+        return []
+    if old is not None and spec.get("resourceClaims") != before.get("resourceClaims"):
+        return ["spec.resourceClaims: Invalid value: field is immutable"]
+    return _claim_problems(spec["resourceClaims"])
+
+
+def check_status_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    """A PodGroup's status: each `resourceClaimStatuses[*].name` names a spec claim."""
+    _gate_claims(rt, new, old)
+    names = {c.get("name") for c in (new.get("spec") or {}).get("resourceClaims") or ()}
+    problems = [
+        f'status.resourceClaimStatuses[{i}].name: Invalid value: "{s.get("name")}": must match '
+        "the name of an entry in `spec.resourceClaims`"
+        for i, s in enumerate((new.get("status") or {}).get("resourceClaimStatuses") or ())
+        if s.get("name") not in names
+    ]
+    if problems:
+        raise invalid(rt, new["metadata"]["name"], problems)
+    return new
+
+
 def _admit_priority(rt: ResourceType, group: Obj, classes: Sequence[Obj]) -> None:
     spec, name = group["spec"], group["metadata"].get("name", "")
     wanted = spec.get("priorityClassName") or ""
@@ -149,7 +215,7 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
         return _checked_workload(rt, obj)
     spec.setdefault("disruptionMode", {"single": {}})
     _admit_priority(rt, obj, classes)
-    problems = _group_problems(spec)
+    problems = _group_problems(spec) + _gate_claims(rt, obj, None)
     if spec["priority"] > priority.HIGHEST_USER_PRIORITY:
         problems.append(
             f"spec.priority: Invalid value: {spec['priority']}: must be less than or equal to "
@@ -170,7 +236,7 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     spec = new.setdefault("spec", {})
     spec.setdefault("disruptionMode", (old.get("spec") or {}).get("disruptionMode"))
     spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
-    problems = _group_problems(spec)
+    problems = _group_problems(spec) + _gate_claims(rt, new, old)
     if problems:
         raise invalid(rt, new["metadata"]["name"], problems)
     return new
@@ -180,6 +246,10 @@ def _checked_workload(rt: ResourceType, workload: Obj) -> Obj:
     spec = workload.get("spec") or {}
     if spec.get("compositePodGroupTemplates"):
         raise NotImplementedError("fake API server: compositePodGroupTemplates are not modelled")
+    if any((t or {}).get("resourceClaims") for t in spec.get("podGroupTemplates") or []):
+        raise NotImplementedError(
+            "fake API server: podGroupTemplates[*].resourceClaims (a Workload's) are not modelled"
+        )
     problems = []
     for i, template in enumerate(spec.get("podGroupTemplates") or []):
         field = f"spec.podGroupTemplates[{i}]"

@@ -7,8 +7,10 @@ On the same node state (gpu-0 held by a pod of kube-scheduler's): kube-scheduler
 claim the first two free devices, gpu-1 and gpu-2, across the pairs; gputopo-scheduler gives it
 gpu-2 and gpu-3, one pair, and the pod runs. A gang of 4 pods x 2-GPU claims (8 GPUs on a
 4-GPU node) binds none and allocates nothing; one of 2 x 2 binds both. A claim two pods share is
-allocated once and reserved for both. A claim no device satisfies stays Pending with a reason
-naming its selector."""
+allocated once and reserved for both. An upstream PodGroup's claim (DRAWorkloadResourceClaims),
+made by the resourceclaim controller from a template, is allocated once for the gang, one NVLink
+pair, reserved for the PodGroup, and both members run with it. A claim no device satisfies stays
+Pending with a reason naming its selector."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from tests.builders.dra import claim_template, make_claim, with_claim_template
 from tests.builders.process import ROOT, CommandProcess
 from tests.builders.realk8s import Cluster, busybox_pod, wait_until
 from tests.builders.scheduler import podgroup
+from tests.builders.workloads import upstream_podgroup
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(600)]
 
@@ -191,6 +194,40 @@ def test_a_claim_shared_by_two_pods_is_allocated_once_for_both(
         cluster.delete_pods(*pods)
         cluster.kubectl("delete", "resourceclaim", "shared", "--ignore-not-found")
         wait_until(lambda: not _allocated_devices(cluster), 90, "the shared claim gone")
+
+
+def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    entry = {"name": "gpu", "resourceClaimTemplateName": "group-gpus"}
+    group = upstream_podgroup("pgc", 2, resourceClaims=[entry])
+    pods = ["pgc-0", "pgc-1"]
+    try:
+        _apply(cluster, claim_template("group-gpus", DRIVER, count=2), group)
+        for pod in pods:
+            body = _claim_pod(pod, "group-gpus")
+            body["spec"]["schedulingGroup"] = {"podGroupName": "pgc"}
+            _apply(cluster, body)
+        for pod in pods:
+            cluster.wait_running(pod, timeout_s=120)
+        claims = {(_claim_of(cluster, p) or {}).get("metadata", {}).get("name") for p in pods}
+        assert len(claims) == 1  # one claim, the group's
+        claim = _claim_of(cluster, pods[0])
+        assert claim is not None
+        owner = claim["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("PodGroup", "pgc")
+        reserved = claim["status"]["reservedFor"]
+        print(f"group claim {claim['metadata']['name']}: {_devices_of(claim)}; {reserved}")
+        assert [(r.get("apiGroup"), r["resource"], r["name"]) for r in reserved] == [
+            ("scheduling.k8s.io", "podgroups", "pgc")
+        ]
+        assert len({_pair(d) for d in _devices_of(claim)}) == 1 == len(_devices_of(claim)) // 2
+    finally:
+        cluster.delete_pods(*pods)
+        cluster.kubectl(
+            "delete", "podgroups.scheduling.k8s.io", "pgc", "--ignore-not-found", "--wait=false"
+        )
+        _clean(cluster, [], ["group-gpus"])
 
 
 def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(

@@ -180,23 +180,13 @@ def test_a_job_naming_a_podgroup_binds_as_one_gang(cluster: Cluster, agent, sche
 def test_what_gputopo_cannot_honour_is_refused_with_the_reason(
     cluster: Cluster, agent, scheduler
 ) -> None:
-    both, claims = "both-0", "claims-0"
+    both = "both-0"
     try:
-        claimed = podgroup(
-            "claims", 1, resourceClaims=[{"name": "nvl", "resourceClaimName": "nvl"}]
-        )
-        create(cluster, podgroup("both", 1), claimed, member(claims, "claims", 1))
+        create(cluster, podgroup("both", 1))
         named_twice = member(both, "both", 1)
         named_twice["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "both"}
         create(cluster, named_twice)
         wait_until(lambda: "names two pod groups" in reason(cluster, both), 60, "both refused")
-        found = wait_until(
-            lambda: (c := condition(cluster, "claims")).get("reason") == "SchedulerError" and c,
-            60,
-            "the claims group's SchedulerError",
-        )
-        assert "spec.resourceClaims: unsupported" in found["message"]
-        assert "spec.resourceClaims" in reason(cluster, claims)
-        assert nodes_of(cluster, [both, claims]) == [None, None]
+        assert nodes_of(cluster, [both]) == [None]
     finally:
-        clean(cluster, [both, claims], ["both", "claims"])
+        clean(cluster, [both], ["both"])

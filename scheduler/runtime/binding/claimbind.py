@@ -4,11 +4,14 @@
 For each claim this scheduler allocated: the finalizer `resource.kubernetes.io/delete-protection`
 (an update of the claim), then `status.allocation` and the pod appended to `status.reservedFor`
 in one status update; for a claim allocated already (by anyone, or by an earlier pod sharing it),
-only the pod appended to `reservedFor`. Then the pod is bound. A claim allocated by someone else
-meanwhile, or a stale write to a claim this scheduler allocates, fails the bind: the pod is
-decided again. Any failure undoes what was written, in reverse: the pod leaves `reservedFor`, an
-allocation this scheduler made is cleared once no one holds the claim, and the finalizer it added
-is removed then.
+only the pod appended to `reservedFor`. A claim of the pod's upstream PodGroup
+(DRAWorkloadResourceClaims) is reserved for the PodGroup instead (`{apiGroup:
+scheduling.k8s.io, resource: podgroups, name, uid}`, kube's `resourceclaim.BindTo`), once: a
+member that finds the group there writes nothing. Then the pod is bound. A claim allocated by
+someone else meanwhile, or a stale write to a claim this scheduler allocates, fails the bind: the
+pod is decided again. Any failure undoes what was written, in reverse: the entry this bind added
+leaves `reservedFor`, an allocation this scheduler made is cleared once no one holds the claim,
+and the finalizer it added is removed then.
 """
 
 from __future__ import annotations
@@ -18,11 +21,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.podgroup import podgroup_consumer
 from scheduler.claims.decision import ClaimAllocation
+from scheduler.claims.model import ClaimKey
 from scheduler.claims.status import allocation_status
 from scheduler.errors import ApiError, ConflictError
 
-__all__ = ["DELETE_PROTECTION", "ClaimWrites", "PodRef", "bind_with_claims"]
+__all__ = [
+    "DELETE_PROTECTION",
+    "ClaimWrites",
+    "GroupRef",
+    "PodRef",
+    "bind_with_claims",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +68,29 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRef:
+    """The pod's upstream PodGroup and which of the pod's claims are the group's."""
+
+    name: str
+    uid: str
+    claims: frozenset[ClaimKey]
+
+    @property
+    def consumer(self) -> dict[str, str]:
+        """The PodGroup as a `reservedFor` entry."""
+        return podgroup_consumer(self.name, self.uid)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Written:
-    """What was written to one claim (what an undo takes back)."""
+    """What was written to one claim (what an undo takes back): `reserved`, the consumer UID
+    this bind added to `reservedFor` (None: it was there already)."""
 
     namespace: str
     name: str
     allocated: bool
     finalized: bool
+    reserved: str | None
 
 
 class ClaimBindError(Exception):
@@ -71,14 +98,21 @@ class ClaimBindError(Exception):
 
 
 def bind_with_claims(
-    api: ClaimWrites, pod: PodRef, claims: Sequence[ClaimAllocation], bind: Callable[[], str]
+    api: ClaimWrites,
+    pod: PodRef,
+    claims: Sequence[ClaimAllocation],
+    bind: Callable[[], str],
+    group: GroupRef | None = None,
 ) -> str:
-    """Reserve every claim for `pod`, then `bind()`; its outcome ("bound", or why not), or
-    "conflict" / "error" when a claim write failed. Undone in reverse when not bound."""
+    """Reserve every claim for `pod` (those of `group` for the group), then `bind()`; its
+    outcome ("bound", or why not), or "conflict" / "error" when a claim write failed. Undone
+    in reverse when not bound."""
     written: list[_Written] = []
     try:
         for made in claims:
-            written.append(_reserve(api, pod, made))
+            grouped = group is not None and made.claim.key in group.claims
+            consumer = group.consumer if group is not None and grouped else pod.consumer
+            written.append(_reserve(api, consumer, made))
     except (ClaimBindError, ApiError) as exc:
         log.info("pod %s/%s: claims not reserved: %s", pod.namespace, pod.name, exc)
         _undo(api, pod, written)
@@ -89,7 +123,7 @@ def bind_with_claims(
     return outcome
 
 
-def _reserve(api: ClaimWrites, pod: PodRef, made: ClaimAllocation) -> _Written:
+def _reserve(api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocation) -> _Written:
     key = made.claim.key
     for _ in range(_RETRIES):
         claim = api.get(key.namespace, key.name)
@@ -106,33 +140,38 @@ def _reserve(api: ClaimWrites, pod: PodRef, made: ClaimAllocation) -> _Written:
             meta["finalizers"] = [*_finalizers(claim), DELETE_PROTECTION]
             claim, finalized = api.update(claim), True
         try:
-            _write_reservation(api, claim, pod, made)
+            reserved = _write_reservation(api, claim, consumer, made)
         except ConflictError:
             if made.new:
-                _undo(api, pod, [_Written(**_names(claim), allocated=False, finalized=finalized)])
+                undo = _Written(
+                    **_names(claim), allocated=False, finalized=finalized, reserved=None
+                )
+                _release(api, undo)
                 raise
             continue  # reserved for another pod meanwhile: read it again
-        return _Written(**_names(claim), allocated=made.new, finalized=finalized)
+        return _Written(**_names(claim), allocated=made.new, finalized=finalized, reserved=reserved)
     raise ClaimBindError(f"resourceclaim {key}: kept changing while reserved")
 
 
 def _write_reservation(
-    api: ClaimWrites, claim: dict[str, Any], pod: PodRef, made: ClaimAllocation
-) -> None:
+    api: ClaimWrites, claim: dict[str, Any], consumer: Mapping[str, str], made: ClaimAllocation
+) -> str | None:
+    """Allocate (when new) and reserve; the UID added to `reservedFor` (None: there already)."""
     status = dict(claim.get("status") or {})
     if made.new:
         status["allocation"] = allocation_status(made.allocation)
     reserved = list(status.get("reservedFor") or ())
-    if any(r.get("uid") == pod.uid for r in reserved):
-        return
-    status["reservedFor"] = [*reserved, pod.consumer]
+    if any(r.get("uid") == consumer["uid"] for r in reserved):
+        return None
+    status["reservedFor"] = [*reserved, dict(consumer)]
     api.update_status({**claim, "status": status})
+    return consumer["uid"]
 
 
 def _undo(api: ClaimWrites, pod: PodRef, written: Sequence[_Written]) -> None:
     for done in reversed(written):
         try:
-            _release(api, pod, done)
+            _release(api, done)
         except ApiError as exc:
             log.warning(
                 "pod %s/%s: undoing resourceclaim %s/%s failed: %s",
@@ -144,13 +183,15 @@ def _undo(api: ClaimWrites, pod: PodRef, written: Sequence[_Written]) -> None:
             )
 
 
-def _release(api: ClaimWrites, pod: PodRef, done: _Written) -> None:
+def _release(api: ClaimWrites, done: _Written) -> None:
+    if done.reserved is None and not done.allocated and not done.finalized:
+        return  # this bind wrote nothing to the claim
     for _ in range(_RETRIES):
         claim = api.get(done.namespace, done.name)
         if claim is None:
             return
         status = dict(claim.get("status") or {})
-        reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != pod.uid]
+        reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != done.reserved]
         status["reservedFor"] = reserved
         clear = done.allocated and not reserved
         if clear:

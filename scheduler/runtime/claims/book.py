@@ -3,10 +3,13 @@ allocated (`usage`, from every claim's `status.allocation`, whoever allocated it
 scheduler's decisions not yet written), and each node as claims see it (`node`).
 
 A malformed object is logged once, naming the object and the field, and left out (a claim
-that does not parse keeps its problem, which its pods show). A node's `ClaimNode` is kept while
-its slices, labels, inventory (NRT) and placement state are the same objects, so the allocator's
-verdicts per node object stay valid; a new one is built when any of them changes. Not
-thread-safe: callers hold `cache.lock`.
+that does not parse keeps its problem, which its pods show). Slices are indexed as they arrive:
+a node's own (`nodeName`) under that node, the others (`allNodes`, `nodeSelector`) apart, so a
+node's view reads only those two and a slice event makes only the views it may change stale.
+A node's `ClaimNode` is kept while its slices, labels, inventory (NRT) and placement state are
+the same objects, so the allocator's verdicts per node object stay valid; a new one is built
+when any of them changes, its GPU map with the node's own `GpuSelector` (placement's, one per
+layout). Not thread-safe: callers hold `cache.lock`.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ from scheduler.claims.model import (
 )
 from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
-from scheduler.claims.slices import node_devices
+from scheduler.claims.slices import node_devices, serves
 from scheduler.claims.usage import Usage
 from scheduler.placement import NodeState, Scoring
 from scheduler.runtime.claims.podrefs import claim_refs
+from scheduler.runtime.cluster.groups import GroupInfo
 
 __all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook"]
 
@@ -78,7 +82,11 @@ class ClaimBook:
         self._assumed: dict[ClaimKey, Allocation] = {}
         self._usage: Usage | None = None
         self._slices_version = 0
-        self._nodes: dict[str, tuple[int, tuple[object, ...], ClaimNode]] = {}
+        self._local: dict[str, dict[str, ResourceSlice]] = {}  # node -> its slices by name
+        self._shared: dict[str, ResourceSlice] = {}  # allNodes / nodeSelector slices by name
+        self._epochs: dict[str, int] = {}  # node -> changes of the slices that serve it
+        self._shared_epoch = 0
+        self._nodes: dict[str, tuple[tuple[int, int], tuple[object, ...], ClaimNode]] = {}
         self._by_id: tuple[int, dict[DeviceId, Device]] | None = None
 
     # -- intake ----------------------------------------------------------------------------
@@ -106,8 +114,12 @@ class ClaimBook:
         if kind == CLASSES:
             return self._apply(self.classes, _name_of(obj), etype, obj, parse_device_class)
         if kind == SLICES:
+            name = _name_of(obj)
+            old = self.slices.get(name)
             self._slices_version += 1
-            return self._apply(self.slices, _name_of(obj), etype, obj, parse_slice)
+            changed = self._apply(self.slices, name, etype, obj, parse_slice)
+            self._index(name, old, self.slices.get(name))
+            return changed
         if kind == CLAIMS:
             return self._on_claim(etype, obj)
         return False
@@ -131,6 +143,36 @@ class ClaimBook:
         if book is self.classes:
             self.allocator = ClaimAllocator(dict(self.classes), scoring=self._scoring)
         return True
+
+    def _index(self, name: str, old: ResourceSlice | None, new: ResourceSlice | None) -> None:
+        """Move slice `name` from `old`'s bucket to `new`'s (a node's own, or the shared one)
+        and count a change for the views each may serve: only those are built again (every
+        view for an `allNodes` slice; for a `nodeSelector` one, the nodes it selects by the
+        labels their views were built with)."""
+        for one, add in ((old, False), (new, True)):
+            if one is None:
+                continue
+            if one.node_name is not None:
+                bucket = self._local.setdefault(one.node_name, {})
+                self._epochs[one.node_name] = self._epochs.get(one.node_name, 0) + 1
+            else:
+                bucket = self._shared
+                self._touch_served(one)
+            if add:
+                bucket[name] = one
+            else:
+                bucket.pop(name, None)
+        if old is not None and old.node_name is not None and not self._local[old.node_name]:
+            del self._local[old.node_name]
+
+    def _touch_served(self, shared: ResourceSlice) -> None:
+        if shared.all_nodes:
+            self._shared_epoch += 1
+            return
+        for node, (_, inputs, _) in self._nodes.items():
+            labels = inputs[0]
+            if isinstance(labels, Mapping) and serves(shared, node, labels):
+                self._epochs[node] = self._epochs.get(node, 0) + 1
 
     def _on_claim(self, etype: str, obj: Obj) -> bool:
         key = _key_of(obj)
@@ -163,10 +205,11 @@ class ClaimBook:
             self._usage = Usage.of([*allocated, *self._assumed.values()])
         return self._usage
 
-    def pod_claims(self, key: str, pod: Obj) -> PodClaims | str:
+    def pod_claims(self, key: str, pod: Obj, group: GroupInfo | None = None) -> PodClaims | str:
         """The pod's claims as the allocator takes them (with this scheduler's allocations not
-        yet written), or why the pod waits for them."""
-        refs = claim_refs(pod)
+        yet written), or why the pod waits for them. `group`: the pod's PodGroup, whose claims
+        the pod uses as the group's consumer."""
+        refs = claim_refs(pod, () if group is None else group.claims)
         if refs.waiting is not None:
             return refs.waiting
         claims = []
@@ -178,21 +221,23 @@ class ClaimBook:
             claim = self.claims.get(ref)
             if claim is None:
                 return f'resourceclaim "{ref}" not found'
-            why = self._unusable(claim, uid, ref in refs.made)
+            consumer = uid if group is None or ref not in refs.for_group else group.uid
+            why = self._unusable(claim, consumer, ref in refs.made)
             if why is not None:
                 return why
             assumed = self._assumed.get(ref)
             claims.append(claim if assumed is None else replace(claim, allocation=assumed))
         return PodClaims(key=key, claims=tuple(claims))
 
-    def _unusable(self, claim: ResourceClaim, pod_uid: str, made: bool) -> str | None:
-        """Why the pod may not use `claim` now, as kube-scheduler refuses it (None: it may)."""
+    def _unusable(self, claim: ResourceClaim, consumer: str, made: bool) -> str | None:
+        """Why `consumer` (the pod's UID, or its PodGroup's for a group claim) may not use
+        `claim` now, as kube-scheduler refuses it (None: it may)."""
         deleting, owners = self._meta.get(claim.key, (False, ()))
         if deleting:
             return f'resourceclaim "{claim.key}" is being deleted'
-        if made and pod_uid not in owners:
+        if made and consumer not in owners:
             return f"ResourceClaim {claim.key} was not created for the pod (not its owner)"
-        if len(claim.reserved_for) >= MAX_RESERVED and pod_uid not in claim.reserved_for:
+        if len(claim.reserved_for) >= MAX_RESERVED and consumer not in claim.reserved_for:
             return f"resourceclaim {claim.key} is reserved for {MAX_RESERVED} consumers already"
         return None
 
@@ -203,18 +248,26 @@ class ClaimBook:
         inventory: NodeInventory | None,
         state: NodeState | None,
     ) -> ClaimNode:
-        """`name` as claims see it (the same object while nothing it is built from changed)."""
+        """`name` as claims see it (the same object while nothing it is built from changed):
+        built from the node's own slices and the shared ones, again only when one of those,
+        its labels, inventory or state changed."""
         known = self._nodes.get(name)
         inputs = (labels, inventory, state)
-        if known is not None and known[0] == self._slices_version and _same(known[1], inputs):
+        epoch = (self._epochs.get(name, 0), self._shared_epoch)
+        if known is not None and known[0] == epoch and _same(known[1], inputs):
             return known[2]
-        devices = node_devices(self.slices.values(), name, labels)
+        slices = [*self._local.get(name, {}).values(), *self._shared.values()]
+        devices = node_devices(slices, name, labels)
         if known is not None and _same(known[1][1:], inputs[1:]) and known[2].devices == devices:
-            self._nodes[name] = (self._slices_version, inputs, known[2])
+            self._nodes[name] = (epoch, inputs, known[2])
             return known[2]
-        gpus = None if inventory is None else GpuMap.build(inventory, devices.devices)
+        gpus = None
+        if inventory is not None:  # the node's own selector, as placement's: one per layout
+            fits = state is not None and len(state.gpu_numa) == len(inventory.gpus)
+            selector = state.selector if fits and state is not None else None
+            gpus = GpuMap.build(inventory, devices.devices, selector=selector)
         view = ClaimNode(name=name, devices=devices, gpus=gpus, state=state)
-        self._nodes[name] = (self._slices_version, inputs, view)
+        self._nodes[name] = (epoch, inputs, view)
         return view
 
     def drop_node(self, name: str) -> None:

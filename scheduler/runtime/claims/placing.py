@@ -19,8 +19,11 @@ from dataclasses import dataclass, replace
 from agent.objkey import ObjectKey
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
+from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.podrefs import claim_refs
 from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.groups import GroupInfo
 from scheduler.runtime.cluster.podinfo import PodInfo
 
 __all__ = ["ClaimCharges", "ClaimPlacement"]
@@ -55,7 +58,7 @@ class ClaimCharges:
         excluded: AbstractSet[str] | None,
     ) -> ClaimPlacement | str:
         """Decide `info` and assume it; the placement, or why it waits."""
-        claims = self._book.pod_claims(info.key, info.obj)
+        claims = self._pod_claims(info)
         if isinstance(claims, str):
             return claims
         nodes = self._nodes(placer, [info], excluded)
@@ -83,7 +86,7 @@ class ClaimCharges:
         """Decide a gang's pods together and assume them all, or none; why not."""
         pods: list[PodClaims] = []
         for info in infos:
-            claims = self._book.pod_claims(info.key, info.obj)
+            claims = self._pod_claims(info)
             if isinstance(claims, str):
                 return f"pod {info.key}: {claims}"
             pods.append(claims)
@@ -114,6 +117,21 @@ class ClaimCharges:
         for info, one in zip(infos, placed, strict=True):
             self._hold(info, one)
         return placed
+
+    def group_of(self, info: PodInfo) -> GroupInfo | None:
+        """`info`'s PodGroup (None: none, or not seen yet): its claims are the group's."""
+        return None if info.group_key is None else self._cache.groups.get(info.group_key)
+
+    def group_ref(self, info: PodInfo) -> GroupRef | None:
+        """`info`'s PodGroup as the consumer of its group claims (None: it uses none)."""
+        group = self.group_of(info)
+        if group is None or not group.claims:
+            return None
+        grouped = claim_refs(info.obj, group.claims).for_group
+        return GroupRef(name=group.name, uid=group.uid, claims=grouped) if grouped else None
+
+    def _pod_claims(self, info: PodInfo) -> PodClaims | str:
+        return self._book.pod_claims(info.key, info.obj, self.group_of(info))
 
     def held(self, key: ObjectKey) -> ClaimPlacement | None:
         """The placement of `key`, assumed and not yet bound (None: not a pod with claims)."""

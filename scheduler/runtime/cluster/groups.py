@@ -25,6 +25,7 @@ __all__ = [
     "TOPOLOGY_REQUIRED",
     "UPSTREAM_GROUP",
     "UPSTREAM_MARK",
+    "GroupClaim",
     "GroupInfo",
     "check_level",
     "gang_priority",
@@ -45,6 +46,26 @@ def group_key(namespace: str, name: str, *, upstream: bool = False) -> ObjectKey
     """The gang key of PodGroup `namespace/name` (ours, or with `upstream` the
     scheduling.k8s.io one): what pods' `group_key` and the cache's `groups` use."""
     return object_key(namespace, name + UPSTREAM_MARK if upstream else name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupClaim:
+    """One entry of an upstream PodGroup's `spec.resourceClaims` (DRAWorkloadResourceClaims): a
+    claim reserved for the group, not its pods. A member uses it by an entry of its own
+    `spec.resourceClaims` equal to this one (the same `name` and the same `resourceClaimName` or
+    `resourceClaimTemplateName`); exactly one of `claim_name`, `template_name` is set."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+    def matches(self, entry: Mapping[str, Any]) -> bool:
+        """Whether a pod's `spec.resourceClaims` entry is this one (kube's `BindTo`)."""
+        return (
+            entry.get("name") == self.name
+            and entry.get("resourceClaimName") == self.claim_name
+            and entry.get("resourceClaimTemplateName") == self.template_name
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +93,7 @@ class GroupInfo:
     priority: int | None = None
     whole: bool = False
     never_preempts: bool = False
+    claims: tuple[GroupClaim, ...] = ()
 
     @property
     def title(self) -> str:

@@ -4,10 +4,12 @@ kube-scheduler writes on them.
 `parse_upstream_group` reads what the scheduler honours: `schedulingPolicy` (`gang.minCount` the
 gang's minimum, `basic` no gang), `schedulingConstraints.topology[0].key` (a required topology
 level, as our annotation), `priorityClassName` with the `priority` admission resolved for it,
-`disruptionMode` (`all`: evicted whole) and `preemptionPolicy`. What it does not implement yet
-is refused with the field named, never ignored: PodGroup-level `resourceClaims`
-(DRAWorkloadResourceClaims), membership of a CompositePodGroup (`parentCompositePodGroupName`)
-and a topology constraint on a `basic` group (its pods are placed one by one). A union with no
+`disruptionMode` (`all`: evicted whole), `preemptionPolicy` and the PodGroup-level
+`resourceClaims` (DRAWorkloadResourceClaims: each claim is allocated once for the group and
+reserved for the PodGroup, `scheduler.runtime.claims`). What it does not implement yet is
+refused with the field named, never ignored: membership of a CompositePodGroup
+(`parentCompositePodGroupName`) and a topology constraint on a `basic` group (its pods are
+placed one by one). A union with no
 member, two, or one this reader does not know (a newer server's) is malformed. Pure:
 `initially_scheduled` builds the condition from what the gang tracker knows; the tracker writes
 it.
@@ -22,7 +24,7 @@ from typing import Any
 from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
 from scheduler.kubeapi.workloads import condition_for
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.cluster.groups import GroupInfo, base_group, check_level
+from scheduler.runtime.cluster.groups import GroupClaim, GroupInfo, base_group, check_level
 
 __all__ = [
     "REASON_SCHEDULED",
@@ -72,23 +74,44 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
             priority=_priority(spec),
             whole=disruption == "all",
             never_preempts=_preemption_policy(spec) == "Never",
+            claims=_claims(spec),
         )
     except (ValueError, TypeError, AttributeError) as exc:
         return replace(base, error=f"invalid {base.title}: {exc}")
 
 
 def _refuse_unsupported(spec: Obj) -> None:
-    if spec.get("resourceClaims"):
-        raise ValueError(
-            "spec.resourceClaims: unsupported: PodGroup-level ResourceClaims "
-            "(DRAWorkloadResourceClaims) are not reserved by gputopo-scheduler yet"
-        )
     if spec.get("parentCompositePodGroupName"):
         raise ValueError(
             "spec.parentCompositePodGroupName: unsupported: CompositePodGroup "
             f"{spec['parentCompositePodGroupName']!r} (minGroupCount) is not read by "
             "gputopo-scheduler yet"
         )
+
+
+def _claims(spec: Obj) -> tuple[GroupClaim, ...]:
+    """`spec.resourceClaims`: each a unique `name` with exactly one of `resourceClaimName`,
+    `resourceClaimTemplateName` (kube's `PodGroupResourceClaim`)."""
+    entries = spec.get("resourceClaims") or []
+    if not isinstance(entries, list):
+        raise ValueError("spec.resourceClaims: must be a list")
+    claims: list[GroupClaim] = []
+    for i, entry in enumerate(entries):
+        field = f"spec.resourceClaims[{i}]"
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{field}.name: must name the claim, got {name!r}")
+        if any(c.name == name for c in claims):
+            raise ValueError(f"{field}.name: {name!r} named twice")
+        direct, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        if (direct is None) == (template is None):
+            raise ValueError(
+                f"{field}: must set exactly one of resourceClaimName, resourceClaimTemplateName"
+            )
+        if not isinstance(direct or template, str) or not (direct or template):
+            raise ValueError(f"{field}: must name a ResourceClaim or ResourceClaimTemplate")
+        claims.append(GroupClaim(name=name, claim_name=direct, template_name=template))
+    return tuple(claims)
 
 
 def _min_count(spec: Obj) -> int:

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.claims.decision import ClaimAllocation
-from scheduler.claims.model import AllocatedDevice, Allocation, DeviceId
+from scheduler.claims.model import AllocatedDevice, Allocation, ClaimKey, DeviceId
 from scheduler.claims.parse import parse_claim
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.resourceclaims import ClaimApi
-from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
+from scheduler.runtime.binding.claimbind import GroupRef, PodRef, bind_with_claims
 from tests.builders.claimcluster import NS, PROTECTION, allocated_elsewhere, claim_of, gpu_claim
 
 POD = PodRef(namespace=NS, name="p1", uid="uid-p1")
@@ -80,3 +80,40 @@ def test_a_bound_pod_is_reserved_on_every_claim_in_order(fake_api, claims_api):
     assert [r["name"] for r in claim_of(fake_api, "b")["status"]["reservedFor"]] == ["b-pod", "p1"]
     paths = [r.path.rsplit("/resourceclaims/", 1)[1] for r in fake_api.requests_matching("PUT")]
     assert paths == ["a", "a/status", "b/status"]
+
+
+GROUP = GroupRef(name="g", uid="uid-g", claims=frozenset({ClaimKey(NS, "shared")}))
+
+
+def test_a_group_claim_is_reserved_for_the_podgroup_and_a_failed_bind_takes_it_back(
+    fake_api, claims_api
+):
+    fake_api.put_object("resourceclaims", gpu_claim("shared", 1))
+    fake_api.put_object("resourceclaims", gpu_claim("own", 1))
+    made = [_decided(fake_api, "shared", new=True), _decided(fake_api, "own", new=True)]
+    seen: list[list[dict[str, str]]] = []
+
+    def refused() -> str:
+        seen.append(claim_of(fake_api, "shared")["status"]["reservedFor"])
+        return "conflict"
+
+    assert bind_with_claims(claims_api, POD, made, refused, GROUP) == "conflict"
+    assert seen == [[GROUP.consumer]]
+    assert GROUP.consumer["apiGroup"] == "scheduling.k8s.io"
+    assert GROUP.consumer["resource"] == "podgroups"
+    assert not (claim_of(fake_api, "shared").get("status") or {}).get("allocation")
+    assert not (claim_of(fake_api, "own").get("status") or {}).get("allocation")
+
+
+def test_a_member_finding_its_group_reserved_writes_nothing_and_undoes_nothing(
+    fake_api, claims_api
+):
+    allocated_elsewhere(fake_api, "shared", "n1", [7])
+    claim = claim_of(fake_api, "shared")
+    claim["status"]["reservedFor"] = [GROUP.consumer]
+    fake_api.put_object("resourceclaims", claim)
+    decided = _decided(fake_api, "shared", new=False)
+    fake_api.clear_requests()
+    assert bind_with_claims(claims_api, POD, [decided], lambda: "conflict", GROUP) == "conflict"
+    assert fake_api.requests_matching("PUT") == []
+    assert claim_of(fake_api, "shared")["status"]["reservedFor"] == [GROUP.consumer]

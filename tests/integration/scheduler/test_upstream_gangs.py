@@ -168,21 +168,6 @@ def test_a_pod_naming_both_apis_is_refused(upstream, core_v1, custom_objects):
     assert "both" not in bound_pods(upstream)
 
 
-def test_group_resource_claims_are_refused_with_the_field(upstream, core_v1, custom_objects):
-    gpu_node(upstream, "n1", gpus=8)
-    with running(upstream):
-        claims = [{"name": "shared", "resourceClaimName": "nvl"}]
-        create_upstream_podgroup(custom_objects, upstream_podgroup("c", 1, resourceClaims=claims))
-        create_pod(core_v1, member_pod("c-0", "c"))
-        found = wait_for(lambda: upstream_condition(upstream, "c"), 5, "the condition")
-        pod = wait_for(lambda: scheduled_condition(upstream, "c-0"), 5, "PodScheduled")
-    assert (found["status"], found["reason"]) == ("False", "SchedulerError")
-    assert "spec.resourceClaims: unsupported" in found["message"]
-    assert "spec.resourceClaims" in pod["message"]
-    assert "c-0" not in bound_pods(upstream)
-    assert [e["reason"] for e in events_for(upstream, "c")] == ["InvalidPodGroup"]
-
-
 def test_a_malformed_group_is_named_and_the_rest_keeps_scheduling(
     upstream, core_v1, custom_objects
 ):

@@ -115,3 +115,89 @@ def test_an_unmodelled_union_member_raises(custom) -> None:
         _create(custom, body)
     assert err.value.status == 500
     assert "spec.schedulingPolicy.elastic is not modelled" in status_body(err.value)["message"]
+
+
+def _claims(*entries: dict[str, str]) -> dict[str, Any]:
+    return upstream_podgroup("g", 2, resourceClaims=list(entries))
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        pytest.param(
+            [{"name": "a"}],
+            'spec.resourceClaims[0]: Invalid value: "": must specify one of: '
+            "`resourceClaimName`, `resourceClaimTemplateName`",
+            id="naming nothing",
+        ),
+        pytest.param(
+            [{"name": "a", "resourceClaimName": "x", "resourceClaimTemplateName": "t"}],
+            "must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            id="naming both",
+        ),
+        pytest.param(
+            [{"resourceClaimName": "x"}],
+            "spec.resourceClaims[0].name: Required value",
+            id="no name",
+        ),
+        pytest.param(
+            [{"name": "a", "resourceClaimName": "x"}, {"name": "a", "resourceClaimName": "y"}],
+            'spec.resourceClaims[1]: Duplicate value: {"name":"a"}',
+            id="a name twice",
+        ),
+        pytest.param(
+            [{"name": f"c{i}", "resourceClaimName": "x"} for i in range(5)],
+            "spec.resourceClaims: Too many: 5: must have at most 4 items",
+            id="five",
+        ),
+    ],
+)
+def test_group_claims_are_checked_with_the_gate(custom, entries, expected) -> None:
+    assert expected in _refused(custom, _claims(*entries))
+
+
+def test_group_claims_are_immutable_and_their_statuses_name_them(custom, fake_api) -> None:
+    _create(custom, _claims({"name": "a", "resourceClaimTemplateName": "t"}))
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(
+            GROUP, "v1beta1", "default", "podgroups", "g", {"spec": {"resourceClaims": []}}
+        )
+    assert (
+        "spec.resourceClaims: Invalid value: field is immutable"
+        in status_body(err.value)["message"]
+    )
+    made = {"resourceClaimStatuses": [{"name": "a", "resourceClaimName": "g-a-xyz"}]}
+    custom.patch_namespaced_custom_object_status(
+        GROUP, "v1beta1", "default", "podgroups", "g", {"status": made}
+    )
+    stored = fake_api.get_object(PODGROUPS, "g", "default") or {}
+    assert stored["status"]["resourceClaimStatuses"] == made["resourceClaimStatuses"]
+    wrong = {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "g-b"}]}
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object_status(
+            GROUP, "v1beta1", "default", "podgroups", "g", {"status": wrong}
+        )
+    assert (
+        "must match the name of an entry in `spec.resourceClaims`"
+        in status_body(err.value)["message"]
+    )
+
+
+def test_without_the_gate_group_claims_are_dropped(fake_api, kube_client) -> None:
+    fake_api.serve_workload_api(("v1beta1",), claims_gate=False)
+    created = _create(CustomObjectsApi(kube_client), _claims({"name": "a"}))
+    assert "resourceClaims" not in created["spec"]
+
+
+def test_a_workload_templates_claims_are_not_modelled(custom) -> None:
+    template = {"name": "t", "schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "a"}]}
+    body = {
+        "apiVersion": f"{GROUP}/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {"podGroupTemplates": [template]},
+    }
+    with pytest.raises(ApiException) as err:
+        _create(custom, body, plural="workloads")
+    assert err.value.status == 500
+    assert "resourceClaims (a Workload's) are not modelled" in status_body(err.value)["message"]

@@ -15,6 +15,7 @@ from kubernetes import client
 from agent.dra import DRIVER, GROUP, VERSION
 from agent.dra.devices import dra_devices
 from agent.kube.dra import KubeDra
+from agent.podgroup import podgroup_consumer
 from deviceplugin._pb import dra_health_v1alpha1_pb2 as health_pb
 from deviceplugin.device_state import DeviceState
 from deviceplugin.dra.mps_edits import MpsEdits
@@ -190,6 +191,35 @@ def test_a_claim_this_node_may_not_prepare_gets_its_own_error(rig, case, message
     assert message in out[bad[2]]
     assert "ResourceClaim default/bad" in out[bad[2]]
     assert not (rig.paths.cdi_dir / f"k8s.gputopo.io-claim_{bad[2]}.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("node", "group", "prepared"),
+    [
+        pytest.param(NODE, "g", True, id="a member of the group here"),
+        pytest.param(NODE, "other", False, id="a pod of another group here"),
+        pytest.param("other-node", "g", False, id="the group's pods elsewhere"),
+    ],
+)
+def test_a_claim_reserved_for_a_podgroup_serves_its_members_on_this_node(
+    rig, node, group, prepared
+):
+    rig.start_plugin()
+    rig.kubelet.scan()
+    body = make_pod("member", node=node)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    rig.core.create_namespaced_pod(NS, body)
+    claim = rig.claim("shared", [("gpu", "gpu-1")], [])
+    consumer = podgroup_consumer("g", "uid-g")
+    status = {"status": {"reservedFor": [consumer]}}
+    rig.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "resourceclaims", "shared", status
+    )
+    out = rig.kubelet.prepare(DRIVER, [claim])
+    if prepared:
+        assert [d.device for d in out[claim[2]]] == ["gpu-1"]
+    else:
+        assert "names PodGroup g (no pod of it), none of them on this node" in out[claim[2]]
 
 
 def test_a_request_with_an_empty_uid_is_invalid_and_the_plugin_keeps_serving(rig):

@@ -8,10 +8,13 @@ import logging
 
 import pytest
 
-from scheduler.claims.decision import PodClaims
+from agent.gpuset import GpuSelector
+from scheduler.claims.decision import PodClaims, PodDecision
 from scheduler.claims.model import ClaimKey
-from scheduler.runtime.claims.book import CLAIMS, CLASSES, SLICES, ClaimBook
+from scheduler.placement import NodeState
+from scheduler.runtime.claims.book import CLAIMS, CLASSES, MAX_RESERVED, SLICES, ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
+from scheduler.runtime.cluster.groups import GroupClaim, GroupInfo
 from tests.builders.claims import (
     claim_obj,
     class_obj,
@@ -150,3 +153,92 @@ def test_a_claim_being_deleted_is_not_used():
     entry = {"name": "a", "resourceClaimName": "going"}
     pod = {"metadata": {"namespace": "ns", "uid": "u"}, "spec": {"resourceClaims": [entry]}}
     assert book.pod_claims("ns/p", pod) == 'resourceclaim "ns/going" is being deleted'
+
+
+def _group(*claims: GroupClaim) -> GroupInfo:
+    return GroupInfo(
+        key="ns/g@scheduling.k8s.io", namespace="ns", name="g", uid="uid-g", obj={}, claims=claims
+    )
+
+
+def test_an_entry_equal_to_the_groups_claim_is_the_groups_and_others_the_pods():
+    group = _group(
+        GroupClaim(name="nvl", claim_name="shared"),
+        GroupClaim(name="scratch", template_name="t"),
+    )
+    entries = [
+        {"name": "nvl", "resourceClaimName": "shared"},
+        {"name": "own", "resourceClaimName": "mine"},
+        {"name": "scratch", "resourceClaimTemplateName": "t"},
+        {"name": "same-claim-other-name", "resourceClaimName": "shared"},
+    ]
+    pod = {
+        "metadata": {"namespace": "ns", "name": "p"},
+        "spec": {"resourceClaims": entries},
+        "status": {"resourceClaimStatuses": [{"name": "scratch", "resourceClaimName": "g-s-x"}]},
+    }
+    refs = claim_refs(pod, group.claims)
+    assert [k.name for k in refs.keys] == ["shared", "mine", "g-s-x", "shared"]
+    assert refs.for_group == {ClaimKey("ns", "shared"), ClaimKey("ns", "g-s-x")}
+    assert claim_refs(pod).for_group == frozenset()
+
+
+def test_a_group_claim_made_from_a_template_is_owned_by_the_podgroup_not_the_pod():
+    book = _book()
+    group = _group(GroupClaim(name="scratch", template_name="t"))
+    entry = {"name": "scratch", "resourceClaimTemplateName": "t"}
+    pod = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u1"},
+        "spec": {"resourceClaims": [entry]},
+        "status": {"resourceClaimStatuses": [{"name": "scratch", "resourceClaimName": "g-s"}]},
+    }
+    made = claim_obj("g-s", request("gpus", 1))
+    made["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": "u1"}]
+    book.apply(CLAIMS, "ADDED", made)
+    assert "was not created for the pod" in str(book.pod_claims("ns/p", pod, group))
+    made["metadata"]["ownerReferences"] = [{"kind": "PodGroup", "name": "g", "uid": "uid-g"}]
+    book.apply(CLAIMS, "MODIFIED", made)
+    found = book.pod_claims("ns/p", pod, group)
+    assert isinstance(found, PodClaims)
+    assert [c.key.name for c in found.claims] == ["g-s"]
+
+
+def test_a_full_group_claim_still_serves_the_members_of_the_group_it_is_reserved_for():
+    book = _book()
+    full = claim_obj("shared", request("gpus", 1))
+    consumers = [("g", "uid-g")] + [(f"p{i}", f"u{i}") for i in range(MAX_RESERVED - 1)]
+    full.update(allocation_status("n1", [("gpus", "gpu-0")], consumers))
+    book.apply(CLAIMS, "ADDED", full)
+    entry = {"name": "nvl", "resourceClaimName": "shared"}
+    pod = {"metadata": {"namespace": "ns", "uid": "new"}, "spec": {"resourceClaims": [entry]}}
+    assert "reserved for 256 consumers" in str(book.pod_claims("ns/p", pod))
+    found = book.pod_claims("ns/p", pod, _group(GroupClaim(name="nvl", claim_name="shared")))
+    assert isinstance(found, PodClaims)
+
+
+def test_a_node_view_orders_gpus_with_the_nodes_own_selector_and_decides_alike():
+    """Placement's selector is shared by nodes of one layout; the claim view takes it (a map
+    built apart makes its own from the same links: the same sets, a cold memo)."""
+    book = _book()
+    book.replace(
+        CLAIMS, [claim_obj("theirs", request("gpus", 1)), claim_obj("pair", request("gpus", 2))]
+    )
+    inventory = two_islands()
+    selector = GpuSelector(inventory.links, tuple(g.numa_node for g in inventory.gpus))
+    state = NodeState.from_inventory("n1", inventory, allocatable={}, selector=selector)
+    view = book.node("n1", {}, inventory, state)
+    assert view.gpus is not None
+    assert view.gpus.selector is selector
+    apart = book.node("n1", {}, inventory, None)
+    assert apart.gpus is not None
+    assert apart.gpus.selector is not selector
+    entry = {"name": "a", "resourceClaimName": "pair"}
+    pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": [entry]}}
+    claims = book.pod_claims("ns/p", pod)
+    assert isinstance(claims, PodClaims)
+    usage = book.usage()
+    with_own = book.allocator.on_node(claims, view, usage)
+    with_apart = book.allocator.on_node(claims, apart, usage)
+    assert isinstance(with_own, PodDecision)
+    assert isinstance(with_apart, PodDecision)
+    assert with_own.claims[0].allocation == with_apart.claims[0].allocation

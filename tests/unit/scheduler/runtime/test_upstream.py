@@ -104,9 +104,34 @@ def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
             id="bad policy",
         ),
         pytest.param(
-            {"resourceClaims": [{"name": "c", "resourceClaimName": "x"}]},
-            "spec.resourceClaims: unsupported",
-            id="group claims",
+            {"resourceClaims": [{"name": "c"}]},
+            "spec.resourceClaims[0]: must set exactly one of resourceClaimName, "
+            "resourceClaimTemplateName",
+            id="group claim naming nothing",
+        ),
+        pytest.param(
+            {
+                "resourceClaims": [
+                    {"name": "c", "resourceClaimName": "x", "resourceClaimTemplateName": "t"}
+                ]
+            },
+            "spec.resourceClaims[0]: must set exactly one of",
+            id="group claim naming both",
+        ),
+        pytest.param(
+            {
+                "resourceClaims": [
+                    {"name": "c", "resourceClaimName": "x"},
+                    {"name": "c", "resourceClaimName": "y"},
+                ]
+            },
+            "spec.resourceClaims[1].name: 'c' named twice",
+            id="group claim twice",
+        ),
+        pytest.param(
+            {"resourceClaims": [{"resourceClaimName": "x"}]},
+            "spec.resourceClaims[0].name: must name the claim",
+            id="group claim without a name",
         ),
         pytest.param(
             {
@@ -197,8 +222,25 @@ def test_the_condition_waits_then_turns_true_and_stays() -> None:
     assert initially_scheduled(group, bound=1, complete=False, waiting="lost one", now="t4") == done
 
 
+def test_group_claims_are_read_by_name_and_what_they_name() -> None:
+    group = _read(
+        resourceClaims=[
+            {"name": "nvl", "resourceClaimName": "shared-nvl"},
+            {"name": "scratch", "resourceClaimTemplateName": "two-gpus"},
+        ]
+    )
+    assert group.error is None
+    assert [(c.name, c.claim_name, c.template_name) for c in group.claims] == [
+        ("nvl", "shared-nvl", None),
+        ("scratch", None, "two-gpus"),
+    ]
+    assert group.claims[0].matches({"name": "nvl", "resourceClaimName": "shared-nvl"})
+    assert not group.claims[0].matches({"name": "other", "resourceClaimName": "shared-nvl"})
+    assert not group.claims[1].matches({"name": "scratch", "resourceClaimName": "two-gpus"})
+
+
 def test_an_unusable_group_reads_as_a_scheduler_error() -> None:
-    group = _read(resourceClaims=[{"name": "c", "resourceClaimName": "x"}])
+    group = _read(resourceClaims=[{"name": "c"}])
     found = initially_scheduled(group, bound=0, complete=False, waiting="", now="t")
     assert found is not None
     assert (found["status"], found["reason"]) == ("False", "SchedulerError")

@@ -3,10 +3,12 @@
 Placement filters the nodes for each pod's other resources, the claim allocator chooses among
 them (a gang's pods all together or none, within one domain of a required topology level), and
 each pod is assumed with the GPUs its claims take (CLAIMS.md steps 4 and 6), so binpack,
-topology and queues see them. `ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its
-bind ends: `bound` drops it, `forget` undoes the assumption (the pod's request as read again,
-its claims' allocations free again). A refusal is the message the pod waits with: the claims'
-reasons (claim, request and nearest miss), or placement's when no node fits the rest.
+topology and queues see them; the shares its claims take of shared GPUs are charged to its queue
+(`PodInfo.claim_shares`), not to placement (a DRA GPU is never the device plugin's, DESIGN §14).
+`ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its bind ends: `bound` drops it,
+`forget` undoes the assumption (the pod's request as read again, its claims' allocations free
+again). A refusal is the message the pod waits with: the claims' reasons (claim, request and
+nearest miss), or placement's when no node fits the rest.
 Called with `cache.lock` held.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from agent.objkey import ObjectKey
+from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
 from scheduler.runtime.claims.book import ClaimBook
@@ -33,12 +36,14 @@ Admit = Callable[[Sequence[PodInfo]], str | None]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimPlacement:
-    """`request`: the pod's own, with the GPUs its claims take (`original`: as read)."""
+    """`request`: the pod's own, with the GPUs its claims take (`original`: as read);
+    `shares`: the shares of shared GPUs its claims hold (charged to its queue)."""
 
     original: PodRequest
     request: PodRequest
     assignment: Assignment
     decision: PodDecision
+    shares: tuple[ClaimShare, ...] = ()
 
 
 class ClaimCharges:
@@ -130,6 +135,7 @@ class ClaimCharges:
             current = self._cache.pods.get(key)
             if current is not None and current.request is placed.request:
                 current.request = placed.original  # before `forget` charges it again
+                current.claim_shares = ()
         return self._cache.forget(key)
 
     def _charged(
@@ -146,12 +152,13 @@ class ClaimCharges:
             request=replace(info.request, gpus=len(gpus)),
             assignment=replace(base, gpus=gpus),
             decision=decision,
+            shares=self._book.decision_charge(decision).shares,
         )
 
     def _hold(self, info: PodInfo, placed: ClaimPlacement) -> None:
         """Assume `info` as `placed` says (its claims' allocations held too)."""
         decision = placed.decision
-        info.request = placed.request
+        info.request, info.claim_shares = placed.request, placed.shares
         self._cache.assume(info.key, placed.assignment)
         self._book.assume(decision)
         self._held[info.key] = placed
@@ -202,9 +209,9 @@ def _refused(placed: Sequence[tuple[PodInfo, ClaimPlacement]], admit: Admit | No
     if admit is None:
         return None
     for info, one in placed:
-        info.request = one.request
+        info.request, info.claim_shares = one.request, one.shares
     try:
         return admit([info for info, _ in placed])
     finally:
         for info, one in placed:
-            info.request = one.original
+            info.request, info.claim_shares = one.original, ()

@@ -129,24 +129,20 @@ def test_a_pod_waits_for_the_claim_of_its_template_and_then_gets_it():
     assert [c.key.name for c in found.claims] == ["p-a"]
 
 
-def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_not_shares_or_admin_access():
-    book = _book()
+def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_and_their_shares():
+    book = ClaimBook()
+    book.replace(CLASSES, [class_obj()])
+    shared = gpu_device(4, shared=True, capacity={"memory": {"value": "80Gi"}})
+    book.replace(SLICES, [slice_obj("n1", [*island_devices()[:4], shared])])
     mine = claim_obj("mine", request("gpus", 2))
     mine.update(allocation_status("n1", [("gpus", "gpu-2"), ("gpus", "gpu-3")], [("p", "u")]))
-    shared = claim_obj("shared", request("gpus", 1))
-    shared.update(allocation_status("n1", [("gpus", "gpu-4")], [("p", "u")]))
-    shared["status"]["allocation"]["devices"]["results"][0]["shareID"] = "s1"
-    book.replace(CLAIMS, [mine, shared, claim_obj("later", request("gpus", 1))])
-    entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "shared", "later")]
+    part = claim_obj("part", request("gpus", 1))
+    part.update(allocation_status("n1", [("gpus", "gpu-4")], [("p", "u")]))
+    result = part["status"]["allocation"]["devices"]["results"][0]
+    result.update(shareID="s1", consumedCapacity={"memory": "20Gi"})
+    book.replace(CLAIMS, [mine, part, claim_obj("later", request("gpus", 1))])
+    entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "part", "later", "mine")]
     pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": entries}}
-    assert book.gpus_held(pod) == 2
-
-
-def test_a_claim_being_deleted_is_not_used():
-    book = _book()
-    going = claim_obj("going", request("gpus", 1))
-    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    book.replace(CLAIMS, [going])
-    entry = {"name": "a", "resourceClaimName": "going"}
-    pod = {"metadata": {"namespace": "ns", "uid": "u"}, "spec": {"resourceClaims": [entry]}}
-    assert book.pod_claims("ns/p", pod) == 'resourceclaim "ns/going" is being deleted'
+    held = book.charge(pod)
+    assert sorted(d.device for d in held.gpus) == ["gpu-2", "gpu-3"]
+    assert [(s.device.device, s.milli, s.memory) for s in held.shares] == [("gpu-4", 250, 20 << 30)]

@@ -164,3 +164,15 @@ def claim_gang(
         create_pod(core, body)
         pods.append(pod)
     return pods
+
+
+def deallocate(fake: FakeApiServer, name: str) -> None:
+    """What the resourceclaim controller does once every pod a claim is reserved for is gone:
+    `reservedFor` emptied, the allocation cleared and the delete-protection finalizer removed
+    (the fake API server runs no controllers)."""
+    claim = claim_of(fake, name)
+    claim["status"] = {}
+    claim["metadata"]["finalizers"] = [
+        f for f in claim["metadata"].get("finalizers") or () if f != PROTECTION
+    ]
+    fake.put_object("resourceclaims", claim)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
@@ -233,6 +234,24 @@ class ClaimBook:
             if allocation is not None:
                 allocations.append(allocation)
         return claim_charge(allocations, self._devices())
+
+    def freed_by(self, leaving: AbstractSet[str], alive: AbstractSet[str]) -> set[ClaimKey]:
+        """The allocated claims every consumer of which is in `leaving` or not in `alive`
+        (pod UIDs): the resourceclaim controller deallocates them once those pods are gone."""
+        return {
+            key
+            for key, claim in self.claims.items()
+            if claim.allocation is not None
+            and claim.reserved_for
+            and all(uid in leaving or uid not in alive for uid in claim.reserved_for)
+        }
+
+    def usage_without(self, freed: AbstractSet[ClaimKey]) -> Usage:
+        """`usage` as it will be once the claims `freed` are deallocated."""
+        if not freed:
+            return self.usage()
+        kept = [c.allocation for k, c in self.claims.items() if c.allocation and k not in freed]
+        return Usage.of([*kept, *self._assumed.values()])
 
     def decision_charge(self, decision: PodDecision) -> ClaimCharge:
         """What the claims of `decision` hold once it is made (those allocated before too)."""

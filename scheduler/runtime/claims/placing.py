@@ -7,8 +7,9 @@ topology and queues see them; the shares its claims take of shared GPUs are char
 (`PodInfo.claim_shares`), not to placement (a DRA GPU is never the device plugin's, DESIGN §14).
 `ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its bind ends: `bound` drops it,
 `forget` undoes the assumption (the pod's request as read again, its claims' allocations free
-again). A refusal is the message the pod waits with: the claims' reasons (claim, request and
-nearest miss), or placement's when no node fits the rest.
+again). A refusal (`ClaimRefusal`) is the message the pod waits with: the claims' reasons
+(claim, request and nearest miss), or placement's when no node fits the rest; then more room
+would help, and `room` gives the victim search the pod's claims (`ClaimRoom`).
 Called with `cache.lock` held.
 """
 
@@ -23,15 +24,25 @@ from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
 from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.room import ClaimRoom
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import PodInfo
 
-__all__ = ["ClaimCharges", "ClaimPlacement"]
+__all__ = ["ClaimCharges", "ClaimPlacement", "ClaimRefusal"]
 
 _SHOWN = 3  # the nearest misses a waiting pod's message names
 
 Admit = Callable[[Sequence[PodInfo]], str | None]
 """Why a queue holds pods back as they ask now (None: admitted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRefusal:
+    """Why a pod with claims waits; `room`: more room would let it start (no node fits its
+    claims or the rest of it), so it may preempt; not for a queue's max or a missing claim."""
+
+    message: str
+    room: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,25 +69,36 @@ class ClaimCharges:
         placer: Placer,
         info: PodInfo,
         excluded: AbstractSet[str] | None,
-    ) -> ClaimPlacement | str:
+    ) -> ClaimPlacement | ClaimRefusal:
         """Decide `info` and assume it; the placement, or why it waits."""
         claims = self._book.pod_claims(info.key, info.obj)
         if isinstance(claims, str):
-            return claims
+            return ClaimRefusal(message=claims)
         nodes = self._nodes(placer, [info], excluded)
         if isinstance(nodes, str):
-            return nodes
+            return ClaimRefusal(message=nodes, room=True)
         decision = self._book.allocator.place(claims, nodes, self._book.usage())
         if decision.node is None:
-            return self._refusal(decision.reasons)
+            return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
         placed = self._charged(placer, info, decision)
         if isinstance(placed, str):
-            return placed
+            return ClaimRefusal(message=placed, room=True)
         why = _refused([(info, placed)], self._admit)
         if why is not None:
-            return why
+            return ClaimRefusal(message=why)
         self._hold(info, placed)
         return placed
+
+    def room(self, info: PodInfo) -> ClaimRoom | None:
+        """`info`'s claims as a victim search judges them (None: it waits for its claims)."""
+        claims = self._book.pod_claims(info.key, info.obj)
+        if isinstance(claims, str):
+            return None
+        pods = self._cache.pods.values()
+        uids = {str(p.key): p.uid for p in pods if p.counted}
+        alive = {p.uid for p in pods if not p.terminal}  # a finished pod's claims are let go
+        alive.update(g.uid for g in self._cache.groups.values())  # claims of a PodGroup
+        return ClaimRoom(self._book, claims, self._claim_node, uids, alive)
 
     def place_gang(
         self,

@@ -146,3 +146,24 @@ def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_and_their_shares():
     held = book.charge(pod)
     assert sorted(d.device for d in held.gpus) == ["gpu-2", "gpu-3"]
     assert [(s.device.device, s.milli, s.memory) for s in held.shares] == [("gpu-4", 250, 20 << 30)]
+
+
+def test_a_claim_is_freed_once_every_pod_it_is_reserved_for_leaves():
+    book = _book()
+    objs = []
+    for name, gpu, pods in (
+        ("alone", 0, [("v", "uid-v")]),
+        ("both", 1, [("v", "uid-v"), ("w", "uid-w")]),
+        ("gone", 2, [("x", "uid-x")]),
+    ):
+        obj = claim_obj(name, request("gpus", 1))
+        obj.update(allocation_status("n1", [("gpus", f"gpu-{gpu}")], pods))
+        objs.append(obj)
+    book.replace(CLAIMS, objs)
+    freed = book.freed_by({"uid-v"}, alive={"uid-v", "uid-w"})
+    assert freed == {ClaimKey("ns", "alone"), ClaimKey("ns", "gone")}
+    assert book.freed_by(set(), alive={"uid-v", "uid-w", "uid-x"}) == set()
+    usage = book.usage_without(freed)
+    devices = {d.name: d for d in book.node("n1", {}, None, None).devices.devices}
+    assert [usage.is_free(devices[f"gpu-{g}"]) for g in range(3)] == [True, False, True]
+    assert not book.usage().is_free(devices["gpu-0"])

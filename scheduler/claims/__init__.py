@@ -5,10 +5,11 @@ resource.k8s.io/v1 objects in (`parse`, `slices`), CEL device selectors with the
 extensions (`selectors`, `cel_ext`, `semver`), the structured allocator with Kubernetes'
 semantics (`candidates` filters, `search` backtracks over requests and constraints, `order` puts
 the placement's preferred devices first, `usage` counts what is taken, `decision` the answer's
-types, `verdicts` what is kept between pods, `allocator` decides per node, pod and gang) and the
-decision out in the shape of `status.allocation` (`status`).
+types, `verdicts` what is kept between pods, `allocator` decides per node, pod and gang), the
+decision out in the shape of `status.allocation` (`status`), and what allocated claims charge a
+pod's queue (`charge`).
 
 Modules, bottom up: `errors`, `semver`, `model`, `wire`, `slices`, `parse`, `cel_ext`,
-`selectors`, `usage`, `candidates`, `order`, `search`, `status`, `decision`, `verdicts`,
+`selectors`, `usage`, `charge`, `candidates`, `order`, `search`, `status`, `decision`, `verdicts`,
 `allocator`.
 """

@@ -100,7 +100,8 @@ class ClaimAllocator:
             if c.allocation
         ]
         made = allocations(fresh, picks, node.name, self.classes)
-        return PodDecision(node=node.name, claims=(*old, *made), gpus=whole_gpus(node, picks))
+        held = [p for p in picks if p.candidate.consumed is None]  # a share is not a whole GPU
+        return PodDecision(node=node.name, claims=(*old, *made), gpus=whole_gpus(node, held))
 
     def _solve(
         self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage

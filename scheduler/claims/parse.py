@@ -25,7 +25,7 @@ from .model import (
     DeviceRequest,
     ResourceClaim,
 )
-from .slices import parse_slice
+from .slices import parse_slice, qualified
 from .wire import Fields, fields_of
 
 __all__ = [
@@ -174,13 +174,14 @@ def _allocation(alloc: Fields) -> Allocation:
     results = []
     for res in devices.items("results"):
         consumed = res.sub("consumedCapacity")
+        driver = res.text("driver")
         results.append(
             AllocatedDevice(
                 request=res.text("request"),
-                id=DeviceId(res.text("driver"), res.text("pool"), res.text("device")),
+                id=DeviceId(driver, res.text("pool"), res.text("device")),
                 admin_access=res.flag("adminAccess"),
                 share_id=res.opt_str("shareID"),
-                consumed={k: consumed.quantity(k) for k in consumed.data},
+                consumed={qualified(k, driver): consumed.quantity(k) for k in consumed.data},
             )
         )
     return Allocation(devices=tuple(results), node=_selected_node(alloc.sub("nodeSelector")))

@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from scheduler.placement import PodRequest, TopologyConstraint
 
 __all__ = [
     "Budget",
+    "DeviceFit",
     "Eviction",
     "NoChoice",
     "PreemptionSettings",
@@ -69,13 +71,23 @@ class Budget:
     pods: frozenset[str]
 
 
+class DeviceFit(Protocol):
+    """What a pod U needs besides its request, decided apart from placement (its DRA claims, by
+    the claim allocator): whether that fits on `node` once the pods `gone` (their keys) are gone.
+    Deterministic for one search."""
+
+    def fits(self, node: str, gone: frozenset[str]) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preemptor:
     """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
     `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`.
     `excluded`: nodes U may not use (a model max on its path is reached there, DESIGN §10):
     the search neither places U nor takes victims there. `prefer_clique`: a gang without a
-    topology prefers one NVLink clique, as the scheduler places it (DESIGN §13)."""
+    topology prefers one NVLink clique, as the scheduler places it (DESIGN §13). `devices`: what
+    a single pod needs besides its request (its claims' devices): a node takes U only where
+    that fits too, with the area's victims gone."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -86,6 +98,7 @@ class Preemptor:
     min_resources: Mapping[str, int] | None = None
     excluded: frozenset[str] = frozenset()
     prefer_clique: bool = False
+    devices: DeviceFit | None = field(default=None, compare=False)
 
 
 class VictimReason(StrEnum):

@@ -9,10 +9,11 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
    back only while U's admission passes and U still fits. A gang's spare member may be given
    back only once its core is; giving the core back leaves the spares evicted.
 3. The answer stands only when the placement code places all of U on the area without the
-   remaining victims. The reprieve first tests fit with arithmetic (free GPUs, cpu, memory,
-   pods: necessary conditions, so a piece it keeps out would not fit either) and places U once
-   at the end; should that fail (devices, NUMA, topology), the reprieve is redone placing U at
-   every step.
+   remaining victims (and, for a pod with devices decided apart, `Preemptor.devices`, those fit
+   there too: a pod's DRA claims, by the claim allocator). The reprieve first tests fit with
+   arithmetic (free GPUs, cpu, memory, pods: necessary conditions, so a piece it keeps out would
+   not fit either; and U's devices) and places U once at the end; should that fail (devices,
+   NUMA, topology), the reprieve is redone placing U at every step.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ class Workbench:
             problem = self._greedy(self._ordered(pool), off)
             if problem is not None:
                 return Miss(quota=problem)
+            if not self._devices_fit(area):
+                return Miss()  # U's devices do not fit even with every victim gone
             greedy = tuple(self._ordered(sorted(self._removed.values(), key=reprieve_order)))
             room = Room(self._snapshot, area, self._saved)
             for piece in greedy:
@@ -229,9 +232,18 @@ class Workbench:
 
     def _fits(self, room: Room | None, area: frozenset[str]) -> bool:
         if room is not None:
-            return room.may_fit(self._preemptor.pods)
+            return room.may_fit(self._preemptor.pods) and self._devices_fit(area)
         self._sync()
         return self._place(area) is not None
+
+    def _devices_fit(self, area: frozenset[str]) -> bool:
+        """U's devices (`Preemptor.devices`) fit on a node of `area` without the pieces taken
+        out (always, for a unit that needs none)."""
+        devices = self._preemptor.devices
+        if devices is None:
+            return True
+        gone = frozenset(place.key for piece in self._removed.values() for place in piece.pods)
+        return any(devices.fits(node, gone) for node in sorted(area))
 
     # -- pieces: taken out logically, then on the clones -----------------------------------------
     def _remove(self, piece: Piece) -> None:
@@ -267,7 +279,10 @@ class Workbench:
             decision = self._placer.decide(pods[0], allowed=area, explain=False)
             if decision.assignment is None:
                 return None
-            return {pods[0].key: decision.assignment.node}, decision.score
+            node = decision.assignment.node
+            if not self._devices_fit(frozenset((node,))):
+                return None
+            return {pods[0].key: node}, decision.score
         placed = place_gang(
             pods,
             self._placer,

@@ -10,12 +10,14 @@ never a managed resource; a replica of `nvidia.com/gpu` is not a whole GPU); eac
 charged as `nvidia.com/gpu` in its milli and as `gputopo.io/gpu-memory` bytes. A placed share's
 milli and memory depend on its GPU; a share not yet placed is charged what it asks alone (its
 memory, its compute as milli; once per replica that init and app containers take in turn), a
-lower bound.
+lower bound. A pod's DRA claims on shared GPUs (`claimed`) are charged the same way, on top
+of what the pod itself asks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from agent.model import MILLI_PER_GPU
 from agent.quantity import format_milli, to_int, to_milli
@@ -27,6 +29,7 @@ from scheduler.quota.models import base_of
 
 __all__ = [
     "Amounts",
+    "Charged",
     "add_into",
     "allocatable_amounts",
     "format_amount",
@@ -56,9 +59,29 @@ def format_amount(resource: str, amount: int) -> str:
     return format_milli(amount) if resource in _MILLI else str(amount)
 
 
-def request_amounts(request: PodRequest, shares: Sequence[GpuShare] = ()) -> dict[str, int]:
+class Charged(Protocol):
+    """A share charged by its milli-GPU and memory bytes (`GpuShare`, a claim's share)."""
+
+    @property
+    def milli(self) -> int: ...
+
+    @property
+    def memory(self) -> int: ...
+
+
+def request_amounts(
+    request: PodRequest, shares: Sequence[GpuShare] = (), claimed: Sequence[Charged] = ()
+) -> dict[str, int]:
     """What one pod counts against quotas: its resource vector, GPUs in milli-GPUs; `shares`:
-    where its shares were placed (see the module)."""
+    where its shares were placed (see the module); `claimed`: the shares its DRA claims hold,
+    charged on top as a placed share is."""
+    out = _own_amounts(request, shares)
+    for share in claimed:
+        add_into(out, {GPU_RESOURCE: share.milli, GPU_MEMORY: share.memory})
+    return out
+
+
+def _own_amounts(request: PodRequest, shares: Sequence[GpuShare]) -> dict[str, int]:
     out = {name: qty for name, qty in request.vector if name not in _NOT_QUOTA}
     if shares:
         out[GPU_RESOURCE] = sum(s.milli for s in shares)

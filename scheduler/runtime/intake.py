@@ -299,17 +299,23 @@ class Intake:
             self.queue.remove(unit)
 
     def _claims_charged(self, info: PodInfo) -> PodInfo:
-        """A bound pod of ours with claims, charged the whole GPUs they hold (its request as
-        read asks none; a pod this scheduler placed carries them over from its decision)."""
+        """A bound pod of ours with claims, charged what they hold: their whole GPUs (its
+        request as read asks none; a pod this scheduler placed carries them over from its
+        decision) and their shares of shared GPUs (`claim_shares`, DESIGN §12's charge)."""
         if info.node is None or not info.ours or not has_claims(info.obj):
             return info
-        held = self._claims.gpus_held(info.obj)
-        if held <= info.request.gpus:
+        held = self._claims.charge(info.obj)
+        gpus = max(info.request.gpus, len(held.gpus))
+        if gpus == info.request.gpus and held.shares == info.claim_shares:
             return info
-        return dataclasses.replace(info, request=dataclasses.replace(info.request, gpus=held))
+        request = info.request
+        if gpus != request.gpus:
+            request = dataclasses.replace(request, gpus=gpus)
+        return dataclasses.replace(info, request=request, claim_shares=held.shares)
 
     def _recharge_claim_pods(self) -> None:
-        """Claims listed: bound pods of ours read before them are charged their GPUs now."""
+        """Claims listed: bound pods of ours read before them are charged their GPUs and
+        shares now."""
         for info in list(self.cache.pods.values()):
             charged = self._claims_charged(info)
             if charged is not info:

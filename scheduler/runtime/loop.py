@@ -35,12 +35,12 @@ from scheduler.kubeapi.leader import Fence
 from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
-from scheduler.preemption import PreemptionSettings
+from scheduler.preemption import DeviceFit, PreemptionSettings
 from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import ClaimBook
-from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import (
@@ -250,8 +250,11 @@ class Scheduler:
         """A pod with ResourceClaims (called with `cache.lock` held): its claims allocated on a
         node that fits the rest of it, assumed with the GPUs they take, then bound."""
         placed = self.charges.place(placer, info, excluded)
-        if isinstance(placed, str):
-            return self._refuse(unit, info, "claims", placed)
+        if isinstance(placed, ClaimRefusal):
+            if not placed.room:
+                return self._refuse(unit, info, "claims", placed.message)
+            room = self.charges.room(info)  # victims' claims free devices for it
+            return self._refuse(unit, info, "claims", placed.message, admitted=True, devices=room)
         self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, placed.assignment)])
@@ -269,13 +272,16 @@ class Scheduler:
         category: str,
         message: str,
         admitted: bool | None = None,
+        devices: DeviceFit | None = None,
     ) -> str:
         """The pod waits for `message`. `admitted`: None when nothing in the cluster could
         help it; False when a max on its path refused it, True when no node fits: then it may
-        preempt (or get a starvation hold)."""
+        preempt (or get a starvation hold). `devices`: what it needs besides its request (its
+        claims), for the victim search."""
         if admitted is not None and self.unfit_may_preempt(info, category):
+            live = self._live_placer()
             message = self.preemption.unfit(
-                unit, [info], None, message, admitted=admitted, live=self._live_placer()
+                unit, [info], None, message, admitted=admitted, live=live, devices=devices
             )
         self.unschedulable([info], message, category)
         self.queue.unschedulable(unit)

@@ -12,6 +12,7 @@ from kubernetes import client
 from tests.builders.claims import (
     claim_obj,
     class_obj,
+    gpu_device,
     island_devices,
     request,
     slice_obj,
@@ -23,6 +24,7 @@ from tests.builders.scheduler import (
     create_pod,
     create_podgroup,
     gpu_node,
+    node_of,
     pod_body,
     podgroup,
     running,
@@ -48,6 +50,41 @@ def dra_cluster(
         gpu_node(fake, name, gpus=8, labels={RACK: racks[i]} if racks else None)
         fake.put_object("noderesourcetopologies", make_nrt(name, two_islands()))
         fake.put_object("resourceslices", slice_obj(name, island_devices()))
+
+
+def shared_cluster(fake: FakeApiServer, node: str = "n1", shared: int = 2) -> None:
+    """`node` with eight GPUs (NRT) whose first `shared` are published for shares (capacity
+    `memory` 80Gi and `compute` 100, as the agent publishes a GPU `sharing` shares), the other
+    whole; the gputopo DeviceClass."""
+    fake.put_object("deviceclasses", class_obj())
+    gpu_node(fake, node, gpus=8)
+    fake.put_object("noderesourcetopologies", make_nrt(node, two_islands()))
+    capacity = {"memory": {"value": "80Gi"}, "compute": {"value": "100"}}
+    devices = island_devices()
+    for g in range(shared):
+        devices[g] = gpu_device(g, nvlinkIsland=0, numaNode=0, shared=True, capacity=capacity)
+    fake.put_object("resourceslices", slice_obj(node, devices))
+
+
+def share_claim(name: str, memory: str, compute: int, *selectors: str) -> Obj:
+    """A claim for one share of a shared GPU: `memory` and `compute` (percent) of it."""
+    wanted = {"memory": memory, "compute": str(compute)}
+    exprs = ("device.allowMultipleAllocations", *selectors)
+    share = request("share", 1, *exprs, capacity={"requests": wanted})
+    return claim_obj(name, share, namespace=NS)
+
+
+def shared_elsewhere(
+    fake: FakeApiServer, name: str, node: str, device: int, memory: str, compute: int
+) -> None:
+    """A share claim another scheduler allocated on `node`'s shared `device` (gpu-<n>)."""
+    claim = share_claim(name, memory, compute)
+    claim["metadata"]["finalizers"] = [PROTECTION]
+    claim.update(allocation_status(node, [("share", f"gpu-{device}")], [(name, f"uid-{name}")]))
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    consumed = {"memory": memory, "compute": str(compute)}
+    result.update(shareID=f"share-{name}", consumedCapacity=consumed)
+    fake.put_object("resourceclaims", claim)
 
 
 def gpu_claim(name: str, count: int = 1, *selectors: str) -> Obj:
@@ -99,6 +136,13 @@ def refusal(fake: FakeApiServer, core: client.CoreV1Api, pod: Obj) -> Obj:
     return condition
 
 
+def waiting(fake: FakeApiServer, pod: str, claim: str) -> tuple[str, str | None, list[str]]:
+    """A pod that waits: its `PodScheduled` message, its node and its claim's devices."""
+    condition = scheduled_condition(fake, pod)
+    message = "" if condition is None else str(condition.get("message") or "")
+    return message, node_of(fake, pod), devices_of(fake, claim)
+
+
 def claim_gang(
     fake: FakeApiServer,
     core: client.CoreV1Api,
@@ -120,3 +164,15 @@ def claim_gang(
         create_pod(core, body)
         pods.append(pod)
     return pods
+
+
+def deallocate(fake: FakeApiServer, name: str) -> None:
+    """What the resourceclaim controller does once every pod a claim is reserved for is gone:
+    `reservedFor` emptied, the allocation cleared and the delete-protection finalizer removed
+    (the fake API server runs no controllers)."""
+    claim = claim_of(fake, name)
+    claim["status"] = {}
+    claim["metadata"]["finalizers"] = [
+        f for f in claim["metadata"].get("finalizers") or () if f != PROTECTION
+    ]
+    fake.put_object("resourceclaims", claim)

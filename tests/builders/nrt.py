@@ -9,6 +9,7 @@ from typing import Any
 from agent.availability import (
     ContainerGrant,
     DeviceGrant,
+    DynamicDevice,
     PodGrant,
     PodResourcesSnapshot,
     ResourceCounts,
@@ -17,7 +18,7 @@ from agent.availability import (
 from agent.model import GpuFabric, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
-from agent.resource_names import GPU_RESOURCE
+from agent.resource_names import DRA_DRIVER, DRA_GPU_RESOURCE, GPU_RESOURCE
 from agent.share_pods import PodShare
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, SHARED_GPU_RESOURCE, Sharing
 from tests.builders.topology import allocatable_of
@@ -118,4 +119,24 @@ def make_shared_nrt(
             replace(zone, resources=counts, sharing=sharing, shares=slots, share_pods=pods)
         )
     availability = replace(base, gpus=tuple(zones))
+    return encode(inventory, availability, node_name=node)
+
+
+def make_dra_nrt(node: str, inventory: NodeInventory, dra: Sequence[int]) -> dict[str, Any]:
+    """The NRT the agent publishes when `--dra-gpus` gives the GPUs `dra` to its DRA driver:
+    those counted in their zones under the driver's resource line, the rest as the device
+    plugin's (no PodResources socket: every device free)."""
+    dynamic = [
+        DynamicDevice(
+            driver=DRA_DRIVER,
+            pool=node,
+            name=f"gpu-{g}",
+            gpu_index=g,
+            uuid=str(inventory.gpus[g].uuid),
+            resource=DRA_GPU_RESOURCE,
+        )
+        for g in dra
+    ]
+    capacity = numa_capacity(inventory.numa_nodes, KubeletConfig(topology_manager_policy="none"))
+    availability = compute_availability(inventory, capacity, None, dynamic=dynamic)
     return encode(inventory, availability, node_name=node)

@@ -10,7 +10,9 @@ gpu-2 and gpu-3, one pair, and the pod runs. A gang of 4 pods x 2-GPU claims (8 
 allocated once and reserved for both. An upstream PodGroup's claim (DRAWorkloadResourceClaims),
 made by the resourceclaim controller from a template, is allocated once for the gang, one NVLink
 pair, reserved for the PodGroup, and both members run with it. A claim no device satisfies stays
-Pending with a reason naming its selector."""
+Pending with a reason naming its selector. A high-priority pod whose 2-GPU claim finds the node
+full evicts one of two lower-priority claim pods, and runs on the pair its claim frees once the
+resourceclaim controller has deallocated it."""
 
 from __future__ import annotations
 
@@ -244,3 +246,38 @@ def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(
         assert cluster.pod("lost")["spec"].get("nodeName") is None
     finally:
         _clean(cluster, ["lost"], ["nowhere"])
+
+
+def _low_pods_left(cluster: Cluster, pods: list[str]) -> list[str]:
+    listed = json.loads(cluster.kubectl("get", "pods", "-o", "json"))["items"]
+    alive = {p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")}
+    return [p for p in pods if p in alive]
+
+
+def test_a_high_priority_claim_pod_evicts_a_lower_one_and_runs_on_its_gpus(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    _apply(cluster, claim_template("pair", DRIVER, count=2))
+    high: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+    high.update({"metadata": {"name": "dra-urgent"}, "value": 1000})
+    _apply(cluster, high)
+    low = ["low-0", "low-1"]
+    try:
+        for pod in low:
+            _apply(cluster, _claim_pod(pod, "pair"))
+        for pod in low:
+            cluster.wait_running(pod, timeout_s=120)
+        held = {pod: _devices_of(_claim_of(cluster, pod)) for pod in low}
+        urgent = _claim_pod("urgent", "pair")
+        urgent["spec"]["priorityClassName"] = "dra-urgent"
+        _apply(cluster, urgent)
+        cluster.wait_running("urgent", timeout_s=180)
+        left = _low_pods_left(cluster, low)
+        got = _devices_of(_claim_of(cluster, "urgent"))
+        print(f"held {held}; urgent got {got}; left {left}")  # shown with -s
+        assert len(left) == 1
+        (victim,) = set(low) - set(left)
+        assert got == held[victim]
+    finally:
+        _clean(cluster, [*low, "urgent"], ["pair"])
+        cluster.kubectl("delete", "priorityclass", "dra-urgent", "--ignore-not-found")

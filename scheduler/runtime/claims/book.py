@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
 from agent.model import NodeInventory
 from scheduler.claims.allocator import ClaimAllocator
+from scheduler.claims.charge import ClaimCharge, claim_charge
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.errors import SpecError
 from scheduler.claims.model import (
@@ -273,23 +275,40 @@ class ClaimBook:
     def drop_node(self, name: str) -> None:
         self._nodes.pop(name, None)
 
-    def gpus_held(self, pod: Obj) -> int:
-        """The whole GPUs the pod's allocated claims hold (devices of `type` gpu, held
-        exclusively), as a pod bound before this scheduler started is charged."""
-        held: set[DeviceId] = set()
-        for ref in claim_refs(pod).keys:
+    def charge(self, pod: Obj) -> ClaimCharge:
+        """What the pod's allocated claims hold (`scheduler.claims.charge`): whole GPUs and
+        shares, each claim once, with this scheduler's allocations not yet written."""
+        allocations: list[Allocation] = []
+        for ref in dict.fromkeys(claim_refs(pod).keys):
+            allocation = self._assumed.get(ref)
             claim = self.claims.get(ref)
-            allocation = None if claim is None else claim.allocation
-            for result in allocation.devices if allocation is not None else ():
-                if result.admin_access or result.share_id is not None:
-                    continue
-                device = self._devices().get(result.id)
-                if (
-                    device is not None
-                    and device.attributes.get(f"{device.id.driver}/type") == "gpu"
-                ):
-                    held.add(result.id)
-        return len(held)
+            if allocation is None and claim is not None:
+                allocation = claim.allocation
+            if allocation is not None:
+                allocations.append(allocation)
+        return claim_charge(allocations, self._devices())
+
+    def freed_by(self, leaving: AbstractSet[str], alive: AbstractSet[str]) -> set[ClaimKey]:
+        """The allocated claims every consumer of which is in `leaving` or not in `alive`
+        (pod UIDs): the resourceclaim controller deallocates them once those pods are gone."""
+        return {
+            key
+            for key, claim in self.claims.items()
+            if claim.allocation is not None
+            and claim.reserved_for
+            and all(uid in leaving or uid not in alive for uid in claim.reserved_for)
+        }
+
+    def usage_without(self, freed: AbstractSet[ClaimKey]) -> Usage:
+        """`usage` as it will be once the claims `freed` are deallocated."""
+        if not freed:
+            return self.usage()
+        kept = [c.allocation for k, c in self.claims.items() if c.allocation and k not in freed]
+        return Usage.of([*kept, *self._assumed.values()])
+
+    def decision_charge(self, decision: PodDecision) -> ClaimCharge:
+        """What the claims of `decision` hold once it is made (those allocated before too)."""
+        return claim_charge([made.allocation for made in decision.claims], self._devices())
 
     def _devices(self) -> Mapping[DeviceId, Device]:
         """Every device of every slice by its ID (built again when slices change)."""

@@ -3,10 +3,13 @@
 Placement filters the nodes for each pod's other resources, the claim allocator chooses among
 them (a gang's pods all together or none, within one domain of a required topology level), and
 each pod is assumed with the GPUs its claims take (CLAIMS.md steps 4 and 6), so binpack,
-topology and queues see them. `ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its
-bind ends: `bound` drops it, `forget` undoes the assumption (the pod's request as read again,
-its claims' allocations free again). A refusal is the message the pod waits with: the claims'
-reasons (claim, request and nearest miss), or placement's when no node fits the rest.
+topology and queues see them; the shares its claims take of shared GPUs are charged to its queue
+(`PodInfo.claim_shares`), not to placement (a DRA GPU is never the device plugin's, DESIGN §14).
+`ClaimCharges` keeps each assumed pod's `ClaimPlacement` until its bind ends: `bound` drops it,
+`forget` undoes the assumption (the pod's request as read again, its claims' allocations free
+again). A refusal (`ClaimRefusal`) is the message the pod waits with: the claims' reasons
+(claim, request and nearest miss), or placement's when no node fits the rest; then more room
+would help, and `room` gives the victim search the pod's claims (`ClaimRoom`).
 Called with `cache.lock` held.
 """
 
@@ -17,16 +20,18 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from agent.objkey import ObjectKey
+from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
+from scheduler.runtime.claims.room import ClaimRoom
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.groups import GroupInfo
 from scheduler.runtime.cluster.podinfo import PodInfo
 
-__all__ = ["ClaimCharges", "ClaimPlacement"]
+__all__ = ["ClaimCharges", "ClaimPlacement", "ClaimRefusal"]
 
 _SHOWN = 3  # the nearest misses a waiting pod's message names
 
@@ -35,13 +40,24 @@ Admit = Callable[[Sequence[PodInfo]], str | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRefusal:
+    """Why a pod with claims waits; `room`: more room would let it start (no node fits its
+    claims or the rest of it), so it may preempt; not for a queue's max or a missing claim."""
+
+    message: str
+    room: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimPlacement:
-    """`request`: the pod's own, with the GPUs its claims take (`original`: as read)."""
+    """`request`: the pod's own, with the GPUs its claims take (`original`: as read);
+    `shares`: the shares of shared GPUs its claims hold (charged to its queue)."""
 
     original: PodRequest
     request: PodRequest
     assignment: Assignment
     decision: PodDecision
+    shares: tuple[ClaimShare, ...] = ()
 
 
 class ClaimCharges:
@@ -56,25 +72,36 @@ class ClaimCharges:
         placer: Placer,
         info: PodInfo,
         excluded: AbstractSet[str] | None,
-    ) -> ClaimPlacement | str:
+    ) -> ClaimPlacement | ClaimRefusal:
         """Decide `info` and assume it; the placement, or why it waits."""
         claims = self._pod_claims(info)
         if isinstance(claims, str):
-            return claims
+            return ClaimRefusal(message=claims)
         nodes = self._nodes(placer, [info], excluded)
         if isinstance(nodes, str):
-            return nodes
+            return ClaimRefusal(message=nodes, room=True)
         decision = self._book.allocator.place(claims, nodes, self._book.usage())
         if decision.node is None:
-            return self._refusal(decision.reasons)
+            return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
         placed = self._charged(placer, info, decision)
         if isinstance(placed, str):
-            return placed
+            return ClaimRefusal(message=placed, room=True)
         why = _refused([(info, placed)], self._admit)
         if why is not None:
-            return why
+            return ClaimRefusal(message=why)
         self._hold(info, placed)
         return placed
+
+    def room(self, info: PodInfo) -> ClaimRoom | None:
+        """`info`'s claims as a victim search judges them (None: it waits for its claims)."""
+        claims = self._book.pod_claims(info.key, info.obj)
+        if isinstance(claims, str):
+            return None
+        pods = self._cache.pods.values()
+        uids = {str(p.key): p.uid for p in pods if p.counted}
+        alive = {p.uid for p in pods if not p.terminal}  # a finished pod's claims are let go
+        alive.update(g.uid for g in self._cache.groups.values())  # claims of a PodGroup
+        return ClaimRoom(self._book, claims, self._claim_node, uids, alive)
 
     def place_gang(
         self,
@@ -148,6 +175,7 @@ class ClaimCharges:
             current = self._cache.pods.get(key)
             if current is not None and current.request is placed.request:
                 current.request = placed.original  # before `forget` charges it again
+                current.claim_shares = ()
         return self._cache.forget(key)
 
     def _charged(
@@ -164,12 +192,13 @@ class ClaimCharges:
             request=replace(info.request, gpus=len(gpus)),
             assignment=replace(base, gpus=gpus),
             decision=decision,
+            shares=self._book.decision_charge(decision).shares,
         )
 
     def _hold(self, info: PodInfo, placed: ClaimPlacement) -> None:
         """Assume `info` as `placed` says (its claims' allocations held too)."""
         decision = placed.decision
-        info.request = placed.request
+        info.request, info.claim_shares = placed.request, placed.shares
         self._cache.assume(info.key, placed.assignment)
         self._book.assume(decision)
         self._held[info.key] = placed
@@ -220,9 +249,9 @@ def _refused(placed: Sequence[tuple[PodInfo, ClaimPlacement]], admit: Admit | No
     if admit is None:
         return None
     for info, one in placed:
-        info.request = one.request
+        info.request, info.claim_shares = one.request, one.shares
     try:
         return admit([info for info, _ in placed])
     finally:
         for info, one in placed:
-            info.request = one.original
+            info.request, info.claim_shares = one.original, ()

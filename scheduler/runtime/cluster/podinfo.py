@@ -20,6 +20,7 @@ from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from agent.shares import GPUS_ANNOTATION, ShareRequestError, decode_gpus
+from scheduler.claims.charge import ClaimShare
 from scheduler.placement import Assignment, PodRequest
 from scheduler.runtime.cluster.podspec import pod_request
 
@@ -64,6 +65,7 @@ class PodInfo:
     group_key: ObjectKey | None
     created: float
     share_gpus: Mapping[str, str] = field(default_factory=dict)
+    claim_shares: tuple[ClaimShare, ...] = ()
 
     @property
     def pending(self) -> bool:

@@ -117,8 +117,9 @@ class QueueBook:
             self._foreign.charge(key, (ROOT, self._amounts(info, shares)))
 
     def _amounts(self, info: PodInfo, shares: Sequence[GpuShare]) -> dict[str, int]:
-        """The pod's request, plus its GPUs under its node's model key when the tree names it."""
-        amounts = request_amounts(info.request, shares)
+        """The pod's request and its claims' shares, plus its GPUs under its node's model key
+        when the tree names it."""
+        amounts = request_amounts(info.request, shares, info.claim_shares)
         return amounts | self.on_model(amounts, self._model.get(info.node or "", ""))
 
     def on_model(self, amounts: Amounts, model: str) -> dict[str, int]:

@@ -36,7 +36,7 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
-from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
 from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
@@ -215,10 +215,13 @@ class GangTracker:
         admitted: bool,
     ) -> str:
         """The gang cannot start (capacity, or a max on its path): it may preempt. A gang with
-        `minMember` bound places its extra members alone and never preempts for them."""
+        `minMember` bound places its extra members alone and never preempts for them; a gang
+        whose members have ResourceClaims does not preempt (the search decides pods' claims
+        one pod at a time)."""
         category, message = problem
         bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
-        if bound < group.min_member and self._may_preempt(pending[0], category):
+        claims = any(has_claims(m.obj) for m in pending)  # not searched for with claims yet
+        if bound < group.min_member and not claims and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
                 unit, pending, group, message, admitted=admitted, live=self._live_placer()
             )
@@ -340,7 +343,9 @@ class GangTracker:
         """One member placed and assumed on its own (its claims too): where, or why not."""
         if has_claims(info.obj):
             claimed = self._charges.place(placer, info, excluded)
-            return (None, claimed) if isinstance(claimed, str) else (claimed.assignment, "")
+            if isinstance(claimed, ClaimRefusal):
+                return None, claimed.message
+            return claimed.assignment, ""
         decision = placer.decide(info.request, excluded=excluded)
         if decision.assignment is None:
             return None, decision.message()

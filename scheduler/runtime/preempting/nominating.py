@@ -10,7 +10,10 @@ is terminating, U never searches again; the nodes it was nominated on are kept f
 equal or lower priority (`excluded`) until U is placed, deleted, or the nomination
 times out after its last victim is gone; U still not fitting once its victims are gone (one
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
-says why (the search's `NoChoice`). The starvation guard gives the first unit of its queue
+says why (the search's `NoChoice`). A pod with claims is searched for with its claims' devices
+(`DeviceFit`): a node takes it once its victims' claims free enough devices; a set of no
+victims (the room of pods already gone is on its way: their claims are being deallocated)
+evicts nobody and nominates nothing. The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
 fewest GPUs in use, without evicting anyone (`take_hold`, the simulator's code path too). A hold
 whose nodes drained is renewed on them at its end, in `tick`, before any unit behind U is tried
@@ -34,6 +37,7 @@ from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Placer, PodRequest
 from scheduler.preemption import (
+    DeviceFit,
     NoChoice,
     Nominations,
     PreemptionSettings,
@@ -156,10 +160,12 @@ class Preemption:
         *,
         admitted: bool,
         live: Placer,
+        devices: DeviceFit | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
-        `live`: the Placer on the live snapshot."""
+        `live`: the Placer on the live snapshot; `devices`: what a pod needs besides its
+        request (its claims), judged with the victims gone."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name) or self._shared_room_coming(name):
@@ -167,7 +173,7 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        preemptor = self._preemptor(name, infos, group)
+        preemptor = self._preemptor(name, infos, group, devices)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None
         with self._nominees_placed(name, preemptor.priority):
@@ -176,6 +182,8 @@ class Preemption:
             starved = admitted and now - since >= self.settings.starvation_seconds
             if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
                 self._starving(preemptor, live, now)
+        if isinstance(choice, VictimChoice) and not choice.pods:  # freed, not yet free
+            return f"{message}; preemption: waiting for the room of pods already gone"
         if isinstance(choice, VictimChoice):
             return self._evict(preemptor, infos, choice, now)
         if choice is None or choice.nothing_eligible:  # reads as it would without preemption
@@ -192,7 +200,13 @@ class Preemption:
             for other, nodes in self._nominated.items()
         )
 
-    def _preemptor(self, name: str, infos: Sequence[PodInfo], group: GroupInfo | None) -> Preemptor:
+    def _preemptor(
+        self,
+        name: str,
+        infos: Sequence[PodInfo],
+        group: GroupInfo | None,
+        devices: DeviceFit | None,
+    ) -> Preemptor:
         """U as the search sees it; kept off the GPU models whose max its queue has reached."""
         spec = infos[0].obj.get("spec") or {}
         leaf = self._cache.leaf_of(infos[0])[0]
@@ -208,6 +222,7 @@ class Preemption:
             min_resources=None if group is None else group.min_resources,
             excluded=model_filter(self._cache.queues, self._cache.snapshot, leaf, pods).nodes,
             prefer_clique=self._cache.prefers_cliques,
+            devices=devices,
         )
 
     def _search(self, preemptor: Preemptor, placer: Placer) -> VictimChoice | NoChoice:

@@ -164,8 +164,9 @@ class QueueGate:
     def asked(self, info: PodInfo) -> dict[str, int]:
         """What a waiting pod asks of its queue: its request, under its model's key too when it
         can run on one model only (its node selector names one `nvidia.com/gpu.product`), so
-        admission, the order and within-guarantee see that model's key (DESIGN §10)."""
-        amounts = request_amounts(info.request)
+        admission, the order and within-guarantee see that model's key (DESIGN §10); the shares
+        its claims take once placed are charged too."""
+        amounts = request_amounts(info.request, claimed=info.claim_shares)
         models = models_named(info.request)
         if len(models) != 1:
             return amounts

@@ -14,6 +14,7 @@ from tests.builders.claimcluster import (
     gpu_claim,
     refusal,
     reserved_for,
+    waiting,
 )
 from tests.builders.queues import create_queue, queue_body, queue_status
 from tests.builders.scheduler import (
@@ -153,11 +154,9 @@ def test_a_queue_max_holds_back_a_pod_whose_claims_would_pass_it(fake_api, core_
         create_pod(core_v1, claim_pod("b", "second"))
         wait_for(lambda: scheduled_condition(fake_api, "b"), 5, "b held back")
         rt.reporter.flush()
-    condition = scheduled_condition(fake_api, "b")
-    assert condition is not None
-    assert "max" in condition["message"]
-    assert node_of(fake_api, "b") is None
-    assert devices_of(fake_api, "second") == []
+    message, node, devices = waiting(fake_api, "b", "second")
+    assert "max" in message
+    assert (node, devices) == (None, [])
 
 
 def test_a_running_pod_is_charged_its_claims_gpus_when_the_scheduler_starts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from scheduler.claims.parse import (
 )
 from scheduler.claims.semver import Semver
 from scheduler.claims.slices import node_devices
+from scheduler.claims.status import allocation_status
+from scheduler.claims.usage import Usage
 from scheduler.placement import Effect
 from tests.builders.claims import DRIVER, claim_obj, class_obj, gpu_device, request, slice_obj
 
@@ -75,8 +78,24 @@ def test_claim_status_allocation_is_read() -> None:
     first, second = claim.allocation.devices
     assert first.id == DeviceId(DRIVER, "n1", "gpu-0")
     assert first.share_id is None
-    assert second.consumed == {"memory": Fraction(10 * 2**30)}
+    assert second.consumed == {f"{DRIVER}/memory": Fraction(10 * 2**30)}
     assert claim.reserved_for == ("u1",)
+
+
+def test_a_share_read_back_takes_the_room_it_was_allocated() -> None:
+    """consumedCapacity names a capacity as the slice does (unqualified: the driver's); read
+    back, it counts against the device's (qualified) capacity, as the allocator assumed it."""
+    shared = gpu_device(1, shared=True, capacity={"memory": {"value": "40Gi"}})
+    (device,) = parse_slice(slice_obj("n1", [shared])).devices
+    result = {"request": "s", "driver": DRIVER, "pool": "n1", "device": "gpu-1", "shareID": "a"}
+    result["consumedCapacity"] = {"memory": "10Gi"}
+    status = {"allocation": {"devices": {"results": [result]}}}
+    claim = parse_claim(claim_obj("c", request(), status=status))
+    assert claim.allocation is not None
+    usage = Usage.of([claim.allocation])
+    assert usage.left(device, f"{DRIVER}/memory") == Fraction(30 * 2**30)
+    written: Any = allocation_status(claim.allocation)
+    assert written["devices"]["results"][0]["consumedCapacity"] == {"memory": "10737418240"}
 
 
 def test_template_spec_is_the_claim_spec() -> None:

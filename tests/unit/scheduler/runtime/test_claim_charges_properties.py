@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from scheduler.claims.model import DeviceId
 from scheduler.placement import Placer, default_scoring
 from scheduler.runtime.claims.book import CLAIMS, CLASSES, SLICES, ClaimBook
-from scheduler.runtime.claims.placing import ClaimCharges
+from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.cluster.cache import ClusterCache
 from tests.builders.claims import claim_obj, class_obj, island_devices, request, slice_obj
 from tests.builders.claims import two_islands as islands_inventory
@@ -64,9 +64,11 @@ class ClaimChargesMachine(RuleBasedStateMachine):
         room = max(self._free(n) for n in NODES)
         name = self._new_pod(gpus)
         placed = self.charges.place(self.placer, self.cache.pods[f"ns/{name}"], None)
-        assert isinstance(placed, str) == (room < gpus)  # fits wherever enough devices are free
-        if isinstance(placed, str):
-            assert f"claim ns/{name}-gpus request gpus" in placed
+        refused = isinstance(placed, ClaimRefusal)
+        assert refused == (room < gpus)  # fits wherever enough devices are free
+        if isinstance(placed, ClaimRefusal):
+            assert f"claim ns/{name}-gpus request gpus" in placed.message
+            assert placed.room  # more room would let it start: it may preempt
         else:
             self.placed.add(name)
             assert placed.request.gpus == gpus

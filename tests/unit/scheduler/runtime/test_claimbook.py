@@ -132,17 +132,23 @@ def test_a_pod_waits_for_the_claim_of_its_template_and_then_gets_it():
     assert [c.key.name for c in found.claims] == ["p-a"]
 
 
-def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_not_shares_or_admin_access():
-    book = _book()
+def test_a_pod_holds_the_whole_gpus_of_its_allocated_claims_and_their_shares():
+    book = ClaimBook()
+    book.replace(CLASSES, [class_obj()])
+    shared = gpu_device(4, shared=True, capacity={"memory": {"value": "80Gi"}})
+    book.replace(SLICES, [slice_obj("n1", [*island_devices()[:4], shared])])
     mine = claim_obj("mine", request("gpus", 2))
     mine.update(allocation_status("n1", [("gpus", "gpu-2"), ("gpus", "gpu-3")], [("p", "u")]))
-    shared = claim_obj("shared", request("gpus", 1))
-    shared.update(allocation_status("n1", [("gpus", "gpu-4")], [("p", "u")]))
-    shared["status"]["allocation"]["devices"]["results"][0]["shareID"] = "s1"
-    book.replace(CLAIMS, [mine, shared, claim_obj("later", request("gpus", 1))])
-    entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "shared", "later")]
+    part = claim_obj("part", request("gpus", 1))
+    part.update(allocation_status("n1", [("gpus", "gpu-4")], [("p", "u")]))
+    result = part["status"]["allocation"]["devices"]["results"][0]
+    result.update(shareID="s1", consumedCapacity={"memory": "20Gi"})
+    book.replace(CLAIMS, [mine, part, claim_obj("later", request("gpus", 1))])
+    entries = [{"name": n, "resourceClaimName": n} for n in ("mine", "part", "later", "mine")]
     pod = {"metadata": {"namespace": "ns"}, "spec": {"resourceClaims": entries}}
-    assert book.gpus_held(pod) == 2
+    held = book.charge(pod)
+    assert sorted(d.device for d in held.gpus) == ["gpu-2", "gpu-3"]
+    assert [(s.device.device, s.milli, s.memory) for s in held.shares] == [("gpu-4", 250, 20 << 30)]
 
 
 def test_a_claim_being_deleted_is_not_used():
@@ -242,3 +248,24 @@ def test_a_node_view_orders_gpus_with_the_nodes_own_selector_and_decides_alike()
     assert isinstance(with_own, PodDecision)
     assert isinstance(with_apart, PodDecision)
     assert with_own.claims[0].allocation == with_apart.claims[0].allocation
+
+
+def test_a_claim_is_freed_once_every_pod_it_is_reserved_for_leaves():
+    book = _book()
+    objs = []
+    for name, gpu, pods in (
+        ("alone", 0, [("v", "uid-v")]),
+        ("both", 1, [("v", "uid-v"), ("w", "uid-w")]),
+        ("gone", 2, [("x", "uid-x")]),
+    ):
+        obj = claim_obj(name, request("gpus", 1))
+        obj.update(allocation_status("n1", [("gpus", f"gpu-{gpu}")], pods))
+        objs.append(obj)
+    book.replace(CLAIMS, objs)
+    freed = book.freed_by({"uid-v"}, alive={"uid-v", "uid-w"})
+    assert freed == {ClaimKey("ns", "alone"), ClaimKey("ns", "gone")}
+    assert book.freed_by(set(), alive={"uid-v", "uid-w", "uid-x"}) == set()
+    usage = book.usage_without(freed)
+    devices = {d.name: d for d in book.node("n1", {}, None, None).devices.devices}
+    assert [usage.is_free(devices[f"gpu-{g}"]) for g in range(3)] == [True, False, True]
+    assert not book.usage().is_free(devices["gpu-0"])

@@ -1,0 +1,117 @@
+"""A pod with ResourceClaims preempts (DESIGN §11, §14), against the fake API server: its victims
+are lower-priority pods on one node whose claims free the devices its claims need; they get
+`DisruptionTarget` and are deleted, it gets `nominatedNodeName`, and once the resourceclaim
+controller (played here: the fake runs no controllers) has deallocated the victims' claims it
+binds there, nobody evicted twice meanwhile."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+
+from tests.builders.claimcluster import (
+    NS,
+    claim_pod,
+    deallocate,
+    devices_of,
+    dra_cluster,
+    gpu_claim,
+    reserved_for,
+)
+from tests.builders.scheduler import create_pod, node_of, running, scheduled_condition, wait_for
+
+
+def _priority_class(core: client.CoreV1Api, name: str, value: int) -> None:
+    client.SchedulingV1Api(core.api_client).create_priority_class(
+        {"metadata": {"name": name}, "value": value}
+    )
+
+
+def _pod(name: str, claim: str, **spec: object) -> dict[str, Any]:
+    body = claim_pod(name, claim)
+    body["spec"].update(terminationGracePeriodSeconds=30, **spec)
+    return body
+
+
+def _deleted(fake) -> list[str]:
+    return [r.path.rsplit("/", 1)[1] for r in fake.requests_matching("DELETE", r"/pods/[^/]+$")]
+
+
+def _terminating(fake) -> set[str]:
+    pods = fake.list_objects("pods", NS)
+    return {p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")}
+
+
+def test_a_claim_pod_evicts_the_lower_claim_pod_whose_gpus_it_needs(fake_api, core_v1):
+    dra_cluster(fake_api)
+    _priority_class(core_v1, "high", 100)
+    for name in ("low-a", "low-b"):
+        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
+    fake_api.put_object("resourceclaims", gpu_claim("big", 4))
+    with running(fake_api):
+        for name in ("low-a", "low-b"):
+            create_pod(core_v1, _pod(name, name))
+            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        create_pod(core_v1, _pod("big", "big", priorityClassName="high"))
+        wait_for(lambda: _terminating(fake_api), 10, "a victim terminating")
+        (victim,) = _terminating(fake_api)
+        freed = set(devices_of(fake_api, victim))
+        wait_for(
+            lambda: (fake_api.get_object("pods", "big", NS).get("status") or {}).get(
+                "nominatedNodeName"
+            ),
+            5,
+            "big nominated",
+        )
+        fake_api.complete_pod_deletions()
+        time.sleep(1.0)  # big is tried again: the victim's claim is still allocated
+        assert node_of(fake_api, "big") is None
+        assert _deleted(fake_api) == [victim]
+        condition = scheduled_condition(fake_api, "big")
+        assert condition is not None
+        deallocate(fake_api, victim)
+        wait_for(lambda: node_of(fake_api, "big"), 10, "big bound")
+    assert node_of(fake_api, "big") == "n1"
+    assert set(devices_of(fake_api, "big")) == freed
+    assert reserved_for(fake_api, "big") == ["big"]
+    survivor = ({"low-a", "low-b"} - {victim}).pop()
+    assert node_of(fake_api, survivor) == "n1"
+    marks = [
+        c
+        for r in fake_api.requests_matching("PATCH", rf"/pods/{victim}/status$")
+        for c in (r.body or {}).get("status", {}).get("conditions") or ()
+    ]
+    assert [(c["type"], c["reason"]) for c in marks] == [
+        ("DisruptionTarget", "PreemptionByScheduler")
+    ]
+    nominations = [
+        r.body["status"]["nominatedNodeName"]
+        for r in fake_api.requests_matching("PATCH", r"/pods/big/status$")
+        if "nominatedNodeName" in (r.body or {}).get("status", {})
+    ]
+    assert nominations[0] == "n1"
+
+
+def test_a_victim_whose_claim_another_pod_shares_frees_nothing(fake_api, core_v1):
+    """The claim stays allocated while a pod that is not a victim uses it: evicting its
+    lower-priority user would not free its GPUs, so nobody is evicted."""
+    dra_cluster(fake_api)
+    _priority_class(core_v1, "high", 100)
+    _priority_class(core_v1, "top", 1000)
+    fake_api.put_object("resourceclaims", gpu_claim("together", 8))
+    fake_api.put_object("resourceclaims", gpu_claim("big", 4))
+    with running(fake_api) as rt:
+        create_pod(core_v1, _pod("low", "together"))
+        create_pod(core_v1, _pod("keeper", "together", priorityClassName="top"))
+        wait_for(lambda: node_of(fake_api, "low") and node_of(fake_api, "keeper"), 5, "bound")
+        create_pod(core_v1, _pod("big", "big", priorityClassName="high"))
+        wait_for(lambda: scheduled_condition(fake_api, "big"), 5, "big waits")
+        time.sleep(0.5)
+        rt.reporter.flush()
+    condition = scheduled_condition(fake_api, "big")
+    assert condition is not None
+    assert "preemption:" in condition["message"]
+    assert _deleted(fake_api) == []
+    assert _terminating(fake_api) == set()

@@ -86,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
         "the stock default-scheduler's LeastAllocated (default: all of them)",
     )
     p.add_argument("--inflate", help="protocol mode: arrived GPU demand / capacity (default: 1.3)")
-    p.add_argument("--seed", help="comma-separated seeds (default: 42)")
+    p.add_argument(
+        "--seed", help="comma-separated seeds (default: 42; with --generated, the simulator's: 1)"
+    )
     p.add_argument(
         "--mode",
         choices=("auto", "protocol", "events"),
@@ -445,8 +447,9 @@ def _generated(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         policies = _policies(_setting(args, "policy", environ, ",".join(POLICIES)))
         if problem := simulate_generated.problem(args, policies):
             raise UsageError(problem)
+        sim_seeds = _ints(_setting(args, "seed", environ, "1"), "seed")
         config = load_config(args.config) if args.config else None
-        text = simulate_generated.run_generated_study(args, policies, config)
+        text = simulate_generated.run_generated_study(args, policies, sim_seeds, config)
     except (UsageError, WorkloadError, AgentError) as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return 2

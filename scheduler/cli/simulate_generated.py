@@ -2,7 +2,9 @@
 every policy on each, the per-workload table and the summary of `scheduler.sim.generalise`.
 
 Workload k (0 ≤ k < N) is the one of seed `--generated-seed` + k; `--generated-jobs` and
-`--generated-nodes` size them (jobs, GPU nodes; a quarter as many CPU-only nodes).
+`--generated-nodes` size them (jobs, GPU nodes; a quarter as many CPU-only nodes). `--seed` gives
+the simulator's seeds (node order, `random`'s draws; default 1), apart from the workloads':
+each policy runs each workload once per simulator seed, and the table shows their averages.
 """
 
 from __future__ import annotations
@@ -71,14 +73,17 @@ def problem(args: argparse.Namespace, policies: Sequence[str]) -> str | None:
 
 
 def run_generated_study(
-    args: argparse.Namespace, policies: Sequence[str], config: SchedulerConfig | None
+    args: argparse.Namespace,
+    policies: Sequence[str],
+    sim_seeds: Sequence[int],
+    config: SchedulerConfig | None,
 ) -> str:
-    """The table and summary text of `--generated`."""
+    """The table and summary text of `--generated`, each run once per simulator seed."""
     size = generated_size(args.generated_jobs, args.generated_nodes)
     began = time.perf_counter()
     outcomes = {}
     for seed in range(args.generated_seed, args.generated_seed + args.generated):
-        label, runs = run_generated(seed, policies, size, config=config)
+        label, runs = run_generated(seed, policies, size, sim_seeds, config=config)
         outcomes[label] = runs
         if sys.stderr.isatty():
             sys.stderr.write(f"{label}: done\n")
@@ -86,6 +91,7 @@ def run_generated_study(
     head = (
         f"{args.generated} generated workloads (seeds {args.generated_seed}.."
         f"{args.generated_seed + args.generated - 1}; {size_text(size)}), "
-        f"{len(policies)} policies, {elapsed:.0f} s\n\n"
+        f"{len(policies)} policies, simulator seeds {','.join(str(s) for s in sim_seeds)}, "
+        f"{elapsed:.0f} s\n\n"
     )
     return head + format_rows(outcomes) + "\n" + format_summary(summarise(outcomes))

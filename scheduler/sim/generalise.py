@@ -1,8 +1,10 @@
 """Judging placement on many workloads (issue 45): the per-workload table and its summary.
 
-Input: every policy's event-mode run on each workload (`Outcomes`: workload label -> runs). Per
-workload and policy the figures are the mean wait over all pods, the makespan and each pod
-class's median wait. The summary answers the issue's "Verified when":
+Input: every policy's event-mode runs on each workload (`Outcomes`: workload label -> the
+`WorkloadFigures` of each run, one per policy and simulator seed). Per workload and policy the
+figures are the mean wait over all pods, the makespan and each pod class's median wait, each
+averaged over the simulator's seeds (the node order and `random`'s draws; the workload is the
+same at every one). The summary answers the issue's "Verified when":
 
 * *within 5 %*: workloads where `gputopo`'s mean wait and makespan are both at most 1.05 × the
   best of the peers (`PEERS`); a best of 0 s asks for 0 s;
@@ -10,7 +12,11 @@ class's median wait. The summary answers the issue's "Verified when":
   on mean wait and on makespan, averaged over both and over the workloads;
 * *lowest on average*: each policy's mean over the workloads of mean wait and of makespan;
 * *class losses*: workloads where some class's median wait under `gputopo` exceeds the best
-  packing peer's (`PACKING_PEERS`) by more than max(60 s, 10 %).
+  packing peer's (`PACKING_PEERS`) by more than max(60 s, 10 %), and how many such workloads
+  each class has.
+
+`run_generated` and `run_one` make the figures; `figures_document` and `figures_from_document`
+turn one run's figures into JSON and back (the study's cache, `bench/generalise_study.py`).
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.config import SchedulerConfig
 from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
-from scheduler.sim.generate import DEFAULT_SIZE, Size, generate
+from scheduler.sim.generate import DEFAULT_SIZE, Generated, Size, generate
 from scheduler.sim.protocol import RunResult
 
 __all__ = [
@@ -32,10 +39,15 @@ __all__ = [
     "Outcomes",
     "Summary",
     "WorkloadFigures",
+    "average",
+    "figures_document",
+    "figures_from_document",
     "figures_of",
     "format_rows",
     "format_summary",
+    "label_of",
     "run_generated",
+    "run_one",
     "summarise",
 ]
 
@@ -46,18 +58,20 @@ TOLERANCE = 0.05
 CLASS_SLACK_S = 60.0
 CLASS_SLACK_SHARE = 0.10
 
-Outcomes = Mapping[str, Sequence[RunResult]]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadFigures:
-    """One policy on one workload."""
+    """One policy on one workload: one run, or the average of `runs` runs (simulator seeds)."""
 
     workload: str
     policy: str
     mean_wait: float
     makespan: float
     class_p50: Mapping[str, float]  # classes with a started pod
+    runs: int = 1
+
+
+Outcomes = Mapping[str, Sequence[WorkloadFigures]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +83,15 @@ class Summary:
     average_wait: Mapping[str, float]
     average_makespan: Mapping[str, float]
     class_losses: Mapping[str, tuple[str, ...]]  # workload -> classes losing to packing peers
+
+    @property
+    def losses_by_class(self) -> dict[str, int]:
+        """Class -> the workloads where it loses (most first, then by name)."""
+        counts: dict[str, int] = {}
+        for lost in self.class_losses.values():
+            for cls in lost:
+                counts[cls] = counts.get(cls, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def figures_of(workload: str, run: RunResult) -> WorkloadFigures:
@@ -83,11 +106,32 @@ def figures_of(workload: str, run: RunResult) -> WorkloadFigures:
     )
 
 
+def average(runs: Sequence[WorkloadFigures]) -> WorkloadFigures:
+    """The mean of runs of one policy on one workload; a class's median wait is averaged over
+    the runs where the class started a pod."""
+    first = runs[0]
+    classes = sorted({c for run in runs for c in run.class_p50})
+    return WorkloadFigures(
+        workload=first.workload,
+        policy=first.policy,
+        mean_wait=statistics.fmean(r.mean_wait for r in runs),
+        makespan=statistics.fmean(r.makespan for r in runs),
+        class_p50={
+            c: statistics.fmean(r.class_p50[c] for r in runs if c in r.class_p50) for c in classes
+        },
+        runs=sum(r.runs for r in runs),
+    )
+
+
 def _table(outcomes: Outcomes) -> dict[str, dict[str, WorkloadFigures]]:
-    return {
-        label: {run.policy: figures_of(label, run) for run in runs}
-        for label, runs in outcomes.items()
-    }
+    """Workload -> policy -> its runs averaged (policies in the order they first appear)."""
+    table: dict[str, dict[str, WorkloadFigures]] = {}
+    for label, runs in outcomes.items():
+        by_policy: dict[str, list[WorkloadFigures]] = {}
+        for run in runs:
+            by_policy.setdefault(run.policy, []).append(run)
+        table[label] = {policy: average(group) for policy, group in by_policy.items()}
+    return table
 
 
 def _within(subject: float, best: float) -> bool:
@@ -178,6 +222,11 @@ def format_summary(summary: Summary) -> str:
         f"{len(summary.class_losses)} of {n}",
         *(f"  {label}: {', '.join(c)}" for label, c in summary.class_losses.items()),
     ]
+    if summary.class_losses:
+        lines.append(
+            "losing workloads per class: "
+            + ", ".join(f"{c} {count}" for c, count in summary.losses_by_class.items())
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -185,26 +234,71 @@ def _by_value(item: tuple[str, float]) -> tuple[float, str]:
     return item[1], item[0]
 
 
+def label_of(made: Generated) -> str:
+    """`gen-<seed>/<pattern>`."""
+    return f"gen-{made.seed}/{made.pattern.value}"
+
+
+def run_one(
+    made: Generated,
+    policy: str,
+    sim_seed: int,
+    preemption: PreemptionSettings | bool = True,
+    config: SchedulerConfig | None = None,
+) -> WorkloadFigures:
+    """`policy` on the generated workload `made` in event mode, the simulator at `sim_seed`
+    (nodes ranked by it, `random`'s draws), `config` the one the gputopo policy uses."""
+    run = run_events(
+        made.cluster,
+        made.workload,
+        policy,
+        sim_seed,
+        shuffle_nodes=True,
+        preemption=preemption,
+        config=config,
+    )
+    return figures_of(label_of(made), run)
+
+
 def run_generated(
     seed: int,
     policies: Sequence[str],
     size: Size = DEFAULT_SIZE,
+    sim_seeds: Sequence[int] = (1,),
     preemption: PreemptionSettings | bool = True,
     config: SchedulerConfig | None = None,
-) -> tuple[str, list[RunResult]]:
-    """The label (`gen-<seed>/<pattern>`) of the workload of `seed` and every policy's run on it
-    (event mode, nodes ranked by the seed; `config` is the one the gputopo policy uses)."""
+) -> tuple[str, list[WorkloadFigures]]:
+    """The label of the workload of `seed` and every policy's run on it at each of `sim_seeds`
+    (the simulator's seeds, apart from the workload's)."""
     made = generate(seed, size)
     runs = [
-        run_events(
-            made.cluster,
-            made.workload,
-            policy,
-            seed,
-            shuffle_nodes=True,
-            preemption=preemption,
-            config=config,
-        )
+        run_one(made, policy, sim_seed, preemption, config)
         for policy in policies
+        for sim_seed in sim_seeds
     ]
-    return f"gen-{seed}/{made.pattern.value}", runs
+    return label_of(made), runs
+
+
+def figures_document(figures: WorkloadFigures) -> dict[str, Any]:
+    """One run's figures as JSON."""
+    return {
+        "workload": figures.workload,
+        "policy": figures.policy,
+        "meanWait": figures.mean_wait,
+        "makespan": figures.makespan,
+        "classP50": dict(figures.class_p50),
+        "runs": figures.runs,
+    }
+
+
+def figures_from_document(doc: Mapping[str, Any]) -> WorkloadFigures:
+    """The inverse of `figures_document`; KeyError or ValueError on a document it did not
+    write."""
+    return WorkloadFigures(
+        workload=str(doc["workload"]),
+        policy=str(doc["policy"]),
+        mean_wait=float(doc["meanWait"]),
+        makespan=float(doc["makespan"]),
+        class_p50={str(c): float(v) for c, v in dict(doc["classP50"]).items()},
+        runs=int(doc["runs"]),
+    )

@@ -3,19 +3,35 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import pytest
 
 from scheduler.cli.simulate import main
-from scheduler.sim.generalise import format_rows, format_summary, summarise
+from scheduler.sim.generalise import (
+    WorkloadFigures,
+    average,
+    figures_document,
+    figures_from_document,
+    figures_of,
+    format_rows,
+    format_summary,
+    summarise,
+)
 from scheduler.sim.metrics import ClassWaits, JobFigures
 from scheduler.sim.protocol import RunResult
 
 POLICIES = ("gputopo", "spread", "bestfit", "random", "fgd")
 
 
-def _run(policy: str, wait: float, makespan: float, p50: Mapping[str, float]) -> RunResult:
+def _run(policy: str, wait: float, makespan: float, p50: Mapping[str, float]) -> WorkloadFigures:
+    return WorkloadFigures(
+        workload="w", policy=policy, mean_wait=wait, makespan=makespan, class_p50=dict(p50)
+    )
+
+
+def _result(policy: str, wait: float, makespan: float, p50: Mapping[str, float]) -> RunResult:
     waits = {c: ClassWaits(pods=1, started=1, p50=v, p99=v, longest=v) for c, v in p50.items()}
     waits["all"] = ClassWaits(pods=1, started=1, p50=wait, p99=wait, longest=wait, mean=wait)
     return RunResult(
@@ -35,9 +51,41 @@ def _run(policy: str, wait: float, makespan: float, p50: Mapping[str, float]) ->
     )
 
 
+def test_a_runs_figures_are_its_mean_wait_makespan_and_class_medians() -> None:
+    figures = figures_of("gen-1/steady", _result("fgd", 120.0, 9_000.0, {"gang": 300.0}))
+    assert figures == WorkloadFigures(
+        workload="gen-1/steady",
+        policy="fgd",
+        mean_wait=120.0,
+        makespan=9_000.0,
+        class_p50={"gang": 300.0},
+    )
+
+
+def test_runs_at_several_simulator_seeds_are_averaged() -> None:
+    runs = [
+        _run("gputopo", 100.0, 1_000.0, {"gang": 10.0, "cpu": 0.0}),
+        _run("gputopo", 300.0, 3_000.0, {"gang": 30.0}),  # no cpu pod started
+    ]
+    runs += [_run(p, 200.0, 2_000.0, {"gang": 20.0, "cpu": 0.0}) for p in POLICIES[1:]]
+    text = format_rows({"w": runs})
+    gputopo = next(line for line in text.splitlines() if line.split()[1] == "gputopo")
+    assert gputopo.split()[2:] == ["200", "2,000", "0", "20"]  # mean wait, makespan, cpu, gang
+    assert average(runs[:2]).runs == 2
+    assert summarise({"w": runs}).within == 1
+
+
+def test_figures_survive_their_json_document() -> None:
+    figures = _run("bestfit", 12.5, 3_600.0, {"1-gpu": 30.0, "share": 0.0})
+    doc = json.loads(json.dumps(figures_document(figures)))
+    assert figures_from_document(doc) == figures
+    with pytest.raises(KeyError, match="meanWait"):
+        figures_from_document({k: v for k, v in doc.items() if k != "meanWait"})
+
+
 def _workload(
     mine: tuple[float, float], peers: tuple[float, float] = (1000.0, 10_000.0), **p50: float
-) -> list[RunResult]:
+) -> list[WorkloadFigures]:
     """gputopo's (mean wait, makespan) and class medians; every peer at `peers`, class medians
     1,000 s."""
     peer_p50 = dict.fromkeys(p50, 1000.0)
@@ -105,6 +153,7 @@ def test_the_text_names_the_losses() -> None:
     assert "within 5% of the best of fgd, bestfit, random, spread" in text
     assert ": 0 of 1 (not on: gen-1/steady)" in text
     assert "  gen-1/steady: gang" in text
+    assert "losing workloads per class: gang 1" in text
     rows = format_rows(outcomes).splitlines()
     assert rows[0].split()[:4] == ["workload", "policy", "mean", "wait"]
     assert len(rows) == 1 + len(POLICIES)
@@ -116,6 +165,7 @@ def test_simulate_generated_runs_end_to_end(capsys: pytest.CaptureFixture[str]) 
     assert main([*argv, "--generated-nodes", "3"], environ={}) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 generated workloads (seeds 5..6; 20 jobs, 3 GPU nodes")
+    assert "5 policies, simulator seeds 1, " in out
     rows = [line for line in out.splitlines() if line.startswith("gen-")]
     assert len(rows) == 2 * len(POLICIES)
     assert {row.split()[1] for row in rows} == set(POLICIES)
@@ -134,3 +184,23 @@ def test_simulate_generated_is_deterministic(capsys: pytest.CaptureFixture[str])
     first = capsys.readouterr().out.split("\n", 1)[1]  # the head line carries the runtime
     assert main(argv, environ={}) == 0
     assert capsys.readouterr().out.split("\n", 1)[1] == first
+
+
+def test_the_simulator_seed_is_apart_from_the_workload_seed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same workload at two simulator seeds: random places differently, the label stays."""
+    argv = ["--generated", "1", "--generated-seed", "7", "--generated-jobs", "40"]
+    argv += ["--generated-nodes", "3", "--policy", "gputopo,spread,bestfit,random,fgd"]
+    tables = []
+    for seed in ("1", "2"):
+        assert main([*argv, "--seed", seed], environ={}) == 0
+        tables.append(
+            {
+                line.split()[1]: line.split()[:4]
+                for line in capsys.readouterr().out.splitlines()
+                if line.startswith("gen-")
+            }
+        )
+    assert tables[0]["random"][0] == tables[1]["random"][0] == tables[0]["gputopo"][0]
+    assert tables[0]["random"] != tables[1]["random"]

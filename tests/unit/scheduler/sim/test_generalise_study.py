@@ -1,12 +1,15 @@
 """`bench/generalise_study.py`: tuning and judging seeds never overlap; a tiny run prints both
-tables and its runtime."""
+tables and its runtime; run figures are cached, `gputopo`'s against the code."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from scheduler.sim.generalise import WorkloadFigures
+from scheduler.sim.generate import Size
 from tests.builders.benchscripts import load_bench
 
 
@@ -30,6 +33,12 @@ def test_overlapping_ranges_are_refused(tuning: str, judging: str, shared: str) 
         _bench().seed_ranges(tuning, judging)
 
 
+def test_either_range_may_be_none_but_not_both() -> None:
+    assert _bench().seed_ranges("none", "4-5") == ([], [4, 5])
+    with pytest.raises(ValueError, match="both none: nothing to run"):
+        _bench().seed_ranges("none", "none")
+
+
 def test_the_command_refuses_overlap_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         _bench().main(["--tuning", "1-2", "--judging", "2-3"])
@@ -37,16 +46,73 @@ def test_the_command_refuses_overlap_with_one_line(capsys: pytest.CaptureFixture
     assert "--tuning 1-2 and --judging 2-3 share seeds (2)" in capsys.readouterr().err
 
 
+TINY = ["--generated-jobs", "15", "--generated-nodes", "2", "--beside", "none", "--jobs", "1"]
+
+
 def test_a_tiny_study_prints_both_ranges_and_its_runtime(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    argv = ["--tuning", "1", "--judging", "2", "--generated-jobs", "15", "--generated-nodes", "2"]
-    assert _bench().main([*argv, "--beside", "none", "--jobs", "1"]) == 0
+    argv = ["--tuning", "1", "--judging", "2", "--sim-seeds", "1,2", *TINY]
+    assert _bench().main([*argv, "--cache", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "## tuning workloads (seeds 1; 15 jobs, 2 GPU nodes, 1 CPU nodes, load 1.2)" in out
+    assert (
+        "## tuning workloads (seeds 1; 15 jobs, 2 GPU nodes, 1 CPU nodes, load 1.2; "
+        "simulator seeds 1,2)" in out
+    )
     assert "## judging workloads (seeds 2;" in out
     assert [line.split()[0] for line in out.splitlines() if line.startswith("gen-")] == (
         ["gen-1/" + out.split("gen-1/")[1].split()[0]] * 5
         + ["gen-2/" + out.split("gen-2/")[1].split()[0]] * 5
     )
+    assert "generated runs: 20 computed, 0 from the cache; their compute time " in out
     assert out.rstrip().endswith("s on 1 processes")
+    assert len(list(tmp_path.glob("*.json"))) == 20
+
+
+def test_a_second_run_reads_the_cache_and_recomputes_on_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["--tuning", "none", "--judging", "3", "--sim-seeds", "1", *TINY]
+    argv += ["--cache", str(tmp_path)]
+    assert _bench().main(argv) == 0
+    first = capsys.readouterr().out
+    assert _bench().main(argv) == 0
+    second = capsys.readouterr().out
+    assert "generated runs: 0 computed, 5 from the cache;" in second
+    assert first.split("generated runs")[0] == second.split("generated runs")[0]
+    assert _bench().main([*argv, "--recompute", "fgd,spread"]) == 0
+    assert "generated runs: 2 computed, 3 from the cache;" in capsys.readouterr().out
+
+
+def _figures(policy: str) -> WorkloadFigures:
+    return WorkloadFigures(
+        workload="gen-9/steady", policy=policy, mean_wait=5.0, makespan=50.0, class_p50={}
+    )
+
+
+def test_gputopo_is_cached_against_the_code_and_the_peers_are_flagged(tmp_path: Path) -> None:
+    bench = _bench()
+    key = {"seed": 9, "size": Size(jobs=10), "sim_seed": 1, "config": None}
+    mine, peer = bench.RunKey(policy="gputopo", **key), bench.RunKey(policy="fgd", **key)
+    before = bench.Cache(tmp_path, "a" * 64, "c" * 64, frozenset())
+    before.store(mine, _figures("gputopo"), 1.5)
+    before.store(peer, _figures("fgd"), 2.5)
+    after = bench.Cache(tmp_path, "b" * 64, "c" * 64, frozenset())
+    assert after.load(mine) is None
+    assert after.load(peer) == (_figures("fgd"), 2.5)
+    assert (after.hits, after.stale) == (1, 1)
+    other_config = bench.Cache(tmp_path, "a" * 64, "d" * 64, frozenset())
+    assert other_config.load(mine) is None
+    assert other_config.load(peer) is None
+
+
+def test_the_code_digest_follows_the_code(tmp_path: Path) -> None:
+    bench = _bench()
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "scheduler" / "a.py").write_text("x = 1\n")
+    first = bench.code_digest(tmp_path)
+    (tmp_path / "scheduler" / "notes.md").write_text("not code\n")
+    assert bench.code_digest(tmp_path) == first
+    (tmp_path / "agent" / "b.yaml").write_text("y: 2\n")
+    assert bench.code_digest(tmp_path) != first

@@ -1,8 +1,8 @@
 """The `/metrics`, `/healthz` and `/readyz` HTTP server both binaries run (`gputopo-agent run` on
 `:9445`, `gputopo-scheduler run` on `:9446`), each over its own Prometheus registry.
 
-`parse_address` (`agent.hostport`) reads the `--metrics-address` flag (`HOST:PORT`; port 0 binds an ephemeral port,
-an IPv6 host is written in brackets).
+`parse_address` (`agent.hostport`) reads the `--metrics-address` flag (`HOST:PORT`; port 0 binds
+an ephemeral port, an IPv6 host is written in brackets).
 
 The HTTP protocol is waitress's (a pure-Python WSGI server); this module holds the small WSGI app
 and maps `ServerLimits` onto waitress's settings, so that idle, half-sent or abandoned connections

@@ -123,7 +123,8 @@ class Snapshot:
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node
         insort(self._all, node.name)
-        self._max_gpus = max(self._max_gpus, node.gpu_count, sum(node.gpu_slots))
+        # a node's whole-GPU key counts its idle GPUs and its free `nvidia.com/gpu` replicas
+        self._max_gpus = max(self._max_gpus, node.gpu_count + sum(node.gpu_slots))
         self._gpu_nodes += node.gpu_count > 0
         for key in node.pods:
             self._pod_node[key] = node.name

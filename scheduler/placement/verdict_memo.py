@@ -86,7 +86,7 @@ class VerdictMemo:
         self._shares = ShareMemo(scoring)
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
         self._tables: dict[ClassKey, dict[int, Verdict]] = {}  # shared by classes (`_share_table`)
-        self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
+        self._allowed: tuple[AbstractSet[str], int, IntArray] | None = None
 
     # -- decisions -------------------------------------------------------------------------------
     def decide(
@@ -103,11 +103,11 @@ class VerdictMemo:
         it to `pick`). `excluded` costs O(its nodes) plus one vector operation."""
         total = len(self._snapshot)
         verdicts = self._refresh(pod)
-        mask = None if allowed is None else self._allowed_mask(allowed)
+        where = None if allowed is None else self._allowed_slots(allowed)
         if excluded:
             held = self._nodes.mask(excluded)
-            mask = ~held if mask is None else mask & ~held
-        best = self._best(pod, verdicts, mask)
+            where = np.flatnonzero(~held) if where is None else where[~held[where]]
+        best = self._best(pod, verdicts, where)
         if best is not None:
             return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
         if explain:
@@ -134,13 +134,14 @@ class VerdictMemo:
         return self._assignment(pod, verdicts, self._nodes.slot(name))
 
     def _best(
-        self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
+        self, pod: PodRequest, verdicts: Verdicts, where: IntArray | None
     ) -> tuple[Assignment, float] | None:
-        if mask is None:
+        """The best slot's assignment and score, among `where` (None: every slot)."""
+        if where is None:
             choose = None if verdicts.labels else self._top_slots
             best = verdicts.best(self._nodes.names, self._nodes.ranks, choose)
         else:
-            best = self._best_of(verdicts, verdicts.feasible & mask)
+            best = self._best_of(verdicts, where)
         if best is None:
             return None
         chosen = self._assignment(pod, verdicts, best)
@@ -148,16 +149,18 @@ class VerdictMemo:
             raise RuntimeError(f"node {self._nodes.name(best)} is feasible without an assignment")
         return chosen, float(verdicts.score[best])
 
-    def _best_of(self, verdicts: Verdicts, candidates: BoolArray) -> int | None:
-        """`pick`'s ranking over the slots in `candidates` (vectorised)."""
-        if not candidates.any():
+    def _best_of(self, verdicts: Verdicts, slots: IntArray) -> int | None:
+        """`pick`'s ranking over `slots` (vectorised, O(their count): a topology domain's
+        nodes cost as many, whatever the cluster's size)."""
+        candidates = slots[verdicts.feasible[slots]]
+        if not len(candidates):
             return None
         if verdicts.tiered:
-            used = candidates & verdicts.tier
-            if used.any():
+            used = candidates[verdicts.tier[candidates]]
+            if len(used):
                 candidates = used
-        scores = np.where(candidates, verdicts.score, -np.inf)
-        ties = np.flatnonzero(scores == scores.max())
+        scores = verdicts.score[candidates]
+        ties = candidates[scores == scores.max()]
         return int(ties[0]) if len(ties) == 1 else self._nodes.first_by_name(ties)
 
     def _assignment(self, pod: PodRequest, verdicts: Verdicts, i: int) -> Assignment | None:
@@ -175,14 +178,15 @@ class VerdictMemo:
             return found
         return replace(found, node=name)
 
-    def _allowed_mask(self, allowed: AbstractSet[str]) -> BoolArray:
-        """`allowed` as a mask over slots (the last one is reused while the node set stands)."""
+    def _allowed_slots(self, allowed: AbstractSet[str]) -> IntArray:
+        """The slots of `allowed` (the last ones are reused while that set object and the
+        slots stand: a gang's members, and the gangs after it in the same domain, pass one)."""
         last = self._allowed
         if last is not None and last[0] is allowed and last[1] == self._nodes.epoch:
             return last[2]
-        mask = self._nodes.mask(allowed)
-        self._allowed = (allowed, self._nodes.epoch, mask)
-        return mask
+        slots = self._nodes.slots_of(allowed)
+        self._allowed = (allowed, self._nodes.epoch, slots)
+        return slots
 
     def _rejections(self, pod: PodRequest, verdicts: Verdicts) -> Rejection:
         """Why a node of the snapshot rejects `pod`, from `verdicts` (`pod`'s class, up to date);

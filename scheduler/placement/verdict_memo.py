@@ -37,7 +37,9 @@ Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster s
 typical mix's classes (about a hundred) instead of evicting one per decision.
 
 Score functions that learn (`Learner`, like `FragmentationScore`) see every pod first, as in
-`pick` (`Scoring.observe`), and a new `version` drops every cached verdict.
+`pick` (`Scoring.observe`), and a new `version` makes every score stale: each class is evaluated
+in full again at its next use, but no filter reads a score, so a state's rejection is kept and a
+state that fits keeps its assignment and is only scored again (`_rescore_classes`).
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
@@ -169,10 +171,7 @@ class VerdictMemo:
         code = int(verdicts.code[i])
         found = None
         if code >= 0:
-            verdict = verdicts.table.get(code)
-            if verdict is None:
-                verdict = verdicts.table[code] = self._verdict(pod, i)
-            found = verdict[3]
+            found = self._kept(pod, verdicts, code, i)[3]
         name = self._nodes.name(i)
         if found is None or found.node == name:
             return found
@@ -224,9 +223,23 @@ class VerdictMemo:
         version = self._learned_version()
         if version != self._version:
             self._version = version
-            self._classes.clear()
-            self._tables.clear()
+            self._rescore_classes()
             self._shares.forget_scores()
+
+    def _rescore_classes(self) -> None:
+        """What the learners know changed, so every score is stale: each class is evaluated in
+        full at its next use, with its verdicts kept aside (`Verdicts.stale`). No filter reads a
+        score, so a state's rejection stands, and a state that fits keeps its assignment and is
+        scored again, not filtered again (`_made`)."""
+        tables: dict[ClassKey, dict[int, Verdict]] = {}
+        for verdicts in self._classes.values():
+            verdicts.stale = (
+                verdicts.table if verdicts.stale is None else verdicts.stale | verdicts.table
+            )
+            verdicts.seen = -1  # before every log position: evaluated in full
+            key = verdicts.table_key
+            verdicts.table = {} if key is None else tables.setdefault(key, {})
+        self._tables = tables
 
     def _refresh(self, pod: PodRequest) -> Verdicts:
         if self._learners:
@@ -257,6 +270,7 @@ class VerdictMemo:
                 verdicts.rebuild(self._nodes.names, self._nodes.ranks())
             else:
                 self._evaluate_states(pod, verdicts)
+            verdicts.stale = None  # every state evaluated again
         else:
             for slot in dirty:
                 self._evaluate_one(pod, verdicts, slot)
@@ -274,7 +288,8 @@ class VerdictMemo:
             return
         if len(self._tables) >= _TABLES:
             self._tables.clear()
-        verdicts.table = self._tables.setdefault(pod_class(pod, memory=False), {})
+        verdicts.table_key = pod_class(pod, memory=False)
+        verdicts.table = self._tables.setdefault(verdicts.table_key, {})
         verdicts.shared_table = True
 
     def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
@@ -283,9 +298,7 @@ class VerdictMemo:
             verdicts.reject(slot)
             return
         code = self._code(verdicts, slot)
-        verdict = verdicts.table.get(code)
-        if verdict is None:
-            verdict = verdicts.table[code] = self._verdict(pod, slot)
+        verdict = self._kept(pod, verdicts, code, slot)
         verdicts.put(slot, code, verdict, self._nodes.name(slot))
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
@@ -306,11 +319,8 @@ class VerdictMemo:
         feasible = np.zeros(len(firsts), dtype=np.bool_)
         tier = np.zeros(len(firsts), dtype=np.bool_)
         score = np.zeros(len(firsts), dtype=np.float64)
-        table = verdicts.table
         for j, (code, slot) in enumerate(zip(distinct.tolist(), firsts, strict=True)):
-            verdict = table.get(code)
-            if verdict is None:
-                verdict = table[code] = self._verdict(pod, slot)
+            verdict = self._kept(pod, verdicts, code, slot)
             feasible[j], tier[j], score[j] = verdict[0], verdict[1], verdict[2]
         verdicts.feasible[kept] = feasible[at]
         verdicts.tier[kept] = tier[at]
@@ -336,7 +346,7 @@ class VerdictMemo:
         for state, row, slot in zip(states, rows.tolist(), slots.tolist(), strict=True):
             verdict = table.get(state)
             if verdict is None:
-                verdict = table[state] = self._verdict(pod, slot)
+                verdict = table[state] = self._made(pod, verdicts.stale, state, slot)
             feasible[row], tier[row], score[row], code[row] = (*verdict[:3], state)
         at = members.rows
         verdicts.feasible[:] = feasible[at]
@@ -374,6 +384,31 @@ class VerdictMemo:
             return state
         values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
         return verdicts.combo(state, values)
+
+    def _kept(self, pod: PodRequest, verdicts: Verdicts, code: int, slot: int) -> Verdict:
+        """The verdict under `code` in the class's table (slot `slot` is in that state); made and
+        kept when missing."""
+        verdict = verdicts.table.get(code)
+        if verdict is None:
+            verdict = verdicts.table[code] = self._made(pod, verdicts.stale, code, slot)
+        return verdict
+
+    def _made(
+        self, pod: PodRequest, stale: dict[int, Verdict] | None, code: int, slot: int
+    ) -> Verdict:
+        """The verdict for slot `slot`, from the one kept aside at the last refit (`stale`, under
+        `code`) when there is one: a rejection as it was, a fit's assignment scored again (a
+        share pod's fit is placed again: `ShareMemo` keeps its placements); else `_verdict`."""
+        old = None if stale is None else stale.get(code)
+        if old is None:
+            return self._verdict(pod, slot)
+        fits, used, _score, assignment, _reasons = old
+        if not fits:
+            return old
+        if assignment is None or pod.shares:
+            return self._verdict(pod, slot)
+        score = self._scoring.total(pod, self._nodes.node(slot), assignment)
+        return (True, used, score, assignment, ())
 
     def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
         """The verdict for slot `slot`'s node; a share pod's placement and score come through

@@ -31,8 +31,10 @@ after a few changes touches only the changed nodes and stays in plain Python: nu
 thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
 class unused for long) are evaluated one verdict per live state, found through the index of the
 slots in each state (`StateMembers`, kept by `NodeSlots` in O(1) per node change), and spread to
-the slots by one gather per array; the heap's best nodes then come from a partial selection on
-(score level of the state, name rank), not a sort: the cost grows with the states, not the nodes.
+the slots by one gather per array; the heap's best nodes then come, at the next decision among
+all nodes (one within a topology domain ranks the domain's slots alone), from a partial selection
+on (score level of the state, name rank), not a sort: the cost grows with the states, not the
+nodes.
 Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster still keeps a
 typical mix's classes (about a hundred) instead of evicting one per decision.
 
@@ -267,7 +269,7 @@ class VerdictMemo:
             if verdicts.labels:
                 all_slots = np.arange(capacity, dtype=np.int64)
                 self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
-                verdicts.rebuild(self._nodes.names, self._nodes.ranks())
+                verdicts.defer_rebuild()
             else:
                 self._evaluate_states(pod, verdicts)
             verdicts.stale = None  # every state evaluated again
@@ -353,7 +355,7 @@ class VerdictMemo:
         verdicts.tier[:] = tier[at]
         verdicts.score[:] = score[at]
         verdicts.code[:] = code[at]
-        verdicts.rebuild(self._nodes.names, self._nodes.ranks(), self._top_slots(verdicts))
+        verdicts.defer_rebuild()
 
     def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
         """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,

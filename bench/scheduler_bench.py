@@ -7,7 +7,9 @@ Run: `.venv/bin/python bench/scheduler_bench.py [--nodes 5000] [--pods 10000] [-
 sizes: each size in its own process (so its RSS is its own peak), with `--pods` (default: twice
 the nodes, at most 20,000) single pods, `--gangs` gangs and `--pairs` share pairs; per size the
 single pods' decisions/s (wall and CPU), p99, process CPU per decision, the gang p99, the share
-mix's decisions per cpu-s and its ratio, and the peak RSS.
+mix's decisions per cpu-s and its ratio, and the peak RSS. Each part also prints a digest of
+every decision it made (`binds`: pod key and assignment, in order), so two versions of the code
+are shown to decide alike.
 
 1. Single pods: a seeded mix (1, 2, 4, 8 whole GPUs, GPU shares, MIG-free, cpu-only) placed one
    by one with the shipped scoring, each bound when placed; decisions/s and cycle-latency
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import random
@@ -112,11 +115,17 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 class Clock:
-    """Wall and CPU latency samples of repeated calls."""
+    """Wall and CPU latency samples of repeated calls, and a digest of what they decided
+    (`record`, off the clock), so two versions of the code can be shown to decide alike."""
 
     def __init__(self) -> None:
         self.wall: list[float] = []
         self.cpu: list[float] = []
+        self._binds = hashlib.sha256()
+
+    def record(self, key: str, outcome: object) -> None:
+        """Add one pod's outcome (its assignment, or None) to the digest."""
+        self._binds.update(f"{key}={outcome!r};".encode())
 
     def __call__(self, fn: Callable[[], object]) -> object:
         w0, c0 = time.perf_counter(), time.process_time()
@@ -125,9 +134,10 @@ class Clock:
         self.cpu.append(time.process_time() - c0)
         return result
 
-    def row(self, placed: int) -> dict[str, float]:
+    def row(self, placed: int) -> dict[str, float | str]:
         count = len(self.wall)
         return {
+            "binds": self._binds.hexdigest()[:12],
             "rate/s": count / max(1e-9, sum(self.wall)),
             "rate/cpu-s": count / max(1e-9, sum(self.cpu)),
             "p50 ms": percentile(self.wall, 0.50) * 1000,
@@ -167,7 +177,7 @@ def bench_pods(
     shared: float = 0.0,
     shares: float = 0.0,
     turn: Callable[[int, bool], None] | None = None,
-) -> dict[str, float]:
+) -> dict[str, float | str]:
     """Single pods; `shared` of the nodes time-sliced, `shares` of the pods share pods.
     `turn(i, before)`: called before and after decision `i`, off the clock (`lockstep_child`)."""
     cluster = make_cluster(nodes, 50, shared)
@@ -184,11 +194,13 @@ def bench_pods(
             decision = clock(partial(cluster.place, pod, scoring))
             if turn is not None:
                 turn(i, False)
-            placed += getattr(decision, "assignment", None) is not None
+            assignment = getattr(decision, "assignment", None)
+            clock.record(key, assignment)
+            placed += assignment is not None
     return clock.row(placed)
 
 
-def bench_gangs(nodes: int, gangs: int, seed: int, plain: bool) -> dict[str, float]:
+def bench_gangs(nodes: int, gangs: int, seed: int, plain: bool) -> dict[str, float | str]:
     cluster = make_cluster(nodes, 50)
     scoring = shipped_scoring(nodes, plain)
     cluster.placer(scoring)  # built before the clock starts, as the scheduler builds it at start
@@ -210,6 +222,7 @@ def bench_gangs(nodes: int, gangs: int, seed: int, plain: bool) -> dict[str, flo
             rng.shuffle(members)
             place = partial(cluster.place_gang, members, scoring, topology=topology)
             result = clock(place)
+            clock.record(f"gang-{g}", sorted(getattr(result, "assignments", {}).items()))
             placed += bool(getattr(result, "ok", False))
     return clock.row(placed)
 
@@ -232,7 +245,7 @@ def lockstep_child(args: argparse.Namespace) -> None:
     os.write(1, json.dumps(row).encode())
 
 
-def share_pair(args: argparse.Namespace, hash_seed: int) -> dict[str, dict[str, float]]:
+def share_pair(args: argparse.Namespace, hash_seed: int) -> dict[str, dict[str, float | str]]:
     """The mix on 40 % shared nodes without and with 40 % share pods, each in its own process
     (string hash seed `hash_seed`), taking turns of `_BLOCK` decisions, which of the two goes
     first alternating: a slow spell of the machine falls on both alike, and a turn is long
@@ -260,12 +273,12 @@ def share_pair(args: argparse.Namespace, hash_seed: int) -> dict[str, dict[str, 
     return rows
 
 
-def share_pairs(args: argparse.Namespace) -> list[dict[str, dict[str, float]]]:
+def share_pairs(args: argparse.Namespace) -> list[dict[str, dict[str, float | str]]]:
     """`args.pairs` lockstep pairs, with string hash seeds 1, 2, ..."""
     return [share_pair(args, k) for k in range(1, args.pairs + 1)]
 
 
-def size_row(args: argparse.Namespace) -> dict[str, float]:
+def size_row(args: argparse.Namespace) -> dict[str, float | str]:
     """One size's figures (`--row`): single pods, gangs, the share pairs' median, peak RSS."""
     pods = bench_pods(args.nodes, args.pods, args.seed, args.plain)
     gangs = bench_gangs(args.nodes, args.gangs, args.seed, args.plain)
@@ -285,7 +298,14 @@ def size_row(args: argparse.Namespace) -> dict[str, float]:
         "share/cpu-s": pairs[middle]["shares"]["rate/cpu-s"],
         "ratio": statistics.median(ratios),
         "rss MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "binds": f"pods {pods['binds']}, gangs {gangs['binds']}, shares {shares_digest(pairs)}",
     }
+
+
+def shares_digest(pairs: Sequence[dict[str, dict[str, float | str]]]) -> str:
+    """The share pairs' bind digests: one when every pair's mixes decided alike."""
+    digests = sorted({f"{p['mixed']['binds']}/{p['shares']['binds']}" for p in pairs})
+    return " ".join(digests)
 
 
 _TABLE = (
@@ -323,6 +343,10 @@ def size_table(args: argparse.Namespace) -> None:
     print("".join(f"{head:>{len(fmt.format(0))}}" for head, _key, fmt in _TABLE))
     for row in rows:
         print("".join(fmt.format(row[key]) for _head, key, fmt in _TABLE))
+    print(
+        "binds (digests of every decision): "
+        + "; ".join(f"{r['nodes']:.0f}: {r['binds']}" for r in rows)
+    )
     base = rows[0]["cpu us"]
     print(
         "cpu per decision vs the first size: "
@@ -385,6 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "shares: decisions per cpu-s without / with 40% share pods, median of the pairs = "
         f"{statistics.median(ratios):.2f} (target ≤ 1.2)"
+    )
+    print(
+        f"binds (digests of every decision): pods {pods['binds']}, gangs {gangs['binds']}, "
+        f"shares {shares_digest(pairs)}"
     )
     return 0
 

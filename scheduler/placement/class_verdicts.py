@@ -9,12 +9,15 @@ and the pod wants a GPU), then the highest score, then the lowest name. A rebuil
 best `top` feasible slots only and remembers the last one's rank (`threshold`); every slot
 that changes later is pushed again. So any feasible slot without a valid entry ranks below the
 threshold, and a top entry at or above it is the best; otherwise the heap is rebuilt. Entries
-left behind by later changes are dropped when they reach the top.
+left behind by later changes are dropped when they reach the top. After a bulk update the
+rebuild waits for the next `best` (`defer_rebuild`): a decision among a few slots (a topology
+domain's, vectorised over them) never needs the heap.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +36,7 @@ _Entry = tuple[bool, float, str, int]
 HEAP_TOP = 64
 """Feasible slots a rebuild puts in the heap (the rest rank below the last of them)."""
 _INCOMPLETE = -1
+_UNBUILT: tuple[bool, float, str] = (False, -math.inf, "")  # every entry ranks after it
 
 
 def pod_class(pod: PodRequest, *, shares: bool = True, memory: bool = True) -> ClassKey:
@@ -86,6 +90,8 @@ class Verdicts:
     top: int = HEAP_TOP
     table: dict[int, Verdict] = field(default_factory=dict)
     shared_table: bool = False  # `table` is shared with classes that differ only in memory
+    table_key: ClassKey | None = None  # the shared table's key (the class without its memory)
+    stale: dict[int, Verdict] | None = None  # the verdicts before a refit, until re-evaluated
     combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
     heap: list[_Entry] = field(default_factory=list)
     threshold: tuple[bool, float, str] | None = None
@@ -136,6 +142,12 @@ class Verdicts:
         """Slot `slot` certainly does not fit (the pre-check), or holds no node."""
         self.feasible[slot] = False
         self.code[slot] = -1
+
+    def defer_rebuild(self) -> None:
+        """Leave the heap to be rebuilt at the next `best` (after a bulk update): an empty heap
+        whose threshold every entry ranks after, so `best` finds it incomplete."""
+        self.heap = []
+        self.threshold = _UNBUILT
 
     def rebuild(
         self, names: Sequence[str | None], ranks: IntArray, best: IntArray | None = None

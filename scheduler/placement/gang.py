@@ -9,10 +9,13 @@ Topology domains: the nodes sharing one value of a node label (`gputopo.io/rack`
 `required` constraint the gang must fit inside one domain; with `preferred` it tries each domain
 and then the whole cluster. Domains are tried tightest first: the fewest free milli-GPU that still
 covers the gang's GPU demand; among domains equally tight (up to `_TIE_TRIES` of them) the one whose
-placement touches the fewest nodes, then the label value. Nodes without the label belong to no
-domain. With `prefer_clique`, a GPU gang without a constraint prefers one NVLink clique
-(`nvidia.com/gpu.clique`, DESIGN §13) when any node carries that label, so whole racks stay free
-for the next big gang.
+placement touches the fewest nodes, then the label value (a placement on as few nodes as the
+gang's whole GPUs need on the biggest node, `_fewest_nodes`, cannot be beaten: the search ends
+there). A domain's nodes are passed as one frozen set (`Domain.members`), which the `Placer`
+turns into node slots once and ranks on their own, so a member costs the domain's size, not the
+cluster's. Nodes without the label belong to no domain. With `prefer_clique`, a GPU gang without
+a constraint prefers one NVLink clique (`nvidia.com/gpu.clique`, DESIGN §13) when any node
+carries that label, so whole racks stay free for the next big gang.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from .node import Assignment
 from .pick import Decision
 from .placer import Placer
 from .request import PodRequest
-from .snapshot import Snapshot
+from .snapshot import Domain, Snapshot
 
 __all__ = ["CLIQUE_LABEL", "GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
 
@@ -116,10 +119,12 @@ def _in_one_domain(
     best: tuple[int, int, GangPlacement] | None = None
     failed: Decision | None = None
     tries = 0
-    for free, value, names in _ordered_domains(placer.snapshot, label, ordered):
-        if best is not None and (free != best[0] or tries >= _TIE_TRIES):
+    fewest = _fewest_nodes(placer.snapshot, ordered)
+    for free, value, domain in _ordered_domains(placer.snapshot, label, ordered):
+        if best is not None and (free != best[0] or tries >= _TIE_TRIES or best[1] <= fewest):
             break
-        result = _place_in(ordered, placer, (names, excluded), value, explain=False)
+        where = (domain.members(), excluded)
+        result = _place_in(ordered, placer, where, value, explain=False)
         if not result.ok:
             failed = failed or result.failed
             continue
@@ -191,21 +196,29 @@ def _previously_assumed(
 
 def topology_domains(snapshot: Snapshot, label: str) -> dict[str, frozenset[str]]:
     """Label value -> node names, for the nodes that carry `label`."""
-    return {value: frozenset(d.names) for value, d in snapshot.domains(label).items()}
+    return {value: d.members() for value, d in snapshot.domains(label).items()}
 
 
 def _ordered_domains(
     snapshot: Snapshot, label: str, pods: Sequence[PodRequest]
-) -> list[tuple[int, str, frozenset[str]]]:
-    """(free milli-GPU, value, nodes) of the domains with enough free milli-GPU for the gang,
+) -> list[tuple[int, str, Domain]]:
+    """(free milli-GPU, value, domain) of the domains with enough free milli-GPU for the gang,
     tightest first, then by label value."""
     demand = sum(p.gpu_milli_total for p in pods)
     ranked = sorted(
-        (d.free_milli, value, d.names)
+        (d.free_milli, value)
         for value, d in snapshot.domains(label).items()
         if d.free_milli >= demand
     )
-    return [(free, value, frozenset(names)) for free, value, names in ranked]
+    domains = snapshot.domains(label)
+    return [(free, value, domains[value]) for free, value in ranked]
+
+
+def _fewest_nodes(snapshot: Snapshot, pods: Sequence[PodRequest]) -> int:
+    """At least how many nodes any placement of `pods` touches: their whole GPUs over the most
+    one node can give (`Snapshot.most_whole_gpus`), and one."""
+    gpus, most = sum(p.gpus for p in pods), snapshot.most_whole_gpus
+    return max(1, -(-gpus // most)) if most else 1
 
 
 def _short_of(free: Mapping[str, int], want: Mapping[str, int]) -> str | None:

@@ -295,6 +295,13 @@ class NodeSlots:
         mask[[self._index[n] for n in names if n in self._index]] = True
         return mask
 
+    def slots_of(self, names: Iterable[str]) -> IntArray:
+        """The slots of `names` (unknown names left out), ascending."""
+        index = self._index
+        found = np.array([index[n] for n in names if n in index], dtype=np.int64)
+        found.sort()
+        return found
+
     def maybe_fits(self, pod: PodRequest, slots: IntArray) -> BoolArray:
         """Slots among `slots` with the headroom `filter_node` needs at least (a necessary test:
         like the filter, only what the pod asks for is checked, so an overcommitted node still

@@ -52,10 +52,27 @@ _IndexKey = tuple[str, object]
 
 @dataclass(slots=True)
 class Domain:
-    """One value of a topology label: its nodes and their free milli-GPU (non-MIG GPUs)."""
+    """One value of a topology label: its nodes and their free milli-GPU (non-MIG GPUs).
+    Change `names` through `add` and `discard`, which keep `members` in step."""
 
     names: set[str] = field(default_factory=set)
     free_milli: int = 0
+    _members: frozenset[str] | None = None
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        self._members = None
+
+    def discard(self, name: str) -> None:
+        self.names.discard(name)
+        self._members = None
+
+    def members(self) -> frozenset[str]:
+        """`names` frozen: one object while the domain's nodes stand, so a caller that keys
+        something on the node set it passes (`VerdictMemo`'s allowed mask) finds it again."""
+        if self._members is None:
+            self._members = frozenset(self.names)
+        return self._members
 
 
 class Snapshot:
@@ -103,6 +120,12 @@ class Snapshot:
         GPUs (DaemonSets, cpu jobs) do not count."""
         return len(self._idle_gpu)
 
+    @property
+    def most_whole_gpus(self) -> int:
+        """At least as many whole GPUs as any one node can give pods: the most GPUs plus
+        replicas of shared ones of any node added (never lowered when nodes leave)."""
+        return self._max_gpus
+
     def node(self, name: str) -> NodeState:
         """The node called `name`; KeyError names it when unknown."""
         try:
@@ -123,7 +146,8 @@ class Snapshot:
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node
         insort(self._all, node.name)
-        self._max_gpus = max(self._max_gpus, node.gpu_count, sum(node.gpu_slots))
+        # a node's whole-GPU key counts its idle GPUs and its free `nvidia.com/gpu` replicas
+        self._max_gpus = max(self._max_gpus, node.gpu_count + sum(node.gpu_slots))
         self._gpu_nodes += node.gpu_count > 0
         for key in node.pods:
             self._pod_node[key] = node.name
@@ -133,7 +157,7 @@ class Snapshot:
         for label, domains in self._domains.items():
             value = node.labels.get(label)
             if value is not None:
-                domains.setdefault(value, Domain()).names.add(node.name)
+                domains.setdefault(value, Domain()).add(node.name)
         self._reindex(node.name)
 
     def remove_node(self, name: str) -> NodeState | None:
@@ -154,7 +178,7 @@ class Snapshot:
         for label, domains in self._domains.items():
             value = node.labels.get(label)
             if value is not None:
-                domains[value].names.discard(name)
+                domains[value].discard(name)
                 if not domains[value].names:
                     del domains[value]
         self._stamp(name)
@@ -249,7 +273,7 @@ class Snapshot:
                 value = node.labels.get(label)
                 if value is not None:
                     domain = table.setdefault(value, Domain())
-                    domain.names.add(name)
+                    domain.add(name)
                     domain.free_milli += self._free_milli[name]
             self._domains[label] = table
         return self._domains[label]

@@ -31,13 +31,17 @@ after a few changes touches only the changed nodes and stays in plain Python: nu
 thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
 class unused for long) are evaluated one verdict per live state, found through the index of the
 slots in each state (`StateMembers`, kept by `NodeSlots` in O(1) per node change), and spread to
-the slots by one gather per array; the heap's best nodes then come from a partial selection on
-(score level of the state, name rank), not a sort: the cost grows with the states, not the nodes.
+the slots by one gather per array; the heap's best nodes then come, at the next decision among
+all nodes (one within a topology domain ranks the domain's slots alone), from a partial selection
+on (score level of the state, name rank), not a sort: the cost grows with the states, not the
+nodes.
 Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster still keeps a
 typical mix's classes (about a hundred) instead of evicting one per decision.
 
 Score functions that learn (`Learner`, like `FragmentationScore`) see every pod first, as in
-`pick` (`Scoring.observe`), and a new `version` drops every cached verdict.
+`pick` (`Scoring.observe`), and a new `version` makes every score stale: each class is evaluated
+in full again at its next use, but no filter reads a score, so a state's rejection is kept and a
+state that fits keeps its assignment and is only scored again (`_rescore_classes`).
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
@@ -86,7 +90,7 @@ class VerdictMemo:
         self._shares = ShareMemo(scoring)
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
         self._tables: dict[ClassKey, dict[int, Verdict]] = {}  # shared by classes (`_share_table`)
-        self._allowed: tuple[AbstractSet[str], int, BoolArray] | None = None
+        self._allowed: tuple[AbstractSet[str], int, IntArray] | None = None
 
     # -- decisions -------------------------------------------------------------------------------
     def decide(
@@ -103,11 +107,11 @@ class VerdictMemo:
         it to `pick`). `excluded` costs O(its nodes) plus one vector operation."""
         total = len(self._snapshot)
         verdicts = self._refresh(pod)
-        mask = None if allowed is None else self._allowed_mask(allowed)
+        where = None if allowed is None else self._allowed_slots(allowed)
         if excluded:
             held = self._nodes.mask(excluded)
-            mask = ~held if mask is None else mask & ~held
-        best = self._best(pod, verdicts, mask)
+            where = np.flatnonzero(~held) if where is None else where[~held[where]]
+        best = self._best(pod, verdicts, where)
         if best is not None:
             return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
         if explain:
@@ -134,13 +138,14 @@ class VerdictMemo:
         return self._assignment(pod, verdicts, self._nodes.slot(name))
 
     def _best(
-        self, pod: PodRequest, verdicts: Verdicts, mask: BoolArray | None
+        self, pod: PodRequest, verdicts: Verdicts, where: IntArray | None
     ) -> tuple[Assignment, float] | None:
-        if mask is None:
+        """The best slot's assignment and score, among `where` (None: every slot)."""
+        if where is None:
             choose = None if verdicts.labels else self._top_slots
             best = verdicts.best(self._nodes.names, self._nodes.ranks, choose)
         else:
-            best = self._best_of(verdicts, verdicts.feasible & mask)
+            best = self._best_of(verdicts, where)
         if best is None:
             return None
         chosen = self._assignment(pod, verdicts, best)
@@ -148,16 +153,18 @@ class VerdictMemo:
             raise RuntimeError(f"node {self._nodes.name(best)} is feasible without an assignment")
         return chosen, float(verdicts.score[best])
 
-    def _best_of(self, verdicts: Verdicts, candidates: BoolArray) -> int | None:
-        """`pick`'s ranking over the slots in `candidates` (vectorised)."""
-        if not candidates.any():
+    def _best_of(self, verdicts: Verdicts, slots: IntArray) -> int | None:
+        """`pick`'s ranking over `slots` (vectorised, O(their count): a topology domain's
+        nodes cost as many, whatever the cluster's size)."""
+        candidates = slots[verdicts.feasible[slots]]
+        if not len(candidates):
             return None
         if verdicts.tiered:
-            used = candidates & verdicts.tier
-            if used.any():
+            used = candidates[verdicts.tier[candidates]]
+            if len(used):
                 candidates = used
-        scores = np.where(candidates, verdicts.score, -np.inf)
-        ties = np.flatnonzero(scores == scores.max())
+        scores = verdicts.score[candidates]
+        ties = candidates[scores == scores.max()]
         return int(ties[0]) if len(ties) == 1 else self._nodes.first_by_name(ties)
 
     def _assignment(self, pod: PodRequest, verdicts: Verdicts, i: int) -> Assignment | None:
@@ -166,23 +173,21 @@ class VerdictMemo:
         code = int(verdicts.code[i])
         found = None
         if code >= 0:
-            verdict = verdicts.table.get(code)
-            if verdict is None:
-                verdict = verdicts.table[code] = self._verdict(pod, i)
-            found = verdict[3]
+            found = self._kept(pod, verdicts, code, i)[3]
         name = self._nodes.name(i)
         if found is None or found.node == name:
             return found
         return replace(found, node=name)
 
-    def _allowed_mask(self, allowed: AbstractSet[str]) -> BoolArray:
-        """`allowed` as a mask over slots (the last one is reused while the node set stands)."""
+    def _allowed_slots(self, allowed: AbstractSet[str]) -> IntArray:
+        """The slots of `allowed` (the last ones are reused while that set object and the
+        slots stand: a gang's members, and the gangs after it in the same domain, pass one)."""
         last = self._allowed
         if last is not None and last[0] is allowed and last[1] == self._nodes.epoch:
             return last[2]
-        mask = self._nodes.mask(allowed)
-        self._allowed = (allowed, self._nodes.epoch, mask)
-        return mask
+        slots = self._nodes.slots_of(allowed)
+        self._allowed = (allowed, self._nodes.epoch, slots)
+        return slots
 
     def _rejections(self, pod: PodRequest, verdicts: Verdicts) -> Rejection:
         """Why a node of the snapshot rejects `pod`, from `verdicts` (`pod`'s class, up to date);
@@ -220,9 +225,23 @@ class VerdictMemo:
         version = self._learned_version()
         if version != self._version:
             self._version = version
-            self._classes.clear()
-            self._tables.clear()
+            self._rescore_classes()
             self._shares.forget_scores()
+
+    def _rescore_classes(self) -> None:
+        """What the learners know changed, so every score is stale: each class is evaluated in
+        full at its next use, with its verdicts kept aside (`Verdicts.stale`). No filter reads a
+        score, so a state's rejection stands, and a state that fits keeps its assignment and is
+        scored again, not filtered again (`_made`)."""
+        tables: dict[ClassKey, dict[int, Verdict]] = {}
+        for verdicts in self._classes.values():
+            verdicts.stale = (
+                verdicts.table if verdicts.stale is None else verdicts.stale | verdicts.table
+            )
+            verdicts.seen = -1  # before every log position: evaluated in full
+            key = verdicts.table_key
+            verdicts.table = {} if key is None else tables.setdefault(key, {})
+        self._tables = tables
 
     def _refresh(self, pod: PodRequest) -> Verdicts:
         if self._learners:
@@ -250,9 +269,10 @@ class VerdictMemo:
             if verdicts.labels:
                 all_slots = np.arange(capacity, dtype=np.int64)
                 self._evaluate_many(pod, verdicts, all_slots if dirty is None else np.array(dirty))
-                verdicts.rebuild(self._nodes.names, self._nodes.ranks())
+                verdicts.defer_rebuild()
             else:
                 self._evaluate_states(pod, verdicts)
+            verdicts.stale = None  # every state evaluated again
         else:
             for slot in dirty:
                 self._evaluate_one(pod, verdicts, slot)
@@ -270,7 +290,8 @@ class VerdictMemo:
             return
         if len(self._tables) >= _TABLES:
             self._tables.clear()
-        verdicts.table = self._tables.setdefault(pod_class(pod, memory=False), {})
+        verdicts.table_key = pod_class(pod, memory=False)
+        verdicts.table = self._tables.setdefault(verdicts.table_key, {})
         verdicts.shared_table = True
 
     def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
@@ -279,9 +300,7 @@ class VerdictMemo:
             verdicts.reject(slot)
             return
         code = self._code(verdicts, slot)
-        verdict = verdicts.table.get(code)
-        if verdict is None:
-            verdict = verdicts.table[code] = self._verdict(pod, slot)
+        verdict = self._kept(pod, verdicts, code, slot)
         verdicts.put(slot, code, verdict, self._nodes.name(slot))
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
@@ -302,11 +321,8 @@ class VerdictMemo:
         feasible = np.zeros(len(firsts), dtype=np.bool_)
         tier = np.zeros(len(firsts), dtype=np.bool_)
         score = np.zeros(len(firsts), dtype=np.float64)
-        table = verdicts.table
         for j, (code, slot) in enumerate(zip(distinct.tolist(), firsts, strict=True)):
-            verdict = table.get(code)
-            if verdict is None:
-                verdict = table[code] = self._verdict(pod, slot)
+            verdict = self._kept(pod, verdicts, code, slot)
             feasible[j], tier[j], score[j] = verdict[0], verdict[1], verdict[2]
         verdicts.feasible[kept] = feasible[at]
         verdicts.tier[kept] = tier[at]
@@ -332,14 +348,14 @@ class VerdictMemo:
         for state, row, slot in zip(states, rows.tolist(), slots.tolist(), strict=True):
             verdict = table.get(state)
             if verdict is None:
-                verdict = table[state] = self._verdict(pod, slot)
+                verdict = table[state] = self._made(pod, verdicts.stale, state, slot)
             feasible[row], tier[row], score[row], code[row] = (*verdict[:3], state)
         at = members.rows
         verdicts.feasible[:] = feasible[at]
         verdicts.tier[:] = tier[at]
         verdicts.score[:] = score[at]
         verdicts.code[:] = code[at]
-        verdicts.rebuild(self._nodes.names, self._nodes.ranks(), self._top_slots(verdicts))
+        verdicts.defer_rebuild()
 
     def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
         """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,
@@ -370,6 +386,31 @@ class VerdictMemo:
             return state
         values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
         return verdicts.combo(state, values)
+
+    def _kept(self, pod: PodRequest, verdicts: Verdicts, code: int, slot: int) -> Verdict:
+        """The verdict under `code` in the class's table (slot `slot` is in that state); made and
+        kept when missing."""
+        verdict = verdicts.table.get(code)
+        if verdict is None:
+            verdict = verdicts.table[code] = self._made(pod, verdicts.stale, code, slot)
+        return verdict
+
+    def _made(
+        self, pod: PodRequest, stale: dict[int, Verdict] | None, code: int, slot: int
+    ) -> Verdict:
+        """The verdict for slot `slot`, from the one kept aside at the last refit (`stale`, under
+        `code`) when there is one: a rejection as it was, a fit's assignment scored again (a
+        share pod's fit is placed again: `ShareMemo` keeps its placements); else `_verdict`."""
+        old = None if stale is None else stale.get(code)
+        if old is None:
+            return self._verdict(pod, slot)
+        fits, used, _score, assignment, _reasons = old
+        if not fits:
+            return old
+        if assignment is None or pod.shares:
+            return self._verdict(pod, slot)
+        score = self._scoring.total(pod, self._nodes.node(slot), assignment)
+        return (True, used, score, assignment, ())
 
     def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
         """The verdict for slot `slot`'s node; a share pod's placement and score come through

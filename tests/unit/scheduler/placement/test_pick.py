@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent.resource_names import GPU_RESOURCE
 from scheduler.placement import (
     Assignment,
     Decision,
@@ -16,7 +17,7 @@ from scheduler.placement import (
     format_reasons,
 )
 from scheduler.placement.pick import pick
-from tests.builders.placement import make_node, pod, snapshot
+from tests.builders.placement import make_node, pod, shared_node, snapshot
 
 
 def _share(assignment: Assignment) -> tuple[int, int] | None:
@@ -165,3 +166,11 @@ def test_pick_is_deterministic_whatever_the_node_insertion_order(seed_order):
     snap = snapshot(*(make_node(n) for n in names))
     decisions = place_all(snap, [pod(f"default/p{i}", gpus=3) for i in range(5)])
     assert [d.node for d in decisions] == ["n0", "n0", "n1", "n1", "n2"]
+
+
+def test_a_node_with_whole_gpus_and_shared_gpu_replicas_is_a_candidate_for_whole_gpus():
+    """Its whole-GPU key counts idle GPUs and free `nvidia.com/gpu` replicas together (6 here,
+    more than its 4 GPUs and more than its 4 replicas): the index walk reaches that key."""
+    node = shared_node("mixed", shared=2, whole=2, slots=2, resource=GPU_RESOURCE)
+    decision = pick(pod("default/one", gpus=1), snapshot(node), default_scoring())
+    assert decision.node == "mixed"

@@ -5,6 +5,7 @@ snapshot by itself."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import cast
 
 import pytest
@@ -108,6 +109,32 @@ def test_a_learning_score_invalidates_the_cache():
         if got is not None:
             cluster.bind(pod, got)
     assert learner.version >= 1
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_refits_keep_the_decisions_of_pick(seed: int):
+    """The shipped scoring with its fragmentation score refitted every 4 pods from the 16th (no
+    tolerance): through each refit the memo keeps its classes' rejections and fits and scores
+    the fits again, GPU pods that differ only in memory share their verdicts, and every
+    decision is still `pick`'s."""
+    rng = random.Random(seed)
+    cluster = small_cluster(rng)
+    scoring = Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0)
+    (learner,) = scoring.learners()
+    assert isinstance(learner, FragmentationScore)
+    learner.refit_tolerance, learner.max_refit = 0.0, 4
+    placer = Placer(cluster.snapshot, scoring)
+    for k in range(80):
+        pod = replace(random_pod(rng, f"default/p{k}"), memory=rng.choice((GIB, 8 * GIB)))
+        got = placer.decide(pod, explain=False)
+        expected = pick(pod, cluster.snapshot, scoring, explain=False)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if got.assignment is not None:
+            cluster.bind(pod, got.assignment)
+        if k % 5 == 4:
+            cluster.unbind(f"default/p{k - 2}")
+    assert learner.version >= 5
 
 
 @pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])

@@ -2,8 +2,9 @@
 
 The real agent process serves 8 time-sliced GPUs x 16 replicas to the kubelet emulator; the
 scheduler's part (lock, `gputopo.io/gpus`, bind) is played through the real client against the
-fake API server (in a child process, so that its Python request handling competes with neither
-the kubelet emulator nor the measurement). 100 share pods are placed and admitted one after
+fake API server, which runs in this process (`tests.builders.sharenode.share_node`, as the tests
+use it; the figures of commit 6f1cfa7 were taken with the fake in a child process, through a
+builder that was never committed). 100 share pods are placed and admitted one after
 another, so the later ones' Allocate sees up to 99 other pods in the PodResources `List` and on
 the node. Prints the Allocate
 latency as the kubelet waited for it (gRPC round trip included), p50/p99/max, and the agent's
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.builders.sharenode import remote_share_node, share_pod
+from tests.builders.sharenode import share_node, share_pod
 
 TARGET_P99_MS = 50.0
 PUBLISHER_NOTE = (
@@ -60,7 +61,7 @@ def _agent_histogram(port: int) -> list[tuple[float, int]]:
 def measure(pods: int, *, publish: bool) -> tuple[list[float], list[tuple[float, int]]]:
     """Allocate seconds as the kubelet waited, and the agent's own histogram."""
     seconds: list[float] = []
-    with remote_share_node(replicas=16) as node:
+    with share_node(replicas=16) as node:
         port = _free_port()
         extra = ["--metrics-address", f"127.0.0.1:{port}"]
         node.start_agent(*extra, *([] if publish else ["--no-publish"]))

@@ -172,13 +172,37 @@ class RequestMemo:
             del self._recent[0]
 
 
+_NOT_READ = frozenset(("nodeName", "volumes"))
+"""Spec fields `pod_request` never reads (volumes: `volumes.VolumeCheck` reads the pod itself)."""
+_CONTAINER_LISTS = ("containers", "initContainers")
+
+
 def _inputs(obj: Obj) -> tuple[object, Obj]:
-    """What `pod_request` reads of `obj` (`placement_inputs_equal`): the labels and the spec
-    but `nodeName`."""
+    """What `pod_request` reads of `obj`: the labels, and the spec but `nodeName`, the volumes and
+    each container's `volumeMounts`. A real API server gives every pod a token volume of its
+    own (`kube-api-access-<random>`), so with those the pods of one template never shared a
+    reading."""
     spec = obj.get("spec") or {}
-    if "nodeName" in spec:
-        spec = {k: v for k, v in spec.items() if k != "nodeName"}
+    if "nodeName" in spec or "volumes" in spec:
+        spec = {
+            k: _unmounted(v) if k in _CONTAINER_LISTS else v
+            for k, v in spec.items()
+            if k not in _NOT_READ
+        }
     return (obj.get("metadata") or {}).get("labels"), spec
+
+
+def _unmounted(containers: object) -> object:
+    """`containers` without their `volumeMounts` (anything malformed as it is: reading the pod
+    names it)."""
+    if not isinstance(containers, list):
+        return containers
+    return [
+        {k: v for k, v in c.items() if k != "volumeMounts"}
+        if isinstance(c, Mapping) and "volumeMounts" in c
+        else c
+        for c in containers
+    ]
 
 
 def _inputs_text(labels: object, spec: Obj) -> str:

@@ -132,3 +132,41 @@ def test_templates_interleaved_in_a_list_each_keep_their_reading():
     ]
     assert [r.request.gpus for r in reads] == sizes
     assert len(memo.requests) == 4
+
+
+def _with_token_volume(body: dict, suffix: str) -> dict:
+    """`body` as a real API server admits it: a projected token volume with a random name,
+    mounted in every container."""
+    body = copy.deepcopy(body)
+    name = f"kube-api-access-{suffix}"
+    body["spec"]["volumes"] = [{"name": name, "projected": {"sources": []}}]
+    for c in body["spec"]["containers"]:
+        c["volumeMounts"] = [{"name": name, "mountPath": "/var/run/secrets", "readOnly": True}]
+    return body
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_pods_with_their_own_token_volumes_share_a_reading(template):
+    """Volumes and mounts are not read for placement: one template's pods, each with its own
+    token volume, read the template once and get the request a fresh reading makes."""
+    memo = RequestMemo(recent=1)
+    first = _with_token_volume(template, "abcde")
+    first["metadata"]["name"] = "first"
+    second = _with_token_volume(template, "fghij")
+    second["metadata"]["name"] = "second"
+    read_pod(first, SCHEDULER, memo=memo)
+    read_pod(pod("between", containers=[container(limits={"nvidia.com/gpu": 7})]), "s", memo=memo)
+    shared = read_pod(second, SCHEDULER, memo=memo).request
+    assert len(memo.requests) == 2  # the second pod found the first's reading by its text
+    fresh = read_pod(second, SCHEDULER).request
+    names = [f.name for f in dataclasses.fields(fresh)]
+    assert [getattr(shared, n) for n in names] == [getattr(fresh, n) for n in names]
+    assert shared.key == "default/second"
+
+
+def test_a_pods_other_fields_still_tell_templates_apart_beside_its_volumes():
+    memo = RequestMemo()
+    one = _with_token_volume(pod("a", containers=[container(limits={"nvidia.com/gpu": 1})]), "x")
+    two = _with_token_volume(pod("b", containers=[container(limits={"nvidia.com/gpu": 2})]), "y")
+    assert [read_pod(b, "s", memo=memo).request.gpus for b in (one, two)] == [1, 2]
+    assert len(memo.requests) == 2

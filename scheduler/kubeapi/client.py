@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -75,6 +76,22 @@ def _lease_path(namespace: str, name: str) -> str:
     return f"{leases}/{_path(name)}" if name else leases
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A GET of one object (`KubeClient.read`): its path and the operation its errors name."""
+
+    path: str
+    operation: str
+
+
+def lease_read(namespace: str, name: str) -> Read:
+    return Read(_lease_path(namespace, name), f"get lease {object_key(namespace, name)}")
+
+
+def discovery_read(group: str, version: str) -> Read:
+    return Read(f"/apis/{group}/{version}", f"discover {group}/{version}")
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -114,7 +131,7 @@ class KubeClient:
         self.timeout = timeout
         self._writer = PooledWriter(connection.pool, connection.host, timeout)
         self._lock = threading.Lock()
-        self._prefetched: dict[Kind, Future[bytes]] = {}
+        self._prefetched: dict[Kind | str, Future[bytes]] = {}
 
     @classmethod
     def from_kubeconfig(
@@ -125,9 +142,10 @@ class KubeClient:
         return cls(connect(path, pool), component, identity)
 
     def renamed(self, component: str) -> KubeClient:
-        """A client for `component` on this one's connection, taking over the lists this one
-        sent (`prefetch`) and not yet handed out: `gputopo-scheduler run` sends its first lists
-        before it has read the settings that name the scheduler (`scheduler.cli.run`)."""
+        """A client for `component` on this one's connection, taking over the lists and reads
+        this one sent (`prefetch`, `prefetch_reads`) and not yet handed out: `gputopo-scheduler
+        run` sends its first requests before it has read the settings that name the scheduler
+        (`scheduler.cli.run`)."""
         client = KubeClient(self.connection, component, self.identity, self.timeout)
         with self._lock:
             client._prefetched, self._prefetched = self._prefetched, {}
@@ -147,27 +165,48 @@ class KubeClient:
         kind takes the answer (waiting for it if need be), as if it had been sent then. Start-up
         sends the big lists before it imports the runtime (`scheduler.cli.run`)."""
         for kind in kinds:
-            answer: Future[bytes] = Future()
-            with self._lock:
-                self._prefetched[kind] = answer
-            threading.Thread(
-                target=self._fetch, args=(kind, answer), name=f"prefetch-{kind.name}", daemon=True
-            ).start()
+            self._send_early(kind, _collection(kind), f"list {kind.name}")
 
-    def _fetch(self, kind: Kind, answer: Future[bytes]) -> None:
+    def prefetch_reads(self, reads: Sequence[Read]) -> None:
+        """Send each GET of `reads` now, as `prefetch` does a list; the next `read` of that path
+        takes the answer. Start-up sends its discovery and Lease reads with the first lists, so
+        that they do not queue behind them (`scheduler.cli.run`)."""
+        for read in reads:
+            self._send_early(read.path, read.path, read.operation)
+
+    def forget_prefetched_reads(self) -> None:
+        """Drop the answers to `prefetch_reads` not taken (say, the discovery of a version never
+        asked for), so that no later `read` takes an old answer; the lists stay."""
+        with self._lock:
+            for key in [key for key in self._prefetched if isinstance(key, str)]:
+                del self._prefetched[key]
+
+    def _send_early(self, key: Kind | str, path: str, operation: str) -> None:
+        answer: Future[bytes] = Future()
+        with self._lock:
+            self._prefetched[key] = answer
+        threading.Thread(
+            target=self._fetch, args=(path, operation, answer), name="prefetch", daemon=True
+        ).start()
+
+    def _fetch(self, path: str, operation: str, answer: Future[bytes]) -> None:
         try:
-            answer.set_result(self._call("GET", _collection(kind), None, "", f"list {kind.name}"))
+            answer.set_result(self._call("GET", path, None, "", operation))
         except ApiError as exc:
             answer.set_exception(exc)
 
+    def _get(self, key: Kind | str, path: str, operation: str) -> bytes:
+        """The answer to a GET of `path`: the one sent early under `key`, if any (waiting for
+        it; its ApiError raised as the call would have raised it), else a GET sent now."""
+        with self._lock:
+            prefetched = self._prefetched.pop(key, None)
+        if prefetched is not None:
+            return prefetched.result()
+        return self._call("GET", path, None, "", operation)
+
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""
-        with self._lock:
-            prefetched = self._prefetched.pop(kind, None)
-        if prefetched is not None:
-            data = prefetched.result()  # its ApiError, as the call would have raised it
-        else:
-            data = self._call("GET", _collection(kind), None, "", f"list {kind.name}")
+        data = self._get(kind, _collection(kind), f"list {kind.name}")
         body = _decoder(kind).list_body(data)
         return list(body.get("items") or []), str(
             (body.get("metadata") or {}).get("resourceVersion", "")
@@ -320,13 +359,14 @@ class KubeClient:
     def read(self, path: str, operation: str) -> dict[str, Any] | None:
         """The object at `path`, or None when it does not exist (404)."""
         try:
-            return dict(json.loads(self._call("GET", path, None, "", operation)))
+            return dict(json.loads(self._get(path, path, operation)))
         except NotFoundError:
             return None
 
     def resources(self, group: str, version: str) -> dict[str, Any] | None:
         """Discovery: the APIResourceList `group/version` serves, or None when it serves none."""
-        return self.read(f"/apis/{group}/{version}", f"discover {group}/{version}")
+        discovery = discovery_read(group, version)
+        return self.read(discovery.path, discovery.operation)
 
     def patch_status(self, kind: Kind, namespace: str, name: str, status: Obj) -> None:
         """Merge `status` into the status subresource of an object of `kind` (one of the
@@ -412,7 +452,8 @@ class KubeClient:
 
     # -- leases (scheduler.kubeapi.leader.LeaseStore) --------------------------------------------
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.read(_lease_path(namespace, name), f"get lease {object_key(namespace, name)}")
+        lease = lease_read(namespace, name)
+        return self.read(lease.path, lease.operation)
 
     def create_lease(self, namespace: str, body: Obj) -> dict[str, Any]:
         return self._lease_write(

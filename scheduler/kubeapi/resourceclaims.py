@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from agent.objkey import object_key
 from scheduler.kubeapi.calls import Kind
-from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.client import KubeClient, Read, discovery_read
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -22,6 +22,7 @@ __all__ = [
     "RESOURCE_SLICES",
     "VERSION",
     "ClaimApi",
+    "discovery",
     "served",
 ]
 
@@ -32,6 +33,11 @@ RESOURCE_CLAIMS = Kind("resourceclaims", GROUP, VERSION, "resourceclaims")
 KINDS = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
 
 Obj = Mapping[str, Any]
+
+
+def discovery() -> Read:
+    """The read `served` makes (`scheduler.cli.run` sends it early)."""
+    return discovery_read(GROUP, VERSION)
 
 
 def served(kube: KubeClient) -> bool:

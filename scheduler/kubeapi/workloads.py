@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.kubeapi.calls import Kind
-from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.client import KubeClient, Read, discovery_read
 
 __all__ = [
     "CONDITION_INITIALLY_SCHEDULED",
@@ -30,6 +30,7 @@ __all__ = [
     "Served",
     "condition_for",
     "discover",
+    "discovery",
     "patch_status",
 ]
 
@@ -74,6 +75,12 @@ def _resources(kube: KubeClient, version: str) -> list[str]:
     """The resource names `GROUP/version` serves; [] when the server does not serve it."""
     body = kube.resources(GROUP, version) or {}
     return [str(r.get("name")) for r in body.get("resources") or () if isinstance(r, Mapping)]
+
+
+def discovery() -> list[Read]:
+    """The reads `discover` may make, newest version first (`scheduler.cli.run` sends them
+    early)."""
+    return [discovery_read(GROUP, version) for version, _ in VERSIONS]
 
 
 def discover(kube: KubeClient) -> Served | None:

@@ -18,6 +18,7 @@ import pytest
 from scheduler.cli.run import run
 from scheduler.cli.runtime import Runtime
 from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.workloads import VERSIONS
 from tests.builders.scheduler import (
     NAME,
     create_pod,
@@ -76,6 +77,32 @@ def test_the_first_lists_go_out_once_before_the_settings_are_read(
     argv = ["--kubeconfig", kubeconfig(fake_api), "--metrics-address", "127.0.0.1:0"]
     assert _run_until_bound(fake_api, core_v1, argv, {}) == [0]
     assert (_lists(fake_api, "/api/v1/nodes"), _lists(fake_api, "/api/v1/pods")) == (1, 1)
+    discovery = ["/apis/resource.k8s.io/v1", *(f"/apis/scheduling.k8s.io/{v}" for v, _ in VERSIONS)]
+    assert [_lists(fake_api, path) for path in discovery] == [1] * len(discovery)
+
+
+def test_a_config_files_scheduler_name_reads_its_own_lease(
+    fake_api, core_v1, restore_logging, tmp_path
+):
+    """The Lease read sent early is the default name's; the config file names another, whose
+    Lease the start-up check then reads (the early answer is not taken for it)."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text("version: v1\nschedulerName: other\n", encoding="utf-8")
+    argv = ["--config", str(config), "--kubeconfig", kubeconfig(fake_api)]
+    env = {"GPUTOPO_METRICS_ADDRESS": "127.0.0.1:0"}
+    gpu_node(fake_api, "n1")
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(argv, env, stop), daemon=True)
+    thread.start()
+    try:
+        create_pod(core_v1, pod_body("p", gpus=1, scheduler="other"))
+        assert wait_for(lambda: node_of(fake_api, "p"), 10, "p bound") == "n1"
+    finally:
+        stop.set()
+        thread.join(10)
+    leases = "/apis/coordination.k8s.io/v1/namespaces/gputopo-system/leases"
+    assert _lists(fake_api, f"{leases}/gputopo-scheduler") == 1  # the early read, never taken
+    assert _lists(fake_api, f"{leases}/other") >= 1
 
 
 def test_a_config_files_kubeconfig_replaces_the_early_connection(

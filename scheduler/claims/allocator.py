@@ -174,6 +174,7 @@ class ClaimAllocator:
             here,
             usage,
             lambda node: self._fit(pod.key, fresh, node, usage, requests),
+            listed=listed if here is nodes else None,
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from itertools import compress, count
 from operator import attrgetter, is_, is_not
 from typing import cast
@@ -37,7 +38,7 @@ from scheduler.placement.node_slots import dynamic_state, static_shape
 
 from .candidates import Candidate
 from .decision import ClaimNode
-from .model import Capacity, Device, DeviceId
+from .model import Device, DeviceId
 from .search import Pick
 from .usage import Usage
 
@@ -74,8 +75,20 @@ class _Entry:
     node: ClaimNode
     stamp: object  # the state's `derived` dict when decided (None: the node has no state)
     tokens: tuple[object, ...]
-    fit: Fit
+    fit: Fit  # decided on this node, or (with `positions`) on a like one
     key: _Key
+    positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
+
+
+@dataclass(frozen=True, slots=True)
+class _Like:
+    """A node's likeness and its devices' positions, with what they were made from."""
+
+    node: ClaimNode
+    tokens: tuple[object, ...]
+    stamp: object
+    like: tuple[object, ...]
+    positions: dict[int, int]
 
 
 class _NoState:
@@ -88,20 +101,46 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
+_Item = tuple[int, float, int, int]
+"""A node's place in a view's heap: (-used, -score, name rank, position); the smallest wins."""
+
+
 @dataclass(slots=True)
 class _View:
     """One node list as last scanned for one shape, aligned with its nodes: what each verdict
     read (the pool tokens, flattened with the position of the node owning each, and the state
-    stamps) and each node's entry and key."""
+    stamps), each node's entry and heap item, and the heap (items no longer a node's are skipped
+    when they come to the top)."""
 
     nodes: tuple[ClaimNode, ...]
     pools: tuple[tuple[str, str], ...]
     owner: tuple[int, ...]
     states: tuple[object, ...]
+    ranks: tuple[int, ...]
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
-    keys: list[_Key]
+    items: list[_Item | None]
+    heap: list[_Item]
+
+    def put(self, i: int, entry: _Entry) -> None:
+        used, score, _name = entry.key
+        item = self.items[i] = (-used, -score, self.ranks[i], i)
+        self.entries[i] = entry
+        heappush(self.heap, item)  # the node's older item stays until it comes to the top
+
+    def best(self, *, rebuild: bool) -> _Entry | None:
+        """The entry with the largest key (ties: the first position), None when none fits;
+        `rebuild`: many items changed, make the heap again from the current ones."""
+        heap, items = self.heap, self.items
+        if rebuild or len(heap) > 2 * len(items) + 16:
+            heap[:] = [item for item in items if item is not None]
+            heapify(heap)
+        while heap and items[heap[0][3]] is not heap[0]:
+            heappop(heap)
+        if not heap or heap[0][0] > 0:
+            return None
+        return self.entries[heap[0][3]]
 
 
 class _Book:
@@ -115,8 +154,14 @@ class _Book:
         self.views: dict[int, _View] = {}
         self.likes: dict[tuple[object, ...], tuple[dict[int, int], Fit]] = {}
 
-    def view(self, listed: int, nodes: Sequence[ClaimNode]) -> _View:
-        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`."""
+    def view(
+        self,
+        listed: int,
+        nodes: Sequence[ClaimNode],
+        ranks: Callable[[Sequence[ClaimNode]], tuple[int, ...]],
+    ) -> _View:
+        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`; `ranks` gives its
+        nodes' name ranks when it is new."""
         found = self.views.get(listed)
         if found is not None:
             return found
@@ -131,10 +176,12 @@ class _Book:
             pools=tuple(p for p, _i in pools),
             owner=tuple(i for _p, i in pools),
             states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
+            ranks=ranks(nodes),
             tokens=[unseen] * len(pools),
             stamps=[unseen] * len(nodes),
             entries=[None] * len(nodes),
-            keys=[(-1, 0.0, "")] * len(nodes),
+            items=[None] * len(nodes),
+            heap=[],
         )
         return found
 
@@ -150,6 +197,7 @@ class Verdicts:
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
         self._likeness = _Likeness()
+        self._likes: dict[int, _Like] = {}  # per node object, for every shape
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
@@ -173,11 +221,16 @@ class Verdicts:
         nodes: Sequence[ClaimNode],
         usage: Usage,
         compute: Callable[[ClaimNode], Fit],
+        *,
+        listed: int | None = None,
     ) -> tuple[ClaimNode, Fit] | None:
-        """The best node for `shape` among `nodes` (ties to the lowest name), or None."""
+        """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
+        the list's `list_number`, when the caller has it."""
         learned = tuple(fn.version for fn in self._learners)
         book = self._book((shape, learned))
-        view = book.view(self.list_number(nodes), nodes)
+        if listed is None:
+            listed = self.list_number(nodes)
+        view = book.view(listed, nodes, self._ranks)
         tokens = list(map(usage.versions.get, view.pools))
         stamps = list(map(_stamp_of, view.states))
         stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
@@ -187,14 +240,20 @@ class Verdicts:
         view.tokens, view.stamps = tokens, stamps
         for i in sorted(stale):
             entry = self._current(book, view.nodes[i], usage, compute)
-            view.entries[i], view.keys[i], stamps[i] = entry, entry.key, entry.stamp
-        if not view.keys:
+            view.put(i, entry)
+            stamps[i] = entry.stamp
+        found = view.best(rebuild=len(stale) > len(view.items) // 4)
+        if found is None:
             return None
-        best = max(view.keys)
-        found = view.entries[view.keys.index(best)]
-        if best[0] < 0 or found is None:
-            return None
-        return found.node, found.fit
+        if found.positions is None:
+            return found.node, found.fit
+        return found.node, _moved(found.fit, found.positions, found.node.devices.devices)
+
+    def _ranks(self, nodes: Sequence[ClaimNode]) -> tuple[int, ...]:
+        """Each node's rank by its name key, largest first (equal names: equal ranks)."""
+        keys = [self._name_key(n.name) for n in nodes]
+        rank = {k: r for r, k in enumerate(sorted(set(keys), reverse=True))}
+        return tuple(rank[k] for k in keys)
 
     def _current(
         self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
@@ -209,26 +268,52 @@ class Verdicts:
             or entry.tokens != tokens
             or (state is not None and (entry.stamp is not state.derived or not self._shipped))
         ):
-            entry = book.entries[id(node)] = self._entry(
-                node, tokens, self._fit(book, node, usage, compute)
-            )
+            fit, positions = self._fit(book, node, tokens, usage, compute)
+            entry = book.entries[id(node)] = self._entry(node, tokens, fit, positions)
         return entry
 
     def _fit(
-        self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
-    ) -> Fit:
-        """The verdict of a node like it decided before (moved to its devices), else `compute`."""
+        self,
+        book: _Book,
+        node: ClaimNode,
+        tokens: tuple[object, ...],
+        usage: Usage,
+        compute: Callable[[ClaimNode], Fit],
+    ) -> tuple[Fit, dict[int, int] | None]:
+        """The verdict of a node like it decided before (with the positions of that node's
+        devices, to move it to this node's), else `compute`'s."""
         if not self._shipped:
-            return compute(node)
-        like, positions = self._likeness.of(node, usage)
+            return compute(node), None
+        like, positions = self._like(node, tokens, usage)
         found = book.likes.get(like)
         if found is not None:
-            return _moved(found[1], found[0], node.devices.devices)
+            return found[1], found[0]
         fit = compute(node)
         if len(book.likes) >= _LIKE_LIMIT:
             book.likes.clear()
         book.likes[like] = (positions, fit)
-        return fit
+        return fit, None
+
+    def _like(
+        self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
+    ) -> tuple[tuple[object, ...], dict[int, int]]:
+        """The node's likeness, kept for every shape while its pools' tokens and its state's
+        `derived` dict are those it was made with."""
+        state = node.state
+        kept = self._likes.get(id(node))
+        if (
+            kept is not None
+            and kept.node is node
+            and kept.tokens == tokens
+            and (state is None or kept.stamp is state.derived)
+        ):
+            return kept.like, kept.positions
+        like, positions = self._likeness.of(node, usage)  # derives: `derived` is a dict now
+        if len(self._likes) >= _FIXED_LIMIT:
+            self._likes.clear()
+        stamp = None if state is None else state.derived
+        self._likes[id(node)] = _Like(node, tokens, stamp, like, positions)
+        return like, positions
 
     def _book(self, key: tuple[object, ...]) -> _Book:
         book = self._books.get(key)
@@ -238,19 +323,29 @@ class Verdicts:
             book = self._books[key] = _Book()
         return book
 
-    def _entry(self, node: ClaimNode, tokens: tuple[object, ...], fit: Fit) -> _Entry:
+    def _name_key(self, name: str) -> str:
+        name_key = self._names.get(name)
+        if name_key is None:
+            if len(self._names) >= _NAMES_LIMIT:
+                self._names.clear()
+            name_key = self._names[name] = "".join(chr(0x10FFFF - ord(c)) for c in name)
+        return name_key
+
+    def _entry(
+        self,
+        node: ClaimNode,
+        tokens: tuple[object, ...],
+        fit: Fit,
+        positions: dict[int, int] | None,
+    ) -> _Entry:
         state = node.state
         stamp = None
         if state is not None:
             state.derive(_DERIVED, _made)  # so that the state has a `derived` dict to watch
             stamp = state.derived
-        name_key = self._names.get(node.name)
-        if name_key is None:
-            if len(self._names) >= _NAMES_LIMIT:
-                self._names.clear()
-            name_key = self._names[node.name] = "".join(chr(0x10FFFF - ord(c)) for c in node.name)
         used, score = (int(fit.rank[0]), fit.rank[1]) if fit.fits else (-1, 0.0)
-        return _Entry(node, stamp, tokens, fit, (used, score, name_key))
+        key = (used, score, self._name_key(node.name))
+        return _Entry(node, stamp, tokens, fit, key, positions)
 
 
 def _made(_state: object) -> bool:
@@ -342,9 +437,7 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     the GPU selector by the layout it was made from, or when it was given, itself (compared as
     the same object, and kept alive while the key is)."""
     place = {pool: i for i, pool in enumerate(node.devices.pools)}
-    devices = tuple(
-        _device_likeness(d, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices
-    )
+    devices = tuple((d.likeness, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices)
     incomplete = tuple(sorted(place[p] for p in node.devices.incomplete_pools if p in place))
     state = node.state
     shape = None
@@ -358,25 +451,6 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     parent = tuple(gpus.parent.get(d.id, -1) for d in devs)
     made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
     return (devices, incomplete, shape, (made, whole, parent))
-
-
-def _device_likeness(device: Device, pool: int) -> tuple[object, ...]:
-    """A device's content but its pool's name (values with their types: True is not 1 to CEL)."""
-    return (
-        device.id.driver,
-        pool,
-        device.id.device,
-        tuple(sorted((k, type(v).__name__, v) for k, v in device.attributes.items())),
-        tuple(sorted(_capacity_likeness(k, c) for k, c in device.capacity.items())),
-        device.taints,
-        device.allow_multiple_allocations,
-    )
-
-
-def _capacity_likeness(name: str, capacity: Capacity) -> tuple[object, ...]:
-    """A capacity as plain ints (a `Fraction` hashes slowly), with its request policy if any."""
-    value = capacity.value
-    return (name, value.numerator, value.denominator, capacity.policy)
 
 
 class _Links:

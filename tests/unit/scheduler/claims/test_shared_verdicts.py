@@ -28,6 +28,7 @@ from tests.builders.claims import (
     classes,
     gpu_device,
     island_devices,
+    place_as_fresh,
     slice_obj,
     two_islands,
 )
@@ -187,3 +188,54 @@ def test_a_like_node_gets_its_own_devices_and_a_busier_one_is_not_alike() -> Non
     second = allocator.place(want, [a, b], usage)
     assert second.node == "node-b"
     assert second.gpus == (1,)
+
+
+NAMES = ("node-a", "node-ab", "node-b", "node-c", "node-ca", "node-d")
+"""Names where one is the start of another: ties go to the lowest name, as `max` over keys gave."""
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[int, list[tuple[str, int, int]]]:
+    """A node count and steps: ("pod", GPUs, selector: none or an island) or ("load"/"unload",
+    node, 0)."""
+    count = draw(st.integers(2, len(NAMES)))
+    pod = st.tuples(st.just("pod"), st.sampled_from([1, 1, 2, 4, 8]), st.integers(0, 2))
+    load = st.tuples(st.sampled_from(["load", "unload"]), st.integers(0, count - 1), st.just(0))
+    return count, draw(st.lists(st.one_of(pod, pod, load), min_size=1, max_size=25))
+
+
+def _gpu_pod(key: str, gpus: int, selector: int) -> PodClaims:
+    exactly: dict[str, object] = {"deviceClassName": "gpu.gputopo.io", "count": gpus}
+    if selector:
+        expression = f'device.attributes["{DRIVER}"].nvlinkIsland == {selector - 1}'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    return PodClaims(
+        key=key, claims=(parse_claim(claim_obj(key[3:], {"name": "g", "exactly": exactly})),)
+    )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_kept_verdicts_of_many_shapes_decide_as_a_fresh_allocator_on_changing_states(
+    run: tuple[int, list[tuple[str, int, int]]],
+) -> None:
+    """One allocator for the run (likenesses kept for every shape, a heap per node list, picks
+    moved only for the chosen node) against a fresh one per pod, while pods of several shapes
+    take devices and other pods load and unload the nodes' states (a GPU the claims do not see:
+    the scores change, `Usage` does not)."""
+    count, steps = run
+    nodes = _like_nodes(list(NAMES[:count]))
+    kept, usage = ClaimAllocator(classes()), Usage()
+    for i, (kind, value, selector) in enumerate(steps):
+        if kind != "pod":
+            state = nodes[value].state
+            assert state is not None
+            free = state.free_whole_gpus()
+            if kind == "load" and free:  # a pod the claims do not see holds a GPU
+                held = PodRequest(key=f"ns/other-{i}", cpu_milli=500, gpus=1)
+                state.add_pod(held, Assignment(node=state.name, gpus=(free[-1],)))
+            elif state.pods:
+                state.remove_pod(sorted(state.pods)[0])
+            continue
+        want = _gpu_pod(f"ns/p{i}", value, selector)
+        place_as_fresh(kept, want, nodes, usage)

@@ -31,6 +31,7 @@ from heapq import heapify, heappop, heappush
 from itertools import compress, count
 from operator import attrgetter, is_, is_not
 from typing import cast
+from weakref import ref
 
 from agent.model import LinkMatrix
 from scheduler.placement import GPU_PRODUCT_LABEL, NodeState, Scoring
@@ -115,8 +116,11 @@ class _View:
     nodes: tuple[ClaimNode, ...]
     pools: tuple[tuple[str, str], ...]
     owner: tuple[int, ...]
+    places: dict[tuple[str, str], list[int]]  # a pool's positions in `pools`
     states: tuple[object, ...]
     ranks: tuple[int, ...]
+    usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
+    seen: int  # how many of its changes were seen
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
@@ -170,13 +174,19 @@ class _Book:
         if len(self.entries) > 4 * len(nodes) + 256:
             self.entries.clear()  # entries of node objects long gone
         pools = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
+        places: dict[tuple[str, str], list[int]] = {}
+        for k, (pool, _i) in enumerate(pools):
+            places.setdefault(pool, []).append(k)
         unseen = object()  # a token and stamp nothing holds: every node is checked at first
         found = self.views[listed] = _View(
             nodes=tuple(nodes),
             pools=tuple(p for p, _i in pools),
             owner=tuple(i for _p, i in pools),
+            places=places,
             states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
             ranks=ranks(nodes),
+            usage=_nothing,
+            seen=0,
             tokens=[unseen] * len(pools),
             stamps=[unseen] * len(nodes),
             entries=[None] * len(nodes),
@@ -231,13 +241,12 @@ class Verdicts:
         if listed is None:
             listed = self.list_number(nodes)
         view = book.view(listed, nodes, self._ranks)
-        tokens = list(map(usage.versions.get, view.pools))
+        stale = _changed_pools(view, usage)
         stamps = list(map(_stamp_of, view.states))
-        stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
         stale.update(compress(count(), map(is_not, stamps, view.stamps)))
         if not self._shipped:
             stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
-        view.tokens, view.stamps = tokens, stamps
+        view.stamps = stamps
         for i in sorted(stale):
             entry = self._current(book, view.nodes[i], usage, compute)
             view.put(i, entry)
@@ -346,6 +355,29 @@ class Verdicts:
         used, score = (int(fit.rank[0]), fit.rank[1]) if fit.fits else (-1, 0.0)
         key = (used, score, self._name_key(node.name))
         return _Entry(node, stamp, tokens, fit, key, positions)
+
+
+def _changed_pools(view: _View, usage: Usage) -> set[int]:
+    """The nodes of `view` whose pools' tokens in `usage` differ from those it last saw: from
+    the pools `usage` changed since, when it is the object last scanned, else all compared."""
+    if view.usage() is usage:
+        changed = usage.changes[view.seen :]
+        view.seen = len(usage.changes)
+        stale = set()
+        for pool in set(changed):
+            token = usage.versions.get(pool)
+            for k in view.places.get(pool, ()):
+                view.tokens[k] = token
+                stale.add(view.owner[k])
+        return stale
+    tokens = list(map(usage.versions.get, view.pools))
+    stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
+    view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
+    return stale
+
+
+def _nothing() -> None:
+    return None
 
 
 def _made(_state: object) -> bool:

@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import compress, count
-from operator import attrgetter, is_, is_not
-from typing import cast
+from operator import attrgetter, is_not
+from typing import NamedTuple, cast
 from weakref import ref
 
 from agent.model import LinkMatrix
@@ -71,8 +71,7 @@ _Key = tuple[int, float, str]
 """(used node first, score, reversed name): the largest wins; -1 first when nothing fits."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is made fastest
     node: ClaimNode
     stamp: object  # the state's `derived` dict when decided (None: the node has no state)
     tokens: tuple[object, ...]
@@ -81,8 +80,7 @@ class _Entry:
     positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
 
 
-@dataclass(frozen=True, slots=True)
-class _Like:
+class _Like(NamedTuple):
     """A node's likeness and its devices' positions, with what they were made from."""
 
     node: ClaimNode
@@ -202,7 +200,7 @@ class Verdicts:
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
         self._names: dict[str, str] = {}  # node name -> its reversed key (ties to the lowest)
-        self._last: tuple[ClaimNode, ...] = ()
+        self._last: list[ClaimNode] = []
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
@@ -211,8 +209,10 @@ class Verdicts:
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
-        it is kept; never one of another list). The same list as last time costs one pass in C."""
-        if len(nodes) == len(self._last) and all(map(is_, nodes, self._last)):
+        it is kept; never one of another list). The same list as last time costs one comparison in
+        C (of object identities: `ClaimNode` equals only itself)."""
+        same = nodes == self._last if isinstance(nodes, list) else list(nodes) == self._last
+        if same:  # `ClaimNode` equals only itself
             return self._last_number
         last = tuple(nodes)
         ids = tuple(map(id, last))
@@ -222,7 +222,7 @@ class Verdicts:
                 self._numbers.clear()
             found = self._numbers[ids] = (self._next_number, last)
             self._next_number += 1
-        self._last, self._last_number = last, found[0]
+        self._last, self._last_number = list(last), found[0]
         return found[0]
 
     def scan(

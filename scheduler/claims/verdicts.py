@@ -242,15 +242,14 @@ class Verdicts:
             listed = self.list_number(nodes)
         view = book.view(listed, nodes, self._ranks)
         stale = _changed_pools(view, usage)
-        stamps = list(map(_stamp_of, view.states))
-        stale.update(compress(count(), map(is_not, stamps, view.stamps)))
+        stamps = view.stamps
+        stale.update(compress(count(), map(is_not, map(_stamp_of, view.states), stamps)))
         if not self._shipped:
             stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
-        view.stamps = stamps
         for i in sorted(stale):
             entry = self._current(book, view.nodes[i], usage, compute)
             view.put(i, entry)
-            stamps[i] = entry.stamp
+            stamps[i] = entry.stamp  # what the entry read: the state's stamp now
         found = view.best(rebuild=len(stale) > len(view.items) // 4)
         if found is None:
             return None

@@ -162,18 +162,19 @@ class ClaimAllocator:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
         every node's nearest miss, nearest first; without, one line)."""
         kept, fresh = _split(pod.claims)
-        shape = tuple(c.spec.shape for c in fresh)
+        shape = (tuple(c.spec.shape for c in fresh), tuple(str(c.key) for c in kept))
         listed = self._verdicts.list_number(nodes)
-        nowhere = (shape, tuple(str(c.key) for c in kept), usage.epoch, listed)
+        nowhere = (shape, usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
         here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
         requests: dict[int, PodRequest] = {}  # by GPU count: one per count for all the nodes
         best = self._verdicts.scan(
-            (shape, tuple(str(c.key) for c in kept)),
+            shape,
             here,
             usage,
             lambda node: self._fit(pod.key, fresh, node, usage, requests),
+            listed=listed if here is nodes else None,
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)

@@ -33,9 +33,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ClaimNode:
-    """One node as claims see it: its devices, its GPUs (for topology) and placement's state."""
+    """One node as claims see it: its devices, its GPUs (for topology) and placement's state.
+    Equal only to itself: verdicts are kept per object (its state changes in place), and a node
+    list is known again by `==`, which then compares object identities in C."""
 
     name: str
     devices: NodeDevices

@@ -104,6 +104,28 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    likeness: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """All of the device but its pool's name, made once (values with their types: True is not 1
+    to CEL; capacities as plain ints, a `Fraction` hashing slowly): devices of like nodes compare
+    by it (`verdicts`)."""
+
+    def __post_init__(self) -> None:
+        attributes = tuple(sorted((k, type(v).__name__, v) for k, v in self.attributes.items()))
+        capacity = tuple(
+            sorted(
+                (k, c.value.numerator, c.value.denominator, c.policy)
+                for k, c in self.capacity.items()
+            )
+        )
+        likeness = (
+            self.id.driver,
+            self.id.device,
+            attributes,
+            capacity,
+            self.taints,
+            self.allow_multiple_allocations,
+        )
+        object.__setattr__(self, "likeness", likeness)
 
     @property
     def name(self) -> str:

@@ -24,7 +24,7 @@ class Usage:
     a gang's pods. Nothing is ever taken away: when allocations go, build a new one (`of`).
     Change it only through `add` (the tokens that verdicts key on change there)."""
 
-    __slots__ = ("consumed", "epoch", "exclusive", "versions")
+    __slots__ = ("__weakref__", "changes", "consumed", "epoch", "exclusive", "versions")
 
     def __init__(self) -> None:
         self.exclusive: set[DeviceId] = set()
@@ -34,6 +34,9 @@ class Usage:
         keys on; a copy keeps the tokens, and its own changes make new ones)."""
         self.epoch: object = object()
         """A fresh token whenever anything changes (and kept by a copy, as `versions`)."""
+        self.changes: list[tuple[str, str]] = []
+        """The pools `add` changed, in order, appended to only (a copy starts its own): what
+        changed since a reader's last look at this object is `changes[seen:]`."""
 
     @classmethod
     def of(cls, allocations: Iterable[Allocation]) -> Usage:
@@ -56,6 +59,7 @@ class Usage:
                 continue
             pool = (res.id.driver, res.id.pool)
             self.versions[pool] = self.epoch = object()
+            self.changes.append(pool)
             if res.share_id is None and not res.consumed:
                 self.exclusive.add(res.id)
                 continue

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from itertools import compress, count
-from operator import attrgetter, is_, is_not
-from typing import cast
+from operator import attrgetter, is_not
+from typing import NamedTuple, cast
+from weakref import ref
 
 from agent.model import LinkMatrix
 from scheduler.placement import GPU_PRODUCT_LABEL, NodeState, Scoring
@@ -37,7 +39,7 @@ from scheduler.placement.node_slots import dynamic_state, static_shape
 
 from .candidates import Candidate
 from .decision import ClaimNode
-from .model import Capacity, Device, DeviceId
+from .model import Device, DeviceId
 from .search import Pick
 from .usage import Usage
 
@@ -69,13 +71,23 @@ _Key = tuple[int, float, str]
 """(used node first, score, reversed name): the largest wins; -1 first when nothing fits."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is made fastest
     node: ClaimNode
     stamp: object  # the state's `derived` dict when decided (None: the node has no state)
     tokens: tuple[object, ...]
-    fit: Fit
+    fit: Fit  # decided on this node, or (with `positions`) on a like one
     key: _Key
+    positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
+
+
+class _Like(NamedTuple):
+    """A node's likeness and its devices' positions, with what they were made from."""
+
+    node: ClaimNode
+    tokens: tuple[object, ...]
+    stamp: object
+    like: tuple[object, ...]
+    positions: dict[int, int]
 
 
 class _NoState:
@@ -88,20 +100,49 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
+_Item = tuple[int, float, int, int]
+"""A node's place in a view's heap: (-used, -score, name rank, position); the smallest wins."""
+
+
 @dataclass(slots=True)
 class _View:
     """One node list as last scanned for one shape, aligned with its nodes: what each verdict
     read (the pool tokens, flattened with the position of the node owning each, and the state
-    stamps) and each node's entry and key."""
+    stamps), each node's entry and heap item, and the heap (items no longer a node's are skipped
+    when they come to the top)."""
 
     nodes: tuple[ClaimNode, ...]
     pools: tuple[tuple[str, str], ...]
     owner: tuple[int, ...]
+    places: dict[tuple[str, str], list[int]]  # a pool's positions in `pools`
     states: tuple[object, ...]
+    ranks: tuple[int, ...]
+    usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
+    seen: int  # how many of its changes were seen
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
-    keys: list[_Key]
+    items: list[_Item | None]
+    heap: list[_Item]
+
+    def put(self, i: int, entry: _Entry) -> None:
+        used, score, _name = entry.key
+        item = self.items[i] = (-used, -score, self.ranks[i], i)
+        self.entries[i] = entry
+        heappush(self.heap, item)  # the node's older item stays until it comes to the top
+
+    def best(self, *, rebuild: bool) -> _Entry | None:
+        """The entry with the largest key (ties: the first position), None when none fits;
+        `rebuild`: many items changed, make the heap again from the current ones."""
+        heap, items = self.heap, self.items
+        if rebuild or len(heap) > 2 * len(items) + 16:
+            heap[:] = [item for item in items if item is not None]
+            heapify(heap)
+        while heap and items[heap[0][3]] is not heap[0]:
+            heappop(heap)
+        if not heap or heap[0][0] > 0:
+            return None
+        return self.entries[heap[0][3]]
 
 
 class _Book:
@@ -115,8 +156,14 @@ class _Book:
         self.views: dict[int, _View] = {}
         self.likes: dict[tuple[object, ...], tuple[dict[int, int], Fit]] = {}
 
-    def view(self, listed: int, nodes: Sequence[ClaimNode]) -> _View:
-        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`."""
+    def view(
+        self,
+        listed: int,
+        nodes: Sequence[ClaimNode],
+        ranks: Callable[[Sequence[ClaimNode]], tuple[int, ...]],
+    ) -> _View:
+        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`; `ranks` gives its
+        nodes' name ranks when it is new."""
         found = self.views.get(listed)
         if found is not None:
             return found
@@ -125,16 +172,24 @@ class _Book:
         if len(self.entries) > 4 * len(nodes) + 256:
             self.entries.clear()  # entries of node objects long gone
         pools = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
+        places: dict[tuple[str, str], list[int]] = {}
+        for k, (pool, _i) in enumerate(pools):
+            places.setdefault(pool, []).append(k)
         unseen = object()  # a token and stamp nothing holds: every node is checked at first
         found = self.views[listed] = _View(
             nodes=tuple(nodes),
             pools=tuple(p for p, _i in pools),
             owner=tuple(i for _p, i in pools),
+            places=places,
             states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
+            ranks=ranks(nodes),
+            usage=_nothing,
+            seen=0,
             tokens=[unseen] * len(pools),
             stamps=[unseen] * len(nodes),
             entries=[None] * len(nodes),
-            keys=[(-1, 0.0, "")] * len(nodes),
+            items=[None] * len(nodes),
+            heap=[],
         )
         return found
 
@@ -145,16 +200,19 @@ class Verdicts:
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
         self._names: dict[str, str] = {}  # node name -> its reversed key (ties to the lowest)
-        self._last: tuple[ClaimNode, ...] = ()
+        self._last: list[ClaimNode] = []
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
         self._likeness = _Likeness()
+        self._likes: dict[int, _Like] = {}  # per node object, for every shape
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
-        it is kept; never one of another list). The same list as last time costs one pass in C."""
-        if len(nodes) == len(self._last) and all(map(is_, nodes, self._last)):
+        it is kept; never one of another list). The same list as last time costs one comparison in
+        C (of object identities: `ClaimNode` equals only itself)."""
+        same = nodes == self._last if isinstance(nodes, list) else list(nodes) == self._last
+        if same:  # `ClaimNode` equals only itself
             return self._last_number
         last = tuple(nodes)
         ids = tuple(map(id, last))
@@ -164,7 +222,7 @@ class Verdicts:
                 self._numbers.clear()
             found = self._numbers[ids] = (self._next_number, last)
             self._next_number += 1
-        self._last, self._last_number = last, found[0]
+        self._last, self._last_number = list(last), found[0]
         return found[0]
 
     def scan(
@@ -173,28 +231,37 @@ class Verdicts:
         nodes: Sequence[ClaimNode],
         usage: Usage,
         compute: Callable[[ClaimNode], Fit],
+        *,
+        listed: int | None = None,
     ) -> tuple[ClaimNode, Fit] | None:
-        """The best node for `shape` among `nodes` (ties to the lowest name), or None."""
+        """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
+        the list's `list_number`, when the caller has it."""
         learned = tuple(fn.version for fn in self._learners)
         book = self._book((shape, learned))
-        view = book.view(self.list_number(nodes), nodes)
-        tokens = list(map(usage.versions.get, view.pools))
-        stamps = list(map(_stamp_of, view.states))
-        stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
-        stale.update(compress(count(), map(is_not, stamps, view.stamps)))
+        if listed is None:
+            listed = self.list_number(nodes)
+        view = book.view(listed, nodes, self._ranks)
+        stale = _changed_pools(view, usage)
+        stamps = view.stamps
+        stale.update(compress(count(), map(is_not, map(_stamp_of, view.states), stamps)))
         if not self._shipped:
             stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
-        view.tokens, view.stamps = tokens, stamps
         for i in sorted(stale):
             entry = self._current(book, view.nodes[i], usage, compute)
-            view.entries[i], view.keys[i], stamps[i] = entry, entry.key, entry.stamp
-        if not view.keys:
+            view.put(i, entry)
+            stamps[i] = entry.stamp  # what the entry read: the state's stamp now
+        found = view.best(rebuild=len(stale) > len(view.items) // 4)
+        if found is None:
             return None
-        best = max(view.keys)
-        found = view.entries[view.keys.index(best)]
-        if best[0] < 0 or found is None:
-            return None
-        return found.node, found.fit
+        if found.positions is None:
+            return found.node, found.fit
+        return found.node, _moved(found.fit, found.positions, found.node.devices.devices)
+
+    def _ranks(self, nodes: Sequence[ClaimNode]) -> tuple[int, ...]:
+        """Each node's rank by its name key, largest first (equal names: equal ranks)."""
+        keys = [self._name_key(n.name) for n in nodes]
+        rank = {k: r for r, k in enumerate(sorted(set(keys), reverse=True))}
+        return tuple(rank[k] for k in keys)
 
     def _current(
         self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
@@ -209,26 +276,52 @@ class Verdicts:
             or entry.tokens != tokens
             or (state is not None and (entry.stamp is not state.derived or not self._shipped))
         ):
-            entry = book.entries[id(node)] = self._entry(
-                node, tokens, self._fit(book, node, usage, compute)
-            )
+            fit, positions = self._fit(book, node, tokens, usage, compute)
+            entry = book.entries[id(node)] = self._entry(node, tokens, fit, positions)
         return entry
 
     def _fit(
-        self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
-    ) -> Fit:
-        """The verdict of a node like it decided before (moved to its devices), else `compute`."""
+        self,
+        book: _Book,
+        node: ClaimNode,
+        tokens: tuple[object, ...],
+        usage: Usage,
+        compute: Callable[[ClaimNode], Fit],
+    ) -> tuple[Fit, dict[int, int] | None]:
+        """The verdict of a node like it decided before (with the positions of that node's
+        devices, to move it to this node's), else `compute`'s."""
         if not self._shipped:
-            return compute(node)
-        like, positions = self._likeness.of(node, usage)
+            return compute(node), None
+        like, positions = self._like(node, tokens, usage)
         found = book.likes.get(like)
         if found is not None:
-            return _moved(found[1], found[0], node.devices.devices)
+            return found[1], found[0]
         fit = compute(node)
         if len(book.likes) >= _LIKE_LIMIT:
             book.likes.clear()
         book.likes[like] = (positions, fit)
-        return fit
+        return fit, None
+
+    def _like(
+        self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
+    ) -> tuple[tuple[object, ...], dict[int, int]]:
+        """The node's likeness, kept for every shape while its pools' tokens and its state's
+        `derived` dict are those it was made with."""
+        state = node.state
+        kept = self._likes.get(id(node))
+        if (
+            kept is not None
+            and kept.node is node
+            and kept.tokens == tokens
+            and (state is None or kept.stamp is state.derived)
+        ):
+            return kept.like, kept.positions
+        like, positions = self._likeness.of(node, usage)  # derives: `derived` is a dict now
+        if len(self._likes) >= _FIXED_LIMIT:
+            self._likes.clear()
+        stamp = None if state is None else state.derived
+        self._likes[id(node)] = _Like(node, tokens, stamp, like, positions)
+        return like, positions
 
     def _book(self, key: tuple[object, ...]) -> _Book:
         book = self._books.get(key)
@@ -238,19 +331,52 @@ class Verdicts:
             book = self._books[key] = _Book()
         return book
 
-    def _entry(self, node: ClaimNode, tokens: tuple[object, ...], fit: Fit) -> _Entry:
+    def _name_key(self, name: str) -> str:
+        name_key = self._names.get(name)
+        if name_key is None:
+            if len(self._names) >= _NAMES_LIMIT:
+                self._names.clear()
+            name_key = self._names[name] = "".join(chr(0x10FFFF - ord(c)) for c in name)
+        return name_key
+
+    def _entry(
+        self,
+        node: ClaimNode,
+        tokens: tuple[object, ...],
+        fit: Fit,
+        positions: dict[int, int] | None,
+    ) -> _Entry:
         state = node.state
         stamp = None
         if state is not None:
             state.derive(_DERIVED, _made)  # so that the state has a `derived` dict to watch
             stamp = state.derived
-        name_key = self._names.get(node.name)
-        if name_key is None:
-            if len(self._names) >= _NAMES_LIMIT:
-                self._names.clear()
-            name_key = self._names[node.name] = "".join(chr(0x10FFFF - ord(c)) for c in node.name)
         used, score = (int(fit.rank[0]), fit.rank[1]) if fit.fits else (-1, 0.0)
-        return _Entry(node, stamp, tokens, fit, (used, score, name_key))
+        key = (used, score, self._name_key(node.name))
+        return _Entry(node, stamp, tokens, fit, key, positions)
+
+
+def _changed_pools(view: _View, usage: Usage) -> set[int]:
+    """The nodes of `view` whose pools' tokens in `usage` differ from those it last saw: from
+    the pools `usage` changed since, when it is the object last scanned, else all compared."""
+    if view.usage() is usage:
+        changed = usage.changes[view.seen :]
+        view.seen = len(usage.changes)
+        stale = set()
+        for pool in set(changed):
+            token = usage.versions.get(pool)
+            for k in view.places.get(pool, ()):
+                view.tokens[k] = token
+                stale.add(view.owner[k])
+        return stale
+    tokens = list(map(usage.versions.get, view.pools))
+    stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
+    view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
+    return stale
+
+
+def _nothing() -> None:
+    return None
 
 
 def _made(_state: object) -> bool:
@@ -342,9 +468,7 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     the GPU selector by the layout it was made from, or when it was given, itself (compared as
     the same object, and kept alive while the key is)."""
     place = {pool: i for i, pool in enumerate(node.devices.pools)}
-    devices = tuple(
-        _device_likeness(d, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices
-    )
+    devices = tuple((d.likeness, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices)
     incomplete = tuple(sorted(place[p] for p in node.devices.incomplete_pools if p in place))
     state = node.state
     shape = None
@@ -358,25 +482,6 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     parent = tuple(gpus.parent.get(d.id, -1) for d in devs)
     made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
     return (devices, incomplete, shape, (made, whole, parent))
-
-
-def _device_likeness(device: Device, pool: int) -> tuple[object, ...]:
-    """A device's content but its pool's name (values with their types: True is not 1 to CEL)."""
-    return (
-        device.id.driver,
-        pool,
-        device.id.device,
-        tuple(sorted((k, type(v).__name__, v) for k, v in device.attributes.items())),
-        tuple(sorted(_capacity_likeness(k, c) for k, c in device.capacity.items())),
-        device.taints,
-        device.allow_multiple_allocations,
-    )
-
-
-def _capacity_likeness(name: str, capacity: Capacity) -> tuple[object, ...]:
-    """A capacity as plain ints (a `Fraction` hashes slowly), with its request policy if any."""
-    value = capacity.value
-    return (name, value.numerator, value.denominator, capacity.policy)
 
 
 class _Links:

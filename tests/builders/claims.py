@@ -8,11 +8,13 @@ from typing import Any
 
 from agent.model import LinkMatrix, NodeInventory
 from scheduler.claims.allocator import ClaimAllocator
-from scheduler.claims.decision import ClaimNode, PodClaims
+from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.model import DeviceClass, ResourceClaim
 from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
 from scheduler.claims.slices import node_devices
+from scheduler.claims.usage import Usage
+from scheduler.placement import Assignment, PodRequest
 from tests.builders.topology import gpu_uuid, make_gpu, make_numa
 
 DRIVER = "gpu.gputopo.io"
@@ -168,3 +170,20 @@ def two_islands() -> NodeInventory:
 def island_devices(used: Sequence[int] = ()) -> list[Obj]:
     """The eight GPUs of `two_islands` as devices, with `nvlinkIsland` and `numaNode`."""
     return [gpu_device(g, nvlinkIsland=g // 4, numaNode=g // 4) for g in range(8)]
+
+
+def place_as_fresh(
+    kept: ClaimAllocator, want: PodClaims, nodes: Sequence[ClaimNode], usage: Usage
+) -> PodDecision:
+    """`kept`'s decision (no reasons), asserted equal to a fresh allocator's, then applied: its
+    devices added to `usage`, the pod assumed on its node's state (if any)."""
+    got = kept.place(want, nodes, usage, explain=False)
+    assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
+    if got.node is not None:
+        for made in got.claims:
+            usage.add(made.allocation.devices)
+        state = next(n.state for n in nodes if n.name == got.node)
+        if state is not None:
+            want_gpus = PodRequest(key=want.key, gpus=len(got.gpus))
+            state.add_pod(want_gpus, Assignment(node=got.node, gpus=got.gpus))
+    return got

@@ -39,8 +39,16 @@ from scheduler.claims.search import applies
 from scheduler.claims.selectors import Selectors
 from scheduler.claims.slices import NodeDevices, node_devices
 from scheduler.claims.usage import Usage
-from scheduler.placement import Assignment, NodeState, PodRequest
-from tests.builders.claims import DRIVER, GIB, claim_obj, classes, gpu_device, slice_obj
+from scheduler.placement import NodeState
+from tests.builders.claims import (
+    DRIVER,
+    GIB,
+    claim_obj,
+    classes,
+    gpu_device,
+    place_as_fresh,
+    slice_obj,
+)
 from tests.builders.topology import make_gpu, make_numa
 
 SELECTORS = (
@@ -309,17 +317,7 @@ def test_kept_verdicts_decide_as_a_fresh_allocator_does(
                 ),
             ),
         )
-        got = kept.place(want, nodes, usage, explain=False)
-        assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
-        if got.node is not None:
-            for made in got.claims:
-                usage.add(made.allocation.devices)
-            state = next(n.state for n in nodes if n.name == got.node)
-            if state is not None:
-                state.add_pod(
-                    PodRequest(key=want.key, gpus=len(got.gpus)),
-                    Assignment(node=got.node, gpus=got.gpus),
-                )
+        place_as_fresh(kept, want, nodes, usage)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -28,6 +28,7 @@ from tests.builders.claims import (
     classes,
     gpu_device,
     island_devices,
+    place_as_fresh,
     slice_obj,
     two_islands,
 )
@@ -154,12 +155,14 @@ def test_a_shared_verdict_equals_the_one_the_node_computes_alone(
             }
 
 
-def _like_nodes(names: list[str]) -> list[ClaimNode]:
+def _like_nodes(names: list[str], *, with_state: bool = True) -> list[ClaimNode]:
     nodes = []
     for name in names:
         found = node_devices([parse_slice(slice_obj(name, island_devices()))], name, {})
         gpus = GpuMap.build(INVENTORY, found.devices, selector=SELECTOR)
-        state = NodeState.from_inventory(name, INVENTORY, allocatable={}, selector=SELECTOR)
+        state = None
+        if with_state:
+            state = NodeState.from_inventory(name, INVENTORY, allocatable={}, selector=SELECTOR)
         nodes.append(ClaimNode(name=name, devices=found, gpus=gpus, state=state))
     return nodes
 
@@ -187,3 +190,84 @@ def test_a_like_node_gets_its_own_devices_and_a_busier_one_is_not_alike() -> Non
     second = allocator.place(want, [a, b], usage)
     assert second.node == "node-b"
     assert second.gpus == (1,)
+
+
+NAMES = ("node-a", "node-ab", "node-b", "node-c", "node-ca", "node-d")
+"""Names where one is the start of another: ties go to the lowest name, as `max` over keys gave."""
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[int, bool, list[tuple[str, int, int]]]:
+    """A node count, whether nodes have states, and steps: ("pod"/"past", GPUs, selector: none
+    or an island) or ("load"/"unload", node, 0)."""
+    count, with_state = draw(st.integers(2, len(NAMES))), draw(st.booleans())
+    pod = st.tuples(
+        st.sampled_from(["pod", "pod", "past"]),
+        st.sampled_from([1, 1, 2, 8]),
+        st.sampled_from([0, 0, 1]),
+    )
+    load = st.tuples(st.sampled_from(["load", "unload"]), st.integers(0, count - 1), st.just(0))
+    return count, with_state, draw(st.lists(st.one_of(pod, pod, load), min_size=1, max_size=40))
+
+
+def _gpu_pod(key: str, gpus: int, selector: int) -> PodClaims:
+    exactly: dict[str, object] = {"deviceClassName": "gpu.gputopo.io", "count": gpus}
+    if selector:
+        expression = f'device.attributes["{DRIVER}"].nvlinkIsland == {selector - 1}'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    return PodClaims(
+        key=key, claims=(parse_claim(claim_obj(key[3:], {"name": "g", "exactly": exactly})),)
+    )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_kept_verdicts_of_many_shapes_decide_as_a_fresh_allocator_on_changing_states(
+    run: tuple[int, bool, list[tuple[str, int, int]]],
+) -> None:
+    """One allocator for the run (likenesses kept for every shape, a heap per node list, picks
+    moved only for the chosen node) against a fresh one per pod, while pods of several shapes
+    take devices and other pods load and unload the nodes' states (a GPU the claims do not see:
+    the scores change, `Usage` does not); "past" decides (and applies nothing) on a copy of the
+    usage made before an earlier pod, as a gang's what-if does."""
+    count, with_state, steps = run
+    nodes = _like_nodes(list(NAMES[:count]), with_state=with_state)
+    kept, usage = ClaimAllocator(classes()), Usage()
+    copies = [usage.copy()]
+    for i, (kind, value, selector) in enumerate(steps):
+        if kind == "past":
+            want = _gpu_pod(f"ns/p{i}", value, selector)
+            past = copies[i % len(copies)]
+            got = kept.place(want, nodes, past, explain=False)
+            assert got == ClaimAllocator(classes()).place(want, nodes, past, explain=False)
+            continue
+        if kind != "pod":
+            state = nodes[value].state
+            if state is None:
+                continue
+            free = state.free_whole_gpus()
+            if kind == "load" and free:  # a pod the claims do not see holds a GPU
+                held = PodRequest(key=f"ns/other-{i}", cpu_milli=500, gpus=1)
+                state.add_pod(held, Assignment(node=state.name, gpus=(free[-1],)))
+            elif state.pods:
+                state.remove_pod(sorted(state.pods)[0])
+            continue
+        want = _gpu_pod(f"ns/p{i}", value, selector)
+        place_as_fresh(kept, want, nodes, usage)
+        copies.append(usage.copy())
+
+
+def test_an_older_copy_of_the_usage_is_decided_on_its_own_devices() -> None:
+    """Pods in a row on one `Usage` are scanned from its changes; a copy made before them still
+    holds gpu-0 free, and a pod decided on it gets gpu-0 again, as a fresh allocator gives."""
+    nodes = _like_nodes(["node-a", "node-b"], with_state=False)
+    kept, usage = ClaimAllocator(classes()), Usage()
+    before = usage.copy()
+    taken = [place_as_fresh(kept, _gpu_pod(f"ns/p{i}", 1, 0), nodes, usage) for i in range(3)]
+    assert [d.id.device for got in taken for d in got.claims[0].allocation.devices] == [
+        "gpu-0",
+        "gpu-1",
+        "gpu-2",
+    ]
+    again = kept.place(_gpu_pod("ns/again", 1, 0), nodes, before, explain=False)
+    assert [d.id.device for d in again.claims[0].allocation.devices] == ["gpu-0"]

@@ -46,7 +46,7 @@ from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
 from .usage import Usage
-from .verdicts import NO_FIT, Fit, Verdicts
+from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 
 __all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
 
@@ -157,10 +157,18 @@ class ClaimAllocator:
         return Slot(pos, tuple(options), claim.spec.constraints)
 
     def place(
-        self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage, *, explain: bool = True
+        self,
+        pod: PodClaims,
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        *,
+        explain: bool = True,
+        changes: NodeChanges | None = None,
     ) -> PodDecision:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
-        every node's nearest miss, nearest first; without, one line)."""
+        every node's nearest miss, nearest first; without, one line). `changes`: the log of the
+        nodes' state changes (placement's `Snapshot` their states are in), when there is one:
+        then only the nodes changed since the last pod are looked at again."""
         kept, fresh = _split(pod.claims)
         shape = (tuple(c.spec.shape for c in fresh), tuple(str(c.key) for c in kept))
         listed = self._verdicts.list_number(nodes)
@@ -175,6 +183,7 @@ class ClaimAllocator:
             usage,
             lambda node: self._fit(pod.key, fresh, node, usage, requests),
             listed=listed if here is nodes else None,
+            changes=changes,
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)

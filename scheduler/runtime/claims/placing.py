@@ -80,7 +80,8 @@ class ClaimCharges:
         nodes = self._nodes(placer, [info], excluded)
         if isinstance(nodes, str):
             return ClaimRefusal(message=nodes, room=True)
-        decision = self._book.allocator.place(claims, nodes, self._book.usage())
+        usage, changes = self._book.usage(), self._cache.snapshot
+        decision = self._book.allocator.place(claims, nodes, usage, changes=changes)
         if decision.node is None:
             return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
         placed = self._charged(placer, info, decision)

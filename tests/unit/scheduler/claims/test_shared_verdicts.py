@@ -299,7 +299,8 @@ def test_verdicts_kept_by_the_snapshots_change_log_decide_as_a_fresh_allocator(
 ) -> None:
     """As above, with the nodes' states in a `Snapshot` (loads assumed and forgotten through it)
     whose change log is given to `place`: only the nodes it names are looked at again, and when
-    it no longer remembers (drawn per step) every node is compared again."""
+    it no longer remembers (drawn per step) every node is compared again; "past" decides a gang
+    of two such pods (and applies nothing)."""
     count, with_state, steps = run
     nodes = _like_nodes(list(NAMES[:count]), with_state=with_state)
     snapshot = Snapshot([n.state for n in nodes if n.state is not None])
@@ -314,7 +315,11 @@ def test_verdicts_kept_by_the_snapshots_change_log_decide_as_a_fresh_allocator(
                 snapshot.assume(held, Assignment(node=state.name, gpus=(free[-1],)))
             elif state.pods:
                 snapshot.forget(sorted(state.pods)[0])
-        if kind not in ("pod", "past"):
+        if kind == "past":
+            gang = [_gpu_pod(f"ns/g{i}-{k}", value, selector) for k in range(2)]
+            fresh = ClaimAllocator(classes()).place_gang(gang, nodes, usage)
+            assert kept.place_gang(gang, nodes, usage, changes=log) == fresh
+        if kind != "pod":
             continue
         want = _gpu_pod(f"ns/p{i}", value, selector)
         got = kept.place(want, nodes, usage, explain=False, changes=log)

@@ -3,16 +3,16 @@
 
 One cluster of NODES nodes, each 8 GPUs in two NVLink islands of four (NV12 inside, SYS across),
 published twice: as `nvidia.com/gpu` (the device plugin's path: `Placer.decide` on a `Snapshot`,
-then `assume`) and as a ResourceSlice of `gpu-<minor>` devices (the claims path: one claim per
-pod of `exactly` N GPUs of class gpu.gputopo.io, `ClaimAllocator.place`, then the devices
-counted as used and the pod assumed on the node's `NodeState`, which both paths score with the
-same `Scoring`). The same seeded pods (1, 2, 4 or 8 GPUs) arrive one by one until PODS were
-tried; each path's time is the decision and its bookkeeping, per pod (the fastest of `--repeat`
-fresh runs, the paths taking turns), after a full garbage collection (the setup's garbage is not
-timed; what a path's own allocations cost the collector is), in wall time and in this process's
-CPU time (the steadier of the two on a busy machine). The claims path runs cold (compiling the
-selectors and building each device's CEL value during the first pods) and warm (those built
-before the clock starts, as in a scheduler that has run a while). Pods that fit nowhere are
+then `assume`) and as a ResourceSlice of `gpu-<minor>` devices (the claims path: one claim per pod
+of `exactly` N GPUs of class gpu.gputopo.io, `ClaimAllocator.place` given the snapshot as its nodes'
+change log, then the devices counted as used and the pod assumed on the node's `NodeState`, which
+both paths score with the same `Scoring`). The same seeded pods (1, 2, 4 or 8 GPUs) arrive one by
+one until PODS were tried; each path's time is the decision and its bookkeeping, per pod (the
+fastest of `--repeat` fresh runs, the paths taking turns), after a full garbage collection (the
+setup's garbage is not timed; what a path's own allocations cost the collector is), in wall time and
+in this process's CPU time (the steadier of the two on a busy machine). The claims path runs cold
+(compiling the selectors and building each device's CEL value during the first pods) and warm (those
+built before the clock starts, as in a scheduler that has run a while). Pods that fit nowhere are
 decided without the per-node reasons on both paths. Also printed: pods placed, how many multi-GPU
 pods got GPUs of one island, and a digest of every decision (pod, node, GPUs; for claims also the
 devices), so that a faster decision can be checked to be the same decision.
@@ -167,7 +167,7 @@ def _claims_one(
     usage: Usage,
     snapshot: Snapshot,
 ) -> PodDecision:
-    decision = allocator.place(want, nodes, usage, explain=False)
+    decision = allocator.place(want, nodes, usage, explain=False, changes=snapshot)
     if decision.node is None:
         return decision
     for made in decision.claims:

@@ -46,7 +46,7 @@ from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
 from .usage import Usage
-from .verdicts import NO_FIT, Fit, Verdicts
+from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 
 __all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
 
@@ -157,10 +157,18 @@ class ClaimAllocator:
         return Slot(pos, tuple(options), claim.spec.constraints)
 
     def place(
-        self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage, *, explain: bool = True
+        self,
+        pod: PodClaims,
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        *,
+        explain: bool = True,
+        changes: NodeChanges | None = None,
     ) -> PodDecision:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
-        every node's nearest miss, nearest first; without, one line)."""
+        every node's nearest miss, nearest first; without, one line). `changes`: the log of the
+        nodes' state changes (placement's `Snapshot` their states are in), when there is one:
+        then only the nodes changed since the last pod are looked at again."""
         kept, fresh = _split(pod.claims)
         shape = (tuple(c.spec.shape for c in fresh), tuple(str(c.key) for c in kept))
         listed = self._verdicts.list_number(nodes)
@@ -175,6 +183,7 @@ class ClaimAllocator:
             usage,
             lambda node: self._fit(pod.key, fresh, node, usage, requests),
             listed=listed if here is nodes else None,
+            changes=changes,
         )
         if best is not None:
             return self._decision(kept, fresh, best[0], best[1].picks)
@@ -222,16 +231,18 @@ class ClaimAllocator:
         usage: Usage,
         *,
         domains: Mapping[str, Sequence[ClaimNode]] | None = None,
+        changes: NodeChanges | None = None,
     ) -> GangDecision:
         """Every pod placed with the devices the earlier ones took counted, or none. With
         `domains` (a required topology level: its values and their nodes; `nodes` unused) the
         whole gang in one domain: of those where it fits, the one with the fewest free devices
-        (binpack), ties to the lowest value; else every domain's first reason."""
+        (binpack), ties to the lowest value; else every domain's first reason. `changes`: as
+        `place`'s."""
         if domains is None:
-            return self._gang_on(pods, nodes, usage)
+            return self._gang_on(pods, nodes, usage, changes)
         fits, reasons = [], []
         for value in sorted(domains):
-            decision = self._gang_on(pods, domains[value], usage)
+            decision = self._gang_on(pods, domains[value], usage, changes)
             if decision.placed:
                 free = sum(usage.is_free(d) for n in domains[value] for d in n.devices.devices)
                 fits.append((free, value, decision))
@@ -242,14 +253,18 @@ class ClaimAllocator:
         return GangDecision(reasons=tuple(reasons) or ("no topology domain",))
 
     def _gang_on(
-        self, pods: Sequence[PodClaims], nodes: Sequence[ClaimNode], usage: Usage
+        self,
+        pods: Sequence[PodClaims],
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        changes: NodeChanges | None,
     ) -> GangDecision:
         usage = usage.copy()
         allocated: dict[ClaimKey, ResourceClaim] = {}
         decisions = []
         for pod in pods:
             claims = tuple(allocated.get(c.key, c) for c in pod.claims)
-            decision = self.place(replace(pod, claims=claims), nodes, usage)
+            decision = self.place(replace(pod, claims=claims), nodes, usage, changes=changes)
             if decision.node is None:
                 first = decision.reasons[0] if decision.reasons else "no node"
                 return GangDecision(reasons=(f"pod {pod.key}: {first}", *decision.reasons[1:]))

@@ -11,7 +11,12 @@ shipped, a node with a state is decided afresh each time (what they read is unkn
 `Verdicts.scan` finds what changed for the whole node list at once: per node list (a `_View`) it
 keeps the pool tokens and state stamps it last saw, side by side, and compares them with the
 current ones in a few passes that run in C (`map`, `compress`), so a pod costs a lookup of the
-list, those passes, `compute` for each changed node and one `max` over the kept keys.
+list, those passes, `compute` for each changed node and one `max` over the kept keys. Given the
+nodes' change log (`NodeChanges`: placement's `Snapshot`), the state stamps are not compared at
+all: the view keeps the log's generation it last saw and asks it which nodes changed since (all
+compared again when the log is another, or no longer remembers that far back). The log must
+report every change of a node's state (placement's contract: `Snapshot.refresh` after changing a
+state other than through it).
 
 A changed node whose likeness (`_Likeness`) equals one decided before for the same shape takes
 that verdict, its picks moved to its own devices by position: its devices equal the other's
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import compress, count
 from operator import attrgetter, is_not
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, cast
 from weakref import ref
 
 from agent.model import LinkMatrix
@@ -43,7 +48,7 @@ from .model import Device, DeviceId
 from .search import Pick
 from .usage import Usage
 
-__all__ = ["NO_FIT", "Fit", "Verdicts"]
+__all__ = ["NO_FIT", "Fit", "NodeChanges", "Verdicts"]
 
 _BOOK_LIMIT = 1_000
 _VIEW_LIMIT = 16
@@ -53,6 +58,18 @@ _FIXED_LIMIT = 20_000
 _DERIVED = "claims.verdicts"
 _STATE_CLASS = "claims.state_class"
 _stamp_of = attrgetter("derived")
+
+
+class NodeChanges(Protocol):
+    """Which nodes' states changed (placement's `Snapshot` is one): every change of a node's
+    state bumps `generation` and is reported by name."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def changed_since(self, generation: int) -> list[str] | None:
+        """Names of nodes changed after `generation`; None when that is no longer known."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +136,9 @@ class _View:
     ranks: tuple[int, ...]
     usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
     seen: int  # how many of its changes were seen
+    log: Callable[[], NodeChanges | None]  # the change log last scanned with (not kept alive)
+    generation: int  # the log's generation then
+    at: dict[str, list[int]]  # a node name's positions
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
@@ -185,6 +205,9 @@ class _Book:
             ranks=ranks(nodes),
             usage=_nothing,
             seen=0,
+            log=_nothing,
+            generation=0,
+            at=_positions(nodes),
             tokens=[unseen] * len(pools),
             stamps=[unseen] * len(nodes),
             entries=[None] * len(nodes),
@@ -233,9 +256,11 @@ class Verdicts:
         compute: Callable[[ClaimNode], Fit],
         *,
         listed: int | None = None,
+        changes: NodeChanges | None = None,
     ) -> tuple[ClaimNode, Fit] | None:
         """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
-        the list's `list_number`, when the caller has it."""
+        the list's `list_number`, when the caller has it; `changes`: the log of the nodes'
+        state changes, when the caller has it."""
         learned = tuple(fn.version for fn in self._learners)
         book = self._book((shape, learned))
         if listed is None:
@@ -243,7 +268,7 @@ class Verdicts:
         view = book.view(listed, nodes, self._ranks)
         stale = _changed_pools(view, usage)
         stamps = view.stamps
-        stale.update(compress(count(), map(is_not, map(_stamp_of, view.states), stamps)))
+        stale.update(_changed_states(view, changes))
         if not self._shipped:
             stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
         for i in sorted(stale):
@@ -373,6 +398,29 @@ def _changed_pools(view: _View, usage: Usage) -> set[int]:
     stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
     view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
     return stale
+
+
+def _changed_states(view: _View, changes: NodeChanges | None) -> list[int]:
+    """The positions in `view` of nodes whose state changed since it was last scanned: those
+    `changes` names since the generation last seen, when it is the log last scanned with and
+    remembers that far; else those whose state's stamp differs from the one seen."""
+    if changes is not None:
+        names = changes.changed_since(view.generation) if view.log() is changes else None
+        view.generation = changes.generation
+        if names is not None:
+            at = view.at
+            return [i for name in names if name in at for i in at[name]]
+        view.log = ref(changes)
+    else:
+        view.log = _nothing
+    return list(compress(count(), map(is_not, map(_stamp_of, view.states), view.stamps)))
+
+
+def _positions(nodes: Sequence[ClaimNode]) -> dict[str, list[int]]:
+    at: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        at.setdefault(node.name, []).append(i)
+    return at
 
 
 def _nothing() -> None:

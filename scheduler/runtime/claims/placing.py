@@ -80,7 +80,8 @@ class ClaimCharges:
         nodes = self._nodes(placer, [info], excluded)
         if isinstance(nodes, str):
             return ClaimRefusal(message=nodes, room=True)
-        decision = self._book.allocator.place(claims, nodes, self._book.usage())
+        usage, changes = self._book.usage(), self._cache.snapshot
+        decision = self._book.allocator.place(claims, nodes, usage, changes=changes)
         if decision.node is None:
             return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
         placed = self._charged(placer, info, decision)
@@ -120,11 +121,12 @@ class ClaimCharges:
         nodes = self._nodes(placer, infos, excluded)
         if isinstance(nodes, str):
             return nodes
-        usage, allocator = self._book.usage(), self._book.allocator
+        usage, allocator, changes = self._book.usage(), self._book.allocator, self._cache.snapshot
         domains = None if topology is None else self._domains(nodes, topology.label)
-        decision = allocator.place_gang(pods, nodes, usage, domains=domains)
+        decision = allocator.place_gang(pods, nodes, usage, domains=domains, changes=changes)
         if not decision.placed and domains is not None and topology and not topology.required:
-            decision = allocator.place_gang(pods, nodes, usage)  # preferred: one domain if any
+            # preferred: one domain if any
+            decision = allocator.place_gang(pods, nodes, usage, changes=changes)
         if not decision.placed:
             return self._refusal(decision.reasons)
         placed: list[ClaimPlacement] = []

@@ -20,7 +20,8 @@ from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_claim, parse_slice
 from scheduler.claims.slices import node_devices
 from scheduler.claims.usage import Usage
-from scheduler.placement import Assignment, NodeState, PodRequest
+from scheduler.claims.verdicts import NodeChanges
+from scheduler.placement import Assignment, NodeState, PodRequest, Snapshot
 from tests.builders.claims import (
     DRIVER,
     GIB,
@@ -271,3 +272,61 @@ def test_an_older_copy_of_the_usage_is_decided_on_its_own_devices() -> None:
     ]
     again = kept.place(_gpu_pod("ns/again", 1, 0), nodes, before, explain=False)
     assert [d.id.device for d in again.claims[0].allocation.devices] == ["gpu-0"]
+
+
+class ForgetfulLog:
+    """A `Snapshot`'s change log that, when told to, no longer remembers (`changed_since` gives
+    None), as a snapshot does once the generation asked for is older than it keeps."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot, self.forgets = snapshot, False
+
+    @property
+    def generation(self) -> int:
+        return self.snapshot.generation
+
+    def changed_since(self, generation: int) -> list[str] | None:
+        return None if self.forgets else self.snapshot.changed_since(generation)
+
+
+_: NodeChanges = ForgetfulLog(Snapshot())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), st.lists(st.booleans(), min_size=40, max_size=40))
+def test_verdicts_kept_by_the_snapshots_change_log_decide_as_a_fresh_allocator(
+    run: tuple[int, bool, list[tuple[str, int, int]]], forgets: list[bool]
+) -> None:
+    """As above, with the nodes' states in a `Snapshot` (loads assumed and forgotten through it)
+    whose change log is given to `place`: only the nodes it names are looked at again, and when
+    it no longer remembers (drawn per step) every node is compared again; "past" decides a gang
+    of two such pods (and applies nothing)."""
+    count, with_state, steps = run
+    nodes = _like_nodes(list(NAMES[:count]), with_state=with_state)
+    snapshot = Snapshot([n.state for n in nodes if n.state is not None])
+    log, kept, usage = ForgetfulLog(snapshot), ClaimAllocator(classes()), Usage()
+    for i, (kind, value, selector) in enumerate(steps):
+        log.forgets = forgets[i]
+        state = nodes[value].state if kind in ("load", "unload") else None
+        if state is not None:
+            free = state.free_whole_gpus()
+            if kind == "load" and free:
+                held = PodRequest(key=f"ns/other-{i}", cpu_milli=500, gpus=1)
+                snapshot.assume(held, Assignment(node=state.name, gpus=(free[-1],)))
+            elif state.pods:
+                snapshot.forget(sorted(state.pods)[0])
+        if kind == "past":
+            gang = [_gpu_pod(f"ns/g{i}-{k}", value, selector) for k in range(2)]
+            fresh = ClaimAllocator(classes()).place_gang(gang, nodes, usage)
+            assert kept.place_gang(gang, nodes, usage, changes=log) == fresh
+        if kind != "pod":
+            continue
+        want = _gpu_pod(f"ns/p{i}", value, selector)
+        got = kept.place(want, nodes, usage, explain=False, changes=log)
+        assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
+        if got.node is not None:
+            for made in got.claims:
+                usage.add(made.allocation.devices)
+            if with_state:
+                request = PodRequest(key=want.key, gpus=len(got.gpus))
+                snapshot.assume(request, Assignment(node=got.node, gpus=got.gpus))

@@ -12,7 +12,8 @@ at those of nodes that can give whole GPUs (`NodeSlots.log_for`). The choice amo
 verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score, lowest name).
 Classes of GPU pods that differ only in the memory they ask share one table of verdicts
 (`_share_table`): each class's pre-check checks its own memory, exactly as the filter does,
-and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`).
+and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`). A GPU
+pod's scores are kept by what the scores read (`ShareMemo`), across classes and states.
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
 makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.

@@ -5,10 +5,11 @@ The scheduler runtime, the simulator and the benchmarks decide through a `Placer
 live `Snapshot`; `place_gang` places a pod group through one.
 
 Modules, bottom up: `request` (what a pod asks), `node` (one node's state), `filters`, `fgd` and
-`fragscores` (fragmentation scores), `scores` (`Scoring`), `snapshot` (nodes + indexes + change
-tracking), `pick` (the plain decision: the reference, and the path with a candidate limit),
-`node_slots` and `class_verdicts` (the memo's bookkeeping), `verdict_memo` (decisions memoised
-per pod class), `placer` (the decision API), `gang` (a pod group).
+`fragscores` (fragmentation scores), `scores` (`Scoring`), `sorted_names` (an index bucket),
+`snapshot` (nodes + indexes + change tracking), `pick` (the plain decision: the reference, and
+the path with a candidate limit), `node_slots` and `class_verdicts` (the memo's bookkeeping),
+`verdict_memo` (decisions memoised per pod class), `placer` (the decision API), `gang` (a pod
+group).
 """
 
 from .filters import NodeFit, choose_devices, filter_node

@@ -33,7 +33,7 @@ ClassKey = tuple[object, ...]
 Verdict = tuple[bool, bool, float, Assignment | None, tuple[str, ...]]
 """(feasible, GPUs already in use, weighted score, assignment, reasons when not feasible)."""
 _Entry = tuple[bool, float, str, int]
-HEAP_TOP = 64
+HEAP_TOP = 256
 """Feasible slots a rebuild puts in the heap (the rest rank below the last of them)."""
 _INCOMPLETE = -1
 _UNBUILT: tuple[bool, float, str] = (False, -math.inf, "")  # every entry ranks after it
@@ -131,12 +131,17 @@ class Verdicts:
         return code
 
     def put(self, slot: int, code: int, verdict: Verdict, name: str) -> None:
-        """Record slot `slot`'s verdict (its node is `name`)."""
+        """Record slot `slot`'s verdict (its node is `name`). An entry ranked after `threshold`
+        stays out of the heap: `best` would only ever take it for a sign to rebuild, and a heap
+        short of it says so too (its valid entries run out, or rank after `threshold`)."""
         feasible, tier, score = verdict[0], verdict[1], verdict[2]
         self.feasible[slot], self.tier[slot], self.score[slot] = feasible, tier, score
         self.code[slot] = code
         if feasible:
-            heapq.heappush(self.heap, (self.tiered and not tier, -score, name, slot))
+            entry = (self.tiered and not tier, -score, name, slot)
+            threshold = self.threshold
+            if threshold is None or entry[:3] <= threshold:  # (else `best` rebuilds first)
+                heapq.heappush(self.heap, entry)
 
     def reject(self, slot: int) -> None:
         """Slot `slot` certainly does not fit (the pre-check), or holds no node."""

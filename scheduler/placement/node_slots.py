@@ -124,6 +124,7 @@ class NodeSlots:
         self._in_order = True
         self._shared: list[bool] = []  # the slot's node has shared GPUs
         self._whole: list[bool] = []  # the slot's node can give whole GPUs (`_gives_whole`)
+        self._gives: list[bool] = []  # the same, of the node object in the slot now
         self.changes = ChangeLog()  # every slot's changes
         self.shared_changes = ChangeLog()  # changes of slots with shared GPUs before or after
         self.whole_changes = ChangeLog()  # changes of slots that give whole GPUs before or after
@@ -168,6 +169,7 @@ class NodeSlots:
             shape = cast("tuple[object, ...]", node.derive("shape", static_shape))
             self._shape[slot] = self._shapes.take(shape, self._shape_keys[slot])
             self._shape_keys[slot] = shape
+            self._gives[slot] = _gives_whole(node)  # static: the node object's for life
         key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), load)
         state = self._states.take(key, self._state_keys[slot])
         self.members.move(slot, int(self.states[slot]), state)
@@ -175,7 +177,7 @@ class NodeSlots:
         self._state_keys[slot] = key
         self._room[slot] = room
         updated.append(slot)
-        self._logged(slot, node.share_resource is not None, _gives_whole(node))
+        self._logged(slot, node.share_resource is not None, self._gives[slot])
 
     def _fill_headroom(self, slots: list[int]) -> None:
         """Copy the headroom of `slots` (just logged) into the pre-check's array: one numpy call
@@ -206,6 +208,7 @@ class NodeSlots:
         self._room.extend([None] * extra)
         self._shared.extend([False] * extra)
         self._whole.extend([False] * extra)
+        self._gives.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
         self.members.grow(grown)
         absent = np.full((8, extra), -1, dtype=np.int64)

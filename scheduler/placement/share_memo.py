@@ -1,4 +1,5 @@
-"""What `VerdictMemo`'s pod classes of GPU shares have in common on one node state (DESIGN §12).
+"""What `VerdictMemo`'s pod classes of GPU shares have in common on one node state (DESIGN §12),
+and the scores of every GPU pod's classes, kept by what the scores read.
 
 Share pods come in many classes: every (cpu, memory, `gpu-memory`, `gpu-compute`) combination is
 one, and each class decides every changed shared node on its own. Two parts of that verdict are
@@ -22,6 +23,10 @@ never reused for another state, `NodeSlots`):
   shape, GPU product label and `gpu_pod_node_reads` (free cpu and milli-GPU per GPU, MIG in
   use), so states that differ only in memory or in what shares leave of a GPU's memory,
   compute and replicas share it too (the node state itself when a score is not shipped).
+  Pods asking a GPU without share containers (whole GPUs, a `gpu_milli` share, MIG devices)
+  keep their scores here the same way (`whole_score`): a bind mostly makes a state no node was
+  in, and the classes that look at it next find the score when another state had as much cpu
+  and milli-GPU free (29 % of the scores at 5,000 nodes in `bench/scheduler_bench.py`).
 
 An assignment from `fit` carries the number of its score key's placement part, so a score is
 keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
@@ -120,16 +125,39 @@ class ShareMemo:
     ) -> tuple[Assignment, float]:
         """`found` (`pod`'s devices on `node`, in state `state` of static shape `shape`, from
         `fit`) and its weighted score (`scoring.total`)."""
-        shares, rest = self._keys(pod)  # first: it may start every table afresh
+        shares = self._keys(pod)[0]  # first: it may start every table afresh
         kept = self._fits.get(self._place_key(state, shape, node) << _BITS | shares)
         where = kept[1] if kept is not None and kept[0] is found else self._where(found)
-        score_key = (self._node_key(state, shape, node) << _BITS | rest) << _BITS | where
+        return found, self._score(state, shape, pod, node, found, where)
+
+    def whole_score(
+        self, state: int, shape: int, pod: PodRequest, node: NodeState, found: Assignment
+    ) -> float:
+        """`scoring.total(pod, node, found)` for a pod asking a GPU without share containers
+        (whole GPUs, a `gpu_milli` share, MIG devices) on `node`, in state `state` of static
+        shape `shape`: kept, like a share pod's, under what the scores read."""
+        self._keys(pod)  # first: it may start every table afresh
+        return self._score(state, shape, pod, node, found, self._where(found))
+
+    def _score(
+        self,
+        state: int,
+        shape: int,
+        pod: PodRequest,
+        node: NodeState,
+        found: Assignment,
+        where: int,
+    ) -> float:
+        """The weighted score of `found` (numbered `where`), kept under what the scores read."""
+        score_key = (
+            self._node_key(state, shape, node) << _BITS | self._pod_keys[1]
+        ) << _BITS | where
         score = self._scores.get(score_key)
         if score is None:
             if len(self._scores) >= _LIMIT:
                 self._scores.clear()
             score = self._scores[score_key] = self._scoring.total(pod, node, found)
-        return found, score
+        return score
 
     def _place_key(self, state: int, shape: int, node: NodeState) -> int:
         """The number of what `place_shares` reads of `node` (in state `state`, of shape
@@ -157,9 +185,9 @@ class ShareMemo:
 
     def _where(self, found: Assignment) -> int:
         """The number of what scores read of `found`: each share's (GPU, milli, slots), its whole
-        GPUs and NUMA node."""
+        GPUs, MIG devices and NUMA node."""
         placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
-        return self._number((placed, found.gpus, found.numa))
+        return self._number((placed, found.gpus, found.mig, found.numa))
 
     def _keys(self, pod: PodRequest) -> tuple[int, int]:
         """The numbers of `pod`'s share containers and of what scores read of it."""

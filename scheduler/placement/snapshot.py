@@ -1,6 +1,7 @@
 """The cluster as placement sees it: nodes plus incremental indexes; a decision scans few nodes.
 
-Indexes (each a name-sorted list per key, kept up to date on every assume / forget):
+Indexes (each the names of a key, in order: `SortedNames`, whose adds and removals shift one
+block of names, not a bucket of most of the cluster; kept up to date on every assume / forget):
 
 - whole GPUs: key (node has GPUs in use, number of idle GPUs), for nodes with an idle GPU;
 - GPU shares: key (largest free share on a partly used GPU) // 100;
@@ -42,6 +43,7 @@ from agent.resource_names import GPU_RESOURCE
 from .filters import choose_devices
 from .node import Assignment, NodeState
 from .request import PodRequest
+from .sorted_names import SortedNames
 
 __all__ = ["Domain", "Snapshot"]
 
@@ -81,7 +83,7 @@ class Snapshot:
     def __init__(self, nodes: Iterable[NodeState] = ()) -> None:
         self._nodes: dict[str, NodeState] = {}
         self._all: list[str] = []
-        self._index: dict[_IndexKey, list[str]] = {}
+        self._index: dict[_IndexKey, SortedNames] = {}  # names in order (`SortedNames`)
         self._keys: dict[str, tuple[_IndexKey, ...]] = {}
         self._pod_node: dict[str, str] = {}
         self._max_gpus = 0
@@ -302,7 +304,10 @@ class Snapshot:
         node = self._nodes[name]
         keys = cast("tuple[_IndexKey, ...]", node.derive("index", _index_keys))
         for key in keys:
-            insort(self._index.setdefault(key, []), name)
+            bucket = self._index.get(key)
+            if bucket is None:
+                bucket = self._index[key] = SortedNames()
+            bucket.add(name)
         self._keys[name] = keys
         self._set_free_milli(name, node.gpu_capacity_milli() - node.used_milli)
         if node.gpu_count and not node.gpu_used():
@@ -312,8 +317,7 @@ class Snapshot:
 
     def _unindex(self, name: str) -> None:
         for key in self._keys.pop(name, ()):
-            bucket = self._index[key]
-            del bucket[bisect_left(bucket, name)]
+            self._index[key].remove(name)
 
     def candidates(
         self, pod: PodRequest, allowed: AbstractSet[str] | None = None

@@ -12,7 +12,8 @@ at those of nodes that can give whole GPUs (`NodeSlots.log_for`). The choice amo
 verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score, lowest name).
 Classes of GPU pods that differ only in the memory they ask share one table of verdicts
 (`_share_table`): each class's pre-check checks its own memory, exactly as the filter does,
-and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`).
+and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`). A GPU
+pod's scores are kept by what the scores read (`ShareMemo`), across classes and states.
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
 makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.
@@ -274,8 +275,7 @@ class VerdictMemo:
                 self._evaluate_states(pod, verdicts)
             verdicts.stale = None  # every state evaluated again
         else:
-            for slot in dirty:
-                self._evaluate_one(pod, verdicts, slot)
+            self._evaluate_few(pod, verdicts, dirty)
         verdicts.prune()
         self._classes[key] = verdicts  # most recently used last
         return verdicts
@@ -294,14 +294,20 @@ class VerdictMemo:
         verdicts.table = self._tables.setdefault(verdicts.table_key, {})
         verdicts.shared_table = True
 
-    def _evaluate_one(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> None:
-        """Bring one slot's verdict up to date (plain Python: no numpy call gives the GIL away)."""
-        if not self._nodes.may_fit(pod, slot):
-            verdicts.reject(slot)
-            return
-        code = self._code(verdicts, slot)
-        verdict = self._kept(pod, verdicts, code, slot)
-        verdicts.put(slot, code, verdict, self._nodes.name(slot))
+    def _evaluate_few(self, pod: PodRequest, verdicts: Verdicts, dirty: list[int]) -> None:
+        """Bring the verdicts of slots `dirty` up to date, slot by slot (plain Python: no numpy
+        call gives the GIL away), with what each slot needs looked up once."""
+        may_fit, code_of, names = self._nodes.may_fit, self._code, self._nodes.names
+        table, put = verdicts.table, verdicts.put
+        for slot in dirty:
+            if not may_fit(pod, slot):
+                verdicts.reject(slot)
+                continue
+            code = code_of(verdicts, slot)
+            verdict = table.get(code)
+            if verdict is None:
+                verdict = table[code] = self._made(pod, verdicts.stale, code, slot)
+            put(slot, code, verdict, cast("str", names[slot]))  # may_fit: a node is there
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the
@@ -409,8 +415,17 @@ class VerdictMemo:
             return old
         if assignment is None or pod.shares:
             return self._verdict(pod, slot)
-        score = self._scoring.total(pod, self._nodes.node(slot), assignment)
-        return (True, used, score, assignment, ())
+        return (True, used, self._score(pod, slot, assignment), assignment, ())
+
+    def _score(self, pod: PodRequest, slot: int, assignment: Assignment) -> float:
+        """`scoring.total` of `assignment` on slot `slot`'s node for a pod without share
+        containers; a GPU pod's through `ShareMemo`, which keys it by what the scores read (the
+        node's memory is not among them: only a cpu-only pod's scores read it)."""
+        node = self._nodes.node(slot)
+        if not pod.wants_gpu:
+            return self._scoring.total(pod, node, assignment)
+        state, shape = self._nodes.state(slot), self._nodes.shape(slot)
+        return self._shares.whole_score(state, shape, pod, node, assignment)
 
     def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
         """The verdict for slot `slot`'s node; a share pod's placement and score come through
@@ -420,13 +435,8 @@ class VerdictMemo:
             fit = filter_node(pod, node)
             if fit.assignment is None:
                 return (False, False, 0.0, None, fit.reasons)
-            return (
-                True,
-                node.gpu_used(),
-                self._scoring.total(pod, node, fit.assignment),
-                fit.assignment,
-                (),
-            )
+            score = self._score(pod, slot, fit.assignment)
+            return (True, node.gpu_used(), score, fit.assignment, ())
         state, shape = self._nodes.state(slot), self._nodes.shape(slot)
         fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state, shape))
         if fit.assignment is None:

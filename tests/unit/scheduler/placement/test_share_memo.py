@@ -311,3 +311,54 @@ def test_nodes_alike_in_what_scores_read_score_a_gpu_pod_alike(seed: int):
     busier = shared_node("c", shared=2, whole=2)
     busier.add_pod(PodRequest(key="default/cpu", cpu_milli=1000), Assignment(node="c"))
     assert gpu_pod_node_reads(busier) != gpu_pod_node_reads(shared_node("d", shared=2, whole=2))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_whole_gpu_scores_kept_by_what_scores_read_are_scoring_totals(seed: int):
+    """`ShareMemo.whole_score` for GPU pods without share containers (whole GPUs, `gpu_milli`)
+    on nodes loaded at random, many of them alike in free cpu and GPUs but not in memory (so
+    kept scores are handed out again): always `Scoring.total`, with every shipped score, the
+    learning one's refits included (after which the memo's caller drops the scores)."""
+    rng = random.Random(seed)
+    scoring = every_score(DEFAULT_WEIGHTS)
+    memo = ShareMemo(scoring)
+    cluster = Cluster.from_specs(
+        NodeSpec(name=f"n{i}", shares=rng.choice((0, 0, 4))) for i in range(4)
+    )
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    state, version = 0, learner.version
+    for k in range(40):
+        name = f"n{rng.randrange(4)}"
+        load = PodRequest(
+            key=f"default/load{k}",
+            cpu_milli=rng.choice((0, 1000)),
+            memory=rng.choice((GIB, 2 * GIB)),
+            gpus=rng.choice((0, 1)),
+        )
+        placed = filter_node(load, cluster.snapshot.nodes[name]).assignment
+        if placed is not None:
+            cluster.bind(load, placed)
+        state += 1  # a bind makes a new state; state ids are never reused
+        pod = PodRequest(
+            key=f"default/p{k}",
+            cpu_milli=rng.choice((1000, 4000)),
+            memory=rng.choice((GIB, 8 * GIB)),
+            gpus=rng.choice((0, 1, 2)),
+        )
+        if not pod.gpus:
+            pod = replace(pod, gpu_milli=rng.choice((250, 500)))
+        scoring.observe(pod, cluster.snapshot)  # as the memo's caller: learn, then score
+        if learner.version != version:
+            version = learner.version
+            memo.forget_scores()
+        for node in cluster.snapshot.nodes.values():
+            found = filter_node(pod, node).assignment
+            if found is None:
+                continue
+            shape = 0 if node.share_resource is None else 1
+            expected = scoring.total(pod, node, found)
+            assert (
+                memo.whole_score(state * 8 + int(node.name[1:]), shape, pod, node, found)
+                == expected
+            )

@@ -136,6 +136,7 @@ class Runtime:
                 self.stop_event,
                 watch_timeout=watch_timeout,
                 optional=kind.group == workloads.GROUP,
+                first_in_part=kind == PODS,
             )
             for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, *dra, PODS)
         ]

@@ -36,7 +36,7 @@ from agent.objkey import object_key
 from scheduler.errors import ApiError, ConflictError, LeaseConflictError, NotFoundError
 from scheduler.kubeapi.calls import Kind, WatchStream, error_class
 from scheduler.kubeapi.connection import Connection, connect
-from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, Decoder
+from scheduler.kubeapi.decode import NODE_FIELDS, WHOLE, Decoder, Listed
 from scheduler.kubeapi.pooled_writes import PooledWriter
 
 if TYPE_CHECKING:
@@ -203,6 +203,13 @@ class KubeClient:
         if prefetched is not None:
             return prefetched.result()
         return self._call("GET", path, None, "", operation)
+
+    def list_in_part(self, kind: Kind) -> tuple[list[Listed], str]:
+        """Every object of `kind` decoded in part (`decode.Listed`: its `PodHead` now, the whole
+        object when asked) and the list's resourceVersion."""
+        data = self._get(kind, _collection(kind), f"list {kind.name}")
+        items, metadata = _decoder(kind).listed_in_part(data)
+        return items, str(metadata.get("resourceVersion", ""))
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from scheduler.errors import ApiError, GoneError, NotFoundError
 from scheduler.kubeapi.calls import Kind, WatchStream
 from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.decode import Listed
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 class Sink(Protocol):
     def replace(
         self, kind: str, items: list[dict[str, Any]]
+    ) -> Sequence[Callable[[], None]] | None: ...
+
+    def replace_in_part(
+        self, kind: str, items: list[Listed]
     ) -> Sequence[Callable[[], None]] | None: ...
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None: ...
@@ -55,10 +60,13 @@ class Informer:
         retry: float = 1.0,
         missing_retry: float = 30.0,
         optional: bool = False,
+        first_in_part: bool = False,
     ) -> None:
-        """`optional`: a 403 reads as "not served" (upstream PodGroups: DESIGN §15)."""
+        """`optional`: a 403 reads as "not served" (upstream PodGroups: DESIGN §15);
+        `first_in_part`: the first list goes to `sink.replace_in_part` decoded in part
+        (`KubeClient.list_in_part`), every later one whole to `sink.replace`."""
         self._kube, self.kind, self._sink, self._stop = kube, kind, sink, stop
-        self._optional = optional
+        self._optional, self._first_in_part = optional, first_in_part
         self._watch_timeout, self._retry, self._missing_retry = watch_timeout, retry, missing_retry
         self.synced = threading.Event()
         self._stream: WatchStream | None = None
@@ -103,8 +111,14 @@ class Informer:
     def _list(self) -> str | None:
         """List into the sink; None when the resource is not served (CRD not installed)."""
         began = time.monotonic()
+        in_part = self._first_in_part and not self.synced.is_set()
+        listed: list[Listed] = []
+        items: list[dict[str, Any]] = []
         try:
-            items, resource_version = self._kube.list(self.kind)
+            if in_part:
+                listed, resource_version = self._kube.list_in_part(self.kind)
+            else:
+                items, resource_version = self._kube.list(self.kind)
         except ApiError as exc:
             if isinstance(exc, NotFoundError):
                 log.warning("%s: not served by the API server (CRD not installed?)", self.kind.name)
@@ -117,10 +131,13 @@ class Informer:
             self._sink.replace(self.kind.name, [])
             self.synced.set()
             return None
-        listed = time.monotonic()
+        listed_at = time.monotonic()
         later: Sequence[Callable[[], None]] | None = None
         try:
-            later = self._sink.replace(self.kind.name, items)
+            if in_part:
+                later = self._sink.replace_in_part(self.kind.name, listed)
+            else:
+                later = self._sink.replace(self.kind.name, items)
         except Exception:
             log.exception("%s: handling the list failed", self.kind.name)
         level = logging.DEBUG if self.synced.is_set() else logging.INFO
@@ -128,9 +145,9 @@ class Informer:
             level,
             "%s: listed %d in %.2f s, cached in %.2f s",
             self.kind.name,
-            len(items),
-            listed - began,
-            time.monotonic() - listed,
+            len(listed if in_part else items),
+            listed_at - began,
+            time.monotonic() - listed_at,
         )
         self.synced.set()
         if later:

@@ -24,9 +24,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from functools import partial
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.objkey import ObjectKey, key_of, split_key
+from scheduler.kubeapi.decode import Listed
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
 from scheduler.runtime.claims.book import ClaimBook
@@ -48,6 +49,7 @@ from scheduler.runtime.reporter import Reporter
 
 __all__ = ["BATCH", "FIRST_BATCH", "SHARE_LOCK", "Intake", "Later"]
 
+_T = TypeVar("_T")
 Later = Sequence[Callable[[], None]]
 """Steps of a list left for after the sync (the informer runs them before it watches)."""
 FIRST_BATCH, BATCH = 256, 1024
@@ -115,6 +117,18 @@ def _split_waiting(
     return rest, waiting
 
 
+def _split_waiting_in_part(
+    items: list[Listed], scheduler_name: str
+) -> tuple[list[Listed], list[Listed]]:
+    """`_split_waiting` on the objects' heads (`PodHead` holds every field it reads)."""
+    rest: list[Listed] = []
+    waiting: list[Listed] = []
+    for item in items:
+        (waiting if _waits(item.head, scheduler_name) else rest).append(item)
+    waiting.sort(key=lambda item: _queue_order(item.head))
+    return rest, waiting
+
+
 def _batches(count: int) -> list[tuple[int, int]]:
     """(start, end) of each later step over `count` waiting pods."""
     bounds = [0, *range(FIRST_BATCH, count, BATCH), count] if count else []
@@ -154,13 +168,27 @@ class Intake:
         read before the lock is taken (as `event` reads them), so the other informers' lists
         go into the cache meanwhile. The first list of pods leaves its waiting pods for the
         steps it returns (module docstring)."""
-        later: Later = ()
         if kind == PODS and not self.cache.pods:
             items, waiting = _split_waiting(items, self.cache.scheduler_name)
-            later = [
-                partial(self._add_waiting, waiting[start:end])
-                for start, end in _batches(len(waiting))
-            ]
+            return self._replace(kind, items, self._steps(waiting, self._add_waiting))
+        return self._replace(kind, items, ())
+
+    def replace_in_part(self, kind: str, items: list[Listed]) -> Later:
+        """`replace`, from a list decoded in part: the first list of pods decodes only the pods
+        that take room or are not ours whole now, and each waiting one in the step that reads
+        it (most of a start's decoding, after the sync)."""
+        if kind != PODS or self.cache.pods:
+            return self.replace(kind, [item.whole() for item in items])
+        rest, waiting = _split_waiting_in_part(items, self.cache.scheduler_name)
+        return self._replace(
+            kind, [item.whole() for item in rest], self._steps(waiting, self._add_listed)
+        )
+
+    @staticmethod
+    def _steps(waiting: Sequence[_T], add: Callable[[Sequence[_T]], None]) -> Later:
+        return [partial(add, waiting[start:end]) for start, end in _batches(len(waiting))]
+
+    def _replace(self, kind: str, items: list[dict[str, Any]], later: Later) -> Later:
         reads: list[PodInfo | None] = [None] * len(items)
         if kind == PODS:
             pods, name, memo = self.cache.pods, self.cache.scheduler_name, self.cache.requests
@@ -181,7 +209,11 @@ class Intake:
             self._listed(lambda: self._apply_list(kind, items, reads))
         return later
 
-    def _add_waiting(self, objs: list[dict[str, Any]]) -> None:
+    def _add_listed(self, listed: Sequence[Listed]) -> None:
+        """A later step of a first pod list decoded in part: these waiting pods, whole."""
+        self._add_waiting([item.whole() for item in listed])
+
+    def _add_waiting(self, objs: Sequence[dict[str, Any]]) -> None:
         """A later step of the first pod list: these waiting pods, as if listed with the rest."""
         name, memo = self.cache.scheduler_name, self.cache.requests
         reads = [read_pod(o, name, None, memo) for o in objs]

@@ -31,6 +31,7 @@ from agent.objkey import ObjectKey
 from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECONDS
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.decode import Listed
 from scheduler.kubeapi.leader import Fence
 from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.kubeapi.sharelock import ShareLocks
@@ -143,6 +144,10 @@ class Scheduler:
     def replace(self, kind: str, items: list[dict[str, Any]]) -> Later:
         """A full list of `kind` (`Intake.replace`), and what it leaves for after the sync."""
         return self.intake.replace(kind, items)
+
+    def replace_in_part(self, kind: str, items: list[Listed]) -> Later:
+        """A full list of `kind` decoded in part (`Intake.replace_in_part`)."""
+        return self.intake.replace_in_part(kind, items)
 
     def event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
         """One watch event (`Intake.event`)."""

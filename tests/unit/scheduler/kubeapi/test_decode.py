@@ -115,3 +115,63 @@ def test_a_malformed_answer_is_a_decode_error(data: bytes) -> None:
     if data != b'{"items": {"a": 1}}':  # a whole decoding has no shape to check
         with pytest.raises(DecodeError):
             WHOLE.list_body(data)
+
+
+def _pod_json(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "creationTimestamp": "2026-12-02T00:00:00Z",
+            "managedFields": [{"manager": "kubectl"}],
+            "labels": {"app": name},
+        },
+        "spec": {"schedulerName": "gputopo-scheduler", "containers": [{"name": "c"}], **spec},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_list_decoded_in_part_holds_each_pods_head_and_its_whole_on_demand() -> None:
+    pods = [_pod_json("a", priority=5), _pod_json("b", nodeName="n1")]
+    data = json.dumps({"metadata": {"resourceVersion": "42"}, "items": pods}).encode()
+    items, metadata = WHOLE.listed_in_part(data)
+    assert metadata == {"resourceVersion": "42"}
+    assert [item.head for item in items] == [
+        {
+            "metadata": {
+                "name": "a",
+                "namespace": "ml",
+                "creationTimestamp": "2026-12-02T00:00:00Z",
+            },
+            "spec": {"schedulerName": "gputopo-scheduler", "priority": 5},
+            "status": {"phase": "Pending"},
+        },
+        {
+            "metadata": {
+                "name": "b",
+                "namespace": "ml",
+                "creationTimestamp": "2026-12-02T00:00:00Z",
+            },
+            "spec": {"schedulerName": "gputopo-scheduler", "nodeName": "n1"},
+            "status": {"phase": "Pending"},
+        },
+    ]
+    assert [item.whole() for item in items] == pods
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["metadata", "spec", "status", "x"]), _JSON)))
+def test_any_object_decoded_in_part_is_whole_on_demand_as_the_whole_list_has_it(objs) -> None:
+    """Whatever an item holds (a `metadata` that is no object included), its whole is what the
+    whole list decodes, and its head never fails the list."""
+    data = json.dumps({"items": objs}).encode()
+    items, _ = WHOLE.listed_in_part(data)
+    assert [item.whole() for item in items] == WHOLE.list_body(data)["items"]
+    for item, obj in zip(items, objs, strict=True):
+        assert set(item.head) <= set(obj)
+
+
+def test_an_empty_answer_decoded_in_part_is_empty() -> None:
+    assert WHOLE.listed_in_part(b"") == ([], {})
+    assert WHOLE.listed_in_part(b'{"items": null}') == ([], {})

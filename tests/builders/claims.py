@@ -172,7 +172,7 @@ def island_devices(used: Sequence[int] = ()) -> list[Obj]:
     return [gpu_device(g, nvlinkIsland=g // 4, numaNode=g // 4) for g in range(8)]
 
 
-def place_as_fresh(
+def check_placed_as_fresh(
     kept: ClaimAllocator, want: PodClaims, nodes: Sequence[ClaimNode], usage: Usage
 ) -> PodDecision:
     """`kept`'s decision (no reasons), asserted equal to a fresh allocator's, then applied: its

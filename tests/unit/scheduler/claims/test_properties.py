@@ -43,10 +43,10 @@ from scheduler.placement import NodeState
 from tests.builders.claims import (
     DRIVER,
     GIB,
+    check_placed_as_fresh,
     claim_obj,
     classes,
     gpu_device,
-    place_as_fresh,
     slice_obj,
 )
 from tests.builders.topology import make_gpu, make_numa
@@ -317,7 +317,7 @@ def test_kept_verdicts_decide_as_a_fresh_allocator_does(
                 ),
             ),
         )
-        place_as_fresh(kept, want, nodes, usage)
+        check_placed_as_fresh(kept, want, nodes, usage)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,11 +25,11 @@ from scheduler.placement import Assignment, NodeState, PodRequest, Snapshot
 from tests.builders.claims import (
     DRIVER,
     GIB,
+    check_placed_as_fresh,
     claim_obj,
     classes,
     gpu_device,
     island_devices,
-    place_as_fresh,
     slice_obj,
     two_islands,
 )
@@ -254,7 +254,7 @@ def test_kept_verdicts_of_many_shapes_decide_as_a_fresh_allocator_on_changing_st
                 state.remove_pod(sorted(state.pods)[0])
             continue
         want = _gpu_pod(f"ns/p{i}", value, selector)
-        place_as_fresh(kept, want, nodes, usage)
+        check_placed_as_fresh(kept, want, nodes, usage)
         copies.append(usage.copy())
 
 
@@ -264,7 +264,9 @@ def test_an_older_copy_of_the_usage_is_decided_on_its_own_devices() -> None:
     nodes = _like_nodes(["node-a", "node-b"], with_state=False)
     kept, usage = ClaimAllocator(classes()), Usage()
     before = usage.copy()
-    taken = [place_as_fresh(kept, _gpu_pod(f"ns/p{i}", 1, 0), nodes, usage) for i in range(3)]
+    taken = [
+        check_placed_as_fresh(kept, _gpu_pod(f"ns/p{i}", 1, 0), nodes, usage) for i in range(3)
+    ]
     assert [d.id.device for got in taken for d in got.claims[0].allocation.devices] == [
         "gpu-0",
         "gpu-1",

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import compress, count
+from itertools import compress, count, repeat
 from operator import attrgetter, is_not
 from typing import NamedTuple, Protocol, cast
 from weakref import ref
@@ -511,25 +511,22 @@ class _Likeness:
 
 
 def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
-    """The node's devices and GPU map with each pool by its position among the node's pools
-    (`pools` is sorted: pools in the same order compare alike), and its state's static shape;
-    the GPU selector by the layout it was made from, or when it was given, itself (compared as
-    the same object, and kept alive while the key is)."""
-    place = {pool: i for i, pool in enumerate(node.devices.pools)}
-    devices = tuple((d.likeness, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices)
-    incomplete = tuple(sorted(place[p] for p in node.devices.incomplete_pools if p in place))
+    """The node's devices up to their pool names (`NodeDevices.likeness`, made with them), its
+    GPU map by device position and its state's static shape; the GPU selector by the layout it
+    was made from, or when it was given, itself (compared as the same object, and kept alive
+    while the key is)."""
     state = node.state
     shape = None
     if state is not None:
         shape = tuple(_Links(v) if isinstance(v, LinkMatrix) else v for v in static_shape(state))
     gpus = node.gpus
     if gpus is None:
-        return (devices, incomplete, shape, None)
-    devs = node.devices.devices
-    whole = tuple(gpus.whole.get(d.id, -1) for d in devs)
-    parent = tuple(gpus.parent.get(d.id, -1) for d in devs)
+        return (node.devices.likeness, shape, None)
+    ids = [d.id for d in node.devices.devices]
+    whole = tuple(map(gpus.whole.get, ids, repeat(-1)))
+    parent = tuple(map(gpus.parent.get, ids, repeat(-1)))
     made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
-    return (devices, incomplete, shape, (made, whole, parent))
+    return (node.devices.likeness, shape, (made, whole, parent))
 
 
 class _Links:

@@ -84,16 +84,14 @@ class Fit:
 NO_FIT = Fit((), (False, 0.0), fits=False)
 """The verdict of a node where the claims do not fit."""
 
-_Key = tuple[int, float, str]
-"""(used node first, score, reversed name): the largest wins; -1 first when nothing fits."""
-
 
 class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is made fastest
     node: ClaimNode
     stamp: object  # the state's `derived` dict when decided (None: the node has no state)
     tokens: tuple[object, ...]
     fit: Fit  # decided on this node, or (with `positions`) on a like one
-    key: _Key
+    unused: int  # -1 for a used node first, 0 else; 1 when nothing fits (the smallest wins)
+    loss: float  # the score, negated
     positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
 
 
@@ -118,7 +116,7 @@ _NO_STATE = _NoState()
 
 
 _Item = tuple[int, float, int, int]
-"""A node's place in a view's heap: (-used, -score, name rank, position); the smallest wins."""
+"""A node's place in a view's heap: (unused, -score, name rank, position); the smallest wins."""
 
 
 @dataclass(slots=True)
@@ -144,12 +142,6 @@ class _View:
     entries: list[_Entry | None]
     items: list[_Item | None]
     heap: list[_Item]
-
-    def put(self, i: int, entry: _Entry) -> None:
-        used, score, _name = entry.key
-        item = self.items[i] = (-used, -score, self.ranks[i], i)
-        self.entries[i] = entry
-        heappush(self.heap, item)  # the node's older item stays until it comes to the top
 
     def best(self, *, rebuild: bool) -> _Entry | None:
         """The entry with the largest key (ties: the first position), None when none fits;
@@ -267,15 +259,13 @@ class Verdicts:
             listed = self.list_number(nodes)
         view = book.view(listed, nodes, self._ranks)
         stale = _changed_pools(view, usage)
-        stamps = view.stamps
         stale.update(_changed_states(view, changes))
         if not self._shipped:
             stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
-        for i in sorted(stale):
-            entry = self._current(book, view.nodes[i], usage, compute)
-            view.put(i, entry)
-            stamps[i] = entry.stamp  # what the entry read: the state's stamp now
-        found = view.best(rebuild=len(stale) > len(view.items) // 4)
+        rebuild = len(stale) > len(view.items) // 4
+        if stale:
+            self._refresh(book, view, sorted(stale), usage, compute, push=not rebuild)
+        found = view.best(rebuild=rebuild)
         if found is None:
             return None
         if found.positions is None:
@@ -288,44 +278,38 @@ class Verdicts:
         rank = {k: r for r, k in enumerate(sorted(set(keys), reverse=True))}
         return tuple(rank[k] for k in keys)
 
-    def _current(
-        self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
-    ) -> _Entry:
-        """The node's entry: the kept one while what it read is unchanged, else a new one."""
-        tokens = tuple(map(usage.versions.get, node.devices.pools))
-        state = node.state
-        entry = book.entries.get(id(node))
-        if (
-            entry is None
-            or entry.node is not node
-            or entry.tokens != tokens
-            or (state is not None and (entry.stamp is not state.derived or not self._shipped))
-        ):
-            fit, positions = self._fit(book, node, tokens, usage, compute)
-            entry = book.entries[id(node)] = self._entry(node, tokens, fit, positions)
-        return entry
-
-    def _fit(
+    def _refresh(
         self,
         book: _Book,
-        node: ClaimNode,
-        tokens: tuple[object, ...],
+        view: _View,
+        positions: Sequence[int],
         usage: Usage,
         compute: Callable[[ClaimNode], Fit],
-    ) -> tuple[Fit, dict[int, int] | None]:
-        """The verdict of a node like it decided before (with the positions of that node's
-        devices, to move it to this node's), else `compute`'s."""
-        if not self._shipped:
-            return compute(node), None
-        like, positions = self._like(node, tokens, usage)
-        found = book.likes.get(like)
-        if found is not None:
-            return found[1], found[0]
-        fit = compute(node)
-        if len(book.likes) >= _LIKE_LIMIT:
-            book.likes.clear()
-        book.likes[like] = (positions, fit)
-        return fit, None
+        *,
+        push: bool,
+    ) -> None:
+        """The entries of the nodes at `positions` in `view` (the kept one while what it read is
+        unchanged, else a new one) with their heap items, pushed when `push` (else the heap is
+        made again from the items); one loop, as it runs for every node of a new view."""
+        entries, nodes, ranks, items = book.entries, view.nodes, view.ranks, view.items
+        kept, stamps, heap, versions = view.entries, view.stamps, view.heap, usage.versions.get
+        shipped = self._shipped
+        for i in positions:
+            node = nodes[i]
+            tokens = tuple(map(versions, node.devices.pools))
+            state = node.state
+            entry = entries.get(id(node))
+            if (
+                entry is None
+                or entry.node is not node
+                or entry.tokens != tokens
+                or (state is not None and (entry.stamp is not state.derived or not shipped))
+            ):
+                entry = entries[id(node)] = self._entry(book, node, tokens, usage, compute)
+            kept[i], stamps[i] = entry, entry.stamp  # what the entry read: the state's stamp now
+            item = items[i] = (entry.unused, entry.loss, ranks[i], i)
+            if push:  # the node's older item stays until it comes to the top
+                heappush(heap, item)
 
     def _like(
         self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
@@ -366,19 +350,37 @@ class Verdicts:
 
     def _entry(
         self,
+        book: _Book,
         node: ClaimNode,
         tokens: tuple[object, ...],
-        fit: Fit,
-        positions: dict[int, int] | None,
+        usage: Usage,
+        compute: Callable[[ClaimNode], Fit],
     ) -> _Entry:
+        """A new entry for the node: the verdict of a node like it decided before (with the
+        positions of that node's devices, to move it to this node's), else `compute`'s."""
+        positions = None
+        if self._shipped:
+            like, mine = self._like(node, tokens, usage)
+            found = book.likes.get(like)
+            if found is None:
+                fit = compute(node)
+                if len(book.likes) >= _LIKE_LIMIT:
+                    book.likes.clear()
+                book.likes[like] = (mine, fit)
+            else:
+                positions, fit = found
+        else:
+            fit = compute(node)
         state = node.state
         stamp = None
         if state is not None:
-            state.derive(_DERIVED, _made)  # so that the state has a `derived` dict to watch
             stamp = state.derived
-        used, score = (int(fit.rank[0]), fit.rank[1]) if fit.fits else (-1, 0.0)
-        key = (used, score, self._name_key(node.name))
-        return _Entry(node, stamp, tokens, fit, key, positions)
+            if stamp is None:  # so that the state has a `derived` dict to watch
+                state.derive(_DERIVED, _made)
+                stamp = state.derived
+        if not fit.fits:
+            return _Entry(node, stamp, tokens, fit, 1, -0.0, positions)
+        return _Entry(node, stamp, tokens, fit, -int(fit.rank[0]), -fit.rank[1], positions)
 
 
 def _changed_pools(view: _View, usage: Usage) -> set[int]:

@@ -123,6 +123,10 @@ class NodeDevices:
     position among `pools`, and the positions of the incomplete pools): nodes whose devices are
     alike up to their pool names have equal likenesses (`verdicts`), and one is hashed once and
     compared in one pass (as `ClaimSpec.shape`)."""
+    ids: tuple[DeviceId, ...] = field(init=False, repr=False, compare=False)
+    """Each device's id, in `devices` order."""
+    positions: Mapping[int, int] = field(init=False, repr=False, compare=False)
+    """Each device's position in `devices` by its object's `id` (held here: never reused)."""
 
     def __post_init__(self) -> None:
         pools = tuple(sorted({(d.id.driver, d.id.pool) for d in self.devices}))
@@ -131,6 +135,8 @@ class NodeDevices:
         devices = tuple((d.likeness, place[d.id.driver, d.id.pool]) for d in self.devices)
         incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
         object.__setattr__(self, "likeness", repr((devices, incomplete)))
+        object.__setattr__(self, "ids", tuple(d.id for d in self.devices))
+        object.__setattr__(self, "positions", {id(d): i for i, d in enumerate(self.devices)})
 
 
 def node_devices(

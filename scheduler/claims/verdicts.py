@@ -30,7 +30,7 @@ shipped scores (others may read the name).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import compress, count, repeat
@@ -92,7 +92,7 @@ class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is m
     fit: Fit  # decided on this node, or (with `positions`) on a like one
     unused: int  # -1 for a used node first, 0 else; 1 when nothing fits (the smallest wins)
     loss: float  # the score, negated
-    positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
+    positions: Mapping[int, int] | None  # the like node's devices' positions: move `fit` here
 
 
 class _Like(NamedTuple):
@@ -102,7 +102,7 @@ class _Like(NamedTuple):
     tokens: tuple[object, ...]
     stamp: object
     like: tuple[object, ...]
-    positions: dict[int, int]
+    positions: Mapping[int, int]
 
 
 class _NoState:
@@ -115,28 +115,36 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
+class _Layout(NamedTuple):
+    """What every shape's view of one node list reads of the list alone (made once per list):
+    its nodes, their pools flattened with the position of the node owning each, a pool's
+    positions there, the nodes' states, name ranks and positions by name."""
+
+    nodes: tuple[ClaimNode, ...]
+    pools: tuple[tuple[str, str], ...]
+    owner: tuple[int, ...]
+    places: dict[tuple[str, str], list[int]]
+    states: tuple[object, ...]
+    ranks: tuple[int, ...]
+    at: dict[str, list[int]]
+
+
 _Item = tuple[int, float, int, int]
 """A node's place in a view's heap: (unused, -score, name rank, position); the smallest wins."""
 
 
 @dataclass(slots=True)
 class _View:
-    """One node list as last scanned for one shape, aligned with its nodes: what each verdict
-    read (the pool tokens, flattened with the position of the node owning each, and the state
-    stamps), each node's entry and heap item, and the heap (items no longer a node's are skipped
-    when they come to the top)."""
+    """One node list (laid out in `layout`) as last scanned for one shape, aligned with its
+    nodes: what each verdict read (the pool tokens, in the layout's flattened pools, and the
+    state stamps), each node's entry and heap item, and the heap (items no longer a node's are
+    skipped when they come to the top)."""
 
-    nodes: tuple[ClaimNode, ...]
-    pools: tuple[tuple[str, str], ...]
-    owner: tuple[int, ...]
-    places: dict[tuple[str, str], list[int]]  # a pool's positions in `pools`
-    states: tuple[object, ...]
-    ranks: tuple[int, ...]
+    layout: _Layout
     usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
     seen: int  # how many of its changes were seen
     log: Callable[[], NodeChanges | None]  # the change log last scanned with (not kept alive)
     generation: int  # the log's generation then
-    at: dict[str, list[int]]  # a node name's positions
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
@@ -166,44 +174,30 @@ class _Book:
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
         self.views: dict[int, _View] = {}
-        self.likes: dict[tuple[object, ...], tuple[dict[int, int], Fit]] = {}
+        self.likes: dict[tuple[object, ...], tuple[Mapping[int, int], Fit]] = {}
 
-    def view(
-        self,
-        listed: int,
-        nodes: Sequence[ClaimNode],
-        ranks: Callable[[Sequence[ClaimNode]], tuple[int, ...]],
-    ) -> _View:
-        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`; `ranks` gives its
-        nodes' name ranks when it is new."""
+    def view(self, listed: int, layout: _Layout) -> _View:
+        """The view of the node list numbered `listed` by `Verdicts.list_number` (laid out as
+        `layout`)."""
         found = self.views.get(listed)
         if found is not None:
             return found
         if len(self.views) >= _VIEW_LIMIT:
             self.views.clear()
-        if len(self.entries) > 4 * len(nodes) + 256:
+        if len(self.entries) > 4 * len(layout.nodes) + 256:
             self.entries.clear()  # entries of node objects long gone
-        pools = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
-        places: dict[tuple[str, str], list[int]] = {}
-        for k, (pool, _i) in enumerate(pools):
-            places.setdefault(pool, []).append(k)
         unseen = object()  # a token and stamp nothing holds: every node is checked at first
+        nodes = len(layout.nodes)
         found = self.views[listed] = _View(
-            nodes=tuple(nodes),
-            pools=tuple(p for p, _i in pools),
-            owner=tuple(i for _p, i in pools),
-            places=places,
-            states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
-            ranks=ranks(nodes),
+            layout=layout,
             usage=_nothing,
             seen=0,
             log=_nothing,
             generation=0,
-            at=_positions(nodes),
-            tokens=[unseen] * len(pools),
-            stamps=[unseen] * len(nodes),
-            entries=[None] * len(nodes),
-            items=[None] * len(nodes),
+            tokens=[unseen] * len(layout.pools),
+            stamps=[unseen] * nodes,
+            entries=[None] * nodes,
+            items=[None] * nodes,
             heap=[],
         )
         return found
@@ -221,6 +215,7 @@ class Verdicts:
         self._next_number = 0
         self._likeness = _Likeness()
         self._likes: dict[int, _Like] = {}  # per node object, for every shape
+        self._layouts: dict[int, _Layout] = {}  # per node list, by its number
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
@@ -257,11 +252,11 @@ class Verdicts:
         book = self._book((shape, learned))
         if listed is None:
             listed = self.list_number(nodes)
-        view = book.view(listed, nodes, self._ranks)
+        view = book.view(listed, self._layout(listed, nodes))
         stale = _changed_pools(view, usage)
         stale.update(_changed_states(view, changes))
         if not self._shipped:
-            stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
+            stale.update(i for i, s in enumerate(view.layout.states) if s is not _NO_STATE)
         rebuild = len(stale) > len(view.items) // 4
         if stale:
             self._refresh(book, view, sorted(stale), usage, compute, push=not rebuild)
@@ -271,6 +266,28 @@ class Verdicts:
         if found.positions is None:
             return found.node, found.fit
         return found.node, _moved(found.fit, found.positions, found.node.devices.devices)
+
+    def _layout(self, listed: int, nodes: Sequence[ClaimNode]) -> _Layout:
+        """The layout of `nodes`, numbered `listed`: the one made for the list before, if any."""
+        found = self._layouts.get(listed)
+        if found is not None:
+            return found
+        if len(self._layouts) >= _VIEW_LIMIT:
+            self._layouts.clear()
+        flat = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
+        places: dict[tuple[str, str], list[int]] = {}
+        for k, (pool, _i) in enumerate(flat):
+            places.setdefault(pool, []).append(k)
+        found = self._layouts[listed] = _Layout(
+            nodes=tuple(nodes),
+            pools=tuple(p for p, _i in flat),
+            owner=tuple(i for _p, i in flat),
+            places=places,
+            states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
+            ranks=self._ranks(nodes),
+            at=_positions(nodes),
+        )
+        return found
 
     def _ranks(self, nodes: Sequence[ClaimNode]) -> tuple[int, ...]:
         """Each node's rank by its name key, largest first (equal names: equal ranks)."""
@@ -291,8 +308,9 @@ class Verdicts:
         """The entries of the nodes at `positions` in `view` (the kept one while what it read is
         unchanged, else a new one) with their heap items, pushed when `push` (else the heap is
         made again from the items); one loop, as it runs for every node of a new view."""
-        entries, nodes, ranks, items = book.entries, view.nodes, view.ranks, view.items
-        kept, stamps, heap, versions = view.entries, view.stamps, view.heap, usage.versions.get
+        entries, nodes, ranks = book.entries, view.layout.nodes, view.layout.ranks
+        items, kept, stamps, heap = view.items, view.entries, view.stamps, view.heap
+        versions = usage.versions.get
         shipped = self._shipped
         for i in positions:
             node = nodes[i]
@@ -313,7 +331,7 @@ class Verdicts:
 
     def _like(
         self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
-    ) -> tuple[tuple[object, ...], dict[int, int]]:
+    ) -> tuple[tuple[object, ...], Mapping[int, int]]:
         """The node's likeness, kept for every shape while its pools' tokens and its state's
         `derived` dict are those it was made with."""
         state = node.state
@@ -392,12 +410,12 @@ def _changed_pools(view: _View, usage: Usage) -> set[int]:
         stale = set()
         for pool in set(changed):
             token = usage.versions.get(pool)
-            for k in view.places.get(pool, ()):
+            for k in view.layout.places.get(pool, ()):
                 view.tokens[k] = token
-                stale.add(view.owner[k])
+                stale.add(view.layout.owner[k])
         return stale
-    tokens = list(map(usage.versions.get, view.pools))
-    stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
+    tokens = list(map(usage.versions.get, view.layout.pools))
+    stale = {view.layout.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
     view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
     return stale
 
@@ -410,12 +428,12 @@ def _changed_states(view: _View, changes: NodeChanges | None) -> list[int]:
         names = changes.changed_since(view.generation) if view.log() is changes else None
         view.generation = changes.generation
         if names is not None:
-            at = view.at
+            at = view.layout.at
             return [i for name in names if name in at for i in at[name]]
         view.log = ref(changes)
     else:
         view.log = _nothing
-    return list(compress(count(), map(is_not, map(_stamp_of, view.states), view.stamps)))
+    return list(compress(count(), map(is_not, map(_stamp_of, view.layout.states), view.stamps)))
 
 
 def _positions(nodes: Sequence[ClaimNode]) -> dict[str, list[int]]:
@@ -458,12 +476,12 @@ class _Likeness:
     contents get the same number (never one given to other contents), so a likeness is small."""
 
     def __init__(self) -> None:
-        self._fixed: dict[int, tuple[ClaimNode, int, dict[int, int], tuple[DeviceId, ...]]] = {}
+        self._fixed: dict[int, tuple[ClaimNode, int, Mapping[int, int], tuple[DeviceId, ...]]] = {}
         self._numbers: dict[object, int] = {}  # contents -> number (holds the GPU selectors)
         self._known: dict[int, tuple[_Hashed, int]] = {}  # a state class's number by its id
         self._next = count()
 
-    def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], dict[int, int]]:
+    def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], Mapping[int, int]]:
         """(the node's likeness, its devices' positions by object id)."""
         fixed, positions, ids = self._fixed_part(node)
         exclusive, consumed = usage.exclusive, usage.consumed
@@ -499,16 +517,15 @@ class _Likeness:
         self._known[id(found)] = (found, number)
         return number
 
-    def _fixed_part(self, node: ClaimNode) -> tuple[int, dict[int, int], tuple[DeviceId, ...]]:
+    def _fixed_part(self, node: ClaimNode) -> tuple[int, Mapping[int, int], tuple[DeviceId, ...]]:
         """(the number of the node's fixed part, its devices' positions, their ids)."""
         found = self._fixed.get(id(node))
         if found is None or found[0] is not node:
             if len(self._fixed) >= _FIXED_LIMIT:
                 self._fixed.clear()
-            devices = node.devices.devices
-            positions = {id(d): i for i, d in enumerate(devices)}
+            devices = node.devices
             number = self._number(_fixed_likeness(node))
-            found = self._fixed[id(node)] = (node, number, positions, tuple(d.id for d in devices))
+            found = self._fixed[id(node)] = (node, number, devices.positions, devices.ids)
         return found[1], found[2], found[3]
 
 
@@ -520,15 +537,19 @@ def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
     state = node.state
     shape = None
     if state is not None:
-        shape = tuple(_Links(v) if isinstance(v, LinkMatrix) else v for v in static_shape(state))
+        shape = tuple(map(_linked, static_shape(state)))
     gpus = node.gpus
     if gpus is None:
         return (node.devices.likeness, shape, None)
-    ids = [d.id for d in node.devices.devices]
+    ids = node.devices.ids
     whole = tuple(map(gpus.whole.get, ids, repeat(-1)))
     parent = tuple(map(gpus.parent.get, ids, repeat(-1)))
     made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
     return (node.devices.likeness, shape, (made, whole, parent))
+
+
+def _linked(value: object) -> object:
+    return _Links(value) if isinstance(value, LinkMatrix) else value
 
 
 class _Links:
@@ -555,7 +576,7 @@ def _state_class(state: NodeState) -> _Hashed:
     return _Hashed(dynamic_state(state))
 
 
-def _moved(fit: Fit, positions: dict[int, int], devices: tuple[Device, ...]) -> Fit:
+def _moved(fit: Fit, positions: Mapping[int, int], devices: tuple[Device, ...]) -> Fit:
     """`fit`, decided on a node whose devices' positions are `positions`, on `devices`."""
     if not fit.fits:
         return fit

@@ -8,10 +8,12 @@ A state's change shows as a new `derived` dict (placement drops it on every chan
 new one on the next `derive`): the entry keeps the dict it saw. With scores that are not all
 shipped, a node with a state is decided afresh each time (what they read is unknown).
 
-`Verdicts.scan` finds what changed for the whole node list at once: per node list (a `_View`) it
+`Verdicts.scan` finds what changed for the whole node list at once: per node list and shape (a
+`_View`; what it reads of the list alone, its `_Layout`, is made once per list for every shape) it
 keeps the pool tokens and state stamps it last saw, side by side, and compares them with the
 current ones in a few passes that run in C (`map`, `compress`), so a pod costs a lookup of the
-list, those passes, `compute` for each changed node and one `max` over the kept keys. Given the
+list, those passes, an entry for each changed node (in one loop) and a look at the top of the
+view's heap of ranks. Given the
 nodes' change log (`NodeChanges`: placement's `Snapshot`), the state stamps are not compared at
 all: the view keeps the log's generation it last saw and asks it which nodes changed since (all
 compared again when the log is another, or no longer remembers that far back). The log must
@@ -21,7 +23,8 @@ state other than through it).
 A changed node whose likeness (`_Likeness`) equals one decided before for the same shape takes
 that verdict, its picks moved to its own devices by position: its devices equal the other's
 but for their pool names (same driver, device name, attributes, capacity, taints, sharing, same
-pool order, same incomplete pools), the same devices are held in `Usage` by position (and the
+pool order, same incomplete pools: `NodeDevices.likeness`, text made with the node's devices),
+the same devices are held in `Usage` by position (and the
 same capacity consumed), the same GPU map by position and GPU selector (the same object, or
 made from equal links and NUMA nodes), and its `NodeState` is in the same class as placement's
 verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label). Only with

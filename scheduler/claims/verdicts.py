@@ -36,17 +36,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import compress, count, repeat
+from itertools import compress, count
 from operator import attrgetter, is_not
 from typing import NamedTuple, Protocol, cast
 from weakref import ref
 
-from agent.model import LinkMatrix
 from scheduler.placement import GPU_PRODUCT_LABEL, NodeState, Scoring
-from scheduler.placement.node_slots import dynamic_state, static_shape
+from scheduler.placement.node_slots import dynamic_state
 
 from .candidates import Candidate
-from .decision import ClaimNode
+from .decision import ClaimNode, Hashed
 from .model import Device, DeviceId
 from .search import Pick
 from .usage import Usage
@@ -454,24 +453,6 @@ def _made(_state: object) -> bool:
     return True
 
 
-class _Hashed:
-    """A value with its hash computed once (a likeness is looked up once per changed node)."""
-
-    __slots__ = ("_hash", "value")
-
-    def __init__(self, value: tuple[object, ...]) -> None:
-        self.value = value
-        self._hash = hash(value)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Hashed) and other._hash == self._hash and other.value == self.value
-        )
-
-
 class _Likeness:
     """What a verdict reads of a node, up to its pool names: nodes of equal likeness decide alike
     (their picks at the same device positions). The part fixed for a node object (its devices
@@ -481,7 +462,7 @@ class _Likeness:
     def __init__(self) -> None:
         self._fixed: dict[int, tuple[ClaimNode, int, Mapping[int, int], tuple[DeviceId, ...]]] = {}
         self._numbers: dict[object, int] = {}  # contents -> number (holds the GPU selectors)
-        self._known: dict[int, tuple[_Hashed, int]] = {}  # a state class's number by its id
+        self._known: dict[int, tuple[Hashed, int]] = {}  # a state class's number by its id
         self._next = count()
 
     def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], Mapping[int, int]]:
@@ -499,7 +480,7 @@ class _Likeness:
         if state is None:
             return (fixed, held, shares, -1, None), positions
         label = state.labels.get(GPU_PRODUCT_LABEL)
-        found = cast(_Hashed, state.derive(_STATE_CLASS, _state_class))
+        found = cast(Hashed, state.derive(_STATE_CLASS, _state_class))
         known = self._known.get(id(found))
         number = known[1] if known is not None and known[0] is found else self._state(found)
         return (fixed, held, shares, number, label), positions
@@ -513,7 +494,7 @@ class _Likeness:
             number = self._numbers[contents] = next(self._next)
         return number
 
-    def _state(self, found: _Hashed) -> int:
+    def _state(self, found: Hashed) -> int:
         number = self._number(found)
         if len(self._known) >= _FIXED_LIMIT:
             self._known.clear()
@@ -527,56 +508,15 @@ class _Likeness:
             if len(self._fixed) >= _FIXED_LIMIT:
                 self._fixed.clear()
             devices = node.devices
-            number = self._number(_fixed_likeness(node))
+            number = self._number(node.likeness)  # hashed once, with the node
             found = self._fixed[id(node)] = (node, number, devices.positions, devices.ids)
         return found[1], found[2], found[3]
 
 
-def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
-    """The node's devices up to their pool names (`NodeDevices.likeness`, made with them), its
-    GPU map by device position and its state's static shape; the GPU selector by the layout it
-    was made from, or when it was given, itself (compared as the same object, and kept alive
-    while the key is)."""
-    state = node.state
-    shape = None
-    if state is not None:
-        shape = tuple(map(_linked, static_shape(state)))
-    gpus = node.gpus
-    if gpus is None:
-        return (node.devices.likeness, shape, None)
-    ids = node.devices.ids
-    whole = tuple(map(gpus.whole.get, ids, repeat(-1)))
-    parent = tuple(map(gpus.parent.get, ids, repeat(-1)))
-    made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
-    return (node.devices.likeness, shape, (made, whole, parent))
-
-
-def _linked(value: object) -> object:
-    return _Links(value) if isinstance(value, LinkMatrix) else value
-
-
-class _Links:
-    """A link matrix compared by identity first, then by value, and hashed by its size only:
-    hashing one costs more than a verdict, and nodes of one shape often share the object."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: LinkMatrix) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return self.value.size
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Links) and (
-            other.value is self.value or other.value == self.value
-        )
-
-
-def _state_class(state: NodeState) -> _Hashed:
+def _state_class(state: NodeState) -> Hashed:
     """What placement's scores read of a state's load (with `static_shape`, which a state keeps
     for life, its verdict memo's class of states)."""
-    return _Hashed(dynamic_state(state))
+    return Hashed(dynamic_state(state))
 
 
 def _moved(fit: Fit, positions: Mapping[int, int], devices: tuple[Device, ...]) -> Fit:

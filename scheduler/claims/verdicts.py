@@ -74,8 +74,7 @@ class NodeChanges(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Fit:
+class Fit(NamedTuple):  # made for every decision moved to a like node: a tuple is made fastest
     """The picks on a node and its rank there: (used node first, score); larger wins."""
 
     picks: tuple[Pick, ...]

@@ -12,7 +12,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from itertools import repeat
+from types import MappingProxyType
 
 from agent.model import LinkMatrix
 from scheduler.placement import NodeState
@@ -23,6 +25,9 @@ from .order import GpuMap
 from .search import Pick
 from .slices import NodeDevices
 from .usage import Usage
+
+_NOTHING: Mapping[str, Fraction] = MappingProxyType({})
+"""What an exclusive device's result consumes (shared by all: it cannot change)."""
 
 __all__ = [
     "ClaimAllocation",
@@ -172,7 +177,7 @@ def _result(claim: ResourceClaim, pick: Pick) -> AllocatedDevice:
         id=pick.candidate.device.id,
         admin_access=pick.alternative.admin_access,
         share_id=None if consumed is None else _share_id(claim, pick),
-        consumed=consumed or {},
+        consumed=consumed or _NOTHING,
     )
 
 

@@ -249,7 +249,7 @@ class Verdicts:
         """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
         the list's `list_number`, when the caller has it; `changes`: the log of the nodes'
         state changes, when the caller has it."""
-        learned = tuple(fn.version for fn in self._learners)
+        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
         book = self._book((shape, learned))
         if listed is None:
             listed = self.list_number(nodes)

@@ -54,7 +54,7 @@ __all__ = ["NO_FIT", "Fit", "NodeChanges", "Verdicts"]
 
 _BOOK_LIMIT = 1_000
 _VIEW_LIMIT = 16
-_NAMES_LIMIT = 100_000
+_LAST = chr(0x10FFFF)
 _LIKE_LIMIT = 4_096
 _FIXED_LIMIT = 20_000
 _DERIVED = "claims.verdicts"
@@ -209,7 +209,6 @@ class Verdicts:
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
-        self._names: dict[str, str] = {}  # node name -> its reversed key (ties to the lowest)
         self._last: list[ClaimNode] = []
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
@@ -291,9 +290,11 @@ class Verdicts:
         return found
 
     def _ranks(self, nodes: Sequence[ClaimNode]) -> tuple[int, ...]:
-        """Each node's rank by its name key, largest first (equal names: equal ranks)."""
-        keys = [self._name_key(n.name) for n in nodes]
-        rank = {k: r for r, k in enumerate(sorted(set(keys), reverse=True))}
+        """Each node's rank (equal names: equal ranks; the lowest wins a tie): by name, but a name
+        after the longer names that start with it (the order of the names with the highest
+        character appended; before, of the names with each character reversed, largest first)."""
+        keys = [n.name + _LAST for n in nodes]
+        rank = {k: r for r, k in enumerate(sorted(set(keys)))}
         return tuple(rank[k] for k in keys)
 
     def _refresh(
@@ -358,14 +359,6 @@ class Verdicts:
                 self._books.clear()
             book = self._books[key] = _Book()
         return book
-
-    def _name_key(self, name: str) -> str:
-        name_key = self._names.get(name)
-        if name_key is None:
-            if len(self._names) >= _NAMES_LIMIT:
-                self._names.clear()
-            name_key = self._names[name] = "".join(chr(0x10FFFF - ord(c)) for c in name)
-        return name_key
 
     def _entry(
         self,

@@ -23,11 +23,11 @@ state other than through it).
 A changed node whose likeness (`_Likeness`) equals one decided before for the same shape takes
 that verdict, its picks moved to its own devices by position: its devices equal the other's
 but for their pool names (same driver, device name, attributes, capacity, taints, sharing, same
-pool order, same incomplete pools: `NodeDevices.likeness`, text made with the node's devices),
-the same devices are held in `Usage` by position (and the
+pool order, same incomplete pools), the same devices are held in `Usage` by position (and the
 same capacity consumed), the same GPU map by position and GPU selector (the same object, or
 made from equal links and NUMA nodes), and its `NodeState` is in the same class as placement's
-verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label). Only with
+verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label); the part fixed
+for the node's life is `ClaimNode.likeness`, made once with the node. Only with
 shipped scores (others may read the name).
 """
 
@@ -447,8 +447,9 @@ def _made(_state: object) -> bool:
 
 class _Likeness:
     """What a verdict reads of a node, up to its pool names: nodes of equal likeness decide alike
-    (their picks at the same device positions). The part fixed for a node object (its devices
-    and GPU map) is numbered once per object, the state's class once per state change; equal
+    (their picks at the same device positions). The part fixed for a node object (its devices,
+    GPU map and static state: `ClaimNode.likeness`, made with it) is numbered once per object,
+    the state's class once per state change; equal
     contents get the same number (never one given to other contents), so a likeness is small."""
 
     def __init__(self) -> None:

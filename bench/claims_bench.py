@@ -16,14 +16,19 @@ Each of `--repeat` rounds runs every path once on fresh objects, in turns whose 
 what exists then frozen (`gc.freeze`): the set-up's objects (parsed pods and slices, earlier runs)
 are neither collected nor traversed on the loop's time, while every collection the loop's own
 allocations cause is (printed per generation). Printed per path: every run, the fastest and the
-median, and the claims/plugin ratios of both. The claims path runs cold (compiling the selectors
-and building each device's CEL value during the first pods) and warm (those built before the
-clock starts, as in a scheduler that has run a while). Pods that fit nowhere are decided without
-the per-node reasons on both paths. Also printed: pods placed, how many multi-GPU pods got GPUs of
-one island, and a digest of every decision (pod, node, GPUs; for claims also the devices), so that
-a faster decision can be checked to be the same decision.
+median, and the claims/plugin ratios of both. Then `--lockstep` rounds run the three paths pod by
+pod in turn, each step timed on its own, so that the machine's spells fall on all three alike:
+each path's time per pod and the claims/plugin ratios of those.
+
+The claims path runs cold (compiling the selectors and building each device's CEL value during
+the first pods) and warm (those built before the clock starts, as in a scheduler that has run a
+while). Pods that fit nowhere are decided without the per-node reasons on both paths. Also
+printed: pods placed, how many multi-GPU pods got GPUs of one island, and a digest of every
+decision (pod, node, GPUs; for claims also the devices), so that a faster decision can be checked
+to be the same decision.
 
     .venv/bin/python bench/claims_bench.py [--nodes 64] [--pods 600] [--seed 1] [--repeat 3]
+        [--lockstep 1]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import hashlib
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -114,37 +119,61 @@ def _collections() -> tuple[int, ...]:
     return tuple(g["collections"] for g in gc.get_stats())
 
 
-def _run(started: Started, placed: int, together: int, made: list[str]) -> Run:
+def _run(started: Started, made: Sequence[Made]) -> Run:
     wall, cpu, collections = time.perf_counter(), time.process_time(), _collections()
     gc.unfreeze()
     spent = tuple(n - m for n, m in zip(collections, started[2], strict=True))
-    return Run(wall - started[0], cpu - started[1], placed, together, _digest(made), spent)
+    return _summed(wall - started[0], cpu - started[1], made, spent)
+
+
+def _summed(wall: float, cpu: float, made: Sequence[Made], collections: tuple[int, ...]) -> Run:
+    together = sum(size > 1 and _island(gpus) for _line, gpus, size in made)
+    digest = _digest([line for line, _gpus, _size in made])
+    return Run(wall, cpu, len(made), together, digest, collections)
 
 
 def _digest(decisions: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(decisions).encode()).hexdigest()[:16]
 
 
-def device_plugin(names: Sequence[str], sizes: Sequence[int]) -> Run:
-    snapshot = Snapshot([_state(n) for n in names])
-    placer = Placer(snapshot, _scoring())
-    placed = together = 0
-    made: list[str] = []
+Made = tuple[str, tuple[int, ...], int]
+"""A pod placed: its decision as digested (pod, node, GPUs; for claims also the devices), the
+GPUs and the pod's size."""
+
+
+def _timed(steps: Iterator[Made | None]) -> Run:
+    """A path's run: its set-up (the first step) untimed, then every pod."""
+    next(steps)
     started = _start()
-    for i, size in enumerate(sizes):
-        want = PodRequest(key=f"ns/p{i}", cpu_milli=100, gpus=size)
-        decision = placer.decide(want, explain=False)
-        if decision.assignment is not None:
-            snapshot.assume(want, decision.assignment)
-            placed += 1
-            together += size > 1 and _island(decision.assignment.gpus)
-            made.append(f"{want.key} {decision.assignment.node} {decision.assignment.gpus}")
-    return _run(started, placed, together, made)
+    made = [step for step in steps if step is not None]
+    return _run(started, made)
+
+
+def device_plugin(names: Sequence[str], sizes: Sequence[int]) -> Run:
+    return _timed(_plugin_steps(names, sizes))
 
 
 def claims(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Run:
-    """`warm`: each device's CEL value built before the clock starts (a running scheduler
-    builds it once per device, when its slice arrives); cold: during the first pods."""
+    return _timed(_claims_steps(names, sizes, warm))
+
+
+def _plugin_steps(names: Sequence[str], sizes: Sequence[int]) -> Iterator[Made | None]:
+    """The plugin's path: the set-up, then one pod a step (None: it fits nowhere)."""
+    snapshot = Snapshot([_state(n) for n in names])
+    placer = Placer(snapshot, _scoring())
+    yield None
+    for i, size in enumerate(sizes):
+        want = PodRequest(key=f"ns/p{i}", cpu_milli=100, gpus=size)
+        found = placer.decide(want, explain=False).assignment
+        if found is not None:
+            snapshot.assume(want, found)
+        yield None if found is None else (f"{want.key} {found.node} {found.gpus}", found.gpus, size)
+
+
+def _claims_steps(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Iterator[Made | None]:
+    """The claims path: the set-up, then one pod a step (None: it fits nowhere). `warm`: each
+    device's CEL value built in the set-up (a running scheduler builds it once per device, when
+    its slice arrives); cold: during the first pods."""
     snapshot = Snapshot([_state(n) for n in names])
     nodes = []
     for n in names:
@@ -159,16 +188,40 @@ def claims(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Run:
                     allocator.selectors.matches(expression, device)
     wanted = [pod(f"ns/p{i}", claim(f"c{i}", request("gpus", s))) for i, s in enumerate(sizes)]
     usage = Usage()
-    placed = together = 0
-    made: list[str] = []
-    started = _start()
+    yield None
     for want, size in zip(wanted, sizes, strict=True):
         decision = _claims_one(allocator, want, size, nodes, usage, snapshot)
-        if decision.node is not None:
-            placed += 1
-            together += size > 1 and _island(decision.gpus)
-            made.append(f"{want.key} {decision.node} {decision.gpus} {_devices(decision)}")
-    return _run(started, placed, together, made)
+        if decision.node is None:
+            yield None
+            continue
+        line = f"{want.key} {decision.node} {decision.gpus} {_devices(decision)}"
+        yield line, decision.gpus, size
+
+
+def lockstep(names: Sequence[str], sizes: Sequence[int]) -> list[Run]:
+    """The three paths (plugin, cold, warm) one pod at a time in turn, each step timed on its
+    own: a quiet or busy spell falls on all three alike (each also pays its timers, well under a
+    microsecond a step). Collections are counted for the three together."""
+    paths = [
+        _plugin_steps(names, sizes),
+        _claims_steps(names, sizes, warm=False),
+        _claims_steps(names, sizes, warm=True),
+    ]
+    for steps in paths:
+        next(steps)
+    walls, cpus = [0.0] * 3, [0.0] * 3
+    made: list[list[Made]] = [[] for _ in paths]
+    started = _start()
+    for _ in sizes:
+        for k, steps in enumerate(paths):
+            wall, cpu = time.perf_counter(), time.process_time()
+            step = next(steps)
+            walls[k] += time.perf_counter() - wall
+            cpus[k] += time.process_time() - cpu
+            if step is not None:
+                made[k].append(step)
+    together = _run(started, []).collections
+    return [_summed(walls[k], cpus[k], made[k], together) for k in range(3)]
 
 
 def _devices(decision: PodDecision) -> list[str]:
@@ -226,6 +279,19 @@ def _report(clock: str, runs: Sequence[Sequence[Run]], sizes: Sequence[int]) -> 
         )
 
 
+def _report_lockstep(number: int, runs: Sequence[Run], sizes: Sequence[int]) -> None:
+    together = "/".join(map(str, runs[0].collections))
+    print(f"lock-step round {number} (us/pod: CPU, wall; collections of the three {together}):")
+    for label, run in zip(LABELS, runs, strict=True):
+        print(
+            f"{label:14s} {1e6 * run.cpu / len(sizes):7.1f} {1e6 * run.wall / len(sizes):7.1f}"
+            f"  placed {run.placed}/{len(sizes)}  decisions {run.digest}"
+        )
+    for label, run in zip(LABELS[1:], runs[1:], strict=True):
+        ratio = run.cpu / runs[0].cpu
+        print(f"{label} / device plugin (lock-step CPU): {ratio:.2f}x ({_verdict(ratio)})")
+
+
 def _verdict(ratio: float) -> str:
     return f"{'meets' if ratio <= TARGET else 'misses'} the {TARGET}x target"
 
@@ -248,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=600)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (one run per path each)")
+    parser.add_argument("--lockstep", type=int, default=1, help="lock-step rounds (0: none)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     sizes = [rng.choice(SIZES) for _ in range(args.pods)]
@@ -263,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     for clock in ("wall", "CPU"):
         _report(clock, paths, sizes)
+    for r in range(args.lockstep):
+        _report_lockstep(r + 1, lockstep(names, sizes), sizes)
     digests = {label: {r.digest for r in runs} for label, runs in zip(LABELS, paths, strict=True)}
     if any(len(found) > 1 for found in digests.values()):
         print(f"decisions differ between runs of one path: {digests}")

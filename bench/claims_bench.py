@@ -7,17 +7,28 @@ then `assume`) and as a ResourceSlice of `gpu-<minor>` devices (the claims path:
 of `exactly` N GPUs of class gpu.gputopo.io, `ClaimAllocator.place` given the snapshot as its nodes'
 change log, then the devices counted as used and the pod assumed on the node's `NodeState`, which
 both paths score with the same `Scoring`). The same seeded pods (1, 2, 4 or 8 GPUs) arrive one by
-one until PODS were tried; each path's time is the decision and its bookkeeping, per pod (the
-fastest of `--repeat` fresh runs, the paths taking turns), after a full garbage collection (the
-setup's garbage is not timed; what a path's own allocations cost the collector is), in wall time and
-in this process's CPU time (the steadier of the two on a busy machine). The claims path runs cold
-(compiling the selectors and building each device's CEL value during the first pods) and warm (those
-built before the clock starts, as in a scheduler that has run a while). Pods that fit nowhere are
-decided without the per-node reasons on both paths. Also printed: pods placed, how many multi-GPU
-pods got GPUs of one island, and a digest of every decision (pod, node, GPUs; for claims also the
-devices), so that a faster decision can be checked to be the same decision.
+one until PODS were tried; each path's time is the decision and its bookkeeping, per pod, in wall
+time and in this process's CPU time (the steadier of the two on a busy machine).
+
+Each of `--repeat` rounds runs every path once on fresh objects, in turns whose order alternates
+(plugin first, then claims first), so that a quiet or busy spell and the caches the paths share
+(the GPU-set search) fall on both alike. A timed loop starts after a full garbage collection with
+what exists then frozen (`gc.freeze`): the set-up's objects (parsed pods and slices, earlier runs)
+are neither collected nor traversed on the loop's time, while every collection the loop's own
+allocations cause is (printed per generation). Printed per path: every run, the fastest and the
+median, and the claims/plugin ratios of both. Then `--lockstep` rounds run the three paths pod by
+pod in turn, each step timed on its own, so that the machine's spells fall on all three alike:
+each path's time per pod and the claims/plugin ratios of those.
+
+The claims path runs cold (compiling the selectors and building each device's CEL value during
+the first pods) and warm (those built before the clock starts, as in a scheduler that has run a
+while). Pods that fit nowhere are decided without the per-node reasons on both paths. Also
+printed: pods placed, how many multi-GPU pods got GPUs of one island, and a digest of every
+decision (pod, node, GPUs; for claims also the devices), so that a faster decision can be checked
+to be the same decision.
 
     .venv/bin/python bench/claims_bench.py [--nodes 64] [--pods 600] [--seed 1] [--repeat 3]
+        [--lockstep 1]
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ import hashlib
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,6 +50,7 @@ from scheduler.claims.allocator import CLAIM_WEIGHTS, ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.order import GpuMap
 from scheduler.claims.parse import parse_slice
+from scheduler.claims.selectors import Selectors
 from scheduler.claims.slices import node_devices
 from scheduler.claims.usage import Usage
 from scheduler.placement import Assignment, NodeState, Placer, PodRequest, Scoring, Snapshot
@@ -76,59 +88,92 @@ def _island(gpus: Sequence[int]) -> bool:
 
 class Run(NamedTuple):
     """One path's run: seconds (wall, this process's CPU), pods placed, multi-GPU pods within
-    one island, digest of the decisions."""
+    one island, digest of the decisions, garbage collections per generation during the loop."""
 
     wall: float
     cpu: float
     placed: int
     together: int
     digest: str
+    collections: tuple[int, ...]
 
     def seconds(self, clock: str) -> float:
         return self.wall if clock == "wall" else self.cpu
 
 
-def _start() -> tuple[float, float]:
-    """The clocks at the start of a timed loop, after a full collection: the garbage of the
-    setup (parsed pods and slices, earlier runs) is not collected on the loop's time, as it would
-    be by chance (a full collection there costs tens of ms); the loop's own garbage is."""
+Started = tuple[float, float, tuple[int, ...]]
+"""The clocks and the collector's counts per generation at the start of a timed loop."""
+
+
+def _start() -> Started:
+    """The clocks at the start of a timed loop, after a full collection, with every object
+    that exists then frozen: the set-up's garbage is not collected, nor its live objects
+    traversed by a full collection, on the loop's time (by chance, a full collection there costs
+    tens of ms, more for the path whose set-up is larger); the loop's own garbage is."""
     gc.collect()
-    return _clocks()
+    gc.freeze()
+    return time.perf_counter(), time.process_time(), _collections()
 
 
-def _clocks() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
+def _collections() -> tuple[int, ...]:
+    return tuple(g["collections"] for g in gc.get_stats())
 
 
-def _run(started: tuple[float, float], placed: int, together: int, made: list[str]) -> Run:
-    wall, cpu = _clocks()
-    return Run(wall - started[0], cpu - started[1], placed, together, _digest(made))
+def _run(started: Started, made: Sequence[Made]) -> Run:
+    wall, cpu, collections = time.perf_counter(), time.process_time(), _collections()
+    gc.unfreeze()
+    spent = tuple(n - m for n, m in zip(collections, started[2], strict=True))
+    return _summed(wall - started[0], cpu - started[1], made, spent)
+
+
+def _summed(wall: float, cpu: float, made: Sequence[Made], collections: tuple[int, ...]) -> Run:
+    together = sum(size > 1 and _island(gpus) for _line, gpus, size in made)
+    digest = _digest([line for line, _gpus, _size in made])
+    return Run(wall, cpu, len(made), together, digest, collections)
 
 
 def _digest(decisions: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(decisions).encode()).hexdigest()[:16]
 
 
-def device_plugin(names: Sequence[str], sizes: Sequence[int]) -> Run:
-    snapshot = Snapshot([_state(n) for n in names])
-    placer = Placer(snapshot, _scoring())
-    placed = together = 0
-    made: list[str] = []
+Made = tuple[str, tuple[int, ...], int]
+"""A pod placed: its decision as digested (pod, node, GPUs; for claims also the devices), the
+GPUs and the pod's size."""
+
+
+def _timed(steps: Iterator[Made | None]) -> Run:
+    """A path's run: its set-up (the first step) untimed, then every pod."""
+    next(steps)
     started = _start()
-    for i, size in enumerate(sizes):
-        want = PodRequest(key=f"ns/p{i}", cpu_milli=100, gpus=size)
-        decision = placer.decide(want, explain=False)
-        if decision.assignment is not None:
-            snapshot.assume(want, decision.assignment)
-            placed += 1
-            together += size > 1 and _island(decision.assignment.gpus)
-            made.append(f"{want.key} {decision.assignment.node} {decision.assignment.gpus}")
-    return _run(started, placed, together, made)
+    made = [step for step in steps if step is not None]
+    return _run(started, made)
+
+
+def device_plugin(names: Sequence[str], sizes: Sequence[int]) -> Run:
+    return _timed(_plugin_steps(names, sizes))
 
 
 def claims(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Run:
-    """`warm`: each device's CEL value built before the clock starts (a running scheduler
-    builds it once per device, when its slice arrives); cold: during the first pods."""
+    return _timed(_claims_steps(names, sizes, warm))
+
+
+def _plugin_steps(names: Sequence[str], sizes: Sequence[int]) -> Iterator[Made | None]:
+    """The plugin's path: the set-up, then one pod a step (None: it fits nowhere)."""
+    snapshot = Snapshot([_state(n) for n in names])
+    placer = Placer(snapshot, _scoring())
+    yield None
+    for i, size in enumerate(sizes):
+        want = PodRequest(key=f"ns/p{i}", cpu_milli=100, gpus=size)
+        found = placer.decide(want, explain=False).assignment
+        if found is not None:
+            snapshot.assume(want, found)
+        yield None if found is None else (f"{want.key} {found.node} {found.gpus}", found.gpus, size)
+
+
+def _claims_steps(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Iterator[Made | None]:
+    """The claims path: the set-up, then one pod a step (None: it fits nowhere). `warm`: each
+    device's CEL value built in the set-up (a running scheduler builds it once per device, when
+    its slice arrives); cold: during the first pods."""
     snapshot = Snapshot([_state(n) for n in names])
     nodes = []
     for n in names:
@@ -143,16 +188,40 @@ def claims(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Run:
                     allocator.selectors.matches(expression, device)
     wanted = [pod(f"ns/p{i}", claim(f"c{i}", request("gpus", s))) for i, s in enumerate(sizes)]
     usage = Usage()
-    placed = together = 0
-    made: list[str] = []
-    started = _start()
+    yield None
     for want, size in zip(wanted, sizes, strict=True):
         decision = _claims_one(allocator, want, size, nodes, usage, snapshot)
-        if decision.node is not None:
-            placed += 1
-            together += size > 1 and _island(decision.gpus)
-            made.append(f"{want.key} {decision.node} {decision.gpus} {_devices(decision)}")
-    return _run(started, placed, together, made)
+        if decision.node is None:
+            yield None
+            continue
+        line = f"{want.key} {decision.node} {decision.gpus} {_devices(decision)}"
+        yield line, decision.gpus, size
+
+
+def lockstep(names: Sequence[str], sizes: Sequence[int]) -> list[Run]:
+    """The three paths (plugin, cold, warm) one pod at a time in turn, each step timed on its
+    own: a quiet or busy spell falls on all three alike (each also pays its timers, well under a
+    microsecond a step). Collections are counted for the three together."""
+    paths = [
+        _plugin_steps(names, sizes),
+        _claims_steps(names, sizes, warm=False),
+        _claims_steps(names, sizes, warm=True),
+    ]
+    for steps in paths:
+        next(steps)
+    walls, cpus = [0.0] * 3, [0.0] * 3
+    made: list[list[Made]] = [[] for _ in paths]
+    started = _start()
+    for _ in sizes:
+        for k, steps in enumerate(paths):
+            wall, cpu = time.perf_counter(), time.process_time()
+            step = next(steps)
+            walls[k] += time.perf_counter() - wall
+            cpus[k] += time.process_time() - cpu
+            if step is not None:
+                made[k].append(step)
+    together = _run(started, []).collections
+    return [_summed(walls[k], cpus[k], made[k], together) for k in range(3)]
 
 
 def _devices(decision: PodDecision) -> list[str]:
@@ -180,23 +249,63 @@ def _claims_one(
 LABELS = ("device plugin", "claims, cold", "claims, warm")
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def _report(clock: str, runs: Sequence[Sequence[Run]], sizes: Sequence[int]) -> None:
-    """The fastest run of each path by `clock` ("wall" or "CPU") and the ratios to the plugin."""
+    """Each path's fastest and median run by `clock` ("wall" or "CPU"), and both ratios to the
+    plugin's."""
     multi = sum(1 for s in sizes if s > 1)
     fastest = [min(path, key=lambda r: r.seconds(clock)) for path in runs]
-    print(f"fastest by {clock} time:")
-    for label, run in zip(LABELS, fastest, strict=True):
+    medians = [_median([r.seconds(clock) for r in path]) for path in runs]
+    print(f"by {clock} time (us/pod: fastest, median):")
+    for label, run, median in zip(LABELS, fastest, medians, strict=True):
         spent = run.seconds(clock)
-        per_pod = 1e6 * spent / len(sizes)
         print(
-            f"{label:14s} {per_pod:9.1f} us/pod  total {spent:7.3f} s"
-            f"  placed {run.placed}/{len(sizes)}"
+            f"{label:14s} {1e6 * spent / len(sizes):7.1f} {1e6 * median / len(sizes):7.1f}"
+            f"  total {spent:7.3f} s  placed {run.placed}/{len(sizes)}"
             f"  multi-GPU pods within one island {run.together}/{multi}  decisions {run.digest}"
+            f"  collections {'/'.join(map(str, run.collections))}"
         )
-    for label, run in zip(LABELS[1:], fastest[1:], strict=True):
+    for label, run, median in zip(LABELS[1:], fastest[1:], medians[1:], strict=True):
         ratio = run.seconds(clock) / fastest[0].seconds(clock)
-        verdict = "meets" if ratio <= TARGET else "misses"
-        print(f"{label} / device plugin ({clock}): {ratio:.2f}x ({verdict} the {TARGET}x target)")
+        of_medians = median / medians[0]
+        print(
+            f"{label} / device plugin ({clock}): fastest {ratio:.2f}x ({_verdict(ratio)}),"
+            f" medians {of_medians:.2f}x ({_verdict(of_medians)})"
+        )
+
+
+def _report_lockstep(number: int, runs: Sequence[Run], sizes: Sequence[int]) -> None:
+    together = "/".join(map(str, runs[0].collections))
+    print(f"lock-step round {number} (us/pod: CPU, wall; collections of the three {together}):")
+    for label, run in zip(LABELS, runs, strict=True):
+        print(
+            f"{label:14s} {1e6 * run.cpu / len(sizes):7.1f} {1e6 * run.wall / len(sizes):7.1f}"
+            f"  placed {run.placed}/{len(sizes)}  decisions {run.digest}"
+        )
+    for label, run in zip(LABELS[1:], runs[1:], strict=True):
+        ratio = run.cpu / runs[0].cpu
+        print(f"{label} / device plugin (lock-step CPU): {ratio:.2f}x ({_verdict(ratio)})")
+
+
+def _verdict(ratio: float) -> str:
+    return f"{'meets' if ratio <= TARGET else 'misses'} the {TARGET}x target"
+
+
+def _round(names: Sequence[str], sizes: Sequence[int], plugin_first: bool) -> list[Run]:
+    """One run of each path (plugin, cold, warm), in turns: the plugin's first or last."""
+    turns = [
+        lambda: device_plugin(names, sizes),
+        lambda: claims(names, sizes, warm=False),
+        lambda: claims(names, sizes, warm=True),
+    ]
+    order = range(3) if plugin_first else range(2, -1, -1)
+    done = {i: turns[i]() for i in order}
+    return [done[i] for i in range(3)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,30 +313,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--pods", type=int, default=600)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per path; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (one run per path each)")
+    parser.add_argument("--lockstep", type=int, default=1, help="lock-step rounds (0: none)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     sizes = [rng.choice(SIZES) for _ in range(args.pods)]
     names = [f"node-{i:03d}" for i in range(args.nodes)]
     print(f"{args.nodes} nodes x 8 GPUs (2 NVLink islands), {args.pods} pods, seed {args.seed}")
-    dp_runs: list[Run] = []
-    cold_runs: list[Run] = []
-    warm_runs: list[Run] = []
-    for _ in range(args.repeat):  # interleaved, so that a busy machine slows each path alike
-        dp_runs.append(device_plugin(names, sizes))
-        cold_runs.append(claims(names, sizes, warm=False))
-        warm_runs.append(claims(names, sizes, warm=True))
-    for label, runs in zip(LABELS, (dp_runs, cold_runs, warm_runs), strict=True):
+    Selectors().program("true")  # the CEL library imported before any run: no run pays for it
+    rounds = [_round(names, sizes, plugin_first=r % 2 == 0) for r in range(args.repeat)]
+    paths = [[done[i] for done in rounds] for i in range(3)]
+    for label, runs in zip(LABELS, paths, strict=True):
         walls = ", ".join(f"{r.wall:.3f}" for r in runs)
         print(
             f"{label + ' runs (s):':24s}{walls}   CPU: " + ", ".join(f"{r.cpu:.3f}" for r in runs)
         )
     for clock in ("wall", "CPU"):
-        _report(clock, (dp_runs, cold_runs, warm_runs), sizes)
-    digests = {
-        label: {r.digest for r in runs}
-        for label, runs in zip(LABELS, (dp_runs, cold_runs, warm_runs), strict=True)
-    }
+        _report(clock, paths, sizes)
+    for r in range(args.lockstep):
+        _report_lockstep(r + 1, lockstep(names, sizes), sizes)
+    digests = {label: {r.digest for r in runs} for label, runs in zip(LABELS, paths, strict=True)}
     if any(len(found) > 1 for found in digests.values()):
         print(f"decisions differ between runs of one path: {digests}")
     return 0

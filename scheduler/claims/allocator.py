@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from operator import attrgetter
 from types import MappingProxyType
 
 from scheduler.placement import Assignment, PodRequest, Scoring
@@ -49,6 +50,9 @@ from .usage import Usage
 from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 
 __all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
+
+_shape_of = attrgetter("spec.shape")
+_key_of = attrgetter("key")
 
 CLAIM_WEIGHTS: Mapping[str, float] = MappingProxyType({"binpack": 10.0, "topology": 5.0})
 """The scores `ClaimAllocator` ranks nodes by when given no `Scoring`."""
@@ -170,7 +174,7 @@ class ClaimAllocator:
         nodes' state changes (placement's `Snapshot` their states are in), when there is one:
         then only the nodes changed since the last pod are looked at again."""
         kept, fresh = _split(pod.claims)
-        shape = (tuple(c.spec.shape for c in fresh), tuple(str(c.key) for c in kept))
+        shape = (tuple(map(_shape_of, fresh)), tuple(map(str, map(_key_of, kept))))
         listed = self._verdicts.list_number(nodes)
         nowhere = (shape, usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
@@ -278,6 +282,8 @@ class ClaimAllocator:
 
 def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[ResourceClaim]]:
     """(allocated already, to allocate), each claim once."""
+    if len(claims) == 1:  # most pods: one claim
+        return ([], [claims[0]]) if claims[0].allocation is None else ([claims[0]], [])
     seen: dict[ClaimKey, ResourceClaim] = {}
     for claim in claims:
         seen.setdefault(claim.key, claim)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from .errors import SelectorError
 from .model import AllocationMode, Alternative, ClaimKey, Device, DeviceClass
@@ -33,8 +34,7 @@ class Miss:
     rank: tuple[int, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):  # made for every device a decision takes: a tuple is made fastest
     device: Device
     consumed: Mapping[str, Fraction] | None  # what a share takes (None: the device is exclusive)
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from itertools import repeat
+from types import MappingProxyType
 
+from agent.model import LinkMatrix
 from scheduler.placement import NodeState
+from scheduler.placement.node_slots import static_shape
 
 from .model import AllocatedDevice, Allocation, ConfigEntry, DeviceClass, ResourceClaim
 from .order import GpuMap
@@ -21,10 +26,14 @@ from .search import Pick
 from .slices import NodeDevices
 from .usage import Usage
 
+_NOTHING: Mapping[str, Fraction] = MappingProxyType({})
+"""What an exclusive device's result consumes (shared by all: it cannot change)."""
+
 __all__ = [
     "ClaimAllocation",
     "ClaimNode",
     "GangDecision",
+    "Hashed",
     "PodClaims",
     "PodDecision",
     "allocations",
@@ -43,6 +52,64 @@ class ClaimNode:
     devices: NodeDevices
     gpus: GpuMap | None = None
     state: NodeState | None = None
+    likeness: Hashed = field(init=False, repr=False)
+    """What a verdict reads of the node that is fixed for its life, made once with it: its devices
+    up to their pool names (`NodeDevices.likeness`), its GPU map by device position and its
+    state's static shape (placement's `static_shape`, which a state keeps for life); the GPU
+    selector by the layout it was made from, or when it was given, itself (compared as the same
+    object). Nodes of equal likenesses decide alike (`verdicts`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "likeness", _fixed_likeness(self.devices, self.gpus, self.state))
+
+
+class Hashed:
+    """A value with its hash computed once, compared by hash, then value (a likeness made once
+    and looked up often)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: tuple[object, ...]) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hashed) and other._hash == self._hash and other.value == self.value
+
+
+def _fixed_likeness(devices: NodeDevices, gpus: GpuMap | None, state: NodeState | None) -> Hashed:
+    shape = None if state is None else tuple(map(_linked, static_shape(state)))
+    if gpus is None:
+        return Hashed((devices.likeness, shape, None))
+    whole = tuple(map(gpus.whole.get, devices.ids, repeat(-1)))
+    parent = tuple(map(gpus.parent.get, devices.ids, repeat(-1)))
+    made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
+    return Hashed((devices.likeness, shape, (made, whole, parent)))
+
+
+def _linked(value: object) -> object:
+    return _Links(value) if isinstance(value, LinkMatrix) else value
+
+
+class _Links:
+    """A link matrix compared by identity first, then by value, and hashed by its size only:
+    hashing one costs more than a verdict, and nodes of one shape often share the object."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: LinkMatrix) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return self.value.size
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Links) and (
+            other.value is self.value or other.value == self.value
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +177,7 @@ def _result(claim: ResourceClaim, pick: Pick) -> AllocatedDevice:
         id=pick.candidate.device.id,
         admin_access=pick.alternative.admin_access,
         share_id=None if consumed is None else _share_id(claim, pick),
-        consumed=consumed or {},
+        consumed=consumed or _NOTHING,
     )
 
 

@@ -118,10 +118,25 @@ class NodeDevices:
     devices: tuple[Device, ...]
     incomplete_pools: frozenset[tuple[str, str]] = frozenset()
     pools: tuple[tuple[str, str], ...] = field(init=False)
+    likeness: str = field(init=False, repr=False, compare=False)
+    """All of it but its pool names as text, made once (each device's `likeness` with its pool's
+    position among `pools`, and the positions of the incomplete pools): nodes whose devices are
+    alike up to their pool names have equal likenesses (`verdicts`), and one is hashed once and
+    compared in one pass (as `ClaimSpec.shape`)."""
+    ids: tuple[DeviceId, ...] = field(init=False, repr=False, compare=False)
+    """Each device's id, in `devices` order."""
+    positions: Mapping[int, int] = field(init=False, repr=False, compare=False)
+    """Each device's position in `devices` by its object's `id` (held here: never reused)."""
 
     def __post_init__(self) -> None:
-        found = sorted({(d.id.driver, d.id.pool) for d in self.devices})
-        object.__setattr__(self, "pools", tuple(found))
+        pools = tuple(sorted({(d.id.driver, d.id.pool) for d in self.devices}))
+        object.__setattr__(self, "pools", pools)
+        place = {pool: i for i, pool in enumerate(pools)}
+        devices = tuple((d.likeness, place[d.id.driver, d.id.pool]) for d in self.devices)
+        incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
+        object.__setattr__(self, "likeness", repr((devices, incomplete)))
+        object.__setattr__(self, "ids", tuple(d.id for d in self.devices))
+        object.__setattr__(self, "positions", {id(d): i for i, d in enumerate(self.devices)})
 
 
 def node_devices(

@@ -8,10 +8,12 @@ A state's change shows as a new `derived` dict (placement drops it on every chan
 new one on the next `derive`): the entry keeps the dict it saw. With scores that are not all
 shipped, a node with a state is decided afresh each time (what they read is unknown).
 
-`Verdicts.scan` finds what changed for the whole node list at once: per node list (a `_View`) it
+`Verdicts.scan` finds what changed for the whole node list at once: per node list and shape (a
+`_View`; what it reads of the list alone, its `_Layout`, is made once per list for every shape) it
 keeps the pool tokens and state stamps it last saw, side by side, and compares them with the
 current ones in a few passes that run in C (`map`, `compress`), so a pod costs a lookup of the
-list, those passes, `compute` for each changed node and one `max` over the kept keys. Given the
+list, those passes, an entry for each changed node (in one loop) and a look at the top of the
+view's heap of ranks. Given the
 nodes' change log (`NodeChanges`: placement's `Snapshot`), the state stamps are not compared at
 all: the view keeps the log's generation it last saw and asks it which nodes changed since (all
 compared again when the log is another, or no longer remembers that far back). The log must
@@ -24,13 +26,14 @@ but for their pool names (same driver, device name, attributes, capacity, taints
 pool order, same incomplete pools), the same devices are held in `Usage` by position (and the
 same capacity consumed), the same GPU map by position and GPU selector (the same object, or
 made from equal links and NUMA nodes), and its `NodeState` is in the same class as placement's
-verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label). Only with
+verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label); the part fixed
+for the node's life is `ClaimNode.likeness`, made once with the node. Only with
 shipped scores (others may read the name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import compress, count
@@ -38,12 +41,11 @@ from operator import attrgetter, is_not
 from typing import NamedTuple, Protocol, cast
 from weakref import ref
 
-from agent.model import LinkMatrix
 from scheduler.placement import GPU_PRODUCT_LABEL, NodeState, Scoring
-from scheduler.placement.node_slots import dynamic_state, static_shape
+from scheduler.placement.node_slots import dynamic_state
 
 from .candidates import Candidate
-from .decision import ClaimNode
+from .decision import ClaimNode, Hashed
 from .model import Device, DeviceId
 from .search import Pick
 from .usage import Usage
@@ -52,7 +54,7 @@ __all__ = ["NO_FIT", "Fit", "NodeChanges", "Verdicts"]
 
 _BOOK_LIMIT = 1_000
 _VIEW_LIMIT = 16
-_NAMES_LIMIT = 100_000
+_LAST = chr(0x10FFFF)
 _LIKE_LIMIT = 4_096
 _FIXED_LIMIT = 20_000
 _DERIVED = "claims.verdicts"
@@ -72,8 +74,7 @@ class NodeChanges(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Fit:
+class Fit(NamedTuple):  # made for every decision moved to a like node: a tuple is made fastest
     """The picks on a node and its rank there: (used node first, score); larger wins."""
 
     picks: tuple[Pick, ...]
@@ -84,17 +85,15 @@ class Fit:
 NO_FIT = Fit((), (False, 0.0), fits=False)
 """The verdict of a node where the claims do not fit."""
 
-_Key = tuple[int, float, str]
-"""(used node first, score, reversed name): the largest wins; -1 first when nothing fits."""
-
 
 class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is made fastest
     node: ClaimNode
     stamp: object  # the state's `derived` dict when decided (None: the node has no state)
     tokens: tuple[object, ...]
     fit: Fit  # decided on this node, or (with `positions`) on a like one
-    key: _Key
-    positions: dict[int, int] | None  # the like node's devices' positions: move `fit` here
+    unused: int  # -1 for a used node first, 0 else; 1 when nothing fits (the smallest wins)
+    loss: float  # the score, negated
+    positions: Mapping[int, int] | None  # the like node's devices' positions: move `fit` here
 
 
 class _Like(NamedTuple):
@@ -104,7 +103,7 @@ class _Like(NamedTuple):
     tokens: tuple[object, ...]
     stamp: object
     like: tuple[object, ...]
-    positions: dict[int, int]
+    positions: Mapping[int, int]
 
 
 class _NoState:
@@ -117,39 +116,41 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
-_Item = tuple[int, float, int, int]
-"""A node's place in a view's heap: (-used, -score, name rank, position); the smallest wins."""
-
-
-@dataclass(slots=True)
-class _View:
-    """One node list as last scanned for one shape, aligned with its nodes: what each verdict
-    read (the pool tokens, flattened with the position of the node owning each, and the state
-    stamps), each node's entry and heap item, and the heap (items no longer a node's are skipped
-    when they come to the top)."""
+class _Layout(NamedTuple):
+    """What every shape's view of one node list reads of the list alone (made once per list):
+    its nodes, their pools flattened with the position of the node owning each, a pool's
+    positions there, the nodes' states, name ranks and positions by name."""
 
     nodes: tuple[ClaimNode, ...]
     pools: tuple[tuple[str, str], ...]
     owner: tuple[int, ...]
-    places: dict[tuple[str, str], list[int]]  # a pool's positions in `pools`
+    places: dict[tuple[str, str], list[int]]
     states: tuple[object, ...]
     ranks: tuple[int, ...]
+    at: dict[str, list[int]]
+
+
+_Item = tuple[int, float, int, int]
+"""A node's place in a view's heap: (unused, -score, name rank, position); the smallest wins."""
+
+
+@dataclass(slots=True)
+class _View:
+    """One node list (laid out in `layout`) as last scanned for one shape, aligned with its
+    nodes: what each verdict read (the pool tokens, in the layout's flattened pools, and the
+    state stamps), each node's entry and heap item, and the heap (items no longer a node's are
+    skipped when they come to the top)."""
+
+    layout: _Layout
     usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
     seen: int  # how many of its changes were seen
     log: Callable[[], NodeChanges | None]  # the change log last scanned with (not kept alive)
     generation: int  # the log's generation then
-    at: dict[str, list[int]]  # a node name's positions
     tokens: list[object]
     stamps: list[object]
     entries: list[_Entry | None]
     items: list[_Item | None]
     heap: list[_Item]
-
-    def put(self, i: int, entry: _Entry) -> None:
-        used, score, _name = entry.key
-        item = self.items[i] = (-used, -score, self.ranks[i], i)
-        self.entries[i] = entry
-        heappush(self.heap, item)  # the node's older item stays until it comes to the top
 
     def best(self, *, rebuild: bool) -> _Entry | None:
         """The entry with the largest key (ties: the first position), None when none fits;
@@ -174,44 +175,30 @@ class _Book:
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
         self.views: dict[int, _View] = {}
-        self.likes: dict[tuple[object, ...], tuple[dict[int, int], Fit]] = {}
+        self.likes: dict[tuple[object, ...], tuple[Mapping[int, int], Fit]] = {}
 
-    def view(
-        self,
-        listed: int,
-        nodes: Sequence[ClaimNode],
-        ranks: Callable[[Sequence[ClaimNode]], tuple[int, ...]],
-    ) -> _View:
-        """The view of `nodes`, numbered `listed` by `Verdicts.list_number`; `ranks` gives its
-        nodes' name ranks when it is new."""
+    def view(self, listed: int, layout: _Layout) -> _View:
+        """The view of the node list numbered `listed` by `Verdicts.list_number` (laid out as
+        `layout`)."""
         found = self.views.get(listed)
         if found is not None:
             return found
         if len(self.views) >= _VIEW_LIMIT:
             self.views.clear()
-        if len(self.entries) > 4 * len(nodes) + 256:
+        if len(self.entries) > 4 * len(layout.nodes) + 256:
             self.entries.clear()  # entries of node objects long gone
-        pools = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
-        places: dict[tuple[str, str], list[int]] = {}
-        for k, (pool, _i) in enumerate(pools):
-            places.setdefault(pool, []).append(k)
         unseen = object()  # a token and stamp nothing holds: every node is checked at first
+        nodes = len(layout.nodes)
         found = self.views[listed] = _View(
-            nodes=tuple(nodes),
-            pools=tuple(p for p, _i in pools),
-            owner=tuple(i for _p, i in pools),
-            places=places,
-            states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
-            ranks=ranks(nodes),
+            layout=layout,
             usage=_nothing,
             seen=0,
             log=_nothing,
             generation=0,
-            at=_positions(nodes),
-            tokens=[unseen] * len(pools),
-            stamps=[unseen] * len(nodes),
-            entries=[None] * len(nodes),
-            items=[None] * len(nodes),
+            tokens=[unseen] * len(layout.pools),
+            stamps=[unseen] * nodes,
+            entries=[None] * nodes,
+            items=[None] * nodes,
             heap=[],
         )
         return found
@@ -222,13 +209,13 @@ class Verdicts:
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
-        self._names: dict[str, str] = {}  # node name -> its reversed key (ties to the lowest)
         self._last: list[ClaimNode] = []
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
         self._likeness = _Likeness()
         self._likes: dict[int, _Like] = {}  # per node object, for every shape
+        self._layouts: dict[int, _Layout] = {}  # per node list, by its number
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
@@ -261,75 +248,92 @@ class Verdicts:
         """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
         the list's `list_number`, when the caller has it; `changes`: the log of the nodes'
         state changes, when the caller has it."""
-        learned = tuple(fn.version for fn in self._learners)
+        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
         book = self._book((shape, learned))
         if listed is None:
             listed = self.list_number(nodes)
-        view = book.view(listed, nodes, self._ranks)
+        view = book.view(listed, self._layout(listed, nodes))
         stale = _changed_pools(view, usage)
-        stamps = view.stamps
         stale.update(_changed_states(view, changes))
         if not self._shipped:
-            stale.update(i for i, s in enumerate(view.states) if s is not _NO_STATE)
-        for i in sorted(stale):
-            entry = self._current(book, view.nodes[i], usage, compute)
-            view.put(i, entry)
-            stamps[i] = entry.stamp  # what the entry read: the state's stamp now
-        found = view.best(rebuild=len(stale) > len(view.items) // 4)
+            stale.update(i for i, s in enumerate(view.layout.states) if s is not _NO_STATE)
+        rebuild = len(stale) > len(view.items) // 4
+        if stale:
+            self._refresh(book, view, sorted(stale), usage, compute, push=not rebuild)
+        found = view.best(rebuild=rebuild)
         if found is None:
             return None
         if found.positions is None:
             return found.node, found.fit
         return found.node, _moved(found.fit, found.positions, found.node.devices.devices)
 
+    def _layout(self, listed: int, nodes: Sequence[ClaimNode]) -> _Layout:
+        """The layout of `nodes`, numbered `listed`: the one made for the list before, if any."""
+        found = self._layouts.get(listed)
+        if found is not None:
+            return found
+        if len(self._layouts) >= _VIEW_LIMIT:
+            self._layouts.clear()
+        flat = [(p, i) for i, n in enumerate(nodes) for p in n.devices.pools]
+        places: dict[tuple[str, str], list[int]] = {}
+        for k, (pool, _i) in enumerate(flat):
+            places.setdefault(pool, []).append(k)
+        found = self._layouts[listed] = _Layout(
+            nodes=tuple(nodes),
+            pools=tuple(p for p, _i in flat),
+            owner=tuple(i for _p, i in flat),
+            places=places,
+            states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
+            ranks=self._ranks(nodes),
+            at=_positions(nodes),
+        )
+        return found
+
     def _ranks(self, nodes: Sequence[ClaimNode]) -> tuple[int, ...]:
-        """Each node's rank by its name key, largest first (equal names: equal ranks)."""
-        keys = [self._name_key(n.name) for n in nodes]
-        rank = {k: r for r, k in enumerate(sorted(set(keys), reverse=True))}
+        """Each node's rank (equal names: equal ranks; the lowest wins a tie): by name, but a name
+        after the longer names that start with it (the order of the names with the highest
+        character appended; before, of the names with each character reversed, largest first)."""
+        keys = [n.name + _LAST for n in nodes]
+        rank = {k: r for r, k in enumerate(sorted(set(keys)))}
         return tuple(rank[k] for k in keys)
 
-    def _current(
-        self, book: _Book, node: ClaimNode, usage: Usage, compute: Callable[[ClaimNode], Fit]
-    ) -> _Entry:
-        """The node's entry: the kept one while what it read is unchanged, else a new one."""
-        tokens = tuple(map(usage.versions.get, node.devices.pools))
-        state = node.state
-        entry = book.entries.get(id(node))
-        if (
-            entry is None
-            or entry.node is not node
-            or entry.tokens != tokens
-            or (state is not None and (entry.stamp is not state.derived or not self._shipped))
-        ):
-            fit, positions = self._fit(book, node, tokens, usage, compute)
-            entry = book.entries[id(node)] = self._entry(node, tokens, fit, positions)
-        return entry
-
-    def _fit(
+    def _refresh(
         self,
         book: _Book,
-        node: ClaimNode,
-        tokens: tuple[object, ...],
+        view: _View,
+        positions: Sequence[int],
         usage: Usage,
         compute: Callable[[ClaimNode], Fit],
-    ) -> tuple[Fit, dict[int, int] | None]:
-        """The verdict of a node like it decided before (with the positions of that node's
-        devices, to move it to this node's), else `compute`'s."""
-        if not self._shipped:
-            return compute(node), None
-        like, positions = self._like(node, tokens, usage)
-        found = book.likes.get(like)
-        if found is not None:
-            return found[1], found[0]
-        fit = compute(node)
-        if len(book.likes) >= _LIKE_LIMIT:
-            book.likes.clear()
-        book.likes[like] = (positions, fit)
-        return fit, None
+        *,
+        push: bool,
+    ) -> None:
+        """The entries of the nodes at `positions` in `view` (the kept one while what it read is
+        unchanged, else a new one) with their heap items, pushed when `push` (else the heap is
+        made again from the items); one loop, as it runs for every node of a new view."""
+        entries, nodes, ranks = book.entries, view.layout.nodes, view.layout.ranks
+        items, kept, stamps, heap = view.items, view.entries, view.stamps, view.heap
+        versions = usage.versions.get
+        shipped = self._shipped
+        for i in positions:
+            node = nodes[i]
+            tokens = tuple(map(versions, node.devices.pools))
+            state = node.state
+            entry = entries.get(id(node))
+            if (
+                entry is None
+                or entry.node is not node
+                or entry.tokens != tokens
+                or (state is not None and (entry.stamp is not state.derived or not shipped))
+            ):
+                entry = entries[id(node)] = self._entry(book, node, tokens, usage, compute)
+            kept[i], stamps[i] = entry, entry.stamp  # what the entry read: the state's stamp now
+            item = items[i] = (entry.unused, entry.loss, ranks[i], i)
+            if push:  # the node's older item stays until it comes to the top
+                heappush(heap, item)
 
     def _like(
         self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
-    ) -> tuple[tuple[object, ...], dict[int, int]]:
+    ) -> tuple[tuple[object, ...], Mapping[int, int]]:
         """The node's likeness, kept for every shape while its pools' tokens and its state's
         `derived` dict are those it was made with."""
         state = node.state
@@ -356,29 +360,39 @@ class Verdicts:
             book = self._books[key] = _Book()
         return book
 
-    def _name_key(self, name: str) -> str:
-        name_key = self._names.get(name)
-        if name_key is None:
-            if len(self._names) >= _NAMES_LIMIT:
-                self._names.clear()
-            name_key = self._names[name] = "".join(chr(0x10FFFF - ord(c)) for c in name)
-        return name_key
-
     def _entry(
         self,
+        book: _Book,
         node: ClaimNode,
         tokens: tuple[object, ...],
-        fit: Fit,
-        positions: dict[int, int] | None,
+        usage: Usage,
+        compute: Callable[[ClaimNode], Fit],
     ) -> _Entry:
+        """A new entry for the node: the verdict of a node like it decided before (with the
+        positions of that node's devices, to move it to this node's), else `compute`'s."""
+        positions = None
+        if self._shipped:
+            like, mine = self._like(node, tokens, usage)
+            found = book.likes.get(like)
+            if found is None:
+                fit = compute(node)
+                if len(book.likes) >= _LIKE_LIMIT:
+                    book.likes.clear()
+                book.likes[like] = (mine, fit)
+            else:
+                positions, fit = found
+        else:
+            fit = compute(node)
         state = node.state
         stamp = None
         if state is not None:
-            state.derive(_DERIVED, _made)  # so that the state has a `derived` dict to watch
             stamp = state.derived
-        used, score = (int(fit.rank[0]), fit.rank[1]) if fit.fits else (-1, 0.0)
-        key = (used, score, self._name_key(node.name))
-        return _Entry(node, stamp, tokens, fit, key, positions)
+            if stamp is None:  # so that the state has a `derived` dict to watch
+                state.derive(_DERIVED, _made)
+                stamp = state.derived
+        if not fit.fits:
+            return _Entry(node, stamp, tokens, fit, 1, -0.0, positions)
+        return _Entry(node, stamp, tokens, fit, -int(fit.rank[0]), -fit.rank[1], positions)
 
 
 def _changed_pools(view: _View, usage: Usage) -> set[int]:
@@ -390,12 +404,12 @@ def _changed_pools(view: _View, usage: Usage) -> set[int]:
         stale = set()
         for pool in set(changed):
             token = usage.versions.get(pool)
-            for k in view.places.get(pool, ()):
+            for k in view.layout.places.get(pool, ()):
                 view.tokens[k] = token
-                stale.add(view.owner[k])
+                stale.add(view.layout.owner[k])
         return stale
-    tokens = list(map(usage.versions.get, view.pools))
-    stale = {view.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
+    tokens = list(map(usage.versions.get, view.layout.pools))
+    stale = {view.layout.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
     view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
     return stale
 
@@ -408,12 +422,12 @@ def _changed_states(view: _View, changes: NodeChanges | None) -> list[int]:
         names = changes.changed_since(view.generation) if view.log() is changes else None
         view.generation = changes.generation
         if names is not None:
-            at = view.at
+            at = view.layout.at
             return [i for name in names if name in at for i in at[name]]
         view.log = ref(changes)
     else:
         view.log = _nothing
-    return list(compress(count(), map(is_not, map(_stamp_of, view.states), view.stamps)))
+    return list(compress(count(), map(is_not, map(_stamp_of, view.layout.states), view.stamps)))
 
 
 def _positions(nodes: Sequence[ClaimNode]) -> dict[str, list[int]]:
@@ -431,37 +445,20 @@ def _made(_state: object) -> bool:
     return True
 
 
-class _Hashed:
-    """A value with its hash computed once (a likeness is looked up once per changed node)."""
-
-    __slots__ = ("_hash", "value")
-
-    def __init__(self, value: tuple[object, ...]) -> None:
-        self.value = value
-        self._hash = hash(value)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Hashed) and other._hash == self._hash and other.value == self.value
-        )
-
-
 class _Likeness:
     """What a verdict reads of a node, up to its pool names: nodes of equal likeness decide alike
-    (their picks at the same device positions). The part fixed for a node object (its devices
-    and GPU map) is numbered once per object, the state's class once per state change; equal
+    (their picks at the same device positions). The part fixed for a node object (its devices,
+    GPU map and static state: `ClaimNode.likeness`, made with it) is numbered once per object,
+    the state's class once per state change; equal
     contents get the same number (never one given to other contents), so a likeness is small."""
 
     def __init__(self) -> None:
-        self._fixed: dict[int, tuple[ClaimNode, int, dict[int, int], tuple[DeviceId, ...]]] = {}
+        self._fixed: dict[int, tuple[ClaimNode, int, Mapping[int, int], tuple[DeviceId, ...]]] = {}
         self._numbers: dict[object, int] = {}  # contents -> number (holds the GPU selectors)
-        self._known: dict[int, tuple[_Hashed, int]] = {}  # a state class's number by its id
+        self._known: dict[int, tuple[Hashed, int]] = {}  # a state class's number by its id
         self._next = count()
 
-    def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], dict[int, int]]:
+    def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], Mapping[int, int]]:
         """(the node's likeness, its devices' positions by object id)."""
         fixed, positions, ids = self._fixed_part(node)
         exclusive, consumed = usage.exclusive, usage.consumed
@@ -476,7 +473,7 @@ class _Likeness:
         if state is None:
             return (fixed, held, shares, -1, None), positions
         label = state.labels.get(GPU_PRODUCT_LABEL)
-        found = cast(_Hashed, state.derive(_STATE_CLASS, _state_class))
+        found = cast(Hashed, state.derive(_STATE_CLASS, _state_class))
         known = self._known.get(id(found))
         number = known[1] if known is not None and known[0] is found else self._state(found)
         return (fixed, held, shares, number, label), positions
@@ -490,73 +487,32 @@ class _Likeness:
             number = self._numbers[contents] = next(self._next)
         return number
 
-    def _state(self, found: _Hashed) -> int:
+    def _state(self, found: Hashed) -> int:
         number = self._number(found)
         if len(self._known) >= _FIXED_LIMIT:
             self._known.clear()
         self._known[id(found)] = (found, number)
         return number
 
-    def _fixed_part(self, node: ClaimNode) -> tuple[int, dict[int, int], tuple[DeviceId, ...]]:
+    def _fixed_part(self, node: ClaimNode) -> tuple[int, Mapping[int, int], tuple[DeviceId, ...]]:
         """(the number of the node's fixed part, its devices' positions, their ids)."""
         found = self._fixed.get(id(node))
         if found is None or found[0] is not node:
             if len(self._fixed) >= _FIXED_LIMIT:
                 self._fixed.clear()
-            devices = node.devices.devices
-            positions = {id(d): i for i, d in enumerate(devices)}
-            number = self._number(_fixed_likeness(node))
-            found = self._fixed[id(node)] = (node, number, positions, tuple(d.id for d in devices))
+            devices = node.devices
+            number = self._number(node.likeness)  # hashed once, with the node
+            found = self._fixed[id(node)] = (node, number, devices.positions, devices.ids)
         return found[1], found[2], found[3]
 
 
-def _fixed_likeness(node: ClaimNode) -> tuple[object, ...]:
-    """The node's devices and GPU map with each pool by its position among the node's pools
-    (`pools` is sorted: pools in the same order compare alike), and its state's static shape;
-    the GPU selector by the layout it was made from, or when it was given, itself (compared as
-    the same object, and kept alive while the key is)."""
-    place = {pool: i for i, pool in enumerate(node.devices.pools)}
-    devices = tuple((d.likeness, place[(d.id.driver, d.id.pool)]) for d in node.devices.devices)
-    incomplete = tuple(sorted(place[p] for p in node.devices.incomplete_pools if p in place))
-    state = node.state
-    shape = None
-    if state is not None:
-        shape = tuple(_Links(v) if isinstance(v, LinkMatrix) else v for v in static_shape(state))
-    gpus = node.gpus
-    if gpus is None:
-        return (devices, incomplete, shape, None)
-    devs = node.devices.devices
-    whole = tuple(gpus.whole.get(d.id, -1) for d in devs)
-    parent = tuple(gpus.parent.get(d.id, -1) for d in devs)
-    made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
-    return (devices, incomplete, shape, (made, whole, parent))
-
-
-class _Links:
-    """A link matrix compared by identity first, then by value, and hashed by its size only:
-    hashing one costs more than a verdict, and nodes of one shape often share the object."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: LinkMatrix) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return self.value.size
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Links) and (
-            other.value is self.value or other.value == self.value
-        )
-
-
-def _state_class(state: NodeState) -> _Hashed:
+def _state_class(state: NodeState) -> Hashed:
     """What placement's scores read of a state's load (with `static_shape`, which a state keeps
     for life, its verdict memo's class of states)."""
-    return _Hashed(dynamic_state(state))
+    return Hashed(dynamic_state(state))
 
 
-def _moved(fit: Fit, positions: dict[int, int], devices: tuple[Device, ...]) -> Fit:
+def _moved(fit: Fit, positions: Mapping[int, int], devices: tuple[Device, ...]) -> Fit:
     """`fit`, decided on a node whose devices' positions are `positions`, on `devices`."""
     if not fit.fits:
         return fit

@@ -5,8 +5,9 @@ Every simulated node publishes its whole (non-MIG) GPUs as DRA devices `gpu-<ind
 `type` "gpu", `productName` (the node's GPU model label), `numaNode` (when known) and
 `nvlinkIsland` (GPUs joined by NVLink, directly or through others, share it), and capacity
 `memory`; the one DeviceClass is `gpu.gputopo.io` (`type == "gpu"`). A pod with `claims` is
-placed by `ClaimAllocator` with the policy's scoring, on the nodes where the rest of it (cpu,
-memory, taints, affinity) fits, and bound as a pod of that many whole GPUs on the GPUs its
+placed by `ClaimAllocator` with the policy's scoring (given the placer's `Snapshot` as the nodes'
+change log, as the scheduler gives its own), on the nodes where the rest of it (cpu, memory,
+taints, affinity) fits, and bound as a pod of that many whole GPUs on the GPUs its
 claims got. A GPU is in use for claims when the node's state has anything on it, so the two
 paths never hand out one GPU twice.
 
@@ -151,7 +152,11 @@ class SimClaims:
         nodes = [self._node(n) for n in names]
         usage = _usage(nodes)
         decision = self.allocator.place(
-            PodClaims(key=pod.key, claims=tuple(claims)), nodes, usage, explain=False
+            PodClaims(key=pod.key, claims=tuple(claims)),
+            nodes,
+            usage,
+            explain=False,
+            changes=self.placer.snapshot,
         )
         if decision.node is None or len(decision.gpus) != pod.gpus:
             return None
@@ -176,14 +181,16 @@ class SimClaims:
         usage = _usage(nodes)
         if topology is None and prefer_clique and self.placer.snapshot.domains(CLIQUE_LABEL):
             topology = TopologyConstraint(label=CLIQUE_LABEL, required=False)
-        decision = None
+        decision, snapshot = None, self.placer.snapshot
         if topology is not None:
-            domains = _domains(topology_domains(self.placer.snapshot, topology.label), nodes)
-            decision = self.allocator.place_gang(members, nodes, usage, domains=domains)
+            domains = _domains(topology_domains(snapshot, topology.label), nodes)
+            decision = self.allocator.place_gang(
+                members, nodes, usage, domains=domains, changes=snapshot
+            )
             if not decision.placed and topology.required:
                 return GangPlacement(ok=False, reason=decision.reasons[0])
         if decision is None or not decision.placed:
-            decision = self.allocator.place_gang(members, nodes, usage)
+            decision = self.allocator.place_gang(members, nodes, usage, changes=snapshot)
         return self._checked([p for p, _c in pods], decision)
 
     def _checked(self, pods: Sequence[PodRequest], decision: GangDecision) -> GangPlacement:

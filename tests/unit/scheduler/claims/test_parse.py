@@ -232,3 +232,27 @@ def test_node_selector_slices_serve_matching_nodes() -> None:
     parsed = parse_slice(obj)
     assert len(node_devices([parsed], "n1", {"rack": "r1"}).devices) == 1
     assert node_devices([parsed], "n2", {"rack": "r2"}).devices == ()
+
+
+def _likeness(node: str, numa: object = 1, *, count: int = 1, flip: bool = False) -> str:
+    """The likeness of `node`'s two GPUs (the second on NUMA node `numa`; `flip`: listed the
+    other way round)."""
+    devices = [gpu_device(0), gpu_device(1, numaNode=numa)]
+    if flip:
+        devices.reverse()
+    return node_devices([parse_slice(slice_obj(node, devices, count=count))], node, {}).likeness
+
+
+@pytest.mark.parametrize(
+    ("other", "alike"),
+    [
+        pytest.param(_likeness("n2"), True, id="another pool name"),
+        pytest.param(_likeness("n2", flip=True), False, id="another order"),
+        pytest.param(_likeness("n2", 0), False, id="an attribute's value"),
+        pytest.param(_likeness("n2", "1"), False, id="an attribute's type (string)"),
+        pytest.param(_likeness("n2", True), False, id="an attribute's type (bool)"),
+        pytest.param(_likeness("n2", count=2), False, id="an incomplete pool"),
+    ],
+)
+def test_node_devices_likeness_is_all_but_the_pool_names(other: str, alike: bool) -> None:
+    assert (_likeness("n1") == other) is alike

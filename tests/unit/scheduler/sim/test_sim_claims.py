@@ -6,16 +6,20 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
-from scheduler.placement import NodeState, TopologyConstraint
+from scheduler.claims.model import ResourceClaim
+from scheduler.placement import Assignment, NodeState, PodRequest, TopologyConstraint
 from scheduler.sim.build import build_cluster, job_requests
-from scheduler.sim.claims import claim_node
+from scheduler.sim.claims import SimClaims, claim_node
 from scheduler.sim.cluster import make_links
 from scheduler.sim.events import run_events
 from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.workload import GIB, ClusterSpec, NodeGroup, Workload, load_workload
 from scheduler.sim.yamlread import WorkloadError
+from tests.builders.claims import claim, request
 
 ONE_NODE = ClusterSpec(
     (NodeGroup(name="n", count=1, gpus=8, model="H100", cpu_milli=64_000, memory=512 * GIB),)
@@ -185,3 +189,64 @@ def test_a_claim_gang_whose_members_cpu_does_not_fit_together_is_not_placed(
     assert not got.ok
     assert "no room" in got.reason
     assert not scheduler.placer.snapshot.node("n-0").pods
+
+
+Member = tuple[PodRequest, tuple[ResourceClaim, ...]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["pod", "gang", "cpu", "forget"]), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=16,
+    )
+)
+def test_kept_verdicts_decide_as_a_fresh_allocator_does(steps: list[tuple[str, int]]) -> None:
+    """One `SimClaims` for the run (its verdicts kept, the snapshot its nodes' change log) against
+    a fresh one at every step, while pods and gangs of claims, and pods of no GPUs, are bound and
+    taken away."""
+    spec = ClusterSpec(
+        (NodeGroup(name="n", count=3, gpus=8, model="H100", topology=RACKED.topology),)
+    )
+    scheduler = SimScheduler(build_cluster(spec), make_policy("gputopo", []), random.Random(1))
+    snapshot, kept = scheduler.placer.snapshot, SimClaims(scheduler.placer)
+    bound: list[str] = []
+    for i, (kind, count) in enumerate(steps):
+        if kind == "forget":
+            if bound:
+                snapshot.forget(bound.pop(count % len(bound)))
+            continue
+        if kind == "cpu":  # a pod of no GPUs: the node's state changes, not its GPUs
+            cpu_only = PodRequest(key=f"sim/cpu{i}", cpu_milli=count * 6_000)
+            snapshot.assume(cpu_only, Assignment(node=f"n-{i % 3}", gpus=()))
+            bound.append(cpu_only.key)
+            continue
+        members: list[Member] = [
+            (
+                PodRequest(key=f"sim/p{i}-{m}", cpu_milli=1000, gpus=count),
+                (claim("c", request("g", count)),),
+            )
+            for m in range(2 if kind == "gang" else 1)
+        ]
+        placed = check_placed_as_fresh(kept, SimClaims(scheduler.placer), members)
+        for pod, _claims in members:
+            if pod.key in placed:
+                snapshot.assume(pod, placed[pod.key])
+                bound.append(pod.key)
+
+
+def check_placed_as_fresh(
+    kept: SimClaims, fresh: SimClaims, members: list[Member]
+) -> dict[str, Assignment]:
+    """What `kept` places of `members` (two: as a gang, preferably in one rack), checked equal to
+    what `fresh` places."""
+    if len(members) > 1:
+        rack = TopologyConstraint(label=RACK, required=False)
+        got = kept.place_gang(members, topology=rack)
+        assert got == fresh.place_gang(members, topology=rack)
+        return dict(got.assignments) if got.ok else {}
+    pod, claims = members[0]
+    one = kept.choose(pod, claims)
+    assert one == fresh.choose(pod, claims)
+    return {} if one is None else {pod.key: one}

@@ -90,6 +90,7 @@ class VerdictMemo:
         self._version = self._learned_version()
         self._shares = ShareMemo(scoring)
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
+        self._memory_blind = scoring.memory_blind_on_gpu_nodes
         self._tables: dict[ClassKey, dict[int, Verdict]] = {}  # shared by classes (`_share_table`)
         self._allowed: tuple[AbstractSet[str], int, IntArray] | None = None
 
@@ -422,10 +423,12 @@ class VerdictMemo:
         containers; a GPU pod's through `ShareMemo`, which keys it by what the scores read (the
         node's memory is not among them: only a cpu-only pod's scores read it)."""
         node = self._nodes.node(slot)
-        if not pod.wants_gpu:
-            return self._scoring.total(pod, node, assignment)
         state, shape = self._nodes.state(slot), self._nodes.shape(slot)
-        return self._shares.whole_score(state, shape, pod, node, assignment)
+        if pod.wants_gpu:
+            return self._shares.whole_score(state, shape, pod, node, assignment)
+        if self._memory_blind and node.gpu_count:
+            return self._shares.cpu_pod_score(state, shape, pod, node, assignment)
+        return self._scoring.total(pod, node, assignment)
 
     def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
         """The verdict for slot `slot`'s node; a share pod's placement and score come through

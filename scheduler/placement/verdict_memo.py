@@ -298,17 +298,20 @@ class VerdictMemo:
     def _evaluate_few(self, pod: PodRequest, verdicts: Verdicts, dirty: list[int]) -> None:
         """Bring the verdicts of slots `dirty` up to date, slot by slot (plain Python: no numpy
         call gives the GIL away), with what each slot needs looked up once."""
-        may_fit, code_of, names = self._nodes.may_fit, self._code, self._nodes.names
-        table, put = verdicts.table, verdicts.put
-        for slot in dirty:
-            if not may_fit(pod, slot):
-                verdicts.reject(slot)
-                continue
-            code = code_of(verdicts, slot)
+        passed, failed = self._nodes.sift(pod, dirty)
+        for slot in failed:
+            verdicts.reject(slot)
+        if verdicts.labels:
+            codes = [self._code(verdicts, slot) for slot in passed]
+        else:
+            states = self._nodes.state_ids
+            codes = [states[slot] for slot in passed]
+        names, table, put = self._nodes.names, verdicts.table, verdicts.put
+        for slot, code in zip(passed, codes, strict=True):
             verdict = table.get(code)
             if verdict is None:
                 verdict = table[code] = self._made(pod, verdicts.stale, code, slot)
-            put(slot, code, verdict, cast("str", names[slot]))  # may_fit: a node is there
+            put(slot, code, verdict, cast("str", names[slot]))  # passed: a node is there
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -82,6 +83,21 @@ class IndexFollowsTheNodes(RuleBasedStateMachine):
             assert {s for s, r in enumerate(rows) if r == row} == rebuilt[state]
         assert [r < 0 for r in rows] == [s < 0 for s in states]
         assert len(self.slots.members.live()) <= self.slots.members.row_count
+        assert self.slots.state_ids == states
+
+    @invariant()
+    def sift_is_the_vectorised_pre_check(self) -> None:
+        """`sift` (slot by slot) splits the slots as `maybe_fits` (vectorised) judges them,
+        for pods asking and not asking each resource; an empty slot never passes."""
+        self.slots.sync()
+        every = list(range(self.slots.capacity))
+        for gpus, cpu in ((0, 0), (0, 30_000), (2, 1000), (8, 8000)):
+            pod = PodRequest(key="default/q", cpu_milli=cpu, memory=cpu * GIB // 1000, gpus=gpus)
+            passed, failed = self.slots.sift(pod, reversed(every))
+            maybe = self.slots.maybe_fits(pod, np.array(every, dtype=np.int64)).tolist()
+            assert sorted(passed) == [s for s in every if maybe[s] and self.slots.state(s) >= 0]
+            assert sorted(failed) == sorted(set(every) - set(passed))
+            assert passed == sorted(passed, reverse=True)  # in the order given
 
 
 IndexFollowsTheNodes.TestCase.settings = settings(

@@ -116,7 +116,8 @@ class NodeSlots:
         self._state_keys: list[StateKey | None] = []
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
         self.state_ids: list[int] = []  # the same as a list (read slot by slot)
-        self.members = StateMembers()  # the slots in each state (`rows`: a dense row per state)
+        self.members = StateMembers(self._names)  # the slots in each state, by name (`rows`:
+        # a dense row per state)
         # cpu, mem, pods, idle, share; of shared GPUs with a free replica: replicas, the most
         # memory and the most compute one has free
         self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
@@ -227,6 +228,8 @@ class NodeSlots:
         return slot
 
     def _release(self, name: str, slot: int) -> None:
+        self.members.move(slot, self.state_ids[slot], -1)  # (while the slot holds its name)
+        self.states[slot] = self.state_ids[slot] = -1
         del self._index[name]
         self._names[slot] = None
         self._nodes[slot] = None
@@ -235,8 +238,6 @@ class NodeSlots:
         self._shape[slot] = -1
         self._shape_keys[slot] = None
         self._state_keys[slot] = None
-        self.members.move(slot, self.state_ids[slot], -1)
-        self.states[slot] = self.state_ids[slot] = -1
         self._headroom[:, slot] = -1
         self._room[slot] = None
         self._free.append(slot)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+import bisect
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -84,17 +85,22 @@ class Interner(Generic[K]):
 
 class StateMembers:
     """The slots in each state a slot is in, and a dense row per such state (`rows`: per slot,
-    -1 where no node is), kept up to date by `move` in O(1) per change: a pod class evaluates
-    one verdict per live state and spreads it to the slots with one gather over `rows`, instead
-    of a pass over every slot. A row freed when its state's last slot leaves is reused. Each row
-    also names one slot in its state (`first_slots`), so a class reads a state's verdict there."""
+    -1 where no node is), kept up to date by `move` (a bisection per change): a pod class
+    evaluates one verdict per live state and spreads it to the slots with one gather over
+    `rows`, instead of a pass over every slot. A row freed when its state's last slot leaves is
+    reused. A row's slots are kept in node-name order (`names`: the node name per slot, read
+    when a slot moves, which it does before it leaves its name), so each row names its first
+    slot by name (`first_slots`: a class reads a state's verdict there), and the best slots of
+    many states come from the states' heads (`best_slots`), not from a pass over the slots."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str | None]) -> None:
         self.rows: IntArray = np.zeros(0, dtype=np.int64)
+        self._names = cast("Sequence[str]", names)  # read only at slots that hold a node
+        self._name = self._names.__getitem__
         self._row: dict[int, int] = {}  # state id -> row
-        self._members: list[set[int]] = []  # row -> the slots in its state
+        self._members: list[list[int]] = []  # row -> the slots in its state, by node name
         self._states: list[int] = []  # row -> state id (-1: row free)
-        self._first: list[int] = []  # row -> one slot in its state (-1: row free)
+        self._first: list[int] = []  # row -> its first slot by name (-1: row free)
         self._first_array: IntArray = np.full(1, -1, dtype=np.int64)  # the same, then -1s
         self._free: list[int] = []
 
@@ -122,27 +128,28 @@ class StateMembers:
         if row < 0:
             row = self._free.pop() if self._free else self._new_row()
             self._states[row], self._row[after] = after, row
+        members = self._members[row]
+        bisect.insort(members, slot, key=self._name)
+        if members[0] == slot:
             self._name_first(row, slot)
-        self._members[row].add(slot)
         self.rows[slot] = row
 
     def _leave(self, slot: int, row: int) -> None:
         members = self._members[row]
-        members.discard(slot)
+        at = bisect.bisect_left(members, self._name(slot), key=self._name)
+        del members[at]
         if not members:
             del self._row[self._states[row]]
             self._states[row] = -1
             self._name_first(row, -1)
             self._free.append(row)
-        elif self._first[row] == slot:
-            other = members.pop()  # an arbitrary member, in amortised O(1) (unlike iter)
-            members.add(other)
-            self._name_first(row, other)
+        elif at == 0:
+            self._name_first(row, members[0])
 
     def _new_row(self) -> int:
         row = len(self._states)
         self._states.append(-1)
-        self._members.append(set())
+        self._members.append([])
         self._first.append(-1)
         if len(self._first_array) < row + 2:
             grown = np.full(2 * (row + 2), -1, dtype=np.int64)
@@ -155,11 +162,37 @@ class StateMembers:
         self._first_array[row] = slot
 
     def first_slots(self) -> IntArray:
-        """Per row, one slot in its state (-1: a free row), then -1 (for `rows`' -1)."""
+        """Per row, its first slot by name (-1: a free row), then -1 (for `rows`' -1)."""
         return self._first_array[: len(self._states) + 1]
 
+    def best_slots(self, level: IntArray, count: int) -> list[int]:
+        """The `count` slots first by (their row's `level`, node name), in no order; `level`
+        per row as `first_slots` gives them (the last for no row). Whole rows level by level
+        while they fit, then the first names of the level's rows: O(rows + count × the rows
+        of that level), not O(slots). Fewer when the rows run out."""
+        levels = level.tolist()
+        order = np.argsort(level, kind="stable").tolist()
+        taken: list[int] = []
+        start, end = 0, len(order)
+        while start < end and len(taken) < count:
+            stop = start + 1
+            while stop < end and levels[order[stop]] == levels[order[start]]:
+                stop += 1
+            group = [self._members[r] for r in order[start:stop] if r < len(self._members)]
+            need = count - len(taken)
+            if sum(map(len, group)) <= need:
+                for members in group:
+                    taken.extend(members)
+            elif len(group) == 1:
+                taken.extend(group[0][:need])
+            else:  # each row's first `need` by name, the first `need` of those
+                heads = [slot for members in group for slot in members[:need]]
+                taken.extend(sorted(heads, key=self._name)[:need])
+            start = stop
+        return taken
+
     def live(self) -> list[tuple[int, int, int]]:
-        """(state id, row, one slot in it) for each state some slot is in."""
+        """(state id, row, its first slot by name) for each state some slot is in."""
         return [
             (state, row, first)
             for row, (state, first) in enumerate(zip(self._states, self._first, strict=True))

@@ -31,11 +31,13 @@ after a few changes touches only the changed nodes and stays in plain Python: nu
 (`unique`, sorts, even small reductions) can release the GIL, and in the scheduler another
 thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
 class unused for long) are evaluated one verdict per live state, found through the index of the
-slots in each state (`StateMembers`, kept by `NodeSlots` in O(1) per node change), and spread to
-the slots by one gather per array; the heap's best nodes then come, at the next decision among
-all nodes (one within a topology domain ranks the domain's slots alone), from a partial selection
-on (score level of the state, name rank), not a sort: the cost grows with the states, not the
-nodes.
+slots in each state (`StateMembers`, kept by `NodeSlots` in name order, a bisection per node
+change), and spread to the slots by one gather per array; the heap's best nodes then come, at
+the next decision among all nodes (one within a topology domain ranks the domain's slots alone),
+from the states ranked by score level, whole states while they fit and then the first names of
+the states of the last level (`StateMembers.best_slots`): the cost grows with the states, not
+the nodes (at 40,000 nodes a rebuild went from a selection over every slot to some 1,500
+states).
 Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster still keeps a
 typical mix's classes (about a hundred) instead of evicting one per decision.
 
@@ -368,14 +370,15 @@ class VerdictMemo:
         verdicts.defer_rebuild()
 
     def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
-        """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,
-        for a class that reads no labels (its slots in one state share a verdict); None when no
-        more are feasible. Each state's (tier, score) gets a level, so a slot's key (level, name
-        rank) is a distinct integer: one partial selection, which many equal scores (idle nodes
-        alike) do not slow as they slow a selection on the scores."""
+        """The best `verdicts.top` feasible slots by (used tier, score, name), in no order, for
+        a class that reads no labels (its slots in one state share a verdict); None when no
+        more are feasible. Each state's (tier, score) gets a level, and the states' slots, kept
+        in name order, are taken level by level (`StateMembers.best_slots`): the cost grows
+        with the states, not the slots."""
         if int(np.count_nonzero(verdicts.feasible)) <= verdicts.top:
             return None
-        first = self._nodes.members.first_slots()  # per row; the last: rows of no node
+        members = self._nodes.members
+        first = members.first_slots()  # per row; the last: rows of no node
         feasible, tier, score = (
             verdicts.feasible[first],
             verdicts.tier[first],
@@ -383,10 +386,7 @@ class VerdictMemo:
         )
         feasible[first < 0] = False
         level = _levels(feasible, tier if verdicts.tiered else None, score)
-        ranks = self._nodes.ranks()
-        key = level[self._nodes.members.rows] * (len(ranks) + 1) + ranks
-        best: IntArray = np.argpartition(key, verdicts.top - 1)[: verdicts.top]
-        return best
+        return np.array(members.best_slots(level, verdicts.top), dtype=np.int64)
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
@@ -453,8 +453,8 @@ class VerdictMemo:
 
 def _levels(feasible: BoolArray, tier: BoolArray | None, score: FloatArray) -> IntArray:
     """Per row, the rank of its (used tier when `tier` is given, score) among the rows, equal
-    ones alike, the best 0; rows not feasible after every feasible one: a slot's level times
-    (slots + 1) plus its name rank orders slots as `pick` does."""
+    ones alike, the best 0; rows not feasible after every feasible one: slots ordered by (their
+    row's level, node name) are in `pick`'s order."""
     group = np.where(feasible, 0, 2) if tier is None else np.where(feasible, ~tier, 2)
     order = np.lexsort((-score, group))
     ordered_group, ordered_score = group[order], score[order]

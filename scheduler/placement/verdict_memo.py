@@ -410,23 +410,26 @@ class VerdictMemo:
     ) -> Verdict:
         """The verdict for slot `slot`, from the one kept aside at the last refit (`stale`, under
         `code`) when there is one: a rejection as it was, a fit's assignment scored again (a
-        share pod's fit is placed again: `ShareMemo` keeps its placements); else `_verdict`."""
+        share pod's too: where its shares go reads no score, `ShareMemo.fit`); else
+        `_verdict`."""
         old = None if stale is None else stale.get(code)
         if old is None:
             return self._verdict(pod, slot)
         fits, used, _score, assignment, _reasons = old
         if not fits:
             return old
-        if assignment is None or pod.shares:
+        if assignment is None:
             return self._verdict(pod, slot)
         return (True, used, self._score(pod, slot, assignment), assignment, ())
 
     def _score(self, pod: PodRequest, slot: int, assignment: Assignment) -> float:
-        """`scoring.total` of `assignment` on slot `slot`'s node for a pod without share
-        containers; a GPU pod's through `ShareMemo`, which keys it by what the scores read (the
-        node's memory is not among them: only a cpu-only pod's scores read it)."""
+        """`scoring.total` of `assignment` on slot `slot`'s node; a GPU pod's through
+        `ShareMemo`, which keys it by what the scores read (the node's memory is not among
+        them: only a cpu-only pod's scores read it)."""
         node = self._nodes.node(slot)
         state, shape = self._nodes.state(slot), self._nodes.shape(slot)
+        if pod.shares:
+            return self._shares.scored(state, shape, pod, node, assignment)[1]
         if pod.wants_gpu:
             return self._shares.whole_score(state, shape, pod, node, assignment)
         if self._memory_blind and node.gpu_count:

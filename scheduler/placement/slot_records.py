@@ -102,6 +102,7 @@ class StateMembers:
         self._states: list[int] = []  # row -> state id (-1: row free)
         self._first: list[int] = []  # row -> its first slot by name (-1: row free)
         self._first_array: IntArray = np.full(1, -1, dtype=np.int64)  # the same, then -1s
+        self._sizes: IntArray = np.zeros(1, dtype=np.int64)  # row -> its slots, then 0s
         self._free: list[int] = []
 
     @property
@@ -130,6 +131,7 @@ class StateMembers:
             self._states[row], self._row[after] = after, row
         members = self._members[row]
         bisect.insort(members, slot, key=self._name)
+        self._sizes[row] += 1
         if members[0] == slot:
             self._name_first(row, slot)
         self.rows[slot] = row
@@ -138,6 +140,7 @@ class StateMembers:
         members = self._members[row]
         at = bisect.bisect_left(members, self._name(slot), key=self._name)
         del members[at]
+        self._sizes[row] -= 1
         if not members:
             del self._row[self._states[row]]
             self._states[row] = -1
@@ -155,6 +158,9 @@ class StateMembers:
             grown = np.full(2 * (row + 2), -1, dtype=np.int64)
             grown[: len(self._first_array)] = self._first_array
             self._first_array = grown
+            sizes = np.zeros(len(grown), dtype=np.int64)
+            sizes[: len(self._sizes)] = self._sizes
+            self._sizes = sizes
         return row
 
     def _name_first(self, row: int, slot: int) -> None:
@@ -167,29 +173,28 @@ class StateMembers:
 
     def best_slots(self, level: IntArray, count: int) -> list[int]:
         """The `count` slots first by (their row's `level`, node name), in no order; `level`
-        per row as `first_slots` gives them (the last for no row). Whole rows level by level
-        while they fit, then the first names of the level's rows: O(rows + count × the rows
-        of that level), not O(slots). Fewer when the rows run out."""
-        levels = level.tolist()
-        order = np.argsort(level, kind="stable").tolist()
-        taken: list[int] = []
-        start, end = 0, len(order)
-        while start < end and len(taken) < count:
-            stop = start + 1
-            while stop < end and levels[order[stop]] == levels[order[start]]:
-                stop += 1
-            group = [self._members[r] for r in order[start:stop] if r < len(self._members)]
-            need = count - len(taken)
-            if sum(map(len, group)) <= need:
-                for members in group:
-                    taken.extend(members)
-            elif len(group) == 1:
-                taken.extend(group[0][:need])
-            else:  # each row's first `need` by name, the first `need` of those
-                heads = [slot for members in group for slot in members[:need]]
-                taken.extend(sorted(heads, key=self._name)[:need])
-            start = stop
+        per row as `first_slots` gives them (the last for no row). The rows by level, their
+        sizes summed to find the level where `count` is reached: every row before it whole,
+        and the first names of that level's rows: O(rows + count × the rows of that level),
+        not O(slots). Fewer when the rows run out."""
+        order = np.argsort(level, kind="stable")
+        reached = np.cumsum(self._sizes[: len(level)][order])
+        if not len(order) or reached[-1] <= count:
+            return [slot for row in order.tolist() for slot in self._row_slots(row)]
+        cut = int(np.searchsorted(reached, count))  # the first row by level that reaches it
+        ranked = level[order]
+        start = int(np.searchsorted(ranked, ranked[cut], side="left"))
+        stop = int(np.searchsorted(ranked, ranked[cut], side="right"))
+        taken = [slot for row in order[:start].tolist() for slot in self._row_slots(row)]
+        need = count - len(taken)
+        group = [self._row_slots(row)[:need] for row in order[start:stop].tolist()]
+        heads = [slot for members in group for slot in members]
+        taken.extend(heads if len(group) == 1 else sorted(heads, key=self._name)[:need])
         return taken
+
+    def _row_slots(self, row: int) -> list[int]:
+        """Row `row`'s slots by name (none for the row of no node)."""
+        return self._members[row] if row < len(self._members) else []
 
     def live(self) -> list[tuple[int, int, int]]:
         """(state id, row, its first slot by name) for each state some slot is in."""

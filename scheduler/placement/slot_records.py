@@ -54,8 +54,8 @@ class Interner(Generic[K]):
 
     def __init__(self, idle: int) -> None:
         self._ids: dict[K, int] = {}
-        self._users: dict[K, int] = {}
-        self._idle: dict[K, None] = {}  # keys without users, oldest first
+        self._users: dict[int, int] = {}  # by id: a key (a tuple) is hashed once per `take`
+        self._idle: dict[int, K] = {}  # ids without users, oldest first, and their keys
         self._keep = idle
         self._next = 0
 
@@ -70,16 +70,17 @@ class Interner(Generic[K]):
             if found < 0:
                 found = self._ids[key] = self._next
                 self._next += 1
-            self._users[key] = self._users.get(key, 0) + 1
-            self._idle.pop(key, None)
+            self._users[found] = self._users.get(found, 0) + 1
+            self._idle.pop(found, None)
         if previous is not None:
-            self._users[previous] -= 1
-            if not self._users[previous]:
-                del self._users[previous]
-                self._idle[previous] = None
+            left = self._ids[previous]
+            self._users[left] -= 1
+            if not self._users[left]:
+                del self._users[left]
+                self._idle[left] = previous
                 if len(self._idle) > self._keep:
                     oldest = next(iter(self._idle))
-                    del self._idle[oldest], self._ids[oldest]
+                    del self._ids[self._idle.pop(oldest)]
         return found
 
 

@@ -414,3 +414,46 @@ def fits_on_loaded_nodes(
             if found is not None:  # a bind makes a new state: ids are never reused
                 shape = 0 if node.share_resource is None else 1
                 yield pod, node, found, (k + 1) * 8 + int(node.name[1:]), shape
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0], ids=["memory-blind scoring", "spread weighted"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_cpu_pods_that_differ_only_in_memory_decide_as_pick(spread: float, seed: int):
+    """Classes of pods without GPUs that differ only in memory share their verdicts on nodes
+    with GPUs when the scoring reads no memory there (`VerdictMemo._sibling_key`): on GPU
+    nodes whose memory fits some of them and not others, and on cpu-only nodes (whose scores
+    read memory), through binds, unbinds and refits, each decides as `pick`, with `pick`'s
+    reasons when nothing fits; the same with `spread` weighted (no sharing)."""
+    rng = random.Random(seed)
+    specs = [
+        NodeSpec(name=f"n{i}", shares=rng.choice((0, 4)), memory=rng.choice((24, 48, 96)) * GIB)
+        for i in range(rng.randint(2, 5))
+    ]
+    cpu_nodes = [NodeSpec(name=f"cpu{i}", gpus=0, memory=(32 + 32 * i) * GIB) for i in range(2)]
+    cluster = Cluster.from_specs([*specs, *cpu_nodes])
+    weights = {**DEFAULT_WEIGHTS, "spread": spread}
+    scoring = Scoring.from_weights(weights, prefer_used_nodes=False, candidate_limit=0)
+    assert scoring.memory_blind_on_gpu_nodes == (spread == 0.0)
+    placer = Placer(cluster.snapshot, scoring)
+    bound: list[str] = []
+    nothing_fits = 0
+    for k in range(60):
+        cpu = rng.choice((1000, 8000, 60_000))
+        pod = PodRequest(key=f"default/p{k}", cpu_milli=cpu, memory=rng.choice((8, 40, 80)) * GIB)
+        if rng.random() < 0.3:
+            pod = any_pod(rng, f"default/p{k}")
+        expected = pick(pod, cluster.snapshot, scoring, explain=True)
+        got = placer.decide(pod, explain=True)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if got.assignment is None:
+            nothing_fits += 1
+            assert got.reasons == expected.reasons
+        else:
+            cluster.bind(pod, got.assignment)
+            bound.append(pod.key)
+        if k % 3 == 2 and bound:
+            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    assert learner.version >= 1
+    assert nothing_fits

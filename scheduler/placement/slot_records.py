@@ -99,7 +99,11 @@ class StateMembers:
         self._names = cast("Sequence[str]", names)  # read only at slots that hold a node
         self._name = self._names.__getitem__
         self._row: dict[int, int] = {}  # state id -> row
-        self._members: list[list[int]] = []  # row -> the slots in its state, by node name
+        self._members: list[list[int]] = []  # row -> the slots in its state, by node name,
+        # after `_heads[row]` entries of slots that left from the front (dropped in one go
+        # once they are half: nodes mostly leave a state in name order, the idle one above all,
+        # and a list's front is not taken out one by one, which moves all the rest each time)
+        self._heads: list[int] = []
         self._states: list[int] = []  # row -> state id (-1: row free)
         self._first: list[int] = []  # row -> its first slot by name (-1: row free)
         self._first_array: IntArray = np.full(1, -1, dtype=np.int64)  # the same, then -1s
@@ -130,30 +134,46 @@ class StateMembers:
         if row < 0:
             row = self._free.pop() if self._free else self._new_row()
             self._states[row], self._row[after] = after, row
-        members = self._members[row]
-        bisect.insort(members, slot, key=self._name)
+        members, head = self._members[row], self._heads[row]
+        at = bisect.bisect_left(members, self._name(slot), lo=head, key=self._name)
+        if at == head and head:
+            self._heads[row] = at = head - 1
+            members[at] = slot
+        else:
+            members.insert(at, slot)
         self._sizes[row] += 1
-        if members[0] == slot:
+        if at == self._heads[row]:
             self._name_first(row, slot)
         self.rows[slot] = row
 
     def _leave(self, slot: int, row: int) -> None:
-        members = self._members[row]
-        at = bisect.bisect_left(members, self._name(slot), key=self._name)
-        del members[at]
+        members, head = self._members[row], self._heads[row]
+        at = bisect.bisect_left(members, self._name(slot), lo=head, key=self._name)
+        first = at == head
+        if first:
+            head += 1
+            if 2 * head > len(members):
+                del members[:head]
+                head = 0
+            self._heads[row] = head
+        else:
+            del members[at]
         self._sizes[row] -= 1
-        if not members:
+        if head == len(members):
+            members.clear()
+            self._heads[row] = 0
             del self._row[self._states[row]]
             self._states[row] = -1
             self._name_first(row, -1)
             self._free.append(row)
-        elif at == 0:
-            self._name_first(row, members[0])
+        elif first:
+            self._name_first(row, members[head])
 
     def _new_row(self) -> int:
         row = len(self._states)
         self._states.append(-1)
         self._members.append([])
+        self._heads.append(0)
         self._first.append(-1)
         if len(self._first_array) < row + 2:
             grown = np.full(2 * (row + 2), -1, dtype=np.int64)
@@ -188,14 +208,17 @@ class StateMembers:
         stop = int(np.searchsorted(ranked, ranked[cut], side="right"))
         taken = [slot for row in order[:start].tolist() for slot in self._row_slots(row)]
         need = count - len(taken)
-        group = [self._row_slots(row)[:need] for row in order[start:stop].tolist()]
+        group = [self._row_slots(row, need) for row in order[start:stop].tolist()]
         heads = [slot for members in group for slot in members]
         taken.extend(heads if len(group) == 1 else sorted(heads, key=self._name)[:need])
         return taken
 
-    def _row_slots(self, row: int) -> list[int]:
-        """Row `row`'s slots by name (none for the row of no node)."""
-        return self._members[row] if row < len(self._members) else []
+    def _row_slots(self, row: int, limit: int | None = None) -> list[int]:
+        """Row `row`'s slots by name, the first `limit` of them (none for the row of no node)."""
+        if row >= len(self._members):
+            return []
+        head = self._heads[row]
+        return self._members[row][head : None if limit is None else head + limit]
 
     def live(self) -> list[tuple[int, int, int]]:
         """(state id, row, its first slot by name) for each state some slot is in."""

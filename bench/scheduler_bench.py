@@ -143,7 +143,7 @@ class Clock:
             "p50 ms": percentile(self.wall, 0.50) * 1000,
             "p99 ms": percentile(self.wall, 0.99) * 1000,
             "p99 cpu ms": percentile(self.cpu, 0.99) * 1000,
-            "max ms": max(self.wall) * 1000,
+            "max ms": max(self.wall, default=0.0) * 1000,  # (none: `--gangs 0`)
             "placed": placed,
         }
 

@@ -27,6 +27,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from agent.model import MILLI_PER_GPU
 
@@ -49,6 +50,7 @@ __all__ = [
 
 DEFAULT_COVERAGE = 0.95
 _MEMO_LIMIT = 500_000
+_Load = tuple[int, tuple[int, ...], tuple[int, ...]]  # cpu free, GPUs free, the same sorted
 
 # The published simulator keeps seven buckets (Q1 lack both, Q2 lack GPU, Q3 satisfied, Q4 lack
 # CPU, XL/XR CPU-only pod, no access) and sums all but Q3; summing per bucket keeps its float order.
@@ -184,13 +186,17 @@ class Fragmentation:
     def _of(self, model: str, cpu_free: int, gpu_free: Sequence[int]) -> float:
         """`of(NodeView(model, cpu_free, gpu_free))`, without making the view (`placements`
         asks this of each option)."""
-        key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
+        return self._of_sorted(model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
+
+    def _of_sorted(self, model: str, cpu_free: int, ordered: tuple[int, ...]) -> float:
+        """`_of` of GPUs already sorted, most free first (the memo's key)."""
+        key = (model, cpu_free, ordered)
         found = self._memo.get(key)
         if found is not None:
             return found
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
-        value = self._compute(NodeView(*key))  # GPUs sorted, most free first
+        value = self._compute(NodeView(model, cpu_free, ordered))
         self._memo[key] = value
         return value
 
@@ -247,23 +253,43 @@ class Fragmentation:
         view) when the placement already chose it; CPU-only pods use no GPU. Empty when the pod
         does not fit (CPU, GPU model or GPU capacity; memory is not modelled here).
         """
-        if view.cpu_free < pod.cpu_milli or (pod.gpus and not pod.allows(view.model)):
+        free = tuple(view.gpu_free)
+        load = (view.cpu_free, free, tuple(sorted(free, reverse=True)))
+        return self._placements(view.model, load, pod, only)
+
+    def node_placements(
+        self, node: NodeState, pod: PodShape, only: int | None = None
+    ) -> list[tuple[float, tuple[int, ...]]]:
+        """`placements(node_view(node), pod, only)`, from the load the node keeps derived."""
+        load = cast("_Load", node.derive("fragmentation load", _load_of))
+        return self._placements(node.labels.get(GPU_PRODUCT_LABEL, ""), load, pod, only)
+
+    def _placements(
+        self, model: str, load: _Load, pod: PodShape, only: int | None
+    ) -> list[tuple[float, tuple[int, ...]]]:
+        """`placements` on a node of GPU model `model` with load `load`."""
+        cpu_free, free, ordered = load
+        if cpu_free < pod.cpu_milli or (pod.gpus and not pod.allows(model)):
             return []
-        before = self.of(view)
-        cpu_after = view.cpu_free - pod.cpu_milli
+        before = self._of_sorted(model, cpu_free, ordered)
+        cpu_after = cpu_free - pod.cpu_milli
         if not pod.gpus:
-            return [(before - self._of(view.model, cpu_after, view.gpu_free), ())]
+            return [(before - self._of_sorted(model, cpu_after, ordered), ())]
         if pod.is_share and only is not None:
-            taken = list(view.gpu_free)
+            taken = list(free)
             taken[only] = max(0, taken[only] - pod.gpu_milli)
-            return [(before - self._of(view.model, cpu_after, taken), (only,))]
+            return [(before - self._of(model, cpu_after, taken), (only,))]
         if pod.is_share:
-            return self._share_options(view, pod, before, cpu_after)
-        chosen = tuple(i for i, f in enumerate(view.gpu_free) if f >= MILLI_PER_GPU)[: pod.gpus]
+            return self._share_options(NodeView(model, cpu_free, free), pod, before, cpu_after)
+        chosen = [i for i, f in enumerate(free) if f >= MILLI_PER_GPU][: pod.gpus]
         if len(chosen) < pod.gpus:
             return []
-        after = tuple(0 if i in chosen else f for i, f in enumerate(view.gpu_free))
-        return [(before - self._of(view.model, cpu_after, after), chosen)]
+        if ordered[0] == MILLI_PER_GPU:  # the GPUs taken lead `ordered` and end it as zeros
+            after = ordered[pod.gpus :] + (0,) * pod.gpus
+        else:
+            left = (0 if i in chosen else f for i, f in enumerate(free))
+            after = tuple(sorted(left, reverse=True))
+        return [(before - self._of_sorted(model, cpu_after, after), tuple(chosen))]
 
     def _share_options(
         self, view: NodeView, pod: PodShape, before: float, cpu_after: int
@@ -286,11 +312,18 @@ class Fragmentation:
 
 def node_view(node: NodeState) -> NodeView:
     """A placement node as fragmentation sees it (MIG-enabled GPUs left out)."""
+    cpu_free, free, _ordered = cast("_Load", node.derive("fragmentation load", _load_of))
+    return NodeView(node.labels.get(GPU_PRODUCT_LABEL, ""), cpu_free, free)
+
+
+def _load_of(node: NodeState) -> _Load:
+    """What fragmentation reads of a node's load: its free cpu, free milli-GPU per GPU (MIG-enabled
+    GPUs left out) and the same sorted, most free first (the memo's key)."""
     if True in node.gpu_mig:
         free = tuple(f for g, f in enumerate(node.gpu_free) if not node.gpu_mig[g])
     else:
         free = tuple(node.gpu_free)
-    return NodeView(node.labels.get(GPU_PRODUCT_LABEL, ""), node.free(CPU), free)
+    return node.free(CPU), free, tuple(sorted(free, reverse=True))
 
 
 def chosen_gpu(pod: PodRequest, node: NodeState, assignment: Assignment) -> int | None:
@@ -324,7 +357,7 @@ class FgdScore:
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         only = chosen_gpu(pod, node, assignment)
         shape = pod_shape(pod, assignment)
-        options = self.fragmentation.placements(node_view(node), shape, only)
+        options = self.fragmentation.node_placements(node, shape, only)
         return float(max(paper_score(d) for d, _gpus in options)) if options else 0.0
 
     def share_gpu(self, pod: PodRequest, node: NodeState) -> int | None:

@@ -17,7 +17,6 @@ from .fgd import (
     TypicalPod,
     chosen_gpu,
     distribution_distance,
-    node_view,
     paper_score,
     pod_shape,
     typical_pods,
@@ -168,6 +167,8 @@ class FragmentationScore:
         self._last_key: str | None = None
         self._pending = False
         self._next_refit = self.first_refit
+        self._shaped: PodRequest | None = None  # the last pod `_shape` saw, and its shape
+        self._shaped_as = PodShape(0)
 
     def watch(self, idle_gpu_nodes: int, gpu_nodes: int) -> None:
         """How many nodes with GPUs have none in use, of how many (before each pod): sets
@@ -213,16 +214,28 @@ class FragmentationScore:
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:
         self.observe(pod)
         only = chosen_gpu(pod, node, assignment)
-        options = self.fragmentation.placements(node_view(node), pod_shape(pod, assignment), only)
+        options = self.fragmentation.node_placements(node, self._shape(pod, assignment), only)
         if not options:
             return 0.0
-        score = float(max(paper_score(d) for d, _gpus in options))
+        if len(options) == 1:
+            score = float(paper_score(options[0][0]))
+        else:
+            score = float(max(paper_score(d) for d, _gpus in options))
         if pod.wants_gpu and pod.gpus < self.big_gpus:
             if not self._hosts_every_big_pod(node):
                 score += self.keep_whole_bonus
             if self.idle_scarce and node.gpu_count and not node.gpu_used():
                 score -= self.scarce_idle_penalty
         return score
+
+    def _shape(self, pod: PodRequest, assignment: Assignment) -> PodShape:
+        """`pod_shape(pod, assignment)`; the last pod's kept when the assignment does not
+        change it (it places no share for a pod without a `gpu_milli` of its own)."""
+        if assignment.shares and not pod.gpu_milli:
+            return pod_shape(pod, assignment)
+        if pod is not self._shaped:
+            self._shaped, self._shaped_as = pod, pod_shape(pod)
+        return self._shaped_as
 
     def _hosts_every_big_pod(self, node: NodeState) -> bool:
         return node.gpu_count >= self.big_gpus and node.allocatable.get(CPU, 0) >= self.big_cpu

@@ -53,6 +53,7 @@ _IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may com
 _IDLE_SHAPES = 64
 _Room = tuple[int, int, int, int, int, int, int, int]
 _FEW_SLOTS = 32  # changed slots up to which headroom is written column by column
+_ANY = -(1 << 62)  # the need of a resource a pod does not ask (`sift`)
 
 
 def static_shape(node: NodeState) -> tuple[object, ...]:
@@ -114,7 +115,9 @@ class NodeSlots:
         self._states: Interner[StateKey] = Interner(_IDLE_STATES)
         self._state_keys: list[StateKey | None] = []
         self.states: IntArray = np.zeros(0, dtype=np.int64)  # state id per slot, -1: no node
-        self.members = StateMembers()  # the slots in each state (`rows`: a dense row per state)
+        self.state_ids: list[int] = []  # the same as a list (read slot by slot)
+        self.members = StateMembers(self._names)  # the slots in each state, by name (`rows`:
+        # a dense row per state)
         # cpu, mem, pods, idle, share; of shared GPUs with a free replica: replicas, the most
         # memory and the most compute one has free
         self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
@@ -172,8 +175,8 @@ class NodeSlots:
             self._gives[slot] = _gives_whole(node)  # static: the node object's for life
         key = (self._shape[slot], node.labels.get(GPU_PRODUCT_LABEL), load)
         state = self._states.take(key, self._state_keys[slot])
-        self.members.move(slot, int(self.states[slot]), state)
-        self.states[slot] = state
+        self.members.move(slot, self.state_ids[slot], state)
+        self.states[slot] = self.state_ids[slot] = state
         self._state_keys[slot] = key
         self._room[slot] = room
         updated.append(slot)
@@ -210,6 +213,7 @@ class NodeSlots:
         self._whole.extend([False] * extra)
         self._gives.extend([False] * extra)
         self.states = np.concatenate((self.states, np.full(extra, -1, dtype=np.int64)))
+        self.state_ids.extend([-1] * extra)
         self.members.grow(grown)
         absent = np.full((8, extra), -1, dtype=np.int64)
         self._headroom = np.concatenate((self._headroom, absent), axis=1)
@@ -224,6 +228,8 @@ class NodeSlots:
         return slot
 
     def _release(self, name: str, slot: int) -> None:
+        self.members.move(slot, self.state_ids[slot], -1)  # (while the slot holds its name)
+        self.states[slot] = self.state_ids[slot] = -1
         del self._index[name]
         self._names[slot] = None
         self._nodes[slot] = None
@@ -232,8 +238,6 @@ class NodeSlots:
         self._shape[slot] = -1
         self._shape_keys[slot] = None
         self._state_keys[slot] = None
-        self.members.move(slot, int(self.states[slot]), -1)
-        self.states[slot] = -1
         self._headroom[:, slot] = -1
         self._room[slot] = None
         self._free.append(slot)
@@ -274,7 +278,7 @@ class NodeSlots:
 
     def state(self, slot: int) -> int:
         """The slot's state id (-1: no node)."""
-        return int(self.states[slot])
+        return self.state_ids[slot]
 
     def shape(self, slot: int) -> int:
         """The id of the slot's static shape (`static_shape`; -1: no node)."""
@@ -324,21 +328,39 @@ class NodeSlots:
             ok &= share >= pod.gpu_milli
         return ok
 
-    def may_fit(self, pod: PodRequest, slot: int) -> bool:
-        """`maybe_fits` for one slot, without numpy (whose calls may hand the GIL away)."""
-        room = self._room[slot]
-        if room is None:
-            return False
-        cpu, memory, pods, idle, share, replicas, gpu_memory, compute = room
-        need = pod.share_need
-        return (
-            pods >= 1
-            and (replicas >= need[0] and gpu_memory >= need[1] and compute >= need[2])
-            and (not pod.cpu_milli or cpu >= pod.cpu_milli)
-            and (not pod.memory or memory >= pod.memory)
-            and (not pod.gpus or idle >= pod.gpus)
-            and (not pod.gpu_milli or share >= pod.gpu_milli)
+    def sift(self, pod: PodRequest, slots: Iterable[int]) -> tuple[list[int], list[int]]:
+        """`slots` split into those with the headroom `maybe_fits` wants and the rest, each in
+        order: plain Python (numpy calls may hand the GIL away), the pod's needs read once."""
+        share = pod.share_need
+        needs = (  # a need the pod does not ask is one no headroom fails (none goes that low)
+            pod.cpu_milli or _ANY,
+            pod.memory or _ANY,
+            1,
+            pod.gpus or _ANY,
+            pod.gpu_milli or _ANY,
+            *share,
         )
+        cpu, memory, pods, idle, milli, replicas, gpu_memory, compute = needs
+        rooms = self._room
+        passed: list[int] = []
+        failed: list[int] = []
+        for slot in slots:
+            room = rooms[slot]
+            if (
+                room is not None
+                and room[3] >= idle
+                and room[0] >= cpu
+                and room[1] >= memory
+                and room[2] >= pods
+                and room[4] >= milli
+                and room[5] >= replicas
+                and room[6] >= gpu_memory
+                and room[7] >= compute
+            ):
+                passed.append(slot)
+            else:
+                failed.append(slot)
+        return passed, failed
 
     def first_by_name(self, slots: IntArray) -> int:
         """The slot among `slots` whose node name sorts first."""

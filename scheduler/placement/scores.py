@@ -214,6 +214,14 @@ class Scoring:
         made = set(SCORE_FACTORIES.values())
         return all(s.fn in plain or type(s.fn) in made for s in self.scores)
 
+    @property
+    def memory_blind_on_gpu_nodes(self) -> bool:
+        """Every function here is shipped (`shipped`) and none with a weight reads memory when
+        it scores a pod without GPUs on a node with GPUs (`spread` does; the others read cpu
+        and GPUs there, or score 0): such a pod's score on such a node reads
+        `score_reads(pod, memory=False)` of the pod and `gpu_pod_node_reads` of the node."""
+        return self.shipped and not any(s.fn is spread_score for s in self.scores if s.weight)
+
     def learners(self) -> tuple[Learner, ...]:
         """The score functions that learn from the pods they see."""
         found: list[Learner] = []
@@ -231,16 +239,18 @@ class Scoring:
             fn.observe(pod)
 
 
-def score_reads(pod: PodRequest) -> tuple[object, ...]:
+def score_reads(pod: PodRequest, *, memory: bool = True) -> tuple[object, ...]:
     """What the shipped score functions read of a request besides its assignment (a learning
     score also learns from its key, before it scores): two requests with equal keys get equal
-    scores with one assignment on one node. Memory only for a pod without GPUs (LeastAllocated);
-    a share pod's containers only by their count (where they go is the assignment's)."""
+    scores with one assignment on one node. Memory only for a pod without GPUs (LeastAllocated),
+    and not even then with `memory` False (on a node with GPUs, when the scoring is
+    `memory_blind_on_gpu_nodes`); a share pod's containers only by their count (where they go
+    is the assignment's)."""
     wants = pod.wants_gpu
     return (
         wants,
         pod.cpu_milli,
-        0 if wants else pod.memory,
+        0 if wants or not memory else pod.memory,
         pod.gpus,
         pod.gpu_milli,
         tuple(sorted(pod.gpu_models)),

@@ -27,6 +27,10 @@ never reused for another state, `NodeSlots`):
   keep their scores here the same way (`whole_score`): a bind mostly makes a state no node was
   in, and the classes that look at it next find the score when another state had as much cpu
   and milli-GPU free (29 % of the scores at 5,000 nodes in `bench/scheduler_bench.py`).
+  Pods without GPUs keep theirs on nodes with GPUs when no score reads memory there
+  (`cpu_pod_score`, `Scoring.memory_blind_on_gpu_nodes`): keyed without the pod's memory, so
+  the classes that differ only in it score each new state once, not once each (at 5,000
+  nodes they made over half of all scorings).
 
 An assignment from `fit` carries the number of its score key's placement part, so a score is
 keyed by numbers, not by nested tuples built per verdict: fewer objects kept means fewer garbage
@@ -75,7 +79,7 @@ class ShareMemo:
         self._place_keys: dict[int, int] = {}  # state id -> number of what placement reads
         self._ids: dict[object, int] = {}
         self._pod: PodRequest | None = None  # the last pod keyed, held so its id stays its own
-        self._pod_keys = (-1, -1)
+        self._pod_keys = (-1, -1, -1)
         self._next = 0
 
     def forget_scores(self) -> None:
@@ -128,7 +132,7 @@ class ShareMemo:
         shares = self._keys(pod)[0]  # first: it may start every table afresh
         kept = self._fits.get(self._place_key(state, shape, node) << _BITS | shares)
         where = kept[1] if kept is not None and kept[0] is found else self._where(found)
-        return found, self._score(state, shape, pod, node, found, where)
+        return found, self._score(state, shape, pod, node, found, where, self._pod_keys[1])
 
     def whole_score(
         self, state: int, shape: int, pod: PodRequest, node: NodeState, found: Assignment
@@ -136,8 +140,18 @@ class ShareMemo:
         """`scoring.total(pod, node, found)` for a pod asking a GPU without share containers
         (whole GPUs, a `gpu_milli` share, MIG devices) on `node`, in state `state` of static
         shape `shape`: kept, like a share pod's, under what the scores read."""
-        self._keys(pod)  # first: it may start every table afresh
-        return self._score(state, shape, pod, node, found, self._where(found))
+        reads = self._keys(pod)[1]  # first: it may start every table afresh
+        return self._score(state, shape, pod, node, found, self._where(found), reads)
+
+    def cpu_pod_score(
+        self, state: int, shape: int, pod: PodRequest, node: NodeState, found: Assignment
+    ) -> float:
+        """`scoring.total(pod, node, found)` for a pod without GPUs on `node`, which has GPUs
+        (in state `state` of static shape `shape`), when the scoring is
+        `memory_blind_on_gpu_nodes`: kept under what the scores read there, so the pods that
+        differ only in the memory they ask share it."""
+        reads = self._keys(pod)[2]  # first: it may start every table afresh
+        return self._score(state, shape, pod, node, found, self._where(found), reads)
 
     def _score(
         self,
@@ -147,11 +161,11 @@ class ShareMemo:
         node: NodeState,
         found: Assignment,
         where: int,
+        reads: int,
     ) -> float:
-        """The weighted score of `found` (numbered `where`), kept under what the scores read."""
-        score_key = (
-            self._node_key(state, shape, node) << _BITS | self._pod_keys[1]
-        ) << _BITS | where
+        """The weighted score of `found` (numbered `where`) for a pod of whom the scores read
+        what is numbered `reads`, kept under what the scores read."""
+        score_key = (self._node_key(state, shape, node) << _BITS | reads) << _BITS | where
         score = self._scores.get(score_key)
         if score is None:
             if len(self._scores) >= _LIMIT:
@@ -189,16 +203,19 @@ class ShareMemo:
         placed = tuple((s.gpu, s.milli, s.slots) for s in found.shares)
         return self._number((placed, found.gpus, found.mig, found.numa))
 
-    def _keys(self, pod: PodRequest) -> tuple[int, int]:
-        """The numbers of `pod`'s share containers and of what scores read of it."""
+    def _keys(self, pod: PodRequest) -> tuple[int, int, int]:
+        """The numbers of `pod`'s share containers, of what scores read of it, and of that
+        without its memory (`cpu_pod_score`)."""
         if pod is not self._pod:
             if self._next >= _RENUMBER:
                 self._restart()
             self._pod = pod
-            self._pod_keys = (
-                self._number(("placed", pod.shares, pod.share_reuse)),
-                self._number(score_reads(pod) if self._shipped else pod_class(pod, shares=False)),
-            )
+            if self._shipped:
+                reads = self._number(score_reads(pod))
+                blind = reads if pod.wants_gpu else self._number(score_reads(pod, memory=False))
+            else:
+                blind = reads = self._number(pod_class(pod, shares=False))
+            self._pod_keys = (self._number(("placed", pod.shares, pod.share_reuse)), reads, blind)
         return self._pod_keys
 
     def _restart(self) -> None:

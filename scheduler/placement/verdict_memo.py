@@ -12,8 +12,11 @@ at those of nodes that can give whole GPUs (`NodeSlots.log_for`). The choice amo
 verdicts follows `pick`'s ranking exactly: (used-node tier, weighted score, lowest name).
 Classes of GPU pods that differ only in the memory they ask share one table of verdicts
 (`_share_table`): each class's pre-check checks its own memory, exactly as the filter does,
-and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`). A GPU
-pod's scores are kept by what the scores read (`ShareMemo`), across classes and states.
+and nothing else reads the memory of a GPU pod that is not Guaranteed (`score_reads`). Classes
+of pods without GPUs that differ only in memory share their verdicts on nodes with GPUs the
+same way when no score reads memory there (`_sibling_key`; at 5,000 nodes such verdicts went
+from some 14,000 to 6,400 in 10,000 decisions). A GPU pod's scores are kept by what the scores
+read (`ShareMemo`), across classes and states.
 
 Exactness needs `scoring.candidate_limit == 0` (every feasible node ranked); a non-zero limit
 makes `pick` depend on the snapshot's candidate order, so the `Placer` uses `pick` itself then.
@@ -31,11 +34,13 @@ after a few changes touches only the changed nodes and stays in plain Python: nu
 (`unique`, sorts, even small reductions) can release the GIL, and in the scheduler another
 thread then keeps it for up to a switch interval. Many changes at once (a new class, a refit, a
 class unused for long) are evaluated one verdict per live state, found through the index of the
-slots in each state (`StateMembers`, kept by `NodeSlots` in O(1) per node change), and spread to
-the slots by one gather per array; the heap's best nodes then come, at the next decision among
-all nodes (one within a topology domain ranks the domain's slots alone), from a partial selection
-on (score level of the state, name rank), not a sort: the cost grows with the states, not the
-nodes.
+slots in each state (`StateMembers`, kept by `NodeSlots` in name order, a bisection per node
+change), and spread to the slots by one gather per array; the heap's best nodes then come, at
+the next decision among all nodes (one within a topology domain ranks the domain's slots alone),
+from the states ranked by score level, whole states while they fit and then the first names of
+the states of the last level (`StateMembers.best_slots`): the cost grows with the states, not
+the nodes (at 40,000 nodes a rebuild went from a selection over every slot to some 1,500
+states).
 Classes kept are bounded by cells (classes × slots), so a 40,000-node cluster still keeps a
 typical mix's classes (about a hundred) instead of evicting one per decision.
 
@@ -72,6 +77,8 @@ __all__ = ["VerdictMemo"]
 _CLASS_CELLS = 1 << 23  # classes kept × node slots; the least recently used class goes first
 _FEW = 32  # changed slots up to which a class is updated slot by slot (else vectorised)
 _TABLES = 1024  # verdict tables shared between classes, kept before they start afresh
+_SIBLINGS = 1 << 18  # verdicts shared by classes that differ only in memory, before afresh
+_SIBLING_BITS = 32  # a sibling key: state id << this | the class's number
 
 
 class VerdictMemo:
@@ -90,6 +97,11 @@ class VerdictMemo:
         self._version = self._learned_version()
         self._shares = ShareMemo(scoring)
         self._shipped = scoring.shipped  # what its scores read of a pod is `score_reads`
+        self._memory_blind = scoring.memory_blind_on_gpu_nodes
+        self._siblings: dict[int, Verdict] = {}  # (state, class without memory) -> verdict
+        self._sibling_numbers: dict[ClassKey, int] = {}
+        self._sibling_pod: PodRequest | None = None  # the last pod keyed, and its number
+        self._sibling_number = 0
         self._tables: dict[ClassKey, dict[int, Verdict]] = {}  # shared by classes (`_share_table`)
         self._allowed: tuple[AbstractSet[str], int, IntArray] | None = None
 
@@ -228,6 +240,7 @@ class VerdictMemo:
             self._version = version
             self._rescore_classes()
             self._shares.forget_scores()
+            self._siblings.clear()
 
     def _rescore_classes(self) -> None:
         """What the learners know changed, so every score is stale: each class is evaluated in
@@ -297,17 +310,20 @@ class VerdictMemo:
     def _evaluate_few(self, pod: PodRequest, verdicts: Verdicts, dirty: list[int]) -> None:
         """Bring the verdicts of slots `dirty` up to date, slot by slot (plain Python: no numpy
         call gives the GIL away), with what each slot needs looked up once."""
-        may_fit, code_of, names = self._nodes.may_fit, self._code, self._nodes.names
-        table, put = verdicts.table, verdicts.put
-        for slot in dirty:
-            if not may_fit(pod, slot):
-                verdicts.reject(slot)
-                continue
-            code = code_of(verdicts, slot)
+        passed, failed = self._nodes.sift(pod, dirty)
+        for slot in failed:
+            verdicts.reject(slot)
+        if verdicts.labels:
+            codes = [self._code(verdicts, slot) for slot in passed]
+        else:
+            states = self._nodes.state_ids
+            codes = [states[slot] for slot in passed]
+        names, table, put = self._nodes.names, verdicts.table, verdicts.put
+        for slot, code in zip(passed, codes, strict=True):
             verdict = table.get(code)
             if verdict is None:
-                verdict = table[code] = self._made(pod, verdicts.stale, code, slot)
-            put(slot, code, verdict, cast("str", names[slot]))  # may_fit: a node is there
+                verdict = table[code] = self._made(pod, verdicts, code, slot)
+            put(slot, code, verdict, cast("str", names[slot]))  # passed: a node is there
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the
@@ -354,7 +370,7 @@ class VerdictMemo:
         for state, row, slot in zip(states, rows.tolist(), slots.tolist(), strict=True):
             verdict = table.get(state)
             if verdict is None:
-                verdict = table[state] = self._made(pod, verdicts.stale, state, slot)
+                verdict = table[state] = self._made(pod, verdicts, state, slot)
             feasible[row], tier[row], score[row], code[row] = (*verdict[:3], state)
         at = members.rows
         verdicts.feasible[:] = feasible[at]
@@ -364,14 +380,15 @@ class VerdictMemo:
         verdicts.defer_rebuild()
 
     def _top_slots(self, verdicts: Verdicts) -> IntArray | None:
-        """The best `verdicts.top` feasible slots by (used tier, score, name rank), in no order,
-        for a class that reads no labels (its slots in one state share a verdict); None when no
-        more are feasible. Each state's (tier, score) gets a level, so a slot's key (level, name
-        rank) is a distinct integer: one partial selection, which many equal scores (idle nodes
-        alike) do not slow as they slow a selection on the scores."""
+        """The best `verdicts.top` feasible slots by (used tier, score, name), in no order, for
+        a class that reads no labels (its slots in one state share a verdict); None when no
+        more are feasible. Each state's (tier, score) gets a level, and the states' slots, kept
+        in name order, are taken level by level (`StateMembers.best_slots`): the cost grows
+        with the states, not the slots."""
         if int(np.count_nonzero(verdicts.feasible)) <= verdicts.top:
             return None
-        first = self._nodes.members.first_slots()  # per row; the last: rows of no node
+        members = self._nodes.members
+        first = members.first_slots()  # per row; the last: rows of no node
         feasible, tier, score = (
             verdicts.feasible[first],
             verdicts.tier[first],
@@ -379,10 +396,7 @@ class VerdictMemo:
         )
         feasible[first < 0] = False
         level = _levels(feasible, tier if verdicts.tiered else None, score)
-        ranks = self._nodes.ranks()
-        key = level[self._nodes.members.rows] * (len(ranks) + 1) + ranks
-        best: IntArray = np.argpartition(key, verdicts.top - 1)[: verdicts.top]
-        return best
+        return np.array(members.best_slots(level, verdicts.top), dtype=np.int64)
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
@@ -398,34 +412,69 @@ class VerdictMemo:
         kept when missing."""
         verdict = verdicts.table.get(code)
         if verdict is None:
-            verdict = verdicts.table[code] = self._made(pod, verdicts.stale, code, slot)
+            verdict = verdicts.table[code] = self._made(pod, verdicts, code, slot)
         return verdict
 
-    def _made(
-        self, pod: PodRequest, stale: dict[int, Verdict] | None, code: int, slot: int
-    ) -> Verdict:
-        """The verdict for slot `slot`, from the one kept aside at the last refit (`stale`, under
-        `code`) when there is one: a rejection as it was, a fit's assignment scored again (a
-        share pod's fit is placed again: `ShareMemo` keeps its placements); else `_verdict`."""
+    def _made(self, pod: PodRequest, verdicts: Verdicts, code: int, slot: int) -> Verdict:
+        """The verdict for slot `slot` (which passed the class's pre-check), from the one kept
+        aside at the last refit (`verdicts.stale`, under `code`) when there is one: a rejection
+        as it was, a fit's assignment scored again (a share pod's too: where its shares go
+        reads no score, `ShareMemo.fit`); else the one a class that differs only in memory
+        made for its state (`_sibling_key`), or `_verdict`."""
+        stale = verdicts.stale
         old = None if stale is None else stale.get(code)
         if old is None:
-            return self._verdict(pod, slot)
+            key = self._sibling_key(pod, verdicts, slot)
+            if key is None:
+                return self._verdict(pod, slot)
+            found = self._siblings.get(key)
+            if found is None:
+                if len(self._siblings) >= _SIBLINGS:
+                    self._siblings.clear()
+                found = self._siblings[key] = self._verdict(pod, slot)
+            return found
         fits, used, _score, assignment, _reasons = old
         if not fits:
             return old
-        if assignment is None or pod.shares:
+        if assignment is None:
             return self._verdict(pod, slot)
         return (True, used, self._score(pod, slot, assignment), assignment, ())
 
+    def _sibling_key(self, pod: PodRequest, verdicts: Verdicts, slot: int) -> int | None:
+        """The key under which classes of pods without GPUs that differ only in memory share
+        a verdict on slot `slot`'s state, when nothing but the resource fit reads a pod's
+        memory there (which the pre-check each class passed checks as the filter does): the
+        node has GPUs and the scoring is `memory_blind_on_gpu_nodes`, the pod is not
+        Guaranteed (no NUMA zone's memory to fit) and its class reads no labels (the state
+        holds its verdict). None otherwise."""
+        if pod.wants_gpu or pod.guaranteed or verdicts.labels or not self._memory_blind:
+            return None
+        if not self._nodes.node(slot).gpu_count:
+            return None
+        if pod is not self._sibling_pod:
+            key = pod_class(pod, memory=False)
+            number = self._sibling_numbers.get(key)
+            if number is None:
+                if len(self._sibling_numbers) >= _TABLES:  # numbers afresh: verdicts too
+                    self._sibling_numbers.clear()
+                    self._siblings.clear()
+                number = self._sibling_numbers[key] = len(self._sibling_numbers)
+            self._sibling_pod, self._sibling_number = pod, number
+        return self._nodes.state(slot) << _SIBLING_BITS | self._sibling_number
+
     def _score(self, pod: PodRequest, slot: int, assignment: Assignment) -> float:
-        """`scoring.total` of `assignment` on slot `slot`'s node for a pod without share
-        containers; a GPU pod's through `ShareMemo`, which keys it by what the scores read (the
-        node's memory is not among them: only a cpu-only pod's scores read it)."""
+        """`scoring.total` of `assignment` on slot `slot`'s node; a GPU pod's through
+        `ShareMemo`, which keys it by what the scores read (the node's memory is not among
+        them: only a cpu-only pod's scores read it)."""
         node = self._nodes.node(slot)
-        if not pod.wants_gpu:
-            return self._scoring.total(pod, node, assignment)
         state, shape = self._nodes.state(slot), self._nodes.shape(slot)
-        return self._shares.whole_score(state, shape, pod, node, assignment)
+        if pod.shares:
+            return self._shares.scored(state, shape, pod, node, assignment)[1]
+        if pod.wants_gpu:
+            return self._shares.whole_score(state, shape, pod, node, assignment)
+        if self._memory_blind and node.gpu_count:
+            return self._shares.cpu_pod_score(state, shape, pod, node, assignment)
+        return self._scoring.total(pod, node, assignment)
 
     def _verdict(self, pod: PodRequest, slot: int) -> Verdict:
         """The verdict for slot `slot`'s node; a share pod's placement and score come through
@@ -447,8 +496,8 @@ class VerdictMemo:
 
 def _levels(feasible: BoolArray, tier: BoolArray | None, score: FloatArray) -> IntArray:
     """Per row, the rank of its (used tier when `tier` is given, score) among the rows, equal
-    ones alike, the best 0; rows not feasible after every feasible one: a slot's level times
-    (slots + 1) plus its name rank orders slots as `pick` does."""
+    ones alike, the best 0; rows not feasible after every feasible one: slots ordered by (their
+    row's level, node name) are in `pick`'s order."""
     group = np.where(feasible, 0, 2) if tier is None else np.where(feasible, ~tier, 2)
     order = np.lexsort((-score, group))
     ordered_group, ordered_score = group[order], score[order]

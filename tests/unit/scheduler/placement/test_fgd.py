@@ -20,6 +20,7 @@ from scheduler.placement.fgd import (
     pod_shape,
     typical_pods,
 )
+from scheduler.placement.filters import choose_devices
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.sim.cluster import Cluster, NodeSpec
 
@@ -114,6 +115,35 @@ def test_fragmentation_is_bounded_and_ignores_gpu_order(view: NodeView, order: l
     assert f.of(NodeView(view.model, view.cpu_free, shuffled)) == pytest.approx(value)
 
 
+shapes = st.builds(
+    PodShape,
+    st.sampled_from([0, 4000, 60_000]),
+    st.sampled_from([0, 250, 600, 1000]),
+    st.integers(0, 8),
+    st.sampled_from([(), ("G2",), ("T4",)]),
+).filter(lambda s: (s.gpu_milli == 0) == (s.gpus == 0) and (s.gpus <= 1 or s.gpu_milli == 1000))
+
+
+@given(views, shapes)
+def test_placements_of_whole_gpus_are_the_gradient_to_the_lowest_free_gpus(
+    view: NodeView, shape: PodShape
+):
+    """`placements` of whole GPUs (the memo key of the node after them taken without a sort):
+    F(before) − F(the lowest-indexed wholly free GPUs emptied), as `of` gives them."""
+    f = frag((SHARE_600, 0.4), (WHOLE_1, 0.3), (PodShape(0, 1000, 2), 0.1), (CPU_ONLY, 0.2))
+    got = f.placements(view, shape)
+    if shape.is_share or not shape.gpus:
+        return
+    free = [g for g, left in enumerate(view.gpu_free) if left >= 1000][: shape.gpus]
+    fits = view.cpu_free >= shape.cpu_milli and shape.allows(view.model)
+    if not fits or len(free) < shape.gpus:
+        assert got == []
+        return
+    after = tuple(0 if g in free else left for g, left in enumerate(view.gpu_free))
+    emptied = NodeView(view.model, view.cpu_free - shape.cpu_milli, after)
+    assert got == [(f.of(view) - f.of(emptied), tuple(free))]
+
+
 def _node(gpus: int = 2, cpu: int = 32_000, model: str = "G2"):
     cluster = Cluster.from_specs([NodeSpec(name="n", gpus=gpus, model=model, cpu_milli=cpu)])
     return cluster.snapshot.node("n")
@@ -156,3 +186,22 @@ def test_least_allocated_prefers_the_emptier_node():
     pod = PodRequest(key="p", cpu_milli=1000, memory=GIB, gpus=1)
     a = Assignment(node="n", gpus=(1,))
     assert least_allocated_score(pod, empty, a) > least_allocated_score(pod, busy, a) > 0.0
+
+
+@given(st.lists(st.sampled_from([0, 1, 2, 250, 500]), max_size=6), shapes)
+def test_node_placements_read_the_node_as_its_view(loads: list[int], shape: PodShape):
+    """`node_placements` (from the load the node keeps derived) are `placements` of its
+    `node_view`, after any pods and after a pod leaves again."""
+    node = _node(gpus=4, cpu=64_000)
+    f = frag((SHARE_600, 0.5), (WHOLE_1, 0.3), (CPU_ONLY, 0.2))
+    for k, ask in enumerate(loads):
+        pod = PodRequest(key=f"p{k}", cpu_milli=3000, gpus=ask if ask < 10 else 0)
+        if ask >= 10:
+            pod = PodRequest(key=f"p{k}", cpu_milli=3000, gpu_milli=ask)
+        placed = choose_devices(pod, node, None)
+        if placed is not None:
+            node.add_pod(pod, placed)
+        assert f.node_placements(node, shape) == f.placements(node_view(node), shape)
+    if loads and node.pods:
+        node.remove_pod(next(iter(node.pods)))
+        assert f.node_placements(node, shape) == f.placements(node_view(node), shape)

@@ -5,7 +5,7 @@ classes, give `pick`'s decisions: for classes that differ in cpu, memory, `gpu-m
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -17,7 +17,7 @@ from scheduler.placement import Placer, PodRequest, Scoring, default_scoring, sh
 from scheduler.placement.filters import filter_node, share_devices
 from scheduler.placement.fragscores import FragmentationScore
 from scheduler.placement.gpushare import GpuShare
-from scheduler.placement.node import Assignment
+from scheduler.placement.node import Assignment, NodeState
 from scheduler.placement.pick import pick
 from scheduler.placement.scores import (
     DEFAULT_WEIGHTS,
@@ -323,11 +323,76 @@ def test_whole_gpu_scores_kept_by_what_scores_read_are_scoring_totals(seed: int)
     rng = random.Random(seed)
     scoring = every_score(DEFAULT_WEIGHTS)
     memo = ShareMemo(scoring)
+    for pod, node, found, at, shape in fits_on_loaded_nodes(rng, scoring, memo, whole_gpu_pod):
+        expected = scoring.total(pod, node, found)
+        assert memo.whole_score(at, shape, pod, node, found) == expected
+
+
+def whole_gpu_pod(rng: random.Random, key: str) -> PodRequest:
+    """Whole GPUs or a `gpu_milli` share."""
+    pod = PodRequest(
+        key=key,
+        cpu_milli=rng.choice((1000, 4000)),
+        memory=rng.choice((GIB, 8 * GIB)),
+        gpus=rng.choice((0, 1, 2)),
+    )
+    return pod if pod.gpus else replace(pod, gpu_milli=rng.choice((250, 500)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_cpu_pod_scores_kept_without_memory_are_scoring_totals(seed: int):
+    """`ShareMemo.cpu_pod_score` for pods without GPUs on nodes with GPUs, under a scoring
+    that is `memory_blind_on_gpu_nodes` (every shipped score but `spread`): on nodes loaded at
+    random (their memory too), a pod and its twin asking other memory both get
+    `Scoring.total`, the learning score's refits included; the twin's is the pod's, kept."""
+    rng = random.Random(seed)
+    scoring = every_score(n for n in (*SCORE_FUNCTIONS, *SCORE_FACTORIES) if n != "spread")
+    assert scoring.memory_blind_on_gpu_nodes
+    memo = ShareMemo(scoring)
+    for pod, node, found, at, shape in fits_on_loaded_nodes(rng, scoring, memo, cpu_pod):
+        twin = replace(pod, memory=pod.memory + GIB)  # (one key: the learner counts it once)
+        expected = scoring.total(pod, node, found)
+        assert memo.cpu_pod_score(at, shape, pod, node, found) == expected
+        assert memo.cpu_pod_score(at, shape, twin, node, found) == expected
+
+
+def cpu_pod(rng: random.Random, key: str) -> PodRequest:
+    return PodRequest(
+        key=key, cpu_milli=rng.choice((1000, 4000)), memory=rng.choice((GIB, 8 * GIB, 64 * GIB))
+    )
+
+
+def test_only_spread_reads_the_memory_of_a_cpu_pod_on_a_gpu_node():
+    """`memory_blind_on_gpu_nodes`: the shipped weights are; a weighted `spread`, which scores
+    two cpu-only pods that differ only in memory apart on a node with GPUs, is not."""
+    assert default_scoring().memory_blind_on_gpu_nodes
+    with_spread = Scoring.from_weights({**DEFAULT_WEIGHTS, "spread": 1.0}, candidate_limit=0)
+    assert not with_spread.memory_blind_on_gpu_nodes
+    unweighted = Scoring.from_weights({**DEFAULT_WEIGHTS, "spread": 0.0}, candidate_limit=0)
+    assert unweighted.memory_blind_on_gpu_nodes
+    node = Cluster.from_specs([NodeSpec(name="n0")]).snapshot.nodes["n0"]
+    small = PodRequest(key="default/small", cpu_milli=1000, memory=GIB)
+    big = replace(small, memory=64 * GIB)
+    here = Assignment(node="n0")
+    assert with_spread.total(small, node, here) != with_spread.total(big, node, here)
+    assert default_scoring().total(small, node, here) == default_scoring().total(big, node, here)
+
+
+def fits_on_loaded_nodes(
+    rng: random.Random,
+    scoring: Scoring,
+    memo: ShareMemo,
+    make: Callable[[random.Random, str], PodRequest],
+) -> Iterator[tuple[PodRequest, NodeState, Assignment, int, int]]:
+    """On nodes n0..n3 (some shared) loaded one pod at a time, 40 pods from `make`, each
+    learnt as the memo's caller does (the memo's scores dropped at a refit), with every node
+    it fits: (pod, node, its assignment there, the node's state id, its static shape id)."""
     cluster = Cluster.from_specs(
         NodeSpec(name=f"n{i}", shares=rng.choice((0, 0, 4))) for i in range(4)
     )
     learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
-    state, version = 0, learner.version
+    version = learner.version
     for k in range(40):
         name = f"n{rng.randrange(4)}"
         load = PodRequest(
@@ -339,26 +404,56 @@ def test_whole_gpu_scores_kept_by_what_scores_read_are_scoring_totals(seed: int)
         placed = filter_node(load, cluster.snapshot.nodes[name]).assignment
         if placed is not None:
             cluster.bind(load, placed)
-        state += 1  # a bind makes a new state; state ids are never reused
-        pod = PodRequest(
-            key=f"default/p{k}",
-            cpu_milli=rng.choice((1000, 4000)),
-            memory=rng.choice((GIB, 8 * GIB)),
-            gpus=rng.choice((0, 1, 2)),
-        )
-        if not pod.gpus:
-            pod = replace(pod, gpu_milli=rng.choice((250, 500)))
+        pod = make(rng, f"default/p{k}")
         scoring.observe(pod, cluster.snapshot)  # as the memo's caller: learn, then score
         if learner.version != version:
             version = learner.version
             memo.forget_scores()
         for node in cluster.snapshot.nodes.values():
             found = filter_node(pod, node).assignment
-            if found is None:
-                continue
-            shape = 0 if node.share_resource is None else 1
-            expected = scoring.total(pod, node, found)
-            assert (
-                memo.whole_score(state * 8 + int(node.name[1:]), shape, pod, node, found)
-                == expected
-            )
+            if found is not None:  # a bind makes a new state: ids are never reused
+                shape = 0 if node.share_resource is None else 1
+                yield pod, node, found, (k + 1) * 8 + int(node.name[1:]), shape
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0], ids=["memory-blind scoring", "spread weighted"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_cpu_pods_that_differ_only_in_memory_decide_as_pick(spread: float, seed: int):
+    """Classes of pods without GPUs that differ only in memory share their verdicts on nodes
+    with GPUs when the scoring reads no memory there (`VerdictMemo._sibling_key`): on GPU
+    nodes whose memory fits some of them and not others, and on cpu-only nodes (whose scores
+    read memory), through binds, unbinds and refits, each decides as `pick`, with `pick`'s
+    reasons when nothing fits; the same with `spread` weighted (no sharing)."""
+    rng = random.Random(seed)
+    specs = [
+        NodeSpec(name=f"n{i}", shares=rng.choice((0, 4)), memory=rng.choice((24, 48, 96)) * GIB)
+        for i in range(rng.randint(2, 5))
+    ]
+    cpu_nodes = [NodeSpec(name=f"cpu{i}", gpus=0, memory=(32 + 32 * i) * GIB) for i in range(2)]
+    cluster = Cluster.from_specs([*specs, *cpu_nodes])
+    weights = {**DEFAULT_WEIGHTS, "spread": spread}
+    scoring = Scoring.from_weights(weights, prefer_used_nodes=False, candidate_limit=0)
+    assert scoring.memory_blind_on_gpu_nodes == (spread == 0.0)
+    placer = Placer(cluster.snapshot, scoring)
+    bound: list[str] = []
+    nothing_fits = 0
+    for k in range(60):
+        cpu = rng.choice((1000, 8000, 60_000))
+        pod = PodRequest(key=f"default/p{k}", cpu_milli=cpu, memory=rng.choice((8, 40, 80)) * GIB)
+        if rng.random() < 0.3:
+            pod = any_pod(rng, f"default/p{k}")
+        expected = pick(pod, cluster.snapshot, scoring, explain=True)
+        got = placer.decide(pod, explain=True)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        if got.assignment is None:
+            nothing_fits += 1
+            assert got.reasons == expected.reasons
+        else:
+            cluster.bind(pod, got.assignment)
+            bound.append(pod.key)
+        if k % 3 == 2 and bound:
+            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    assert learner.version >= 1
+    assert nothing_fits

@@ -2,7 +2,8 @@
 search it feeds.
 
 - After any sequence of node events (added in any name order, replaced, removed, pods assumed,
-  forgotten) the index agrees with one rebuilt from the slots' state ids.
+  forgotten) the index agrees with one rebuilt from the slots' state ids, keeps each state's
+  slots in name order, and gives the best slots by (level, name) as a sort of every slot does.
 - On many nodes in few states (most scores equal, so the lowest name decides), in any name order,
   the memo with a heap cut far below the feasible nodes picks exactly the node `pick`'s full scan
   picks, pod after pod.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -82,6 +84,37 @@ class IndexFollowsTheNodes(RuleBasedStateMachine):
             assert {s for s, r in enumerate(rows) if r == row} == rebuilt[state]
         assert [r < 0 for r in rows] == [s < 0 for s in states]
         assert len(self.slots.members.live()) <= self.slots.members.row_count
+        assert self.slots.state_ids == states
+
+    @invariant()
+    def rows_keep_their_slots_by_name_and_give_the_best_as_a_sort_would(self) -> None:
+        """Each state's first slot is its lowest name; `best_slots` are the first `count` of
+        every slot sorted by (its row's level, name), for levels that tie many rows."""
+        self.slots.sync()
+        names = self.slots.names
+        rows = self.slots.members.rows.tolist()
+        for _state, row, first in self.slots.members.live():
+            assert names[first] == min(str(names[s]) for s, r in enumerate(rows) if r == row)
+        for spread in (1, 2, 5):
+            level = np.arange(self.slots.members.row_count + 1, dtype=np.int64) % spread
+            ranked = sorted((int(level[r]), str(names[s]), s) for s, r in enumerate(rows) if r >= 0)
+            for count in (1, 3, len(ranked) // 2, len(ranked) - 1, len(ranked)):
+                got = self.slots.members.best_slots(level, count)
+                assert sorted(got) == sorted(s for _lv, _name, s in ranked[:count])
+
+    @invariant()
+    def sift_is_the_vectorised_pre_check(self) -> None:
+        """`sift` (slot by slot) splits the slots as `maybe_fits` (vectorised) judges them,
+        for pods asking and not asking each resource; an empty slot never passes."""
+        self.slots.sync()
+        every = list(range(self.slots.capacity))
+        for gpus, cpu in ((0, 0), (0, 30_000), (2, 1000), (8, 8000)):
+            pod = PodRequest(key="default/q", cpu_milli=cpu, memory=cpu * GIB // 1000, gpus=gpus)
+            passed, failed = self.slots.sift(pod, reversed(every))
+            maybe = self.slots.maybe_fits(pod, np.array(every, dtype=np.int64)).tolist()
+            assert sorted(passed) == [s for s in every if maybe[s] and self.slots.state(s) >= 0]
+            assert sorted(failed) == sorted(set(every) - set(passed))
+            assert passed == sorted(passed, reverse=True)  # in the order given
 
 
 IndexFollowsTheNodes.TestCase.settings = settings(

@@ -147,6 +147,27 @@ def test_average_rank_and_averages_over_workloads() -> None:
     assert summary.within == 1
 
 
+def test_the_bars_reach_holds_each_policy_to_the_best_of_all_the_others() -> None:
+    """On "a" gputopo is best and fgd 4 % behind it on both figures; on "b" spread is best on
+    mean wait and fgd on makespan, so nobody is within 5 % of the others on both."""
+    a = [_run("gputopo", 1000, 10_000, {})] + [
+        _run(p, 1040 if p == "fgd" else 2000, 10_400 if p == "fgd" else 20_000, {})
+        for p in POLICIES[1:]
+    ]
+    b = [
+        _run(p, 1000 if p == "spread" else 1500, 10_000 if p == "fgd" else 15_000, {})
+        for p in POLICIES
+    ]
+    summary = summarise({"a": a, "b": b})
+    assert summary.within_of_others == {
+        "gputopo": 1, "spread": 0, "bestfit": 0, "random": 0, "fgd": 1
+    }  # fmt: skip
+    assert summary.within == summary.within_of_others["gputopo"]
+    text = format_summary(summary)
+    assert "the bar's reach: each policy within 5% of the best of all the others on both " in text
+    assert "fgd 1 of 2, gputopo 1 of 2, bestfit 0 of 2, random 0 of 2, spread 0 of 2" in text
+
+
 def test_the_text_names_the_losses() -> None:
     outcomes = {"gen-1/steady": _workload((2000.0, 10_000.0), gang=5000.0)}
     text = format_summary(summarise(outcomes))

@@ -92,6 +92,7 @@ class Verdicts:
     shared_table: bool = False  # `table` is shared with classes that differ only in memory
     table_key: ClassKey | None = None  # the shared table's key (the class without its memory)
     stale: dict[int, Verdict] | None = None  # the verdicts before a refit, until re-evaluated
+    rescore: bool = False  # a refit left every score stale, not the rest (`VerdictMemo`)
     combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
     heap: list[_Entry] = field(default_factory=list)
     threshold: tuple[bool, float, str] | None = None

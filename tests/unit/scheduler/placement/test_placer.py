@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
 from scheduler.placement import Assignment, Placer, PodRequest, Scoring, WeightedScore
-from scheduler.placement.class_verdicts import pod_class
+from scheduler.placement.class_verdicts import Verdicts, pod_class
 from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
     FragmentationScore,
@@ -135,6 +135,49 @@ def test_refits_keep_the_decisions_of_pick(seed: int):
         if k % 5 == 4:
             cluster.unbind(f"default/p{k - 2}")
     assert learner.version >= 5
+
+
+class CountingMemo(VerdictMemo):
+    """The memo, counting its rescores after a refit (`_rescore_states`)."""
+
+    rescores = 0
+
+    def _rescore_states(self, pod: PodRequest, verdicts: Verdicts) -> None:
+        self.rescores += 1
+        super()._rescore_states(pod, verdicts)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_refits_rescore_only_the_feasible_states_and_keep_the_decisions_of_pick(seed: int):
+    """Refits every 4 pods on 40 nodes, a heap of the best 3 only: the classes that read no
+    labels bring their changed slots up to date and score their feasible states again (one
+    array spread over the slots); every decision and score is still `pick`'s and a new memo's
+    on the same snapshot."""
+    rng = random.Random(seed)
+    cluster = Cluster.from_specs(
+        NodeSpec(name=f"n{i:02d}", gpus=rng.choice((0, 4, 8)), cpu_milli=32_000) for i in range(40)
+    )
+    scoring = Scoring.from_weights(DEFAULT_WEIGHTS, candidate_limit=0)
+    (learner,) = scoring.learners()
+    assert isinstance(learner, FragmentationScore)
+    learner.refit_tolerance, learner.max_refit = 0.0, 4
+    memo = CountingMemo(cluster.snapshot, scoring, heap_top=3)
+    bound: list[str] = []
+    for k in range(120):
+        pod = random_pod(rng, f"default/p{k}")
+        got = memo.decide(pod, explain=False)
+        expected = pick(pod, cluster.snapshot, scoring, explain=False)
+        assert (got.assignment, got.score) == (expected.assignment, expected.score)
+        fresh = VerdictMemo(cluster.snapshot, scoring, heap_top=3).decide(pod, explain=False)
+        assert (fresh.assignment, fresh.score) == (got.assignment, got.score)
+        if got.assignment is not None:
+            cluster.bind(pod, got.assignment)
+            bound.append(pod.key)
+        if len(bound) > 12:
+            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+    assert learner.version >= 5
+    assert memo.rescores > 0
 
 
 @pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])

@@ -5,6 +5,11 @@ The kubelet answers `Register` only after it has dialled the plugin's socket and
 restarts it deletes every socket in the device-plugin directory (but its checkpoint) and creates a
 new `kubelet.sock`; `SocketWatch` notices the new inode so every plugin re-creates its socket and
 registers again.
+
+Each `Register` dials the kubelet afresh (`dial`): gRPC Python shares a connection between channels
+to the same socket, so a new channel would inherit another call's connection in reconnect back-off
+(after the kubelet was down) and fail at once for up to the back-off (1 s, then 1.6 s, ...) though
+the kubelet is serving again. The kubelet's own dials (Go) share nothing either.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ def file_id(path: Path) -> FileId | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
+def dial(socket: Path) -> grpc.Channel:
+    """A channel to a unix socket with its own connection: none shared with another channel."""
+    return grpc.insecure_channel(
+        f"unix://{socket}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+
+
 def register(
     kubelet_socket: Path,
     *,
@@ -47,7 +59,7 @@ def register(
         options=pb.DevicePluginOptions(get_preferred_allocation_available=preferred_allocation),
     )
     try:
-        with grpc.insecure_channel(f"unix://{kubelet_socket}") as channel:
+        with dial(kubelet_socket) as channel:
             stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             stub.Register(request, timeout=timeout_s)
     except grpc.RpcError as exc:

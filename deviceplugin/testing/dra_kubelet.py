@@ -29,6 +29,7 @@ from deviceplugin._pb import dra_v1beta1_pb2 as v1beta1_pb
 from deviceplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from deviceplugin._pb import pluginregistration_pb2 as reg_pb
 from deviceplugin._pb import pluginregistration_pb2_grpc as reg_grpc
+from deviceplugin.kubelet_registration import dial
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class DraKubelet:
         return added
 
     def _info(self, socket: Path) -> reg_pb.PluginInfo | None:
-        with grpc.insecure_channel(f"unix://{socket}") as channel:
+        with dial(socket) as channel:
             try:
                 info: reg_pb.PluginInfo = reg_grpc.RegistrationStub(channel).GetInfo(  # type: ignore[no-untyped-call]
                     reg_pb.InfoRequest(), timeout=5
@@ -105,7 +106,7 @@ class DraKubelet:
             error = f"plugin type {info.type!r} is not DRAPlugin"
         elif service is None:
             error = f"none of {list(info.supported_versions)} is supported"
-        with grpc.insecure_channel(f"unix://{socket}") as channel:
+        with dial(socket) as channel:
             reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(  # type: ignore[no-untyped-call]
                 reg_pb.RegistrationStatus(plugin_registered=not error, error=error), timeout=5
             )
@@ -113,7 +114,7 @@ class DraKubelet:
             self.refused[str(socket)] = error
             return None
         pb, stub_type = _SERVICES[service]
-        channel = grpc.insecure_channel(f"unix://{info.endpoint}")
+        channel = dial(Path(info.endpoint))
         self.plugins[info.name] = DraRegistration(
             driver=info.name,
             endpoint=info.endpoint,

@@ -29,6 +29,7 @@ from agent.model import HEALTHY, UNHEALTHY
 from deviceplugin._pb import deviceplugin_pb2 as pb
 from deviceplugin._pb import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.kubelet_api import CHECKPOINT, KUBELET_SOCKET, VERSION
+from deviceplugin.kubelet_registration import dial
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ class KubeletEmulator:
         Raises `grpc.RpcError` when the dial fails and `_StoppedError` when this kubelet was stopped
         or restarted meanwhile (the endpoint belonged to the kubelet that is gone).
         """
-        channel = grpc.insecure_channel(f"unix://{self.plugin_dir / request.endpoint}")
+        channel = dial(self.plugin_dir / request.endpoint)  # a fresh connection, as Go's dial
         stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
         try:
             options = stub.GetDevicePluginOptions(

@@ -35,5 +35,14 @@ def test_every_socket_is_back_and_registered_after_100_rapid_kubelet_restarts():
             sockets = {p.name for p in node.kubelet.plugin_dir.iterdir()}
             wanted = {path.name for path in node.plugin.registration_loop.serving.values()}
             if not registered or not wanted <= sockets or len(wanted) != len(MIXED):
-                missing_runs.append((run, sorted(wanted - sockets), node.kubelet.resources()))
+                loop = node.plugin.registration_loop
+                missing_runs.append(
+                    (
+                        run,
+                        sorted(wanted - sockets),
+                        node.kubelet.resources(),
+                        sorted(loop.registered),
+                        loop.register_results(),
+                    )
+                )
     assert missing_runs == [], f"{len(missing_runs)} of {runs} runs lost a socket"

@@ -57,9 +57,8 @@ Not thread-safe: the caller serialises access (the scheduler holds its cache loc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from functools import partial
 from typing import cast
 
@@ -193,7 +192,7 @@ class VerdictMemo:
         name = self._nodes.name(i)
         if found is None or found.node == name:
             return found
-        return replace(found, node=name)
+        return found.on(name)
 
     def _allowed_slots(self, allowed: AbstractSet[str]) -> IntArray:
         """The slots of `allowed` (the last ones are reused while that set object and the
@@ -319,19 +318,23 @@ class VerdictMemo:
         """Bring the verdicts of slots `dirty` up to date, slot by slot (plain Python: no numpy
         call gives the GIL away), with what each slot needs looked up once."""
         passed, failed = self._nodes.sift(pod, dirty)
-        for slot in failed:
-            verdicts.reject(slot)
+        verdicts.reject(failed)
         if verdicts.labels:
             codes = [self._code(verdicts, slot) for slot in passed]
         else:
             states = self._nodes.state_ids
             codes = [states[slot] for slot in passed]
-        names, table, put = self._nodes.names, verdicts.table, verdicts.put
-        for slot, code in zip(passed, codes, strict=True):
-            verdict = table.get(code)
+        table = verdicts.table
+        made = [table.get(code) for code in codes]
+        for k, verdict in enumerate(made):
             if verdict is None:
-                verdict = table[code] = self._made(pod, verdicts, code, slot)
-            put(slot, code, verdict, cast("str", names[slot]))  # passed: a node is there
+                code, slot = codes[k], passed[k]
+                verdict = table.get(code)  # (an earlier slot of this state may have made it)
+                if verdict is None:
+                    verdict = table[code] = self._made(pod, verdicts, code, slot)
+                made[k] = verdict
+        names = cast("Sequence[str]", self._nodes.names)  # passed: a node is in each of those
+        verdicts.put(passed, codes, cast("list[Verdict]", made), names)
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the

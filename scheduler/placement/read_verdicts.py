@@ -26,7 +26,8 @@ What the filters read then is the static shape (taints, allocatable, GPUs and li
 product label, the free cpu, memory and pod slots (the pre-check's, exactly), the free amount of
 every other resource the pod asks (`nvidia.com/gpu` and extended ones), each GPU's free
 milli-GPU (whole GPUs come from the idle ones), and for a `gpu_milli` pod on a node with shared
-GPUs their free replicas and memory (`legacy_share`); the used tier reads the milli-GPU in use
+GPUs whether each has a replica and the memory its share takes (`legacy_rooms`: not how much
+is left of either); the used tier reads the milli-GPU in use
 and MIG devices in use. The scores read `gpu_pod_node_reads` (free cpu, free milli-GPU per GPU,
 MIG devices in use and held) and the static shape and label. Each is in the key.
 
@@ -42,6 +43,7 @@ from .class_verdicts import Verdict, pod_class
 from .node import GPU_PRODUCT_LABEL, NodeState, TopologyPolicy
 from .request import CPU, MEMORY, PODS, PodRequest
 from .scores import gpu_pod_node_reads
+from .shares import legacy_rooms
 
 __all__ = ["ReadVerdicts"]
 
@@ -66,7 +68,7 @@ class ReadVerdicts:
         self._pod_number = -1
         self._view = -1
         self._extras: tuple[str, ...] = ()
-        self._milli = False
+        self._milli = 0  # the last pod's `gpu_milli`
 
     def clear(self) -> None:
         """What the learners know changed: every verdict is stale."""
@@ -110,7 +112,7 @@ class ReadVerdicts:
         if pod.shares or pod.mig or (not pod.wants_gpu and not self._memory_blind):
             return
         self._extras = tuple(name for name, _qty in pod.vector if name not in _CHECKED)
-        self._milli = pod.gpu_milli > 0
+        self._milli = pod.gpu_milli
         view = self._number(("view", self._extras, self._milli))
         if view >= 1 << _VIEW_BITS:  # many views: numbers afresh (a view is a handful)
             self._restart()
@@ -121,9 +123,9 @@ class ReadVerdicts:
 
     def _node_reads(self, shape: int, node: NodeState) -> tuple[object, ...]:
         """What the filters and scores of the pod last taken read of `node` (module docstring)."""
-        shared: tuple[object, ...] = ()
+        shared: tuple[bool, ...] = ()
         if self._milli and node.share_resource is not None:
-            shared = (tuple(node.slots_free), tuple(node.memory_free))
+            shared = legacy_rooms(node, self._milli)
         return (
             shape,
             node.labels.get(GPU_PRODUCT_LABEL),

@@ -63,15 +63,19 @@ def test_an_extended_resource_the_pod_asks_is_read_from_the_node():
     assert reads.key(pod(gpus=1), 1, 0, node) == reads.key(pod(gpus=1), 2, 0, busy)
 
 
-def test_a_milli_pod_reads_shared_gpus_free_memory_and_a_whole_gpu_pod_does_not():
+def test_a_milli_pod_reads_whether_a_shared_gpu_has_its_memory_and_a_whole_gpu_pod_does_not():
     reads = ReadVerdicts(memory_blind=True)
-    node = shared_node("s", shared=2, whole=2)
-    other = shared_node("t", shared=2, whole=2)
-    other.memory_free[0] -= 10 * GIB  # what a share took of GPU 0's memory, nothing else
+    node = shared_node("s", shared=2, whole=2)  # 80 GiB GPUs: a 250 milli share takes 20 GiB
+    less = shared_node("t", shared=2, whole=2)
+    less.memory_free[0] -= 50 * GIB  # 30 GiB left: the share still fits there
+    short = shared_node("u", shared=2, whole=2)
+    short.memory_free[0] -= 70 * GIB  # 10 GiB left: it does not
     milli = pod(gpu_milli=250)
-    assert reads.key(milli, 1, 0, node) != reads.key(milli, 2, 0, other)
+    assert reads.key(milli, 1, 0, node) == reads.key(milli, 2, 0, less)
+    assert reads.key(milli, 3, 0, short) != reads.key(milli, 1, 0, node)
+    assert reads.key(pod(gpu_milli=500), 2, 0, less) != reads.key(pod(gpu_milli=500), 1, 0, node)
     whole = pod(gpus=1)
-    assert reads.key(whole, 1, 0, node) == reads.key(whole, 2, 0, other)
+    assert reads.key(whole, 1, 0, node) == reads.key(whole, 3, 0, short)
 
 
 @pytest.mark.parametrize(

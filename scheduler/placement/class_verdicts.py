@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,23 +131,34 @@ class Verdicts:
             self.next_code += 1
         return code
 
-    def put(self, slot: int, code: int, verdict: Verdict, name: str) -> None:
-        """Record slot `slot`'s verdict (its node is `name`). An entry ranked after `threshold`
-        stays out of the heap: `best` would only ever take it for a sign to rebuild, and a heap
-        short of it says so too (its valid entries run out, or rank after `threshold`)."""
-        feasible, tier, score = verdict[0], verdict[1], verdict[2]
-        self.feasible[slot], self.tier[slot], self.score[slot] = feasible, tier, score
-        self.code[slot] = code
-        if feasible:
-            entry = (self.tiered and not tier, -score, name, slot)
-            threshold = self.threshold
-            if threshold is None or entry[:3] <= threshold:  # (else `best` rebuilds first)
-                heapq.heappush(self.heap, entry)
+    def put(
+        self,
+        slots: Sequence[int],
+        codes: Sequence[int],
+        made: Sequence[Verdict],
+        names: Sequence[str],
+    ) -> None:
+        """Record the verdict `made[k]` under `codes[k]` for each slot `slots[k]` (its node is
+        named in `names`, read at those slots only), in one loop. An entry ranked after
+        `threshold` stays out of the heap: `best` would only ever take it for a sign to rebuild,
+        and a heap short of it says so too (its valid entries run out, or rank after
+        `threshold`)."""
+        feasible, tier, score, code_of = self.feasible, self.tier, self.score, self.code
+        heap, threshold, tiered = self.heap, self.threshold, self.tiered
+        for slot, code, verdict in zip(slots, codes, made, strict=True):
+            fits, used, value = verdict[0], verdict[1], verdict[2]
+            feasible[slot], tier[slot], score[slot], code_of[slot] = fits, used, value, code
+            if fits:
+                entry = (tiered and not used, -value, names[slot], slot)
+                if threshold is None or entry[:3] <= threshold:  # (else `best` rebuilds first)
+                    heapq.heappush(heap, entry)
 
-    def reject(self, slot: int) -> None:
-        """Slot `slot` certainly does not fit (the pre-check), or holds no node."""
-        self.feasible[slot] = False
-        self.code[slot] = -1
+    def reject(self, slots: Iterable[int]) -> None:
+        """Slots `slots` certainly do not fit (the pre-check), or hold no node."""
+        feasible, code = self.feasible, self.code
+        for slot in slots:
+            feasible[slot] = False
+            code[slot] = -1
 
     def defer_rebuild(self) -> None:
         """Leave the heap to be rebuilt at the next `best` (after a bulk update): an empty heap

@@ -53,6 +53,14 @@ class Assignment:
         """The milli-GPU the shares take (the fragmentation score's size of the pod's share)."""
         return sum(s.milli for s in self.shares)
 
+    def on(self, node: str) -> Assignment:
+        """The same devices on node `node` (`dataclasses.replace(self, node=node)`, without its
+        look at the fields: the verdict memo names a kept assignment after its node on every
+        decision)."""
+        return Assignment(
+            node=node, gpus=self.gpus, shares=self.shares, mig=self.mig, numa=self.numa
+        )
+
 
 @dataclass(slots=True, kw_only=True)
 class NodeState:

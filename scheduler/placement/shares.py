@@ -31,6 +31,7 @@ __all__ = [
     "REASON_NO_REPLICA",
     "format_bytes",
     "group_on",
+    "legacy_rooms",
     "legacy_share",
     "no_shared_gpu",
     "place_shares",
@@ -268,10 +269,26 @@ def legacy_share(
 def _legacy_on(node: NodeState, g: int, milli: int) -> GpuShare | None:
     if not node.gpu_slots[g]:
         return GpuShare(gpu=g, milli=milli)
-    memory = milli * node.gpu_memory[g] // MILLI_PER_GPU
-    if node.slots_free[g] < 1 or node.memory_free[g] < memory:
+    if not _legacy_room(node, g, milli):
         return None
-    return GpuShare(gpu=g, milli=milli, memory=memory, slots=1)
+    return GpuShare(gpu=g, milli=milli, memory=_legacy_memory(node, g, milli), slots=1)
+
+
+def _legacy_memory(node: NodeState, g: int, milli: int) -> int:
+    """The memory a `gpu_milli` share of `milli` takes on shared GPU `g`: its fraction."""
+    return milli * node.gpu_memory[g] // MILLI_PER_GPU
+
+
+def _legacy_room(node: NodeState, g: int, milli: int) -> bool:
+    """Shared GPU `g` has a replica and the memory a `gpu_milli` share of `milli` takes."""
+    return node.slots_free[g] >= 1 and node.memory_free[g] >= _legacy_memory(node, g, milli)
+
+
+def legacy_rooms(node: NodeState, milli: int) -> tuple[bool, ...]:
+    """Per shared GPU of `node`, whether a `gpu_milli` share of `milli` finds its replica and
+    memory there: all `legacy_share` reads of the replicas and memory the shares left (besides
+    that, each GPU's free milli-GPU and the node's static shape)."""
+    return tuple(_legacy_room(node, g, milli) for g, slots in enumerate(node.gpu_slots) if slots)
 
 
 def format_bytes(amount: int) -> str:

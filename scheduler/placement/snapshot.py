@@ -1,7 +1,9 @@
 """The cluster as placement sees it: nodes plus incremental indexes; a decision scans few nodes.
 
 Indexes (each the names of a key, in order: `SortedNames`, whose adds and removals shift one
-block of names, not a bucket of most of the cluster; kept up to date on every assume / forget):
+block of names, not a bucket of most of the cluster; brought up to date when next read, for the
+nodes changed since: a caller that never reads them, as the verdict memo while pods fit, never
+pays for them):
 
 - whole GPUs: key (node has GPUs in use, number of idle GPUs), for nodes with an idle GPU;
 - GPU shares: key (largest free share on a partly used GPU) // 100;
@@ -84,7 +86,8 @@ class Snapshot:
         self._nodes: dict[str, NodeState] = {}
         self._all: list[str] = []
         self._index: dict[_IndexKey, SortedNames] = {}  # names in order (`SortedNames`)
-        self._keys: dict[str, tuple[_IndexKey, ...]] = {}
+        self._keys: dict[str, tuple[_IndexKey, ...]] = {}  # each node's keys in `_index`
+        self._unindexed: dict[str, None] = {}  # nodes whose keys may have changed since
         self._pod_node: dict[str, str] = {}
         self._max_gpus = 0
         self._alloc_total: dict[str, int] = {}
@@ -167,6 +170,7 @@ class Snapshot:
         if name not in self._nodes:
             return None
         self._unindex(name)
+        self._unindexed.pop(name, None)
         self._set_free_milli(name, 0)
         node = self._nodes.pop(name)
         del self._free_milli[name]
@@ -299,21 +303,35 @@ class Snapshot:
         self._reindex(name)
 
     def _reindex(self, name: str) -> None:
+        """Count node `name` changed and keep its totals; its index keys wait for the next
+        reader of the index (`_indexed`)."""
         self._stamp(name)
-        self._unindex(name)
+        self._unindexed[name] = None
         node = self._nodes[name]
-        keys = cast("tuple[_IndexKey, ...]", node.derive("index", _index_keys))
-        for key in keys:
-            bucket = self._index.get(key)
-            if bucket is None:
-                bucket = self._index[key] = SortedNames()
-            bucket.add(name)
-        self._keys[name] = keys
         self._set_free_milli(name, node.gpu_capacity_milli() - node.used_milli)
         if node.gpu_count and not node.gpu_used():
             self._idle_gpu.add(name)
         else:
             self._idle_gpu.discard(name)
+
+    def _indexed(self) -> dict[_IndexKey, SortedNames]:
+        """The index, with the nodes changed since it was last read put under their keys now:
+        a node changed many times between two reads is indexed once, and a memo that reads no
+        index (`VerdictMemo` while pods fit) never pays for it."""
+        if self._unindexed:
+            index, nodes = self._index, self._nodes
+            for name in self._unindexed:
+                self._unindex(name)
+                derive = nodes[name].derive  # (a removed node left `_unindexed`)
+                keys = cast("tuple[_IndexKey, ...]", derive("index", _index_keys))
+                for key in keys:
+                    bucket = index.get(key)
+                    if bucket is None:
+                        bucket = index[key] = SortedNames()
+                    bucket.add(name)
+                self._keys[name] = keys
+            self._unindexed.clear()
+        return self._index
 
     def _unindex(self, name: str) -> None:
         for key in self._keys.pop(name, ()):
@@ -323,13 +341,14 @@ class Snapshot:
         self, pod: PodRequest, allowed: AbstractSet[str] | None = None
     ) -> Iterator[NodeState]:
         """Nodes that may fit `pod` (a superset of the feasible ones in `allowed`), best first."""
+        index = self._indexed()
         order = self._visit_order(pod)
         if order is None:
             names: Iterable[str] = self._rotated(pod, allowed)
         elif allowed is not None and 4 * len(allowed) < len(self._all):
             names = self._ranked(order, allowed)
         else:
-            names = (n for key in order for n in self._index.get(key, ()))
+            names = (n for key in order for n in index.get(key, ()))
         seen: set[str] = set()
         for name in names:
             if name in seen or (allowed is not None and name not in allowed):
@@ -365,6 +384,7 @@ class Snapshot:
 
     def _ranked(self, order: list[_IndexKey], allowed: AbstractSet[str]) -> list[str]:
         """`allowed` in the order the full index walk would visit them (few nodes: sort them)."""
+        self._indexed()  # the keys of every node up to date
         position = {key: i for i, key in enumerate(order)}
         ranked = [
             (position[key], name)
@@ -383,8 +403,9 @@ class Snapshot:
         return names[start:] + names[:start]
 
     def _mig_count(self, profile: str) -> int:
-        return len(self._index.get(("mig", (profile, True)), ())) + len(
-            self._index.get(("mig", (profile, False)), ())
+        index = self._indexed()
+        return len(index.get(("mig", (profile, True)), ())) + len(
+            index.get(("mig", (profile, False)), ())
         )
 
 

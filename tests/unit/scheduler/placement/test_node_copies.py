@@ -3,10 +3,11 @@ the memo's verdicts follow every change to any one of them, and none leaks into 
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from scheduler.config import load_config
 from scheduler.placement import Assignment, NodeState, Placer, PodRequest, Snapshot
+from scheduler.placement.gpushare import GpuShare
 from scheduler.placement.pick import pick
 from scheduler.placement.request import CPU
 from tests.builders.placement import make_node, pod
@@ -70,3 +71,18 @@ def test_copies_and_clones_do_not_share_mutable_state():
     assert clone.free_whole_gpus() == list(range(2, 8))
     clone.remove_pod("default/p")
     assert first.free_whole_gpus() == list(range(2, 8))
+
+
+def test_an_assignment_moved_to_another_node_keeps_every_device():
+    found = Assignment(
+        node="a",
+        gpus=(1, 2),
+        shares=(GpuShare(gpu=3, milli=250, slots=1),),
+        mig=((4, "1g.10gb"),),
+        numa=1,
+    )
+    assert {f.name for f in fields(Assignment)} == {"node", "gpus", "shares", "mig", "numa"}
+    moved = found.on("b")
+    assert moved == replace(found, node="b")
+    assert moved.node == "b"
+    assert found.node == "a"

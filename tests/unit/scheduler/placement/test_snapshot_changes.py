@@ -65,3 +65,33 @@ def test_idle_gpu_nodes_follow_gpu_pods_only():
     snap.remove_node("a")
     snap.remove_node("missing")
     assert (snap.idle_gpu_nodes, snap.gpu_nodes) == (2, 2)
+
+
+def _walks(snap: Snapshot) -> list[list[str]]:
+    """The candidate walk of a few pods (whole GPUs, a share, cpu only)."""
+    probes = [
+        PodRequest(key="one", gpus=1),
+        PodRequest(key="four", gpus=4),
+        PodRequest(key="share", gpu_milli=300),
+        PodRequest(key="cpu", cpu_milli=100),
+    ]
+    return [[n.name for n in snap.candidates(probe)] for probe in probes]
+
+
+def test_the_index_read_after_many_changes_is_the_one_a_fresh_snapshot_builds():
+    snap = Snapshot([make_node(f"n{i}", gpus=8 if i % 3 else 4) for i in range(6)])
+    first = _walks(snap)
+    snap.assume(PodRequest(key="p", gpus=2), Assignment(node="n1", gpus=(0, 1)))
+    snap.assume(PodRequest(key="q", gpus=4), Assignment(node="n2", gpus=(0, 1, 2, 3)))
+    snap.assume(PodRequest(key="s", gpu_milli=500), Assignment(node="n4", gpus=(7,)))
+    snap.forget("q")
+    snap.assume(PodRequest(key="q", gpus=1), Assignment(node="n1", gpus=(2,)))  # n1 twice
+    snap.remove_node("n5")
+    snap.add_node(make_node("n3", gpus=2))  # replaced
+    snap.add_node(make_node("n6", gpus=8))
+    changed = _walks(snap)
+    fresh = Snapshot(node.clone() for node in snap.nodes.values())
+    assert changed == _walks(fresh)
+    assert changed != first
+    assert changed[0][:2] == ["n1", "n4"]  # used nodes first, fewest idle GPUs first
+    assert "n5" not in changed[3]

@@ -35,11 +35,13 @@ from agent.availability import (
 from deviceplugin._pb import podresources_pb2 as pb
 from deviceplugin._pb import podresources_pb2_grpc as pb_grpc
 from deviceplugin.errors import PluginError
+from deviceplugin.kubelet_registration import FileId, file_id
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # List on a busy node exceeds gRPC's 4 MiB default
+MAX_RECONNECT_BACKOFF_MS = 5_000  # gRPC's default grows to 120 s while the socket refuses
 
 IsTerminal = Callable[[str, str], bool]
 """`(namespace, name) -> True` when the pod has finished (Succeeded or Failed)."""
@@ -77,16 +79,40 @@ def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
 
 
 class PodResourcesClient:
-    """Use as a context manager, or call `close()`."""
+    """Use as a context manager, or call `close()`.
+
+    One channel serves every call while the kubelet's socket stays the same file. A kubelet
+    that crashed leaves its socket file behind, and calls to it fail; meanwhile gRPC waits
+    longer and longer between reconnection tries, and a call made while it waits fails at once
+    even after the kubelet serves again. So the channel is dialled anew whenever the socket is
+    a new file (a restarted kubelet makes one), and the wait between tries is capped at
+    `MAX_RECONNECT_BACKOFF_MS` for a kubelet that stops answering on the same socket.
+    """
 
     def __init__(self, socket: Path = DEFAULT_SOCKET, *, timeout_s: float = 2.0) -> None:
         self._socket = Path(socket)
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(
+        self._dialled: FileId | None = None
+        self._channel, self._stub = self._dial()
+
+    def _dial(self) -> tuple[grpc.Channel, pb_grpc.PodResourcesListerStub]:
+        self._dialled = file_id(self._socket)
+        channel = grpc.insecure_channel(
             f"unix:{self._socket.absolute()}",
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+                ("grpc.use_local_subchannel_pool", 1),
+            ],
         )
-        self._stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        return channel, pb_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+
+    def _stub_for_current_socket(self) -> pb_grpc.PodResourcesListerStub:
+        """The stub, on a channel dialled anew if the socket is not the file it was dialled to."""
+        if file_id(self._socket) != self._dialled:
+            self._channel.close()
+            self._channel, self._stub = self._dial()
+        return self._stub
 
     @property
     def socket(self) -> Path:
@@ -111,20 +137,22 @@ class PodResourcesClient:
         """`List` alone: every pod the kubelet lists now (share Allocate's one kubelet call)."""
         if not self.available():
             raise PodResourcesUnavailableError(f"PodResources socket {self._socket} does not exist")
+        stub = self._stub_for_current_socket()
         with _rpc(self._socket, "List"):
-            listed = self._stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
+            listed = stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
         return tuple(_pod(p) for p in listed.pod_resources)
 
     def snapshot(self, is_terminal: IsTerminal | None = None) -> PodResourcesSnapshot:
         """Allocatable devices/CPUs/memory and the non-terminal pods' assignments."""
         if not self.available():
             raise PodResourcesUnavailableError(f"PodResources socket {self._socket} does not exist")
+        stub = self._stub_for_current_socket()
         with _rpc(self._socket, "GetAllocatableResources"):
-            alloc = self._stub.GetAllocatableResources(
+            alloc = stub.GetAllocatableResources(
                 pb.AllocatableResourcesRequest(), timeout=self._timeout_s
             )
         with _rpc(self._socket, "List"):
-            listed = self._stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
+            listed = stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout_s)
         pods = tuple(_pod(p) for p in listed.pod_resources)
         if is_terminal is not None:
             skipped = [p for p in pods if is_terminal(p.namespace, p.name)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import socket as sockets
 import tempfile
 import threading
 import time
@@ -154,6 +155,17 @@ class FakePodResourcesServer(pb_grpc.PodResourcesListerServicer):
             self._server.stop(grace=None).wait()
             self._server = None
         self.socket.unlink(missing_ok=True)
+
+    def crash(self) -> None:
+        """The kubelet process dies: nothing serves, but its socket file stays behind (a stopped
+        gRPC server removes its socket; a killed kubelet does not), so dialling it is refused.
+        `start()` then serves on a new socket file, as a restarted kubelet does."""
+        self.stop()
+        stale = sockets.socket(sockets.AF_UNIX)
+        try:
+            stale.bind(str(self.socket))
+        finally:
+            stale.close()
 
     def restart(self, *, down_s: float = 0.0, unsynced_s: float = 1.0) -> None:
         """A kubelet restart: no socket for `down_s`, then a new one whose `List` answers no pods

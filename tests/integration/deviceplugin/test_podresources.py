@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import time
 from pathlib import Path
 
 import grpc
@@ -130,6 +131,26 @@ def test_kubelet_restart_is_survived(server) -> None:
             client.snapshot()
         server.start()
         assert len(client.snapshot().pods) == 1
+
+
+def test_the_first_call_after_a_crashed_kubelet_is_back_is_served(server) -> None:
+    """A killed kubelet leaves its socket file; every call meanwhile is refused, and gRPC waits
+    longer between reconnection tries (1 s, 1.6 s, 2.6 s, 4.1 s ...), failing calls at once while
+    it waits. The restarted kubelet's socket is a new file: the client dials it at once."""
+    server.set_pod(_pod("a", "p", "GPU-a"))
+    with PodResourcesClient(server.socket, timeout_s=1.0) as client:
+        assert len(client.snapshot().pods) == 1
+        server.crash()
+        assert client.available()  # the stale socket file is still there
+        refused = 0
+        down_until = time.monotonic() + 6.0
+        while time.monotonic() < down_until:
+            with pytest.raises(PodResourcesUnavailableError):
+                client.snapshot()
+            refused += 1
+            time.sleep(0.1)
+        server.start()
+        assert len(client.snapshot().pods) == 1, f"after {refused} refused calls"
 
 
 def test_state_reader_no_kubelet_versus_kubelet_restart() -> None:

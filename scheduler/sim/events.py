@@ -141,6 +141,8 @@ class _EventRun:
         if job.pod.claims:
             self.scheduler.claims.update((r.key, job.pod.claims) for r in requests)
         enqueue(self.leaves.setdefault(leaf, []), Pending(job, requests))
+        for request in requests:
+            self.scheduler.queued(request)
         self.arrived += job.replicas * job.pod.gpu_milli_total
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
         self.book.arrived(job)
@@ -261,6 +263,7 @@ class _EventRun:
         """`key` is deleted by preemption: its job waits for it again."""
         entry, leaf, pod = self._running[key]
         self._stopped(key)
+        self.scheduler.queued(pod)
         self.jobs_placed -= entry.done  # placed again when all its pods run again
         entry.placed.discard(key)
         if entry.job.is_gang and len(entry.placed) < entry.job.min_member:

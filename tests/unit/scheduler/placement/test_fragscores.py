@@ -14,7 +14,7 @@ from scheduler.placement import (
     WeightedScore,
     filter_node,
 )
-from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
+from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod, typical_pods
 from scheduler.placement.fragscores import (
     PRIOR,
     FragmentationScore,
@@ -292,3 +292,76 @@ def test_watching_bumps_the_version_only_when_scarcity_can_change_a_score():
     no_big = FragmentationScore((TypicalPod(WHOLE, 1.0),))
     no_big.watch(idle_gpu_nodes=0, gpu_nodes=100)
     assert (no_big.idle_scarce, no_big.version) == (True, 0)
+
+
+def _learned(pods: int) -> FragmentationScore:
+    """A learner that has counted `pods` 1-GPU pods and refitted to them (and the prior)."""
+    score = FragmentationScore()
+    for i in range(pods):
+        score.observe(PodRequest(key=f"seen{i}", gpus=1))
+    score.observe(PodRequest(key="seen-last", gpus=1))  # the scheduled refit applies
+    return score
+
+
+def _weights(score: FragmentationScore) -> dict[PodShape, float]:
+    return {t.shape: t.weight for t in score.fragmentation.typical}
+
+
+def test_waiting_pods_count_their_weight_while_they_wait():
+    score = _learned(16)
+    score.pending_weight = 4.0
+    eight = PodShape(0, 1000, 8)
+    before = _weights(score)[eight]
+    for i in range(4):
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))  # counted once while it waits
+    version = score.version
+    score.observe(PodRequest(key="next", gpus=1))  # the refit applies on the next pod
+    assert score.version == version + 1
+    # at the refit: the prior's 16 pods, 17 1-GPU pods seen, 4 waiting 8-GPU pods × 4
+    mixture = dict.fromkeys(PRIOR, 16 / 7)
+    mixture[PodShape(0, 1000, 1)] += 17
+    mixture[eight] += 4 * 4
+    assert _weights(score) == pytest.approx({t.shape: t.weight for t in typical_pods(mixture)})
+    assert _weights(score)[eight] > before
+    for i in range(4):
+        score.dequeued(f"gang-{i}")
+    score.dequeued("never-queued")  # nothing
+    score.observe(PodRequest(key="after", gpus=1))
+    assert _weights(score)[eight] == pytest.approx(before, rel=0.1)
+
+
+def test_the_queue_is_not_counted_by_default():
+    score = _learned(16)
+    version, weights = score.version, _weights(score)
+    for i in range(8):
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))
+    score.observe(PodRequest(key="next", gpus=1))
+    assert (score.version, _weights(score)) == (version, weights)
+
+
+def test_a_queue_that_moves_less_than_the_tolerance_refits_nothing():
+    score = _learned(200)
+    score.pending_weight = 1.0
+    version = score.version
+    score.queued(PodRequest(key="one", gpus=8))  # 1 of ~217 pods' weight: under 2 %
+    score.observe(PodRequest(key="next", gpus=1))
+    assert score.version == version
+    for i in range(8):
+        score.queued(PodRequest(key=f"more-{i}", gpus=8))
+    score.observe(PodRequest(key="then", gpus=1))
+    assert score.version == version + 1
+
+
+def test_the_scoring_passes_the_queue_to_its_learners():
+    scoring = default_scoring()
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    learner.pending_weight = 16.0
+    two = PodShape(0, 1000, 2)
+    scoring.queued(PodRequest(key="w", gpus=2))
+    learner.observe(PodRequest(key="next", cpu_milli=1000))
+    assert _weights(learner)[two] == pytest.approx((16 / 7 + 16) / 32)
+    scoring.dequeued("w")
+    learner.observe(PodRequest(key="then", cpu_milli=1000))
+    seen = {**dict.fromkeys(PRIOR, 16 / 7), PodShape(1000): 1.0}  # the prior and "next"
+    assert _weights(learner) == pytest.approx({t.shape: t.weight for t in typical_pods(seen)})

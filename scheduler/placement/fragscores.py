@@ -111,12 +111,13 @@ class FragmentationScore:
     watch `version`. A refit within `refit_tolerance` (total variation) of the current fit is
     skipped. `typical` fixes the distribution instead (no learning).
 
-    The queue as near-future demand (off while `pending_weight` is 0): the caller says when a pod
-    starts waiting (`queued`) and stops (`dequeued`: bound, deleted); while it waits its shape
-    counts `pending_weight` more in the distribution fitted (the learned counts plus the waiting
-    pods'). Each call is O(1): it adds the weight it moved to a drift, and only when the drift
-    passes `refit_tolerance` of the mixture's mass (an upper bound on the total variation it
-    moved) is a refit due, at the next pod observed, as above.
+    The queue as near-future demand (off while `pending_share` is 0): the caller says when a pod
+    starts waiting (`queued`) and stops (`dequeued`: bound, deleted). While pods wait, the
+    distribution fitted is a mixture: the learned counts (prior included) and the waiting pods'
+    shapes, these scaled to `pending_share` of the whole however long the queue. Each call is
+    O(1): it adds what it can move the mixture (`pending_share` ÷ the pods waiting) to a drift,
+    and only when the drift passes `refit_tolerance` is a refit due, at the next pod observed,
+    as above.
 
     Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size with a
     pod shape (cpu included) that asks at least `big_share` of the whole-GPU demand seen (the
@@ -157,7 +158,7 @@ class FragmentationScore:
     keep_whole_bonus = 0.5
     scarce_idle_share = 0.03
     scarce_idle_penalty = 30.0
-    pending_weight = 0.0  # extra weight of a waiting pod's shape; 0: the queue is not counted
+    pending_share = 0.0  # the waiting pods' share of the mixture (below 1); 0: not counted
 
     def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
         self.learning = typical is None
@@ -213,8 +214,8 @@ class FragmentationScore:
             self._next_refit += min(self._next_refit, self.max_refit)
 
     def queued(self, pod: PodRequest) -> None:
-        """`pod` waits to be placed: its shape counts `pending_weight` more until `dequeued`."""
-        if not self.learning or not self.pending_weight or pod.key in self._queued:
+        """`pod` waits to be placed: its shape counts in the mixture until `dequeued`."""
+        if not self.learning or not self.pending_share or pod.key in self._queued:
             return
         shape = pod_shape(pod)
         self._queued[pod.key] = shape
@@ -234,18 +235,19 @@ class FragmentationScore:
         self._drifted()
 
     def _drifted(self) -> None:
-        self._drift += self.pending_weight
-        mass = self._observed + self.prior_pods + self.pending_weight * len(self._queued)
-        if self._drift > self.refit_tolerance * mass:
+        self._drift += self.pending_share / max(1, len(self._queued))
+        if self._drift > self.refit_tolerance:
             self._refit_due = True
 
     def _mixture(self) -> Mapping[PodShape, float]:
-        """The learned counts plus `pending_weight` per waiting pod."""
+        """The learned counts, plus the waiting pods' shapes weighing `pending_share` of all."""
         if not self._queued_counts:
             return self._counts
         mixed = dict(self._counts)
+        share = self.pending_share
+        per_pod = share / (1 - share) * sum(self._counts.values()) / len(self._queued)
         for shape, waiting in self._queued_counts.items():
-            mixed[shape] = mixed.get(shape, 0.0) + self.pending_weight * waiting
+            mixed[shape] = mixed.get(shape, 0.0) + per_pod * waiting
         return mixed
 
     def _refit(self) -> None:

@@ -6,7 +6,9 @@ it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_g
 with claims: `SimClaims.place_gang`), all or none; while it waits it holds nothing but a
 starvation hold, see `evictions`; then the rest one by one like any other replica. A pod runs
 `duration` seconds from the moment it is placed (for ever without one). A job is placed once
-all its replicas are; its gang wait is the time from arrival until its gang was placed.
+all its replicas are; its gang wait is the time from arrival until its gang was placed. The
+policy's scoring hears of every pod that waits (`SimScheduler.queued`, on arrival and on
+eviction; binding ends the wait), as the scheduler's intake tells it (`Scoring.queued`).
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the
 allocation against arrived demand (as in the protocol), fragmentation as the last job arrived, the

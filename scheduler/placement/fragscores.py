@@ -117,7 +117,9 @@ class FragmentationScore:
     shapes, these scaled to `pending_share` of the whole however long the queue. Each call is
     O(1): it adds what it can move the mixture (`pending_share` ÷ the pods waiting) to a drift,
     and only when the drift passes `refit_tolerance` is a refit due, at the next pod observed,
-    as above.
+    as above. Not shipped: on the generated workloads a share of ½ was a trade the simulator's
+    seeds decided, and it refitted at nearly every pod (scheduler/sim/README.md, "The queue as
+    typical pods tried").
 
     Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size with a
     pod shape (cpu included) that asks at least `big_share` of the whole-GPU demand seen (the

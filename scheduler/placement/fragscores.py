@@ -180,7 +180,7 @@ class FragmentationScore:
         self._next_refit = self.first_refit
         self._queued: dict[str, PodShape] = {}  # waiting pods by key, with their shapes
         self._queued_counts: dict[PodShape, float] = {}  # waiting pods per shape
-        self._drift = 0.0  # weight the queue moved since the last fit
+        self._drift = 0.0  # how far the queue may have moved the mixture since the last fit
         self._shaped: PodRequest | None = None  # the last pod `_shape` saw, and its shape
         self._shaped_as = PodShape(0)
 

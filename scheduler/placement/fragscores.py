@@ -111,6 +111,16 @@ class FragmentationScore:
     watch `version`. A refit within `refit_tolerance` (total variation) of the current fit is
     skipped. `typical` fixes the distribution instead (no learning).
 
+    The queue as near-future demand (off while `pending_share` is 0): the caller says when a pod
+    starts waiting (`queued`) and stops (`dequeued`: bound, deleted). While pods wait, the
+    distribution fitted is a mixture: the learned counts (prior included) and the waiting pods'
+    shapes, these scaled to `pending_share` of the whole however long the queue. Each call is
+    O(1): it adds what it can move the mixture (`pending_share` ÷ the pods waiting) to a drift,
+    and only when the drift passes `refit_tolerance` is a refit due, at the next pod observed,
+    as above. Not shipped: on the generated workloads a share of ½ was a trade the simulator's
+    seeds decided, and it refitted at nearly every pod (scheduler/sim/README.md, "The queue as
+    typical pods tried").
+
     Keeping big nodes whole in a living cluster: `big_gpus` is the largest multi-GPU size with a
     pod shape (cpu included) that asks at least `big_share` of the whole-GPU demand seen (the
     prior included), `big_cpu`
@@ -150,6 +160,7 @@ class FragmentationScore:
     keep_whole_bonus = 0.5
     scarce_idle_share = 0.03
     scarce_idle_penalty = 30.0
+    pending_share = 0.0  # the waiting pods' share of the mixture (below 1); 0: not counted
 
     def __init__(self, typical: Sequence[TypicalPod] | None = None) -> None:
         self.learning = typical is None
@@ -165,8 +176,11 @@ class FragmentationScore:
         self.idle_scarce = False
         self._seen: dict[str, None] = {}
         self._last_key: str | None = None
-        self._pending = False
+        self._refit_due = False
         self._next_refit = self.first_refit
+        self._queued: dict[str, PodShape] = {}  # waiting pods by key, with their shapes
+        self._queued_counts: dict[PodShape, float] = {}  # waiting pods per shape
+        self._drift = 0.0  # how far the queue may have moved the mixture since the last fit
         self._shaped: PodRequest | None = None  # the last pod `_shape` saw, and its shape
         self._shaped_as = PodShape(0)
 
@@ -184,7 +198,7 @@ class FragmentationScore:
         if pod.key == self._last_key:
             return
         self._last_key = pod.key
-        if self._pending:
+        if self._refit_due:
             self._refit()
         if not self.learning or pod.key in self._seen:
             return
@@ -198,17 +212,56 @@ class FragmentationScore:
             self.big_cpu = shape.cpu_milli  # at once: a pod this wide may be waiting now
             self.version += 1
         if self._observed >= self._next_refit:
-            self._pending = True
+            self._refit_due = True
             self._next_refit += min(self._next_refit, self.max_refit)
 
+    def queued(self, pod: PodRequest) -> None:
+        """`pod` waits to be placed: its shape counts in the mixture until `dequeued`."""
+        if not self.learning or not self.pending_share or pod.key in self._queued:
+            return
+        shape = pod_shape(pod)
+        self._queued[pod.key] = shape
+        self._queued_counts[shape] = self._queued_counts.get(shape, 0.0) + 1.0
+        self._drifted()
+
+    def dequeued(self, key: str) -> None:
+        """The pod of `key` no longer waits (bound, or gone); nothing if it was not `queued`."""
+        shape = self._queued.pop(key, None)
+        if shape is None:
+            return
+        left = self._queued_counts[shape] - 1.0
+        if left > 0:
+            self._queued_counts[shape] = left
+        else:
+            del self._queued_counts[shape]
+        self._drifted()
+
+    def _drifted(self) -> None:
+        self._drift += self.pending_share / max(1, len(self._queued))
+        if self._drift > self.refit_tolerance:
+            self._refit_due = True
+
+    def _mixture(self) -> Mapping[PodShape, float]:
+        """The learned counts, plus the waiting pods' shapes weighing `pending_share` of all."""
+        if not self._queued_counts:
+            return self._counts
+        mixed = dict(self._counts)
+        share = self.pending_share
+        per_pod = share / (1 - share) * sum(self._counts.values()) / len(self._queued)
+        for shape, waiting in self._queued_counts.items():
+            mixed[shape] = mixed.get(shape, 0.0) + per_pod * waiting
+        return mixed
+
     def _refit(self) -> None:
-        self._pending = False
-        typical = typical_pods(self._counts)
-        big = big_gpus(self._counts, self.big_share)
+        self._refit_due = False
+        self._drift = 0.0
+        counts = self._mixture()
+        typical = typical_pods(counts)
+        big = big_gpus(counts, self.big_share)
         moved = distribution_distance(typical, self.fragmentation.typical)
         if moved > self.refit_tolerance or big != self.big_gpus:
             self.fragmentation = Fragmentation(typical, cpu_aware=True)
-            self.big_gpus, self.big_cpu = big, big_cpu(self._counts, big)
+            self.big_gpus, self.big_cpu = big, big_cpu(counts, big)
             self.version += 1
 
     def __call__(self, pod: PodRequest, node: NodeState, assignment: Assignment) -> float:

@@ -150,7 +150,8 @@ class Learner(Protocol):
     (see `FragmentationScore`).
 
     `watch(idle_gpu_nodes, gpu_nodes)` tells it how many nodes with GPUs have none in use, before
-    each pod; `observe(pod)` counts a pod (once per key). `version` grows whenever what it
+    each pod; `observe(pod)` counts a pod (once per key); `queued(pod)` and `dequeued(key)` say
+    when a pod starts and stops waiting to be placed. `version` grows whenever what it
     learned or watched changes its scores, so callers that cache scores
     (`scheduler.placement.verdict_memo`) know to drop them.
     """
@@ -160,6 +161,10 @@ class Learner(Protocol):
     def watch(self, idle_gpu_nodes: int, gpu_nodes: int) -> None: ...
 
     def observe(self, pod: PodRequest) -> None: ...
+
+    def queued(self, pod: PodRequest) -> None: ...
+
+    def dequeued(self, key: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,13 @@ class Scoring:
     scores: tuple[WeightedScore, ...] = field(default_factory=tuple)
     prefer_used_nodes: bool = True
     candidate_limit: int = 32
+    _learners: tuple[Learner, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # found once: a protocol `isinstance` per score costs tens of µs, and the queue calls
+        # `queued`/`dequeued` at every pod event
+        found = tuple(fn for fn in (s.fn for s in self.scores) if isinstance(fn, Learner))
+        object.__setattr__(self, "_learners", found)
 
     @classmethod
     def from_weights(
@@ -224,12 +236,7 @@ class Scoring:
 
     def learners(self) -> tuple[Learner, ...]:
         """The score functions that learn from the pods they see."""
-        found: list[Learner] = []
-        for weighted in self.scores:
-            fn: object = weighted.fn
-            if isinstance(fn, Learner):
-                found.append(fn)
-        return tuple(found)
+        return self._learners
 
     def observe(self, pod: PodRequest, snapshot: Snapshot) -> None:
         """Show `snapshot`'s GPU nodes, then `pod`, to every learning score before the pod is
@@ -237,6 +244,17 @@ class Scoring:
         for fn in self.learners():
             fn.watch(snapshot.idle_gpu_nodes, snapshot.gpu_nodes)
             fn.observe(pod)
+
+    def queued(self, pod: PodRequest) -> None:
+        """`pod` starts waiting to be placed (it arrived, or was evicted): learning scores may
+        count the waiting pods as the demand to come."""
+        for fn in self._learners:
+            fn.queued(pod)
+
+    def dequeued(self, key: str) -> None:
+        """The pod of `key` stops waiting (bound, or gone)."""
+        for fn in self._learners:
+            fn.dequeued(key)
 
 
 def score_reads(pod: PodRequest, *, memory: bool = True) -> tuple[object, ...]:

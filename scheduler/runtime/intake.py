@@ -7,7 +7,9 @@ Pods are read (`read_pod`) before the lock is taken, so one informer's reading n
 another's. A change that may free room (a pod gone or moved, a node or NRT changed) tries every
 unschedulable unit again, once per list (`_room_changed`). The scheduling cycle itself is
 `scheduler.runtime.loop`; the two share the pending reasons (`reasons`: pod key -> why it waits),
-which the intake drops when a pod stops waiting.
+which the intake drops when a pod stops waiting. The scoring hears of every pod that starts or
+stops waiting (`Scoring.queued`, `Scoring.dequeued`: a learning score may count the queue as the
+demand to come), as the simulator tells it of its own queue.
 
 The first list of pods after a start holds every pod waiting for this scheduler (thousands, after
 a restart or a failover), and reading them is most of a start's work. None of them takes room, so
@@ -28,6 +30,7 @@ from typing import Any, TypeVar
 
 from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.kubeapi.decode import Listed
+from scheduler.placement import Scoring
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
 from scheduler.runtime.claims.book import ClaimBook
@@ -157,8 +160,10 @@ class Intake:
         metrics: SchedulerMetrics,
         reasons: MutableMapping[ObjectKey, str],
         claims: ClaimBook,
+        scoring: Scoring,
     ) -> None:
         self.cache, self.queue, self._quota, self._gangs = cache, queue, quota, gangs
+        self._scoring = scoring
         self._preemption, self._shares, self._reporter = preemption, shares, reporter
         self._metrics, self._reasons, self._claims = metrics, reasons, claims
         self._listing = self._room_freed = False  # within `replace`; room freed meanwhile
@@ -289,6 +294,13 @@ class Intake:
             waiting = [k for k, reason in self._reasons.items() if reason == SHARE_LOCK]
             self.queue.activate(UnitKey(UnitKind.POD, k) for k in waiting)
 
+    def _tell_scoring(self, key: ObjectKey, info: PodInfo | None) -> None:
+        """Whether the pod of `key` waits for this scheduler now (`info`: None when gone)."""
+        if info is not None and info.pending and not info.gated:
+            self._scoring.queued(info.request)
+        else:
+            self._scoring.dequeued(key)
+
     def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
             key = key_of(obj)
@@ -298,6 +310,7 @@ class Intake:
             key = new.key
         if new is None or not new.pending:
             self._reasons.pop(key, None)
+        self._tell_scoring(key, new)
         self._share_holder_changed(key, new)
         if new is None and old is not None:
             self._reporter.forget(old.obj)

@@ -86,7 +86,7 @@ class Scheduler:
         settings: LoopSettings | None = None,
         preemption: PreemptionSettings | None = None,
     ) -> None:
-        self._kube, self.cache, self.queue, self._scoring = kube, cache, queue, scoring
+        self._kube, self.cache, self.queue, self.scoring = kube, cache, queue, scoring
         self._metrics, self._reporter, self._fence, self._clock = metrics, reporter, fence, clock
         self._settings = settings or LoopSettings()
         self._wake = threading.Event()  # ends a standby's idle wait (`wake`)
@@ -138,6 +138,7 @@ class Scheduler:
             metrics,
             self._reasons,
             self.claims,
+            scoring,
         )
 
     # -- intake (scheduler.kubeapi.informer.Sink) --------------------------------------------------
@@ -300,7 +301,7 @@ class Scheduler:
         """The Placer bound to the cache's live snapshot (bound anew if that object was replaced);
         call it with `cache.lock` held."""
         if self._placer.snapshot is not self.cache.snapshot:
-            self._placer = Placer(self.cache.snapshot, self._scoring)
+            self._placer = Placer(self.cache.snapshot, self.scoring)
         return self._placer
 
     def precheck(self, info: PodInfo) -> tuple[str, str] | None:

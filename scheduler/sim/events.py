@@ -6,7 +6,9 @@ it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_g
 with claims: `SimClaims.place_gang`), all or none; while it waits it holds nothing but a
 starvation hold, see `evictions`; then the rest one by one like any other replica. A pod runs
 `duration` seconds from the moment it is placed (for ever without one). A job is placed once
-all its replicas are; its gang wait is the time from arrival until its gang was placed.
+all its replicas are; its gang wait is the time from arrival until its gang was placed. The
+policy's scoring hears of every pod that waits (`SimScheduler.queued`, on arrival and on
+eviction; binding ends the wait), as the scheduler's intake tells it (`Scoring.queued`).
 
 Reported: jobs placed, the mean gang wait, the time-weighted mean and the peak GPU allocation, the
 allocation against arrived demand (as in the protocol), fragmentation as the last job arrived, the
@@ -141,6 +143,8 @@ class _EventRun:
         if job.pod.claims:
             self.scheduler.claims.update((r.key, job.pod.claims) for r in requests)
         enqueue(self.leaves.setdefault(leaf, []), Pending(job, requests))
+        for request in requests:
+            self.scheduler.queued(request)
         self.arrived += job.replicas * job.pod.gpu_milli_total
         self.meter.arrived(leaf, job.replicas, job.replicas * job.pod.gpu_milli_total)
         self.book.arrived(job)
@@ -261,6 +265,7 @@ class _EventRun:
         """`key` is deleted by preemption: its job waits for it again."""
         entry, leaf, pod = self._running[key]
         self._stopped(key)
+        self.scheduler.queued(pod)
         self.jobs_placed -= entry.done  # placed again when all its pods run again
         entry.placed.discard(key)
         if entry.job.is_gang and len(entry.placed) < entry.job.min_member:

@@ -178,8 +178,13 @@ class SimScheduler:
             self.bind(pod, assignment)
         return assignment
 
+    def queued(self, pod: PodRequest) -> None:
+        """`pod` waits to be placed (it arrived, or was evicted); `bind` ends the wait."""
+        self.policy.scoring.queued(pod)
+
     def bind(self, pod: PodRequest, assignment: Assignment) -> None:
         self.cluster.bind(pod, assignment)
+        self.policy.scoring.dequeued(pod.key)
 
     def unbind(self, key: str) -> Assignment | None:
         return self.cluster.unbind(key)

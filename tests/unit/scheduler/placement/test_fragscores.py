@@ -14,7 +14,7 @@ from scheduler.placement import (
     WeightedScore,
     filter_node,
 )
-from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod
+from scheduler.placement.fgd import Fragmentation, NodeView, PodShape, TypicalPod, typical_pods
 from scheduler.placement.fragscores import (
     PRIOR,
     FragmentationScore,
@@ -292,3 +292,92 @@ def test_watching_bumps_the_version_only_when_scarcity_can_change_a_score():
     no_big = FragmentationScore((TypicalPod(WHOLE, 1.0),))
     no_big.watch(idle_gpu_nodes=0, gpu_nodes=100)
     assert (no_big.idle_scarce, no_big.version) == (True, 0)
+
+
+def _learned(pods: int) -> FragmentationScore:
+    """A learner that has counted `pods` 1-GPU pods and refitted to them (and the prior)."""
+    score = FragmentationScore()
+    for i in range(pods):
+        score.observe(PodRequest(key=f"seen{i}", gpus=1))
+    score.observe(PodRequest(key="seen-last", gpus=1))  # the scheduled refit applies
+    return score
+
+
+def _weights(score: FragmentationScore) -> dict[PodShape, float]:
+    return {t.shape: t.weight for t in score.fragmentation.typical}
+
+
+def test_waiting_pods_weigh_their_share_of_the_mixture_while_they_wait():
+    score = _learned(16)
+    score.pending_share = 0.5
+    eight = PodShape(0, 1000, 8)
+    before = _weights(score)[eight]
+    for i in range(4):
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))  # counted once while it waits
+    version = score.version
+    score.observe(PodRequest(key="next", gpus=1))  # the refit applies on the next pod
+    assert score.version == version + 1
+    # at the refit: the prior's 16 pods and 17 1-GPU pods seen (33), the waiting pods as many
+    mixture = dict.fromkeys(PRIOR, 16 / 7)
+    mixture[PodShape(0, 1000, 1)] += 17
+    mixture[eight] += 33
+    assert _weights(score) == pytest.approx({t.shape: t.weight for t in typical_pods(mixture)})
+    for i in range(4):
+        score.dequeued(f"gang-{i}")
+    score.dequeued("never-queued")  # nothing
+    score.observe(PodRequest(key="after", gpus=1))
+    assert _weights(score)[eight] == pytest.approx(before, rel=0.1)
+
+
+def test_the_share_of_the_waiting_pods_does_not_grow_with_the_queue():
+    one, many = _learned(16), _learned(16)
+    one.pending_share = many.pending_share = 0.25
+    one.queued(PodRequest(key="gang", gpus=8))
+    for i in range(40):
+        many.queued(PodRequest(key=f"gang-{i}", gpus=8))
+    for score in (one, many):
+        score.observe(PodRequest(key="next", gpus=1))
+    assert _weights(one) == pytest.approx(_weights(many))
+
+
+def test_the_queue_is_not_counted_by_default():
+    score = _learned(16)
+    version, weights = score.version, _weights(score)
+    for i in range(8):
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))
+    score.observe(PodRequest(key="next", gpus=1))
+    assert (score.version, _weights(score)) == (version, weights)
+
+
+def test_a_queue_that_moves_less_than_the_tolerance_refits_nothing():
+    score = _learned(16)
+    score.pending_share = 0.5
+    for i in range(50):
+        score.queued(PodRequest(key=f"gang-{i}", gpus=8))
+    score.observe(PodRequest(key="refit", gpus=1))
+    version, weights = score.version, _weights(score)
+    for i in range(10):  # 28 pods seen: the next scheduled refit is at 32
+        score.observe(PodRequest(key=f"seen-four-{i}", gpus=4))
+    score.queued(PodRequest(key="four-0", gpus=4))  # each moves the mixture by ½ ÷ 51 (~1 %)
+    score.queued(PodRequest(key="four-1", gpus=4))
+    score.observe(PodRequest(key="next", gpus=1))
+    assert (score.version, _weights(score)) == (version, weights)
+    score.queued(PodRequest(key="four-2", gpus=4))  # the drift passes 2 %: a refit is due
+    score.observe(PodRequest(key="then", gpus=1))
+    assert score.version == version + 1
+    assert _weights(score)[PodShape(0, 1000, 4)] > weights[PodShape(0, 1000, 4)]
+
+
+def test_the_scoring_passes_the_queue_to_its_learners():
+    scoring = default_scoring()
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    learner.pending_share = 0.5
+    two = PodShape(0, 1000, 2)
+    scoring.queued(PodRequest(key="w", gpus=2))
+    learner.observe(PodRequest(key="next", cpu_milli=1000))
+    assert _weights(learner)[two] == pytest.approx((16 / 7 + 16) / 32)
+    scoring.dequeued("w")
+    learner.observe(PodRequest(key="then", cpu_milli=1000))
+    seen = {**dict.fromkeys(PRIOR, 16 / 7), PodShape(1000): 1.0}  # the prior and "next"
+    assert _weights(learner) == pytest.approx({t.shape: t.weight for t in typical_pods(seen)})

@@ -150,14 +150,16 @@ class Verdicts:
         and the run and heap short of it say so too (their valid entries run out, or rank after
         `threshold`)."""
         feasible, tier, score, code_of = self.feasible, self.tier, self.score, self.code
-        heap, threshold, tiered = self.heap, self.threshold, self.tiered
+        heap, tiered, push = self.heap, self.tiered, heapq.heappush
+        # an entry below `limit` ranks at or above `threshold` (no slot reaches infinity)
+        limit = None if self.threshold is None else (*self.threshold, math.inf)
         for slot, code, verdict in zip(slots, codes, made, strict=True):
             fits, used, value = verdict[0], verdict[1], verdict[2]
             feasible[slot], tier[slot], score[slot], code_of[slot] = fits, used, value, code
             if fits:
                 entry = (tiered and not used, -value, names[slot], slot)
-                if threshold is None or entry[:3] <= threshold:  # (else `best` rebuilds first)
-                    heapq.heappush(heap, entry)
+                if limit is None or entry < limit:  # (else `best` rebuilds first)
+                    push(heap, entry)
 
     def reject(self, slots: Iterable[int]) -> None:
         """Slots `slots` certainly do not fit (the pre-check), or hold no node."""

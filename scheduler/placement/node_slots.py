@@ -52,8 +52,7 @@ _LOG_KEPT = 1 << 16  # log entries kept at least (older classes are recomputed i
 _IDLE_STATES = 4096  # states no node is in, kept with their ids (a node may come back to one)
 _IDLE_SHAPES = 64
 _Room = tuple[int, int, int, int, int, int, int, int]
-_UNFILLED = 4096  # changed slots whose headroom waits for the array, at most (or capacity)
-_NO_ROOM: _Room = (-1, -1, -1, -1, -1, -1, -1, -1)  # a slot without a node: no headroom
+_FEW_SLOTS = 32  # changed slots up to which headroom is written column by column
 _ANY = -(1 << 62)  # the need of a resource a pod does not ask (`sift`)
 
 
@@ -123,7 +122,6 @@ class NodeSlots:
         # memory and the most compute one has free
         self._headroom: IntArray = np.zeros((8, 0), dtype=np.int64)
         self._room: list[_Room | None] = []  # the same, per slot
-        self._unfilled: list[int] = []  # slots whose headroom the array does not hold yet
         self._rank: IntArray = np.zeros(0, dtype=np.int64)
         self._ranked = True
         self._in_order = True
@@ -152,9 +150,7 @@ class NodeSlots:
         updated: list[int] = []
         for name in names:
             self._update(name, updated)
-        self._unfilled.extend(updated)
-        if len(self._unfilled) > max(_UNFILLED, self.capacity):
-            self._filled()  # (bounded: a long run of binds without a bulk update)
+        self._fill_headroom(updated)
         kept = max(_LOG_KEPT, 4 * self.capacity)
         for log in (self.changes, self.shared_changes, self.whole_changes):
             log.trim(kept)
@@ -186,18 +182,19 @@ class NodeSlots:
         updated.append(slot)
         self._logged(slot, node.share_resource is not None, self._gives[slot])
 
-    def _filled(self) -> IntArray:
-        """The pre-check's array, with the headroom of the slots changed since it was last
-        read copied in (-1 where no node is): one numpy call for them all. A decision among
-        all nodes reads `_room` slot by slot (`sift`); only bulk updates read the array, so a
-        bind does not pay a numpy call for it."""
-        pending = self._unfilled
-        if pending:
-            slots = list(dict.fromkeys(pending))
-            rows = [self._room[slot] or _NO_ROOM for slot in slots]
-            self._headroom[:, slots] = np.array(rows, dtype=np.int64).T
-            pending.clear()
-        return self._headroom
+    def _fill_headroom(self, slots: list[int]) -> None:
+        """Copy the headroom of `slots` (just logged) into the pre-check's array: one numpy call
+        for many (the first sync), plain column writes for a few."""
+        rooms = self._room
+        if len(slots) <= _FEW_SLOTS:
+            for slot in slots:
+                room = rooms[slot]
+                if room is not None:
+                    self._headroom[:, slot] = room
+            return
+        live = [slot for slot in slots if rooms[slot] is not None]
+        if live:
+            self._headroom[:, live] = np.array([rooms[slot] for slot in live], dtype=np.int64).T
 
     def _reserve(self, count: int) -> None:
         """Make room for `count` more nodes (at least doubling, so growth stays rare)."""
@@ -241,8 +238,8 @@ class NodeSlots:
         self._shape[slot] = -1
         self._shape_keys[slot] = None
         self._state_keys[slot] = None
+        self._headroom[:, slot] = -1
         self._room[slot] = None
-        self._unfilled.append(slot)
         self._free.append(slot)
         self.epoch += 1
         self._ranked = False
@@ -316,7 +313,7 @@ class NodeSlots:
         """Slots among `slots` with the headroom `filter_node` needs at least (a necessary test:
         like the filter, only what the pod asks for is checked, so an overcommitted node still
         takes a pod that asks for none of it)."""
-        cpu, memory, pods, idle, share, replicas, gpu_memory, compute = self._filled()[:, slots]
+        cpu, memory, pods, idle, share, replicas, gpu_memory, compute = self._headroom[:, slots]
         ok: BoolArray = pods >= 1
         if pod.shares:
             need = pod.share_need

@@ -1,17 +1,21 @@
-"""`VerdictMemo`'s per pod class view: each node's verdict, and a heap that yields the best node.
+"""`VerdictMemo`'s per pod class view: each node's verdict, and the entries that yield the best
+node.
 
 A pod class is a request without its key and pod group (`pod_class`): nothing else differs between
 two pods as filters and scores see them. Its `Verdicts` keep, per node slot, whether the pod fits,
 the used-node tier, the weighted score and a code that keys the full verdict (assignment, reasons)
-in `table`. The heap holds entries (not in the used tier, -score, node name, slot), so its
-smallest valid entry is `pick`'s choice: used tier first (when the scoring prefers used nodes
-and the pod wants a GPU), then the highest score, then the lowest name. A rebuild puts in the
-best `top` feasible slots only and remembers the last one's rank (`threshold`); every slot
-that changes later is pushed again. So any feasible slot without a valid entry ranks below the
-threshold, and a top entry at or above it is the best; otherwise the heap is rebuilt. Entries
-left behind by later changes are dropped when they reach the top. After a bulk update the
-rebuild waits for the next `best` (`defer_rebuild`): a decision among a few slots (a topology
-domain's, vectorised over them) never needs the heap.
+in `table`. Entries (not in the used tier, -score, node name, slot) rank slots so that the
+smallest valid one is `pick`'s choice: used tier first (when the scoring prefers used nodes
+and the pod wants a GPU), then the highest score, then the lowest name. A rebuild puts the best
+`top` feasible slots, sorted, in a run (`run`, read from `at` on) and remembers the last one's
+rank (`threshold`); every slot that changes later and ranks at or above it is pushed on a heap
+(`heap`). So any feasible slot without a valid entry ranks below the threshold, and the smaller
+of the two valid fronts, at or above it, is the best; otherwise the run is rebuilt. Entries left
+behind by later changes are skipped when they reach a front: in the run by moving `at` on (no
+heap operation: most entries that go stale are a rebuild's, whose slots other classes' pods
+then take), on the heap by a pop. After a bulk update the rebuild waits for the next `best`
+(`defer_rebuild`): a decision among a few slots (a topology domain's, vectorised over them)
+never needs either.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ Verdict = tuple[bool, bool, float, Assignment | None, tuple[str, ...]]
 """(feasible, GPUs already in use, weighted score, assignment, reasons when not feasible)."""
 _Entry = tuple[bool, float, str, int]
 HEAP_TOP = 256
-"""Feasible slots a rebuild puts in the heap (the rest rank below the last of them)."""
+"""Feasible slots a rebuild puts in the run (the rest rank below the last of them)."""
 _INCOMPLETE = -1
 _UNBUILT: tuple[bool, float, str] = (False, -math.inf, "")  # every entry ranks after it
 
@@ -94,7 +98,9 @@ class Verdicts:
     stale: dict[int, Verdict] | None = None  # the verdicts before a refit, until re-evaluated
     rescore: bool = False  # a refit left every score stale, not the rest (`VerdictMemo`)
     combos: dict[tuple[int, tuple[str | None, ...]], int] = field(default_factory=dict)
-    heap: list[_Entry] = field(default_factory=list)
+    run: list[_Entry] = field(default_factory=list)  # the last rebuild's entries, sorted
+    at: int = 0  # `run`'s entries before this one are stale
+    heap: list[_Entry] = field(default_factory=list)  # entries pushed since (`put`)
     threshold: tuple[bool, float, str] | None = None
     next_code: int = 0
 
@@ -141,17 +147,19 @@ class Verdicts:
         """Record the verdict `made[k]` under `codes[k]` for each slot `slots[k]` (its node is
         named in `names`, read at those slots only), in one loop. An entry ranked after
         `threshold` stays out of the heap: `best` would only ever take it for a sign to rebuild,
-        and a heap short of it says so too (its valid entries run out, or rank after
+        and the run and heap short of it say so too (their valid entries run out, or rank after
         `threshold`)."""
         feasible, tier, score, code_of = self.feasible, self.tier, self.score, self.code
-        heap, threshold, tiered = self.heap, self.threshold, self.tiered
+        heap, tiered, push = self.heap, self.tiered, heapq.heappush
+        # an entry below `limit` ranks at or above `threshold` (no slot reaches infinity)
+        limit = None if self.threshold is None else (*self.threshold, math.inf)
         for slot, code, verdict in zip(slots, codes, made, strict=True):
             fits, used, value = verdict[0], verdict[1], verdict[2]
             feasible[slot], tier[slot], score[slot], code_of[slot] = fits, used, value, code
             if fits:
                 entry = (tiered and not used, -value, names[slot], slot)
-                if threshold is None or entry[:3] <= threshold:  # (else `best` rebuilds first)
-                    heapq.heappush(heap, entry)
+                if limit is None or entry < limit:  # (else `best` rebuilds first)
+                    push(heap, entry)
 
     def reject(self, slots: Iterable[int]) -> None:
         """Slots `slots` certainly do not fit (the pre-check), or hold no node."""
@@ -161,29 +169,35 @@ class Verdicts:
             code[slot] = -1
 
     def defer_rebuild(self) -> None:
-        """Leave the heap to be rebuilt at the next `best` (after a bulk update): an empty heap
-        whose threshold every entry ranks after, so `best` finds it incomplete."""
-        self.heap = []
+        """Leave the run to be rebuilt at the next `best` (after a bulk update): an empty run
+        and heap whose threshold every entry ranks after, so `best` finds them incomplete."""
+        self.run, self.at, self.heap = [], 0, []
         self.threshold = _UNBUILT
 
     def rebuild(
         self, names: Sequence[str | None], ranks: IntArray, best: IntArray | None = None
     ) -> None:
-        """The heap afresh from the arrays: the best `top` feasible slots (by `ranks`, the
-        slots' name order), after a bulk update or when it grew long. `best`: those slots when
-        the caller found them already (`VerdictMemo._evaluate_states`)."""
+        """The run afresh from the arrays, and an empty heap: the best `top` feasible slots (by
+        `ranks`, the slots' name order), sorted by one `lexsort`, after a bulk update, when the
+        run ran out or the heap grew long. `best`: those slots when the caller found them
+        already (`VerdictMemo._top_slots`)."""
         slots = np.flatnonzero(self.feasible) if best is None else best
         self.threshold = None
         if len(slots) > self.top:
             slots = self._best_slots(slots, ranks)
-        tiers, scores = self.tier[slots].tolist(), self.score[slots].tolist()
-        self.heap = [
-            (self.tiered and not tier, -score, str(names[slot]), slot)
-            for slot, tier, score in zip(slots.tolist(), tiers, scores, strict=True)
+        tier, negative = self.tier[slots], -self.score[slots]
+        untiered = ~tier if self.tiered else np.zeros(len(slots), dtype=np.bool_)
+        order = np.lexsort((ranks[slots], negative, untiered))
+        slots, untiered, negative = slots[order], untiered[order], negative[order]
+        self.run = [
+            (bool(first), value, str(names[slot]), slot)
+            for first, value, slot in zip(
+                untiered.tolist(), negative.tolist(), slots.tolist(), strict=True
+            )
         ]
-        if len(self.heap) == self.top:
-            self.threshold = max(self.heap)[:3]
-        heapq.heapify(self.heap)
+        self.at, self.heap = 0, []
+        if len(self.run) == self.top:
+            self.threshold = self.run[-1][:3]
 
     def _best_slots(self, slots: IntArray, ranks: IntArray) -> IntArray:
         """The best `top` of `slots` by (used tier, score, rank), in no order: partial
@@ -216,22 +230,35 @@ class Verdicts:
         return None if found is _INCOMPLETE else found
 
     def _top(self, names: Sequence[str | None]) -> int | None:
-        """The smallest valid entry's slot, or `_INCOMPLETE` when a slot left out of the heap
-        (one ranked below `threshold` when it was built) may be better."""
+        """The smallest valid entry's slot (of the run's and the heap's fronts, stale entries
+        dropped on the way), or `_INCOMPLETE` when a slot left out of both (one ranked below
+        `threshold` at the rebuild) may be better."""
+        valid = self._valid
+        run, at = self.run, self.at
+        while at < len(run) and not valid(run[at], names):
+            at += 1
+        self.at = at
         heap = self.heap
-        while heap:
-            untiered, negative, name, slot = heap[0]
-            if (
-                self.feasible[slot]
-                and self.score[slot] == -negative
-                and (self.tiered and not self.tier[slot]) == untiered
-                and names[slot] == name
-            ):
-                if self.threshold is not None and heap[0][:3] > self.threshold:
-                    return _INCOMPLETE
-                return slot
+        while heap and not valid(heap[0], names):
             heapq.heappop(heap)
-        return None if self.threshold is None else _INCOMPLETE
+        found = run[at] if at < len(run) else None
+        if heap and (found is None or heap[0] < found):
+            found = heap[0]
+        if found is None:
+            return None if self.threshold is None else _INCOMPLETE
+        if self.threshold is not None and found[:3] > self.threshold:
+            return _INCOMPLETE
+        return found[3]
+
+    def _valid(self, entry: _Entry, names: Sequence[str | None]) -> bool:
+        """`entry` still ranks its slot as the arrays say (the slot holds the same node)."""
+        untiered, negative, name, slot = entry
+        return bool(
+            self.feasible[slot]
+            and self.score[slot] == -negative
+            and (self.tiered and not self.tier[slot]) == untiered
+            and names[slot] == name
+        )
 
 
 def _best_scored(slots: IntArray, score: FloatArray, ranks: IntArray, count: int) -> IntArray:

@@ -201,16 +201,27 @@ class StateMembers:
         order = np.argsort(level, kind="stable")
         reached = np.cumsum(self._sizes[: len(level)][order])
         if not len(order) or reached[-1] <= count:
-            return [slot for row in order.tolist() for slot in self._row_slots(row)]
+            return self._rows_slots(order)
         cut = int(np.searchsorted(reached, count))  # the first row by level that reaches it
         ranked = level[order]
         start = int(np.searchsorted(ranked, ranked[cut], side="left"))
         stop = int(np.searchsorted(ranked, ranked[cut], side="right"))
-        taken = [slot for row in order[:start].tolist() for slot in self._row_slots(row)]
+        taken = self._rows_slots(order[:start])
         need = count - len(taken)
-        group = [self._row_slots(row, need) for row in order[start:stop].tolist()]
-        heads = [slot for members in group for slot in members]
-        taken.extend(heads if len(group) == 1 else sorted(heads, key=self._name)[:need])
+        heads = self._rows_slots(order[start:stop], need)
+        taken.extend(heads if stop - start == 1 else sorted(heads, key=self._name)[:need])
+        return taken
+
+    def _rows_slots(self, rows: IntArray, limit: int | None = None) -> list[int]:
+        """The slots of rows `rows` (row indices, or the last: of no node), the first `limit`
+        by name of each, in no order: the rows of one slot by one gather of their first slots
+        (`first_slots`; most rows a rebuild reads hold one node), the others one by one."""
+        if limit is not None and limit < 1:
+            return []
+        sizes = self._sizes[rows]
+        taken: list[int] = self._first_array[rows[sizes == 1]].tolist()
+        for row in rows[sizes > 1].tolist():
+            taken.extend(self._row_slots(row, limit))
         return taken
 
     def _row_slots(self, row: int, limit: int | None = None) -> list[int]:

@@ -331,17 +331,14 @@ class VerdictMemo:
         else:
             states = self._nodes.state_ids
             codes = [states[slot] for slot in passed]
-        table = verdicts.table
-        made = [table.get(code) for code in codes]
-        for k, verdict in enumerate(made):
+        table, made = verdicts.table, []
+        for code, slot in zip(codes, passed, strict=True):
+            verdict = table.get(code)  # (an earlier slot of this state may have made it)
             if verdict is None:
-                code, slot = codes[k], passed[k]
-                verdict = table.get(code)  # (an earlier slot of this state may have made it)
-                if verdict is None:
-                    verdict = table[code] = self._made(pod, verdicts, code, slot)
-                made[k] = verdict
+                verdict = table[code] = self._made(pod, verdicts, code, slot)
+            made.append(verdict)
         names = cast("Sequence[str]", self._nodes.names)  # passed: a node is in each of those
-        verdicts.put(passed, codes, cast("list[Verdict]", made), names)
+        verdicts.put(passed, codes, made, names)
 
     def _evaluate_many(self, pod: PodRequest, verdicts: Verdicts, dirty: IntArray) -> None:
         """Bring the verdicts of slots `dirty` up to date: one verdict per distinct state (the

@@ -20,7 +20,8 @@ if [ "${1:-}" = --path ] || [ -x "$helm_bin" ]; then
   echo "$helm_bin"
   exit 0
 fi
-command -v go >/dev/null || { log "go is not installed: cannot build helm"; exit 3; }
+source "$(dirname "${BASH_SOURCE[0]}")/../go/toolchain.sh"
+ensure_go || { log "no Go toolchain: cannot build helm"; exit 3; }
 
 start=$(date +%s)
 src="$cache/src/helm-$HELM_VERSION"

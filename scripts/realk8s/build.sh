@@ -16,7 +16,8 @@ source "$here/versions.sh"
 
 log() { echo "realk8s-build: $*" >&2; }
 
-command -v go >/dev/null || { log "go is not installed: cannot build Kubernetes"; exit 3; }
+source "$(dirname "${BASH_SOURCE[0]}")/../go/toolchain.sh"
+ensure_go || { log "no Go toolchain: cannot build Kubernetes"; exit 3; }
 
 bin="$REALK8S_BIN"
 mkdir -p "$bin" "$REALK8S_CACHE/src"

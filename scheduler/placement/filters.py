@@ -34,8 +34,10 @@ __all__ = [
     "NodeFit",
     "ShareFit",
     "choose_devices",
+    "device_reason",
     "filter_node",
     "insufficient",
+    "node_reasons",
     "share_devices",
     "untolerated",
 ]
@@ -70,12 +72,21 @@ class NodeFit:
 def filter_node(pod: PodRequest, node: NodeState, *, share_fit: ShareFit | None = None) -> NodeFit:
     """Run every filter; on success the assignment names the devices the pod would get.
     `share_fit`: `share_devices` (None) or a memo of it (`ShareMemo.fit`)."""
-    reasons = _static_reasons(pod, node) or _resource_reasons(pod, node)
+    reasons = node_reasons(pod, node)
     if reasons:
         return NodeFit(None, reasons)
-    if pod.gpu_models and node.labels.get(GPU_PRODUCT_LABEL) not in pod.gpu_models:
-        return NodeFit(None, (REASON_GPU_MODEL,))
     return _device_fit(pod, node, share_fit or share_devices)
+
+
+def node_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
+    """The reasons of every filter before the devices' (`filter_node`'s first stages): empty
+    when `pod` passes them on `node`."""
+    reasons = _static_reasons(pod, node) or _resource_reasons(pod, node)
+    if reasons:
+        return reasons
+    if pod.gpu_models and node.labels.get(GPU_PRODUCT_LABEL) not in pod.gpu_models:
+        return (REASON_GPU_MODEL,)
+    return ()
 
 
 def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
@@ -107,7 +118,7 @@ def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
 def _device_fit(pod: PodRequest, node: NodeState, share_fit: ShareFit) -> NodeFit:
     anywhere = choose_devices(pod, node, None, share_fit=share_fit)
     if anywhere is None:
-        return NodeFit(None, (_device_reason(pod, node),))
+        return NodeFit(None, (device_reason(pod, node),))
     if node.topology_policy is not TopologyPolicy.SINGLE_NUMA_NODE:
         return NodeFit(anywhere)
     numa_known = node.numa_free is not None and pod.guaranteed
@@ -122,7 +133,8 @@ def _device_fit(pod: PodRequest, node: NodeState, share_fit: ShareFit) -> NodeFi
     return NodeFit(None, (REASON_NUMA,))
 
 
-def _device_reason(pod: PodRequest, node: NodeState) -> str:
+def device_reason(pod: PodRequest, node: NodeState) -> str:
+    """The reason of a node where `pod` passes `node_reasons` and its devices do not fit."""
     if share_asks(pod, node) or pod.shares:
         return share_reason(pod, node)
     if pod.gpus or pod.gpu_milli:

@@ -93,15 +93,31 @@ class ShareMemo:
         `shape` (kept when `numa` is None: a NUMA-aligned node's is made afresh)."""
         if numa is not None:
             return share_devices(pod, node, numa)
+        kept = self._kept_fit(state, shape, pod, node)
+        return None if kept is None else kept[0]
+
+    def fit_scored(
+        self, state: int, shape: int, pod: PodRequest, node: NodeState
+    ) -> tuple[Assignment, float] | None:
+        """`fit(state, shape, pod, node, None)` and, when it fits, its weighted score, as
+        `scored` gives it: the placement looked up once for both (a share pod's verdict on a
+        node that is not NUMA-aligned, `VerdictMemo`)."""
+        kept = self._kept_fit(state, shape, pod, node)
+        if kept is None:
+            return None
+        found, where = kept
+        return found, self._score(state, shape, pod, node, found, where, self._pod_keys[1])
+
+    def _kept_fit(self, state: int, shape: int, pod: PodRequest, node: NodeState) -> _Fit:
+        """`fit`'s placement on a node that is not NUMA-aligned, and its number: kept."""
         shares = self._keys(pod)[0]  # first: it may start every table afresh
         key = self._place_key(state, shape, node) << _BITS | shares
         if key in self._fits:
-            kept = self._fits[key]
-        else:
-            if len(self._fits) >= _LIMIT:
-                self._fits.clear()
-            kept = self._fits[key] = self._placed(shape, shares, pod, node)
-        return None if kept is None else kept[0]
+            return self._fits[key]
+        if len(self._fits) >= _LIMIT:
+            self._fits.clear()
+        kept = self._fits[key] = self._placed(shape, shares, pod, node)
+        return kept
 
     def _placed(self, shape: int, shares: int, pod: PodRequest, node: NodeState) -> _Fit:
         """`share_devices(pod, node, None)` and its placement's number. A pod of one share

@@ -17,6 +17,7 @@ that fits takes each container in spec order (pack); the node is chosen by the s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE
@@ -170,25 +171,39 @@ def _first_holder(group: Sequence[ContainerShare], node: NodeState, g: int) -> G
     )
 
 
-def _best_gpu(group: Sequence[ContainerShare], node: NodeState, room: _Room) -> int | None:
+def _best_gpu(
+    group: Sequence[ContainerShare], node: NodeState, room: _Room, *, in_order: bool = False
+) -> int | None:
     """The fullest shared GPU with room for `group` (lowest index on ties), or None. Only the
-    memory and compute a GPU must have free are computed here (the milli: for the one chosen)."""
+    memory and compute a GPU must have free are computed here (the milli: for the one chosen).
+    `in_order`: `room` is the node's own, whose shared GPUs `_fullest_first` orders, so the
+    first with room is the one."""
     best: int | None = None
     n = group[0].replicas
     compute = max(ask.compute_percent or 0 for ask in group)
     sized = [ask.memory_bytes for ask in group if ask.memory_bytes is not None]
     most = max(sized, default=0)
     split = len(sized) < len(group)
-    for g in _shared_gpus(node, group[0].resource):
+    gpus = _shared_gpus(node, group[0].resource)
+    if in_order and gpus:
+        gpus = cast("tuple[int, ...]", node.derive("shared GPUs, fullest first", _fullest_first))
+    for g in gpus:
         memory = max(most, n * (node.gpu_memory[g] // node.gpu_slots[g])) if split else most
-        if (
-            room.slots[g] >= n
-            and room.memory[g] >= memory
-            and room.compute[g] >= compute
-            and (best is None or _before(node, room, g, best))
-        ):
-            best = g
+        if room.slots[g] >= n and room.memory[g] >= memory and room.compute[g] >= compute:
+            if in_order:
+                return g
+            if best is None or _before(node, room, g, best):
+                best = g
     return best
+
+
+def _fullest_first(node: NodeState) -> tuple[int, ...]:
+    """The node's shared GPUs in `_before`'s order (ties by index): the first of them with room
+    for a share is `_best_gpu`'s choice."""
+    gpus = node.shared_gpus  # ascending: a stable sort leaves ties by index
+    if not node.gpu_load:
+        return tuple(sorted(gpus, key=node.gpu_free.__getitem__))
+    return tuple(sorted(gpus, key=lambda g: load_key(node, g, node.gpu_free[g])))
 
 
 def _before(node: NodeState, room: _Room, g: int, best: int) -> bool:
@@ -202,7 +217,7 @@ def _before(node: NodeState, room: _Room, g: int, best: int) -> bool:
 def share_gpu(asks: Sequence[ContainerShare], node: NodeState) -> int | None:
     """The GPU `place_shares` gives a pod whose only share container is `asks[0]` (None: none
     fits). What it places there depends on nothing else of the node's load (`size_on`)."""
-    return _best_gpu(asks, node, _Room(node, copy=False))
+    return _best_gpu(asks, node, _Room(node, copy=False), in_order=True)
 
 
 def place_shares(pod: PodRequest, node: NodeState) -> tuple[GpuShare, ...] | None:

@@ -68,8 +68,8 @@ from typing import cast
 import numpy as np
 
 from .class_verdicts import HEAP_TOP, ClassKey, Verdict, Verdicts, label_keys, pod_class
-from .filters import filter_node
-from .node import Assignment, NodeState
+from .filters import device_reason, filter_node, node_reasons
+from .node import Assignment, NodeState, TopologyPolicy
 from .node_slots import BoolArray, FloatArray, IntArray, NodeSlots
 from .pick import Decision, Rejection, count_reasons
 from .read_verdicts import ReadVerdicts
@@ -479,6 +479,8 @@ class VerdictMemo:
         """The verdict for slot `slot` (which passed the class's pre-check) that fits under
         what its filters and scores read (`ReadVerdicts`), else the one a class that differs
         only in memory made for its state (`_sibling_key`), else `_verdict`."""
+        if pod.shares:  # (neither table keeps a share pod's verdict)
+            return self._verdict(pod, slot)
         reads = self._reads
         read_key = None
         if reads is not None and not verdicts.labels:
@@ -549,11 +551,21 @@ class VerdictMemo:
             score = self._score(pod, slot, fit.assignment)
             return (True, node.gpu_used(), score, fit.assignment, ())
         state, shape = self._nodes.state(slot), self._nodes.shape(slot)
-        fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state, shape))
-        if fit.assignment is None:
-            return (False, False, 0.0, None, fit.reasons)
-        assignment, score = self._shares.scored(state, shape, pod, node, fit.assignment)
-        return (True, node.gpu_used(), score, assignment, ())
+        if pod.mig or node.topology_policy is TopologyPolicy.SINGLE_NUMA_NODE:
+            fit = filter_node(pod, node, share_fit=partial(self._shares.fit, state, shape))
+            if fit.assignment is None:
+                return (False, False, 0.0, None, fit.reasons)
+            assignment, score = self._shares.scored(state, shape, pod, node, fit.assignment)
+            return (True, node.gpu_used(), score, assignment, ())
+        # `filter_node`'s stages, with the placement found once for the fit and the score:
+        # only shares to place, and no NUMA node to align them to (`choose_devices`)
+        reasons = node_reasons(pod, node)
+        if reasons:
+            return (False, False, 0.0, None, reasons)
+        placed = self._shares.fit_scored(state, shape, pod, node)
+        if placed is None:
+            return (False, False, 0.0, None, (device_reason(pod, node),))
+        return (True, node.gpu_used(), placed[1], placed[0], ())
 
 
 def _levels(feasible: BoolArray, tier: BoolArray | None, score: FloatArray) -> IntArray:

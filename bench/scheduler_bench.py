@@ -370,6 +370,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="share-ratio pairs (hash seeds)")
     parser.add_argument("--lockstep", choices=("mixed", "shares"), help=argparse.SUPPRESS)
     parser.add_argument(
+        "--mix",
+        choices=("mixed", "shares"),
+        help="one mix of a share pair alone in this process, no lockstep: to count its "
+        "instructions (README: under valgrind --tool=cachegrind, less a run with --pods 1)",
+    )
+    parser.add_argument(
         "--plain", action="store_true", help="rank every node on the Placer's plain path"
     )
     args = parser.parse_args(argv)
@@ -379,6 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pods = args.pods or 10_000
     if args.lockstep:  # one mix of a share-ratio pair, for the parent process
         lockstep_child(args)
+        return 0
+    if args.mix:
+        shares = 0.4 if args.mix == "shares" else 0.0
+        print(json.dumps(bench_pods(args.nodes, args.pods, args.seed, args.plain, 0.4, shares)))
         return 0
     if args.row:  # one size of the table, for the parent process
         print(json.dumps(size_row(args)))

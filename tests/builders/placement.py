@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from agent.model import GpuLink, LinkMatrix, NvlinkFabric, TopoLevel
 from agent.resource_names import GPU_RESOURCE
@@ -16,6 +16,7 @@ from scheduler.placement import (
     Taint,
     TopologyPolicy,
 )
+from scheduler.placement.node import Assignment
 from scheduler.placement.request import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.sim.cluster import make_links
 
@@ -162,3 +163,23 @@ def share_pod(key: str, *shares: ContainerShare, cpu_milli: int = 100) -> PodReq
     for s in shares:
         replicas[s.resource] = replicas.get(s.resource, 0) + s.replicas
     return PodRequest(key=key, cpu_milli=cpu_milli, memory=GIB, extended=replicas, shares=shares)
+
+
+def bind_and_churn(
+    bound: list[str],
+    pod: PodRequest,
+    assignment: Assignment | None,
+    turn: int,
+    rng: random.Random,
+    bind: Callable[[PodRequest, Assignment], object],
+    release: Callable[[str], object],
+    *,
+    every: int = 4,
+) -> None:
+    """A decision's aftermath in a placement test: `pod` bound where it was placed (its key
+    kept in `bound`), and at every `every`-th turn one bound pod, drawn from `rng`, released."""
+    if assignment is not None:
+        bind(pod, assignment)
+        bound.append(pod.key)
+    if turn % every == every - 1 and bound:
+        release(bound.pop(rng.randrange(len(bound))))

@@ -29,7 +29,7 @@ from scheduler.placement.scores import (
 )
 from scheduler.placement.share_memo import ShareMemo
 from scheduler.sim.cluster import Cluster, NodeSpec
-from tests.builders.placement import GIB, shared_node
+from tests.builders.placement import GIB, bind_and_churn, shared_node
 from tests.builders.placement import share as buildshare
 from tests.builders.placement import share_pod as buildsharepod
 
@@ -99,11 +99,7 @@ def decide_as_pick(seed: int) -> int:
         expected = pick(pod, cluster.snapshot, scoring, explain=False)
         got = placer.decide(pod, explain=False)
         assert (got.assignment, got.score) == (expected.assignment, expected.score)
-        if got.assignment is not None:
-            cluster.bind(pod, got.assignment)
-            bound.append(pod.key)
-        if k % 5 == 4 and bound:
-            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+        bind_and_churn(bound, pod, got.assignment, k, rng, cluster.bind, cluster.unbind, every=5)
     learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
     return learner.version
 
@@ -267,11 +263,7 @@ def test_classes_that_differ_only_in_memory_decide_as_pick(seed: int):
         if got.assignment is None:  # (the memo counts no reasons when a node fits)
             nothing_fits += 1
             assert got.reasons == expected.reasons
-        if got.assignment is not None:
-            cluster.bind(pod, got.assignment)
-            bound.append(pod.key)
-        if k % 4 == 3 and bound:
-            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+        bind_and_churn(bound, pod, got.assignment, k, rng, cluster.bind, cluster.unbind)
     assert nothing_fits
 
 
@@ -449,11 +441,7 @@ def test_cpu_pods_that_differ_only_in_memory_decide_as_pick(spread: float, seed:
         if got.assignment is None:
             nothing_fits += 1
             assert got.reasons == expected.reasons
-        else:
-            cluster.bind(pod, got.assignment)
-            bound.append(pod.key)
-        if k % 3 == 2 and bound:
-            cluster.unbind(bound.pop(rng.randrange(len(bound))))
+        bind_and_churn(bound, pod, got.assignment, k, rng, cluster.bind, cluster.unbind, every=3)
     learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
     assert learner.version >= 1
     assert nothing_fits

@@ -27,7 +27,7 @@ from scheduler.placement import (
 from scheduler.placement.load import hold_measured_use, measured_use
 from scheduler.placement.pick import pick
 from scheduler.placement.request import Toleration
-from tests.builders.placement import GIB, H100, share, shared_node
+from tests.builders.placement import GIB, H100, bind_and_churn, share, shared_node
 from tests.builders.placement import share_pod as build_share_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -108,10 +108,7 @@ def decide_as_pick(seed: int) -> Counter[str]:
         if got.assignment is not None:
             node = snapshot.nodes[got.assignment.node]
             met["placed on a node with readings" if node.gpu_load else "placed"] += 1
-            snapshot.assume(pod, got.assignment)
-            bound.append(pod.key)
-        if k % 4 == 3 and bound:
-            snapshot.forget(bound.pop(rng.randrange(len(bound))))
+        bind_and_churn(bound, pod, got.assignment, k, rng, snapshot.assume, snapshot.forget)
     return met
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.shares import SHARED_GPU_RESOURCE, ContainerShare
+from scheduler.cli.startgc import StartupGc
 from scheduler.config import load_config
 from scheduler.placement import PodRequest, Scoring, TopologyConstraint
 from scheduler.sim.cluster import Cluster, NodeSpec
@@ -150,14 +151,17 @@ class Clock:
 
 @contextmanager
 def warm_heap_frozen() -> Iterator[None]:
-    """What was built before the clock starts frozen, as the scheduler freezes its warm cache
-    (`scheduler/cli/startgc.py`), so the collector's full passes do not walk it; unfrozen after."""
+    """The collector as the scheduler sets it once its cache is warm (`StartupGc`): what was built
+    before the clock starts frozen, so the collector's full passes do not walk it, and full passes
+    rarer (`STEADY_THRESHOLDS`); as before after."""
     gc.collect()
-    gc.freeze()
+    collector = StartupGc()
+    collector.pause()
+    collector.synced()
     try:
         yield
     finally:
-        gc.unfreeze()
+        collector.release()
 
 
 def shipped_scoring(nodes: int, plain: bool) -> Scoring:

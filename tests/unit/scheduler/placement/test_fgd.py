@@ -115,6 +115,29 @@ def test_fragmentation_is_bounded_and_ignores_gpu_order(view: NodeView, order: l
     assert f.of(NodeView(view.model, view.cpu_free, shuffled)) == pytest.approx(value)
 
 
+free_cpus = st.one_of(
+    st.sampled_from([0, 3999, 4000, 7999, 8000, 15_999, 16_000]),  # at and beside each cpu need
+    st.integers(0, 100_000),
+)
+
+
+@given(
+    st.lists(st.integers(0, 1000), min_size=1, max_size=8),
+    st.lists(free_cpus, min_size=2, max_size=10),
+    st.booleans(),
+)
+def test_f_kept_for_one_free_cpu_and_reused_for_another_is_f_computed_afresh(
+    gpu_free: list[int], cpus: list[int], cpu_aware: bool
+):
+    """One node's GPUs under several free cpu amounts: the memo that keeps F by the cpu needs met
+    (the stranding term added per amount) gives, to the last bit, what a fresh one computes."""
+    typical = [TypicalPod(SHARE_600, 0.4), TypicalPod(WHOLE_1, 0.4), TypicalPod(CPU_ONLY, 0.2)]
+    kept = Fragmentation(typical, cpu_aware=cpu_aware)
+    for cpu in cpus:
+        view = NodeView("G2", cpu, tuple(gpu_free))
+        assert kept.of(view) == Fragmentation(typical, cpu_aware=cpu_aware).of(view)
+
+
 shapes = st.builds(
     PodShape,
     st.sampled_from([0, 4000, 60_000]),

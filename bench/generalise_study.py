@@ -23,6 +23,12 @@ point of the cache); one computed at other code is counted on a line of its own,
     .venv/bin/python bench/generalise_study.py --tuning 1-2 --judging 3-4 \\
         --generated-jobs 60 --generated-nodes 5 --sim-seeds 1 --beside none  # a small run
 
+What the policies know in advance: by default `fgd` is handed each workload's own typical pods
+(an oracle) and `gputopo` learns from the pods it sees; with `--history` both know the day
+before instead (`generate(seed, day=-1)`: the same cluster, mix and pattern, other jobs): `fgd`
+its typical pods, `gputopo` its pods counted before the first arrival, as a scheduler that ran
+the day before would have them. `bestfit`, `random` and `spread` read no workload.
+
 Runtime: scheduler/sim/README.md, "Generated workloads".
 """
 
@@ -69,6 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = ROOT / ".cache" / "generalise"
 CODE_DIRS = ("scheduler", "agent")
 CODE_SUFFIXES = (".py", ".yaml", ".json")
+KNOW_HISTORY = frozenset({"fgd", SUBJECT})  # what the others decide does not read a workload
 
 
 def seed_ranges(tuning: str, judging: str) -> tuple[list[int], list[int]]:
@@ -111,14 +118,16 @@ class RunKey:
     policy: str
     sim_seed: int
     config: str | None  # the --config path
+    history: bool = False  # the day before known (only to the policies in `KNOW_HISTORY`)
 
     def file_name(self, config_digest: str, code: str) -> str:
         size = self.size
         shape = f"{size.jobs}j{size.gpu_nodes}g{size.cpu_nodes}c{size.load:g}l"
         keyed = code[:16] if self.policy == SUBJECT else "any"
+        known = "-history" if self.history else ""
         return (
             f"gen{self.seed}-{shape}-{self.policy}-sim{self.sim_seed}-"
-            f"cfg{config_digest[:12]}-code{keyed}.json"
+            f"cfg{config_digest[:12]}{known}-code{keyed}.json"
         )
 
 
@@ -161,7 +170,9 @@ def compute(key: RunKey) -> tuple[WorkloadFigures, float]:
     """One run (in a worker process): its figures and the seconds it took."""
     began = time.perf_counter()
     config = load_config(key.config) if key.config else None
-    figures = run_one(generate(key.seed, key.size), key.policy, key.sim_seed, True, config)
+    history = generate(key.seed, key.size, day=-1).workload if key.history else None
+    made = generate(key.seed, key.size)
+    figures = run_one(made, key.policy, key.sim_seed, True, config, history)
     return figures, time.perf_counter() - began
 
 
@@ -178,6 +189,12 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         help="studies of bench/living_cluster.py reported beside (none: no study)",
     )
     p.add_argument("--beside-seeds", default="1-3")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="fgd and gputopo know the day before (the same seed's other jobs), not fgd this "
+        "day's own workload",
+    )
     p.add_argument("--jobs", type=int, default=2, help="processes")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="directory of run figures")
     p.add_argument("--no-cache", action="store_true", help="keep no run figures")
@@ -226,7 +243,14 @@ def _submit(
     args: argparse.Namespace,
 ) -> Runs:
     keys = [
-        RunKey(seed=seed, size=size, policy=policy, sim_seed=sim_seed, config=args.config)
+        RunKey(
+            seed=seed,
+            size=size,
+            policy=policy,
+            sim_seed=sim_seed,
+            config=args.config,
+            history=args.history and policy in KNOW_HISTORY,
+        )
         for sim_seed in args.sim_seed_list  # a study stopped early has whole simulator seeds
         for seed in seeds
         for policy in POLICIES
@@ -304,9 +328,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, text, runs in submitted:
             body, seconds, ran = _collect(runs, cache)
             compute_s, computed = compute_s + seconds, computed + ran
+            known = "the day before" if args.history else "fgd: this day's own typical pods"
             sys.stdout.write(
                 f"## {name} workloads (seeds {text}; {size_text(size)}; simulator seeds "
-                f"{args.sim_seeds})\n{body}\n"
+                f"{args.sim_seeds}; known in advance: {known})\n{body}\n"
             )
             sys.stdout.flush()
         sys.stdout.write(_beside(pool, args))

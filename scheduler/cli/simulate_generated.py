@@ -5,6 +5,8 @@ Workload k (0 ≤ k < N) is the one of seed `--generated-seed` + k; `--generated
 `--generated-nodes` size them (jobs, GPU nodes; a quarter as many CPU-only nodes). `--seed` gives
 the simulator's seeds (node order, `random`'s draws; default 1), apart from the workloads':
 each policy runs each workload once per simulator seed, and the table shows their averages.
+`--generated-history`: `fgd` and `gputopo` know the day before (the same seed's cluster and mix,
+other jobs) instead of `fgd` knowing the day's own typical pods (`run_events`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from scheduler.sim.generalise import (
 )
 from scheduler.sim.generate import DEFAULT_SIZE, Size
 
-__all__ = ["add_arguments", "generated_size", "run_generated_study", "size_text"]
+__all__ = ["KNOWN", "add_arguments", "generated_size", "run_generated_study", "size_text"]
+
+KNOWN = {False: "fgd: the day's own typical pods", True: "the day before"}
+"""What the policies know in advance, without and with the day before (`--generated-history`)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
     p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+    p.add_argument(
+        "--generated-history",
+        action="store_true",
+        help="fgd and gputopo know the day before, not fgd the day's own workload",
+    )
 
 
 def generated_size(jobs: int | None, gpu_nodes: int | None) -> Size:
@@ -83,7 +93,9 @@ def run_generated_study(
     began = time.perf_counter()
     outcomes = {}
     for seed in range(args.generated_seed, args.generated_seed + args.generated):
-        label, runs = run_generated(seed, policies, size, sim_seeds, config=config)
+        label, runs = run_generated(
+            seed, policies, size, sim_seeds, config=config, history=args.generated_history
+        )
         outcomes[label] = runs
         if sys.stderr.isatty():
             sys.stderr.write(f"{label}: done\n")
@@ -92,6 +104,6 @@ def run_generated_study(
         f"{args.generated} generated workloads (seeds {args.generated_seed}.."
         f"{args.generated_seed + args.generated - 1}; {size_text(size)}), "
         f"{len(policies)} policies, simulator seeds {','.join(str(s) for s in sim_seeds)}, "
-        f"{elapsed:.0f} s\n\n"
+        f"known in advance: {KNOWN[args.generated_history]}, {elapsed:.0f} s\n\n"
     )
     return head + format_rows(outcomes) + "\n" + format_summary(summarise(outcomes))

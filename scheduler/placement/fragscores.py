@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from .fgd import (
@@ -111,6 +112,10 @@ class FragmentationScore:
     watch `version`. A refit within `refit_tolerance` (total variation) of the current fit is
     skipped. `typical` fixes the distribution instead (no learning).
 
+    Pods placed before the learner began count too (`seen`): the scheduler's intake shows it
+    the pods of this scheduler already bound when it starts or takes over, so a restart does
+    not send it back to the prior; the simulator can show it a day of history.
+
     The queue as near-future demand (off while `pending_share` is 0): the caller says when a pod
     starts waiting (`queued`) and stops (`dequeued`: bound, deleted). While pods wait, the
     distribution fitted is a mixture: the learned counts (prior included) and the waiting pods'
@@ -174,7 +179,9 @@ class FragmentationScore:
         self.big_cpu = big_cpu(weights, self.big_gpus)
         self.version = 0
         self.idle_scarce = False
-        self._seen: dict[str, None] = {}
+        # the keys counted, oldest first; an OrderedDict forgets its oldest in O(1), where a
+        # dict's first key is found past every one deleted before it (µs per pod past the limit)
+        self._seen: OrderedDict[str, None] = OrderedDict()
         self._last_key: str | None = None
         self._refit_due = False
         self._next_refit = self.first_refit
@@ -200,11 +207,17 @@ class FragmentationScore:
         self._last_key = pod.key
         if self._refit_due:
             self._refit()
+        self.seen(pod)
+
+    def seen(self, pod: PodRequest) -> None:
+        """Count `pod` (once per key) without scoring it: a pod placed before this learner
+        began (running when the scheduler started or took over, or a day of history). Only
+        counts: a refit it makes due comes with the next pod `observe`d."""
         if not self.learning or pod.key in self._seen:
             return
         self._seen[pod.key] = None
         if len(self._seen) > self.remembered_keys:
-            del self._seen[next(iter(self._seen))]
+            self._seen.popitem(last=False)
         shape = pod_shape(pod)
         self._counts[shape] = self._counts.get(shape, 0.0) + 1.0
         self._observed += 1

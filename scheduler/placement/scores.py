@@ -150,7 +150,8 @@ class Learner(Protocol):
     (see `FragmentationScore`).
 
     `watch(idle_gpu_nodes, gpu_nodes)` tells it how many nodes with GPUs have none in use, before
-    each pod; `observe(pod)` counts a pod (once per key); `queued(pod)` and `dequeued(key)` say
+    each pod; `observe(pod)` counts a pod (once per key) before scoring it, `seen(pod)` one
+    placed without it (bound before it began); `queued(pod)` and `dequeued(key)` say
     when a pod starts and stops waiting to be placed. `version` grows whenever what it
     learned or watched changes its scores, so callers that cache scores
     (`scheduler.placement.verdict_memo`) know to drop them.
@@ -161,6 +162,8 @@ class Learner(Protocol):
     def watch(self, idle_gpu_nodes: int, gpu_nodes: int) -> None: ...
 
     def observe(self, pod: PodRequest) -> None: ...
+
+    def seen(self, pod: PodRequest) -> None: ...
 
     def queued(self, pod: PodRequest) -> None: ...
 
@@ -244,6 +247,12 @@ class Scoring:
         for fn in self.learners():
             fn.watch(snapshot.idle_gpu_nodes, snapshot.gpu_nodes)
             fn.observe(pod)
+
+    def seen(self, pod: PodRequest) -> None:
+        """`pod` was placed without this scoring (bound before the scheduler started or took
+        over): learning scores count it as history."""
+        for fn in self._learners:
+            fn.seen(pod)
 
     def queued(self, pod: PodRequest) -> None:
         """`pod` starts waiting to be placed (it arrived, or was evicted): learning scores may

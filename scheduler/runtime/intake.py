@@ -294,12 +294,23 @@ class Intake:
             waiting = [k for k, reason in self._reasons.items() if reason == SHARE_LOCK]
             self.queue.activate(UnitKey(UnitKind.POD, k) for k in waiting)
 
-    def _tell_scoring(self, key: ObjectKey, info: PodInfo | None) -> None:
-        """Whether the pod of `key` waits for this scheduler now (`info`: None when gone)."""
+    def _tell_scoring(self, key: ObjectKey, old: PodInfo | None, info: PodInfo | None) -> None:
+        """Whether the pod of `key` waits for this scheduler now (`info`: None when gone), and
+        a pod of ours first seen bound (placed before this scheduler started or took over,
+        or by another replica) as history for the learning scores."""
         if info is not None and info.pending and not info.gated:
             self._scoring.queued(info.request)
-        else:
-            self._scoring.dequeued(key)
+            return
+        self._scoring.dequeued(key)
+        if (
+            info is not None
+            and info.ours
+            and info.counted
+            and not info.assumed
+            and info.error is None
+            and (old is None or old.node is None)
+        ):
+            self._scoring.seen(info.request)
 
     def _on_pod(self, etype: str, obj: Mapping[str, Any], read: PodInfo | None) -> None:
         if etype == "DELETED":
@@ -310,7 +321,7 @@ class Intake:
             key = new.key
         if new is None or not new.pending:
             self._reasons.pop(key, None)
-        self._tell_scoring(key, new)
+        self._tell_scoring(key, old, new)
         self._share_holder_changed(key, new)
         if new is None and old is not None:
             self._reporter.forget(old.obj)

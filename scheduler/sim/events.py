@@ -386,20 +386,32 @@ def run_events(
     progress: Progress | None = None,
     shuffle_nodes: bool = False,
     preemption: PreemptionSettings | bool = True,
+    history: Workload | None = None,
 ) -> RunResult:
     """One event-mode run; `seed` draws the random policy's choices (and the node order when
     `shuffle_nodes`). Units that cannot start evict victims and starving units get holds
     (DESIGN §11, `evictions`) with the `preemption:` settings of `config` (True, the default:
     the shipped ones unless `config` says otherwise), those given, or none (False), for every
-    policy alike."""
+    policy alike.
+
+    What the policies know of the workload in advance: without `history`, `fgd` is handed this
+    workload's own typical pods (an oracle) and the learning scores start from their prior;
+    with it (the pods of an earlier day), `fgd` gets `history`'s typical pods and the learning
+    scores have seen its pods (`Scoring.seen`) before the first arrival. The fragmentation the
+    run reports is measured against this workload's typical pods either way."""
     if preemption is True:
         preemption = (config or load_config(None)).preemption
     settings = preemption if isinstance(preemption, PreemptionSettings) else None
     rng = random.Random(seed)
     cluster = _cluster(spec, rng, shuffle_nodes)
     typical = _typical(workload)
+    known = typical if history is None else _typical(history)
     policy_name = canonical_policy(policy_name)
-    scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
+    scheduler = SimScheduler(cluster, make_policy(policy_name, known, config), rng)
+    if history is not None:
+        for job in history.jobs:
+            for request in job_requests(job):
+                scheduler.policy.scoring.seen(request)
     _check_queues(workload)
     levels = DEFAULT_TOPOLOGY_LEVELS if config is None else config.topology_levels
     state = _EventRun(spec, workload, scheduler, settings, levels)

@@ -34,6 +34,7 @@ from scheduler.preemption import PreemptionSettings
 from scheduler.sim.events import run_events
 from scheduler.sim.generate import DEFAULT_SIZE, Generated, Size, generate
 from scheduler.sim.protocol import RunResult
+from scheduler.sim.workload import Workload
 
 __all__ = [
     "PACKING_PEERS",
@@ -264,9 +265,12 @@ def run_one(
     sim_seed: int,
     preemption: PreemptionSettings | bool = True,
     config: SchedulerConfig | None = None,
+    history: Workload | None = None,
 ) -> WorkloadFigures:
     """`policy` on the generated workload `made` in event mode, the simulator at `sim_seed`
-    (nodes ranked by it, `random`'s draws), `config` the one the gputopo policy uses."""
+    (nodes ranked by it, `random`'s draws), `config` the one the gputopo policy uses; `history`
+    (another day of the same seed) what `fgd` and the learning scores know beforehand
+    (`run_events`)."""
     run = run_events(
         made.cluster,
         made.workload,
@@ -275,6 +279,7 @@ def run_one(
         shuffle_nodes=True,
         preemption=preemption,
         config=config,
+        history=history,
     )
     return figures_of(label_of(made), run)
 
@@ -286,12 +291,15 @@ def run_generated(
     sim_seeds: Sequence[int] = (1,),
     preemption: PreemptionSettings | bool = True,
     config: SchedulerConfig | None = None,
+    history: bool = False,
 ) -> tuple[str, list[WorkloadFigures]]:
     """The label of the workload of `seed` and every policy's run on it at each of `sim_seeds`
-    (the simulator's seeds, apart from the workload's)."""
+    (the simulator's seeds, apart from the workload's); with `history`, the day before known
+    (`run_one`)."""
     made = generate(seed, size)
+    before = generate(seed, size, day=-1).workload if history else None
     runs = [
-        run_one(made, policy, sim_seed, preemption, config)
+        run_one(made, policy, sim_seed, preemption, config, before)
         for policy in policies
         for sim_seed in sim_seeds
     ]

@@ -272,12 +272,17 @@ def _classes(rng: random.Random, mix: Mapping[JobClass, float], count: int) -> l
     return out
 
 
-def generate(seed: int, size: Size = DEFAULT_SIZE) -> Generated:
-    """The cluster and workload of `seed` (the same seed, the same result)."""
+def generate(seed: int, size: Size = DEFAULT_SIZE, day: int = 0) -> Generated:
+    """The cluster and workload of `seed` (the same seed, the same result). Another `day`
+    (-1: the day before) is the same cluster, job mix and arrival pattern with other jobs
+    drawn: the history a scheduler that ran the day before has seen. Its jobs' names end in
+    `@day<day>`, so no pod key is one of day 0's."""
     rng = random.Random(seed)
     cluster = cluster_shape(rng, size)
     mix = _draw_mix(rng, cluster)
     pattern = size.pattern or rng.choice(list(Pattern))
+    if day:
+        rng = random.Random(f"gen-{seed}@day{day}")
     drawn = []
     for cls in _classes(rng, mix, size.jobs):
         pod, replicas = _pod(rng, cls, cluster)
@@ -285,9 +290,10 @@ def generate(seed: int, size: Size = DEFAULT_SIZE) -> Generated:
     work = sum(_gpu_work(pod, replicas, d) for _, pod, replicas, d in drawn)
     horizon = max(60.0, work / (max(1, cluster.gpu_count) * size.load))
     times = arrivals(rng, pattern, len(drawn), horizon)
-    jobs = _jobs(drawn, times)
+    jobs = _jobs(drawn, times, f"@day{day}" if day else "")
     classes = {job.name: cls for job, (cls, *_) in zip(jobs, drawn, strict=True)}
-    workload = Workload(tuple(sorted(jobs, key=lambda j: (j.arrival, j.name))), f"gen-{seed}")
+    name = f"gen-{seed}@day{day}" if day else f"gen-{seed}"
+    workload = Workload(tuple(sorted(jobs, key=lambda j: (j.arrival, j.name))), name)
     return Generated(
         seed=seed,
         cluster=ClusterSpec(cluster.groups, f"gen-{seed}"),
@@ -300,12 +306,14 @@ def generate(seed: int, size: Size = DEFAULT_SIZE) -> Generated:
 
 
 def _jobs(
-    drawn: Sequence[tuple[JobClass, PodSpec, int, float]], times: Sequence[float]
+    drawn: Sequence[tuple[JobClass, PodSpec, int, float]],
+    times: Sequence[float],
+    suffix: str,
 ) -> list[Job]:
     """One job per draw, arriving at the matching time (the draws are in random order)."""
     return [
         Job(
-            name=f"{cls.value}-{i:04d}",
+            name=f"{cls.value}-{i:04d}{suffix}",
             pod=pod,
             replicas=replicas,
             min_member=replicas if cls is JobClass.GANG else 1,

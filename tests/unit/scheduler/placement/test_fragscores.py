@@ -381,3 +381,59 @@ def test_the_scoring_passes_the_queue_to_its_learners():
     learner.observe(PodRequest(key="then", cpu_milli=1000))
     seen = {**dict.fromkeys(PRIOR, 16 / 7), PodShape(1000): 1.0}  # the prior and "next"
     assert _weights(learner) == pytest.approx({t.shape: t.weight for t in typical_pods(seen)})
+
+
+def test_pods_placed_before_the_learner_began_count_once_and_refit_with_the_next_pod():
+    score = FragmentationScore()
+    four = PodShape(0, 1000, 4)
+    for i in range(16):
+        score.seen(PodRequest(key=f"ran-{i}", gpus=4))
+        score.seen(PodRequest(key=f"ran-{i}", gpus=4))  # counted once
+    assert score.version == 0  # seeing only counts: the refit waits for the next pod scored
+    score.observe(PodRequest(key="ran-0", gpus=4))  # scored after it was seen: not again
+    assert score.version == 1
+    assert _weights(score)[four] == pytest.approx((16 / 7 + 16) / 32)
+    score.observe(PodRequest(key="new", gpus=1))
+    score.seen(PodRequest(key="new", gpus=1))  # scored first, then seen bound: not again
+    for i in range(14):  # 15 more pods: 31 in all, the next refit is after 32
+        score.observe(PodRequest(key=f"one-{i}", gpus=1))
+    score.seen(PodRequest(key="ran-late", gpus=8))
+    score.observe(PodRequest(key="next", gpus=1))
+    counts = dict.fromkeys(PRIOR, 16 / 7)  # the prior, 16 pods seen, 15 scored, 1 seen late
+    counts[four] += 16
+    counts[PodShape(0, 1000, 1)] += 15
+    counts[PodShape(0, 1000, 8)] += 1
+    assert _weights(score) == pytest.approx({t.shape: t.weight for t in typical_pods(counts)})
+
+
+def test_a_fixed_distribution_counts_no_pod_seen():
+    score = FragmentationScore((TypicalPod(WHOLE, 1.0),))
+    for i in range(40):
+        score.seen(PodRequest(key=f"p{i}", gpus=8))
+    score.observe(PodRequest(key="next", gpus=1))
+    assert score.version == 0
+    assert [t.shape for t in score.fragmentation.typical] == [WHOLE]
+
+
+def test_the_scoring_passes_pods_seen_to_its_learners():
+    scoring = default_scoring()
+    learner = next(s.fn for s in scoring.scores if isinstance(s.fn, FragmentationScore))
+    for i in range(16):
+        scoring.seen(PodRequest(key=f"ran-{i}", gpus=2))
+    learner.observe(PodRequest(key="next", cpu_milli=1000))
+    assert _weights(learner)[PodShape(0, 1000, 2)] == pytest.approx((16 / 7 + 16) / 32)
+
+
+def test_the_learner_remembers_the_latest_keys_and_forgets_the_oldest():
+    score = FragmentationScore()
+    score.remembered_keys = 3
+    for key in ("a", "b", "c", "d"):  # "a" is forgotten
+        score.seen(PodRequest(key=key, gpus=2))
+    for key in ("b", "c", "d", "a"):  # only "a" counts again; then "b" is forgotten
+        score.seen(PodRequest(key=key, gpus=2))
+    score.seen(PodRequest(key="b", gpus=2))
+    for i in range(10):  # 16 counted in all: a refit is due
+        score.seen(PodRequest(key=f"fill-{i}", cpu_milli=1000))
+    score.observe(PodRequest(key="next", cpu_milli=1000))
+    two = PodShape(0, 1000, 2)
+    assert _weights(score)[two] == pytest.approx((16 / 7 + 6) / 32)

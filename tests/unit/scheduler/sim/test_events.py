@@ -232,3 +232,27 @@ def test_the_timeline_goes_on_to_the_last_departure_with_the_window_figures_unch
     assert {s.allocation for s in tail[:-1]} == {50.0}
     fragmentation = [s.fragmentation for s in window]
     assert result.fragmentation_mean == round(sum(fragmentation) / len(fragmentation), 2)
+
+
+BIG_AND_SMALL = ClusterSpec(
+    (
+        NodeGroup(name="a", count=1, gpus=8, model="H100", cpu_milli=64_000, memory=512 * GIB),
+        NodeGroup(name="b", count=1, gpus=4, model="H100", cpu_milli=64_000, memory=512 * GIB),
+    )
+)
+ONE_THEN_EIGHT = Workload(
+    (job("one", 0.0, 1, duration=1000.0), job("eight", 1.0, 8, duration=10.0))
+)
+ONES_ONLY = Workload(tuple(job(f"ran-{i}", 0.0, 1) for i in range(400)))
+
+
+def test_what_the_policies_know_in_advance_is_the_history_when_there_is_one():
+    """Knowing this workload (fgd's oracle) or the prior (gputopo), the 1-GPU pod goes to the
+    4-GPU node and the 8-GPU pod starts at once; knowing a history of 1-GPU pods only, every
+    node fragments alike for them, the pod goes to the first node and the 8-GPU pod waits."""
+    for policy in ("fgd", "gputopo"):
+        fresh = run_events(BIG_AND_SMALL, ONE_THEN_EIGHT, policy, 1)
+        known = run_events(BIG_AND_SMALL, ONE_THEN_EIGHT, policy, 1, history=ONES_ONLY)
+        assert fresh.longest_8gpu_wait == 0.0, policy
+        assert known.longest_8gpu_wait == 999.0, policy
+        assert known.jobs_placed == 2

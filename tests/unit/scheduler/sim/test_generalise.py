@@ -225,3 +225,26 @@ def test_the_simulator_seed_is_apart_from_the_workload_seed(
         )
     assert tables[0]["random"][0] == tables[1]["random"][0] == tables[0]["gputopo"][0]
     assert tables[0]["random"] != tables[1]["random"]
+
+
+def test_with_the_day_before_known_only_fgd_and_gputopo_can_decide_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--generated", "2", "--generated-seed", "3", "--generated-jobs", "40"]
+    argv += ["--generated-nodes", "3"]
+    rows = {}
+    for extra in ([], ["--generated-history"]):
+        assert main([*argv, *extra], environ={}) == 0
+        out = capsys.readouterr().out
+        known = "the day before" if extra else "fgd: the day's own typical pods"
+        assert f"known in advance: {known}, " in out.splitlines()[0]
+        rows[bool(extra)] = {
+            tuple(line.split()[:2]): line.split()[2:]
+            for line in out.splitlines()
+            if line.startswith("gen-")
+        }
+    assert rows[False].keys() == rows[True].keys()
+    for workload, policy in rows[False]:
+        if policy not in ("fgd", "gputopo"):
+            assert rows[False][workload, policy] == rows[True][workload, policy]
+    assert any(rows[False][k] != rows[True][k] for k in rows[False] if k[1] in ("fgd", "gputopo"))

@@ -57,7 +57,7 @@ def test_a_tiny_study_prints_both_ranges_and_its_runtime(
     out = capsys.readouterr().out
     assert (
         "## tuning workloads (seeds 1; 15 jobs, 2 GPU nodes, 1 CPU nodes, load 1.2; "
-        "simulator seeds 1,2)" in out
+        "simulator seeds 1,2; known in advance: fgd: this day's own typical pods)" in out
     )
     assert "## judging workloads (seeds 2;" in out
     assert [line.split()[0] for line in out.splitlines() if line.startswith("gen-")] == (
@@ -82,6 +82,21 @@ def test_a_second_run_reads_the_cache_and_recomputes_on_request(
     assert first.split("generated runs")[0] == second.split("generated runs")[0]
     assert _bench().main([*argv, "--recompute", "fgd,spread"]) == 0
     assert "generated runs: 2 computed, 3 from the cache;" in capsys.readouterr().out
+
+
+def test_with_history_only_fgd_and_gputopo_run_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["--tuning", "none", "--judging", "3", "--sim-seeds", "1", *TINY]
+    argv += ["--cache", str(tmp_path)]
+    assert _bench().main(argv) == 0
+    capsys.readouterr()
+    assert _bench().main([*argv, "--history"]) == 0
+    out = capsys.readouterr().out
+    assert "known in advance: the day before)" in out
+    assert "generated runs: 2 computed, 3 from the cache;" in out
+    history = sorted(p.name.split("-")[2] for p in tmp_path.glob("*-history-*.json"))
+    assert history == ["fgd", "gputopo"]
 
 
 def _figures(policy: str) -> WorkloadFigures:

@@ -164,3 +164,17 @@ def test_the_offered_gpu_work_sets_the_horizon() -> None:
     heavy = generate(4, Size(jobs=200, gpu_nodes=6, cpu_nodes=1, load=2.0))
     assert light.horizon == pytest.approx(4 * heavy.horizon)
     assert light.workload.jobs[-1].arrival > heavy.workload.jobs[-1].arrival
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=seeds)
+def test_the_day_before_has_the_cluster_and_mix_of_the_day_and_other_jobs(seed: int) -> None:
+    today, before = generate(seed, TINY), generate(seed, TINY, day=-1)
+    assert generate(seed, TINY, day=0) == today
+    assert (before.cluster, before.mix, before.pattern) == (today.cluster, today.mix, today.pattern)
+    assert before.workload.jobs != today.workload.jobs
+    assert generate(seed, TINY, day=-2).workload.jobs != before.workload.jobs
+    names = {j.name for j in today.workload.jobs}
+    assert not names & {j.name for j in before.workload.jobs}  # no pod key of the day's
+    assert all(j.name.endswith("@day-1") for j in before.workload.jobs)
+    assert set(before.classes.values()) == set(today.classes.values())

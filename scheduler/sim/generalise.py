@@ -16,7 +16,9 @@ same at every one). The summary answers the issue's "Verified when":
   each class has;
 * *the bar's reach*: for every policy, the workloads where it is within 5 % of the best of all
   the *other* policies on both figures (`gputopo`'s own count is `within`): how often any
-  policy clears the bar `gputopo` is held to, so the bar can be read against the study's noise.
+  policy clears the bar `gputopo` is held to, so the bar can be read against the study's noise;
+* *the class bar's reach*: the same for the class losses, for each packing policy (`gputopo` and
+  `PACKING_PEERS`): the workloads where one of its classes loses to the best of the other two.
 
 `run_generated` and `run_one` make the figures; `figures_document` and `figures_from_document`
 turn one run's figures into JSON and back (the study's cache, `bench/generalise_study.py`).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.config import SchedulerConfig
@@ -88,6 +90,9 @@ class Summary:
     average_makespan: Mapping[str, float]
     class_losses: Mapping[str, tuple[str, ...]]  # workload -> classes losing to packing peers
     within_of_others: Mapping[str, int]  # policy -> workloads within TOLERANCE of all the others
+    class_losses_of_others: Mapping[str, int] = field(default_factory=dict)
+    """Packing policy (the subject and `PACKING_PEERS`) -> workloads where one of its classes
+    loses to the best of the other packing policies, as the subject's to the peers'."""
 
     @property
     def losses_by_class(self) -> dict[str, int]:
@@ -148,11 +153,17 @@ def _ranks(by_policy: Mapping[str, float]) -> dict[str, int]:
     return {p: 1 + sum(v < mine for v in by_policy.values()) for p, mine in by_policy.items()}
 
 
-def _class_losses(row: Mapping[str, WorkloadFigures]) -> tuple[str, ...]:
-    mine = row[SUBJECT].class_p50
+def _class_losses(
+    row: Mapping[str, WorkloadFigures],
+    policy: str = SUBJECT,
+    rivals: Sequence[str] = PACKING_PEERS,
+) -> tuple[str, ...]:
+    """`policy`'s classes whose median wait exceeds the best of `rivals`' by more than the
+    slack."""
+    mine = row[policy].class_p50
     losing = []
     for cls, wait in sorted(mine.items()):
-        peers = [row[p].class_p50[cls] for p in PACKING_PEERS if cls in row[p].class_p50]
+        peers = [row[p].class_p50[cls] for p in rivals if cls in row[p].class_p50]
         if peers and wait > min(peers) + max(CLASS_SLACK_S, CLASS_SLACK_SHARE * min(peers)):
             losing.append(cls)
     return tuple(losing)
@@ -188,7 +199,20 @@ def summarise(outcomes: Outcomes) -> Summary:
         },
         class_losses={label: lost for label, row in table.items() if (lost := _class_losses(row))},
         within_of_others=within_of_others,
+        class_losses_of_others=_class_losses_of_others(table),
     )
+
+
+def _class_losses_of_others(table: Mapping[str, Mapping[str, WorkloadFigures]]) -> dict[str, int]:
+    packing = (SUBJECT, *PACKING_PEERS)
+    return {
+        policy: sum(
+            bool(_class_losses(row, policy, [p for p in packing if p != policy]))
+            for row in table.values()
+        )
+        for policy in packing
+        if all(policy in row for row in table.values())
+    }
 
 
 def _within_best(row: Mapping[str, WorkloadFigures], policy: str, rivals: Sequence[str]) -> bool:
@@ -247,6 +271,13 @@ def format_summary(summary: Summary) -> str:
         f"the bar's reach: each policy within {TOLERANCE:.0%} of the best of all the others on "
         "both figures: " + ", ".join(f"{p} {count} of {n}" for p, count in reach)
     )
+    if summary.class_losses_of_others:
+        packing = sorted(summary.class_losses_of_others.items(), key=_by_value)
+        lines.append(
+            "the class bar's reach: workloads where a class of each packing policy waits longer "
+            "than the best of the other two by as much: "
+            + ", ".join(f"{p} {count} of {n}" for p, count in packing)
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -168,6 +168,27 @@ def test_the_bars_reach_holds_each_policy_to_the_best_of_all_the_others() -> Non
     assert "fgd 1 of 2, gputopo 1 of 2, bestfit 0 of 2, random 0 of 2, spread 0 of 2" in text
 
 
+def test_the_class_bars_reach_holds_each_packing_policy_to_the_other_two() -> None:
+    """On "a" fgd's gang waits 200 s past the best of bestfit and gputopo, and gputopo's
+    1-GPU pods 200 s past fgd's (bestfit's 50 s: within 60 s); spread's, the fastest, count
+    for nobody. On "b" bestfit's gang waits 100 s past the others': within 10 % of 1,000 s."""
+    a = [
+        _run("gputopo", 10, 10, {"gang": 1000.0, "1-gpu": 500.0}),
+        _run("fgd", 10, 10, {"gang": 1200.0, "1-gpu": 300.0}),
+        _run("bestfit", 10, 10, {"gang": 1000.0, "1-gpu": 350.0}),
+        _run("spread", 10, 10, {"gang": 5000.0, "1-gpu": 0.0}),
+        _run("random", 10, 10, {}),
+    ]
+    b = [_run(p, 10, 10, {"gang": 1100.0 if p == "bestfit" else 1000.0}) for p in POLICIES]
+    summary = summarise({"a": a, "b": b})
+    assert summary.class_losses_of_others == {"gputopo": 1, "fgd": 1, "bestfit": 0}
+    assert summary.class_losses == {"a": ("1-gpu",)}
+    assert (
+        "the class bar's reach: workloads where a class of each packing policy waits longer "
+        "than the best of the other two by as much: bestfit 0 of 2, fgd 1 of 2, gputopo 1 of 2"
+    ) in format_summary(summary)
+
+
 def test_the_text_names_the_losses() -> None:
     outcomes = {"gen-1/steady": _workload((2000.0, 10_000.0), gang=5000.0)}
     text = format_summary(summarise(outcomes))

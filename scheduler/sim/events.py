@@ -53,7 +53,7 @@ from scheduler.sim.domains import DomainMeter
 from scheduler.sim.evictions import SimPreemption
 from scheduler.sim.metrics import AllocationClock, Timeline, WaitBook
 from scheduler.sim.modelquota import ModelBudgets
-from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
+from scheduler.sim.policies import SimPolicy, SimScheduler, canonical_policy, make_policy
 from scheduler.sim.protocol import RunResult, allocation_by_arrival, fragmented_share
 from scheduler.sim.queues import QueueMeter
 from scheduler.sim.units import LeafRound, Pending, Unit, enqueue
@@ -108,6 +108,9 @@ class _EventRun:
         self._requeue: list[tuple[str, Pending]] = []  # evicted, back in their queue next pass
         self._restarted: set[str] = set()
         self._stuck: set[str] = set()  # leaves with a unit that could not start, this pass
+        self.restart: tuple[float, Callable[[], SimPolicy], bool] | None = None
+        """When the scheduler restarts, the policy it restarts with, and whether its learning
+        scores are shown the running pods (`run_events`'s `restart_at`)."""
 
     def run(self, progress: Progress | None) -> None:
         self.clock.start = self.clock.now = self.jobs[0].arrival if self.jobs else 0.0
@@ -119,6 +122,8 @@ class _EventRun:
             self.meter.advance(min(arrival, finish) - self.clock.now)
             self.clock.advance(min(arrival, finish))
             self.domains.advance(min(arrival, finish))
+            if self.restart is not None and self.restart[0] <= self.clock.now:
+                self._restart(*self.restart[1:])
             while self.finishing and self.finishing[0][0] <= self.clock.now:
                 _t, seq, key, _milli = heapq.heappop(self.finishing)
                 if self._seq_of.get(key) == seq:
@@ -136,6 +141,21 @@ class _EventRun:
             if progress is not None:
                 progress(next_job, len(self.jobs))
         self.timeline.finish(self.clock.now)
+
+    def _restart(self, fresh: Callable[[], SimPolicy], relearn: bool) -> None:
+        """The scheduler restarts: a fresh policy, shown the running pods when `relearn`."""
+        self.restart = None
+        running = [pod for _entry, _leaf, pod in self._running.values()] if relearn else []
+        waiting = [
+            pod
+            for entries in self.leaves.values()
+            for entry in entries
+            for pod in entry.requests
+            if pod.key not in entry.placed
+        ]
+        self.scheduler.restart(fresh(), running, waiting)
+        if self.preemption is not None:
+            self.preemption.placer = self.scheduler.placer
 
     def _arrive(self, job: Job) -> None:
         leaf = job.queue or DEFAULT_QUEUE
@@ -387,6 +407,8 @@ def run_events(
     shuffle_nodes: bool = False,
     preemption: PreemptionSettings | bool = True,
     history: Workload | None = None,
+    restart_at: float | None = None,
+    relearn: bool = True,
 ) -> RunResult:
     """One event-mode run; `seed` draws the random policy's choices (and the node order when
     `shuffle_nodes`). Units that cannot start evict victims and starving units get holds
@@ -398,7 +420,11 @@ def run_events(
     workload's own typical pods (an oracle) and the learning scores start from their prior;
     with it (the pods of an earlier day), `fgd` gets `history`'s typical pods and the learning
     scores have seen its pods (`Scoring.seen`) before the first arrival. The fragmentation the
-    run reports is measured against this workload's typical pods either way."""
+    run reports is measured against this workload's typical pods either way.
+
+    `restart_at`: the scheduler restarts at the first event at or after this time, with the
+    policy made afresh (a learning score forgets what it learned); with `relearn` its learning
+    scores are shown the pods running then, as the runtime's intake shows them."""
     if preemption is True:
         preemption = (config or load_config(None)).preemption
     settings = preemption if isinstance(preemption, PreemptionSettings) else None
@@ -407,7 +433,11 @@ def run_events(
     typical = _typical(workload)
     known = typical if history is None else _typical(history)
     policy_name = canonical_policy(policy_name)
-    scheduler = SimScheduler(cluster, make_policy(policy_name, known, config), rng)
+
+    def fresh() -> SimPolicy:
+        return make_policy(policy_name, known, config)
+
+    scheduler = SimScheduler(cluster, fresh(), rng)
     if history is not None:
         for job in history.jobs:
             for request in job_requests(job):
@@ -415,6 +445,8 @@ def run_events(
     _check_queues(workload)
     levels = DEFAULT_TOPOLOGY_LEVELS if config is None else config.topology_levels
     state = _EventRun(spec, workload, scheduler, settings, levels)
+    if restart_at is not None:
+        state.restart = (restart_at, fresh, relearn)
     _instrument(state, cluster, typical)
     state.run(progress)
     return _result(state, workload, policy_name, seed)

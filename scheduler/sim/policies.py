@@ -14,7 +14,7 @@ All of them run the real placement code: their `Scoring` through the cluster's `
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -177,6 +177,21 @@ class SimScheduler:
         if assignment is not None:
             self.bind(pod, assignment)
         return assignment
+
+    def restart(
+        self, policy: SimPolicy, running: Iterable[PodRequest], waiting: Iterable[PodRequest]
+    ) -> None:
+        """The scheduler restarts with `policy` (what the old one learned is gone) and a fresh
+        placer: its learning scores are shown the pods `running` (bound before the restart, as
+        the runtime's intake shows them; none: they start from their prior) and told which
+        pods are `waiting`."""
+        self.policy = policy
+        self.placer = self.cluster.placer(policy.scoring)
+        self._sim_claims = None
+        for pod in running:
+            policy.scoring.seen(pod)
+        for pod in waiting:
+            policy.scoring.queued(pod)
 
     def queued(self, pod: PodRequest) -> None:
         """`pod` waits to be placed (it arrived, or was evicted); `bind` ends the wait."""

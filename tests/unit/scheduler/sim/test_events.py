@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
-from scheduler.placement import CLIQUE_LABEL, TopologyConstraint
+import pytest
+
+from scheduler.placement import CLIQUE_LABEL, PodRequest, TopologyConstraint
+from scheduler.placement.fgd import PodShape
+from scheduler.placement.fragscores import FragmentationScore
+from scheduler.sim.build import build_cluster
 from scheduler.sim.events import run_events
+from scheduler.sim.policies import SimScheduler, make_policy
 from scheduler.sim.report import runs_document
 from scheduler.sim.workload import GIB, ClusterSpec, Job, NodeGroup, PodSpec, Workload
 
@@ -256,3 +263,40 @@ def test_what_the_policies_know_in_advance_is_the_history_when_there_is_one():
         assert fresh.longest_8gpu_wait == 0.0, policy
         assert known.longest_8gpu_wait == 999.0, policy
         assert known.jobs_placed == 2
+
+
+def test_a_restart_forgets_what_the_learner_learned_unless_it_is_shown_the_running_pods():
+    """Twenty 1-GPU pods run on a fresh cluster of 4-GPU nodes; the scheduler restarts. Shown
+    the running pods its learner weighs 1 GPU as they do; not shown them, only its prior."""
+    spec = ClusterSpec(
+        (NodeGroup(name="n", count=6, gpus=4, model="H100", cpu_milli=64_000, memory=512 * GIB),)
+    )
+    ones = [PodRequest(key=f"one-{i}", cpu_milli=1000, gpus=1) for i in range(20)]
+    waiting = PodRequest(key="waiting", gpus=8)
+    weights = {}
+    for relearn in (False, True):
+        scheduler = SimScheduler(build_cluster(spec), make_policy("gputopo", ()), random.Random(1))
+        for pod in ones:
+            assert scheduler.place(pod) is not None
+        old = scheduler.placer
+        scheduler.restart(make_policy("gputopo", ()), ones if relearn else [], [waiting])
+        assert scheduler.placer is not old
+        learner = scheduler.policy.scoring.learners()[0]
+        assert isinstance(learner, FragmentationScore)
+        learner.observe(PodRequest(key="next", cpu_milli=1000))  # the refit, when due
+        weights[relearn] = {t.shape: t.weight for t in learner.fragmentation.typical}
+    one = PodShape(1000, 1000, 1)
+    assert one not in weights[False]  # the prior alone
+    assert weights[True][one] == pytest.approx(20 / 36)  # 20 pods and 16 of the prior
+
+
+def test_a_scheduler_that_learns_nothing_decides_alike_after_a_restart():
+    workload = Workload(tuple(job(f"j{i}", 10.0 * i, 1 + i % 4, duration=40.0) for i in range(12)))
+
+    def figures(**kwargs: object) -> dict[str, object]:
+        run = runs_document([run_events(TWO_NODES, workload, seed=1, **kwargs)])["runs"][0]
+        return {k: v for k, v in run.items() if k != "decisionsPerSecond"}  # timed
+
+    assert figures(policy_name="fgd", restart_at=35.0) == figures(policy_name="fgd")
+    late = figures(policy_name="gputopo", restart_at=1e9)  # never reached
+    assert late == figures(policy_name="gputopo")

@@ -266,3 +266,19 @@ def busybox_pod(
 def env_of(logs: str) -> dict[str, str]:
     """`env` output as a mapping."""
     return dict(line.split("=", 1) for line in logs.splitlines() if "=" in line)
+
+
+def gpu_zones(cluster: Cluster) -> dict[str, dict[str, str]]:
+    """Per GPU UUID in the node's NodeResourceTopology: the available count of each resource
+    in its GPU zone ({} while there is no NRT)."""
+    found = cluster.kubectl("get", "noderesourcetopology", cluster.node, "-o", "json", check=False)
+    if not found.startswith("{"):
+        return {}
+    nrt = json.loads(found)
+    zones = {}
+    for zone in nrt["zones"]:
+        if zone["type"] != "GPU":
+            continue
+        uuid = next(a["value"] for a in zone.get("attributes", []) if a["name"] == "uuid")
+        zones[uuid] = {r["name"]: r["available"] for r in zone.get("resources", [])}
+    return zones

@@ -7,24 +7,9 @@ import json
 
 import pytest
 
-from tests.builders.realk8s import Cluster, busybox_pod, env_of, wait_until
+from tests.builders.realk8s import Cluster, busybox_pod, env_of, gpu_zones, wait_until
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
-
-
-def gpu_zones(cluster: Cluster) -> dict[str, dict[str, str]]:
-    """Per GPU UUID: the available count of each resource in its NRT zone."""
-    found = cluster.kubectl("get", "noderesourcetopology", cluster.node, "-o", "json", check=False)
-    if not found.startswith("{"):
-        return {}
-    nrt = json.loads(found)
-    zones = {}
-    for zone in nrt["zones"]:
-        if zone["type"] != "GPU":
-            continue
-        uuid = next(a["value"] for a in zone.get("attributes", []) if a["name"] == "uuid")
-        zones[uuid] = {r["name"]: r["available"] for r in zone.get("resources", [])}
-    return zones
 
 
 def test_the_kubelet_advertises_what_the_agent_serves(cluster: Cluster, agent) -> None:

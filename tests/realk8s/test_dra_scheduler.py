@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from agent.dra import DRIVER
+from agent.nvml.fixture import load_fixture
 from tests.builders.dra import claim_template, make_claim, with_claim_template
 from tests.builders.process import ROOT, CommandProcess
-from tests.builders.realk8s import Cluster, busybox_pod, wait_until
+from tests.builders.realk8s import Cluster, busybox_pod, gpu_zones, wait_until
 from tests.builders.scheduler import podgroup
 from tests.builders.workloads import upstream_podgroup
 
@@ -51,6 +52,10 @@ def pairs_agent(cluster: Cluster) -> Iterator[CommandProcess]:
     )  # fmt: skip
     proc.port(timeout_s=60)
     wait_until(lambda: len(_devices(cluster)) == 4, 90, "the agent's ResourceSlice")
+    # and its NRT, whose NVLink pairs the topology score reads: until it replaces the session
+    # agent's (dgx-h100), a 2-GPU claim would be scored on the wrong GPUs (first fit: 1, 2)
+    uuids = {gpu.uuid for gpu in load_fixture(FIXTURE).inventory.gpus}
+    wait_until(lambda: set(gpu_zones(cluster)) == uuids, 90, "the agent's NodeResourceTopology")
     yield proc
     proc.stop()
 

@@ -69,11 +69,15 @@ def test_a_tiny_study_prints_both_ranges_and_its_runtime(
     assert len(list(tmp_path.glob("*.json"))) == 20
 
 
+def _one_workload_cached(cache: Path) -> list[str]:
+    """A tiny study of judging workload 3 alone at simulator seed 1, its runs cached in `cache`."""
+    return ["--tuning", "none", "--judging", "3", "--sim-seeds", "1", *TINY, "--cache", str(cache)]
+
+
 def test_a_second_run_reads_the_cache_and_recomputes_on_request(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    argv = ["--tuning", "none", "--judging", "3", "--sim-seeds", "1", *TINY]
-    argv += ["--cache", str(tmp_path)]
+    argv = _one_workload_cached(tmp_path)
     assert _bench().main(argv) == 0
     first = capsys.readouterr().out
     assert _bench().main(argv) == 0
@@ -87,8 +91,7 @@ def test_a_second_run_reads_the_cache_and_recomputes_on_request(
 def test_with_history_only_fgd_and_gputopo_run_again(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    argv = ["--tuning", "none", "--judging", "3", "--sim-seeds", "1", *TINY]
-    argv += ["--cache", str(tmp_path)]
+    argv = _one_workload_cached(tmp_path)
     assert _bench().main(argv) == 0
     capsys.readouterr()
     assert _bench().main([*argv, "--history"]) == 0

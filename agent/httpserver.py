@@ -30,6 +30,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from waitress import wasyncore
 from waitress.server import create_server
 
 from agent.hostport import parse_address
@@ -124,16 +125,31 @@ class MetricsServer:
         return self
 
     def stop(self) -> None:
-        """Stop accepting and close every connection; a reply being sent may finish."""
-        if self._thread.is_alive():
-            try:
-                self._server.trigger.pull_trigger(self._close_all)  # runs on the polling thread
-            except OSError:  # the trigger's pipe is already closed: the loop is ending anyway
-                self._close_all()
-            self._thread.join(timeout=5)
-        else:
-            self._close_all()
+        """Stop accepting, let a reply being sent finish, then close every connection.
+
+        The order matters: a worker that has written its reply still wakes the polling loop
+        through waitress's trigger, so the workers stop before the trigger is closed (closing
+        it first made that wake-up fail with EBADF and waitress log a traceback).
+        """
+        self._on_loop(self._close_listener)  # no new connections
         self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=_STOP_WAIT_S)
+        self._on_loop(self._close_all)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _on_loop(self, action: Callable[[], None]) -> None:
+        """Run `action` on the polling thread, or here when that thread is not running."""
+        if not self._thread.is_alive():
+            action()
+            return
+        try:
+            self._server.trigger.pull_trigger(action)
+        except OSError:  # the trigger's pipe is already closed: the loop is ending anyway
+            action()
+
+    def _close_listener(self) -> None:
+        """Close the listening socket alone (the server's own `close` closes the trigger too)."""
+        wasyncore.dispatcher.close(self._server)
 
     def _close_all(self) -> None:
         """Close the listener and every connection; waitress's loop ends with an empty map."""

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,9 +51,21 @@ class CommandProcess:
         assert match is not None
         return int(match.group(1))
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stopped (SIGSTOP) for the block and continued (SIGCONT) after: it runs no code and
+        keeps its sockets and its objects, as a process the kernel does not schedule."""
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> int:
         """SIGTERM, then its exit status (killed after 20 s); safe to call again."""
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused process would not act on SIGTERM
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=20)

@@ -63,6 +63,8 @@ class Cluster:
     run_dir: Path = RUN_DIR
     state: dict[str, Any] = field(default_factory=dict)
     processes: list[CommandProcess] = field(default_factory=list)
+    node_agent: CommandProcess | None = None
+    """The session's agent (fixture `agent`, dgx-h100) once a module has started it."""
 
     def start(self) -> None:
         subprocess.run(

@@ -43,6 +43,7 @@ def agent(cluster: Cluster) -> Iterator[CommandProcess]:
     config_file.write_text(AGENT_CONFIG)
     proc = cluster.start_agent(config_file=config_file)
     proc.port(timeout_s=60)
+    cluster.node_agent = proc
     wait_until(
         lambda: (
             cluster.node_allocatable("nvidia.com/gpu") == 6
@@ -52,6 +53,7 @@ def agent(cluster: Cluster) -> Iterator[CommandProcess]:
         "the kubelet to advertise the agent's GPUs",
     )
     yield proc
+    cluster.node_agent = None
     proc.stop()
 
 

@@ -16,6 +16,7 @@ resourceclaim controller has deallocated it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -41,23 +42,28 @@ GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 
 @pytest.fixture(scope="module")
 def pairs_agent(cluster: Cluster) -> Iterator[CommandProcess]:
-    """The agent as DRA driver of the fixture's four GPUs, publishing the node's NRT."""
+    """The agent as DRA driver of the fixture's four GPUs, publishing the node's NRT.
+
+    The session agent (dgx-h100), when a module started it, is paused meanwhile: both publish
+    the node's one NRT, and each one's resync (60 s) puts its own back, so a 2-GPU claim would
+    now and then be scored on the session agent's GPUs (first fit: 1, 2; CI saw it once).
+    """
     cluster.kubectl("apply", "-f", str(DRA_YAML))
-    kubelet = cluster.kubelet
-    proc = cluster.start_agent(
-        "--nvml-fixture", FIXTURE, "--dra-gpus", "all", "--node-labels", "off",
-        "--dra-registry-dir", kubelet["plugins_registry"],
-        "--dra-plugins-dir", kubelet["plugins_dir"],
-        "--share-record", str(cluster.run_dir / "agent" / "dra-pairs-shares.json"),
-    )  # fmt: skip
-    proc.port(timeout_s=60)
-    wait_until(lambda: len(_devices(cluster)) == 4, 90, "the agent's ResourceSlice")
-    # and its NRT, whose NVLink pairs the topology score reads: until it replaces the session
-    # agent's (dgx-h100), a 2-GPU claim would be scored on the wrong GPUs (first fit: 1, 2)
-    uuids = {gpu.uuid for gpu in load_fixture(FIXTURE).inventory.gpus}
-    wait_until(lambda: set(gpu_zones(cluster)) == uuids, 90, "the agent's NodeResourceTopology")
-    yield proc
-    proc.stop()
+    held = cluster.node_agent
+    with held.paused() if held is not None else contextlib.nullcontext():
+        kubelet = cluster.kubelet
+        proc = cluster.start_agent(
+            "--nvml-fixture", FIXTURE, "--dra-gpus", "all", "--node-labels", "off",
+            "--dra-registry-dir", kubelet["plugins_registry"],
+            "--dra-plugins-dir", kubelet["plugins_dir"],
+            "--share-record", str(cluster.run_dir / "agent" / "dra-pairs-shares.json"),
+        )  # fmt: skip
+        proc.port(timeout_s=60)
+        wait_until(lambda: len(_devices(cluster)) == 4, 90, "the agent's ResourceSlice")
+        uuids = {gpu.uuid for gpu in load_fixture(FIXTURE).inventory.gpus}
+        wait_until(lambda: set(gpu_zones(cluster)) == uuids, 90, "the agent's NodeResourceTopology")
+        yield proc
+        proc.stop()
 
 
 def _devices(cluster: Cluster) -> list[str]:

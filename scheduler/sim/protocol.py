@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import SchedulerConfig
-from scheduler.placement import PodRequest
+from scheduler.placement import Assignment, PodRequest
 from scheduler.placement.fgd import Fragmentation, PodShape, node_view, typical_pods
 from scheduler.sim.build import build_cluster, node_names, pod_request, ranked_names
 from scheduler.sim.cluster import Cluster
@@ -37,7 +37,15 @@ from scheduler.sim.policies import SimScheduler, canonical_policy, make_policy
 from scheduler.sim.queues import QueueReport
 from scheduler.sim.workload import ClusterSpec, PodSpec, Workload
 
-__all__ = ["RunResult", "allocation_by_arrival", "inflate", "run_protocol", "workload_pods"]
+__all__ = [
+    "PodDecided",
+    "RunResult",
+    "SimPod",
+    "allocation_by_arrival",
+    "inflate",
+    "run_protocol",
+    "workload_pods",
+]
 
 Progress = Callable[[int, int], None]
 
@@ -46,6 +54,11 @@ Progress = Callable[[int, int], None]
 class SimPod:
     name: str
     spec: PodSpec
+
+
+PodDecided = Callable[[SimPod, Assignment | None, Cluster], None]
+"""Told of every pod as the protocol decides it: the pod, where it went (None: refused) and the
+cluster after the decision (a study's look at the state; it must not change it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,8 +169,9 @@ def run_protocol(
     ratio: float = 1.3,
     config: SchedulerConfig | None = None,
     progress: Progress | None = None,
+    on_pod: PodDecided | None = None,
 ) -> RunResult:
-    """One protocol run (see the module docstring)."""
+    """One protocol run (see the module docstring); `on_pod` hears of every decision."""
     rng = random.Random(seed)
     pods = workload_pods(workload)
     capacity = spec.gpu_count * MILLI_PER_GPU
@@ -169,7 +183,7 @@ def run_protocol(
     typical = typical_pods(_shape(p.spec) for p in pods)
     policy_name = canonical_policy(policy_name)
     scheduler = SimScheduler(cluster, make_policy(policy_name, typical, config), rng)
-    events, failed, seconds = _place_all(scheduler, arrivals, progress)
+    events, failed, seconds = _place_all(scheduler, arrivals, progress, on_pod)
     stats = cluster.stats()
     return RunResult(
         policy=policy_name,
@@ -188,7 +202,10 @@ def run_protocol(
 
 
 def _place_all(
-    scheduler: SimScheduler, arrivals: Sequence[SimPod], progress: Progress | None
+    scheduler: SimScheduler,
+    arrivals: Sequence[SimPod],
+    progress: Progress | None,
+    on_pod: PodDecided | None = None,
 ) -> tuple[list[tuple[int, int]], Counter[str], float]:
     events: list[tuple[int, int]] = []
     failed: Counter[str] = Counter()
@@ -205,6 +222,8 @@ def _place_all(
         else:
             used += _demand(pod)
         events.append((arrived, used))
+        if on_pod is not None:
+            on_pod(pod, assignment, scheduler.cluster)
         if progress is not None and (k % 256 == 0 or k + 1 == len(arrivals)):
             progress(k + 1, len(arrivals))
     return events, failed, seconds

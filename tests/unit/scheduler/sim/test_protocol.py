@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.placement import Assignment
+from scheduler.sim.cluster import Cluster
 from scheduler.sim.protocol import SimPod, allocation_by_arrival, inflate, run_protocol
 from scheduler.sim.workload import PodSpec, load_cluster, load_workload
 from tests.builders.sim import write_trace
@@ -86,3 +88,20 @@ def test_random_is_seeded_and_fills_what_fits(tmp_path: Path):
     assert (one.allocation, one.failed) == (same.allocation, same.failed)
     assert one.pods_placed > 0
     assert sum(one.failed.values()) > 0  # 130% of capacity cannot all fit
+
+
+def test_on_pod_hears_every_decision_in_arrival_order(tmp_path: Path) -> None:
+    nodes, pod_list = write_trace(tmp_path, pods=60)
+    spec, workload = load_cluster(str(nodes)), load_workload(str(pod_list))
+    heard: list[tuple[str, str | None, int]] = []
+
+    def on_pod(pod: SimPod, assignment: Assignment | None, cluster: Cluster) -> None:
+        node = None if assignment is None else assignment.node
+        heard.append((pod.name, node, cluster.stats().pods))
+
+    result = run_protocol(spec, workload, "gputopo", 42, on_pod=on_pod)
+    assert len(heard) == result.pods_arrived
+    assert sum(node is None for _, node, _ in heard) == sum(result.failed.values())
+    # told after the decision: a placed pod is already in the cluster it is shown
+    placed = [count for _, node, count in heard if node is not None]
+    assert placed == list(range(1, result.pods_placed + 1))

@@ -31,6 +31,7 @@ It needs `scipy` (`pip install -e ".[study]"`); the traces are found as
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import statistics
 import sys
@@ -46,6 +47,8 @@ from agent.model import MILLI_PER_GPU
 from bench.placement_quality import NODE_LIST, PREFIX, TRACE_DIR, seeds_of, traces_root, variants
 from scheduler.placement import Assignment
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.policies import POLICIES as SIM_POLICIES
+from scheduler.sim.policies import canonical_policy
 from scheduler.sim.protocol import SimPod, run_protocol
 from scheduler.sim.workload import load_cluster, load_workload
 
@@ -305,9 +308,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("scipy") is None:
+        print('static_ceiling: the exact packing needs scipy: pip install -e ".[study]"')
+        return 2
     root = traces_root(args.traces)
     wanted = variants(root, [v for v in args.variants.split(",") if v])
-    policies = [p for p in args.policies.split(",") if p]
+    policies = [canonical_policy(p) for p in args.policies.split(",") if p]
+    unknown = [p for p in policies if p not in SIM_POLICIES]
+    if unknown:
+        known = ", ".join(SIM_POLICIES)
+        print(f"static_ceiling: --policies: unknown policy {unknown[0]!r} (known: {known})")
+        return 2
     seeds = seeds_of(args.seeds)
     started = time.perf_counter()
     tasks = [(str(root), v, p, s) for v in wanted for p in policies for s in seeds]

@@ -98,3 +98,24 @@ def test_the_study_prints_a_row_per_run_and_a_mean_per_policy(
         ["fgd", "mean"],
     ]
     assert lines[9].startswith("4 runs in ")
+
+
+def test_an_unknown_policy_is_named_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--traces", _traces(tmp_path), "--variants", "tiny", "--policies", "gputopo,fdg"]
+    assert load_bench("static_ceiling").main(argv) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("static_ceiling: --policies: unknown policy 'fdg'")
+
+
+def test_without_scipy_it_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = load_bench("static_ceiling")
+    found = bench.importlib.util.find_spec
+    monkeypatch.setattr(
+        bench.importlib.util, "find_spec", lambda name: None if name == "scipy" else found(name)
+    )
+    assert bench.main(["--traces", _traces(tmp_path), "--variants", "tiny"]) == 2
+    assert 'pip install -e ".[study]"' in capsys.readouterr().out

@@ -6,7 +6,10 @@ share a seed, and either may be `none` (a subset). Every policy runs on each wor
 mode once per simulator seed (`--sim-seeds`, default 1-3: the node order and `random`'s draws,
 apart from the workload's seed); per range the study prints the per-workload table (mean wait
 over all pods, makespan, each class's median wait, averaged over the simulator seeds) and the
-summary of `scheduler.sim.generalise` (the issue's "Verified when"). Beside them, as
+summary of `scheduler.sim.generalise` (the issue's "Verified when"), then `gputopo` paired
+with each peer workload by workload (`paired_text`: the mean difference in mean wait and in
+makespan with a 95 % confidence interval bootstrapped over the workloads, and a sign test; it
+needs scipy, `pip install -e ".[study]"`, and says so in its place without). Beside them, as
 `bench/living_cluster.py` runs them: the built-in workload and the four check mixes
 (`--beside`, `--beside-seeds`, default 1-3). It ends with its runtime and the compute time of
 its runs.
@@ -38,6 +41,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -58,12 +62,16 @@ from bench.living_cluster import (
 from scheduler.cli.simulate_generated import generated_size, size_text
 from scheduler.config import load_config
 from scheduler.sim.generalise import (
+    PEERS,
     SUBJECT,
+    Figure,
+    Outcomes,
     WorkloadFigures,
     figures_document,
     figures_from_document,
     format_rows,
     format_summary,
+    pairs,
     run_one,
     summarise,
 )
@@ -76,6 +84,9 @@ DEFAULT_CACHE = ROOT / ".cache" / "generalise"
 CODE_DIRS = ("scheduler", "agent")
 CODE_SUFFIXES = (".py", ".yaml", ".json")
 KNOW_HISTORY = frozenset({"fgd", SUBJECT})  # what the others decide does not read a workload
+CONFIDENCE = 0.95
+RESAMPLES = 9_999
+FIGURES: tuple[tuple[Figure, str], ...] = (("mean_wait", "mean wait"), ("makespan", "makespan"))
 
 
 def seed_ranges(tuning: str, judging: str) -> tuple[list[int], list[int]]:
@@ -276,8 +287,55 @@ def _collect(runs: Runs, cache: Cache) -> tuple[str, float, int]:
         figures, _ = runs.done[key]
         outcomes.setdefault(figures.workload, []).append(figures)
     seconds = sum(s for _, s in runs.done.values())
-    text = format_rows(outcomes) + "\n" + format_summary(summarise(outcomes))
+    text = (
+        format_rows(outcomes) + "\n" + format_summary(summarise(outcomes)) + paired_text(outcomes)
+    )
     return text, seconds, len(runs.pending)
+
+
+def paired_text(outcomes: Outcomes, peers: Sequence[str] = PEERS) -> str:
+    """`SUBJECT` against each of `peers`, workload by workload (each workload one sample, the
+    mean of its simulator seeds): per figure, the mean difference (subject minus peer; below 0
+    the subject did better) in seconds and as a share of the peer's mean, its 95 % confidence
+    interval (BCa bootstrap over the workloads, seeded: the same runs give the same text), the
+    workloads lower and higher, and the two-sided sign test over those that differ. The
+    verdict: `lower` or `higher` when the interval excludes 0, else `not told apart`."""
+    try:
+        import numpy as np
+        from scipy import stats
+    except ImportError:
+        return 'paired comparison: needs scipy (pip install -e ".[study]")\n'
+    lines = [
+        f"{SUBJECT} paired with each peer, workload by workload (difference {SUBJECT} - peer; "
+        f"{CONFIDENCE:.0%} interval: BCa bootstrap over the workloads, {RESAMPLES:,} resamples):"
+    ]
+    for peer in peers:
+        parts = []
+        for figure, name in FIGURES:
+            found = pairs(outcomes, peer, figure)
+            differences = np.array([p.difference for p in found])
+            mean = float(differences.mean())
+            share = mean / statistics.fmean(p.peer for p in found) if found else 0.0
+            if len(found) < 2 or np.ptp(differences) == 0:
+                low = high = mean
+            else:
+                interval = stats.bootstrap(
+                    (differences,),
+                    np.mean,
+                    confidence_level=CONFIDENCE,
+                    n_resamples=RESAMPLES,
+                    rng=np.random.default_rng(0),
+                ).confidence_interval
+                low, high = float(interval.low), float(interval.high)
+            lower, higher = int((differences < 0).sum()), int((differences > 0).sum())
+            p_value = stats.binomtest(lower, lower + higher).pvalue if lower + higher else 1.0
+            verdict = "lower" if high < 0 else "higher" if low > 0 else "not told apart"
+            parts.append(
+                f"{name} {mean:+,.0f} s ({share:+.1%}; {low:+,.0f} to {high:+,.0f} s): "
+                f"{verdict}; lower on {lower}, higher on {higher}, sign test p {p_value:.2f}"
+            )
+        lines.append(f"  vs {peer} over {len(found)} workloads: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"
 
 
 def _beside(pool: ProcessPoolExecutor, args: argparse.Namespace) -> str:

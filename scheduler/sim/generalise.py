@@ -20,6 +20,10 @@ same at every one). The summary answers the issue's "Verified when":
 * *the class bar's reach*: the same for the class losses, for each packing policy (`gputopo` and
   `PACKING_PEERS`): the workloads where one of its classes loses to the best of the other two.
 
+`pairs` gives, per workload, `gputopo`'s figure beside one peer's (each averaged over the
+simulator seeds): the paired samples from which `bench/generalise_study.py` tells a difference
+on average from the workloads' chance (a confidence interval and a sign test).
+
 `run_generated` and `run_one` make the figures; `figures_document` and `figures_from_document`
 turn one run's figures into JSON and back (the study's cache, `bench/generalise_study.py`).
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from scheduler.config import SchedulerConfig
 from scheduler.preemption import PreemptionSettings
@@ -42,7 +46,9 @@ __all__ = [
     "PACKING_PEERS",
     "PEERS",
     "SUBJECT",
+    "Figure",
     "Outcomes",
+    "Pair",
     "Summary",
     "WorkloadFigures",
     "average",
@@ -52,6 +58,7 @@ __all__ = [
     "format_rows",
     "format_summary",
     "label_of",
+    "pairs",
     "run_generated",
     "run_one",
     "summarise",
@@ -78,6 +85,7 @@ class WorkloadFigures:
 
 
 Outcomes = Mapping[str, Sequence[WorkloadFigures]]
+Figure = Literal["mean_wait", "makespan"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +110,34 @@ class Summary:
             for cls in lost:
                 counts[cls] = counts.get(cls, 0) + 1
         return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One workload's figure (mean wait or makespan, seconds) under `SUBJECT` and under a peer,
+    each the mean of its runs."""
+
+    workload: str
+    subject: float
+    peer: float
+
+    @property
+    def difference(self) -> float:
+        """Subject minus peer: below 0 where the subject did better."""
+        return self.subject - self.peer
+
+
+def pairs(outcomes: Outcomes, peer: str, figure: Figure) -> list[Pair]:
+    """`SUBJECT`'s and `peer`'s `figure` on every workload, in the outcomes' order; ValueError
+    naming the workload where either has no run."""
+    table = _table(outcomes)
+    found = []
+    for label, row in table.items():
+        missing = [p for p in (SUBJECT, peer) if p not in row]
+        if missing:
+            raise ValueError(f"workload {label}: no run of {', '.join(missing)} to pair")
+        found.append(Pair(label, getattr(row[SUBJECT], figure), getattr(row[peer], figure)))
+    return found
 
 
 def figures_of(workload: str, run: RunResult) -> WorkloadFigures:

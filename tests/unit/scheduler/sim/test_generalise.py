@@ -17,6 +17,7 @@ from scheduler.sim.generalise import (
     figures_of,
     format_rows,
     format_summary,
+    pairs,
     summarise,
 )
 from scheduler.sim.metrics import ClassWaits, JobFigures
@@ -128,6 +129,24 @@ def test_sixty_seconds_is_the_floor_for_short_waits() -> None:
     assert summarise({"w": runs}).class_losses == {}
     runs[0] = _run("gputopo", 10, 10, {"gang": 61.0})
     assert summarise({"w": runs}).class_losses == {"w": ("gang",)}
+
+
+def test_pairs_put_each_workloads_averaged_figures_side_by_side() -> None:
+    first = [_run("gputopo", 100.0, 1_000.0, {}), _run("gputopo", 300.0, 3_000.0, {})]
+    first += [_run("fgd", 250.0, 1_500.0, {}), _run("bestfit", 50.0, 9_000.0, {})]
+    second = [_run("gputopo", 80.0, 800.0, {}), _run("fgd", 20.0, 900.0, {})]
+    waits = pairs({"a": first, "b": second}, "fgd", "mean_wait")
+    assert [(p.workload, p.subject, p.peer, p.difference) for p in waits] == [
+        ("a", 200.0, 250.0, -50.0),  # gputopo's two simulator seeds averaged
+        ("b", 80.0, 20.0, 60.0),
+    ]
+    assert [p.difference for p in pairs({"a": first}, "bestfit", "makespan")] == [-7_000.0]
+
+
+def test_a_workload_without_the_peers_run_is_named() -> None:
+    runs = {"gen-7/steady": [_run("gputopo", 1.0, 1.0, {})]}
+    with pytest.raises(ValueError, match="workload gen-7/steady: no run of fgd to pair"):
+        pairs(runs, "fgd", "makespan")
 
 
 def test_only_the_packing_peers_set_the_class_bar() -> None:

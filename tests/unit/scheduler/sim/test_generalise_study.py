@@ -3,6 +3,8 @@ tables and its runtime; run figures are cached, `gputopo`'s against the code."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -64,6 +66,8 @@ def test_a_tiny_study_prints_both_ranges_and_its_runtime(
         ["gen-1/" + out.split("gen-1/")[1].split()[0]] * 5
         + ["gen-2/" + out.split("gen-2/")[1].split()[0]] * 5
     )
+    assert "gputopo paired with each peer, workload by workload" in out
+    assert "  vs spread over 1 workloads: mean wait " in out
     assert "generated runs: 20 computed, 0 from the cache; their compute time " in out
     assert out.rstrip().endswith("s on 1 processes")
     assert len(list(tmp_path.glob("*.json"))) == 20
@@ -134,3 +138,53 @@ def test_the_code_digest_follows_the_code(tmp_path: Path) -> None:
     assert bench.code_digest(tmp_path) == first
     (tmp_path / "agent" / "b.yaml").write_text("y: 2\n")
     assert bench.code_digest(tmp_path) != first
+
+
+def _paired(waits: Sequence[tuple[float, float]], peer: str = "fgd") -> str:
+    """The paired text of workloads where gputopo and `peer` have these mean waits (the
+    makespans the same)."""
+    outcomes = {
+        f"gen-{i}/steady": [
+            WorkloadFigures(
+                workload=f"gen-{i}/steady", policy=p, mean_wait=w, makespan=5_000.0, class_p50={}
+            )
+            for p, w in (("gputopo", mine), (peer, theirs))
+        ]
+        for i, (mine, theirs) in enumerate(waits)
+    }
+    return str(_bench().paired_text(outcomes, peers=(peer,)))
+
+
+def test_a_subject_lower_on_every_workload_is_told_apart() -> None:
+    text = _paired([(900.0 + 10 * i, 1_000.0 + 10 * i) for i in range(8)])
+    line = text.splitlines()[1]
+    assert line.startswith("  vs fgd over 8 workloads: mean wait -100 s (-9.7%; -100 to -100 s)")
+    # all 8 lower: sign test p = 2 / 2**8 = 0.0078
+    assert "lower; lower on 8, higher on 0, sign test p 0.01;" in line
+    assert line.endswith(
+        "makespan +0 s (+0.0%; +0 to +0 s): not told apart; lower on 0, "
+        "higher on 0, sign test p 1.00"
+    )
+
+
+def test_differences_that_cancel_are_not_told_apart() -> None:
+    line = _paired([(1_000.0, 1_100.0), (1_100.0, 1_000.0)] * 4).splitlines()[1]
+    assert "mean wait +0 s (+0.0%; " in line
+    assert "not told apart; lower on 4, higher on 4, sign test p 1.00;" in line
+    low, high = line.split("(+0.0%; ")[1].split(" s)")[0].split(" to ")
+    assert float(low) < 0 < float(high)
+
+
+def test_one_big_loss_among_small_gains_widens_the_interval_past_zero() -> None:
+    waits = [(990.0, 1_000.0)] * 9 + [(3_000.0, 1_000.0)]  # mean +191 s, yet lower on 9 of 10
+    line = _paired(waits, peer="bestfit").splitlines()[1]
+    assert line.startswith("  vs bestfit over 10 workloads: mean wait +191 s (+19.1%; ")
+    assert "lower on 9, higher on 1, sign test p 0.02;" in line
+    assert ": not told apart; lower on 9" in line
+
+
+def test_without_scipy_the_paired_text_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    assert _paired([(1.0, 2.0)]) == 'paired comparison: needs scipy (pip install -e ".[study]")\n'

@@ -44,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.placement_quality import seeds_of
 from scheduler.config import config_file_argument, load_config
 from scheduler.sim.events import run_events
 from scheduler.sim.plot import plot_runs
@@ -200,13 +201,6 @@ def table(runs: Sequence[RunResult], columns: Sequence[Column] = COLUMNS) -> str
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def seeds_of(text: str) -> list[int]:
-    if "-" in text:
-        low, high = (int(part) for part in text.split("-", 1))
-        return list(range(low, high + 1))
-    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def add_config_flag(p: argparse.ArgumentParser) -> None:

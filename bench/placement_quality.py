@@ -79,10 +79,18 @@ def published(root: Path) -> Published:
 
 
 def seeds_of(text: str) -> list[int]:
+    """The seeds of `1-5`, `1,3,7` or `1-60,101-190`; ValueError naming a part that is not
+    N or N-M with N <= M."""
     out: list[int] = []
     for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            first, last = 1, 0
+        if first > last:
+            raise ValueError(f"seeds {text!r}: {part.strip()!r} is not N or N-M with N <= M")
+        out.extend(range(first, last + 1))
     return out
 
 

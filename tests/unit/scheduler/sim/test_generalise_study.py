@@ -35,6 +35,21 @@ def test_overlapping_ranges_are_refused(tuning: str, judging: str, shared: str) 
         _bench().seed_ranges(tuning, judging)
 
 
+def test_a_range_may_join_several_spans() -> None:
+    tuning, judging = _bench().seed_ranges("1-3,8", "101-102,190")
+    assert (tuning, judging) == ([1, 2, 3, 8], [101, 102, 190])
+
+
+@pytest.mark.parametrize("judging", ["5-3", "1-x", "2,,3"])
+def test_a_span_that_is_not_n_or_n_to_m_is_named(
+    judging: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _bench().main(["--tuning", "none", "--judging", judging])
+    assert exit_info.value.code == 2
+    assert f"seeds {judging!r}: " in capsys.readouterr().err
+
+
 def test_either_range_may_be_none_but_not_both() -> None:
     assert _bench().seed_ranges("none", "4-5") == ([], [4, 5])
     with pytest.raises(ValueError, match="both none: nothing to run"):

@@ -44,7 +44,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,14 +130,16 @@ class RunKey:
     sim_seed: int
     config: str | None  # the --config path
     history: bool = False  # the day before known (only to the policies in `KNOW_HISTORY`)
+    day: int = 0  # the workload of another day of the seed (-1: the day before)
 
     def file_name(self, config_digest: str, code: str) -> str:
         size = self.size
         shape = f"{size.jobs}j{size.gpu_nodes}g{size.cpu_nodes}c{size.load:g}l"
         keyed = code[:16] if self.policy == SUBJECT else "any"
         known = "-history" if self.history else ""
+        day = f"-day{self.day}" if self.day else ""
         return (
-            f"gen{self.seed}-{shape}-{self.policy}-sim{self.sim_seed}-"
+            f"gen{self.seed}{day}-{shape}-{self.policy}-sim{self.sim_seed}-"
             f"cfg{config_digest[:12]}{known}-code{keyed}.json"
         )
 
@@ -181,8 +183,8 @@ def compute(key: RunKey) -> tuple[WorkloadFigures, float]:
     """One run (in a worker process): its figures and the seconds it took."""
     began = time.perf_counter()
     config = load_config(key.config) if key.config else None
-    history = generate(key.seed, key.size, day=-1).workload if key.history else None
-    made = generate(key.seed, key.size)
+    history = generate(key.seed, key.size, day=key.day - 1).workload if key.history else None
+    made = generate(key.seed, key.size, day=key.day)
     figures = run_one(made, key.policy, key.sim_seed, True, config, history)
     return figures, time.perf_counter() - began
 
@@ -192,8 +194,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tuning", default="1-10", help="seeds of the tuning workloads (or none)")
     p.add_argument("--judging", default="101-130", help="seeds of the judging workloads (or none)")
     p.add_argument("--sim-seeds", default="1-3", help="the simulator's seeds, per workload")
-    p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
-    p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+    add_run_flags(p)
     p.add_argument(
         "--beside",
         default="builtin,mixes",
@@ -206,13 +207,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         help="fgd and gputopo know the day before (the same seed's other jobs), not fgd this "
         "day's own workload",
     )
-    p.add_argument("--jobs", type=int, default=2, help="processes")
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="directory of run figures")
-    p.add_argument("--no-cache", action="store_true", help="keep no run figures")
     p.add_argument(
         "--recompute", default="", help="policies computed afresh (comma-separated, or all)"
     )
-    add_config_flag(p)
     args = p.parse_args(argv)
     try:
         args.tuning_seeds, args.judging_seeds = seed_ranges(args.tuning, args.judging)
@@ -222,6 +219,17 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a study of generated workloads that say how its runs are made and kept:
+    the workloads' size, the processes, the cache, `--config`."""
+    p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
+    p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+    p.add_argument("--jobs", type=int, default=2, help="processes")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="directory of run figures")
+    p.add_argument("--no-cache", action="store_true", help="keep no run figures")
+    add_config_flag(p)
 
 
 def _policies_named(text: str) -> frozenset[str]:
@@ -266,7 +274,12 @@ def _submit(
         for seed in seeds
         for policy in POLICIES
     ]
-    runs = Runs(keys=keys, done={}, pending={})
+    return start_runs(pool, cache, keys)
+
+
+def start_runs(pool: ProcessPoolExecutor, cache: Cache, keys: Sequence[RunKey]) -> Runs:
+    """The cached runs of `keys` loaded, the others submitted to `pool`."""
+    runs = Runs(keys=list(keys), done={}, pending={})
     for key in keys:
         cached = cache.load(key)
         if cached is not None:
@@ -276,16 +289,26 @@ def _submit(
     return runs
 
 
-def _collect(runs: Runs, cache: Cache) -> tuple[str, float, int]:
-    """The table and summary of a range, the compute seconds of its runs, and how many ran now."""
+def finish_runs(runs: Runs, cache: Cache) -> dict[RunKey, WorkloadFigures]:
+    """Every run's figures, in the order of its keys; those computed now are stored."""
     for key, future in runs.pending.items():
         figures, seconds = future.result()
         cache.store(key, figures, seconds)
         runs.done[key] = (figures, seconds)
+    return {key: runs.done[key][0] for key in runs.keys}
+
+
+def outcomes_of(figures: Iterable[WorkloadFigures]) -> dict[str, list[WorkloadFigures]]:
+    """Runs grouped by workload label, in the order they come."""
     outcomes: dict[str, list[WorkloadFigures]] = {}
-    for key in runs.keys:
-        figures, _ = runs.done[key]
-        outcomes.setdefault(figures.workload, []).append(figures)
+    for run in figures:
+        outcomes.setdefault(run.workload, []).append(run)
+    return outcomes
+
+
+def _collect(runs: Runs, cache: Cache) -> tuple[str, float, int]:
+    """The table and summary of a range, the compute seconds of its runs, and how many ran now."""
+    outcomes = outcomes_of(finish_runs(runs, cache).values())
     seconds = sum(s for _, s in runs.done.values())
     text = (
         format_rows(outcomes) + "\n" + format_summary(summarise(outcomes)) + paired_text(outcomes)
@@ -293,8 +316,8 @@ def _collect(runs: Runs, cache: Cache) -> tuple[str, float, int]:
     return text, seconds, len(runs.pending)
 
 
-def paired_text(outcomes: Outcomes, peers: Sequence[str] = PEERS) -> str:
-    """`SUBJECT` against each of `peers`, workload by workload (each workload one sample, the
+def paired_text(outcomes: Outcomes, peers: Sequence[str] = PEERS, subject: str = SUBJECT) -> str:
+    """`subject` against each of `peers`, workload by workload (each workload one sample, the
     mean of its simulator seeds): per figure, the mean difference (subject minus peer; below 0
     the subject did better) in seconds and as a share of the peer's mean, its 95 % confidence
     interval (BCa bootstrap over the workloads, seeded: the same runs give the same text), the
@@ -306,13 +329,13 @@ def paired_text(outcomes: Outcomes, peers: Sequence[str] = PEERS) -> str:
     except ImportError:
         return 'paired comparison: needs scipy (pip install -e ".[study]")\n'
     lines = [
-        f"{SUBJECT} paired with each peer, workload by workload (difference {SUBJECT} - peer; "
+        f"{subject} paired with each peer, workload by workload (difference {subject} - peer; "
         f"{CONFIDENCE:.0%} interval: BCa bootstrap over the workloads, {RESAMPLES:,} resamples):"
     ]
     for peer in peers:
         parts = []
         for figure, name in FIGURES:
-            found = pairs(outcomes, peer, figure)
+            found = pairs(outcomes, peer, figure, subject)
             differences = np.array([p.difference for p in found])
             mean = float(differences.mean())
             share = mean / statistics.fmean(p.peer for p in found) if found else 0.0

@@ -22,7 +22,9 @@ same at every one). The summary answers the issue's "Verified when":
 
 `pairs` gives, per workload, `gputopo`'s figure beside one peer's (each averaged over the
 simulator seeds): the paired samples from which `bench/generalise_study.py` tells a difference
-on average from the workloads' chance (a confidence interval and a sign test).
+on average from the workloads' chance (a confidence interval and a sign test). `chosen_by`
+adds a policy that, on each workload, runs whichever policy did best on it in other outcomes
+(the day before: `bench/day_before_study.py`).
 
 `run_generated` and `run_one` make the figures; `figures_document` and `figures_from_document`
 turn one run's figures into JSON and back (the study's cache, `bench/generalise_study.py`).
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from scheduler.config import SchedulerConfig
@@ -52,6 +54,7 @@ __all__ = [
     "Summary",
     "WorkloadFigures",
     "average",
+    "chosen_by",
     "figures_document",
     "figures_from_document",
     "figures_of",
@@ -127,17 +130,40 @@ class Pair:
         return self.subject - self.peer
 
 
-def pairs(outcomes: Outcomes, peer: str, figure: Figure) -> list[Pair]:
-    """`SUBJECT`'s and `peer`'s `figure` on every workload, in the outcomes' order; ValueError
+def pairs(outcomes: Outcomes, peer: str, figure: Figure, subject: str = SUBJECT) -> list[Pair]:
+    """`subject`'s and `peer`'s `figure` on every workload, in the outcomes' order; ValueError
     naming the workload where either has no run."""
     table = _table(outcomes)
     found = []
     for label, row in table.items():
-        missing = [p for p in (SUBJECT, peer) if p not in row]
+        missing = [p for p in (subject, peer) if p not in row]
         if missing:
             raise ValueError(f"workload {label}: no run of {', '.join(missing)} to pair")
-        found.append(Pair(label, getattr(row[SUBJECT], figure), getattr(row[peer], figure)))
+        found.append(Pair(label, getattr(row[subject], figure), getattr(row[peer], figure)))
     return found
+
+
+def chosen_by(
+    before: Outcomes, today: Outcomes, policies: Sequence[str], figure: Figure, name: str
+) -> tuple[dict[str, list[WorkloadFigures]], dict[str, str]]:
+    """`today` with one more policy, `name`: on each workload the runs of whichever of
+    `policies` had the lowest `figure` on that workload in `before` (the first of a tie, in
+    `policies`' order), renamed; and workload -> the policy picked. ValueError naming a
+    workload of `today` that `before` lacks, or a policy with no run on it in either."""
+    earlier, now = _table(before), _table(today)
+    out: dict[str, list[WorkloadFigures]] = {}
+    picked: dict[str, str] = {}
+    for label, runs in today.items():
+        if label not in earlier:
+            raise ValueError(f"workload {label}: no runs in the outcomes it is chosen by")
+        missing = [p for p in policies if p not in earlier[label] or p not in now[label]]
+        if missing:
+            raise ValueError(f"workload {label}: no run of {', '.join(missing)} to choose from")
+        pick = min(policies, key=lambda p: getattr(earlier[label][p], figure))
+        copies = [replace(r, policy=name) for r in runs if r.policy == pick]
+        out[label] = [*runs, *copies]
+        picked[label] = pick
+    return out, picked
 
 
 def figures_of(workload: str, run: RunResult) -> WorkloadFigures:

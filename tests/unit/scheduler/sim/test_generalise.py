@@ -12,6 +12,7 @@ from scheduler.cli.simulate import main
 from scheduler.sim.generalise import (
     WorkloadFigures,
     average,
+    chosen_by,
     figures_document,
     figures_from_document,
     figures_of,
@@ -147,6 +148,54 @@ def test_a_workload_without_the_peers_run_is_named() -> None:
     runs = {"gen-7/steady": [_run("gputopo", 1.0, 1.0, {})]}
     with pytest.raises(ValueError, match="workload gen-7/steady: no run of fgd to pair"):
         pairs(runs, "fgd", "makespan")
+
+
+def test_pairs_take_any_policy_as_the_subject() -> None:
+    runs = [
+        _run("gputopo", 100.0, 1.0, {}),
+        _run("fgd", 40.0, 1.0, {}),
+        _run("bestfit", 70.0, 1.0, {}),
+    ]
+    found = pairs({"a": runs}, "bestfit", "mean_wait", subject="fgd")
+    assert [(p.subject, p.peer, p.difference) for p in found] == [(40.0, 70.0, -30.0)]
+
+
+def _day(waits: Mapping[str, tuple[float, ...]]) -> list[WorkloadFigures]:
+    """One workload's runs: each policy's mean waits, one run per simulator seed."""
+    return [_run(policy, w, 10.0 * w, {}) for policy, ws in waits.items() for w in ws]
+
+
+def test_the_chosen_policy_runs_what_did_best_on_the_day_before() -> None:
+    before = {
+        "a": _day({"gputopo": (50.0, 70.0), "fgd": (55.0,), "bestfit": (90.0,)}),  # 60 > 55
+        "b": _day({"gputopo": (20.0,), "fgd": (30.0,), "bestfit": (40.0,)}),
+    }
+    today = {
+        "a": _day({"gputopo": (1.0,), "fgd": (2.0, 4.0), "bestfit": (3.0,)}),
+        "b": _day({"gputopo": (9.0,), "fgd": (5.0,), "bestfit": (7.0,)}),
+    }
+    chosen, picked = chosen_by(before, today, ("gputopo", "fgd", "bestfit"), "mean_wait", "ch")
+    assert picked == {"a": "fgd", "b": "gputopo"}
+    mine = {label: [(r.mean_wait, r.makespan) for r in runs if r.policy == "ch"]
+            for label, runs in chosen.items()}  # fmt: skip
+    assert mine == {"a": [(2.0, 20.0), (4.0, 40.0)], "b": [(9.0, 90.0)]}  # every run, renamed
+    assert [r.policy for r in chosen["b"]][:3] == ["gputopo", "fgd", "bestfit"]  # kept
+    assert [p.difference for p in pairs(chosen, "gputopo", "mean_wait", "ch")] == [2.0, 0.0]
+
+
+def test_a_tie_on_the_day_before_goes_to_the_first_policy_named() -> None:
+    day = {"a": _day({"gputopo": (5.0,), "fgd": (5.0,), "bestfit": (5.0,)})}
+    _, picked = chosen_by(day, day, ("bestfit", "fgd", "gputopo"), "mean_wait", "ch")
+    assert picked == {"a": "bestfit"}
+
+
+def test_choosing_names_a_workload_or_a_run_the_choice_lacks() -> None:
+    today = {"gen-4/bursts": _day({"gputopo": (1.0,), "fgd": (1.0,)})}
+    with pytest.raises(ValueError, match="workload gen-4/bursts: no runs in the outcomes it is"):
+        chosen_by({}, today, ("gputopo", "fgd"), "mean_wait", "ch")
+    before = {"gen-4/bursts": _day({"gputopo": (1.0,)})}
+    with pytest.raises(ValueError, match="workload gen-4/bursts: no run of fgd to choose from"):
+        chosen_by(before, today, ("gputopo", "fgd"), "mean_wait", "ch")
 
 
 def test_only_the_packing_peers_set_the_class_bar() -> None:

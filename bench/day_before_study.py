@@ -55,7 +55,7 @@ from bench.generalise_study import (
     start_runs,
 )
 from bench.placement_quality import seeds_of
-from scheduler.cli.simulate_generated import generated_size, size_text
+from scheduler.cli.simulate_generated import size_of, size_text
 from scheduler.sim.generalise import (
     PACKING_PEERS,
     SUBJECT,
@@ -65,6 +65,7 @@ from scheduler.sim.generalise import (
     chosen_by,
     pairs,
 )
+from scheduler.sim.generate import Size
 
 POLICIES = (SUBJECT, *PACKING_PEERS)
 CHOOSER = "chooser"
@@ -179,6 +180,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         args.sim_seed_list = seeds_of(args.sim_seeds)
         args.before_seed_list = seeds_of(args.before_sim_seeds)
         args.halves = halves(args.sim_seed_list)
+        args.size = size_of(args)
     except ValueError as exc:
         p.error(str(exc))
     args.recompute_set = frozenset()
@@ -192,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print('needs scipy (pip install -e ".[study]")', file=sys.stderr)
         return 2
     args = _arguments(argv)
-    size = generated_size(args.generated_jobs, args.generated_nodes)
+    size: Size = args.size
     cache = _cache_of(args)
     began = time.perf_counter()
 

@@ -59,7 +59,7 @@ from bench.living_cluster import (
     study_names,
     table,
 )
-from scheduler.cli.simulate_generated import generated_size, size_text
+from scheduler.cli.simulate_generated import add_size_flags, size_of, size_text
 from scheduler.config import load_config
 from scheduler.sim.generalise import (
     PEERS,
@@ -216,6 +216,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         args.sim_seed_list = seeds_of(args.sim_seeds)
         args.beside = [] if args.beside == "none" else study_names(args.beside)
         args.recompute_set = _policies_named(args.recompute)
+        args.size = size_of(args)
     except ValueError as exc:
         p.error(str(exc))
     return args
@@ -224,8 +225,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """The flags of a study of generated workloads that say how its runs are made and kept:
     the workloads' size, the processes, the cache, `--config`."""
-    p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
-    p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+    add_size_flags(p)
     p.add_argument("--jobs", type=int, default=2, help="processes")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="directory of run figures")
     p.add_argument("--no-cache", action="store_true", help="keep no run figures")
@@ -390,7 +390,7 @@ def _cache_of(args: argparse.Namespace) -> Cache:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
-    size = generated_size(args.generated_jobs, args.generated_nodes)
+    size: Size = args.size
     cache = _cache_of(args)
     began = time.perf_counter()
     ranges = [

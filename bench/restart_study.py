@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.living_cluster import seeds_of
-from scheduler.cli.simulate_generated import generated_size, size_text
+from scheduler.cli.simulate_generated import add_size_flags, size_of, size_text
 from scheduler.sim.events import run_events
 from scheduler.sim.generalise import SUBJECT, figures_of, label_of
 from scheduler.sim.generate import Size, generate
@@ -107,12 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", default="101-130", help="generated workloads' seeds")
     p.add_argument("--sim-seeds", default="1-6", help="the simulator's seeds, per workload")
-    p.add_argument("--generated-jobs", type=int, help="jobs per workload (default: 300)")
-    p.add_argument("--generated-nodes", type=int, help="GPU nodes per cluster (default: 12)")
+    add_size_flags(p)
     p.add_argument("--jobs", type=int, default=2, help="processes")
     args = p.parse_args(argv)
-    seeds, sim_seeds = seeds_of(args.seeds), seeds_of(args.sim_seeds)
-    size = generated_size(args.generated_jobs, args.generated_nodes)
+    try:
+        seeds, sim_seeds, size = seeds_of(args.seeds), seeds_of(args.sim_seeds), size_of(args)
+    except ValueError as exc:
+        p.error(str(exc))
     began = time.perf_counter()
     work = [(seed, sim, way) for seed in seeds for sim in sim_seeds for way in WAYS]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -283,6 +283,31 @@ def test_simulate_generated_runs_end_to_end(capsys: pytest.CaptureFixture[str]) 
     assert "average rank (mean wait and makespan; 1 = best): " in out
 
 
+def test_simulate_generated_runs_at_the_load_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """Another load offers the same jobs over another horizon: other runs, the load named."""
+    argv = ["--generated", "1", "--generated-seed", "4", "--generated-jobs", "40"]
+    argv += ["--generated-nodes", "3", "--policy", "gputopo,spread,bestfit,random,fgd"]
+    rows = {}
+    for load in ("1.2", "3"):
+        extra = [] if load == "1.2" else ["--generated-load", load]
+        assert main([*argv, *extra], environ={}) == 0
+        out = capsys.readouterr().out
+        assert f"40 jobs, 3 GPU nodes, 1 CPU nodes, load {load})" in out.splitlines()[0]
+        rows[load] = {line.split()[1]: line.split()[2:4] for line in out.splitlines()[3:8]}
+    assert rows["1.2"].keys() == rows["3"].keys() == set(POLICIES)
+    assert all(rows["1.2"][policy] != rows["3"][policy] for policy in POLICIES)
+
+
+@pytest.mark.parametrize("load", ["0", "-0.5", "nan"])
+def test_simulate_generated_refuses_a_load_not_above_0(
+    capsys: pytest.CaptureFixture[str], load: str
+) -> None:
+    assert main(["--generated", "1", "--generated-load", load], environ={}) == 2
+    assert f"--generated-load: must be a number above 0, got {float(load)}" in (
+        capsys.readouterr().err
+    )
+
+
 def test_simulate_generated_needs_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--generated", "1", "--policy", "gputopo,fgd"], environ={}) == 2
     assert "--policy lacks bestfit, random, spread" in capsys.readouterr().err

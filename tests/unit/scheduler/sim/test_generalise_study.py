@@ -203,3 +203,26 @@ def test_without_scipy_the_paired_text_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "scipy", None)
     assert _paired([(1.0, 2.0)]) == 'paired comparison: needs scipy (pip install -e ".[study]")\n'
+
+
+def test_another_load_is_another_run_and_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = _one_workload_cached(tmp_path)
+    assert _bench().main(argv) == 0
+    capsys.readouterr()
+    assert _bench().main([*argv, "--generated-load", "0.6"]) == 0
+    out = capsys.readouterr().out
+    assert "(seeds 3; 15 jobs, 2 GPU nodes, 1 CPU nodes, load 0.6;" in out
+    assert "generated runs: 5 computed, 0 from the cache;" in out
+    assert len(list(tmp_path.glob("*c0.6l-*.json"))) == 5
+
+
+@pytest.mark.parametrize("load", ["0", "-1", "nan", "inf"])
+def test_a_load_not_above_0_is_refused(capsys: pytest.CaptureFixture[str], load: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _bench().main(["--generated-load", load, "--beside", "none"])
+    assert exit_info.value.code == 2
+    assert f"--generated-load: must be a number above 0, got {float(load)}" in (
+        capsys.readouterr().err
+    )

@@ -18,7 +18,10 @@ same at every one). The summary answers the issue's "Verified when":
   the *other* policies on both figures (`gputopo`'s own count is `within`): how often any
   policy clears the bar `gputopo` is held to, so the bar can be read against the study's noise;
 * *the class bar's reach*: the same for the class losses, for each packing policy (`gputopo` and
-  `PACKING_PEERS`): the workloads where one of its classes loses to the best of the other two.
+  `PACKING_PEERS`): the workloads where one of its classes loses to the best of the other two;
+* *class waits*: per class, each policy's median wait averaged over the workloads where every
+  policy started a pod of the class: who a policy makes wait (packing keeps big GPU sets whole
+  for 8-GPU pods and gangs at some cost to the small pods it stacks).
 
 `pairs` gives, per workload, `gputopo`'s figure beside one peer's (each averaged over the
 simulator seeds): the paired samples from which `bench/generalise_study.py` tells a difference
@@ -104,6 +107,9 @@ class Summary:
     class_losses_of_others: Mapping[str, int] = field(default_factory=dict)
     """Packing policy (the subject and `PACKING_PEERS`) -> workloads where one of its classes
     loses to the best of the other packing policies, as the subject's to the peers'."""
+    class_waits: Mapping[str, tuple[int, Mapping[str, float]]] = field(default_factory=dict)
+    """Class -> (the workloads where every policy started a pod of it, policy -> its median wait
+    there averaged over them)."""
 
     @property
     def losses_by_class(self) -> dict[str, int]:
@@ -262,7 +268,21 @@ def summarise(outcomes: Outcomes) -> Summary:
         class_losses={label: lost for label, row in table.items() if (lost := _class_losses(row))},
         within_of_others=within_of_others,
         class_losses_of_others=_class_losses_of_others(table),
+        class_waits=_class_waits(table, policies),
     )
+
+
+def _class_waits(
+    table: Mapping[str, Mapping[str, WorkloadFigures]], policies: Sequence[str]
+) -> dict[str, tuple[int, dict[str, float]]]:
+    classes = sorted({c for row in table.values() for f in row.values() for c in f.class_p50})
+    out: dict[str, tuple[int, dict[str, float]]] = {}
+    for cls in classes:
+        rows = [row for row in table.values() if all(cls in row[p].class_p50 for p in policies)]
+        if rows:
+            means = {p: statistics.fmean(row[p].class_p50[cls] for row in rows) for p in policies}
+            out[cls] = (len(rows), means)
+    return out
 
 
 def _class_losses_of_others(table: Mapping[str, Mapping[str, WorkloadFigures]]) -> dict[str, int]:
@@ -339,6 +359,15 @@ def format_summary(summary: Summary) -> str:
             "the class bar's reach: workloads where a class of each packing policy waits longer "
             "than the best of the other two by as much: "
             + ", ".join(f"{p} {count} of {n}" for p, count in packing)
+        )
+    if summary.class_waits:
+        lines.append(
+            "median wait s per class, averaged over the workloads where every policy started one:"
+        )
+        lines.extend(
+            f"  {cls} ({count} of {n}): "
+            + ", ".join(f"{p} {v:,.0f}" for p, v in sorted(means.items(), key=_by_value))
+            for cls, (count, means) in summary.class_waits.items()
         )
     return "\n".join(lines) + "\n"
 

@@ -270,6 +270,39 @@ def test_the_text_names_the_losses() -> None:
     assert rows[1].split()[:4] == ["gen-1/steady", "gputopo", "2,000", "10,000"]
 
 
+def test_class_waits_average_over_the_workloads_where_every_policy_started_the_class() -> None:
+    outcomes = {
+        "gen-1/steady": _workload((1000.0, 10_000.0), gang=3000.0, **{"1-gpu": 100.0}),
+        "gen-2/steady": _workload((1000.0, 10_000.0), gang=5000.0),
+        "gen-3/steady": [
+            *(
+                run
+                for run in _workload((1000.0, 10_000.0), gang=1000.0, **{"1-gpu": 400.0})
+                if run.policy != "spread"
+            ),
+            _run("spread", 1000.0, 10_000.0, {"1-gpu": 50.0}),  # no gang started
+        ],
+    }
+    summary = summarise(outcomes)
+    gang_workloads, gang = summary.class_waits["gang"]
+    assert gang_workloads == 2  # gen-3: spread started no gang
+    assert gang["gputopo"] == pytest.approx(4000.0)
+    assert gang["fgd"] == gang["spread"] == pytest.approx(1000.0)
+    one_gpu_workloads, one_gpu = summary.class_waits["1-gpu"]
+    assert one_gpu_workloads == 2
+    assert one_gpu["gputopo"] == pytest.approx(250.0)
+    assert one_gpu["spread"] == pytest.approx(525.0)
+    text = format_summary(summary)
+    assert (
+        "median wait s per class, averaged over the workloads where every policy started one:"
+        in (text)
+    )
+    assert (
+        "  gang (2 of 3): bestfit 1,000, fgd 1,000, random 1,000, spread 1,000, gputopo 4,000"
+        in (text)
+    )
+
+
 def test_simulate_generated_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--generated", "2", "--generated-seed", "5", "--generated-jobs", "20"]
     assert main([*argv, "--generated-nodes", "3"], environ={}) == 0

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Literal
 
 from agent.model import MILLI_PER_GPU
 
@@ -39,6 +40,8 @@ _NO_ASSIGNMENTS: Mapping[str, Assignment] = MappingProxyType({})
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 _TIE_TRIES = 4  # equally tight domains placed to compare the nodes they touch
 _NAMED = 6  # domains a reason names before "and N more"
+_Explain = Literal["every node", "candidates", "none"]
+"""Which nodes a member's refusal counts reasons on (`Placer.decide`'s `explain`), or none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +75,14 @@ def place_gang(
     min_resources: Mapping[str, int] | None = None,
     excluded: AbstractSet[str] | None = None,
     prefer_clique: bool = False,
+    reasons: bool = True,
 ) -> GangPlacement:
     """Place every pod of `pods` or none on `placer.snapshot`, which is unchanged on return;
     never on `excluded` (nodes held for other pods). `prefer_clique`: without `topology`, a GPU
-    gang prefers one `CLIQUE_LABEL` domain when nodes carry the label.
+    gang prefers one `CLIQUE_LABEL` domain when nodes carry the label. `reasons` False: no
+    member's refusal is explained (no `failed`, and no `reason` but the domains' or
+    `min_resources`', which cost nothing), for a caller that reads `ok` and the assignments
+    alone; the placements are the same.
 
     `min_resources` (the PodGroup's `minResources`, canonical units) must be free in the cluster,
     else the gang fails with `Insufficient <resource> for the pod group's minResources`.
@@ -89,13 +96,14 @@ def place_gang(
     ordered = sorted(pods, key=_size_key)
     if topology is None and prefer_clique:
         topology = _default_topology(snapshot, ordered)
+    explain: _Explain = "every node" if reasons else "none"
     if topology is None:
-        return _place_in(ordered, placer, (None, excluded), None, explain=True)
-    result = _in_one_domain(ordered, placer, topology.label, excluded)
+        return _place_in(ordered, placer, (None, excluded), None, explain=explain)
+    result = _in_one_domain(ordered, placer, topology.label, excluded, reasons)
     if result.ok:
         return result
     if not topology.required:
-        return _place_in(ordered, placer, (None, excluded), None, explain=True)
+        return _place_in(ordered, placer, (None, excluded), None, explain=explain)
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return replace(result, reason=_no_domain_reason(snapshot, topology.label, ordered))
@@ -113,9 +121,10 @@ def _in_one_domain(
     placer: Placer,
     label: str,
     excluded: AbstractSet[str] | None,
+    reasons: bool,
 ) -> GangPlacement:
     """The gang inside the tightest domain that holds it (ties: fewest nodes touched, then
-    value); not ok (`failed`: the first refusal seen) when none does."""
+    value); not ok (`failed`: the first refusal seen, with `reasons`) when none does."""
     best: tuple[int, int, GangPlacement] | None = None
     failed: Decision | None = None
     tries = 0
@@ -124,7 +133,9 @@ def _in_one_domain(
         if best is not None and (free != best[0] or tries >= _TIE_TRIES or best[1] <= fewest):
             break
         where = (domain.members(), excluded)
-        result = _place_in(ordered, placer, where, value, explain=False)
+        result = _place_in(
+            ordered, placer, where, value, explain="candidates" if reasons else "none"
+        )
         if not result.ok:
             failed = failed or result.failed
             continue
@@ -156,9 +167,10 @@ def _place_in(
     where: tuple[frozenset[str] | None, AbstractSet[str] | None],
     domain: str | None,
     *,
-    explain: bool,
+    explain: _Explain,
 ) -> GangPlacement:
-    """`where`: (allowed, excluded) nodes."""
+    """`where`: (allowed, excluded) nodes; `explain`: which nodes a refusal's reasons count
+    (`Placer.decide`'s `explain`), or none."""
     snapshot = placer.snapshot
     allowed, excluded = where
     placed: list[tuple[PodRequest, Assignment]] = []
@@ -167,13 +179,20 @@ def _place_in(
         for pod, _assignment in previous:
             snapshot.forget(pod.key)
         for pod in ordered:
-            decision = placer.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
-            if decision.assignment is None:
-                return GangPlacement(
-                    ok=False, reason=decision.message(), failed=decision, domain=domain
-                )
-            snapshot.assume(pod, decision.assignment)
-            placed.append((pod, decision.assignment))
+            if explain == "none":
+                found = placer.best_assignment(pod, allowed=allowed, excluded=excluded)
+                if found is None:
+                    return GangPlacement(ok=False, domain=domain)
+            else:
+                every = explain == "every node"
+                decision = placer.decide(pod, allowed=allowed, explain=every, excluded=excluded)
+                if decision.assignment is None:
+                    return GangPlacement(
+                        ok=False, reason=decision.message(), failed=decision, domain=domain
+                    )
+                found = decision.assignment
+            snapshot.assume(pod, found)
+            placed.append((pod, found))
     finally:
         for pod, _assignment in reversed(placed):
             snapshot.forget(pod.key)

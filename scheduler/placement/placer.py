@@ -83,14 +83,29 @@ class Placer:
             )
         return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
 
-    def best_assignment(self, pod: PodRequest) -> Assignment | None:
-        """`decide(pod).assignment`, without the reasons `decide` counts when nothing fits (the
-        simulator asks this of every pod, and at the end of a run most fit nowhere)."""
+    def best_assignment(
+        self,
+        pod: PodRequest,
+        *,
+        allowed: AbstractSet[str] | None = None,
+        excluded: AbstractSet[str] | None = None,
+    ) -> Assignment | None:
+        """`decide(pod, allowed=allowed, excluded=excluded).assignment`, without the reasons
+        `decide` counts when nothing fits (the simulator asks this of every pod it offers, and
+        most of those offers fit nowhere: a queue waits)."""
         memo = self._memo_for(pod)
         if memo is None:
-            decision = pick(pod, self._snapshot, self._scoring, explain=False, cache=self._cache)
+            decision = pick(
+                pod,
+                self._snapshot,
+                self._scoring,
+                allowed=allowed,
+                explain=False,
+                cache=self._cache,
+                excluded=excluded,
+            )
             return decision.assignment
-        return memo.best(pod)
+        return memo.best(pod, allowed=allowed, excluded=excluded)
 
     def feasible(self, pod: PodRequest) -> list[str]:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""

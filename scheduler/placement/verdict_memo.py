@@ -127,11 +127,7 @@ class VerdictMemo:
         it to `pick`). `excluded` costs O(its nodes) plus one vector operation."""
         total = len(self._snapshot)
         verdicts = self._refresh(pod)
-        where = None if allowed is None else self._allowed_slots(allowed)
-        if excluded:
-            held = self._nodes.mask(excluded)
-            where = np.flatnonzero(~held) if where is None else where[~held[where]]
-        best = self._best(pod, verdicts, where)
+        best = self._best(pod, verdicts, self._where(allowed, excluded))
         if best is not None:
             return Decision(pod=pod.key, assignment=best[0], score=best[1], nodes_total=total)
         if explain:
@@ -141,10 +137,29 @@ class VerdictMemo:
         reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts), excluded)
         return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
-    def best(self, pod: PodRequest) -> Assignment | None:
-        """`decide(pod)`'s assignment, without counting reasons when nothing fits."""
-        best = self._best(pod, self._refresh(pod), None)
+    def best(
+        self,
+        pod: PodRequest,
+        *,
+        allowed: AbstractSet[str] | None = None,
+        excluded: AbstractSet[str] | None = None,
+    ) -> Assignment | None:
+        """`decide(pod, allowed=allowed, excluded=excluded)`'s assignment, without counting
+        reasons when nothing fits."""
+        verdicts = self._refresh(pod)
+        best = self._best(pod, verdicts, self._where(allowed, excluded))
         return None if best is None else best[0]
+
+    def _where(
+        self, allowed: AbstractSet[str] | None, excluded: AbstractSet[str] | None
+    ) -> IntArray | None:
+        """The slots of `allowed` (None: every slot) less those of `excluded`; after
+        `_refresh`, which brings the slots up to date."""
+        where = None if allowed is None else self._allowed_slots(allowed)
+        if excluded:
+            held = self._nodes.mask(excluded)
+            where = np.flatnonzero(~held) if where is None else where[~held[where]]
+        return where
 
     def feasible(self, pod: PodRequest) -> list[str]:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""

@@ -133,10 +133,8 @@ class SimScheduler:
             if not names:
                 return None
             assignment = self.placer.assignment_on(pod, self.rng.choice(names))
-        elif excluded:
-            assignment = self.placer.decide(pod, explain=False, excluded=excluded).assignment
         else:
-            assignment = self.placer.best_assignment(pod)
+            assignment = self.placer.best_assignment(pod, excluded=excluded)
         if assignment is None or not pod.gpu_milli or self.policy.share_gpu is None:
             return assignment
         node = self.cluster.snapshot.node(assignment.node)
@@ -158,7 +156,12 @@ class SimScheduler:
         claims = [self.claims.get(p.key) for p in pods]
         if not any(claims):
             return place_gang(
-                pods, self.placer, topology=topology, prefer_clique=prefer_clique, excluded=excluded
+                pods,
+                self.placer,
+                topology=topology,
+                prefer_clique=prefer_clique,
+                excluded=excluded,
+                reasons=False,
             )
         if not all(claims):
             return GangPlacement(ok=False, reason="a gang mixes pods with and without claims")

@@ -170,19 +170,27 @@ class PlacerFollowsTheSnapshot(RuleBasedStateMachine):
         same(self.placer.decide(pod, **how), expected)
         same(self.plain.decide(pod, **how), expected)
         same(self.short_heap.decide(pod, **how), expected)
+        where = {k: v for k, v in how.items() if k in ("allowed", "excluded")}
+        assert self.placer.best_assignment(pod, **where) == expected.assignment
+        assert self.plain.best_assignment(pod, **where) == expected.assignment
+        assert self.short_heap.best(pod, **where) == expected.assignment
         return expected
 
     def _key(self, prefix: str) -> str:
         self.counter += 1
         return f"default/{prefix}-{self.counter}"
 
-    @rule(data=st.data(), explain=st.booleans(), limit=st.booleans())
-    def decide_and_assume(self, data: st.DataObject, explain: bool, limit: bool) -> None:
+    @rule(data=st.data(), explain=st.booleans(), limit=st.booleans(), hold=st.booleans())
+    def decide_and_assume(
+        self, data: st.DataObject, explain: bool, limit: bool, hold: bool
+    ) -> None:
         pod = data.draw(pods(self._key("p")))
-        allowed = None
+        allowed = excluded = None
         if limit and self.snap.names():
             allowed = frozenset(data.draw(st.sets(st.sampled_from(self.snap.names()))))
-        expected = self._all_decide(pod, allowed=allowed, explain=explain)
+        if hold and self.snap.names():
+            excluded = frozenset(data.draw(st.sets(st.sampled_from(self.snap.names()))))
+        expected = self._all_decide(pod, allowed=allowed, explain=explain, excluded=excluded)
         if expected.assignment is not None:
             self.snap.assume(pod, expected.assignment)
 
@@ -235,6 +243,14 @@ class PlacerFollowsTheSnapshot(RuleBasedStateMachine):
             expected.domain,
             expected.reason,
         )
+        for placer in (self.plain, self.placer):  # no reasons asked: the same placements
+            quiet = place_gang(members, placer, topology=constraint, reasons=False)
+            assert (quiet.ok, dict(quiet.assignments)) == (got.ok, dict(got.assignments))
+            assert quiet.failed is None
+            if constraint is not None and constraint.required:  # the domains' reason, cheap
+                assert quiet.reason == got.reason
+            else:  # no member's reasons counted
+                assert quiet.reason == ""
         if got.ok:
             for pod in members:
                 self.snap.assume(pod, got.assignments[pod.key])

@@ -288,6 +288,7 @@ class Workbench:
             self._placer,
             topology=self._preemptor.topology,
             prefer_clique=self._preemptor.prefer_clique,
+            reasons=False,
         )
         if not placed.ok:
             return None

@@ -154,8 +154,8 @@ class _Search:
         """Nodes where U's pods fit already (a max alone keeps U out, a gang partly fits, or
         the caller asked for a unit that needs no eviction at all)."""
         if len(self.pods) == 1:
-            decision = self.placer.decide(self.pods[0], explain=False)
-            return [] if decision.assignment is None else [decision.assignment.node]
+            found = self.placer.best_assignment(self.pods[0])
+            return [] if found is None else [found.node]
         names: set[str] = set()
         for pod in {(p.gpus, p.gpu_milli, p.cpu_milli, p.memory): p for p in self.pods}.values():
             names.update(self.placer.feasible(pod)[: len(self.pods)])

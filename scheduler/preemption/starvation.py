@@ -160,6 +160,7 @@ def _place(
         Placer(small, placer.scoring),
         topology=preemptor.topology,
         prefer_clique=preemptor.prefer_clique,
+        reasons=False,
     )
     if not placed.ok:
         return None

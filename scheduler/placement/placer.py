@@ -94,17 +94,8 @@ class Placer:
         `decide` counts when nothing fits (the simulator asks this of every pod it offers, and
         most of those offers fit nowhere: a queue waits)."""
         memo = self._memo_for(pod)
-        if memo is None:
-            decision = pick(
-                pod,
-                self._snapshot,
-                self._scoring,
-                allowed=allowed,
-                explain=False,
-                cache=self._cache,
-                excluded=excluded,
-            )
-            return decision.assignment
+        if memo is None:  # `pick` counts only the candidates' reasons without `explain`
+            return self.decide(pod, allowed=allowed, explain=False, excluded=excluded).assignment
         return memo.best(pod, allowed=allowed, excluded=excluded)
 
     def feasible(self, pod: PodRequest) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal
@@ -175,29 +176,32 @@ def _place_in(
     allowed, excluded = where
     placed: list[tuple[PodRequest, Assignment]] = []
     previous = _previously_assumed(snapshot, ordered)
-    try:
-        for pod, _assignment in previous:
-            snapshot.forget(pod.key)
-        for pod in ordered:
-            if explain == "none":
-                found = placer.best_assignment(pod, allowed=allowed, excluded=excluded)
-                if found is None:
-                    return GangPlacement(ok=False, domain=domain)
-            else:
-                every = explain == "every node"
-                decision = placer.decide(pod, allowed=allowed, explain=every, excluded=excluded)
-                if decision.assignment is None:
-                    return GangPlacement(
-                        ok=False, reason=decision.message(), failed=decision, domain=domain
-                    )
-                found = decision.assignment
-            snapshot.assume(pod, found)
-            placed.append((pod, found))
-    finally:
-        for pod, _assignment in reversed(placed):
-            snapshot.forget(pod.key)
-        for pod, assignment in previous:
-            snapshot.assume(pod, assignment)
+    # Members assumed before are assumed again at the end, not where they were among a node's
+    # pods: only a trial without them leaves the snapshot exactly as it was.
+    with nullcontext() if previous else placer.trial():
+        try:
+            for pod, _assignment in previous:
+                snapshot.forget(pod.key)
+            for pod in ordered:
+                if explain == "none":
+                    found = placer.best_assignment(pod, allowed=allowed, excluded=excluded)
+                    if found is None:
+                        return GangPlacement(ok=False, domain=domain)
+                else:
+                    every = explain == "every node"
+                    decision = placer.decide(pod, allowed=allowed, explain=every, excluded=excluded)
+                    if decision.assignment is None:
+                        return GangPlacement(
+                            ok=False, reason=decision.message(), failed=decision, domain=domain
+                        )
+                    found = decision.assignment
+                snapshot.assume(pod, found)
+                placed.append((pod, found))
+        finally:
+            for pod, _assignment in reversed(placed):
+                snapshot.forget(pod.key)
+            for pod, assignment in previous:
+                snapshot.assume(pod, assignment)
     return GangPlacement(ok=True, assignments={p.key: a for p, a in placed}, domain=domain)
 
 

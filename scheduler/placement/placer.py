@@ -20,7 +20,9 @@ serialises access (the scheduler holds its cache lock).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 
 from .filters import filter_node
 from .node import Assignment
@@ -97,6 +99,21 @@ class Placer:
         if memo is None:  # `pick` counts only the candidates' reasons without `explain`
             return self.decide(pod, allowed=allowed, explain=False, excluded=excluded).assignment
         return memo.best(pod, allowed=allowed, excluded=excluded)
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """Around changes to the snapshot that the caller undoes, every one, before the block
+        ends (a gang's members assumed while the next is placed): what the memo knew of the
+        snapshot before the block holds after it (`best_assignment`'s refusals,
+        `refusals.Refusals`). Changes not undone make its decisions wrong."""
+        memo = self._memo
+        if memo is None:
+            yield
+            return
+        before = self._snapshot.generation
+        memo.trial_begins()
+        yield
+        memo.trial_undone(before)
 
     def feasible(self, pod: PodRequest) -> list[str]:
         """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""

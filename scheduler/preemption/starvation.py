@@ -157,7 +157,7 @@ def _place(
     small = Snapshot(_emptied(placer.snapshot.node(n), index) for n in names)
     placed = place_gang(
         preemptor.pods,
-        Placer(small, placer.scoring),
+        Placer(small, placer.scoring, memo=False),
         topology=preemptor.topology,
         prefer_clique=preemptor.prefer_clique,
         reasons=False,

@@ -9,7 +9,7 @@ replicas beyond `minMember` once its gang started). Inside a leaf, jobs wait in 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.placement import PodRequest
@@ -28,6 +28,9 @@ class Pending:
     requests: list[PodRequest]
     gang_placed: bool = False
     placed: set[str] = field(default_factory=set)
+    demands: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    """What each unit asks of its queue (`asked`), by pod key ("": the gang's first `minMember`
+    replicas): a unit is made again at every pass of its leaf, its demand once."""
 
     @property
     def done(self) -> bool:
@@ -43,12 +46,17 @@ class Unit:
     entry: Pending
     pods: list[PodRequest]
     gang: bool
-    demand: dict[str, int] = field(init=False)
+    demand: Mapping[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.demand = {}
-        for pod in self.pods:
-            add_into(self.demand, asked(pod))
+        key = "" if self.gang else self.pods[0].key
+        demand = self.entry.demands.get(key)
+        if demand is None:
+            summed: dict[str, int] = {}
+            for pod in self.pods:
+                add_into(summed, asked(pod))
+            demand = self.entry.demands[key] = summed
+        self.demand = demand
 
 
 def asked(pod: PodRequest) -> dict[str, int]:

@@ -255,6 +255,32 @@ def test_changes_made_behind_its_back_are_seen(limit: int):
     assert decision.message() == pick(four, cluster.snapshot, scoring).message()
 
 
+def test_a_refusal_lasts_while_the_snapshot_stands_and_across_a_trial_undone():
+    """`best_assignment` remembers a class that fits nowhere (but held nodes) until the snapshot
+    changes; a trial whose changes are all undone (a gang's members tried) leaves it standing,
+    and one that begins after an unseen change brings nothing stale back."""
+    cluster = Cluster.from_specs([NodeSpec(name="a", gpus=1), NodeSpec(name="b", gpus=1)])
+    snapshot = cluster.snapshot
+    placer = Placer(snapshot, Scoring.from_weights({"binpack": 1.0}, candidate_limit=0))
+    snapshot.assume_on(PodRequest(key="x", gpus=1), "a")
+    one = PodRequest(key="one", gpus=1)
+    assert placer.best_assignment(one, excluded={"b"}) is None  # refused: b is held
+    assert placer.best_assignment(PodRequest(key="two", gpus=1), excluded={"b"}) is None
+    found = cast("Assignment", placer.best_assignment(one))  # not held: the class fits on b
+    assert found.node == "b"
+    with placer.trial():  # a member tried on b and taken off again
+        snapshot.assume(PodRequest(key="m", gpus=1), found)
+        assert placer.best_assignment(one) is None
+        snapshot.forget("m")
+    assert placer.best_assignment(one, excluded={"b"}) is None
+    assert cast("Assignment", placer.best_assignment(one)).node == "b"
+    snapshot.forget("x")  # nothing decided since
+    with placer.trial():
+        snapshot.assume(PodRequest(key="m", gpus=1), found)
+        snapshot.forget("m")
+    assert cast("Assignment", placer.best_assignment(one, excluded={"b"})).node == "a"  # free
+
+
 def test_long_runs_rebuild_the_heap_and_bulk_updates_stay_exact():
     """Many changes between two uses of a class (the vectorised update), a heap that keeps only
     the best 4 nodes, and a heap grown long enough to be compacted: still `pick`'s choices (the

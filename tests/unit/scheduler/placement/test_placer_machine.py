@@ -229,6 +229,34 @@ class PlacerFollowsTheSnapshot(RuleBasedStateMachine):
         node.add_pod(pod, Assignment(node=node.name))
         self.snap.refresh(node.name)
 
+    @rule(data=st.data(), again=st.booleans(), forget_first=st.booleans())
+    def trial_undone(self, data: st.DataObject, again: bool, forget_first: bool) -> None:
+        """Pods assumed inside `Placer.trial`, each where the Placer says, and forgotten before
+        it ends (a gang's trial placement): what the Placer knew before holds after, and
+        nothing it learned inside (`again`: each pod offered again and without held nodes, the
+        snapshot unchanged).
+        `forget_first`: a pod forgotten just before, nothing decided since (what the Placer
+        knew of the snapshot before that is stale when the trial begins)."""
+        running = sorted(k for n in self.snap.nodes.values() for k in n.pods)
+        if forget_first and running:
+            self.snap.forget(data.draw(st.sampled_from(running)))
+        assumed: list[PodRequest] = []
+        with self.placer.trial():
+            for _ in range(data.draw(st.integers(1, 3))):
+                pod = data.draw(pods(self._key("t")))
+                excluded = frozenset(data.draw(st.sets(st.sampled_from(["n0", "n1", "a0"]))))
+                expected = pick(pod, self.snap, self.scoring, excluded=excluded).assignment
+                assert self.placer.best_assignment(pod, excluded=excluded) == expected
+                if again:  # the snapshot unchanged: again held off, then nowhere held
+                    assert self.placer.best_assignment(pod, excluded=excluded) == expected
+                    anywhere = pick(pod, self.snap, self.scoring).assignment
+                    assert self.placer.best_assignment(pod) == anywhere
+                if expected is not None:
+                    self.snap.assume(pod, expected)
+                    assumed.append(pod)
+            for pod in reversed(assumed):
+                self.snap.forget(pod.key)
+
     @precondition(lambda self: not self.scoring.learners())
     @rule(data=st.data(), topology=st.sampled_from([None, True, False]))
     def gang(self, data: st.DataObject, topology: bool | None) -> None:

@@ -55,10 +55,11 @@ slots up to date and then scores again only the live states it finds feasible, s
 gather of the score array (`_rescore_states`: O(states) Python, one pass over the slots instead
 of four; at 40,000 nodes some 20 states of 1,500 per class).
 
-`best` (the assignment alone) also remembers the classes that fit on no node but held ones until
-the snapshot's generation moves (`refusals`): the simulator offers every waiting pod at every
-pass, and at 48 GPU nodes under a queue 94 % of its calls asked for a class refused since the
-last change.
+`decide` and `best` also remember the classes that fit on no node but held ones, and `decide`
+why, until the snapshot's generation moves (`refusals`): waiting pods are offered again and again
+(the simulator at every pass: at 48 GPU nodes under a queue 94 % of its calls asked for a class
+refused since the last change; the scheduler each time room may have been freed), and counting
+every node's reason costs O(nodes) a pod.
 
 Not thread-safe: the caller serialises access (the scheduler holds its cache lock).
 """
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from functools import partial
 from typing import cast
 
@@ -131,7 +133,17 @@ class VerdictMemo:
         """`pick(pod, snapshot, scoring, allowed=allowed, explain=explain, excluded=excluded)`
         for a supported pod: the same node, devices and score, and the same reasons when nothing
         fits (none when something does). An unsupported pod is the caller's (the `Placer` hands
-        it to `pick`). `excluded` costs O(its nodes) plus one vector operation."""
+        it to `pick`). `excluded` costs O(its nodes) plus one vector operation. A refusal among
+        all nodes is its class's until the snapshot changes (`refusals.Refusals`): a pod of a
+        class refused since gets that decision, its reasons not counted again."""
+        refusal = None
+        if allowed is None:
+            refusal = refusal_of(pod, excluded)
+            known = self._refusals.decision(refusal, self._snapshot.generation, explain)
+            if known is not None:
+                if self._learners:
+                    self._observe(pod)  # what `_refresh` does first, as for a pod decided
+                return replace(known, pod=pod.key)
         total = len(self._snapshot)
         verdicts = self._refresh(pod)
         best = self._best(pod, verdicts, self._where(allowed, excluded))
@@ -142,7 +154,10 @@ class VerdictMemo:
         else:
             nodes = self._snapshot.candidates(pod, allowed)
         reasons = count_reasons(nodes, allowed, self._rejections(pod, verdicts), excluded)
-        return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
+        decision = Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
+        if refusal is not None:
+            self._refusals.add(refusal, (explain, decision))
+        return decision
 
     def best(
         self,

@@ -281,6 +281,26 @@ def test_a_refusal_lasts_while_the_snapshot_stands_and_across_a_trial_undone():
     assert cast("Assignment", placer.best_assignment(one, excluded={"b"})).node == "a"  # free
 
 
+def test_a_refused_class_is_explained_once_while_the_snapshot_stands():
+    """`decide`: a second pod of a refused class gets the first one's reasons under its own key,
+    and with `explain` False the candidates' alone, as `pick` says; after a change, afresh."""
+    cluster = Cluster.from_specs([NodeSpec(name="a", gpus=1), NodeSpec(name="c", gpus=0)])
+    snapshot = cluster.snapshot
+    scoring = Scoring.from_weights({"binpack": 1.0}, candidate_limit=0)
+    placer = Placer(snapshot, scoring)
+    snapshot.assume_on(PodRequest(key="x", gpus=1), "a")
+    for key in ("one", "two"):
+        for explain in (True, False):
+            pod = PodRequest(key=key, gpus=1)
+            decision = placer.decide(pod, explain=explain)
+            assert decision == pick(pod, snapshot, scoring, explain=explain)
+            assert decision.pod == key
+            # without explain only the candidates count: nodes with a GPU free, none here
+            assert sum(decision.reasons.values()) == (2 if explain else 0)
+    snapshot.forget("x")
+    assert placer.decide(PodRequest(key="three", gpus=1)).node == "a"
+
+
 def test_long_runs_rebuild_the_heap_and_bulk_updates_stay_exact():
     """Many changes between two uses of a class (the vectorised update), a heap that keeps only
     the best 4 nodes, and a heap grown long enough to be compacted: still `pick`'s choices (the

@@ -58,12 +58,16 @@ SIZES = (1, 2, 4, 1, 1, 2)  # GPUs per pod, cycled
 
 
 def _pod(i: int) -> dict[str, Any]:
-    gpus = str(SIZES[i % len(SIZES)])
-    resources = {GPU: gpus, "cpu": "1", "memory": "2Gi"}
+    return pod_object(f"bench-{i:05d}", SIZES[i % len(SIZES)])
+
+
+def pod_object(name: str, gpus: int) -> dict[str, Any]:
+    """A pending pod `name` of this scheduler asking `gpus` GPUs, 1 cpu and 2Gi."""
+    resources = {GPU: str(gpus), "cpu": "1", "memory": "2Gi"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"bench-{i:05d}", "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "schedulerName": SCHEDULER,
             "containers": [

@@ -29,29 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bind_bench import GPU, SCHEDULER, _counter, _runtime, _wait, breakdown, thread_cpu
+from e2e_bind_bench import GPU, _counter, _runtime, _wait, breakdown, pod_object, thread_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _one_gpu_pod(name: str) -> dict[str, Any]:
-    resources = {GPU: "1", "cpu": "1", "memory": "2Gi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:1.36",
-                    "resources": {"limits": resources, "requests": resources},
-                }
-            ],
-        },
-        "status": {"phase": "Pending"},
-    }
 
 
 def serve_fake(nodes: int, conn: Connection) -> None:
@@ -68,7 +48,7 @@ def serve_fake(nodes: int, conn: Connection) -> None:
         if command == "pods":  # (prefix, count)
             prefix, count = arg
             for i in range(count):
-                fake.put_object("pods", _one_gpu_pod(f"{prefix}-{i:06d}"))
+                fake.put_object("pods", pod_object(f"{prefix}-{i:06d}", 1))
             conn.send("created")
         elif command == "delete":
             conn.send(fake.delete_object("pods", arg, "default"))

@@ -95,14 +95,20 @@ def _check(fake: Any, pods: int) -> dict[str, Any]:
     return {"bound": bound, "expected": pods, "overcommittedNodes": over, "nodesUsed": len(used)}
 
 
-def serve_fake(nodes: int, conn: Connection) -> None:
-    """The child: a fake API server with `nodes` ready 8-GPU nodes, driven through `conn`."""
+def fake_with_nodes(nodes: int, history_limit: int) -> Any:
+    """A started fake API server with `nodes` ready 8-GPU nodes (named out of order)."""
     from tests.fakeapi import FakeApiServer
 
-    fake = FakeApiServer(history_limit=200_000).start()
+    fake = FakeApiServer(history_limit=history_limit).start()
     capacity = {"cpu": "128", "memory": "1Ti", "pods": "110", GPU: "8"}
     for i in range(nodes):
         fake.add_node(f"node-{(i * 7919) % nodes:04d}", capacity=capacity)
+    return fake
+
+
+def serve_fake(nodes: int, conn: Connection) -> None:
+    """The child: a fake API server with `nodes` ready 8-GPU nodes, driven through `conn`."""
+    fake = fake_with_nodes(nodes, 200_000)
     conn.send(fake.port)
     while True:
         command, arg = conn.recv()

@@ -29,19 +29,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bind_bench import GPU, _counter, _runtime, _wait, breakdown, pod_object, thread_cpu
+from e2e_bind_bench import (
+    _counter,
+    _runtime,
+    _wait,
+    breakdown,
+    fake_with_nodes,
+    pod_object,
+    thread_cpu,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def serve_fake(nodes: int, conn: Connection) -> None:
     """The child: a fake API server with `nodes` ready 8-GPU nodes, driven through `conn`."""
-    from tests.fakeapi import FakeApiServer
-
-    fake = FakeApiServer(history_limit=400_000).start()
-    capacity = {"cpu": "128", "memory": "1Ti", "pods": "110", GPU: "8"}
-    for i in range(nodes):
-        fake.add_node(f"node-{(i * 7919) % nodes:04d}", capacity=capacity)
+    fake = fake_with_nodes(nodes, 400_000)
     conn.send(fake.port)
     while True:
         command, arg = conn.recv()

@@ -305,12 +305,18 @@ def _start_span(runtime: Any, pods: int, timeout: float) -> dict[str, Any]:
     }
 
 
-def run(nodes: int, pods: int, timeout: float, from_start: bool = False) -> dict[str, Any]:
+def start_child(serve: Any, nodes: int) -> tuple[Connection, Any, int]:
+    """`serve(nodes, conn)` in a spawned child: the pipe to it, the process and the fake API
+    server's port (its first message)."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve_fake, args=(nodes, child), daemon=True)
+    proc = ctx.Process(target=serve, args=(nodes, child), daemon=True)
     proc.start()
-    port = parent.recv()
+    return parent, proc, parent.recv()
+
+
+def run(nodes: int, pods: int, timeout: float, from_start: bool = False) -> dict[str, Any]:
+    parent, proc, port = start_child(serve_fake, nodes)
     runtime = _runtime(port)
     if from_start:
         parent.send(("pods", pods))

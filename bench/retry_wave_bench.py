@@ -19,7 +19,6 @@ scheduler (and the fake API server) of another checkout, so two commits can be c
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from e2e_bind_bench import (
     breakdown,
     fake_with_nodes,
     pod_object,
+    start_child,
     thread_cpu,
 )
 
@@ -66,11 +66,7 @@ def _attempts(runtime: Any, result: str) -> float:
 
 
 def run(nodes: int, backlog: int, waves: int, timeout: float) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve_fake, args=(nodes, child), daemon=True)
-    proc.start()
-    port = parent.recv()
+    parent, proc, port = start_child(serve_fake, nodes)
     runtime = _runtime(port)
     full = nodes * 8
     rows: list[dict[str, float]] = []

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agent.availability import DynamicDevice, PodGrant, PodResourcesSnapshot, allocated_devices
 from agent.cli.dra_config import dra_gpu_indices
 from agent.cli.services import AgentContext
-from agent.cli.share_wiring import configured_shared_gpus, share_state, shared_gpus
+from agent.cli.share_wiring import (
+    configured_shared_gpus,
+    share_state,
+    shared_gpus,
+    sharing_labels,
+)
 from agent.dra.devices import dra_devices, nrt_devices
 from agent.errors import AgentError, ConfigError, NodeNotFound, PublishError
 from agent.gpu_load import GpuLoad
@@ -235,6 +240,7 @@ class TopologyService:
             node_name=cfg.node_name,
             kubelet=kubelet,
             mig_strategy=str(cfg.mig_strategy),
+            sharing=sharing_labels(cfg.plugin.time_slicing),
             node_labels=cfg.node_labels,
             publish_topology=cfg.publish,
             dry_run=cfg.dry_run,

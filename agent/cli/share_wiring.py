@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agent.availability import PodGrant
 from agent.cli.config import AgentConfig
 from agent.errors import ConfigError, PublishError
+from agent.labels import Replication, SharingLabels
 from agent.model import GpuUuid, NodeInventory
 from agent.mps.layout import MpsLayout
 from agent.mps.status import served_uids
@@ -31,6 +32,7 @@ from deviceplugin.mps_env import MpsEnv
 from deviceplugin.plugin import DevicePlugin, MakeShares
 from deviceplugin.podresources import PodResourcesClient
 from deviceplugin.resources import Resource, build_resources
+from deviceplugin.settings import TimeSlicing
 from deviceplugin.share_allocation import ShareAllocator
 
 if TYPE_CHECKING:
@@ -72,6 +74,16 @@ class LazyShareClient:
 
     def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         self._call(lambda c: c.warn(pod, reason, message))
+
+
+def sharing_labels(config: TimeSlicing) -> SharingLabels:
+    """The `sharing` section as the node labels read it (GFD's `replicas`, `sharing-strategy`,
+    `-SHARED`): each resource's replicas, and whether they go under another name."""
+    resources = {
+        r.name: Replication(r.replicas, r.advertised_name(config.rename_by_default) != r.name)
+        for r in config.resources
+    }
+    return SharingLabels(sharing=config.sharing, resources=resources)
 
 
 def shared_gpus(plugin: DevicePlugin) -> dict[GpuUuid, SharedGpu]:

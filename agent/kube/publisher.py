@@ -47,7 +47,7 @@ from agent.availability import (
 )
 from agent.errors import NodeNotFound, PublishError
 from agent.gpu_load import LOAD_ATTRS, GpuLoad
-from agent.labels import gfd_labels, label_patch
+from agent.labels import NOT_SHARED, SharingLabels, gfd_labels, label_patch
 from agent.model import GpuUuid, NodeInventory
 from agent.nrt import encode
 from agent.numa_capacity import KubeletConfig, numa_capacity
@@ -102,6 +102,7 @@ class PublisherSettings:
     node_name: str
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     mig_strategy: str = "mixed"
+    sharing: SharingLabels = NOT_SHARED  # the device plugin's sharing, as GFD labels it
     node_labels: bool = True
     publish_topology: bool = True  # False (--no-publish): labels only
     dry_run: bool = False  # the sink prints instead of writing: logs say "would"
@@ -309,7 +310,8 @@ class Publisher:
         node = self._node
         if node is None:
             return
-        patch = label_patch(node.labels, gfd_labels(inventory, self.settings.mig_strategy))
+        desired = gfd_labels(inventory, self.settings.mig_strategy, self.settings.sharing)
+        patch = label_patch(node.labels, desired)
         if not patch:
             return
         self._sink.patch_labels(self.settings.node_name, patch)

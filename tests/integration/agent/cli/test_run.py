@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 
 from agent.nrt import decode
@@ -138,9 +139,39 @@ def test_dry_run_says_it_would_update_labels(fake_api_with_crd) -> None:
                   "--pod-resources-socket", str(missing))  # fmt: skip
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "labels" in line]
-    assert "node n1 would update labels (--dry-run): ['nvidia.com/gpu.compute.major'" in line
+    assert "node n1 would update labels (--dry-run): ['nvidia.com/cuda.driver-version.full'" in line
     assert "updated" not in line
     assert fake_api_with_crd.writes() == []
+
+
+@pytest.mark.parametrize(
+    ("rename", "product"),
+    [("", "Tesla-T4-SHARED"), ("    renameByDefault: true\n", "Tesla-T4")],
+)
+def test_oneshot_labels_the_configured_time_slicing_as_gfd_does(
+    fake_api_with_crd, rename, product
+) -> None:
+    """The config file's sharing reaches the node's labels through the real client: replicas,
+    strategy and GFD's `-SHARED` product (not when the replicas go under another name)."""
+    fake = fake_api_with_crd
+    folder = empty_dir()
+    config = folder / "config.yaml"
+    config.write_text(
+        f"version: v1\nsharing:\n  timeSlicing:\n{rename}    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    )
+    done = _agent(
+        "--oneshot", "--node-name", NODE, "--nvml-fixture", "single-t4", "--config", str(config),
+        "--kubeconfig", str(fake.write_kubeconfig(folder / "kubeconfig")),
+        "--pod-resources-socket", str(folder / "kubelet.sock"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    labels = fake.get_object("nodes", NODE)["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == product
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/cuda.driver-version.full"] == "535.104.05"
+    assert labels["nvidia.com/cuda.runtime-version.full"] == "12.2"
 
 
 def test_oneshot_dry_run_previews_the_configured_time_slicing(fake_api_with_crd) -> None:

@@ -4,9 +4,10 @@ Names as `agent.dra.names` forms them. A GPU in MIG mode is published only throu
 devices.
 
 Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`type`, `uuid`,
-`productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, MIG `profile` and
-`parentUUID`), ours (`numaNode`, `nvlinkIsland`, `clique`), and the standard
-`resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
+`productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, `cudaDriverVersion`
+(the CUDA version the driver supports), MIG `profile` and `parentUUID`), ours (`numaNode`,
+`nvlinkIsland`, `clique`), and the standard `resource.kubernetes.io/pcieRoot` (where sysfs
+told it) and `resource.kubernetes.io/pciBusID`.
 Capacity `memory`, and `multiprocessors` for a MIG device (its profile's SM count, where NVML
 said it); a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
 split of both unless its claim asks otherwise (a default compute of 100 would let one share take
@@ -123,6 +124,9 @@ def _gpu_attributes(
     }
     if inventory.driver_version:
         attrs["driverVersion"] = {"version": semver(inventory.driver_version)}
+    cuda = inventory.cuda_driver_version  # NVML's 12040: CUDA 12.4
+    if cuda > 0:
+        attrs["cudaDriverVersion"] = {"version": f"{cuda // 1000}.{cuda % 1000 // 10}.0"}
     numa = inventory.gpu_numa_zone(gpu)
     if numa is not None:
         attrs["numaNode"] = {"int": numa}

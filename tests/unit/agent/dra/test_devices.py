@@ -41,11 +41,24 @@ def test_whole_gpus_of_dgx_h100_carry_nvidia_and_gputopo_attributes():
     assert first.attributes["productName"] == {"string": gpu.product}
     assert first.attributes["architecture"] == {"string": "Hopper"}
     assert first.attributes["cudaComputeCapability"] == {"version": "9.0.0"}
+    assert first.attributes["driverVersion"] == {"version": semver(inventory.driver_version)}
+    cuda = inventory.cuda_driver_version
+    assert first.attributes["cudaDriverVersion"] == {
+        "version": f"{cuda // 1000}.{cuda % 1000 // 10}.0"
+    }
     assert first.attributes[PCIE_ROOT] == {"string": "pci0000:00"}
     assert PCIE_ROOT not in devices[1].attributes
     assert first.attributes[PCI_BUS_ID]["string"].count(":") == 2
     assert first.capacity == {"memory": f"{gpu.usable_memory_mib}Mi"}
     assert {d.attributes["nvlinkIsland"]["int"] for d in devices} == {0}
+
+
+def test_cuda_version_is_published_as_nvml_says_it_and_not_when_unsaid():
+    inventory = load_fixture("dgx-h100").inventory
+    (device,) = dra_devices(replace(inventory, cuda_driver_version=12080), [0])
+    assert device.attributes["cudaDriverVersion"] == {"version": "12.8.0"}
+    (device,) = dra_devices(replace(inventory, cuda_driver_version=0), [0])
+    assert "cudaDriverVersion" not in device.attributes
 
 
 def test_only_the_gpus_given_to_dra_are_published():

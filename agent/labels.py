@@ -100,6 +100,17 @@ MANAGED = (
 )
 """Every fixed label this module may set (and so may remove); `managed` adds the MIG ones."""
 
+PREFIXES = (
+    "nvidia.com/gpu.",
+    "nvidia.com/mig.",
+    "nvidia.com/mig-",
+    "nvidia.com/mps.",
+    "nvidia.com/cuda.",
+)
+"""What every label key here starts with: the shipped admission policy lets the agent's
+ServiceAccount set and remove these labels of its node, and no other
+(daemonset/optional/admission/agent-own-node-policy.yaml)."""
+
 _RESOURCE_SUFFIXES = (
     "product",
     "count",

@@ -11,8 +11,10 @@ import json
 import pytest
 from kubernetes import client, config
 
+from agent.labels import Replication, SharingLabels, gfd_labels
 from tests.builders.process import ROOT
 from tests.builders.realk8s import NAMESPACE, Cluster, busybox_pod, wait_until
+from tests.builders.topology import dgx_h100, mig_mixed
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(180)]
 TENANT_RIGHTS = """
@@ -137,3 +139,38 @@ def test_a_tenant_cannot_delete_a_share_lease_with_its_collection(policies: Clus
         tenant.delete_collection_namespaced_lease(NAMESPACE, label_selector="gputopo.test/probe=1")
     assert "gputopo-share-leases" in str(refused.value.body)
     assert policies.kubectl("get", "lease", "gputopo-share-probe", "-n", NAMESPACE, "-o", "name")
+
+
+def _node_labels(cluster: Cluster) -> dict[str, str]:
+    node = json.loads(cluster.kubectl("get", "node", cluster.node, "-o", "json"))
+    return dict(node["metadata"].get("labels") or {})
+
+
+def test_the_agent_may_set_and_remove_every_label_it_writes_and_no_other(
+    policies: Cluster,
+) -> None:
+    """Every GFD label the agent writes (MIG profiles, sharing, driver versions) passes the
+    agent's own-node policy with the agent's node-bound token; a label of anyone else's does not."""
+    sharing = SharingLabels(
+        resources={"nvidia.com/gpu": Replication(4), "nvidia.com/mig-1g.10gb": Replication(2)}
+    )
+    written = {**gfd_labels(mig_mixed(), "mixed", sharing), **gfd_labels(dgx_h100(), "single")}
+    assert any(k.startswith("nvidia.com/mig-") for k in written)
+    assert any(k.startswith("nvidia.com/cuda.") for k in written)
+    before = _node_labels(policies)
+    agent = client.CoreV1Api(config.new_client_from_config(str(policies.agent_kubeconfig())))
+    try:
+        agent.patch_node(policies.node, {"metadata": {"labels": written}})
+        assert {k: _node_labels(policies).get(k) for k in written} == written
+        agent.patch_node(policies.node, {"metadata": {"labels": dict.fromkeys(written)}})
+        assert not set(written) & set(_node_labels(policies))
+        for forged in ("example.com/forged", "nvidia.com/gpu-forged", "nvidia.com/cudax"):
+            with pytest.raises(client.ApiException) as refused:
+                agent.patch_node(policies.node, {"metadata": {"labels": {forged: "x"}}})
+            assert "may set and remove only GFD's labels" in str(refused.value.body), forged
+    finally:  # the running agent's labels back, as the admin
+        now = _node_labels(policies)
+        restore: dict[str, str | None] = {k: None for k in now if k not in before}
+        restore.update(before)
+        policies.kubectl("patch", "node", policies.node, "-p",
+                         json.dumps({"metadata": {"labels": restore}}))  # fmt: skip

@@ -248,6 +248,7 @@ def test_every_label_is_valid_and_managed(strategy, sharing, inventory) -> None:
         prefix, _, name = key.partition("/")
         assert prefix == "nvidia.com", key
         assert _NAME.fullmatch(name), key
+        assert key.startswith(lb.PREFIXES), key  # what the admission policy lets the agent write
         assert value == "" or _NAME.fullmatch(value), (key, value)
         assert lb.managed(key), key
 

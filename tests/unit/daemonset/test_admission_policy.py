@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from agent.labels import MANAGED
+from agent.labels import MANAGED, PREFIXES
 from agent.shares import SHARE_LOCK_PREFIX
 from tests.builders import manifests as checks
 from tests.builders import rbac
@@ -169,9 +169,8 @@ def test_node_name_comes_from_the_token_and_labels_cover_what_the_agent_manages(
     text = json.dumps(policy["spec"])
     assert f"request.userInfo.extra['{NODE_NAME_KEY}']" in text
     assert "NODE_NAME" not in text
-    prefixes = ("nvidia.com/gpu.", "nvidia.com/mig.")
-    assert all(label.startswith(prefixes) for label in MANAGED)
-    assert all(f"'{p}'" in text for p in prefixes)
+    assert all(label.startswith(PREFIXES) for label in MANAGED)
+    assert all(text.count(f"k.startsWith('{p}')") == 2 for p in PREFIXES)  # set, and removed
 
 
 def test_only_the_schedulers_and_the_agents_service_accounts_write_share_records(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from functools import cached_property
 
 from scheduler.placement import Placer, Snapshot
 from scheduler.quota import Amounts, QuotaTree, Usage
@@ -99,9 +100,7 @@ class _Search:
         self.placer, self.index, self.tree, self.usage = placer, index, tree, usage
         self.rules, self.budgets, self.settings = rules, budgets, settings
         self.live = placer.snapshot
-        self.guaranteed = guaranteed_leaves(tree, usage, index.leaves())
         self.pods = rules.preemptor.pods
-        self.quota = Ledger(tree, usage, rules).admission()
         self.fits_now: list[str] = []  # set once there is anything to search
         self.best: Outcome | None = None
         self.misses: list[Miss] = []
@@ -110,6 +109,18 @@ class _Search:
         self.amounts_of = charged_amounts(usage)
         self.excluded = rules.preemptor.excluded
         self.kept = rules.area is not None or bool(self.excluded)  # only some nodes are used
+
+    @cached_property
+    def guaranteed(self) -> frozenset[str]:
+        """The leaves whose units are within their guarantee; first read with a victim to weigh,
+        so a search that finds none eligible never works it out (nothing shared changes during
+        a search: it is what it would have been at the start)."""
+        return guaranteed_leaves(self.tree, self.usage, self.index.leaves())
+
+    @cached_property
+    def quota(self) -> str | None:
+        """Why U's demand breaks a max now (None: it does not); read lazily as `guaranteed`."""
+        return Ledger(self.tree, self.usage, self.rules).admission()
 
     def allowed(self, node: str) -> bool:
         """May the search place U on `node`, and take victims there?"""

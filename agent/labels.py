@@ -123,7 +123,7 @@ _RESOURCE_SUFFIXES = (
 )
 _MIG_LABEL = re.compile(
     re.escape(MIG_RESOURCE_PREFIX)
-    + r"[0-9]+g\.[0-9]+gb(\.[a-z]+)*\.("
+    + r"[A-Za-z0-9][-A-Za-z0-9_.]*\.("
     + "|".join(re.escape(s) for s in _RESOURCE_SUFFIXES)
     + ")"
 )
@@ -147,6 +147,8 @@ _FAMILIES = {
 }
 _STRATEGY_VALUES = {Sharing.NONE: "none", Sharing.TIME_SLICING: "time-slicing", Sharing.MPS: "mps"}
 _DROPPED = re.compile(r"[^-A-Za-z0-9_. ]")
+_SLICES = re.compile(r"(?:([0-9]+)c\.)?([0-9]+)g\.")
+"""A MIG profile's compute-instance and GPU-instance slices: `1c.3g.40gb` 1 and 3, `3g.40gb` 3."""
 _DRIVER_VERSION = re.compile(r"([0-9]+)\.([0-9]+)(?:\.([0-9]+))?")
 MAX_VALUE = 63
 
@@ -300,7 +302,10 @@ def _mig_labels(
     labels[f"{resource}.memory"] = str(mig.memory_mib)
     if mig.multiprocessors:
         labels[f"{resource}.multiprocessors"] = str(mig.multiprocessors)
-    labels[f"{resource}.slices.gi"] = labels[f"{resource}.slices.ci"] = str(mig.compute_slices)
+    slices = _SLICES.match(mig.profile)
+    if slices is not None:  # a name NVML gave that is not `[<c>c.]<g>g.<mem>gb`: none said
+        labels[f"{resource}.slices.gi"] = slices.group(2)
+        labels[f"{resource}.slices.ci"] = slices.group(1) or slices.group(2)
     return labels
 
 

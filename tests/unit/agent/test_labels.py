@@ -103,6 +103,21 @@ def test_mixed_names_a_media_extension_profile_as_its_resource() -> None:
     assert got["nvidia.com/mig-1g.10gb.count"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("profile", "slices"),
+    [("1c.3g.40gb", ("3", "1")), ("3g.40gb", ("3", "3")), ("odd-name", None)],
+)
+def test_mig_slices_read_from_the_profile_name_or_left_unsaid(profile, slices) -> None:
+    """A compute-instance profile names both counts; a name NVML gave that says neither writes
+    neither (and breaks nothing)."""
+    got = lb.gfd_labels(_all_mig(f"{profile}@0:4", gpus=1), "mixed")
+    resource = f"nvidia.com/mig-{profile}"
+    said = (got.get(f"{resource}.slices.gi"), got.get(f"{resource}.slices.ci"))
+    assert said == (slices or (None, None))
+    assert got[f"{resource}.count"] == "1"
+    assert all(lb.managed(k) for k in got), got
+
+
 def test_every_gpu_in_mig_mode_shares_nothing_whole() -> None:
     sharing = _sharing(gpu=lb.Replication(4))
     got = lb.gfd_labels(_all_mig("3g.40gb@0:4"), "mixed", sharing)

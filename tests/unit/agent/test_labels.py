@@ -6,6 +6,8 @@ import re
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent import labels as lb
 from agent.model import LinkMatrix, MigMode, NodeInventory
@@ -237,6 +239,14 @@ def test_label_values_are_sanitised_as_gfd_does(text, value) -> None:
 
 
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+@given(st.text(max_size=120))
+def test_any_product_name_makes_a_valid_label_value(text) -> None:
+    """What NVML calls a GPU never fails the node's label patch."""
+    value = lb.label_value(text)
+    assert value == "" or _NAME.fullmatch(value), value
+    assert lb.label_value(value) == value
 
 
 @pytest.mark.parametrize("strategy", lb.STRATEGIES)

@@ -6,7 +6,8 @@ live `Snapshot`; `place_gang` places a pod group through one.
 
 Modules, bottom up: `request` (what a pod asks), `node` (one node's state), `filters`, `fgd` and
 `fragscores` (fragmentation scores), `scores` (`Scoring`), `sorted_names` (an index bucket),
-`snapshot` (nodes + indexes + change tracking), `pick` (the plain decision: the reference, and
+`snapshot` (nodes + indexes + change tracking), `interpod` (the nodes inter-pod affinity,
+anti-affinity and topology spread refuse a pod), `pick` (the plain decision: the reference, and
 the path with a candidate limit), `node_slots` and `class_verdicts` (the memo's bookkeeping),
 `verdict_memo` (decisions memoised per pod class), `placer` (the decision API), `gang` (a pod
 group).
@@ -20,10 +21,14 @@ from .pick import Decision, format_reasons, score_node
 from .placer import Placer
 from .request import (
     Effect,
+    InterPodRules,
+    LabelSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Operator,
     PodRequest,
+    PodTerm,
+    SpreadConstraint,
     Taint,
     Toleration,
     mig_resource,
@@ -40,6 +45,8 @@ __all__ = [
     "Effect",
     "GangPlacement",
     "GpuShare",
+    "InterPodRules",
+    "LabelSelector",
     "Learner",
     "NodeFit",
     "NodeSelectorRequirement",
@@ -48,9 +55,11 @@ __all__ = [
     "Operator",
     "Placer",
     "PodRequest",
+    "PodTerm",
     "ScoreFn",
     "Scoring",
     "Snapshot",
+    "SpreadConstraint",
     "Taint",
     "Toleration",
     "TopologyConstraint",

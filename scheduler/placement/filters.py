@@ -15,7 +15,7 @@ choice); GPUs with an unknown NUMA node fit any.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.gpuset import SharedSlot, pack_shared
@@ -33,6 +33,7 @@ __all__ = [
     "REASON_UNSCHEDULABLE",
     "NodeFit",
     "ShareFit",
+    "affinity_accepts",
     "choose_devices",
     "device_reason",
     "filter_node",
@@ -40,6 +41,7 @@ __all__ = [
     "node_reasons",
     "share_devices",
     "untolerated",
+    "untolerated_taint",
 ]
 
 ShareFit = Callable[[PodRequest, NodeState, int | None], Assignment | None]
@@ -93,17 +95,29 @@ def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
     """Unschedulable, taints, affinity: what does not depend on the node's load."""
     if node.unschedulable and not any(t.tolerates(UNSCHEDULABLE_TAINT) for t in pod.tolerations):
         return (REASON_UNSCHEDULABLE,)
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        return (untolerated(taint),)
+    if not affinity_accepts(pod, node.labels):
+        return (REASON_AFFINITY,)
+    return ()
+
+
+def untolerated_taint(pod: PodRequest, node: NodeState) -> Taint | None:
+    """The first `NoSchedule` or `NoExecute` taint of `node` that `pod` does not tolerate."""
     for taint in node.taints:
         if taint.effect is Effect.PREFER_NO_SCHEDULE:
             continue
         if not any(t.tolerates(taint) for t in pod.tolerations):
-            return (untolerated(taint),)
-    labels = node.labels
+            return taint
+    return None
+
+
+def affinity_accepts(pod: PodRequest, labels: Mapping[str, str]) -> bool:
+    """Do the pod's node selector and required node affinity accept a node with `labels`?"""
     if any(labels.get(k) != v for k, v in pod.node_selector.items()):
-        return (REASON_AFFINITY,)
-    if pod.affinity and not any(term.matches(labels) for term in pod.affinity):
-        return (REASON_AFFINITY,)
-    return ()
+        return False
+    return not pod.affinity or any(term.matches(labels) for term in pod.affinity)
 
 
 def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:

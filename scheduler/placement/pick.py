@@ -75,10 +75,11 @@ def count_reasons(
     allowed: AbstractSet[str] | None,
     rejection: Rejection,
     excluded: AbstractSet[str] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """How many of `nodes` reject the pod for each reason: a node outside `allowed` because of
     the domain, one in `excluded` because it is held, any other for the reasons `rejection`
-    gives."""
+    gives, or else for its reason in `refused` (inter-pod rules, filtered after the rest)."""
     reasons: dict[str, int] = {}
     for node in nodes:
         if allowed is not None and node.name not in allowed:
@@ -87,6 +88,8 @@ def count_reasons(
             found = (REASON_HELD,)
         else:
             found = rejection(node)
+            if not found and refused is not None and node.name in refused:
+                found = (refused[node.name],)
         for reason in found:
             reasons[reason] = reasons.get(reason, 0) + 1
     return reasons
@@ -106,9 +109,11 @@ def pick(
     explain: bool = True,
     cache: VerdictCache | None = None,
     excluded: AbstractSet[str] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> Decision:
     """The best node for `pod` among `allowed` (default: all nodes) but `excluded` (nodes held
-    for other pods, DESIGN §11). The snapshot is not changed.
+    for other pods, DESIGN §11) and `refused` (nodes inter-pod rules refuse, with the reason:
+    `interpod.refused_nodes`). The snapshot is not changed.
 
     When nothing fits and `explain` is set, every node is filtered for the reasons (O(nodes));
     without it the reasons cover only the candidates examined. Learning scores see the pod first
@@ -126,7 +131,7 @@ def pick(
     scoring.observe(pod, snapshot)
     reasons: dict[str, int] = {}
     verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None
-    best = _best_candidate(pod, snapshot, scoring, (allowed, excluded), reasons, verdicts)
+    best = _best_candidate(pod, snapshot, scoring, (allowed, excluded, refused), reasons, verdicts)
     if best is not None:
         rank, _name, assignment = best
         return Decision(
@@ -138,6 +143,7 @@ def pick(
             allowed,
             lambda node: filter_node(pod, node).reasons,
             excluded,
+            refused,
         )
     return Decision(pod=pod.key, assignment=None, reasons=reasons, nodes_total=total)
 
@@ -152,7 +158,8 @@ class VerdictCache:
     """Each node's verdict (rank and assignment, or reasons) for one pod shape, on one snapshot.
 
     A node's verdict is dropped when the snapshot reports the node changed
-    (`Snapshot.changed_since`). A pod of another shape (its request without key and pod group),
+    (`Snapshot.changed_since`). A pod of another shape (its request without key, pod group and
+    inter-pod rules, which `pick` applies after the verdicts),
     another scoring or a learning score that refitted (`Learner.version`) starts afresh. Score
     functions must depend only on (pod, node, assignment) and what they learned.
     """
@@ -170,7 +177,7 @@ class VerdictCache:
         if snapshot is not self._snapshot:
             raise ValueError("VerdictCache: used with a snapshot other than its own")
         learned = sum(fn.version for fn in scoring.learners())
-        shape = (replace(pod, key="", pod_group=None), scoring, learned)
+        shape = (replace(pod, key="", pod_group=None, inter_pod=None), scoring, learned)
         changed = snapshot.changed_since(self._seen)
         self._seen = snapshot.generation
         if shape != self._shape or changed is None:
@@ -185,26 +192,31 @@ def _best_candidate(
     pod: PodRequest,
     snapshot: Snapshot,
     scoring: Scoring,
-    where: tuple[AbstractSet[str] | None, AbstractSet[str] | None],
+    where: tuple[AbstractSet[str] | None, AbstractSet[str] | None, Mapping[str, str] | None],
     reasons: dict[str, int],
     verdicts: dict[str, _Verdict] | None,
 ) -> _Best | None:
     """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections.
-    `where`: (allowed, excluded) nodes."""
+    `where`: (allowed, excluded, refused) nodes."""
     best: _Best | None = None
     feasible = 0
     limit = scoring.candidate_limit
-    allowed, excluded = where
+    allowed, excluded, refused = where
     for node in snapshot.candidates(pod, allowed):
         if excluded is not None and node.name in excluded:
             reasons[REASON_HELD] = reasons.get(REASON_HELD, 0) + 1
             continue
         verdict = verdicts.get(node.name) if verdicts is not None else None
-        if verdict is None:
+        if verdict is None and refused is not None and node.name in refused:
+            # refused whatever its score: filtered only, for the reason shown first
+            verdict = (_REJECTED, None, filter_node(pod, node).reasons or (refused[node.name],))
+        elif verdict is None:
             verdict = _verdict(pod, node, scoring)
             if verdicts is not None:
                 verdicts[node.name] = verdict
         rank, assignment, rejected = verdict
+        if assignment is not None and refused is not None and node.name in refused:
+            assignment, rejected = None, (refused[node.name],)
         if assignment is None:
             for reason in rejected:
                 reasons[reason] = reasons.get(reason, 0) + 1

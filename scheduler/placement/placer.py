@@ -9,6 +9,9 @@ Placer's own business:
 - with `scoring.candidate_limit == 0` (every feasible node ranked; the shipped default) through
   the `verdict_memo`, which keeps each node's verdict per pod class until the snapshot says the
   node changed;
+- for a pod that inter-pod rules refuse some nodes (`interpod.refused_nodes`), through the memo
+  with those nodes left out as held ones are (and, when nothing fits, `pick`'s reasons counted
+  with the rules' reason on those nodes);
 - with a candidate limit through `pick` itself (the first feasible nodes in the snapshot's
   order decide, which a memo cannot reproduce), keeping each node's verdict for pods of one
   shape in a row (`VerdictCache`: a gang's members).
@@ -20,11 +23,12 @@ serialises access (the scheduler holds its cache lock).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 
 from .filters import filter_node
+from .interpod import refused_nodes
 from .node import Assignment
 from .pick import Decision, VerdictCache, pick
 from .request import PodRequest
@@ -72,6 +76,7 @@ class Placer:
         candidates' (cheaper); when a node is found they may be left out. Learning scores see
         the pod first, whether or not it fits.
         """
+        refused = self._refused(pod)
         memo = self._memo_for(pod)
         if memo is None:
             return pick(
@@ -82,8 +87,21 @@ class Placer:
                 explain=explain,
                 cache=self._cache,
                 excluded=excluded,
+                refused=refused,
             )
-        return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
+        if refused is None:
+            return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
+        # the memo ranks the nodes the rules leave as `pick` does; only the reasons are `pick`'s
+        off = _without(excluded, refused)
+        found = memo.decide(pod, allowed=allowed, explain=False, excluded=off)
+        if found.assignment is not None:
+            return found
+        reasons = memo.reasons(
+            pod, allowed=allowed, explain=explain, excluded=excluded, refused=refused
+        )
+        return Decision(
+            pod=pod.key, assignment=None, reasons=reasons, nodes_total=len(self._snapshot)
+        )
 
     def best_assignment(
         self,
@@ -95,10 +113,21 @@ class Placer:
         """`decide(pod, allowed=allowed, excluded=excluded).assignment`, without the reasons
         `decide` counts when nothing fits (the simulator asks this of every pod it offers, and
         most of those offers fit nowhere: a queue waits)."""
+        refused = self._refused(pod)
         memo = self._memo_for(pod)
         if memo is None:  # `pick` counts only the candidates' reasons without `explain`
-            return self.decide(pod, allowed=allowed, explain=False, excluded=excluded).assignment
-        return memo.best(pod, allowed=allowed, excluded=excluded)
+            return pick(
+                pod,
+                self._snapshot,
+                self._scoring,
+                allowed=allowed,
+                explain=False,
+                cache=self._cache,
+                excluded=excluded,
+                refused=refused,
+            ).assignment
+        off = excluded if refused is None else _without(excluded, refused)
+        return memo.best(pod, allowed=allowed, excluded=off)
 
     @contextmanager
     def trial(self) -> Iterator[None]:
@@ -116,25 +145,44 @@ class Placer:
         memo.trial_undone(before)
 
     def feasible(self, pod: PodRequest) -> list[str]:
-        """Names of the nodes where `pod` fits (as `filter_node` says), sorted."""
+        """Names of the nodes where `pod` fits (as `filter_node` and the inter-pod rules say),
+        sorted."""
+        refused = self._refused(pod) or {}
         if self._memo is not None:
-            return self._memo.feasible(pod)
-        self._scoring.observe(pod, self._snapshot)
-        nodes = self._snapshot.nodes
-        return [
-            name
-            for name in self._snapshot.names()
-            if filter_node(pod, nodes[name]).assignment is not None
-        ]
+            names = self._memo.feasible(pod)
+        else:
+            self._scoring.observe(pod, self._snapshot)
+            nodes = self._snapshot.nodes
+            names = [
+                name
+                for name in self._snapshot.names()
+                if filter_node(pod, nodes[name]).assignment is not None
+            ]
+        return [name for name in names if name not in refused] if refused else names
 
     def assignment_on(self, pod: PodRequest, node_name: str) -> Assignment | None:
         """The devices `pod` gets on `node_name` (None if it does not fit there)."""
         if self._memo is not None:
-            return self._memo.assignment_on(pod, node_name)
-        self._scoring.observe(pod, self._snapshot)
-        return filter_node(pod, self._snapshot.node(node_name)).assignment
+            found = self._memo.assignment_on(pod, node_name)
+        else:
+            self._scoring.observe(pod, self._snapshot)
+            found = filter_node(pod, self._snapshot.node(node_name)).assignment
+        if found is not None and node_name in (self._refused(pod) or {}):
+            return None
+        return found
+
+    def _refused(self, pod: PodRequest) -> dict[str, str] | None:
+        """The nodes inter-pod rules refuse `pod` (`interpod.refused_nodes`; None: none)."""
+        if pod.unsupported or (pod.inter_pod is None and not self._snapshot.anti_affinity_terms):
+            return None  # no rule reads the pod: the common case, kept to two reads
+        return refused_nodes(pod, self._snapshot)
 
     def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:
         """The memo when it decides `pod`, else None: `pick` decides (and refuses an unsupported
         pod before reading anything)."""
         return None if pod.unsupported else self._memo
+
+
+def _without(excluded: AbstractSet[str] | None, refused: Mapping[str, str]) -> AbstractSet[str]:
+    """The nodes held (`excluded`) and those the inter-pod rules refuse, together."""
+    return refused.keys() | excluded if excluded else refused.keys()

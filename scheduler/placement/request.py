@@ -22,10 +22,14 @@ __all__ = [
     "MEMORY",
     "PODS",
     "Effect",
+    "InterPodRules",
+    "LabelSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "Operator",
     "PodRequest",
+    "PodTerm",
+    "SpreadConstraint",
     "Taint",
     "Toleration",
     "mig_resource",
@@ -100,6 +104,60 @@ class NodeSelectorTerm:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LabelSelector:
+    """A pod label selector: every requirement holds (`matchLabels` read as `In` one value). No
+    requirement selects every pod; a term or constraint without a selector (None) selects none."""
+
+    requirements: tuple[NodeSelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.matches(labels) for r in self.requirements)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodTerm:
+    """One required inter-pod (anti-)affinity term: the pods `selector` picks in `namespaces`
+    (None: every namespace), in the domain of the node label `topology_key`."""
+
+    selector: LabelSelector | None
+    namespaces: frozenset[str] | None
+    topology_key: str
+
+    def selects(self, pod: PodRequest) -> bool:
+        return (
+            self.selector is not None
+            and (self.namespaces is None or pod.namespace in self.namespaces)
+            and self.selector.matches(pod.labels)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpreadConstraint:
+    """One `DoNotSchedule` topology spread constraint. Pods of the pod's own namespace that
+    `selector` picks are counted per value of `topology_key` on the nodes that count
+    (`honor_affinity`: only those the pod's node selector and affinity accept; `honor_taints`:
+    only those whose taints it tolerates); fewer such values than `min_domains` reads the
+    smallest count as 0."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector | None
+    min_domains: int = 1
+    honor_affinity: bool = True
+    honor_taints: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterPodRules:
+    """What a pod requires of the pods around it: required affinity and anti-affinity terms and
+    `DoNotSchedule` topology spread constraints (preferences are not rules)."""
+
+    affinity: tuple[PodTerm, ...] = ()
+    anti_affinity: tuple[PodTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Taint:
     key: str
     value: str = ""
@@ -134,7 +192,9 @@ class PodRequest:
     MIG profile (`1g.10gb`, `1g.10gb+me`) to a count of devices. `gpu_models` lists the allowed
     values of the node label `nvidia.com/gpu.product` (empty: any). `guaranteed` marks a Guaranteed
     QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
-    feature the scheduler does not implement; such a pod is never placed.
+    feature the scheduler does not implement; such a pod is never placed. `inter_pod`: its
+    required inter-pod affinity, anti-affinity and spread constraints (None: none), read against
+    the other pods' `namespace` and `labels` (`interpod`).
 
     GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
     `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
@@ -161,6 +221,9 @@ class PodRequest:
     guaranteed: bool = False
     unsupported: str | None = None
     pod_group: str | None = None
+    namespace: str = field(default="", compare=False)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_STR, compare=False)
+    inter_pod: InterPodRules | None = None
     shares: tuple[ContainerShare, ...] = ()
     share_reuse: tuple[int, ...] = ()
     split: tuple[ContainerShare, ...] = ()

@@ -17,8 +17,10 @@ derived from the pod key (CRC-32), so equal pods spread without any mutable curs
 
 Also kept incrementally: cluster resource totals (for a PodGroup's `minResources`), how many
 nodes have GPUs and how many of those have none in use (`gpu_nodes`, `idle_gpu_nodes`: the
-`fragmentation` score consolidates while idle ones are scarce) and, per topology label asked for
-once, the domains of that label with their free milli-GPU.
+`fragmentation` score consolidates while idle ones are scarce), the nodes running a pod with
+required anti-affinity by term (`anti_affinity_terms`), per topology label asked for once, the
+domains of that label with their free milli-GPU, and once any is asked for, the pods by each of
+their labels (`pods_labelled`: what inter-pod rules select).
 
 Change tracking: every mutation of a node (add, replace, remove, assume, forget, `refresh`) bumps
 `generation` and stamps the node with it (`node_version`), so a caller that caches per-node results
@@ -44,12 +46,13 @@ from agent.resource_names import GPU_RESOURCE
 
 from .filters import choose_devices
 from .node import Assignment, NodeState
-from .request import PodRequest
+from .request import PodRequest, PodTerm
 from .sorted_names import SortedNames
 
 __all__ = ["Domain", "Snapshot"]
 
 _SHARE_BUCKET = 100
+_NO_PODS: Mapping[str, Mapping[str, str]] = {}
 _REMOVED_KEPT = 4096
 _IndexKey = tuple[str, object]
 
@@ -95,6 +98,8 @@ class Snapshot:
         self._free_milli: dict[str, int] = {}
         self._gpu_nodes = 0
         self._idle_gpu: set[str] = set()
+        self._anti_terms: dict[PodTerm, dict[str, str]] = {}  # `anti_affinity_terms`
+        self._labelled: dict[str, dict[str, dict[str, str]]] | None = None  # `pods_labelled`
         self._domains: dict[str, dict[str, Domain]] = {}
         self._generation = 0
         self._stamps: dict[str, int] = {}  # node -> generation of its last change, oldest first
@@ -138,6 +143,13 @@ class Snapshot:
         except KeyError:
             raise KeyError(f"no node {name} in the snapshot") from None
 
+    @property
+    def anti_affinity_terms(self) -> Mapping[PodTerm, Mapping[str, str]]:
+        """Each required anti-affinity term of the pods here -> {pod key: its node} of the pods
+        carrying it (kept incrementally: the replicas of one template share their terms, and a
+        pod that matches none of them pays a look at each distinct term)."""
+        return self._anti_terms
+
     def names(self) -> list[str]:
         """Node names, sorted."""
         return list(self._all)
@@ -154,8 +166,9 @@ class Snapshot:
         # a node's whole-GPU key counts its idle GPUs and its free `nvidia.com/gpu` replicas
         self._max_gpus = max(self._max_gpus, node.gpu_count + sum(node.gpu_slots))
         self._gpu_nodes += node.gpu_count > 0
-        for key in node.pods:
+        for key, (pod, _assignment) in node.pods.items():
             self._pod_node[key] = node.name
+            self._label_pod(pod, node.name)
         _add_into(self._alloc_total, node.allocatable.items(), 1)
         _add_into(self._req_total, node.requested.items(), 1)
         self._free_milli[node.name] = 0
@@ -177,8 +190,9 @@ class Snapshot:
         self._gpu_nodes -= node.gpu_count > 0
         self._idle_gpu.discard(name)
         del self._all[bisect_left(self._all, name)]
-        for key in node.pods:
+        for key, (pod, _assignment) in node.pods.items():
             self._pod_node.pop(key, None)
+            self._unlabel_pod(pod)
         _add_into(self._alloc_total, node.allocatable.items(), -1)
         _add_into(self._req_total, node.requested.items(), -1)
         for label, domains in self._domains.items():
@@ -238,6 +252,7 @@ class Snapshot:
         node.add_pod(pod, assignment)
         _add_into(self._req_total, pod.vector, 1)
         self._pod_node[pod.key] = node.name
+        self._label_pod(pod, node.name)
         self.refresh(node.name)
 
     def assume_on(self, pod: PodRequest, node_name: str) -> Assignment:
@@ -259,6 +274,7 @@ class Snapshot:
         entry = self._nodes[name].remove_pod(key)
         if entry is None:
             return None
+        self._unlabel_pod(entry[0])
         _add_into(self._req_total, entry[0].vector, -1)
         self.refresh(name)
         return entry[1]
@@ -269,6 +285,45 @@ class Snapshot:
     def free_totals(self) -> dict[str, int]:
         """Cluster allocatable minus requested, per resource (kept incrementally)."""
         return {r: a - self._req_total.get(r, 0) for r, a in self._alloc_total.items()}
+
+    def pods_labelled(self, key: str) -> Mapping[str, Mapping[str, str]]:
+        """Label value -> {pod key: its node} for the pods carrying label `key` (every label is
+        tracked from the first call on: a snapshot no inter-pod rule reads never pays)."""
+        if self._labelled is None:
+            self._labelled = {}
+            for name, node in self._nodes.items():
+                for pod, _assignment in node.pods.values():
+                    self._label_pod(pod, name)
+        return self._labelled.get(key, _NO_PODS)
+
+    def _label_pod(self, pod: PodRequest, node: str) -> None:
+        if pod.inter_pod is not None:
+            for term in pod.inter_pod.anti_affinity:
+                self._anti_terms.setdefault(term, {})[pod.key] = node
+        if self._labelled is not None:
+            for key, value in pod.labels.items():
+                self._labelled.setdefault(key, {}).setdefault(value, {})[pod.key] = node
+
+    def _unlabel_pod(self, pod: PodRequest) -> None:
+        if pod.inter_pod is not None:
+            for term in pod.inter_pod.anti_affinity:
+                holders = self._anti_terms.get(term)
+                if holders is not None:
+                    holders.pop(pod.key, None)
+                    if not holders:
+                        del self._anti_terms[term]
+        if self._labelled is None:
+            return
+        for key, value in pod.labels.items():
+            values = self._labelled.get(key)
+            pods = None if values is None else values.get(value)
+            if pods is None or values is None:
+                continue
+            pods.pop(pod.key, None)
+            if not pods:
+                del values[value]
+                if not values:
+                    del self._labelled[key]
 
     # -- topology domains ----------------------------------------------------------------------
     def domains(self, label: str) -> Mapping[str, Domain]:

@@ -66,7 +66,7 @@ Not thread-safe: the caller serialises access (the scheduler holds its cache loc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from functools import partial
@@ -158,6 +158,23 @@ class VerdictMemo:
         if refusal is not None:
             self._refusals.add(refusal, (explain, decision))
         return decision
+
+    def reasons(
+        self,
+        pod: PodRequest,
+        *,
+        allowed: AbstractSet[str] | None,
+        explain: bool,
+        excluded: AbstractSet[str] | None,
+        refused: Mapping[str, str],
+    ) -> dict[str, int]:
+        """The reasons `pick(..., refused=refused)` counts when nothing fits, from the kept
+        verdicts (every node with `explain`, else the candidates)."""
+        verdicts = self._refresh(pod)
+        nodes: Iterable[NodeState] = (
+            self._snapshot.nodes.values() if explain else self._snapshot.candidates(pod, allowed)
+        )
+        return count_reasons(nodes, allowed, self._rejections(pod, verdicts), excluded, refused)
 
     def best(
         self,

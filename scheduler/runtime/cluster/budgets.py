@@ -16,50 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.objkey import ObjectKey, key_of
-from scheduler.placement import NodeSelectorRequirement, Operator
+from scheduler.placement.request import LabelSelector
 from scheduler.preemption import Budget
 from scheduler.runtime.cluster.podinfo import PodInfo
+from scheduler.runtime.cluster.podrules import label_selector
 
 __all__ = ["BudgetBook"]
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-_OPERATORS = {
-    "In": Operator.IN,
-    "NotIn": Operator.NOT_IN,
-    "Exists": Operator.EXISTS,
-    "DoesNotExist": Operator.DOES_NOT_EXIST,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _Selector:
-    """A label selector: every requirement must hold (`None` in `BudgetBook`: matches nothing)."""
-
-    requirements: tuple[NodeSelectorRequirement, ...]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(r.matches(labels) for r in self.requirements)
-
-
-def _selector(raw: object) -> _Selector | None:
-    """The budget's `spec.selector`; None when absent (covers nothing). ValueError if malformed."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise ValueError("spec.selector: must be a label selector")
-    reqs = [
-        NodeSelectorRequirement(key=str(k), operator=Operator.IN, values=(str(v),))
-        for k, v in (raw.get("matchLabels") or {}).items()
-    ]
-    for expr in raw.get("matchExpressions") or ():
-        operator = _OPERATORS.get(str(expr.get("operator")))
-        if operator is None:
-            raise ValueError(f"spec.selector: unknown operator {expr.get('operator')!r}")
-        values = tuple(str(v) for v in expr.get("values") or ())
-        reqs.append(NodeSelectorRequirement(key=str(expr["key"]), operator=operator, values=values))
-    return _Selector(tuple(reqs))
 
 
 def _allowed(obj: Obj) -> int:
@@ -76,7 +42,7 @@ def _labels(info: PodInfo) -> Mapping[str, str]:
 @dataclass(slots=True)
 class _Entry:
     namespace: str
-    selector: _Selector | None
+    selector: LabelSelector | None
     allowed: int
     pods: set[ObjectKey]
 
@@ -104,7 +70,7 @@ class BudgetBook:
             return
         namespace = str((obj.get("metadata") or {}).get("namespace") or "default")
         try:
-            selector = _selector((obj.get("spec") or {}).get("selector"))
+            selector = label_selector((obj.get("spec") or {}).get("selector"), "spec.selector")
             allowed = _allowed(obj)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("PodDisruptionBudget %s covers no pod here: %s", key, exc)

@@ -178,10 +178,10 @@ _CONTAINER_LISTS = ("containers", "initContainers")
 
 
 def _inputs(obj: Obj) -> tuple[object, Obj]:
-    """What `pod_request` reads of `obj`: the labels, and the spec but `nodeName`, the volumes and
-    each container's `volumeMounts`. A real API server gives every pod a token volume of its
-    own (`kube-api-access-<random>`), so with those the pods of one template never shared a
-    reading."""
+    """What `pod_request` reads of `obj`: the namespace and labels, and the spec but `nodeName`,
+    the volumes and each container's `volumeMounts`. A real API server gives every pod a token
+    volume of its own (`kube-api-access-<random>`), so with those the pods of one template never
+    shared a reading."""
     spec = obj.get("spec") or {}
     if "nodeName" in spec or "volumes" in spec:
         spec = {
@@ -189,7 +189,8 @@ def _inputs(obj: Obj) -> tuple[object, Obj]:
             for k, v in spec.items()
             if k not in _NOT_READ
         }
-    return (obj.get("metadata") or {}).get("labels"), spec
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace"), meta.get("labels")), spec
 
 
 def _unmounted(containers: object) -> object:

@@ -4,8 +4,9 @@
   ("sidecars"), the largest init container plus the sidecars started before it) + pod overhead. CPU
   is in millicores, everything else in whole units rounded up (the stock `MilliValue` / `Value`).
   A resource set only in `limits` counts as its request, as the API server's defaulting does.
-- `unsupported_feature` names a feature the scheduler does not implement (inter-pod affinity,
-  topology spread); `volume_problem` checks the pod's persistent volume claims.
+- `unsupported_feature` names a feature the scheduler does not implement (pod-level resources,
+  host ports); `podrules` reads the inter-pod rules; `volume_problem` checks the pod's persistent
+  volume claims.
 
 Objects are plain JSON mappings (camelCase keys), as the API server sends them.
 """
@@ -16,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent.objkey import ObjectKey, key_of
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of
 from agent.quantity import resource_units
 from agent.resource_names import GPU_RESOURCE, mig_profile
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, ContainerShare, ShareRequestError, pod_shares
@@ -31,6 +32,8 @@ from scheduler.placement.request import (
     PodRequest,
     Toleration,
 )
+
+from .podrules import inter_pod_rules
 
 Obj = Mapping[str, Any]
 ResourceList = dict[str, int]
@@ -115,13 +118,6 @@ def pod_requests(pod: Obj) -> ResourceList:
 def unsupported_feature(pod: Obj) -> str | None:
     """A feature the pod uses that this scheduler does not implement (`unsupported: <it>`)."""
     spec = pod.get("spec") or {}
-    affinity = spec.get("affinity") or {}
-    if affinity.get("podAffinity"):
-        return "inter-pod affinity"
-    if affinity.get("podAntiAffinity"):
-        return "inter-pod anti-affinity"
-    if spec.get("topologySpreadConstraints"):
-        return "topology spread constraints"
     if spec.get("resources"):
         return "pod-level resources"
     containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
@@ -349,6 +345,8 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
         fields = _split_resources(pod_requests(pod))
         _share_fields(pod, fields)
         terms, affinity_problem = _affinity_terms(spec)
+        rules, rules_problem = inter_pod_rules(pod)
+        meta = pod.get("metadata") or {}
         return PodRequest(
             key=key,
             **fields,
@@ -357,8 +355,11 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             tolerations=_tolerations(spec),
             priority=int(spec.get("priority") or 0),
             guaranteed=is_guaranteed(pod),
-            unsupported=unsupported_feature(pod) or affinity_problem,
+            unsupported=unsupported_feature(pod) or affinity_problem or rules_problem,
             pod_group=pod_group_name(pod),
+            namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            inter_pod=rules,
         )
     except ShareRequestError as exc:
         text = str(exc)

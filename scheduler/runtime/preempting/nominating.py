@@ -67,6 +67,10 @@ __all__ = ["Preemption"]
 log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
+NO_PREEMPTION_INTER_POD = (
+    "preemption: not for a pod with inter-pod affinity, anti-affinity or topology spread "
+    "constraints"
+)
 
 
 class Preemption:
@@ -173,6 +177,9 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
+        if any(info.request.inter_pod is not None for info in infos):
+            preempts = self.settings.enabled or self.settings.reclaim
+            return f"{message}; {NO_PREEMPTION_INTER_POD}" if preempts else message
         preemptor = self._preemptor(name, infos, group, devices)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None

@@ -132,20 +132,14 @@ def test_gated_pod_waits_until_ungated(fake_api, core_v1):
 
 def test_unsupported_pod_gets_its_reason(fake_api, core_v1):
     gpu_node(fake_api, "n1")
-    spread = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "x"}},
-        }
-    ]
+    ports = pod_body("ports", gpus=1)
+    ports["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
     with running(fake_api) as rt:
-        create_pod(core_v1, pod_body("spread", gpus=1, topologySpreadConstraints=spread))
-        condition = wait_for(lambda: scheduled_condition(fake_api, "spread"), 5, "condition")
+        create_pod(core_v1, ports)
+        condition = wait_for(lambda: scheduled_condition(fake_api, "ports"), 5, "condition")
         assert rt.scheduler.pending_reasons() == {"unsupported": 1}
-    assert condition["message"] == "unsupported: topology spread constraints"
-    assert node_of(fake_api, "spread") is None
+    assert condition["message"] == "unsupported: host ports"
+    assert node_of(fake_api, "ports") is None
 
 
 def test_bind_conflict_requeues(fake_api, core_v1):

@@ -1,0 +1,237 @@
+"""Inter-pod rules: which nodes a pod's required affinity, anti-affinity and topology spread
+constraints refuse, and which the anti-affinity of pods already running refuses it, with the
+stock scheduler's reasons (the `InterPodAffinity` and `PodTopologySpread` filters).
+
+`refused_nodes` reads the snapshot's pods (bound and assumed, a gang's earlier members too) and
+their `namespace` and `labels`. It is None when no rule reads the pod: then nothing is refused
+and the `Placer` keeps its memo. The snapshot keeps the running pods' anti-affinity terms
+(`Snapshot.anti_affinity_terms`), so a pod that has no rules of its own costs a look at each
+distinct term. A pod with rules costs a pass over the nodes and over the pods its selectors may
+pick: the snapshot's label index (`Snapshot.pods_labelled`) names them for a selector with an
+`In` or `Exists` requirement; any other selector reads every pod, as the stock scheduler's
+PreFilter does.
+
+Semantics (as kube-scheduler 1.34):
+- existing anti-affinity: a running pod's term that selects the pod refuses every node in that
+  pod's domain of the term's key (symmetry);
+- affinity: a node must carry every term's key, and each term's domain there must hold a pod
+  that matches all the terms; when no pod anywhere matches them all, a pod that matches its own
+  terms goes anywhere that carries the keys (the first of a group);
+- anti-affinity: a node whose domain of a term's key holds a pod the term selects is refused;
+  a node without the key is not;
+- spread (`DoNotSchedule` only): a node must carry every constraint's key; the pods the
+  constraint selects in the pod's namespace are counted per domain over the nodes that count
+  (`SpreadConstraint`); a node is refused when its domain's count, plus one if the pod matches
+  the selector itself, exceeds the smallest domain count by more than `max_skew`.
+
+A node refused by several rules shows the first reason in the stock filters' order: spread,
+affinity, anti-affinity, existing anti-affinity. The pod being decided is never counted (it may be
+assumed already, as a gang's member placed again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
+
+from .filters import affinity_accepts, untolerated_taint
+from .node import NodeState
+from .request import LabelSelector, Operator, PodRequest, PodTerm, SpreadConstraint
+from .snapshot import Snapshot
+
+__all__ = [
+    "REASON_AFFINITY",
+    "REASON_ANTI_AFFINITY",
+    "REASON_EXISTING_ANTI_AFFINITY",
+    "REASON_SPREAD",
+    "REASON_SPREAD_LABEL",
+    "refused_nodes",
+]
+
+REASON_AFFINITY = "node(s) didn't match pod affinity rules"
+REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
+REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
+
+_Domain = tuple[str, str]  # (topology key, value)
+
+
+def refused_nodes(pod: PodRequest, snapshot: Snapshot) -> dict[str, str] | None:
+    """Node name -> the reason inter-pod rules refuse `pod` there; None when no rule reads
+    `pod` or none refuses a node (every node is as `filter_node` says)."""
+    existing = _existing_domains(pod, snapshot)
+    rules = pod.inter_pod
+    if rules is None and not existing:
+        return None
+    refused: dict[str, str] = {}
+    if rules is not None and rules.spread:
+        _spread(pod, rules.spread, snapshot, refused)
+    if rules is not None and rules.affinity:
+        _affinity(pod, rules.affinity, snapshot, refused)
+    if rules is not None and rules.anti_affinity:
+        _anti_affinity(pod, rules.anti_affinity, snapshot, refused)
+    for key, value in existing:
+        domain = snapshot.domains(key).get(value)
+        for name in domain.names if domain is not None else ():
+            refused.setdefault(name, REASON_EXISTING_ANTI_AFFINITY)
+    return refused or None
+
+
+def _others(pod: PodRequest, node: NodeState) -> Iterator[PodRequest]:
+    for other, _assignment in node.pods.values():
+        if other.key != pod.key:
+            yield other
+
+
+def _existing_domains(pod: PodRequest, snapshot: Snapshot) -> set[_Domain]:
+    """The domains whose running pods' anti-affinity selects `pod`."""
+    found: set[_Domain] = set()
+    nodes = snapshot.nodes
+    for term, holders in snapshot.anti_affinity_terms.items():
+        if not term.selects(pod):
+            continue
+        for key, name in holders.items():
+            value = nodes[name].labels.get(term.topology_key)
+            if value is not None and key != pod.key:
+                found.add((term.topology_key, value))
+    return found
+
+
+def _selected(
+    pod: PodRequest, selector: LabelSelector | None, snapshot: Snapshot
+) -> Iterator[tuple[PodRequest, NodeState]]:
+    """The pods (but `pod`) that may match `selector`, each with its node: those the label
+    index names for its narrowest `In` or `Exists` requirement, else every pod. The caller
+    still checks the whole term on each."""
+    if selector is None:
+        return
+    narrowest: list[Mapping[str, str]] | None = None
+    size = 0
+    for requirement in selector.requirements:
+        if requirement.operator is Operator.IN:
+            values = snapshot.pods_labelled(requirement.key)
+            found = [values[v] for v in requirement.values if v in values]
+        elif requirement.operator is Operator.EXISTS:
+            found = list(snapshot.pods_labelled(requirement.key).values())
+        else:
+            continue
+        count = sum(len(pods) for pods in found)
+        if narrowest is None or count < size:
+            narrowest, size = found, count
+    nodes = snapshot.nodes
+    if narrowest is None:
+        for node in nodes.values():
+            for other in _others(pod, node):
+                yield other, node
+        return
+    for pods in narrowest:
+        for key, name in pods.items():
+            if key != pod.key:
+                node = nodes[name]
+                yield node.pods[key][0], node
+
+
+def _affinity(
+    pod: PodRequest, terms: tuple[PodTerm, ...], snapshot: Snapshot, refused: dict[str, str]
+) -> None:
+    held: set[_Domain] = set()
+    for other, node in _selected(pod, terms[0].selector, snapshot):
+        if all(term.selects(other) for term in terms):
+            for term in terms:
+                value = node.labels.get(term.topology_key)
+                if value is not None:
+                    held.add((term.topology_key, value))
+    first_of_group = not held and all(term.selects(pod) for term in terms)
+    keys = {term.topology_key for term in terms}
+    for name in _unlabelled(snapshot, keys):
+        refused.setdefault(name, REASON_AFFINITY)
+    if first_of_group:
+        return
+    for key in keys:
+        for value, domain in snapshot.domains(key).items():
+            if (key, value) not in held:
+                for name in domain.names:
+                    refused.setdefault(name, REASON_AFFINITY)
+
+
+def _unlabelled(snapshot: Snapshot, keys: AbstractSet[str]) -> list[str]:
+    """The nodes that lack one of the labels `keys` (none to look for when every node is in a
+    domain of each)."""
+    total = len(snapshot)
+    if all(sum(len(d.names) for d in snapshot.domains(k).values()) == total for k in keys):
+        return []
+    return [name for name, node in snapshot.nodes.items() if not keys <= node.labels.keys()]
+
+
+def _anti_affinity(
+    pod: PodRequest, terms: tuple[PodTerm, ...], snapshot: Snapshot, refused: dict[str, str]
+) -> None:
+    for term in terms:
+        taken: set[str] = set()
+        for other, node in _selected(pod, term.selector, snapshot):
+            value = node.labels.get(term.topology_key)
+            if value is not None and value not in taken and term.selects(other):
+                taken.add(value)
+        domains = snapshot.domains(term.topology_key)
+        for value in taken:
+            for name in domains[value].names:
+                refused.setdefault(name, REASON_ANTI_AFFINITY)
+
+
+def _spread(
+    pod: PodRequest,
+    constraints: tuple[SpreadConstraint, ...],
+    snapshot: Snapshot,
+    refused: dict[str, str],
+) -> None:
+    unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in constraints}))
+    for name in unlabelled:
+        refused.setdefault(name, REASON_SPREAD_LABEL)
+    for constraint in constraints:
+        counts = _spread_counts(pod, constraint, snapshot, unlabelled)
+        smallest = min(counts.values()) if len(counts) >= max(constraint.min_domains, 1) else 0
+        selector = constraint.selector
+        own = 1 if selector is not None and selector.matches(pod.labels) else 0
+        for value, domain in snapshot.domains(constraint.topology_key).items():
+            if counts.get(value, 0) + own - smallest > constraint.max_skew:
+                for name in domain.names:
+                    if name not in unlabelled:
+                        refused.setdefault(name, REASON_SPREAD)
+
+
+def _spread_counts(
+    pod: PodRequest, constraint: SpreadConstraint, snapshot: Snapshot, unlabelled: set[str]
+) -> dict[str, int]:
+    """Domain value -> the pods `constraint` counts there, over the nodes that count: those
+    carrying every constraint's key (not `unlabelled`) that its node inclusion policies keep."""
+    nodes = snapshot.nodes
+    domains = snapshot.domains(constraint.topology_key)
+    by_affinity = constraint.honor_affinity and bool(pod.node_selector or pod.affinity)
+    counts: dict[str, int] = {}
+    counted: set[str] | None = None  # None: every node of a domain
+    if by_affinity or constraint.honor_taints or unlabelled:
+        counted = set()
+        for value, domain in domains.items():
+            for name in domain.names:
+                node = nodes[name]
+                if name in unlabelled or (by_affinity and not affinity_accepts(pod, node.labels)):
+                    continue
+                if constraint.honor_taints and untolerated_taint(pod, node) is not None:
+                    continue
+                counts.setdefault(value, 0)
+                counted.add(name)
+    else:
+        counts = dict.fromkeys(domains, 0)
+    selector = constraint.selector
+    for other, node in _selected(pod, selector, snapshot):
+        where = node.labels.get(constraint.topology_key)
+        if (
+            where is not None
+            and (counted is None or node.name in counted)
+            and selector is not None
+            and other.namespace == pod.namespace
+            and selector.matches(other.labels)
+        ):
+            counts[where] += 1
+    return counts

@@ -1,0 +1,148 @@
+"""Inter-pod affinity, anti-affinity and topology spread end to end: the pods are created through
+the real client against the fake API server, the scheduler binds them (or says why not), and a
+pod refused by anti-affinity starts once the pod in its way is deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.builders.scheduler import (
+    bound_pods,
+    create_pod,
+    delete_pod,
+    gpu_node,
+    node_of,
+    pod_body,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def anti(app: str, key: str = HOST) -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+    return {"podAntiAffinity": {REQUIRED: [term]}}
+
+
+def test_replicas_with_anti_affinity_take_a_node_each_and_the_extra_one_waits(fake_api, core_v1):
+    for name in ("n1", "n2", "n3"):
+        gpu_node(fake_api, name)
+    with running(fake_api):
+        for i in range(4):
+            body = pod_body(f"web-{i}", gpus=1, labels={"app": "web"}, affinity=anti("web"))
+            create_pod(core_v1, body)
+        wait_for(lambda: len(bound_pods(fake_api)) == 3, 10, "three replicas bound")
+        waiting = next(f"web-{i}" for i in range(4) if f"web-{i}" not in bound_pods(fake_api))
+        condition = wait_for(lambda: scheduled_condition(fake_api, waiting), 10, "condition")
+        assert condition["message"] == (
+            "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.; "
+            "preemption: not for a pod with inter-pod affinity, anti-affinity or topology "
+            "spread constraints"
+        )
+        assert sorted(bound_pods(fake_api).values()) == ["n1", "n2", "n3"]
+        gone = next(iter(bound_pods(fake_api)))
+        freed = bound_pods(fake_api)[gone]
+        delete_pod(core_v1, gone)
+        assert wait_for(lambda: node_of(fake_api, waiting), 15, "the fourth after a delete") == (
+            freed
+        )
+
+
+def test_a_running_pods_anti_affinity_keeps_matching_pods_away(fake_api, core_v1):
+    gpu_node(fake_api, "n1")
+    gpu_node(fake_api, "n2")
+    holder = pod_body(
+        "quiet",
+        gpus=2,
+        scheduler="default-scheduler",
+        node="n1",
+        labels={"app": "quiet"},
+        affinity=anti("noisy"),
+    )
+    create_pod(core_v1, holder)
+    with running(fake_api):
+        # binpacking alone would put both on n1, whose GPUs are already in use
+        create_pod(core_v1, pod_body("noisy", gpus=1, labels={"app": "noisy"}))
+        create_pod(core_v1, pod_body("calm", gpus=1, labels={"app": "calm"}))
+        assert wait_for(lambda: node_of(fake_api, "noisy"), 10, "noisy bound") == "n2"
+        assert wait_for(lambda: node_of(fake_api, "calm"), 10, "calm bound") == "n1"
+
+
+def test_spread_over_zones_overrides_binpacking(fake_api, core_v1):
+    gpu_node(fake_api, "a1", labels={ZONE: "a"})
+    gpu_node(fake_api, "b1", labels={ZONE: "b"})
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "infer"}},
+        }
+    ]
+    with running(fake_api):
+        for i in range(4):
+            body = pod_body(
+                f"infer-{i}", gpus=1, labels={"app": "infer"}, topologySpreadConstraints=spread
+            )
+            create_pod(core_v1, body)
+            wait_for(lambda i=i: node_of(fake_api, f"infer-{i}"), 10, f"infer-{i} bound")
+    placed = sorted(bound_pods(fake_api).values())
+    assert placed == ["a1", "a1", "b1", "b1"]
+
+
+def jobset_affinity(job: str, key: str) -> dict[str, Any]:
+    """What JobSet's pod webhook writes for `alpha.jobset.sigs.k8s.io/exclusive-topology`: the
+    job's pods together in one domain of `key`, and no other job's pods there (every
+    namespace: an empty namespace selector)."""
+    job_key = "jobset.sigs.k8s.io/job-key"
+    together = {
+        "labelSelector": {
+            "matchExpressions": [{"key": job_key, "operator": "In", "values": [job]}]
+        },
+        "topologyKey": key,
+        "namespaceSelector": {},
+    }
+    alone = {
+        "labelSelector": {
+            "matchExpressions": [
+                {"key": job_key, "operator": "Exists"},
+                {"key": job_key, "operator": "NotIn", "values": [job]},
+            ]
+        },
+        "topologyKey": key,
+        "namespaceSelector": {},
+    }
+    return {"podAffinity": {REQUIRED: [together]}, "podAntiAffinity": {REQUIRED: [alone]}}
+
+
+def test_jobset_exclusive_placement_gives_each_job_its_own_rack(fake_api, core_v1):
+    rack = "gputopo.io/rack"
+    for name, value in (("a1", "ra"), ("a2", "ra"), ("b1", "rb"), ("b2", "rb")):
+        gpu_node(fake_api, name, labels={rack: value})
+    core_v1.create_namespace({"metadata": {"name": "team"}}, _preload_content=False)
+    with running(fake_api):
+        for job, namespace in (("job-x", "default"), ("job-y", "team")):
+            for i in range(3):
+                body = pod_body(
+                    f"{job}-{i}",
+                    gpus=4,
+                    namespace=namespace,
+                    labels={"jobset.sigs.k8s.io/job-key": job},
+                    affinity=jobset_affinity(job, rack),
+                )
+                create_pod(core_v1, body)
+        wait_for(
+            lambda: len(bound_pods(fake_api)) + len(bound_pods(fake_api, "team")) == 6,
+            10,
+            "both jobs bound",
+        )
+    racks = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb"}
+    x = {racks[n] for n in bound_pods(fake_api).values()}
+    y = {racks[n] for n in bound_pods(fake_api, "team").values()}
+    assert len(x) == 1
+    assert len(y) == 1
+    assert x != y

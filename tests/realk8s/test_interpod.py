@@ -1,0 +1,66 @@
+"""gputopo-scheduler reads inter-pod anti-affinity as a real 1.37 API server stores it (the API
+server merges `matchLabelKeys` into the selector) on the one real node: the second of two
+replicas anti-affine by hostname waits with kube-scheduler's message, and binds and runs once the
+first is deleted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.builders.realk8s import Cluster, busybox_pod, wait_until
+
+pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
+
+SCHEDULER = "gputopo-scheduler"
+
+
+def replica(name: str) -> dict[str, Any]:
+    body = busybox_pod(
+        name,
+        limits={"nvidia.com/gpu": "1"},
+        scheduler=SCHEDULER,
+        labels={"app": "anti", "rev": "1"},
+    )
+    term = {
+        "labelSelector": {"matchLabels": {"app": "anti"}},
+        "matchLabelKeys": ["rev"],
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    body["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    return body
+
+
+def message(cluster: Cluster, pod: str) -> str:
+    for entry in cluster.pod(pod).get("status", {}).get("conditions") or []:
+        if entry.get("type") == "PodScheduled" and entry.get("status") == "False":
+            return str(entry.get("message") or "")
+    return ""
+
+
+def test_anti_affine_replicas_wait_for_each_other_on_one_node(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    try:
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(replica("anti-0")))
+        cluster.wait_running("anti-0")
+        stored = cluster.pod("anti-0")["spec"]["affinity"]["podAntiAffinity"]
+        selector = stored["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+        assert {"key": "rev", "operator": "In", "values": ["1"]} in selector.get(
+            "matchExpressions", []
+        )  # what the API server merged, read once by the scheduler
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(replica("anti-1")))
+        said = wait_until(lambda: message(cluster, "anti-1"), 30, "anti-1 refused")
+        assert said.startswith(
+            "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
+        )
+        assert cluster.pod("anti-1")["spec"].get("nodeName") is None
+        cluster.delete_pods("anti-0")
+        wait_until(lambda: cluster.pod("anti-1")["spec"].get("nodeName"), 60, "anti-1 bound")
+        cluster.wait_running("anti-1")
+    finally:
+        cluster.delete_pods("anti-0", "anti-1")

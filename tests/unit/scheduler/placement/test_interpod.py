@@ -1,0 +1,503 @@
+"""Inter-pod rules (`interpod.refused_nodes`) and the decisions the `Placer` makes with them:
+required affinity and anti-affinity (both ways), `DoNotSchedule` topology spread, with the stock
+scheduler's reasons; gangs respect them member by member."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.placement import (
+    Effect,
+    NodeState,
+    Placer,
+    PodRequest,
+    Scoring,
+    Snapshot,
+    Taint,
+    Toleration,
+)
+from scheduler.placement.gang import place_gang
+from scheduler.placement.interpod import (
+    REASON_AFFINITY,
+    REASON_ANTI_AFFINITY,
+    REASON_EXISTING_ANTI_AFFINITY,
+    REASON_SPREAD,
+    REASON_SPREAD_LABEL,
+    refused_nodes,
+)
+from scheduler.placement.request import (
+    InterPodRules,
+    LabelSelector,
+    NodeSelectorRequirement,
+    Operator,
+    PodTerm,
+    SpreadConstraint,
+)
+from tests.builders.placement import make_node, pod
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def selector(**labels: str) -> LabelSelector:
+    return LabelSelector(
+        requirements=tuple(
+            NodeSelectorRequirement(key=k, operator=Operator.IN, values=(v,))
+            for k, v in labels.items()
+        )
+    )
+
+
+def term(key: str = HOST, *, every_namespace: bool = False, **labels: str) -> PodTerm:
+    """A term over `key` selecting `labels` in namespace `default` (or every namespace)."""
+    return PodTerm(
+        selector=selector(**labels),
+        namespaces=None if every_namespace else frozenset({"default"}),
+        topology_key=key,
+    )
+
+
+def labelled(
+    key: str,
+    *,
+    ns: str = "default",
+    rules: InterPodRules | None = None,
+    gpus: int = 1,
+    **labels: str,
+) -> PodRequest:
+    return pod(f"{ns}/{key}", namespace=ns, labels=labels, inter_pod=rules, gpus=gpus)
+
+
+def zoned(*zones: str) -> Snapshot:
+    """One 8-GPU node per entry, named n0.., labelled with its hostname and that zone."""
+    return Snapshot(
+        make_node(f"n{i}", labels={HOST: f"n{i}", ZONE: zone}) for i, zone in enumerate(zones)
+    )
+
+
+def put(snap: Snapshot, node: str, request: PodRequest) -> None:
+    assignment = snap.assume_on(request, node)
+    assert assignment.node == node
+
+
+def test_no_rules_read_the_pod_nothing_refused():
+    snap = zoned("a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    assert refused_nodes(labelled("web-1", app="web"), snap) is None
+
+
+def test_anti_affinity_by_hostname_refuses_the_node_with_a_match():
+    snap = zoned("a", "a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    rules = InterPodRules(anti_affinity=(term(app="web"),))
+    incoming = labelled("web-1", rules=rules, app="web")
+    assert refused_nodes(incoming, snap) == {"n0": REASON_ANTI_AFFINITY}
+    decision = Placer(snap, Scoring()).decide(incoming)
+    assert decision.node in {"n1", "n2"}
+
+
+def test_anti_affinity_by_zone_refuses_the_whole_zone_and_says_so_when_nothing_is_left():
+    snap = zoned("a", "a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    put(snap, "n2", labelled("web-1", app="web"))
+    rules = InterPodRules(anti_affinity=(term(ZONE, app="web"),))
+    decision = Placer(snap, Scoring()).decide(labelled("web-2", rules=rules, app="web"))
+    assert decision.node is None
+    assert decision.message() == (
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+    )
+
+
+def test_anti_affinity_reads_only_the_terms_namespaces():
+    snap = zoned("a", "b")
+    put(snap, "n0", labelled("web-0", ns="other", app="web"))
+    own = InterPodRules(anti_affinity=(term(app="web"),))
+    assert refused_nodes(labelled("web-1", rules=own, app="web"), snap) is None
+    every = InterPodRules(anti_affinity=(term(every_namespace=True, app="web"),))
+    assert refused_nodes(labelled("web-1", rules=every, app="web"), snap) == {
+        "n0": REASON_ANTI_AFFINITY
+    }
+
+
+def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain():
+    snap = zoned("a", "a", "b")
+    holder = labelled("db-0", rules=InterPodRules(anti_affinity=(term(ZONE, role="noisy"),)))
+    put(snap, "n0", holder)
+    noisy = labelled("batch", role="noisy")  # no rules of its own
+    assert refused_nodes(noisy, snap) == {
+        "n0": REASON_EXISTING_ANTI_AFFINITY,
+        "n1": REASON_EXISTING_ANTI_AFFINITY,
+    }
+    placer = Placer(snap, Scoring())
+    assert placer.decide(noisy).node == "n2"
+    assert placer.feasible(noisy) == ["n2"]
+    assert placer.assignment_on(noisy, "n1") is None
+    assert placer.best_assignment(labelled("quiet", role="calm")) is not None
+    snap.forget(holder.key)
+    assert refused_nodes(noisy, snap) is None  # the holder gone, its rule goes with it
+
+
+def test_affinity_needs_a_matching_pod_in_the_domain():
+    snap = zoned("a", "a", "b")
+    snap.add_node(make_node("bare"))  # no zone label: refused by an affinity term on zone
+    put(snap, "n1", labelled("cache-0", app="cache"))
+    rules = InterPodRules(affinity=(term(ZONE, app="cache"),))
+    incoming = labelled("web-0", rules=rules, app="web")
+    assert refused_nodes(incoming, snap) == {"n2": REASON_AFFINITY, "bare": REASON_AFFINITY}
+    assert Placer(snap, Scoring()).decide(incoming).node in {"n0", "n1"}
+
+
+def test_affinity_with_no_match_anywhere_admits_only_the_first_of_its_own_group():
+    snap = zoned("a", "b")
+    rules = InterPodRules(affinity=(term(ZONE, app="web"),))
+    first = labelled("web-0", rules=rules, app="web")
+    assert refused_nodes(first, snap) is None
+    stranger = labelled("api-0", rules=rules, app="api")
+    assert refused_nodes(stranger, snap) == {"n0": REASON_AFFINITY, "n1": REASON_AFFINITY}
+    put(snap, "n1", first)
+    assert refused_nodes(labelled("web-1", rules=rules, app="web"), snap) == {"n0": REASON_AFFINITY}
+
+
+def spread(key: str = ZONE, skew: int = 1, **kwargs: object) -> InterPodRules:
+    constraint = SpreadConstraint(
+        max_skew=skew,
+        topology_key=key,
+        selector=selector(app="web"),
+        **kwargs,  # type: ignore[arg-type]
+    )
+    return InterPodRules(spread=(constraint,))
+
+
+def test_spread_refuses_the_domain_that_would_exceed_the_skew():
+    snap = zoned("a", "a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    incoming = labelled("web-1", rules=spread(), app="web")
+    assert refused_nodes(incoming, snap) == {"n0": REASON_SPREAD, "n1": REASON_SPREAD}
+    assert Placer(snap, Scoring()).decide(incoming).node == "n2"
+    # a pod the selector does not pick adds nothing to its own domain: skew 1 allows zone a
+    other = labelled("api-0", rules=spread(), app="api")
+    assert refused_nodes(other, snap) is None
+
+
+def test_spread_counts_only_the_pods_namespace():
+    snap = zoned("a", "b")
+    put(snap, "n0", labelled("web-0", ns="other", app="web"))
+    assert refused_nodes(labelled("web-1", rules=spread(), app="web"), snap) is None
+
+
+def test_spread_min_domains_reads_the_smallest_count_as_zero():
+    snap = zoned("a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    put(snap, "n1", labelled("web-1", app="web"))
+    assert refused_nodes(labelled("web-2", rules=spread(), app="web"), snap) is None
+    three = spread(min_domains=3)
+    assert refused_nodes(labelled("web-2", rules=three, app="web"), snap) == {
+        "n0": REASON_SPREAD,
+        "n1": REASON_SPREAD,
+    }
+
+
+def test_spread_missing_label_and_node_inclusion_policies():
+    snap = zoned("a", "b")
+    tainted = Taint(key="dedicated", value="x", effect=Effect.NO_SCHEDULE)
+    snap.add_node(make_node("n2", labels={ZONE: "c"}, taints=(tainted,)))
+    snap.add_node(make_node("bare"))
+    put(snap, "n0", labelled("web-0", app="web"))
+    put(snap, "n1", labelled("web-1", app="web"))
+    # zone c (tainted, empty) counts by default: zones a and b are one above its 0
+    default = refused_nodes(labelled("web-2", rules=spread(), app="web"), snap)
+    assert default == {"bare": REASON_SPREAD_LABEL, "n0": REASON_SPREAD, "n1": REASON_SPREAD}
+    honoured = refused_nodes(labelled("web-2", rules=spread(honor_taints=True), app="web"), snap)
+    assert honoured == {"bare": REASON_SPREAD_LABEL}
+    # the node affinity (here a selector on zone a or b) drops zone c the same way
+    pinned = pod(
+        "default/web-2",
+        namespace="default",
+        labels={"app": "web"},
+        inter_pod=spread(),
+        node_selector={"tier": "x"},
+        tolerations=(Toleration(key="dedicated", operator="Exists"),),
+    )
+    ignored = pod(
+        "default/web-2",
+        namespace="default",
+        labels={"app": "web"},
+        inter_pod=spread(honor_affinity=False),
+        node_selector={"tier": "x"},
+    )
+    assert refused_nodes(pinned, snap) == {"bare": REASON_SPREAD_LABEL}
+    assert refused_nodes(ignored, snap) == {
+        "bare": REASON_SPREAD_LABEL,
+        "n0": REASON_SPREAD,
+        "n1": REASON_SPREAD,
+    }
+
+
+def test_resources_are_reported_before_inter_pod_rules():
+    snap = zoned("a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    snap.assume_on(PodRequest(key="default/eat", gpus=8), "n1")
+    rules = InterPodRules(anti_affinity=(term(app="web"),))
+    decision = Placer(snap, Scoring()).decide(labelled("web-1", rules=rules, app="web"))
+    assert decision.message() == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "1 node(s) didn't match pod anti-affinity rules."
+    )
+    snap.assume_on(PodRequest(key="default/eat-more", gpus=7), "n0")
+    decision = Placer(snap, Scoring()).decide(labelled("web-1", rules=rules, app="web"))
+    assert decision.message() == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def test_a_gang_with_anti_affinity_on_itself_takes_one_node_per_member():
+    snap = zoned("a", "a", "b", "b")
+    rules = InterPodRules(anti_affinity=(term(job="train"),))
+    members = [labelled(f"train-{i}", rules=rules, job="train") for i in range(4)]
+    placed = place_gang(members, Placer(snap, Scoring()))
+    assert placed.ok
+    assert len({a.node for a in placed.assignments.values()}) == 4
+    five = [*members, labelled("train-4", rules=rules, job="train")]
+    assert not place_gang(five, Placer(snap, Scoring())).ok
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    zones=st.lists(st.sampled_from("abc"), min_size=1, max_size=6),
+    arrivals=st.lists(st.sampled_from(("web", "api")), min_size=1, max_size=14),
+    skew=st.integers(1, 2),
+    key=st.sampled_from((HOST, ZONE)),
+)
+def test_spread_placements_never_exceed_the_skew(zones, arrivals, skew, key):
+    """Pods that spread over `key` with `max_skew` are placed one by one: after each, the
+    selected pods' counts over the domains differ by at most the skew, and a pod is refused
+    only when every node would exceed it."""
+    snap = zoned(*zones)
+    placer = Placer(snap, Scoring())
+    domains = {snap.nodes[n].labels[key] for n in snap.names()}
+    for i, app in enumerate(arrivals):
+        rules = spread(key, skew)
+        incoming = labelled(f"p{i}", rules=rules, gpus=0, app=app)
+        decision = placer.decide(incoming)
+        counts = _counts(snap, key, domains)
+        if decision.assignment is None:
+            assert all(counts[d] + (app == "web") - min(counts.values()) > skew for d in domains)
+            continue
+        snap.assume(incoming, decision.assignment)
+        after = _counts(snap, key, domains)
+        before = max(counts.values()) - min(counts.values())
+        assert max(after.values()) - min(after.values()) <= max(skew, before)
+
+
+def _counts(snap: Snapshot, key: str, domains: set[str]) -> Counter[str]:
+    counts: Counter[str] = Counter(dict.fromkeys(domains, 0))
+    for node in snap.nodes.values():
+        for request, _assignment in node.pods.values():
+            if request.labels.get("app") == "web":
+                counts[node.labels[key]] += 1
+    return counts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 5),
+    arrivals=st.lists(st.sampled_from(("web", "db", "batch")), min_size=1, max_size=12),
+    gpus=st.integers(0, 4),
+)
+def test_anti_affinity_both_ways_never_shares_a_node(nodes, arrivals, gpus):
+    """`web` pods refuse a node with another `web`; `db` pods refuse one with `batch`, and
+    nothing else: after any arrivals no node holds two `web` pods or a `db` beside a `batch`,
+    and a refused pod had no node allowed by both directions that fits."""
+    snap = zoned(*("a" * nodes))
+    placer = Placer(snap, Scoring())
+    for i, app in enumerate(arrivals):
+        rules = {
+            "web": InterPodRules(anti_affinity=(term(app="web"),)),
+            "db": InterPodRules(anti_affinity=(term(app="batch"),)),
+        }.get(app)
+        incoming = pod(
+            f"default/p{i}", namespace="default", labels={"app": app}, inter_pod=rules, gpus=gpus
+        )
+        decision = placer.decide(incoming)
+        if decision.assignment is not None:
+            snap.assume(incoming, decision.assignment)
+    for node in snap.nodes.values():
+        apps = Counter(request.labels.get("app") for request, _a in node.pods.values())
+        assert apps["web"] <= 1
+        assert not (apps["db"] and apps["batch"])
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_placer_paths_agree_with_refusals(memo):
+    snap = zoned("a", "a", "b")
+    put(snap, "n0", labelled("web-0", app="web"))
+    incoming = labelled("web-1", rules=InterPodRules(anti_affinity=(term(app="web"),)), app="web")
+    placer = Placer(snap, Scoring(), memo=memo)
+    assert placer.feasible(incoming) == ["n1", "n2"]
+    assert placer.best_assignment(incoming) is not None
+    assert placer.best_assignment(incoming).node == placer.decide(incoming).node
+
+
+# -- against a plain reading of the stock semantics, on random clusters and rules ---------------
+
+_KEYS = ("app", "tier")
+_VALUES = ("x", "y", "z")
+
+
+@st.composite
+def selectors(draw: st.DrawFn) -> LabelSelector | None:
+    if draw(st.booleans()) and draw(st.booleans()):
+        return None
+    requirements = []
+    for _ in range(draw(st.integers(0, 2))):
+        key = draw(st.sampled_from(_KEYS))
+        op = draw(st.sampled_from(list(Operator)[:4]))  # In, NotIn, Exists, DoesNotExist
+        values = (
+            tuple(draw(st.sets(st.sampled_from(_VALUES), min_size=1)))
+            if op in (Operator.IN, Operator.NOT_IN)
+            else ()
+        )
+        requirements.append(NodeSelectorRequirement(key=key, operator=op, values=values))
+    return LabelSelector(requirements=tuple(requirements))
+
+
+@st.composite
+def terms(draw: st.DrawFn) -> PodTerm:
+    namespaces = draw(st.sampled_from((None, frozenset({"default"}), frozenset({"b"}))))
+    key = draw(st.sampled_from((HOST, ZONE)))
+    return PodTerm(selector=draw(selectors()), namespaces=namespaces, topology_key=key)
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> InterPodRules | None:
+    if draw(st.booleans()):
+        return None
+    spread = tuple(
+        SpreadConstraint(
+            max_skew=draw(st.integers(1, 2)),
+            topology_key=draw(st.sampled_from((HOST, ZONE))),
+            selector=draw(selectors()),
+            min_domains=draw(st.integers(1, 4)),
+            honor_taints=draw(st.booleans()),
+        )
+        for _ in range(draw(st.integers(0, 1)))
+    )
+    return InterPodRules(
+        affinity=tuple(draw(st.lists(terms(), max_size=2))),
+        anti_affinity=tuple(draw(st.lists(terms(), max_size=2))),
+        spread=spread,
+    )
+
+
+@st.composite
+def pods(draw: st.DrawFn, key: str) -> PodRequest:
+    labels = draw(st.dictionaries(st.sampled_from(_KEYS), st.sampled_from(_VALUES), max_size=2))
+    namespace = draw(st.sampled_from(("default", "b")))
+    return pod(
+        f"{namespace}/{key}", namespace=namespace, labels=labels, inter_pod=draw(rules()), gpus=0
+    )
+
+
+def _reference(incoming: PodRequest, snap: Snapshot) -> dict[str, str]:
+    """The stock filters' verdicts read straight off the documentation, node by node."""
+    placed = [
+        (other, node)
+        for node in snap.nodes.values()
+        for other, _a in node.pods.values()
+        if other.key != incoming.key
+    ]
+    out: dict[str, str] = {}
+    for name, node in snap.nodes.items():
+        reason = (
+            _spread_reason(incoming, node, snap, placed)
+            or _affinity_reason(incoming, node, placed)
+            or _anti_reason(incoming, node, placed)
+        )
+        if reason is not None:
+            out[name] = reason
+    return out
+
+
+def _same(node: NodeState, other: NodeState, key: str) -> bool:
+    return key in node.labels and other.labels.get(key) == node.labels[key]
+
+
+def _spread_reason(incoming, node, snap, placed) -> str | None:
+    constraints = (incoming.inter_pod or InterPodRules()).spread
+    keys = {c.topology_key for c in constraints}
+    if not keys <= node.labels.keys():
+        return REASON_SPREAD_LABEL
+    for c in constraints:
+        counting = [
+            n
+            for n in snap.nodes.values()
+            if keys <= n.labels.keys()
+            and not (
+                c.honor_taints and any(t.effect is not Effect.PREFER_NO_SCHEDULE for t in n.taints)
+            )
+        ]
+        counts = {n.labels[c.topology_key]: 0 for n in counting}
+        for other, other_node in placed:
+            if (
+                other_node in counting
+                and c.selector is not None
+                and other.namespace == incoming.namespace
+                and c.selector.matches(other.labels)
+            ):
+                counts[other_node.labels[c.topology_key]] += 1
+        low = min(counts.values()) if len(counts) >= c.min_domains else 0
+        own = int(c.selector is not None and c.selector.matches(incoming.labels))
+        if counts.get(node.labels[c.topology_key], 0) + own - low > c.max_skew:
+            return REASON_SPREAD
+    return None
+
+
+def _affinity_reason(incoming, node, placed) -> str | None:
+    affinity = (incoming.inter_pod or InterPodRules()).affinity
+    if not affinity:
+        return None
+    if not all(t.topology_key in node.labels for t in affinity):
+        return REASON_AFFINITY
+    matching = [n for o, n in placed if all(t.selects(o) for t in affinity)]
+    if matching:
+        near = all(any(_same(node, n, t.topology_key) for n in matching) for t in affinity)
+        return None if near else REASON_AFFINITY
+    return None if all(t.selects(incoming) for t in affinity) else REASON_AFFINITY
+
+
+def _anti_reason(incoming, node, placed) -> str | None:
+    own = (incoming.inter_pod or InterPodRules()).anti_affinity
+    if any(t.selects(o) and _same(node, n, t.topology_key) for t in own for o, n in placed):
+        return REASON_ANTI_AFFINITY
+    if any(
+        t.selects(incoming) and _same(node, n, t.topology_key)
+        for o, n in placed
+        if o.inter_pod is not None
+        for t in o.inter_pod.anti_affinity
+    ):
+        return REASON_EXISTING_ANTI_AFFINITY
+    return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), zones=st.lists(st.sampled_from("ab"), min_size=1, max_size=4))
+def test_refusals_match_a_plain_reading_of_the_rules(data, zones):
+    snap = zoned(*zones)
+    if data.draw(st.booleans()):
+        snap.add_node(make_node("bare"))  # no hostname or zone label
+    if data.draw(st.booleans()):
+        tainted = Taint(key="dedicated", value="x", effect=Effect.NO_SCHEDULE)
+        snap.add_node(make_node("tainted", labels={HOST: "tainted", ZONE: "a"}, taints=(tainted,)))
+    names = snap.names()
+    for i in range(data.draw(st.integers(0, 8))):
+        snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
+    if data.draw(st.booleans()):  # the label index built, then kept through changes
+        snap.pods_labelled("app")
+        snap.assume_on(data.draw(pods("late")), data.draw(st.sampled_from(names)))
+        if data.draw(st.booleans()):
+            snap.forget("default/late")
+            snap.forget("b/late")
+    incoming = data.draw(pods("incoming"))
+    assert (refused_nodes(incoming, snap) or {}) == _reference(incoming, snap)

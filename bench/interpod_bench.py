@@ -15,7 +15,9 @@ where it lands, on a fresh copy of that cluster:
 - `anti-affinity host`: required anti-affinity on hostname against the pod's own app;
 - `anti-affinity zone`: the same on zone (3 apps, so few zones are refused);
 - `affinity zone`: required affinity on zone with a running app;
-- `spread zone`: `DoNotSchedule` spread over zones, max skew 1, over the pod's own app.
+- `spread zone`: `DoNotSchedule` spread over zones, max skew 1, over the pod's own app;
+- `preferred anti host`, `soft spread zone`: the same as preferences (weight 100;
+  `ScheduleAnyway`), which every node's score then carries (the Placer's plain path).
 
 Printed per kind: decisions/s (process CPU), the median and p99 decision time, pods placed, and
 the CPU per decision as a ratio to `plain`'s. The best of `--repeats` runs of each kind is kept
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 from scheduler.placement import Placer, PodRequest, Snapshot, default_scoring
 from scheduler.placement.request import (
+    InterPodPreferences,
     InterPodRules,
     LabelSelector,
     NodeSelectorRequirement,
@@ -56,7 +59,12 @@ def term(app: str, key: str) -> PodTerm:
     return PodTerm(selector=app_is(app), namespaces=frozenset({NAMESPACE}), topology_key=key)
 
 
-def one_gpu(key: str, app: str, rules: InterPodRules | None = None) -> PodRequest:
+def one_gpu(
+    key: str,
+    app: str,
+    rules: InterPodRules | None = None,
+    preferences: InterPodPreferences | None = None,
+) -> PodRequest:
     return PodRequest(
         key=key,
         cpu_milli=1000,
@@ -65,6 +73,7 @@ def one_gpu(key: str, app: str, rules: InterPodRules | None = None) -> PodReques
         namespace=NAMESPACE,
         labels={"app": app},
         inter_pod=rules,
+        preferences=preferences,
     )
 
 
@@ -113,6 +122,24 @@ def kinds() -> dict[str, tuple[bool, Kind]]:
             False,
             lambda i: one_gpu(
                 f"{NAMESPACE}/p-{i}", own, InterPodRules(affinity=(term("app-7", ZONE),))
+            ),
+        ),
+        "preferred anti host": (
+            False,
+            lambda i: one_gpu(
+                f"{NAMESPACE}/p-{i}",
+                own,
+                preferences=InterPodPreferences(anti_affinity=((100, term(own, HOST)),)),
+            ),
+        ),
+        "soft spread zone": (
+            False,
+            lambda i: one_gpu(
+                f"{NAMESPACE}/p-{i}",
+                own,
+                preferences=InterPodPreferences(
+                    spread=(SpreadConstraint(max_skew=1, topology_key=ZONE, selector=app_is(own)),)
+                ),
             ),
         ),
         "spread zone": (

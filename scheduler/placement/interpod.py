@@ -40,11 +40,13 @@ from .request import LabelSelector, Operator, PodRequest, PodTerm, SpreadConstra
 from .snapshot import Snapshot
 
 __all__ = [
+    "PREFERENCE_POINTS",
     "REASON_AFFINITY",
     "REASON_ANTI_AFFINITY",
     "REASON_EXISTING_ANTI_AFFINITY",
     "REASON_SPREAD",
     "REASON_SPREAD_LABEL",
+    "preference_bonus",
     "refused_nodes",
 ]
 
@@ -55,6 +57,10 @@ REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
 
 _Domain = tuple[str, str]  # (topology key, value)
+PREFERENCE_POINTS = 1000.0
+"""What the best node for a pod's preferred terms, and again for its `ScheduleAnyway`
+constraints, gains over the worst: as much as the fragmentation score's whole range (weight 10
+× 100), so a preference decides unless packing differs by as much."""
 
 
 def refused_nodes(pod: PodRequest, snapshot: Snapshot) -> dict[str, str] | None:
@@ -235,3 +241,74 @@ def _spread_counts(
         ):
             counts[where] += 1
     return counts
+
+
+def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | None:
+    """Node name -> what `pod`'s preferences add to its score there (None: it has none).
+
+    Preferred terms, as kube-scheduler's `InterPodAffinity` score: each pod a term selects adds
+    the term's weight (affinity) or takes it away (anti-affinity) on every node of its domain;
+    the sums are scaled so the lowest is 0 and the highest `PREFERENCE_POINTS` (all 0 when
+    equal). `ScheduleAnyway` constraints, as `PodTopologySpread`'s: the selected pods of the
+    pod's namespace in the node's domains, summed over the constraints, scaled so the fewest
+    gets `PREFERENCE_POINTS` and the most 0; a node without a constraint's key gets 0. Running
+    pods' own preferred terms are not read."""
+    preferences = pod.preferences
+    if preferences is None:
+        return None
+    bonus: dict[str, float] = {}
+    if preferences.affinity or preferences.anti_affinity:
+        weighed: dict[str, float] = {}
+        for sign, terms in ((1, preferences.affinity), (-1, preferences.anti_affinity)):
+            for weight, term in terms:
+                for name, count in _domain_counts(pod, term, snapshot).items():
+                    weighed[name] = weighed.get(name, 0.0) + sign * weight * count
+        _scale_into(bonus, weighed, snapshot, fewest_best=False)
+    if preferences.spread:
+        crowded: dict[str, float] = {}
+        unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in preferences.spread}))
+        for constraint in preferences.spread:
+            counts = _spread_counts(pod, constraint, snapshot, unlabelled)
+            for value, domain in snapshot.domains(constraint.topology_key).items():
+                for name in domain.names:
+                    crowded[name] = crowded.get(name, 0.0) + counts.get(value, 0)
+        for name in unlabelled:
+            crowded.pop(name, None)
+        _scale_into(bonus, crowded, snapshot, fewest_best=True)
+    return bonus
+
+
+def _domain_counts(pod: PodRequest, term: PodTerm, snapshot: Snapshot) -> dict[str, int]:
+    """Node name -> the pods `term` selects in its domain (nodes with none left out)."""
+    per_domain: dict[str, int] = {}
+    for other, node in _selected(pod, term.selector, snapshot):
+        value = node.labels.get(term.topology_key)
+        if value is not None and term.selects(other):
+            per_domain[value] = per_domain.get(value, 0) + 1
+    domains = snapshot.domains(term.topology_key)
+    return {name: count for value, count in per_domain.items() for name in domains[value].names}
+
+
+def _scale_into(
+    bonus: dict[str, float], raw: Mapping[str, float], snapshot: Snapshot, *, fewest_best: bool
+) -> None:
+    """Add `raw` (nodes missing: 0, or with `fewest_best` the worst) scaled to 0 ..
+    `PREFERENCE_POINTS` into `bonus`."""
+    if fewest_best:
+        if not raw:
+            return
+        low, high = min(raw.values()), max(raw.values())
+        for name, value in raw.items():
+            share = 1.0 if high == low else (high - value) / (high - low)
+            bonus[name] = bonus.get(name, 0.0) + PREFERENCE_POINTS * share
+        return
+    values = list(raw.values())
+    if len(raw) < len(snapshot):
+        values.append(0.0)
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    if high == low:
+        return
+    for name in snapshot.nodes:
+        share = (raw.get(name, 0.0) - low) / (high - low)
+        if share:
+            bonus[name] = bonus.get(name, 0.0) + PREFERENCE_POINTS * share

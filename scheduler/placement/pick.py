@@ -110,10 +110,12 @@ def pick(
     cache: VerdictCache | None = None,
     excluded: AbstractSet[str] | None = None,
     refused: Mapping[str, str] | None = None,
+    bonus: Mapping[str, float] | None = None,
 ) -> Decision:
     """The best node for `pod` among `allowed` (default: all nodes) but `excluded` (nodes held
     for other pods, DESIGN §11) and `refused` (nodes inter-pod rules refuse, with the reason:
-    `interpod.refused_nodes`). The snapshot is not changed.
+    `interpod.refused_nodes`), each node's score raised by its `bonus` (the pod's inter-pod
+    preferences: `interpod.preference_bonus`). The snapshot is not changed.
 
     When nothing fits and `explain` is set, every node is filtered for the reasons (O(nodes));
     without it the reasons cover only the candidates examined. Learning scores see the pod first
@@ -131,7 +133,8 @@ def pick(
     scoring.observe(pod, snapshot)
     reasons: dict[str, int] = {}
     verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None
-    best = _best_candidate(pod, snapshot, scoring, (allowed, excluded, refused), reasons, verdicts)
+    where = (allowed, excluded, refused, bonus)
+    best = _best_candidate(pod, snapshot, scoring, where, reasons, verdicts)
     if best is not None:
         rank, _name, assignment = best
         return Decision(
@@ -152,14 +155,20 @@ _Rank = tuple[bool, float]
 _Best = tuple[_Rank, str, Assignment]
 _Verdict = tuple[_Rank, Assignment | None, tuple[str, ...]]
 _REJECTED: _Rank = (False, 0.0)
+_Where = tuple[
+    AbstractSet[str] | None,
+    AbstractSet[str] | None,
+    Mapping[str, str] | None,
+    Mapping[str, float] | None,
+]
 
 
 class VerdictCache:
     """Each node's verdict (rank and assignment, or reasons) for one pod shape, on one snapshot.
 
     A node's verdict is dropped when the snapshot reports the node changed
-    (`Snapshot.changed_since`). A pod of another shape (its request without key, pod group and
-    inter-pod rules, which `pick` applies after the verdicts),
+    (`Snapshot.changed_since`). A pod of another shape (its request without key, pod group,
+    inter-pod rules and preferences, which `pick` applies after the verdicts),
     another scoring or a learning score that refitted (`Learner.version`) starts afresh. Score
     functions must depend only on (pod, node, assignment) and what they learned.
     """
@@ -177,7 +186,11 @@ class VerdictCache:
         if snapshot is not self._snapshot:
             raise ValueError("VerdictCache: used with a snapshot other than its own")
         learned = sum(fn.version for fn in scoring.learners())
-        shape = (replace(pod, key="", pod_group=None, inter_pod=None), scoring, learned)
+        shape = (
+            replace(pod, key="", pod_group=None, inter_pod=None, preferences=None),
+            scoring,
+            learned,
+        )
         changed = snapshot.changed_since(self._seen)
         self._seen = snapshot.generation
         if shape != self._shape or changed is None:
@@ -192,16 +205,16 @@ def _best_candidate(
     pod: PodRequest,
     snapshot: Snapshot,
     scoring: Scoring,
-    where: tuple[AbstractSet[str] | None, AbstractSet[str] | None, Mapping[str, str] | None],
+    where: _Where,
     reasons: dict[str, int],
     verdicts: dict[str, _Verdict] | None,
 ) -> _Best | None:
-    """Rank candidates by (used-node tier, score), lowest name on ties; count the rejections.
-    `where`: (allowed, excluded, refused) nodes."""
+    """Rank candidates by (used-node tier, score and bonus), lowest name on ties; count the
+    rejections. `where`: (allowed, excluded, refused nodes, bonus per node)."""
     best: _Best | None = None
     feasible = 0
     limit = scoring.candidate_limit
-    allowed, excluded, refused = where
+    allowed, excluded, refused, bonus = where
     for node in snapshot.candidates(pod, allowed):
         if excluded is not None and node.name in excluded:
             reasons[REASON_HELD] = reasons.get(REASON_HELD, 0) + 1
@@ -221,6 +234,8 @@ def _best_candidate(
             for reason in rejected:
                 reasons[reason] = reasons.get(reason, 0) + 1
             continue
+        if bonus:
+            rank = (rank[0], rank[1] + bonus.get(node.name, 0.0))
         if best is None or rank > best[0] or (rank == best[0] and node.name < best[1]):
             best = (rank, node.name, assignment)
         feasible += 1

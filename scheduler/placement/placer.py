@@ -12,6 +12,8 @@ Placer's own business:
 - for a pod that inter-pod rules refuse some nodes (`interpod.refused_nodes`), through the memo
   with those nodes left out as held ones are (and, when nothing fits, `pick`'s reasons counted
   with the rules' reason on those nodes);
+- for a pod whose inter-pod preferences rank nodes (`interpod.preference_bonus`), through
+  `pick` with that bonus added to each node's score (the memo keeps no per-pod term);
 - with a candidate limit through `pick` itself (the first feasible nodes in the snapshot's
   order decide, which a memo cannot reproduce), keeping each node's verdict for pods of one
   shape in a row (`VerdictCache`: a gang's members).
@@ -28,7 +30,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 
 from .filters import filter_node
-from .interpod import refused_nodes
+from .interpod import preference_bonus, refused_nodes
 from .node import Assignment
 from .pick import Decision, VerdictCache, pick
 from .request import PodRequest
@@ -50,7 +52,7 @@ class Placer:
         self._memo = (
             VerdictMemo(snapshot, scoring) if memo and scoring.candidate_limit == 0 else None
         )
-        self._cache = VerdictCache(snapshot) if self._memo is None else None
+        self._cache = VerdictCache(snapshot)  # `pick`'s (a candidate limit, or preferences)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -77,7 +79,8 @@ class Placer:
         the pod first, whether or not it fits.
         """
         refused = self._refused(pod)
-        memo = self._memo_for(pod)
+        bonus = self._bonus(pod)
+        memo = self._memo_for(pod) if bonus is None else None
         if memo is None:
             return pick(
                 pod,
@@ -88,6 +91,7 @@ class Placer:
                 cache=self._cache,
                 excluded=excluded,
                 refused=refused,
+                bonus=bonus,
             )
         if refused is None:
             return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
@@ -114,7 +118,8 @@ class Placer:
         `decide` counts when nothing fits (the simulator asks this of every pod it offers, and
         most of those offers fit nowhere: a queue waits)."""
         refused = self._refused(pod)
-        memo = self._memo_for(pod)
+        bonus = self._bonus(pod)
+        memo = self._memo_for(pod) if bonus is None else None
         if memo is None:  # `pick` counts only the candidates' reasons without `explain`
             return pick(
                 pod,
@@ -125,6 +130,7 @@ class Placer:
                 cache=self._cache,
                 excluded=excluded,
                 refused=refused,
+                bonus=bonus,
             ).assignment
         off = excluded if refused is None else _without(excluded, refused)
         return memo.best(pod, allowed=allowed, excluded=off)
@@ -170,6 +176,13 @@ class Placer:
         if found is not None and node_name in (self._refused(pod) or {}):
             return None
         return found
+
+    def _bonus(self, pod: PodRequest) -> dict[str, float] | None:
+        """What the pod's inter-pod preferences add to each node's score (None: it has none,
+        or they rank every node alike)."""
+        if pod.preferences is None or pod.unsupported:
+            return None
+        return preference_bonus(pod, self._snapshot) or None
 
     def _refused(self, pod: PodRequest) -> dict[str, str] | None:
         """The nodes inter-pod rules refuse `pod` (`interpod.refused_nodes`; None: none)."""

@@ -22,6 +22,7 @@ __all__ = [
     "MEMORY",
     "PODS",
     "Effect",
+    "InterPodPreferences",
     "InterPodRules",
     "LabelSelector",
     "NodeSelectorRequirement",
@@ -158,6 +159,17 @@ class InterPodRules:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InterPodPreferences:
+    """What a pod prefers of the pods around it: preferred affinity and anti-affinity terms,
+    each with its weight (1-100), and `ScheduleAnyway` spread constraints (`interpod`'s
+    `preference_bonus` weighs them)."""
+
+    affinity: tuple[tuple[int, PodTerm], ...] = ()
+    anti_affinity: tuple[tuple[int, PodTerm], ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Taint:
     key: str
     value: str = ""
@@ -194,7 +206,8 @@ class PodRequest:
     QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
     feature the scheduler does not implement; such a pod is never placed. `inter_pod`: its
     required inter-pod affinity, anti-affinity and spread constraints (None: none), read against
-    the other pods' `namespace` and `labels` (`interpod`).
+    the other pods' `namespace` and `labels` (`interpod`); `preferences`: its preferred terms and
+    `ScheduleAnyway` constraints (None: none).
 
     GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
     `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
@@ -224,6 +237,7 @@ class PodRequest:
     namespace: str = field(default="", compare=False)
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_STR, compare=False)
     inter_pod: InterPodRules | None = None
+    preferences: InterPodPreferences | None = None
     shares: tuple[ContainerShare, ...] = ()
     share_reuse: tuple[int, ...] = ()
     split: tuple[ContainerShare, ...] = ()

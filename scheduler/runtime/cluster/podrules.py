@@ -1,5 +1,6 @@
-"""A pod's inter-pod rules, read from its JSON: required pod affinity and anti-affinity terms and
-`DoNotSchedule` topology spread constraints (`InterPodRules`), as kube-scheduler reads them.
+"""A pod's inter-pod rules and preferences, read from its JSON: required pod affinity and
+anti-affinity terms and `DoNotSchedule` topology spread constraints (`InterPodRules`), preferred
+terms and `ScheduleAnyway` constraints (`InterPodPreferences`), as kube-scheduler reads them.
 
 - A term's namespaces are its `namespaces`, or the pod's own when it has neither those nor a
   `namespaceSelector`; an empty `namespaceSelector` (`{}`) means every namespace. A non-empty one
@@ -7,8 +8,8 @@
 - `matchLabelKeys` (and a term's `mismatchLabelKeys`) add `key in (value)` (`key notin (value)`)
   for each key the pod has a label for, as the API server merges them since 1.34; a selector that
   already holds the same requirement is unchanged by it.
-- Preferred terms and `ScheduleAnyway` constraints are preferences: they are checked for shape
-  and not weighed (placement ranks by its own scores).
+- Preferred terms (with their weights) and `ScheduleAnyway` constraints are the pod's
+  `InterPodPreferences`, which placement weighs beside its own scores.
 
 Malformed input raises ValueError naming the field (`spec.topologySpreadConstraints[0].maxSkew:
 ...`), which `pod_request` turns into the pod's error.
@@ -17,9 +18,11 @@ Malformed input raises ValueError naming the field (`spec.topologySpreadConstrai
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.placement.request import (
+    InterPodPreferences,
     InterPodRules,
     LabelSelector,
     NodeSelectorRequirement,
@@ -28,7 +31,7 @@ from scheduler.placement.request import (
     SpreadConstraint,
 )
 
-__all__ = ["inter_pod_rules", "label_selector"]
+__all__ = ["PodRules", "inter_pod_rules", "label_selector"]
 
 Obj = Mapping[str, Any]
 
@@ -47,30 +50,37 @@ class UnsupportedRuleError(Exception):
     """A rule the scheduler does not read; its text names the field and why."""
 
 
-def inter_pod_rules(pod: Obj) -> tuple[InterPodRules | None, str | None]:
-    """(the pod's rules or None when it has none, what it uses that is not read or None).
-    ValueError names a malformed field."""
+@dataclass(frozen=True, slots=True)
+class PodRules:
+    """A pod's inter-pod rules and preferences (None: none), or what it uses that is not read
+    (`unsupported`: then neither is read)."""
+
+    rules: InterPodRules | None = None
+    preferences: InterPodPreferences | None = None
+    unsupported: str | None = None
+
+
+def inter_pod_rules(pod: Obj) -> PodRules:
+    """The pod's rules and preferences. ValueError names a malformed field."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     namespace = str(meta.get("namespace") or "default")
     labels = _string_map(meta.get("labels"), "metadata.labels")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     try:
-        required = {
-            kind: _terms(affinity.get(kind), f"spec.affinity.{kind}", namespace, labels)
-            for kind in ("podAffinity", "podAntiAffinity")
-        }
-        spread = _spread(spec.get("topologySpreadConstraints"), labels)
+        near = _terms(affinity.get("podAffinity"), "spec.affinity.podAffinity", namespace, labels)
+        away = _terms(
+            affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity", namespace, labels
+        )
+        spread, soft = _spread(spec.get("topologySpreadConstraints"), labels)
     except UnsupportedRuleError as exc:
-        return None, str(exc)
-    if not (required["podAffinity"] or required["podAntiAffinity"] or spread):
-        return None, None
-    rules = InterPodRules(
-        affinity=required["podAffinity"],
-        anti_affinity=required["podAntiAffinity"],
-        spread=spread,
+        return PodRules(unsupported=str(exc))
+    rules = InterPodRules(affinity=near[0], anti_affinity=away[0], spread=spread)
+    preferences = InterPodPreferences(affinity=near[1], anti_affinity=away[1], spread=soft)
+    return PodRules(
+        rules=rules if rules != InterPodRules() else None,
+        preferences=preferences if preferences != InterPodPreferences() else None,
     )
-    return rules, None
 
 
 def label_selector(raw: object, where: str) -> LabelSelector | None:
@@ -105,23 +115,22 @@ def label_selector(raw: object, where: str) -> LabelSelector | None:
 
 def _terms(
     raw: object, where: str, namespace: str, labels: Mapping[str, str]
-) -> tuple[PodTerm, ...]:
+) -> tuple[tuple[PodTerm, ...], tuple[tuple[int, PodTerm], ...]]:
+    """(the required terms, the preferred ones with their weights) of one block."""
     block = _mapping(raw, where)
+    preferred: list[tuple[int, PodTerm]] = []
     for i, weighted in enumerate(_list(block.get(_PREFERRED), f"{where}.{_PREFERRED}")):
         at = f"{where}.{_PREFERRED}[{i}]"
         weight = _mapping(weighted, at).get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise ValueError(f"{at}.weight: must be an integer from 1 to 100")
-        _term(
-            _mapping(weighted, at).get("podAffinityTerm"),
-            f"{at}.podAffinityTerm",
-            namespace,
-            labels,
-        )
-    return tuple(
+        term = _mapping(weighted, at).get("podAffinityTerm")
+        preferred.append((weight, _term(term, f"{at}.podAffinityTerm", namespace, labels)))
+    required = tuple(
         _term(term, f"{where}.{_REQUIRED}[{i}]", namespace, labels)
         for i, term in enumerate(_list(block.get(_REQUIRED), f"{where}.{_REQUIRED}"))
     )
+    return required, tuple(preferred)
 
 
 def _term(raw: object, where: str, namespace: str, labels: Mapping[str, str]) -> PodTerm:
@@ -169,8 +178,12 @@ def _with_label_keys(
     return LabelSelector(requirements=selector.requirements + fresh) if fresh else selector
 
 
-def _spread(raw: object, labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
+def _spread(
+    raw: object, labels: Mapping[str, str]
+) -> tuple[tuple[SpreadConstraint, ...], tuple[SpreadConstraint, ...]]:
+    """(the `DoNotSchedule` constraints, the `ScheduleAnyway` ones)."""
     out: list[SpreadConstraint] = []
+    soft: list[SpreadConstraint] = []
     for i, item in enumerate(_list(raw, "spec.topologySpreadConstraints")):
         where = f"spec.topologySpreadConstraints[{i}]"
         constraint = _mapping(item, where)
@@ -194,9 +207,7 @@ def _spread(raw: object, labels: Mapping[str, str]) -> tuple[SpreadConstraint, .
         taints_policy = _policy(constraint, "nodeTaintsPolicy", "Ignore", where)
         selector = label_selector(constraint.get("labelSelector"), f"{where}.labelSelector")
         selector = _with_label_keys(selector, constraint, where, labels, mismatch=False)
-        if when == "ScheduleAnyway":
-            continue
-        out.append(
+        (out if when == "DoNotSchedule" else soft).append(
             SpreadConstraint(
                 max_skew=skew,
                 topology_key=key,
@@ -206,7 +217,7 @@ def _spread(raw: object, labels: Mapping[str, str]) -> tuple[SpreadConstraint, .
                 honor_taints=taints_policy == "Honor",
             )
         )
-    return tuple(out)
+    return tuple(out), tuple(soft)
 
 
 def _policy(constraint: Obj, field: str, default: str, where: str) -> str:

@@ -345,7 +345,7 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
         fields = _split_resources(pod_requests(pod))
         _share_fields(pod, fields)
         terms, affinity_problem = _affinity_terms(spec)
-        rules, rules_problem = inter_pod_rules(pod)
+        read = inter_pod_rules(pod)
         meta = pod.get("metadata") or {}
         return PodRequest(
             key=key,
@@ -355,11 +355,12 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             tolerations=_tolerations(spec),
             priority=int(spec.get("priority") or 0),
             guaranteed=is_guaranteed(pod),
-            unsupported=unsupported_feature(pod) or affinity_problem or rules_problem,
+            unsupported=unsupported_feature(pod) or affinity_problem or read.unsupported,
             pod_group=pod_group_name(pod),
             namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            inter_pod=rules,
+            inter_pod=read.rules,
+            preferences=read.preferences,
         )
     except ShareRequestError as exc:
         text = str(exc)

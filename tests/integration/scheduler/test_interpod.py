@@ -146,3 +146,29 @@ def test_jobset_exclusive_placement_gives_each_job_its_own_rack(fake_api, core_v
     assert len(x) == 1
     assert len(y) == 1
     assert x != y
+
+
+def test_preferred_anti_affinity_spreads_then_shares_nodes(fake_api, core_v1):
+    for name in ("n1", "n2"):
+        gpu_node(fake_api, name)
+    soft = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {"app": "serve"}},
+                        "topologyKey": HOST,
+                    },
+                }
+            ]
+        }
+    }
+    with running(fake_api):
+        for i in range(3):
+            body = pod_body(f"serve-{i}", gpus=1, labels={"app": "serve"}, affinity=soft)
+            create_pod(core_v1, body)
+            wait_for(lambda i=i: node_of(fake_api, f"serve-{i}"), 10, f"serve-{i} bound")
+    placed = bound_pods(fake_api)
+    assert {placed["serve-0"], placed["serve-1"]} == {"n1", "n2"}  # apart while it can
+    assert placed["serve-2"] in {"n1", "n2"}  # a preference: the third still binds

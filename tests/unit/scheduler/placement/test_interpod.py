@@ -19,17 +19,21 @@ from scheduler.placement import (
     Snapshot,
     Taint,
     Toleration,
+    default_scoring,
 )
 from scheduler.placement.gang import place_gang
 from scheduler.placement.interpod import (
+    PREFERENCE_POINTS,
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
     REASON_EXISTING_ANTI_AFFINITY,
     REASON_SPREAD,
     REASON_SPREAD_LABEL,
+    preference_bonus,
     refused_nodes,
 )
 from scheduler.placement.request import (
+    InterPodPreferences,
     InterPodRules,
     LabelSelector,
     NodeSelectorRequirement,
@@ -338,6 +342,70 @@ def test_placer_paths_agree_with_refusals(memo):
     assert placer.feasible(incoming) == ["n1", "n2"]
     assert placer.best_assignment(incoming) is not None
     assert placer.best_assignment(incoming).node == placer.decide(incoming).node
+
+
+# -- preferences ---------------------------------------------------------------------------------
+
+
+def preferring(key: str, prefs: InterPodPreferences, *, gpus: int = 1, **labels: str):
+    return pod(f"default/{key}", namespace="default", labels=labels, preferences=prefs, gpus=gpus)
+
+
+def test_preferred_anti_affinity_spreads_replicas_that_binpacking_would_stack():
+    snap = zoned("a", "a", "b")
+    prefs = InterPodPreferences(anti_affinity=((100, term(app="web")),))
+    placer = Placer(snap, default_scoring())
+    nodes = []
+    for i in range(4):
+        incoming = preferring(f"web-{i}", prefs, app="web")
+        decision = placer.decide(incoming)
+        assert decision.assignment is not None
+        snap.assume(incoming, decision.assignment)
+        nodes.append(decision.node)
+    assert sorted(nodes[:3]) == ["n0", "n1", "n2"]  # one a node while nodes without one remain
+
+
+def test_binpacking_alone_stacks_what_the_preference_spreads():
+    snap = zoned("a", "a", "b")
+    placer = Placer(snap, default_scoring())
+    nodes = set()
+    for i in range(3):
+        incoming = labelled(f"web-{i}", app="web")
+        decision = placer.decide(incoming)
+        assert decision.assignment is not None
+        snap.assume(incoming, decision.assignment)
+        nodes.add(decision.node)
+    assert len(nodes) == 1
+
+
+def test_preference_bonus_scales_weights_and_spread_counts():
+    snap = zoned("a", "a", "b")
+    put(snap, "n0", labelled("cache-0", app="cache"))
+    put(snap, "n0", labelled("cache-1", app="cache"))
+    put(snap, "n2", labelled("cache-2", app="cache"))
+    near = InterPodPreferences(affinity=((10, term(ZONE, app="cache")),))
+    # zone a holds two cache pods (20), zone b one (10): scaled from the lowest to the highest
+    assert preference_bonus(preferring("web", near, app="web"), snap) == {
+        "n0": PREFERENCE_POINTS,
+        "n1": PREFERENCE_POINTS,
+    }
+    snap.add_node(make_node("n3", labels={HOST: "n3", ZONE: "c"}))  # zone c: none, so 0
+    assert preference_bonus(preferring("web", near, app="web"), snap) == {
+        "n0": PREFERENCE_POINTS,
+        "n1": PREFERENCE_POINTS,
+        "n2": PREFERENCE_POINTS / 2,
+    }
+    soft = InterPodPreferences(
+        spread=(SpreadConstraint(max_skew=1, topology_key=ZONE, selector=selector(app="cache")),)
+    )
+    snap.add_node(make_node("bare"))
+    assert preference_bonus(preferring("c", soft, app="cache"), snap) == {
+        "n0": 0.0,
+        "n1": 0.0,
+        "n2": PREFERENCE_POINTS / 2,
+        "n3": PREFERENCE_POINTS,
+    }  # the fewest in the domain gain the most; the node without the zone label nothing
+    assert preference_bonus(labelled("plain", app="x"), snap) is None
 
 
 # -- against a plain reading of the stock semantics, on random clusters and rules ---------------

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from scheduler.placement.request import (
+    InterPodPreferences,
     LabelSelector,
     NodeSelectorRequirement,
     Operator,
     PodTerm,
     SpreadConstraint,
 )
-from scheduler.runtime.cluster.podrules import inter_pod_rules
+from scheduler.runtime.cluster.podrules import PodRules, inter_pod_rules
 from scheduler.runtime.cluster.podspec import pod_request
 
 ZONE = "topology.kubernetes.io/zone"
@@ -36,14 +37,16 @@ def web(*more: NodeSelectorRequirement) -> LabelSelector:
 
 
 def test_a_pod_without_rules_has_none():
-    assert inter_pod_rules(body()) == (None, None)
-    assert inter_pod_rules(body(affinity={"nodeAffinity": {}})) == (None, None)
+    assert inter_pod_rules(body()) == PodRules()
+    assert inter_pod_rules(body(affinity={"nodeAffinity": {}})) == PodRules()
 
 
 def test_required_terms_default_to_the_pods_namespace():
     term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
-    rules, problem = inter_pod_rules(body(affinity={"podAntiAffinity": {REQUIRED: [term]}}))
-    assert problem is None
+    read = inter_pod_rules(body(affinity={"podAntiAffinity": {REQUIRED: [term]}}))
+    assert read.unsupported is None
+    assert read.preferences is None
+    rules = read.rules
     assert rules is not None
     assert rules.anti_affinity == (
         PodTerm(selector=web(), namespaces=frozenset({"ml"}), topology_key=ZONE),
@@ -55,7 +58,7 @@ def test_required_terms_default_to_the_pods_namespace():
 def test_namespaces_listed_or_every_namespace():
     listed = {"labelSelector": {}, "topologyKey": ZONE, "namespaces": ["a", "b"]}
     every = {"labelSelector": {}, "topologyKey": ZONE, "namespaceSelector": {}}
-    rules, _ = inter_pod_rules(body(affinity={"podAffinity": {REQUIRED: [listed, every]}}))
+    rules = inter_pod_rules(body(affinity={"podAffinity": {REQUIRED: [listed, every]}})).rules
     assert rules is not None
     assert [t.namespaces for t in rules.affinity] == [frozenset({"a", "b"}), None]
     assert rules.affinity[0].selector == LabelSelector()  # `{}` selects every pod
@@ -67,8 +70,9 @@ def test_a_namespace_selector_with_requirements_is_unsupported():
         "topologyKey": ZONE,
         "namespaceSelector": {"matchLabels": {"team": "x"}},
     }
-    rules, problem = inter_pod_rules(body(affinity={"podAffinity": {REQUIRED: [term]}}))
-    assert rules is None
+    read = inter_pod_rules(body(affinity={"podAffinity": {REQUIRED: [term]}}))
+    assert read.rules is None
+    problem = read.unsupported
     assert problem is not None
     assert problem.startswith(f"spec.affinity.podAffinity.{REQUIRED}[0].namespaceSelector")
     request = pod_request(body(affinity={"podAffinity": {REQUIRED: [term]}}))
@@ -82,7 +86,7 @@ def test_match_and_mismatch_label_keys_take_the_pods_values():
         "matchLabelKeys": ["rev", "absent"],
         "mismatchLabelKeys": ["app"],
     }
-    rules, _ = inter_pod_rules(body(affinity={"podAntiAffinity": {REQUIRED: [term]}}))
+    rules = inter_pod_rules(body(affinity={"podAntiAffinity": {REQUIRED: [term]}})).rules
     assert rules is not None
     assert rules.anti_affinity[0].selector == web(
         NodeSelectorRequirement(key="rev", operator=Operator.IN, values=("7",)),
@@ -107,7 +111,8 @@ def test_spread_constraints_with_policies_and_the_api_servers_merged_keys():
         },
         {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway"},
     ]
-    rules, _ = inter_pod_rules(body(topologySpreadConstraints=constraints))
+    read = inter_pod_rules(body(topologySpreadConstraints=constraints))
+    rules = read.rules
     assert rules is not None
     assert rules.spread == (
         SpreadConstraint(
@@ -121,15 +126,26 @@ def test_spread_constraints_with_policies_and_the_api_servers_merged_keys():
     )
 
 
-def test_preferences_alone_are_no_rules():
+def test_preferences_are_kept_apart_from_the_rules():
     preferred = [{"weight": 50, "podAffinityTerm": {"labelSelector": {}, "topologyKey": ZONE}}]
     soft = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway"}
     spec = body(
         affinity={"podAntiAffinity": {PREFERRED: preferred}}, topologySpreadConstraints=[soft]
     )
-    assert inter_pod_rules(spec) == (None, None)
+    read = inter_pod_rules(spec)
+    assert read.rules is None
+    assert read.preferences == InterPodPreferences(
+        anti_affinity=(
+            (
+                50,
+                PodTerm(selector=LabelSelector(), namespaces=frozenset({"ml"}), topology_key=ZONE),
+            ),
+        ),
+        spread=(SpreadConstraint(max_skew=1, topology_key=ZONE, selector=None),),
+    )
     request = pod_request(spec)
     assert request.inter_pod is None
+    assert request.preferences == read.preferences
     assert request.unsupported is None
     assert request.namespace == "ml"
     assert dict(request.labels) == {"app": "web", "rev": "7"}

@@ -40,12 +40,14 @@ from .request import LabelSelector, Operator, PodRequest, PodTerm, SpreadConstra
 from .snapshot import Snapshot
 
 __all__ = [
+    "HOSTNAME",
     "PREFERENCE_POINTS",
     "REASON_AFFINITY",
     "REASON_ANTI_AFFINITY",
     "REASON_EXISTING_ANTI_AFFINITY",
     "REASON_SPREAD",
     "REASON_SPREAD_LABEL",
+    "decided_per_node",
     "preference_bonus",
     "refused_nodes",
 ]
@@ -57,6 +59,8 @@ REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
 
 _Domain = tuple[str, str]  # (topology key, value)
+HOSTNAME = "kubernetes.io/hostname"
+"""The node label whose domains are single nodes."""
 PREFERENCE_POINTS = 1000.0
 """What the best node for a pod's preferred terms, and again for its `ScheduleAnyway`
 constraints, gains over the worst: as much as the fragmentation score's whole range (weight 10
@@ -88,6 +92,24 @@ def _others(pod: PodRequest, node: NodeState) -> Iterator[PodRequest]:
     for other, _assignment in node.pods.values():
         if other.key != pod.key:
             yield other
+
+
+def decided_per_node(pod: PodRequest, snapshot: Snapshot) -> bool:
+    """Whether each node's own pods decide every inter-pod rule that reads `pod`: it has no
+    rules or only anti-affinity on `HOSTNAME`, and every running pod's anti-affinity term that
+    selects it is on `HOSTNAME` too. Then a snapshot of some whole nodes (the victim search's
+    what-if areas) refuses `pod` on them exactly as the cluster's does."""
+    rules = pod.inter_pod
+    if rules is not None and (
+        rules.affinity
+        or rules.spread
+        or any(t.topology_key != HOSTNAME for t in rules.anti_affinity)
+    ):
+        return False
+    return all(
+        term.topology_key == HOSTNAME or not term.selects(pod)
+        for term in snapshot.anti_affinity_terms
+    )
 
 
 def _existing_domains(pod: PodRequest, snapshot: Snapshot) -> set[_Domain]:

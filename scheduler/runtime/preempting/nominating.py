@@ -36,6 +36,7 @@ from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Placer, PodRequest
+from scheduler.placement.interpod import decided_per_node
 from scheduler.preemption import (
     DeviceFit,
     NoChoice,
@@ -68,8 +69,8 @@ log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
 NO_PREEMPTION_INTER_POD = (
-    "preemption: not for a pod with inter-pod affinity, anti-affinity or topology spread "
-    "constraints"
+    "preemption: not for a pod under inter-pod affinity, topology spread or anti-affinity "
+    "beyond kubernetes.io/hostname"
 )
 
 
@@ -177,7 +178,7 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        if any(info.request.inter_pod is not None for info in infos):
+        if not all(decided_per_node(info.request, live.snapshot) for info in infos):
             preempts = self.settings.enabled or self.settings.reclaim
             return f"{message}; {NO_PREEMPTION_INTER_POD}" if preempts else message
         preemptor = self._preemptor(name, infos, group, devices)

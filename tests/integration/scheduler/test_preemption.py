@@ -564,3 +564,56 @@ def test_a_hold_whose_node_drained_is_renewed_before_a_unit_behind_it_takes_the_
         wait_for(lambda: bound_pods(c.fake, "team-a").get("big") == "gpu-a", 20, "big bound")
         assert bound_pods(c.fake, "team-b").get("b0") != "gpu-a"
     assert c.deleted() == []
+
+
+# -- (7) inter-pod anti-affinity ------------------------------------------------------------------
+def _apart(app: str, key: str = "kubernetes.io/hostname") -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_a_pod_kept_out_by_hostname_anti_affinity_evicts_the_pod_in_its_way(cluster):
+    """Both nodes have room, but each runs a low-priority `web` pod: the high-priority replica,
+    anti-affine to `web` by hostname, evicts one of them (and nothing else) and binds there."""
+    c = cluster
+    with running(c.fake, config=config()):
+        c.fill(1, prefix="web-a", node="gpu-a", labels={"app": "web"})
+        c.fill(1, prefix="web-b", node="gpu-b", labels={"app": "web"})
+        c.fill(4, prefix="batch", labels={"app": "batch"})
+        c.pod(
+            "web-new",
+            gpus=1,
+            priorityClassName="high",
+            labels={"app": "web"},
+            affinity=_apart("web"),
+        )
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("web-new"), 20, "web-new bound")
+    assert len(c.deleted()) == 1
+    (victim,) = c.deleted()
+    assert victim in ("team-a/web-a0", "team-a/web-b0")
+    placed = bound_pods(c.fake, "team-a")
+    assert placed["web-new"] == {"team-a/web-a0": "gpu-a", "team-a/web-b0": "gpu-b"}[victim]
+
+
+def test_zone_anti_affinity_does_not_preempt_and_says_why(cluster):
+    c = cluster
+    for name in ("gpu-a", "gpu-b"):
+        node = c.fake.get_object("nodes", name)
+        node["metadata"]["labels"]["topology.kubernetes.io/zone"] = "z"
+        c.fake.put_object("nodes", node)
+    with running(c.fake, config=config()):
+        c.fill(1, prefix="web-a", node="gpu-a", labels={"app": "web"})
+        c.pod(
+            "web-new",
+            gpus=1,
+            priorityClassName="high",
+            labels={"app": "web"},
+            affinity=_apart("web", "topology.kubernetes.io/zone"),
+        )
+        wait_for(lambda: "beyond kubernetes.io/hostname" in c.reason("web-new"), 20, "the reason")
+    assert c.reason("web-new") == (
+        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules.; preemption: "
+        "not for a pod under inter-pod affinity, topology spread or anti-affinity beyond "
+        "kubernetes.io/hostname"
+    )
+    assert c.deleted() == []

@@ -29,6 +29,7 @@ from scheduler.placement.interpod import (
     REASON_EXISTING_ANTI_AFFINITY,
     REASON_SPREAD,
     REASON_SPREAD_LABEL,
+    decided_per_node,
     preference_bonus,
     refused_nodes,
 )
@@ -342,6 +343,21 @@ def test_placer_paths_agree_with_refusals(memo):
     assert placer.feasible(incoming) == ["n1", "n2"]
     assert placer.best_assignment(incoming) is not None
     assert placer.best_assignment(incoming).node == placer.decide(incoming).node
+
+
+def test_only_hostname_anti_affinity_is_decided_per_node():
+    snap = zoned("a", "b")
+    host = labelled("h", rules=InterPodRules(anti_affinity=(term(app="web"),)), app="web")
+    zone = labelled("z", rules=InterPodRules(anti_affinity=(term(ZONE, app="web"),)), app="web")
+    near = labelled("n", rules=InterPodRules(affinity=(term(app="web"),)), app="web")
+    assert decided_per_node(labelled("plain", app="web"), snap)
+    assert decided_per_node(host, snap)
+    assert not decided_per_node(zone, snap)
+    assert not decided_per_node(near, snap)
+    assert not decided_per_node(labelled("s", rules=spread(HOST), app="web"), snap)
+    put(snap, "n0", zone)  # a running pod's zone term now reads every `web` pod
+    assert not decided_per_node(labelled("plain", app="web"), snap)
+    assert decided_per_node(labelled("other", app="db"), snap)
 
 
 # -- preferences ---------------------------------------------------------------------------------

@@ -266,15 +266,17 @@ def _spread_counts(
 
 
 def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | None:
-    """Node name -> what `pod`'s preferences add to its score there (None: it has none).
+    """Node name -> what `pod`'s preferences add to its score there, less an amount the same on
+    every node (a node not named: 0); None when it has none.
 
     Preferred terms, as kube-scheduler's `InterPodAffinity` score: each pod a term selects adds
     the term's weight (affinity) or takes it away (anti-affinity) on every node of its domain;
-    the sums are scaled so the lowest is 0 and the highest `PREFERENCE_POINTS` (all 0 when
-    equal). `ScheduleAnyway` constraints, as `PodTopologySpread`'s: the selected pods of the
-    pod's namespace in the node's domains, summed over the constraints, scaled so the fewest
-    gets `PREFERENCE_POINTS` and the most 0; a node without a constraint's key gets 0. Running
-    pods' own preferred terms are not read."""
+    the best node gains `PREFERENCE_POINTS` over the worst, the rest in proportion.
+    `ScheduleAnyway` constraints, as `PodTopologySpread`'s: the selected pods of the pod's
+    namespace in the node's domains, summed over the constraints; the fewest gain
+    `PREFERENCE_POINTS` over the most, and a node without a constraint's key gains nothing
+    (it ranks with the most). Running pods' own preferred terms are not read. Only the nodes
+    whose domains hold a selected pod are named, so the cost follows those pods."""
     preferences = pod.preferences
     if preferences is None:
         return None
@@ -285,19 +287,45 @@ def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | 
             for weight, term in terms:
                 for name, count in _domain_counts(pod, term, snapshot).items():
                     weighed[name] = weighed.get(name, 0.0) + sign * weight * count
-        _scale_into(bonus, weighed, snapshot, fewest_best=False)
+        values = list(weighed.values())
+        if len(weighed) < len(snapshot):
+            values.append(0.0)  # a node no selected pod is near
+        span = max(values, default=0.0) - min(values, default=0.0)
+        for name, value in weighed.items():
+            if span and value:
+                bonus[name] = PREFERENCE_POINTS * value / span
     if preferences.spread:
-        crowded: dict[str, float] = {}
-        unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in preferences.spread}))
-        for constraint in preferences.spread:
-            counts = _spread_counts(pod, constraint, snapshot, unlabelled)
-            for value, domain in snapshot.domains(constraint.topology_key).items():
-                for name in domain.names:
-                    crowded[name] = crowded.get(name, 0.0) + counts.get(value, 0)
-        for name in unlabelled:
-            crowded.pop(name, None)
-        _scale_into(bonus, crowded, snapshot, fewest_best=True)
+        _crowding_into(bonus, pod, preferences.spread, snapshot)
     return bonus
+
+
+def _crowding_into(
+    bonus: dict[str, float],
+    pod: PodRequest,
+    constraints: tuple[SpreadConstraint, ...],
+    snapshot: Snapshot,
+) -> None:
+    """Take from `bonus` what the selected pods in a node's domains cost it (the most crowded,
+    and nodes without a key, `PREFERENCE_POINTS` below the least)."""
+    unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in constraints}))
+    crowded: dict[str, float] = {}
+    for constraint in constraints:
+        counts = _spread_counts(pod, constraint, snapshot, unlabelled)
+        domains = snapshot.domains(constraint.topology_key)
+        for where, count in counts.items():
+            for name in domains[where].names if count else ():
+                crowded[name] = crowded.get(name, 0.0) + count
+    for name in unlabelled:
+        crowded.pop(name, None)
+    labelled = len(snapshot) - len(unlabelled)
+    values = list(crowded.values())
+    low = 0.0 if len(crowded) < labelled else min(values, default=0.0)
+    span = max(values, default=0.0) - low
+    for name, value in crowded.items():
+        if span and value > low:
+            bonus[name] = bonus.get(name, 0.0) - PREFERENCE_POINTS * (value - low) / span
+    for name in unlabelled:
+        bonus[name] = bonus.get(name, 0.0) - PREFERENCE_POINTS
 
 
 def _domain_counts(pod: PodRequest, term: PodTerm, snapshot: Snapshot) -> dict[str, int]:
@@ -309,28 +337,3 @@ def _domain_counts(pod: PodRequest, term: PodTerm, snapshot: Snapshot) -> dict[s
             per_domain[value] = per_domain.get(value, 0) + 1
     domains = snapshot.domains(term.topology_key)
     return {name: count for value, count in per_domain.items() for name in domains[value].names}
-
-
-def _scale_into(
-    bonus: dict[str, float], raw: Mapping[str, float], snapshot: Snapshot, *, fewest_best: bool
-) -> None:
-    """Add `raw` (nodes missing: 0, or with `fewest_best` the worst) scaled to 0 ..
-    `PREFERENCE_POINTS` into `bonus`."""
-    if fewest_best:
-        if not raw:
-            return
-        low, high = min(raw.values()), max(raw.values())
-        for name, value in raw.items():
-            share = 1.0 if high == low else (high - value) / (high - low)
-            bonus[name] = bonus.get(name, 0.0) + PREFERENCE_POINTS * share
-        return
-    values = list(raw.values())
-    if len(raw) < len(snapshot):
-        values.append(0.0)
-    low, high = min(values, default=0.0), max(values, default=0.0)
-    if high == low:
-        return
-    for name in snapshot.nodes:
-        share = (raw.get(name, 0.0) - low) / (high - low)
-        if share:
-            bonus[name] = bonus.get(name, 0.0) + PREFERENCE_POINTS * share

@@ -80,7 +80,14 @@ class Placer:
         """
         refused = self._refused(pod)
         bonus = self._bonus(pod)
-        memo = self._memo_for(pod) if bonus is None else None
+        memo = self._memo_for(pod)
+        if memo is not None and bonus is not None and self._few(bonus):
+            found = self._with_few_bonuses(pod, memo, bonus, (allowed, excluded, refused))
+            if found is not None:
+                return found
+            bonus = None  # nothing fits: the reasons are those of the pod without preferences
+        if bonus is not None:
+            memo = None
         if memo is None:
             return pick(
                 pod,
@@ -119,7 +126,12 @@ class Placer:
         most of those offers fit nowhere: a queue waits)."""
         refused = self._refused(pod)
         bonus = self._bonus(pod)
-        memo = self._memo_for(pod) if bonus is None else None
+        memo = self._memo_for(pod)
+        if memo is not None and bonus is not None and self._few(bonus):
+            found = self._with_few_bonuses(pod, memo, bonus, (allowed, excluded, refused))
+            return None if found is None else found.assignment
+        if bonus is not None:
+            memo = None
         if memo is None:  # `pick` counts only the candidates' reasons without `explain`
             return pick(
                 pod,
@@ -176,6 +188,49 @@ class Placer:
         if found is not None and node_name in (self._refused(pod) or {}):
             return None
         return found
+
+    def _few(self, bonus: Mapping[str, float]) -> bool:
+        """Whether the nodes `bonus` names are few enough to score one by one beside the memo's
+        best of the rest (it ranks by the score alone: no used-node tier)."""
+        return not self._scoring.prefer_used_nodes and len(bonus) * 8 <= len(self._snapshot)
+
+    def _with_few_bonuses(
+        self,
+        pod: PodRequest,
+        memo: VerdictMemo,
+        bonus: Mapping[str, float],
+        where: tuple[AbstractSet[str] | None, AbstractSet[str] | None, Mapping[str, str] | None],
+    ) -> Decision | None:
+        """`pick(..., bonus=bonus)`'s decision where a node fits (None where none does): the
+        memo's best of the nodes `bonus` does not name (their bonus is 0), against each named
+        node's score and bonus, the lowest name on ties."""
+        allowed, excluded, refused = where
+        off: AbstractSet[str] = bonus.keys()
+        if refused:
+            off = off | refused.keys()
+        if excluded:
+            off = off | excluded
+        plain = memo.decide(pod, allowed=allowed, explain=False, excluded=off)
+        best = None if plain.assignment is None else (plain.score, plain.assignment.node)
+        chosen = plain.assignment
+        nodes = self._snapshot.nodes
+        for name, extra in bonus.items():
+            node = nodes.get(name)
+            if node is None or (allowed is not None and name not in allowed):
+                continue
+            if (excluded and name in excluded) or (refused and name in refused):
+                continue
+            assignment = filter_node(pod, node).assignment
+            if assignment is None:
+                continue
+            score = self._scoring.total(pod, node, assignment) + extra
+            if best is None or score > best[0] or (score == best[0] and name < best[1]):
+                best, chosen = (score, name), assignment
+        if best is None or chosen is None:
+            return None
+        return Decision(
+            pod=pod.key, assignment=chosen, score=best[0], nodes_total=len(self._snapshot)
+        )
 
     def _bonus(self, pod: PodRequest) -> dict[str, float] | None:
         """What the pod's inter-pod preferences add to each node's score (None: it has none,

@@ -5,6 +5,7 @@ scheduler's reasons; gangs respect them member by member."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,6 +34,7 @@ from scheduler.placement.interpod import (
     preference_bonus,
     refused_nodes,
 )
+from scheduler.placement.pick import pick
 from scheduler.placement.request import (
     InterPodPreferences,
     InterPodRules,
@@ -394,32 +396,52 @@ def test_binpacking_alone_stacks_what_the_preference_spreads():
     assert len(nodes) == 1
 
 
+def relative(bonus: dict[str, float] | None, snap: Snapshot) -> dict[str, float]:
+    """Each node's bonus above the lowest (what ranking reads: a shift on every node is none)."""
+    assert bonus is not None
+    every = {name: bonus.get(name, 0.0) for name in snap.names()}
+    low = min(every.values())
+    return {name: value - low for name, value in every.items()}
+
+
 def test_preference_bonus_scales_weights_and_spread_counts():
     snap = zoned("a", "a", "b")
     put(snap, "n0", labelled("cache-0", app="cache"))
     put(snap, "n0", labelled("cache-1", app="cache"))
     put(snap, "n2", labelled("cache-2", app="cache"))
     near = InterPodPreferences(affinity=((10, term(ZONE, app="cache")),))
-    # zone a holds two cache pods (20), zone b one (10): scaled from the lowest to the highest
-    assert preference_bonus(preferring("web", near, app="web"), snap) == {
-        "n0": PREFERENCE_POINTS,
-        "n1": PREFERENCE_POINTS,
-    }
-    snap.add_node(make_node("n3", labels={HOST: "n3", ZONE: "c"}))  # zone c: none, so 0
-    assert preference_bonus(preferring("web", near, app="web"), snap) == {
+    # zone a holds two cache pods (20), zone b one (10): the best gains the whole range
+    bonus = preference_bonus(preferring("web", near, app="web"), snap)
+    assert relative(bonus, snap) == {"n0": PREFERENCE_POINTS, "n1": PREFERENCE_POINTS, "n2": 0}
+    snap.add_node(make_node("n3", labels={HOST: "n3", ZONE: "c"}))  # zone c: none, the lowest
+    bonus = preference_bonus(preferring("web", near, app="web"), snap)
+    assert relative(bonus, snap) == {
         "n0": PREFERENCE_POINTS,
         "n1": PREFERENCE_POINTS,
         "n2": PREFERENCE_POINTS / 2,
+        "n3": 0,
     }
+    away = InterPodPreferences(anti_affinity=((10, term(ZONE, app="cache")),))
+    bonus = preference_bonus(preferring("web", away, app="web"), snap)
+    assert relative(bonus, snap) == {
+        "n0": 0,
+        "n1": 0,
+        "n2": PREFERENCE_POINTS / 2,
+        "n3": PREFERENCE_POINTS,
+    }
+    assert bonus is not None
+    assert "n3" not in bonus  # only nodes near a selected pod are named
     soft = InterPodPreferences(
         spread=(SpreadConstraint(max_skew=1, topology_key=ZONE, selector=selector(app="cache")),)
     )
     snap.add_node(make_node("bare"))
-    assert preference_bonus(preferring("c", soft, app="cache"), snap) == {
+    bonus = preference_bonus(preferring("c", soft, app="cache"), snap)
+    assert relative(bonus, snap) == {
         "n0": 0.0,
         "n1": 0.0,
         "n2": PREFERENCE_POINTS / 2,
         "n3": PREFERENCE_POINTS,
+        "bare": 0.0,
     }  # the fewest in the domain gain the most; the node without the zone label nothing
     assert preference_bonus(labelled("plain", app="x"), snap) is None
 
@@ -479,8 +501,29 @@ def rules(draw: st.DrawFn) -> InterPodRules | None:
 def pods(draw: st.DrawFn, key: str) -> PodRequest:
     labels = draw(st.dictionaries(st.sampled_from(_KEYS), st.sampled_from(_VALUES), max_size=2))
     namespace = draw(st.sampled_from(("default", "b")))
+    preferences = None
+    if draw(st.booleans()):
+        weighted = st.tuples(st.integers(1, 100), terms())
+        preferences = InterPodPreferences(
+            affinity=tuple(draw(st.lists(weighted, max_size=2))),
+            anti_affinity=tuple(draw(st.lists(weighted, max_size=2))),
+            spread=tuple(
+                SpreadConstraint(
+                    max_skew=1,
+                    topology_key=draw(st.sampled_from((HOST, ZONE))),
+                    selector=draw(selectors()),
+                    honor_taints=draw(st.booleans()),
+                )
+                for _ in range(draw(st.integers(0, 2)))
+            ),
+        )
     return pod(
-        f"{namespace}/{key}", namespace=namespace, labels=labels, inter_pod=draw(rules()), gpus=0
+        f"{namespace}/{key}",
+        namespace=namespace,
+        labels=labels,
+        inter_pod=draw(rules()),
+        preferences=preferences,
+        gpus=0,
     )
 
 
@@ -545,7 +588,7 @@ def _affinity_reason(incoming, node, placed) -> str | None:
     if not all(t.topology_key in node.labels for t in affinity):
         return REASON_AFFINITY
     matching = [n for o, n in placed if all(t.selects(o) for t in affinity)]
-    if matching:
+    if any(t.topology_key in n.labels for n in matching for t in affinity):  # a pair counted
         near = all(any(_same(node, n, t.topology_key) for n in matching) for t in affinity)
         return None if near else REASON_AFFINITY
     return None if all(t.selects(incoming) for t in affinity) else REASON_AFFINITY
@@ -585,3 +628,90 @@ def test_refusals_match_a_plain_reading_of_the_rules(data, zones):
             snap.forget("b/late")
     incoming = data.draw(pods("incoming"))
     assert (refused_nodes(incoming, snap) or {}) == _reference(incoming, snap)
+    if incoming.preferences is not None:
+        found = relative(preference_bonus(incoming, snap), snap)
+        expected = relative(_reference_bonus(incoming, snap), snap)
+        assert found == pytest.approx(expected)
+
+
+def _reference_bonus(incoming: PodRequest, snap: Snapshot) -> dict[str, float]:
+    """The stock scores, node by node: each component scaled to 0..PREFERENCE_POINTS."""
+    prefs = incoming.preferences
+    assert prefs is not None
+    placed = [
+        (o, n) for n in snap.nodes.values() for o, _a in n.pods.values() if o.key != incoming.key
+    ]
+    total = dict.fromkeys(snap.names(), 0.0)
+    if prefs.affinity or prefs.anti_affinity:
+        raw = {
+            name: sum(
+                sign
+                * w
+                * sum(1 for o, n in placed if t.selects(o) and _same(node, n, t.topology_key))
+                for sign, weighted in ((1, prefs.affinity), (-1, prefs.anti_affinity))
+                for w, t in weighted
+            )
+            for name, node in snap.nodes.items()
+        }
+        low, high = min(raw.values()), max(raw.values())
+        for name in total:
+            total[name] += PREFERENCE_POINTS * (raw[name] - low) / (high - low) if high > low else 0
+    if prefs.spread:
+        keys = {c.topology_key for c in prefs.spread}
+        labelled = {name for name, node in snap.nodes.items() if keys <= node.labels.keys()}
+        raw = {}
+        for name in labelled:
+            node = snap.nodes[name]
+            raw[name] = 0.0
+            for c in prefs.spread:
+                for o, n in placed:
+                    counted = n.name in labelled and not (
+                        c.honor_taints
+                        and any(t.effect is not Effect.PREFER_NO_SCHEDULE for t in n.taints)
+                    )
+                    if (
+                        counted
+                        and _same(node, n, c.topology_key)
+                        and c.selector is not None
+                        and o.namespace == incoming.namespace
+                        and c.selector.matches(o.labels)
+                    ):
+                        raw[name] += 1
+        low, high = min(raw.values(), default=0), max(raw.values(), default=0)
+        for name in labelled:
+            total[name] += PREFERENCE_POINTS * (
+                (high - raw[name]) / (high - low) if high > low else 1
+            )
+    return total
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), size=st.integers(8, 24))
+def test_the_placer_decides_preferences_as_pick_does(data, size):
+    """The Placer scores the few nodes a preference names one by one beside its memo's best of
+    the rest: the same node and score as `pick` ranking every node with the bonus."""
+    zones = "ab"
+    snap = Snapshot(
+        make_node(
+            f"n{i:02d}",
+            gpus=data.draw(st.sampled_from((0, 4, 8))),
+            labels={HOST: f"n{i:02d}", ZONE: zones[i % 2]},
+        )
+        for i in range(size)
+    )
+    names = snap.names()
+    for i in range(data.draw(st.integers(0, 10))):
+        snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
+    incoming = replace(data.draw(pods("incoming")), gpus=data.draw(st.integers(0, 2)))
+    scoring = Scoring.from_weights({"binpack": 1.0, "topology": 1.0})
+    decided = Placer(snap, scoring).decide(incoming)
+    expected = pick(
+        incoming,
+        snap,
+        scoring,
+        refused=refused_nodes(incoming, snap),
+        bonus=preference_bonus(incoming, snap),
+    )
+    assert decided.node == expected.node
+    assert decided.score == pytest.approx(expected.score)
+    assert (decided.assignment is None) == (expected.assignment is None)

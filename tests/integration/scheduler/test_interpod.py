@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -92,55 +94,69 @@ def test_spread_over_zones_overrides_binpacking(fake_api, core_v1):
     assert placed == ["a1", "a1", "b1", "b1"]
 
 
-def jobset_affinity(job: str, key: str) -> dict[str, Any]:
-    """What JobSet's pod webhook writes for `alpha.jobset.sigs.k8s.io/exclusive-topology`: the
-    job's pods together in one domain of `key`, and no other job's pods there (every
-    namespace: an empty namespace selector)."""
-    job_key = "jobset.sigs.k8s.io/job-key"
+def exclusive(label: str, group: str, key: str, every_namespace: bool) -> dict[str, Any]:
+    """What JobSet's and LeaderWorkerSet's pod webhooks write for their exclusive-topology
+    annotation: the group's pods together in one domain of `key` and no other group's there.
+    JobSet's terms read every namespace (an empty namespace selector); LeaderWorkerSet's the
+    pod's own."""
+    wide = {"namespaceSelector": {}} if every_namespace else {}
     together = {
         "labelSelector": {
-            "matchExpressions": [{"key": job_key, "operator": "In", "values": [job]}]
+            "matchExpressions": [{"key": label, "operator": "In", "values": [group]}]
         },
         "topologyKey": key,
-        "namespaceSelector": {},
+        **wide,
     }
     alone = {
         "labelSelector": {
             "matchExpressions": [
-                {"key": job_key, "operator": "Exists"},
-                {"key": job_key, "operator": "NotIn", "values": [job]},
+                {"key": label, "operator": "Exists"},
+                {"key": label, "operator": "NotIn", "values": [group]},
             ]
         },
         "topologyKey": key,
-        "namespaceSelector": {},
+        **wide,
     }
     return {"podAffinity": {REQUIRED: [together]}, "podAntiAffinity": {REQUIRED: [alone]}}
 
 
-def test_jobset_exclusive_placement_gives_each_job_its_own_rack(fake_api, core_v1):
+@pytest.mark.parametrize(
+    ("label", "namespaces"),
+    [
+        pytest.param("jobset.sigs.k8s.io/job-key", ("default", "team"), id="JobSet"),
+        pytest.param("leaderworkerset.sigs.k8s.io/group-key", ("default",), id="LeaderWorkerSet"),
+    ],
+)
+def test_exclusive_placement_gives_each_group_its_own_rack(fake_api, core_v1, label, namespaces):
     rack = "gputopo.io/rack"
     for name, value in (("a1", "ra"), ("a2", "ra"), ("b1", "rb"), ("b2", "rb")):
         gpu_node(fake_api, name, labels={rack: value})
     core_v1.create_namespace({"metadata": {"name": "team"}}, _preload_content=False)
+    groups = list(zip(("x", "y"), namespaces * 2, strict=False))
     with running(fake_api):
-        for job, namespace in (("job-x", "default"), ("job-y", "team")):
+        for group, namespace in groups:
             for i in range(3):
                 body = pod_body(
-                    f"{job}-{i}",
+                    f"{group}-{i}",
                     gpus=4,
                     namespace=namespace,
-                    labels={"jobset.sigs.k8s.io/job-key": job},
-                    affinity=jobset_affinity(job, rack),
+                    labels={label: group},
+                    affinity=exclusive(label, group, rack, len(namespaces) > 1),
                 )
                 create_pod(core_v1, body)
         wait_for(
-            lambda: len(bound_pods(fake_api)) + len(bound_pods(fake_api, "team")) == 6,
+            lambda: sum(len(bound_pods(fake_api, ns)) for ns in set(namespaces)) == 6,
             10,
-            "both jobs bound",
+            "both groups bound",
         )
     racks = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb"}
-    x = {racks[n] for n in bound_pods(fake_api).values()}
-    y = {racks[n] for n in bound_pods(fake_api, "team").values()}
+    placed = {
+        name: racks[node]
+        for ns in set(namespaces)
+        for name, node in bound_pods(fake_api, ns).items()
+    }
+    x = {placed[f"x-{i}"] for i in range(3)}
+    y = {placed[f"y-{i}"] for i in range(3)}
     assert len(x) == 1
     assert len(y) == 1
     assert x != y

@@ -89,3 +89,20 @@ def test_metrics_health_and_readiness(fake_api, core_v1):
     assert 'gputopo_scheduler_pending_pods{reason="unschedulable"} 1.0' in text
     assert "gputopo_scheduler_scheduling_cycle_duration_seconds_bucket" in text
     assert 'gputopo_scheduler_build_info{version="' in text
+
+
+def test_malformed_spread_constraint(fake_api, core_v1):
+    """A spread constraint no API server would admit (`maxSkew: 0`), put past validation: the
+    pod waits as invalid naming the field, and the scheduler carries on."""
+    gpu_node(fake_api, "n1")
+    spread = [{"maxSkew": 0, "topologyKey": "kubernetes.io/hostname"}]
+    fake_api.put_object("pods", pod_body("skewed", gpus=1, topologySpreadConstraints=spread))
+    with running(fake_api) as rt:
+        message = wait_for(lambda: reasons(fake_api, "skewed").get("FailedScheduling"), 5, "event")
+        create_pod(core_v1, pod_body("fine", gpus=1))
+        wait_for(lambda: node_of(fake_api, "fine"), 5, "an ordinary pod still binds")
+        assert rt.scheduler.pending_reasons() == {"invalid": 1}
+    assert message == (
+        "invalid pod: pod default/skewed: spec.topologySpreadConstraints[0].maxSkew: "
+        "must be an integer >= 1"
+    )

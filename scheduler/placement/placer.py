@@ -190,9 +190,17 @@ class Placer:
         return found
 
     def _few(self, bonus: Mapping[str, float]) -> bool:
-        """Whether the nodes `bonus` names are few enough to score one by one beside the memo's
-        best of the rest (it ranks by the score alone: no used-node tier)."""
-        return not self._scoring.prefer_used_nodes and len(bonus) * 8 <= len(self._snapshot)
+        """Whether `bonus` takes few values (one per group of nodes the memo ranks together; a
+        bonus from hostname terms takes one or two, from zones one per zone), and the scoring
+        ranks by the score alone (no used-node tier)."""
+        if self._scoring.prefer_used_nodes:
+            return False
+        values: set[float] = set()
+        for value in bonus.values():
+            values.add(value)
+            if len(values) > _FEW_BONUSES:
+                return False
+        return True
 
     def _with_few_bonuses(
         self,
@@ -202,34 +210,38 @@ class Placer:
         where: tuple[AbstractSet[str] | None, AbstractSet[str] | None, Mapping[str, str] | None],
     ) -> Decision | None:
         """`pick(..., bonus=bonus)`'s decision where a node fits (None where none does): the
-        memo's best of the nodes `bonus` does not name (their bonus is 0), against each named
-        node's score and bonus, the lowest name on ties."""
+        memo's best node of each group of nodes that share a bonus (those `bonus` does not name:
+        0), by score and bonus, the lowest name on ties."""
         allowed, excluded, refused = where
+        groups: dict[float, set[str]] = {}
+        for name, value in bonus.items():
+            groups.setdefault(value, set()).add(name)
         off: AbstractSet[str] = bonus.keys()
         if refused:
             off = off | refused.keys()
         if excluded:
             off = off | excluded
-        plain = memo.decide(pod, allowed=allowed, explain=False, excluded=off)
-        best = None if plain.assignment is None else (plain.score, plain.assignment.node)
-        chosen = plain.assignment
-        nodes = self._snapshot.nodes
-        for name, extra in bonus.items():
-            node = nodes.get(name)
-            if node is None or (allowed is not None and name not in allowed):
+        held: AbstractSet[str] = frozenset()
+        if refused:
+            held = refused.keys()
+        if excluded:
+            held = held | excluded
+        values = [0.0, *groups]
+        found = memo.best_by_group(
+            pod, [None, *groups.values()], allowed=allowed, excluded=off, held=held or None
+        )
+        best: tuple[float, str, Assignment] | None = None
+        for extra, placed in zip(values, found, strict=True):
+            if placed is None:
                 continue
-            if (excluded and name in excluded) or (refused and name in refused):
-                continue
-            assignment = filter_node(pod, node).assignment
-            if assignment is None:
-                continue
-            score = self._scoring.total(pod, node, assignment) + extra
-            if best is None or score > best[0] or (score == best[0] and name < best[1]):
-                best, chosen = (score, name), assignment
-        if best is None or chosen is None:
+            assignment, score = placed
+            total = score + extra
+            if best is None or total > best[0] or (total == best[0] and assignment.node < best[1]):
+                best = (total, assignment.node, assignment)
+        if best is None:
             return None
         return Decision(
-            pod=pod.key, assignment=chosen, score=best[0], nodes_total=len(self._snapshot)
+            pod=pod.key, assignment=best[2], score=best[0], nodes_total=len(self._snapshot)
         )
 
     def _bonus(self, pod: PodRequest) -> dict[str, float] | None:
@@ -249,6 +261,10 @@ class Placer:
         """The memo when it decides `pod`, else None: `pick` decides (and refuses an unsupported
         pod before reading anything)."""
         return None if pod.unsupported else self._memo
+
+
+_FEW_BONUSES = 16
+"""The most distinct bonus values the memo ranks group by group (else `pick` ranks every node)."""
 
 
 def _without(excluded: AbstractSet[str] | None, refused: Mapping[str, str]) -> AbstractSet[str]:

@@ -159,6 +159,33 @@ class VerdictMemo:
             self._refusals.add(refusal, (explain, decision))
         return decision
 
+    def best_by_group(
+        self,
+        pod: PodRequest,
+        groups: Sequence[AbstractSet[str] | None],
+        *,
+        allowed: AbstractSet[str] | None,
+        excluded: AbstractSet[str] | None,
+        held: AbstractSet[str] | None,
+    ) -> list[tuple[Assignment, float] | None]:
+        """The best node of each of `groups` with its score, as `decide` ranks them, the pod
+        seen once: None stands for every node in `allowed` but `excluded`, a set for its nodes
+        in `allowed` but `held`. Each group's nodes carry one bonus (`Placer`'s preferences),
+        which the caller adds."""
+        verdicts = self._refresh(pod)
+        out: list[tuple[Assignment, float] | None] = []
+        for group in groups:
+            if group is None:
+                out.append(self._best(pod, verdicts, self._where(allowed, excluded)))
+                continue
+            members = group if allowed is None else group & allowed
+            if held:
+                members = members - held
+            out.append(
+                self._best(pod, verdicts, self._nodes.slots_of(members)) if members else None
+            )
+        return out
+
     def reasons(
         self,
         pod: PodRequest,

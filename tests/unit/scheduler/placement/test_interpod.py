@@ -91,28 +91,41 @@ def put(snap: Snapshot, node: str, request: PodRequest) -> None:
     assert assignment.node == node
 
 
+PATHS = ("pick", "memo")
+"""The Placer's two paths: `pick` (a candidate limit) and the verdict memo (every node ranked)."""
+
+
+def scoring_for(path: str) -> Scoring:
+    return Scoring() if path == "pick" else default_scoring()
+
+
+@pytest.fixture(params=PATHS)
+def scoring(request: pytest.FixtureRequest) -> Scoring:
+    return scoring_for(request.param)
+
+
 def test_no_rules_read_the_pod_nothing_refused():
     snap = zoned("a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     assert refused_nodes(labelled("web-1", app="web"), snap) is None
 
 
-def test_anti_affinity_by_hostname_refuses_the_node_with_a_match():
+def test_anti_affinity_by_hostname_refuses_the_node_with_a_match(scoring):
     snap = zoned("a", "a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     rules = InterPodRules(anti_affinity=(term(app="web"),))
     incoming = labelled("web-1", rules=rules, app="web")
     assert refused_nodes(incoming, snap) == {"n0": REASON_ANTI_AFFINITY}
-    decision = Placer(snap, Scoring()).decide(incoming)
+    decision = Placer(snap, scoring).decide(incoming)
     assert decision.node in {"n1", "n2"}
 
 
-def test_anti_affinity_by_zone_refuses_the_whole_zone_and_says_so_when_nothing_is_left():
+def test_anti_affinity_by_zone_refuses_the_whole_zone_and_says_so_when_nothing_is_left(scoring):
     snap = zoned("a", "a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     put(snap, "n2", labelled("web-1", app="web"))
     rules = InterPodRules(anti_affinity=(term(ZONE, app="web"),))
-    decision = Placer(snap, Scoring()).decide(labelled("web-2", rules=rules, app="web"))
+    decision = Placer(snap, scoring).decide(labelled("web-2", rules=rules, app="web"))
     assert decision.node is None
     assert decision.message() == (
         "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
@@ -130,7 +143,7 @@ def test_anti_affinity_reads_only_the_terms_namespaces():
     }
 
 
-def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain():
+def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain(scoring):
     snap = zoned("a", "a", "b")
     holder = labelled("db-0", rules=InterPodRules(anti_affinity=(term(ZONE, role="noisy"),)))
     put(snap, "n0", holder)
@@ -139,7 +152,7 @@ def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain():
         "n0": REASON_EXISTING_ANTI_AFFINITY,
         "n1": REASON_EXISTING_ANTI_AFFINITY,
     }
-    placer = Placer(snap, Scoring())
+    placer = Placer(snap, scoring)
     assert placer.decide(noisy).node == "n2"
     assert placer.feasible(noisy) == ["n2"]
     assert placer.assignment_on(noisy, "n1") is None
@@ -148,14 +161,14 @@ def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain():
     assert refused_nodes(noisy, snap) is None  # the holder gone, its rule goes with it
 
 
-def test_affinity_needs_a_matching_pod_in_the_domain():
+def test_affinity_needs_a_matching_pod_in_the_domain(scoring):
     snap = zoned("a", "a", "b")
     snap.add_node(make_node("bare"))  # no zone label: refused by an affinity term on zone
     put(snap, "n1", labelled("cache-0", app="cache"))
     rules = InterPodRules(affinity=(term(ZONE, app="cache"),))
     incoming = labelled("web-0", rules=rules, app="web")
     assert refused_nodes(incoming, snap) == {"n2": REASON_AFFINITY, "bare": REASON_AFFINITY}
-    assert Placer(snap, Scoring()).decide(incoming).node in {"n0", "n1"}
+    assert Placer(snap, scoring).decide(incoming).node in {"n0", "n1"}
 
 
 def test_affinity_with_no_match_anywhere_admits_only_the_first_of_its_own_group():
@@ -179,12 +192,12 @@ def spread(key: str = ZONE, skew: int = 1, **kwargs: object) -> InterPodRules:
     return InterPodRules(spread=(constraint,))
 
 
-def test_spread_refuses_the_domain_that_would_exceed_the_skew():
+def test_spread_refuses_the_domain_that_would_exceed_the_skew(scoring):
     snap = zoned("a", "a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     incoming = labelled("web-1", rules=spread(), app="web")
     assert refused_nodes(incoming, snap) == {"n0": REASON_SPREAD, "n1": REASON_SPREAD}
-    assert Placer(snap, Scoring()).decide(incoming).node == "n2"
+    assert Placer(snap, scoring).decide(incoming).node == "n2"
     # a pod the selector does not pick adds nothing to its own domain: skew 1 allows zone a
     other = labelled("api-0", rules=spread(), app="api")
     assert refused_nodes(other, snap) is None
@@ -244,30 +257,30 @@ def test_spread_missing_label_and_node_inclusion_policies():
     }
 
 
-def test_resources_are_reported_before_inter_pod_rules():
+def test_resources_are_reported_before_inter_pod_rules(scoring):
     snap = zoned("a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     snap.assume_on(PodRequest(key="default/eat", gpus=8), "n1")
     rules = InterPodRules(anti_affinity=(term(app="web"),))
-    decision = Placer(snap, Scoring()).decide(labelled("web-1", rules=rules, app="web"))
+    decision = Placer(snap, scoring).decide(labelled("web-1", rules=rules, app="web"))
     assert decision.message() == (
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
         "1 node(s) didn't match pod anti-affinity rules."
     )
     snap.assume_on(PodRequest(key="default/eat-more", gpus=7), "n0")
-    decision = Placer(snap, Scoring()).decide(labelled("web-1", rules=rules, app="web"))
+    decision = Placer(snap, scoring).decide(labelled("web-1", rules=rules, app="web"))
     assert decision.message() == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 
 
-def test_a_gang_with_anti_affinity_on_itself_takes_one_node_per_member():
+def test_a_gang_with_anti_affinity_on_itself_takes_one_node_per_member(scoring):
     snap = zoned("a", "a", "b", "b")
     rules = InterPodRules(anti_affinity=(term(job="train"),))
     members = [labelled(f"train-{i}", rules=rules, job="train") for i in range(4)]
-    placed = place_gang(members, Placer(snap, Scoring()))
+    placed = place_gang(members, Placer(snap, scoring))
     assert placed.ok
     assert len({a.node for a in placed.assignments.values()}) == 4
     five = [*members, labelled("train-4", rules=rules, job="train")]
-    assert not place_gang(five, Placer(snap, Scoring())).ok
+    assert not place_gang(five, Placer(snap, scoring)).ok
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -276,13 +289,14 @@ def test_a_gang_with_anti_affinity_on_itself_takes_one_node_per_member():
     arrivals=st.lists(st.sampled_from(("web", "api")), min_size=1, max_size=14),
     skew=st.integers(1, 2),
     key=st.sampled_from((HOST, ZONE)),
+    path=st.sampled_from(PATHS),
 )
-def test_spread_placements_never_exceed_the_skew(zones, arrivals, skew, key):
+def test_spread_placements_never_exceed_the_skew(zones, arrivals, skew, key, path):
     """Pods that spread over `key` with `max_skew` are placed one by one: after each, the
     selected pods' counts over the domains differ by at most the skew, and a pod is refused
     only when every node would exceed it."""
     snap = zoned(*zones)
-    placer = Placer(snap, Scoring())
+    placer = Placer(snap, scoring_for(path))
     domains = {snap.nodes[n].labels[key] for n in snap.names()}
     for i, app in enumerate(arrivals):
         rules = spread(key, skew)
@@ -312,13 +326,14 @@ def _counts(snap: Snapshot, key: str, domains: set[str]) -> Counter[str]:
     nodes=st.integers(1, 5),
     arrivals=st.lists(st.sampled_from(("web", "db", "batch")), min_size=1, max_size=12),
     gpus=st.integers(0, 4),
+    path=st.sampled_from(PATHS),
 )
-def test_anti_affinity_both_ways_never_shares_a_node(nodes, arrivals, gpus):
+def test_anti_affinity_both_ways_never_shares_a_node(nodes, arrivals, gpus, path):
     """`web` pods refuse a node with another `web`; `db` pods refuse one with `batch`, and
     nothing else: after any arrivals no node holds two `web` pods or a `db` beside a `batch`,
     and a refused pod had no node allowed by both directions that fits."""
     snap = zoned(*("a" * nodes))
-    placer = Placer(snap, Scoring())
+    placer = Placer(snap, scoring_for(path))
     for i, app in enumerate(arrivals):
         rules = {
             "web": InterPodRules(anti_affinity=(term(app="web"),)),
@@ -337,11 +352,11 @@ def test_anti_affinity_both_ways_never_shares_a_node(nodes, arrivals, gpus):
 
 
 @pytest.mark.parametrize("memo", [True, False])
-def test_placer_paths_agree_with_refusals(memo):
+def test_placer_paths_agree_with_refusals(memo, scoring):
     snap = zoned("a", "a", "b")
     put(snap, "n0", labelled("web-0", app="web"))
     incoming = labelled("web-1", rules=InterPodRules(anti_affinity=(term(app="web"),)), app="web")
-    placer = Placer(snap, Scoring(), memo=memo)
+    placer = Placer(snap, scoring, memo=memo)
     assert placer.feasible(incoming) == ["n1", "n2"]
     assert placer.best_assignment(incoming) is not None
     assert placer.best_assignment(incoming).node == placer.decide(incoming).node
@@ -703,8 +718,10 @@ def test_the_placer_decides_preferences_as_pick_does(data, size):
     for i in range(data.draw(st.integers(0, 10))):
         snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
     incoming = replace(data.draw(pods("incoming")), gpus=data.draw(st.integers(0, 2)))
-    scoring = Scoring.from_weights({"binpack": 1.0, "topology": 1.0})
-    decided = Placer(snap, scoring).decide(incoming)
+    scoring = Scoring.from_weights(
+        {"binpack": 1.0, "topology": 1.0}, prefer_used_nodes=False, candidate_limit=0
+    )
+    decided = Placer(snap, scoring).decide(incoming)  # the memo's path
     expected = pick(
         incoming,
         snap,

@@ -24,6 +24,10 @@ Semantics (as kube-scheduler 1.34):
   (`SpreadConstraint`); a node is refused when its domain's count, plus one if the pod matches
   the selector itself, exceeds the smallest domain count by more than `max_skew`.
 
+The same terms weigh in scores (`preference_bonus`): the pod's preferred ones and
+`ScheduleAnyway` constraints, and the running pods' preferred and required affinity terms that
+select it (`Snapshot.weighed_terms`).
+
 A node refused by several rules shows the first reason in the stock filters' order: spread,
 affinity, anti-affinity, existing anti-affinity. The pod being decided is never counted (it may be
 assumed already, as a gang's member placed again).
@@ -266,8 +270,8 @@ def _spread_counts(
 
 
 def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | None:
-    """Node name -> what `pod`'s preferences add to its score there, less an amount the same on
-    every node (a node not named: 0); None when it has none.
+    """Node name -> what `pod`'s preferences, and the running pods' that select it, add to its
+    score there, less an amount the same on every node (a node not named: 0).
 
     Preferred terms, as kube-scheduler's `InterPodAffinity` score: each pod a term selects adds
     the term's weight (affinity) or takes it away (anti-affinity) on every node of its domain;
@@ -275,28 +279,51 @@ def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | 
     `ScheduleAnyway` constraints, as `PodTopologySpread`'s: the selected pods of the pod's
     namespace in the node's domains, summed over the constraints; the fewest gain
     `PREFERENCE_POINTS` over the most, and a node without a constraint's key gains nothing
-    (it ranks with the most). Running pods' own preferred terms are not read. Only the nodes
-    whose domains hold a selected pod are named, so the cost follows those pods."""
+    (it ranks with the most). The running pods' terms that select `pod` weigh too, as in the
+    stock score: their preferred affinity and anti-affinity by weight, their required affinity
+    by `HARD_AFFINITY_WEIGHT`. Only the nodes whose domains hold such a pod are named, so the
+    cost follows those pods. None when nothing weighs."""
     preferences = pod.preferences
-    if preferences is None:
+    weighed = _held_weights(pod, snapshot)
+    if preferences is None and not weighed:
         return None
     bonus: dict[str, float] = {}
-    if preferences.affinity or preferences.anti_affinity:
-        weighed: dict[str, float] = {}
+    if preferences is not None:
         for sign, terms in ((1, preferences.affinity), (-1, preferences.anti_affinity)):
             for weight, term in terms:
                 for name, count in _domain_counts(pod, term, snapshot).items():
                     weighed[name] = weighed.get(name, 0.0) + sign * weight * count
+    if weighed:
         values = list(weighed.values())
         if len(weighed) < len(snapshot):
             values.append(0.0)  # a node no selected pod is near
-        span = max(values, default=0.0) - min(values, default=0.0)
+        span = max(values) - min(values)
         for name, value in weighed.items():
             if span and value:
                 bonus[name] = PREFERENCE_POINTS * value / span
-    if preferences.spread:
+    if preferences is not None and preferences.spread:
         _crowding_into(bonus, pod, preferences.spread, snapshot)
     return bonus
+
+
+def _held_weights(pod: PodRequest, snapshot: Snapshot) -> dict[str, float]:
+    """Node name -> what the running pods' terms that select `pod` weigh there: each such pod
+    adds its term's signed weight on every node of its domain (`Snapshot.weighed_terms`)."""
+    weighed: dict[str, float] = {}
+    nodes = snapshot.nodes
+    for (weight, term), holders in snapshot.weighed_terms.items():
+        if not term.selects(pod):
+            continue
+        per_domain: dict[str, int] = {}
+        for key, name in holders.items():
+            value = nodes[name].labels.get(term.topology_key)
+            if value is not None and key != pod.key:
+                per_domain[value] = per_domain.get(value, 0) + 1
+        domains = snapshot.domains(term.topology_key)
+        for value, count in per_domain.items():
+            for name in domains[value].names:
+                weighed[name] = weighed.get(name, 0.0) + weight * count
+    return weighed
 
 
 def _crowding_into(

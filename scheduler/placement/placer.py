@@ -245,10 +245,10 @@ class Placer:
         )
 
     def _bonus(self, pod: PodRequest) -> dict[str, float] | None:
-        """What the pod's inter-pod preferences add to each node's score (None: it has none,
-        or they rank every node alike)."""
-        if pod.preferences is None or pod.unsupported:
-            return None
+        """What inter-pod preferences (the pod's, and the running pods' that select it) add to
+        each node's score (None: none weighs, or they rank every node alike)."""
+        if pod.unsupported or (pod.preferences is None and not self._snapshot.weighed_terms):
+            return None  # nothing weighs: the common case, kept to two reads
         return preference_bonus(pod, self._snapshot) or None
 
     def _refused(self, pod: PodRequest) -> dict[str, str] | None:

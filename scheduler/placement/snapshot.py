@@ -39,7 +39,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from agent.model import MILLI_PER_GPU
 from agent.resource_names import GPU_RESOURCE
@@ -49,9 +49,12 @@ from .node import Assignment, NodeState
 from .request import PodRequest, PodTerm
 from .sorted_names import SortedNames
 
-__all__ = ["Domain", "Snapshot"]
+__all__ = ["HARD_AFFINITY_WEIGHT", "Domain", "Snapshot"]
 
 _SHARE_BUCKET = 100
+HARD_AFFINITY_WEIGHT = 1
+"""What a running pod's required affinity term weighs on the pods it selects (kube-scheduler's
+`hardPodAffinityWeight` default)."""
 _NO_PODS: Mapping[str, Mapping[str, str]] = {}
 _REMOVED_KEPT = 4096
 _IndexKey = tuple[str, object]
@@ -99,6 +102,7 @@ class Snapshot:
         self._gpu_nodes = 0
         self._idle_gpu: set[str] = set()
         self._anti_terms: dict[PodTerm, dict[str, str]] = {}  # `anti_affinity_terms`
+        self._weighed_terms: dict[tuple[int, PodTerm], dict[str, str]] = {}  # `weighed_terms`
         self._labelled: dict[str, dict[str, dict[str, str]]] | None = None  # `pods_labelled`
         self._domains: dict[str, dict[str, Domain]] = {}
         self._generation = 0
@@ -142,6 +146,14 @@ class Snapshot:
             return self._nodes[name]
         except KeyError:
             raise KeyError(f"no node {name} in the snapshot") from None
+
+    @property
+    def weighed_terms(self) -> Mapping[tuple[int, PodTerm], Mapping[str, str]]:
+        """Each (signed weight, term) of the pods here that weighs on other pods' scores ->
+        {pod key: its node}: preferred affinity (+weight), preferred anti-affinity (-weight) and
+        required affinity (+`HARD_AFFINITY_WEIGHT`), summed per term within a pod, as
+        kube-scheduler's `InterPodAffinity` score reads the running pods' terms."""
+        return self._weighed_terms
 
     @property
     def anti_affinity_terms(self) -> Mapping[PodTerm, Mapping[str, str]]:
@@ -286,6 +298,24 @@ class Snapshot:
         """Cluster allocatable minus requested, per resource (kept incrementally)."""
         return {r: a - self._req_total.get(r, 0) for r, a in self._alloc_total.items()}
 
+    def _held_terms(self, pod: PodRequest) -> Iterator[tuple[dict[Any, dict[str, str]], Any]]:
+        """The term indexes `pod` is in, each with its key there."""
+        rules, preferences = pod.inter_pod, pod.preferences
+        weights: dict[PodTerm, int] = {}  # a term the pod repeats weighs as often as it appears
+        if rules is not None:
+            for term in rules.anti_affinity:
+                yield self._anti_terms, term
+            for term in rules.affinity:
+                weights[term] = weights.get(term, 0) + HARD_AFFINITY_WEIGHT
+        if preferences is not None:
+            for weight, term in preferences.affinity:
+                weights[term] = weights.get(term, 0) + weight
+            for weight, term in preferences.anti_affinity:
+                weights[term] = weights.get(term, 0) - weight
+        for term, weight in weights.items():
+            if weight:
+                yield self._weighed_terms, (weight, term)
+
     def pods_labelled(self, key: str) -> Mapping[str, Mapping[str, str]]:
         """Label value -> {pod key: its node} for the pods carrying label `key` (every label is
         tracked from the first call on: a snapshot no inter-pod rule reads never pays)."""
@@ -297,21 +327,19 @@ class Snapshot:
         return self._labelled.get(key, _NO_PODS)
 
     def _label_pod(self, pod: PodRequest, node: str) -> None:
-        if pod.inter_pod is not None:
-            for term in pod.inter_pod.anti_affinity:
-                self._anti_terms.setdefault(term, {})[pod.key] = node
+        for table, key in self._held_terms(pod):
+            table.setdefault(key, {})[pod.key] = node
         if self._labelled is not None:
             for key, value in pod.labels.items():
                 self._labelled.setdefault(key, {}).setdefault(value, {})[pod.key] = node
 
     def _unlabel_pod(self, pod: PodRequest) -> None:
-        if pod.inter_pod is not None:
-            for term in pod.inter_pod.anti_affinity:
-                holders = self._anti_terms.get(term)
-                if holders is not None:
-                    holders.pop(pod.key, None)
-                    if not holders:
-                        del self._anti_terms[term]
+        for table, key in self._held_terms(pod):
+            holders = table.get(key)
+            if holders is not None:
+                holders.pop(pod.key, None)
+                if not holders:
+                    del table[key]
         if self._labelled is None:
             return
         for key, value in pod.labels.items():

@@ -414,6 +414,7 @@ def test_binpacking_alone_stacks_what_the_preference_spreads():
 def relative(bonus: dict[str, float] | None, snap: Snapshot) -> dict[str, float]:
     """Each node's bonus above the lowest (what ranking reads: a shift on every node is none)."""
     assert bonus is not None
+    assert snap.names()
     every = {name: bonus.get(name, 0.0) for name in snap.names()}
     low = min(every.values())
     return {name: value - low for name, value in every.items()}
@@ -459,6 +460,23 @@ def test_preference_bonus_scales_weights_and_spread_counts():
         "bare": 0.0,
     }  # the fewest in the domain gain the most; the node without the zone label nothing
     assert preference_bonus(labelled("plain", app="x"), snap) is None
+
+
+def test_running_pods_terms_weigh_on_the_pods_they_select():
+    """A running pod that prefers to keep `batch` pods away keeps a plain `batch` pod off its
+    node, where the shipped scoring alone would put it beside it (its GPUs already in use). (A
+    scoring with the used-node tier ranks that tier first, preferences or not.)"""
+    scoring = default_scoring()
+    snap = zoned("a", "a")
+    quiet = InterPodPreferences(anti_affinity=((100, term(app="batch")),))
+    holder = pod("default/quiet", namespace="default", labels={"app": "quiet"}, preferences=quiet)
+    put(snap, "n0", replace(holder, gpus=4))
+    batch = labelled("batch-0", app="batch")
+    assert relative(preference_bonus(batch, snap), snap) == {"n0": 0, "n1": PREFERENCE_POINTS}
+    assert Placer(snap, scoring).decide(batch).node == "n1"
+    assert Placer(snap, scoring).decide(labelled("other", app="web")).node == "n0"
+    snap.forget(holder.key)
+    assert preference_bonus(batch, snap) is None  # gone with the pod
 
 
 # -- against a plain reading of the stock semantics, on random clusters and rules ---------------
@@ -643,34 +661,44 @@ def test_refusals_match_a_plain_reading_of_the_rules(data, zones):
             snap.forget("b/late")
     incoming = data.draw(pods("incoming"))
     assert (refused_nodes(incoming, snap) or {}) == _reference(incoming, snap)
-    if incoming.preferences is not None:
-        found = relative(preference_bonus(incoming, snap), snap)
-        expected = relative(_reference_bonus(incoming, snap), snap)
-        assert found == pytest.approx(expected)
+    found = relative(preference_bonus(incoming, snap) or {}, snap)
+    expected = relative(_reference_bonus(incoming, snap), snap)
+    assert found == pytest.approx(expected)
+
+
+def _weighing_terms(other: PodRequest) -> list[tuple[int, PodTerm]]:
+    """A running pod's terms that weigh on the pods they select, with their signed weights."""
+    found = [(1, t) for t in (other.inter_pod or InterPodRules()).affinity]
+    prefs = other.preferences or InterPodPreferences()
+    found += [(w, t) for w, t in prefs.affinity]
+    found += [(-w, t) for w, t in prefs.anti_affinity]
+    return found
 
 
 def _reference_bonus(incoming: PodRequest, snap: Snapshot) -> dict[str, float]:
     """The stock scores, node by node: each component scaled to 0..PREFERENCE_POINTS."""
-    prefs = incoming.preferences
-    assert prefs is not None
+    prefs = incoming.preferences or InterPodPreferences()
     placed = [
         (o, n) for n in snap.nodes.values() for o, _a in n.pods.values() if o.key != incoming.key
     ]
     total = dict.fromkeys(snap.names(), 0.0)
-    if prefs.affinity or prefs.anti_affinity:
-        raw = {
-            name: sum(
-                sign
-                * w
-                * sum(1 for o, n in placed if t.selects(o) and _same(node, n, t.topology_key))
-                for sign, weighted in ((1, prefs.affinity), (-1, prefs.anti_affinity))
-                for w, t in weighted
-            )
-            for name, node in snap.nodes.items()
-        }
-        low, high = min(raw.values()), max(raw.values())
-        for name in total:
-            total[name] += PREFERENCE_POINTS * (raw[name] - low) / (high - low) if high > low else 0
+    raw = {
+        name: sum(
+            sign * w * sum(1 for o, n in placed if t.selects(o) and _same(node, n, t.topology_key))
+            for sign, weighted in ((1, prefs.affinity), (-1, prefs.anti_affinity))
+            for w, t in weighted
+        )
+        + sum(
+            w
+            for o, n in placed
+            for w, t in _weighing_terms(o)
+            if t.selects(incoming) and _same(node, n, t.topology_key)
+        )
+        for name, node in snap.nodes.items()
+    }
+    low, high = min(raw.values()), max(raw.values())
+    for name in total:
+        total[name] += PREFERENCE_POINTS * (raw[name] - low) / (high - low) if high > low else 0
     if prefs.spread:
         keys = {c.topology_key for c in prefs.spread}
         labelled = {name for name, node in snap.nodes.items() if keys <= node.labels.keys()}

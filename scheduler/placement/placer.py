@@ -89,17 +89,7 @@ class Placer:
         if bonus is not None:
             memo = None
         if memo is None:
-            return pick(
-                pod,
-                self._snapshot,
-                self._scoring,
-                allowed=allowed,
-                explain=explain,
-                cache=self._cache,
-                excluded=excluded,
-                refused=refused,
-                bonus=bonus,
-            )
+            return self._pick(pod, (allowed, excluded, refused), bonus, explain=explain)
         if refused is None:
             return memo.decide(pod, allowed=allowed, explain=explain, excluded=excluded)
         # the memo ranks the nodes the rules leave as `pick` does; only the reasons are `pick`'s
@@ -133,19 +123,32 @@ class Placer:
         if bonus is not None:
             memo = None
         if memo is None:  # `pick` counts only the candidates' reasons without `explain`
-            return pick(
-                pod,
-                self._snapshot,
-                self._scoring,
-                allowed=allowed,
-                explain=False,
-                cache=self._cache,
-                excluded=excluded,
-                refused=refused,
-                bonus=bonus,
-            ).assignment
+            return self._pick(pod, (allowed, excluded, refused), bonus, explain=False).assignment
         off = excluded if refused is None else _without(excluded, refused)
         return memo.best(pod, allowed=allowed, excluded=off)
+
+    def _pick(
+        self,
+        pod: PodRequest,
+        where: tuple[AbstractSet[str] | None, AbstractSet[str] | None, Mapping[str, str] | None],
+        bonus: Mapping[str, float] | None,
+        *,
+        explain: bool,
+    ) -> Decision:
+        """`pick` on this snapshot and scoring with the kept verdicts; `where`: (allowed,
+        excluded, refused) nodes."""
+        allowed, excluded, refused = where
+        return pick(
+            pod,
+            self._snapshot,
+            self._scoring,
+            allowed=allowed,
+            explain=explain,
+            cache=self._cache,
+            excluded=excluded,
+            refused=refused,
+            bonus=bonus,
+        )
 
     @contextmanager
     def trial(self) -> Iterator[None]:

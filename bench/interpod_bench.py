@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 
 from scheduler.placement import Placer, PodRequest, Snapshot, default_scoring
+from scheduler.placement.interpod import HOSTNAME
 from scheduler.placement.request import (
     InterPodPreferences,
     InterPodRules,
@@ -43,7 +44,7 @@ from scheduler.placement.request import (
 )
 from scheduler.sim.cluster import Cluster, NodeSpec
 
-HOST = "kubernetes.io/hostname"
+HOST = HOSTNAME
 ZONE = "topology.kubernetes.io/zone"
 APPS = 50
 NAMESPACE = "default"

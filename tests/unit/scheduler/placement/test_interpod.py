@@ -24,6 +24,7 @@ from scheduler.placement import (
 )
 from scheduler.placement.gang import place_gang
 from scheduler.placement.interpod import (
+    HOSTNAME,
     PREFERENCE_POINTS,
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
@@ -46,7 +47,7 @@ from scheduler.placement.request import (
 )
 from tests.builders.placement import make_node, pod
 
-HOST = "kubernetes.io/hostname"
+HOST = HOSTNAME
 ZONE = "topology.kubernetes.io/zone"
 
 

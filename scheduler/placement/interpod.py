@@ -35,7 +35,8 @@ assumed already, as a gang's member placed again).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
 from .filters import affinity_accepts, untolerated_taint
@@ -51,9 +52,12 @@ __all__ = [
     "REASON_EXISTING_ANTI_AFFINITY",
     "REASON_SPREAD",
     "REASON_SPREAD_LABEL",
+    "Matches",
     "decided_per_node",
+    "pods_read",
     "preference_bonus",
     "refused_nodes",
+    "refused_whatever_leaves",
 ]
 
 REASON_AFFINITY = "node(s) didn't match pod affinity rules"
@@ -71,30 +75,139 @@ constraints, gains over the worst: as much as the fragmentation score's whole ra
 × 100), so a preference decides unless packing differs by as much."""
 
 
-def refused_nodes(pod: PodRequest, snapshot: Snapshot) -> dict[str, str] | None:
+Matches = dict[LabelSelector, list[tuple[PodRequest, NodeState]]]
+"""Selector -> the running pods it matches, each with its node: kept by a caller that asks
+`refused_nodes` again and again of a snapshot that does not change meanwhile."""
+
+
+def refused_nodes(
+    pod: PodRequest,
+    snapshot: Snapshot,
+    gone: AbstractSet[str] = frozenset(),
+    matches: Matches | None = None,
+) -> dict[str, str] | None:
     """Node name -> the reason inter-pod rules refuse `pod` there; None when no rule reads
-    `pod` or none refuses a node (every node is as `filter_node` says)."""
-    existing = _existing_domains(pod, snapshot)
+    `pod` or none refuses a node (every node is as `filter_node` says). `gone`: keys of pods
+    read as if they had left (the victim search's what-if); `matches`: what its selectors
+    matched before, kept (filled on the way)."""
+    skip = _absent(pod.key, gone)
+    return _refusals(pod, snapshot, skip, frozenset(), matches) or None
+
+
+def refused_whatever_leaves(
+    pod: PodRequest, snapshot: Snapshot, leaving: AbstractSet[str]
+) -> set[str]:
+    """The nodes where inter-pod rules refuse `pod` however many of the node's own pods among
+    `leaving` (keys) leave, the pods of every other node staying (the stock scheduler's
+    preemption evicts on the node it nominates). Spread and anti-affinity, the pod's and the
+    running pods', are read with all of them gone (each is only lifted by a pod leaving);
+    affinity as things stand (a pod leaving only takes a match away; the first of a group
+    aside, when every match may leave). A node not named may still be refused for a given
+    subset: affinity may need a pod that spread needs gone."""
+    return set(_refusals(pod, snapshot, _absent(pod.key), leaving, None))
+
+
+def _refusals(
+    pod: PodRequest,
+    snapshot: Snapshot,
+    skip: AbstractSet[str],
+    leaving: AbstractSet[str],
+    memo: Matches | None,
+) -> dict[str, str]:
+    """Node name -> the first reason a rule refuses `pod` there, the pods `skip` aside; a node
+    whose own pods among `leaving` would lift a spread or anti-affinity refusal by leaving is
+    not refused by it."""
+    existing = _existing_terms(pod, snapshot)
     rules = pod.inter_pod
-    if rules is None and not existing:
-        return None
     refused: dict[str, str] = {}
+    if rules is None and not existing:
+        return refused
     if rules is not None and rules.spread:
-        _spread(pod, rules.spread, snapshot, refused)
+        _spread(pod, rules.spread, snapshot, refused, skip, leaving, memo)
     if rules is not None and rules.affinity:
-        _affinity(pod, rules.affinity, snapshot, refused)
+        _affinity(pod, rules.affinity, snapshot, refused, skip, memo)
     if rules is not None and rules.anti_affinity:
-        _anti_affinity(pod, rules.anti_affinity, snapshot, refused)
-    for key, value in existing:
-        domain = snapshot.domains(key).get(value)
-        for name in domain.names if domain is not None else ():
-            refused.setdefault(name, REASON_EXISTING_ANTI_AFFINITY)
-    return refused or None
+        for term in rules.anti_affinity:
+            found = (
+                (node, other.key)
+                for other, node in _matching(term.selector, snapshot, skip, memo)
+                if _in_namespaces(term, other)
+            )
+            _refuse_holding(term.topology_key, found, snapshot, refused, leaving)
+    nodes = snapshot.nodes
+    for term, holders in existing:
+        held = ((nodes[name], key) for key, name in holders.items() if key not in skip)
+        _refuse_holding(term.topology_key, held, snapshot, refused, leaving, existing=True)
+    return refused
 
 
-def _others(pod: PodRequest, node: NodeState) -> Iterator[PodRequest]:
+def pods_read(pod: PodRequest, snapshot: Snapshot) -> frozenset[str]:
+    """The keys of the running pods `refused_nodes` reads for `pod`: those its terms and spread
+    constraints select, and those whose anti-affinity selects it. Pods not among them leaving
+    change no refusal."""
+    skip = _absent(pod.key)
+    read: set[str] = set()
+    rules = pod.inter_pod
+    if rules is not None:
+        for term in (*rules.affinity, *rules.anti_affinity):
+            read.update(
+                o.key
+                for o, _n in _matching(term.selector, snapshot, skip, None)
+                if _in_namespaces(term, o)
+            )
+        for constraint in rules.spread:
+            selector = constraint.selector
+            read.update(
+                other.key
+                for other, _node in _matching(selector, snapshot, skip, None)
+                if other.namespace == pod.namespace
+            )
+    for _term, holders in _existing_terms(pod, snapshot):
+        read.update(holders)
+    return frozenset(read - skip)
+
+
+def _absent(own: str, gone: AbstractSet[str] = frozenset()) -> frozenset[str]:
+    """The pods a computation reads as absent: the pod decided (`own`), and those `gone`."""
+    return frozenset((own, *gone))
+
+
+def _existing_terms(pod: PodRequest, snapshot: Snapshot) -> list[tuple[PodTerm, Mapping[str, str]]]:
+    """The running pods' anti-affinity terms that select `pod`, each with its holders (pod key
+    -> node name)."""
+    return [(t, holders) for t, holders in snapshot.anti_affinity_terms.items() if t.selects(pod)]
+
+
+def _refuse_holding(
+    key: str,
+    found: Iterable[tuple[NodeState, str]],
+    snapshot: Snapshot,
+    refused: dict[str, str],
+    leaving: AbstractSet[str],
+    *,
+    existing: bool = False,
+) -> None:
+    """Refuse every node of a domain of `key` that holds a pod `found` (each with its node and
+    key), but a node that holds, among `leaving`, every such pod of its domain."""
+    per_domain: dict[str, int] = {}
+    going: dict[str, int] = {}
+    for node, pod_key in found:
+        value = node.labels.get(key)
+        if value is not None:
+            per_domain[value] = per_domain.get(value, 0) + 1
+            if pod_key in leaving:
+                going[node.name] = going.get(node.name, 0) + 1
+    reason = REASON_EXISTING_ANTI_AFFINITY if existing else REASON_ANTI_AFFINITY
+    domains = snapshot.domains(key)
+    for value, count in per_domain.items():
+        for name in domains[value].names:
+            if going.get(name, 0) < count:
+                refused.setdefault(name, reason)
+
+
+def _others(node: NodeState, skip: AbstractSet[str]) -> Iterator[PodRequest]:
     for other, _assignment in node.pods.values():
-        if other.key != pod.key:
+        if other.key not in skip:
             yield other
 
 
@@ -116,24 +229,10 @@ def decided_per_node(pod: PodRequest, snapshot: Snapshot) -> bool:
     )
 
 
-def _existing_domains(pod: PodRequest, snapshot: Snapshot) -> set[_Domain]:
-    """The domains whose running pods' anti-affinity selects `pod`."""
-    found: set[_Domain] = set()
-    nodes = snapshot.nodes
-    for term, holders in snapshot.anti_affinity_terms.items():
-        if not term.selects(pod):
-            continue
-        for key, name in holders.items():
-            value = nodes[name].labels.get(term.topology_key)
-            if value is not None and key != pod.key:
-                found.add((term.topology_key, value))
-    return found
-
-
 def _selected(
-    pod: PodRequest, selector: LabelSelector | None, snapshot: Snapshot
+    selector: LabelSelector | None, snapshot: Snapshot, skip: AbstractSet[str]
 ) -> Iterator[tuple[PodRequest, NodeState]]:
-    """The pods (but `pod`) that may match `selector`, each with its node: those the label
+    """The pods (but those `skip`ped) that may match `selector`, each with its node: those the label
     index names for its narrowest `In` or `Exists` requirement, else every pod. The caller
     still checks the whole term on each."""
     if selector is None:
@@ -154,22 +253,53 @@ def _selected(
     nodes = snapshot.nodes
     if narrowest is None:
         for node in nodes.values():
-            for other in _others(pod, node):
+            for other in _others(node, skip):
                 yield other, node
         return
     for pods in narrowest:
         for key, name in pods.items():
-            if key != pod.key:
+            if key not in skip:
                 node = nodes[name]
                 yield node.pods[key][0], node
 
 
+def _matching(
+    selector: LabelSelector | None, snapshot: Snapshot, skip: AbstractSet[str], memo: Matches | None
+) -> Iterator[tuple[PodRequest, NodeState]]:
+    """The pods (but those `skip`ped) that `selector` matches, each with its node; `memo` keeps
+    each selector's between calls (None: worked out afresh)."""
+    if selector is None:
+        return
+    found = memo.get(selector) if memo is not None else None
+    if found is None:
+        found = [
+            (other, node)
+            for other, node in _selected(selector, snapshot, frozenset())
+            if selector.matches(other.labels)
+        ]
+        if memo is not None:
+            memo[selector] = found
+    for other, node in found:
+        if other.key not in skip:
+            yield other, node
+
+
+def _in_namespaces(term: PodTerm, other: PodRequest) -> bool:
+    """`term.selects(other)` for a pod its selector is known to match."""
+    return term.namespaces is None or other.namespace in term.namespaces
+
+
 def _affinity(
-    pod: PodRequest, terms: tuple[PodTerm, ...], snapshot: Snapshot, refused: dict[str, str]
+    pod: PodRequest,
+    terms: tuple[PodTerm, ...],
+    snapshot: Snapshot,
+    refused: dict[str, str],
+    skip: AbstractSet[str],
+    memo: Matches | None,
 ) -> None:
     held: set[_Domain] = set()
-    for other, node in _selected(pod, terms[0].selector, snapshot):
-        if all(term.selects(other) for term in terms):
+    for other, node in _matching(terms[0].selector, snapshot, skip, memo):
+        if _in_namespaces(terms[0], other) and all(term.selects(other) for term in terms[1:]):
             for term in terms:
                 value = node.labels.get(term.topology_key)
                 if value is not None:
@@ -196,47 +326,64 @@ def _unlabelled(snapshot: Snapshot, keys: AbstractSet[str]) -> list[str]:
     return [name for name, node in snapshot.nodes.items() if not keys <= node.labels.keys()]
 
 
-def _anti_affinity(
-    pod: PodRequest, terms: tuple[PodTerm, ...], snapshot: Snapshot, refused: dict[str, str]
-) -> None:
-    for term in terms:
-        taken: set[str] = set()
-        for other, node in _selected(pod, term.selector, snapshot):
-            value = node.labels.get(term.topology_key)
-            if value is not None and value not in taken and term.selects(other):
-                taken.add(value)
-        domains = snapshot.domains(term.topology_key)
-        for value in taken:
-            for name in domains[value].names:
-                refused.setdefault(name, REASON_ANTI_AFFINITY)
-
-
 def _spread(
     pod: PodRequest,
     constraints: tuple[SpreadConstraint, ...],
     snapshot: Snapshot,
     refused: dict[str, str],
+    skip: AbstractSet[str],
+    leaving: AbstractSet[str],
+    memo: Matches | None,
 ) -> None:
+    """A node is refused when its domain's count, less the node's own pods among `leaving`,
+    plus one if the pod matches, exceeds by more than `max_skew` the smallest count of the
+    domains left (of all of them when the node's falls below it)."""
     unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in constraints}))
     for name in unlabelled:
         refused.setdefault(name, REASON_SPREAD_LABEL)
     for constraint in constraints:
-        counts = _spread_counts(pod, constraint, snapshot, unlabelled)
-        smallest = min(counts.values()) if len(counts) >= max(constraint.min_domains, 1) else 0
+        going: dict[str, int] = {}
+        counts = _spread_counts(pod, constraint, snapshot, unlabelled, skip, memo, leaving, going)
+        least = _least_of_others(counts, constraint.min_domains)
         selector = constraint.selector
         own = 1 if selector is not None and selector.matches(pod.labels) else 0
+        skew = constraint.max_skew
         for value, domain in snapshot.domains(constraint.topology_key).items():
-            if counts.get(value, 0) + own - smallest > constraint.max_skew:
-                for name in domain.names:
-                    if name not in unlabelled:
-                        refused.setdefault(name, REASON_SPREAD)
+            count = counts.get(value, 0)
+            low = least(count)
+            if count + own - low <= skew or count <= low:
+                continue
+            for name in domain.names:
+                left = count - going.get(name, 0)
+                if name not in unlabelled and left + own - low > skew and left > low:
+                    refused.setdefault(name, REASON_SPREAD)
+
+
+def _least_of_others(counts: Mapping[str, int], min_domains: int) -> Callable[[int], float]:
+    """A domain's count -> the smallest count of the other domains (infinite when there is
+    none); 0 while fewer domains count than `min_domains`."""
+    if len(counts) < max(min_domains, 1):
+        return lambda _count: 0.0
+    ordered = sorted(counts.values())
+    low = ordered[0]
+    second = ordered[1] if len(ordered) > 1 else math.inf
+    at_low = ordered.count(low)
+    return lambda count: second if count == low and at_low == 1 else low
 
 
 def _spread_counts(
-    pod: PodRequest, constraint: SpreadConstraint, snapshot: Snapshot, unlabelled: set[str]
+    pod: PodRequest,
+    constraint: SpreadConstraint,
+    snapshot: Snapshot,
+    unlabelled: set[str],
+    skip: AbstractSet[str],
+    memo: Matches | None = None,
+    leaving: AbstractSet[str] = frozenset(),
+    going: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """Domain value -> the pods `constraint` counts there, over the nodes that count: those
-    carrying every constraint's key (not `unlabelled`) that its node inclusion policies keep."""
+    carrying every constraint's key (not `unlabelled`) that its node inclusion policies keep.
+    `going` gets, per node, how many of the pods counted there are `leaving`."""
     nodes = snapshot.nodes
     domains = snapshot.domains(constraint.topology_key)
     by_affinity = constraint.honor_affinity and bool(pod.node_selector or pod.affinity)
@@ -256,16 +403,16 @@ def _spread_counts(
     else:
         counts = dict.fromkeys(domains, 0)
     selector = constraint.selector
-    for other, node in _selected(pod, selector, snapshot):
+    for other, node in _matching(selector, snapshot, skip, memo):
         where = node.labels.get(constraint.topology_key)
         if (
             where is not None
             and (counted is None or node.name in counted)
-            and selector is not None
             and other.namespace == pod.namespace
-            and selector.matches(other.labels)
         ):
             counts[where] += 1
+            if going is not None and other.key in leaving:
+                going[node.name] = going.get(node.name, 0) + 1
     return counts
 
 
@@ -337,7 +484,7 @@ def _crowding_into(
     unlabelled = set(_unlabelled(snapshot, {c.topology_key for c in constraints}))
     crowded: dict[str, float] = {}
     for constraint in constraints:
-        counts = _spread_counts(pod, constraint, snapshot, unlabelled)
+        counts = _spread_counts(pod, constraint, snapshot, unlabelled, _absent(pod.key))
         domains = snapshot.domains(constraint.topology_key)
         for where, count in counts.items():
             for name in domains[where].names if count else ():
@@ -358,7 +505,7 @@ def _crowding_into(
 def _domain_counts(pod: PodRequest, term: PodTerm, snapshot: Snapshot) -> dict[str, int]:
     """Node name -> the pods `term` selects in its domain (nodes with none left out)."""
     per_domain: dict[str, int] = {}
-    for other, node in _selected(pod, term.selector, snapshot):
+    for other, node in _selected(term.selector, snapshot, _absent(pod.key)):
         value = node.labels.get(term.topology_key)
         if value is not None and term.selects(other):
             per_domain[value] = per_domain.get(value, 0) + 1

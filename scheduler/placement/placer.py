@@ -44,11 +44,16 @@ __all__ = ["Placer"]
 class Placer:
     """Decides pods on `snapshot` with `scoring`, exactly as `pick` does. `memo` False: always
     through `pick`, for a snapshot that lives for a few decisions (the victim search's what-if
-    areas): building the memo's per-node records costs more than it saves there."""
+    areas): building the memo's per-node records costs more than it saves there. `inter_pod`
+    False: inter-pod rules neither refuse nor rank a node, as the caller judges them (a what-if
+    area of a few nodes, whose rules read domains beyond them)."""
 
-    def __init__(self, snapshot: Snapshot, scoring: Scoring, *, memo: bool = True) -> None:
+    def __init__(
+        self, snapshot: Snapshot, scoring: Scoring, *, memo: bool = True, inter_pod: bool = True
+    ) -> None:
         self._snapshot = snapshot
         self._scoring = scoring
+        self._inter_pod = inter_pod
         self._memo = (
             VerdictMemo(snapshot, scoring) if memo and scoring.candidate_limit == 0 else None
         )
@@ -252,12 +257,16 @@ class Placer:
         each node's score (None: none weighs, or they rank every node alike)."""
         if pod.unsupported or (pod.preferences is None and not self._snapshot.weighed_terms):
             return None  # nothing weighs: the common case, kept to two reads
+        if not self._inter_pod:
+            return None
         return preference_bonus(pod, self._snapshot) or None
 
     def _refused(self, pod: PodRequest) -> dict[str, str] | None:
         """The nodes inter-pod rules refuse `pod` (`interpod.refused_nodes`; None: none)."""
         if pod.unsupported or (pod.inter_pod is None and not self._snapshot.anti_affinity_terms):
             return None  # no rule reads the pod: the common case, kept to two reads
+        if not self._inter_pod:
+            return None
         return refused_nodes(pod, self._snapshot)
 
     def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:

@@ -9,11 +9,13 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
    back only while U's admission passes and U still fits. A gang's spare member may be given
    back only once its core is; giving the core back leaves the spares evicted.
 3. The answer stands only when the placement code places all of U on the area without the
-   remaining victims (and, for a pod with devices decided apart, `Preemptor.devices`, those fit
-   there too: a pod's DRA claims, by the claim allocator). The reprieve first tests fit with
-   arithmetic (free GPUs, cpu, memory, pods: necessary conditions, so a piece it keeps out would
-   not fit either; and U's devices) and places U once at the end; should that fail (devices,
-   NUMA, topology), the reprieve is redone placing U at every step.
+   remaining victims, and what is decided apart lets U onto its node there: for a pod with
+   devices decided apart (`Preemptor.devices`: its DRA claims, by the claim allocator), they
+   fit; for a pod whose inter-pod rules read beyond the area (`InterPodFit`), they let it, on
+   the live snapshot with the victims gone. The reprieve first tests fit with arithmetic (free
+   GPUs, cpu, memory, pods: necessary conditions, so a piece it keeps out would not fit either;
+   and what is decided apart) and places U once at the end; should that fail (devices, NUMA,
+   topology), the reprieve is redone placing U at every step.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from scheduler.placement import Assignment, Placer, PodRequest, place_gang
 from .budgets import BudgetBook
 from .eligibility import Piece
 from .ledger import Ledger
-from .model import Preemptor
+from .model import DeviceFit, Preemptor
 from .room import Room
 
 __all__ = ["Estimate", "Miss", "Outcome", "Workbench", "reprieve_order", "victim_rank"]
@@ -107,11 +109,19 @@ class Workbench:
     """Clones of candidate nodes (a small snapshot and its `Placer`) where areas are tried."""
 
     def __init__(
-        self, placer: Placer, preemptor: Preemptor, ledger: Ledger, budgets: BudgetBook
+        self,
+        placer: Placer,
+        preemptor: Preemptor,
+        ledger: Ledger,
+        budgets: BudgetBook,
+        inter_pod: DeviceFit | None = None,
     ) -> None:
+        """`inter_pod`: U's inter-pod rules, when the clones cannot decide them (`placer` then
+        ignores them): a node takes U only where they let it, with the victims gone."""
         self._placer = placer
         self._snapshot = placer.snapshot
         self._preemptor = preemptor
+        self._apart = tuple(f for f in (preemptor.devices, inter_pod) if f is not None)
         self._ledger = ledger
         self._budgets = budgets
         self._removed: dict[int, Piece] = {}  # taken out (by id)
@@ -130,7 +140,7 @@ class Workbench:
             problem = self._greedy(self._ordered(pool), off)
             if problem is not None:
                 return Miss(quota=problem)
-            if not self._devices_fit(area):
+            if not self._apart_fit(area):
                 return Miss()  # U's devices do not fit even with every victim gone
             greedy = tuple(self._ordered(sorted(self._removed.values(), key=reprieve_order)))
             room = Room(self._snapshot, area, self._saved)
@@ -232,18 +242,18 @@ class Workbench:
 
     def _fits(self, room: Room | None, area: frozenset[str]) -> bool:
         if room is not None:
-            return room.may_fit(self._preemptor.pods) and self._devices_fit(area)
+            return room.may_fit(self._preemptor.pods) and self._apart_fit(area)
         self._sync()
         return self._place(area) is not None
 
-    def _devices_fit(self, area: frozenset[str]) -> bool:
-        """U's devices (`Preemptor.devices`) fit on a node of `area` without the pieces taken
-        out (always, for a unit that needs none)."""
-        devices = self._preemptor.devices
-        if devices is None:
+    def _apart_fit(self, area: frozenset[str]) -> bool:
+        """What is decided apart from placement lets U onto a node of `area` without the pieces
+        taken out: its devices (`Preemptor.devices`) fit there and its inter-pod rules let it
+        (always, for a unit that needs neither)."""
+        if not self._apart:
             return True
         gone = frozenset(place.key for piece in self._removed.values() for place in piece.pods)
-        return any(devices.fits(node, gone) for node in sorted(area))
+        return any(all(f.fits(node, gone) for f in self._apart) for node in sorted(area))
 
     # -- pieces: taken out logically, then on the clones -----------------------------------------
     def _remove(self, piece: Piece) -> None:
@@ -280,7 +290,7 @@ class Workbench:
             if decision.assignment is None:
                 return None
             node = decision.assignment.node
-            if not self._devices_fit(frozenset((node,))):
+            if not self._apart_fit(frozenset((node,))):
                 return None
             return {pods[0].key: node}, decision.score
         placed = place_gang(

@@ -15,6 +15,9 @@ A search may be kept to some nodes: those of the GPU models U reclaims on (`Rule
 the nodes U may not use (`Preemptor.excluded`). U is placed, and victims are taken, only there;
 when reclaim kept to a model's nodes finds nothing, U may still preempt lower-priority units of
 its own leaf on any node it may use (a second search, without reclaim).
+
+Inter-pod rules that read beyond a node (`interpodfit`) are judged for a single pod on the live
+snapshot with an area's victims gone; a gang under such rules does not preempt.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import replace
 from functools import cached_property
 
 from scheduler.placement import Placer, Snapshot
+from scheduler.placement.interpod import decided_per_node, refused_whatever_leaves
 from scheduler.quota import Amounts, QuotaTree, Usage
 
 from .budgets import BudgetBook
@@ -39,6 +43,7 @@ from .eligibility import (
     rules_for,
 )
 from .index import RunningIndex
+from .interpodfit import InterPodFit
 from .ledger import Ledger, guaranteed_leaves
 from .model import (
     Budget,
@@ -51,7 +56,14 @@ from .model import (
 )
 from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
 
-__all__ = ["find_victims"]
+__all__ = ["NO_PREEMPTION_INTER_POD", "find_victims"]
+
+NO_PREEMPTION_INTER_POD = (
+    "preemption: not for a pod group under inter-pod affinity, topology spread or "
+    "anti-affinity beyond kubernetes.io/hostname"
+)
+"""Why a gang whose members' inter-pod rules read beyond their own nodes does not preempt: the
+what-if areas place its members on clones, and `InterPodFit` judges one pod, not a group."""
 
 
 def find_victims(
@@ -76,6 +88,9 @@ def find_victims(
         return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
     if not preemptor.pods:
         return NoChoice(reason="preemption: nothing to place")
+    pods, live = preemptor.pods, placer.snapshot
+    if len(pods) > 1 and not all(decided_per_node(pod, live) for pod in pods):
+        return NoChoice(reason=NO_PREEMPTION_INTER_POD)
     rules = rules_for(preemptor, tree, usage, index, settings, capacity, placer.snapshot)
     book = BudgetBook(budgets)
     found = _Search(placer, index, tree, usage, rules, book, settings).run()
@@ -109,6 +124,11 @@ class _Search:
         self.amounts_of = charged_amounts(usage)
         self.excluded = rules.preemptor.excluded
         self.kept = rules.area is not None or bool(self.excluded)  # only some nodes are used
+        self.inter_pod = (  # U's inter-pod rules, when the clones cannot decide them
+            InterPodFit(self.pods[0], self.live)
+            if len(self.pods) == 1 and not decided_per_node(self.pods[0], self.live)
+            else None
+        )
 
     @cached_property
     def guaranteed(self) -> frozenset[str]:
@@ -138,6 +158,9 @@ class _Search:
         tally = Tally(self.index)
         if self.kept:
             tally.keep(self.rules.area, self.excluded)
+        if self.inter_pod is not None:
+            leaving = self._eligible(self.inter_pod.read)
+            tally.keep(None, refused_whatever_leaves(self.pods[0], self.live, leaving))
         for priority, leaves in thresholds:
             touched = tally.add(priority, leaves)
             if touched.any():
@@ -225,11 +248,13 @@ class _Search:
     def _bench(self, nodes: Iterable[str]) -> Workbench:
         small = Snapshot(self.live.node(n).clone() for n in nodes)
         ledger = Ledger(self.tree, self.usage, self.rules)
+        inter_pod = self.inter_pod
         return Workbench(
-            Placer(small, self.placer.scoring, memo=False),
+            Placer(small, self.placer.scoring, memo=False, inter_pod=inter_pod is None),
             self.rules.preemptor,
             ledger,
             self.budgets,
+            inter_pod,
         )
 
     def _keep(self, found: Outcome | Miss) -> None:
@@ -287,6 +312,15 @@ class _Search:
         off.sort(key=reprieve_order, reverse=True)
         self.off_cache[priority] = off
         return off
+
+    def _eligible(self, keys: Iterable[str]) -> frozenset[str]:
+        """Those of the pods `keys` whose units the search may evict."""
+        index, eligible = self.index, set()
+        for key in keys:
+            unit = index.get(index.unit_of_pod(key) or "")
+            if unit is not None and self.rules.reason(unit) is not None:
+                eligible.add(key)
+        return frozenset(eligible)
 
     def _pieces(self, unit: Running, priority: int, on: frozenset[str] | None) -> list[Piece]:
         reason = self.rules.reason(unit)

@@ -1,7 +1,8 @@
 """gputopo-scheduler reads inter-pod anti-affinity as a real 1.37 API server stores it (the API
 server merges `matchLabelKeys` into the selector) on the one real node: the second of two
 replicas anti-affine by hostname waits with kube-scheduler's message, and binds and runs once the
-first is deleted."""
+first is deleted; a high-priority replica anti-affine over the node's zone evicts the
+low-priority one in its way and runs."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 SCHEDULER = "gputopo-scheduler"
 
 
-def replica(name: str) -> dict[str, Any]:
+ZONE = "topology.kubernetes.io/zone"
+
+
+def replica(name: str, key: str = "kubernetes.io/hostname") -> dict[str, Any]:
     body = busybox_pod(
         name,
         limits={"nvidia.com/gpu": "1"},
@@ -27,7 +31,7 @@ def replica(name: str) -> dict[str, Any]:
     term = {
         "labelSelector": {"matchLabels": {"app": "anti"}},
         "matchLabelKeys": ["rev"],
-        "topologyKey": "kubernetes.io/hostname",
+        "topologyKey": key,
     }
     body["spec"]["affinity"] = {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
@@ -64,3 +68,31 @@ def test_anti_affine_replicas_wait_for_each_other_on_one_node(
         cluster.wait_running("anti-1")
     finally:
         cluster.delete_pods("anti-0", "anti-1")
+
+
+def test_a_high_priority_replica_evicts_the_one_in_its_zone(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    """The node is labelled zone z1 and runs a low-priority replica; a high-priority one,
+    anti-affine to it over the zone, makes it the victim (its rule reads the zone, not only its
+    node) and runs once it is gone."""
+    urgent: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+    urgent.update({"metadata": {"name": "anti-urgent"}, "value": 1000})
+    try:
+        cluster.kubectl("label", "node", cluster.node, f"{ZONE}=z1", "--overwrite")
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(urgent))
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(replica("zoned-0", ZONE)))
+        cluster.wait_running("zoned-0")
+        high = replica("zoned-1", ZONE)
+        high["spec"]["priorityClassName"] = "anti-urgent"
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(high))
+        cluster.wait_running("zoned-1", timeout_s=120)
+        listed = json.loads(cluster.kubectl("get", "pods", "-o", "json"))["items"]
+        alive = {
+            p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")
+        }
+        assert "zoned-0" not in alive  # evicted: gone, or its deletion under way
+    finally:
+        cluster.delete_pods("zoned-0", "zoned-1")
+        cluster.kubectl("delete", "priorityclass", "anti-urgent", "--ignore-not-found")
+        cluster.kubectl("label", "node", cluster.node, f"{ZONE}-")

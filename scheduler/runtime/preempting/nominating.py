@@ -68,10 +68,6 @@ __all__ = ["Preemption"]
 log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
-NO_PREEMPTION_INTER_POD = (
-    "preemption: not for a pod under inter-pod affinity, topology spread or anti-affinity "
-    "beyond kubernetes.io/hostname"
-)
 
 
 class Preemption:
@@ -178,16 +174,15 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        if not all(decided_per_node(info.request, live.snapshot) for info in infos):
-            preempts = self.settings.enabled or self.settings.reclaim
-            return f"{message}; {NO_PREEMPTION_INTER_POD}" if preempts else message
+        per_node = all(decided_per_node(info.request, live.snapshot) for info in infos)
         preemptor = self._preemptor(name, infos, group, devices)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None
         with self._nominees_placed(name, preemptor.priority):
             if self.settings.enabled or self.settings.reclaim:
                 choice = self._search(preemptor, live)
-            starved = admitted and now - since >= self.settings.starvation_seconds
+            # a hold is judged on clones of the held nodes, where rules beyond them are unread
+            starved = per_node and admitted and now - since >= self.settings.starvation_seconds
             if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
                 self._starving(preemptor, live, now)
         if isinstance(choice, VictimChoice) and not choice.pods:  # freed, not yet free

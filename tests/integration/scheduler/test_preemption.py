@@ -595,14 +595,23 @@ def test_a_pod_kept_out_by_hostname_anti_affinity_evicts_the_pod_in_its_way(clus
     assert placed["web-new"] == {"team-a/web-a0": "gpu-a", "team-a/web-b0": "gpu-b"}[victim]
 
 
-def test_zone_anti_affinity_does_not_preempt_and_says_why(cluster):
-    c = cluster
-    for name in ("gpu-a", "gpu-b"):
+def _zone(c: Any, zone: str, *names: str) -> None:
+    for name in names:
         node = c.fake.get_object("nodes", name)
-        node["metadata"]["labels"]["topology.kubernetes.io/zone"] = "z"
+        node["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
         c.fake.put_object("nodes", node)
+
+
+def test_zone_anti_affinity_evicts_the_replica_in_its_zone_on_the_node_it_takes(cluster):
+    """Both nodes are in zone z and have room; a low-priority `web` pod runs on gpu-a. The new
+    replica, anti-affine to `web` over the zone, evicts it, and nothing on gpu-b: evicting
+    there could not lift the zone's refusal (as kube-scheduler, victims only on the node the
+    pod is nominated to). Once it is gone, the zone takes the replica."""
+    c = cluster
+    _zone(c, "z", "gpu-a", "gpu-b")
     with running(c.fake, config=config()):
         c.fill(1, prefix="web-a", node="gpu-a", labels={"app": "web"})
+        c.fill(2, prefix="batch-b", node="gpu-b", labels={"app": "batch"})
         c.pod(
             "web-new",
             gpus=1,
@@ -610,10 +619,27 @@ def test_zone_anti_affinity_does_not_preempt_and_says_why(cluster):
             labels={"app": "web"},
             affinity=_apart("web", "topology.kubernetes.io/zone"),
         )
-        wait_for(lambda: "beyond kubernetes.io/hostname" in c.reason("web-new"), 20, "the reason")
-    assert c.reason("web-new") == (
-        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules.; preemption: "
-        "not for a pod under inter-pod affinity, topology spread or anti-affinity beyond "
-        "kubernetes.io/hostname"
-    )
+        wait_for(lambda: bound_pods(c.fake, "team-a").get("web-new"), 20, "web-new bound")
+    assert c.deleted() == ["team-a/web-a0"]
+
+
+def test_a_gang_under_zone_anti_affinity_does_not_preempt_and_says_why(cluster):
+    c = cluster
+    _zone(c, "z", "gpu-a", "gpu-b")
+    create_podgroup(c.custom, podgroup("pair", 2, namespace="team-a"))
+    with running(c.fake, config=config()):
+        c.fill(1, prefix="web-a", node="gpu-a", labels={"app": "web"})
+        for i in range(2):
+            c.pod(
+                f"pair{i}",
+                gpus=1,
+                priorityClassName="high",
+                labels={GANG_LABEL: "pair", "app": "web"},
+                affinity=_apart("web", "topology.kubernetes.io/zone"),
+            )
+        wait_for(lambda: "beyond kubernetes.io/hostname" in c.reason("pair0"), 20, "the reason")
+        assert c.reason("pair0").endswith(
+            "preemption: not for a pod group under inter-pod affinity, topology spread or "
+            "anti-affinity beyond kubernetes.io/hostname"
+        )
     assert c.deleted() == []

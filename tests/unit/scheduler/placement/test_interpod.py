@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler.placement import (
@@ -24,16 +24,17 @@ from scheduler.placement import (
 )
 from scheduler.placement.gang import place_gang
 from scheduler.placement.interpod import (
-    HOSTNAME,
     PREFERENCE_POINTS,
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
     REASON_EXISTING_ANTI_AFFINITY,
     REASON_SPREAD,
     REASON_SPREAD_LABEL,
+    Matches,
     decided_per_node,
     preference_bonus,
     refused_nodes,
+    refused_whatever_leaves,
 )
 from scheduler.placement.pick import pick
 from scheduler.placement.request import (
@@ -45,52 +46,8 @@ from scheduler.placement.request import (
     PodTerm,
     SpreadConstraint,
 )
+from tests.builders.interpod import HOST, ZONE, labelled, put, selector, spread, term, zoned
 from tests.builders.placement import make_node, pod
-
-HOST = HOSTNAME
-ZONE = "topology.kubernetes.io/zone"
-
-
-def selector(**labels: str) -> LabelSelector:
-    return LabelSelector(
-        requirements=tuple(
-            NodeSelectorRequirement(key=k, operator=Operator.IN, values=(v,))
-            for k, v in labels.items()
-        )
-    )
-
-
-def term(key: str = HOST, *, every_namespace: bool = False, **labels: str) -> PodTerm:
-    """A term over `key` selecting `labels` in namespace `default` (or every namespace)."""
-    return PodTerm(
-        selector=selector(**labels),
-        namespaces=None if every_namespace else frozenset({"default"}),
-        topology_key=key,
-    )
-
-
-def labelled(
-    key: str,
-    *,
-    ns: str = "default",
-    rules: InterPodRules | None = None,
-    gpus: int = 1,
-    **labels: str,
-) -> PodRequest:
-    return pod(f"{ns}/{key}", namespace=ns, labels=labels, inter_pod=rules, gpus=gpus)
-
-
-def zoned(*zones: str) -> Snapshot:
-    """One 8-GPU node per entry, named n0.., labelled with its hostname and that zone."""
-    return Snapshot(
-        make_node(f"n{i}", labels={HOST: f"n{i}", ZONE: zone}) for i, zone in enumerate(zones)
-    )
-
-
-def put(snap: Snapshot, node: str, request: PodRequest) -> None:
-    assignment = snap.assume_on(request, node)
-    assert assignment.node == node
-
 
 PATHS = ("pick", "memo")
 """The Placer's two paths: `pick` (a candidate limit) and the verdict memo (every node ranked)."""
@@ -181,16 +138,6 @@ def test_affinity_with_no_match_anywhere_admits_only_the_first_of_its_own_group(
     assert refused_nodes(stranger, snap) == {"n0": REASON_AFFINITY, "n1": REASON_AFFINITY}
     put(snap, "n1", first)
     assert refused_nodes(labelled("web-1", rules=rules, app="web"), snap) == {"n0": REASON_AFFINITY}
-
-
-def spread(key: str = ZONE, skew: int = 1, **kwargs: object) -> InterPodRules:
-    constraint = SpreadConstraint(
-        max_skew=skew,
-        topology_key=key,
-        selector=selector(app="web"),
-        **kwargs,  # type: ignore[arg-type]
-    )
-    return InterPodRules(spread=(constraint,))
 
 
 def test_spread_refuses_the_domain_that_would_exceed_the_skew(scoring):
@@ -561,13 +508,16 @@ def pods(draw: st.DrawFn, key: str) -> PodRequest:
     )
 
 
-def _reference(incoming: PodRequest, snap: Snapshot) -> dict[str, str]:
-    """The stock filters' verdicts read straight off the documentation, node by node."""
+def _reference(
+    incoming: PodRequest, snap: Snapshot, gone: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The stock filters' verdicts read straight off the documentation, node by node, the pods
+    `gone` aside."""
     placed = [
         (other, node)
         for node in snap.nodes.values()
         for other, _a in node.pods.values()
-        if other.key != incoming.key
+        if other.key != incoming.key and other.key not in gone
     ]
     out: dict[str, str] = {}
     for name, node in snap.nodes.items():
@@ -665,6 +615,38 @@ def test_refusals_match_a_plain_reading_of_the_rules(data, zones):
     found = relative(preference_bonus(incoming, snap) or {}, snap)
     expected = relative(_reference_bonus(incoming, snap), snap)
     assert found == pytest.approx(expected)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), zones=st.lists(st.sampled_from("ab"), min_size=1, max_size=4))
+def test_what_if_pods_leave_reads_as_if_they_had_never_run(data, zones):
+    """The victim search's two readings: `gone` pods are read as absent; and a node is refused
+    whatever its own pods among the leaving ones do exactly when spread or anti-affinity
+    refuse it with all of them gone, or affinity as things stand (the pod never the first of
+    its group here)."""
+    snap = zoned(*zones)
+    names = snap.names()
+    for i in range(data.draw(st.integers(0, 8))):
+        snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
+    running = sorted(k for node in snap.nodes.values() for k in node.pods)
+    gone = frozenset(data.draw(st.sets(st.sampled_from(running))) if running else ())
+    incoming = data.draw(pods("incoming"))
+    assert (refused_nodes(incoming, snap, gone) or {}) == _reference(incoming, snap, gone)
+    matches: Matches = {}  # what the selectors matched, kept between two readings
+    assert (refused_nodes(incoming, snap, frozenset(), matches) or {}) == _reference(incoming, snap)
+    assert (refused_nodes(incoming, snap, gone, matches) or {}) == _reference(incoming, snap, gone)
+    rules_ = incoming.inter_pod or InterPodRules()
+    assume(not rules_.affinity or not all(t.selects(incoming) for t in rules_.affinity))
+    named = refused_whatever_leaves(incoming, snap, gone)
+    everyone = [(o, n) for n in snap.nodes.values() for o, _a in n.pods.values()]
+    for name, node in snap.nodes.items():
+        stay = [(o, n) for o, n in everyone if n is not node or o.key not in gone]
+        refused = (
+            _spread_reason(incoming, node, snap, stay)
+            or _affinity_reason(incoming, node, everyone)
+            or _anti_reason(incoming, node, stay)
+        )
+        assert (name in named) == (refused is not None), name
 
 
 def _weighing_terms(other: PodRequest) -> list[tuple[int, PodTerm]]:

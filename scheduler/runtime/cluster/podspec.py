@@ -1,11 +1,13 @@
 """What a pod asks for, computed the way the stock kube-scheduler does, from the pod's JSON.
 
 - `pod_requests` is the effective request: max(sum of app containers + restartable init containers
-  ("sidecars"), the largest init container plus the sidecars started before it) + pod overhead. CPU
-  is in millicores, everything else in whole units rounded up (the stock `MilliValue` / `Value`).
-  A resource set only in `limits` counts as its request, as the API server's defaulting does.
-- `unsupported_feature` names a feature the scheduler does not implement (pod-level resources,
-  host ports); `podrules` reads the inter-pod rules; `volume_problem` checks the pod's persistent
+  ("sidecars"), the largest init container plus the sidecars started before it), with the
+  pod-level requests of cpu, memory and hugepages in the place of the containers' when the pod
+  sets them, + pod overhead. CPU is in millicores, everything else in whole units rounded up
+  (the stock `MilliValue` / `Value`). A resource set only in a container's `limits` counts as
+  its request, as the API server's defaulting does.
+- `unsupported_feature` names a feature the scheduler does not implement (host ports);
+  `podrules` reads the inter-pod rules; `volume_problem` checks the pod's persistent
   volume claims.
 
 Objects are plain JSON mappings (camelCase keys), as the API server sends them.
@@ -111,15 +113,29 @@ def pod_requests(pod: Obj) -> ResourceList:
             _add(step, sidecars)
             _max_into(init_peak, step)
     _max_into(total, init_peak)
+    total.update(pod_level_requests(spec))
     _add(total, resource_list(spec.get("overhead"), "spec.overhead"))
     return {name: amount for name, amount in total.items() if amount}
+
+
+def pod_level_requests(spec: Obj) -> ResourceList:
+    """`spec.resources.requests` (pod-level resources, beta and on by default since 1.34) for
+    the resources a pod may set there (cpu, memory, hugepages): each replaces what the
+    containers ask in all, as kube-scheduler's `PodRequests` reads them; the others (GPUs,
+    extended resources) are the containers' alone. Limits are not read: the API server has
+    already defaulted requests from them."""
+    raw = (spec.get("resources") or {}).get("requests") or {}
+    supported = {
+        name: value
+        for name, value in raw.items()
+        if name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
+    }
+    return resource_list(supported, "spec.resources.requests")
 
 
 def unsupported_feature(pod: Obj) -> str | None:
     """A feature the pod uses that this scheduler does not implement (`unsupported: <it>`)."""
     spec = pod.get("spec") or {}
-    if spec.get("resources"):
-        return "pod-level resources"
     containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
     if any(p.get("hostPort") for c in containers for p in c.get("ports") or ()):
         return "host ports"

@@ -82,6 +82,58 @@ def test_pod_requests_match_the_stock_scheduler(containers, init, overhead, expe
     assert pod_requests(body) == expected
 
 
+def _pod_level(requests: dict[str, object], overhead: dict[str, str] | None = None) -> dict:
+    body = pod(
+        containers=[
+            container(requests={"cpu": "500m", "memory": "1Gi"}, limits={"nvidia.com/gpu": 2}),
+            container("b", requests={"cpu": "250m", "memory": "1Gi"}),
+        ],
+        init=[container("i", requests={"cpu": "4"})],
+    )
+    body["spec"]["resources"] = {"requests": requests, "limits": {"cpu": "64"}}
+    if overhead:
+        body["spec"]["overhead"] = overhead
+    return body
+
+
+@pytest.mark.parametrize(
+    ("requests", "overhead", "expected"),
+    [
+        pytest.param(
+            {"cpu": "6", "memory": "8Gi"},
+            None,
+            {"cpu": 6000, "memory": 8 * 2**30, "nvidia.com/gpu": 2},
+            id="pod-level cpu and memory replace the containers' (init included); GPUs stay",
+        ),
+        pytest.param(
+            {"cpu": "6"},
+            None,
+            {"cpu": 6000, "memory": 2 * 2**30, "nvidia.com/gpu": 2},
+            id="what the pod level leaves out is the containers'",
+        ),
+        pytest.param(
+            {"memory": "4Gi", "hugepages-2Mi": "64Mi"},
+            {"cpu": "100m", "memory": "1Gi"},
+            {"cpu": 4100, "memory": 5 * 2**30, "hugepages-2Mi": 64 * 2**20, "nvidia.com/gpu": 2},
+            id="overhead added on top, hugepages read",
+        ),
+        pytest.param(
+            {},
+            None,
+            {"cpu": 4000, "memory": 2 * 2**30, "nvidia.com/gpu": 2},
+            id="pod-level limits alone are not read",
+        ),
+    ],
+)
+def test_pod_level_requests_stand_for_the_containers_as_upstream(requests, overhead, expected):
+    assert pod_requests(_pod_level(requests, overhead)) == expected
+
+
+def test_a_bad_pod_level_quantity_names_the_field():
+    with pytest.raises(ValueError, match=r"spec.resources.requests\[memory\]"):
+        pod_requests(_pod_level({"memory": "much"}))
+
+
 def test_bad_quantity_names_the_field():
     body = pod(containers=[container(requests={"cpu": "lots"})])
     with pytest.raises(ValueError, match=r"spec.containers\[0\].resources.requests\[cpu\]"):
@@ -101,9 +153,7 @@ def test_bad_quantity_names_the_field():
             None,
             id="spread is read (podrules)",
         ),
-        pytest.param(
-            {"resources": {"requests": {"cpu": "1"}}}, "pod-level resources", id="pod resources"
-        ),
+        pytest.param({"resources": {"requests": {"cpu": "1"}}}, None, id="pod-level resources"),
         pytest.param(
             {"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
             "host ports",

@@ -200,6 +200,13 @@ class Cluster:
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return dict(json.loads(self.kubectl("get", "pod", name, "-n", namespace, "-o", "json")))
 
+    def scheduled_message(self, name: str, namespace: str = "default") -> str:
+        """The message of the pod's PodScheduled condition ("" while it has none, or none)."""
+        for entry in (self.pod(name, namespace).get("status") or {}).get("conditions") or []:
+            if entry.get("type") == "PodScheduled":
+                return str(entry.get("message") or "")
+        return ""
+
     def wait_running(self, name: str, timeout_s: float = 90, namespace: str = "default") -> None:
         def running() -> bool:
             status = self.pod(name, namespace).get("status") or {}

@@ -106,13 +106,6 @@ def _allocated_devices(cluster: Cluster) -> set[str]:
     return {d for c in _claims(cluster) for d in _devices_of(c)}
 
 
-def _reason(cluster: Cluster, pod: str) -> str:
-    for entry in (cluster.pod(pod).get("status") or {}).get("conditions") or []:
-        if entry.get("type") == "PodScheduled":
-            return str(entry.get("message") or "")
-    return ""
-
-
 def _pair(device: str) -> int:
     return int(device.removeprefix("gpu-")) // 2
 
@@ -163,11 +156,11 @@ def test_a_gang_of_two_gpu_claims_binds_all_or_none(
             body["metadata"]["labels"] = {GANG_LABEL: "big"}
             _apply(cluster, body)
         wait_until(lambda: all(_claim_of(cluster, p) for p in big), 60, "big's claims made")
-        wait_until(lambda: _reason(cluster, big[0]), 60, "the big gang refused")
+        wait_until(lambda: cluster.scheduled_message(big[0]), 60, "the big gang refused")
         time.sleep(5)
         assert [cluster.pod(p)["spec"].get("nodeName") for p in big] == [None] * 4
         assert _allocated_devices(cluster) == set()
-        print(f"4 x 2 GPUs on 4: {_reason(cluster, big[0])}")
+        print(f"4 x 2 GPUs on 4: {cluster.scheduled_message(big[0])}")
         cluster.delete_pods(*big)
         for pod in small:
             body = _claim_pod(pod, "gang-gpus")
@@ -250,8 +243,12 @@ def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(
     _apply(cluster, claim_template("nowhere", DRIVER, selector))
     try:
         _apply(cluster, _claim_pod("lost", "nowhere"))
-        reason = wait_until(lambda: "selector" in _reason(cluster, "lost") and _reason(
-            cluster, "lost"), 90, "lost refused with its selector")  # fmt: skip
+
+        def refused() -> str:
+            said = cluster.scheduled_message("lost")
+            return said if "selector" in said else ""
+
+        reason = wait_until(refused, 90, "lost refused with its selector")
         print(f"unsatisfiable: {reason}")
         assert selector in reason
         assert cluster.pod("lost")["spec"].get("nodeName") is None

@@ -39,13 +39,6 @@ def replica(name: str, key: str = "kubernetes.io/hostname") -> dict[str, Any]:
     return body
 
 
-def message(cluster: Cluster, pod: str) -> str:
-    for entry in cluster.pod(pod).get("status", {}).get("conditions") or []:
-        if entry.get("type") == "PodScheduled" and entry.get("status") == "False":
-            return str(entry.get("message") or "")
-    return ""
-
-
 def test_anti_affine_replicas_wait_for_each_other_on_one_node(
     cluster: Cluster, agent, scheduler
 ) -> None:
@@ -58,7 +51,7 @@ def test_anti_affine_replicas_wait_for_each_other_on_one_node(
             "matchExpressions", []
         )  # what the API server merged, read once by the scheduler
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(replica("anti-1")))
-        said = wait_until(lambda: message(cluster, "anti-1"), 30, "anti-1 refused")
+        said = wait_until(lambda: cluster.scheduled_message("anti-1"), 30, "anti-1 refused")
         assert said.startswith(
             "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
         )

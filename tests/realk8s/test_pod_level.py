@@ -21,13 +21,6 @@ def pod_level(name: str, cpu: str) -> dict[str, Any]:
     return body
 
 
-def refusal(cluster: Cluster, pod: str) -> str:
-    for entry in cluster.pod(pod).get("status", {}).get("conditions") or []:
-        if entry.get("type") == "PodScheduled" and entry.get("status") == "False":
-            return str(entry.get("message") or "")
-    return ""
-
-
 def test_the_pod_level_cpu_request_is_what_the_node_must_hold(
     cluster: Cluster, agent, scheduler
 ) -> None:
@@ -35,7 +28,7 @@ def test_the_pod_level_cpu_request_is_what_the_node_must_hold(
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod_level("wide", "5000")))
         stored = cluster.pod("wide")["spec"].get("resources") or {}
         assert stored.get("requests", {}).get("cpu") == "5k"  # the server kept it (gate on)
-        said = wait_until(lambda: refusal(cluster, "wide"), 30, "wide refused")
+        said = wait_until(lambda: cluster.scheduled_message("wide"), 30, "wide refused")
         assert said.startswith("0/1 nodes are available: 1 Insufficient cpu."), said
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod_level("narrow", "50m")))
         cluster.wait_running("narrow")

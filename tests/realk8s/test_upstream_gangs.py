@@ -57,14 +57,6 @@ def condition(cluster: Cluster, group: str) -> dict[str, Any]:
     return {}
 
 
-def reason(cluster: Cluster, pod: str) -> str:
-    """The message of the pod's PodScheduled condition."""
-    for entry in cluster.pod(pod).get("status", {}).get("conditions") or []:
-        if entry.get("type") == "PodScheduled":
-            return str(entry.get("message") or "")
-    return ""
-
-
 def clean(cluster: Cluster, pods: list[str], groups: list[str]) -> None:
     cluster.delete_pods(*pods)
     if groups:  # the podgroup-protection finalizer goes once no pod names the group
@@ -118,8 +110,9 @@ def test_a_topology_key_keeps_the_gang_in_one_rack(cluster: Cluster, agent, sche
         assert labels["metadata"]["labels"]["gputopo.io/rack"] == "r1"
         wait_until(lambda: condition(cluster, "zone").get("status") == "False", 60, "zone waits")
         assert nodes_of(cluster, zone) == [None, None]
-        assert "no node has the topology label topology.kubernetes.io/zone" in reason(
-            cluster, "zone-0"
+        assert (
+            "no node has the topology label topology.kubernetes.io/zone"
+            in cluster.scheduled_message("zone-0")
         )
     finally:
         clean(cluster, [*rack, *zone], ["rack", "zone"])
@@ -186,7 +179,9 @@ def test_what_gputopo_cannot_honour_is_refused_with_the_reason(
         named_twice = member(both, "both", 1)
         named_twice["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "both"}
         create(cluster, named_twice)
-        wait_until(lambda: "names two pod groups" in reason(cluster, both), 60, "both refused")
+        wait_until(
+            lambda: "names two pod groups" in cluster.scheduled_message(both), 60, "both refused"
+        )
         assert nodes_of(cluster, [both]) == [None]
     finally:
         clean(cluster, [both], ["both"])

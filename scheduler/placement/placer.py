@@ -9,9 +9,10 @@ Placer's own business:
 - with `scoring.candidate_limit == 0` (every feasible node ranked; the shipped default) through
   the `verdict_memo`, which keeps each node's verdict per pod class until the snapshot says the
   node changed;
-- for a pod that inter-pod rules refuse some nodes (`interpod.refused_nodes`), through the memo
-  with those nodes left out as held ones are (and, when nothing fits, `pick`'s reasons counted
-  with the rules' reason on those nodes);
+- for a pod that inter-pod rules refuse some nodes (`interpod.refused_nodes`), or that asks for
+  a host port taken on some (`hostports.port_conflicts`), through the memo with those nodes left
+  out as held ones are (and, when nothing fits, `pick`'s reasons counted with the rules' or the
+  ports' reason on those nodes);
 - for a pod whose inter-pod preferences rank nodes (`interpod.preference_bonus`), through
   `pick` with that bonus added to each node's score (the memo keeps no per-pod term);
 - with a candidate limit through `pick` itself (the first feasible nodes in the snapshot's
@@ -30,6 +31,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 
 from .filters import filter_node
+from .hostports import port_conflicts
 from .interpod import preference_bonus, refused_nodes
 from .node import Assignment
 from .pick import Decision, VerdictCache, pick
@@ -262,12 +264,16 @@ class Placer:
         return preference_bonus(pod, self._snapshot) or None
 
     def _refused(self, pod: PodRequest) -> dict[str, str] | None:
-        """The nodes inter-pod rules refuse `pod` (`interpod.refused_nodes`; None: none)."""
+        """The nodes a port `pod` asks for is taken on (`hostports.port_conflicts`) or its
+        inter-pod rules refuse it (`interpod.refused_nodes`), with the first reason in the
+        stock filters' order; None: none."""
+        ports = port_conflicts(pod, self._snapshot) if pod.host_ports else None
         if pod.unsupported or (pod.inter_pod is None and not self._snapshot.anti_affinity_terms):
-            return None  # no rule reads the pod: the common case, kept to two reads
-        if not self._inter_pod:
-            return None
-        return refused_nodes(pod, self._snapshot)
+            return ports  # no rule reads the pod: the common case, kept to three reads
+        rules = refused_nodes(pod, self._snapshot) if self._inter_pod else None
+        if rules is None or ports is None:
+            return ports or rules
+        return rules | ports
 
     def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:
         """The memo when it decides `pod`, else None: `pick` decides (and refuses an unsupported

@@ -22,6 +22,7 @@ __all__ = [
     "MEMORY",
     "PODS",
     "Effect",
+    "HostPort",
     "InterPodPreferences",
     "InterPodRules",
     "LabelSelector",
@@ -159,6 +160,25 @@ class InterPodRules:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostPort:
+    """A port a pod's container (or sidecar) takes on its node's network: `ip` "" is every
+    address (an unset `hostIP`, `0.0.0.0` or `::`)."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = ""
+
+    def overlaps(self, other: HostPort) -> bool:
+        """Whether two pods asking these could not both run on one node (kube-scheduler's
+        `NodePorts`: the same port and protocol, on the same address or on every one)."""
+        return (
+            self.port == other.port
+            and self.protocol == other.protocol
+            and (not self.ip or not other.ip or self.ip == other.ip)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InterPodPreferences:
     """What a pod prefers of the pods around it: preferred affinity and anti-affinity terms,
     each with its weight (1-100), and `ScheduleAnyway` spread constraints (`interpod`'s
@@ -207,7 +227,9 @@ class PodRequest:
     feature the scheduler does not implement; such a pod is never placed. `inter_pod`: its
     required inter-pod affinity, anti-affinity and spread constraints (None: none), read against
     the other pods' `namespace` and `labels` (`interpod`); `preferences`: its preferred terms and
-    `ScheduleAnyway` constraints (None: none).
+    `ScheduleAnyway` constraints (None: none). `host_ports`: the node ports its containers and
+    sidecars take (`hostports`; like `namespace` and `labels`, not part of the pod's class: the
+    nodes they refuse are applied after the filters).
 
     GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
     `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
@@ -238,6 +260,7 @@ class PodRequest:
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_STR, compare=False)
     inter_pod: InterPodRules | None = None
     preferences: InterPodPreferences | None = None
+    host_ports: tuple[HostPort, ...] = field(default=(), compare=False)
     shares: tuple[ContainerShare, ...] = ()
     share_reuse: tuple[int, ...] = ()
     split: tuple[ContainerShare, ...] = ()

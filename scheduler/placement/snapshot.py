@@ -46,7 +46,7 @@ from agent.resource_names import GPU_RESOURCE
 
 from .filters import choose_devices
 from .node import Assignment, NodeState
-from .request import PodRequest, PodTerm
+from .request import HostPort, PodRequest, PodTerm
 from .sorted_names import SortedNames
 
 __all__ = ["HARD_AFFINITY_WEIGHT", "Domain", "Snapshot"]
@@ -103,6 +103,7 @@ class Snapshot:
         self._idle_gpu: set[str] = set()
         self._anti_terms: dict[PodTerm, dict[str, str]] = {}  # `anti_affinity_terms`
         self._weighed_terms: dict[tuple[int, PodTerm], dict[str, str]] = {}  # `weighed_terms`
+        self._host_ports: dict[HostPort, dict[str, str]] = {}  # `host_ports`
         self._labelled: dict[str, dict[str, dict[str, str]]] | None = None  # `pods_labelled`
         self._domains: dict[str, dict[str, Domain]] = {}
         self._generation = 0
@@ -161,6 +162,11 @@ class Snapshot:
         carrying it (kept incrementally: the replicas of one template share their terms, and a
         pod that matches none of them pays a look at each distinct term)."""
         return self._anti_terms
+
+    @property
+    def host_ports(self) -> Mapping[HostPort, Mapping[str, str]]:
+        """Each host port the pods here take -> {pod key: its node} (kept incrementally)."""
+        return self._host_ports
 
     def names(self) -> list[str]:
         """Node names, sorted."""
@@ -299,7 +305,9 @@ class Snapshot:
         return {r: a - self._req_total.get(r, 0) for r, a in self._alloc_total.items()}
 
     def _held_terms(self, pod: PodRequest) -> Iterator[tuple[dict[Any, dict[str, str]], Any]]:
-        """The term indexes `pod` is in, each with its key there."""
+        """The indexes `pod` is in (terms, host ports), each with its key there."""
+        for port in pod.host_ports:
+            yield self._host_ports, port
         rules, preferences = pod.inter_pod, pod.preferences
         weights: dict[PodTerm, int] = {}  # a term the pod repeats weighs as often as it appears
         if rules is not None:

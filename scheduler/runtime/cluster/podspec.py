@@ -6,8 +6,8 @@
   sets them, + pod overhead. CPU is in millicores, everything else in whole units rounded up
   (the stock `MilliValue` / `Value`). A resource set only in a container's `limits` counts as
   its request, as the API server's defaulting does.
-- `unsupported_feature` names a feature the scheduler does not implement (host ports);
-  `podrules` reads the inter-pod rules; `volume_problem` checks the pod's persistent
+- `host_ports` reads the node ports a pod takes (`hostports` refuses the nodes where they are
+  taken); `podrules` reads the inter-pod rules; `volume_problem` checks the pod's persistent
   volume claims.
 
 Objects are plain JSON mappings (camelCase keys), as the API server sends them.
@@ -28,6 +28,7 @@ from scheduler.placement.request import (
     EPHEMERAL_STORAGE,
     MEMORY,
     Effect,
+    HostPort,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Operator,
@@ -133,13 +134,36 @@ def pod_level_requests(spec: Obj) -> ResourceList:
     return resource_list(supported, "spec.resources.requests")
 
 
-def unsupported_feature(pod: Obj) -> str | None:
-    """A feature the pod uses that this scheduler does not implement (`unsupported: <it>`)."""
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
-    if any(p.get("hostPort") for c in containers for p in c.get("ports") or ()):
-        return "host ports"
-    return None
+_EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
+
+
+def host_ports(spec: Obj) -> tuple[HostPort, ...]:
+    """The node ports the pod takes: each `hostPort` of its containers and sidecars (init
+    containers with `restartPolicy: Always`), as kube-scheduler's `NodePorts` reads them
+    (protocol TCP when unset; an unset, `0.0.0.0` or `::` `hostIP` is every address). A
+    `hostNetwork` pod's container ports already carry a `hostPort` (the API server's
+    defaulting). ValueError names the field of a port outside 1-65535."""
+    found: list[HostPort] = []
+    for field in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(field) or ()):
+            if field == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            for j, entry in enumerate(container.get("ports") or ()):
+                port = entry.get("hostPort")
+                if not port:
+                    continue
+                if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+                    where = f"spec.{field}[{i}].ports[{j}].hostPort"
+                    raise ValueError(f"{where}: {port!r} is not a port (1-65535)")
+                ip = str(entry.get("hostIP") or "")
+                found.append(
+                    HostPort(
+                        port=port,
+                        protocol=str(entry.get("protocol") or "TCP"),
+                        ip="" if ip in _EVERY_ADDRESS else ip,
+                    )
+                )
+    return tuple(found)
 
 
 def claim_names(pod: Obj) -> list[str]:
@@ -371,12 +395,13 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             tolerations=_tolerations(spec),
             priority=int(spec.get("priority") or 0),
             guaranteed=is_guaranteed(pod),
-            unsupported=unsupported_feature(pod) or affinity_problem or read.unsupported,
+            unsupported=affinity_problem or read.unsupported,
             pod_group=pod_group_name(pod),
             namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             inter_pod=read.rules,
             preferences=read.preferences,
+            host_ports=host_ports(spec),
         )
     except ShareRequestError as exc:
         text = str(exc)

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement.request import Effect, Operator
+from scheduler.placement.request import Effect, HostPort, Operator
 from scheduler.runtime.cluster.podspec import (
     claim_names,
     is_guaranteed,
     pod_group_name,
     pod_request,
     pod_requests,
-    unsupported_feature,
     volume_problem,
 )
 from tests.builders.pods import container, pod
@@ -144,26 +143,106 @@ def test_bad_quantity_names_the_field():
     ("spec", "reason"),
     [
         pytest.param(
-            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "zone", "labelSelector": {}}
+                        ]
+                    }
+                }
+            },
             None,
             id="pod affinity is read (podrules)",
         ),
         pytest.param(
-            {"topologySpreadConstraints": [{"maxSkew": 1}]},
+            {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+                ]
+            },
             None,
             id="spread is read (podrules)",
         ),
         pytest.param({"resources": {"requests": {"cpu": "1"}}}, None, id="pod-level resources"),
         pytest.param(
             {"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
-            "host ports",
+            None,
             id="host port",
         ),
         pytest.param({"affinity": {"nodeAffinity": {}}}, None, id="node affinity is supported"),
+        pytest.param(
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "topologyKey": "zone",
+                                "labelSelector": {},
+                                "namespaceSelector": {"matchLabels": {"team": "a"}},
+                            }
+                        ]
+                    }
+                }
+            },
+            "a namespace selector with requirements",
+            id="a namespaceSelector with requirements is not",
+        ),
     ],
 )
-def test_unsupported_features_are_named(spec, reason):
-    assert unsupported_feature(pod(**spec)) == reason
+def test_what_the_scheduler_cannot_read_is_named(spec, reason):
+    unsupported = pod_request(pod(**spec)).unsupported
+    assert unsupported == reason if reason is None else reason in (unsupported or "")
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "expected"),
+    [
+        pytest.param(
+            [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}],
+            None,
+            (HostPort(port=8080),),
+            id="TCP on every address by default",
+        ),
+        pytest.param(
+            [
+                {
+                    "name": "a",
+                    "ports": [
+                        {"containerPort": 53, "hostPort": 53, "protocol": "UDP"},
+                        {"containerPort": 80, "hostPort": 80, "hostIP": "10.0.0.5"},
+                        {"containerPort": 81, "hostPort": 81, "hostIP": "::"},
+                        {"containerPort": 9000},
+                    ],
+                }
+            ],
+            None,
+            (
+                HostPort(port=53, protocol="UDP"),
+                HostPort(port=80, ip="10.0.0.5"),
+                HostPort(port=81),
+            ),
+            id="protocol, one address, an unspecified one, a container port alone",
+        ),
+        pytest.param(
+            [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}]}],
+            [
+                {"name": "side", "restartPolicy": "Always", "ports": [{"hostPort": 9100}]},
+                {"name": "once", "ports": [{"hostPort": 9200}]},
+            ],
+            (HostPort(port=9100), HostPort(port=80)),
+            id="a sidecar's port counts, an init container's does not",
+        ),
+    ],
+)
+def test_host_ports_are_read_as_node_ports_reads_them(containers, init, expected):
+    assert pod_request(pod(containers=containers, init=init)).host_ports == expected
+
+
+def test_a_bad_host_port_names_the_field():
+    body = pod(containers=[{"name": "a", "ports": [{"hostPort": 70000}]}])
+    with pytest.raises(ValueError, match=r"spec.containers\[0\].ports\[0\].hostPort: 70000"):
+        pod_request(body)
 
 
 def test_volume_problems():

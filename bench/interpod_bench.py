@@ -17,7 +17,9 @@ where it lands, on a fresh copy of that cluster:
 - `affinity zone`: required affinity on zone with a running app;
 - `spread zone`: `DoNotSchedule` spread over zones, max skew 1, over the pod's own app;
 - `preferred anti host`, `soft spread zone`: the same as preferences (weight 100;
-  `ScheduleAnyway`), which every node's score then carries (the Placer's plain path).
+  `ScheduleAnyway`), which every node's score then carries (the Placer's plain path);
+- `preferred node zone`: preferred node affinity for two zones of ten (weight 60; kept between
+  decisions while the nodes stay, decided by the memo group by group).
 
 Printed per kind: decisions/s (process CPU), the median and p99 decision time, pods placed, and
 the CPU per decision as a ratio to `plain`'s. The best of `--repeats` runs of each kind is kept
@@ -30,6 +32,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from scheduler.placement import Placer, PodRequest, Snapshot, default_scoring
 from scheduler.placement.interpod import HOSTNAME
@@ -40,6 +43,7 @@ from scheduler.placement.request import (
     NodeSelectorRequirement,
     Operator,
     PodTerm,
+    PreferredNodeTerm,
     SpreadConstraint,
 )
 from scheduler.sim.cluster import Cluster, NodeSpec
@@ -153,7 +157,22 @@ def kinds() -> dict[str, tuple[bool, Kind]]:
                 ),
             ),
         ),
+        "preferred node zone": (
+            False,
+            lambda i: replace(one_gpu(f"{NAMESPACE}/p-{i}", own), preferred_affinity=zones_3_4),
+        ),
     }
+
+
+zones_3_4 = (
+    PreferredNodeTerm(
+        weight=60,
+        expressions=(
+            NodeSelectorRequirement(key=ZONE, operator=Operator.IN, values=("zone-3", "zone-4")),
+        ),
+    ),
+)
+"""Preferred node affinity for two zones of ten (`preferred node zone`)."""
 
 
 def run(snapshot: Snapshot, make: Kind, pods: int) -> tuple[list[float], int]:

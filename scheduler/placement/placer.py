@@ -13,8 +13,10 @@ Placer's own business:
   a host port taken on some (`hostports.port_conflicts`), through the memo with those nodes left
   out as held ones are (and, when nothing fits, `pick`'s reasons counted with the rules' or the
   ports' reason on those nodes);
-- for a pod whose inter-pod preferences rank nodes (`interpod.preference_bonus`), through
-  `pick` with that bonus added to each node's score (the memo keeps no per-pod term);
+- for a pod whose preferences rank nodes (inter-pod ones, `interpod.preference_bonus`; preferred
+  node affinity and `PreferNoSchedule` taints, `nodeprefs.node_preference_bonus`), through the
+  memo group by group when the bonus takes few values, else through `pick` with that bonus
+  added to each node's score (the memo keeps no per-pod term);
 - with a candidate limit through `pick` itself (the first feasible nodes in the snapshot's
   order decide, which a memo cannot reproduce), keeping each node's verdict for pods of one
   shape in a row (`VerdictCache`: a gang's members).
@@ -26,7 +28,7 @@ serialises access (the scheduler holds its cache lock).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 
@@ -34,6 +36,7 @@ from .filters import filter_node
 from .hostports import port_conflicts
 from .interpod import preference_bonus, refused_nodes
 from .node import Assignment
+from .nodeprefs import node_preference_bonus
 from .pick import Decision, VerdictCache, pick
 from .request import PodRequest
 from .scores import Scoring
@@ -56,6 +59,7 @@ class Placer:
         self._snapshot = snapshot
         self._scoring = scoring
         self._inter_pod = inter_pod
+        self._node_prefs: tuple[Hashable, dict[str, float] | None] | None = None
         self._memo = (
             VerdictMemo(snapshot, scoring) if memo and scoring.candidate_limit == 0 else None
         )
@@ -255,13 +259,31 @@ class Placer:
         )
 
     def _bonus(self, pod: PodRequest) -> dict[str, float] | None:
-        """What inter-pod preferences (the pod's, and the running pods' that select it) add to
-        each node's score (None: none weighs, or they rank every node alike)."""
-        if pod.unsupported or (pod.preferences is None and not self._snapshot.weighed_terms):
-            return None  # nothing weighs: the common case, kept to two reads
-        if not self._inter_pod:
+        """What preferences add to each node's score (None: none weighs, or they rank every
+        node alike): the inter-pod ones (the pod's, and the running pods' that select it) and
+        the node ones (preferred node affinity, `PreferNoSchedule` taints)."""
+        if pod.unsupported:
             return None
-        return preference_bonus(pod, self._snapshot) or None
+        nodes = self._node_bonus(pod)
+        if pod.preferences is None and not self._snapshot.weighed_terms:
+            return nodes  # no inter-pod preference: the common case, kept to three reads
+        pods = preference_bonus(pod, self._snapshot) if self._inter_pod else None
+        if not pods or not nodes:
+            return pods or nodes
+        merged = dict(pods)
+        for name, value in nodes.items():
+            merged[name] = merged.get(name, 0.0) + value
+        return merged
+
+    def _node_bonus(self, pod: PodRequest) -> dict[str, float] | None:
+        """`nodeprefs.node_preference_bonus`, kept while the nodes and the pod's preferred terms
+        and tolerations stay (a Deployment's replicas in a row cost one pass over the nodes)."""
+        if not pod.preferred_affinity and not self._snapshot.soft_tainted:
+            return None
+        key = (pod.preferred_affinity, pod.tolerations, self._snapshot.nodes_version)
+        if self._node_prefs is None or self._node_prefs[0] != key:
+            self._node_prefs = (key, node_preference_bonus(pod, self._snapshot))
+        return self._node_prefs[1]
 
     def _refused(self, pod: PodRequest) -> dict[str, str] | None:
         """The nodes a port `pod` asks for is taken on (`hostports.port_conflicts`) or its

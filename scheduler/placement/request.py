@@ -31,6 +31,7 @@ __all__ = [
     "Operator",
     "PodRequest",
     "PodTerm",
+    "PreferredNodeTerm",
     "SpreadConstraint",
     "Taint",
     "Toleration",
@@ -102,6 +103,26 @@ class NodeSelectorTerm:
     def matches(self, labels: Mapping[str, str]) -> bool:
         return bool(self.match_expressions) and all(
             r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreferredNodeTerm:
+    """One `preferredDuringSchedulingIgnoredDuringExecution` node affinity term: `weight`
+    (1-100) for each node whose labels meet every `expressions` requirement and whose name every
+    `fields` one (`metadata.name`, the one field a node selector term reads). A term of neither
+    matches no node."""
+
+    weight: int
+    expressions: tuple[NodeSelectorRequirement, ...] = ()
+    fields: tuple[NodeSelectorRequirement, ...] = ()
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not self.expressions and not self.fields:
+            return False
+        named = {"metadata.name": name}
+        return all(r.matches(labels) for r in self.expressions) and all(
+            r.matches(named) for r in self.fields
         )
 
 
@@ -229,7 +250,8 @@ class PodRequest:
     the other pods' `namespace` and `labels` (`interpod`); `preferences`: its preferred terms and
     `ScheduleAnyway` constraints (None: none). `host_ports`: the node ports its containers and
     sidecars take (`hostports`; like `namespace` and `labels`, not part of the pod's class: the
-    nodes they refuse are applied after the filters).
+    nodes they refuse are applied after the filters). `preferred_affinity`: its preferred node
+    affinity terms (`nodeprefs` scores them; not part of its class either).
 
     GPU shares (DESIGN §12): `shares` are the pod's share containers (a shared replica,
     `gpu-memory` or `gpu-compute`), placed only on shared GPUs; their replicas are in `extended`
@@ -261,6 +283,7 @@ class PodRequest:
     inter_pod: InterPodRules | None = None
     preferences: InterPodPreferences | None = None
     host_ports: tuple[HostPort, ...] = field(default=(), compare=False)
+    preferred_affinity: tuple[PreferredNodeTerm, ...] = field(default=(), compare=False)
     shares: tuple[ContainerShare, ...] = ()
     share_reuse: tuple[int, ...] = ()
     split: tuple[ContainerShare, ...] = ()

@@ -46,7 +46,7 @@ from agent.resource_names import GPU_RESOURCE
 
 from .filters import choose_devices
 from .node import Assignment, NodeState
-from .request import HostPort, PodRequest, PodTerm
+from .request import Effect, HostPort, PodRequest, PodTerm
 from .sorted_names import SortedNames
 
 __all__ = ["HARD_AFFINITY_WEIGHT", "Domain", "Snapshot"]
@@ -104,6 +104,8 @@ class Snapshot:
         self._anti_terms: dict[PodTerm, dict[str, str]] = {}  # `anti_affinity_terms`
         self._weighed_terms: dict[tuple[int, PodTerm], dict[str, str]] = {}  # `weighed_terms`
         self._host_ports: dict[HostPort, dict[str, str]] = {}  # `host_ports`
+        self._soft_tainted: set[str] = set()  # `soft_tainted`
+        self._nodes_version = 0  # `nodes_version`
         self._labelled: dict[str, dict[str, dict[str, str]]] | None = None  # `pods_labelled`
         self._domains: dict[str, dict[str, Domain]] = {}
         self._generation = 0
@@ -168,6 +170,18 @@ class Snapshot:
         """Each host port the pods here take -> {pod key: its node} (kept incrementally)."""
         return self._host_ports
 
+    @property
+    def soft_tainted(self) -> AbstractSet[str]:
+        """The nodes with a `PreferNoSchedule` taint."""
+        return self._soft_tainted
+
+    @property
+    def nodes_version(self) -> int:
+        """Grows whenever a node is added, replaced or removed (its labels and taints may have
+        changed), not when pods come and go: what is worked out from the nodes' labels alone
+        holds while it stays."""
+        return self._nodes_version
+
     def names(self) -> list[str]:
         """Node names, sorted."""
         return list(self._all)
@@ -180,6 +194,9 @@ class Snapshot:
             self.remove_node(node.name)
         self._removed.pop(node.name, None)
         self._nodes[node.name] = node
+        self._nodes_version += 1
+        if any(t.effect is Effect.PREFER_NO_SCHEDULE for t in node.taints):
+            self._soft_tainted.add(node.name)
         insort(self._all, node.name)
         # a node's whole-GPU key counts its idle GPUs and its free `nvidia.com/gpu` replicas
         self._max_gpus = max(self._max_gpus, node.gpu_count + sum(node.gpu_slots))
@@ -204,6 +221,8 @@ class Snapshot:
         self._unindexed.pop(name, None)
         self._set_free_milli(name, 0)
         node = self._nodes.pop(name)
+        self._nodes_version += 1
+        self._soft_tainted.discard(name)
         del self._free_milli[name]
         self._gpu_nodes -= node.gpu_count > 0
         self._idle_gpu.discard(name)

@@ -33,6 +33,7 @@ from scheduler.placement.request import (
     NodeSelectorTerm,
     Operator,
     PodRequest,
+    PreferredNodeTerm,
     Toleration,
 )
 
@@ -277,21 +278,52 @@ def _affinity_terms(spec: Obj) -> tuple[tuple[NodeSelectorTerm, ...], str | None
     if not required:
         return (), None
     terms = []
-    for term in required.get("nodeSelectorTerms") or ():
+    for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
         if term.get("matchFields"):
             return (), "node affinity matchFields"
-        reqs = tuple(
-            NodeSelectorRequirement(
-                key=str(expr["key"]),
-                operator=Operator(expr["operator"]),
-                values=tuple(str(v) for v in expr.get("values") or ()),
-            )
-            for expr in term.get("matchExpressions") or ()
-        )
+        where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        reqs = _requirements(term.get("matchExpressions"), f"{where}.nodeSelectorTerms[{i}]")
         terms.append(NodeSelectorTerm(match_expressions=reqs))
     if not terms:
         return (NodeSelectorTerm(),), None  # an empty term list matches no node
     return tuple(terms), None
+
+
+def preferred_node_terms(spec: Obj) -> tuple[PreferredNodeTerm, ...]:
+    """The pod's `preferredDuringSchedulingIgnoredDuringExecution` node affinity terms, each
+    with its weight. ValueError names the field of a weight outside 1-100 or an unknown
+    operator."""
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    terms = []
+    for i, entry in enumerate(preferred):
+        where = f"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = entry.get("weight")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise ValueError(f"{where}.weight: {weight!r} is not a weight (1-100)")
+        preference = entry.get("preference") or {}
+        terms.append(
+            PreferredNodeTerm(
+                weight=weight,
+                expressions=_requirements(preference.get("matchExpressions"), where),
+                fields=_requirements(preference.get("matchFields"), where),
+            )
+        )
+    return tuple(terms)
+
+
+def _requirements(raw: Any, where: str) -> tuple[NodeSelectorRequirement, ...]:
+    out = []
+    for j, expr in enumerate(raw or ()):
+        try:
+            operator = Operator(expr["operator"])
+        except (KeyError, ValueError):
+            raise ValueError(
+                f"{where}: requirement {j}: operator {expr.get('operator')!r}"
+            ) from None
+        values = tuple(str(v) for v in expr.get("values") or ())
+        out.append(NodeSelectorRequirement(key=str(expr["key"]), operator=operator, values=values))
+    return tuple(out)
 
 
 def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:
@@ -402,6 +434,7 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             inter_pod=read.rules,
             preferences=read.preferences,
             host_ports=host_ports(spec),
+            preferred_affinity=preferred_node_terms(spec),
         )
     except ShareRequestError as exc:
         text = str(exc)

@@ -52,7 +52,7 @@ __all__ = [
     "REASON_EXISTING_ANTI_AFFINITY",
     "REASON_SPREAD",
     "REASON_SPREAD_LABEL",
-    "Matches",
+    "ReadMemo",
     "decided_per_node",
     "pods_read",
     "preference_bonus",
@@ -75,27 +75,42 @@ constraints, gains over the worst: as much as the fragmentation score's whole ra
 × 100), so a preference decides unless packing differs by as much."""
 
 
-Matches = dict[LabelSelector, list[tuple[PodRequest, NodeState]]]
-"""Selector -> the running pods it matches, each with its node: kept by a caller that asks
-`refused_nodes` again and again of a snapshot that does not change meanwhile."""
+class ReadMemo:
+    """What one pod's rules read of a snapshot that does not change meanwhile, kept by a caller
+    that asks `refused_nodes` of that pod again and again with other pods gone (the victim
+    search): what each selector matches (the running pods, each with its node), and each spread
+    constraint's count per domain with where each pod counted is (domain, node)."""
+
+    __slots__ = ("matches", "tallies")
+
+    def __init__(self) -> None:
+        self.matches: dict[LabelSelector, list[tuple[PodRequest, NodeState]]] = {}
+        self.tallies: dict[SpreadConstraint, _Tally] = {}
+
+
+_Tally = tuple[dict[str, int], dict[str, tuple[str, str]]]
+"""A spread constraint's count per domain value, and each pod counted -> (its domain, its node)."""
 
 
 def refused_nodes(
     pod: PodRequest,
     snapshot: Snapshot,
     gone: AbstractSet[str] = frozenset(),
-    matches: Matches | None = None,
+    memo: ReadMemo | None = None,
 ) -> dict[str, str] | None:
     """Node name -> the reason inter-pod rules refuse `pod` there; None when no rule reads
     `pod` or none refuses a node (every node is as `filter_node` says). `gone`: keys of pods
-    read as if they had left (the victim search's what-if); `matches`: what its selectors
-    matched before, kept (filled on the way)."""
+    read as if they had left (the victim search's what-if); `memo`: what `pod`'s rules read
+    before, kept (filled on the way)."""
     skip = _absent(pod.key, gone)
-    return _refusals(pod, snapshot, skip, frozenset(), matches) or None
+    return _refusals(pod, snapshot, skip, frozenset(), memo) or None
 
 
 def refused_whatever_leaves(
-    pod: PodRequest, snapshot: Snapshot, leaving: AbstractSet[str]
+    pod: PodRequest,
+    snapshot: Snapshot,
+    leaving: AbstractSet[str],
+    memo: ReadMemo | None = None,
 ) -> set[str]:
     """The nodes where inter-pod rules refuse `pod` however many of the node's own pods among
     `leaving` (keys) leave, the pods of every other node staying (the stock scheduler's
@@ -103,8 +118,8 @@ def refused_whatever_leaves(
     running pods', are read with all of them gone (each is only lifted by a pod leaving);
     affinity as things stand (a pod leaving only takes a match away; the first of a group
     aside, when every match may leave). A node not named may still be refused for a given
-    subset: affinity may need a pod that spread needs gone."""
-    return set(_refusals(pod, snapshot, _absent(pod.key), leaving, None))
+    subset: affinity may need a pod that spread needs gone. `memo`: as `refused_nodes`'."""
+    return set(_refusals(pod, snapshot, _absent(pod.key), leaving, memo))
 
 
 def _refusals(
@@ -112,7 +127,7 @@ def _refusals(
     snapshot: Snapshot,
     skip: AbstractSet[str],
     leaving: AbstractSet[str],
-    memo: Matches | None,
+    memo: ReadMemo | None,
 ) -> dict[str, str]:
     """Node name -> the first reason a rule refuses `pod` there, the pods `skip` aside; a node
     whose own pods among `leaving` would lift a spread or anti-affinity refusal by leaving is
@@ -141,7 +156,7 @@ def _refusals(
     return refused
 
 
-def pods_read(pod: PodRequest, snapshot: Snapshot) -> frozenset[str]:
+def pods_read(pod: PodRequest, snapshot: Snapshot, memo: ReadMemo | None = None) -> frozenset[str]:
     """The keys of the running pods `refused_nodes` reads for `pod`: those its terms and spread
     constraints select, and those whose anti-affinity selects it. Pods not among them leaving
     change no refusal."""
@@ -152,14 +167,14 @@ def pods_read(pod: PodRequest, snapshot: Snapshot) -> frozenset[str]:
         for term in (*rules.affinity, *rules.anti_affinity):
             read.update(
                 o.key
-                for o, _n in _matching(term.selector, snapshot, skip, None)
+                for o, _n in _matching(term.selector, snapshot, skip, memo)
                 if _in_namespaces(term, o)
             )
         for constraint in rules.spread:
             selector = constraint.selector
             read.update(
                 other.key
-                for other, _node in _matching(selector, snapshot, skip, None)
+                for other, _node in _matching(selector, snapshot, skip, memo)
                 if other.namespace == pod.namespace
             )
     for _term, holders in _existing_terms(pod, snapshot):
@@ -264,13 +279,16 @@ def _selected(
 
 
 def _matching(
-    selector: LabelSelector | None, snapshot: Snapshot, skip: AbstractSet[str], memo: Matches | None
+    selector: LabelSelector | None,
+    snapshot: Snapshot,
+    skip: AbstractSet[str],
+    memo: ReadMemo | None,
 ) -> Iterator[tuple[PodRequest, NodeState]]:
     """The pods (but those `skip`ped) that `selector` matches, each with its node; `memo` keeps
     each selector's between calls (None: worked out afresh)."""
     if selector is None:
         return
-    found = memo.get(selector) if memo is not None else None
+    found = memo.matches.get(selector) if memo is not None else None
     if found is None:
         found = [
             (other, node)
@@ -278,7 +296,7 @@ def _matching(
             if selector.matches(other.labels)
         ]
         if memo is not None:
-            memo[selector] = found
+            memo.matches[selector] = found
     for other, node in found:
         if other.key not in skip:
             yield other, node
@@ -295,7 +313,7 @@ def _affinity(
     snapshot: Snapshot,
     refused: dict[str, str],
     skip: AbstractSet[str],
-    memo: Matches | None,
+    memo: ReadMemo | None,
 ) -> None:
     held: set[_Domain] = set()
     for other, node in _matching(terms[0].selector, snapshot, skip, memo):
@@ -333,7 +351,7 @@ def _spread(
     refused: dict[str, str],
     skip: AbstractSet[str],
     leaving: AbstractSet[str],
-    memo: Matches | None,
+    memo: ReadMemo | None,
 ) -> None:
     """A node is refused when its domain's count, less the node's own pods among `leaving`,
     plus one if the pod matches, exceeds by more than `max_skew` the smallest count of the
@@ -377,13 +395,46 @@ def _spread_counts(
     snapshot: Snapshot,
     unlabelled: set[str],
     skip: AbstractSet[str],
-    memo: Matches | None = None,
+    memo: ReadMemo | None = None,
     leaving: AbstractSet[str] = frozenset(),
     going: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """Domain value -> the pods `constraint` counts there, over the nodes that count: those
     carrying every constraint's key (not `unlabelled`) that its node inclusion policies keep.
-    `going` gets, per node, how many of the pods counted there are `leaving`."""
+    `going` gets, per node, how many of the pods counted there are `leaving`. With `memo`, the
+    count without the pods skipped is worked out once, and each reading takes them from it."""
+    wanted = memo is not None or bool(leaving)
+    if memo is None:
+        counts, where = _spread_tally(pod, constraint, snapshot, unlabelled, skip, keep=wanted)
+    else:
+        tally = memo.tallies.get(constraint)
+        if tally is None:
+            own = _absent(pod.key)
+            tally = _spread_tally(pod, constraint, snapshot, unlabelled, own, memo, keep=True)
+            memo.tallies[constraint] = tally
+        counts, where = dict(tally[0]), tally[1]
+        for key in skip:
+            if key in where:
+                counts[where[key][0]] -= 1
+    if going is not None:
+        for key in leaving:
+            if key in where and key not in skip:
+                node = where[key][1]
+                going[node] = going.get(node, 0) + 1
+    return counts
+
+
+def _spread_tally(
+    pod: PodRequest,
+    constraint: SpreadConstraint,
+    snapshot: Snapshot,
+    unlabelled: set[str],
+    skip: AbstractSet[str],
+    memo: ReadMemo | None = None,
+    *,
+    keep: bool,
+) -> _Tally:
+    """`_spread_counts`' count, and (with `keep`, else empty) where each pod counted is."""
     nodes = snapshot.nodes
     domains = snapshot.domains(constraint.topology_key)
     by_affinity = constraint.honor_affinity and bool(pod.node_selector or pod.affinity)
@@ -402,18 +453,18 @@ def _spread_counts(
                 counted.add(name)
     else:
         counts = dict.fromkeys(domains, 0)
-    selector = constraint.selector
-    for other, node in _matching(selector, snapshot, skip, memo):
-        where = node.labels.get(constraint.topology_key)
+    where: dict[str, tuple[str, str]] = {}
+    for other, node in _matching(constraint.selector, snapshot, skip, memo):
+        found = node.labels.get(constraint.topology_key)
         if (
-            where is not None
+            found is not None
             and (counted is None or node.name in counted)
             and other.namespace == pod.namespace
         ):
-            counts[where] += 1
-            if going is not None and other.key in leaving:
-                going[node.name] = going.get(node.name, 0) + 1
-    return counts
+            counts[found] += 1
+            if keep:
+                where[other.key] = (found, node.name)
+    return counts, where
 
 
 def preference_bonus(pod: PodRequest, snapshot: Snapshot) -> dict[str, float] | None:

@@ -12,7 +12,7 @@ search then keeps to the nodes where evicting could lift a refusal at all
 from __future__ import annotations
 
 from scheduler.placement import PodRequest, Snapshot
-from scheduler.placement.interpod import Matches, pods_read, refused_nodes
+from scheduler.placement.interpod import ReadMemo, pods_read, refused_nodes
 
 __all__ = ["InterPodFit"]
 
@@ -21,22 +21,23 @@ class InterPodFit:
     """Whether `pod`'s inter-pod rules, and the running pods' that select it, let it onto a node
     once some pods are gone: `refused_nodes` on the live snapshot, which must not change while
     this is used (one search). A `DeviceFit`. Only the pods the rules read count
-    (`interpod.pods_read`): each set of those gone is worked out once, and what each selector
-    matches once in all."""
+    (`interpod.pods_read`): each set of those gone is worked out once, and what the rules read
+    (each selector's matches, each spread constraint's count) once in all (`ReadMemo`)."""
 
     def __init__(self, pod: PodRequest, live: Snapshot) -> None:
         self._pod = pod
         self._live = live
-        self.read = pods_read(pod, live)
+        self.memo = ReadMemo()
+        """What the rules read of `live`, kept for this search (`interpod.ReadMemo`)."""
+        self.read = pods_read(pod, live, self.memo)
         """The keys of the running pods the rules read."""
         self._refused: dict[frozenset[str], frozenset[str]] = {}
-        self._matches: Matches = {}
 
     def fits(self, node: str, gone: frozenset[str]) -> bool:
         read = gone & self.read
         refused = self._refused.get(read)
         if refused is None:
-            found = refused_nodes(self._pod, self._live, read, self._matches)
+            found = refused_nodes(self._pod, self._live, read, self.memo)
             refused = frozenset(found or ())
             self._refused[read] = refused
         return node not in refused

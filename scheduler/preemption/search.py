@@ -160,7 +160,8 @@ class _Search:
             tally.keep(self.rules.area, self.excluded)
         if self.inter_pod is not None:
             leaving = self._eligible(self.inter_pod.read)
-            tally.keep(None, refused_whatever_leaves(self.pods[0], self.live, leaving))
+            memo = self.inter_pod.memo
+            tally.keep(None, refused_whatever_leaves(self.pods[0], self.live, leaving, memo))
         for priority, leaves in thresholds:
             touched = tally.add(priority, leaves)
             if touched.any():

@@ -87,7 +87,11 @@ def validate(pod: Obj) -> list[str]:
     return problems
 
 
-def _default_container(container: Obj) -> None:
+def _default_container(container: Obj, host_network: bool) -> None:
+    for port in container.get("ports") or ():
+        port.setdefault("protocol", "TCP")
+        if host_network:  # the container's port is the node's: `hostPort` defaults to it
+            port.setdefault("hostPort", port.get("containerPort"))
     resources = container.setdefault("resources", {})
     limits = resources.get("limits") or {}
     if limits:
@@ -130,7 +134,7 @@ def prepare_create(pod: Obj) -> Obj:
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
     for container in list(spec["containers"]) + list(spec.get("initContainers") or []):
-        _default_container(container)
+        _default_container(container, bool(spec.get("hostNetwork")))
     tolerations = spec.setdefault("tolerations", [])
     for default in _DEFAULT_TOLERATIONS:
         if not any(

@@ -50,3 +50,16 @@ def test_one_pod_per_node_takes_a_host_port_and_the_extra_one_waits(fake_api, co
         assert wait_for(lambda: node_of(fake_api, waiting), 15, "the third after a delete") == (
             freed
         )
+
+
+def test_host_network_pods_on_one_container_port_take_a_node_each(fake_api, core_v1):
+    """The API server defaults a host-network pod's `hostPort` to its container port."""
+    for name in ("n1", "n2"):
+        gpu_node(fake_api, name)
+    with running(fake_api):
+        for i in range(2):
+            body = pod_body(f"trainer-{i}", gpus=1, hostNetwork=True)
+            body["spec"]["containers"][0]["ports"] = [{"containerPort": 29500}]
+            create_pod(core_v1, body)
+        wait_for(lambda: len(bound_pods(fake_api)) == 2, 10, "both bound")
+    assert sorted(bound_pods(fake_api).values()) == ["n1", "n2"]  # binpacking alone: one node

@@ -257,6 +257,15 @@ def test_pod_defaults_requests_from_limits_and_qos(core_v1):
     assert pod.status.qos_class == "Guaranteed"
 
 
+def test_container_ports_default_their_protocol_and_on_the_host_network_their_host_port(core_v1):
+    for name, host in (("plain", False), ("host", True)):
+        body = make_pod(name)
+        body["spec"]["hostNetwork"] = host
+        body["spec"]["containers"][0]["ports"] = [{"containerPort": 8080}]
+        port = core_v1.create_namespaced_pod("default", body).spec.containers[0].ports[0]
+        assert (port.protocol, port.host_port) == ("TCP", 8080 if host else None)
+
+
 def test_scheduling_gates_can_only_be_removed(core_v1):
     body = make_pod("p1")
     body["spec"]["schedulingGates"] = [{"name": "wait"}]

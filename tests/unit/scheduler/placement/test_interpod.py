@@ -30,7 +30,7 @@ from scheduler.placement.interpod import (
     REASON_EXISTING_ANTI_AFFINITY,
     REASON_SPREAD,
     REASON_SPREAD_LABEL,
-    Matches,
+    ReadMemo,
     decided_per_node,
     preference_bonus,
     refused_nodes,
@@ -632,12 +632,13 @@ def test_what_if_pods_leave_reads_as_if_they_had_never_run(data, zones):
     gone = frozenset(data.draw(st.sets(st.sampled_from(running))) if running else ())
     incoming = data.draw(pods("incoming"))
     assert (refused_nodes(incoming, snap, gone) or {}) == _reference(incoming, snap, gone)
-    matches: Matches = {}  # what the selectors matched, kept between two readings
+    matches = ReadMemo()  # what the rules read, kept between two readings
     assert (refused_nodes(incoming, snap, frozenset(), matches) or {}) == _reference(incoming, snap)
     assert (refused_nodes(incoming, snap, gone, matches) or {}) == _reference(incoming, snap, gone)
     rules_ = incoming.inter_pod or InterPodRules()
     assume(not rules_.affinity or not all(t.selects(incoming) for t in rules_.affinity))
     named = refused_whatever_leaves(incoming, snap, gone)
+    assert refused_whatever_leaves(incoming, snap, gone, matches) == named  # the memo's reading
     everyone = [(o, n) for n in snap.nodes.values() for o, _a in n.pods.values()]
     for name, node in snap.nodes.items():
         stay = [(o, n) for o, n in everyone if n is not node or o.key not in gone]

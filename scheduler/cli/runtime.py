@@ -21,6 +21,7 @@ from scheduler.errors import ApiError
 from scheduler.kubeapi import resourceclaims, workloads
 from scheduler.kubeapi.client import (
     ELASTIC_QUOTAS,
+    NAMESPACES,
     NODES,
     NRTS,
     PDBS,
@@ -138,7 +139,17 @@ class Runtime:
                 optional=kind.group == workloads.GROUP,
                 first_in_part=kind == PODS,
             )
-            for kind in (NODES, NRTS, *groups, QUEUES, ELASTIC_QUOTAS, PDBS, *dra, PODS)
+            for kind in (
+                NODES,
+                NAMESPACES,
+                NRTS,
+                *groups,
+                QUEUES,
+                ELASTIC_QUOTAS,
+                PDBS,
+                *dra,
+                PODS,
+            )
         ]
         self.metrics.watch_pending(self.scheduler.pending_reasons)
         self.metrics.watch_queues(self.scheduler.quota.metric_samples)

@@ -107,6 +107,7 @@ PODGROUPS = Kind("podgroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 QUEUES = Kind(QUEUE_PLURAL, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
 ELASTIC_QUOTAS = Kind("elasticquotas", PODGROUP_GROUP, "v1alpha1", "elasticquotas")
 PDBS = Kind("poddisruptionbudgets", "policy", "v1", "poddisruptionbudgets")
+NAMESPACES = Kind("namespaces")
 DISRUPTION_TARGET = "DisruptionTarget"  # the pod condition a victim gets before its deletion
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"  # its reason when a scheduler preempts
 

@@ -146,7 +146,7 @@ def _refusals(
             found = (
                 (node, other.key)
                 for other, node in _matching(term.selector, snapshot, skip, memo)
-                if _in_namespaces(term, other)
+                if term.in_namespaces(other, snapshot.namespace_labels)
             )
             _refuse_holding(term.topology_key, found, snapshot, refused, leaving)
     nodes = snapshot.nodes
@@ -168,7 +168,7 @@ def pods_read(pod: PodRequest, snapshot: Snapshot, memo: ReadMemo | None = None)
             read.update(
                 o.key
                 for o, _n in _matching(term.selector, snapshot, skip, memo)
-                if _in_namespaces(term, o)
+                if term.in_namespaces(o, snapshot.namespace_labels)
             )
         for constraint in rules.spread:
             selector = constraint.selector
@@ -190,7 +190,12 @@ def _absent(own: str, gone: AbstractSet[str] = frozenset()) -> frozenset[str]:
 def _existing_terms(pod: PodRequest, snapshot: Snapshot) -> list[tuple[PodTerm, Mapping[str, str]]]:
     """The running pods' anti-affinity terms that select `pod`, each with its holders (pod key
     -> node name)."""
-    return [(t, holders) for t, holders in snapshot.anti_affinity_terms.items() if t.selects(pod)]
+    labels = snapshot.namespace_labels
+    return [
+        (t, holders)
+        for t, holders in snapshot.anti_affinity_terms.items()
+        if t.selects(pod, labels)
+    ]
 
 
 def _refuse_holding(
@@ -239,7 +244,7 @@ def decided_per_node(pod: PodRequest, snapshot: Snapshot) -> bool:
     ):
         return False
     return all(
-        term.topology_key == HOSTNAME or not term.selects(pod)
+        term.topology_key == HOSTNAME or not term.selects(pod, snapshot.namespace_labels)
         for term in snapshot.anti_affinity_terms
     )
 
@@ -302,11 +307,6 @@ def _matching(
             yield other, node
 
 
-def _in_namespaces(term: PodTerm, other: PodRequest) -> bool:
-    """`term.selects(other)` for a pod its selector is known to match."""
-    return term.namespaces is None or other.namespace in term.namespaces
-
-
 def _affinity(
     pod: PodRequest,
     terms: tuple[PodTerm, ...],
@@ -316,13 +316,16 @@ def _affinity(
     memo: ReadMemo | None,
 ) -> None:
     held: set[_Domain] = set()
+    labels = snapshot.namespace_labels
     for other, node in _matching(terms[0].selector, snapshot, skip, memo):
-        if _in_namespaces(terms[0], other) and all(term.selects(other) for term in terms[1:]):
+        if terms[0].in_namespaces(other, labels) and all(
+            term.selects(other, labels) for term in terms[1:]
+        ):
             for term in terms:
                 value = node.labels.get(term.topology_key)
                 if value is not None:
                     held.add((term.topology_key, value))
-    first_of_group = not held and all(term.selects(pod) for term in terms)
+    first_of_group = not held and all(term.selects(pod, labels) for term in terms)
     keys = {term.topology_key for term in terms}
     for name in _unlabelled(snapshot, keys):
         refused.setdefault(name, REASON_AFFINITY)
@@ -510,7 +513,7 @@ def _held_weights(pod: PodRequest, snapshot: Snapshot) -> dict[str, float]:
     weighed: dict[str, float] = {}
     nodes = snapshot.nodes
     for (weight, term), holders in snapshot.weighed_terms.items():
-        if not term.selects(pod):
+        if not term.selects(pod, snapshot.namespace_labels):
             continue
         per_domain: dict[str, int] = {}
         for key, name in holders.items():
@@ -558,7 +561,7 @@ def _domain_counts(pod: PodRequest, term: PodTerm, snapshot: Snapshot) -> dict[s
     per_domain: dict[str, int] = {}
     for other, node in _selected(term.selector, snapshot, _absent(pod.key)):
         value = node.labels.get(term.topology_key)
-        if value is not None and term.selects(other):
+        if value is not None and term.selects(other, snapshot.namespace_labels):
             per_domain[value] = per_domain.get(value, 0) + 1
     domains = snapshot.domains(term.topology_key)
     return {name: count for value, count in per_domain.items() for name in domains[value].names}

@@ -45,6 +45,7 @@ PODS = "pods"
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 _EMPTY_STR: Mapping[str, str] = MappingProxyType({})
+_NO_LABELS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
 
 class Operator(StrEnum):
@@ -140,18 +141,33 @@ class LabelSelector:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodTerm:
     """One required inter-pod (anti-)affinity term: the pods `selector` picks in `namespaces`
-    (None: every namespace), in the domain of the node label `topology_key`."""
+    (None: every namespace) and in the namespaces whose labels `namespace_selector` matches
+    (None: none), in the domain of the node label `topology_key`."""
 
     selector: LabelSelector | None
     namespaces: frozenset[str] | None
     topology_key: str
+    namespace_selector: LabelSelector | None = None
 
-    def selects(self, pod: PodRequest) -> bool:
+    def selects(
+        self, pod: PodRequest, namespace_labels: Mapping[str, Mapping[str, str]] = _NO_LABELS
+    ) -> bool:
+        """Whether the term picks `pod`; `namespace_labels`: each namespace's labels (what
+        `namespace_selector` reads)."""
         return (
             self.selector is not None
-            and (self.namespaces is None or pod.namespace in self.namespaces)
+            and self.in_namespaces(pod, namespace_labels)
             and self.selector.matches(pod.labels)
         )
+
+    def in_namespaces(
+        self, pod: PodRequest, namespace_labels: Mapping[str, Mapping[str, str]] = _NO_LABELS
+    ) -> bool:
+        """Whether `pod`'s namespace is one the term reads."""
+        if self.namespaces is None or pod.namespace in self.namespaces:
+            return True
+        chosen = self.namespace_selector
+        return chosen is not None and chosen.matches(namespace_labels.get(pod.namespace, {}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -105,6 +105,9 @@ class Snapshot:
         self._weighed_terms: dict[tuple[int, PodTerm], dict[str, str]] = {}  # `weighed_terms`
         self._host_ports: dict[HostPort, dict[str, str]] = {}  # `host_ports`
         self._soft_tainted: set[str] = set()  # `soft_tainted`
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}
+        """Each namespace's labels, as the caller keeps them (what an inter-pod term's
+        `namespaceSelector` reads; a namespace not here has none)."""
         self._nodes_version = 0  # `nodes_version`
         self._labelled: dict[str, dict[str, dict[str, str]]] | None = None  # `pods_labelled`
         self._domains: dict[str, dict[str, Domain]] = {}
@@ -248,7 +251,9 @@ class Snapshot:
 
     def copy(self) -> Snapshot:
         """A deep copy (nodes cloned; link matrices and selectors shared)."""
-        return Snapshot(node.clone() for node in self._nodes.values())
+        copy = Snapshot(node.clone() for node in self._nodes.values())
+        copy.namespace_labels = dict(self.namespace_labels)
+        return copy
 
     # -- change tracking -----------------------------------------------------------------------
     @property

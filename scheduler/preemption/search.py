@@ -248,6 +248,7 @@ class _Search:
 
     def _bench(self, nodes: Iterable[str]) -> Workbench:
         small = Snapshot(self.live.node(n).clone() for n in nodes)
+        small.namespace_labels = self.live.namespace_labels
         ledger = Ledger(self.tree, self.usage, self.rules)
         inter_pod = self.inter_pod
         return Workbench(

@@ -155,6 +155,7 @@ def _place(
 ) -> Mapping[str, str] | None:
     """Place U on clones of `names` with our pods taken off."""
     small = Snapshot(_emptied(placer.snapshot.node(n), index) for n in names)
+    small.namespace_labels = placer.snapshot.namespace_labels
     placed = place_gang(
         preemptor.pods,
         Placer(small, placer.scoring, memo=False),

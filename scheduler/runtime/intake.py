@@ -64,6 +64,7 @@ SHARE_LOCK = "share-lock"
 
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
 PDBS = "poddisruptionbudgets"
+NAMESPACES = "namespaces"
 _BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, ELASTIC_QUOTAS)
 
 
@@ -206,6 +207,10 @@ class Intake:
             if kind == PDBS:
                 self.cache.budgets.replace(items, self.cache.pods.values())
                 return later
+            if kind == NAMESPACES:
+                if self.cache.replace_namespaces(items):
+                    self._room_changed()  # a namespaceSelector may pick other pods now
+                return later
             if kind in CLAIM_KINDS:
                 self._claims.replace(kind, items)
                 self._recharge_claim_pods()
@@ -285,7 +290,9 @@ class Intake:
             self._requeue_all()
         elif kind == PDBS:
             self.cache.budgets.apply(etype, obj, self.cache.pods.values())
-        elif kind in CLAIM_KINDS and self._claims.apply(kind, etype, obj):
+        elif (kind == NAMESPACES and self.cache.namespace_event(etype, obj)) or (
+            kind in CLAIM_KINDS and self._claims.apply(kind, etype, obj)
+        ):
             self._room_changed()
 
     def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:

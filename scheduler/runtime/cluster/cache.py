@@ -53,6 +53,12 @@ UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
 """The intake's kind name of upstream PodGroups (`scheduler.kubeapi.workloads.KIND_NAME`)."""
 
 
+def _namespace_labels(obj: Obj) -> tuple[str, dict[str, str]]:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return str(meta.get("name") or ""), {str(k): str(v) for k, v in labels.items()}
+
+
 class ClusterCache:
     def __init__(
         self,
@@ -83,6 +89,27 @@ class ClusterCache:
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
         self.requests = RequestMemo()  # pods of one template share a read request
+
+    # -- namespaces ------------------------------------------------------------------------
+    def replace_namespaces(self, items: Iterable[Obj]) -> bool:
+        """Every namespace's labels, from a list; whether any namespace's labels changed (an
+        inter-pod term's `namespaceSelector` reads them: `Snapshot.namespace_labels`)."""
+        listed = {name: labels for name, labels in map(_namespace_labels, items) if name}
+        changed = listed != self.snapshot.namespace_labels
+        self.snapshot.namespace_labels.clear()
+        self.snapshot.namespace_labels.update(listed)
+        return changed
+
+    def namespace_event(self, etype: str, obj: Obj) -> bool:
+        """A namespace added, changed or deleted; whether its labels changed."""
+        name, labels = _namespace_labels(obj)
+        table = self.snapshot.namespace_labels
+        before = table.get(name)
+        if etype == "DELETED":
+            table.pop(name, None)
+            return bool(before)
+        table[name] = labels
+        return (before or {}) != labels
 
     # -- pods ------------------------------------------------------------------------------
     def read_pod(self, obj: Obj) -> PodInfo:

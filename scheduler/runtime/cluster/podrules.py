@@ -3,8 +3,9 @@ anti-affinity terms and `DoNotSchedule` topology spread constraints (`InterPodRu
 terms and `ScheduleAnyway` constraints (`InterPodPreferences`), as kube-scheduler reads them.
 
 - A term's namespaces are its `namespaces`, or the pod's own when it has neither those nor a
-  `namespaceSelector`; an empty `namespaceSelector` (`{}`) means every namespace. A non-empty one
-  is not read (it needs the namespaces' labels): the pod is `unsupported`.
+  `namespaceSelector`; an empty `namespaceSelector` (`{}`) means every namespace; a non-empty one
+  adds the namespaces whose labels it matches, read when the term is (`PodTerm.in_namespaces`,
+  on the snapshot's `namespace_labels`, which the cache keeps from a watch of namespaces).
 - `matchLabelKeys` (and a term's `mismatchLabelKeys`) add `key in (value)` (`key notin (value)`)
   for each key the pod has a label for, as the API server merges them since 1.34; a selector that
   already holds the same requirement is unchanged by it.
@@ -46,18 +47,12 @@ _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 _POLICIES = ("Honor", "Ignore")
 
 
-class UnsupportedRuleError(Exception):
-    """A rule the scheduler does not read; its text names the field and why."""
-
-
 @dataclass(frozen=True, slots=True)
 class PodRules:
-    """A pod's inter-pod rules and preferences (None: none), or what it uses that is not read
-    (`unsupported`: then neither is read)."""
+    """A pod's inter-pod rules and preferences (None: none)."""
 
     rules: InterPodRules | None = None
     preferences: InterPodPreferences | None = None
-    unsupported: str | None = None
 
 
 def inter_pod_rules(pod: Obj) -> PodRules:
@@ -67,14 +62,11 @@ def inter_pod_rules(pod: Obj) -> PodRules:
     namespace = str(meta.get("namespace") or "default")
     labels = _string_map(meta.get("labels"), "metadata.labels")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
-    try:
-        near = _terms(affinity.get("podAffinity"), "spec.affinity.podAffinity", namespace, labels)
-        away = _terms(
-            affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity", namespace, labels
-        )
-        spread, soft = _spread(spec.get("topologySpreadConstraints"), labels)
-    except UnsupportedRuleError as exc:
-        return PodRules(unsupported=str(exc))
+    near = _terms(affinity.get("podAffinity"), "spec.affinity.podAffinity", namespace, labels)
+    away = _terms(
+        affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity", namespace, labels
+    )
+    spread, soft = _spread(spec.get("topologySpreadConstraints"), labels)
     rules = InterPodRules(affinity=near[0], anti_affinity=away[0], spread=spread)
     preferences = InterPodPreferences(affinity=near[1], anti_affinity=away[1], spread=soft)
     return PodRules(
@@ -145,10 +137,9 @@ def _term(raw: object, where: str, namespace: str, labels: Mapping[str, str]) ->
     namespace_selector = term.get("namespaceSelector")
     if namespace_selector is not None:
         chosen = label_selector(namespace_selector, f"{where}.namespaceSelector")
-        if chosen is not None and chosen.requirements:
-            raise UnsupportedRuleError(
-                f"{where}.namespaceSelector: a namespace selector with requirements "
-                "(only an empty one, every namespace, is read)"
+        if chosen is not None and chosen.requirements:  # those listed and those it picks
+            return PodTerm(
+                selector=selector, namespaces=names, topology_key=key, namespace_selector=chosen
             )
         return PodTerm(selector=selector, namespaces=None, topology_key=key)
     return PodTerm(selector=selector, namespaces=names or frozenset((namespace,)), topology_key=key)

@@ -186,3 +186,35 @@ def test_preferred_anti_affinity_spreads_then_shares_nodes(fake_api, core_v1):
     placed = bound_pods(fake_api)
     assert {placed["serve-0"], placed["serve-1"]} == {"n1", "n2"}  # apart while it can
     assert placed["serve-2"] in {"n1", "n2"}  # a preference: the third still binds
+
+
+def test_a_namespace_selector_reads_the_namespaces_labels_as_they_change(fake_api, core_v1):
+    """Anti-affinity to `app=db` pods in namespaces labelled `team=data`: the pod avoids the node
+    of such a pod, waits while every node has one, and starts once the namespace's label is
+    taken away (a namespace event tries the waiting pods again)."""
+    for name in ("n1", "n2"):
+        gpu_node(fake_api, name)
+    core_v1.create_namespace(
+        {"metadata": {"name": "data", "labels": {"team": "data"}}}, _preload_content=False
+    )
+    term = {
+        "labelSelector": {"matchLabels": {"app": "db"}},
+        "namespaceSelector": {"matchLabels": {"team": "data"}},
+        "topologyKey": HOST,
+    }
+    apart = {"podAntiAffinity": {REQUIRED: [term]}}
+    with running(fake_api):
+        create_pod(core_v1, pod_body("db-0", namespace="data", labels={"app": "db"}, node="n1"))
+        create_pod(core_v1, pod_body("db-1", labels={"app": "db"}, node="n2"))  # not team data
+        create_pod(core_v1, pod_body("solo-0", gpus=1, affinity=apart))
+        assert wait_for(lambda: node_of(fake_api, "solo-0"), 10, "solo-0 bound") == "n2"
+        create_pod(core_v1, pod_body("db-2", namespace="data", labels={"app": "db"}, node="n2"))
+        create_pod(core_v1, pod_body("solo-1", gpus=1, affinity=apart))
+        condition = wait_for(lambda: scheduled_condition(fake_api, "solo-1"), 10, "condition")
+        assert condition["message"] == (
+            "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+        )
+        core_v1.patch_namespace(
+            "data", {"metadata": {"labels": {"team": None}}}, _preload_content=False
+        )
+        assert wait_for(lambda: node_of(fake_api, "solo-1"), 15, "solo-1 after the relabel")

@@ -132,26 +132,19 @@ def test_gated_pod_waits_until_ungated(fake_api, core_v1):
 
 def test_unsupported_pod_gets_its_reason(fake_api, core_v1):
     gpu_node(fake_api, "n1")
-    term = {
-        "topologyKey": "kubernetes.io/hostname",
-        "labelSelector": {"matchLabels": {"app": "db"}},
-        "namespaceSelector": {"matchLabels": {"team": "data"}},
-    }
-    near = pod_body(
-        "near",
+    field = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    required = {"nodeSelectorTerms": [{"matchFields": [field]}]}
+    pinned = pod_body(
+        "pinned",
         gpus=1,
-        affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
     )
     with running(fake_api) as rt:
-        create_pod(core_v1, near)
-        condition = wait_for(lambda: scheduled_condition(fake_api, "near"), 5, "condition")
+        create_pod(core_v1, pinned)
+        condition = wait_for(lambda: scheduled_condition(fake_api, "pinned"), 5, "condition")
         assert rt.scheduler.pending_reasons() == {"unsupported": 1}
-    assert condition["message"] == (
-        "unsupported: spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
-        ".namespaceSelector: a namespace selector with requirements (only an empty one, every "
-        "namespace, is read)"
-    )
-    assert node_of(fake_api, "near") is None
+    assert condition["message"] == "unsupported: node affinity matchFields"
+    assert node_of(fake_api, "pinned") is None
 
 
 def test_bind_conflict_requeues(fake_api, core_v1):

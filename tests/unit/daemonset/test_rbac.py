@@ -33,6 +33,7 @@ SCHEDULER = (
     | _grants(CLUSTER, "", "pods/status", "patch")
     | _grants(CLUSTER, "", "events", "create")
     | _grants(CLUSTER, "", "nodes", "list watch")
+    | _grants(CLUSTER, "", "namespaces", "list watch")  # what a namespaceSelector reads
     | _grants(CLUSTER, "topology.node.k8s.io", "noderesourcetopologies", "list watch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups", "list watch")
     | _grants(CLUSTER, "scheduling.x-k8s.io", "podgroups/status", "patch")

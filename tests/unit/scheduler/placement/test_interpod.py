@@ -450,11 +450,29 @@ def selectors(draw: st.DrawFn) -> LabelSelector | None:
     return LabelSelector(requirements=tuple(requirements))
 
 
+NS_LABELS = {"default": {"team": "x"}, "b": {"team": "y"}}
+"""The namespaces' labels of the property tests' snapshots (what a `namespaceSelector` reads)."""
+
+
 @st.composite
 def terms(draw: st.DrawFn) -> PodTerm:
-    namespaces = draw(st.sampled_from((None, frozenset({"default"}), frozenset({"b"}))))
+    namespaces = draw(
+        st.sampled_from((None, frozenset({"default"}), frozenset({"b"}), frozenset()))
+    )
+    chosen = None
+    if namespaces is not None and draw(st.booleans()):
+        team = draw(st.sampled_from("xyz"))
+        requirement = NodeSelectorRequirement(key="team", operator=Operator.IN, values=(team,))
+        chosen = LabelSelector(requirements=(requirement,))
+    elif namespaces == frozenset():
+        namespaces = frozenset({"default"})
     key = draw(st.sampled_from((HOST, ZONE)))
-    return PodTerm(selector=draw(selectors()), namespaces=namespaces, topology_key=key)
+    return PodTerm(
+        selector=draw(selectors()),
+        namespaces=namespaces,
+        topology_key=key,
+        namespace_selector=chosen,
+    )
 
 
 @st.composite
@@ -506,6 +524,17 @@ def pods(draw: st.DrawFn, key: str) -> PodRequest:
         preferences=preferences,
         gpus=0,
     )
+
+
+def _picks(term: PodTerm, pod: PodRequest) -> bool:
+    """The stock reading of a term: its selector picks the pod's labels, in a namespace it lists,
+    or (none listed: `None` is every one) whose labels its namespace selector matches."""
+    if term.selector is None or not term.selector.matches(pod.labels):
+        return False
+    if term.namespaces is None or pod.namespace in term.namespaces:
+        return True
+    chosen = term.namespace_selector
+    return chosen is not None and chosen.matches(NS_LABELS.get(pod.namespace, {}))
 
 
 def _reference(
@@ -571,19 +600,19 @@ def _affinity_reason(incoming, node, placed) -> str | None:
         return None
     if not all(t.topology_key in node.labels for t in affinity):
         return REASON_AFFINITY
-    matching = [n for o, n in placed if all(t.selects(o) for t in affinity)]
+    matching = [n for o, n in placed if all(_picks(t, o) for t in affinity)]
     if any(t.topology_key in n.labels for n in matching for t in affinity):  # a pair counted
         near = all(any(_same(node, n, t.topology_key) for n in matching) for t in affinity)
         return None if near else REASON_AFFINITY
-    return None if all(t.selects(incoming) for t in affinity) else REASON_AFFINITY
+    return None if all(_picks(t, incoming) for t in affinity) else REASON_AFFINITY
 
 
 def _anti_reason(incoming, node, placed) -> str | None:
     own = (incoming.inter_pod or InterPodRules()).anti_affinity
-    if any(t.selects(o) and _same(node, n, t.topology_key) for t in own for o, n in placed):
+    if any(_picks(t, o) and _same(node, n, t.topology_key) for t in own for o, n in placed):
         return REASON_ANTI_AFFINITY
     if any(
-        t.selects(incoming) and _same(node, n, t.topology_key)
+        _picks(t, incoming) and _same(node, n, t.topology_key)
         for o, n in placed
         if o.inter_pod is not None
         for t in o.inter_pod.anti_affinity
@@ -601,6 +630,7 @@ def test_refusals_match_a_plain_reading_of_the_rules(data, zones):
     if data.draw(st.booleans()):
         tainted = Taint(key="dedicated", value="x", effect=Effect.NO_SCHEDULE)
         snap.add_node(make_node("tainted", labels={HOST: "tainted", ZONE: "a"}, taints=(tainted,)))
+    snap.namespace_labels.update(NS_LABELS)
     names = snap.names()
     for i in range(data.draw(st.integers(0, 8))):
         snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
@@ -625,6 +655,7 @@ def test_what_if_pods_leave_reads_as_if_they_had_never_run(data, zones):
     refuse it with all of them gone, or affinity as things stand (the pod never the first of
     its group here)."""
     snap = zoned(*zones)
+    snap.namespace_labels.update(NS_LABELS)
     names = snap.names()
     for i in range(data.draw(st.integers(0, 8))):
         snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))
@@ -636,7 +667,7 @@ def test_what_if_pods_leave_reads_as_if_they_had_never_run(data, zones):
     assert (refused_nodes(incoming, snap, frozenset(), matches) or {}) == _reference(incoming, snap)
     assert (refused_nodes(incoming, snap, gone, matches) or {}) == _reference(incoming, snap, gone)
     rules_ = incoming.inter_pod or InterPodRules()
-    assume(not rules_.affinity or not all(t.selects(incoming) for t in rules_.affinity))
+    assume(not rules_.affinity or not all(_picks(t, incoming) for t in rules_.affinity))
     named = refused_whatever_leaves(incoming, snap, gone)
     assert refused_whatever_leaves(incoming, snap, gone, matches) == named  # the memo's reading
     everyone = [(o, n) for n in snap.nodes.values() for o, _a in n.pods.values()]
@@ -668,7 +699,7 @@ def _reference_bonus(incoming: PodRequest, snap: Snapshot) -> dict[str, float]:
     total = dict.fromkeys(snap.names(), 0.0)
     raw = {
         name: sum(
-            sign * w * sum(1 for o, n in placed if t.selects(o) and _same(node, n, t.topology_key))
+            sign * w * sum(1 for o, n in placed if _picks(t, o) and _same(node, n, t.topology_key))
             for sign, weighted in ((1, prefs.affinity), (-1, prefs.anti_affinity))
             for w, t in weighted
         )
@@ -676,7 +707,7 @@ def _reference_bonus(incoming: PodRequest, snap: Snapshot) -> dict[str, float]:
             w
             for o, n in placed
             for w, t in _weighing_terms(o)
-            if t.selects(incoming) and _same(node, n, t.topology_key)
+            if _picks(t, incoming) and _same(node, n, t.topology_key)
         )
         for name, node in snap.nodes.items()
     }
@@ -726,6 +757,7 @@ def test_the_placer_decides_preferences_as_pick_does(data, size):
         )
         for i in range(size)
     )
+    snap.namespace_labels.update(NS_LABELS)
     names = snap.names()
     for i in range(data.draw(st.integers(0, 10))):
         snap.assume_on(data.draw(pods(f"run-{i}")), data.draw(st.sampled_from(names)))

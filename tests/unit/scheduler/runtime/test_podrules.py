@@ -1,6 +1,6 @@
 """Reading a pod's inter-pod rules from its JSON: the stock scheduler's namespaces, label keys and
 policies; preferences checked and not kept; malformed fields named; a namespace selector with
-requirements is `unsupported`."""
+requirements kept for the namespaces' labels to decide, beside the namespaces listed."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
-def body(**spec: Any) -> dict[str, Any]:
+def body(namespace: str = "ml", **spec: Any) -> dict[str, Any]:
     return {
-        "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "web", "rev": "7"}},
+        "metadata": {"name": "p", "namespace": namespace, "labels": {"app": "web", "rev": "7"}},
         "spec": {"containers": [{"name": "c"}], **spec},
     }
 
@@ -44,7 +44,6 @@ def test_a_pod_without_rules_has_none():
 def test_required_terms_default_to_the_pods_namespace():
     term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
     read = inter_pod_rules(body(affinity={"podAntiAffinity": {REQUIRED: [term]}}))
-    assert read.unsupported is None
     assert read.preferences is None
     rules = read.rules
     assert rules is not None
@@ -64,19 +63,25 @@ def test_namespaces_listed_or_every_namespace():
     assert rules.affinity[0].selector == LabelSelector()  # `{}` selects every pod
 
 
-def test_a_namespace_selector_with_requirements_is_unsupported():
+def test_a_namespace_selector_with_requirements_adds_the_namespaces_it_picks():
     term = {
         "labelSelector": {},
         "topologyKey": ZONE,
+        "namespaces": ["ops"],
         "namespaceSelector": {"matchLabels": {"team": "x"}},
     }
     read = inter_pod_rules(body(affinity={"podAffinity": {REQUIRED: [term]}}))
-    assert read.rules is None
-    problem = read.unsupported
-    assert problem is not None
-    assert problem.startswith(f"spec.affinity.podAffinity.{REQUIRED}[0].namespaceSelector")
-    request = pod_request(body(affinity={"podAffinity": {REQUIRED: [term]}}))
-    assert request.unsupported == problem
+    assert read.rules is not None
+    (near,) = read.rules.affinity
+    assert near.namespaces == frozenset({"ops"})
+    assert near.namespace_selector == LabelSelector(
+        requirements=(NodeSelectorRequirement(key="team", operator=Operator.IN, values=("x",)),)
+    )
+    labels = {"data": {"team": "x"}, "ml": {"team": "y"}}
+    picks = {ns: near.selects(pod_request(body(namespace=ns)), labels) for ns in ("data", "ml")}
+    assert picks == {"data": True, "ml": False}
+    assert near.selects(pod_request(body(namespace="ops")), labels)  # listed, whatever its labels
+    assert pod_request(body(affinity={"podAffinity": {REQUIRED: [term]}})).unsupported is None
 
 
 def test_match_and_mismatch_label_keys_take_the_pods_values():
@@ -146,7 +151,7 @@ def test_preferences_are_kept_apart_from_the_rules():
     request = pod_request(spec)
     assert request.inter_pod is None
     assert request.preferences == read.preferences
-    assert request.unsupported is None
+    assert request.unsupported is None  # nothing of it unread
     assert request.namespace == "ml"
     assert dict(request.labels) == {"app": "web", "rev": "7"}
 

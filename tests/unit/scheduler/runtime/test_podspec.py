@@ -147,35 +147,6 @@ def test_bad_quantity_names_the_field():
                 "affinity": {
                     "podAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {"topologyKey": "zone", "labelSelector": {}}
-                        ]
-                    }
-                }
-            },
-            None,
-            id="pod affinity is read (podrules)",
-        ),
-        pytest.param(
-            {
-                "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
-                ]
-            },
-            None,
-            id="spread is read (podrules)",
-        ),
-        pytest.param({"resources": {"requests": {"cpu": "1"}}}, None, id="pod-level resources"),
-        pytest.param(
-            {"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
-            None,
-            id="host port",
-        ),
-        pytest.param({"affinity": {"nodeAffinity": {}}}, None, id="node affinity is supported"),
-        pytest.param(
-            {
-                "affinity": {
-                    "podAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
                             {
                                 "topologyKey": "zone",
                                 "labelSelector": {},
@@ -185,8 +156,31 @@ def test_bad_quantity_names_the_field():
                     }
                 }
             },
-            "a namespace selector with requirements",
-            id="a namespaceSelector with requirements is not",
+            None,
+            id="a namespaceSelector with requirements is read",
+        ),
+        pytest.param(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {
+                                            "key": "metadata.name",
+                                            "operator": "In",
+                                            "values": ["n1"],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            "node affinity matchFields",
+            id="required node affinity's matchFields is not",
         ),
     ],
 )

@@ -89,3 +89,40 @@ def test_a_high_priority_replica_evicts_the_one_in_its_zone(
         cluster.delete_pods("zoned-0", "zoned-1")
         cluster.kubectl("delete", "priorityclass", "anti-urgent", "--ignore-not-found")
         cluster.kubectl("label", "node", cluster.node, f"{ZONE}-")
+
+
+def test_a_namespace_selector_follows_the_namespaces_labels(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    """The scheduler (under the shipped RBAC) watches namespaces: a replica anti-affine to
+    `app=db` pods of namespaces labelled `team=data` waits beside one, and runs once the
+    namespace loses the label."""
+    term = {
+        "labelSelector": {"matchLabels": {"app": "db"}},
+        "namespaceSelector": {"matchLabels": {"team": "data"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    solo = busybox_pod("solo", limits={"nvidia.com/gpu": "1"}, scheduler=SCHEDULER)
+    solo["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    db = busybox_pod(
+        "db", limits={"nvidia.com/gpu": "1"}, scheduler=SCHEDULER, labels={"app": "db"}
+    )
+    db["metadata"]["namespace"] = "team-data"
+    try:
+        cluster.kubectl("create", "namespace", "team-data")
+        cluster.kubectl("label", "namespace", "team-data", "team=data")
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(db))
+        cluster.wait_running("db", namespace="team-data")
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(solo))
+        said = wait_until(lambda: cluster.scheduled_message("solo"), 30, "solo refused")
+        assert said.startswith(
+            "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
+        ), said
+        cluster.kubectl("label", "namespace", "team-data", "team-")
+        cluster.wait_running("solo", timeout_s=60)
+    finally:
+        cluster.delete_pods("solo")
+        cluster.delete_pods("db", namespace="team-data")
+        cluster.kubectl("delete", "namespace", "team-data", "--ignore-not-found", "--wait=false")

@@ -374,6 +374,9 @@ def _spread(
             low = least(count)
             if count + own - low <= skew or count <= low:
                 continue
+            if not going and not unlabelled:  # the whole domain, as no node's pods leave
+                refused.update(dict.fromkeys(domain.names, REASON_SPREAD))
+                continue
             for name in domain.names:
                 left = count - going.get(name, 0)
                 if name not in unlabelled and left + own - low > skew and left > low:

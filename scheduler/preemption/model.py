@@ -5,7 +5,7 @@ decides on them without I/O or a clock (times are passed in).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -16,6 +16,7 @@ __all__ = [
     "Budget",
     "DeviceFit",
     "Eviction",
+    "GangDeviceFit",
     "NoChoice",
     "PreemptionSettings",
     "Preemptor",
@@ -79,6 +80,15 @@ class DeviceFit(Protocol):
     def fits(self, node: str, gone: frozenset[str]) -> bool: ...
 
 
+class GangDeviceFit(Protocol):
+    """What a gang U's pods need besides their requests, decided together apart from placement
+    (their DRA claims, by the claim allocator): where each pod goes (pod key -> node) with that
+    allocated on `nodes` once the pods `gone` (their keys) are gone; None: it does not fit there.
+    Deterministic for one search."""
+
+    def place(self, nodes: Sequence[str], gone: frozenset[str]) -> Mapping[str, str] | None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Preemptor:
     """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
@@ -87,7 +97,8 @@ class Preemptor:
     the search neither places U nor takes victims there. `prefer_clique`: a gang without a
     topology prefers one NVLink clique, as the scheduler places it (DESIGN §13). `devices`: what
     a single pod needs besides its request (its claims' devices): a node takes U only where
-    that fits too, with the area's victims gone."""
+    that fits too, with the area's victims gone. `gang_devices`: the same for a gang's pods
+    together: an area takes U only where they fit, each pod on the node they choose."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -99,6 +110,7 @@ class Preemptor:
     excluded: frozenset[str] = frozenset()
     prefer_clique: bool = False
     devices: DeviceFit | None = field(default=None, compare=False)
+    gang_devices: GangDeviceFit | None = field(default=None, compare=False)
 
 
 class VictimReason(StrEnum):

@@ -11,10 +11,13 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
 3. The answer stands only when the placement code places all of U on the area without the
    remaining victims, and what is decided apart lets U onto its node there: for a pod with
    devices decided apart (`Preemptor.devices`: its DRA claims, by the claim allocator), they
-   fit; for a pod whose inter-pod rules read beyond the area (`InterPodFit`), they let it, on
-   the live snapshot with the victims gone. The reprieve first tests fit with arithmetic (free
-   GPUs, cpu, memory, pods: necessary conditions, so a piece it keeps out would not fit either;
-   and what is decided apart) and places U once at the end; should that fail (devices, NUMA,
+   fit; for a gang with such devices (`Preemptor.gang_devices`), they fit together on the
+   area's nodes where every member fits the rest of its request, and each member then fits
+   the rest on the node they chose; for a pod whose inter-pod rules read beyond the area
+   (`InterPodFit`), they let it, on the live snapshot with the victims gone. The reprieve
+   first tests fit with arithmetic (free GPUs, cpu, memory, pods: necessary conditions, so a
+   piece it keeps out would not fit either; and what is decided apart, a gang's devices on the
+   whole area) and places U once at the end; should that fail (devices, NUMA,
    topology), the reprieve is redone placing U at every step.
 """
 
@@ -28,7 +31,7 @@ from scheduler.placement import Assignment, Placer, PodRequest, place_gang
 from .budgets import BudgetBook
 from .eligibility import Piece
 from .ledger import Ledger
-from .model import DeviceFit, Preemptor
+from .model import DeviceFit, GangDeviceFit, Preemptor
 from .room import Room
 
 __all__ = ["Estimate", "Miss", "Outcome", "Workbench", "reprieve_order", "victim_rank"]
@@ -250,10 +253,18 @@ class Workbench:
         """What is decided apart from placement lets U onto a node of `area` without the pieces
         taken out: its devices (`Preemptor.devices`) fit there and its inter-pod rules let it
         (always, for a unit that needs neither)."""
-        if not self._apart:
+        gang = self._preemptor.gang_devices
+        if not self._apart and gang is None:
             return True
-        gone = frozenset(place.key for piece in self._removed.values() for place in piece.pods)
-        return any(all(f.fits(node, gone) for f in self._apart) for node in sorted(area))
+        gone = self._gone_keys()
+        if gang is not None and gang.place(sorted(area), gone) is None:
+            return False
+        return not self._apart or any(
+            all(f.fits(node, gone) for f in self._apart) for node in sorted(area)
+        )
+
+    def _gone_keys(self) -> frozenset[str]:
+        return frozenset(place.key for piece in self._removed.values() for place in piece.pods)
 
     # -- pieces: taken out logically, then on the clones -----------------------------------------
     def _remove(self, piece: Piece) -> None:
@@ -293,6 +304,9 @@ class Workbench:
             if not self._apart_fit(frozenset((node,))):
                 return None
             return {pods[0].key: node}, decision.score
+        gang = self._preemptor.gang_devices
+        if gang is not None:
+            return self._place_with_devices(gang, area)
         placed = place_gang(
             pods,
             self._placer,
@@ -312,6 +326,35 @@ class Workbench:
             for pod in pods
         )
         return {key: a.node for key, a in placed.assignments.items()}, score
+
+    def _place_with_devices(
+        self, gang: GangDeviceFit, area: frozenset[str]
+    ) -> tuple[dict[str, str], float] | None:
+        """A gang whose devices are decided apart, as the scheduler places it: on the nodes of
+        `area` where every pod fits the rest of its request, the devices choose each pod's
+        node, and each pod takes the rest of its request there, the earlier ones counted."""
+        pods = self._preemptor.pods
+        nodes = set(area)
+        for pod in pods:
+            nodes.intersection_update(self._placer.feasible(pod))
+        where = gang.place(sorted(nodes), self._gone_keys()) if nodes else None
+        if where is None:
+            return None
+        taken: list[tuple[PodRequest, Assignment]] = []
+        try:
+            for pod in pods:
+                node = where.get(pod.key)
+                assignment = None if node is None else self._placer.assignment_on(pod, node)
+                if assignment is None:
+                    return None
+                self._snapshot.assume(pod, assignment)
+                taken.append((pod, assignment))
+            scoring = self._placer.scoring
+            score = sum(scoring.total(p, self._snapshot.node(a.node), a) for p, a in taken)
+        finally:
+            for pod, _ in taken:
+                self._snapshot.forget(pod.key)
+        return {pod.key: a.node for pod, a in taken}, score
 
     def _outcome(self, area: frozenset[str], placed: tuple[dict[str, str], float]) -> Outcome:
         pieces = tuple(sorted(self._removed.values(), key=reprieve_order))

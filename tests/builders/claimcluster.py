@@ -150,10 +150,11 @@ def claim_gang(
     name: str,
     members: int,
     gpus: int,
+    spec: dict[str, Any] | None = None,
     **annotations: str,
 ) -> list[str]:
     """A PodGroup `name` of `members` pods `name-<i>`, each with its own claim of `gpus` GPUs
-    (`name-<i>-gpus`); the pods' names."""
+    (`name-<i>-gpus`) and `spec` added to its spec; the pods' names."""
     create_podgroup(custom, podgroup(name, members, annotations=annotations))
     pods = []
     for i in range(members):
@@ -161,6 +162,7 @@ def claim_gang(
         fake.put_object("resourceclaims", gpu_claim(f"{pod}-gpus", gpus))
         body = claim_pod(pod, f"{pod}-gpus")
         body["metadata"]["labels"] = {GANG_LABEL: name}
+        body["spec"].update(spec or {})
         create_pod(core, body)
         pods.append(pod)
     return pods

@@ -12,7 +12,8 @@ made by the resourceclaim controller from a template, is allocated once for the 
 pair, reserved for the PodGroup, and both members run with it. A claim no device satisfies stays
 Pending with a reason naming its selector. A high-priority pod whose 2-GPU claim finds the node
 full evicts one of two lower-priority claim pods, and runs on the pair its claim frees once the
-resourceclaim controller has deallocated it."""
+resourceclaim controller has deallocated it; a high-priority gang of two 1-GPU claim pods evicts
+two of four lower-priority ones and runs on the GPUs their claims free."""
 
 from __future__ import annotations
 
@@ -262,20 +263,32 @@ def _low_pods_left(cluster: Cluster, pods: list[str]) -> list[str]:
     return [p for p in pods if p in alive]
 
 
+def _running_claim_pods(cluster: Cluster, pods: list[str], template: str) -> dict[str, list[str]]:
+    """`pods` with a claim from `template` each, running: each one's devices."""
+    for pod in pods:
+        _apply(cluster, _claim_pod(pod, template))
+    for pod in pods:
+        cluster.wait_running(pod, timeout_s=120)
+    return {pod: _devices_of(_claim_of(cluster, pod)) for pod in pods}
+
+
+def _priority_class(name: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
 def test_a_high_priority_claim_pod_evicts_a_lower_one_and_runs_on_its_gpus(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:
     _apply(cluster, claim_template("pair", DRIVER, count=2))
-    high: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
-    high.update({"metadata": {"name": "dra-urgent"}, "value": 1000})
-    _apply(cluster, high)
+    _apply(cluster, _priority_class("dra-urgent", 1000))
     low = ["low-0", "low-1"]
     try:
-        for pod in low:
-            _apply(cluster, _claim_pod(pod, "pair"))
-        for pod in low:
-            cluster.wait_running(pod, timeout_s=120)
-        held = {pod: _devices_of(_claim_of(cluster, pod)) for pod in low}
+        held = _running_claim_pods(cluster, low, "pair")
         urgent = _claim_pod("urgent", "pair")
         urgent["spec"]["priorityClassName"] = "dra-urgent"
         _apply(cluster, urgent)
@@ -289,3 +302,31 @@ def test_a_high_priority_claim_pod_evicts_a_lower_one_and_runs_on_its_gpus(
     finally:
         _clean(cluster, [*low, "urgent"], ["pair"])
         cluster.kubectl("delete", "priorityclass", "dra-urgent", "--ignore-not-found")
+
+
+def test_a_high_priority_claim_gang_evicts_two_lower_pods_and_runs_on_their_gpus(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    _apply(cluster, claim_template("one", DRIVER, count=1))
+    _apply(cluster, _priority_class("dra-urgent-gang", 1000))
+    low = [f"low-{i}" for i in range(4)]
+    gang = ["urgent-0", "urgent-1"]
+    try:
+        held = _running_claim_pods(cluster, low, "one")
+        _apply(cluster, podgroup("urgent", len(gang)))
+        for pod in gang:
+            body = _claim_pod(pod, "one")
+            body["metadata"]["labels"] = {GANG_LABEL: "urgent"}
+            body["spec"]["priorityClassName"] = "dra-urgent-gang"
+            _apply(cluster, body)
+        for pod in gang:
+            cluster.wait_running(pod, timeout_s=180)
+        left = _low_pods_left(cluster, low)
+        got = sorted(d for pod in gang for d in _devices_of(_claim_of(cluster, pod)))
+        print(f"held {held}; the gang got {got}; left {left}")  # shown with -s
+        assert len(left) == 2
+        assert got == sorted(d for pod in set(low) - set(left) for d in held[pod])
+    finally:
+        _clean(cluster, [*low, *gang], ["one"])
+        cluster.kubectl("delete", "priorityclass", "dra-urgent-gang", "--ignore-not-found")
+        cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "urgent", "--ignore-not-found")

@@ -9,7 +9,8 @@ topology and queues see them; the shares its claims take of shared GPUs are char
 `forget` undoes the assumption (the pod's request as read again, its claims' allocations free
 again). A refusal (`ClaimRefusal`) is the message the pod waits with: the claims' reasons
 (claim, request and nearest miss), or placement's when no node fits the rest; then more room
-would help, and `room` gives the victim search the pod's claims (`ClaimRoom`).
+would help, and `room` gives the victim search the pod's claims (`ClaimRoom`; a gang's,
+`gang_room`).
 Called with `cache.lock` held.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from functools import partial
 
 from agent.objkey import ObjectKey
 from scheduler.claims.charge import ClaimShare
@@ -26,7 +28,7 @@ from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstrai
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
-from scheduler.runtime.claims.room import ClaimRoom
+from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.groups import GroupInfo
 from scheduler.runtime.cluster.podinfo import PodInfo
@@ -98,11 +100,35 @@ class ClaimCharges:
         claims = self._book.pod_claims(info.key, info.obj)
         if isinstance(claims, str):
             return None
+        return ClaimRoom(self._book, claims, self._claim_node, self._leaving())
+
+    def gang_room(
+        self, infos: Sequence[PodInfo], topology: TopologyConstraint | None
+    ) -> GangClaimRoom | None:
+        """A gang's pending pods' claims as a victim search judges them, together, within one
+        domain of a required `topology` level (None: a pod waits for its claims)."""
+        pods: list[PodClaims] = []
+        for info in infos:
+            claims = self._pod_claims(info)
+            if isinstance(claims, str):
+                return None
+            pods.append(claims)
+        domain = None
+        if topology is not None and topology.required:
+            domain = partial(self._label, topology.label)
+        return GangClaimRoom(self._book, pods, self._claim_node, self._leaving(), domain)
+
+    def _leaving(self) -> Leaving:
+        """What victims' claims free: of the pods that may be victims, and those alive."""
         pods = self._cache.pods.values()
         uids = {str(p.key): p.uid for p in pods if p.counted}
         alive = {p.uid for p in pods if not p.terminal}  # a finished pod's claims are let go
         alive.update(g.uid for g in self._cache.groups.values())  # claims of a PodGroup
-        return ClaimRoom(self._book, claims, self._claim_node, uids, alive)
+        return Leaving(self._book, uids, alive)
+
+    def _label(self, label: str, node: str) -> str | None:
+        info = self._cache.nodes.get(node)
+        return None if info is None else info.labels.get(label)
 
     def place_gang(
         self,
@@ -110,17 +136,17 @@ class ClaimCharges:
         infos: Sequence[PodInfo],
         excluded: AbstractSet[str] | None,
         topology: TopologyConstraint | None,
-    ) -> list[ClaimPlacement] | str:
+    ) -> list[ClaimPlacement] | ClaimRefusal:
         """Decide a gang's pods together and assume them all, or none; why not."""
         pods: list[PodClaims] = []
         for info in infos:
             claims = self._pod_claims(info)
             if isinstance(claims, str):
-                return f"pod {info.key}: {claims}"
+                return ClaimRefusal(message=f"pod {info.key}: {claims}")
             pods.append(claims)
         nodes = self._nodes(placer, infos, excluded)
         if isinstance(nodes, str):
-            return nodes
+            return ClaimRefusal(message=nodes, room=True)
         usage, allocator, changes = self._book.usage(), self._book.allocator, self._cache.snapshot
         domains = None if topology is None else self._domains(nodes, topology.label)
         decision = allocator.place_gang(pods, nodes, usage, domains=domains, changes=changes)
@@ -128,21 +154,21 @@ class ClaimCharges:
             # preferred: one domain if any
             decision = allocator.place_gang(pods, nodes, usage, changes=changes)
         if not decision.placed:
-            return self._refusal(decision.reasons)
+            return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
         placed: list[ClaimPlacement] = []
         for info, made in zip(infos, decision.pods, strict=True):
             one = self._charged(placer, info, made)  # on the snapshot the earlier ones took
             if isinstance(one, str):
                 for done in infos[: len(placed)]:
                     self.forget(done.key)
-                return one
+                return ClaimRefusal(message=one, room=True)
             self._hold(info, one)
             placed.append(one)
         for done in infos:  # asked for together, as they are charged: not charged twice
             self.forget(done.key)
         why = _refused(list(zip(infos, placed, strict=True)), self._admit)
         if why is not None:
-            return why
+            return ClaimRefusal(message=why)
         for info, one in zip(infos, placed, strict=True):
             self._hold(info, one)
         return placed
@@ -222,8 +248,7 @@ class ClaimCharges:
     def _domains(self, nodes: Sequence[ClaimNode], label: str) -> Mapping[str, list[ClaimNode]]:
         out: dict[str, list[ClaimNode]] = {}
         for node in nodes:
-            info = self._cache.nodes.get(node.name)
-            value = None if info is None else info.labels.get(label)
+            value = self._label(label, node.name)
             if value is not None:
                 out.setdefault(value, []).append(node)
         return out

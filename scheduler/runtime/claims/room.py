@@ -9,19 +9,41 @@ does. A search counts them free already when every pod the claim is reserved for
 takes, or is gone (deleted or finished, its claim not yet deallocated; `alive` holds the UIDs of
 the pods and PodGroups that exist and run): the room coming back is never paid for with a
 second victim. A claim reserved also for a pod that stays keeps its devices.
-Called with `cache.lock` held; one `ClaimRoom` serves one search.
+A gang's pods (`GangClaimRoom`) are allocated together, as the gang is placed: each pod's
+claims with the devices the earlier ones took counted, all within one domain of a required
+topology level.
+Called with `cache.lock` held; one room serves one search.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.usage import Usage
 from scheduler.runtime.claims.book import ClaimBook
 
-__all__ = ["ClaimRoom"]
+__all__ = ["ClaimRoom", "GangClaimRoom", "Leaving"]
+
+
+class Leaving:
+    """The devices in use once some pods are gone, each set of them worked out once."""
+
+    def __init__(self, book: ClaimBook, uids: Mapping[str, str], alive: AbstractSet[str]) -> None:
+        """`uids`: pod key -> UID of the pods that may be victims; `alive`: the UIDs of the pods
+        and PodGroups that exist and have not finished."""
+        self._book, self._uids, self._alive = book, uids, alive
+        self._usages: dict[frozenset[str], Usage] = {}
+
+    def usage(self, gone: frozenset[str]) -> Usage:
+        """The claims' usage once the pods `gone` (their keys) are gone."""
+        usage = self._usages.get(gone)
+        if usage is None:
+            leaving = {self._uids[key] for key in gone if key in self._uids}
+            freed = self._book.freed_by(leaving, self._alive)
+            usage = self._usages[gone] = self._book.usage_without(freed)
+        return usage
 
 
 class ClaimRoom:
@@ -32,21 +54,50 @@ class ClaimRoom:
         book: ClaimBook,
         claims: PodClaims,
         nodes: Callable[[str], ClaimNode],
-        uids: Mapping[str, str],
-        alive: AbstractSet[str],
+        leaving: Leaving,
     ) -> None:
-        """`claims`: the waiting pod's; `nodes`: a node as claims see it; `uids`: pod key ->
-        UID of the pods that may be victims; `alive`: the UIDs of the pods and PodGroups that
-        exist and have not finished."""
-        self._book, self._claims, self._nodes = book, claims, nodes
-        self._uids, self._alive = uids, alive
-        self._usages: dict[frozenset[str], Usage] = {}
+        """`claims`: the waiting pod's; `nodes`: a node as claims see it."""
+        self._book, self._claims, self._nodes, self._leaving = book, claims, nodes, leaving
 
     def fits(self, node: str, gone: frozenset[str]) -> bool:
-        usage = self._usages.get(gone)
-        if usage is None:
-            leaving = {self._uids[key] for key in gone if key in self._uids}
-            freed = self._book.freed_by(leaving, self._alive)
-            usage = self._usages[gone] = self._book.usage_without(freed)
+        usage = self._leaving.usage(gone)
         found = self._book.allocator.on_node(self._claims, self._nodes(node), usage)
         return isinstance(found, PodDecision)
+
+
+class GangClaimRoom:
+    """`place(nodes, gone)`: where each of a gang's pods goes (pod key -> node) with their claims
+    allocated together on `nodes` once the pods `gone` are gone; None: they do not fit there."""
+
+    def __init__(
+        self,
+        book: ClaimBook,
+        claims: Sequence[PodClaims],
+        nodes: Callable[[str], ClaimNode],
+        leaving: Leaving,
+        domain: Callable[[str], str | None] | None = None,
+    ) -> None:
+        """`claims`: the pending pods', in the gang's order; `domain`: a node's value of the
+        gang's required topology label (None: the gang has no required level)."""
+        self._book, self._claims, self._nodes, self._leaving = book, claims, nodes, leaving
+        self._domain = domain
+
+    def place(self, nodes: Sequence[str], gone: frozenset[str]) -> Mapping[str, str] | None:
+        usage = self._leaving.usage(gone)
+        listed = [self._nodes(name) for name in nodes]
+        domains: dict[str, list[ClaimNode]] | None = None
+        if self._domain is not None:
+            domains = {}
+            for node in listed:
+                value = self._domain(node.name)
+                if value is not None:
+                    domains.setdefault(value, []).append(node)
+        decision = self._book.allocator.place_gang(self._claims, listed, usage, domains=domains)
+        if not decision.placed:
+            return None
+        where = {}
+        for pod, made in zip(self._claims, decision.pods, strict=True):
+            if made.node is None:
+                return None
+            where[pod.key] = made.node
+        return where

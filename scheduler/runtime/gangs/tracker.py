@@ -110,6 +110,7 @@ class GangTracker:
         self._live_placer, self._quota, self._preemption = live_placer, quota, preemption
         self._states: dict[ObjectKey, GangState] = {}
         self._charges = charges  # members with ResourceClaims: decided and assumed together
+        self._no_room: set[ObjectKey] = set()  # gangs with claims last refused not for room
 
     # -- intake ----------------------------------------------------------------------------
     def on_group(self, etype: str, obj: Mapping[str, Any], *, upstream: bool = False) -> None:
@@ -120,6 +121,7 @@ class GangTracker:
         if etype == "DELETED":
             self._cache.delete_group(gkey)
             self._states.pop(gkey, None)
+            self._no_room.discard(gkey)
             return
         old = self._cache.groups.get(gkey)
         group = self._cache.upsert_group(obj, upstream=upstream)
@@ -215,15 +217,27 @@ class GangTracker:
         admitted: bool,
     ) -> str:
         """The gang cannot start (capacity, or a max on its path): it may preempt. A gang with
-        `minMember` bound places its extra members alone and never preempts for them; a gang
-        whose members have ResourceClaims does not preempt (the search decides pods' claims
-        one pod at a time)."""
+        `minMember` bound places its extra members alone and never preempts for them. A gang
+        whose members have ResourceClaims preempts for room with its claims decided together
+        (`ClaimCharges.gang_room`), not for a queue's max: the search does not know the GPUs
+        its claims will take, nor while a member waits for a claim."""
         category, message = problem
         bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
-        claims = any(has_claims(m.obj) for m in pending)  # not searched for with claims yet
-        if bound < group.min_member and not claims and self._may_preempt(pending[0], category):
+        devices = None
+        if any(has_claims(m.obj) for m in pending):
+            room = admitted and unit.key not in self._no_room
+            devices = self._charges.gang_room(pending, group.topology) if room else None
+            if devices is None:
+                return self._park(unit, pending, category, message)
+        if bound < group.min_member and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
-                unit, pending, group, message, admitted=admitted, live=self._live_placer()
+                unit,
+                pending,
+                group,
+                message,
+                admitted=admitted,
+                live=self._live_placer(),
+                gang_devices=devices,
             )
         return self._park(unit, pending, category, message)
 
@@ -274,6 +288,7 @@ class GangTracker:
         """Place pending members off nodes held for others and off GPU models whose quota
         they would breach; (placed, why the others were not, the category of that why). The
         members placed are admitted only if together they fit every model key (DESIGN §10)."""
+        self._no_room.discard(unit.key)
         priority = gang_priority(group, (m.request.priority for m in pending))
         models = self._quota.model_filter(pending)
         excluded = models.excluded(self._preemption.excluded(unit, priority))
@@ -319,8 +334,10 @@ class GangTracker:
             return placed, why
         if any(has_claims(m.obj) for m in pending):
             claimed = self._charges.place_gang(placer, pending, excluded, group.topology)
-            if isinstance(claimed, str):
-                return [], claimed
+            if isinstance(claimed, ClaimRefusal):
+                if not claimed.room:
+                    self._no_room.add(group.key)
+                return [], claimed.message
             return [(info, c.assignment) for info, c in zip(pending, claimed, strict=True)], ""
         result = place_gang(
             [m.request for m in pending],

@@ -11,7 +11,8 @@ equal or lower priority (`excluded`) until U is placed, deleted, or the nominati
 times out after its last victim is gone; U still not fitting once its victims are gone (one
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). A pod with claims is searched for with its claims' devices
-(`DeviceFit`): a node takes it once its victims' claims free enough devices; a set of no
+(`DeviceFit`): a node takes it once its victims' claims free enough devices (a gang's, together:
+`GangDeviceFit`; such a gang gets no starvation hold); a set of no
 victims (the room of pods already gone is on its way: their claims are being deallocated)
 evicts nobody and nominates nothing. The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
@@ -31,6 +32,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
+from dataclasses import replace
 
 from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
@@ -39,6 +41,7 @@ from scheduler.placement import Assignment, Placer, PodRequest
 from scheduler.placement.interpod import decided_per_node
 from scheduler.preemption import (
     DeviceFit,
+    GangDeviceFit,
     NoChoice,
     Nominations,
     PreemptionSettings,
@@ -162,11 +165,13 @@ class Preemption:
         admitted: bool,
         live: Placer,
         devices: DeviceFit | None = None,
+        gang_devices: GangDeviceFit | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
         `live`: the Placer on the live snapshot; `devices`: what a pod needs besides its
-        request (its claims), judged with the victims gone."""
+        request (its claims), judged with the victims gone; `gang_devices`: what a gang's pods
+        need so, together."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name) or self._shared_room_coming(name):
@@ -174,14 +179,17 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        per_node = all(decided_per_node(info.request, live.snapshot) for info in infos)
-        preemptor = self._preemptor(name, infos, group, devices)
+        # a hold is judged on clones of the held nodes, where rules beyond them are unread,
+        # and without a gang's devices
+        per_node = gang_devices is None and all(
+            decided_per_node(info.request, live.snapshot) for info in infos
+        )
+        preemptor = replace(self._preemptor(name, infos, group, devices), gang_devices=gang_devices)
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None
         with self._nominees_placed(name, preemptor.priority):
             if self.settings.enabled or self.settings.reclaim:
                 choice = self._search(preemptor, live)
-            # a hold is judged on clones of the held nodes, where rules beyond them are unread
             starved = per_node and admitted and now - since >= self.settings.starvation_seconds
             if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
                 self._starving(preemptor, live, now)

@@ -2,7 +2,8 @@
 are lower-priority pods on one node whose claims free the devices its claims need; they get
 `DisruptionTarget` and are deleted, it gets `nominatedNodeName`, and once the resourceclaim
 controller (played here: the fake runs no controllers) has deallocated the victims' claims it
-binds there, nobody evicted twice meanwhile."""
+binds there, nobody evicted twice meanwhile. A gang whose members have claims preempts for all
+of them together."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kubernetes import client
 
 from tests.builders.claimcluster import (
     NS,
+    claim_gang,
     claim_pod,
     deallocate,
     devices_of,
@@ -20,7 +22,15 @@ from tests.builders.claimcluster import (
     gpu_claim,
     reserved_for,
 )
-from tests.builders.scheduler import create_pod, node_of, running, scheduled_condition, wait_for
+from tests.builders.queues import create_queue, queue_body
+from tests.builders.scheduler import (
+    bound_pods,
+    create_pod,
+    node_of,
+    running,
+    scheduled_condition,
+    wait_for,
+)
 
 
 def _priority_class(core: client.CoreV1Api, name: str, value: int) -> None:
@@ -115,3 +125,68 @@ def test_a_victim_whose_claim_another_pod_shares_frees_nothing(fake_api, core_v1
     assert "preemption:" in condition["message"]
     assert _deleted(fake_api) == []
     assert _terminating(fake_api) == set()
+
+
+def test_a_claim_gang_evicts_the_lower_claim_pods_its_members_gpus_need(
+    fake_api, core_v1, custom_objects
+):
+    """Two nodes full of 4-GPU claim pods; a higher-priority gang of two 4-GPU members evicts
+    two of them, nominated where their claims' GPUs come free, and binds there once those are
+    deallocated."""
+    dra_cluster(fake_api, ("n1", "n2"))
+    _priority_class(core_v1, "high", 100)
+    low = ["low-a", "low-b", "low-c", "low-d"]
+    for name in low:
+        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
+    with running(fake_api):
+        for name in low:
+            create_pod(core_v1, _pod(name, name))
+            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        spec = {"priorityClassName": "high", "terminationGracePeriodSeconds": 30}
+        gang = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 4, spec=spec)
+        wait_for(lambda: len(_terminating(fake_api)) == 2, 10, "two victims terminating")
+        victims = _terminating(fake_api)
+        freed = {(node_of(fake_api, v), d) for v in victims for d in devices_of(fake_api, v)}
+        fake_api.complete_pod_deletions()
+        time.sleep(1.0)  # the gang is tried again: the victims' claims are still allocated
+        assert all(node_of(fake_api, p) is None for p in gang)
+        for victim in victims:
+            deallocate(fake_api, victim)
+        wait_for(lambda: all(node_of(fake_api, p) for p in gang), 10, "the gang bound")
+        survivors = set(low) - victims
+        assert sorted(_deleted(fake_api)) == sorted(victims)
+    taken = {(node_of(fake_api, p), d) for p in gang for d in devices_of(fake_api, f"{p}-gpus")}
+    assert taken == freed
+    assert all(bound_pods(fake_api).get(s) for s in survivors)
+    nominated = [
+        r.body["status"]["nominatedNodeName"]
+        for r in fake_api.requests_matching("PATCH", r"/pods/g-\d/status$")
+        if "nominatedNodeName" in (r.body or {}).get("status", {})
+    ]
+    assert set(nominated) - {None} == {node for node, _ in freed}  # None: cleared once bound
+
+
+def test_a_claim_gang_over_its_queues_max_evicts_nobody(fake_api, core_v1, custom_objects):
+    """Room is not what keeps the gang out but its queue's max once its claims' GPUs count:
+    the search cannot tell which GPUs they will take, so it evicts nobody."""
+    dra_cluster(fake_api, ("n1", "n2"))
+    _priority_class(core_v1, "high", 100)
+    create_queue(custom_objects, queue_body("team", gpu_max=8, namespaces=[NS]))
+    for name in ("low-a", "low-b"):
+        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
+    with running(fake_api) as rt:
+        for name in ("low-a", "low-b"):
+            create_pod(core_v1, _pod(name, name))
+            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        spec = {"priorityClassName": "high"}
+        gang = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 4, spec=spec)
+        wait_for(lambda: scheduled_condition(fake_api, gang[0]), 5, "the gang held back")
+        time.sleep(0.5)  # tried again meanwhile: still nobody evicted
+        rt.reporter.flush()
+    condition = scheduled_condition(fake_api, gang[0])
+    assert condition is not None
+    assert "max" in condition["message"]
+    assert "preemption" not in condition["message"]
+    assert _deleted(fake_api) == []
+    assert _terminating(fake_api) == set()
+    assert all(node_of(fake_api, p) is None for p in gang)

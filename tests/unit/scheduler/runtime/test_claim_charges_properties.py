@@ -79,8 +79,9 @@ class ClaimChargesMachine(RuleBasedStateMachine):
         infos = [self.cache.pods[f"ns/{n}"] for n in names]
         placed = self.charges.place_gang(self.placer, infos, None, None)
         held = [n for n in names if self.charges.held(self.cache.pods[f"ns/{n}"].key)]
-        if isinstance(placed, str):
+        if isinstance(placed, ClaimRefusal):
             assert held == []  # none
+            assert placed.room  # no queue here: only room keeps a gang out
         else:
             assert held == names  # or all
             self.placed.update(names)

@@ -91,8 +91,9 @@ class Piece:
 
 
 def demand_of(preemptor: Preemptor) -> dict[str, int]:
-    """U's demand in quota units (its pending pods summed)."""
-    demand: dict[str, int] = {}
+    """U's demand in quota units (its pending pods summed, and what its devices decided apart
+    will be charged)."""
+    demand: dict[str, int] = dict(preemptor.claimed)
     for pod in preemptor.pods:
         add_into(demand, request_amounts(pod))
     return demand

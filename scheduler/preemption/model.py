@@ -98,7 +98,9 @@ class Preemptor:
     topology prefers one NVLink clique, as the scheduler places it (DESIGN §13). `devices`: what
     a single pod needs besides its request (its claims' devices): a node takes U only where
     that fits too, with the area's victims gone. `gang_devices`: the same for a gang's pods
-    together: an area takes U only where they fit, each pod on the node they choose."""
+    together: an area takes U only where they fit, each pod on the node they choose. `claimed`:
+    what those devices will be charged to U's queue beyond its pods' requests (quota units:
+    their whole GPUs and shares), counted in U's demand."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -111,6 +113,7 @@ class Preemptor:
     prefer_clique: bool = False
     devices: DeviceFit | None = field(default=None, compare=False)
     gang_devices: GangDeviceFit | None = field(default=None, compare=False)
+    claimed: Mapping[str, int] = field(default_factory=dict)
 
 
 class VictimReason(StrEnum):

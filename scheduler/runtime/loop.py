@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -257,10 +257,20 @@ class Scheduler:
         node that fits the rest of it, assumed with the GPUs they take, then bound."""
         placed = self.charges.place(placer, info, excluded)
         if isinstance(placed, ClaimRefusal):
-            if not placed.room:
-                return self._refuse(unit, info, "claims", placed.message)
             room = self.charges.room(info)  # victims' claims free devices for it
-            return self._refuse(unit, info, "claims", placed.message, admitted=True, devices=room)
+            if room is None or not (placed.room or placed.quota):
+                return self._refuse(unit, info, "claims", placed.message)
+            category = "claims" if placed.room else QUEUE_CATEGORY
+            claimed = self.charges.claimed([info])
+            return self._refuse(
+                unit,
+                info,
+                category,
+                placed.message,
+                admitted=placed.room,
+                devices=room,
+                claimed=claimed,
+            )
         self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, placed.assignment)])
@@ -279,15 +289,23 @@ class Scheduler:
         message: str,
         admitted: bool | None = None,
         devices: DeviceFit | None = None,
+        claimed: Mapping[str, int] | None = None,
     ) -> str:
         """The pod waits for `message`. `admitted`: None when nothing in the cluster could
         help it; False when a max on its path refused it, True when no node fits: then it may
         preempt (or get a starvation hold). `devices`: what it needs besides its request (its
-        claims), for the victim search."""
+        claims), for the victim search; `claimed`: what they will be charged to its queue."""
         if admitted is not None and self.unfit_may_preempt(info, category):
             live = self._live_placer()
             message = self.preemption.unfit(
-                unit, [info], None, message, admitted=admitted, live=live, devices=devices
+                unit,
+                [info],
+                None,
+                message,
+                admitted=admitted,
+                live=live,
+                devices=devices,
+                claimed=claimed,
             )
         self.unschedulable([info], message, category)
         self.queue.unschedulable(unit)

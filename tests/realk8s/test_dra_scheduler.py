@@ -13,7 +13,9 @@ pair, reserved for the PodGroup, and both members run with it. A claim no device
 Pending with a reason naming its selector. A high-priority pod whose 2-GPU claim finds the node
 full evicts one of two lower-priority claim pods, and runs on the pair its claim frees once the
 resourceclaim controller has deallocated it; a high-priority gang of two 1-GPU claim pods evicts
-two of four lower-priority ones and runs on the GPUs their claims free."""
+two of four lower-priority ones and runs on the GPUs their claims free; a high-priority claim
+pod whose queue's max (2 GPUs) its claim would pass evicts its queue's lower-priority pod, though
+the node has room, and runs."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ SCHEDULER = "gputopo-scheduler"
 FIXTURE = "pcie-4x-nvlink-pairs"
 DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+QUEUE_LABEL = "gputopo.io/queue"
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +333,29 @@ def test_a_high_priority_claim_gang_evicts_two_lower_pods_and_runs_on_their_gpus
         _clean(cluster, [*low, *gang], ["one"])
         cluster.kubectl("delete", "priorityclass", "dra-urgent-gang", "--ignore-not-found")
         cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "urgent", "--ignore-not-found")
+
+
+def test_a_claim_pod_over_its_queues_max_evicts_its_queues_lower_pod(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    _apply(cluster, claim_template("pair", DRIVER, count=2))
+    _apply(cluster, _priority_class("dra-urgent-queue", 1000))
+    queue = {"apiVersion": "scheduling.gputopo.io/v1alpha1", "kind": "Queue"}
+    queue.update({"metadata": {"name": "dra-team"}, "spec": {"max": {"nvidia.com/gpu": "2"}}})
+    _apply(cluster, queue)
+    try:
+        low = _claim_pod("team-low", "pair")
+        low["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
+        _apply(cluster, low)
+        cluster.wait_running("team-low", timeout_s=120)
+        urgent = _claim_pod("team-urgent", "pair")
+        urgent["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
+        urgent["spec"]["priorityClassName"] = "dra-urgent-queue"
+        _apply(cluster, urgent)
+        cluster.wait_running("team-urgent", timeout_s=180)
+        assert _low_pods_left(cluster, ["team-low"]) == []
+        assert len(_devices_of(_claim_of(cluster, "team-urgent"))) == 2
+    finally:
+        _clean(cluster, ["team-low", "team-urgent"], ["pair"])
+        cluster.kubectl("delete", "priorityclass", "dra-urgent-queue", "--ignore-not-found")
+        cluster.kubectl("delete", "queues.scheduling.gputopo.io", "dra-team", "--ignore-not-found")

@@ -24,7 +24,9 @@ from functools import partial
 from agent.objkey import ObjectKey
 from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
+from scheduler.claims.usage import Usage
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
+from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
@@ -43,11 +45,13 @@ Admit = Callable[[Sequence[PodInfo]], str | None]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimRefusal:
-    """Why a pod with claims waits; `room`: more room would let it start (no node fits its
-    claims or the rest of it), so it may preempt; not for a queue's max or a missing claim."""
+    """Why a pod (or gang) with claims waits; `room`: more room would let it start (no node
+    fits its claims or the rest of it); `quota`: a max on its queue's path refuses the GPUs its
+    claims take. Either way it may preempt; not while it waits for a claim."""
 
     message: str
     room: bool = False
+    quota: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +95,7 @@ class ClaimCharges:
             return ClaimRefusal(message=placed, room=True)
         why = _refused([(info, placed)], self._admit)
         if why is not None:
-            return ClaimRefusal(message=why)
+            return ClaimRefusal(message=why, quota=True)
         self._hold(info, placed)
         return placed
 
@@ -101,6 +105,32 @@ class ClaimCharges:
         if isinstance(claims, str):
             return None
         return ClaimRoom(self._book, claims, self._claim_node, self._leaving())
+
+    def claimed(self, infos: Sequence[PodInfo]) -> dict[str, int]:
+        """What the claims of `infos` (a pod, or a gang's pending pods) would be charged to their
+        queue beyond the pods' requests, as a trial allocation on the nodes emptied of every
+        claim takes them (their whole GPUs and shares); {} when a pod waits for a claim or
+        they fit on no node even so."""
+        pods: list[PodClaims] = []
+        for info in infos:
+            claims = self._pod_claims(info)
+            if isinstance(claims, str):
+                return {}
+            pods.append(claims)
+        nodes = [self._claim_node(name) for name in sorted(self._cache.nodes)]
+        decision = self._book.allocator.place_gang(pods, nodes, Usage())
+        if not decision.placed:
+            return {}
+        extra: dict[str, int] = {}
+        for info, made in zip(infos, decision.pods, strict=True):
+            request, shares = info.request, self._book.decision_charge(made).shares
+            gpus = request.gpus + len(made.gpus)  # a DRA GPU is never the device plugin's
+            charged = request_amounts(replace(request, gpus=gpus), claimed=shares)
+            asked = request_amounts(request)
+            for name, qty in charged.items():
+                if qty > asked.get(name, 0):
+                    extra[name] = extra.get(name, 0) + qty - asked.get(name, 0)
+        return extra
 
     def gang_room(
         self, infos: Sequence[PodInfo], topology: TopologyConstraint | None
@@ -168,7 +198,7 @@ class ClaimCharges:
             self.forget(done.key)
         why = _refused(list(zip(infos, placed, strict=True)), self._admit)
         if why is not None:
-            return ClaimRefusal(message=why)
+            return ClaimRefusal(message=why, quota=True)
         for info, one in zip(infos, placed, strict=True):
             self._hold(info, one)
         return placed

@@ -110,7 +110,7 @@ class GangTracker:
         self._live_placer, self._quota, self._preemption = live_placer, quota, preemption
         self._states: dict[ObjectKey, GangState] = {}
         self._charges = charges  # members with ResourceClaims: decided and assumed together
-        self._no_room: set[ObjectKey] = set()  # gangs with claims last refused not for room
+        self._claim_refusals: dict[ObjectKey, ClaimRefusal] = {}  # why, a gang with claims
 
     # -- intake ----------------------------------------------------------------------------
     def on_group(self, etype: str, obj: Mapping[str, Any], *, upstream: bool = False) -> None:
@@ -121,7 +121,7 @@ class GangTracker:
         if etype == "DELETED":
             self._cache.delete_group(gkey)
             self._states.pop(gkey, None)
-            self._no_room.discard(gkey)
+            self._claim_refusals.pop(gkey, None)
             return
         old = self._cache.groups.get(gkey)
         group = self._cache.upsert_group(obj, upstream=upstream)
@@ -218,17 +218,21 @@ class GangTracker:
     ) -> str:
         """The gang cannot start (capacity, or a max on its path): it may preempt. A gang with
         `minMember` bound places its extra members alone and never preempts for them. A gang
-        whose members have ResourceClaims preempts for room with its claims decided together
-        (`ClaimCharges.gang_room`), not for a queue's max: the search does not know the GPUs
-        its claims will take, nor while a member waits for a claim."""
+        whose members have ResourceClaims preempts with its claims decided together
+        (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
+        (`ClaimCharges.claimed`); not while a member waits for a claim."""
         category, message = problem
         bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
-        devices = None
+        devices, claimed = None, None
         if any(has_claims(m.obj) for m in pending):
-            room = admitted and unit.key not in self._no_room
-            devices = self._charges.gang_room(pending, group.topology) if room else None
+            refusal = self._claim_refusals.get(unit.key)
+            if refusal is None or refusal.room or refusal.quota:
+                devices = self._charges.gang_room(pending, group.topology)
             if devices is None:
                 return self._park(unit, pending, category, message)
+            claimed = self._charges.claimed(pending)
+            if refusal is not None and refusal.quota:
+                category, admitted = QUEUE_CATEGORY, False
         if bound < group.min_member and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
                 unit,
@@ -238,6 +242,7 @@ class GangTracker:
                 admitted=admitted,
                 live=self._live_placer(),
                 gang_devices=devices,
+                claimed=claimed,
             )
         return self._park(unit, pending, category, message)
 
@@ -288,7 +293,7 @@ class GangTracker:
         """Place pending members off nodes held for others and off GPU models whose quota
         they would breach; (placed, why the others were not, the category of that why). The
         members placed are admitted only if together they fit every model key (DESIGN §10)."""
-        self._no_room.discard(unit.key)
+        self._claim_refusals.pop(unit.key, None)
         priority = gang_priority(group, (m.request.priority for m in pending))
         models = self._quota.model_filter(pending)
         excluded = models.excluded(self._preemption.excluded(unit, priority))
@@ -335,8 +340,7 @@ class GangTracker:
         if any(has_claims(m.obj) for m in pending):
             claimed = self._charges.place_gang(placer, pending, excluded, group.topology)
             if isinstance(claimed, ClaimRefusal):
-                if not claimed.room:
-                    self._no_room.add(group.key)
+                self._claim_refusals[group.key] = claimed
                 return [], claimed.message
             return [(info, c.assignment) for info, c in zip(pending, claimed, strict=True)], ""
         result = place_gang(

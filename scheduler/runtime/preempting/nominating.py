@@ -29,7 +29,7 @@ unit searches again while its victims terminate, so none is evicted twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import replace
@@ -166,12 +166,13 @@ class Preemption:
         live: Placer,
         devices: DeviceFit | None = None,
         gang_devices: GangDeviceFit | None = None,
+        claimed: Mapping[str, int] | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
         `live`: the Placer on the live snapshot; `devices`: what a pod needs besides its
         request (its claims), judged with the victims gone; `gang_devices`: what a gang's pods
-        need so, together."""
+        need so, together; `claimed`: what those will be charged to U's queue (quota units)."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name) or self._shared_room_coming(name):
@@ -184,7 +185,11 @@ class Preemption:
         per_node = gang_devices is None and all(
             decided_per_node(info.request, live.snapshot) for info in infos
         )
-        preemptor = replace(self._preemptor(name, infos, group, devices), gang_devices=gang_devices)
+        preemptor = replace(
+            self._preemptor(name, infos, group, devices),
+            gang_devices=gang_devices,
+            claimed=dict(claimed or {}),
+        )
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None
         with self._nominees_placed(name, preemptor.priority):

@@ -22,7 +22,7 @@ from tests.builders.claimcluster import (
     gpu_claim,
     reserved_for,
 )
-from tests.builders.queues import create_queue, queue_body
+from tests.builders.queues import QUEUE_LABEL, create_queue, queue_body
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
@@ -39,9 +39,11 @@ def _priority_class(core: client.CoreV1Api, name: str, value: int) -> None:
     )
 
 
-def _pod(name: str, claim: str, **spec: object) -> dict[str, Any]:
+def _pod(name: str, claim: str, queue: str | None = None, **spec: object) -> dict[str, Any]:
     body = claim_pod(name, claim)
     body["spec"].update(terminationGracePeriodSeconds=30, **spec)
+    if queue is not None:
+        body["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue
     return body
 
 
@@ -166,27 +168,52 @@ def test_a_claim_gang_evicts_the_lower_claim_pods_its_members_gpus_need(
     assert set(nominated) - {None} == {node for node, _ in freed}  # None: cleared once bound
 
 
-def test_a_claim_gang_over_its_queues_max_evicts_nobody(fake_api, core_v1, custom_objects):
-    """Room is not what keeps the gang out but its queue's max once its claims' GPUs count:
-    the search cannot tell which GPUs they will take, so it evicts nobody."""
+def test_a_claim_gang_over_its_queues_max_evicts_its_queues_lower_pods(
+    fake_api, core_v1, custom_objects
+):
+    """Room is not what keeps the gang out but its queue's max once its claims' GPUs count: it
+    evicts the lower-priority pods of its own queue that bring the queue under its max."""
     dra_cluster(fake_api, ("n1", "n2"))
     _priority_class(core_v1, "high", 100)
     create_queue(custom_objects, queue_body("team", gpu_max=8, namespaces=[NS]))
-    for name in ("low-a", "low-b"):
+    low = ["low-a", "low-b"]
+    for name in low:
         fake_api.put_object("resourceclaims", gpu_claim(name, 4))
-    with running(fake_api) as rt:
-        for name in ("low-a", "low-b"):
+    with running(fake_api):
+        for name in low:
             create_pod(core_v1, _pod(name, name))
             wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
         spec = {"priorityClassName": "high"}
         gang = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 4, spec=spec)
-        wait_for(lambda: scheduled_condition(fake_api, gang[0]), 5, "the gang held back")
-        time.sleep(0.5)  # tried again meanwhile: still nobody evicted
-        rt.reporter.flush()
-    condition = scheduled_condition(fake_api, gang[0])
-    assert condition is not None
-    assert "max" in condition["message"]
-    assert "preemption" not in condition["message"]
-    assert _deleted(fake_api) == []
-    assert _terminating(fake_api) == set()
-    assert all(node_of(fake_api, p) is None for p in gang)
+        wait_for(lambda: _terminating(fake_api) == set(low), 10, "both low pods terminating")
+        fake_api.complete_pod_deletions()
+        for name in low:
+            deallocate(fake_api, name)
+        wait_for(lambda: all(node_of(fake_api, p) for p in gang), 10, "the gang bound")
+    assert sorted(_deleted(fake_api)) == low
+
+
+def test_a_claim_pod_over_its_queues_max_evicts_a_lower_pod_of_its_queue(
+    fake_api, core_v1, custom_objects
+):
+    """n2 has room, but team's max (4 GPUs, all in use on n1) refuses the claim pod's 4 GPUs:
+    it evicts team's lower-priority pod, not `other`'s, and binds where it fits."""
+    dra_cluster(fake_api, ("n1", "n2"))
+    _priority_class(core_v1, "high", 100)
+    create_queue(custom_objects, queue_body("team", gpu_max=4, namespaces=[NS]))
+    create_queue(custom_objects, queue_body("other"))  # its pods name it
+    for name in ("mine", "theirs", "big"):
+        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
+    with running(fake_api):
+        for name, queue in (("mine", "team"), ("theirs", "other")):
+            create_pod(core_v1, _pod(name, name, queue=queue))
+            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        create_pod(core_v1, _pod("big", "big", queue="team", priorityClassName="high"))
+        wait_for(lambda: _terminating(fake_api), 10, "a victim terminating")
+        assert _terminating(fake_api) == {"mine"}
+        fake_api.complete_pod_deletions()
+        deallocate(fake_api, "mine")
+        wait_for(lambda: node_of(fake_api, "big"), 10, "big bound")
+    assert _deleted(fake_api) == ["mine"]
+    assert node_of(fake_api, "theirs") is not None
+    assert len(devices_of(fake_api, "big")) == 4

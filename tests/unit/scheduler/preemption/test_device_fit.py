@@ -6,7 +6,7 @@ together (`Preemptor.gang_devices`), each member on a node where the rest of it 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scheduler.placement.node import GPU_PRODUCT_LABEL
 from scheduler.preemption import DeviceFit, GangDeviceFit, NoChoice, Preemptor, VictimChoice
 from tests.builders.placement import pod
-from tests.builders.preemption import World, world
+from tests.builders.preemption import GPU, G, World, queue, world
 
 
 @dataclass
@@ -190,3 +190,24 @@ def test_a_gangs_choice_takes_exactly_what_its_members_devices_need(
     found = w.find(claim_gang(GangNeedsGone(options), members=len(needed)))
     choice = exactly(found, wanted, priorities)
     assert choice is None or choice.nodes == {key: nodes[m] for m, key in enumerate(wants)}
+
+
+class FitsAnywhere:
+    def fits(self, node: str, gone: frozenset[str]) -> bool:
+        return True
+
+
+def test_what_the_claims_will_be_charged_counts_against_the_queues_max() -> None:
+    """Queue a (max 8 GPUs) runs 8 one-GPU pods on n1, n2 is free, and U's devices fit
+    anywhere. As U asks (no GPU of placement) it fits now; once what its claims will be charged
+    (2 GPUs) counts, the search evicts exactly two of a's pods to bring a under its max."""
+    w = world("n1", "n2", queues=[queue("a", max={GPU: 8})])
+    w.fill("n1", 8, prefix="a-low", leaf="a", priority=0)
+    base = replace(claim_pod(FitsAnywhere()), leaf="a")
+    unclaimed = w.find(base)
+    assert isinstance(unclaimed, VictimChoice), unclaimed
+    assert unclaimed.pods == ()
+    choice = w.find(replace(base, claimed={GPU: 2 * G}))
+    assert isinstance(choice, VictimChoice), choice
+    assert len(choice.pods) == 2
+    assert all(key.startswith("ns/a-low") for key in choice.pods)

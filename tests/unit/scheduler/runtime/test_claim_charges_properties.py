@@ -21,6 +21,7 @@ from tests.builders.nrt import make_nrt
 from tests.builders.pods import container, pod
 
 NODES = ("n1", "n2")
+GPU = "nvidia.com/gpu"
 
 
 def _claim_pod(name: str) -> dict:
@@ -28,6 +29,17 @@ def _claim_pod(name: str) -> dict:
     body["metadata"].update(uid=f"uid-{name}", namespace="ns")
     body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
     return body
+
+
+def _packs(sizes: list[int], nodes: int) -> bool:
+    """Do claims of `sizes` GPUs (each on one node) fit on `nodes` empty 8-GPU nodes?"""
+    best = [8] * nodes
+    for size in sorted(sizes, reverse=True):  # a few items: first-fit decreasing is exact here
+        free = [i for i, room in enumerate(best) if room >= size]
+        if not free:
+            return False
+        best[free[0]] -= size
+    return True
 
 
 class ClaimChargesMachine(RuleBasedStateMachine):
@@ -85,6 +97,15 @@ class ClaimChargesMachine(RuleBasedStateMachine):
         else:
             assert held == names  # or all
             self.placed.update(names)
+
+    @rule(sizes=st.lists(st.integers(1, 8), min_size=1, max_size=3))
+    def claimed_is_what_the_claims_take_on_empty_nodes(self, sizes: list[int]) -> None:
+        """What a victim search charges a pod (or gang) for its claims: their whole GPUs, however
+        full the nodes are now; nothing when together they fit no node even empty."""
+        infos = [self.cache.pods[f"ns/{self._new_pod(gpus)}"] for gpus in sizes]
+        claimed = self.charges.claimed(infos)
+        fits = sum(sizes) <= 8 * len(NODES) and _packs(sizes, len(NODES))
+        assert claimed == ({GPU: 1000 * sum(sizes)} if fits else {})
 
     @precondition(lambda self: self.placed)
     @rule(data=st.data())

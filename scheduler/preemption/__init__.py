@@ -14,6 +14,7 @@ after a preemption or while it starves), `starvation` (where a starving unit's h
 from .index import RunningIndex
 from .model import (
     Budget,
+    Claimed,
     DeviceFit,
     Eviction,
     GangDeviceFit,
@@ -30,6 +31,7 @@ from .starvation import starvation_nodes, take_hold
 
 __all__ = [
     "Budget",
+    "Claimed",
     "DeviceFit",
     "Eviction",
     "GangDeviceFit",

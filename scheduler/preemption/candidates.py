@@ -17,7 +17,7 @@ room covers its total; that node set is evaluated, and widened (doubled, up to
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +42,12 @@ class Bound:
     memory: int
 
     @classmethod
-    def of(cls, pods: Iterable[PodRequest]) -> Bound:
+    def of(cls, pods: Iterable[PodRequest], apart: Mapping[str, int] | None = None) -> Bound:
+        """What `pods` ask; `apart`: the milli-GPU their devices decided apart take, by pod key."""
         pods = list(pods)
+        more = apart or {}
         return cls(
-            milli=sum(p.gpu_milli_total for p in pods),
+            milli=sum(p.gpu_milli_total + more.get(p.key, 0) for p in pods),
             cpu=sum(p.cpu_milli for p in pods),
             memory=sum(p.memory for p in pods),
         )
@@ -134,15 +136,20 @@ def gang_sets(
     pods: Sequence[PodRequest],
     label: str | None,
     limit: int,
+    apart: Mapping[str, int] | None = None,
 ) -> list[tuple[list[str], int]]:
     """Ranked node lists, one per domain of `label` (one in all when None), each best first,
-    with how many of its first nodes cover the gang (callers widen a set that fails)."""
-    size = sorted(pods, key=lambda p: (p.gpu_milli_total, p.cpu_milli, p.memory))
-    total = Bound.of(pods)
+    with how many of its first nodes cover the gang (callers widen a set that fails).
+    `apart`: the milli-GPU each pod's devices decided apart take, by pod key."""
+    more = apart or {}
+    size = sorted(
+        pods, key=lambda p: (p.gpu_milli_total + more.get(p.key, 0), p.cpu_milli, p.memory)
+    )
+    total = Bound.of(pods, more)
     room = tally.room()
-    mask = ((tally.total[3] > 0) | tally.slots(extra)) & Bound.of(size[:1]).covered(room)
+    mask = ((tally.total[3] > 0) | tally.slots(extra)) & Bound.of(size[:1], more).covered(room)
     mask &= tally.allowed
-    largest = Bound.of(size[-1:])
+    largest = Bound.of(size[-1:], more)
     ranked = tally.ranked(mask, largest)
     groups: dict[str, list[int]] = {}
     if label is None:

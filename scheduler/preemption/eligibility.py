@@ -93,7 +93,7 @@ class Piece:
 def demand_of(preemptor: Preemptor) -> dict[str, int]:
     """U's demand in quota units (its pending pods summed, and what its devices decided apart
     will be charged)."""
-    demand: dict[str, int] = dict(preemptor.claimed)
+    demand: dict[str, int] = dict(preemptor.claimed.amounts)
     for pod in preemptor.pods:
         add_into(demand, request_amounts(pod))
     return demand

@@ -14,6 +14,7 @@ from scheduler.placement import PodRequest, TopologyConstraint
 
 __all__ = [
     "Budget",
+    "Claimed",
     "DeviceFit",
     "Eviction",
     "GangDeviceFit",
@@ -90,6 +91,16 @@ class GangDeviceFit(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Claimed:
+    """What a unit's devices decided apart (its DRA claims) will take beyond its pods' requests:
+    `amounts` charged to its queue (quota units: their whole GPUs and shares), `gpus` the whole
+    GPUs each pod's hold on its node (by pod key)."""
+
+    amounts: Mapping[str, int] = field(default_factory=dict)
+    gpus: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Preemptor:
     """The unit U that cannot start: its pending pods (one for a pod), its leaf and priority.
     `never`: `preemptionPolicy: Never`. `topology`/`min_resources`: a gang's, as `place_gang`.
@@ -99,8 +110,8 @@ class Preemptor:
     a single pod needs besides its request (its claims' devices): a node takes U only where
     that fits too, with the area's victims gone. `gang_devices`: the same for a gang's pods
     together: an area takes U only where they fit, each pod on the node they choose. `claimed`:
-    what those devices will be charged to U's queue beyond its pods' requests (quota units:
-    their whole GPUs and shares), counted in U's demand."""
+    what those devices will take beyond U's pods' requests (counted in U's demand, and in the
+    room a candidate must have)."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -113,7 +124,7 @@ class Preemptor:
     prefer_clique: bool = False
     devices: DeviceFit | None = field(default=None, compare=False)
     gang_devices: GangDeviceFit | None = field(default=None, compare=False)
-    claimed: Mapping[str, int] = field(default_factory=dict)
+    claimed: Claimed = field(default_factory=lambda: Claimed())
 
 
 class VictimReason(StrEnum):

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 
+from agent.model import MILLI_PER_GPU
 from scheduler.placement import Placer, Snapshot
 from scheduler.placement.interpod import decided_per_node, refused_whatever_leaves
 from scheduler.quota import Amounts, QuotaTree, Usage
@@ -123,6 +124,8 @@ class _Search:
         self.off_cache: dict[int, list[Piece]] = {}
         self.amounts_of = charged_amounts(usage)
         self.excluded = rules.preemptor.excluded
+        claimed = rules.preemptor.claimed.gpus  # the room U's devices need, by pod
+        self.apart = {key: MILLI_PER_GPU * gpus for key, gpus in claimed.items()}
         self.kept = rules.area is not None or bool(self.excluded)  # only some nodes are used
         self.inter_pod = (  # U's inter-pod rules, when the clones cannot decide them
             InterPodFit(self.pods[0], self.live)
@@ -200,7 +203,8 @@ class _Search:
         """Evaluate the candidate areas of this threshold (nodes with new victims only)."""
         limit = self.settings.candidate_limit
         if len(self.pods) == 1:
-            nodes = node_candidates(tally, touched, Bound.of(self.pods), limit)
+            bound = Bound.of(self.pods, self.apart)
+            nodes = node_candidates(tally, touched, bound, limit)
             nodes += [n for n in self.fits_now if n not in nodes]
             bench = self._bench(nodes)
             estimates = []
@@ -214,7 +218,8 @@ class _Search:
             return
         topology = self.rules.preemptor.topology
         label = topology.label if topology is not None and topology.required else None
-        for names, cut in gang_sets(tally, self.fits_now, self.pods, label, limit):
+        sets = gang_sets(tally, self.fits_now, self.pods, label, limit, self.apart)
+        for names, cut in sets:
             while True:
                 area = names[:cut]
                 bench = self._bench(area)

@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,7 +36,7 @@ from scheduler.kubeapi.leader import Fence
 from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
-from scheduler.preemption import DeviceFit, PreemptionSettings
+from scheduler.preemption import Claimed, DeviceFit, PreemptionSettings
 from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
@@ -289,7 +289,7 @@ class Scheduler:
         message: str,
         admitted: bool | None = None,
         devices: DeviceFit | None = None,
-        claimed: Mapping[str, int] | None = None,
+        claimed: Claimed | None = None,
     ) -> str:
         """The pod waits for `message`. `admitted`: None when nothing in the cluster could
         help it; False when a max on its path refused it, True when no node fits: then it may

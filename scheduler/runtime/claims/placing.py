@@ -26,6 +26,7 @@ from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.usage import Usage
 from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
+from scheduler.preemption import Claimed
 from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
@@ -106,21 +107,21 @@ class ClaimCharges:
             return None
         return ClaimRoom(self._book, claims, self._claim_node, self._leaving())
 
-    def claimed(self, infos: Sequence[PodInfo]) -> dict[str, int]:
-        """What the claims of `infos` (a pod, or a gang's pending pods) would be charged to their
-        queue beyond the pods' requests, as a trial allocation on the nodes emptied of every
-        claim takes them (their whole GPUs and shares); {} when a pod waits for a claim or
-        they fit on no node even so."""
+    def claimed(self, infos: Sequence[PodInfo]) -> Claimed:
+        """What the claims of `infos` (a pod, or a gang's pending pods) would take beyond the
+        pods' requests, as a trial allocation on the nodes emptied of every claim takes them:
+        charged to their queue (their whole GPUs and shares) and whole GPUs on nodes; nothing
+        when a pod waits for a claim or they fit on no node even so."""
         pods: list[PodClaims] = []
         for info in infos:
             claims = self._pod_claims(info)
             if isinstance(claims, str):
-                return {}
+                return Claimed()
             pods.append(claims)
         nodes = [self._claim_node(name) for name in sorted(self._cache.nodes)]
         decision = self._book.allocator.place_gang(pods, nodes, Usage())
         if not decision.placed:
-            return {}
+            return Claimed()
         extra: dict[str, int] = {}
         for info, made in zip(infos, decision.pods, strict=True):
             request, shares = info.request, self._book.decision_charge(made).shares
@@ -130,7 +131,8 @@ class ClaimCharges:
             for name, qty in charged.items():
                 if qty > asked.get(name, 0):
                     extra[name] = extra.get(name, 0) + qty - asked.get(name, 0)
-        return extra
+        pairs = zip(infos, decision.pods, strict=True)
+        return Claimed(amounts=extra, gpus={str(i.key): len(made.gpus) for i, made in pairs})
 
     def gang_room(
         self, infos: Sequence[PodInfo], topology: TopologyConstraint | None

@@ -29,7 +29,7 @@ unit searches again while its victims terminate, so none is evicted twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,6 +40,7 @@ from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Placer, PodRequest
 from scheduler.placement.interpod import decided_per_node
 from scheduler.preemption import (
+    Claimed,
     DeviceFit,
     GangDeviceFit,
     NoChoice,
@@ -166,7 +167,7 @@ class Preemption:
         live: Placer,
         devices: DeviceFit | None = None,
         gang_devices: GangDeviceFit | None = None,
-        claimed: Mapping[str, int] | None = None,
+        claimed: Claimed | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
@@ -188,7 +189,7 @@ class Preemption:
         preemptor = replace(
             self._preemptor(name, infos, group, devices),
             gang_devices=gang_devices,
-            claimed=dict(claimed or {}),
+            claimed=claimed or Claimed(),
         )
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None

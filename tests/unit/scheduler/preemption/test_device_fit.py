@@ -12,7 +12,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from scheduler.placement.node import GPU_PRODUCT_LABEL
-from scheduler.preemption import DeviceFit, GangDeviceFit, NoChoice, Preemptor, VictimChoice
+from scheduler.preemption import (
+    Claimed,
+    DeviceFit,
+    GangDeviceFit,
+    NoChoice,
+    PreemptionSettings,
+    Preemptor,
+    VictimChoice,
+)
 from tests.builders.placement import pod
 from tests.builders.preemption import GPU, G, World, queue, world
 
@@ -207,7 +215,46 @@ def test_what_the_claims_will_be_charged_counts_against_the_queues_max() -> None
     unclaimed = w.find(base)
     assert isinstance(unclaimed, VictimChoice), unclaimed
     assert unclaimed.pods == ()
-    choice = w.find(replace(base, claimed={GPU: 2 * G}))
+    choice = w.find(replace(base, claimed=Claimed(amounts={GPU: 2 * G}, gpus={"ns/u-0": 2})))
     assert isinstance(choice, VictimChoice), choice
     assert len(choice.pods) == 2
     assert all(key.startswith("ns/a-low") for key in choice.pods)
+
+
+def cpu_victims_first(limit: int = 4) -> tuple[World, PreemptionSettings]:
+    """n00-n07: a higher-priority 8-GPU pod and a low cpu pod each; n08, n09: eight low 1-GPU
+    pods each; `limit` candidates a search."""
+    names = [f"n{i:02}" for i in range(10)]
+    w = world(*names)
+    for name in names[:8]:
+        w.run(f"{name}-big", [(name, pod(f"ns/{name}-big", gpus=8))], priority=100)
+        w.run(f"{name}-cpu", [(name, pod(f"ns/{name}-cpu", cpu_milli=1000))], priority=0)
+    for name in names[8:]:
+        w.fill(name, 8, prefix=name, priority=0)
+    return w, PreemptionSettings(candidate_limit=limit)
+
+
+def test_candidates_need_room_for_the_gpus_the_claims_take() -> None:
+    """The first nodes by name free cpu only: a pod whose claims take 2 GPUs is looked for
+    where 2 GPUs can come free, and found on n09."""
+    w, settings = cpu_victims_first()
+    devices = NeedsGone("n09", frozenset({"ns/n09-0", "ns/n09-1"}))
+    blind = w.find(claim_pod(devices), settings)
+    assert isinstance(blind, NoChoice), blind  # n00-n03 tried: their room is cpu only
+    found = w.find(replace(claim_pod(devices), claimed=Claimed(gpus={"ns/u-0": 2})), settings)
+    assert isinstance(found, VictimChoice), found
+    assert sorted(found.pods) == ["ns/n09-0", "ns/n09-1"]
+
+
+def test_a_gangs_candidates_need_room_for_each_members_claimed_gpus() -> None:
+    w, settings = cpu_victims_first()
+    devices = GangNeedsGone(
+        {"ns/u-0": [_needs("n08", "n08-0", "n08-1")], "ns/u-1": [_needs("n09", "n09-0")]}
+    )
+    blind = w.find(claim_gang(devices), settings)
+    assert isinstance(blind, NoChoice), blind
+    claimed = Claimed(gpus={"ns/u-0": 2, "ns/u-1": 1})
+    found = w.find(replace(claim_gang(devices), claimed=claimed), settings)
+    assert isinstance(found, VictimChoice), found
+    assert sorted(found.pods) == ["ns/n08-0", "ns/n08-1", "ns/n09-0"]
+    assert found.nodes == {"ns/u-0": "n08", "ns/u-1": "n09"}

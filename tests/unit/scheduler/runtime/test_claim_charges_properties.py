@@ -105,7 +105,8 @@ class ClaimChargesMachine(RuleBasedStateMachine):
         infos = [self.cache.pods[f"ns/{self._new_pod(gpus)}"] for gpus in sizes]
         claimed = self.charges.claimed(infos)
         fits = sum(sizes) <= 8 * len(NODES) and _packs(sizes, len(NODES))
-        assert claimed == ({GPU: 1000 * sum(sizes)} if fits else {})
+        assert claimed.amounts == ({GPU: 1000 * sum(sizes)} if fits else {})
+        assert sum(claimed.gpus.values()) == (sum(sizes) if fits else 0)
 
     @precondition(lambda self: self.placed)
     @rule(data=st.data())

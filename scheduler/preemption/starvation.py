@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 
 from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, place_gang
 from scheduler.placement.request import CPU, MEMORY
@@ -35,7 +36,7 @@ from .index import RunningIndex
 from .model import PreemptionSettings, Preemptor
 from .nominations import LastHold, Nominations
 
-__all__ = ["TRIES", "starvation_nodes", "take_hold"]
+__all__ = ["TRIES", "starvation_nodes", "take_hold", "with_claimed_gpus"]
 
 TRIES = 64
 """Nodes (or node-set widenings) tried at most per call."""
@@ -50,7 +51,10 @@ def take_hold(
     settings: PreemptionSettings,
 ) -> Mapping[str, str] | None:
     """Hold nodes for starving U in `book` (its last hold's nodes if they drained and still
-    serve it, else the emptiest); returns them (pod key -> node), or None when refused."""
+    serve it, else the emptiest); returns them (pod key -> node), or None when refused. U's
+    pods are judged with the whole GPUs their devices decided apart take (`Preemptor.claimed`)
+    as GPUs they ask: the nodes must have that room once our pods are gone."""
+    preemptor = with_claimed_gpus(preemptor)
     live, last = placer.snapshot, book.previous(preemptor.key)
     drained = last is not None and _drained(live, last)
     kept = book.blocked(preemptor.priority, preemptor.key) or frozenset()
@@ -75,6 +79,15 @@ def take_hold(
         mark=mark,
     )
     return nodes if held else None
+
+
+def with_claimed_gpus(preemptor: Preemptor) -> Preemptor:
+    """U with each pod asking, besides its request, the whole GPUs its claims take."""
+    claimed = preemptor.claimed.gpus
+    if not claimed:
+        return preemptor
+    pods = tuple(replace(p, gpus=p.gpus + claimed.get(p.key, 0)) for p in preemptor.pods)
+    return replace(preemptor, pods=pods)
 
 
 def _drained(live: Snapshot, last: LastHold) -> bool:

@@ -12,7 +12,7 @@ times out after its last victim is gone; U still not fitting once its victims ar
 could not be deleted) searches again, on the room they left. With no victim set, U's reason
 says why (the search's `NoChoice`). A pod with claims is searched for with its claims' devices
 (`DeviceFit`): a node takes it once its victims' claims free enough devices (a gang's, together:
-`GangDeviceFit`; such a gang gets no starvation hold); a set of no
+`GangDeviceFit`), and a starvation hold asks room for the whole GPUs they take; a set of no
 victims (the room of pods already gone is on its way: their claims are being deallocated)
 evicts nobody and nominates nothing. The starvation guard gives the first unit of its queue
 that passed admission and waited longer than `starvationSeconds` a hold on the nodes with the
@@ -181,11 +181,8 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        # a hold is judged on clones of the held nodes, where rules beyond them are unread,
-        # and without a gang's devices
-        per_node = gang_devices is None and all(
-            decided_per_node(info.request, live.snapshot) for info in infos
-        )
+        # a hold is judged on clones of the held nodes, where rules beyond them are unread
+        per_node = all(decided_per_node(info.request, live.snapshot) for info in infos)
         preemptor = replace(
             self._preemptor(name, infos, group, devices),
             gang_devices=gang_devices,

@@ -7,11 +7,14 @@ of them together."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 from kubernetes import client
 
+from scheduler.config import load_config
+from scheduler.preemption import PreemptionSettings
 from tests.builders.claimcluster import (
     NS,
     claim_gang,
@@ -217,3 +220,32 @@ def test_a_claim_pod_over_its_queues_max_evicts_a_lower_pod_of_its_queue(
     assert _deleted(fake_api) == ["mine"]
     assert node_of(fake_api, "theirs") is not None
     assert len(devices_of(fake_api, "big")) == 4
+
+
+def test_a_starving_claim_gang_holds_the_node_its_claims_would_fit(
+    fake_api, core_v1, custom_objects, caplog
+):
+    """Preemption off. n1 runs seven 1-GPU claim pods, n2 eight: a gang of two 2-GPU claim pods
+    fits on neither, starves, and holds n1, where its claims' 4 GPUs would fit once our pods
+    are gone. A 1-GPU claim pod of the same priority that comes later is kept off n1's last
+    free GPU."""
+    dra_cluster(fake_api, ("n1", "n2"))
+    caplog.set_level("INFO", logger="scheduler.runtime.preempting.nominating")
+    off = PreemptionSettings(enabled=False, reclaim=False, starvation_seconds=1.0)
+    placed = [("n1", i) for i in range(7)] + [("n2", i) for i in range(8)]
+    with running(fake_api, config=dataclasses.replace(load_config(None), preemption=off)):
+        for node, i in placed:
+            name = f"{node}-{i}"
+            fake_api.put_object("resourceclaims", gpu_claim(name, 1))
+            body = _pod(name, name)
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+            create_pod(core_v1, body)
+        wait_for(lambda: len(bound_pods(fake_api)) == len(placed), 10, "the nodes filled")
+        claim_gang(fake_api, core_v1, custom_objects, "g", 2, 2)
+        wait_for(lambda: "starves: n1 held" in caplog.text, 10, "the gang holds n1")
+        fake_api.put_object("resourceclaims", gpu_claim("late", 1))
+        create_pod(core_v1, _pod("late", "late"))
+        wait_for(lambda: scheduled_condition(fake_api, "late"), 5, "late waits")
+        time.sleep(0.5)  # tried again meanwhile: the hold keeps it off n1
+        assert node_of(fake_api, "late") is None
+    assert _deleted(fake_api) == []

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler.placement import Placer, Snapshot, default_scoring
 from scheduler.placement.gang import CLIQUE_LABEL
-from scheduler.preemption import Nominations, PreemptionSettings, starvation_nodes, take_hold
+from scheduler.preemption import (
+    Claimed,
+    Nominations,
+    PreemptionSettings,
+    starvation_nodes,
+    take_hold,
+)
 from tests.builders.placement import make_node, pod
 from tests.builders.preemption import World, preemptor, world
 
@@ -104,6 +112,22 @@ def test_starvation_nodes_skip_what_other_schedulers_hold() -> None:
     assert starvation_nodes(preemptor(gpus=8), w.placer, w.index) == {"ns/u-0": "a"}
     assert starvation_nodes(preemptor(gpus=8), w.placer) == {"ns/u-0": "b"}
     assert starvation_nodes(preemptor(gpus=16), w.placer, w.index) is None
+
+
+def test_a_hold_asks_room_for_the_gpus_a_pods_claims_take() -> None:
+    """U asks no GPU of placement, but its claims take 4: `a` (7 GPUs held by another
+    scheduler's pods) is emptier, yet only `b` (8 of ours) would take it once our pods are
+    gone."""
+    w = world("a", "b")
+    for i in range(7):
+        w.snapshot.assume_on(pod(f"ns/theirs-{i}", gpus=1), "a")  # not in the index
+    w.fill("b", 8, prefix="ours")
+    claims = preemptor(gpus=0)
+    assert take_hold(Nominations(), claims, w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "a"}
+    claimed = replace(claims, claimed=Claimed(gpus={"ns/u-0": 4}))
+    book = Nominations()
+    assert take_hold(book, claimed, w.placer, w.index, 0.0, SETTINGS) == {"ns/u-0": "b"}
+    assert book.blocked(0, "x") == frozenset({"b"})
 
 
 def _end(w: World, *units: str) -> None:

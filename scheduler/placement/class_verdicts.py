@@ -29,7 +29,7 @@ import numpy as np
 
 from .node import GPU_PRODUCT_LABEL, Assignment
 from .node_slots import BoolArray, FloatArray, IntArray
-from .request import MEMORY, PodRequest
+from .request import MEMORY, NODE_NAME_KEY, PodRequest
 
 __all__ = ["HEAP_TOP", "ClassKey", "Verdict", "Verdicts", "label_keys", "pod_class"]
 
@@ -57,7 +57,6 @@ def pod_class(pod: PodRequest, *, shares: bool = True, memory: bool = True) -> C
         tuple(sorted(pod.gpu_models)),
         pod.priority,
         pod.guaranteed,
-        pod.unsupported,
         pod.shares if shares else len(pod.shares),
         pod.share_reuse,
         pod.split,
@@ -67,9 +66,12 @@ def pod_class(pod: PodRequest, *, shares: bool = True, memory: bool = True) -> C
 def label_keys(pod: PodRequest) -> tuple[str, ...]:
     """The node labels filters read for `pod` besides the GPU product label (which the GPU model
     filter and fragmentation read, and every state id includes): its selector's and affinity's
-    keys. Filters and scores read no other label."""
+    keys, and `NODE_NAME_KEY` when its affinity reads the node's name (`matchFields`). Filters
+    and scores read no other label."""
     keys = set(pod.node_selector)
     keys.update(r.key for term in pod.affinity for r in term.match_expressions)
+    if any(term.match_fields for term in pod.affinity):
+        keys.add(NODE_NAME_KEY)
     keys.discard(GPU_PRODUCT_LABEL)
     return tuple(sorted(keys))
 

@@ -98,7 +98,7 @@ def _static_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:
     taint = untolerated_taint(pod, node)
     if taint is not None:
         return (untolerated(taint),)
-    if not affinity_accepts(pod, node.labels):
+    if not affinity_accepts(pod, node.name, node.labels):
         return (REASON_AFFINITY,)
     return ()
 
@@ -113,11 +113,12 @@ def untolerated_taint(pod: PodRequest, node: NodeState) -> Taint | None:
     return None
 
 
-def affinity_accepts(pod: PodRequest, labels: Mapping[str, str]) -> bool:
-    """Do the pod's node selector and required node affinity accept a node with `labels`?"""
+def affinity_accepts(pod: PodRequest, name: str, labels: Mapping[str, str]) -> bool:
+    """Do the pod's node selector and required node affinity accept node `name` with
+    `labels`?"""
     if any(labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
-    return not pod.affinity or any(term.matches(labels) for term in pod.affinity)
+    return not pod.affinity or any(term.matches(name, labels) for term in pod.affinity)
 
 
 def _resource_reasons(pod: PodRequest, node: NodeState) -> tuple[str, ...]:

@@ -451,7 +451,9 @@ def _spread_tally(
         for value, domain in domains.items():
             for name in domain.names:
                 node = nodes[name]
-                if name in unlabelled or (by_affinity and not affinity_accepts(pod, node.labels)):
+                if name in unlabelled or (
+                    by_affinity and not affinity_accepts(pod, name, node.labels)
+                ):
                     continue
                 if constraint.honor_taints and untolerated_taint(pod, node) is not None:
                     continue

@@ -123,13 +123,6 @@ def pick(
     calls (the same decisions).
     """
     total = len(snapshot)
-    if pod.unsupported:
-        return Decision(
-            pod=pod.key,
-            assignment=None,
-            reasons={f"unsupported: {pod.unsupported}": total},
-            nodes_total=total,
-        )
     scoring.observe(pod, snapshot)
     reasons: dict[str, int] = {}
     verdicts = cache.verdicts(pod, scoring, snapshot) if cache is not None else None

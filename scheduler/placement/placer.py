@@ -91,7 +91,7 @@ class Placer:
         """
         refused = self._refused(pod)
         bonus = self._bonus(pod)
-        memo = self._memo_for(pod)
+        memo = self._memo
         if memo is not None and bonus is not None and self._few(bonus):
             found = self._with_few_bonuses(pod, memo, bonus, (allowed, excluded, refused))
             if found is not None:
@@ -127,7 +127,7 @@ class Placer:
         most of those offers fit nowhere: a queue waits)."""
         refused = self._refused(pod)
         bonus = self._bonus(pod)
-        memo = self._memo_for(pod)
+        memo = self._memo
         if memo is not None and bonus is not None and self._few(bonus):
             found = self._with_few_bonuses(pod, memo, bonus, (allowed, excluded, refused))
             return None if found is None else found.assignment
@@ -262,8 +262,6 @@ class Placer:
         """What preferences add to each node's score (None: none weighs, or they rank every
         node alike): the inter-pod ones (the pod's, and the running pods' that select it) and
         the node ones (preferred node affinity, `PreferNoSchedule` taints)."""
-        if pod.unsupported:
-            return None
         nodes = self._node_bonus(pod)
         if pod.preferences is None and not self._snapshot.weighed_terms:
             return nodes  # no inter-pod preference: the common case, kept to three reads
@@ -290,17 +288,12 @@ class Placer:
         inter-pod rules refuse it (`interpod.refused_nodes`), with the first reason in the
         stock filters' order; None: none."""
         ports = port_conflicts(pod, self._snapshot) if pod.host_ports else None
-        if pod.unsupported or (pod.inter_pod is None and not self._snapshot.anti_affinity_terms):
+        if pod.inter_pod is None and not self._snapshot.anti_affinity_terms:
             return ports  # no rule reads the pod: the common case, kept to three reads
         rules = refused_nodes(pod, self._snapshot) if self._inter_pod else None
         if rules is None or ports is None:
             return ports or rules
         return rules | ports
-
-    def _memo_for(self, pod: PodRequest) -> VerdictMemo | None:
-        """The memo when it decides `pod`, else None: `pick` decides (and refuses an unsupported
-        pod before reading anything)."""
-        return None if pod.unsupported else self._memo
 
 
 _FEW_BONUSES = 16

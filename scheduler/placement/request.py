@@ -7,7 +7,7 @@ hugepages in bytes, extended resources in counts. Resource totals are the pod's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -20,6 +20,7 @@ __all__ = [
     "CPU",
     "EPHEMERAL_STORAGE",
     "MEMORY",
+    "NODE_NAME_KEY",
     "PODS",
     "Effect",
     "HostPort",
@@ -97,14 +98,15 @@ def _compare_int(value: str | None, values: tuple[str, ...], op: Operator) -> bo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSelectorTerm:
-    """Requirements of a term are ANDed; a pod's terms are ORed. An empty term matches nothing."""
+    """Requirements of a term are ANDed: `match_expressions` on the node's labels, `match_fields`
+    on its name (`metadata.name`, the one field a node selector term reads); a pod's terms are
+    ORed. An empty term matches nothing."""
 
     match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return bool(self.match_expressions) and all(
-            r.matches(labels) for r in self.match_expressions
-        )
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        return _term_matches(self.match_expressions, self.match_fields, name, labels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,12 +121,25 @@ class PreferredNodeTerm:
     fields: tuple[NodeSelectorRequirement, ...] = ()
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        if not self.expressions and not self.fields:
-            return False
-        named = {"metadata.name": name}
-        return all(r.matches(labels) for r in self.expressions) and all(
-            r.matches(named) for r in self.fields
-        )
+        return _term_matches(self.expressions, self.fields, name, labels)
+
+
+NODE_NAME_KEY = "/metadata.name"
+"""A node's name among the node labels a pod's filters read, when a required node affinity
+term's `matchFields` read it (no label key starts with a slash)."""
+
+
+def _term_matches(
+    expressions: Sequence[NodeSelectorRequirement],
+    fields: Sequence[NodeSelectorRequirement],
+    name: str,
+    labels: Mapping[str, str],
+) -> bool:
+    """A node selector term: every requirement on the node's labels and name; none: no node."""
+    if not expressions and not fields:
+        return False
+    named = {"metadata.name": name}
+    return all(r.matches(labels) for r in expressions) and all(r.matches(named) for r in fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,8 +275,7 @@ class PodRequest:
     simulator's model of time-slicing, and does not count against `nvidia.com/gpu`. `mig` maps a
     MIG profile (`1g.10gb`, `1g.10gb+me`) to a count of devices. `gpu_models` lists the allowed
     values of the node label `nvidia.com/gpu.product` (empty: any). `guaranteed` marks a Guaranteed
-    QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `unsupported` names a
-    feature the scheduler does not implement; such a pod is never placed. `inter_pod`: its
+    QoS pod (its cpu and memory are NUMA-checked under `single-numa-node`). `inter_pod`: its
     required inter-pod affinity, anti-affinity and spread constraints (None: none), read against
     the other pods' `namespace` and `labels` (`interpod`); `preferences`: its preferred terms and
     `ScheduleAnyway` constraints (None: none). `host_ports`: the node ports its containers and
@@ -292,7 +306,6 @@ class PodRequest:
     gpu_models: frozenset[str] = frozenset()
     priority: int = 0
     guaranteed: bool = False
-    unsupported: str | None = None
     pod_group: str | None = None
     namespace: str = field(default="", compare=False)
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_STR, compare=False)

@@ -81,7 +81,7 @@ from .node_slots import BoolArray, FloatArray, IntArray, NodeSlots
 from .pick import Decision, Rejection, count_reasons
 from .read_verdicts import ReadVerdicts
 from .refusals import Refusals, refusal_of
-from .request import PodRequest
+from .request import NODE_NAME_KEY, PodRequest
 from .scores import Learner, Scoring
 from .share_memo import ShareMemo
 from .snapshot import Snapshot
@@ -544,11 +544,16 @@ class VerdictMemo:
 
     def _code(self, verdicts: Verdicts, slot: int) -> int:
         """The key of slot `slot`'s verdict: its state id, or for a class that reads more labels
-        (a node selector or affinity) a code for (state id, those labels' values)."""
+        (a node selector or affinity) a code for (state id, those labels' values; the node's
+        name for `NODE_NAME_KEY`)."""
         state = self._nodes.state(slot)
         if not verdicts.labels:
             return state
-        values = tuple(map(self._nodes.node(slot).labels.get, verdicts.labels))
+        node = self._nodes.node(slot)
+        if NODE_NAME_KEY not in verdicts.labels:
+            return verdicts.combo(state, tuple(map(node.labels.get, verdicts.labels)))
+        labels = node.labels
+        values = tuple(node.name if k == NODE_NAME_KEY else labels.get(k) for k in verdicts.labels)
         return verdicts.combo(state, values)
 
     def _kept(self, pod: PodRequest, verdicts: Verdicts, code: int, slot: int) -> Verdict:

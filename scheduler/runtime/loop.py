@@ -326,8 +326,6 @@ class Scheduler:
         """(category, message) for a pod that cannot be placed whatever the cluster looks like."""
         if info.error:
             return "invalid", f"invalid pod: {info.error}"
-        if info.request.unsupported:
-            return "unsupported", f"unsupported: {info.request.unsupported}"
         if not self.dra and has_claims(info.obj):
             return "unsupported", "unsupported: dynamic resource claims (no resource.k8s.io/v1)"
         return None

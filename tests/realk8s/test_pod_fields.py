@@ -7,7 +7,9 @@ kubelet:
   binds and runs;
 - host ports: a `hostNetwork` pod's container port is a host port (the API server defaults
   `hostPort`), so a second pod on the same port waits with kube-scheduler's `NodePorts`
-  message, and runs once the first is deleted."""
+  message, and runs once the first is deleted;
+- required node affinity's `matchFields`: a DaemonSet given `schedulerName: gputopo-scheduler`
+  gets a pod the DaemonSet controller pins to the node by `metadata.name`, and it runs there."""
 
 from __future__ import annotations
 
@@ -66,3 +68,39 @@ def test_a_host_network_port_is_taken_until_its_pod_is_gone(
         cluster.wait_running("port-1", timeout_s=120)
     finally:
         cluster.delete_pods("port-0", "port-1")
+
+
+def test_a_daemonsets_pod_pinned_by_match_fields_runs_on_its_node(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    template = busybox_pod("unused", limits={"nvidia.com/gpu": "1"}, scheduler="gputopo-scheduler")
+    labels = {"app": "per-node-gpu"}
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "per-node-gpu", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
+        },
+    }
+    try:
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(daemonset))
+        name = wait_until(lambda: _pod_of(cluster, labels), 60, "the DaemonSet's pod")
+        cluster.wait_running(name, timeout_s=120)
+        pod = cluster.pod(name)
+        required = pod["spec"]["affinity"]["nodeAffinity"]
+        terms = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        fields = [f for term in terms for f in term.get("matchFields") or ()]
+        assert fields == [{"key": "metadata.name", "operator": "In", "values": [cluster.node]}]
+        assert pod["spec"]["nodeName"] == cluster.node
+        assert pod["spec"]["schedulerName"] == "gputopo-scheduler"
+    finally:
+        cluster.kubectl("delete", "daemonset", "per-node-gpu", "--ignore-not-found", "--wait")
+        wait_until(lambda: not _pod_of(cluster, labels), 60, "the DaemonSet's pod gone")
+
+
+def _pod_of(cluster: Cluster, labels: dict[str, str]) -> str | None:
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    listed = json.loads(cluster.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+    return str(listed[0]["metadata"]["name"]) if listed else None

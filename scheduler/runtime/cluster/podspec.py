@@ -271,22 +271,37 @@ def _tolerations(spec: Obj) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-def _affinity_terms(spec: Obj) -> tuple[tuple[NodeSelectorTerm, ...], str | None]:
-    """Required node affinity terms, and a reason when a part of it is not supported."""
+def _affinity_terms(spec: Obj) -> tuple[NodeSelectorTerm, ...]:
+    """Required node affinity terms (`matchFields` on the node's name). ValueError names the
+    field of an unknown operator or a field other than `metadata.name`."""
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
-        return (), None
+        return ()
     terms = []
     for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
-        if term.get("matchFields"):
-            return (), "node affinity matchFields"
         where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-        reqs = _requirements(term.get("matchExpressions"), f"{where}.nodeSelectorTerms[{i}]")
-        terms.append(NodeSelectorTerm(match_expressions=reqs))
+        where = f"{where}.nodeSelectorTerms[{i}]"
+        terms.append(
+            NodeSelectorTerm(
+                match_expressions=_requirements(term.get("matchExpressions"), where),
+                match_fields=_fields(term.get("matchFields"), f"{where}.matchFields"),
+            )
+        )
     if not terms:
-        return (NodeSelectorTerm(),), None  # an empty term list matches no node
-    return tuple(terms), None
+        return (NodeSelectorTerm(),)  # an empty term list matches no node
+    return tuple(terms)
+
+
+def _fields(raw: Any, where: str) -> tuple[NodeSelectorRequirement, ...]:
+    """A term's `matchFields`: `metadata.name` with `In` or `NotIn`, as the API server admits."""
+    found = _requirements(raw, where)
+    for j, req in enumerate(found):
+        if req.key != "metadata.name":
+            raise ValueError(f"{where}[{j}].key: {req.key!r} is not a node field (metadata.name)")
+        if req.operator not in (Operator.IN, Operator.NOT_IN):
+            raise ValueError(f"{where}[{j}].operator: {req.operator} (In or NotIn)")
+    return found
 
 
 def preferred_node_terms(spec: Obj) -> tuple[PreferredNodeTerm, ...]:
@@ -416,7 +431,7 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
     try:
         fields = _split_resources(pod_requests(pod))
         _share_fields(pod, fields)
-        terms, affinity_problem = _affinity_terms(spec)
+        terms = _affinity_terms(spec)
         read = inter_pod_rules(pod)
         meta = pod.get("metadata") or {}
         return PodRequest(
@@ -427,7 +442,6 @@ def pod_request(pod: Obj, key: ObjectKey | None = None) -> PodRequest:
             tolerations=_tolerations(spec),
             priority=int(spec.get("priority") or 0),
             guaranteed=is_guaranteed(pod),
-            unsupported=affinity_problem,
             pod_group=pod_group_name(pod),
             namespace=str(meta.get("namespace") or DEFAULT_NAMESPACE),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},

@@ -130,21 +130,23 @@ def test_gated_pod_waits_until_ungated(fake_api, core_v1):
         assert wait_for(lambda: node_of(fake_api, "gated"), 5, "bound once ungated") == "n1"
 
 
-def test_unsupported_pod_gets_its_reason(fake_api, core_v1):
+def test_a_pod_pinned_by_match_fields_binds_to_its_node(fake_api, core_v1):
+    """The DaemonSet controller's form (`matchFields` on `metadata.name`): the pod binds to the
+    node it names, though packing would put it beside the pod on n1."""
     gpu_node(fake_api, "n1")
-    field = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    gpu_node(fake_api, "n2")
+    field = {"key": "metadata.name", "operator": "In", "values": ["n2"]}
     required = {"nodeSelectorTerms": [{"matchFields": [field]}]}
     pinned = pod_body(
         "pinned",
         gpus=1,
         affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
     )
-    with running(fake_api) as rt:
+    with running(fake_api):
+        create_pod(core_v1, pod_body("first", gpus=1))
+        assert wait_for(lambda: node_of(fake_api, "first"), 5, "first bound") == "n1"
         create_pod(core_v1, pinned)
-        condition = wait_for(lambda: scheduled_condition(fake_api, "pinned"), 5, "condition")
-        assert rt.scheduler.pending_reasons() == {"unsupported": 1}
-    assert condition["message"] == "unsupported: node affinity matchFields"
-    assert node_of(fake_api, "pinned") is None
+        assert wait_for(lambda: node_of(fake_api, "pinned"), 5, "pinned bound") == "n2"
 
 
 def test_bind_conflict_requeues(fake_api, core_v1):

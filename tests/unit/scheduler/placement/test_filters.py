@@ -230,14 +230,24 @@ def test_gpu_model(models, reasons):
     assert filter_node(pod(gpus=1, gpu_models=models), make_node()).reasons == reasons
 
 
-def test_unsupported_is_not_a_node_filter_but_pick_rejects_it():
-    from scheduler.placement import Scoring
-    from scheduler.placement.pick import pick
-    from tests.builders.placement import snapshot
-
-    decision = pick(pod(unsupported="inter-pod affinity"), snapshot(make_node()), Scoring())
-    assert decision.assignment is None
-    assert decision.message() == "0/1 nodes are available: 1 unsupported: inter-pod affinity."
+@pytest.mark.parametrize(
+    ("operator", "names", "labels", "fits"),
+    [
+        pytest.param(Operator.IN, ("node-a",), {}, True, id="In its name"),
+        pytest.param(Operator.IN, ("node-b",), {}, False, id="In another name"),
+        pytest.param(Operator.NOT_IN, ("node-b",), {}, True, id="NotIn another name"),
+        pytest.param(Operator.IN, ("node-a",), {"pool": "x"}, False, id="its name, not its label"),
+    ],
+)
+def test_match_fields_read_the_nodes_name_beside_its_labels(operator, names, labels, fits):
+    named = NodeSelectorRequirement(key="metadata.name", operator=operator, values=names)
+    pool = NodeSelectorRequirement(key="pool", operator=Operator.IN, values=("y",))
+    term = NodeSelectorTerm(match_expressions=(pool,), match_fields=(named,))
+    node = make_node("node-a", labels={"pool": "y", **labels})
+    result = filter_node(pod(affinity=(term,)), node)
+    assert (result.assignment is not None) is fits
+    if not fits:
+        assert result.reasons == ("node(s) didn't match Pod's node affinity/selector",)
 
 
 # -- devices and NUMA ---------------------------------------------------------------------------

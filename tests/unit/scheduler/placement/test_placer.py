@@ -13,7 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import NvlinkFabric
-from scheduler.placement import Assignment, Placer, PodRequest, Scoring, WeightedScore
+from scheduler.placement import (
+    Assignment,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Operator,
+    Placer,
+    PodRequest,
+    Scoring,
+    WeightedScore,
+)
 from scheduler.placement.class_verdicts import Verdicts, pod_class
 from scheduler.placement.fgd import FgdScore, Fragmentation, PodShape, TypicalPod
 from scheduler.placement.fragscores import (
@@ -222,14 +231,24 @@ def test_the_memo_refuses_a_candidate_limit_and_the_placer_decides_as_pick_with_
 
 
 @pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
-def test_an_unsupported_pod_is_refused_on_every_node(limit: int):
-    cluster = Cluster.from_specs([NodeSpec(name="a"), NodeSpec(name="b")])
+def test_match_fields_pin_a_pod_to_a_node_by_name_among_alike_ones(limit: int):
+    """Three nodes alike but for their names (one state for the memo): a required term's
+    `matchFields` on `metadata.name` picks by name, as the DaemonSet controller pins its pods."""
+    cluster = Cluster.from_specs([NodeSpec(name=n) for n in ("a", "b", "c")])
     placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
-    pod = PodRequest(key="x", gpus=1, unsupported="inter-pod affinity")
-    decision = placer.decide(pod)
-    assert decision.assignment is None
-    assert decision.message() == "0/2 nodes are available: 2 unsupported: inter-pod affinity."
-    assert placer.best_assignment(pod) is None
+
+    def pinned(key: str, operator: Operator, *names: str) -> PodRequest:
+        named = NodeSelectorRequirement(key="metadata.name", operator=operator, values=names)
+        return PodRequest(key=key, gpus=1, affinity=(NodeSelectorTerm(match_fields=(named,)),))
+
+    assert placer.decide(pinned("x", Operator.IN, "b")).node == "b"
+    assert placer.decide(pinned("y", Operator.NOT_IN, "a")).node == "b"
+    assert placer.best_assignment(pinned("z", Operator.IN, "c")) == Assignment(node="c", gpus=(0,))
+    refused = placer.decide(pinned("w", Operator.IN, "elsewhere"))
+    assert refused.assignment is None
+    assert refused.message() == (
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
 
 
 @pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])

@@ -114,12 +114,24 @@ def pods(draw: st.DrawFn, key: str) -> PodRequest:
         extra["gpu_milli"] = draw(st.sampled_from([250, 500, 900]))
     elif kind == "mig":
         extra["mig"] = {draw(st.sampled_from(["1g.10gb", "3g.40gb"])): draw(st.integers(1, 2))}
-    constraint = draw(st.sampled_from(["none", "none", "selector", "affinity", "toleration"]))
+    constraint = draw(
+        st.sampled_from(["none", "none", "selector", "affinity", "fields", "toleration"])
+    )
     if constraint == "selector":
         extra["node_selector"] = {"pool": draw(st.sampled_from(["a", "b"]))}
     elif constraint == "affinity":
         requirement = NodeSelectorRequirement(key="pool", operator=Operator.NOT_IN, values=("a",))
         extra["affinity"] = (NodeSelectorTerm(match_expressions=(requirement,)),)
+    elif constraint == "fields":  # the node's name (matchFields), alone or beside a label
+        names = tuple(draw(st.sets(st.sampled_from(["n0", "n1", "n2", "n9"]), max_size=2)))
+        operator = draw(st.sampled_from([Operator.IN, Operator.NOT_IN]))
+        named = NodeSelectorRequirement(key="metadata.name", operator=operator, values=names)
+        pool = NodeSelectorRequirement(key="pool", operator=Operator.IN, values=("b",))
+        labelled = draw(st.booleans())
+        term = NodeSelectorTerm(
+            match_expressions=(pool,) if labelled else (), match_fields=(named,)
+        )
+        extra["affinity"] = (term,)
     elif constraint == "toleration":
         extra["tolerations"] = (Toleration(key="dedicated", operator="Exists"),)
     return PodRequest(

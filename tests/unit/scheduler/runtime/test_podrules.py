@@ -81,7 +81,9 @@ def test_a_namespace_selector_with_requirements_adds_the_namespaces_it_picks():
     picks = {ns: near.selects(pod_request(body(namespace=ns)), labels) for ns in ("data", "ml")}
     assert picks == {"data": True, "ml": False}
     assert near.selects(pod_request(body(namespace="ops")), labels)  # listed, whatever its labels
-    assert pod_request(body(affinity={"podAffinity": {REQUIRED: [term]}})).unsupported is None
+    read = pod_request(body(affinity={"podAffinity": {REQUIRED: [term]}})).inter_pod
+    assert read is not None
+    assert read.affinity[0].namespace_selector is not None
 
 
 def test_match_and_mismatch_label_keys_take_the_pods_values():
@@ -151,7 +153,6 @@ def test_preferences_are_kept_apart_from_the_rules():
     request = pod_request(spec)
     assert request.inter_pod is None
     assert request.preferences == read.preferences
-    assert request.unsupported is None  # nothing of it unread
     assert request.namespace == "ml"
     assert dict(request.labels) == {"app": "web", "rev": "7"}
 

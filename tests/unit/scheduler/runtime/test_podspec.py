@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement.request import Effect, HostPort, Operator
+from scheduler.placement.request import Effect, HostPort, NodeSelectorRequirement, Operator
 from scheduler.runtime.cluster.podspec import (
     claim_names,
     is_guaranteed,
@@ -139,54 +139,35 @@ def test_bad_quantity_names_the_field():
         pod_requests(body)
 
 
+def _pinned(*fields: dict[str, object]) -> dict[str, object]:
+    required = {"nodeSelectorTerms": [{"matchFields": list(fields)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+def test_required_node_affinity_match_fields_are_read():
+    """The DaemonSet controller's form: one term pinning the pod to its node by name."""
+    field = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    (term,) = pod_request(pod(affinity=_pinned(field))).affinity
+    assert term.match_expressions == ()
+    assert term.match_fields == (
+        NodeSelectorRequirement(key="metadata.name", operator=Operator.IN, values=("n1",)),
+    )
+
+
 @pytest.mark.parametrize(
-    ("spec", "reason"),
+    ("field", "named"),
     [
         pytest.param(
-            {
-                "affinity": {
-                    "podAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "topologyKey": "zone",
-                                "labelSelector": {},
-                                "namespaceSelector": {"matchLabels": {"team": "a"}},
-                            }
-                        ]
-                    }
-                }
-            },
-            None,
-            id="a namespaceSelector with requirements is read",
+            {"key": "metadata.labels", "operator": "In", "values": ["x"]}, r"\[0\]\.key", id="key"
         ),
         pytest.param(
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {
-                                            "key": "metadata.name",
-                                            "operator": "In",
-                                            "values": ["n1"],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                }
-            },
-            "node affinity matchFields",
-            id="required node affinity's matchFields is not",
+            {"key": "metadata.name", "operator": "Exists"}, r"\[0\]\.operator", id="operator"
         ),
     ],
 )
-def test_what_the_scheduler_cannot_read_is_named(spec, reason):
-    unsupported = pod_request(pod(**spec)).unsupported
-    assert unsupported == reason if reason is None else reason in (unsupported or "")
+def test_a_match_field_the_api_server_would_refuse_names_the_field(field, named):
+    with pytest.raises(ValueError, match=r"nodeSelectorTerms\[0\]\.matchFields" + named):
+        pod_request(pod(affinity=_pinned(field)))
 
 
 @pytest.mark.parametrize(
@@ -305,7 +286,6 @@ def test_pod_request_translation():
     assert req.priority == 100
     assert req.tolerations[0].effect is Effect.NO_SCHEDULE
     assert req.affinity[0].match_expressions[0].operator is Operator.IN
-    assert req.unsupported is None
     assert not req.guaranteed
 
 

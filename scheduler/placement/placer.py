@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 from .filters import filter_node
 from .hostports import port_conflicts
-from .interpod import preference_bonus, refused_nodes
+from .interpod import ReadMemo, preference_bonus, refused_nodes
 from .node import Assignment
 from .nodeprefs import node_preference_bonus
 from .pick import Decision, VerdictCache, pick
@@ -60,6 +60,7 @@ class Placer:
         self._scoring = scoring
         self._inter_pod = inter_pod
         self._node_prefs: tuple[Hashable, dict[str, float] | None] | None = None
+        self._read: tuple[int, PodRequest, ReadMemo] | None = None
         self._memo = (
             VerdictMemo(snapshot, scoring) if memo and scoring.candidate_limit == 0 else None
         )
@@ -160,6 +161,18 @@ class Placer:
             refused=refused,
             bonus=bonus,
         )
+
+    def read_memo(self, pod: PodRequest) -> ReadMemo:
+        """What `pod`'s inter-pod rules read of the snapshot (`interpod.ReadMemo`), kept for the
+        last pod asked about while the snapshot's generation stands: a pod's placement and the
+        victim search for it in the same cycle read the rules' pods once."""
+        generation = self._snapshot.generation
+        kept = self._read
+        if kept is not None and kept[0] == generation and (kept[1] is pod or kept[1] == pod):
+            return kept[2]
+        memo = ReadMemo()
+        self._read = (generation, pod, memo)
+        return memo
 
     @contextmanager
     def trial(self) -> Iterator[None]:
@@ -290,7 +303,11 @@ class Placer:
         ports = port_conflicts(pod, self._snapshot) if pod.host_ports else None
         if pod.inter_pod is None and not self._snapshot.anti_affinity_terms:
             return ports  # no rule reads the pod: the common case, kept to three reads
-        rules = refused_nodes(pod, self._snapshot) if self._inter_pod else None
+        rules = (
+            refused_nodes(pod, self._snapshot, memo=self.read_memo(pod))
+            if self._inter_pod
+            else None
+        )
         if rules is None or ports is None:
             return ports or rules
         return rules | ports

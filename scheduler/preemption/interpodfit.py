@@ -24,10 +24,11 @@ class InterPodFit:
     (`interpod.pods_read`): each set of those gone is worked out once, and what the rules read
     (each selector's matches, each spread constraint's count) once in all (`ReadMemo`)."""
 
-    def __init__(self, pod: PodRequest, live: Snapshot) -> None:
+    def __init__(self, pod: PodRequest, live: Snapshot, memo: ReadMemo | None = None) -> None:
+        """`memo`: what the rules read of `live` already (the live Placer's, `read_memo`)."""
         self._pod = pod
         self._live = live
-        self.memo = ReadMemo()
+        self.memo = ReadMemo() if memo is None else memo
         """What the rules read of `live`, kept for this search (`interpod.ReadMemo`)."""
         self.read = pods_read(pod, live, self.memo)
         """The keys of the running pods the rules read."""

@@ -128,7 +128,7 @@ class _Search:
         self.apart = {key: MILLI_PER_GPU * gpus for key, gpus in claimed.items()}
         self.kept = rules.area is not None or bool(self.excluded)  # only some nodes are used
         self.inter_pod = (  # U's inter-pod rules, when the clones cannot decide them
-            InterPodFit(self.pods[0], self.live)
+            InterPodFit(self.pods[0], self.live, placer.read_memo(self.pods[0]))
             if len(self.pods) == 1 and not decided_per_node(self.pods[0], self.live)
             else None
         )

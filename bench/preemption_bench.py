@@ -7,14 +7,18 @@ Every GPU is taken by a one-GPU pod, each its own unit, with a seeded priority 0
 of the GPUs) is above what it uses (about 10 %), so its units are within their guarantee; the
 others' min (7.5 %) is below, so theirs borrow. The preemptor is in q0 at priority 10: it may
 preempt q0's lower-priority units and reclaim the other queues' borrowing units, so both kinds of
-victims are searched. Five preemptor shapes, in turn: a 1-GPU pod, an 8-GPU pod, a gang of 4 ×
+victims are searched. Seven preemptor shapes, in turn: a 1-GPU pod, an 8-GPU pod, a gang of 4 ×
 8-GPU pods, and two 1-GPU pods whose inter-pod rules read a whole rack (50 racks; every 16th
 running pod is `app=web`): a web replica under `DoNotSchedule` spread over the racks (max skew
 1, over `app=web`), and a `solo` replica anti-affine to the other solo replicas over the rack
-(one per rack). Their victims are judged with the rules read on the live snapshot. Each decision
-is timed through `find_victims` (shipped scoring, default `PreemptionSettings`), then applied as
-the scheduler would once the victims are gone: victims forgotten, uncharged and dropped from the
-index, U assumed, charged and indexed (at priority 10, so later preemptors cannot take it). As in
+(one per rack); and gangs of two such web replicas and of two such solo replicas, whose
+placements are judged member by member on the live snapshot (the web gang's rule reads 2,500
+pods, over `GANG_RULE_PODS`: it is refused at once). Their victims are judged with the rules
+read on the live snapshot.
+Each decision is timed through `find_victims` (shipped scoring, default `PreemptionSettings`),
+then applied as the scheduler would once the victims are gone: victims forgotten, uncharged and
+dropped from the index, U assumed, charged and indexed (at priority 10, so later preemptors
+cannot take it); a GPU the victims freed that U does not take gets a low-priority pod. As in
 the scheduler, U is first offered to placement (it fails: every GPU is taken), and the index and
 its node columns are built, before the clock starts; what was built then is frozen out of the
 collector's full passes, as the scheduler freezes its warm cache (`scheduler/cli/startgc.py`):
@@ -64,6 +68,9 @@ GPU = "nvidia.com/gpu"
 GIB = 1 << 30
 QUEUES = 10
 SHAPES = ("1 GPU", "8 GPUs", "4 × 8 GPUs", "1 GPU, rack spread", "1 GPU, rack anti")
+RULE_GANGS = ("2 × 1 GPU, rack spread", "2 × 1 GPU, rack anti")
+"""Timed after the others, in a round of their own: the first five keep the turns (and so the
+cluster each decision meets) of the runs before these were added."""
 RACK = "gputopo.io/rack"
 NAMESPACE = "ns"
 
@@ -84,23 +91,32 @@ def shape_pods(shape: str, i: int) -> tuple[PodRequest, ...]:
             PodRequest(key=f"{key}-{m}", gpus=gpus, cpu_milli=cpu, memory=memory)
             for m in range(members)
         )
-    if shape == "1 GPU, rack spread":
+    members = 2 if shape.startswith("2 × ") else 1
+    if shape.endswith("rack spread"):
         constraint = SpreadConstraint(
             max_skew=1, topology_key=RACK, selector=app_term("web").selector
         )
         app, rules = "web", InterPodRules(spread=(constraint,))
     else:
         app, rules = "solo", InterPodRules(anti_affinity=(app_term("solo"),))
-    return (
+    return tuple(
         PodRequest(
-            key=f"{key}-0",
+            key=f"{key}-{m}",
             gpus=1,
             cpu_milli=cpu,
             memory=memory,
             namespace=NAMESPACE,
             labels={"app": app},
             inter_pod=rules,
-        ),
+        )
+        for m in range(members)
+    )
+
+
+def running_pod(key: str, app: str) -> PodRequest:
+    """A running 1-GPU pod of `app`."""
+    return PodRequest(
+        key=key, gpus=1, cpu_milli=4000, memory=32 * GIB, namespace=NAMESPACE, labels={"app": app}
     )
 
 
@@ -124,14 +140,7 @@ class Bench:
         for n, name in enumerate(self.cluster.snapshot.names()):
             for g in range(8):
                 app = "web" if (n * 8 + g) % 16 == 0 else "batch"
-                pod = PodRequest(
-                    key=f"{NAMESPACE}/{name}-{g}",
-                    gpus=1,
-                    cpu_milli=4000,
-                    memory=32 * GIB,
-                    namespace=NAMESPACE,
-                    labels={"app": app},
-                )
+                pod = running_pod(f"{NAMESPACE}/{name}-{g}", app)
                 self.start(
                     pod.key,
                     [(pod, Assignment(node=name, gpus=(g,)))],
@@ -172,16 +181,27 @@ class Bench:
         return wall, cpu, found if isinstance(found, VictimChoice) else None
 
     def apply(self, u: Preemptor, choice: VictimChoice, now: float) -> None:
+        """The victims go and U starts; a GPU the victims freed that U does not take (a spread
+        rule may need more pods gone than GPUs) gets a low-priority batch pod, so the cluster
+        stays full."""
+        freed: set[str] = set()
         for eviction in choice.evictions:
             self.index.remove(eviction.unit)
             for key in eviction.pods:
-                self.cluster.unbind(key)
+                assignment = self.cluster.unbind(key)
+                if assignment is not None:
+                    freed.add(assignment.node)
                 self.usage.charge(key, None)
         snapshot = self.cluster.snapshot
         placed = [(p, snapshot.assume_on(p, choice.nodes[p.key])) for p in u.pods]
         for pod, _a in placed:
             snapshot.forget(pod.key)
         self.start(u.key, placed, u.leaf, u.priority, now)
+        for name in sorted(freed):
+            node = snapshot.node(name)
+            for g in sorted(set(range(node.gpu_count)) - node.used_gpu_indices()):
+                filler = running_pod(f"{NAMESPACE}/fill-{u.key}-{name}-{g}", "batch")
+                self.start(filler.key, [(filler, Assignment(node=name, gpus=(g,)))], "q1", 0, now)
 
 
 def preemptor(i: int, shape: str) -> Preemptor:
@@ -193,13 +213,15 @@ def run(nodes: int, decisions: int, seed: int) -> dict[str, dict[str, float]]:
     bench = Bench(nodes, seed)
     bench.index.columns.refresh()  # the scheduler keeps the columns up to date between decisions
     print(f"cluster of {nodes} nodes filled in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    samples: dict[str, list[float]] = {name: [] for name in SHAPES}
-    cpu: dict[str, list[float]] = {name: [] for name in SHAPES}
-    victims: dict[str, int] = dict.fromkeys(SHAPES, 0)
-    missed: dict[str, int] = dict.fromkeys(SHAPES, 0)
+    every = (*SHAPES, *RULE_GANGS)
+    samples: dict[str, list[float]] = {name: [] for name in every}
+    cpu: dict[str, list[float]] = {name: [] for name in every}
+    victims: dict[str, int] = dict.fromkeys(every, 0)
+    missed: dict[str, int] = dict.fromkeys(every, 0)
+    turns = [SHAPES[i % len(SHAPES)] for i in range(decisions * len(SHAPES))]
+    turns += [RULE_GANGS[i % len(RULE_GANGS)] for i in range(decisions * len(RULE_GANGS))]
     with warm_heap_frozen():
-        for i in range(decisions * len(SHAPES)):
-            name = SHAPES[i % len(SHAPES)]
+        for i, name in enumerate(turns):
             u = preemptor(i, name)
             elapsed, used, choice = bench.decide(u)
             samples[name].append(elapsed)

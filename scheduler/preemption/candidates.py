@@ -137,10 +137,13 @@ def gang_sets(
     label: str | None,
     limit: int,
     apart: Mapping[str, int] | None = None,
+    across: str | None = None,
 ) -> list[tuple[list[str], int]]:
     """Ranked node lists, one per domain of `label` (one in all when None), each best first,
     with how many of its first nodes cover the gang (callers widen a set that fails).
-    `apart`: the milli-GPU each pod's devices decided apart take, by pod key."""
+    `apart`: the milli-GPU each pod's devices decided apart take, by pod key. `across`: with no
+    `label`, a node label whose domains the one list takes its nodes from in turn (the best of
+    each domain, then the second best, ...), for members that must be apart over it."""
     more = apart or {}
     size = sorted(
         pods, key=lambda p: (p.gpu_milli_total + more.get(p.key, 0), p.cpu_milli, p.memory)
@@ -152,7 +155,9 @@ def gang_sets(
     largest = Bound.of(size[-1:], more)
     ranked = tally.ranked(mask, largest)
     groups: dict[str, list[int]] = {}
-    if label is None:
+    if label is None and across is not None:
+        groups[""] = _in_turn(tally, ranked, across)[: max(1, limit)]
+    elif label is None:
         groups[""] = [int(s) for s in ranked[: max(1, limit)]]
     else:
         nodes, names = tally.columns.snapshot.nodes, tally.columns.names
@@ -168,6 +173,22 @@ def gang_sets(
             out.append((short, [tally.columns.names[s] for s in members], cut))
     out.sort(key=lambda item: (item[0], item[1][: item[2]]))
     return [(names, cut) for _short, names, cut in out[:GANG_SETS]]
+
+
+def _in_turn(tally: Tally, ranked: IntArray, label: str) -> list[int]:
+    """`ranked` reordered to take the best slot of each domain of `label` in turn (in the order
+    the domains' best slots rank), then each one's second best, and so on."""
+    nodes, names = tally.columns.snapshot.nodes, tally.columns.names
+    domains: dict[str, list[int]] = {}
+    for slot in ranked:
+        domains.setdefault(nodes[names[int(slot)]].labels.get(label, ""), []).append(int(slot))
+    lists = list(domains.values())
+    return [
+        column[depth]
+        for depth in range(max((len(c) for c in lists), default=0))
+        for column in lists
+        if depth < len(column)
+    ]
 
 
 def _covering(room: IntArray, members: Sequence[int], total: Bound) -> int:

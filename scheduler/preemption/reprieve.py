@@ -30,6 +30,7 @@ from scheduler.placement import Assignment, Placer, PodRequest, place_gang
 
 from .budgets import BudgetBook
 from .eligibility import Piece
+from .interpodfit import GangInterPodFit
 from .ledger import Ledger
 from .model import DeviceFit, GangDeviceFit, Preemptor
 from .room import Room
@@ -118,13 +119,16 @@ class Workbench:
         ledger: Ledger,
         budgets: BudgetBook,
         inter_pod: DeviceFit | None = None,
+        gang_inter_pod: GangInterPodFit | None = None,
     ) -> None:
         """`inter_pod`: U's inter-pod rules, when the clones cannot decide them (`placer` then
-        ignores them): a node takes U only where they let it, with the victims gone."""
+        ignores them): a node takes U only where they let it, with the victims gone;
+        `gang_inter_pod`: the same for a gang's members, each placement judged whole."""
         self._placer = placer
         self._snapshot = placer.snapshot
         self._preemptor = preemptor
         self._apart = tuple(f for f in (preemptor.devices, inter_pod) if f is not None)
+        self._gang_inter_pod = gang_inter_pod
         self._ledger = ledger
         self._budgets = budgets
         self._removed: dict[int, Piece] = {}  # taken out (by id)
@@ -316,6 +320,9 @@ class Workbench:
         )
         if not placed.ok:
             return None
+        ordered = [(pod, placed.assignments[pod.key]) for pod in pods]
+        if not self._rules_let(ordered):
+            return None
         scoring = self._placer.scoring
         score = sum(
             scoring.total(
@@ -354,7 +361,15 @@ class Workbench:
         finally:
             for pod, _ in taken:
                 self._snapshot.forget(pod.key)
+        if not self._rules_let(taken):
+            return None
         return {pod.key: a.node for pod, a in taken}, score
+
+    def _rules_let(self, placed: Sequence[tuple[PodRequest, Assignment]]) -> bool:
+        """A gang's inter-pod rules that read beyond the area let its members go as `placed`,
+        with the pieces taken out gone (always, when the clones decide them)."""
+        rules = self._gang_inter_pod
+        return rules is None or rules.fits(placed, self._gone_keys())
 
     def _outcome(self, area: frozenset[str], placed: tuple[dict[str, str], float]) -> Outcome:
         pieces = tuple(sorted(self._removed.values(), key=reprieve_order))

@@ -8,16 +8,18 @@ PodDisruptionBudget (a higher threshold cannot do better on the first two criter
 sets found: fewest PDB violations, lowest highest victim priority, fewest GPUs evicted, least
 work lost, U's best placement score, then the area's name (`Outcome.rank`).
 
-The live snapshot is never changed: areas are evaluated on clones of their nodes, in a small
-`Snapshot` with a `Placer` of the live placer's scoring.
+The live snapshot is left as it was: areas are evaluated on clones of their nodes, in a small
+`Snapshot` with a `Placer` of the live placer's scoring (a gang's rules beyond the area change
+the live snapshot while a placement is judged, and put it back: `GangInterPodFit`).
 
 A search may be kept to some nodes: those of the GPU models U reclaims on (`Rules.area`) less
 the nodes U may not use (`Preemptor.excluded`). U is placed, and victims are taken, only there;
 when reclaim kept to a model's nodes finds nothing, U may still preempt lower-priority units of
 its own leaf on any node it may use (a second search, without reclaim).
 
-Inter-pod rules that read beyond a node (`interpodfit`) are judged for a single pod on the live
-snapshot with an area's victims gone; a gang under such rules does not preempt.
+Inter-pod rules that read beyond a node (`interpodfit`) are judged on the live snapshot with an
+area's victims gone: a single pod's on every node tried, a gang's on each placement the clones
+make (its members judged in order, each with the ones before it placed).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .eligibility import (
     rules_for,
 )
 from .index import RunningIndex
-from .interpodfit import InterPodFit
+from .interpodfit import GANG_RULE_PODS, GangInterPodFit, InterPodFit
 from .ledger import Ledger, guaranteed_leaves
 from .model import (
     Budget,
@@ -57,14 +59,7 @@ from .model import (
 )
 from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
 
-__all__ = ["NO_PREEMPTION_INTER_POD", "find_victims"]
-
-NO_PREEMPTION_INTER_POD = (
-    "preemption: not for a pod group under inter-pod affinity, topology spread or "
-    "anti-affinity beyond kubernetes.io/hostname"
-)
-"""Why a gang whose members' inter-pod rules read beyond their own nodes does not preempt: the
-what-if areas place its members on clones, and `InterPodFit` judges one pod, not a group."""
+__all__ = ["find_victims"]
 
 
 def find_victims(
@@ -80,8 +75,9 @@ def find_victims(
     """The victims whose eviction lets U start (admission and placement of all of U), and where
     U then goes; or why there are none. `capacity`: the root's (DESIGN §10: what gputopo may
     schedule, each shared GPU counted once; `scheduler.quota.capacity`), which fair shares
-    divide. Nothing shared is changed (the snapshot, the usage); the index's node columns (a
-    cache) catch up with the snapshot. `index` must read the placer's snapshot. Not
+    divide. Nothing shared is left changed (the snapshot, the usage; a gang's rules beyond the
+    area change the snapshot while a placement is judged and put it back); the index's node
+    columns (a cache) catch up with the snapshot. `index` must read the placer's snapshot. Not
     thread-safe: the caller serialises, as for the `Placer`."""
     if index.columns.snapshot is not placer.snapshot:
         raise ValueError("find_victims: the index and the placer read different snapshots")
@@ -89,16 +85,19 @@ def find_victims(
         return NoChoice(reason="preemption: the pod's preemptionPolicy is Never")
     if not preemptor.pods:
         return NoChoice(reason="preemption: nothing to place")
-    pods, live = preemptor.pods, placer.snapshot
-    if len(pods) > 1 and not all(decided_per_node(pod, live) for pod in pods):
-        return NoChoice(reason=NO_PREEMPTION_INTER_POD)
-    rules = rules_for(preemptor, tree, usage, index, settings, capacity, placer.snapshot)
+    live = placer.snapshot
+    gang_rules = None  # a gang's rules that read beyond its nodes
+    if len(preemptor.pods) > 1 and not all(decided_per_node(p, live) for p in preemptor.pods):
+        gang_rules = GangInterPodFit(preemptor.pods, live)
+        if len(gang_rules.read) > GANG_RULE_PODS:
+            return NoChoice(reason=_too_many_read(len(gang_rules.read)))
+    rules = rules_for(preemptor, tree, usage, index, settings, capacity, live)
     book = BudgetBook(budgets)
-    found = _Search(placer, index, tree, usage, rules, book, settings).run()
+    found = _Search(placer, index, tree, usage, rules, book, settings, gang_rules).run()
     if isinstance(found, VictimChoice) or rules.area is None or not rules.preempt:
         return found
     own = replace(rules, floors=None, floor_paths={}, area=None)
-    again = _Search(placer, index, tree, usage, own, book, settings).run()
+    again = _Search(placer, index, tree, usage, own, book, settings, gang_rules).run()
     return again if isinstance(again, VictimChoice) or found.nothing_eligible else found
 
 
@@ -112,6 +111,7 @@ class _Search:
         rules: Rules,
         budgets: BudgetBook,
         settings: PreemptionSettings,
+        gang_rules: GangInterPodFit | None = None,
     ) -> None:
         self.placer, self.index, self.tree, self.usage = placer, index, tree, usage
         self.rules, self.budgets, self.settings = rules, budgets, settings
@@ -132,6 +132,7 @@ class _Search:
             if len(self.pods) == 1 and not decided_per_node(self.pods[0], self.live)
             else None
         )
+        self.gang_inter_pod = gang_rules  # a gang's, judged on the live snapshot placement-wise
 
     @cached_property
     def guaranteed(self) -> frozenset[str]:
@@ -165,6 +166,9 @@ class _Search:
             leaving = self._eligible(self.inter_pod.read)
             memo = self.inter_pod.memo
             tally.keep(None, refused_whatever_leaves(self.pods[0], self.live, leaving, memo))
+        elif self.gang_inter_pod is not None:  # members are alike: the first one's refusals
+            leaving = self._eligible(self.gang_inter_pod.read)
+            tally.keep(None, refused_whatever_leaves(self.pods[0], self.live, leaving))
         for priority, leaves in thresholds:
             touched = tally.add(priority, leaves)
             if touched.any():
@@ -218,7 +222,11 @@ class _Search:
             return
         topology = self.rules.preemptor.topology
         label = topology.label if topology is not None and topology.required else None
-        sets = gang_sets(tally, self.fits_now, self.pods, label, limit, self.apart)
+        across = None
+        rules = self.gang_inter_pod
+        if rules is not None and label is None:  # the members' own rules shape the sets
+            label, across = rules.together, None if rules.together else rules.apart
+        sets = gang_sets(tally, self.fits_now, self.pods, label, limit, self.apart, across)
         for names, cut in sets:
             while True:
                 area = names[:cut]
@@ -255,13 +263,17 @@ class _Search:
         small = Snapshot(self.live.node(n).clone() for n in nodes)
         small.namespace_labels = self.live.namespace_labels
         ledger = Ledger(self.tree, self.usage, self.rules)
-        inter_pod = self.inter_pod
+        inter_pod, gang = self.inter_pod, self.gang_inter_pod
+        # a single pod's rules beyond the area are judged on the live snapshot alone; a gang's
+        # there too, but the clones read them first, so that members that repel or attract
+        # each other are placed as the rules ask among the area's nodes
         return Workbench(
             Placer(small, self.placer.scoring, memo=False, inter_pod=inter_pod is None),
             self.rules.preemptor,
             ledger,
             self.budgets,
             inter_pod,
+            gang,
         )
 
     def _keep(self, found: Outcome | Miss) -> None:
@@ -375,6 +387,13 @@ class _Search:
         return NoChoice(
             reason=f"preemption: evicting every eligible victim would still not fit {what}"
         )
+
+
+def _too_many_read(count: int) -> str:
+    return (
+        f"preemption: not for a pod group whose inter-pod rules beyond kubernetes.io/hostname "
+        f"read {count} running pods (at most {GANG_RULE_PODS})"
+    )
 
 
 def _choice(best: Outcome) -> VictimChoice:

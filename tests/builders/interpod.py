@@ -3,6 +3,8 @@ constraints, and nodes labelled with their hostname and zone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.placement import PodRequest, Snapshot
 from scheduler.placement.interpod import HOSTNAME
 from scheduler.placement.request import (
@@ -68,3 +70,22 @@ def spread(key: str = ZONE, skew: int = 1, **kwargs: object) -> InterPodRules:
         **kwargs,  # type: ignore[arg-type]
     )
     return InterPodRules(spread=(constraint,))
+
+
+def exclusive_affinity(job: str, key: str) -> dict[str, Any]:
+    """A pod's `spec.affinity` as JobSet writes it for exclusive placement over `key`: required
+    affinity to its own job's pods, anti-affinity to every other job's."""
+    mine = {"labelSelector": {"matchLabels": {"job": job}}, "topologyKey": key}
+    others = {
+        "labelSelector": {
+            "matchExpressions": [
+                {"key": "job", "operator": "Exists"},
+                {"key": "job", "operator": "NotIn", "values": [job]},
+            ]
+        },
+        "topologyKey": key,
+    }
+    return {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [mine]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [others]},
+    }

@@ -2,7 +2,9 @@
 server merges `matchLabelKeys` into the selector) on the one real node: the second of two
 replicas anti-affine by hostname waits with kube-scheduler's message, and binds and runs once the
 first is deleted; a high-priority replica anti-affine over the node's zone evicts the
-low-priority one in its way and runs."""
+low-priority one in its way and runs; a high-priority gang placed exclusively per zone (JobSet's
+form) evicts the other job's two pods in the node's zone, though the node has room beside them,
+and both members run."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from tests.builders.interpod import exclusive_affinity
 from tests.builders.realk8s import Cluster, busybox_pod, wait_until
+from tests.builders.scheduler import podgroup
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 
@@ -126,3 +130,45 @@ def test_a_namespace_selector_follows_the_namespaces_labels(
         cluster.delete_pods("solo")
         cluster.delete_pods("db", namespace="team-data")
         cluster.kubectl("delete", "namespace", "team-data", "--ignore-not-found", "--wait=false")
+
+
+def exclusive(name: str, job: str, **labels: str) -> dict[str, Any]:
+    """A 1-GPU pod of `job`, affine to its job and anti-affine to every other job over the
+    zone (what JobSet writes for `alpha.jobset.sigs.k8s.io/exclusive-topology`)."""
+    body = busybox_pod(
+        name, limits={"nvidia.com/gpu": "1"}, scheduler=SCHEDULER, labels={"job": job, **labels}
+    )
+    body["spec"]["affinity"] = exclusive_affinity(job, ZONE)
+    return body
+
+
+def test_a_gang_exclusive_per_zone_evicts_the_other_job_in_its_zone(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    urgent: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+    urgent.update({"metadata": {"name": "exclusive-urgent"}, "value": 1000})
+    old, new = ["old-0", "old-1"], ["new-0", "new-1"]
+    try:
+        cluster.kubectl("label", "node", cluster.node, f"{ZONE}=z1", "--overwrite")
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(urgent))
+        for name in old:
+            cluster.kubectl("create", "-f", "-", stdin=json.dumps(exclusive(name, "old")))
+        for name in old:
+            cluster.wait_running(name)
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(podgroup("new", 2)))
+        for name in new:
+            body = exclusive(name, "new", **{"scheduling.x-k8s.io/pod-group": "new"})
+            body["spec"]["priorityClassName"] = "exclusive-urgent"
+            cluster.kubectl("create", "-f", "-", stdin=json.dumps(body))
+        for name in new:
+            cluster.wait_running(name, timeout_s=120)
+        listed = json.loads(cluster.kubectl("get", "pods", "-o", "json"))["items"]
+        alive = {
+            p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")
+        }
+        assert not alive & set(old)  # evicted: gone, or their deletion under way
+    finally:
+        cluster.delete_pods(*old, *new)
+        cluster.kubectl("delete", "priorityclass", "exclusive-urgent", "--ignore-not-found")
+        cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "new", "--ignore-not-found")
+        cluster.kubectl("label", "node", cluster.node, f"{ZONE}-")

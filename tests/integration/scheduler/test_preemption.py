@@ -19,6 +19,7 @@ from scheduler.config import load_config
 from scheduler.preemption import PreemptionSettings
 from scheduler.runtime.preempting.evicting import disruption_message
 from tests.builders.fakeapi import make_pdb
+from tests.builders.interpod import exclusive_affinity
 from tests.builders.queues import create_namespace, create_queue, patch_queue, queue_body
 from tests.builders.scheduler import (
     bound_pods,
@@ -623,23 +624,48 @@ def test_zone_anti_affinity_evicts_the_replica_in_its_zone_on_the_node_it_takes(
     assert c.deleted() == ["team-a/web-a0"]
 
 
-def test_a_gang_under_zone_anti_affinity_does_not_preempt_and_says_why(cluster):
+def _gang(c: Cluster, name: str, gpus: int, labels: dict[str, str], affinity: Any) -> None:
+    """Two high-priority pods `<name>0`, `<name>1` of PodGroup `name`."""
+    create_podgroup(c.custom, podgroup(name, 2, namespace="team-a"))
+    for i in range(2):
+        c.pod(
+            f"{name}{i}",
+            gpus=gpus,
+            priorityClassName="high",
+            labels={GANG_LABEL: name, **labels},
+            affinity=affinity,
+        )
+
+
+def test_a_gang_placed_exclusively_per_zone_evicts_the_other_job_in_the_zone_it_takes(cluster):
+    """Zone z1 (gpu-a) runs a low-priority job `old` on 2 of its 8 GPUs, zone z2 (gpu-b) is full
+    of high-priority work. The high-priority gang `new` (2 × 2 GPUs), exclusive per zone, has
+    room on gpu-a but not beside `old`: it evicts both of old's pods, and binds in z1."""
+    c = cluster
+    _zone(c, "z1", "gpu-a")
+    _zone(c, "z2", "gpu-b")
+    zone = "topology.kubernetes.io/zone"
+    with running(c.fake, config=config()):
+        c.fill(2, prefix="old", node="gpu-a", labels={"job": "old"})
+        c.fill(8, prefix="busy", node="gpu-b", priorityClassName="high")
+        _gang(c, "new", 2, {"job": "new"}, exclusive_affinity("new", zone))
+        wait_for(
+            lambda: {"new0", "new1"} <= set(bound_pods(c.fake, "team-a")), 20, "the gang bound"
+        )
+        assert _on(c, ["new0", "new1"]) == {"new0": "gpu-a", "new1": "gpu-a"}
+    assert sorted(c.deleted()) == ["team-a/old0", "team-a/old1"]
+
+
+def test_a_gang_under_zone_anti_affinity_to_itself_in_one_zone_evicts_nobody(cluster):
+    """Both nodes are in one zone and each member shuns the other over it: evicting cannot
+    place the pair, so nobody is evicted and the reason says so."""
     c = cluster
     _zone(c, "z", "gpu-a", "gpu-b")
-    create_podgroup(c.custom, podgroup("pair", 2, namespace="team-a"))
     with running(c.fake, config=config()):
         c.fill(1, prefix="web-a", node="gpu-a", labels={"app": "web"})
-        for i in range(2):
-            c.pod(
-                f"pair{i}",
-                gpus=1,
-                priorityClassName="high",
-                labels={GANG_LABEL: "pair", "app": "web"},
-                affinity=_apart("web", "topology.kubernetes.io/zone"),
-            )
-        wait_for(lambda: "beyond kubernetes.io/hostname" in c.reason("pair0"), 20, "the reason")
+        _gang(c, "pair", 1, {"app": "web"}, _apart("web", "topology.kubernetes.io/zone"))
+        wait_for(lambda: "preemption:" in c.reason("pair0"), 20, "the reason")
         assert c.reason("pair0").endswith(
-            "preemption: not for a pod group under inter-pod affinity, topology spread or "
-            "anti-affinity beyond kubernetes.io/hostname"
+            "preemption: evicting every eligible victim would still not fit the pod group"
         )
     assert c.deleted() == []

@@ -9,9 +9,15 @@ from hypothesis import strategies as st
 
 from scheduler.placement import PodRequest, Snapshot
 from scheduler.placement.interpod import refused_nodes
-from scheduler.placement.request import InterPodRules
-from scheduler.preemption import NoChoice, Preemptor, VictimChoice
-from scheduler.preemption.search import NO_PREEMPTION_INTER_POD
+from scheduler.placement.request import (
+    InterPodRules,
+    LabelSelector,
+    NodeSelectorRequirement,
+    Operator,
+    PodTerm,
+)
+from scheduler.preemption import NoChoice, PreemptionSettings, Preemptor, VictimChoice
+from scheduler.preemption.interpodfit import GANG_RULE_PODS
 from scheduler.quota import QuotaTree
 from tests.builders.interpod import ZONE, labelled, spread, term, zoned
 from tests.builders.preemption import World
@@ -123,14 +129,102 @@ def test_a_running_pods_zone_anti_affinity_is_lifted_by_evicting_it() -> None:
     assert choice.nodes == {"default/web-new": "n0"}
 
 
-def test_a_gang_under_zone_rules_does_not_preempt_and_says_why() -> None:
+def test_a_gang_anti_affine_to_itself_over_zones_takes_one_victim_in_each_zone() -> None:
+    """Two web members, each anti-affine to web over the zone: one per zone, each evicting one
+    low pod there."""
     w = world_of("a", "b")
     fill(w, "n0", 8, "low")
     fill(w, "n1", 8, "low-b")
     members = tuple(labelled(f"g-{i}", rules=APART, app="web") for i in range(2))
     choice = w.find(Preemptor(key="g", pods=members, leaf="default", priority=10))
-    assert isinstance(choice, NoChoice)
-    assert choice.reason == NO_PREEMPTION_INTER_POD
+    assert isinstance(choice, VictimChoice), choice
+    assert sorted(choice.nodes.values()) == ["n0", "n1"]
+    assert len(choice.pods) == 2
+    assert {w.snapshot.node_of(key) for key in choice.pods} == {"n0", "n1"}
+
+
+def test_a_gang_evicts_the_other_jobs_pods_in_the_rack_it_takes() -> None:
+    """JobSet's exclusive placement: each member is affine to its own job and anti-affine to
+    other jobs over the zone. Zone a runs a low-priority job on n0 (2 pods) and nothing on n1;
+    zone b is full of higher-priority work. The gang (2 × 4 GPUs) goes to zone a, and the other
+    job's pods go, both of them, though n1 alone has room for one member."""
+    w = world_of("a", "a", "b")
+    start(w, "n0", labelled("old-0", app="train", job="old", gpus=4))
+    start(w, "n0", labelled("old-1", app="train", job="old", gpus=4))
+    fill(w, "n2", 8, "busy", priority=50)
+    mine = term(ZONE, job="new")
+    others = PodTerm(
+        selector=LabelSelector(
+            requirements=(
+                NodeSelectorRequirement(key="job", operator=Operator.EXISTS),
+                NodeSelectorRequirement(key="job", operator=Operator.NOT_IN, values=("new",)),
+            )
+        ),
+        namespaces=frozenset({"default"}),
+        topology_key=ZONE,
+    )
+    rules = InterPodRules(affinity=(mine,), anti_affinity=(others,))
+    members = tuple(
+        labelled(f"new-{i}", rules=rules, app="train", job="new", gpus=4) for i in range(2)
+    )
+    choice = w.find(Preemptor(key="new", pods=members, leaf="default", priority=10))
+    assert isinstance(choice, VictimChoice), choice
+    assert sorted(choice.pods) == ["default/old-0", "default/old-1"]
+    assert set(choice.nodes.values()) <= {"n0", "n1"}
+
+
+def test_a_gang_whose_zone_holds_a_higher_priority_job_evicts_nobody() -> None:
+    """The members shun `app=old` over the zone. Zone a holds an old pod of higher priority on
+    n0 and low pods on n1; zone b is full of higher-priority work. Evicting on n1 makes room,
+    and clones of n1 alone see no old pod, but the zone stays refused: nobody is evicted."""
+    w = world_of("a", "a", "b")
+    start(w, "n0", labelled("old-0", app="old"), priority=50)
+    fill(w, "n1", 8, "low")
+    fill(w, "n2", 8, "busy", priority=50)
+    shun = InterPodRules(anti_affinity=(term(ZONE, app="old"),))
+    members = tuple(labelled(f"g-{i}", rules=shun, app="new") for i in range(2))
+    choice = w.find(Preemptor(key="g", pods=members, leaf="default", priority=10))
+    assert isinstance(choice, NoChoice), choice
+    assert "would still not fit the pod group" in choice.reason
+
+
+def test_a_gang_repelling_itself_takes_its_nodes_from_the_zones_in_turn() -> None:
+    """Zone a's four nodes rank first by name, zone b's one last; with two candidates a search,
+    sets by rank alone would hold zone a's nodes only, where the members cannot both go."""
+    w = world_of("a", "a", "a", "a", "b")
+    for node in ("n0", "n1", "n2", "n3", "n4"):
+        fill(w, node, 8, f"low-{node}")
+    members = tuple(labelled(f"g-{i}", rules=APART, app="web") for i in range(2))
+    gang = Preemptor(key="g", pods=members, leaf="default", priority=10)
+    choice = w.find(gang, PreemptionSettings(candidate_limit=2))
+    assert isinstance(choice, VictimChoice), choice
+    zones = {w.snapshot.node(node).labels[ZONE] for node in choice.nodes.values()}
+    assert zones == {"a", "b"}
+    assert len(choice.pods) == 2
+
+
+def test_a_gang_whose_rules_read_too_many_pods_evicts_nobody_and_says_how_many() -> None:
+    w = world_of("a", "b")
+    for i in range(GANG_RULE_PODS + 1):  # cpu-only web pods: what counts is how many
+        start(w, f"n{i % 2}", labelled(f"web-{i}", app="web", gpus=0), priority=0)
+    members = tuple(labelled(f"g-{i}", rules=APART, app="web") for i in range(2))
+    choice = w.find(Preemptor(key="g", pods=members, leaf="default", priority=10))
+    assert isinstance(choice, NoChoice), choice
+    assert choice.reason == (
+        "preemption: not for a pod group whose inter-pod rules beyond kubernetes.io/hostname "
+        f"read {GANG_RULE_PODS + 1} running pods (at most {GANG_RULE_PODS})"
+    )
+
+
+def test_the_live_snapshot_is_as_it_was_after_a_gangs_search() -> None:
+    w = world_of("a", "b")
+    fill(w, "n0", 8, "low")
+    fill(w, "n1", 8, "low-b")
+    before = {name: dict(w.snapshot.node(name).pods) for name in w.snapshot.names()}
+    members = tuple(labelled(f"g-{i}", rules=APART, app="web") for i in range(2))
+    w.find(Preemptor(key="g", pods=members, leaf="default", priority=10))
+    after = {name: dict(w.snapshot.node(name).pods) for name in w.snapshot.names()}
+    assert after == before
 
 
 # -- properties ------------------------------------------------------------------------------------
@@ -194,3 +288,29 @@ def test_a_choice_is_sound_and_one_exists_when_a_node_allows_it(
         if _fits_after(snapshot, incoming, name, frozenset(k for k in state.pods if k in lower))
     ]
     assert not possible, (choice, possible)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scene=scenes(), size=st.integers(2, 3))
+def test_a_gangs_choice_is_sound_member_by_member(
+    scene: tuple[World, Preemptor, frozenset[str]], size: int
+) -> None:
+    """A gang of the scene's incoming pod's shape: when the search chooses, the victims are
+    eligible, and with them gone each member fits its node by GPUs and by every inter-pod rule,
+    the members before it placed (read on a copy of the cluster, by the reference)."""
+    w, u, lower = scene
+    base = u.pods[0]
+    members = tuple(
+        labelled(f"g-{i}", rules=base.inter_pod, app="web", gpus=base.gpus) for i in range(size)
+    )
+    choice = w.find(Preemptor(key="g", pods=members, leaf="default", priority=10))
+    if not isinstance(choice, VictimChoice):
+        return
+    assert set(choice.pods) <= lower
+    copy = Snapshot(state.clone() for state in w.snapshot.nodes.values())
+    for key in choice.pods:
+        copy.forget(key)
+    for member in members:
+        node = choice.nodes[member.key]
+        assert _fits_after(copy, member, node, frozenset()), (member.key, node, choice)
+        copy.assume_on(member, node)

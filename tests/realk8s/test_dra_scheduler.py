@@ -284,13 +284,26 @@ def _priority_class(name: str, value: int) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _preempting(
+    cluster: Cluster, template: str, count: int, priority: str, pods: list[str]
+) -> Iterator[None]:
+    """Claim template `template` (`count` GPUs) and PriorityClass `priority` (1000) applied; on
+    exit `pods` deleted and their claims deallocated, the template and the class removed."""
+    _apply(cluster, claim_template(template, DRIVER, count=count))
+    _apply(cluster, _priority_class(priority, 1000))
+    try:
+        yield
+    finally:
+        _clean(cluster, pods, [template])
+        cluster.kubectl("delete", "priorityclass", priority, "--ignore-not-found")
+
+
 def test_a_high_priority_claim_pod_evicts_a_lower_one_and_runs_on_its_gpus(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:
-    _apply(cluster, claim_template("pair", DRIVER, count=2))
-    _apply(cluster, _priority_class("dra-urgent", 1000))
     low = ["low-0", "low-1"]
-    try:
+    with _preempting(cluster, "pair", 2, "dra-urgent", [*low, "urgent"]):
         held = _running_claim_pods(cluster, low, "pair")
         urgent = _claim_pod("urgent", "pair")
         urgent["spec"]["priorityClassName"] = "dra-urgent"
@@ -302,60 +315,51 @@ def test_a_high_priority_claim_pod_evicts_a_lower_one_and_runs_on_its_gpus(
         assert len(left) == 1
         (victim,) = set(low) - set(left)
         assert got == held[victim]
-    finally:
-        _clean(cluster, [*low, "urgent"], ["pair"])
-        cluster.kubectl("delete", "priorityclass", "dra-urgent", "--ignore-not-found")
 
 
 def test_a_high_priority_claim_gang_evicts_two_lower_pods_and_runs_on_their_gpus(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:
-    _apply(cluster, claim_template("one", DRIVER, count=1))
-    _apply(cluster, _priority_class("dra-urgent-gang", 1000))
     low = [f"low-{i}" for i in range(4)]
     gang = ["urgent-0", "urgent-1"]
     try:
-        held = _running_claim_pods(cluster, low, "one")
-        _apply(cluster, podgroup("urgent", len(gang)))
-        for pod in gang:
-            body = _claim_pod(pod, "one")
-            body["metadata"]["labels"] = {GANG_LABEL: "urgent"}
-            body["spec"]["priorityClassName"] = "dra-urgent-gang"
-            _apply(cluster, body)
-        for pod in gang:
-            cluster.wait_running(pod, timeout_s=180)
-        left = _low_pods_left(cluster, low)
-        got = sorted(d for pod in gang for d in _devices_of(_claim_of(cluster, pod)))
-        print(f"held {held}; the gang got {got}; left {left}")  # shown with -s
-        assert len(left) == 2
-        assert got == sorted(d for pod in set(low) - set(left) for d in held[pod])
+        with _preempting(cluster, "one", 1, "dra-urgent-gang", [*low, *gang]):
+            held = _running_claim_pods(cluster, low, "one")
+            _apply(cluster, podgroup("urgent", len(gang)))
+            for pod in gang:
+                body = _claim_pod(pod, "one")
+                body["metadata"]["labels"] = {GANG_LABEL: "urgent"}
+                body["spec"]["priorityClassName"] = "dra-urgent-gang"
+                _apply(cluster, body)
+            for pod in gang:
+                cluster.wait_running(pod, timeout_s=180)
+            left = _low_pods_left(cluster, low)
+            got = sorted(d for pod in gang for d in _devices_of(_claim_of(cluster, pod)))
+            print(f"held {held}; the gang got {got}; left {left}")  # shown with -s
+            assert len(left) == 2
+            assert got == sorted(d for pod in set(low) - set(left) for d in held[pod])
     finally:
-        _clean(cluster, [*low, *gang], ["one"])
-        cluster.kubectl("delete", "priorityclass", "dra-urgent-gang", "--ignore-not-found")
         cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "urgent", "--ignore-not-found")
 
 
 def test_a_claim_pod_over_its_queues_max_evicts_its_queues_lower_pod(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:
-    _apply(cluster, claim_template("pair", DRIVER, count=2))
-    _apply(cluster, _priority_class("dra-urgent-queue", 1000))
     queue = {"apiVersion": "scheduling.gputopo.io/v1alpha1", "kind": "Queue"}
     queue.update({"metadata": {"name": "dra-team"}, "spec": {"max": {"nvidia.com/gpu": "2"}}})
     _apply(cluster, queue)
     try:
-        low = _claim_pod("team-low", "pair")
-        low["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
-        _apply(cluster, low)
-        cluster.wait_running("team-low", timeout_s=120)
-        urgent = _claim_pod("team-urgent", "pair")
-        urgent["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
-        urgent["spec"]["priorityClassName"] = "dra-urgent-queue"
-        _apply(cluster, urgent)
-        cluster.wait_running("team-urgent", timeout_s=180)
-        assert _low_pods_left(cluster, ["team-low"]) == []
-        assert len(_devices_of(_claim_of(cluster, "team-urgent"))) == 2
+        with _preempting(cluster, "pair", 2, "dra-urgent-queue", ["team-low", "team-urgent"]):
+            low = _claim_pod("team-low", "pair")
+            low["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
+            _apply(cluster, low)
+            cluster.wait_running("team-low", timeout_s=120)
+            urgent = _claim_pod("team-urgent", "pair")
+            urgent["metadata"]["labels"] = {QUEUE_LABEL: "dra-team"}
+            urgent["spec"]["priorityClassName"] = "dra-urgent-queue"
+            _apply(cluster, urgent)
+            cluster.wait_running("team-urgent", timeout_s=180)
+            assert _low_pods_left(cluster, ["team-low"]) == []
+            assert len(_devices_of(_claim_of(cluster, "team-urgent"))) == 2
     finally:
-        _clean(cluster, ["team-low", "team-urgent"], ["pair"])
-        cluster.kubectl("delete", "priorityclass", "dra-urgent-queue", "--ignore-not-found")
         cluster.kubectl("delete", "queues.scheduling.gputopo.io", "dra-team", "--ignore-not-found")

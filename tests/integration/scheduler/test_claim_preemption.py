@@ -50,6 +50,14 @@ def _pod(name: str, claim: str, queue: str | None = None, **spec: object) -> dic
     return body
 
 
+def _bound_claim_pods(fake, core: client.CoreV1Api, names: list[str]) -> None:
+    """A pod with its own 4-GPU claim for each of `names`, each bound before the next."""
+    for name in names:
+        fake.put_object("resourceclaims", gpu_claim(name, 4))
+        create_pod(core, _pod(name, name))
+        wait_for(lambda n=name: node_of(fake, n), 5, f"{name} bound")
+
+
 def _deleted(fake) -> list[str]:
     return [r.path.rsplit("/", 1)[1] for r in fake.requests_matching("DELETE", r"/pods/[^/]+$")]
 
@@ -141,12 +149,8 @@ def test_a_claim_gang_evicts_the_lower_claim_pods_its_members_gpus_need(
     dra_cluster(fake_api, ("n1", "n2"))
     _priority_class(core_v1, "high", 100)
     low = ["low-a", "low-b", "low-c", "low-d"]
-    for name in low:
-        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
     with running(fake_api):
-        for name in low:
-            create_pod(core_v1, _pod(name, name))
-            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        _bound_claim_pods(fake_api, core_v1, low)
         spec = {"priorityClassName": "high", "terminationGracePeriodSeconds": 30}
         gang = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 4, spec=spec)
         wait_for(lambda: len(_terminating(fake_api)) == 2, 10, "two victims terminating")
@@ -180,12 +184,8 @@ def test_a_claim_gang_over_its_queues_max_evicts_its_queues_lower_pods(
     _priority_class(core_v1, "high", 100)
     create_queue(custom_objects, queue_body("team", gpu_max=8, namespaces=[NS]))
     low = ["low-a", "low-b"]
-    for name in low:
-        fake_api.put_object("resourceclaims", gpu_claim(name, 4))
     with running(fake_api):
-        for name in low:
-            create_pod(core_v1, _pod(name, name))
-            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        _bound_claim_pods(fake_api, core_v1, low)
         spec = {"priorityClassName": "high"}
         gang = claim_gang(fake_api, core_v1, custom_objects, "g", 2, 4, spec=spec)
         wait_for(lambda: _terminating(fake_api) == set(low), 10, "both low pods terminating")

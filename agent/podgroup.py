@@ -38,19 +38,25 @@ def reserved_podgroup(entry: Mapping[str, Any]) -> str | None:
 
 
 def union_member(
-    spec: Mapping[str, Any], field: str, members: tuple[str, ...], default: str = ""
+    spec: Mapping[str, Any],
+    field: str,
+    members: tuple[str, ...],
+    default: str = "",
+    *,
+    at: str = "spec",
 ) -> str:
-    """The one member set in union `spec.<field>` (`default` when the field is absent)."""
+    """The one member set in union `<at>.<field>` of `spec` (the object at path `at`), or
+    `default` when the field is absent."""
     union = spec.get(field)
     if union is None and default:
         return default
     if not isinstance(union, Mapping):
-        raise ValueError(f"spec.{field}: must be an object with one of {', '.join(members)}")
+        raise ValueError(f"{at}.{field}: must be an object with one of {', '.join(members)}")
     given = sorted(str(k) for k, v in union.items() if v is not None)
     if len(given) != 1 or given[0] not in members:
         shown = ", ".join(given) or "none"
         raise ValueError(
-            f"spec.{field}: must set exactly one of {', '.join(members)} (got {shown})"
+            f"{at}.{field}: must set exactly one of {', '.join(members)} (got {shown})"
         )
     return given[0]
 

@@ -202,11 +202,11 @@ class Runtime:
             self._threads.append(thread)
         log.info(
             "scheduler %s started (identity %s), %.1f s after its process began; upstream "
-            "PodGroups: %s",
+            "gangs: %s",
             self.settings.scheduler_name,
             self.kube.identity,
             since_process_began(),
-            "not served" if self.upstream is None else self.upstream.api_version,
+            "not served" if self.upstream is None else self.upstream.describe(),
         )
 
     def _schedule_when_synced(self, stop: threading.Event) -> None:

@@ -3,8 +3,9 @@ serves, the collection the informer watches, and the status write.
 
 Kubernetes has moved the API quickly: 1.36 serves `v1alpha2`, 1.37 `v1beta1` (and `v1alpha3`
 when alpha APIs are on). `discover` asks the server, newest first, and returns the first version
-whose resource list holds `podgroups`; None when the server serves none (an older cluster, or
-the `GenericWorkload` gate off): the scheduler then watches only its own PodGroups.
+whose resource list holds `podgroups`; on 1.35, which serves only `v1alpha1` Workloads, those;
+None when the server serves neither (an older cluster, or the `GenericWorkload` gate off): the
+scheduler then watches only its own PodGroups.
 
 The condition kube-scheduler writes on a PodGroup changed its name with the API: 1.36's
 `v1alpha2` has `PodGroupScheduled`, 1.37 (`v1alpha3`, `v1beta1`) `PodGroupInitiallyScheduled`
@@ -27,6 +28,7 @@ __all__ = [
     "KIND_NAME",
     "PLURAL",
     "VERSIONS",
+    "WORKLOADS_KIND_NAME",
     "Served",
     "condition_for",
     "discover",
@@ -37,6 +39,10 @@ __all__ = [
 GROUP, PLURAL = "scheduling.k8s.io", "podgroups"
 KIND_NAME = f"{PLURAL}.{GROUP}"
 """The informer's name for the collection (our own PodGroups are plain `podgroups`)."""
+WORKLOADS_PLURAL, WORKLOADS_VERSION = "workloads", "v1alpha1"
+WORKLOADS_KIND_NAME = f"{WORKLOADS_PLURAL}.{GROUP}"
+"""1.35's API (`v1alpha1`): no PodGroup objects; pods name a pod group of a Workload in
+`spec.workloadRef`, and the scheduler watches the Workloads instead."""
 CONDITION_SCHEDULED = "PodGroupScheduled"  # v1alpha2 (Kubernetes 1.36)
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"  # v1alpha3, v1beta1 (1.37)
 VERSIONS: tuple[tuple[str, str], ...] = (
@@ -54,14 +60,19 @@ class Served:
 
     version: str
     condition: str
+    plural: str = PLURAL
 
     @property
     def kind(self) -> Kind:
-        return Kind(KIND_NAME, GROUP, self.version, PLURAL)
+        return Kind(f"{self.plural}.{GROUP}", GROUP, self.version, self.plural)
 
     @property
     def api_version(self) -> str:
         return f"{GROUP}/{self.version}"
+
+    def describe(self) -> str:
+        """What the scheduler watches, for its start-up line."""
+        return f"{self.plural} {self.api_version}"
 
 
 def condition_for(api_version: str) -> str:
@@ -80,15 +91,19 @@ def _resources(kube: KubeClient, version: str) -> list[str]:
 def discovery() -> list[Read]:
     """The reads `discover` may make, newest version first (`scheduler.cli.run` sends them
     early)."""
-    return [discovery_read(GROUP, version) for version, _ in VERSIONS]
+    versions = [version for version, _ in VERSIONS]
+    return [discovery_read(GROUP, version) for version in (*versions, WORKLOADS_VERSION)]
 
 
 def discover(kube: KubeClient) -> Served | None:
-    """The newest served version that holds PodGroups, else None. ApiError when the server
-    could not answer (not a 404)."""
+    """The newest served version that holds PodGroups; else, on a 1.35 server with the
+    `GenericWorkload` gate, its `v1alpha1` Workloads (no condition is written there); else None.
+    ApiError when the server could not answer (not a 404)."""
     for version, condition in VERSIONS:
         if PLURAL in _resources(kube, version):
             return Served(version=version, condition=condition)
+    if WORKLOADS_PLURAL in _resources(kube, WORKLOADS_VERSION):
+        return Served(version=WORKLOADS_VERSION, condition="", plural=WORKLOADS_PLURAL)
     return None
 
 

@@ -35,7 +35,7 @@ from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import has_claims
-from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, ClusterCache
+from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, WORKLOADS, ClusterCache
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
     admission_rejection,
@@ -65,7 +65,7 @@ SHARE_LOCK = "share-lock"
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
 PDBS = "poddisruptionbudgets"
 NAMESPACES = "namespaces"
-_BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, ELASTIC_QUOTAS)
+_BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, ELASTIC_QUOTAS)
 
 
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -286,6 +286,8 @@ class Intake:
             self._on_nrt(etype, obj)
         elif kind in (PODGROUPS, UPSTREAM_PODGROUPS):
             self._gangs.on_group(etype, obj, upstream=kind == UPSTREAM_PODGROUPS)
+        elif kind == WORKLOADS:
+            self._gangs.on_workload(etype, obj)
         elif kind in (QUEUES, ELASTIC_QUOTAS) and self._quota.on_queue(kind, etype, obj):
             self._requeue_all()
         elif kind == PDBS:

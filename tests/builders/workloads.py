@@ -58,3 +58,53 @@ def upstream_condition(
         if condition.get("type") == kind:
             return dict(condition)
     return None
+
+
+WORKLOADS = f"workloads.{GROUP}"  # the fake's name of 1.35's Workloads
+
+
+def workload_135(name: str, **pod_groups: int | None) -> dict[str, Any]:
+    """A 1.35 Workload (`v1alpha1`): each keyword a pod group, a gang of that minCount or, for
+    None, `basic`."""
+    groups = [
+        {"name": group, "policy": {"basic": {}} if count is None else {"gang": {"minCount": count}}}
+        for group, count in pod_groups.items()
+    ]
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"podGroups": groups},
+    }
+
+
+def create_workload(custom: client.CustomObjectsApi, body: dict[str, Any]) -> None:
+    version = body["apiVersion"].rpartition("/")[2]
+    custom.create_namespaced_custom_object(
+        GROUP, version, body["metadata"]["namespace"], "workloads", body, _preload_content=False
+    )
+
+
+def create_workload_pod(api: client.ApiClient, body: dict[str, Any]) -> None:
+    """Create a pod with `spec.workloadRef`, which the client's models (1.37's) no longer know:
+    the body as JSON, unchecked by them."""
+    namespace = body["metadata"]["namespace"]
+    response = api.call_api(
+        "POST",
+        f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+    )
+    response.read()
+    if response.status >= 300:
+        raise client.ApiException(http_resp=response)
+
+
+def workload_pod(
+    name: str, workload: str, pod_group: str, replica: str = "", gpus: int = 1, **kw: Any
+) -> dict[str, Any]:
+    """A pod of gputopo-scheduler in a 1.35 Workload's pod group (`spec.workloadRef`)."""
+    ref = {"name": workload, "podGroup": pod_group}
+    if replica:
+        ref["podGroupReplicaKey"] = replica
+    return pod_body(name, gpus=gpus, workloadRef=ref, **kw)

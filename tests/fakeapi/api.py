@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tests.fakeapi import apply as ssa
-from tests.fakeapi import deletion, kinds, pods, priority
+from tests.fakeapi import deletion, kinds, pods, priority, workloads
 from tests.fakeapi import patch as patches
 from tests.fakeapi.errors import (
     ApiError,
@@ -100,6 +100,10 @@ class Api:
         meta = obj.setdefault("metadata", {})
         if ref.rt.builtin and ref.rt.group == "" and ref.rt.plural == "pods":
             priority.admit_pod(ref.rt, obj, self.priority_classes())
+            workload_api = self.registry.lookup(
+                workloads.GROUP, workloads.V1_35, workloads.WORKLOADS
+            )
+            workloads.admit_workload_ref(ref.rt, obj, served=workload_api is not None)
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise invalid(

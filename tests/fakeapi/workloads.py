@@ -22,12 +22,21 @@ subresource. What 1.37.2 was seen to do (`reference/dra-and-workload-api.md`):
   are dropped (unless the stored object has claims already), as `dropDisabledPodGroupSpecFields`
   does.
 
+1.35 (`serve_workload_api(["v1alpha1"])`, served alone) has Workloads only, no PodGroups: a
+Workload's `spec.podGroups` holds 1 to 8 entries, each a unique DNS-label `name` and a `policy`
+of exactly one of `basic`, `gang` (`gang.minCount` positive); the list is immutable. Pods name a
+pod group in `spec.workloadRef {name, podGroup, podGroupReplicaKey}` (a DNS subdomain and two
+DNS labels), a field kept only while that API is served, dropped otherwise, as
+`dropDisabledWorkloadRef` does (`admit_workload_ref`).
+
 Not modelled (raises `NotImplementedError`): a `globalDefault` PriorityClass with a PodGroup that
-names no class, CompositePodGroups, and a Workload template's `resourceClaims`.
+names no class, CompositePodGroups, a Workload template's `resourceClaims`, and 1.35's
+`v1alpha1` beside a later version.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +50,8 @@ CLAIMS_GATE = "DRAWorkloadResourceClaims"
 MAX_CLAIMS = 4
 _CLAIM_REFS = ("resourceClaimName", "resourceClaimTemplateName")
 PODGROUPS, WORKLOADS = "podgroups", "workloads"
+V1_35 = "v1alpha1"  # 1.35: Workloads only, named by pods' spec.workloadRef
+MAX_POD_GROUPS = 8
 PROTECTION_FINALIZER = "scheduling.k8s.io/podgroup-protection"
 _POLICIES = ("basic", "gang")
 _DISRUPTION = ("single", "all")
@@ -49,6 +60,16 @@ _DISRUPTION = ("single", "all")
 def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[ResourceType]:
     """The two resource types, served in `versions` (`claims_gate`: DRAWorkloadResourceClaims)."""
     served = tuple(versions)
+    if V1_35 in served:
+        if served != (V1_35,):
+            raise NotImplementedError(
+                f"fake API server: {V1_35} (1.35) beside a later version is not modelled"
+            )
+        return [
+            ResourceType(
+                group=GROUP, versions=served, plural=WORKLOADS, kind="Workload", namespaced=True
+            )
+        ]
     return [
         ResourceType(
             group=GROUP,
@@ -232,7 +253,7 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
 def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     """An update of the object (not its status): the same rules; `priority` carried over."""
     if rt.plural == WORKLOADS:
-        return _checked_workload(rt, new)
+        return _checked_workload(rt, new, old)
     spec = new.setdefault("spec", {})
     spec.setdefault("disruptionMode", (old.get("spec") or {}).get("disruptionMode"))
     spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
@@ -242,7 +263,9 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     return new
 
 
-def _checked_workload(rt: ResourceType, workload: Obj) -> Obj:
+def _checked_workload(rt: ResourceType, workload: Obj, old: Obj | None = None) -> Obj:
+    if rt.versions == (V1_35,):
+        return _checked_workload_135(rt, workload, old)
     spec = workload.get("spec") or {}
     if spec.get("compositePodGroupTemplates"):
         raise NotImplementedError("fake API server: compositePodGroupTemplates are not modelled")
@@ -259,3 +282,86 @@ def _checked_workload(rt: ResourceType, workload: Obj) -> Obj:
     if problems:
         raise invalid(rt, workload["metadata"].get("name", ""), problems)
     return workload
+
+
+def _checked_workload_135(rt: ResourceType, workload: Obj, old: Obj | None) -> Obj:
+    """A 1.35 Workload (`ValidateWorkload`, `ValidateWorkloadUpdate` of 1.35.4)."""
+    spec = workload.get("spec") or {}
+    groups = spec.get("podGroups") or []
+    problems = []
+    if not groups:
+        problems.append("spec.podGroups: Required value: must have at least one item")
+    elif len(groups) > MAX_POD_GROUPS:
+        problems.append(
+            f"spec.podGroups: Too many: {len(groups)}: must have at most {MAX_POD_GROUPS} items"
+        )
+    seen: set[str] = set()
+    for i, group in enumerate(groups if len(groups) <= MAX_POD_GROUPS else ()):
+        field = f"spec.podGroups[{i}]"
+        name = str((group or {}).get("name") or "")
+        if not _DNS_LABEL.fullmatch(name):
+            problems.append(f'{field}.name: Invalid value: "{name}": {_LABEL_RULE}')
+        elif name in seen:
+            problems.append(f'{field}.name: Duplicate value: "{name}"')
+        seen.add(name)
+        problems += _policy_problems_135(f"{field}.policy", (group or {}).get("policy"))
+    if old is not None and spec.get("podGroups") != (old.get("spec") or {}).get("podGroups"):
+        problems.append("spec.podGroups: Invalid value: field is immutable")
+    if problems:
+        raise invalid(rt, workload["metadata"].get("name", ""), problems)
+    return workload
+
+
+def _policy_problems_135(field: str, policy: Any) -> list[str]:
+    policy = policy if isinstance(policy, dict) else {}
+    unknown = sorted(set(policy) - set(_POLICIES))
+    if unknown:
+        raise NotImplementedError(f"fake API server: {field}.{unknown[0]} is not modelled")
+    given = [f"`{k}`" for k in _POLICIES if policy.get(k) is not None]
+    if not given:
+        return [f"{field}: Required value: exactly one of `basic`, `gang` is required"]
+    if len(given) > 1:
+        return [
+            f'{field}: Invalid value: "{{{", ".join(given)}}}": exactly one of `basic`, `gang` '
+            "is required, but multiple fields are set"
+        ]
+    count = (policy.get("gang") or {}).get("minCount") if policy.get("gang") is not None else 1
+    if not isinstance(count, int) or count < 1:
+        return [f"{field}.gang.minCount: Invalid value: {count}: must be greater than zero"]
+    return []
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character"
+)
+_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character"
+)
+
+
+def admit_workload_ref(pods: ResourceType, pod: Obj, *, served: bool) -> None:
+    """A new pod's `spec.workloadRef`: dropped unless the 1.35 Workload API is `served`, else
+    checked (422)."""
+    spec = pod.get("spec") or {}
+    if "workloadRef" not in spec:
+        return
+    if not served:
+        spec.pop("workloadRef")
+        return
+    ref = spec["workloadRef"] if isinstance(spec["workloadRef"], dict) else {}
+    checks = (
+        ("name", _DNS_SUBDOMAIN, _SUBDOMAIN_RULE, True),
+        ("podGroup", _DNS_LABEL, _LABEL_RULE, True),
+        ("podGroupReplicaKey", _DNS_LABEL, _LABEL_RULE, False),
+    )
+    problems = []
+    for field, pattern, rule, required in checks:
+        value = ref.get(field) or ""
+        if (value or required) and not pattern.fullmatch(str(value)):
+            problems.append(f'spec.workloadRef.{field}: Invalid value: "{value}": {rule}')
+    if problems:
+        raise invalid(pods, pod["metadata"].get("name", ""), problems)

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.errors import TopologyDecodeError
 from agent.nrt import DecodedTopology, decode
-from agent.objkey import ObjectKey, object_key
+from agent.objkey import ObjectKey, key_of, object_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot
 from scheduler.placement.load import LoadAware
@@ -29,6 +29,7 @@ from scheduler.runtime.cluster.groups import (
     TOPOLOGY_REQUIRED,
     GroupInfo,
     parse_group,
+    workload_gang,
 )
 from scheduler.runtime.cluster.loadview import LoadClock
 from scheduler.runtime.cluster.nodeview import (
@@ -42,7 +43,7 @@ from scheduler.runtime.cluster.nodeview import (
 from scheduler.runtime.cluster.podinfo import PodInfo, RequestMemo, read_pod
 from scheduler.runtime.cluster.queuebook import QueueBook
 from scheduler.runtime.cluster.running import RunningUnits
-from scheduler.runtime.cluster.upstream import parse_upstream_group
+from scheduler.runtime.cluster.upstream import parse_upstream_group, parse_workload_group
 
 __all__ = ["TOPOLOGY_PREFERRED", "TOPOLOGY_REQUIRED", "ClusterCache", "GroupInfo", "parse_group"]
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
 """The intake's kind name of upstream PodGroups (`scheduler.kubeapi.workloads.KIND_NAME`)."""
+WORKLOADS = "workloads.scheduling.k8s.io"
+"""The intake's kind name of 1.35 Workloads (`workloads.WORKLOADS_KIND_NAME`)."""
 
 
 def _namespace_labels(obj: Obj) -> tuple[str, dict[str, str]]:
@@ -80,6 +83,7 @@ class ClusterCache:
         self.nodes: dict[str, NodeInfo] = {}
         self.nrts: dict[str, DecodedTopology] = {}
         self.groups: dict[ObjectKey, GroupInfo] = {}
+        self.workloads: dict[ObjectKey, Obj] = {}  # 1.35 Workloads: their pod groups are gangs
         self._node_pods: dict[str, set[ObjectKey]] = {}
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
@@ -157,6 +161,18 @@ class ClusterCache:
             self._group_pods.get(old.group_key, set()).discard(old.key)
         if new is not None and new.group_key is not None:
             self._group_pods.setdefault(new.group_key, set()).add(new.key)
+            if new.group_key not in self.groups:
+                self._derive_workload_group(new.group_key)
+
+    def _derive_workload_group(self, gkey: ObjectKey) -> GroupInfo | None:
+        """The gang of a 1.35 Workload's pod group, read from the Workload when it is known."""
+        gang = workload_gang(gkey)
+        workload = None if gang is None else self.workloads.get(gang.workload_key)
+        if gang is None or workload is None:
+            return None
+        group = parse_workload_group(workload, gang)
+        self._set_group(group)
+        return group
 
     def _move(self, key: ObjectKey, old: PodInfo | None, new: PodInfo | None) -> None:
         before = old.node if old is not None and old.counted else None
@@ -346,16 +362,44 @@ class ClusterCache:
 
     def upsert_group(self, obj: Obj, *, upstream: bool = False) -> GroupInfo:
         group = self.read_group(obj, upstream=upstream)
+        self._set_group(group)
+        return group
+
+    def _set_group(self, group: GroupInfo) -> None:
         old = self.groups.get(group.key)
         self.groups[group.key] = group
-        moved = old is None or _labels(old.obj) != _labels(obj)  # the gang's queue may have moved
+        moved = old is None or _labels(old.obj) != _labels(group.obj)  # its queue may have moved
         if moved or _charged(old) != _charged(group):
             for key in self._group_pods.get(group.key, ()):
                 self._charge(key)
-        return group
 
     def delete_group(self, key: ObjectKey) -> GroupInfo | None:
         return self.groups.pop(key, None)
+
+    def upsert_workload(self, obj: Obj) -> list[GroupInfo]:
+        """A 1.35 Workload added or changed: the gangs of its pod groups that have members, read
+        again from it."""
+        key = key_of(obj)
+        self.workloads[key] = obj
+        gangs = self.workload_gangs(key)
+        return [g for g in map(self._derive_workload_group, gangs) if g is not None]
+
+    def delete_workload(self, key: ObjectKey) -> list[ObjectKey]:
+        """A 1.35 Workload deleted: its gangs are dropped (their members wait for it again)."""
+        self.workloads.pop(key, None)
+        gangs = self.workload_gangs(key)
+        for gkey in gangs:
+            self.groups.pop(gkey, None)
+        return gangs
+
+    def workload_gangs(self, key: ObjectKey) -> list[ObjectKey]:
+        """The gang keys of Workload `key`'s pod groups, those with members or read before."""
+        known = {*self._group_pods, *self.groups}
+        return sorted(
+            gkey
+            for gkey in known
+            if (gang := workload_gang(gkey)) is not None and gang.workload_key == key
+        )
 
     def members(self, key: ObjectKey) -> list[PodInfo]:
         """The group's pods (any state), oldest first."""
@@ -378,11 +422,13 @@ class ClusterCache:
             return list(self.queues.quota_objs)
         if kind == "poddisruptionbudgets":
             return self.budgets.keys()
+        if kind == WORKLOADS:
+            return list(self.workloads)
         upstream = kind == UPSTREAM_PODGROUPS  # listed by their objects' keys
         return [
             object_key(g.namespace, g.name) if upstream else key
             for key, g in self.groups.items()
-            if g.upstream == upstream
+            if g.upstream == upstream and g.workload is None
         ]
 
     def node_pod_keys(self, name: str) -> set[ObjectKey]:

@@ -5,7 +5,10 @@ coscheduling: `minMember`, `minResources`, `scheduleTimeoutSeconds`, the topolog
 read by `parse_group`; the upstream one (`scheduling.k8s.io`, DESIGN §15) by
 `upstream.parse_upstream_group`, into the same `GroupInfo`. The two live side by side in the
 cache under different keys (`group_key`): the upstream group's name carries `UPSTREAM_MARK`, so
-`default/train` (ours) and `default/train@scheduling.k8s.io` (upstream) are two gangs. A reader
+`default/train` (ours) and `default/train@scheduling.k8s.io` (upstream) are two gangs. A 1.35
+Workload (`scheduling.k8s.io/v1alpha1`) holds pod groups that pods name in `spec.workloadRef`;
+each pod group and replica key is a gang (`upstream.parse_workload_group`), keyed
+`default/<workload>/<podGroup>[/<replica key>]@workloads.scheduling.k8s.io`. A reader
 never raises: a malformed group comes back with `error` naming the object and the field.
 """
 
@@ -18,20 +21,29 @@ from typing import Any
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.cluster.podspec import UPSTREAM_GROUP_MARK, resource_list
+from scheduler.runtime.cluster.podspec import (
+    UPSTREAM_GROUP_MARK,
+    WORKLOAD_GROUP_MARK,
+    resource_list,
+    workload_gang_name,
+)
 
 __all__ = [
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
     "UPSTREAM_GROUP",
     "UPSTREAM_MARK",
+    "WORKLOAD_API",
+    "WORKLOAD_MARK",
     "GroupClaim",
     "GroupInfo",
+    "WorkloadGang",
     "check_level",
     "gang_priority",
     "group_key",
     "not_found",
     "parse_group",
+    "workload_gang",
 ]
 
 Obj = Mapping[str, Any]
@@ -40,6 +52,45 @@ TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
 UPSTREAM_MARK = UPSTREAM_GROUP_MARK
 """Appended to an upstream PodGroup's name in its gang key (no object name holds an `@`)."""
 UPSTREAM_GROUP = UPSTREAM_MARK.removeprefix("@")
+WORKLOAD_MARK = WORKLOAD_GROUP_MARK
+"""Ends the gang key of a 1.35 Workload's pod group: `ns/<workload>/<podGroup>[/<replica>]`."""
+WORKLOAD_API = "scheduling.k8s.io/v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadGang:
+    """Which pod group of which 1.35 Workload a gang key names (`workload_gang`)."""
+
+    namespace: str
+    workload: str
+    pod_group: str
+    replica_key: str
+
+    @property
+    def workload_key(self) -> ObjectKey:
+        return object_key(self.namespace, self.workload)
+
+    @property
+    def key(self) -> ObjectKey:
+        """The gang key (its members' `group_key`)."""
+        return object_key(
+            self.namespace, workload_gang_name(self.workload, self.pod_group, self.replica_key)
+        )
+
+    def describe(self) -> str:
+        replica = f", replica key {self.replica_key}" if self.replica_key else ""
+        return (
+            f"pod group {self.pod_group} of Workload {self.workload_key} ({WORKLOAD_API}{replica})"
+        )
+
+
+def workload_gang(gkey: ObjectKey) -> WorkloadGang | None:
+    """The Workload pod group a gang key names (None: another kind of gang)."""
+    namespace, name = split_key(gkey)
+    if not name.endswith(WORKLOAD_MARK):
+        return None
+    workload, pod_group, replica = [*name.removesuffix(WORKLOAD_MARK).split("/", 2), ""][:3]
+    return WorkloadGang(namespace, workload, pod_group, replica)
 
 
 def group_key(namespace: str, name: str, *, upstream: bool = False) -> ObjectKey:
@@ -94,19 +145,28 @@ class GroupInfo:
     whole: bool = False
     never_preempts: bool = False
     claims: tuple[GroupClaim, ...] = ()
+    workload: WorkloadGang | None = None
 
     @property
     def title(self) -> str:
-        """How messages name the group: `pod group ns/name`, or for an upstream one
-        `PodGroup ns/name (scheduling.k8s.io)`."""
+        """How messages name the group: `pod group ns/name`, for an upstream one
+        `PodGroup ns/name (scheduling.k8s.io)`, for a 1.35 Workload's
+        `pod group g of Workload ns/name (scheduling.k8s.io/v1alpha1)`."""
+        if self.workload is not None:
+            return self.workload.describe()
         if self.upstream:
             return f"PodGroup {object_key(self.namespace, self.name)} ({UPSTREAM_GROUP})"
         return f"pod group {self.key}"
 
     @property
+    def kind(self) -> str:
+        """The kind of the object `obj` (what Events about the gang name)."""
+        return "Workload" if self.workload is not None else "PodGroup"
+
+    @property
     def min_field(self) -> str:
         """The name of the minimum in the group's own API."""
-        return "minCount" if self.upstream else "minMember"
+        return "minCount" if self.upstream or self.workload is not None else "minMember"
 
 
 def base_group(obj: Obj, *, upstream: bool = False) -> GroupInfo:
@@ -186,6 +246,9 @@ def _topology(
 def not_found(gkey: ObjectKey) -> str:
     """Why a gang whose PodGroup does not exist waits, naming the PodGroup's API."""
     namespace, name = split_key(gkey)
+    workload = workload_gang(gkey)
+    if workload is not None:
+        return f'Workload "{workload.workload_key}" ({WORKLOAD_API}) not found'
     if name.endswith(UPSTREAM_MARK):
         shown = object_key(namespace, name.removesuffix(UPSTREAM_MARK))
         return f'PodGroup "{shown}" ({UPSTREAM_GROUP}) not found'

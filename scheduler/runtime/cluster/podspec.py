@@ -209,31 +209,65 @@ HUGEPAGES_PREFIX = "hugepages-"
 
 
 UPSTREAM_GROUP_MARK = "@scheduling.k8s.io"  # `groups.UPSTREAM_MARK` (podspec sits below it)
+WORKLOAD_GROUP_MARK = "@workloads.scheduling.k8s.io"  # `groups.WORKLOAD_MARK`
+"""Ends the gang name of a 1.35 Workload's pod group: `<workload>/<podGroup>[/<replica key>]`
+(no object name holds a `/` or an `@`)."""
 
 
 def pod_group_name(pod: Obj) -> str | None:
     """The PodGroup the pod joins, or None: ours by its label (the current one, then the legacy
-    one), or an upstream one by `spec.schedulingGroup.podGroupName`, as its name with
-    `UPSTREAM_GROUP_MARK` (see `groups.group_key`). ValueError for a pod that names both, and
-    for a 1.35 `spec.workloadRef` (not read: it waits with the reason)."""
+    one), an upstream one by `spec.schedulingGroup.podGroupName`, as its name with
+    `UPSTREAM_GROUP_MARK` (see `groups.group_key`), or a 1.35 Workload's pod group by
+    `spec.workloadRef` (`workload_gang_name`). ValueError for a pod that names two, or a
+    malformed reference."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     ours = next((str(labels[key]) for key in POD_GROUP_LABELS if labels.get(key)), None)
-    if (pod.get("spec") or {}).get("workloadRef"):  # never placed as a single pod in silence
-        raise ValueError(
-            "spec.workloadRef: unsupported: the 1.35 Workload API (scheduling.k8s.io/v1alpha1) is "
-            "not read; name a scheduling.k8s.io PodGroup (1.36+) or a scheduling.x-k8s.io one"
-        )
-    group = (pod.get("spec") or {}).get("schedulingGroup")
+    spec = pod.get("spec") or {}
+    group = spec.get("schedulingGroup")
     upstream = group.get("podGroupName") if isinstance(group, Mapping) else None
     if group is not None and not (isinstance(upstream, str) and upstream):
         raise ValueError(f"spec.schedulingGroup.podGroupName: must name a PodGroup, got {group!r}")
-    if ours is not None and upstream:
+    ref = spec.get("workloadRef")
+    given = [f"{ours} (label {_label_of(labels)}, scheduling.x-k8s.io)"] if ours else []
+    if upstream:
+        given.append(f"{upstream} (spec.schedulingGroup.podGroupName, scheduling.k8s.io)")
+    workload = _workload_ref(ref) if ref is not None else None
+    if workload is not None:
+        shown = "/".join(p for p in workload if p)
+        given.append(f"{shown} (spec.workloadRef, scheduling.k8s.io/v1alpha1)")
+    if len(given) > 1:
         raise ValueError(
-            f"names two pod groups, {ours} (label {_label_of(labels)}, scheduling.x-k8s.io) and "
-            f"{upstream} (spec.schedulingGroup.podGroupName, scheduling.k8s.io): a pod joins one "
-            "gang; remove one"
+            f"names two pod groups, {given[0]} and {given[1]}: a pod joins one gang; remove one"
         )
-    return ours if ours is not None else (f"{upstream}{UPSTREAM_GROUP_MARK}" if upstream else None)
+    if ours is not None:
+        return ours
+    if upstream:
+        return f"{upstream}{UPSTREAM_GROUP_MARK}"
+    return None if workload is None else workload_gang_name(*workload)
+
+
+def _workload_ref(ref: object) -> tuple[str, str, str]:
+    """`spec.workloadRef` as (workload, pod group, replica key); ValueError naming the field
+    when it is malformed."""
+    if not isinstance(ref, Mapping):
+        raise ValueError(f"spec.workloadRef: must be an object, got {ref!r}")
+    parts = []
+    for field in ("name", "podGroup"):
+        value = ref.get(field)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"spec.workloadRef.{field}: must be a name, got {value!r}")
+        parts.append(value)
+    replica = ref.get("podGroupReplicaKey") or ""
+    if not isinstance(replica, str):
+        raise ValueError(f"spec.workloadRef.podGroupReplicaKey: must be a string, got {replica!r}")
+    return parts[0], parts[1], replica
+
+
+def workload_gang_name(workload: str, pod_group: str, replica_key: str = "") -> str:
+    """The gang name of the pods whose `spec.workloadRef` names these (one gang per Workload,
+    pod group and replica key, as kube-scheduler 1.35 groups them)."""
+    parts = (workload, pod_group, replica_key) if replica_key else (workload, pod_group)
+    return "/".join(parts) + WORKLOAD_GROUP_MARK
 
 
 def _label_of(labels: Mapping[str, Any]) -> str:

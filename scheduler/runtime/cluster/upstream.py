@@ -24,7 +24,13 @@ from typing import Any
 from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
 from scheduler.kubeapi.workloads import condition_for
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.cluster.groups import GroupClaim, GroupInfo, base_group, check_level
+from scheduler.runtime.cluster.groups import (
+    GroupClaim,
+    GroupInfo,
+    WorkloadGang,
+    base_group,
+    check_level,
+)
 
 __all__ = [
     "REASON_SCHEDULED",
@@ -33,6 +39,7 @@ __all__ = [
     "condition_type",
     "initially_scheduled",
     "parse_upstream_group",
+    "parse_workload_group",
     "status_patch",
     "status_with",
 ]
@@ -80,6 +87,54 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
         return replace(base, error=f"invalid {base.title}: {exc}")
 
 
+def parse_workload_group(obj: Obj, gang: WorkloadGang) -> GroupInfo:
+    """The gang of one pod group (and replica key) of a 1.35 Workload (`scheduling.k8s.io/
+    v1alpha1`, `spec.podGroups[] {name, policy {basic | gang {minCount}}}`), as kube-scheduler 1.35
+    reads it: `gang.minCount` pods or none, `basic` members one by one. That API has no priority,
+    topology, disruption mode or claims of its own. A Workload without the named pod group comes
+    back with `error` (its pods wait, as upstream, until the Workload holds it)."""
+    meta = obj.get("metadata") or {}
+    base = GroupInfo(
+        key=gang.key,
+        namespace=gang.namespace,
+        name=gang.workload,
+        uid=str(meta.get("uid") or ""),
+        obj=obj,
+        workload=gang,
+    )
+    try:
+        index, entry = _workload_pod_group(obj.get("spec"), gang.pod_group)
+        at = f"spec.podGroups[{index}]"
+        if union_member(entry, "policy", ("basic", "gang"), at=at) == "basic":
+            return replace(base, basic=True)
+        policy = entry["policy"]["gang"]
+        count = policy.get("minCount") if isinstance(policy, Mapping) else None
+        return replace(base, min_member=_positive(count, f"{at}.policy.gang.minCount"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        return replace(base, error=f"invalid Workload {gang.workload_key}: {exc}")
+
+
+def _workload_pod_group(spec: object, name: str) -> tuple[int, Obj]:
+    """The index and entry of `spec.podGroups` named `name`."""
+    entries = spec.get("podGroups") if isinstance(spec, Mapping) else None
+    if not isinstance(entries, list):
+        raise ValueError("spec.podGroups: must be a list")
+    for i, entry in enumerate(entries):
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return i, entry
+    listed = ", ".join(str(e.get("name")) for e in entries if isinstance(e, Mapping)) or "none"
+    raise ValueError(
+        f"spec.podGroups: no pod group {name!r} (pods name it in spec.workloadRef.podGroup; "
+        f"the Workload has {listed})"
+    )
+
+
+def _positive(count: object, field: str) -> int:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"{field}: must be a positive integer, got {count!r}")
+    return count
+
+
 def _refuse_unsupported(spec: Obj) -> None:
     if spec.get("parentCompositePodGroupName"):
         raise ValueError(
@@ -117,11 +172,7 @@ def _claims(spec: Obj) -> tuple[GroupClaim, ...]:
 def _min_count(spec: Obj) -> int:
     gang = spec["schedulingPolicy"]["gang"]
     count = gang.get("minCount") if isinstance(gang, Mapping) else None
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(
-            f"spec.schedulingPolicy.gang.minCount: must be a positive integer, got {count!r}"
-        )
-    return count
+    return _positive(count, "spec.schedulingPolicy.gang.minCount")
 
 
 def _topology(spec: Obj, levels: Iterable[str] | None) -> TopologyConstraint | None:

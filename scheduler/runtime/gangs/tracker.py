@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agent.objkey import DEFAULT_NAMESPACE, ObjectKey
+from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of
 from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import Assignment, Placer, place_gang
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
@@ -131,6 +131,23 @@ class GangTracker:
             self._activate(gkey)
         self.report(gkey)
 
+    def on_workload(self, etype: str, obj: Mapping[str, Any]) -> None:
+        """A 1.35 Workload event: the gangs of its pod groups are read again from it (deleted:
+        their members wait for it, as kube-scheduler 1.35's do)."""
+        if etype == "DELETED":
+            for gkey in self._cache.delete_workload(key_of(obj)):
+                self._states.pop(gkey, None)
+                self._claim_refusals.pop(gkey, None)
+                self._activate(gkey)
+            return
+        before = {k: self._cache.groups.get(k) for k in self._cache.workload_gangs(key_of(obj))}
+        for group in self._cache.upsert_workload(obj):
+            if group.error:
+                self._reporter.warn(obj, "Workload", "InvalidWorkload", group.error)
+            old = before.get(group.key)
+            if old is None or _group_spec(old) != _group_spec(group):
+                self._activate(group.key)
+
     def on_member(self, info: PodInfo, fresh: bool) -> None:
         """A member pod changed; `fresh` when it is newly pending (or its spec changed)."""
         gkey = info.group_key
@@ -160,7 +177,7 @@ class GangTracker:
             state.first_seen = self._clock()
         message = state.losses.message(bound, group.min_member)
         log.warning("pod group %s: %s", gkey, message)
-        self._reporter.warn(group.obj, "PodGroup", REASON_LOST, message)
+        self._reporter.warn(group.obj, group.kind, REASON_LOST, message)
 
     def _activate(self, gkey: ObjectKey) -> None:
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
@@ -419,7 +436,7 @@ class GangTracker:
             f"bound within scheduleTimeoutSeconds ({group.timeout:g}s)"
         )
         log.warning("pod group %s: %s", gkey, state.failed)
-        self._reporter.warn(group.obj, "PodGroup", REASON_PARTIAL, state.failed)
+        self._reporter.warn(group.obj, group.kind, REASON_PARTIAL, state.failed)
         self._queue.remove(UnitKey(UnitKind.GANG, gkey))
         pending = [m for m in members if m.pending]
         self._mark(pending, f"{group.title} failed: {state.failed}", "gang")
@@ -429,6 +446,8 @@ class GangTracker:
     def report(self, gkey: ObjectKey) -> None:
         """Write the group's status when it changed."""
         group = self._cache.groups.get(gkey)
+        if group is not None and group.workload is not None:
+            return  # a 1.35 Workload has no status; its pods' PodScheduled conditions tell
         if group is not None and group.upstream:
             self._report_upstream(group)
             return
@@ -462,7 +481,7 @@ class GangTracker:
         if replaced:
             message = state.losses.replaced_message(group.min_member)
             log.info("pod group %s: %s", group.key, message)
-            self._reporter.note(group.obj, "PodGroup", REASON_REPLACED, message)
+            self._reporter.note(group.obj, group.kind, REASON_REPLACED, message)
 
 
 def _progress(state: GangState | None) -> GangProgress:

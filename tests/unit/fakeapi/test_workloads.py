@@ -9,7 +9,13 @@ import pytest
 from kubernetes.client import ApiClient, ApiException, ApisApi, CustomObjectsApi, SchedulingV1Api
 
 from tests.builders.fakeapi import status_body
-from tests.builders.workloads import PODGROUPS, upstream_podgroup
+from tests.builders.workloads import (
+    PODGROUPS,
+    create_workload_pod,
+    upstream_podgroup,
+    workload_135,
+    workload_pod,
+)
 from tests.fakeapi.workloads import PROTECTION_FINALIZER
 
 GROUP = "scheduling.k8s.io"
@@ -201,3 +207,87 @@ def test_a_workload_templates_claims_are_not_modelled(custom) -> None:
         _create(custom, body, plural="workloads")
     assert err.value.status == 500
     assert "resourceClaims (a Workload's) are not modelled" in status_body(err.value)["message"]
+
+
+# -- 1.35: v1alpha1 Workloads, named by pods' spec.workloadRef ------------------------------------
+
+
+@pytest.fixture
+def api_135(fake_api, kube_client: ApiClient) -> CustomObjectsApi:
+    fake_api.serve_workload_api(("v1alpha1",))
+    return CustomObjectsApi(kube_client)
+
+
+def _workload_refused(custom: CustomObjectsApi, body: dict[str, Any]) -> str:
+    with pytest.raises(ApiException) as err:
+        _create(custom, body, "workloads")
+    assert err.value.status == 422
+    return str(status_body(err.value)["message"])
+
+
+def test_1_35_serves_workloads_alone(api_135) -> None:
+    names = {r.name for r in api_135.get_api_resources(GROUP, "v1alpha1").resources}
+    assert names == {"workloads"}
+    created = _create(api_135, workload_135("w", workers=2, tasks=None), "workloads")
+    assert [g["name"] for g in created["spec"]["podGroups"]] == ["workers", "tasks"]
+    assert "finalizers" not in created["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([], "spec.podGroups: Required value: must have at least one item"),
+        ([{"name": f"g{i}", "policy": {"basic": {}}} for i in range(9)], "Too many: 9"),
+        (
+            [{"name": "a", "policy": {"basic": {}}}, {"name": "a", "policy": {"basic": {}}}],
+            'spec.podGroups[1].name: Duplicate value: "a"',
+        ),
+        ([{"name": "A", "policy": {"basic": {}}}], 'spec.podGroups[0].name: Invalid value: "A"'),
+        ([{"name": "a", "policy": {}}], "spec.podGroups[0].policy: Required value: exactly one"),
+        (
+            [{"name": "a", "policy": {"basic": {}, "gang": {"minCount": 1}}}],
+            "but multiple fields are set",
+        ),
+        (
+            [{"name": "a", "policy": {"gang": {"minCount": 0}}}],
+            "spec.podGroups[0].policy.gang.minCount: Invalid value: 0: must be greater than zero",
+        ),
+    ],
+)
+def test_a_1_35_workload_is_validated(api_135, groups: list[Any], expected: str) -> None:
+    body = workload_135("w")
+    body["spec"]["podGroups"] = groups
+    assert expected in _workload_refused(api_135, body)
+
+
+def test_a_1_35_workloads_pod_groups_are_immutable(api_135) -> None:
+    _create(api_135, workload_135("w", workers=2), "workloads")
+    changed = workload_135("w", workers=3)
+    with pytest.raises(ApiException) as err:
+        api_135.replace_namespaced_custom_object(
+            GROUP, "v1alpha1", "default", "workloads", "w", changed
+        )
+    assert err.value.status == 422
+    assert "spec.podGroups: Invalid value: field is immutable" in status_body(err.value)["message"]
+
+
+def test_a_pods_workload_ref_is_checked_where_served_and_dropped_elsewhere(
+    fake_api, kube_client: ApiClient
+) -> None:
+    create_workload_pod(kube_client, workload_pod("p", "w", "workers"))
+    assert "workloadRef" not in fake_api.get_object("pods", "p", "default")["spec"]
+    fake_api.serve_workload_api(("v1alpha1",))
+    create_workload_pod(kube_client, workload_pod("q", "w", "workers", "0"))
+    kept = fake_api.get_object("pods", "q", "default")["spec"]["workloadRef"]
+    assert kept == {"name": "w", "podGroup": "workers", "podGroupReplicaKey": "0"}
+    with pytest.raises(ApiException) as err:
+        create_workload_pod(kube_client, workload_pod("r", "w", "Workers"))
+    assert err.value.status == 422
+    assert (
+        'spec.workloadRef.podGroup: Invalid value: "Workers"' in status_body(err.value)["message"]
+    )
+
+
+def test_1_35_beside_a_later_version_is_not_modelled(fake_api) -> None:
+    with pytest.raises(NotImplementedError, match="v1alpha1"):
+        fake_api.serve_workload_api(("v1beta1", "v1alpha1"))

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from scheduler.runtime.cluster.groups import group_key
+from scheduler.runtime.cluster.groups import group_key, workload_gang
 from scheduler.runtime.cluster.podinfo import read_pod
-from scheduler.runtime.cluster.upstream import parse_upstream_group
+from scheduler.runtime.cluster.upstream import parse_upstream_group, parse_workload_group
 
 README = Path(__file__).resolve().parents[4] / "README.md"
 
@@ -38,3 +38,26 @@ def test_the_job_and_its_podgroup_are_one_gang() -> None:
     assert info.ours
     assert info.group_key == group_key("default", "llm-train", upstream=True)
     assert job["spec"]["parallelism"] == group.min_member
+
+
+def test_the_1_35_workload_and_its_pod_are_one_replicas_gang() -> None:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    workload, pod = next(list(yaml.safe_load_all(b)) for b in blocks if "workloadRef" in b)
+    assert workload["apiVersion"] == "scheduling.k8s.io/v1alpha1"
+    info = read_pod(
+        {**pod, "metadata": {**pod["metadata"], "namespace": "default"}},
+        pod["spec"]["schedulerName"],
+    )
+    assert info.ours
+    assert info.group_key is not None
+    gang = workload_gang(info.group_key)
+    assert gang is not None
+    group = parse_workload_group(
+        {**workload, "metadata": {**workload["metadata"], "namespace": "default"}}, gang
+    )
+    assert group.error is None
+    assert (group.min_member, gang.replica_key) == (2, "0")
+    assert group.title == (
+        "pod group replica of Workload default/serve (scheduling.k8s.io/v1alpha1, replica key 0)"
+    )

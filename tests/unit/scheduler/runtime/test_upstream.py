@@ -9,13 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.objkey import key_of, object_key
 from scheduler.placement import TopologyConstraint
-from scheduler.runtime.cluster.groups import group_key
+from scheduler.runtime.cluster.cache import WORKLOADS, ClusterCache
+from scheduler.runtime.cluster.groups import WorkloadGang, group_key, workload_gang
 from scheduler.runtime.cluster.podinfo import read_pod
 from scheduler.runtime.cluster.upstream import (
     condition_type,
     initially_scheduled,
     parse_upstream_group,
+    parse_workload_group,
 )
 from tests.builders.pods import pod
 from tests.builders.workloads import upstream_podgroup
@@ -273,9 +276,115 @@ def test_a_pod_naming_both_apis_is_refused() -> None:
     assert "up (spec.schedulingGroup.podGroupName, scheduling.k8s.io)" in info.error
 
 
-def test_a_pod_of_a_1_35_workload_waits_with_the_reason() -> None:
-    body = _pod(schedulerName="s", workloadRef={"name": "w", "podGroup": "workers"})
-    info = read_pod(body, "s")
+def test_a_pod_of_a_1_35_workload_joins_its_pod_group_and_replica() -> None:
+    ref = {"name": "w", "podGroup": "workers"}
+    plain = read_pod(_pod(schedulerName="s", workloadRef=ref), "s")
+    replica = read_pod(_pod(schedulerName="s", workloadRef={**ref, "podGroupReplicaKey": "1"}), "s")
+    assert plain.error is None
+    assert replica.error is None
+    assert plain.group_key == "default/w/workers@workloads.scheduling.k8s.io"
+    assert replica.group_key == "default/w/workers/1@workloads.scheduling.k8s.io"
+    gang = workload_gang(replica.group_key)
+    assert gang == WorkloadGang("default", "w", "workers", "1")
+    assert gang.key == replica.group_key
+    assert workload_gang(group_key("default", "w", upstream=True)) is None
+
+
+@pytest.mark.parametrize(
+    ("ref", "field"),
+    [
+        ({"podGroup": "g"}, "spec.workloadRef.name: must be a name, got None"),
+        ({"name": "w", "podGroup": ""}, "spec.workloadRef.podGroup: must be a name"),
+        ({"name": "w", "podGroup": "g", "podGroupReplicaKey": 3}, "podGroupReplicaKey: must be"),
+        ("w", "spec.workloadRef: must be an object"),
+    ],
+)
+def test_a_malformed_workload_ref_names_the_field(ref: object, field: str) -> None:
+    info = read_pod(_pod(schedulerName="s", workloadRef=ref), "s")
     assert info.group_key is None
     assert info.error is not None
-    assert "spec.workloadRef: unsupported: the 1.35 Workload API" in info.error
+    assert field in info.error
+
+
+def test_a_pod_naming_a_workload_and_a_podgroup_is_refused() -> None:
+    body = _pod(
+        schedulerName="s",
+        schedulingGroup={"podGroupName": "up"},
+        workloadRef={"name": "w", "podGroup": "g", "podGroupReplicaKey": "0"},
+    )
+    info = read_pod(body, "s")
+    assert info.error is not None
+    assert (
+        "names two pod groups, up (spec.schedulingGroup.podGroupName, scheduling.k8s.io) and "
+        "w/g/0 (spec.workloadRef, scheduling.k8s.io/v1alpha1)" in info.error
+    )
+
+
+def _workload(**groups: object) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "w", "namespace": "default", "uid": "u1"},
+        "spec": {
+            "podGroups": [{"name": name, "policy": policy} for name, policy in groups.items()]
+        },
+    }
+
+
+def test_a_workload_pod_group_reads_as_a_gang_or_basic() -> None:
+    workload = _workload(workers={"gang": {"minCount": 4}}, tasks={"basic": {}})
+    gang = parse_workload_group(workload, WorkloadGang("default", "w", "workers", "0"))
+    assert gang.error is None
+    assert (gang.min_member, gang.basic, gang.uid) == (4, False, "u1")
+    assert gang.key == "default/w/workers/0@workloads.scheduling.k8s.io"
+    assert gang.title == (
+        "pod group workers of Workload default/w (scheduling.k8s.io/v1alpha1, replica key 0)"
+    )
+    assert (gang.min_field, gang.kind, gang.upstream) == ("minCount", "Workload", False)
+    basic = parse_workload_group(workload, WorkloadGang("default", "w", "tasks", ""))
+    assert (basic.error, basic.basic, basic.min_member) == (None, True, 1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"podGroups": [{"name": "x", "policy": {"basic": {}}}]}, "no pod group 'workers'"),
+        ({"podGroups": "workers"}, "spec.podGroups: must be a list"),
+        (
+            {"podGroups": [{"name": "workers", "policy": {"basic": {}, "gang": {"minCount": 2}}}]},
+            "spec.podGroups[0].policy: must set exactly one of basic, gang (got basic, gang)",
+        ),
+        (
+            {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 0}}}]},
+            "spec.podGroups[0].policy.gang.minCount: must be a positive integer, got 0",
+        ),
+        ({"podGroups": [{"name": "workers"}]}, "spec.podGroups[0].policy: must be an object"),
+    ],
+)
+def test_a_malformed_workload_names_the_object_and_field(spec: dict[str, Any], field: str) -> None:
+    workload = {"metadata": {"name": "w", "namespace": "default"}, "spec": spec}
+    group = parse_workload_group(workload, WorkloadGang("default", "w", "workers", ""))
+    assert group.error is not None
+    assert group.error.startswith("invalid Workload default/w: ")
+    assert field in group.error
+
+
+def test_the_cache_reads_a_workloads_gangs_when_both_the_workload_and_members_are_known() -> None:
+    cache = ClusterCache("s")
+    ref = {"name": "w", "podGroup": "workers", "podGroupReplicaKey": "0"}
+    member = _pod(schedulerName="s", workloadRef=ref)
+    cache.upsert_pod(member)
+    gkey = cache.pods[key_of(member)].group_key
+    assert gkey is not None
+    assert gkey not in cache.groups
+    [group] = cache.upsert_workload(_workload(workers={"gang": {"minCount": 2}}))
+    assert (group.key, group.min_member) == (gkey, 2)
+    assert cache.groups[gkey] is group
+    assert list(cache.keys_of(WORKLOADS)) == ["default/w"]
+    assert list(cache.keys_of("podgroups")) == []  # never listed as our PodGroups
+    # a member of another replica arriving later finds the Workload
+    other = _pod(schedulerName="s", workloadRef={**ref, "podGroupReplicaKey": "1"})
+    other["metadata"]["name"] = "q"
+    cache.upsert_pod(other)
+    assert cache.groups[cache.pods[key_of(other)].group_key].min_member == 2  # type: ignore[index]
+    assert len(cache.delete_workload(object_key("default", "w"))) == 2
+    assert gkey not in cache.groups
+    assert list(cache.keys_of(WORKLOADS)) == []

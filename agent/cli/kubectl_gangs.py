@@ -3,7 +3,9 @@
 Both kinds of gang, one row each: our PodGroups (`scheduling.x-k8s.io/v1alpha1`, members named by
 the `scheduling.x-k8s.io/pod-group` label, or the legacy `pod-group.scheduling.sigs.k8s.io`) and
 upstream ones (`scheduling.k8s.io`, in the version the server serves; members named by
-`spec.schedulingGroup.podGroupName`). The fields are read as the scheduler reads them
+`spec.schedulingGroup.podGroupName`), or on 1.35 the pod groups of `v1alpha1` Workloads, one row
+per pod group and replica key (`<workload>/<podGroup>[/<replica key>]`, members named by
+`spec.workloadRef`). The fields are read as the scheduler reads them
 (scheduler/runtime/cluster/groups.py, upstream.py; the upstream unions through
 agent/podgroup.py, which both use), without importing the scheduler (numpy): the base install
 runs this.
@@ -33,6 +35,7 @@ __all__ = [
     "OURS",
     "POD_GROUP_LABELS",
     "UPSTREAM",
+    "WORKLOAD_API",
     "Gang",
     "build_gangs",
     "gang_json",
@@ -42,6 +45,7 @@ __all__ = [
 Obj = Mapping[str, Any]
 OURS = "scheduling.x-k8s.io"
 UPSTREAM = "scheduling.k8s.io"
+WORKLOAD_API = f"{UPSTREAM}/v1alpha1"  # Kubernetes 1.35: Workloads named by spec.workloadRef
 POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 TOPOLOGY_REQUIRED = "gputopo.io/topology-required"
 TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
@@ -161,15 +165,45 @@ def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
     return gang
 
 
+def workload_gangs(obj: Obj) -> list[Gang]:
+    """A 1.35 Workload's pod groups, a gang each, named `<workload>/<podGroup>` (the scheduler
+    reads each replica key's pods as a gang of its own: `build_gangs` adds a row per key)."""
+    namespace, name = _identity(obj)
+    entries = _map(obj.get("spec")).get("podGroups")
+    if not isinstance(entries, list) or not entries:
+        problem = "spec.podGroups: must be a list of pod groups"
+        return [Gang(namespace=namespace, name=name, api=WORKLOAD_API, problem=problem)]
+    gangs = []
+    for i, entry in enumerate(entries):
+        group = _map(entry).get("name")
+        gang = Gang(namespace=namespace, name=f"{name}/{group}", api=WORKLOAD_API)
+        at = f"spec.podGroups[{i}]"
+        try:
+            if union_member(_map(entry), "policy", ("basic", "gang"), at=at) == "basic":
+                gang.basic = True
+            else:
+                count = _map(_map(entry)["policy"]["gang"]).get("minCount")
+                gang.min_count = _positive(count, f"{at}.policy.gang.minCount", 1)
+        except (ValueError, KeyError, TypeError) as exc:
+            gang.problem = str(exc)
+        gangs.append(gang)
+    return gangs
+
+
 def pod_groups(pod: Obj) -> list[tuple[str, str]]:
-    """The groups a pod names: (`OURS` or `UPSTREAM`, name); both when it names two (the
-    scheduler refuses such a pod, each row counts it)."""
+    """The groups a pod names: (`OURS`, `UPSTREAM` or `WORKLOAD_API`, name); each when it names
+    several (the scheduler refuses such a pod, each row counts it). A 1.35 `spec.workloadRef` is
+    named `<workload>/<podGroup>[/<replica key>]`."""
     meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
     labels = _map(meta.get("labels"))
     named = [(OURS, str(labels[k])) for k in POD_GROUP_LABELS if labels.get(k)][:1]
     upstream = _map(spec.get("schedulingGroup")).get("podGroupName")
     if isinstance(upstream, str) and upstream:
         named.append((UPSTREAM, upstream))
+    ref = _map(spec.get("workloadRef"))
+    parts = [ref.get("name"), ref.get("podGroup"), ref.get("podGroupReplicaKey")]
+    if ref:
+        named.append((WORKLOAD_API, "/".join(str(p) for p in parts if p)))
     return named
 
 
@@ -198,16 +232,45 @@ def build_gangs(
         gang = our_gang(obj)
         gangs[(gang.namespace, gang.name, OURS)] = gang
     for obj in upstream or ():
+        if upstream_api == WORKLOAD_API:  # 1.35: Workloads, not PodGroups, were listed
+            for gang in workload_gangs(obj):
+                gangs[(gang.namespace, gang.name, WORKLOAD_API)] = gang
+            continue
         gang = upstream_gang(obj, upstream_api)
         gangs[(gang.namespace, gang.name, UPSTREAM)] = gang
+    templates = dict(gangs)
     for pod in pods:
         namespace = _identity(pod)[0]
         for api, name in pod_groups(pod):
             key = (namespace, name, api)
             if key not in gangs:
-                gangs[key] = Gang(namespace=namespace, name=name, api=api, problem=NOT_FOUND)
+                gangs[key] = _replica(templates, key)
             _count(gangs[key], pod)
-    return [gangs[k] for k in sorted(gangs)]
+    replicated = {_template_key(k) for k in gangs if k not in templates}
+    return [gangs[k] for k in sorted(gangs) if k not in replicated or gangs[k].pods]
+
+
+def _template_key(key: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A 1.35 replica's row key -> its pod group's (`w/g/0` -> `w/g`); other keys unchanged."""
+    namespace, name, api = key
+    return (namespace, "/".join(name.split("/")[:2]), api) if api == WORKLOAD_API else key
+
+
+def _replica(templates: Mapping[tuple[str, str, str], Gang], key: tuple[str, str, str]) -> Gang:
+    """The row of a gang no listed object names: a 1.35 replica key of a listed pod group (its
+    policy), else `NOT_FOUND`."""
+    namespace, name, api = key
+    template = templates.get(_template_key(key))
+    if template is None or template.name == name:
+        return Gang(namespace=namespace, name=name, api=api, problem=NOT_FOUND)
+    return Gang(
+        namespace=namespace,
+        name=name,
+        api=api,
+        min_count=template.min_count,
+        basic=template.basic,
+        problem=template.problem,
+    )
 
 
 def _status(gang: Gang) -> str:

@@ -42,6 +42,8 @@ UPSTREAM_GROUP = "scheduling.k8s.io"
 UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """The upstream PodGroup versions, newest first, as `scheduler.kubeapi.workloads.VERSIONS`
 discovers them (tests/unit/agent/cli/test_kubectl_gangs.py keeps the two alike)."""
+WORKLOADS, WORKLOADS_VERSION = "workloads", "v1alpha1"
+"""Kubernetes 1.35's gang API: Workloads only, listed where no PodGroup version is served."""
 
 
 @contextmanager
@@ -247,15 +249,16 @@ class KubeSink:
         self, namespace: str | None
     ) -> tuple[str, list[dict[str, Any]]] | None:
         """(apiVersion, the upstream PodGroups in `namespace`, None: all), or None when the
-        server does not serve them."""
-        version = self.upstream_version()
+        server does not serve them; on a 1.35 server, which serves no PodGroups, its `v1alpha1`
+        Workloads instead (as the scheduler reads them)."""
+        version, plural = self.upstream_version(), PODGROUPS
         if version is None:
-            return None
+            version, plural = WORKLOADS_VERSION, WORKLOADS
         items = self._list_namespaced(
-            f"listing PodGroups ({UPSTREAM_GROUP}/{version})",
-            UPSTREAM_GROUP, version, PODGROUPS, namespace,
+            f"listing {plural} ({UPSTREAM_GROUP}/{version})",
+            UPSTREAM_GROUP, version, plural, namespace,
         )  # fmt: skip
-        return f"{UPSTREAM_GROUP}/{version}", items or []
+        return None if items is None else (f"{UPSTREAM_GROUP}/{version}", items)
 
     def list_pods(self, namespace: str | None) -> list[dict[str, Any]]:
         """Every pod in `namespace` (None: all namespaces), as JSON."""

@@ -17,8 +17,12 @@ from tests.builders.workloads import (
     OURS,
     PODGROUPS,
     create_upstream_podgroup,
+    create_workload,
+    create_workload_pod,
     member_pod,
     upstream_podgroup,
+    workload_135,
+    workload_pod,
 )
 from tests.fakeapi import FakeApiServer
 
@@ -99,6 +103,22 @@ def test_v1alpha2_and_its_condition(fake_api, kubeconfig, custom_objects) -> Non
     assert (code, err) == (0, "")
     assert out.splitlines()[1].split() == [
         "default", "g", "scheduling.k8s.io/v1alpha2", "2", "0", "0", "0", "-", "Scheduled"
+    ]  # fmt: skip
+
+
+def test_1_35_workloads_pod_groups_per_replica_key(
+    fake_api, kubeconfig, kube_client, custom_objects
+) -> None:
+    fake_api.serve_workload_api(("v1alpha1",))
+    create_workload(custom_objects, workload_135("serve", replica=2))
+    create_workload_pod(kube_client, workload_pod("r0-a", "serve", "replica", "0"))
+    create_workload_pod(kube_client, workload_pod("r1-a", "serve", "replica", "1", node="n1"))
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")
+    assert (code, err) == (0, "")
+    assert [line.split() for line in out.splitlines()] == [
+        HEADER,
+        ["default", "serve/replica/0", "scheduling.k8s.io/v1alpha1", "2", "1", "0", "1", "-", "-"],
+        ["default", "serve/replica/1", "scheduling.k8s.io/v1alpha1", "2", "1", "1", "0", "-", "-"],
     ]  # fmt: skip
 
 

@@ -149,3 +149,47 @@ def test_the_versions_are_the_schedulers():
     from scheduler.kubeapi.workloads import VERSIONS
 
     assert tuple(v for v, _ in VERSIONS) == UPSTREAM_VERSIONS
+
+
+def workload(name, **pod_groups):
+    groups = [
+        {"name": g, "policy": {"basic": {}} if n is None else {"gang": {"minCount": n}}}
+        for g, n in pod_groups.items()
+    ]
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"podGroups": groups}}
+
+
+def ref_pod(name, ref, *, node=None):
+    obj = pod(name, node=node, phase="Running" if node else "Pending")
+    obj["spec"]["workloadRef"] = ref
+    return obj
+
+
+def test_a_1_35_workload_has_a_row_per_pod_group_and_replica_key():
+    pods = [
+        ref_pod(
+            "r0-a", {"name": "serve", "podGroup": "replica", "podGroupReplicaKey": "0"}, node="n"
+        ),
+        ref_pod("r0-b", {"name": "serve", "podGroup": "replica", "podGroupReplicaKey": "0"}),
+        ref_pod("r1-a", {"name": "serve", "podGroup": "replica", "podGroupReplicaKey": "1"}),
+        ref_pod("l-0", {"name": "late", "podGroup": "workers"}),
+    ]
+    listed = [workload("serve", replica=2, batch=None), {"metadata": {"name": "bad"}, "spec": {}}]
+    api = "scheduling.k8s.io/v1alpha1"
+    assert rows(None, listed, api, pods) == [
+        ("default", "bad", api, "?", "0", "0", "0", "-",
+         "invalid: spec.podGroups: must be a list of pod groups"),
+        ("default", "late/workers", api, "?", "1", "0", "1", "-", NOT_FOUND),
+        ("default", "serve/batch", api, "-", "0", "0", "0", "-", "-"),
+        ("default", "serve/replica/0", api, "2", "2", "1", "1", "-", "-"),
+        ("default", "serve/replica/1", api, "2", "1", "0", "1", "-", "-"),
+    ]  # fmt: skip
+
+
+def test_a_malformed_1_35_pod_group_names_its_field():
+    body = workload("w")
+    body["spec"]["podGroups"] = [{"name": "g", "policy": {"gang": {"minCount": 0}}}]
+    (gang,) = build_gangs(None, [body], "scheduling.k8s.io/v1alpha1", [])
+    assert (
+        gang.problem == "spec.podGroups[0].policy.gang.minCount: must be a positive integer, got 0"
+    )

@@ -8,7 +8,9 @@
 #   bash scripts/realk8s/build.sh            # prints the bin directory on its last line
 #
 # Environment: REALK8S_K8S_VERSION (default below), REALK8S_ETCD_VERSION, REALK8S_CONTAINERD_VERSION,
-# REALK8S_CACHE (default ~/.cache/gputopo-realk8s), REALK8S_NO_APT=1 to skip apt-get.
+# REALK8S_CACHE (default ~/.cache/gputopo-realk8s), REALK8S_NO_APT=1 to skip apt-get,
+# REALK8S_APISERVER_ONLY=1 to build only etcd, kube-apiserver and kubectl (an API server of another
+# release, as scripts/realk8s/check-1.35.sh runs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.sh
@@ -52,8 +54,9 @@ k8s_module() {
 }
 
 build_k8s() {
-  local dir ldflags want=() name
-  for name in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  local dir ldflags want=() name names=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+  [ "${REALK8S_APISERVER_ONLY:-0}" = 1 ] && names=(kube-apiserver kubectl)
+  for name in "${names[@]}"; do
     [ -x "$bin/$name" ] || want+=("$name")
   done
   [ ${#want[@]} -eq 0 ] && return 0
@@ -119,9 +122,11 @@ debian_packages() {
 }
 
 start=$(date +%s)
-debian_packages
+if [ "${REALK8S_APISERVER_ONLY:-0}" != 1 ]; then
+  debian_packages
+  build_containerd
+fi
 build_etcd
-build_containerd
 build_k8s
 log "done in $(( $(date +%s) - start )) s: $bin"
 echo "$bin"

@@ -36,6 +36,7 @@ names no class, CompositePodGroups, a Workload template's `resourceClaims`, and 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -306,7 +307,8 @@ def _checked_workload_135(rt: ResourceType, workload: Obj, old: Obj | None) -> O
         seen.add(name)
         problems += _policy_problems_135(f"{field}.policy", (group or {}).get("policy"))
     if old is not None and spec.get("podGroups") != (old.get("spec") or {}).get("podGroups"):
-        problems.append("spec.podGroups: Invalid value: field is immutable")
+        # 1.35.4 names the field without `spec.` and shows the new list
+        problems.append(f"podGroups: Invalid value: {json.dumps(groups)}: field is immutable")
     if problems:
         raise invalid(rt, workload["metadata"].get("name", ""), problems)
     return workload

@@ -268,7 +268,11 @@ def test_a_1_35_workloads_pod_groups_are_immutable(api_135) -> None:
             GROUP, "v1alpha1", "default", "workloads", "w", changed
         )
     assert err.value.status == 422
-    assert "spec.podGroups: Invalid value: field is immutable" in status_body(err.value)["message"]
+    message = status_body(err.value)["message"]
+    assert message.startswith(
+        'Workload.scheduling.k8s.io "w" is invalid: podGroups: Invalid value: '
+    )
+    assert message.endswith(": field is immutable")
 
 
 def test_a_pods_workload_ref_is_checked_where_served_and_dropped_elsewhere(

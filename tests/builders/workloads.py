@@ -88,13 +88,15 @@ def create_workload(custom: client.CustomObjectsApi, body: dict[str, Any]) -> No
 def create_workload_pod(api: client.ApiClient, body: dict[str, Any]) -> None:
     """Create a pod with `spec.workloadRef`, which the client's models (1.37's) no longer know:
     the body as JSON, unchecked by them."""
-    namespace = body["metadata"]["namespace"]
-    response = api.call_api(
+    method, url, headers, sent, _ = api.param_serialize(
         "POST",
-        f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods",
+        "/api/v1/namespaces/{namespace}/pods",
+        path_params={"namespace": body["metadata"]["namespace"]},
         header_params={"Content-Type": "application/json", "Accept": "application/json"},
         body=body,
+        auth_settings=["BearerToken"],  # the client's own credentials, as its API calls send
     )
+    response = api.call_api(method, url, header_params=headers, body=sent)
     response.read()
     if response.status >= 300:
         raise client.ApiException(http_resp=response)

@@ -96,10 +96,12 @@ def test_members_wait_for_their_workload_and_its_pod_group(
             "invalid Workload default/late: spec.podGroups: no pod group 'workers' (pods name "
             "it in spec.workloadRef.podGroup; the Workload has leader)",
         )
+        assert not {"m0", "m1"} & set(bound_pods(api_135))
         api_135.delete_object(WORKLOADS, "late", "default")
         _waits_with(api_135, "m0", 'Workload "default/late" (scheduling.k8s.io/v1alpha1) not found')
         create_workload(custom_objects, workload_135("late", workers=2))
         wait_for(lambda: {"m0", "m1"} <= set(bound_pods(api_135)), 5, "the gang once it exists")
+    assert {bound_pods(api_135)[name] for name in ("m0", "m1")} == {"n1"}
 
 
 def test_a_basic_pod_group_places_its_pods_one_by_one(

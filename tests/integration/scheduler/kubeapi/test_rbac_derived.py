@@ -1,7 +1,8 @@
 """The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
 authorization checks while the real scheduler runs with leader election through its scenarios: a
 pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a gang
-of an upstream scheduling.k8s.io PodGroup (its condition), a pod
+of an upstream scheduling.k8s.io PodGroup (its condition), then on a server of 1.35's gang API
+the gang of a Workload's pod group (Workloads listed and watched), a pod
 with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
 share lock, the pod's annotation), a pod with a ResourceClaim (the claim read, its finalizer, its
 allocation and reservation), informers listing and watching."""
@@ -32,9 +33,13 @@ from tests.builders.scheduler import (
 from tests.builders.shares import share_body, shared_gpu_node
 from tests.builders.workloads import (
     create_upstream_podgroup,
+    create_workload,
+    create_workload_pod,
     member_pod,
     upstream_condition,
     upstream_podgroup,
+    workload_135,
+    workload_pod,
 )
 
 SA = "gputopo-scheduler"
@@ -102,6 +107,23 @@ def _preempt(fake, api: client.ApiClient) -> None:
     wait_for(lambda: _called(fake, "list", "poddisruptionbudgets"), 30, "budgets listed")
 
 
+def _serve_1_35(fake) -> None:
+    """From now on the server serves 1.35's gang API alone."""
+    for plural in ("podgroups", "workloads"):
+        fake.registry.remove("scheduling.k8s.io", plural)
+    fake.serve_workload_api(("v1alpha1",))
+
+
+def _on_1_35(fake, api: client.ApiClient) -> None:
+    """The scheduler, started again on the 1.35 server, watches v1alpha1 Workloads: a gang of a
+    Workload's pod group binds."""
+    create_workload(client.CustomObjectsApi(api), workload_135("w135", replica=2))
+    for i in range(2):
+        create_workload_pod(api, workload_pod(f"w135-{i}", "w135", "replica", gpus=0))
+    wait_for(lambda: node_of(fake, "w135-0") and node_of(fake, "w135-1"), 30, "the 1.35 gang")
+
+
+@pytest.mark.timeout(60)  # two scheduler runs, each waiting for its leader Lease
 def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     objects, fake_api, setup_client
 ) -> None:
@@ -120,6 +142,9 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
         _create_workload(setup_client)
         _wait_for_every_scenario(fake_api)
         _preempt(fake_api, setup_client)
+    _serve_1_35(fake_api)
+    with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
+        _on_1_35(fake_api, setup_client)
     calls = [c for c in fake_api.authorization_checks if c.user != SETUP]
     used = rbac.used_permissions(calls, namespace)
     granted = rbac.effective_permissions(objects, SA, namespace)

@@ -9,7 +9,9 @@ Each pending resource gets its own `Register` call in a short-lived thread, so o
 refuses or answers slowly (its dial timeout is 10 s) delays no other, and the lock is never held
 across a kubelet call. A failed registration is retried after `retry_s`, doubling per failure up
 to 30 s, or at once when `kubelet.sock` changes. A result that arrives after the resource's socket
-or the kubelet changed is dropped; the next pass registers again.
+or the kubelet changed is dropped; the next pass registers again. A call still running well past its
+deadline (`register_timeout_s`, twice over) is given up on: its result, if it ever comes, is dropped
+and the next pass makes a new one, so no resource waits on a call that never returns.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class RegistrationLoop:
         make_translation: Callable[[str], GrpcTranslation],
         poll_s: float = 0.1,
         retry_s: float = 1.0,
+        register_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plugin_dir = plugin_dir
@@ -53,11 +56,13 @@ class RegistrationLoop:
         self._make_translation = make_translation
         self._poll_s = poll_s
         self._retry_s = retry_s
+        self._register_timeout_s = register_timeout_s
         self._clock = clock
         self._kubelet = SocketWatch(plugin_dir / KUBELET_SOCKET)
         self._plugins: dict[str, ResourcePlugin] = {}
         self._registered: set[str] = set()
-        self._in_flight: set[str] = set()
+        self._in_flight: dict[str, _Call] = {}  # resource -> its Register call running now
+        self._calls = 0  # Register calls started, numbering each
         self._retry: dict[str, _Retry] = {}
         self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
@@ -75,6 +80,23 @@ class RegistrationLoop:
     def registered(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._registered)
+
+    def waiting(self) -> dict[str, str]:
+        """Why each served resource that is not registered waits: its Register call running (for
+        how long), its retry (when, after how long a delay), or nothing (due on the next pass)."""
+        with self._lock:
+            now = self._clock()
+            reasons: dict[str, str] = {}
+            for name in self._plugins:
+                if name in self._registered:
+                    continue
+                if (call := self._in_flight.get(name)) is not None:
+                    reasons[name] = f"Register running for {now - call.started_at:.1f} s"
+                elif (retry := self._retry.get(name)) is not None and now < retry.at:
+                    reasons[name] = f"retry in {retry.at - now:.1f} s (delay {retry.delay_s:.0f} s)"
+                else:
+                    reasons[name] = "due on the next pass"
+            return reasons
 
     def register_results(self) -> dict[tuple[str, str], int]:
         """Register calls made, by (resource, `ok` or `error`), from 0 for each result of each
@@ -147,30 +169,70 @@ class RegistrationLoop:
             return
         now = self._clock()
         for name, plugin in self._plugins.items():
+            call = self._in_flight.get(name)
+            if call is not None and now - call.started_at > 2 * self._register_timeout_s:
+                logger.warning(
+                    "registering %s: the Register call has run %.0f s, past its %.0f s deadline; "
+                    "giving up on it and calling again",
+                    name,
+                    now - call.started_at,
+                    self._register_timeout_s,
+                    extra={logkeys.RESOURCE: name},
+                )
+                self._in_flight.pop(name)
+                self._unregister(name)  # its result, should it come, no longer counts
             if name in self._registered or name in self._in_flight:
                 continue
             if now < self._retry.get(name, _Retry()).at:
                 continue
-            self._in_flight.add(name)
-            threading.Thread(
-                target=self._register,
-                args=(name, plugin.socket_name, self._epochs.get(name, 0)),
-                name=f"register-{plugin.socket_name}",
-                daemon=True,
-            ).start()
+            self._start_register(name, plugin.socket_name, now)
 
-    def _register(self, name: str, endpoint: str, epoch: int) -> None:
-        """One Register call, outside the lock; its result counts only if nothing changed since."""
-        error: RegistrationError | None = None
+    def _start_register(self, name: str, endpoint: str, now: float) -> None:
+        """Run one Register call in its own thread; a thread that cannot start is a failure."""
+        self._calls += 1
+        call = _Call(number=self._calls, started_at=now, epoch=self._epochs.get(name, 0))
+        self._in_flight[name] = call
+        thread = threading.Thread(
+            target=self._register,
+            args=(name, endpoint, call),
+            name=f"register-{endpoint}",
+            daemon=True,
+        )
         try:
-            register(self._kubelet.path, endpoint=endpoint, resource_name=name)
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+            self._in_flight.pop(name, None)
+            retry = self._retry.get(name, _Retry()).after_failure(now, self._retry_s)
+            self._retry[name] = retry
+            logger.warning(
+                "registering %s: no thread to call Register in (%s); retrying in %.0f s",
+                name,
+                exc,
+                retry.delay_s,
+                extra={logkeys.RESOURCE: name},
+            )
+
+    def _register(self, name: str, endpoint: str, call: _Call) -> None:
+        """One Register call, outside the lock; its result counts only if nothing changed since."""
+        error: Exception | None = None
+        try:
+            register(
+                self._kubelet.path,
+                endpoint=endpoint,
+                resource_name=name,
+                timeout_s=self._register_timeout_s,
+            )
         except RegistrationError as exc:
             error = exc
+        except Exception as exc:  # a bug, not the kubelet: still a failure, retried, never a hang
+            logger.exception("registering %s failed unexpectedly", name)
+            error = exc
         with self._lock:
-            self._in_flight.discard(name)
+            if self._in_flight.get(name) == call:
+                del self._in_flight[name]  # an abandoned call's result leaves its successor alone
             result = (name, REGISTER_RESULTS[0] if error is None else REGISTER_RESULTS[1])
             self._results[result] = self._results.get(result, 0) + 1
-            if name not in self._plugins or self._epochs.get(name, 0) != epoch:
+            if name not in self._plugins or self._epochs.get(name, 0) != call.epoch:
                 return  # the socket or the kubelet changed meanwhile: the next pass registers again
             if error is not None:
                 retry = self._retry.get(name, _Retry()).after_failure(self._clock(), self._retry_s)
@@ -199,6 +261,15 @@ class RegistrationLoop:
         for name in self._plugins:
             self._unregister(name)
         self._plugins.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One Register call: its number (unique per loop), when it started, the epoch it counts for."""
+
+    number: int
+    started_at: float
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

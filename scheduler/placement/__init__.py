@@ -14,7 +14,15 @@ group).
 """
 
 from .filters import NodeFit, choose_devices, filter_node
-from .gang import CLIQUE_LABEL, GangPlacement, TopologyConstraint, place_gang, topology_domains
+from .gang import (
+    CLIQUE_LABEL,
+    GangPlacement,
+    TopologyConstraint,
+    place_gang,
+    place_most_in_one_domain,
+    placed_domain,
+    topology_domains,
+)
 from .gpushare import GpuShare
 from .node import GPU_PRODUCT_LABEL, Assignment, NodeState, TopologyPolicy
 from .pick import Decision, format_reasons, score_node
@@ -71,6 +79,8 @@ __all__ = [
     "format_reasons",
     "mig_resource",
     "place_gang",
+    "place_most_in_one_domain",
+    "placed_domain",
     "score_node",
     "topology_domains",
 ]

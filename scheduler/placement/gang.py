@@ -16,11 +16,17 @@ turns into node slots once and ranks on their own, so a member costs the domain'
 cluster's. Nodes without the label belong to no domain. With `prefer_clique`, a GPU gang without
 a constraint prefers one NVLink clique (`nvidia.com/gpu.clique`, DESIGN §13) when any node
 carries that label, so whole racks stay free for the next big gang.
+
+A group's domain holds for all its members, as kube-scheduler 1.37 keeps a PodGroup's pods in the
+domain its scheduled pods are in: once members hold places (`placed_domain` names their domain),
+later members go only there (members beyond `minMember`, replacements, a `basic` group's pods).
+A `basic` group with no member placed yet starts in the
+domain that holds the most of its pending pods (`place_most_in_one_domain`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -35,7 +41,15 @@ from .placer import Placer
 from .request import PodRequest
 from .snapshot import Domain, Snapshot
 
-__all__ = ["CLIQUE_LABEL", "GangPlacement", "TopologyConstraint", "place_gang", "topology_domains"]
+__all__ = [
+    "CLIQUE_LABEL",
+    "GangPlacement",
+    "TopologyConstraint",
+    "place_gang",
+    "place_most_in_one_domain",
+    "placed_domain",
+    "topology_domains",
+]
 
 _NO_ASSIGNMENTS: Mapping[str, Assignment] = MappingProxyType({})
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
@@ -108,6 +122,50 @@ def place_gang(
     if not snapshot.domains(topology.label):
         return GangPlacement(ok=False, reason=f"no node has the topology label {topology.label}")
     return replace(result, reason=_no_domain_reason(snapshot, topology.label, ordered))
+
+
+def placed_domain(snapshot: Snapshot, label: str, nodes: Iterable[str]) -> tuple[str | None, str]:
+    """The value of `label` on the nodes a group's members hold: (value, ""); (None, "") when
+    none of those nodes is in the snapshot with the label; (None, why) when they span more than
+    one value (the label changed under them, or a preferred constraint let them spread)."""
+    values = sorted(
+        {
+            value
+            for name in nodes
+            if name in snapshot and (value := snapshot.node(name).labels.get(label)) is not None
+        }
+    )
+    if len(values) > 1:
+        named = ", ".join(values[:_NAMED]) + ("" if len(values) <= _NAMED else ", ...")
+        return None, f"its placed members are in {len(values)} {label} domains ({named}), not one"
+    return (values[0] if values else None), ""
+
+
+def place_most_in_one_domain(
+    pods: Sequence[PodRequest],
+    placer: Placer,
+    topology: TopologyConstraint,
+    *,
+    excluded: AbstractSet[str] | None = None,
+) -> GangPlacement:
+    """The longest prefix of `pods` (in their order) that one domain holds, placed as a gang
+    (`place_gang`): every pod when they all fit; else found by halving (each try a gang
+    placement); not ok, with the whole group's reason, when not even the first fits."""
+    whole = place_gang(pods, placer, topology=topology, excluded=excluded)
+    if whole.ok:
+        return whole
+    best: GangPlacement | None = None
+    low, high = 1, len(pods) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        tried = place_gang(
+            pods[:middle], placer, topology=topology, excluded=excluded, reasons=False
+        )
+        if tried.ok:
+            best, low = tried, middle + 1
+        else:
+            high = middle - 1
+    return best if best is not None else whole
 
 
 def _default_topology(snapshot: Snapshot, pods: Sequence[PodRequest]) -> TopologyConstraint | None:

@@ -6,7 +6,7 @@ created waits with nothing bound and nothing held (a 6-GPU pod binds meanwhile);
 brings the 4 x 1 GPU gang in at once. A gang of 4 x 4 GPUs (minCount 4), of which one pod would
 fit, stays all Pending with nothing bound, and says why in its PodGroupInitiallyScheduled
 condition. A topology key the node carries (`gputopo.io/rack`) lets a gang bind inside that one
-rack; a key it lacks keeps the gang waiting."""
+rack, and a `basic` group's pods one by one; a key it lacks keeps the gang waiting."""
 
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ def test_min_count_binds_all_or_nothing_and_holds_nothing_while_it_waits(
 
 def test_a_topology_key_keeps_the_gang_in_one_rack(cluster: Cluster, agent, scheduler) -> None:
     rack, zone = [f"rack-{i}" for i in range(2)], [f"zone-{i}" for i in range(2)]
+    loose = [f"loose-{i}" for i in range(2)]
     cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack=r1", "--overwrite")
     try:
         in_rack = podgroup(
@@ -103,9 +104,17 @@ def test_a_topology_key_keeps_the_gang_in_one_rack(cluster: Cluster, agent, sche
         no_zone = podgroup(
             "zone", 2, schedulingConstraints={"topology": [{"key": "topology.kubernetes.io/zone"}]}
         )
-        create(cluster, in_rack, no_zone, *(member(n, "rack", 1) for n in rack))
+        basic_in_rack = podgroup(
+            "loose", 1, schedulingConstraints={"topology": [{"key": "gputopo.io/rack"}]}
+        )
+        basic_in_rack["spec"]["schedulingPolicy"] = {"basic": {}}  # the server takes it
+        create(cluster, in_rack, no_zone, basic_in_rack, *(member(n, "rack", 1) for n in rack))
         create(cluster, *(member(n, "zone", 1) for n in zone))
         wait_until(lambda: all(nodes_of(cluster, rack)), 60, "the rack gang to bind")
+        create(cluster, member(loose[0], "loose", 1))
+        wait_until(lambda: all(nodes_of(cluster, loose[:1])), 60, "the basic group's first pod")
+        create(cluster, member(loose[1], "loose", 1))
+        wait_until(lambda: all(nodes_of(cluster, loose)), 60, "its second, in the same rack")
         labels = json.loads(cluster.kubectl("get", "node", cluster.node, "-o", "json"))
         assert labels["metadata"]["labels"]["gputopo.io/rack"] == "r1"
         wait_until(lambda: condition(cluster, "zone").get("status") == "False", 60, "zone waits")
@@ -115,7 +124,7 @@ def test_a_topology_key_keeps_the_gang_in_one_rack(cluster: Cluster, agent, sche
             in cluster.scheduled_message("zone-0")
         )
     finally:
-        clean(cluster, [*rack, *zone], ["rack", "zone"])
+        clean(cluster, [*rack, *zone, *loose], ["rack", "zone", "loose"])
         cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack-")
 
 

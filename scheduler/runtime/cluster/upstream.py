@@ -6,11 +6,11 @@ gang's minimum, `basic` no gang), `schedulingConstraints.topology[0].key` (a req
 level, as our annotation), `priorityClassName` with the `priority` admission resolved for it,
 `disruptionMode` (`all`: evicted whole), `preemptionPolicy` and the PodGroup-level
 `resourceClaims` (DRAWorkloadResourceClaims: each claim is allocated once for the group and
-reserved for the PodGroup, `scheduler.runtime.claims`). What it does not implement yet is
-refused with the field named, never ignored: membership of a CompositePodGroup
-(`parentCompositePodGroupName`) and a topology constraint on a `basic` group (its pods are
-placed one by one). A union with no
-member, two, or one this reader does not know (a newer server's) is malformed. Pure:
+reserved for the PodGroup, `scheduler.runtime.claims`). A topology constraint holds for every
+pod of the group, `basic` ones too: the pods go to the domain its placed pods are in
+(`scheduler.placement.gang`). What it does not implement yet is refused with the field named,
+never ignored: membership of a CompositePodGroup (`parentCompositePodGroupName`). A union with
+no member, two, or one this reader does not know (a newer server's) is malformed. Pure:
 `initially_scheduled` builds the condition from what the gang tracker knows; the tracker writes
 it.
 """
@@ -68,11 +68,6 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
         disruption = union_member(spec, "disruptionMode", ("single", "all"), default="single")
         topology = _topology(spec, levels)
-        if policy == "basic" and topology is not None:
-            raise ValueError(
-                "spec.schedulingConstraints.topology: unsupported: a topology constraint on a "
-                "basic PodGroup (gputopo-scheduler keeps gangs in one domain, not single pods)"
-            )
         return replace(
             base,
             min_member=_min_count(spec) if policy == "gang" else 1,

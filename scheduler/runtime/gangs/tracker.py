@@ -35,7 +35,14 @@ from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of
 from scheduler.kubeapi.client import now_rfc3339
-from scheduler.placement import Assignment, Placer, place_gang
+from scheduler.placement import (
+    Assignment,
+    Placer,
+    TopologyConstraint,
+    place_gang,
+    place_most_in_one_domain,
+    placed_domain,
+)
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
@@ -340,22 +347,79 @@ class GangTracker:
         """Place and assume pending members: (what was placed, why the others were not).
 
         Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
-        member on its own; never on `excluded` (nodes held for other units).
+        member on its own; never on `excluded` (nodes held for other units). Under a topology
+        constraint, members go to the domain the members holding places are in (`_confined`); a
+        `basic` group with none placed starts where most of its pending pods fit.
         """
         placer = self._live_placer()
         bound = sum(1 for m in members if holds_place(m))
-        placed: Binds = []
+        confined = self._confined(placer, group, members)
+        if isinstance(confined, str):
+            return [], confined
         if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
-            why = ""
-            for info in pending:
-                assignment, refusal = self._place_alone(placer, info, excluded)
-                if assignment is None:
-                    why = why or refusal
-                    continue
-                placed.append((info, assignment))
-            return placed, why
+            if group.basic and not bound and group.topology is not None:
+                return self._start_in_one_domain(placer, group.topology, pending, excluded)
+            return self._place_each(placer, pending, excluded, confined)
+        why = ""
+        for allowed in confined:
+            placed, why = self._place_together(placer, group, bound, pending, excluded, allowed)
+            if placed:
+                return placed, ""
+        return [], why
+
+    def _confined(
+        self, placer: Placer, group: GroupInfo, members: Sequence[PodInfo]
+    ) -> list[frozenset[str] | None] | str:
+        """Where members may go, in the order to try: the nodes of the domain the members holding
+        places are in (then, for a preferred constraint, anywhere: None); anywhere alone without
+        a constraint or a placed member. Why none, for a required constraint whose placed
+        members span two domains (kube-scheduler refuses such a group too)."""
+        topology = group.topology
+        if topology is None:
+            return [None]
+        nodes = [m.node for m in members if holds_place(m) and m.node is not None]
+        value, spread = placed_domain(placer.snapshot, topology.label, nodes)
+        if spread:
+            return [None] if not topology.required else f"{group.title}: {spread}"
+        if value is None:
+            return [None]
+        inside = placer.snapshot.domains(topology.label)[value].members()
+        return [inside] if topology.required else [inside, None]
+
+    def _place_each(
+        self,
+        placer: Placer,
+        pending: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+        confined: Sequence[frozenset[str] | None],
+    ) -> tuple[Binds, str]:
+        """Each pending member on its own, in the first of `confined` that holds it."""
+        placed: Binds = []
+        why = ""
+        for info in pending:
+            refusal = ""
+            for allowed in confined:
+                assignment, refusal = self._place_alone(placer, info, excluded, allowed)
+                if assignment is not None:
+                    placed.append((info, assignment))
+                    break
+            else:
+                why = why or refusal
+        return placed, why
+
+    def _place_together(
+        self,
+        placer: Placer,
+        group: GroupInfo,
+        bound: int,
+        pending: list[PodInfo],
+        excluded: AbstractSet[str] | None,
+        allowed: frozenset[str] | None,
+    ) -> tuple[Binds, str]:
+        """Every pending member or none, within `allowed` (None: anywhere)."""
+        off = _outside(placer, excluded, allowed)
         if any(has_claims(m.obj) for m in pending):
-            claimed = self._charges.place_gang(placer, pending, excluded, group.topology)
+            claimed = self._charges.place_gang(placer, pending, off, group.topology)
             if isinstance(claimed, ClaimRefusal):
                 self._claim_refusals[group.key] = claimed
                 return [], claimed.message
@@ -365,26 +429,72 @@ class GangTracker:
             placer,
             topology=group.topology,
             min_resources=None if bound else group.min_resources,
-            excluded=excluded,
+            excluded=off,
             prefer_clique=self._cache.prefers_cliques,
         )
         if not result.ok:
             return [], result.reason
+        placed: Binds = []
         for info in pending:
             self._cache.assume(info.key, result.assignments[info.key])
             placed.append((info, result.assignments[info.key]))
         return placed, ""
 
+    def _start_in_one_domain(
+        self,
+        placer: Placer,
+        topology: TopologyConstraint,
+        pending: list[PodInfo],
+        excluded: AbstractSet[str] | None,
+    ) -> tuple[Binds, str]:
+        """A `basic` group with a topology constraint and no member placed: as many pending pods
+        as one domain holds go there (`place_most_in_one_domain`), the rest each on its own in
+        that domain. With ResourceClaims, the first pod's node chooses the domain."""
+        domains = placer.snapshot.domains(topology.label)
+        if any(has_claims(m.obj) for m in pending):
+            labelled = frozenset(n for d in domains.values() for n in d.members())
+            if not labelled:
+                return [], f"no node has the topology label {topology.label}"
+            first, why = self._place_alone(placer, pending[0], excluded, labelled)
+            if first is None:
+                return [], why
+            placed: Binds = [(pending[0], first)]
+            rest = pending[1:]
+            value = placer.snapshot.node(first.node).labels.get(topology.label)
+        else:
+            result = place_most_in_one_domain(
+                [m.request for m in pending], placer, topology, excluded=excluded
+            )
+            if not result.ok:
+                return [], result.reason
+            placed = []
+            for info in pending:
+                if info.key in result.assignments:
+                    self._cache.assume(info.key, result.assignments[info.key])
+                    placed.append((info, result.assignments[info.key]))
+            rest = [m for m in pending if m.key not in result.assignments]
+            value = result.domain
+        if not rest:
+            return placed, ""
+        inside = None if value is None else domains[value].members()
+        more, why = self._place_each(placer, rest, excluded, [inside])
+        return placed + more, why
+
     def _place_alone(
-        self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
+        self,
+        placer: Placer,
+        info: PodInfo,
+        excluded: AbstractSet[str] | None,
+        allowed: frozenset[str] | None = None,
     ) -> tuple[Assignment | None, str]:
-        """One member placed and assumed on its own (its claims too): where, or why not."""
+        """One member placed and assumed on its own (its claims too), within `allowed` (None:
+        anywhere): where, or why not."""
         if has_claims(info.obj):
-            claimed = self._charges.place(placer, info, excluded)
+            claimed = self._charges.place(placer, info, _outside(placer, excluded, allowed))
             if isinstance(claimed, ClaimRefusal):
                 return None, claimed.message
             return claimed.assignment, ""
-        decision = placer.decide(info.request, excluded=excluded)
+        decision = placer.decide(info.request, allowed=allowed, excluded=excluded)
         if decision.assignment is None:
             return None, decision.message()
         self._cache.assume(info.key, decision.assignment)
@@ -499,3 +609,14 @@ def _progress(state: GangState | None) -> GangProgress:
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
     meta = group.obj.get("metadata") or {}
     return (group.uid, group.obj.get("spec"), meta.get("annotations"))
+
+
+def _outside(
+    placer: Placer, excluded: AbstractSet[str] | None, allowed: frozenset[str] | None
+) -> AbstractSet[str] | None:
+    """`excluded` and, when members are confined to `allowed`, every node outside it: for the
+    claim placements, which take no allowed set."""
+    if allowed is None:
+        return excluded
+    outside = frozenset(n for n in placer.snapshot.names() if n not in allowed)
+    return outside | excluded if excluded else outside

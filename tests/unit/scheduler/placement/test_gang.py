@@ -17,6 +17,8 @@ from scheduler.placement import (
     TopologyConstraint,
     default_scoring,
     place_gang,
+    place_most_in_one_domain,
+    placed_domain,
     topology_domains,
 )
 from tests.builders.placement import make_node, pod, snapshot
@@ -282,3 +284,47 @@ def test_required_clique_that_none_holds_names_them(placer_for: PlacerFor):
         "is 24; considered: uuid.c2, uuid.c1)"
     )
     assert state(snap) == before
+
+
+def test_placed_domain_names_the_one_domain_of_the_members_nodes():
+    snap = snapshot(
+        make_node("a1", labels={RACK: "r1"}),
+        make_node("a2", labels={RACK: "r1"}),
+        make_node("b1", labels={RACK: "r2"}),
+        make_node("loose"),
+    )
+    assert placed_domain(snap, RACK, ["a1", "a2", "loose", "gone"]) == ("r1", "")
+    assert placed_domain(snap, RACK, ["loose", "gone"]) == (None, "")
+    assert placed_domain(snap, RACK, []) == (None, "")
+    value, why = placed_domain(snap, RACK, ["a1", "b1"])
+    assert value is None
+    assert why == f"its placed members are in 2 {RACK} domains (r1, r2), not one"
+
+
+def test_most_in_one_domain_takes_the_longest_prefix_one_domain_holds(placer_for: PlacerFor):
+    snap = snapshot(
+        make_node("a1", gpus=4, labels={RACK: "r1"}),
+        make_node("b1", gpus=8, labels={RACK: "r2"}),
+        make_node("b2", gpus=4, labels={RACK: "r2"}),
+    )
+    before = state(snap)
+    required = TopologyConstraint(label=RACK, required=True)
+    group = members("b", 5, gpus=4)  # 20 GPUs: r2 holds three, r1 one
+    result = place_most_in_one_domain(group, placer_for(snap), required)
+    assert state(snap) == before
+    assert result.ok
+    assert result.domain == "r2"
+    assert set(result.assignments) == {p.key for p in group[:3]}
+    assert {a.node for a in result.assignments.values()} <= {"b1", "b2"}
+    whole = place_most_in_one_domain(group[:1], placer_for(snap), required)
+    assert whole.ok
+    assert whole.domain == "r1"  # the tightest domain that holds it all
+
+
+def test_most_in_one_domain_is_not_ok_when_not_even_the_first_fits(placer_for: PlacerFor):
+    snap = snapshot(make_node("a1", gpus=4, labels={RACK: "r1"}))
+    required = TopologyConstraint(label=RACK, required=True)
+    result = place_most_in_one_domain(members("b", 2, gpus=8), placer_for(snap), required)
+    assert not result.ok
+    assert result.assignments == {}
+    assert result.reason.startswith(f"no {RACK} domain holds the whole pod group")

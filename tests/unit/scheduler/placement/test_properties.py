@@ -23,6 +23,7 @@ from scheduler.placement import (
     default_scoring,
     filter_node,
     place_gang,
+    place_most_in_one_domain,
 )
 from scheduler.placement.pick import pick
 from tests.builders.placement import GIB, make_node
@@ -180,6 +181,29 @@ def test_gang_is_all_or_nothing(cluster, gang, topology):
             result.domain
         }
     for p in gang:
+        snap.assume(p, result.assignments[p.key])
+    check_capacity(snap)
+
+
+@settings(max_examples=50, deadline=None)
+@given(cluster=clusters(), group=workload(6))
+def test_most_in_one_domain_is_a_longest_prefix_in_one_domain(cluster, group):
+    snap = Snapshot(n.clone() for n in cluster)
+    before = {n.name: (dict(n.requested), list(n.gpu_free)) for n in snap.nodes.values()}
+    required = TopologyConstraint(label=RACK, required=True)
+    placer = Placer(snap, default_scoring())
+    result = place_most_in_one_domain(group, placer, required)
+    assert {n.name: (dict(n.requested), list(n.gpu_free)) for n in snap.nodes.values()} == before
+    if not result.ok:
+        assert result.assignments == {}
+        assert not place_gang(group[:1], placer, topology=required).ok
+        return
+    count = len(result.assignments)
+    assert set(result.assignments) == {p.key for p in group[:count]}  # a prefix
+    assert {snap.node(a.node).labels[RACK] for a in result.assignments.values()} == {result.domain}
+    if count < len(group):  # one pod more is one too many for any domain
+        assert not place_gang(group[: count + 1], placer, topology=required).ok
+    for p in group[:count]:
         snap.assume(p, result.assignments[p.key])
     check_capacity(snap)
 

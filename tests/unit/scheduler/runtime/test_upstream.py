@@ -32,6 +32,17 @@ def _read(**spec: Any) -> Any:
     return parse_upstream_group(body, levels=LEVELS)
 
 
+def test_a_basic_group_keeps_its_topology_constraint() -> None:
+    group = _read(
+        schedulingPolicy={"basic": {}},
+        schedulingConstraints={"topology": [{"key": "gputopo.io/rack"}]},
+    )
+    assert group.error is None
+    assert (group.basic, group.min_member) == (True, 1)
+    assert group.topology is not None
+    assert (group.topology.label, group.topology.required) == ("gputopo.io/rack", True)
+
+
 def test_a_gang_reads_every_field() -> None:
     group = _read(
         schedulingConstraints={"topology": [{"key": "gputopo.io/rack"}]},
@@ -135,14 +146,6 @@ def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
             {"resourceClaims": [{"resourceClaimName": "x"}]},
             "spec.resourceClaims[0].name: must name the claim",
             id="group claim without a name",
-        ),
-        pytest.param(
-            {
-                "schedulingPolicy": {"basic": {}},
-                "schedulingConstraints": {"topology": [{"key": "gputopo.io/rack"}]},
-            },
-            "spec.schedulingConstraints.topology: unsupported: a topology constraint on a basic",
-            id="basic in a domain",
         ),
         pytest.param(
             {"parentCompositePodGroupName": "cpg"},

@@ -11,6 +11,7 @@ from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     create_podgroup,
+    delete_node,
     delete_pod,
     gpu_node,
     pod_body,
@@ -131,3 +132,21 @@ def test_a_basic_group_adds_pods_one_by_one_inside_its_domain(upstream, core_v1,
         )
     assert "b-2" not in bound_pods(upstream)
     assert REASON_OUTSIDE_DOMAIN in message, message
+
+
+def test_a_replacement_for_a_lost_member_goes_back_to_the_gangs_rack(
+    fake_api, core_v1, custom_objects
+):
+    for name in ("a1", "a2", "a3"):
+        gpu_node(fake_api, name, gpus=1, labels={RACK: "r2"})
+    gpu_node(fake_api, "b1", gpus=1, labels={RACK: "r1"})  # first in order when racks tie
+    with running(fake_api):
+        _bind_gang(fake_api, core_v1, custom_objects, "g", "gputopo.io/topology-required", 1)
+        assert {_rack_of(fake_api, "g-0"), _rack_of(fake_api, "g-1")} == {"r2"}
+        delete_node(core_v1, bound_pods(fake_api)["g-0"])
+        assert len(fake_api.collect_orphaned_pods()) == 1  # PodGC: g-0 is gone
+        wait_for(lambda: "g-0" not in bound_pods(fake_api), 5, "g-0 lost")
+        # One GPU free in each rack: on its own the replacement would take r1's, first in order.
+        create_pod(core_v1, _gang_pod("r-0", "g", gpus=1))
+        wait_for(lambda: "r-0" in bound_pods(fake_api), 5, "the replacement bound")
+    assert _rack_of(fake_api, "r-0") == "r2"

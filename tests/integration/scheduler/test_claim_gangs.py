@@ -88,3 +88,25 @@ def test_a_member_that_comes_after_its_gang_started_gets_its_claims_alone(
     late = devices_of(fake_api, "late-gpus")
     assert len(late) == 2
     assert not set(late) & {d for p in pods for d in devices_of(fake_api, f"{p}-gpus")}
+
+
+def test_a_late_member_with_claims_stays_in_its_gangs_rack(fake_api, core_v1, custom_objects):
+    dra_cluster(fake_api, ("n1", "n2", "n3"), racks=("a", "b", "b"))
+    with running(fake_api) as rt:
+        pods = claim_gang(
+            fake_api, core_v1, custom_objects, "g", 2, 2, **{"gputopo.io/topology-required": RACK}
+        )
+        wait_for(lambda: set(bound_pods(fake_api)) == set(pods), 10, "the gang bound")
+        assert {bound_pods(fake_api)[p] for p in pods} == {"n1"}  # rack a: the tightest
+        fake_api.put_object("resourceclaims", gpu_claim("late-gpus", 8))  # rack b has 16 free
+        body = claim_pod("late", "late-gpus")
+        body["metadata"]["labels"] = {GANG_LABEL: "g"}
+        create_pod(core_v1, body)
+        wait_for(lambda: scheduled_condition(fake_api, "late"), 5, "the late member waits")
+        time.sleep(0.5)  # tried again meanwhile: still not outside rack a
+        rt.reporter.flush()
+    assert "late" not in bound_pods(fake_api)
+    assert devices_of(fake_api, "late-gpus") == []
+    condition = scheduled_condition(fake_api, "late")
+    assert condition is not None
+    assert condition["message"].endswith("4 of 8 matching devices are free on node n1")

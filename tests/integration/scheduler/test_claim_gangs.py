@@ -16,6 +16,7 @@ from tests.builders.claimcluster import (
     gpu_claim,
 )
 from tests.builders.scheduler import bound_pods, create_pod, running, scheduled_condition, wait_for
+from tests.builders.workloads import create_upstream_podgroup, upstream_podgroup
 
 
 def _islands(fake, pods: list[str]) -> set[tuple[str, int]]:
@@ -110,3 +111,26 @@ def test_a_late_member_with_claims_stays_in_its_gangs_rack(fake_api, core_v1, cu
     condition = scheduled_condition(fake_api, "late")
     assert condition is not None
     assert condition["message"].endswith("4 of 8 matching devices are free on node n1")
+
+
+def test_a_basic_group_with_claims_keeps_its_pods_in_the_first_ones_rack(
+    fake_api, core_v1, custom_objects
+):
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"))
+    dra_cluster(fake_api, ("n1", "n2", "n3"), racks=("a", "b", "b"))
+    allocated_elsewhere(fake_api, "on-n1", "n1", [0, 1])  # 6 free: the only node for b-0
+    allocated_elsewhere(fake_api, "on-n2", "n2", [0, 1, 2, 3])  # 4 free
+    allocated_elsewhere(fake_api, "on-n3", "n3", [0, 1, 2, 3])  # 4 free
+    with running(fake_api) as rt:
+        create_upstream_podgroup(custom_objects, upstream_podgroup("b", topology=RACK))
+        for name, gpus in (("b-0", 6), ("b-1", 4)):
+            fake_api.put_object("resourceclaims", gpu_claim(f"{name}-gpus", gpus))
+            body = claim_pod(name, f"{name}-gpus")
+            body["spec"]["schedulingGroup"] = {"podGroupName": "b"}
+            create_pod(core_v1, body)
+        wait_for(lambda: "b-0" in bound_pods(fake_api), 10, "b-0 bound")
+        wait_for(lambda: scheduled_condition(fake_api, "b-1"), 5, "b-1 waits")
+        time.sleep(0.5)  # tried again meanwhile: rack b has room, but b-0 is in rack a
+        rt.reporter.flush()
+    assert bound_pods(fake_api) == {"b-0": "n1"}
+    assert devices_of(fake_api, "b-1-gpus") == []

@@ -45,6 +45,8 @@ __all__ = [
     "CLIQUE_LABEL",
     "GangPlacement",
     "TopologyConstraint",
+    "excluding_outside",
+    "member_domains",
     "place_gang",
     "place_most_in_one_domain",
     "placed_domain",
@@ -139,6 +141,35 @@ def placed_domain(snapshot: Snapshot, label: str, nodes: Iterable[str]) -> tuple
         named = ", ".join(values[:_NAMED]) + ("" if len(values) <= _NAMED else ", ...")
         return None, f"its placed members are in {len(values)} {label} domains ({named}), not one"
     return (values[0] if values else None), ""
+
+
+def member_domains(
+    snapshot: Snapshot, topology: TopologyConstraint | None, placed_nodes: Iterable[str]
+) -> list[frozenset[str] | None] | str:
+    """Where a group's next members may go, in the order to try: the nodes of the domain its
+    placed members are in (`placed_domain`), then, under a preferred constraint, anywhere
+    (None); anywhere without a constraint or a labelled placed member. Why nowhere, when a
+    required constraint's placed members span two domains (kube-scheduler refuses those too)."""
+    if topology is None:
+        return [None]
+    value, spread = placed_domain(snapshot, topology.label, placed_nodes)
+    if spread:
+        return spread if topology.required else [None]
+    if value is None:
+        return [None]
+    inside = snapshot.domains(topology.label)[value].members()
+    return [inside] if topology.required else [inside, None]
+
+
+def excluding_outside(
+    snapshot: Snapshot, excluded: AbstractSet[str] | None, allowed: frozenset[str] | None
+) -> AbstractSet[str] | None:
+    """`excluded` and, when a pod may go only to `allowed`, every node outside it: for the
+    placements that take nodes to avoid and no allowed set (claims, the simulator's policies)."""
+    if allowed is None:
+        return excluded
+    outside = frozenset(n for n in snapshot.names() if n not in allowed)
+    return outside | excluded if excluded else outside
 
 
 def place_most_in_one_domain(

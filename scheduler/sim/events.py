@@ -4,7 +4,9 @@ Time advances from event to event (an arrival, a pod finishing, a starvation hol
 After every event the pending jobs are tried in arrival order, none blocking the ones behind
 it: a gang (`minMember > 1`) places its first `minMember` replicas with `place_gang` (members
 with claims: `SimClaims.place_gang`), all or none; while it waits it holds nothing but a
-starvation hold, see `evictions`; then the rest one by one like any other replica. A pod runs
+starvation hold, see `evictions`; then the rest one by one like any other replica, inside the
+domain of its replicas placed when it has a topology constraint (`member_domains`, as the
+scheduler keeps a gang's later members). A pod runs
 `duration` seconds from the moment it is placed (for ever without one). A job is placed once
 all its replicas are; its gang wait is the time from arrival until its gang was placed. The
 policy's scoring hears of every pod that waits (`SimScheduler.queued`, on arrival and on
@@ -29,11 +31,12 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import partial
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig, load_config
-from scheduler.placement import Assignment, PodRequest
+from scheduler.placement import Assignment, PodRequest, excluding_outside, member_domains
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.placement.shares import placed_milli as milli
 from scheduler.preemption import PreemptionSettings, Preemptor
@@ -249,7 +252,10 @@ class _EventRun:
             self.waits.append(self.clock.now - entry.job.arrival)
             self._gang_started(unit.pods, result.assignments)
         else:
-            choose = partial(self.scheduler.choose, unit.pods[0])
+            confined = self._confined(entry)
+            if isinstance(confined, str):
+                return False
+            choose = partial(self._choose_within, unit.pods[0], confined)
             assignment = models.decide(held, choose, lambda a: a is not None)
             self._account(start, 1)
             if assignment is None:
@@ -260,6 +266,30 @@ class _EventRun:
         if entry.done:
             self.jobs_placed += 1
         return True
+
+    def _confined(self, entry: Pending) -> list[frozenset[str] | None] | str:
+        """Where a replica of `entry` may go (`member_domains`): a gang's later replicas only
+        to the domain of its replicas placed, as the scheduler keeps them."""
+        job = entry.job
+        if not job.is_gang or job.topology is None or not entry.placed:
+            return [None]
+        snapshot = self.scheduler.cluster.snapshot
+        nodes = [node for key in entry.placed if (node := snapshot.node_of(key)) is not None]
+        return member_domains(snapshot, job.topology, nodes)
+
+    def _choose_within(
+        self,
+        pod: PodRequest,
+        confined: Sequence[frozenset[str] | None],
+        excluded: AbstractSet[str] | None,
+    ) -> Assignment | None:
+        """The policy's node for `pod` in the first of `confined` that holds it, off `excluded`."""
+        snapshot = self.scheduler.cluster.snapshot
+        for allowed in confined:
+            found = self.scheduler.choose(pod, excluding_outside(snapshot, excluded, allowed))
+            if found is not None:
+                return found
+        return None
 
     def _gang_started(self, pods: Sequence[PodRequest], where: Mapping[str, Assignment]) -> None:
         gpus = sum(p.gpu_milli_total for p in pods) // MILLI_PER_GPU

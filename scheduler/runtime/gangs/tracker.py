@@ -39,9 +39,10 @@ from scheduler.placement import (
     Assignment,
     Placer,
     TopologyConstraint,
+    excluding_outside,
+    member_domains,
     place_gang,
     place_most_in_one_domain,
-    placed_domain,
 )
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
@@ -370,21 +371,10 @@ class GangTracker:
     def _confined(
         self, placer: Placer, group: GroupInfo, members: Sequence[PodInfo]
     ) -> list[frozenset[str] | None] | str:
-        """Where members may go, in the order to try: the nodes of the domain the members holding
-        places are in (then, for a preferred constraint, anywhere: None); anywhere alone without
-        a constraint or a placed member. Why none, for a required constraint whose placed
-        members span two domains (kube-scheduler refuses such a group too)."""
-        topology = group.topology
-        if topology is None:
-            return [None]
+        """Where members may go, in the order to try (`member_domains`), or why nowhere."""
         nodes = [m.node for m in members if holds_place(m) and m.node is not None]
-        value, spread = placed_domain(placer.snapshot, topology.label, nodes)
-        if spread:
-            return [None] if not topology.required else f"{group.title}: {spread}"
-        if value is None:
-            return [None]
-        inside = placer.snapshot.domains(topology.label)[value].members()
-        return [inside] if topology.required else [inside, None]
+        confined = member_domains(placer.snapshot, group.topology, nodes)
+        return f"{group.title}: {confined}" if isinstance(confined, str) else confined
 
     def _place_each(
         self,
@@ -417,7 +407,7 @@ class GangTracker:
         allowed: frozenset[str] | None,
     ) -> tuple[Binds, str]:
         """Every pending member or none, within `allowed` (None: anywhere)."""
-        off = _outside(placer, excluded, allowed)
+        off = excluding_outside(placer.snapshot, excluded, allowed)
         if any(has_claims(m.obj) for m in pending):
             claimed = self._charges.place_gang(placer, pending, off, group.topology)
             if isinstance(claimed, ClaimRefusal):
@@ -490,7 +480,9 @@ class GangTracker:
         """One member placed and assumed on its own (its claims too), within `allowed` (None:
         anywhere): where, or why not."""
         if has_claims(info.obj):
-            claimed = self._charges.place(placer, info, _outside(placer, excluded, allowed))
+            claimed = self._charges.place(
+                placer, info, excluding_outside(placer.snapshot, excluded, allowed)
+            )
             if isinstance(claimed, ClaimRefusal):
                 return None, claimed.message
             return claimed.assignment, ""
@@ -609,14 +601,3 @@ def _progress(state: GangState | None) -> GangProgress:
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
     meta = group.obj.get("metadata") or {}
     return (group.uid, group.obj.get("spec"), meta.get("annotations"))
-
-
-def _outside(
-    placer: Placer, excluded: AbstractSet[str] | None, allowed: frozenset[str] | None
-) -> AbstractSet[str] | None:
-    """`excluded` and, when members are confined to `allowed`, every node outside it: for the
-    claim placements, which take no allowed set."""
-    if allowed is None:
-        return excluded
-    outside = frozenset(n for n in placer.snapshot.names() if n not in allowed)
-    return outside | excluded if excluded else outside

@@ -16,6 +16,8 @@ from scheduler.placement import (
     Snapshot,
     TopologyConstraint,
     default_scoring,
+    excluding_outside,
+    member_domains,
     place_gang,
     place_most_in_one_domain,
     placed_domain,
@@ -328,3 +330,24 @@ def test_most_in_one_domain_is_not_ok_when_not_even_the_first_fits(placer_for: P
     assert not result.ok
     assert result.assignments == {}
     assert result.reason.startswith(f"no {RACK} domain holds the whole pod group")
+
+
+def test_member_domains_confine_later_members_to_the_placed_ones_domain():
+    snap = snapshot(
+        make_node("a1", labels={RACK: "r1"}),
+        make_node("a2", labels={RACK: "r1"}),
+        make_node("b1", labels={RACK: "r2"}),
+    )
+    required = TopologyConstraint(label=RACK)
+    preferred = TopologyConstraint(label=RACK, required=False)
+    r1 = frozenset({"a1", "a2"})
+    assert member_domains(snap, None, ["a1"]) == [None]
+    assert member_domains(snap, required, []) == [None]  # the first members choose
+    assert member_domains(snap, required, ["a2"]) == [r1]
+    assert member_domains(snap, preferred, ["a2"]) == [r1, None]  # there first, then anywhere
+    assert member_domains(snap, preferred, ["a1", "b1"]) == [None]
+    spread = member_domains(snap, required, ["a1", "b1"])
+    assert spread == f"its placed members are in 2 {RACK} domains (r1, r2), not one"
+    assert excluding_outside(snap, None, r1) == {"b1"}
+    assert excluding_outside(snap, {"a1"}, r1) == {"a1", "b1"}
+    assert excluding_outside(snap, {"a1"}, None) == {"a1"}

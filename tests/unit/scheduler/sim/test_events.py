@@ -227,6 +227,17 @@ def test_a_required_clique_keeps_the_gang_waiting_until_one_clique_holds_it():
         assert result.domains[CLIQUE_LABEL]["gangsSpanning"] == 1 - within
 
 
+def test_a_gangs_later_replicas_stay_in_its_required_clique():
+    """A gang of 6 x 2 GPUs, minMember 2, in clique uuid.0 or uuid.1 (8 GPUs each): its first
+    two start in one clique, two more fit there; the last two never start under `required`,
+    though the other clique is empty (spread would put them there), and do without it."""
+    gang = job("gang", 0.0, 2, replicas=6, min_member=2, duration=None)
+    for topology, never in ((None, 0), (TopologyConstraint(label=CLIQUE_LABEL), 2)):
+        result = run_events(TWO_CLIQUES, Workload((replace(gang, topology=topology),)), "spread", 1)
+        assert sum(result.failed.values()) == never
+        assert result.jobs_placed == (1 if never == 0 else 0)
+
+
 def test_the_timeline_goes_on_to_the_last_departure_with_the_window_figures_unchanged():
     workload = Workload((job("a", 0.0, 4, duration=500.0), job("b", 100.0, 0, duration=0.0)))
     result = run_events(TWO_NODES, workload, "spread", 1)

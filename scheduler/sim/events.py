@@ -36,7 +36,7 @@ from functools import partial
 
 from agent.model import MILLI_PER_GPU
 from scheduler.config import DEFAULT_TOPOLOGY_LEVELS, SchedulerConfig, load_config
-from scheduler.placement import Assignment, PodRequest, excluding_outside, member_domains
+from scheduler.placement import Assignment, PodRequest, member_domains
 from scheduler.placement.fgd import Fragmentation, PodShape, TypicalPod, typical_pods
 from scheduler.placement.shares import placed_milli as milli
 from scheduler.preemption import PreemptionSettings, Preemptor
@@ -284,9 +284,8 @@ class _EventRun:
         excluded: AbstractSet[str] | None,
     ) -> Assignment | None:
         """The policy's node for `pod` in the first of `confined` that holds it, off `excluded`."""
-        snapshot = self.scheduler.cluster.snapshot
         for allowed in confined:
-            found = self.scheduler.choose(pod, excluding_outside(snapshot, excluded, allowed))
+            found = self.scheduler.choose(pod, excluded, allowed)
             if found is not None:
                 return found
         return None

@@ -29,6 +29,7 @@ from scheduler.placement import (
     Scoring,
     TopologyConstraint,
     WeightedScore,
+    excluding_outside,
     place_gang,
 )
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
@@ -118,23 +119,32 @@ class SimScheduler:
         self._sim_claims: SimClaims | None = None
 
     def choose(
-        self, pod: PodRequest, excluded: AbstractSet[str] | None = None
+        self,
+        pod: PodRequest,
+        excluded: AbstractSet[str] | None = None,
+        allowed: frozenset[str] | None = None,
     ) -> Assignment | None:
-        """Where `pod` would go, never on `excluded` (nodes held for others; nothing is bound)."""
+        """Where `pod` would go, never on `excluded` (nodes held for others) and only on `allowed`
+        (None: any node); nothing is bound."""
         claims = self.claims.get(pod.key)
         if claims:
             if self._sim_claims is None:
                 self._sim_claims = SimClaims(self.placer)
-            return self._sim_claims.choose(pod, claims, excluded)
+            off = excluding_outside(self.cluster.snapshot, excluded, allowed)
+            return self._sim_claims.choose(pod, claims, off)
         if self.policy.uniform:
             names = self.placer.feasible(pod)
-            if excluded:
-                names = [n for n in names if n not in excluded]
+            if excluded or allowed is not None:
+                names = [
+                    n
+                    for n in names
+                    if not (excluded and n in excluded) and (allowed is None or n in allowed)
+                ]
             if not names:
                 return None
             assignment = self.placer.assignment_on(pod, self.rng.choice(names))
         else:
-            assignment = self.placer.best_assignment(pod, excluded=excluded)
+            assignment = self.placer.best_assignment(pod, allowed=allowed, excluded=excluded)
         if assignment is None or not pod.gpu_milli or self.policy.share_gpu is None:
             return assignment
         node = self.cluster.snapshot.node(assignment.node)

@@ -347,16 +347,20 @@ class GangTracker:
     ) -> tuple[Binds, str]:
         """Place and assume pending members: (what was placed, why the others were not).
 
-        Before `minMember` are bound it is all pending members or none (`place_gang`); after, each
-        member on its own; never on `excluded` (nodes held for other units). Under a topology
-        constraint, members go to the domain the members holding places are in (`_confined`); a
-        `basic` group with none placed starts where most of its pending pods fit.
+        Before `minMember` are bound: every pending member together (`place_gang`); if they do
+        not all fit, the first of them that make up `minMember` together, and then the others
+        each on its own as room allows (as Coscheduling and kube-scheduler let a gang start
+        with its minimum); else none. After, each member on its own. Never on `excluded` (nodes
+        held for other units). Under a topology constraint, members go to the domain the
+        members holding places are in (`_confined`); a `basic` group with none placed starts
+        where most of its pending pods fit.
         """
         placer = self._live_placer()
-        bound = sum(1 for m in members if holds_place(m))
-        confined = self._confined(placer, group, members)
+        held = [m.node for m in members if holds_place(m) and m.node is not None]
+        confined = self._confined(placer, group, held)
         if isinstance(confined, str):
             return [], confined
+        bound = len(held)
         if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
             if group.basic and not bound and group.topology is not None:
                 return self._start_in_one_domain(placer, group.topology, pending, excluded)
@@ -366,13 +370,27 @@ class GangTracker:
             placed, why = self._place_together(placer, group, bound, pending, excluded, allowed)
             if placed:
                 return placed, ""
+        need = group.min_member - bound
+        if len(pending) <= need:
+            return [], why
+        for allowed in confined:  # the minimum first, then the rest as room allows
+            placed, _ = self._place_together(
+                placer, group, bound, pending[:need], excluded, allowed
+            )
+            if placed:
+                nodes = [*held, *(a.node for _, a in placed)]
+                rest = self._confined(placer, group, nodes)
+                if isinstance(rest, str):
+                    return placed, rest
+                more, left = self._place_each(placer, pending[need:], excluded, rest)
+                return placed + more, left
         return [], why
 
     def _confined(
-        self, placer: Placer, group: GroupInfo, members: Sequence[PodInfo]
+        self, placer: Placer, group: GroupInfo, nodes: Sequence[str]
     ) -> list[frozenset[str] | None] | str:
-        """Where members may go, in the order to try (`member_domains`), or why nowhere."""
-        nodes = [m.node for m in members if holds_place(m) and m.node is not None]
+        """Where members may go, in the order to try (`member_domains`, `nodes` those its
+        members hold), or why nowhere."""
         confined = member_domains(placer.snapshot, group.topology, nodes)
         return f"{group.title}: {confined}" if isinstance(confined, str) else confined
 

@@ -194,6 +194,35 @@ def test_members_beyond_min_member_are_placed_after_the_gang(fake_api, core_v1, 
     assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 
 
+def test_a_gang_with_more_pods_than_fit_starts_with_its_minimum(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    with running(fake_api):
+        for i in range(5):  # all five pending when the group comes: 10 GPUs, 8 on the node
+            create_pod(core_v1, gang_pod(f"g-{i}", "g", gpus=2))
+        wait_for(lambda: scheduled_condition(fake_api, "g-4"), 5, "the pods wait for the group")
+        create_podgroup(custom_objects, podgroup("g", 2))
+        wait_for(lambda: len(bound_pods(fake_api)) == 4, 5, "the minimum and two more bound")
+
+        def reason() -> str:
+            return str((scheduled_condition(fake_api, "g-4") or {}).get("message", ""))
+
+        message = wait_for(lambda: reason().startswith("0/1") and reason(), 5, "g-4's reason")
+    assert set(bound_pods(fake_api)) == {"g-0", "g-1", "g-2", "g-3"}  # the oldest first
+    assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+
+
+def test_a_gang_whose_minimum_does_not_fit_places_none(fake_api, core_v1, custom_objects):
+    gpu_node(fake_api, "n1", gpus=8)
+    with running(fake_api) as rt:
+        for i in range(3):  # the minimum, two of them, takes 10 GPUs
+            create_pod(core_v1, gang_pod(f"g-{i}", "g", gpus=5))
+        create_podgroup(custom_objects, podgroup("g", 2))
+        wait_for(lambda: scheduled_condition(fake_api, "g-2"), 5, "the gang waits")
+        time.sleep(0.5)  # tried again meanwhile: still nothing
+        rt.reporter.flush()
+    assert bound_pods(fake_api) == {}
+
+
 class BindLog:
     """Samples the fake's request log every few ms: when each pod's first binding POST appeared."""
 

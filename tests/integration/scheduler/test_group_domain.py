@@ -150,3 +150,28 @@ def test_a_replacement_for_a_lost_member_goes_back_to_the_gangs_rack(
         create_pod(core_v1, _gang_pod("r-0", "g", gpus=1))
         wait_for(lambda: "r-0" in bound_pods(fake_api), 5, "the replacement bound")
     assert _rack_of(fake_api, "r-0") == "r2"
+
+
+def test_a_gang_that_starts_with_its_minimum_keeps_the_rest_in_its_rack(
+    fake_api, core_v1, custom_objects
+):
+    gpu_node(fake_api, "a1", gpus=8, labels={RACK: "r1"})
+    gpu_node(fake_api, "b1", gpus=4, labels={RACK: "r2"})
+    with running(fake_api):
+        for i in range(4):  # 16 GPUs: no rack holds all; r1 holds the minimum, two of them
+            create_pod(core_v1, _gang_pod(f"g-{i}", "g", gpus=4))
+        wait_for(lambda: scheduled_condition(fake_api, "g-3"), 5, "the pods wait for the group")
+        annotations = {"gputopo.io/topology-required": RACK}
+        create_podgroup(custom_objects, podgroup("g", 2, annotations=annotations))
+        wait_for(lambda: {"g-0", "g-1"} <= set(bound_pods(fake_api)), 5, "the minimum bound")
+        message = wait_for(
+            lambda: (
+                REASON_OUTSIDE_DOMAIN
+                in (scheduled_condition(fake_api, "g-2") or {}).get("message", "")
+            ),
+            5,
+            "g-2 waits for room in r1",
+        )
+    assert message
+    assert set(bound_pods(fake_api)) == {"g-0", "g-1"}  # r2's 4 free GPUs stay unused
+    assert {_rack_of(fake_api, "g-0"), _rack_of(fake_api, "g-1")} == {"r1"}

@@ -6,7 +6,8 @@ created waits with nothing bound and nothing held (a 6-GPU pod binds meanwhile);
 brings the 4 x 1 GPU gang in at once. A gang of 4 x 4 GPUs (minCount 4), of which one pod would
 fit, stays all Pending with nothing bound, and says why in its PodGroupInitiallyScheduled
 condition. A topology key the node carries (`gputopo.io/rack`) lets a gang bind inside that one
-rack, and a `basic` group's pods one by one; a key it lacks keeps the gang waiting."""
+rack, and a `basic` group's pods one by one; a key it lacks keeps the gang waiting. A gang with
+more pods than fit starts with its minimum, under gputopo as under kube-scheduler."""
 
 from __future__ import annotations
 
@@ -143,6 +144,25 @@ def test_kube_scheduler_binds_the_same_objects(cluster: Cluster, agent, schedule
         assert condition(cluster, "theirs")["reason"] == condition(cluster, "ours")["reason"]
     finally:
         clean(cluster, ours + theirs, ["ours", "theirs"])
+
+
+@pytest.mark.parametrize("scheduler_name", [SCHEDULER, None], ids=["gputopo", "kube-scheduler"])
+def test_a_gang_with_more_pods_than_fit_starts_with_its_minimum(
+    cluster: Cluster, agent, scheduler, scheduler_name: str | None
+) -> None:
+    """Three pods of 3 GPUs, minCount 2, on the node's 6 GPUs, all pending when the PodGroup
+    comes: two bind and the third waits, under gputopo as under kube-scheduler."""
+    pods = [f"elastic-{i}" for i in range(3)]
+    try:
+        create(cluster, *(member(n, "elastic", 3, scheduler=scheduler_name) for n in pods))
+        time.sleep(2)  # the pods wait for their PodGroup
+        assert nodes_of(cluster, pods) == [None, None, None]
+        create(cluster, podgroup("elastic", 2))
+        wait_until(lambda: sum(map(bool, nodes_of(cluster, pods))) == 2, 90, "two to bind")
+        time.sleep(3)
+        assert sum(map(bool, nodes_of(cluster, pods))) == 2  # the third waits for room
+    finally:
+        clean(cluster, pods, ["elastic"])
 
 
 def job(name: str, group: str, pods: int) -> dict[str, Any]:

@@ -212,19 +212,27 @@ class GangTracker:
                 category, message = blocked or ("gang", "")
                 return self._park(unit, pending, category, message)
             quota = self._quota.problem(pending)
+            trying = pending
             if quota is not None:
-                return self._unfit(unit, pending, group, quota, admitted=False)
-            placed, left, category = self._place_admitted(unit, group, members, pending)
+                minimum = _minimum(group, members, pending)
+                if len(minimum) == len(pending) or self._quota.problem(minimum) is not None:
+                    return self._unfit(unit, pending, group, quota, admitted=False)
+                trying = minimum  # the queue admits the gang's minimum: start with that
+            placed, left, category = self._place_admitted(unit, group, members, trying)
             if not placed:
                 admitted = category != QUEUE_CATEGORY
                 return self._unfit(unit, pending, group, (category, left), admitted=admitted)
+            waits_for = "unschedulable"
+            if quota is not None and not left:  # the others wait for room in the queue
+                waits_for = quota[0]
+                left = f"{quota[1]}: {group.title} starts with its {group.min_field}"
             self._preemption.placed(unit)
             state = self._state(group)
             if state.bind_started is None:
                 state.bind_started = self._clock()
                 state.start_stamp = state.start_stamp or now_rfc3339()
             if left:  # a complete gang's extra members: some fit now, the rest wait
-                self._mark([m for m in pending if m.node is None], left, "unschedulable")
+                self._mark([m for m in pending if m.node is None], left, waits_for)
                 self._queue.unschedulable(unit)
             else:
                 self._queue.done(unit)
@@ -241,27 +249,31 @@ class GangTracker:
         *,
         admitted: bool,
     ) -> str:
-        """The gang cannot start (capacity, or a max on its path): it may preempt. A gang with
-        `minMember` bound places its extra members alone and never preempts for them. A gang
+        """The gang cannot start (capacity, or a max on its path): it may preempt, for room for
+        its minimum (`_minimum`: its oldest pending members up to `minMember`; the others come
+        as room allows). A gang with `minMember` bound places its extra members alone and never
+        preempts for them. A gang
         whose members have ResourceClaims preempts with its claims decided together
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
         (`ClaimCharges.claimed`); not while a member waits for a claim."""
         category, message = problem
-        bound = sum(1 for m in self._cache.members(unit.key) if holds_place(m))
+        members = self._cache.members(unit.key)
+        bound = sum(1 for m in members if holds_place(m))
+        wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
         devices, claimed = None, None
-        if any(has_claims(m.obj) for m in pending):
+        if any(has_claims(m.obj) for m in wanted):
             refusal = self._claim_refusals.get(unit.key)
             if refusal is None or refusal.room or refusal.quota:
-                devices = self._charges.gang_room(pending, group.topology)
+                devices = self._charges.gang_room(wanted, group.topology)
             if devices is None:
                 return self._park(unit, pending, category, message)
-            claimed = self._charges.claimed(pending)
+            claimed = self._charges.claimed(wanted)
             if refusal is not None and refusal.quota:
                 category, admitted = QUEUE_CATEGORY, False
         if bound < group.min_member and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
                 unit,
-                pending,
+                wanted,
                 group,
                 message,
                 admitted=admitted,
@@ -619,3 +631,10 @@ def _progress(state: GangState | None) -> GangProgress:
 def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
     meta = group.obj.get("metadata") or {}
     return (group.uid, group.obj.get("spec"), meta.get("annotations"))
+
+
+def _minimum(group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo]) -> list[PodInfo]:
+    """The oldest pending members that bring a gang to `minMember` (all of `pending` when it
+    takes them all, when `minMember` is bound already, or for a `basic` group)."""
+    need = group.min_member - sum(1 for m in members if holds_place(m))
+    return pending[:need] if not group.basic and 0 < need < len(pending) else pending

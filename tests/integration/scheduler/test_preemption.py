@@ -112,6 +112,21 @@ class Cluster:
                 self.fake.start_pod(pod["metadata"]["name"], ns)
         self.fake.settle_pdb(name, ns)
 
+    def replace_queue_a(self, **limits: Any) -> None:
+        """Queue `a` (team-a's) again, with `limits` (`queue_body`'s gpu_min, gpu_max)."""
+        self.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
+        create_queue(self.custom, queue_body("a", namespaces=["team-a"], **limits))
+
+    def elastic_gang(self, gpus: int, **kw: Any) -> None:
+        """Pods e0, e1, e2 of `gpus` GPUs, all pending when their PodGroup `elastic` (minMember 2)
+        comes; returns once e0 and e1, its minimum, are bound."""
+        for i in range(3):
+            self.pod(f"e{i}", gpus=gpus, labels={GANG_LABEL: "elastic"}, **kw)
+        wait_for(lambda: self.reason("e2"), 10, "the pods wait for their group")
+        create_podgroup(self.custom, podgroup("elastic", 2, namespace="team-a"))
+        bound = lambda: {"e0", "e1"} <= set(bound_pods(self.fake, "team-a"))  # noqa: E731
+        wait_for(bound, 20, "the minimum bound")
+
     def priority_class(self, name: str, value: int, **extra: Any) -> None:
         client.SchedulingV1Api(self.core.api_client).create_priority_class(
             {"metadata": {"name": name}, "value": value, **extra}
@@ -253,8 +268,7 @@ def test_a_nomination_its_preemptor_cannot_use_ends_after_the_timeout(cluster):
 # -- (2) reclaim ----------------------------------------------------------------------------------
 def test_a_queue_within_its_guarantee_reclaims_what_another_borrows(cluster):
     c = cluster
-    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
-    create_queue(c.custom, queue_body("a", gpu_min=8, gpu_max=16, namespaces=["team-a"]))
+    c.replace_queue_a(gpu_min=8, gpu_max=16)
     create_queue(c.custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
     with running(c.fake, config=config()) as runtime:
         a_pods = c.fill(16)
@@ -314,10 +328,32 @@ def test_a_gang_preemptor_is_nominated_member_by_member_and_binds_whole(cluster)
     assert len(c.deleted()) == 16
 
 
+def test_an_elastic_gang_evicts_for_its_minimum_only(cluster):
+    """16 GPUs taken; a gang of minMember 2 with three 8-GPU pods: room for all three cannot be
+    made, room for its minimum can. Two nodes' low pods go, two members bind, one waits."""
+    c = cluster
+    with running(c.fake, config=config()):
+        c.fill(16)
+        c.elastic_gang(8, priorityClassName="high")
+        time.sleep(0.5)
+    assert len(c.deleted()) == 16
+    assert "e2" not in bound_pods(c.fake, "team-a")
+
+
+def test_an_elastic_gang_over_its_queue_max_starts_with_the_minimum_the_max_admits(cluster):
+    c = cluster
+    c.replace_queue_a(gpu_max=8)
+    with running(c.fake, config=config()):
+        c.elastic_gang(4)  # 12 GPUs asked, 8 allowed: the minimum, 8, is
+        over = "queue a: nvidia.com/gpu 8 used + 4 requested > max 8"
+        wait_for(lambda: c.reason("e2") == over, 10, "e2 held back by the max")
+        time.sleep(0.5)
+    assert "e2" not in bound_pods(c.fake, "team-a")
+
+
 def test_a_pod_held_back_by_its_queue_max_preempts_in_its_own_queue(cluster):
     c = cluster
-    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
-    create_queue(c.custom, queue_body("a", gpu_max=4, namespaces=["team-a"]))
+    c.replace_queue_a(gpu_max=4)
     with running(c.fake, config=config()):
         low = c.fill(4)
         c.pod("urgent", gpus=1, priorityClassName="high")
@@ -513,8 +549,7 @@ def test_a_starvation_hold_gives_way_to_reclaim(cluster, caplog):
     off the node) starts there. A hold shows nowhere in the API, so its end is read from the
     scheduler's log (its own nomination would let team-b's pod start there in any case)."""
     c = cluster
-    c.custom.delete_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", "a")
-    create_queue(c.custom, queue_body("a", gpu_min=8, gpu_max=24, namespaces=["team-a"]))
+    c.replace_queue_a(gpu_min=8, gpu_max=24)
     create_queue(c.custom, queue_body("b", gpu_min=8, gpu_max=16, namespaces=["team-b"]))
     caplog.set_level("INFO", logger="scheduler.runtime.preempting.nominating")
     settings = config(enabled=False, reclaim=True, starvation_seconds=1.0)

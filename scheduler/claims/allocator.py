@@ -263,10 +263,14 @@ class ClaimAllocator:
         usage: Usage,
         changes: NodeChanges | None,
     ) -> GangDecision:
+        """The pods largest first (`_devices_asked`; ties in their order), as placement places
+        a gang: a big pod placed after small ones may find every node partly taken where the
+        other order fits all. The decisions come back in `pods`' order."""
         usage = usage.copy()
         allocated: dict[ClaimKey, ResourceClaim] = {}
-        decisions = []
-        for pod in pods:
+        decisions: dict[int, PodDecision] = {}
+        for at in sorted(range(len(pods)), key=lambda i: -_devices_asked(pods[i])):
+            pod = pods[at]
             claims = tuple(allocated.get(c.key, c) for c in pod.claims)
             decision = self.place(replace(pod, claims=claims), nodes, usage, changes=changes)
             if decision.node is None:
@@ -276,8 +280,8 @@ class ClaimAllocator:
                 if made.new:
                     usage.add(made.allocation.devices)
                     allocated[made.claim.key] = replace(made.claim, allocation=made.allocation)
-            decisions.append(decision)
-        return GangDecision(pods=tuple(decisions))
+            decisions[at] = decision
+        return GangDecision(pods=tuple(decisions[i] for i in range(len(pods))))
 
 
 def _split(claims: Sequence[ResourceClaim]) -> tuple[list[ResourceClaim], list[ResourceClaim]]:
@@ -320,3 +324,22 @@ def _incomplete(
             text = f"claim {claim} request {alt.name}: pool {dev.id.pool} is incomplete {where}"
             return Miss(text, (80, 0))
     return None
+
+
+_EVERY_DEVICE = 1 << 20
+"""What an `All` request counts as in `_devices_asked`: more than any count."""
+
+
+def _devices_asked(pod: PodClaims) -> int:
+    """How many devices the pod's claims not yet allocated ask (each request's first
+    alternative; `All` counts as more than any count): the order a gang is placed in."""
+    total = 0
+    for claim in pod.claims:
+        if claim.allocation is not None:
+            continue
+        for request in claim.spec.requests:
+            first = request.alternatives[0] if request.alternatives else None
+            if first is None:
+                continue
+            total += _EVERY_DEVICE if first.mode is AllocationMode.ALL else first.count
+    return total

@@ -136,5 +136,21 @@ class ClaimChargesMachine(RuleBasedStateMachine):
         assert self.book.usage().exclusive == seen
 
 
+def test_claims_that_fit_empty_nodes_only_largest_first_are_charged():
+    """Hypothesis's find: with pods holding CPU on both nodes, claims of 1, 5 and 8 GPUs placed
+    in that order took a GPU of each node and left none whole for the 8 (charged nothing);
+    largest first they fit (8 | 5 + 1)."""
+    machine = ClaimChargesMachine()
+    machine.place_one(gpus=4)
+    machine.claimed_is_what_the_claims_take_on_empty_nodes(sizes=[1])
+    machine.claimed_is_what_the_claims_take_on_empty_nodes(sizes=[1])
+    machine.place_one(gpus=3)
+    machine.place_gang(gpus=2, members=2)
+    machine.placed.discard("p1")
+    assert machine.charges.forget(machine.cache.pods["ns/p1"].key)
+    machine.claimed_is_what_the_claims_take_on_empty_nodes(sizes=[1, 5, 8])
+    machine.no_device_twice_and_each_on_its_pods_node()
+
+
 TestClaimCharges = ClaimChargesMachine.TestCase
 TestClaimCharges.settings = settings(max_examples=25, stateful_step_count=12, deadline=None)

@@ -177,20 +177,30 @@ def place_most_in_one_domain(
     placer: Placer,
     topology: TopologyConstraint,
     *,
+    least: int = 1,
     excluded: AbstractSet[str] | None = None,
+    min_resources: Mapping[str, int] | None = None,
 ) -> GangPlacement:
-    """The longest prefix of `pods` (in their order) that one domain holds, placed as a gang
-    (`place_gang`): every pod when they all fit; else found by halving (each try a gang
-    placement); not ok, with the whole group's reason, when not even the first fits."""
-    whole = place_gang(pods, placer, topology=topology, excluded=excluded)
+    """The longest prefix of `pods` (in their order), of at least `least` pods (a gang's
+    minimum), that one domain holds, placed as a gang (`place_gang`, with `min_resources`):
+    every pod when they all fit; else found by halving (each try a gang placement); not ok,
+    with the whole group's reason, when not even `least` of them fit."""
+    whole = place_gang(
+        pods, placer, topology=topology, excluded=excluded, min_resources=min_resources
+    )
     if whole.ok:
         return whole
     best: GangPlacement | None = None
-    low, high = 1, len(pods) - 1
+    low, high = max(1, least), len(pods) - 1
     while low <= high:
         middle = (low + high) // 2
         tried = place_gang(
-            pods[:middle], placer, topology=topology, excluded=excluded, reasons=False
+            pods[:middle],
+            placer,
+            topology=topology,
+            excluded=excluded,
+            min_resources=min_resources,
+            reasons=False,
         )
         if tried.ok:
             best, low = tried, middle + 1

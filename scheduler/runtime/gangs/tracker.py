@@ -385,6 +385,12 @@ class GangTracker:
         need = group.min_member - bound
         if len(pending) <= need:
             return [], why
+        topology = group.topology
+        if topology is not None and topology.required and not bound and not _claims(pending):
+            # kube-scheduler 1.37 too takes the domain that holds the most of the gang's pods
+            return self._start_in_one_domain(
+                placer, topology, pending, excluded, least=need, min_resources=group.min_resources
+            )
         for allowed in confined:  # the minimum first, then the rest as room allows
             placed, _ = self._place_together(
                 placer, group, bound, pending[:need], excluded, allowed
@@ -466,12 +472,17 @@ class GangTracker:
         topology: TopologyConstraint,
         pending: list[PodInfo],
         excluded: AbstractSet[str] | None,
+        *,
+        least: int = 1,
+        min_resources: Mapping[str, int] | None = None,
     ) -> tuple[Binds, str]:
-        """A `basic` group with a topology constraint and no member placed: as many pending pods
-        as one domain holds go there (`place_most_in_one_domain`), the rest each on its own in
-        that domain. With ResourceClaims, the first pod's node chooses the domain."""
+        """A group with a required topology constraint and no member placed (a `basic` one, or
+        a gang whose pending pods do not all fit one domain): as many pending pods as one domain
+        holds, at least `least`, go there (`place_most_in_one_domain`), the rest each on its own
+        in that domain. With ResourceClaims (`basic` only), the first pod's node chooses the
+        domain."""
         domains = placer.snapshot.domains(topology.label)
-        if any(has_claims(m.obj) for m in pending):
+        if _claims(pending):
             labelled = frozenset(n for d in domains.values() for n in d.members())
             if not labelled:
                 return [], f"no node has the topology label {topology.label}"
@@ -483,7 +494,12 @@ class GangTracker:
             value = placer.snapshot.node(first.node).labels.get(topology.label)
         else:
             result = place_most_in_one_domain(
-                [m.request for m in pending], placer, topology, excluded=excluded
+                [m.request for m in pending],
+                placer,
+                topology,
+                least=least,
+                excluded=excluded,
+                min_resources=min_resources,
             )
             if not result.ok:
                 return [], result.reason
@@ -638,3 +654,8 @@ def _minimum(group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo
     takes them all, when `minMember` is bound already, or for a `basic` group)."""
     need = group.min_member - sum(1 for m in members if holds_place(m))
     return pending[:need] if not group.basic and 0 < need < len(pending) else pending
+
+
+def _claims(pods: Sequence[PodInfo]) -> bool:
+    """Whether any of `pods` uses ResourceClaims (placed through `ClaimCharges`)."""
+    return any(has_claims(m.obj) for m in pods)

@@ -4,6 +4,8 @@ the domain its placed members are in, as kube-scheduler 1.37 keeps them."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from scheduler.placement.pick import REASON_OUTSIDE_DOMAIN
@@ -175,3 +177,22 @@ def test_a_gang_that_starts_with_its_minimum_keeps_the_rest_in_its_rack(
     assert message
     assert set(bound_pods(fake_api)) == {"g-0", "g-1"}  # r2's 4 free GPUs stay unused
     assert {_rack_of(fake_api, "g-0"), _rack_of(fake_api, "g-1")} == {"r1"}
+
+
+def test_a_gang_that_fits_no_rack_whole_starts_in_the_rack_that_holds_most_of_it(
+    fake_api, core_v1, custom_objects
+):
+    gpu_node(fake_api, "a1", gpus=8, labels={RACK: "r1"})  # the tightest for the minimum
+    gpu_node(fake_api, "b1", gpus=8, labels={RACK: "r2"})
+    gpu_node(fake_api, "b2", gpus=8, labels={RACK: "r2"})
+    with running(fake_api):
+        names = [f"g-{i}" for i in range(5)]
+        for name in names:  # 20 GPUs: r2 holds four of them, r1 two
+            create_pod(core_v1, _gang_pod(name, "g", gpus=4))
+        wait_for(lambda: scheduled_condition(fake_api, "g-4"), 5, "the pods wait for the group")
+        annotations = {"gputopo.io/topology-required": RACK}
+        create_podgroup(custom_objects, podgroup("g", 2, annotations=annotations))
+        wait_for(lambda: len(bound_pods(fake_api)) == 4, 5, "four bound")
+        time.sleep(0.3)
+    assert set(bound_pods(fake_api)) == set(names[:4])  # the oldest first
+    assert {_rack_of(fake_api, n) for n in names[:4]} == {"r2"}

@@ -321,6 +321,11 @@ def test_most_in_one_domain_takes_the_longest_prefix_one_domain_holds(placer_for
     whole = place_most_in_one_domain(group[:1], placer_for(snap), required)
     assert whole.ok
     assert whole.domain == "r1"  # the tightest domain that holds it all
+    assert place_most_in_one_domain(group, placer_for(snap), required, least=3).ok
+    too_many = place_most_in_one_domain(group, placer_for(snap), required, least=4)
+    assert not too_many.ok  # a gang's minimum of 4 fits no rack
+    assert too_many.assignments == {}
+    assert state(snap) == before
 
 
 def test_most_in_one_domain_is_not_ok_when_not_even_the_first_fits(placer_for: PlacerFor):

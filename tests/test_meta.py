@@ -5,7 +5,7 @@
   lives in tests/builders/ (or tests/fakeapi/, the one Kubernetes fake);
 - a test module sits where it mirrors the package it tests: tests/unit/<pkg>/... or
   tests/integration/<pkg>/..., each folder below <pkg> an existing subpackage of it; a tier that
-  tests the whole product against real parts (tests/realk8s/) is a folder of its own.
+  tests the whole product against real parts (tests/realk8s/, tests/gpu/) is a folder of its own.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ MIRRORED = {
 SUITE_WIDE = {TESTS / "test_meta.py", TESTS / "test_docs.py"}
 """Test modules about the suite, or the repository's docs, as a whole: allowed at the top of
 tests/."""
-TIERS = {TESTS / "realk8s"}
+TIERS = {TESTS / "realk8s", TESTS / "gpu"}
 """Folders of tiers that test the product as a whole against real parts (not one package)."""
 
 

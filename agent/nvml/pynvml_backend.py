@@ -211,10 +211,12 @@ class PynvmlBackend:
             )
 
     def _reserved_mib(self, handle: Any) -> int:
-        """NVML's reserved memory (`nvmlDeviceGetMemoryInfo_v2`); 0 where this pynvml or
-        driver has no v2."""
+        """NVML's reserved memory (`nvmlDeviceGetMemoryInfo_v2`) in MiB rounded up, as
+        `nvidia-smi` shows it (an H200 reserves 615.x MiB: 616), so the usable memory that DRA
+        publishes and shares split never counts a part MiB the driver keeps; 0 where this
+        pynvml or driver has no v2."""
         info = self._memory_v2(handle)
-        return 0 if info is None else int(info.reserved) >> 20
+        return 0 if info is None else -(-int(info.reserved) >> 20)
 
     def _memory_v2(self, handle: Any) -> Any:
         version = getattr(self.nvml, "nvmlMemory_v2", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
@@ -342,3 +343,20 @@ def test_reserved_memory_comes_from_memory_info_v2_and_shares_split_what_is_left
     assert (v2.total, v2.reserved, v2.free) == (81920 << 20, 559 << 20, (81920 - 559) << 20)
     with pytest.raises(NotImplementedError, match="version 3"):
         fake.nvmlDeviceGetMemoryInfo(handle, 3)
+
+
+def test_reserved_memory_rounds_up_to_whole_mib(backend_for: BackendFor, monkeypatch) -> None:
+    """An H200's driver reserves 615.x MiB; nvidia-smi shows 616 and so does the inventory, so
+    the usable memory is never over by the part MiB (seen on a real H200, tests/gpu)."""
+    backend, fake = backend_for(node_doc(gpus=1))
+    exact = fake.nvmlDeviceGetMemoryInfo
+
+    def reserving(handle, version=None):
+        info = exact(handle, version)
+        if version is None:
+            return info
+        return replace(info, reserved=(615 << 20) + 4096, free=info.free - (615 << 20) - 4096)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetMemoryInfo", reserving)
+    (gpu,) = backend.gpus()
+    assert (gpu.memory_reserved_mib, gpu.usable_memory_mib) == (616, gpu.memory_mib - 616)

@@ -26,6 +26,7 @@ import yaml
 
 from tests.builders.commands import clean_env, command
 from tests.builders.process import ROOT, CommandProcess
+from tests.builders.wait import wait_for
 
 SCRIPTS = ROOT / "scripts" / "realk8s"
 RUN_DIR = Path(os.environ.get("REALK8S_RUN", "/tmp/gputopo-realk8s"))
@@ -48,14 +49,8 @@ def unavailable() -> str | None:
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.25)
+    """`wait_for`, polling a real cluster every 0.25 s."""
+    return wait_for(predicate, timeout_s, what, interval_s=0.25)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import micro_time
 from scheduler.runtime.loop import LoopSettings
 from scheduler.runtime.pending import SchedulingQueue
+from tests.builders.wait import wait_for
 from tests.fakeapi import FakeApiServer
 
 NAME = "gputopo-scheduler"
@@ -88,18 +89,6 @@ def hold_lease(fake: FakeApiServer, holder: str, duration_s: int = 3600) -> None
             },
         },
     )
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until truthy; AssertionError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def gpu_node(

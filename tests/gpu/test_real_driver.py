@@ -26,14 +26,17 @@ import pytest
 from kubernetes import client
 
 from agent.dra import DRIVER, GROUP, SLICES, VERSION
+from agent.inventory import discover
+from agent.load_sampler import LoadSampler
 from agent.nvml.fixture import load_fixture, to_document
+from agent.nvml.pynvml_backend import open_backend
 from deviceplugin.testing.dra_kubelet import DraKubelet
 from deviceplugin.testing.kubelet import KubeletEmulator
 from tests.builders.dra import allocation_status, make_claim
 from tests.builders.fakeapi import make_pod
 from tests.builders.nvml import HAS_DRIVER
 from tests.builders.process import ROOT, CommandProcess, module_argv
-from tests.builders.scheduler import wait_for
+from tests.builders.wait import wait_for
 from tests.fakeapi import FakeApiServer
 
 NODE = "gpu-node"
@@ -269,13 +272,19 @@ CLIENT = textwrap.dedent(
 )
 
 
+def _cuda_env() -> dict[str, str]:
+    """The environment of a CUDA client: the machine's own Python (PyTorch), not the wheels
+    this tier carries."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _run_as_container(edits: dict[str, Any]) -> dict[str, str]:
     """`CLIENT` with the CDI edits applied as a runtime would: their environment, and their
     mounts (bind mounts in a mount namespace of its own)."""
     binds = " && ".join(
         f"mount --bind {m['hostPath']} {m['containerPath']}" for m in edits.get("mounts", [])
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env = _cuda_env()
     env.update(line.split("=", 1) for line in edits["env"])
     script = f"{binds or 'true'} && exec python3 -c '{CLIENT}'"
     done = subprocess.run(
@@ -325,3 +334,59 @@ def test_a_dra_share_under_mps_is_held_to_the_memory_its_allocation_gave(fake_ap
         code = mps.stop()
         print("mps log:", "\n".join(mps.lines[-20:]))
     assert code == 0
+
+
+BUSY = textwrap.dedent(
+    """
+    import sys, time, torch
+    held = torch.ones(20 * 2**30, dtype=torch.uint8, device="cuda")
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    print("busy", flush=True)
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+    """
+)
+
+
+@needs_driver
+@pytest.mark.timeout(180)
+def test_the_load_sampler_reads_a_busy_gpu_then_lets_it_go_idle():
+    """What load-aware placement reads (the NRT's memoryUsedMiB, smPercent, powerW): a client
+    holding 20 GiB and multiplying bf16 matrices, then nothing."""
+    backend = open_backend(None)
+    client: subprocess.Popen[str] | None = None
+    try:
+        sampler = LoadSampler(backend, lambda: discover(backend), window_s=6.0)
+        idle_before = sampler()[0]
+        client = subprocess.Popen(
+            ["python3", "-c", BUSY, "15"], env=_cuda_env(), stdout=subprocess.PIPE, text=True
+        )
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == "busy"
+        readings = []
+        while client.poll() is None:
+            time.sleep(0.5)
+            readings.append(sampler()[0])
+        assert client.returncode == 0
+        idle_after = wait_for(
+            lambda: (load := sampler().get(0)) and load.memory_used_mib < 1024 and load,
+            30.0,
+            "the window to forget the client",
+        )
+    finally:
+        if client is not None:
+            if client.poll() is None:
+                client.kill()
+            client.wait(timeout=30)
+            assert client.stdout is not None
+            client.stdout.close()
+        backend.close()
+    busiest = max(readings, key=lambda load: load.sm_percent)
+    print("idle before:", idle_before, "busiest:", busiest, "idle after:", idle_after)
+    assert idle_before.memory_used_mib < 1024
+    assert max(r.memory_used_mib for r in readings) >= 20 * 1024
+    assert busiest.sm_percent >= 50
+    assert busiest.power_w > idle_before.power_w

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import textwrap
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -254,9 +255,12 @@ def test_the_dra_driver_publishes_each_gpu_as_nvidia_smi_sees_it_and_prepares_a_
 
 CLIENT = textwrap.dedent(
     """
-    import json, torch
+    import json, sys, torch
     free, total = torch.cuda.mem_get_info()
-    result = {"device": torch.cuda.get_device_name(0), "total_gib": total / 2**30}
+    result = {
+        "device": torch.cuda.get_device_name(0), "total_gib": total / 2**30,
+        "free_gib": free / 2**30,
+    }
     for gib in (2, 6):
         try:
             block = torch.empty(gib * 2**30, dtype=torch.uint8, device="cuda")
@@ -267,7 +271,8 @@ CLIENT = textwrap.dedent(
             torch.cuda.empty_cache()
         except RuntimeError as exc:
             result[f"{gib}GiB"] = "refused: " + str(exc).splitlines()[0][:120]
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
+    sys.stdin.read()  # an MPS client, its context open, until the test closes stdin
     """
 )
 
@@ -278,7 +283,7 @@ def _cuda_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
-def _run_as_container(edits: dict[str, Any]) -> dict[str, str]:
+def _start_as_container(edits: dict[str, Any]) -> subprocess.Popen[str]:
     """`CLIENT` with the CDI edits applied as a runtime would: their environment, and their
     mounts (bind mounts in a mount namespace of its own)."""
     binds = " && ".join(
@@ -287,13 +292,20 @@ def _run_as_container(edits: dict[str, Any]) -> dict[str, str]:
     env = _cuda_env()
     env.update(line.split("=", 1) for line in edits["env"])
     script = f"{binds or 'true'} && exec python3 -c '{CLIENT}'"
-    done = subprocess.run(
+    return subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-        capture_output=True, text=True, env=env, timeout=180,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    parsed: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return parsed
+
+
+def _mps_clients(port: int) -> float | None:
+    """`gputopo_mps_gpu_clients` of GPU 0 on the MPS supervisor's metrics, None before one."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith('gputopo_mps_gpu_clients{gpu="0"'):
+            return float(line.rsplit(" ", 1)[1]) or None
+    return None
 
 
 @needs_driver
@@ -314,7 +326,7 @@ def test_a_dra_share_under_mps_is_held_to_the_memory_its_allocation_gave(fake_ap
     )  # fmt: skip
     node: DraNode | None = None
     try:
-        mps.port(60)
+        port = mps.port(60)
         node = DraNode(fake_api, folder, "--config", str(config), "--mps-root", str(mps_root))
         devices = node.devices()
         print("shared devices:", json.dumps(devices))
@@ -322,10 +334,26 @@ def test_a_dra_share_under_mps_is_held_to_the_memory_its_allocation_gave(fake_ap
         uid = node.claim("share", devices[0]["name"], result)
         edits = node.edits(uid)
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in edits["env"]
-        seen = _run_as_container(edits)
-        print("client under the share's limits:", seen)
+        client = _start_as_container(edits)
+        assert client.stdin is not None
+        assert client.stdout is not None
+        try:
+            seen = json.loads(client.stdout.readline())
+            clients, deadline = None, time.monotonic() + 15  # None: NVML lists none (yet)
+            while clients is None and time.monotonic() < deadline:
+                time.sleep(0.25)
+                clients = _mps_clients(port)
+        finally:
+            client.stdin.close()
+            client.wait(timeout=60)
+            client.stdout.close()
+        print("client under the share's limits:", seen, "MPS clients seen:", clients)
+        assert client.returncode == 0
         assert seen["2GiB"] == "allocated"
         assert seen["6GiB"].startswith("refused")
+        assert seen["free_gib"] < 4  # what is left under the limit; the total is the GPU's
+        assert seen["total_gib"] > 100
+        assert clients == 1
         assert node.close() == 0, node.agent.lines
         node = None
     finally:

@@ -213,12 +213,17 @@ class KubeClient:
         return items, str(metadata.get("resourceVersion", ""))
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
-        """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion."""
+        """Every object of `kind` (of a Node: its `NodeFields`) and the list's resourceVersion.
+        The items of a built-in kind outside the core group carry the `apiVersion` and `kind`
+        the API server leaves out of a list's items (a watch event's object has them), so that
+        what reads an object's version (an upstream PodGroup's status write and condition) reads
+        the served one whichever way the object came."""
         data = self._get(kind, _collection(kind), f"list {kind.name}")
         body = _decoder(kind).list_body(data)
-        return list(body.get("items") or []), str(
-            (body.get("metadata") or {}).get("resourceVersion", "")
-        )
+        items = list(body.get("items") or [])
+        if kind.group:
+            _stamp_type(items, body.get("apiVersion"), body.get("kind"))
+        return items, str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     def watch(self, kind: Kind, resource_version: str, timeout_seconds: int = 300) -> WatchStream:
         """Open a watch of `kind` after `resource_version` (the answer is streamed, not read)."""
@@ -485,3 +490,15 @@ class KubeClient:
             return self.write(method, path, body, operation)
         except ConflictError as exc:
             raise LeaseConflictError(str(exc)) from exc
+
+
+def _stamp_type(items: list[Any], api_version: object, list_kind: object) -> None:
+    """Give each object of `items` that lacks them the list's `apiVersion` and its kind
+    (`PodGroupList` -> `PodGroup`)."""
+    if not isinstance(api_version, str) or not isinstance(list_kind, str):
+        return
+    kind = list_kind.removesuffix("List")
+    for item in items:
+        if isinstance(item, dict) and "apiVersion" not in item:
+            item["apiVersion"] = api_version
+            item["kind"] = kind

@@ -14,35 +14,9 @@
 #   bash scripts/realk8s/check-1.35.sh      # after scripts/setup.sh; as root (a Node is created)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export REALK8S_K8S_VERSION=${REALK8S_K8S_VERSION:-v1.35.4} REALK8S_APISERVER_ONLY=1
-bin=$(bash scripts/realk8s/build.sh | tail -n 1)
-run=$(mktemp -d)
-export KUBECONFIG="$run/admin.kubeconfig"
-k() { "$bin/kubectl" "$@"; }
-fail() { echo "check-1.35: FAILED: $*" >&2; exit 1; }
-scheduler=""
-cleanup() {
-  [ -n "$scheduler" ] && kill "$scheduler" 2>/dev/null
-  .venv/bin/python scripts/realk8s/cluster.py down --run-dir "$run" || true
-}
-trap cleanup EXIT
-.venv/bin/python scripts/realk8s/cluster.py up --run-dir "$run" \
-  --without kubelet --without controllers --without scheduler
-k api-resources --api-group=scheduling.k8s.io | grep -q 'workloads .*scheduling.k8s.io/v1alpha1' \
-  || fail "the server does not serve scheduling.k8s.io/v1alpha1 workloads"
-
-k create -f - <<'EOF' >/dev/null
-apiVersion: v1
-kind: Node
-metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
-EOF
-resources='{"cpu":"64","memory":"512Gi","pods":"110","nvidia.com/gpu":"8"}'
-ready='{"type":"Ready","status":"True","reason":"KubeletReady","message":"stand-in",'
-ready+='"lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}'
-k patch node n1 --subresource=status --type=merge \
-  -p "{\"status\":{\"capacity\":$resources,\"allocatable\":$resources,\"conditions\":[$ready]}}" >/dev/null
-k taint node n1 node.kubernetes.io/not-ready- >/dev/null  # what the node controller would lift
-k create serviceaccount default >/dev/null  # ... and the service account controller create
+export REALK8S_K8S_VERSION=${REALK8S_K8S_VERSION:-v1.35.4} CHECK=check-1.35
+source scripts/realk8s/standin.sh
+serves workloads v1alpha1
 
 pod() {  # name workload podGroup replicaKey
   local key=""
@@ -57,15 +31,8 @@ spec:
   containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "2"}}}]
 EOF
 }
-node_of() { k get pod "$1" -o jsonpath='{.spec.nodeName}'; }
 why() { k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}'; }
-bound() { local name; for name in "$@"; do [ -n "$(node_of "$name")" ] || return 1; done; }
 says() { why "$1" | grep -qF "$2"; }
-wait_until() {  # what, then a command that must succeed within 30 s
-  local what=$1; shift
-  for _ in $(seq 60); do "$@" && return 0; sleep 0.5; done
-  fail "$what"
-}
 
 k create -f - >/dev/null <<'EOF'
 apiVersion: scheduling.k8s.io/v1alpha1
@@ -75,9 +42,7 @@ spec:
   podGroups:
   - {name: replica, policy: {gang: {minCount: 2}}}
 EOF
-.venv/bin/gputopo-scheduler run --kubeconfig "$KUBECONFIG" --metrics-address 127.0.0.1:0 \
-  >"$run/scheduler.log" 2>&1 &
-scheduler=$!
+start_scheduler
 pod r0-a serve replica 0
 pod r0-b serve replica 0
 pod r1-a serve replica 1

@@ -8,8 +8,10 @@ subresource. What 1.37.2 was seen to do (`reference/dra-and-workload-api.md`):
 - a PodGroup's `schedulingPolicy` must set exactly one of `basic`, `gang` (422 `must specify
   exactly one of: ...`, or `must specify one of: ...` when it sets none); `gang.minCount` is
   required and at least 1 (0 reads as unset: `Required value`);
-- `disruptionMode` defaults to `{single: {}}`, a union of `single` and `all`; at most one
-  `schedulingConstraints.topology` entry (TopologyAwareWorkloadScheduling on);
+- `disruptionMode` defaults to `{single: {}}`, a union of `single` and `all`; on 1.36
+  (`v1alpha2` served) it is a string, `Pod` (the default) or `PodGroup` (422 `Unsupported
+  value` otherwise, read from the 1.36.3 sources); at most one `schedulingConstraints.topology`
+  entry (TopologyAwareWorkloadScheduling on);
 - the priority admission resolves `priority` from `priorityClassName` (no class: 0); a `priority`
   sent that differs is 403, a resolved value above 1000000000 is 422;
 - a new PodGroup gets the finalizer `scheduling.k8s.io/podgroup-protection` (no controller here
@@ -56,6 +58,8 @@ MAX_POD_GROUPS = 8
 PROTECTION_FINALIZER = "scheduling.k8s.io/podgroup-protection"
 _POLICIES = ("basic", "gang")
 _DISRUPTION = ("single", "all")
+V1_36 = "v1alpha2"
+_DISRUPTION_136 = ("Pod", "PodGroup")  # v1alpha2's DisruptionMode: a string enum
 
 
 def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[ResourceType]:
@@ -132,9 +136,22 @@ def _policy_problems(field: str, policy: Any) -> list[str]:
     return []
 
 
-def _group_problems(spec: Obj, prefix: str = "spec") -> list[str]:
+def _disruption_problems(field: str, mode: Any, rt: ResourceType) -> list[str]:
+    if V1_36 not in rt.versions:
+        return _union(field, mode, _DISRUPTION, False)
+    if mode is None or mode in _DISRUPTION_136:
+        return []
+    supported = ", ".join(f'"{m}"' for m in _DISRUPTION_136)
+    return [f"{field}: Unsupported value: {json.dumps(mode)}: supported values: {supported}"]
+
+
+def _default_disruption(rt: ResourceType) -> object:
+    return "Pod" if V1_36 in rt.versions else {"single": {}}
+
+
+def _group_problems(spec: Obj, rt: ResourceType, prefix: str = "spec") -> list[str]:
     problems = _policy_problems(f"{prefix}.schedulingPolicy", spec.get("schedulingPolicy"))
-    problems += _union(f"{prefix}.disruptionMode", spec.get("disruptionMode"), _DISRUPTION, False)
+    problems += _disruption_problems(f"{prefix}.disruptionMode", spec.get("disruptionMode"), rt)
     topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
     if len(topology) > 1:
         problems.append(
@@ -235,9 +252,9 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
     name = obj["metadata"].get("name", "")
     if rt.plural == WORKLOADS:
         return _checked_workload(rt, obj)
-    spec.setdefault("disruptionMode", {"single": {}})
+    spec.setdefault("disruptionMode", _default_disruption(rt))
     _admit_priority(rt, obj, classes)
-    problems = _group_problems(spec) + _gate_claims(rt, obj, None)
+    problems = _group_problems(spec, rt) + _gate_claims(rt, obj, None)
     if spec["priority"] > priority.HIGHEST_USER_PRIORITY:
         problems.append(
             f"spec.priority: Invalid value: {spec['priority']}: must be less than or equal to "
@@ -258,7 +275,7 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     spec = new.setdefault("spec", {})
     spec.setdefault("disruptionMode", (old.get("spec") or {}).get("disruptionMode"))
     spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
-    problems = _group_problems(spec) + _gate_claims(rt, new, old)
+    problems = _group_problems(spec, rt) + _gate_claims(rt, new, old)
     if problems:
         raise invalid(rt, new["metadata"]["name"], problems)
     return new
@@ -279,7 +296,7 @@ def _checked_workload(rt: ResourceType, workload: Obj, old: Obj | None = None) -
         field = f"spec.podGroupTemplates[{i}]"
         if not template.get("name"):
             problems.append(f"{field}.name: Required value")
-        problems += _group_problems(template, field)
+        problems += _group_problems(template, rt, field)
     if problems:
         raise invalid(rt, workload["metadata"].get("name", ""), problems)
     return workload

@@ -4,15 +4,14 @@ kube-scheduler writes on them.
 `parse_upstream_group` reads what the scheduler honours: `schedulingPolicy` (`gang.minCount` the
 gang's minimum, `basic` no gang), `schedulingConstraints.topology[0].key` (a required topology
 level, as our annotation), `priorityClassName` with the `priority` admission resolved for it,
-`disruptionMode` (`all`: evicted whole), `preemptionPolicy` and the PodGroup-level
-`resourceClaims` (DRAWorkloadResourceClaims: each claim is allocated once for the group and
-reserved for the PodGroup, `scheduler.runtime.claims`). A topology constraint holds for every
-pod of the group, `basic` ones too: the pods go to the domain its placed pods are in
-(`scheduler.placement.gang`). What it does not implement yet is refused with the field named,
-never ignored: membership of a CompositePodGroup (`parentCompositePodGroupName`). A union with
-no member, two, or one this reader does not know (a newer server's) is malformed. Pure:
-`initially_scheduled` builds the condition from what the gang tracker knows; the tracker writes
-it.
+`disruptionMode` (`all`, 1.36's `PodGroup`: evicted whole), `preemptionPolicy` and the
+PodGroup-level `resourceClaims` (DRAWorkloadResourceClaims: each claim is allocated once for the
+group and reserved for the PodGroup, `scheduler.runtime.claims`). A topology constraint holds for
+every pod of the group, `basic` ones too: the pods go to the domain its placed pods are in
+(`scheduler.placement.gang`). What it does not implement yet is refused with the field named, never
+ignored: membership of a CompositePodGroup (`parentCompositePodGroupName`). A union with no member,
+two, or one this reader does not know (a newer server's) is malformed. Pure: `initially_scheduled`
+builds the condition from what the gang tracker knows; the tracker writes it.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ REASON_SCHEDULED = "Scheduled"  # kube-scheduler's reasons (1.36, 1.37)
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
 _PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+_DISRUPTION_MODES_136 = ("Pod", "PodGroup")
 
 
 def condition_type(obj: Obj) -> str:
@@ -66,7 +66,6 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
             raise ValueError(f"spec: must be an object, got {spec!r}")
         _refuse_unsupported(spec)
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
-        disruption = union_member(spec, "disruptionMode", ("single", "all"), default="single")
         topology = _topology(spec, levels)
         return replace(
             base,
@@ -74,12 +73,23 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
             basic=policy == "basic",
             topology=topology,
             priority=_priority(spec),
-            whole=disruption == "all",
+            whole=_evicted_whole(spec),
             never_preempts=_preemption_policy(spec) == "Never",
             claims=_claims(spec),
         )
     except (ValueError, TypeError, AttributeError) as exc:
         return replace(base, error=f"invalid {base.title}: {exc}")
+
+
+def _evicted_whole(spec: Obj) -> bool:
+    """`disruptionMode`: 1.37's union (`{single: {}}` or `{all: {}}`), or 1.36's string
+    (`v1alpha2`: `Pod` or `PodGroup`); whether the group is evicted whole."""
+    mode = spec.get("disruptionMode")
+    if isinstance(mode, str):
+        if mode not in _DISRUPTION_MODES_136:
+            raise ValueError(f"spec.disruptionMode: must be Pod or PodGroup, got {mode!r}")
+        return mode == "PodGroup"
+    return union_member(spec, "disruptionMode", ("single", "all"), default="single") == "all"
 
 
 def parse_workload_group(obj: Obj, gang: WorkloadGang) -> GroupInfo:

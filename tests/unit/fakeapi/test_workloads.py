@@ -295,3 +295,18 @@ def test_a_pods_workload_ref_is_checked_where_served_and_dropped_elsewhere(
 def test_1_35_beside_a_later_version_is_not_modelled(fake_api) -> None:
     with pytest.raises(NotImplementedError, match="v1alpha1"):
         fake_api.serve_workload_api(("v1beta1", "v1alpha1"))
+
+
+def test_on_136_disruption_mode_is_a_string_defaulted_to_pod(fake_api, kube_client) -> None:
+    fake_api.serve_workload_api(("v1alpha2",))
+    custom = CustomObjectsApi(kube_client)
+    created = _create(custom, upstream_podgroup("g", 2, version="v1alpha2"))
+    assert created["spec"]["disruptionMode"] == "Pod"
+    whole = _create(
+        custom, upstream_podgroup("h", 2, version="v1alpha2", disruptionMode="PodGroup")
+    )
+    assert whole["spec"]["disruptionMode"] == "PodGroup"
+    message = _refused(custom, upstream_podgroup("i", 2, version="v1alpha2", disruptionMode="All"))
+    assert 'spec.disruptionMode: Unsupported value: "All": supported values: "Pod", "PodGroup"' in (
+        message
+    )

@@ -62,6 +62,17 @@ def test_a_gang_reads_every_field() -> None:
     assert group.title == "PodGroup default/g (scheduling.k8s.io)"
 
 
+@pytest.mark.parametrize(("mode", "whole"), [("Pod", False), ("PodGroup", True)])
+def test_a_136_disruption_mode_is_a_string(mode, whole) -> None:
+    """Kubernetes 1.36 (`v1alpha2`) stores `disruptionMode` as `Pod` (its default) or
+    `PodGroup`, where 1.37 has the union `{single: {}}` or `{all: {}}` (seen on a real 1.36.3
+    server: `scripts/realk8s/check-1.36.sh`)."""
+    body = upstream_podgroup("g", 3, version="v1alpha2", disruptionMode=mode)
+    group = parse_upstream_group(body, levels=LEVELS)
+    assert group.error is None
+    assert group.whole is whole
+
+
 def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
     group = _read(schedulingPolicy={"basic": {}}, priority=0, disruptionMode={"single": {}})
     assert (group.error, group.basic, group.min_member, group.priority) == (None, True, 1, None)
@@ -87,9 +98,9 @@ def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
             id="no minCount",
         ),
         pytest.param(
-            {"disruptionMode": "PodGroup"},
-            "spec.disruptionMode: must be an object",
-            id="1.36 string mode",
+            {"disruptionMode": "Whole"},
+            "spec.disruptionMode: must be Pod or PodGroup, got 'Whole'",
+            id="unknown 1.36 string mode",
         ),
         pytest.param(
             {"disruptionMode": {"single": {}, "all": {}}},

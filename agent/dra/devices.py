@@ -4,10 +4,10 @@ Names as `agent.dra.names` forms them. A GPU in MIG mode is published only throu
 devices.
 
 Attributes are unprefixed (the driver's own domain) where NVIDIA names one (`type`, `uuid`,
-`productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, `cudaDriverVersion`
-(the CUDA version the driver supports), MIG `profile` and `parentUUID`), ours (`numaNode`,
-`nvlinkIsland`, `clique`), and the standard `resource.kubernetes.io/pcieRoot` (where sysfs
-told it) and `resource.kubernetes.io/pciBusID`.
+`productName`, `architecture`, `cudaComputeCapability`, `driverVersion`, `cudaDriverVersion` (the
+CUDA version the driver supports), MIG `profile` and `parentUUID`), ours (`numaNode`,
+`nvlinkIsland`, `clique`, a whole GPU's `shared`), and the standard
+`resource.kubernetes.io/pcieRoot` (where sysfs told it) and `resource.kubernetes.io/pciBusID`.
 Capacity `memory`, and `multiprocessors` for a MIG device (its profile's SM count, where NVML
 said it); a GPU shared by DESIGN §12 also `compute` (percent), and a share takes the equal
 split of both unless its claim asks otherwise (a default compute of 100 would let one share take
@@ -41,6 +41,10 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 AttributeValue = Mapping[str, Any]
 
+SHARED = "shared"
+"""A whole GPU's attribute: whether the agent shares it (DESIGN §12). The DeviceClasses select by
+it, not by `device.allowMultipleAllocations`, which CEL does not know on a server whose
+DRAConsumableCapacity gate is off (alpha until 1.36: a DeviceClass naming it is refused)."""
 MEMORY = "memory"
 MULTIPROCESSORS = "multiprocessors"
 COMPUTE = "compute"
@@ -142,6 +146,7 @@ def _gpu_device(gpu: Gpu, common: Mapping[str, AttributeValue], replicas: int) -
     attrs: dict[str, AttributeValue] = {
         "type": {"string": DeviceType.GPU.value},
         "uuid": {"string": gpu.uuid},
+        SHARED: {"bool": replicas > 0},
         **common,
     }
     capacity = {MEMORY: f"{gpu.usable_memory_mib}Mi"}

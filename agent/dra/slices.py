@@ -35,6 +35,21 @@ SHARE_MIN_COMPUTE = "1"
 
 Obj = dict[str, Any]
 
+GATED: tuple[tuple[str, str, str], ...] = (
+    (
+        "allowMultipleAllocations",
+        "DRAConsumableCapacity",
+        "each shared GPU serves one claim, whole, and a claim cannot ask a share's size",
+    ),
+    (
+        "taints",
+        "DRADeviceTaints",
+        "an Unhealthy device is not tainted, and kube-scheduler may still allocate it",
+    ),
+)
+"""A device's field, the feature gate without which the API server drops it when it stores a
+slice (alpha, off, on 1.34 and 1.35; beta, on, from 1.36), and what that costs."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlicePlan:
@@ -43,6 +58,8 @@ class SlicePlan:
     create: tuple[Obj, ...] = ()
     update: tuple[Obj, ...] = ()  # full objects with the resourceVersion they replace
     delete: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    """When the server holds the pool: what it left out of the devices written (`GATED`)."""
 
     @property
     def empty(self) -> bool:
@@ -127,7 +144,7 @@ def plan_slices(
     generation = max((_generation(s) for s in ours.values()), default=0)
     wanted = wanted_slices(node, devices, unhealthy, generation=generation, node_uid=node_uid)
     if _holds(ours, wanted):
-        return SlicePlan()
+        return SlicePlan(dropped=_dropped(ours, wanted))
     wanted = wanted_slices(node, devices, unhealthy, generation=generation + 1, node_uid=node_uid)
     create, update = [], []
     for obj in wanted:
@@ -140,6 +157,27 @@ def plan_slices(
     names = {o["metadata"]["name"] for o in wanted}
     stale = tuple(sorted(n for n in ours if n not in names))
     return SlicePlan(create=tuple(create), update=tuple(update), delete=stale)
+
+
+def _dropped(ours: Mapping[str, Mapping[str, Any]], wanted: Sequence[Obj]) -> tuple[str, ...]:
+    """For each `GATED` field a wanted device sets that its stored twin lacks, one sentence."""
+    found: list[str] = []
+    for field, gate, cost in GATED:
+        for obj in wanted:
+            stored = ours[obj["metadata"]["name"]].get("spec") or {}
+            held = {d.get("name"): d for d in stored.get("devices") or ()}
+            lost = [
+                d["name"]
+                for d in obj["spec"]["devices"]
+                if field in d and field not in held.get(d["name"], {})
+            ]
+            if lost:
+                found.append(
+                    f"the API server dropped {field} from ResourceSlice {obj['metadata']['name']} "
+                    f"(devices {', '.join(lost)}): its {gate} feature gate is off; {cost}"
+                )
+                break
+    return tuple(found)
 
 
 def _ours(obj: Mapping[str, Any], node: str) -> bool:

@@ -6,7 +6,9 @@ lists, creates, replaces and deletes this node's ResourceSlices of `gpu.gputopo.
 once after `poke()`, it lists the slices (field selectors `spec.nodeName`, `spec.driver`) and
 writes what `agent.dra.slices.plan_slices` asks, so slices the kubelet wiped (all of the node's at
 its start, a driver's 30 s after the driver left) come back within a poll. API failures are
-logged (the first as WARNING) and retried at the next poll.
+logged (the first as WARNING) and retried at the next poll. A field the server dropped from the
+devices written (a feature gate off: `agent.dra.slices.GATED`) is logged once, as a WARNING
+naming the gate and what it costs.
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class SlicePublisher:
         self._thread: threading.Thread | None = None
         self._node_uid: str | None = None
         self.writes = 0
+        self._noted: set[str] = set()  # what the server dropped, each logged once
         self.problem: str | None = "ResourceSlices not published yet"
         self._failing = False
 
@@ -160,6 +163,10 @@ class SlicePublisher:
             existing,
             node_uid=self._node_uid,
         )
+        for note in plan.dropped:
+            if note not in self._noted:
+                self._noted.add(note)
+                logger.warning("%s", note)
         if not plan.empty:
             self._sink.write(plan)
             self.writes += 1

@@ -40,14 +40,21 @@ import pki
 HERE = Path(__file__).resolve().parent
 DEFAULT_RUN = Path(os.environ.get("REALK8S_RUN", "/tmp/gputopo-realk8s"))
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
-# Gates the project's issues use, turned on where this build knows them (see `_known_gates`).
-WANTED_GATES = (
+# Gates the project's issues use, turned on where this build knows them (see `_known_gates`);
+# REALK8S_GATES (comma-separated, empty: none) replaces them, to start a cluster as a user's
+# default one is.
+_ISSUE_GATES = (
     "GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling",
     "WorkloadAwarePreemption", "DRAConsumableCapacity", "DRAPartitionableDevices",
     "DRADeviceTaints", "DRADeviceTaintRules", "DRADeviceBindingConditions",
     "DRAResourceClaimDeviceStatus", "DRAExtendedResource", "DRAWorkloadResourceClaims",
     "ResourceHealthStatus", "DRAListTypeAttributes",
 )  # fmt: skip
+WANTED_GATES = (
+    tuple(g for g in os.environ["REALK8S_GATES"].split(",") if g)
+    if "REALK8S_GATES" in os.environ
+    else _ISSUE_GATES
+)
 PARTS = ("kubelet", "controllers", "scheduler")
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 SERVICE_CIDR = "10.96.0.0/24"

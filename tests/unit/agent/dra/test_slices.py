@@ -92,3 +92,38 @@ def test_a_shared_gpu_allows_several_allocations_with_an_equal_split_default():
         "requestPolicy": {"default": "25", "validRange": {"min": "1", "max": "100"}},
     }
     assert "compute" not in plain["capacity"]
+    assert (plain["attributes"]["shared"], shared["attributes"]["shared"]) == (
+        {"bool": False},
+        {"bool": True},
+    )
+
+
+def _as_a_server_without_the_gates_stores(objs):
+    """What a 1.34 or 1.35 API server with its alpha DRA gates off holds of `objs`: the devices
+    without allowMultipleAllocations, request policies and taints (seen on a real 1.35.4)."""
+    held = _held(objs)
+    for obj in held:
+        devices = []
+        for device in obj["spec"]["devices"]:
+            kept = {
+                k: v for k, v in device.items() if k not in ("allowMultipleAllocations", "taints")
+            }
+            kept["capacity"] = {k: {"value": v["value"]} for k, v in device["capacity"].items()}
+            devices.append(kept)
+        obj["spec"] = {**obj["spec"], "devices": devices}
+    return held
+
+
+def test_what_a_server_without_the_gates_dropped_is_said_naming_the_gate():
+    devices = dra_devices(make_inventory(3), range(3), shared={1: 4})
+    written = plan_slices(NODE, devices, {"gpu-2"}, []).create
+    plan = plan_slices(NODE, devices, {"gpu-2"}, _as_a_server_without_the_gates_stores(written))
+    assert plan.empty  # the content annotation holds: nothing to write again, no loop
+    shares, taints = plan.dropped
+    assert shares.startswith(
+        f"the API server dropped allowMultipleAllocations from ResourceSlice {NODE}-{DRIVER}-0 "
+        "(devices gpu-1): its DRAConsumableCapacity feature gate is off"
+    )
+    assert "dropped taints" in taints
+    assert "(devices gpu-2): its DRADeviceTaints feature gate is off" in taints
+    assert plan_slices(NODE, devices, {"gpu-2"}, _held(written)).dropped == ()

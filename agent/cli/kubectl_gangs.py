@@ -151,11 +151,7 @@ def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
             raise ValueError(f"spec: must be an object, got {spec!r}")
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
         gang.topology = _upstream_topology(spec)
-        if policy == "basic":
-            if gang.topology is not None:
-                raise ValueError(
-                    "spec.schedulingConstraints.topology: unsupported on a basic PodGroup"
-                )
+        if policy == "basic":  # its pods one by one, in the domain of those placed
             gang.basic = True
         else:
             count = _map(spec["schedulingPolicy"]["gang"]).get("minCount")

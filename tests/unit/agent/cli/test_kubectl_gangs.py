@@ -85,6 +85,13 @@ def test_basic_group_and_defaults():
     ]
 
 
+def test_a_basic_group_shows_its_topology_key():
+    """As the scheduler reads it: a basic group's pods go one by one, in the domain of its
+    placed pods."""
+    got = rows(None, [upstream("web", topology="rack")], UPSTREAM_API, [])
+    assert got == [("default", "web", UPSTREAM_API, "-", "0", "0", "0", "rack", "-")]
+
+
 def test_the_v1alpha2_condition_is_read():
     got = rows(None, [upstream("g", 2, version="v1alpha2", reason="Scheduled")],
                "scheduling.k8s.io/v1alpha2", [])  # fmt: skip
@@ -105,7 +112,6 @@ def test_the_v1alpha2_condition_is_read():
         (upstream("g", spec={}), "spec.schedulingPolicy: must be an object"),
         (upstream("g", spec={"schedulingPolicy": {"gang": "x"}}),
          "spec.schedulingPolicy.gang.minCount: must be a positive integer, got None"),
-        (upstream("g", topology="rack"), "unsupported on a basic PodGroup"),
         (upstream("g", 2, spec={"schedulingPolicy": {"gang": {"minCount": 2}},
                                 "schedulingConstraints": {"topology": [{}]}}),
          "spec.schedulingConstraints.topology[0].key: must name a node label"),

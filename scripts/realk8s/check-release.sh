@@ -5,14 +5,17 @@
 # about 4 minutes on 2 cores the first time, cached after), starts them with one Node object in
 # place of a kubelet (scripts/realk8s/standin.sh), and checks, exiting non-zero on the first miss:
 #
-#   - every kustomization a user applies is applied (for real: this cluster is thrown away, and a
+#   - every kustomization a user applies (the CRDs first) is applied (for real: this cluster is thrown away, and a
 #     dry run cannot create the namespaces and CRDs what follows them needs), and the DRA
 #     component's files pass a server dry run: CRDs, CEL rules, admission policies, DeviceClasses;
 #   - the agent (fake NVML, GPUs 6 and 7 on DRA, shared) publishes its ResourceSlice; below 1.36,
 #     where DRAConsumableCapacity is off by default, the server drops allowMultipleAllocations and
 #     the agent says so, naming the gate; from 1.36 the server keeps it and the agent says nothing;
 #   - gputopo-scheduler binds a pod asking nvidia.com/gpu, and allocates a gpu-share.gputopo.io
-#     claim (made directly: no resourceclaim controller runs) on a DRA GPU and binds its pod.
+#     claim (made directly: no resourceclaim controller runs) on a DRA GPU and binds its pod;
+#   - a gang of our PodGroup CRD binds whole, and its status (a CRD status subresource) is
+#     written: phase Scheduled;
+#   - a Queue of max 1 GPU binds its namespace's first 1-GPU pod and holds the second, naming it.
 #
 #   bash scripts/realk8s/check-release.sh      # after scripts/setup.sh, as root
 #   REALK8S_K8S_VERSION=v1.35.4 bash scripts/realk8s/check-release.sh
@@ -24,7 +27,7 @@ source scripts/realk8s/standin.sh
 agent=""
 trap '[ -n "$agent" ] && kill "$agent" 2>/dev/null; cleanup' EXIT
 
-for kustomization in "" optional/mps optional/admission optional/queue-label; do
+for kustomization in crds "" optional/mps optional/admission optional/queue-label; do
   out=$(k apply -k "daemonset/$kustomization" 2>&1) \
     || fail "daemonset/$kustomization was refused: $out"
 done
@@ -44,6 +47,7 @@ printf 'version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidi
   --node-labels off --metrics-address 127.0.0.1:0 >"$run/agent.log" 2>&1 &
 agent=$!
 published() { [ -n "$(k get resourceslices -o name)" ]; }
+bound_in() { [ -n "$(k get pod -n "$1" "$2" -o jsonpath='{.spec.nodeName}')" ]; }
 wait_until "the agent publishes its ResourceSlice" published
 multiple=$(k get resourceslices -o jsonpath='{.items[0].spec.devices[0].allowMultipleAllocations}')
 minor=$(k version -o json | jq -r .serverVersion.minor | tr -dc 0-9)
@@ -84,8 +88,50 @@ spec:
   containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
 YAML
 wait_until "both pods bind" bound claimer plain
+k create -f - >/dev/null <<'YAML'
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: pair}
+spec: {minMember: 2}
+YAML
+for member in pair-0 pair-1; do
+  k create -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $member, labels: {scheduling.x-k8s.io/pod-group: pair}}
+spec:
+  schedulerName: gputopo-scheduler
+  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "2"}}}]
+YAML
+done
+wait_until "our PodGroup's gang binds" bound pair-0 pair-1
+phase() { [ "$(k get podgroups.scheduling.x-k8s.io pair -o jsonpath='{.status.phase}')" = Scheduled ]; }
+wait_until "the PodGroup's status says Scheduled" phase
+k create namespace team-a >/dev/null
+k create serviceaccount default -n team-a >/dev/null  # no controller makes it here
+k create -f - >/dev/null <<'YAML'
+apiVersion: scheduling.gputopo.io/v1alpha1
+kind: Queue
+metadata: {name: team-a}
+spec: {max: {nvidia.com/gpu: 1}, namespaces: [team-a]}
+YAML
+for member in q-0 q-1; do
+  k create -n team-a -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $member}
+spec:
+  schedulerName: gputopo-scheduler
+  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
+YAML
+  [ "$member" = q-0 ] && wait_until "the queue's first pod binds" bound_in team-a q-0
+done
+held() { k get pod -n team-a q-1 -o jsonpath='{.status.conditions[0].message}' | grep -q team-a; }
+wait_until "the queue's second pod waits, naming its queue" held
+[ -z "$(k get pod -n team-a q-1 -o jsonpath='{.spec.nodeName}')" ] || fail "q-1 bound past max"
 device=$(k get resourceclaim share -o jsonpath='{.status.allocation.devices.results[0].device}')
 case "$device" in gpu-6|gpu-7) ;; *) fail "the claim holds '$device', not a DRA GPU" ;; esac
 echo "$CHECK: passed on $(k version -o json | jq -r .serverVersion.gitVersion)" \
   "(gates: ${REALK8S_GATES:-the defaults}); the claim holds $device;" \
   "allowMultipleAllocations ${multiple:-dropped}"
+echo "  q-1 waits: $(k get pod -n team-a q-1 -o jsonpath='{.status.conditions[0].message}')"

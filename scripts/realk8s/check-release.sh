@@ -8,6 +8,8 @@
 #   - every kustomization a user applies (the CRDs first) is applied (for real: this cluster is thrown away, and a
 #     dry run cannot create the namespaces and CRDs what follows them needs), and the DRA
 #     component's files pass a server dry run: CRDs, CEL rules, admission policies, DeviceClasses;
+#   - the Helm chart with every optional part on (scripts/helm/build.sh) passes `helm template
+#     --validate` against the server (its kubeVersion, the server's OpenAPI schemas);
 #   - the agent (fake NVML, GPUs 6 and 7 on DRA, shared) publishes its ResourceSlice; below 1.36,
 #     where DRAConsumableCapacity is off by default, the server drops allowMultipleAllocations and
 #     the agent says so, naming the gate; from 1.36 the server keeps it and the agent says nothing;
@@ -27,6 +29,12 @@ source scripts/realk8s/standin.sh
 agent=""
 trap '[ -n "$agent" ] && kill "$agent" 2>/dev/null; cleanup' EXIT
 
+# The chart first, on an empty server: --validate refuses objects another tool made. (No dry run
+# of its objects: the server cannot dry-run objects into namespaces the same run would create.)
+helm=$(bash scripts/helm/build.sh | tail -n 1)
+out=$("$helm" template gputopo daemonset/helm/gputopo --kubeconfig "$KUBECONFIG" --validate \
+  --set dra.enabled=true,mps.enabled=true,admission.enabled=true,queueLabelPolicy.enabled=true \
+  2>&1) || fail "helm template --validate refused the chart: $out"
 for kustomization in crds "" optional/mps optional/admission optional/queue-label; do
   out=$(k apply -k "daemonset/$kustomization" 2>&1) \
     || fail "daemonset/$kustomization was refused: $out"

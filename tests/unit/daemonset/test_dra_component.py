@@ -108,3 +108,42 @@ def test_the_slice_policy_reads_the_node_from_the_token_and_checks_before_and_af
     assert {e: checks.cel_syntax_problems(e) for e in expressions} == {e: [] for e in expressions}
     for obj in slice_policy:
         kubernetes_validate.validate(obj, "1.30", strict=True)
+
+
+def test_each_class_selects_its_devices_on_any_release_and_mid_upgrade():
+    """The classes read the agent's `shared` attribute, never device.allowMultipleAllocations
+    (unknown to CEL where the DRAConsumableCapacity gate is off: 1.34 and 1.35 refuse such a
+    class), and guard it with has(): a slice an older agent wrote lacks it, and reading a
+    missing attribute is an error that fails the whole allocation in kube-scheduler. Evaluated
+    with the scheduler's CEL on the agent's own slice."""
+    from agent.dra.devices import dra_devices
+    from agent.dra.slices import plan_slices
+    from scheduler.claims.selectors import Selectors
+    from scheduler.claims.slices import parse_slice
+    from tests.builders.deviceplugin import make_inventory
+
+    inventory = make_inventory(3)
+    (written,) = plan_slices(
+        "n1", dra_devices(inventory, range(3), shared={1: 4}), set(), []
+    ).create
+    older = json.loads(json.dumps(written))  # gpu-2 as an older agent wrote it
+    del older["spec"]["devices"][2]["attributes"]["shared"]
+    devices = [*parse_slice(written).devices[:2], parse_slice(older).devices[2]]
+    for obj in (*r.load_file(DRA / "dra.yaml"), *r.load_file(EXTENDED / "deviceclass.yaml")):
+        if obj["kind"] != "DeviceClass":
+            continue
+        for selector in obj["spec"]["selectors"]:
+            assert "allowMultipleAllocations" not in selector["cel"]["expression"]
+    classes = {
+        o["metadata"]["name"]: o
+        for o in r.load_file(DRA / "dra.yaml")
+        if o["kind"] == "DeviceClass"
+    }
+    selectors = Selectors()
+
+    def picked(name: str) -> list[str]:
+        expressions = [s["cel"]["expression"] for s in classes[name]["spec"]["selectors"]]
+        return [d.name for d in devices if all(selectors.matches(e, d) for e in expressions)]
+
+    assert picked("gpu.gputopo.io") == ["gpu-0", "gpu-2"]
+    assert picked("gpu-share.gputopo.io") == ["gpu-1"]

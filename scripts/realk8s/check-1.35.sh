@@ -21,15 +21,7 @@ serves workloads v1alpha1
 pod() {  # name workload podGroup replicaKey
   local key=""
   [ -n "$4" ] && key=", podGroupReplicaKey: \"$4\""
-  k create -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1}
-spec:
-  schedulerName: gputopo-scheduler
-  workloadRef: {name: $2, podGroup: $3$key}
-  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "2"}}}]
-EOF
+  gpu_pod "$1" 2 "workloadRef: {name: $2, podGroup: $3$key}"
 }
 why() { k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}'; }
 says() { why "$1" | grep -qF "$2"; }

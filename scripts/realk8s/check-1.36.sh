@@ -31,17 +31,7 @@ metadata: {name: $1}
 spec: {schedulingPolicy: $policy}
 YAML
 }
-pod() {  # name podGroup gpus
-  k create -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $1}
-spec:
-  schedulerName: gputopo-scheduler
-  schedulingGroup: {podGroupName: $2}
-  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "$3"}}}]
-YAML
-}
+pod() { gpu_pod "$1" "$3" "schedulingGroup: {podGroupName: $2}"; }  # name podGroup gpus
 scheduled() {  # group field (status, reason or message) of its PodGroupScheduled condition
   k get podgroups.scheduling.k8s.io "$1" \
     -o jsonpath="{.status.conditions[?(@.type==\"PodGroupScheduled\")].$2}"

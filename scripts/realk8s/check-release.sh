@@ -87,14 +87,8 @@ spec:
   schedulerName: gputopo-scheduler
   resourceClaims: [{name: gpu, resourceClaimName: share}]
   containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: plain}
-spec:
-  schedulerName: gputopo-scheduler
-  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
 YAML
+gpu_pod plain 1
 wait_until "both pods bind" bound claimer plain
 k create -f - >/dev/null <<'YAML'
 apiVersion: scheduling.x-k8s.io/v1alpha1
@@ -102,16 +96,7 @@ kind: PodGroup
 metadata: {name: pair}
 spec: {minMember: 2}
 YAML
-for member in pair-0 pair-1; do
-  k create -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $member, labels: {scheduling.x-k8s.io/pod-group: pair}}
-spec:
-  schedulerName: gputopo-scheduler
-  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "2"}}}]
-YAML
-done
+for member in pair-0 pair-1; do gpu_pod "$member" 2 "" "{scheduling.x-k8s.io/pod-group: pair}"; done
 wait_until "our PodGroup's gang binds" bound pair-0 pair-1
 phase() { [ "$(k get podgroups.scheduling.x-k8s.io pair -o jsonpath='{.status.phase}')" = Scheduled ]; }
 wait_until "the PodGroup's status says Scheduled" phase
@@ -123,17 +108,9 @@ kind: Queue
 metadata: {name: team-a}
 spec: {max: {nvidia.com/gpu: 1}, namespaces: [team-a]}
 YAML
-for member in q-0 q-1; do
-  k create -n team-a -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $member}
-spec:
-  schedulerName: gputopo-scheduler
-  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "1"}}}]
-YAML
-  [ "$member" = q-0 ] && wait_until "the queue's first pod binds" bound_in team-a q-0
-done
+gpu_pod q-0 1 "" "" team-a
+wait_until "the queue's first pod binds" bound_in team-a q-0
+gpu_pod q-1 1 "" "" team-a
 held() { k get pod -n team-a q-1 -o jsonpath='{.status.conditions[0].message}' | grep -q team-a; }
 wait_until "the queue's second pod waits, naming its queue" held
 [ -z "$(k get pod -n team-a q-1 -o jsonpath='{.spec.nodeName}')" ] || fail "q-1 bound past max"

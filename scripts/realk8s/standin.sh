@@ -2,7 +2,7 @@
 # the check's name and REALK8S_K8S_VERSION to the release): builds and starts an API server of
 # that release without a kubelet or controllers, makes one Node object (n1, 8 GPUs) stand in for
 # a kubelet, and defines what both checks use: k (kubectl), fail (prints the pods and the
-# scheduler's log, then exits 1), serves, start_scheduler, node_of, bound, wait_until. The
+# scheduler's log, then exits 1), serves, start_scheduler, gpu_pod, node_of, bound, wait_until. The
 # cluster and the scheduler are stopped on exit.
 export REALK8S_APISERVER_ONLY=1
 bin=$(bash scripts/realk8s/build.sh | tail -n 1)
@@ -45,6 +45,18 @@ start_scheduler() {
   .venv/bin/gputopo-scheduler run --kubeconfig "$KUBECONFIG" --metrics-address 127.0.0.1:0 \
     >"$run/scheduler.log" 2>&1 &
   scheduler=$!
+}
+gpu_pod() {  # name gpus [a line of spec] [labels, as {k: v}] [namespace]: a gputopo-scheduler pod
+  local labels=${4:-"{}"}
+  k create ${5:+-n "$5"} -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, labels: $labels}
+spec:
+  schedulerName: gputopo-scheduler
+  ${3:-}
+  containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/gpu: "$2"}}}]
+YAML
 }
 node_of() { k get pod "$1" -o jsonpath='{.spec.nodeName}'; }
 bound() { local name; for name in "$@"; do [ -n "$(node_of "$name")" ] || return 1; done; }

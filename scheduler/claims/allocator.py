@@ -46,6 +46,7 @@ from .model import (
 from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import Selectors
+from .slices import reaches
 from .usage import Usage
 from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 
@@ -83,7 +84,7 @@ class ClaimAllocator:
     def on_node(self, pod: PodClaims, node: ClaimNode, usage: Usage) -> PodDecision | Miss:
         """The pod's claims allocated on `node`, or the nearest miss there."""
         kept, fresh = _split(pod.claims)
-        pinned = _pinned_elsewhere(kept, node.name)
+        pinned = _pinned_elsewhere(kept, node)
         if pinned is not None:
             return pinned
         found = self._solve(pod.key, fresh, node, usage)
@@ -103,7 +104,7 @@ class ClaimAllocator:
             for c in kept
             if c.allocation
         ]
-        made = allocations(fresh, picks, node.name, self.classes)
+        made = allocations(fresh, picks, node.devices, self.classes)
         held = [p for p in picks if p.candidate.consumed is None]  # a share is not a whole GPU
         return PodDecision(node=node.name, claims=(*old, *made), gpus=whole_gpus(node, held))
 
@@ -179,7 +180,7 @@ class ClaimAllocator:
         nowhere = (shape, usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
-        here = [n for n in nodes if _pinned_elsewhere(kept, n.name) is None] if kept else nodes
+        here = [n for n in nodes if _pinned_elsewhere(kept, n) is None] if kept else nodes
         requests: dict[int, PodRequest] = {}  # by GPU count: one per count for all the nodes
         best = self._verdicts.scan(
             shape,
@@ -303,11 +304,15 @@ def _group_by(constraints: Sequence[Constraint], request: str) -> str | None:
     return None
 
 
-def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: str) -> Miss | None:
+def _pinned_elsewhere(kept: Sequence[ResourceClaim], node: ClaimNode) -> Miss | None:
+    """Why a claim allocated already may not be used on `node` (its allocation's nodeSelector)."""
     for claim in kept:
-        where = claim.allocation.node if claim.allocation else None
-        if where not in (None, node):
-            return Miss(f"claim {claim.key} is allocated on node {where}", (0, 0))
+        allocation = claim.allocation
+        if allocation is None or reaches(allocation, node.name, node.labels):
+            continue
+        if allocation.node is not None:
+            return Miss(f"claim {claim.key} is allocated on node {allocation.node}", (0, 0))
+        return Miss(f"claim {claim.key} is allocated for other nodes (its nodeSelector)", (0, 0))
     return None
 
 

@@ -4,7 +4,8 @@
 `PodDecision` / `GangDecision` (the answer), `ClaimAllocation` (one claim's `status.allocation`).
 `allocations` turns the picks of `search` into one `Allocation` per claim: results in pick order,
 a deterministic share ID and the consumed capacity for a shared device, the classes' config
-(FromClass, for the requests that used each class) then the claim's (FromClaim), and the node.
+(FromClass, for the requests that used each class) then the claim's (FromClaim), and where it
+may be used (`slices.allocation_reach`: the node, when a device is the node's own).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from scheduler.placement.node_slots import static_shape
 from .model import AllocatedDevice, Allocation, ConfigEntry, DeviceClass, ResourceClaim
 from .order import GpuMap
 from .search import Pick
-from .slices import NodeDevices
+from .slices import NodeDevices, allocation_reach
 from .usage import Usage
 
 _NOTHING: Mapping[str, Fraction] = MappingProxyType({})
 """What an exclusive device's result consumes (shared by all: it cannot change)."""
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 __all__ = [
     "ClaimAllocation",
@@ -52,6 +54,8 @@ class ClaimNode:
     devices: NodeDevices
     gpus: GpuMap | None = None
     state: NodeState | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    """The node's labels: what a claim allocated with a nodeSelector is matched by (`reaches`)."""
     likeness: Hashed = field(init=False, repr=False)
     """What a verdict reads of the node that is fixed for its life, made once with it: its devices
     up to their pool names (`NodeDevices.likeness`), its GPU map by device position and its
@@ -153,20 +157,19 @@ class GangDecision:
 def allocations(
     fresh: Sequence[ResourceClaim],
     picks: Sequence[Pick],
-    node: str,
+    found: NodeDevices,
     classes: Mapping[str, DeviceClass],
 ) -> list[ClaimAllocation]:
-    """One allocation per claim of `fresh` (`Pick.claim` is a position in it)."""
+    """One allocation per claim of `fresh` (`Pick.claim` is a position in it), of devices of
+    `found` (the node's)."""
     out = []
     for pos, claim in enumerate(fresh):
         mine = [p for p in picks if p.claim == pos]
         results = tuple(_result(claim, p) for p in mine)
         config = _config(claim, mine, classes)
-        out.append(
-            ClaimAllocation(
-                claim=claim, allocation=Allocation(devices=results, config=config, node=node)
-            )
-        )
+        node, selector = allocation_reach((r.id for r in results), found)
+        made = Allocation(devices=results, config=config, node=node, node_selector=selector)
+        out.append(ClaimAllocation(claim=claim, allocation=made))
     return out
 
 

@@ -223,11 +223,16 @@ class AllocatedDevice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Allocation:
-    """A claim's `status.allocation`: `node` is the node its nodeSelector names (None: any)."""
+    """A claim's `status.allocation`. Where its pods may run, from its `nodeSelector`: `node`,
+    when that names one node (`metadata.name In [node]`, what an allocation with a node's own
+    devices has); else `node_selector`, the selector as written (an allocation of devices from
+    `nodeSelector` slices: their requirements in one term); both None: any node (no selector:
+    devices of `allNodes` slices alone)."""
 
     devices: tuple[AllocatedDevice, ...]
     config: tuple[tuple[str, ConfigEntry], ...] = ()  # (FromClass | FromClaim, entry)
     node: str | None = None
+    node_selector: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

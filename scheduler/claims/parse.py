@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.placement import Effect, Toleration
@@ -184,14 +185,23 @@ def _allocation(alloc: Fields) -> Allocation:
                 consumed={qualified(k, driver): consumed.quantity(k) for k in consumed.data},
             )
         )
-    return Allocation(devices=tuple(results), node=_selected_node(alloc.sub("nodeSelector")))
+    node, selector = _reach(alloc.sub("nodeSelector"))
+    return Allocation(devices=tuple(results), node=node, node_selector=selector)
 
 
-def _selected_node(selector: Fields) -> str | None:
-    """The node a `metadata.name In [node]` field selector names (what allocators write)."""
-    for term in selector.items("nodeSelectorTerms"):
-        for field in term.items("matchFields"):
-            values = field.strs("values")
-            if field.text("key") == "metadata.name" and len(values) == 1:
-                return values[0]
-    return None
+def _reach(selector: Fields) -> tuple[str | None, Mapping[str, object] | None]:
+    """(the node, None) for a selector that names one node (one term: `metadata.name In
+    [node]`, what allocators write for a node's own devices); (None, the selector) for any
+    other, its terms checked to be objects; (None, None) for none."""
+    if not selector.data:
+        return None, None
+    terms = [
+        (list(term.items("matchFields")), list(term.items("matchExpressions")))
+        for term in selector.items("nodeSelectorTerms")
+    ]
+    if len(terms) == 1 and len(terms[0][0]) == 1 and not terms[0][1]:
+        only = terms[0][0][0]
+        values = only.strs("values")
+        if (only.text("key"), only.text("operator"), len(values)) == ("metadata.name", "In", 1):
+            return values[0], None
+    return None, selector.data

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from scheduler.placement import Effect, Taint
 
 from .model import (
+    Allocation,
     AttrValue,
     Capacity,
     Device,
@@ -24,7 +25,16 @@ from .model import (
 from .semver import parse_semver
 from .wire import Fields, fields_of
 
-__all__ = ["NodeDevices", "node_devices", "parse_slice", "qualified", "serves"]
+__all__ = [
+    "NodeDevices",
+    "allocation_reach",
+    "node_devices",
+    "parse_slice",
+    "qualified",
+    "reaches",
+    "selector_matches",
+    "serves",
+]
 
 
 def qualified(name: str, driver: str) -> str:
@@ -117,6 +127,11 @@ class NodeDevices:
     node: str
     devices: tuple[Device, ...]
     incomplete_pools: frozenset[tuple[str, str]] = frozenset()
+    shared: Mapping[DeviceId, Mapping[str, object] | None] = field(default_factory=dict)
+    """The devices other nodes may use too (of `allNodes` and `nodeSelector` slices), each with
+    its slice's nodeSelector (None: every node); the others are the node's own. A verdict does
+    not read it (not in `likeness`): only where the allocation may be used does
+    (`allocation_reach`)."""
     pools: tuple[tuple[str, str], ...] = field(init=False)
     likeness: str = field(init=False, repr=False, compare=False)
     """All of it but its pool names as text, made once (each device's `likeness` with its pool's
@@ -154,12 +169,18 @@ def node_devices(
             pool.append(s)
     devices: list[Device] = []
     incomplete = set()
+    shared: dict[DeviceId, Mapping[str, object] | None] = {}
     for key in sorted(newest):
         group = sorted(newest[key], key=lambda s: s.name)
         if len(group) < group[0].slice_count:
             incomplete.add(key)
-        devices.extend(d for s in group for d in s.devices)
-    return NodeDevices(node=node, devices=tuple(devices), incomplete_pools=frozenset(incomplete))
+        for s in group:
+            devices.extend(s.devices)
+            if s.node_name is None:
+                shared.update((d.id, s.node_selector) for d in s.devices)
+    return NodeDevices(
+        node=node, devices=tuple(devices), incomplete_pools=frozenset(incomplete), shared=shared
+    )
 
 
 def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
@@ -168,10 +189,40 @@ def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
         return s.node_name == node
     if s.all_nodes:
         return True
-    return s.node_selector is not None and _selector_matches(s.node_selector, node, labels)
+    return s.node_selector is not None and selector_matches(s.node_selector, node, labels)
 
 
-def _selector_matches(selector: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
+def allocation_reach(
+    ids: Iterable[DeviceId], found: NodeDevices
+) -> tuple[str | None, Mapping[str, object] | None]:
+    """Where a claim given devices `ids` of `found` (a node's) may be used, as Kubernetes'
+    allocator writes its nodeSelector: (the node, None) when one of them is the node's own; else
+    (None, one term holding each requirement of their `nodeSelector` slices once), or (None,
+    None) when those are all `allNodes` slices: any node."""
+    fields: list[object] = []
+    expressions: list[object] = []
+    for one in ids:
+        if one not in found.shared:
+            return found.node, None
+        selector = found.shared[one]
+        terms = selector.get("nodeSelectorTerms") if selector is not None else None
+        if not isinstance(terms, list) or not terms or not isinstance(terms[0], Mapping):
+            continue  # allNodes (a slice's selector has exactly one term: the API checks it)
+        for key, into in (("matchFields", fields), ("matchExpressions", expressions)):
+            into.extend(r for r in terms[0].get(key) or () if r not in into)
+    term = {k: v for k, v in (("matchFields", fields), ("matchExpressions", expressions)) if v}
+    return None, {"nodeSelectorTerms": [term]} if term else None
+
+
+def reaches(allocation: Allocation, node: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod on `node` (with `labels`) may use a claim allocated so."""
+    if allocation.node is not None:
+        return allocation.node == node
+    selector = allocation.node_selector
+    return selector is None or selector_matches(selector, node, labels)
+
+
+def selector_matches(selector: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
     """A core NodeSelector: terms ORed, requirements ANDed (In, NotIn, Exists, DoesNotExist)."""
     terms = selector.get("nodeSelectorTerms")
     if not isinstance(terms, list):

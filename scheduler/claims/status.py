@@ -3,8 +3,8 @@
 `allocation_status` gives the dict: `devices.results[]` (`request`, `driver`, `pool`, `device`,
 and `adminAccess`, `shareID`, `consumedCapacity` where they apply), `devices.config[]` (`source`
 FromClass or FromClaim, `requests`, `opaque`) and `nodeSelector` (a `metadata.name` field
-selector for the node). Quantities are written exactly (`80Gi` stays `85899345920`; a fraction
-as milli-units `500m`, or a decimal).
+selector for the node, the devices' slices' selector, or none: `Allocation`). Quantities are
+written exactly (`80Gi` stays `85899345920`; a fraction as milli-units `500m`, or a decimal).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def allocation_status(allocation: Allocation) -> dict[str, object]:
     if allocation.node is not None:
         field = {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
         out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [field]}]}
+    elif allocation.node_selector is not None:
+        out["nodeSelector"] = allocation.node_selector
     return out
 
 

@@ -73,6 +73,18 @@ class Cluster:
             self.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
         for manifest in ("rbac-agent.yaml", "rbac-scheduler.yaml"):
             self.kubectl("apply", "-f", str(ROOT / "daemonset" / manifest))
+        # The API server refuses pods until the controller-manager has made the namespace's
+        # `default` ServiceAccount: a test that creates a pod first would fail.
+        wait_until(
+            lambda: (
+                "serviceaccount/default"
+                in self.kubectl(
+                    "get", "serviceaccounts", "-n", "default", "-o", "name", check=False
+                )
+            ),
+            60,
+            "the default ServiceAccount of namespace default",
+        )
 
     def stop(self) -> None:
         for proc in self.processes:

@@ -268,7 +268,7 @@ class ClaimBook:
             fits = state is not None and len(state.gpu_numa) == len(inventory.gpus)
             selector = state.selector if fits and state is not None else None
             gpus = GpuMap.build(inventory, devices.devices, selector=selector)
-        view = ClaimNode(name=name, devices=devices, gpus=gpus, state=state)
+        view = ClaimNode(name=name, devices=devices, gpus=gpus, state=state, labels=labels)
         self._nodes[name] = (epoch, inputs, view)
         return view
 

@@ -17,6 +17,7 @@ from tests.builders.claimcluster import (
     dra_cluster,
     gpu_claim,
 )
+from tests.builders.claims import claim_obj, class_obj, shared_slice_obj
 from tests.builders.scheduler import bound_pods, create_pod, running, scheduled_condition, wait_for
 from tests.builders.workloads import (
     PODGROUPS,
@@ -28,6 +29,7 @@ from tests.builders.workloads import (
 pytestmark = pytest.mark.timeout(60)
 
 NVL = {"name": "nvl", "resourceClaimName": "shared"}
+FABRIC = "fabric.example.com"
 
 
 @pytest.fixture
@@ -141,3 +143,34 @@ def test_a_group_claim_made_from_a_template_is_used_once_the_controller_made_it(
     reserved = claim_of(upstream, "g-nvl-abcde")["status"]["reservedFor"]
     assert [(r["resource"], r["name"]) for r in reserved] == [("podgroups", "g")]
     assert len(devices_of(upstream, "g-nvl-abcde")) == 2
+
+
+def test_a_group_claim_on_a_fabric_channel_reaches_members_on_two_nodes(
+    upstream, core_v1, custom_objects
+):
+    """The group's claim is a channel of an `allNodes` slice (no node's own device), and each
+    member's own claim takes all eight GPUs of a node: the members run on two nodes, and the
+    group's claim is written with no nodeSelector, as Kubernetes' allocator writes it."""
+    dra_cluster(upstream, ("n1", "n2"))
+    upstream.put_object("deviceclasses", class_obj(FABRIC, f'device.driver == "{FABRIC}"'))
+    channel = {"name": "channel-0", "attributes": {"type": {"string": "channel"}}}
+    fabric = shared_slice_obj("fabric-0", "fabric", [channel], driver=FABRIC)
+    upstream.put_object("resourceslices", fabric)
+    ask = claim_obj("channel", {"name": "ch", "exactly": {"deviceClassName": FABRIC}}, namespace=NS)
+    upstream.put_object("resourceclaims", ask)
+    for i in range(2):
+        upstream.put_object("resourceclaims", gpu_claim(f"own-{i}", 8))
+    entry = {"name": "ch", "resourceClaimName": "channel"}
+    with running(upstream):
+        _group(custom_objects, "g", 2, entry)
+        for i in range(2):
+            _member(core_v1, f"g-{i}", "g", entry, {"name": "own", "resourceClaimName": f"own-{i}"})
+        wait_for(lambda: len(bound_pods(upstream)) == 2, 10, "the gang bound")
+    assert sorted(bound_pods(upstream).values()) == ["n1", "n2"]
+    allocation = claim_of(upstream, "channel")["status"]["allocation"]
+    assert [r["device"] for r in allocation["devices"]["results"]] == ["channel-0"]
+    assert "nodeSelector" not in allocation
+    for i in range(2):
+        own = claim_of(upstream, f"own-{i}")["status"]["allocation"]
+        node = bound_pods(upstream)[f"g-{i}"]
+        assert own["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]

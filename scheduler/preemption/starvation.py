@@ -5,7 +5,9 @@ Nodes are taken by GPUs in use (milli-GPU, any scheduler's pods), fewest first, 
 leaving out those held or nominated for another unit U must not overtake (`Nominations.blocked`:
 U could not start there, and two holds on one node would each keep the other's unit off it).
 For one pod, the first node where the placement code fits it with our pods taken off a clone
-wins (at most `TRIES` nodes are tried: the hold is an optimisation, not a guarantee). For a gang,
+wins (at most `TRIES` nodes are tried: the hold is an optimisation, not a guarantee). Inter-pod
+rules that read beyond a node are judged on the live snapshot with those pods gone, as the
+victim search judges them (`_LiveRules`). For a gang,
 the emptiest nodes (per domain of a required topology label) are taken until their capacity
 covers the gang, placed with `place_gang` on clones without our pods, widened by doubling when
 that fails; the set with the fewest GPUs in use among the domains tried wins.
@@ -28,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
-from scheduler.placement import NodeState, Placer, PodRequest, Snapshot, place_gang
+from scheduler.placement import Assignment, NodeState, Placer, PodRequest, Snapshot, place_gang
+from scheduler.placement.interpod import decided_per_node, refused_whatever_leaves
 from scheduler.placement.request import CPU, MEMORY
 
 from .candidates import GANG_SETS, Bound
 from .index import RunningIndex
+from .interpodfit import GANG_RULE_PODS, GangInterPodFit, InterPodFit
 from .model import PreemptionSettings, Preemptor
 from .nominations import LastHold, Nominations
 
@@ -111,27 +115,89 @@ def starvation_nodes(
     live = placer.snapshot
     if not preemptor.pods:
         return None
+    rules = _LiveRules.of(preemptor, placer, index)
+    if rules is None:
+        return None
     kept = sorted(set((previous or {}).values()))
     if kept and all(n in live and n not in blocked for n in kept):  # sticky: the last hold's
-        found = _place(preemptor, placer, kept, index)
+        found = _place(preemptor, placer, kept, index, rules)
         if found is not None:
             return found
     ranked = sorted(
         (n.used_milli, n.name)
         for n in live.nodes.values()
-        if n.name not in blocked and _big_enough(n, preemptor.pods)
+        if n.name not in blocked and n.name not in rules.refused and _big_enough(n, preemptor.pods)
     )
     if len(preemptor.pods) == 1:
         for _used, name in ranked[:TRIES]:
-            found = _place(preemptor, placer, [name], index)
+            found = _place(preemptor, placer, [name], index, rules)
             if found is not None:
                 return found
         return None
-    return _gang_nodes(preemptor, placer, [name for _u, name in ranked], index)
+    return _gang_nodes(preemptor, placer, [name for _u, name in ranked], index, rules)
+
+
+class _LiveRules:
+    """U's inter-pod rules where the held nodes' clones cannot decide them (they read beyond
+    the hostname: `interpod.decided_per_node`), judged as the victim search judges them: on
+    the live snapshot, with our pods on the held nodes read as gone (`InterPodFit` for one pod,
+    `GangInterPodFit` for a gang's placement). `refused`: the nodes where they refuse U however
+    many of our pods leave (the first member's, for a gang: members are alike), left out of the
+    nodes tried. A rule-less unit (the common case) has none of it."""
+
+    __slots__ = ("gang", "pod", "refused")
+
+    def __init__(
+        self,
+        pod: InterPodFit | None = None,
+        gang: GangInterPodFit | None = None,
+        refused: AbstractSet[str] = frozenset(),
+    ) -> None:
+        self.pod, self.gang, self.refused = pod, gang, refused
+
+    @classmethod
+    def of(
+        cls, preemptor: Preemptor, placer: Placer, index: RunningIndex | None
+    ) -> _LiveRules | None:
+        """None: a gang whose rules read more than `GANG_RULE_PODS` running pods (no hold,
+        as it does not preempt either)."""
+        live, pods = placer.snapshot, preemptor.pods
+        if all(decided_per_node(p, live) for p in pods):
+            return _DECIDED
+        first = pods[0]
+        if len(pods) == 1:
+            pod = InterPodFit(first, live, placer.read_memo(first))
+            ours = _ours(pod.read, index)
+            return cls(pod=pod, refused=refused_whatever_leaves(first, live, ours, pod.memo))
+        gang = GangInterPodFit(pods, live)
+        if len(gang.read) > GANG_RULE_PODS:
+            return None
+        return cls(gang=gang, refused=refused_whatever_leaves(first, live, _ours(gang.read, index)))
+
+    def let(self, placed: Sequence[tuple[PodRequest, Assignment]], gone: frozenset[str]) -> bool:
+        """Do the rules let U go as `placed`, the pods `gone` read as gone?"""
+        if self.pod is not None:
+            return all(self.pod.fits(a.node, gone) for _pod, a in placed)
+        return self.gang is None or self.gang.fits(placed, gone)
+
+
+_DECIDED = _LiveRules()
+"""A unit whose rules (if any) the clones decide."""
+
+
+def _ours(keys: AbstractSet[str], index: RunningIndex | None) -> frozenset[str]:
+    """Those of `keys` that are this scheduler's pods (every one when `index` is None)."""
+    if index is None:
+        return frozenset(keys)
+    return frozenset(k for k in keys if index.unit_of_pod(k) is not None)
 
 
 def _gang_nodes(
-    preemptor: Preemptor, placer: Placer, ranked: Sequence[str], index: RunningIndex | None
+    preemptor: Preemptor,
+    placer: Placer,
+    ranked: Sequence[str],
+    index: RunningIndex | None,
+    rules: _LiveRules,
 ) -> Mapping[str, str] | None:
     live = placer.snapshot
     topology = preemptor.topology
@@ -151,7 +217,7 @@ def _gang_nodes(
         cut = _capacity_cut(live, names, total)
         while cut and tried < TRIES:
             tried += 1
-            found = _place(preemptor, placer, names[:cut], index)
+            found = _place(preemptor, placer, names[:cut], index, rules)
             if found is not None:
                 used = _used(live, names[:cut])
                 if best is None or used < best[0]:
@@ -164,20 +230,33 @@ def _gang_nodes(
 
 
 def _place(
-    preemptor: Preemptor, placer: Placer, names: Sequence[str], index: RunningIndex | None
+    preemptor: Preemptor,
+    placer: Placer,
+    names: Sequence[str],
+    index: RunningIndex | None,
+    rules: _LiveRules,
 ) -> Mapping[str, str] | None:
-    """Place U on clones of `names` with our pods taken off."""
-    small = Snapshot(_emptied(placer.snapshot.node(n), index) for n in names)
-    small.namespace_labels = placer.snapshot.namespace_labels
+    """Place U on clones of `names` with our pods taken off; `rules` then judge the placement
+    on the live snapshot. A single pod's rules are not read on the clones at all; a gang's are
+    read there first, so that members that repel or attract each other are placed as their
+    rules ask among the clones (as the victim search places them)."""
+    live = placer.snapshot
+    small = Snapshot(_emptied(live.node(n), index) for n in names)
+    small.namespace_labels = live.namespace_labels
     placed = place_gang(
         preemptor.pods,
-        Placer(small, placer.scoring, memo=False),
+        Placer(small, placer.scoring, memo=False, inter_pod=rules.pod is None),
         topology=preemptor.topology,
         prefer_clique=preemptor.prefer_clique,
         reasons=False,
     )
     if not placed.ok:
         return None
+    if rules is not _DECIDED:
+        gone = frozenset(k for n in names for k in live.node(n).pods if k not in small.node(n).pods)
+        ordered = [(pod, placed.assignments[pod.key]) for pod in preemptor.pods]
+        if not rules.let(ordered, gone):
+            return None
     return {key: a.node for key, a in placed.assignments.items()}
 
 

@@ -38,7 +38,6 @@ from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.leader import Fence
 from scheduler.placement import Assignment, Placer, PodRequest
-from scheduler.placement.interpod import decided_per_node
 from scheduler.preemption import (
     Claimed,
     DeviceFit,
@@ -181,8 +180,6 @@ class Preemption:
             return f"{message}; preemption: waiting for the victims on {nodes} to terminate"
         if name in self._nominated:  # its victims are gone, yet it does not start: look again
             self._forget(name)
-        # a hold is judged on clones of the held nodes, where rules beyond them are unread
-        per_node = all(decided_per_node(info.request, live.snapshot) for info in infos)
         preemptor = replace(
             self._preemptor(name, infos, group, devices),
             gang_devices=gang_devices,
@@ -193,7 +190,7 @@ class Preemption:
         with self._nominees_placed(name, preemptor.priority):
             if self.settings.enabled or self.settings.reclaim:
                 choice = self._search(preemptor, live)
-            starved = per_node and admitted and now - since >= self.settings.starvation_seconds
+            starved = admitted and now - since >= self.settings.starvation_seconds
             if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
                 self._starving(preemptor, live, now)
         if isinstance(choice, VictimChoice) and not choice.pods:  # freed, not yet free

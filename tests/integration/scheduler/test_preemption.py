@@ -36,6 +36,7 @@ from tests.fakeapi import FakeApiServer
 
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 TEAMS = ("team-a", "team-b")
+ZONE_KEY = "topology.kubernetes.io/zone"
 
 
 class SteppingClock:
@@ -539,6 +540,25 @@ def test_the_starvation_guard_lets_a_big_pod_start_in_a_stream_of_small_ones(
                         pod["metadata"]["name"], "team-a", grace_period_seconds=0
                     )
             wait_for(lambda: bound_pods(c.fake, "team-a").get("big"), 20, "big bound at the end")
+    assert c.deleted() == []
+
+
+def test_the_guard_holds_for_a_pod_whose_rules_read_beyond_its_node(cluster):
+    """The big pod shuns `app=db` pods over the zone (none runs): a rule beyond the hostname,
+    so a hold is judged on the live snapshot, not on a clone of the held node. It holds, and
+    starts within starvationSeconds and a drain, as a pod without rules does."""
+    c = cluster
+    shun = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": ZONE_KEY}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [shun]}}
+    settings = config(enabled=False, reclaim=False, starvation_seconds=1.0)
+    with running(c.fake, config=settings) as runtime:
+        c.fill(16)
+        c.pod("big", gpus=8, affinity=affinity)
+        took = _stream(c, seconds=6.0, period=0.15, big="big")
+        assert took is not None
+        assert took < 1.0 + 8 * 0.15 + 2.5
+        sample = runtime.metrics.registry.get_sample_value
+        assert sample("gputopo_scheduler_held_gpu_seconds_total") > 0
     assert c.deleted() == []
 
 

@@ -260,7 +260,12 @@ class ClaimBook:
             return known[2]
         slices = [*self._local.get(name, {}).values(), *self._shared.values()]
         devices = node_devices(slices, name, labels)
-        if known is not None and _same(known[1][1:], inputs[1:]) and known[2].devices == devices:
+        if (
+            known is not None
+            and _same(known[1][1:], inputs[1:])
+            and known[2].devices == devices
+            and known[2].labels == labels  # what a claim's nodeSelector is matched by
+        ):
             self._nodes[name] = (epoch, inputs, known[2])
             return known[2]
         gpus = None

@@ -92,3 +92,15 @@ class SliceEvents(RuleBasedStateMachine):
 
 TestSliceEvents = SliceEvents.TestCase
 TestSliceEvents.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+def test_a_nodes_view_follows_its_labels_though_its_devices_stay() -> None:
+    """What a claim allocated with a label nodeSelector is matched by: a relabelled node's view
+    has its new labels, though nothing it can use changed."""
+    book = ClaimBook()
+    book.apply(SLICES, "ADDED", slice_obj("n0", [gpu_device(0)]))
+    first = book.node("n0", {"rack": "a"}, None, None)
+    moved = book.node("n0", {"rack": "b"}, None, None)
+    assert moved.labels == {"rack": "b"}
+    assert moved.devices == first.devices
+    assert book.node("n0", moved.labels, None, None) is moved

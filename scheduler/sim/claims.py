@@ -17,6 +17,12 @@ the job's topology label when it has one (preferred: else anywhere; `prefer_cliq
 preferred, as for other gangs), on the nodes where a member's rest fits. The rests are then
 checked together (cpu, memory of members sharing a node): a gang whose rests do not fit where
 its claims went is not placed.
+
+In the victim search a claim-style unit asks its claims apart from its pods' requests, as in
+the scheduler (`scheduler.preemption.DeviceFit`, `GangDeviceFit`): `SimClaims.fit` and
+`SimClaims.gang_fit` judge them by the claims code on clones of the nodes without the pods
+gone, so the search evicts only where the claims' selectors and constraints are met (an H100
+claim does not evict on an A100 node).
 """
 
 from __future__ import annotations
@@ -58,7 +64,15 @@ from scheduler.placement import (
     topology_domains,
 )
 
-__all__ = ["DRIVER", "GPU_CLASS", "SimClaims", "claim_gpus", "claim_node", "read_pod_claims"]
+__all__ = [
+    "DRIVER",
+    "GPU_CLASS",
+    "ClaimFit",
+    "SimClaims",
+    "claim_gpus",
+    "claim_node",
+    "read_pod_claims",
+]
 
 DRIVER = "gpu.gputopo.io"
 GPU_CLASS = DeviceClass(
@@ -212,12 +226,64 @@ class SimClaims:
                 snapshot.forget(key)
         return GangPlacement(ok=True, assignments=dict(placed))
 
+    def fit(self, pod: PodRequest, claims: Sequence[ResourceClaim]) -> ClaimFit:
+        """`pod`'s claims as one victim search asks them (`DeviceFit`)."""
+        return ClaimFit(self, [PodClaims(key=pod.key, claims=tuple(claims))])
+
+    def gang_fit(self, pods: Sequence[tuple[PodRequest, Sequence[ResourceClaim]]]) -> ClaimFit:
+        """A gang's claims, each member's its own, as one victim search asks them
+        (`GangDeviceFit`)."""
+        return ClaimFit(self, [PodClaims(key=p.key, claims=_own(p.key, c)) for p, c in pods])
+
     def _node(self, name: str) -> ClaimNode:
         state = self.placer.snapshot.node(name)
         found = self._nodes.get(name)
         if found is None or found.state is not state:
             found = self._nodes[name] = claim_node(state)
         return found
+
+
+class ClaimFit:
+    """Whether a unit's claims fit once some pods are gone, judged by the claims code on
+    clones of the nodes without them (their GPUs then idle), each answer worked out once: one
+    pod's on a node (`fits`, a `DeviceFit`), or a gang's members' on some nodes, all of them or
+    none (`place`, a `GangDeviceFit`). For one search: the cluster must not change meanwhile."""
+
+    def __init__(self, sim: SimClaims, pods: Sequence[PodClaims]) -> None:
+        self._sim, self._pods = sim, pods
+        shared = sim.allocator  # its compiled selectors; verdicts of its own, on the clones
+        self._allocator = ClaimAllocator(
+            shared.classes, scoring=shared.scoring, selectors=shared.selectors
+        )
+        self._found: dict[tuple[tuple[str, ...], frozenset[str]], Mapping[str, str] | None] = {}
+
+    def fits(self, node: str, gone: frozenset[str]) -> bool:
+        return self.place([node], gone) is not None
+
+    def place(self, nodes: Sequence[str], gone: frozenset[str]) -> Mapping[str, str] | None:
+        snapshot = self._sim.placer.snapshot
+        here = frozenset(k for n in nodes for k in snapshot.node(n).pods if k in gone)
+        key = (tuple(nodes), here)
+        if key not in self._found:
+            views = [claim_node(_without(snapshot.node(n), here)) for n in nodes]
+            decision = self._allocator.place_gang(self._pods, views, _usage(views))
+            self._found[key] = (
+                {p.key: d.node for p, d in zip(self._pods, decision.pods, strict=True) if d.node}
+                if decision.placed
+                else None
+            )
+        return self._found[key]
+
+
+def _without(node: NodeState, gone: AbstractSet[str]) -> NodeState:
+    """`node`, or a clone of it without the pods `gone` when any of them is on it."""
+    if not any(key in node.pods for key in gone):
+        return node
+    clone = node.clone()
+    for key in gone:
+        if key in clone.pods:
+            clone.remove_pod(key)
+    return clone
 
 
 def _own(pod: str, claims: Sequence[ResourceClaim]) -> tuple[ResourceClaim, ...]:

@@ -221,6 +221,7 @@ class _EventRun:
         job = unit.entry.job
         key = job.name if unit.gang else unit.pods[0].key
         off = self.models.filter(leaf, unit.pods).nodes  # models whose max the queue reached
+        devices, gang_devices = self.scheduler.claim_fits(unit.pods, gang=unit.gang)
         u = Preemptor(
             key=key,
             pods=tuple(unit.pods),
@@ -229,6 +230,8 @@ class _EventRun:
             topology=job.topology if unit.gang else None,
             excluded=off,
             prefer_clique=self.scheduler.policy.prefer_clique,
+            devices=devices,
+            gang_devices=gang_devices,
         )
         if not self._preempt(preemption, leaf, unit, u):
             preemption.starving(u, self.clock.now, head=head, admitted=admitted)

@@ -35,7 +35,7 @@ from scheduler.placement import (
 from scheduler.placement.fgd import FgdScore, Fragmentation, TypicalPod
 from scheduler.placement.fragscores import bestfit_score, least_allocated_score
 from scheduler.placement.shares import legacy_share
-from scheduler.sim.claims import SimClaims
+from scheduler.sim.claims import ClaimFit, SimClaims
 from scheduler.sim.cluster import Cluster
 
 __all__ = ["ALIASES", "POLICIES", "SimPolicy", "SimScheduler", "canonical_policy", "make_policy"]
@@ -128,10 +128,8 @@ class SimScheduler:
         (None: any node); nothing is bound."""
         claims = self.claims.get(pod.key)
         if claims:
-            if self._sim_claims is None:
-                self._sim_claims = SimClaims(self.placer)
             off = excluding_outside(self.cluster.snapshot, excluded, allowed)
-            return self._sim_claims.choose(pod, claims, off)
+            return self._claims_placer().choose(pod, claims, off)
         if self.policy.uniform:
             names = self.placer.feasible(pod)
             if excluded or allowed is not None:
@@ -175,14 +173,30 @@ class SimScheduler:
             )
         if not all(claims):
             return GangPlacement(ok=False, reason="a gang mixes pods with and without claims")
-        if self._sim_claims is None:
-            self._sim_claims = SimClaims(self.placer)
-        return self._sim_claims.place_gang(
+        return self._claims_placer().place_gang(
             [(p, c or ()) for p, c in zip(pods, claims, strict=True)],
             topology=topology,
             prefer_clique=prefer_clique,
             excluded=excluded,
         )
+
+    def claim_fits(
+        self, pods: Sequence[PodRequest], *, gang: bool
+    ) -> tuple[ClaimFit | None, ClaimFit | None]:
+        """What a unit's claims need as the victim search asks it, for one search: (a single
+        pod's `DeviceFit`, a gang's `GangDeviceFit`); (None, None) for pods without claims."""
+        claims = [self.claims.get(p.key) for p in pods]
+        if not any(claims):
+            return None, None
+        sim = self._claims_placer()
+        if gang:
+            return None, sim.gang_fit([(p, c or ()) for p, c in zip(pods, claims, strict=True)])
+        return sim.fit(pods[0], claims[0] or ()), None
+
+    def _claims_placer(self) -> SimClaims:
+        if self._sim_claims is None:
+            self._sim_claims = SimClaims(self.placer)
+        return self._sim_claims
 
     def place(self, pod: PodRequest) -> Assignment | None:
         """Choose and bind; None when `pod` fits nowhere."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from agent.model import NvlinkFabric
 from scheduler.claims.model import ResourceClaim
 from scheduler.placement import Assignment, NodeState, PodRequest, TopologyConstraint
+from scheduler.preemption import PreemptionSettings
 from scheduler.sim.build import build_cluster, job_requests
 from scheduler.sim.claims import SimClaims, claim_node
 from scheduler.sim.cluster import make_links
@@ -21,6 +22,7 @@ from scheduler.sim.workload import GIB, ClusterSpec, NodeGroup, Workload, load_w
 from scheduler.sim.yamlread import WorkloadError
 from tests.builders.claims import claim, request
 
+ON = PreemptionSettings()
 ONE_NODE = ClusterSpec(
     (NodeGroup(name="n", count=1, gpus=8, model="H100", cpu_milli=64_000, memory=512 * GIB),)
 )
@@ -250,3 +252,55 @@ def check_placed_as_fresh(
     one = kept.choose(pod, claims)
     assert one == fresh.choose(pod, claims)
     return {} if one is None else {pod.key: one}
+
+
+A100_AND_H100 = ClusterSpec(
+    (
+        NodeGroup(name="a", count=1, gpus=4, model="A100", cpu_milli=64_000, memory=512 * GIB),
+        NodeGroup(name="h", count=1, gpus=4, model="H100", cpu_milli=64_000, memory=512 * GIB),
+    )
+)
+
+
+def model_claim(
+    name: str, model: str, *, replicas: int, count: int, priority: int, arrival: int = 0
+) -> str:
+    selector = f'device.attributes["gpu.gputopo.io"].productName == "{model}"'
+    head = f"  - name: {name}\n    replicas: {replicas}\n    arrival: {arrival}\n"
+    head += f"    duration: 10000\n    priority: {priority}\n"
+    return head + claim_yaml(count, selector)
+
+
+def test_a_claim_pod_evicts_only_where_its_claims_selectors_are_met(tmp_path: Path) -> None:
+    """Both nodes are full: the A100 node of priority-0 pods, the H100 node of priority-5
+    ones. An urgent pod's claim asks 2 H100 GPUs: read as a pod of 2 GPUs, the cheapest victims
+    would be two priority-0 pods on the A100 node, after which it still could not start. Its
+    claims judged by the claims code, it evicts two priority-5 pods on the H100 node and starts
+    at once."""
+    path = workload(
+        tmp_path,
+        model_claim("cheap", "A100", replicas=4, count=1, priority=0),
+        model_claim("dear", "H100", replicas=4, count=1, priority=5),
+        model_claim("urgent", "H100", replicas=1, count=2, priority=10, arrival=10),
+    )
+    result = run_events(A100_AND_H100, load_workload(str(path)), "bestfit", 1, preemption=ON)
+    assert result.preemption is not None
+    assert (result.preemption.preemptions, result.preemption.pods_evicted) == (1, 2)
+    assert result.preemption.wasted == 0
+    assert result.preemption.by_reason == {"preempt": 2}
+
+
+def test_a_claim_gang_evicts_only_where_its_members_claims_are_met(tmp_path: Path) -> None:
+    """The same for a gang of two pods of 2 H100 GPUs each: it evicts the four priority-5
+    pods of the H100 node, not the A100 node's cheaper ones, and starts."""
+    urgent = model_claim("urgent", "H100", replicas=2, count=2, priority=10, arrival=10)
+    path = workload(
+        tmp_path,
+        model_claim("cheap", "A100", replicas=4, count=1, priority=0),
+        model_claim("dear", "H100", replicas=4, count=1, priority=5),
+        urgent.replace("    replicas: 2\n", "    replicas: 2\n    minMember: 2\n"),
+    )
+    result = run_events(A100_AND_H100, load_workload(str(path)), "bestfit", 1, preemption=ON)
+    assert result.preemption is not None
+    assert (result.preemption.preemptions, result.preemption.pods_evicted) == (1, 4)
+    assert (result.preemption.wasted, result.preemption.partial_gangs) == (0, 0)

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from scheduler.placement import Taint, Toleration
+from scheduler.placement.request import NodeSelectorTerm
 
 from .semver import Semver
 
@@ -134,8 +135,8 @@ class Device:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceSlice:
-    """`node_name` for a node-local slice; `all_nodes`; or `node_selector` (the wire's
-    NodeSelector dict, matched by the caller's node labels)."""
+    """`node_name` for a node-local slice; `all_nodes`; or `node_selector`: the one term of
+    its NodeSelector (the API admits exactly one), matched by the caller's node labels."""
 
     name: str
     driver: str
@@ -144,7 +145,7 @@ class ResourceSlice:
     slice_count: int = 1
     node_name: str | None = None
     all_nodes: bool = False
-    node_selector: Mapping[str, object] | None = None
+    node_selector: NodeSelectorTerm | None = None
     devices: tuple[Device, ...] = ()
 
 
@@ -225,14 +226,14 @@ class AllocatedDevice:
 class Allocation:
     """A claim's `status.allocation`. Where its pods may run, from its `nodeSelector`: `node`,
     when that names one node (`metadata.name In [node]`, what an allocation with a node's own
-    devices has); else `node_selector`, the selector as written (an allocation of devices from
-    `nodeSelector` slices: their requirements in one term); both None: any node (no selector:
+    devices has); else `node_selector`, the selector's terms (ORed; an allocation of devices
+    from `nodeSelector` slices has one, their requirements); both None: any node (no selector:
     devices of `allNodes` slices alone)."""
 
     devices: tuple[AllocatedDevice, ...]
     config: tuple[tuple[str, ConfigEntry], ...] = ()  # (FromClass | FromClaim, entry)
     node: str | None = None
-    node_selector: Mapping[str, object] | None = None
+    node_selector: tuple[NodeSelectorTerm, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.placement import Effect, Toleration
+from scheduler.placement.request import NodeSelectorTerm, Operator
 
 from .model import (
     AllocatedDevice,
@@ -185,23 +185,19 @@ def _allocation(alloc: Fields) -> Allocation:
                 consumed={qualified(k, driver): consumed.quantity(k) for k in consumed.data},
             )
         )
-    node, selector = _reach(alloc.sub("nodeSelector"))
+    node, selector = _reach(alloc)
     return Allocation(devices=tuple(results), node=node, node_selector=selector)
 
 
-def _reach(selector: Fields) -> tuple[str | None, Mapping[str, object] | None]:
+def _reach(alloc: Fields) -> tuple[str | None, tuple[NodeSelectorTerm, ...] | None]:
     """(the node, None) for a selector that names one node (one term: `metadata.name In
-    [node]`, what allocators write for a node's own devices); (None, the selector) for any
-    other, its terms checked to be objects; (None, None) for none."""
-    if not selector.data:
+    [node]`, what allocators write for a node's own devices); (None, its terms) for any other;
+    (None, None) for none."""
+    if not alloc.has("nodeSelector"):
         return None, None
-    terms = [
-        (list(term.items("matchFields")), list(term.items("matchExpressions")))
-        for term in selector.items("nodeSelectorTerms")
-    ]
-    if len(terms) == 1 and len(terms[0][0]) == 1 and not terms[0][1]:
-        only = terms[0][0][0]
-        values = only.strs("values")
-        if (only.text("key"), only.text("operator"), len(values)) == ("metadata.name", "In", 1):
-            return values[0], None
-    return None, selector.data
+    terms = alloc.node_selector("nodeSelector")
+    if len(terms) == 1 and not terms[0].match_expressions and len(terms[0].match_fields) == 1:
+        only = terms[0].match_fields[0]
+        if only.operator is Operator.IN and len(only.values) == 1:
+            return only.values[0], None
+    return None, terms

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.placement import Effect, Taint
+from scheduler.placement.request import NodeSelectorRequirement, NodeSelectorTerm
 
 from .model import (
     Allocation,
@@ -32,7 +33,6 @@ __all__ = [
     "parse_slice",
     "qualified",
     "reaches",
-    "selector_matches",
     "serves",
 ]
 
@@ -48,7 +48,6 @@ def parse_slice(obj: object) -> ResourceSlice:
     driver = spec.text("driver")
     pool = spec.sub("pool", required=True)
     pool_name = pool.text("name")
-    selector = spec.data.get("nodeSelector")
     return ResourceSlice(
         name=top.sub("metadata").text("name"),
         driver=driver,
@@ -57,9 +56,17 @@ def parse_slice(obj: object) -> ResourceSlice:
         slice_count=pool.integer("resourceSliceCount", 1),
         node_name=spec.opt_str("nodeName"),
         all_nodes=spec.flag("allNodes"),
-        node_selector=selector if isinstance(selector, Mapping) else None,
+        node_selector=_slice_term(spec) if spec.has("nodeSelector") else None,
         devices=tuple(_device(d, driver, pool_name) for d in spec.items("devices")),
     )
+
+
+def _slice_term(spec: Fields) -> NodeSelectorTerm:
+    """A slice's `nodeSelector`: exactly one term, as the API server admits."""
+    terms = spec.node_selector("nodeSelector")
+    if len(terms) != 1:
+        raise spec.error("nodeSelector.nodeSelectorTerms", f"want one term, got {len(terms)}")
+    return terms[0]
 
 
 def _device(dev: Fields, driver: str, pool: str) -> Device:
@@ -127,9 +134,9 @@ class NodeDevices:
     node: str
     devices: tuple[Device, ...]
     incomplete_pools: frozenset[tuple[str, str]] = frozenset()
-    shared: Mapping[DeviceId, Mapping[str, object] | None] = field(default_factory=dict)
+    shared: Mapping[DeviceId, NodeSelectorTerm | None] = field(default_factory=dict)
     """The devices other nodes may use too (of `allNodes` and `nodeSelector` slices), each with
-    its slice's nodeSelector (None: every node); the others are the node's own. A verdict does
+    its slice's nodeSelector term (None: every node); the others are the node's own. A verdict does
     not read it (not in `likeness`): only where the allocation may be used does
     (`allocation_reach`)."""
     pools: tuple[tuple[str, str], ...] = field(init=False)
@@ -169,7 +176,7 @@ def node_devices(
             pool.append(s)
     devices: list[Device] = []
     incomplete = set()
-    shared: dict[DeviceId, Mapping[str, object] | None] = {}
+    shared: dict[DeviceId, NodeSelectorTerm | None] = {}
     for key in sorted(newest):
         group = sorted(newest[key], key=lambda s: s.name)
         if len(group) < group[0].slice_count:
@@ -189,61 +196,36 @@ def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
         return s.node_name == node
     if s.all_nodes:
         return True
-    return s.node_selector is not None and selector_matches(s.node_selector, node, labels)
+    return s.node_selector is not None and s.node_selector.matches(node, labels)
 
 
 def allocation_reach(
     ids: Iterable[DeviceId], found: NodeDevices
-) -> tuple[str | None, Mapping[str, object] | None]:
+) -> tuple[str | None, tuple[NodeSelectorTerm, ...] | None]:
     """Where a claim given devices `ids` of `found` (a node's) may be used, as Kubernetes'
     allocator writes its nodeSelector: (the node, None) when one of them is the node's own; else
     (None, one term holding each requirement of their `nodeSelector` slices once), or (None,
     None) when those are all `allNodes` slices: any node."""
-    fields: list[object] = []
-    expressions: list[object] = []
+    fields: list[NodeSelectorRequirement] = []
+    expressions: list[NodeSelectorRequirement] = []
     for one in ids:
         if one not in found.shared:
             return found.node, None
-        selector = found.shared[one]
-        terms = selector.get("nodeSelectorTerms") if selector is not None else None
-        if not isinstance(terms, list) or not terms or not isinstance(terms[0], Mapping):
-            continue  # allNodes (a slice's selector has exactly one term: the API checks it)
-        for key, into in (("matchFields", fields), ("matchExpressions", expressions)):
-            into.extend(r for r in terms[0].get(key) or () if r not in into)
-    term = {k: v for k, v in (("matchFields", fields), ("matchExpressions", expressions)) if v}
-    return None, {"nodeSelectorTerms": [term]} if term else None
+        term = found.shared[one]
+        if term is None:
+            continue  # an allNodes slice's
+        fields.extend(r for r in term.match_fields if r not in fields)
+        expressions.extend(r for r in term.match_expressions if r not in expressions)
+    if not fields and not expressions:
+        return None, None
+    return None, (
+        NodeSelectorTerm(match_expressions=tuple(expressions), match_fields=tuple(fields)),
+    )
 
 
 def reaches(allocation: Allocation, node: str, labels: Mapping[str, str]) -> bool:
     """Whether a pod on `node` (with `labels`) may use a claim allocated so."""
     if allocation.node is not None:
         return allocation.node == node
-    selector = allocation.node_selector
-    return selector is None or selector_matches(selector, node, labels)
-
-
-def selector_matches(selector: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
-    """A core NodeSelector: terms ORed, requirements ANDed (In, NotIn, Exists, DoesNotExist)."""
-    terms = selector.get("nodeSelectorTerms")
-    if not isinstance(terms, list):
-        return False
-    return any(isinstance(term, Mapping) and _term_matches(term, node, labels) for term in terms)
-
-
-def _term_matches(term: Mapping[str, object], node: str, labels: Mapping[str, str]) -> bool:
-    reqs = [(r, labels) for r in term.get("matchExpressions") or []]  # type: ignore[attr-defined]
-    reqs += [(r, {"metadata.name": node}) for r in term.get("matchFields") or []]  # type: ignore[attr-defined]
-    if not reqs:
-        return False
-    for req, source in reqs:
-        value = source.get(str(req.get("key")))
-        op, values = req.get("operator"), req.get("values") or []
-        ok = {
-            "In": value is not None and value in values,
-            "NotIn": value is None or value not in values,
-            "Exists": value is not None,
-            "DoesNotExist": value is None,
-        }.get(str(op), False)
-        if not ok:
-            return False
-    return True
+    terms = allocation.node_selector
+    return terms is None or any(term.matches(node, labels) for term in terms)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from scheduler.placement.nodeselector import selector_wire
+
 from .model import AllocatedDevice, Allocation
 
 __all__ = ["allocation_status", "quantity_text"]
@@ -34,7 +36,7 @@ def allocation_status(allocation: Allocation) -> dict[str, object]:
         field = {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
         out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [field]}]}
     elif allocation.node_selector is not None:
-        out["nodeSelector"] = allocation.node_selector
+        out["nodeSelector"] = selector_wire(allocation.node_selector)
     return out
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from agent.quantity import parse_quantity
+from scheduler.placement.nodeselector import node_selector_terms
+from scheduler.placement.request import NodeSelectorTerm
 
 from .errors import SpecError
 
@@ -95,6 +97,14 @@ class Fields:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(field, f"want a list of strings, got {value!r}")
         return tuple(value)
+
+    def node_selector(self, field: str) -> tuple[NodeSelectorTerm, ...]:
+        """NodeSelector `field`'s terms (`scheduler.placement.nodeselector`)."""
+        try:
+            return node_selector_terms(self.data.get(field), self._at(field))
+        except ValueError as exc:
+            at, _, problem = str(exc).partition(": ")
+            raise SpecError(self.kind, self.name, at, problem) from None
 
     def entries(self, field: str) -> Iterator[tuple[str, Fields]]:
         """The (key, object) pairs of map `field` (absent: none)."""

@@ -23,15 +23,14 @@ from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, key_of
 from agent.quantity import resource_units
 from agent.resource_names import GPU_RESOURCE, mig_profile
 from agent.shares import GPU_COMPUTE, GPU_MEMORY, ContainerShare, ShareRequestError, pod_shares
+from scheduler.placement.nodeselector import node_selector_terms, requirements
 from scheduler.placement.request import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,
     Effect,
     HostPort,
-    NodeSelectorRequirement,
     NodeSelectorTerm,
-    Operator,
     PodRequest,
     PreferredNodeTerm,
     Toleration,
@@ -312,30 +311,8 @@ def _affinity_terms(spec: Obj) -> tuple[NodeSelectorTerm, ...]:
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
         return ()
-    terms = []
-    for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
-        where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-        where = f"{where}.nodeSelectorTerms[{i}]"
-        terms.append(
-            NodeSelectorTerm(
-                match_expressions=_requirements(term.get("matchExpressions"), where),
-                match_fields=_fields(term.get("matchFields"), f"{where}.matchFields"),
-            )
-        )
-    if not terms:
-        return (NodeSelectorTerm(),)  # an empty term list matches no node
-    return tuple(terms)
-
-
-def _fields(raw: Any, where: str) -> tuple[NodeSelectorRequirement, ...]:
-    """A term's `matchFields`: `metadata.name` with `In` or `NotIn`, as the API server admits."""
-    found = _requirements(raw, where)
-    for j, req in enumerate(found):
-        if req.key != "metadata.name":
-            raise ValueError(f"{where}[{j}].key: {req.key!r} is not a node field (metadata.name)")
-        if req.operator not in (Operator.IN, Operator.NOT_IN):
-            raise ValueError(f"{where}[{j}].operator: {req.operator} (In or NotIn)")
-    return found
+    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    return node_selector_terms(required, where)
 
 
 def preferred_node_terms(spec: Obj) -> tuple[PreferredNodeTerm, ...]:
@@ -354,25 +331,15 @@ def preferred_node_terms(spec: Obj) -> tuple[PreferredNodeTerm, ...]:
         terms.append(
             PreferredNodeTerm(
                 weight=weight,
-                expressions=_requirements(preference.get("matchExpressions"), where),
-                fields=_requirements(preference.get("matchFields"), where),
+                expressions=requirements(
+                    preference.get("matchExpressions"), f"{where}.preference.matchExpressions"
+                ),
+                fields=requirements(
+                    preference.get("matchFields"), f"{where}.preference.matchFields"
+                ),
             )
         )
     return tuple(terms)
-
-
-def _requirements(raw: Any, where: str) -> tuple[NodeSelectorRequirement, ...]:
-    out = []
-    for j, expr in enumerate(raw or ()):
-        try:
-            operator = Operator(expr["operator"])
-        except (KeyError, ValueError):
-            raise ValueError(
-                f"{where}: requirement {j}: operator {expr.get('operator')!r}"
-            ) from None
-        values = tuple(str(v) for v in expr.get("values") or ())
-        out.append(NodeSelectorRequirement(key=str(expr["key"]), operator=operator, values=values))
-    return tuple(out)
 
 
 def _split_resources(requests: Mapping[str, int]) -> dict[str, Any]:

@@ -171,6 +171,23 @@ def test_a_match_field_the_api_server_would_refuse_names_the_field(field, named)
 
 
 @pytest.mark.parametrize(
+    ("expression", "named"),
+    [
+        pytest.param({"operator": "Exists"}, r"\[0\]\.key: want a non-empty string", id="no key"),
+        pytest.param({"key": "zone", "operator": "Near"}, r"\[0\]\.operator: 'Near'", id="op"),
+        pytest.param(
+            {"key": "zone", "operator": "In", "values": "a"}, r"\[0\]\.values", id="values"
+        ),
+    ],
+)
+def test_a_malformed_node_affinity_expression_names_the_field(expression, named):
+    required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    with pytest.raises(ValueError, match=r"nodeSelectorTerms\[0\]\.matchExpressions" + named):
+        pod_request(pod(affinity=affinity))
+
+
+@pytest.mark.parametrize(
     ("containers", "init", "expected"),
     [
         pytest.param(

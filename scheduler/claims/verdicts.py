@@ -1,34 +1,35 @@
-"""Each node's last verdict per claim shape, kept while nothing it read has changed.
+"""The best node for a claim shape, from one verdict per class of like nodes.
 
 A verdict (`Fit`: the picks and the node's rank, or `NO_FIT`) reads the node's devices and GPUs
-(fixed objects: an entry is for one `ClaimNode` object), what `Usage` holds of the node's pools
-(`Usage.versions`: a fresh token per change, so copies of a `Usage` never share a token for
-different contents), and, to rank, the node's `NodeState` and the learning scores' versions.
-A state's change shows as a new `derived` dict (placement drops it on every change and makes a
-new one on the next `derive`): the entry keeps the dict it saw. With scores that are not all
-shipped, a node with a state is decided afresh each time (what they read is unknown).
+(fixed objects: a `ClaimNode`), what `Usage` holds of the node's pools (`Usage.versions`: a fresh
+token per change, so copies of a `Usage` never share a token for different contents), and, to
+rank, the node's `NodeState` and the learning scores' versions. A state's change shows as a new
+`derived` dict (placement drops it on every change and makes a new one on the next `derive`).
 
-`Verdicts.scan` finds what changed for the whole node list at once: per node list and shape (a
-`_View`; what it reads of the list alone, its `_Layout`, is made once per list for every shape) it
-keeps the pool tokens and state stamps it last saw, side by side, and compares them with the
-current ones in a few passes that run in C (`map`, `compress`), so a pod costs a lookup of the
-list, those passes, an entry for each changed node (in one loop) and a look at the top of the
-view's heap of ranks. Given the
-nodes' change log (`NodeChanges`: placement's `Snapshot`), the state stamps are not compared at
-all: the view keeps the log's generation it last saw and asks it which nodes changed since (all
-compared again when the log is another, or no longer remembers that far back). The log must
-report every change of a node's state (placement's contract: `Snapshot.refresh` after changing a
-state other than through it).
+Nodes of equal likeness (`_Likeness`) decide alike, their picks at the same device positions:
+their devices equal but for their pool names (same driver, device name, attributes, capacity,
+taints, sharing, same pool order, same incomplete pools), the same devices held in `Usage` by
+position (and the same capacity consumed), the same GPU map by position and GPU selector (the
+same object, or made from equal links and NUMA nodes), and `NodeState`s in the same class as
+placement's verdict memo keys them (`static_shape`, `dynamic_state`, the GPU product label); the
+part fixed for the node's life is `ClaimNode.likeness`, made once with the node. A likeness is
+numbered: the node's class. So a shape is decided once per class (`_Book.verdicts`), on the first
+node of it met, and a like node takes that verdict with its picks moved to its own devices.
 
-A changed node whose likeness (`_Likeness`) equals one decided before for the same shape takes
-that verdict, its picks moved to its own devices by position: its devices equal the other's
-but for their pool names (same driver, device name, attributes, capacity, taints, sharing, same
-pool order, same incomplete pools), the same devices are held in `Usage` by position (and the
-same capacity consumed), the same GPU map by position and GPU selector (the same object, or
-made from equal links and NUMA nodes), and its `NodeState` is in the same class as placement's
-verdict memo keys it (`static_shape`, `dynamic_state`, the GPU product label); the part fixed
-for the node's life is `ClaimNode.likeness`, made once with the node. Only with
-shipped scores (others may read the name).
+Per node list (`_Layout`, made once per list for every shape) each node's class is kept and
+followed: what changed since is found for the whole list at once (the pool tokens and state
+stamps it last saw, side by side, compared with the current ones in a few passes that run in C,
+`map` and `compress`; given the nodes' change log, `NodeChanges`: placement's `Snapshot`, the
+nodes it names since the generation last seen), and only those nodes are classed again; a node
+whose class is another is logged (`_Layout.moved`). The log must report every change of a node's
+state (placement's contract: `Snapshot.refresh` after changing a state other than through it).
+Per list and shape a view (`_View`) keeps each node's heap item (its class's unused flag and
+score, its name rank) and reads the moves logged since its last scan: a pod costs the follow of
+the nodes that changed, an item for each node moved, and a look at the top of the heap. A new
+view (the first pod of a shape) costs a verdict per class and an item per node.
+
+Only with shipped scores (others may read anything of a node, its name included): else every
+node is decided afresh for each pod.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ _VIEW_LIMIT = 16
 _LAST = chr(0x10FFFF)
 _LIKE_LIMIT = 4_096
 _FIXED_LIMIT = 20_000
-_DERIVED = "claims.verdicts"
 _STATE_CLASS = "claims.state_class"
 _stamp_of = attrgetter("derived")
 
@@ -86,24 +86,24 @@ NO_FIT = Fit((), (False, 0.0), fits=False)
 """The verdict of a node where the claims do not fit."""
 
 
-class _Entry(NamedTuple):  # made for every changed node and shape: a tuple is made fastest
+class _Verdict(NamedTuple):  # made once per class and shape: a tuple is made fastest
+    """A class's verdict for one shape: decided on `node` (whose devices' positions are
+    `positions`: move `fit` from them to a like node's), with its heap key's first two parts."""
+
     node: ClaimNode
-    stamp: object  # the state's `derived` dict when decided (None: the node has no state)
-    tokens: tuple[object, ...]
-    fit: Fit  # decided on this node, or (with `positions`) on a like one
+    positions: Mapping[int, int]
+    fit: Fit
     unused: int  # -1 for a used node first, 0 else; 1 when nothing fits (the smallest wins)
     loss: float  # the score, negated
-    positions: Mapping[int, int] | None  # the like node's devices' positions: move `fit` here
 
 
 class _Like(NamedTuple):
-    """A node's likeness and its devices' positions, with what they were made from."""
+    """A node's class (its likeness's number), with what it was made from."""
 
     node: ClaimNode
     tokens: tuple[object, ...]
     stamp: object
-    like: tuple[object, ...]
-    positions: Mapping[int, int]
+    number: int
 
 
 class _NoState:
@@ -116,10 +116,17 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
-class _Layout(NamedTuple):
-    """What every shape's view of one node list reads of the list alone (made once per list):
-    its nodes, their pools flattened with the position of the node owning each, a pool's
-    positions there, the nodes' states, name ranks and positions by name."""
+@dataclass(slots=True)
+class _Layout:
+    """One node list (numbered by `Verdicts.list_number`), and each of its nodes' class as of
+    the `Usage` and state changes last followed, for every shape's view of it.
+
+    Made once per list: its nodes, their pools flattened with the position of the node owning
+    each, a pool's positions there, the nodes' states, name ranks and positions by name.
+    Followed: the `Usage` and change log last followed, with the pool tokens (in the flattened
+    pools) and state stamps seen then, each node's class, and the positions whose class changed,
+    in order (`moved`; cleared when long, `epoch` then counts on, so that views made before read
+    every class again)."""
 
     nodes: tuple[ClaimNode, ...]
     pools: tuple[tuple[str, str], ...]
@@ -128,6 +135,15 @@ class _Layout(NamedTuple):
     states: tuple[object, ...]
     ranks: tuple[int, ...]
     at: dict[str, list[int]]
+    usage: Callable[[], Usage | None]  # the `Usage` last followed (not kept alive by it)
+    seen: int  # how many of its changes were seen
+    log: Callable[[], NodeChanges | None]  # the change log last followed (not kept alive)
+    generation: int  # the log's generation then
+    tokens: list[object]
+    stamps: list[object]
+    classes: list[int]
+    moved: list[int]
+    epoch: int
 
 
 _Item = tuple[int, float, int, int]
@@ -136,71 +152,75 @@ _Item = tuple[int, float, int, int]
 
 @dataclass(slots=True)
 class _View:
-    """One node list (laid out in `layout`) as last scanned for one shape, aligned with its
-    nodes: what each verdict read (the pool tokens, in the layout's flattened pools, and the
-    state stamps), each node's entry and heap item, and the heap (items no longer a node's are
-    skipped when they come to the top)."""
+    """One node list as last scanned for one shape: its layout, which of the layout's moves it
+    has read (`epoch`, `seen`), each node's heap item (made from its class's verdict) and the
+    heap (items no longer a node's are skipped when they come to the top)."""
 
     layout: _Layout
-    usage: Callable[[], Usage | None]  # the `Usage` last scanned with (not kept alive by it)
-    seen: int  # how many of its changes were seen
-    log: Callable[[], NodeChanges | None]  # the change log last scanned with (not kept alive)
-    generation: int  # the log's generation then
-    tokens: list[object]
-    stamps: list[object]
-    entries: list[_Entry | None]
+    epoch: int
+    seen: int
     items: list[_Item | None]
     heap: list[_Item]
 
-    def best(self, *, rebuild: bool) -> _Entry | None:
-        """The entry with the largest key (ties: the first position), None when none fits;
-        `rebuild`: many items changed, make the heap again from the current ones."""
+    def best(self) -> int | None:
+        """The position of the node with the smallest item (ties: the first position), None
+        when none fits."""
         heap, items = self.heap, self.items
-        if rebuild or len(heap) > 2 * len(items) + 16:
+        if len(heap) > 2 * len(items) + 16:
             heap[:] = [item for item in items if item is not None]
             heapify(heap)
         while heap and items[heap[0][3]] is not heap[0]:
             heappop(heap)
         if not heap or heap[0][0] > 0:
             return None
-        return self.entries[heap[0][3]]
+        return heap[0][3]
 
 
 class _Book:
-    """One shape's entries per node object, the node lists it was scanned with, and the verdicts
-    per likeness (with the positions of the devices of the node each was decided on)."""
+    """One shape's verdicts per class and the views of the node lists it was scanned with."""
 
-    __slots__ = ("entries", "likes", "views")
+    __slots__ = ("verdicts", "views")
 
     def __init__(self) -> None:
-        self.entries: dict[int, _Entry] = {}
         self.views: dict[int, _View] = {}
-        self.likes: dict[tuple[object, ...], tuple[Mapping[int, int], Fit]] = {}
+        self.verdicts: dict[int, _Verdict] = {}
 
-    def view(self, listed: int, layout: _Layout) -> _View:
-        """The view of the node list numbered `listed` by `Verdicts.list_number` (laid out as
-        `layout`)."""
+    def view(self, listed: int, layout: _Layout) -> tuple[_View, Sequence[int]]:
+        """The view of the node list numbered `listed` (laid out as `layout`), with the
+        positions whose class changed since it was last scanned (every position when it is
+        new, or the layout's moves it has not read were cleared)."""
         found = self.views.get(listed)
-        if found is not None:
-            return found
-        if len(self.views) >= _VIEW_LIMIT:
+        if found is not None and found.layout is layout and found.epoch == layout.epoch:
+            moved = layout.moved
+            changed: Sequence[int] = (
+                () if found.seen == len(moved) else sorted(set(moved[found.seen :]))
+            )
+            found.seen = len(moved)
+            return found, changed
+        if found is None and len(self.views) >= _VIEW_LIMIT:
             self.views.clear()
-        if len(self.entries) > 4 * len(layout.nodes) + 256:
-            self.entries.clear()  # entries of node objects long gone
-        unseen = object()  # a token and stamp nothing holds: every node is checked at first
         nodes = len(layout.nodes)
         found = self.views[listed] = _View(
-            layout=layout,
-            usage=_nothing,
-            seen=0,
-            log=_nothing,
-            generation=0,
-            tokens=[unseen] * len(layout.pools),
-            stamps=[unseen] * nodes,
-            entries=[None] * nodes,
-            items=[None] * nodes,
-            heap=[],
+            layout=layout, epoch=layout.epoch, seen=len(layout.moved), items=[None] * nodes, heap=[]
         )
+        return found, range(nodes)
+
+    def verdict(
+        self, number: int, node: ClaimNode, compute: Callable[[ClaimNode], Fit]
+    ) -> _Verdict:
+        """The verdict of class `number` (decided on `node`, of that class, when not kept)."""
+        found = self.verdicts.get(number)
+        if found is not None:
+            return found
+        fit = compute(node)
+        if len(self.verdicts) >= _LIKE_LIMIT:
+            self.verdicts.clear()
+        positions = node.devices.positions
+        if not fit.fits:
+            found = _Verdict(node, positions, fit, 1, -0.0)
+        else:
+            found = _Verdict(node, positions, fit, -int(fit.rank[0]), -fit.rank[1])
+        self.verdicts[number] = found
         return found
 
 
@@ -214,7 +234,7 @@ class Verdicts:
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
         self._likeness = _Likeness()
-        self._likes: dict[int, _Like] = {}  # per node object, for every shape
+        self._likes: dict[int, _Like] = {}  # per node object, for every shape and list
         self._layouts: dict[int, _Layout] = {}  # per node list, by its number
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
@@ -248,24 +268,47 @@ class Verdicts:
         """The best node for `shape` among `nodes` (ties to the lowest name), or None. `listed`:
         the list's `list_number`, when the caller has it; `changes`: the log of the nodes'
         state changes, when the caller has it."""
-        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
-        book = self._book((shape, learned))
         if listed is None:
             listed = self.list_number(nodes)
-        view = book.view(listed, self._layout(listed, nodes))
-        stale = _changed_pools(view, usage)
-        stale.update(_changed_states(view, changes))
+        layout = self._layout(listed, nodes)
         if not self._shipped:
-            stale.update(i for i, s in enumerate(view.layout.states) if s is not _NO_STATE)
-        rebuild = len(stale) > len(view.items) // 4
-        if stale:
-            self._refresh(book, view, sorted(stale), usage, compute, push=not rebuild)
-        found = view.best(rebuild=rebuild)
-        if found is None:
+            return _decided_afresh(layout, compute)
+        learned = tuple(fn.version for fn in self._learners) if self._learners else ()
+        book = self._book((shape, learned))
+        self._follow(layout, usage, changes)
+        view, changed = book.view(listed, layout)
+        if changed:
+            _items(book, view, changed, compute)
+        at = view.best()
+        if at is None:
             return None
-        if found.positions is None:
-            return found.node, found.fit
-        return found.node, _moved(found.fit, found.positions, found.node.devices.devices)
+        node = layout.nodes[at]
+        found = book.verdict(layout.classes[at], node, compute)
+        if found.node is node:
+            return node, found.fit
+        return node, _moved(found.fit, found.positions, node.devices.devices)
+
+    def _follow(self, layout: _Layout, usage: Usage, changes: NodeChanges | None) -> None:
+        """The layout's classes brought up to `usage` and the states' changes (`changes`, when
+        given): a node whose pools or state changed is classed again, and logged in `moved`
+        when its class is another."""
+        stale = _changed_pools(layout, usage)
+        stale.update(_changed_states(layout, changes))
+        if not stale:
+            return
+        nodes, stamps, classes, moved = layout.nodes, layout.stamps, layout.classes, layout.moved
+        if len(moved) > 4 * len(nodes) + 64:
+            moved.clear()
+            layout.epoch += 1
+        versions = usage.versions.get
+        for i in sorted(stale):
+            node = nodes[i]
+            number = self._like(node, tuple(map(versions, node.devices.pools)), usage)
+            state = node.state
+            stamps[i] = None if state is None else state.derived  # what the class read
+            if classes[i] != number:
+                classes[i] = number
+                moved.append(i)
 
     def _layout(self, listed: int, nodes: Sequence[ClaimNode]) -> _Layout:
         """The layout of `nodes`, numbered `listed`: the one made for the list before, if any."""
@@ -278,6 +321,7 @@ class Verdicts:
         places: dict[tuple[str, str], list[int]] = {}
         for k, (pool, _i) in enumerate(flat):
             places.setdefault(pool, []).append(k)
+        unseen = object()  # a token and stamp nothing holds: every node is classed at first
         found = self._layouts[listed] = _Layout(
             nodes=tuple(nodes),
             pools=tuple(p for p, _i in flat),
@@ -286,6 +330,15 @@ class Verdicts:
             states=tuple(_NO_STATE if n.state is None else n.state for n in nodes),
             ranks=self._ranks(nodes),
             at=_positions(nodes),
+            usage=_nothing,
+            seen=0,
+            log=_nothing,
+            generation=0,
+            tokens=[unseen] * len(flat),
+            stamps=[unseen] * len(nodes),
+            classes=[-1] * len(nodes),
+            moved=[],
+            epoch=0,
         )
         return found
 
@@ -297,45 +350,9 @@ class Verdicts:
         rank = {k: r for r, k in enumerate(sorted(set(keys)))}
         return tuple(rank[k] for k in keys)
 
-    def _refresh(
-        self,
-        book: _Book,
-        view: _View,
-        positions: Sequence[int],
-        usage: Usage,
-        compute: Callable[[ClaimNode], Fit],
-        *,
-        push: bool,
-    ) -> None:
-        """The entries of the nodes at `positions` in `view` (the kept one while what it read is
-        unchanged, else a new one) with their heap items, pushed when `push` (else the heap is
-        made again from the items); one loop, as it runs for every node of a new view."""
-        entries, nodes, ranks = book.entries, view.layout.nodes, view.layout.ranks
-        items, kept, stamps, heap = view.items, view.entries, view.stamps, view.heap
-        versions = usage.versions.get
-        shipped = self._shipped
-        for i in positions:
-            node = nodes[i]
-            tokens = tuple(map(versions, node.devices.pools))
-            state = node.state
-            entry = entries.get(id(node))
-            if (
-                entry is None
-                or entry.node is not node
-                or entry.tokens != tokens
-                or (state is not None and (entry.stamp is not state.derived or not shipped))
-            ):
-                entry = entries[id(node)] = self._entry(book, node, tokens, usage, compute)
-            kept[i], stamps[i] = entry, entry.stamp  # what the entry read: the state's stamp now
-            item = items[i] = (entry.unused, entry.loss, ranks[i], i)
-            if push:  # the node's older item stays until it comes to the top
-                heappush(heap, item)
-
-    def _like(
-        self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage
-    ) -> tuple[tuple[object, ...], Mapping[int, int]]:
-        """The node's likeness, kept for every shape while its pools' tokens and its state's
-        `derived` dict are those it was made with."""
+    def _like(self, node: ClaimNode, tokens: tuple[object, ...], usage: Usage) -> int:
+        """The node's class, kept for every shape and list while its pools' tokens and its
+        state's `derived` dict are those it was made with."""
         state = node.state
         kept = self._likes.get(id(node))
         if (
@@ -344,13 +361,13 @@ class Verdicts:
             and kept.tokens == tokens
             and (state is None or kept.stamp is state.derived)
         ):
-            return kept.like, kept.positions
-        like, positions = self._likeness.of(node, usage)  # derives: `derived` is a dict now
+            return kept.number
+        number = self._likeness.of(node, usage)  # derives: `derived` is a dict now
         if len(self._likes) >= _FIXED_LIMIT:
             self._likes.clear()
         stamp = None if state is None else state.derived
-        self._likes[id(node)] = _Like(node, tokens, stamp, like, positions)
-        return like, positions
+        self._likes[id(node)] = _Like(node, tokens, stamp, number)
+        return number
 
     def _book(self, key: tuple[object, ...]) -> _Book:
         book = self._books.get(key)
@@ -360,74 +377,78 @@ class Verdicts:
             book = self._books[key] = _Book()
         return book
 
-    def _entry(
-        self,
-        book: _Book,
-        node: ClaimNode,
-        tokens: tuple[object, ...],
-        usage: Usage,
-        compute: Callable[[ClaimNode], Fit],
-    ) -> _Entry:
-        """A new entry for the node: the verdict of a node like it decided before (with the
-        positions of that node's devices, to move it to this node's), else `compute`'s."""
-        positions = None
-        if self._shipped:
-            like, mine = self._like(node, tokens, usage)
-            found = book.likes.get(like)
-            if found is None:
-                fit = compute(node)
-                if len(book.likes) >= _LIKE_LIMIT:
-                    book.likes.clear()
-                book.likes[like] = (mine, fit)
-            else:
-                positions, fit = found
-        else:
-            fit = compute(node)
-        state = node.state
-        stamp = None
-        if state is not None:
-            stamp = state.derived
-            if stamp is None:  # so that the state has a `derived` dict to watch
-                state.derive(_DERIVED, _made)
-                stamp = state.derived
+
+def _items(
+    book: _Book, view: _View, changed: Sequence[int], compute: Callable[[ClaimNode], Fit]
+) -> None:
+    """The heap items of the nodes at `changed` in `view`, from their classes' verdicts: pushed
+    when few, else the heap made again from every item. One loop, as it runs for every node of
+    a new view."""
+    layout = view.layout
+    nodes, ranks, classes = layout.nodes, layout.ranks, layout.classes
+    items, heap = view.items, view.heap
+    verdicts = book.verdicts.get
+    push = len(changed) <= len(items) // 4
+    for i in changed:
+        number = classes[i]
+        found = verdicts(number) or book.verdict(number, nodes[i], compute)
+        item = items[i] = (found.unused, found.loss, ranks[i], i)
+        if push:  # the node's older item stays until it comes to the top
+            heappush(heap, item)
+    if not push:
+        heap[:] = [item for item in items if item is not None]
+        heapify(heap)
+
+
+def _decided_afresh(
+    layout: _Layout, compute: Callable[[ClaimNode], Fit]
+) -> tuple[ClaimNode, Fit] | None:
+    """The best node, every node decided afresh (scores that are not all shipped may read
+    anything of a node)."""
+    best: tuple[tuple[int, float, int, int], ClaimNode, Fit] | None = None
+    for i, node in enumerate(layout.nodes):
+        fit = compute(node)
         if not fit.fits:
-            return _Entry(node, stamp, tokens, fit, 1, -0.0, positions)
-        return _Entry(node, stamp, tokens, fit, -int(fit.rank[0]), -fit.rank[1], positions)
+            continue
+        key = (-int(fit.rank[0]), -fit.rank[1], layout.ranks[i], i)
+        if best is None or key < best[0]:
+            best = (key, node, fit)
+    return None if best is None else (best[1], best[2])
 
 
-def _changed_pools(view: _View, usage: Usage) -> set[int]:
-    """The nodes of `view` whose pools' tokens in `usage` differ from those it last saw: from
-    the pools `usage` changed since, when it is the object last scanned, else all compared."""
-    if view.usage() is usage:
-        changed = usage.changes[view.seen :]
-        view.seen = len(usage.changes)
+def _changed_pools(layout: _Layout, usage: Usage) -> set[int]:
+    """The nodes of `layout` whose pools' tokens in `usage` differ from those it last saw: from
+    the pools `usage` changed since, when it is the object last followed, else all compared."""
+    if layout.usage() is usage:
+        changed = usage.changes[layout.seen :]
+        layout.seen = len(usage.changes)
         stale = set()
         for pool in set(changed):
             token = usage.versions.get(pool)
-            for k in view.layout.places.get(pool, ()):
-                view.tokens[k] = token
-                stale.add(view.layout.owner[k])
+            for k in layout.places.get(pool, ()):
+                layout.tokens[k] = token
+                stale.add(layout.owner[k])
         return stale
-    tokens = list(map(usage.versions.get, view.layout.pools))
-    stale = {view.layout.owner[i] for i in compress(count(), map(is_not, tokens, view.tokens))}
-    view.tokens, view.usage, view.seen = tokens, ref(usage), len(usage.changes)
+    tokens = list(map(usage.versions.get, layout.pools))
+    stale = {layout.owner[i] for i in compress(count(), map(is_not, tokens, layout.tokens))}
+    layout.tokens, layout.usage, layout.seen = tokens, ref(usage), len(usage.changes)
     return stale
 
 
-def _changed_states(view: _View, changes: NodeChanges | None) -> list[int]:
-    """The positions in `view` of nodes whose state changed since it was last scanned: those
-    `changes` names since the generation last seen, when it is the log last scanned with and
+def _changed_states(layout: _Layout, changes: NodeChanges | None) -> list[int]:
+    """The positions in `layout` of nodes whose state changed since it was last followed: those
+    `changes` names since the generation last seen, when it is the log last followed and
     remembers that far; else those whose state's stamp differs from the one seen."""
     if changes is not None:
-        names = changes.changed_since(view.generation) if view.log() is changes else None
-        view.generation = changes.generation
+        names = changes.changed_since(layout.generation) if layout.log() is changes else None
+        layout.generation = changes.generation
         if names is not None:
-            at = view.layout.at
+            at = layout.at
             return [i for name in names if name in at for i in at[name]]
-        view.log = ref(changes)
+        layout.log = ref(changes)
     else:
-        view.log = _nothing
-    return list(compress(count(), map(is_not, map(_stamp_of, view.layout.states), view.stamps)))
+        layout.log = _nothing
+    return list(compress(count(), map(is_not, map(_stamp_of, layout.states), layout.stamps)))
 
 
 def _positions(nodes: Sequence[ClaimNode]) -> dict[str, list[int]]:
@@ -441,10 +462,6 @@ def _nothing() -> None:
     return None
 
 
-def _made(_state: object) -> bool:
-    return True
-
-
 class _Likeness:
     """What a verdict reads of a node, up to its pool names: nodes of equal likeness decide alike
     (their picks at the same device positions). The part fixed for a node object (its devices,
@@ -453,14 +470,14 @@ class _Likeness:
     contents get the same number (never one given to other contents), so a likeness is small."""
 
     def __init__(self) -> None:
-        self._fixed: dict[int, tuple[ClaimNode, int, Mapping[int, int], tuple[DeviceId, ...]]] = {}
+        self._fixed: dict[int, tuple[ClaimNode, int, tuple[DeviceId, ...]]] = {}
         self._numbers: dict[object, int] = {}  # contents -> number (holds the GPU selectors)
         self._known: dict[int, tuple[Hashed, int]] = {}  # a state class's number by its id
         self._next = count()
 
-    def of(self, node: ClaimNode, usage: Usage) -> tuple[tuple[object, ...], Mapping[int, int]]:
-        """(the node's likeness, its devices' positions by object id)."""
-        fixed, positions, ids = self._fixed_part(node)
+    def of(self, node: ClaimNode, usage: Usage) -> int:
+        """The number of the node's likeness (its class)."""
+        fixed, ids = self._fixed_part(node)
         exclusive, consumed = usage.exclusive, usage.consumed
         held = tuple(compress(count(), map(exclusive.__contains__, ids)))
         shares: tuple[object, ...] = ()
@@ -471,12 +488,12 @@ class _Likeness:
             )
         state = node.state
         if state is None:
-            return (fixed, held, shares, -1, None), positions
+            return self._number((fixed, held, shares, -1, None))
         label = state.labels.get(GPU_PRODUCT_LABEL)
         found = cast(Hashed, state.derive(_STATE_CLASS, _state_class))
         known = self._known.get(id(found))
         number = known[1] if known is not None and known[0] is found else self._state(found)
-        return (fixed, held, shares, number, label), positions
+        return self._number((fixed, held, shares, number, label))
 
     def _number(self, contents: object) -> int:
         if len(self._numbers) >= _FIXED_LIMIT:
@@ -494,16 +511,16 @@ class _Likeness:
         self._known[id(found)] = (found, number)
         return number
 
-    def _fixed_part(self, node: ClaimNode) -> tuple[int, Mapping[int, int], tuple[DeviceId, ...]]:
-        """(the number of the node's fixed part, its devices' positions, their ids)."""
+    def _fixed_part(self, node: ClaimNode) -> tuple[int, tuple[DeviceId, ...]]:
+        """(the number of the node's fixed part, its devices' ids)."""
         found = self._fixed.get(id(node))
         if found is None or found[0] is not node:
             if len(self._fixed) >= _FIXED_LIMIT:
                 self._fixed.clear()
             devices = node.devices
             number = self._number(node.likeness)  # hashed once, with the node
-            found = self._fixed[id(node)] = (node, number, devices.positions, devices.ids)
-        return found[1], found[2], found[3]
+            found = self._fixed[id(node)] = (node, number, devices.ids)
+        return found[1], found[2]
 
 
 def _state_class(state: NodeState) -> Hashed:

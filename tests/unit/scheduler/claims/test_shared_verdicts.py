@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from random import Random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,8 @@ from scheduler.claims.parse import parse_claim, parse_slice
 from scheduler.claims.slices import node_devices
 from scheduler.claims.usage import Usage
 from scheduler.claims.verdicts import NodeChanges
-from scheduler.placement import Assignment, NodeState, PodRequest, Snapshot
+from scheduler.placement import Assignment, NodeState, PodRequest, Scoring, Snapshot
+from scheduler.placement.scores import WeightedScore
 from tests.builders.claims import (
     DRIVER,
     GIB,
@@ -332,3 +334,52 @@ def test_verdicts_kept_by_the_snapshots_change_log_decide_as_a_fresh_allocator(
             if with_state:
                 request = PodRequest(key=want.key, gpus=len(got.gpus))
                 snapshot.assume(request, Assignment(node=got.node, gpus=got.gpus))
+
+
+def _name_score(_pod: PodRequest, node: NodeState, _assignment: Assignment) -> float:
+    """A score that is not shipped: it reads the node's name (the last letter, higher wins)."""
+    return float(ord(node.name[-1]))
+
+
+def test_a_score_that_is_not_shipped_decides_every_node_afresh() -> None:
+    """Under a score that reads node names, nodes alike in every device and state are not
+    alike: the pod goes to the node the score likes best (node-c), not to the first name."""
+    nodes = _like_nodes(["node-a", "node-b", "node-c"])
+    scoring = Scoring(scores=(WeightedScore("name", 1.0, _name_score),), candidate_limit=0)
+    allocator = ClaimAllocator(classes(), scoring=scoring)
+    usage = Usage()
+    first = allocator.place(_gpu_pod("ns/p0", 1, 0), nodes, usage, explain=False)
+    assert first.node == "node-c"
+    for made in first.claims:
+        usage.add(made.allocation.devices)
+    second = allocator.place(_gpu_pod("ns/p1", 1, 0), nodes, usage, explain=False)
+    assert (second.node, [d.id.device for d in second.claims[0].allocation.devices]) == (
+        "node-c",
+        ["gpu-1"],
+    )
+
+
+def test_a_shape_scanned_rarely_is_decided_as_a_fresh_allocator_after_many_moves() -> None:
+    """Three nodes whose states load and unload at random (through the snapshot, whose log is
+    given), a 1-GPU pod decided after most steps and a 2-GPU pod of island 1 after few: the
+    nodes change class hundreds of times, far more than a list's log of moves keeps, so the
+    rare shape's view often finds the log cleared since its last scan; every decision equals a
+    fresh allocator's."""
+    rng = Random(7)
+    nodes = _like_nodes(["node-a", "node-b", "node-c"])
+    snapshot = Snapshot([n.state for n in nodes if n.state is not None])
+    kept, usage = ClaimAllocator(classes()), Usage()
+    decided = set()
+    for i in range(600):
+        state = rng.choice([n.state for n in nodes if n.state is not None])
+        free = state.free_whole_gpus()
+        if free and (not state.pods or rng.random() < 0.5):
+            held = PodRequest(key=f"ns/other-{i}", cpu_milli=500, gpus=1)
+            snapshot.assume(held, Assignment(node=state.name, gpus=(rng.choice(free),)))
+        elif state.pods:
+            snapshot.forget(rng.choice(sorted(state.pods)))
+        want = _gpu_pod(f"ns/p{i}", 2, 2) if rng.random() < 0.1 else _gpu_pod(f"ns/p{i}", 1, 0)
+        got = kept.place(want, nodes, usage, explain=False, changes=snapshot)
+        assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
+        decided.add(got.node)
+    assert decided == {"node-a", "node-b", "node-c"}

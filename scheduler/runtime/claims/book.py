@@ -84,6 +84,7 @@ class ClaimBook:
         self._assumed: dict[ClaimKey, Allocation] = {}
         self._usage: Usage | None = None
         self._slices_version = 0
+        self._dropped = 0  # `views_version`
         self._local: dict[str, dict[str, ResourceSlice]] = {}  # node -> its slices by name
         self._shared: dict[str, ResourceSlice] = {}  # allNodes / nodeSelector slices by name
         self._epochs: dict[str, int] = {}  # node -> changes of the slices that serve it
@@ -279,6 +280,13 @@ class ClaimBook:
 
     def drop_node(self, name: str) -> None:
         self._nodes.pop(name, None)
+        self._dropped += 1
+
+    @property
+    def views_version(self) -> tuple[int, int]:
+        """Changes whenever a slice changes or a node's view is dropped: while it stays (and the
+        labels, inventories and states `node` is given stay), `node` gives the same objects."""
+        return self._slices_version, self._dropped
 
     def charge(self, pod: Obj) -> ClaimCharge:
         """What the pod's allocated claims hold (`scheduler.claims.charge`): whole GPUs and

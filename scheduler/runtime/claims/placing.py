@@ -20,12 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import NamedTuple
+from weakref import ref
 
 from agent.objkey import ObjectKey
 from scheduler.claims.charge import ClaimShare
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.usage import Usage
-from scheduler.placement import Assignment, Placer, PodRequest, TopologyConstraint
+from scheduler.placement import Assignment, Placer, PodRequest, Snapshot, TopologyConstraint
 from scheduler.preemption import Claimed
 from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
@@ -39,9 +41,27 @@ from scheduler.runtime.cluster.podinfo import PodInfo
 __all__ = ["ClaimCharges", "ClaimPlacement", "ClaimRefusal"]
 
 _SHOWN = 3  # the nearest misses a waiting pod's message names
+_LISTS_KEPT = 8  # node lists of claim views kept (a pod's feasible nodes, every node, ...)
 
 Admit = Callable[[Sequence[PodInfo]], str | None]
 """Why a queue holds pods back as they ask now (None: admitted)."""
+
+
+class _Built(NamedTuple):
+    """What a list of claim views was built from: the snapshot, its nodes' version and the
+    book's views' version."""
+
+    snapshot: Callable[[], Snapshot | None]  # not kept alive by it
+    nodes_version: int
+    views_version: tuple[int, int]
+
+    def holds(self, now: _Built) -> bool:
+        """Whether views built then are those `now` gives."""
+        same = self.snapshot() is now.snapshot()
+        return same and (self.nodes_version, self.views_version) == (
+            now.nodes_version,
+            now.views_version,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +93,7 @@ class ClaimCharges:
         claims take (None: admitted)."""
         self._book, self._cache, self._admit = book, cache, admit
         self._held: dict[ObjectKey, ClaimPlacement] = {}
+        self._lists: dict[tuple[str, ...], tuple[_Built, list[ClaimNode]]] = {}
 
     def place(
         self,
@@ -118,7 +139,7 @@ class ClaimCharges:
             if isinstance(claims, str):
                 return Claimed()
             pods.append(claims)
-        nodes = [self._claim_node(name) for name in sorted(self._cache.nodes)]
+        nodes = self._claim_nodes(self._cache.snapshot.names())
         decision = self._book.allocator.place_gang(pods, nodes, Usage())
         if not decision.placed:
             return Claimed()
@@ -267,15 +288,37 @@ class ClaimCharges:
         self, placer: Placer, infos: Sequence[PodInfo], excluded: AbstractSet[str] | None
     ) -> list[ClaimNode] | str:
         """The nodes every one of `infos` fits for its other resources, as claims see them."""
-        names: set[str] | None = None
+        names: list[str] | None = None
         for info in infos:
-            fits = {n for n in placer.feasible(info.request) if not excluded or n not in excluded}
+            fits = placer.feasible(info.request)  # sorted
+            if excluded:
+                fits = [n for n in fits if n not in excluded]
             if not fits:
                 return placer.decide(info.request, excluded=excluded).message()
-            names = fits if names is None else names & fits
+            if names is not None:
+                kept = set(fits)
+                fits = [n for n in names if n in kept]
+            names = fits
         if not names:
             return "no node fits every member's other resources"
-        return [self._claim_node(name) for name in sorted(names)]
+        return self._claim_nodes(names)
+
+    def _claim_nodes(self, names: Sequence[str]) -> list[ClaimNode]:
+        """The nodes named (sorted), as claims see them: the list given before for the same
+        names while nothing they are built from changed (the book's slices, and the snapshot's
+        nodes, with which their labels, inventories and states change), so that a pod costs
+        no view per node and the allocator meets the same list again."""
+        snapshot = self._cache.snapshot
+        built = _Built(ref(snapshot), snapshot.nodes_version, self._book.views_version)
+        key = tuple(names)
+        found = self._lists.get(key)
+        if found is not None and found[0].holds(built):
+            return found[1]
+        if len(self._lists) >= _LISTS_KEPT:
+            self._lists.clear()
+        nodes = [self._claim_node(name) for name in key]
+        self._lists[key] = (built, nodes)
+        return nodes
 
     def _domains(self, nodes: Sequence[ClaimNode], label: str) -> Mapping[str, list[ClaimNode]]:
         out: dict[str, list[ClaimNode]] = {}

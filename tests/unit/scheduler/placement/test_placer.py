@@ -204,6 +204,27 @@ def test_feasible_and_assignment_on(limit: int):
     assert placer.best_assignment(PodRequest(key="y", gpus=3)) is None
 
 
+@pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
+def test_feasible_names_follow_every_change_and_are_the_callers_own(limit: int):
+    """The same class asked again: a node that fills up, a node removed and another added (in
+    the slot it left), a list the caller changed: each answer is the nodes that fit then."""
+    cluster = Cluster.from_specs([NodeSpec(name=n, gpus=2) for n in ("a", "b", "c")])
+    placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
+    two = PodRequest(key="x", gpus=2)
+    for _ in range(2):  # computed, then given again
+        mine = placer.feasible(two)
+        assert mine == ["a", "b", "c"]
+        mine.clear()
+    assert placer.feasible(two) == ["a", "b", "c"]
+    cluster.bind(PodRequest(key="full", gpus=2), Assignment(node="b", gpus=(0, 1)))
+    assert placer.feasible(two) == ["a", "c"]
+    cluster.remove_node("a")
+    cluster.add_spec(NodeSpec(name="d", gpus=2))
+    assert placer.feasible(two) == ["c", "d"]
+    cluster.unbind("full")
+    assert placer.feasible(two) == ["b", "c", "d"]
+
+
 def test_pod_class_ignores_only_the_key_and_pod_group():
     a = PodRequest(key="a", cpu_milli=1, gpus=1)
     assert pod_class(a) == pod_class(PodRequest(key="b", cpu_milli=1, gpus=1, pod_group="g"))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from operator import attrgetter
+from heapq import nlargest
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 
 from scheduler.placement import Assignment, PodRequest, Scoring
@@ -53,6 +54,8 @@ from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 __all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
 
 _shape_of = attrgetter("spec.shape")
+_rank_of = itemgetter(0)
+_NEAREST_KEPT = 1_000
 _key_of = attrgetter("key")
 
 CLAIM_WEIGHTS: Mapping[str, float] = MappingProxyType({"binpack": 10.0, "topology": 5.0})
@@ -77,6 +80,9 @@ class ClaimAllocator:
         self._static: StaticMemo = {}
         self._orders: OrderMemo = {}
         self._verdicts = Verdicts(self.scoring)
+        self._nearest_nodes: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = {}
+        """Per shape, node list, classes' stamp and count shown: the positions of the nearest
+        misses and how many nodes miss (`_nearest`)."""
         self._nowhere: set[tuple[object, ...]] = set()
         """Claim shapes that fit no node, per usage epoch and node list (by the number verdicts
         give it): whether claims fit reads nothing else."""
@@ -169,11 +175,13 @@ class ClaimAllocator:
         *,
         explain: bool = True,
         changes: NodeChanges | None = None,
+        shown: int | None = None,
     ) -> PodDecision:
         """The best node for the pod's claims, or the reasons no node will do (with `explain`
-        every node's nearest miss, nearest first; without, one line). `changes`: the log of the
-        nodes' state changes (placement's `Snapshot` their states are in), when there is one:
-        then only the nodes changed since the last pod are looked at again."""
+        every node's nearest miss, nearest first, or with `shown` the nearest `shown` of them
+        and how many others there are; without, one line). `changes`: the log of the nodes'
+        state changes (placement's `Snapshot` their states are in), when there is one: then only
+        the nodes changed since the last pod are looked at again."""
         kept, fresh = _split(pod.claims)
         shape = (tuple(map(_shape_of, fresh)), tuple(map(str, map(_key_of, kept))))
         listed = self._verdicts.list_number(nodes)
@@ -197,7 +205,13 @@ class ClaimAllocator:
         self._nowhere.add(nowhere)  # fits nowhere: exact while devices, usage stay
         if not explain:
             return PodDecision(node=None, reasons=(f"no node fits the claims of pod {pod.key}",))
-        return self._explain(pod, nodes, usage)
+        if shown is not None and not kept:
+            return self._nearest(pod, nodes, usage, (shape, listed), shown)
+        decision = self._explain(pod, nodes, usage)
+        if shown is None or len(decision.reasons) <= shown:
+            return decision
+        unshown = len(decision.reasons) - shown
+        return PodDecision(node=None, reasons=decision.reasons[:shown], unshown=unshown)
 
     def _fit(
         self,
@@ -220,6 +234,50 @@ class ClaimAllocator:
         score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
         return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
 
+    def _nearest(
+        self,
+        pod: PodClaims,
+        nodes: Sequence[ClaimNode],
+        usage: Usage,
+        key: tuple[object, int],
+        shown: int,
+    ) -> PodDecision:
+        """The nearest `shown` misses (as `_explain` orders them) and how many others there
+        are, after a `place` that found no node. Like nodes miss alike (the same rank: what the
+        misses read is what their class says), so the nearest nodes are found from one miss
+        per class, and kept for the shape while the nodes' classes stay: a pod refused again
+        costs a miss per node shown, not per node."""
+        found = self._verdicts.classes(key[1])
+        if found is None:  # no classes kept: every node's miss
+            decision = self._explain(pod, nodes, usage)
+            unshown = max(0, len(decision.reasons) - shown)
+            return PodDecision(node=None, reasons=decision.reasons[:shown], unshown=unshown)
+        classes, stamp = found
+        kept = self._nearest_nodes.get((*key, stamp, shown))
+        if kept is None:
+            ranks: dict[int, tuple[int, int] | None] = {}
+            missed: list[tuple[tuple[int, int], int]] = []  # (rank, position), in node order
+            for at, (node, number) in enumerate(zip(nodes, classes, strict=True)):
+                if number not in ranks:
+                    answer = self.on_node(pod, node, usage)
+                    ranks[number] = answer.rank if isinstance(answer, Miss) else None
+                rank = ranks[number]
+                if rank is not None:
+                    missed.append((rank, at))
+            nearest = nlargest(shown, missed, key=_rank_of)  # ties: in node order
+            kept = (tuple(at for _rank, at in nearest), len(missed))
+            if len(self._nearest_nodes) >= _NEAREST_KEPT:
+                self._nearest_nodes.clear()
+            self._nearest_nodes[(*key, stamp, shown)] = kept
+        texts = []
+        for at in kept[0]:
+            answer = self.on_node(pod, nodes[at], usage)
+            if isinstance(answer, Miss):
+                texts.append(answer.text)
+        return PodDecision(
+            node=None, reasons=tuple(texts) or ("no nodes",), unshown=kept[1] - len(kept[0])
+        )
+
     def _explain(self, pod: PodClaims, nodes: Sequence[ClaimNode], usage: Usage) -> PodDecision:
         misses = []
         for node in nodes:
@@ -237,17 +295,18 @@ class ClaimAllocator:
         *,
         domains: Mapping[str, Sequence[ClaimNode]] | None = None,
         changes: NodeChanges | None = None,
+        shown: int | None = None,
     ) -> GangDecision:
         """Every pod placed with the devices the earlier ones took counted, or none. With
         `domains` (a required topology level: its values and their nodes; `nodes` unused) the
         whole gang in one domain: of those where it fits, the one with the fewest free devices
-        (binpack), ties to the lowest value; else every domain's first reason. `changes`: as
-        `place`'s."""
+        (binpack), ties to the lowest value; else every domain's first reason. `changes` and
+        `shown` (for the pod that does not fit): as `place`'s."""
         if domains is None:
-            return self._gang_on(pods, nodes, usage, changes)
+            return self._gang_on(pods, nodes, usage, changes, shown)
         fits, reasons = [], []
         for value in sorted(domains):
-            decision = self._gang_on(pods, domains[value], usage, changes)
+            decision = self._gang_on(pods, domains[value], usage, changes, shown)
             if decision.placed:
                 free = sum(usage.is_free(d) for n in domains[value] for d in n.devices.devices)
                 fits.append((free, value, decision))
@@ -263,6 +322,7 @@ class ClaimAllocator:
         nodes: Sequence[ClaimNode],
         usage: Usage,
         changes: NodeChanges | None,
+        shown: int | None,
     ) -> GangDecision:
         """The pods largest first (`_devices_asked`; ties in their order), as placement places
         a gang: a big pod placed after small ones may find every node partly taken where the
@@ -273,10 +333,15 @@ class ClaimAllocator:
         for at in sorted(range(len(pods)), key=lambda i: -_devices_asked(pods[i])):
             pod = pods[at]
             claims = tuple(allocated.get(c.key, c) for c in pod.claims)
-            decision = self.place(replace(pod, claims=claims), nodes, usage, changes=changes)
+            decision = self.place(
+                replace(pod, claims=claims), nodes, usage, changes=changes, shown=shown
+            )
             if decision.node is None:
                 first = decision.reasons[0] if decision.reasons else "no node"
-                return GangDecision(reasons=(f"pod {pod.key}: {first}", *decision.reasons[1:]))
+                return GangDecision(
+                    reasons=(f"pod {pod.key}: {first}", *decision.reasons[1:]),
+                    unshown=decision.unshown,
+                )
             for made in decision.claims:
                 if made.new:
                     usage.add(made.allocation.devices)

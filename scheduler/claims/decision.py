@@ -136,18 +136,21 @@ class ClaimAllocation:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodDecision:
     """`node` and the pod's claims there (with the whole GPUs they take, by index), or no node
-    and the reasons (nearest miss first)."""
+    and the reasons (nearest miss first); `unshown`: the further misses left out (when only
+    the nearest few were asked for)."""
 
     node: str | None
     claims: tuple[ClaimAllocation, ...] = ()
     gpus: tuple[int, ...] = ()
     reasons: tuple[str, ...] = ()
+    unshown: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GangDecision:
     pods: tuple[PodDecision, ...] = ()
     reasons: tuple[str, ...] = ()
+    unshown: int = 0  # as `PodDecision.unshown`
 
     @property
     def placed(self) -> bool:

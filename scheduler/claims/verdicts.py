@@ -60,6 +60,7 @@ _LIKE_LIMIT = 4_096
 _FIXED_LIMIT = 20_000
 _STATE_CLASS = "claims.state_class"
 _stamp_of = attrgetter("derived")
+_SERIALS = count()
 
 
 class NodeChanges(Protocol):
@@ -144,6 +145,7 @@ class _Layout:
     classes: list[int]
     moved: list[int]
     epoch: int
+    serial: int  # this layout's number among every layout made (none reuses it)
 
 
 _Item = tuple[int, float, int, int]
@@ -288,6 +290,15 @@ class Verdicts:
             return node, found.fit
         return node, _moved(found.fit, found.positions, node.devices.devices)
 
+    def classes(self, listed: int) -> tuple[Sequence[int], tuple[int, int, int]] | None:
+        """Each node's class in the node list numbered `listed`, as its last `scan` left them,
+        with a stamp that stays while they do (and never comes back once they change); None
+        when not kept (no scan of that list, or scores that are not shipped)."""
+        layout = self._layouts.get(listed)
+        if layout is None or not self._shipped:
+            return None
+        return layout.classes, (layout.serial, layout.epoch, len(layout.moved))
+
     def _follow(self, layout: _Layout, usage: Usage, changes: NodeChanges | None) -> None:
         """The layout's classes brought up to `usage` and the states' changes (`changes`, when
         given): a node whose pools or state changed is classed again, and logged in `moved`
@@ -339,6 +350,7 @@ class Verdicts:
             classes=[-1] * len(nodes),
             moved=[],
             epoch=0,
+            serial=next(_SERIALS),
         )
         return found
 

@@ -33,7 +33,7 @@ from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
-from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving
+from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving, Pods
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.groups import GroupInfo
 from scheduler.runtime.cluster.podinfo import PodInfo
@@ -94,6 +94,7 @@ class ClaimCharges:
         self._book, self._cache, self._admit = book, cache, admit
         self._held: dict[ObjectKey, ClaimPlacement] = {}
         self._lists: dict[tuple[str, ...], tuple[_Built, list[ClaimNode]]] = {}
+        self._nothing = Usage()  # nodes emptied of every claim (`claimed`): never added to
 
     def place(
         self,
@@ -109,9 +110,10 @@ class ClaimCharges:
         if isinstance(nodes, str):
             return ClaimRefusal(message=nodes, room=True)
         usage, changes = self._book.usage(), self._cache.snapshot
-        decision = self._book.allocator.place(claims, nodes, usage, changes=changes)
+        decision = self._book.allocator.place(claims, nodes, usage, changes=changes, shown=_SHOWN)
         if decision.node is None:
-            return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
+            message = self._refusal(decision.reasons, decision.unshown)
+            return ClaimRefusal(message=message, room=True)
         placed = self._charged(placer, info, decision)
         if isinstance(placed, str):
             return ClaimRefusal(message=placed, room=True)
@@ -139,12 +141,19 @@ class ClaimCharges:
             if isinstance(claims, str):
                 return Claimed()
             pods.append(claims)
-        nodes = self._claim_nodes(self._cache.snapshot.names())
-        decision = self._book.allocator.place_gang(pods, nodes, Usage())
-        if not decision.placed:
+        snapshot, trial = self._cache.snapshot, self._book.trial
+        nodes = self._claim_nodes(snapshot.names())
+        decisions: tuple[PodDecision, ...]
+        if len(pods) == 1:  # the one empty usage, never changed: its classes are kept
+            one = trial.place(pods[0], nodes, self._nothing, explain=False, changes=snapshot)
+            decisions = (one,) if one.node is not None else ()
+        else:
+            decision = trial.place_gang(pods, nodes, self._nothing, changes=snapshot)
+            decisions = decision.pods if decision.placed else ()
+        if not decisions:
             return Claimed()
         extra: dict[str, int] = {}
-        for info, made in zip(infos, decision.pods, strict=True):
+        for info, made in zip(infos, decisions, strict=True):
             request, shares = info.request, self._book.decision_charge(made).shares
             gpus = request.gpus + len(made.gpus)  # a DRA GPU is never the device plugin's
             charged = request_amounts(replace(request, gpus=gpus), claimed=shares)
@@ -152,8 +161,8 @@ class ClaimCharges:
             for name, qty in charged.items():
                 if qty > asked.get(name, 0):
                     extra[name] = extra.get(name, 0) + qty - asked.get(name, 0)
-        pairs = zip(infos, decision.pods, strict=True)
-        return Claimed(amounts=extra, gpus={str(i.key): len(made.gpus) for i, made in pairs})
+        pairs = zip(infos, decisions, strict=True)
+        return Claimed(amounts=extra, gpus={str(i.key): len(m.gpus) for i, m in pairs})
 
     def gang_room(
         self, infos: Sequence[PodInfo], topology: TopologyConstraint | None
@@ -172,12 +181,16 @@ class ClaimCharges:
         return GangClaimRoom(self._book, pods, self._claim_node, self._leaving(), domain)
 
     def _leaving(self) -> Leaving:
-        """What victims' claims free: of the pods that may be victims, and those alive."""
+        """What victims' claims free (the pods read when a search first asks)."""
+        return Leaving(self._book, self._pods)
+
+    def _pods(self) -> Pods:
+        """The pods that may be victims, by key, and the UIDs of those alive."""
         pods = self._cache.pods.values()
         uids = {str(p.key): p.uid for p in pods if p.counted}
         alive = {p.uid for p in pods if not p.terminal}  # a finished pod's claims are let go
         alive.update(g.uid for g in self._cache.groups.values())  # claims of a PodGroup
-        return Leaving(self._book, uids, alive)
+        return uids, alive
 
     def _label(self, label: str, node: str) -> str | None:
         info = self._cache.nodes.get(node)
@@ -202,12 +215,15 @@ class ClaimCharges:
             return ClaimRefusal(message=nodes, room=True)
         usage, allocator, changes = self._book.usage(), self._book.allocator, self._cache.snapshot
         domains = None if topology is None else self._domains(nodes, topology.label)
-        decision = allocator.place_gang(pods, nodes, usage, domains=domains, changes=changes)
+        decision = allocator.place_gang(
+            pods, nodes, usage, domains=domains, changes=changes, shown=_SHOWN
+        )
         if not decision.placed and domains is not None and topology and not topology.required:
             # preferred: one domain if any
-            decision = allocator.place_gang(pods, nodes, usage, changes=changes)
+            decision = allocator.place_gang(pods, nodes, usage, changes=changes, shown=_SHOWN)
         if not decision.placed:
-            return ClaimRefusal(message=self._refusal(decision.reasons), room=True)
+            message = self._refusal(decision.reasons, decision.unshown)
+            return ClaimRefusal(message=message, room=True)
         placed: list[ClaimPlacement] = []
         for info, made in zip(infos, decision.pods, strict=True):
             one = self._charged(placer, info, made)  # on the snapshot the earlier ones took
@@ -328,9 +344,11 @@ class ClaimCharges:
                 out.setdefault(value, []).append(node)
         return out
 
-    def _refusal(self, reasons: Sequence[str]) -> str:
+    def _refusal(self, reasons: Sequence[str], unshown: int) -> str:
+        """The nearest misses shown, and how many others there are (`unshown` beyond those
+        `reasons` gives)."""
         shown = "; ".join(reasons[:_SHOWN])
-        more = len(reasons) - _SHOWN
+        more = len(reasons) - min(len(reasons), _SHOWN) + unshown
         tail = f" (and {more} more)" if more > 0 else ""
         total = len(self._cache.nodes)
         return f"0/{total} nodes are available: claims do not fit: {shown}{tail}"

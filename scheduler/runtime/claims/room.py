@@ -24,24 +24,32 @@ from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.usage import Usage
 from scheduler.runtime.claims.book import ClaimBook
 
-__all__ = ["ClaimRoom", "GangClaimRoom", "Leaving"]
+__all__ = ["ClaimRoom", "GangClaimRoom", "Leaving", "Pods"]
+
+Pods = tuple[Mapping[str, str], AbstractSet[str]]
+"""(pod key -> UID of the pods that may be victims, UIDs of the pods and PodGroups alive)."""
 
 
 class Leaving:
     """The devices in use once some pods are gone, each set of them worked out once."""
 
-    def __init__(self, book: ClaimBook, uids: Mapping[str, str], alive: AbstractSet[str]) -> None:
-        """`uids`: pod key -> UID of the pods that may be victims; `alive`: the UIDs of the pods
-        and PodGroups that exist and have not finished."""
-        self._book, self._uids, self._alive = book, uids, alive
+    def __init__(self, book: ClaimBook, pods: Callable[[], Pods]) -> None:
+        """`pods`: (pod key -> UID of the pods that may be victims, the UIDs of the pods and
+        PodGroups that exist and have not finished), asked for when first needed (it reads
+        every pod: a pod that waits without searching for victims never pays it)."""
+        self._book, self._pods = book, pods
+        self._known: Pods | None = None
         self._usages: dict[frozenset[str], Usage] = {}
 
     def usage(self, gone: frozenset[str]) -> Usage:
         """The claims' usage once the pods `gone` (their keys) are gone."""
         usage = self._usages.get(gone)
         if usage is None:
-            leaving = {self._uids[key] for key in gone if key in self._uids}
-            freed = self._book.freed_by(leaving, self._alive)
+            if self._known is None:
+                self._known = self._pods()
+            uids, alive = self._known
+            leaving = {uids[key] for key in gone if key in uids}
+            freed = self._book.freed_by(leaving, alive)
             usage = self._usages[gone] = self._book.usage_without(freed)
         return usage
 

@@ -32,6 +32,7 @@ from tests.builders.claims import (
     classes,
     gpu_device,
     island_devices,
+    request,
     slice_obj,
     two_islands,
 )
@@ -383,3 +384,49 @@ def test_a_shape_scanned_rarely_is_decided_as_a_fresh_allocator_after_many_moves
         assert got == ClaimAllocator(classes()).place(want, nodes, usage, explain=False)
         decided.add(got.node)
     assert decided == {"node-a", "node-b", "node-c"}
+
+
+@st.composite
+def large_specs(draw: st.DrawFn) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The requests and constraints of a claim most node sets cannot serve: 3 to 9 GPUs, some
+    of one kind or island, some within one island."""
+    chosen = draw(st.lists(st.sampled_from(EXPRESSIONS), max_size=1))
+    constraints: list[dict[str, object]] = []
+    if draw(st.booleans()):
+        constraints.append({"matchAttribute": f"{DRIVER}/nvlinkIsland"})
+    return [request("r0", draw(st.integers(3, 9)), *chosen)], constraints
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node_sets(), large_specs(), st.integers(1, 4), st.booleans())
+def test_the_nearest_misses_asked_for_are_the_first_of_every_nodes_misses(
+    found: NodeSet,
+    spec: tuple[list[dict[str, object]], list[dict[str, object]]],
+    shown: int,
+    shipped: bool,
+) -> None:
+    """Asked for the nearest `shown` misses (the scheduler's refusal message), an allocator
+    gives the first `shown` of every node's misses, nearest first, and how many others there
+    are; a second pod of the same shape, refused on the same nodes, is told its own claim's
+    misses (the nearest nodes kept for the shape), and once the first node's devices are all
+    held the misses are found again. With a score that is not shipped (no classes kept), the
+    same."""
+    requests, constraints = spec
+    scoring = None
+    if not shipped:
+        scoring = Scoring(scores=(WeightedScore("name", 1.0, _name_score),), candidate_limit=0)
+    kept = ClaimAllocator(classes(), scoring=scoring)
+    busier = found.usage.copy()  # then every device of the first node held
+    free = [d for d in found.nodes[0].devices.devices if busier.is_free(d)]
+    busier.add([AllocatedDevice(request="x", id=d.id) for d in free])
+    for name, usage in (("c", found.usage), ("d", found.usage), ("c", busier)):
+        claim = parse_claim(claim_obj(name, *requests, constraints=constraints))
+        pod = PodClaims(key=f"ns/p-{name}", claims=(claim,))
+        every = ClaimAllocator(classes(), scoring=scoring).place(pod, found.nodes, usage)
+        got = kept.place(pod, found.nodes, usage, shown=shown)
+        if every.node is not None:
+            assert got == every
+            continue
+        assert got.reasons == every.reasons[:shown]
+        assert got.unshown == len(every.reasons) - len(got.reasons)
+        assert all(f"ns/{name}" in text for text in got.reasons if text != "no nodes")

@@ -1,6 +1,6 @@
 """The claim views a pod is decided on are kept between pods (a pod costs no view per node) and
 made again when what they are built from changes: a node's slices, its labels, the slices that
-serve it by label."""
+serve it by label. A refused pod is told the nearest misses and how many others there are."""
 
 from __future__ import annotations
 
@@ -23,15 +23,16 @@ from tests.builders.pods import container, pod
 
 
 class Cluster:
-    """A live cache and claim book with nodes n1 and n2 (8 GPUs each, by NRT), no slices yet."""
+    """A live cache and claim book with nodes n1 and n2, or `names` (8 GPUs each, by NRT), no
+    slices yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, ...] = ("n1", "n2")) -> None:
         self.cache = ClusterCache("gputopo-scheduler")
         self.book = ClaimBook()
         self.charges = ClaimCharges(self.book, self.cache)
         self.placer = Placer(self.cache.snapshot, default_scoring())
         self.book.replace(CLASSES, [class_obj()])
-        for name in ("n1", "n2"):
+        for name in names:
             self.cache.upsert_node(node_obj(name, gpus=8))
             self.cache.upsert_nrt(make_nrt(name, islands_inventory()))
         self.made = 0
@@ -79,3 +80,23 @@ def test_a_node_relabelled_into_a_shared_slice_is_served_by_it() -> None:
     assert placed.assignment.node == "n2"
     devices = placed.decision.claims[0].allocation.devices
     assert [(d.id.pool, d.id.device) for d in devices] == [("rack-a", "gpu-0")]
+
+
+def test_a_refused_pod_is_told_the_three_nearest_misses_and_how_many_more() -> None:
+    """Five nodes of 8 GPUs, pods asking 9: each pod's message names its own claim on the three
+    first nodes (all miss alike) and counts the other two."""
+    names = ("n1", "n2", "n3", "n4", "n5")
+    cluster = Cluster(names)
+    cluster.book.replace(SLICES, [slice_obj(name, island_devices()) for name in names])
+    for made in (1, 2):
+        refused = cluster.place(9)
+        assert isinstance(refused, ClaimRefusal)
+        selector = 'device.driver == "gpu.gputopo.io" && device.attributes["gpu.gputopo.io"].type'
+        miss = (
+            f"claim ns/p{made}-gpus request gpus: 8 of 9 devices match class gpu.gputopo.io's"
+            f' selector `{selector} == "gpu"` on node'
+        )
+        shown = "; ".join(f"{miss} {name}" for name in names[:3])
+        assert refused.message == (
+            f"0/5 nodes are available: claims do not fit: {shown} (and 2 more)"
+        )

@@ -12,7 +12,9 @@ in turn (lock-step), so that a quiet or busy spell falls on both alike; the set-
 slices, NRTs, pods read into the cache, the first pod of each kind) is not timed, and what
 exists then is frozen out of the collector's full passes (`gc.freeze`), as the scheduler
 freezes its warm cache. Printed per size: each kind's mean and p99 ms a pod, pods placed, and the
-ratio of the means.
+ratio of the means. Then every GPU is taken and pods that fit nowhere are tried, in lock-step: a
+claim pod as the loop tries one (its refusal with the nearest misses, then what a victim search
+reads: `room` and `claimed`), a plugin pod by `Placer.decide` with its reasons; the same figures.
 
     .venv/bin/python bench/claims_runtime_bench.py [--nodes 1000,5000] [--pods 300] [--seed 1]
 """
@@ -83,6 +85,10 @@ def _pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
     return body
 
 
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def _p99(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -119,6 +125,46 @@ def run(nodes: int, pods: int, seed: int) -> None:
             f"  placed {placed[kind]}/{pods}"
         )
     print(f"  claims / plugin (means): {mean['claims'] / mean['plugin']:.2f}x")
+    refused(cluster, rng)
+
+
+def refused(cluster: Cluster, rng: random.Random, attempts: int = 200) -> None:
+    """Every GPU then taken (1-GPU claim pods until one is refused, untimed), and pods asking
+    1, 2 or 4 GPUs tried
+    in lock-step: a claim pod as the loop tries one that no node fits (`place`, then `room`
+    and `claimed` for the victim search), a plugin pod by `Placer.decide` with its reasons."""
+    filled = 0
+    while cluster.place_claims(cluster.claim_pod(f"full{filled}", 1)):
+        filled += 1
+    sizes = [rng.choice((1, 2, 4)) for _ in range(attempts)]
+    claims = [cluster.claim_pod(f"rc{i}", s) for i, s in enumerate(sizes)]
+    plugin = [cluster.plugin_pod(f"rd{i}", s) for i, s in enumerate(sizes)]
+    charges, placer = cluster.charges, cluster.placer
+    spent: dict[str, list[float]] = {"claims": [], "plugin": []}
+    gc.collect()
+    gc.freeze()
+    for one, other in zip(claims, plugin, strict=True):
+        clock = time.perf_counter()
+        if isinstance(charges.place(placer, one, None), ClaimRefusal):
+            charges.room(one)
+            charges.claimed([one])
+        spent["claims"].append(time.perf_counter() - clock)
+        clock = time.perf_counter()
+        placer.decide(other.request)
+        spent["plugin"].append(time.perf_counter() - clock)
+    gc.unfreeze()
+    mean = {kind: sum(times) / len(times) for kind, times in spent.items()}
+    print(f"  every GPU taken, {attempts} pods of each kind refused:")
+    for kind, times in spent.items():
+        print(
+            f"  {kind:7s} mean {1e3 * mean[kind]:6.3f} ms  median {1e3 * _median(times):6.3f} ms"
+            f"  p99 {1e3 * _p99(times):6.3f} ms"
+        )
+    medians = _median(spent["claims"]) / _median(spent["plugin"])
+    print(
+        f"  claims / plugin (refused): means {mean['claims'] / mean['plugin']:.2f}x,"
+        f" medians {medians:.2f}x"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

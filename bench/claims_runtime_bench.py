@@ -11,10 +11,11 @@ assumed by `ClusterCache.assume`, as the loop does. Each step is timed on its ow
 in turn (lock-step), so that a quiet or busy spell falls on both alike; the set-up (nodes,
 slices, NRTs, pods read into the cache, the first pod of each kind) is not timed, and what
 exists then is frozen out of the collector's full passes (`gc.freeze`), as the scheduler
-freezes its warm cache. Printed per size: each kind's mean and p99 ms a pod, pods placed, and the
-ratio of the means. Then every GPU is taken and pods that fit nowhere are tried, in lock-step: a
-claim pod as the loop tries one (its refusal with the nearest misses, then what a victim search
-reads: `room` and `claimed`), a plugin pod by `Placer.decide` with its reasons; the same figures.
+freezes its warm cache. Printed per size: each kind's mean, median and p99 ms a pod, pods
+placed, and the ratios of the means and medians. Then every GPU is taken and pods that fit
+nowhere are tried, in lock-step: a claim pod as the loop tries one (its refusal with the nearest
+misses, then what a victim search reads: `room` and `claimed`), a plugin pod by `Placer.decide`
+with its reasons; the same figures.
 
     .venv/bin/python bench/claims_runtime_bench.py [--nodes 1000,5000] [--pods 300] [--seed 1]
 """
@@ -117,22 +118,16 @@ def run(nodes: int, pods: int, seed: int) -> None:
             placed[kind] += place(info)
             spent[kind].append(time.perf_counter() - clock)
     gc.unfreeze()
-    mean = {kind: sum(times) / len(times) for kind, times in spent.items()}
     print(f"{nodes} nodes x 8 GPUs, {pods} pods of each kind (set-up {set_up:.1f} s):")
-    for kind, times in spent.items():
-        print(
-            f"  {kind:7s} mean {1e3 * mean[kind]:6.3f} ms  p99 {1e3 * _p99(times):6.3f} ms"
-            f"  placed {placed[kind]}/{pods}"
-        )
-    print(f"  claims / plugin (means): {mean['claims'] / mean['plugin']:.2f}x")
+    _report(spent, {kind: f"placed {n}/{pods}" for kind, n in placed.items()})
     refused(cluster, rng)
 
 
 def refused(cluster: Cluster, rng: random.Random, attempts: int = 200) -> None:
     """Every GPU then taken (1-GPU claim pods until one is refused, untimed), and pods asking
-    1, 2 or 4 GPUs tried
-    in lock-step: a claim pod as the loop tries one that no node fits (`place`, then `room`
-    and `claimed` for the victim search), a plugin pod by `Placer.decide` with its reasons."""
+    1, 2 or 4 GPUs tried in lock-step: a claim pod as the loop tries one that no node fits
+    (`place`, then `room` and `claimed` for the victim search), a plugin pod by `Placer.decide`
+    with its reasons."""
     filled = 0
     while cluster.place_claims(cluster.claim_pod(f"full{filled}", 1)):
         filled += 1
@@ -153,17 +148,21 @@ def refused(cluster: Cluster, rng: random.Random, attempts: int = 200) -> None:
         placer.decide(other.request)
         spent["plugin"].append(time.perf_counter() - clock)
     gc.unfreeze()
-    mean = {kind: sum(times) / len(times) for kind, times in spent.items()}
     print(f"  every GPU taken, {attempts} pods of each kind refused:")
+    _report(spent, dict.fromkeys(spent, ""))
+
+
+def _report(spent: dict[str, list[float]], notes: dict[str, str]) -> None:
+    """Each kind's mean, median and p99 ms a pod (with its note), and the claims/plugin ratios."""
+    mean = {kind: sum(times) / len(times) for kind, times in spent.items()}
     for kind, times in spent.items():
         print(
             f"  {kind:7s} mean {1e3 * mean[kind]:6.3f} ms  median {1e3 * _median(times):6.3f} ms"
-            f"  p99 {1e3 * _p99(times):6.3f} ms"
+            f"  p99 {1e3 * _p99(times):6.3f} ms  {notes[kind]}"
         )
     medians = _median(spent["claims"]) / _median(spent["plugin"])
     print(
-        f"  claims / plugin (refused): means {mean['claims'] / mean['plugin']:.2f}x,"
-        f" medians {medians:.2f}x"
+        f"  claims / plugin: means {mean['claims'] / mean['plugin']:.2f}x, medians {medians:.2f}x"
     )
 
 

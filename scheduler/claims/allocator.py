@@ -83,6 +83,8 @@ class ClaimAllocator:
         self._nearest_nodes: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = {}
         """Per shape, node list, classes' stamp and count shown: the positions of the nearest
         misses and how many nodes miss (`_nearest`)."""
+        self._miss_ranks: dict[object, dict[int, tuple[int, int] | None]] = {}
+        """Per shape, each class's miss rank (None: it fits), for `_nearest`."""
         self._nowhere: set[tuple[object, ...]] = set()
         """Claim shapes that fit no node, per usage epoch and node list (by the number verdicts
         give it): whether claims fit reads nothing else."""
@@ -245,8 +247,9 @@ class ClaimAllocator:
         """The nearest `shown` misses (as `_explain` orders them) and how many others there
         are, after a `place` that found no node. Like nodes miss alike (the same rank: what the
         misses read is what their class says), so the nearest nodes are found from one miss
-        per class, and kept for the shape while the nodes' classes stay: a pod refused again
-        costs a miss per node shown, not per node."""
+        per class (kept for the shape: a class's miss is the same wherever it is met), and kept
+        for the shape while the nodes' classes stay: a pod refused again costs a miss per node
+        shown, not per node; after a change, a miss per class not met before."""
         found = self._verdicts.classes(key[1])
         if found is None:  # no classes kept: every node's miss
             decision = self._explain(pod, nodes, usage)
@@ -255,7 +258,11 @@ class ClaimAllocator:
         classes, stamp = found
         kept = self._nearest_nodes.get((*key, stamp, shown))
         if kept is None:
-            ranks: dict[int, tuple[int, int] | None] = {}
+            ranks = self._miss_ranks.get(key[0])
+            if ranks is None or len(ranks) >= _NEAREST_KEPT:
+                if len(self._miss_ranks) >= _NEAREST_KEPT:
+                    self._miss_ranks.clear()
+                ranks = self._miss_ranks[key[0]] = {}
             missed: list[tuple[tuple[int, int], int]] = []  # (rank, position), in node order
             for at, (node, number) in enumerate(zip(nodes, classes, strict=True)):
                 if number not in ranks:

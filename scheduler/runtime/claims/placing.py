@@ -57,11 +57,7 @@ class _Built(NamedTuple):
 
     def holds(self, now: _Built) -> bool:
         """Whether views built then are those `now` gives."""
-        same = self.snapshot() is now.snapshot()
-        return same and (self.nodes_version, self.views_version) == (
-            now.nodes_version,
-            now.views_version,
-        )
+        return self.snapshot() is now.snapshot() and self[1:] == now[1:]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

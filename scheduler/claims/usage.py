@@ -21,8 +21,9 @@ __all__ = ["Usage", "consumption"]
 
 class Usage:
     """Allocated devices and consumed capacity; `add` and `copy` keep it cheap to thread through
-    a gang's pods. Nothing is ever taken away: when allocations go, build a new one (`of`).
-    Change it only through `add` (the tokens that verdicts key on change there)."""
+    a gang's pods. When allocations go, build a new one (`of`); a caller that keeps one in step
+    with what it models may give exclusive devices back (`release`). Change it only through
+    `add` and `release` (the tokens that verdicts key on change there)."""
 
     __slots__ = ("__weakref__", "changes", "consumed", "epoch", "exclusive", "versions")
 
@@ -66,6 +67,16 @@ class Usage:
             held = self.consumed.setdefault(res.id, {})
             for name, amount in res.consumed.items():
                 held[name] = held.get(name, Fraction(0)) + amount
+
+    def release(self, ids: Iterable[DeviceId]) -> None:
+        """The devices `ids` are no longer held exclusively (a share's capacity is never given
+        back here)."""
+        for dev in ids:
+            if dev in self.exclusive:
+                self.exclusive.discard(dev)
+                pool = (dev.driver, dev.pool)
+                self.versions[pool] = self.epoch = object()
+                self.changes.append(pool)
 
     def is_free(self, device: Device) -> bool:
         """Nothing holds the device exclusively (and, unless it is shared, no share either)."""

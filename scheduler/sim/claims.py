@@ -60,6 +60,7 @@ from scheduler.placement import (
     NodeState,
     Placer,
     PodRequest,
+    Snapshot,
     TopologyConstraint,
     topology_domains,
 )
@@ -153,6 +154,10 @@ class SimClaims:
         self.placer = placer
         self.allocator = ClaimAllocator({GPU_CLASS.name: GPU_CLASS}, scoring=placer.scoring)
         self._nodes: dict[str, ClaimNode] = {}
+        self._lists: dict[tuple[str, ...], tuple[int, list[ClaimNode]]] = {}
+        self._usage = Usage()  # kept in step with the snapshot (`_in_use`)
+        self._held: dict[str, frozenset[DeviceId]] = {}
+        self._followed: tuple[Snapshot, int] | None = None  # `_usage` brought up to these
 
     def choose(
         self,
@@ -162,9 +167,9 @@ class SimClaims:
     ) -> Assignment | None:
         """Where `pod` and its claims go (nothing is bound), or None."""
         rest = replace(pod, gpus=0)
-        names = [n for n in self.placer.feasible(rest) if not excluded or n not in excluded]
-        nodes = [self._node(n) for n in names]
-        usage = _usage(nodes)
+        names = _outside(self.placer.feasible(rest), excluded)
+        nodes = self._listed(names)
+        usage = self._in_use()
         decision = self.allocator.place(
             PodClaims(key=pod.key, claims=tuple(claims)),
             nodes,
@@ -189,10 +194,10 @@ class SimClaims:
         if not pods:
             return GangPlacement(ok=True)
         rest = replace(pods[0][0], gpus=0)
-        names = [n for n in self.placer.feasible(rest) if not excluded or n not in excluded]
-        nodes = [self._node(n) for n in names]
+        names = _outside(self.placer.feasible(rest), excluded)
+        nodes = self._listed(names)
         members = [PodClaims(key=p.key, claims=_own(p.key, c)) for p, c in pods]
-        usage = _usage(nodes)
+        usage = self._in_use()
         if topology is None and prefer_clique and self.placer.snapshot.domains(CLIQUE_LABEL):
             topology = TopologyConstraint(label=CLIQUE_LABEL, required=False)
         decision, snapshot = None, self.placer.snapshot
@@ -235,6 +240,51 @@ class SimClaims:
         (`GangDeviceFit`)."""
         return ClaimFit(self, [PodClaims(key=p.key, claims=_own(p.key, c)) for p, c in pods])
 
+    def _listed(self, names: Sequence[str]) -> list[ClaimNode]:
+        """The nodes named, as claims see them: the list made before for the same names while
+        no node was added, replaced or removed (a view holds its node's state object)."""
+        version = self.placer.snapshot.nodes_version
+        key = tuple(names)
+        found = self._lists.get(key)
+        if found is not None and found[0] == version:
+            return found[1]
+        if len(self._lists) >= 8:
+            self._lists.clear()
+        nodes = [self._node(n) for n in key]
+        self._lists[key] = (version, nodes)
+        return nodes
+
+    def _in_use(self) -> Usage:
+        """The GPUs that have anything on them, as held devices: one `Usage` brought up to the
+        snapshot through its change log (a node changed since is looked at again, its GPUs
+        released or held), so that its verdicts follow it node by node; made again when the
+        log no longer reaches back."""
+        snapshot, followed = self.placer.snapshot, self._followed
+        changed = None
+        if followed is not None and followed[0] is snapshot:
+            changed = snapshot.changed_since(followed[1])
+        if changed is None:
+            self._usage, self._held = Usage(), {}
+            changed = snapshot.names()
+        self._followed = (snapshot, snapshot.generation)
+        for name in changed:
+            held = self._held_on(name) if name in snapshot else frozenset()
+            before = self._held.get(name, frozenset())
+            if held == before:
+                continue
+            self._usage.release(before - held)
+            self._usage.add([AllocatedDevice(request="placed", id=d) for d in held - before])
+            self._held[name] = held
+        return self._usage
+
+    def _held_on(self, name: str) -> frozenset[DeviceId]:
+        node = self._node(name)
+        state = node.state
+        if state is None or node.gpus is None:
+            return frozenset()
+        mask = state.idle_mask
+        return frozenset(d for d, g in node.gpus.whole.items() if not mask >> g & 1)
+
     def _node(self, name: str) -> ClaimNode:
         state = self.placer.snapshot.node(name)
         found = self._nodes.get(name)
@@ -273,6 +323,11 @@ class ClaimFit:
                 else None
             )
         return self._found[key]
+
+
+def _outside(names: list[str], excluded: AbstractSet[str] | None) -> list[str]:
+    """`names` less those `excluded` (the list itself when nothing is)."""
+    return [n for n in names if n not in excluded] if excluded else names
 
 
 def _without(node: NodeState, gone: AbstractSet[str]) -> NodeState:

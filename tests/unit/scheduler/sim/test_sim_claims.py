@@ -196,18 +196,21 @@ def test_a_claim_gang_whose_members_cpu_does_not_fit_together_is_not_placed(
 Member = tuple[PodRequest, tuple[ResourceClaim, ...]]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["pod", "gang", "cpu", "forget"]), st.sampled_from([1, 2, 4, 8])),
+        st.tuples(
+            st.sampled_from(["pod", "gang", "cpu", "forget", "swap"]), st.sampled_from([1, 2, 4, 8])
+        ),
         min_size=1,
-        max_size=16,
+        max_size=24,
     )
 )
 def test_kept_verdicts_decide_as_a_fresh_allocator_does(steps: list[tuple[str, int]]) -> None:
-    """One `SimClaims` for the run (its verdicts kept, the snapshot its nodes' change log) against
-    a fresh one at every step, while pods and gangs of claims, and pods of no GPUs, are bound and
-    taken away."""
+    """One `SimClaims` for the run (its verdicts, node lists and usage kept, the snapshot its
+    nodes' change log) against a fresh one at every step, while pods and gangs of claims, and
+    pods of no GPUs, are bound and taken away, and a node's state is replaced by a copy (a new
+    object, the pods bound after on it)."""
     spec = ClusterSpec(
         (NodeGroup(name="n", count=3, gpus=8, model="H100", topology=RACKED.topology),)
     )
@@ -218,6 +221,9 @@ def test_kept_verdicts_decide_as_a_fresh_allocator_does(steps: list[tuple[str, i
         if kind == "forget":
             if bound:
                 snapshot.forget(bound.pop(count % len(bound)))
+            continue
+        if kind == "swap":
+            snapshot.add_node(snapshot.node(f"n-{count % 3}").clone())
             continue
         if kind == "cpu":  # a pod of no GPUs: the node's state changes, not its GPUs
             cpu_only = PodRequest(key=f"sim/cpu{i}", cpu_milli=count * 6_000)

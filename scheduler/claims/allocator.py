@@ -46,7 +46,7 @@ from .model import (
 )
 from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
-from .selectors import Selectors
+from .selectors import AttributeReads, Selectors
 from .slices import reaches
 from .usage import Usage
 from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
@@ -56,6 +56,7 @@ __all__ = ["CLAIM_WEIGHTS", "ClaimAllocator"]
 _shape_of = attrgetter("spec.shape")
 _rank_of = itemgetter(0)
 _NEAREST_KEPT = 1_000
+_NOTED_LIMIT = 10_000
 _key_of = attrgetter("key")
 
 CLAIM_WEIGHTS: Mapping[str, float] = MappingProxyType({"binpack": 10.0, "topology": 5.0})
@@ -79,7 +80,14 @@ class ClaimAllocator:
         self.limit = limit
         self._static: StaticMemo = {}
         self._orders: OrderMemo = {}
-        self._verdicts = Verdicts(self.scoring)
+        self._reads = AttributeReads()
+        """What the classes' and the shapes' selectors and constraints may read of a device's
+        attributes: like nodes are alike in those (a GPU's UUID, read by none, tells none apart)."""
+        for device_class in classes.values():
+            for expression in device_class.selectors:
+                self._reads.note_expression(expression)
+        self._noted: set[object] = set()  # the shapes whose reads are noted
+        self._verdicts = Verdicts(self.scoring, self._reads)
         self._nearest_nodes: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = {}
         """Per shape, node list, classes' stamp and count shown: the positions of the nearest
         misses and how many nodes miss (`_nearest`)."""
@@ -186,6 +194,9 @@ class ClaimAllocator:
         the nodes changed since the last pod are looked at again."""
         kept, fresh = _split(pod.claims)
         shape = (tuple(map(_shape_of, fresh)), tuple(map(str, map(_key_of, kept))))
+        if shape not in self._noted:
+            self._note_reads(fresh)
+            self._noted.add(shape)
         listed = self._verdicts.list_number(nodes)
         nowhere = (shape, usage.epoch, listed)
         if not explain and nowhere in self._nowhere:
@@ -214,6 +225,22 @@ class ClaimAllocator:
             return decision
         unshown = len(decision.reasons) - shown
         return PodDecision(node=None, reasons=decision.reasons[:shown], unshown=unshown)
+
+    def _note_reads(self, fresh: Sequence[ResourceClaim]) -> None:
+        """What the claims' selectors and constraints may read of a device's attributes is
+        read (before any node is classed for them)."""
+        if len(self._noted) >= _NOTED_LIMIT:
+            self._noted.clear()
+        reads = self._reads
+        for claim in fresh:
+            for request in claim.spec.requests:
+                for alt in request.alternatives:
+                    for expression in alt.selectors:
+                        reads.note_expression(expression)
+            for constraint in claim.spec.constraints:
+                for name in (constraint.match_attribute, constraint.distinct_attribute):
+                    if name:
+                        reads.note_name(name)
 
     def _fit(
         self,

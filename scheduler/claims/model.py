@@ -109,6 +109,11 @@ class Device:
     """All of the device but its pool's name, made once (values with their types: True is not 1
     to CEL; capacities as plain ints, a `Fraction` hashing slowly): devices of like nodes compare
     by it (`verdicts`)."""
+    attribute_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The attributes' qualified names, in `likeness` order."""
+    rest: str = field(init=False, repr=False, compare=False)
+    """`likeness` but the attributes, as text (hashed once): with the attributes an expression
+    may read, what it sees of the device (`NodeDevices.likeness_reading`)."""
 
     def __post_init__(self) -> None:
         attributes = tuple(sorted((k, type(v).__name__, v) for k, v in self.attributes.items()))
@@ -127,6 +132,15 @@ class Device:
             self.allow_multiple_allocations,
         )
         object.__setattr__(self, "likeness", likeness)
+        object.__setattr__(self, "attribute_names", tuple(a[0] for a in attributes))
+        rest = (
+            self.id.driver,
+            self.id.device,
+            capacity,
+            self.taints,
+            self.allow_multiple_allocations,
+        )
+        object.__setattr__(self, "rest", repr(rest))
 
     @property
     def name(self) -> str:

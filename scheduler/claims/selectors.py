@@ -23,8 +23,8 @@ device lives in its memo (it holds the object, so an `id` is never reused under 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
 from typing import TypeVar
@@ -34,7 +34,7 @@ from .errors import SelectorError
 from .model import AttrValue, Capacity, Device
 from .semver import Semver
 
-__all__ = ["Selectors"]
+__all__ = ["AttributeReads", "Selectors"]
 
 _MEMO_LIMIT = 200_000
 _FNS = dict(FUNCTIONS)
@@ -105,6 +105,49 @@ def _reads(expression: str) -> _Reads:
 
 def _frozen(named: Mapping[str, set[str] | None]) -> dict[str, _Names]:
     return {d: None if names is None else frozenset(names) for d, names in named.items()}
+
+
+@dataclass(slots=True)
+class AttributeReads:
+    """The device attributes that the expressions and constraints met so far may read: every
+    one (`every`), or those of the domains read whole (`domains`) and the qualified names read
+    (`names`). Devices that differ only in attributes none of them reads (a GPU's UUID) decide
+    alike for all of them; `version` grows whenever the set does."""
+
+    every: bool = False
+    domains: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    version: int = 0
+
+    def note_expression(self, expression: str) -> None:
+        """What `expression` may read of a device's attributes is read."""
+        found = _reads(expression)
+        if found.everything or found.attributes_all:
+            self._grow(every=True)
+            return
+        for domain, names in (found.attributes or {}).items():
+            if names is None:
+                self._grow(domains=(domain,))
+            else:
+                self._grow(names=(f"{domain}/{name}" for name in names))
+
+    def note_name(self, name: str) -> None:
+        """The attribute `name` (qualified, as a constraint names it) is read."""
+        self._grow(names=(name,))
+
+    def keeps(self, name: str) -> bool:
+        """Whether the attribute `name` (qualified) may be read."""
+        return self.every or name in self.names or name.rpartition("/")[0] in self.domains
+
+    def _grow(
+        self, *, every: bool = False, domains: Iterable[str] = (), names: Iterable[str] = ()
+    ) -> None:
+        before = (self.every, len(self.domains), len(self.names))
+        self.every = self.every or every
+        self.domains.update(domains)
+        self.names.update(names)
+        if (self.every, len(self.domains), len(self.names)) != before:
+            self.version += 1
 
 
 class Selectors:

@@ -8,8 +8,9 @@ Attribute and capacity names are qualified with the slice's driver when they hav
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from scheduler.placement import Effect, Taint
 from scheduler.placement.request import NodeSelectorRequirement, NodeSelectorTerm
@@ -159,6 +160,24 @@ class NodeDevices:
         object.__setattr__(self, "likeness", repr((devices, incomplete)))
         object.__setattr__(self, "ids", tuple(d.id for d in self.devices))
         object.__setattr__(self, "positions", {id(d): i for i, d in enumerate(self.devices)})
+
+    def likeness_reading(self, keeps: Callable[[str], bool]) -> tuple[object, ...]:
+        """`likeness` with only the attributes `keeps` (by qualified name) of each device: what
+        expressions that read no others see of the node (made per node and set of attributes
+        read; devices of one driver mostly name the same attributes, which are sorted out once)."""
+        place = {pool: i for i, pool in enumerate(self.pools)}
+        kept: dict[tuple[str, ...], tuple[int, ...]] = {}
+        devices = []
+        for d in self.devices:
+            names = d.attribute_names
+            positions = kept.get(names)
+            if positions is None:
+                positions = kept[names] = tuple(i for i, n in enumerate(names) if keeps(n))
+            values = cast("tuple[tuple[str, str, object], ...]", d.likeness[2])
+            read = tuple(values[i] for i in positions)
+            devices.append((d.rest, read, place[d.id.driver, d.id.pool]))
+        incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
+        return (tuple(devices), incomplete)
 
 
 def node_devices(

@@ -49,6 +49,7 @@ from .candidates import Candidate
 from .decision import ClaimNode, Hashed
 from .model import Device, DeviceId
 from .search import Pick
+from .selectors import AttributeReads
 from .usage import Usage
 
 __all__ = ["NO_FIT", "Fit", "NodeChanges", "Verdicts"]
@@ -104,6 +105,7 @@ class _Like(NamedTuple):
     node: ClaimNode
     tokens: tuple[object, ...]
     stamp: object
+    version: int  # of the attributes read
     number: int
 
 
@@ -146,6 +148,7 @@ class _Layout:
     moved: list[int]
     epoch: int
     serial: int  # this layout's number among every layout made (none reuses it)
+    reads: int  # the version of the attributes read its classes were made with
 
 
 _Item = tuple[int, float, int, int]
@@ -227,7 +230,10 @@ class _Book:
 
 
 class Verdicts:
-    def __init__(self, scoring: Scoring) -> None:
+    def __init__(self, scoring: Scoring, reads: AttributeReads | None = None) -> None:
+        """`reads`: the device attributes the shapes decided may read (None: every one); nodes
+        whose devices differ only in others are alike. A shape's reads are noted before it is
+        scanned."""
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
@@ -235,7 +241,7 @@ class Verdicts:
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
-        self._likeness = _Likeness()
+        self._likeness = _Likeness(reads)
         self._likes: dict[int, _Like] = {}  # per node object, for every shape and list
         self._layouts: dict[int, _Layout] = {}  # per node list, by its number
 
@@ -305,6 +311,9 @@ class Verdicts:
         when its class is another."""
         stale = _changed_pools(layout, usage)
         stale.update(_changed_states(layout, changes))
+        if layout.reads != self._likeness.version:  # every likeness is made again
+            layout.reads = self._likeness.version
+            stale = set(range(len(layout.nodes)))
         if not stale:
             return
         nodes, stamps, classes, moved = layout.nodes, layout.stamps, layout.classes, layout.moved
@@ -351,6 +360,7 @@ class Verdicts:
             moved=[],
             epoch=0,
             serial=next(_SERIALS),
+            reads=self._likeness.version,
         )
         return found
 
@@ -367,18 +377,20 @@ class Verdicts:
         state's `derived` dict are those it was made with."""
         state = node.state
         kept = self._likes.get(id(node))
+        version = self._likeness.version
         if (
             kept is not None
             and kept.node is node
             and kept.tokens == tokens
             and (state is None or kept.stamp is state.derived)
+            and kept.version == version
         ):
             return kept.number
         number = self._likeness.of(node, usage)  # derives: `derived` is a dict now
         if len(self._likes) >= _FIXED_LIMIT:
             self._likes.clear()
         stamp = None if state is None else state.derived
-        self._likes[id(node)] = _Like(node, tokens, stamp, number)
+        self._likes[id(node)] = _Like(node, tokens, stamp, version, number)
         return number
 
     def _book(self, key: tuple[object, ...]) -> _Book:
@@ -481,8 +493,10 @@ class _Likeness:
     the state's class once per state change; equal
     contents get the same number (never one given to other contents), so a likeness is small."""
 
-    def __init__(self) -> None:
-        self._fixed: dict[int, tuple[ClaimNode, int, tuple[DeviceId, ...]]] = {}
+    def __init__(self, reads: AttributeReads | None) -> None:
+        """`reads`: the attributes expressions may read (None: every one)."""
+        self._reads = reads
+        self._fixed: dict[int, tuple[ClaimNode, int, int, tuple[DeviceId, ...]]] = {}
         self._numbers: dict[object, int] = {}  # contents -> number (holds the GPU selectors)
         self._known: dict[int, tuple[Hashed, int]] = {}  # a state class's number by its id
         self._next = count()
@@ -523,16 +537,27 @@ class _Likeness:
         self._known[id(found)] = (found, number)
         return number
 
+    @property
+    def version(self) -> int:
+        """Grows whenever the attributes read do: every likeness is to be made again."""
+        return -1 if self._reads is None else self._reads.version
+
     def _fixed_part(self, node: ClaimNode) -> tuple[int, tuple[DeviceId, ...]]:
-        """(the number of the node's fixed part, its devices' ids)."""
+        """(the number of the node's fixed part, its devices' ids): of the attributes read
+        only, made once per node object and set of attributes read."""
         found = self._fixed.get(id(node))
-        if found is None or found[0] is not node:
+        version = self.version
+        if found is None or found[0] is not node or found[1] != version:
             if len(self._fixed) >= _FIXED_LIMIT:
                 self._fixed.clear()
-            devices = node.devices
-            number = self._number(node.likeness)  # hashed once, with the node
-            found = self._fixed[id(node)] = (node, number, devices.ids)
-        return found[1], found[2]
+            reads = self._reads
+            if reads is None or reads.every:
+                number = self._number(node.likeness)  # hashed once, with the node
+            else:
+                seen = node.devices.likeness_reading(reads.keeps)
+                number = self._number(Hashed((seen, *node.likeness.value[1:])))
+            found = self._fixed[id(node)] = (node, version, number, node.devices.ids)
+        return found[2], found[3]
 
 
 def _state_class(state: NodeState) -> Hashed:

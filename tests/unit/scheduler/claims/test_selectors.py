@@ -9,7 +9,7 @@ import pytest
 from scheduler.claims.errors import SelectorError
 from scheduler.claims.model import Device
 from scheduler.claims.parse import parse_slice
-from scheduler.claims.selectors import Selectors
+from scheduler.claims.selectors import AttributeReads, Selectors
 from scheduler.claims.semver import Semver, parse_semver
 from tests.builders.claims import DRIVER, gpu_device, slice_obj
 
@@ -169,3 +169,19 @@ def test_a_name_the_expression_does_not_read_is_not_seen() -> None:
     assert not selectors.matches(expr, _gpu(2, productName="B", numaNode=0))
     with pytest.raises(SelectorError, match="no such key"):
         selectors.matches(expr, _gpu(3, numaNode=0))
+
+
+def test_attribute_reads_grow_by_what_each_expression_may_read() -> None:
+    """A name read, a domain read whole, then the whole map: what is kept grows, and its
+    version with it; an expression read before changes nothing."""
+    reads = AttributeReads()
+    reads.note_expression('device.attributes["a.io"].x == 1')
+    assert (reads.keeps("a.io/x"), reads.keeps("a.io/y"), reads.version) == (True, False, 1)
+    reads.note_expression('device.attributes["a.io"].x == 2 && device.driver == "d"')
+    assert reads.version == 1
+    reads.note_expression('"y" in device.attributes["b.io"]')
+    assert (reads.keeps("b.io/anything"), reads.keeps("c.io/z"), reads.version) == (True, False, 2)
+    reads.note_name("c.io/z")
+    assert (reads.keeps("c.io/z"), reads.version) == (True, 3)
+    reads.note_expression("device.attributes.size() > 0")
+    assert (reads.keeps("d.io/w"), reads.version) == (True, 4)

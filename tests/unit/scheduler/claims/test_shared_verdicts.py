@@ -6,7 +6,7 @@ after deciding its look-alikes equals the one a fresh allocator computes for tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from random import Random
 
@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.gpuset import GpuSelector
+from agent.model import GpuUuid
 from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims
 from scheduler.claims.model import AllocatedDevice, Allocation
@@ -160,10 +161,18 @@ def test_a_shared_verdict_equals_the_one_the_node_computes_alone(
 
 
 def _like_nodes(names: list[str], *, with_state: bool = True) -> list[ClaimNode]:
+    """Nodes of `two_islands` GPUs, each GPU with a UUID of its own (in the node's inventory and
+    its device), as real GPUs have: alike to every expression that does not read the UUID."""
     nodes = []
     for name in names:
-        found = node_devices([parse_slice(slice_obj(name, island_devices()))], name, {})
-        gpus = GpuMap.build(INVENTORY, found.devices, selector=SELECTOR)
+        devices = island_devices()
+        for device in devices:
+            attributes = device["attributes"]
+            assert isinstance(attributes, dict)
+            attributes["uuid"] = {"string": f"GPU-{name}-{device['name']}"}
+        own = tuple(replace(g, uuid=GpuUuid(f"GPU-{name}-gpu-{g.minor}")) for g in INVENTORY.gpus)
+        found = node_devices([parse_slice(slice_obj(name, devices))], name, {})
+        gpus = GpuMap.build(replace(INVENTORY, gpus=own), found.devices, selector=SELECTOR)
         state = None
         if with_state:
             state = NodeState.from_inventory(name, INVENTORY, allocatable={}, selector=SELECTOR)
@@ -202,22 +211,27 @@ NAMES = ("node-a", "node-ab", "node-b", "node-c", "node-ca", "node-d")
 
 @st.composite
 def runs(draw: st.DrawFn) -> tuple[int, bool, list[tuple[str, int, int]]]:
-    """A node count, whether nodes have states, and steps: ("pod"/"past", GPUs, selector: none
-    or an island) or ("load"/"unload", node, 0)."""
+    """A node count, whether nodes have states, and steps: ("pod"/"past", GPUs, selector: none,
+    an island, or the GPUs of one node by their UUIDs) or ("load"/"unload", node, 0)."""
     count, with_state = draw(st.integers(2, len(NAMES))), draw(st.booleans())
     pod = st.tuples(
         st.sampled_from(["pod", "pod", "past"]),
         st.sampled_from([1, 1, 2, 8]),
-        st.sampled_from([0, 0, 1]),
+        st.sampled_from([0, 0, 1, 3, 4]),
     )
     load = st.tuples(st.sampled_from(["load", "unload"]), st.integers(0, count - 1), st.just(0))
     return count, with_state, draw(st.lists(st.one_of(pod, pod, load), min_size=1, max_size=40))
 
 
 def _gpu_pod(key: str, gpus: int, selector: int) -> PodClaims:
+    """A pod of `gpus` GPUs; `selector` 1 or 2: of island 0 or 1; 3 or more: of the node
+    `NAMES[selector - 3]` (by the UUIDs `_like_nodes` gives)."""
     exactly: dict[str, object] = {"deviceClassName": "gpu.gputopo.io", "count": gpus}
     if selector:
         expression = f'device.attributes["{DRIVER}"].nvlinkIsland == {selector - 1}'
+        if selector >= 3:
+            prefix = f"GPU-{NAMES[selector - 3]}-"
+            expression = f'device.attributes["{DRIVER}"].uuid.startsWith("{prefix}")'
         exactly["selectors"] = [{"cel": {"expression": expression}}]
     return PodClaims(
         key=key, claims=(parse_claim(claim_obj(key[3:], {"name": "g", "exactly": exactly})),)
@@ -430,3 +444,46 @@ def test_the_nearest_misses_asked_for_are_the_first_of_every_nodes_misses(
         assert got.reasons == every.reasons[:shown]
         assert got.unshown == len(every.reasons) - len(got.reasons)
         assert all(f"ns/{name}" in text for text in got.reasons if text != "no nodes")
+
+
+def test_a_claim_of_one_gpu_by_its_uuid_is_not_decided_on_a_like_node() -> None:
+    """node-a and node-b differ only in their GPUs' UUIDs: a plain pod decided first makes them
+    one class; a claim of node-b's gpu-5 by its UUID is decided on its own and gets it."""
+    nodes = _like_nodes(["node-a", "node-b"])
+    allocator, usage = ClaimAllocator(classes()), Usage()
+    plain = allocator.place(_gpu_pod("ns/plain", 1, 0), nodes, usage)
+    assert plain.node == "node-a"
+    expression = f'device.attributes["{DRIVER}"].uuid == "GPU-node-b-gpu-5"'
+    exactly = {
+        "deviceClassName": "gpu.gputopo.io",
+        "selectors": [{"cel": {"expression": expression}}],
+    }
+    want = PodClaims(
+        key="ns/one", claims=(parse_claim(claim_obj("one", {"name": "g", "exactly": exactly})),)
+    )
+    got = allocator.place(want, nodes, usage)
+    assert got.node == "node-b"
+    assert [d.id.device for d in got.claims[0].allocation.devices] == ["gpu-5"]
+
+
+def test_nodes_that_differ_in_an_attribute_a_constraint_reads_are_not_alike() -> None:
+    """node-a's GPUs in four groups of two by `group`, node-b's all in one: a claim of four GPUs
+    that must match in `group` misses on node-a and gets node-b's (no selector reads `group`,
+    the constraint does)."""
+    nodes = []
+    for name, group in (("node-a", lambda g: g // 2), ("node-b", lambda g: 0)):
+        devices = [
+            gpu_device(g, nvlinkIsland=g // 4, numaNode=g // 4, group=group(g)) for g in range(8)
+        ]
+        found = node_devices([parse_slice(slice_obj(name, devices))], name, {})
+        nodes.append(ClaimNode(name=name, devices=found))
+    exactly = {"deviceClassName": "gpu.gputopo.io", "count": 4}
+    claim = claim_obj(
+        "four",
+        {"name": "g", "exactly": exactly},
+        constraints=[{"matchAttribute": f"{DRIVER}/group"}],
+    )
+    got = ClaimAllocator(classes()).place(
+        PodClaims(key="ns/four", claims=(parse_claim(claim),)), nodes, Usage()
+    )
+    assert got.node == "node-b"

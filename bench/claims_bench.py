@@ -44,7 +44,6 @@ import random
 import sys
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
@@ -52,7 +51,6 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.gpuset import GpuSelector
-from agent.model import GpuUuid, NodeInventory
 from scheduler.claims.allocator import CLAIM_WEIGHTS, ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.order import GpuMap
@@ -64,7 +62,7 @@ from scheduler.placement import Assignment, NodeState, Placer, PodRequest, Scori
 from tests.builders.claims import (
     claim,
     classes,
-    island_devices,
+    own_gpus,
     pod,
     request,
     slice_obj,
@@ -86,27 +84,6 @@ SELECTOR = GpuSelector(INVENTORY.links, [g.numa_node for g in INVENTORY.gpus])
 def _state(name: str) -> NodeState:
     alloc = {"cpu": 256_000, "memory": 2 << 40, "pods": 110, "nvidia.com/gpu": 8}
     return NodeState.from_inventory(name, INVENTORY, allocatable=alloc, selector=SELECTOR)
-
-
-def _devices_of(node: str) -> list[dict[str, object]]:
-    """The node's eight GPUs as its slice publishes them: `island_devices`, each with the UUID
-    its GPU has in the node's inventory (`_inventory_of`), one of its own as real GPUs have."""
-    devices = island_devices()
-    for device in devices:
-        attributes = device["attributes"]
-        assert isinstance(attributes, dict)
-        attributes["uuid"] = {"string": _uuid(node, int(str(device["name"])[4:]))}
-    return devices
-
-
-def _inventory_of(node: str) -> NodeInventory:
-    """`INVENTORY` with the node's own GPU UUIDs (the links, and so `SELECTOR`, the same)."""
-    gpus = tuple(replace(g, uuid=GpuUuid(_uuid(node, g.minor))) for g in INVENTORY.gpus)
-    return replace(INVENTORY, gpus=gpus)
-
-
-def _uuid(node: str, minor: int) -> str:
-    return f"GPU-{node}-{minor}"
 
 
 def _scoring() -> Scoring:
@@ -212,8 +189,9 @@ def _claims_steps(names: Sequence[str], sizes: Sequence[int], warm: bool) -> Gen
     snapshot = Snapshot([_state(n) for n in names])
     nodes = []
     for n in names:
-        found = node_devices([parse_slice(slice_obj(n, _devices_of(n)))], n, {})
-        gpus = GpuMap.build(_inventory_of(n), found.devices, selector=SELECTOR)
+        devices, inventory = own_gpus(n)
+        found = node_devices([parse_slice(slice_obj(n, devices))], n, {})
+        gpus = GpuMap.build(inventory, found.devices, selector=SELECTOR)
         nodes.append(ClaimNode(name=n, devices=found, gpus=gpus, state=snapshot.node(n)))
     allocator = ClaimAllocator(classes(), scoring=_scoring())
     if warm:

@@ -2,7 +2,8 @@
 `nvidia.com/gpu` through the same cache, at several cluster sizes; not a test.
 
 One `ClusterCache` of NODES nodes, each 8 GPUs in two NVLink islands of four (as an NRT) and
-published as a ResourceSlice of `gpu-<minor>` devices (a `ClaimBook` reads them). Seeded pods of
+published as a ResourceSlice of `gpu-<minor>` devices (a `ClaimBook` reads them), each GPU with a
+UUID of its own as real GPUs have. Seeded pods of
 1, 2, 4 or 8 GPUs, each asking 1 CPU, arrive in pairs: one whose claim asks the GPUs (`exactly` N
 of class gpu.gputopo.io), decided and assumed by `ClaimCharges.place` (the nodes placement finds
 feasible for the rest of the pod, their claim views, the allocation, the pod assumed with the
@@ -38,8 +39,7 @@ from scheduler.runtime.claims.book import CLAIMS, CLASSES, SLICES, ClaimBook
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import PodInfo
-from tests.builders.claims import claim_obj, class_obj, island_devices, request, slice_obj
-from tests.builders.claims import two_islands as islands_inventory
+from tests.builders.claims import claim_obj, class_obj, own_gpus, request, slice_obj
 from tests.builders.nodes import node_obj
 from tests.builders.nrt import make_nrt
 from tests.builders.pods import container, pod
@@ -55,11 +55,13 @@ class Cluster:
         self.placer = Placer(self.cache.snapshot, default_scoring())
         self.book.replace(CLASSES, [class_obj()])
         names = [f"node-{i:05d}" for i in range(nodes)]
-        self.book.replace(SLICES, [slice_obj(name, island_devices()) for name in names])
-        inventory = islands_inventory()
-        for name in names:
+        slices = []
+        for name in names:  # GPU UUIDs of each node's own, as real GPUs have
+            devices, inventory = own_gpus(name)
+            slices.append(slice_obj(name, devices))
             self.cache.upsert_node(node_obj(name, gpus=8))
             self.cache.upsert_nrt(make_nrt(name, inventory))
+        self.book.replace(SLICES, slices)
 
     def claim_pod(self, name: str, gpus: int) -> PodInfo:
         self.book.apply(CLAIMS, "ADDED", claim_obj(f"{name}-gpus", request("gpus", gpus)))

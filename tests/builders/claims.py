@@ -4,9 +4,10 @@ parsed nodes, classes and allocators built from them."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from agent.model import LinkMatrix, NodeInventory
+from agent.model import GpuUuid, LinkMatrix, NodeInventory
 from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.model import DeviceClass, ResourceClaim
@@ -170,6 +171,20 @@ def two_islands() -> NodeInventory:
 def island_devices(used: Sequence[int] = ()) -> list[Obj]:
     """The eight GPUs of `two_islands` as devices, with `nvlinkIsland` and `numaNode`."""
     return [gpu_device(g, nvlinkIsland=g // 4, numaNode=g // 4) for g in range(8)]
+
+
+def own_gpus(node: str) -> tuple[list[Obj], NodeInventory]:
+    """`island_devices` and `two_islands` with GPU UUIDs of the node's own (`GPU-<node>-gpu-<n>`,
+    in its devices and its inventory alike), as real GPUs have: no two nodes publish equal
+    devices."""
+    devices = island_devices()
+    for device in devices:
+        attributes = device["attributes"]
+        assert isinstance(attributes, dict)
+        attributes["uuid"] = {"string": f"GPU-{node}-{device['name']}"}
+    inventory = two_islands()
+    gpus = tuple(replace(g, uuid=GpuUuid(f"GPU-{node}-gpu-{g.minor}")) for g in inventory.gpus)
+    return devices, replace(inventory, gpus=gpus)
 
 
 def check_placed_as_fresh(

@@ -6,7 +6,7 @@ after deciding its look-alikes equals the one a fresh allocator computes for tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from random import Random
 
@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.gpuset import GpuSelector
-from agent.model import GpuUuid
 from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.decision import ClaimNode, PodClaims
 from scheduler.claims.model import AllocatedDevice, Allocation
@@ -32,7 +31,7 @@ from tests.builders.claims import (
     claim_obj,
     classes,
     gpu_device,
-    island_devices,
+    own_gpus,
     request,
     slice_obj,
     two_islands,
@@ -165,14 +164,9 @@ def _like_nodes(names: list[str], *, with_state: bool = True) -> list[ClaimNode]
     its device), as real GPUs have: alike to every expression that does not read the UUID."""
     nodes = []
     for name in names:
-        devices = island_devices()
-        for device in devices:
-            attributes = device["attributes"]
-            assert isinstance(attributes, dict)
-            attributes["uuid"] = {"string": f"GPU-{name}-{device['name']}"}
-        own = tuple(replace(g, uuid=GpuUuid(f"GPU-{name}-gpu-{g.minor}")) for g in INVENTORY.gpus)
+        devices, inventory = own_gpus(name)
         found = node_devices([parse_slice(slice_obj(name, devices))], name, {})
-        gpus = GpuMap.build(replace(INVENTORY, gpus=own), found.devices, selector=SELECTOR)
+        gpus = GpuMap.build(inventory, found.devices, selector=SELECTOR)
         state = None
         if with_state:
             state = NodeState.from_inventory(name, INVENTORY, allocatable={}, selector=SELECTOR)

@@ -369,12 +369,17 @@ class FakeApiServer:
         return created
 
     def serve_workload_api(
-        self, versions: Sequence[str] = ("v1beta1",), *, claims_gate: bool = True
+        self,
+        versions: Sequence[str] = ("v1beta1",),
+        *,
+        claims_gate: bool = True,
+        composite_gate: bool = False,
     ) -> None:
         """Serve `scheduling.k8s.io` Workloads and PodGroups in `versions`, as a server with
         the GenericWorkload gate does (`workloads`); `claims_gate`: DRAWorkloadResourceClaims
-        on (PodGroup `spec.resourceClaims` kept) or off (dropped)."""
-        for rt in workloads.types(versions, claims_gate=claims_gate):
+        on (PodGroup `spec.resourceClaims` kept) or off (dropped); `composite_gate`:
+        CompositePodGroup on (CompositePodGroups served in `v1alpha3`, when it is)."""
+        for rt in workloads.types(versions, claims_gate=claims_gate, composite_gate=composite_gate):
             self.registry.add(rt)
 
     def register_crd(self, crd: Obj) -> None:

@@ -31,9 +31,17 @@ pod group in `spec.workloadRef {name, podGroup, podGroupReplicaKey}` (a DNS subd
 DNS labels), a field kept only while that API is served, dropped otherwise, as
 `dropDisabledWorkloadRef` does (`admit_workload_ref`).
 
+With the `CompositePodGroup` gate (`serve_workload_api(..., composite_gate=True)`, 1.37 alpha)
+CompositePodGroups are served in `v1alpha3` (namespaced, with a status subresource): a
+`schedulingPolicy` of exactly one of `basic`, `gang` (`gang.minGroupCount` required, at least
+1), `workloadRef {workloadName, templateName}` required, `disruptionMode` defaulting to
+`{single: {}}`, the PodGroup's priority admission and topology rule, every spec field immutable,
+no finalizer. A PodGroup's `parentCompositePodGroupName` needs `workloadRef` with the gate on,
+and is dropped without it; it is immutable. (All as 1.37.2 was seen to answer.)
+
 Not modelled (raises `NotImplementedError`): a `globalDefault` PriorityClass with a PodGroup that
-names no class, CompositePodGroups, a Workload template's `resourceClaims`, and 1.35's
-`v1alpha1` beside a later version.
+names no class, a Workload's `compositePodGroupTemplates`, a Workload template's
+`resourceClaims`, and 1.35's `v1alpha1` beside a later version.
 """
 
 from __future__ import annotations
@@ -52,7 +60,10 @@ GROUP = "scheduling.k8s.io"
 CLAIMS_GATE = "DRAWorkloadResourceClaims"
 MAX_CLAIMS = 4
 _CLAIM_REFS = ("resourceClaimName", "resourceClaimTemplateName")
-PODGROUPS, WORKLOADS = "podgroups", "workloads"
+PODGROUPS, WORKLOADS, COMPOSITES = "podgroups", "workloads", "compositepodgroups"
+COMPOSITE_GATE = "CompositePodGroup"
+_IMMUTABLE = "{field}: Invalid value: null: field is immutable"  # 1.37.2 shows null, not the value
+V1_37_ALPHA = "v1alpha3"
 V1_35 = "v1alpha1"  # 1.35: Workloads only, named by pods' spec.workloadRef
 MAX_POD_GROUPS = 8
 PROTECTION_FINALIZER = "scheduling.k8s.io/podgroup-protection"
@@ -62,8 +73,11 @@ V1_36 = "v1alpha2"
 _DISRUPTION_136 = ("Pod", "PodGroup")  # v1alpha2's DisruptionMode: a string enum
 
 
-def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[ResourceType]:
-    """The two resource types, served in `versions` (`claims_gate`: DRAWorkloadResourceClaims)."""
+def types(
+    versions: Sequence[str], *, claims_gate: bool = True, composite_gate: bool = False
+) -> list[ResourceType]:
+    """The resource types, served in `versions` (`claims_gate`: DRAWorkloadResourceClaims;
+    `composite_gate`: CompositePodGroup, its objects served in `v1alpha3` when that is)."""
     served = tuple(versions)
     if V1_35 in served:
         if served != (V1_35,):
@@ -75,7 +89,10 @@ def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[Resource
                 group=GROUP, versions=served, plural=WORKLOADS, kind="Workload", namespaced=True
             )
         ]
-    return [
+    gates = {CLAIMS_GATE} if claims_gate else set()
+    if composite_gate:
+        gates.add(COMPOSITE_GATE)
+    found = [
         ResourceType(
             group=GROUP,
             versions=served,
@@ -83,16 +100,29 @@ def types(versions: Sequence[str], *, claims_gate: bool = True) -> list[Resource
             kind="PodGroup",
             namespaced=True,
             status_subresource=True,
-            gates=frozenset({CLAIMS_GATE}) if claims_gate else frozenset(),
+            gates=frozenset(gates),
         ),
         ResourceType(
             group=GROUP, versions=served, plural=WORKLOADS, kind="Workload", namespaced=True
         ),
     ]
+    if composite_gate and V1_37_ALPHA in served:
+        found.append(
+            ResourceType(
+                group=GROUP,
+                versions=(V1_37_ALPHA,),
+                plural=COMPOSITES,
+                kind="CompositePodGroup",
+                namespaced=True,
+                status_subresource=True,
+                gates=frozenset({COMPOSITE_GATE}),
+            )
+        )
+    return found
 
 
 def handles(rt: ResourceType) -> bool:
-    return rt.builtin and rt.group == GROUP and rt.plural in (PODGROUPS, WORKLOADS)
+    return rt.builtin and rt.group == GROUP and rt.plural in (PODGROUPS, WORKLOADS, COMPOSITES)
 
 
 def _union(field: str, value: Any, members: tuple[str, ...], required: bool) -> list[str]:
@@ -152,7 +182,72 @@ def _default_disruption(rt: ResourceType) -> object:
 def _group_problems(spec: Obj, rt: ResourceType, prefix: str = "spec") -> list[str]:
     problems = _policy_problems(f"{prefix}.schedulingPolicy", spec.get("schedulingPolicy"))
     problems += _disruption_problems(f"{prefix}.disruptionMode", spec.get("disruptionMode"), rt)
+    return problems + _topology_problems(spec, prefix)
+
+
+def _parent_problems(rt: ResourceType, spec: Obj, old: Obj | None) -> list[str]:
+    """A PodGroup's `parentCompositePodGroupName`: dropped without the gate (unless the stored
+    object has one), with it `workloadRef` required beside it; immutable (1.37.2's words)."""
+    before = (old or {}).get("spec", {}).get("parentCompositePodGroupName")
+    if COMPOSITE_GATE not in rt.gates and before is None:
+        spec.pop("parentCompositePodGroupName", None)
+    parent = spec.get("parentCompositePodGroupName")
+    problems = []
+    if old is not None and parent != before:
+        problems.append(_IMMUTABLE.format(field="spec.parentCompositePodGroupName"))
+    if parent is None:
+        return problems
+    if not isinstance(parent, str) or not _DNS_SUBDOMAIN.fullmatch(parent):
+        problems.append(
+            f'spec.parentCompositePodGroupName: Invalid value: "{parent}": {_SUBDOMAIN_RULE}'
+        )
+    if spec.get("workloadRef") is None:
+        problems.append(
+            "spec.workloadRef: Required value: must be set when parentCompositePodGroupName is set"
+        )
+    return problems
+
+
+def _workload_ref_problems(ref: Any, required: bool) -> list[str]:
+    if ref is None:
+        return ["spec.workloadRef: Required value"] if required else []
+    ref = ref if isinstance(ref, dict) else {}
+    return [
+        f"spec.workloadRef.{field}: Required value"
+        for field in ("workloadName", "templateName")
+        if not ref.get(field)
+    ]
+
+
+def _composite_problems(spec: Obj, rt: ResourceType) -> list[str]:
+    """A CompositePodGroup's spec (1.37.2's declarative validation, as its types declare it)."""
+    field = "spec.schedulingPolicy"
+    policy = spec.get("schedulingPolicy")
+    problems = _union(field, policy, _POLICIES, required=True)
+    gang = policy.get("gang") if isinstance(policy, dict) else None
+    if not problems and gang is not None:
+        count = gang.get("minGroupCount") if isinstance(gang, dict) else None
+        if not count:
+            problems.append(f"{field}.gang.minGroupCount: Required value")
+        elif not isinstance(count, int) or count < 1:
+            problems.append(
+                f"{field}.gang.minGroupCount: Invalid value: {count}: must be greater than or "
+                "equal to 1"
+            )
+    problems += _union("spec.disruptionMode", spec.get("disruptionMode"), _DISRUPTION, False)
+    problems += _workload_ref_problems(spec.get("workloadRef"), required=True)
+    problems += _topology_problems(spec, "spec")
+    parent = spec.get("parentCompositePodGroupName")
+    if parent is not None and not _DNS_SUBDOMAIN.fullmatch(str(parent)):
+        problems.append(
+            f'spec.parentCompositePodGroupName: Invalid value: "{parent}": {_SUBDOMAIN_RULE}'
+        )
+    return problems
+
+
+def _topology_problems(spec: Obj, prefix: str) -> list[str]:
     topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    problems = []
     if len(topology) > 1:
         problems.append(
             f"{prefix}.schedulingConstraints.topology: Too many: {len(topology)}: must have at "
@@ -254,7 +349,11 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
         return _checked_workload(rt, obj)
     spec.setdefault("disruptionMode", _default_disruption(rt))
     _admit_priority(rt, obj, classes)
-    problems = _group_problems(spec, rt) + _gate_claims(rt, obj, None)
+    if rt.plural == COMPOSITES:
+        problems = _composite_problems(spec, rt)
+    else:
+        problems = _group_problems(spec, rt) + _gate_claims(rt, obj, None)
+        problems += _parent_problems(rt, spec, None)
     if spec["priority"] > priority.HIGHEST_USER_PRIORITY:
         problems.append(
             f"spec.priority: Invalid value: {spec['priority']}: must be less than or equal to "
@@ -262,6 +361,8 @@ def prepare_create(rt: ResourceType, obj: Obj, classes: Sequence[Obj]) -> Obj:
         )
     if problems:
         raise invalid(rt, name, problems)
+    if rt.plural == COMPOSITES:
+        return obj
     finalizers = obj["metadata"].setdefault("finalizers", [])
     if PROTECTION_FINALIZER not in finalizers:
         finalizers.append(PROTECTION_FINALIZER)
@@ -273,9 +374,19 @@ def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     if rt.plural == WORKLOADS:
         return _checked_workload(rt, new, old)
     spec = new.setdefault("spec", {})
+    if rt.plural == COMPOSITES:  # every field of its spec is immutable
+        before = old.get("spec") or {}
+        spec.setdefault("priority", before.get("priority"))
+        spec.setdefault("disruptionMode", before.get("disruptionMode"))
+        changed = sorted(k for k in {*spec, *before} if spec.get(k) != before.get(k))
+        if changed:
+            problems = [_IMMUTABLE.format(field=f"spec.{k}") for k in changed]
+            raise invalid(rt, new["metadata"]["name"], problems)
+        return new
     spec.setdefault("disruptionMode", (old.get("spec") or {}).get("disruptionMode"))
     spec.setdefault("priority", (old.get("spec") or {}).get("priority"))
     problems = _group_problems(spec, rt) + _gate_claims(rt, new, old)
+    problems += _parent_problems(rt, spec, old)
     if problems:
         raise invalid(rt, new["metadata"]["name"], problems)
     return new

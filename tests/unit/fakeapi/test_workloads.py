@@ -11,6 +11,8 @@ from kubernetes.client import ApiClient, ApiException, ApisApi, CustomObjectsApi
 from tests.builders.fakeapi import status_body
 from tests.builders.workloads import (
     PODGROUPS,
+    child_podgroup,
+    composite_podgroup,
     create_workload_pod,
     upstream_podgroup,
     workload_135,
@@ -19,6 +21,7 @@ from tests.builders.workloads import (
 from tests.fakeapi.workloads import PROTECTION_FINALIZER
 
 GROUP = "scheduling.k8s.io"
+COMPOSITE_PLURAL = "compositepodgroups"
 
 
 @pytest.fixture
@@ -309,4 +312,110 @@ def test_on_136_disruption_mode_is_a_string_defaulted_to_pod(fake_api, kube_clie
     message = _refused(custom, upstream_podgroup("i", 2, version="v1alpha2", disruptionMode="All"))
     assert 'spec.disruptionMode: Unsupported value: "All": supported values: "Pod", "PodGroup"' in (
         message
+    )
+
+
+# -- CompositePodGroups (1.37 alpha, the CompositePodGroup gate) ----------------------------------
+
+
+@pytest.fixture
+def with_composites(fake_api, kube_client: ApiClient) -> CustomObjectsApi:
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"), composite_gate=True)
+    return CustomObjectsApi(kube_client)
+
+
+def test_composites_are_served_in_v1alpha3_only_with_the_gate(custom, fake_api) -> None:
+    """Without the gate a PodGroup's parent is dropped (as 1.37.2 drops it)."""
+    names = {r.name for r in custom.get_api_resources(GROUP, "v1alpha3").resources}
+    assert "compositepodgroups" not in names
+    created = _create(custom, child_podgroup("leaf", 1, "job"))
+    assert "parentCompositePodGroupName" not in created["spec"]
+    fake_api.registry.remove(GROUP, "podgroups")
+    fake_api.registry.remove(GROUP, "workloads")
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"), composite_gate=True)
+    names = {r.name for r in custom.get_api_resources(GROUP, "v1alpha3").resources}
+    assert {"compositepodgroups", "compositepodgroups/status"} <= names
+    beta = {r.name for r in custom.get_api_resources(GROUP, "v1beta1").resources}
+    assert "compositepodgroups" not in beta
+
+
+def test_a_new_composite_is_defaulted_and_admitted(with_composites) -> None:
+    created = _create(with_composites, composite_podgroup("job", 2), COMPOSITE_PLURAL)
+    assert created["spec"]["disruptionMode"] == {"single": {}}
+    assert created["spec"]["priority"] == 0
+    assert "finalizers" not in created["metadata"]
+    leaf = _create(with_composites, child_podgroup("leaf", 1, "job"))
+    assert leaf["spec"]["parentCompositePodGroupName"] == "job"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param(
+            {"schedulingPolicy": {"gang": {}}},
+            "spec.schedulingPolicy.gang.minGroupCount: Required value",
+            id="no minGroupCount",
+        ),
+        pytest.param(
+            {"schedulingPolicy": {"gang": {"minGroupCount": -1}}},
+            "spec.schedulingPolicy.gang.minGroupCount: Invalid value: -1",
+            id="negative",
+        ),
+        pytest.param(
+            {"workloadRef": None},
+            "spec.workloadRef: Required value",
+            id="no workloadRef",
+        ),
+        pytest.param(
+            {"workloadRef": {"workloadName": "train"}},
+            "spec.workloadRef.templateName: Required value",
+            id="no template",
+        ),
+    ],
+)
+def test_a_malformed_composite_is_refused(with_composites, spec, expected) -> None:
+    body = composite_podgroup("job", 2)
+    body["spec"].update(spec)
+    body["spec"] = {k: v for k, v in body["spec"].items() if v is not None}
+    with pytest.raises(ApiException) as err:
+        _create(with_composites, body, COMPOSITE_PLURAL)
+    assert err.value.status == 422
+    assert expected in str(status_body(err.value)["message"])
+
+
+def test_a_child_podgroup_needs_a_workload_ref_and_keeps_its_parent(with_composites) -> None:
+    body = child_podgroup("leaf", 1, "job")
+    del body["spec"]["workloadRef"]
+    assert (
+        "spec.workloadRef: Required value: must be set when parentCompositePodGroupName is set"
+        in _refused(with_composites, body)
+    )
+    _create(with_composites, child_podgroup("leaf", 1, "job"))
+    stored = with_composites.get_namespaced_custom_object(
+        GROUP, "v1beta1", "default", "podgroups", "leaf"
+    )
+    stored["spec"]["parentCompositePodGroupName"] = "other"
+    with pytest.raises(ApiException) as err:
+        with_composites.replace_namespaced_custom_object(
+            GROUP, "v1beta1", "default", "podgroups", "leaf", stored
+        )
+    assert err.value.status == 422
+    assert "spec.parentCompositePodGroupName: Invalid value: null: field is immutable" in str(
+        status_body(err.value)["message"]
+    )
+
+
+def test_a_composites_spec_is_immutable(with_composites) -> None:
+    _create(with_composites, composite_podgroup("job", 2), COMPOSITE_PLURAL)
+    stored = with_composites.get_namespaced_custom_object(
+        GROUP, "v1alpha3", "default", COMPOSITE_PLURAL, "job"
+    )
+    stored["spec"]["schedulingPolicy"] = {"gang": {"minGroupCount": 3}}
+    with pytest.raises(ApiException) as err:
+        with_composites.replace_namespaced_custom_object(
+            GROUP, "v1alpha3", "default", COMPOSITE_PLURAL, "job", stored
+        )
+    assert err.value.status == 422
+    assert "spec.schedulingPolicy: Invalid value: null: field is immutable" in str(
+        status_body(err.value)["message"]
     )

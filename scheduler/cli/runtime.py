@@ -125,6 +125,8 @@ class Runtime:
         )
         self.upstream = workloads.discover(kube)
         groups = (PODGROUPS,) if self.upstream is None else (PODGROUPS, self.upstream.kind)
+        if workloads.composites_served(kube, self.upstream):
+            groups = (*groups, workloads.COMPOSITES)
         self.scheduler.dra = resourceclaims.served(kube)
         if not self.scheduler.dra:
             log.info("DRA off: resource.k8s.io/v1 is not served; pods with claims wait")

@@ -22,6 +22,7 @@ from scheduler.kubeapi.calls import Kind
 from scheduler.kubeapi.client import KubeClient, Read, discovery_read
 
 __all__ = [
+    "COMPOSITES",
     "CONDITION_INITIALLY_SCHEDULED",
     "CONDITION_SCHEDULED",
     "GROUP",
@@ -30,6 +31,7 @@ __all__ = [
     "VERSIONS",
     "WORKLOADS_KIND_NAME",
     "Served",
+    "composites_served",
     "condition_for",
     "discover",
     "discovery",
@@ -43,6 +45,8 @@ WORKLOADS_PLURAL, WORKLOADS_VERSION = "workloads", "v1alpha1"
 WORKLOADS_KIND_NAME = f"{WORKLOADS_PLURAL}.{GROUP}"
 """1.35's API (`v1alpha1`): no PodGroup objects; pods name a pod group of a Workload in
 `spec.workloadRef`, and the scheduler watches the Workloads instead."""
+COMPOSITES = Kind("compositepodgroups.scheduling.k8s.io", GROUP, "v1alpha3", "compositepodgroups")
+"""1.37's CompositePodGroups (alpha: the `CompositePodGroup` gate and alpha APIs on)."""
 CONDITION_SCHEDULED = "PodGroupScheduled"  # v1alpha2 (Kubernetes 1.36)
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"  # v1alpha3, v1beta1 (1.37)
 VERSIONS: tuple[tuple[str, str], ...] = (
@@ -105,6 +109,13 @@ def discover(kube: KubeClient) -> Served | None:
     if WORKLOADS_PLURAL in _resources(kube, WORKLOADS_VERSION):
         return Served(version=WORKLOADS_VERSION, condition="", plural=WORKLOADS_PLURAL)
     return None
+
+
+def composites_served(kube: KubeClient, served: Served | None) -> bool:
+    """Whether the server serves CompositePodGroups (never without PodGroups)."""
+    if served is None or served.plural != PLURAL:
+        return False
+    return COMPOSITES.plural in _resources(kube, COMPOSITES.version)
 
 
 def patch_status(

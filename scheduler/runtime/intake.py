@@ -35,7 +35,12 @@ from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import has_claims
-from scheduler.runtime.cluster.cache import UPSTREAM_PODGROUPS, WORKLOADS, ClusterCache
+from scheduler.runtime.cluster.cache import (
+    COMPOSITES,
+    UPSTREAM_PODGROUPS,
+    WORKLOADS,
+    ClusterCache,
+)
 from scheduler.runtime.cluster.podinfo import (
     PodInfo,
     admission_rejection,
@@ -65,7 +70,7 @@ SHARE_LOCK = "share-lock"
 PODS, NODES, NRTS, PODGROUPS = "pods", "nodes", "noderesourcetopologies", "podgroups"
 PDBS = "poddisruptionbudgets"
 NAMESPACES = "namespaces"
-_BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, ELASTIC_QUOTAS)
+_BY_OBJECT_KEY = (PODS, PODGROUPS, UPSTREAM_PODGROUPS, WORKLOADS, COMPOSITES, ELASTIC_QUOTAS)
 
 
 def _key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -288,6 +293,8 @@ class Intake:
             self._gangs.on_group(etype, obj, upstream=kind == UPSTREAM_PODGROUPS)
         elif kind == WORKLOADS:
             self._gangs.on_workload(etype, obj)
+        elif kind == COMPOSITES:
+            self._gangs.on_composite(etype, obj)
         elif kind in (QUEUES, ELASTIC_QUOTAS) and self._quota.on_queue(kind, etype, obj):
             self._requeue_all()
         elif kind == PDBS:

@@ -44,7 +44,7 @@ DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 # REALK8S_GATES (comma-separated, empty: none) replaces them, to start a cluster as a user's
 # default one is.
 _ISSUE_GATES = (
-    "GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling",
+    "GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling", "CompositePodGroup",
     "WorkloadAwarePreemption", "DRAConsumableCapacity", "DRAPartitionableDevices",
     "DRADeviceTaints", "DRADeviceTaintRules", "DRADeviceBindingConditions",
     "DRAResourceClaimDeviceStatus", "DRAExtendedResource", "DRAWorkloadResourceClaims",

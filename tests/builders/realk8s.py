@@ -240,6 +240,11 @@ class Cluster:
         node = json.loads(self.kubectl("get", "node", self.node, "-o", "json"))
         return int(node["status"].get("allocatable", {}).get(resource, "0"))
 
+    def create(self, *bodies: Mapping[str, Any]) -> None:
+        """`kubectl create` each object."""
+        for body in bodies:
+            self.kubectl("create", "-f", "-", stdin=json.dumps(body))
+
     def delete_pods(self, *names: str, namespace: str = "default") -> None:
         if names:
             self.kubectl("delete", "pod", *names, "-n", namespace, "--wait=true",
@@ -277,6 +282,13 @@ def busybox_pod(
                      "annotations": dict(annotations or {}), "labels": dict(labels or {})},
         "spec": spec,
     }  # fmt: skip
+
+
+def group_member(name: str, group: str, gpus: int, scheduler: str | None) -> dict[str, Any]:
+    """A busybox pod of `gpus` whole GPUs in `scheduling.k8s.io` PodGroup `group`."""
+    body = busybox_pod(name, limits={"nvidia.com/gpu": str(gpus)}, scheduler=scheduler)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
 
 
 def env_of(logs: str) -> dict[str, str]:

@@ -110,3 +110,58 @@ def workload_pod(
     if replica:
         ref["podGroupReplicaKey"] = replica
     return pod_body(name, gpus=gpus, workloadRef=ref, **kw)
+
+
+COMPOSITES = f"compositepodgroups.{GROUP}"  # the fake's name of 1.37's CompositePodGroups
+_WORKLOAD_REF = {"workloadName": "train", "templateName": "replica"}
+
+
+def composite_podgroup(
+    name: str,
+    min_groups: int | None = None,
+    *,
+    parent: str | None = None,
+    topology: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A CompositePodGroup (`v1alpha3`): a gang of `min_groups` children, else `basic`, under
+    `parent` (None: a root); `topology`: a required node label for the whole tree."""
+    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    body_spec: dict[str, Any] = {
+        "schedulingPolicy": policy,
+        "workloadRef": dict(_WORKLOAD_REF),
+        **spec,
+    }
+    if parent is not None:
+        body_spec["parentCompositePodGroupName"] = parent
+    if topology is not None:
+        body_spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return {
+        "apiVersion": f"{GROUP}/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": body_spec,
+    }
+
+
+def child_podgroup(name: str, min_count: int | None, parent: str, **kw: Any) -> dict[str, Any]:
+    """An upstream PodGroup under CompositePodGroup `parent` (with the `workloadRef` the API
+    server then requires)."""
+    return upstream_podgroup(
+        name,
+        min_count,
+        parentCompositePodGroupName=parent,
+        workloadRef=dict(_WORKLOAD_REF),
+        **kw,
+    )
+
+
+def create_composite(custom: client.CustomObjectsApi, body: dict[str, Any]) -> None:
+    custom.create_namespaced_custom_object(
+        GROUP,
+        "v1alpha3",
+        body["metadata"]["namespace"],
+        "compositepodgroups",
+        body,
+        _preload_content=False,
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders.realk8s import Cluster, busybox_pod, wait_until
+from tests.builders.realk8s import Cluster, busybox_pod, group_member, wait_until
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 
@@ -36,14 +36,11 @@ def podgroup(name: str, min_count: int, **spec: Any) -> dict[str, Any]:
 
 
 def member(name: str, group: str, gpus: int, scheduler: str | None = SCHEDULER) -> dict[str, Any]:
-    body = busybox_pod(name, limits={"nvidia.com/gpu": str(gpus)}, scheduler=scheduler)
-    body["spec"]["schedulingGroup"] = {"podGroupName": group}
-    return body
+    return group_member(name, group, gpus, scheduler)
 
 
 def create(cluster: Cluster, *bodies: dict[str, Any]) -> None:
-    for body in bodies:
-        cluster.kubectl("create", "-f", "-", stdin=json.dumps(body))
+    cluster.create(*bodies)
 
 
 def nodes_of(cluster: Cluster, names: list[str]) -> list[str | None]:

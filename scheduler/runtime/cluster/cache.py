@@ -24,6 +24,14 @@ from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import CLIQUE_LABEL, Assignment, GpuShare, Snapshot
 from scheduler.placement.load import LoadAware
 from scheduler.runtime.cluster.budgets import BudgetBook
+from scheduler.runtime.cluster.composite import (
+    COMPOSITE_MARK,
+    CompositeInfo,
+    build_tree,
+    composite_key,
+    parse_composite,
+    root_of,
+)
 from scheduler.runtime.cluster.groups import (
     TOPOLOGY_PREFERRED,
     TOPOLOGY_REQUIRED,
@@ -54,6 +62,8 @@ UPSTREAM_PODGROUPS = "podgroups.scheduling.k8s.io"
 """The intake's kind name of upstream PodGroups (`scheduler.kubeapi.workloads.KIND_NAME`)."""
 WORKLOADS = "workloads.scheduling.k8s.io"
 """The intake's kind name of 1.35 Workloads (`workloads.WORKLOADS_KIND_NAME`)."""
+COMPOSITES = "compositepodgroups.scheduling.k8s.io"
+"""The intake's kind name of CompositePodGroups (`workloads.COMPOSITES_KIND_NAME`)."""
 
 
 def _namespace_labels(obj: Obj) -> tuple[str, dict[str, str]]:
@@ -84,6 +94,8 @@ class ClusterCache:
         self.nrts: dict[str, DecodedTopology] = {}
         self.groups: dict[ObjectKey, GroupInfo] = {}
         self.workloads: dict[ObjectKey, Obj] = {}  # 1.35 Workloads: their pod groups are gangs
+        self.composites: dict[ObjectKey, CompositeInfo] = {}  # 1.37 CompositePodGroups
+        self._children: dict[ObjectKey, set[ObjectKey]] = {}  # a composite's: groups, composites
         self._node_pods: dict[str, set[ObjectKey]] = {}
         self._group_pods: dict[ObjectKey, set[ObjectKey]] = {}
         self._selectors = SelectorCache()
@@ -368,13 +380,93 @@ class ClusterCache:
     def _set_group(self, group: GroupInfo) -> None:
         old = self.groups.get(group.key)
         self.groups[group.key] = group
+        self._link(group.key, group.namespace, old.parent if old else None, group.parent)
         moved = old is None or _labels(old.obj) != _labels(group.obj)  # its queue may have moved
         if moved or _charged(old) != _charged(group):
             for key in self._group_pods.get(group.key, ()):
                 self._charge(key)
 
     def delete_group(self, key: ObjectKey) -> GroupInfo | None:
-        return self.groups.pop(key, None)
+        old = self.groups.pop(key, None)
+        if old is not None:
+            self._link(key, old.namespace, old.parent, None)
+        return old
+
+    # -- CompositePodGroups: trees of groups, each tree one gang (`composite`) ------------------
+    def _link(self, key: ObjectKey, namespace: str, before: str | None, after: str | None) -> None:
+        """Group or composite `key` moved from parent `before` to `after` (names, or None)."""
+        if before is not None:
+            self._children.get(composite_key(namespace, before), set()).discard(key)
+        if after is not None:
+            self._children.setdefault(composite_key(namespace, after), set()).add(key)
+
+    def upsert_composite(self, obj: Obj) -> CompositeInfo:
+        info = parse_composite(obj, levels=self._levels)
+        old = self.composites.get(info.key)
+        self.composites[info.key] = info
+        self._link(info.key, info.namespace, old.parent if old else None, info.parent)
+        return info
+
+    def delete_composite(self, key: ObjectKey) -> CompositeInfo | None:
+        old = self.composites.pop(key, None)
+        if old is not None:
+            self._link(key, old.namespace, old.parent, None)
+        return old
+
+    def unit_of(self, gkey: ObjectKey) -> ObjectKey:
+        """The gang a group's pods are scheduled in: the root's tree for a group with a parent
+        (`composite_key` of the root), once the chain up to it is whole; else the group."""
+        owner: GroupInfo | CompositeInfo | None = self.groups.get(gkey) or self.composites.get(gkey)
+        if owner is None or owner.parent is None:
+            return gkey
+        root, _ = root_of(self.composites, owner.namespace, owner.parent)
+        return gkey if root is None else root.key
+
+    def broken_chain(self, group: GroupInfo) -> str:
+        """Why the parents above `group` reach no root (a cycle, too deep, one missing); ""
+        when they do, or it has none."""
+        if group.parent is None:
+            return ""
+        return root_of(self.composites, group.namespace, group.parent)[1]
+
+    def gang(self, key: ObjectKey) -> GroupInfo | None:
+        """The group a gang key names: a PodGroup's, or a root CompositePodGroup's tree."""
+        if key.endswith(COMPOSITE_MARK):
+            return self.tree_group(key)
+        return self.groups.get(key)
+
+    def tree_group(self, key: ObjectKey) -> GroupInfo | None:
+        """Root CompositePodGroup `key`'s whole tree as one gang (None: not a root we hold)."""
+        root = self.composites.get(key)
+        if root is None or root.parent is not None:
+            return None
+        built = build_tree(root, self.composites, self.groups, self._children)
+        return GroupInfo(
+            key=key,
+            namespace=root.namespace,
+            name=root.name,
+            uid=root.uid,
+            obj=root.obj,
+            upstream=True,
+            min_member=root.min_groups,
+            topology=root.topology,
+            priority=root.priority,
+            never_preempts=root.never_preempts,
+            error=built.error or None,
+            tree=built.tree,
+        )
+
+    def tree_leaves(self, key: ObjectKey) -> list[ObjectKey]:
+        """The PodGroups under composite `key`, however deep (any layout; no order)."""
+        found: list[ObjectKey] = []
+        stack, seen = [key], {key}
+        while stack:
+            for child in self._children.get(stack.pop(), ()):
+                if child in seen:
+                    continue
+                seen.add(child)
+                (stack if child in self.composites else found).append(child)
+        return found
 
     def upsert_workload(self, obj: Obj) -> list[GroupInfo]:
         """A 1.35 Workload added or changed: the gangs of its pod groups that have members, read
@@ -402,8 +494,11 @@ class ClusterCache:
         )
 
     def members(self, key: ObjectKey) -> list[PodInfo]:
-        """The group's pods (any state), oldest first."""
-        found = [self.pods[k] for k in self._group_pods.get(key, ()) if k in self.pods]
+        """The group's pods (any state), oldest first; a composite's: its whole tree's."""
+        groups = self.tree_leaves(key) if key.endswith(COMPOSITE_MARK) else [key]
+        found = [
+            self.pods[k] for g in groups for k in self._group_pods.get(g, ()) if k in self.pods
+        ]
         return sorted(found, key=lambda p: (p.created, p.key))
 
     # -- bulk ------------------------------------------------------------------------------
@@ -424,6 +519,8 @@ class ClusterCache:
             return self.budgets.keys()
         if kind == WORKLOADS:
             return list(self.workloads)
+        if kind == COMPOSITES:
+            return [object_key(c.namespace, c.name) for c in self.composites.values()]
         upstream = kind == UPSTREAM_PODGROUPS  # listed by their objects' keys
         return [
             object_key(g.namespace, g.name) if upstream else key

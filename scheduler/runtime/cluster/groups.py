@@ -14,11 +14,12 @@ never raises: a malformed group comes back with `error` naming the object and th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
+from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
 from scheduler.placement import TopologyConstraint
 from scheduler.runtime.cluster.podspec import (
@@ -37,12 +38,17 @@ __all__ = [
     "WORKLOAD_MARK",
     "GroupClaim",
     "GroupInfo",
+    "Tree",
     "WorkloadGang",
     "check_level",
     "gang_priority",
     "group_key",
     "not_found",
+    "parent_name",
     "parse_group",
+    "spec_preemption_policy",
+    "spec_priority",
+    "spec_topology",
     "workload_gang",
 ]
 
@@ -119,6 +125,50 @@ class GroupClaim:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """One group of a tree of CompositePodGroups (`composite`): a PodGroup (`leaf`, `need` its
+    minCount) or a CompositePodGroup (`need` its minGroupCount, `children` in kube's order)."""
+
+    key: ObjectKey
+    need: int
+    children: tuple[Tree, ...] = ()
+    leaf: bool = False
+
+    def leaves(self) -> list[ObjectKey]:
+        """The PodGroups below (or this one), in order."""
+        if self.leaf:
+            return [self.key]
+        return [k for child in self.children for k in child.leaves()]
+
+    def satisfied(self, count: Callable[[ObjectKey], int]) -> bool:
+        """Whether the group is satisfied when each PodGroup has `count(key)` pods."""
+        if self.leaf:
+            return count(self.key) >= self.need
+        return sum(1 for c in self.children if c.satisfied(count)) >= self.need
+
+    def minimum(
+        self, present: Callable[[ObjectKey], int], held: Callable[[ObjectKey], int]
+    ) -> dict[ObjectKey, int] | None:
+        """How many more pods of each PodGroup to place for the group to be satisfied, with
+        `present(key)` pods existing and `held(key)` of them placed: the first children (in
+        order) that can be, those satisfied already first; None when the pods that exist
+        cannot satisfy it."""
+        if self.leaf:
+            if present(self.key) < self.need:
+                return None
+            return {self.key: max(self.need - held(self.key), 0)}
+        options = [c.minimum(present, held) for c in self.children]
+        usable = [o for o in options if o is not None]
+        usable.sort(key=lambda o: sum(o.values()) > 0)  # stable: order kept within each
+        if len(usable) < self.need:
+            return None
+        chosen: dict[ObjectKey, int] = {}
+        for option in usable[: self.need]:
+            chosen.update(option)
+        return chosen
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupInfo:
     """A PodGroup as a gang; `error` says why it is unusable (pods then wait with it).
@@ -126,7 +176,10 @@ class GroupInfo:
     `upstream`: a scheduling.k8s.io PodGroup; `basic`: its `schedulingPolicy.basic` (members
     placed one by one, no gang); `priority`: the group's own (its `priorityClassName`'s), else
     None and the members' count; `whole`: `disruptionMode.all`, evicted whole, never member by
-    member; `never_preempts`: `preemptionPolicy: Never`.
+    member; `never_preempts`: `preemptionPolicy: Never`; `parent`: an upstream group's
+    `parentCompositePodGroupName` (its pods are scheduled with the tree above it). With `tree`
+    set, the GroupInfo is a root CompositePodGroup's whole tree, one gang (`cache.tree_group`):
+    `min_member` is then its `minGroupCount`, the rest the root's.
     """
 
     key: ObjectKey
@@ -146,6 +199,8 @@ class GroupInfo:
     never_preempts: bool = False
     claims: tuple[GroupClaim, ...] = ()
     workload: WorkloadGang | None = None
+    parent: str | None = None
+    tree: Tree | None = None
 
     @property
     def title(self) -> str:
@@ -154,6 +209,8 @@ class GroupInfo:
         `pod group g of Workload ns/name (scheduling.k8s.io/v1alpha1)`."""
         if self.workload is not None:
             return self.workload.describe()
+        if self.tree is not None:
+            return f"CompositePodGroup {object_key(self.namespace, self.name)} ({UPSTREAM_GROUP})"
         if self.upstream:
             return f"PodGroup {object_key(self.namespace, self.name)} ({UPSTREAM_GROUP})"
         return f"pod group {self.key}"
@@ -161,11 +218,15 @@ class GroupInfo:
     @property
     def kind(self) -> str:
         """The kind of the object `obj` (what Events about the gang name)."""
+        if self.tree is not None:
+            return "CompositePodGroup"
         return "Workload" if self.workload is not None else "PodGroup"
 
     @property
     def min_field(self) -> str:
         """The name of the minimum in the group's own API."""
+        if self.tree is not None:
+            return "minGroupCount"
         return "minCount" if self.upstream or self.workload is not None else "minMember"
 
 
@@ -261,3 +322,47 @@ def gang_priority(group: GroupInfo | None, members: Iterable[int]) -> int:
     if group is not None and group.priority is not None and not group.error:
         return group.priority
     return max(members)
+
+
+# -- fields the upstream PodGroup and CompositePodGroup share (`upstream`, `composite`) --------
+_PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def spec_topology(spec: Obj, levels: Iterable[str] | None) -> TopologyConstraint | None:
+    """`spec.schedulingConstraints.topology[0].key` as a required constraint (None: none)."""
+    present, key = topology_key(spec)
+    if not present:
+        return None
+    return TopologyConstraint(label=check_level(TOPOLOGY_KEY_FIELD, key, levels), required=True)
+
+
+def spec_priority(spec: Obj) -> int | None:
+    """The group's priority when it names a class (the API server resolved `priority` for it);
+    None otherwise: the members' own priorities count, as for our PodGroups."""
+    if not spec.get("priorityClassName"):
+        return None
+    value = spec.get("priority")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"spec.priority: must be an integer, got {value!r}")
+    return value
+
+
+def spec_preemption_policy(spec: Obj) -> str:
+    """`spec.preemptionPolicy`, `PreemptLowerPriority` when unset."""
+    policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
+    if policy not in _PREEMPTION_POLICIES:
+        raise ValueError(
+            f"spec.preemptionPolicy: must be one of {', '.join(_PREEMPTION_POLICIES)}, "
+            f"got {policy!r}"
+        )
+    return str(policy)
+
+
+def parent_name(spec: Obj) -> str | None:
+    """`spec.parentCompositePodGroupName` of a PodGroup or CompositePodGroup (None: no parent)."""
+    parent = spec.get("parentCompositePodGroupName")
+    if parent is None or parent == "":
+        return None
+    if not isinstance(parent, str):
+        raise ValueError(f"spec.parentCompositePodGroupName: must be a name, got {parent!r}")
+    return parent

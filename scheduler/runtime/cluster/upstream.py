@@ -8,9 +8,9 @@ level, as our annotation), `priorityClassName` with the `priority` admission res
 PodGroup-level `resourceClaims` (DRAWorkloadResourceClaims: each claim is allocated once for the
 group and reserved for the PodGroup, `scheduler.runtime.claims`). A topology constraint holds for
 every pod of the group, `basic` ones too: the pods go to the domain its placed pods are in
-(`scheduler.placement.gang`). What it does not implement yet is refused with the field named, never
-ignored: membership of a CompositePodGroup (`parentCompositePodGroupName`). A union with no member,
-two, or one this reader does not know (a newer server's) is malformed. Pure: `initially_scheduled`
+(`scheduler.placement.gang`). `parentCompositePodGroupName` makes the group a child in a tree of
+CompositePodGroups (`composite`), scheduled with the tree. A union with no member, two, or one
+this reader does not know (a newer server's) is malformed. Pure: `initially_scheduled`
 builds the condition from what the gang tracker knows; the tracker writes it.
 """
 
@@ -20,15 +20,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
+from agent.podgroup import union_member
 from scheduler.kubeapi.workloads import condition_for
-from scheduler.placement import TopologyConstraint
 from scheduler.runtime.cluster.groups import (
     GroupClaim,
     GroupInfo,
     WorkloadGang,
     base_group,
-    check_level,
+    parent_name,
+    spec_preemption_policy,
+    spec_priority,
+    spec_topology,
 )
 
 __all__ = [
@@ -47,7 +49,6 @@ Obj = Mapping[str, Any]
 REASON_SCHEDULED = "Scheduled"  # kube-scheduler's reasons (1.36, 1.37)
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
-_PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 _DISRUPTION_MODES_136 = ("Pod", "PodGroup")
 
 
@@ -64,17 +65,17 @@ def parse_upstream_group(obj: Obj, *, levels: Iterable[str] | None = None) -> Gr
     try:
         if not isinstance(spec, Mapping):
             raise ValueError(f"spec: must be an object, got {spec!r}")
-        _refuse_unsupported(spec)
+        base = replace(base, parent=parent_name(spec))  # kept when a later field is malformed
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
-        topology = _topology(spec, levels)
+        topology = spec_topology(spec, levels)
         return replace(
             base,
             min_member=_min_count(spec) if policy == "gang" else 1,
             basic=policy == "basic",
             topology=topology,
-            priority=_priority(spec),
+            priority=spec_priority(spec),
             whole=_evicted_whole(spec),
-            never_preempts=_preemption_policy(spec) == "Never",
+            never_preempts=spec_preemption_policy(spec) == "Never",
             claims=_claims(spec),
         )
     except (ValueError, TypeError, AttributeError) as exc:
@@ -140,15 +141,6 @@ def _positive(count: object, field: str) -> int:
     return count
 
 
-def _refuse_unsupported(spec: Obj) -> None:
-    if spec.get("parentCompositePodGroupName"):
-        raise ValueError(
-            "spec.parentCompositePodGroupName: unsupported: CompositePodGroup "
-            f"{spec['parentCompositePodGroupName']!r} (minGroupCount) is not read by "
-            "gputopo-scheduler yet"
-        )
-
-
 def _claims(spec: Obj) -> tuple[GroupClaim, ...]:
     """`spec.resourceClaims`: each a unique `name` with exactly one of `resourceClaimName`,
     `resourceClaimTemplateName` (kube's `PodGroupResourceClaim`)."""
@@ -178,34 +170,6 @@ def _min_count(spec: Obj) -> int:
     gang = spec["schedulingPolicy"]["gang"]
     count = gang.get("minCount") if isinstance(gang, Mapping) else None
     return _positive(count, "spec.schedulingPolicy.gang.minCount")
-
-
-def _topology(spec: Obj, levels: Iterable[str] | None) -> TopologyConstraint | None:
-    present, key = topology_key(spec)
-    if not present:
-        return None
-    return TopologyConstraint(label=check_level(TOPOLOGY_KEY_FIELD, key, levels), required=True)
-
-
-def _priority(spec: Obj) -> int | None:
-    """The group's priority when it names a class (the API server resolved `priority` for it);
-    None otherwise: the members' own priorities count, as for our PodGroups."""
-    if not spec.get("priorityClassName"):
-        return None
-    value = spec.get("priority")
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"spec.priority: must be an integer, got {value!r}")
-    return value
-
-
-def _preemption_policy(spec: Obj) -> str:
-    policy = spec.get("preemptionPolicy") or "PreemptLowerPriority"
-    if policy not in _PREEMPTION_POLICIES:
-        raise ValueError(
-            f"spec.preemptionPolicy: must be one of {', '.join(_PREEMPTION_POLICIES)}, "
-            f"got {policy!r}"
-        )
-    return str(policy)
 
 
 def initially_scheduled(

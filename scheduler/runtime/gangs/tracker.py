@@ -17,6 +17,12 @@ placed until bound + pending reach `minMember`, then all pending members togethe
 snapshot, under a fresh `scheduleTimeoutSeconds`; once `minMember` are bound the condition turns
 False (`MembersReplaced`, with a Normal event).
 
+A tree of CompositePodGroups (1.37 alpha, `composite`) is one gang unit, keyed by its root:
+its members are every PodGroup's pods below it; it waits until the pods that exist could satisfy
+the root, then places every pending pod together, else the fewest that satisfy it (`Tree.minimum`),
+or none; once the root is satisfied, each PodGroup's later pods are placed as its own gang. A
+tree does not preempt yet. A PodGroup whose parents reach no root waits, naming why.
+
 An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
@@ -27,6 +33,7 @@ bound, neither in the status nor when the gang's placement counts its bound memb
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -47,6 +54,7 @@ from scheduler.placement import (
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
+from scheduler.runtime.cluster.composite import COMPOSITE_MARK, Tree, composite_key
 from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
 from scheduler.runtime.cluster.podinfo import PodInfo
 from scheduler.runtime.cluster.upstream import status_patch
@@ -127,9 +135,12 @@ class GangTracker:
         namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
         gkey = group_key(namespace, str(meta.get("name") or ""), upstream=upstream)
         if etype == "DELETED":
+            root = self._cache.unit_of(gkey)
             self._cache.delete_group(gkey)
             self._states.pop(gkey, None)
             self._claim_refusals.pop(gkey, None)
+            if root != gkey:  # the tree it was in is tried without it
+                self._activate(root)
             return
         old = self._cache.groups.get(gkey)
         group = self._cache.upsert_group(obj, upstream=upstream)
@@ -155,6 +166,28 @@ class GangTracker:
             old = before.get(group.key)
             if old is None or _group_spec(old) != _group_spec(group):
                 self._activate(group.key)
+
+    def on_composite(self, etype: str, obj: Mapping[str, Any]) -> None:
+        """A CompositePodGroup event (1.37 alpha): its tree is tried again, and on a deletion
+        each PodGroup that was under it (its pods wait for a root again)."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or DEFAULT_NAMESPACE)
+        ckey = composite_key(namespace, str(meta.get("name") or ""))
+        below = self._cache.tree_leaves(ckey)
+        root = self._cache.unit_of(ckey)
+        if etype == "DELETED":
+            self._cache.delete_composite(ckey)
+            self._states.pop(ckey, None)
+        else:
+            info = self._cache.upsert_composite(obj)
+            if info.error:
+                self._reporter.warn(
+                    obj, "CompositePodGroup", "InvalidCompositePodGroup", info.error
+                )
+        for gkey in {root, self._cache.unit_of(ckey), *below}:
+            self._activate(gkey)
+        for gkey in below:
+            self.report(gkey)
 
     def on_member(self, info: PodInfo, fresh: bool) -> None:
         """A member pod changed; `fresh` when it is newly pending (or its spec changed)."""
@@ -188,9 +221,10 @@ class GangTracker:
         self._reporter.warn(group.obj, group.kind, REASON_LOST, message)
 
     def _activate(self, gkey: ObjectKey) -> None:
+        gkey = self._cache.unit_of(gkey)
         pending = [m for m in self._cache.members(gkey) if m.pending and not m.gated]
         if pending:
-            group = self._cache.groups.get(gkey)
+            group = self._cache.gang(gkey)
             priority = gang_priority(group, (m.request.priority for m in pending))
             created = min(m.created for m in pending)
             leaf = self._cache.leaf_of(pending[0])[0]
@@ -201,11 +235,15 @@ class GangTracker:
         """Try one gang; `bind` hands over what was placed and assumed."""
         gkey = unit.key
         with self._cache.lock:
+            if self._cache.unit_of(gkey) != gkey:  # the group joined a tree since it was queued
+                self._queue.done(unit)
+                self._activate(gkey)
+                return ""
             members = self._cache.members(gkey)
             pending = [m for m in members if m.pending and not m.gated]
-            group = self._cache.groups.get(gkey)
-            if not pending:
-                self._queue.done(unit)
+            group = self._cache.gang(gkey)
+            if not pending or (group is None and gkey.endswith(COMPOSITE_MARK)):
+                self._queue.done(unit)  # a tree whose root is gone: its groups are queued
                 return ""
             blocked = self._blocked(gkey, group, members, pending)
             if blocked is not None or group is None:
@@ -257,6 +295,8 @@ class GangTracker:
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
         (`ClaimCharges.claimed`); not while a member waits for a claim."""
         category, message = problem
+        if group.tree is not None:  # a tree of groups waits for room; it does not preempt yet
+            return self._park(unit, pending, category, message)
         members = self._cache.members(unit.key)
         bound = sum(1 for m in members if holds_place(m))
         wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
@@ -311,6 +351,18 @@ class GangTracker:
             problem = self._precheck(info)
             if problem is not None:
                 return problem[0], f"pod group member {info.key}: {problem[1]}"
+        broken = self._cache.broken_chain(group)
+        if broken:  # its pods wait for a whole tree, as upstream's do
+            return "gang", f"{group.title}: {broken}"
+        if group.tree is not None:
+            exist = Counter(m.group_key for m in members if holds_place(m))
+            exist.update(m.group_key for m in pending)
+            if not group.tree.satisfied(lambda k: exist[k]):
+                return "gang", (
+                    f"waiting for {group.title}: fewer than {group.min_field} "
+                    f"({group.min_member}) of its groups have their minimum of pods"
+                )
+            return None
         present = sum(1 for m in members if holds_place(m)) + len(pending)
         if present < group.min_member:
             # No count in the text: it would change (and be written again) with every new member.
@@ -372,6 +424,8 @@ class GangTracker:
         confined = self._confined(placer, group, held)
         if isinstance(confined, str):
             return [], confined
+        if group.tree is not None:
+            return self._place_tree(placer, group, group.tree, members, pending, excluded, confined)
         bound = len(held)
         if bound >= group.min_member or group.basic:  # `basic`: no gang, each on its own
             if group.basic and not bound and group.topology is not None:
@@ -403,6 +457,76 @@ class GangTracker:
                 more, left = self._place_each(placer, pending[need:], excluded, rest)
                 return placed + more, left
         return [], why
+
+    def _place_tree(
+        self,
+        placer: Placer,
+        group: GroupInfo,
+        tree: Tree,
+        members: Sequence[PodInfo],
+        pending: list[PodInfo],
+        excluded: AbstractSet[str] | None,
+        confined: Sequence[frozenset[str] | None],
+    ) -> tuple[Binds, str]:
+        """A root CompositePodGroup's tree (`composite`). Until the pods holding places satisfy
+        the root: every pending pod together, else the fewest that satisfy it (`Tree.minimum`:
+        the first children that can be, each PodGroup's oldest pods), in one of `confined` (the
+        root's topology), or none. Then each PodGroup as a gang of its own (`_place_groups`)."""
+        held = Counter(m.group_key for m in members if holds_place(m))
+        if tree.satisfied(lambda k: held[k]):
+            return self._place_groups(group, tree, pending, excluded)
+        bound, why = sum(held.values()), ""
+        for allowed in confined:
+            placed, why = self._place_together(placer, group, bound, pending, excluded, allowed)
+            if placed:
+                return placed, ""
+        present = held + Counter(m.group_key for m in pending)
+        chosen = tree.minimum(lambda k: present[k], lambda k: held[k]) or {}
+        least = [m for m in pending if _taken(chosen, m.group_key)]
+        if not least or len(least) == len(pending):
+            return [], why
+        for allowed in confined:
+            placed, _ = self._place_together(placer, group, bound, least, excluded, allowed)
+            if placed:
+                rest = [m for m in pending if m.node is None]
+                more, left = self._place_groups(group, tree, rest, excluded)
+                return placed + more, left
+        return [], why
+
+    def _place_groups(
+        self,
+        group: GroupInfo,
+        tree: Tree,
+        pending: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+    ) -> tuple[Binds, str]:
+        """A satisfied tree's pending pods: each PodGroup's as its own gang would be placed
+        (`_place`: its minCount together, the rest one by one; none while fewer than its
+        minCount exist), in the domain the tree's pods are in."""
+        placer = self._live_placer()
+        nodes = [m.node for m in self._cache.members(group.key) if holds_place(m) and m.node]
+        confined = self._confined(placer, group, nodes)
+        if isinstance(confined, str):
+            return [], confined
+        off = excluding_outside(placer.snapshot, excluded, confined[0])
+        placed: Binds = []
+        why = ""
+        for leaf_key in tree.leaves():
+            leaf = self._cache.groups.get(leaf_key)
+            waiting = [m for m in pending if m.group_key == leaf_key and m.node is None]
+            if leaf is None or not waiting:
+                continue
+            members = self._cache.members(leaf_key)
+            if sum(1 for m in members if holds_place(m)) + len(waiting) < leaf.min_member:
+                why = why or (
+                    f"waiting for {leaf.title}: fewer than {leaf.min_field} ({leaf.min_member}) "
+                    "pods exist"
+                )
+                continue
+            more, left = self._place(leaf, members, waiting, off)
+            placed += more
+            why = why or left
+        return placed, why
 
     def _confined(
         self, placer: Placer, group: GroupInfo, nodes: Sequence[str]
@@ -550,13 +674,13 @@ class GangTracker:
     def bound(self, unit: UnitKey, key: ObjectKey) -> None:
         gkey = unit.key
         with self._cache.lock:
-            group, state = self._cache.groups.get(gkey), self._states.get(gkey)
+            group, state = self._cache.gang(gkey), self._states.get(gkey)
             if group is None or state is None:
                 return
             state.bound_keys.add(key)
             members = self._cache.members(gkey)
             confirmed = {m.key for m in members if holds_place(m) and not m.assumed}
-            if not state.complete and len(confirmed | state.bound_keys) >= group.min_member:
+            if not state.complete and _reached(group, members, confirmed | state.bound_keys):
                 state.complete = True
                 self._metrics.gang_wait_seconds.observe(self._clock() - state.first_seen)
                 log.info("pod group %s: minMember %d bound", gkey, group.min_member)
@@ -569,7 +693,7 @@ class GangTracker:
         """Fail gangs whose binds did not complete within `scheduleTimeoutSeconds`."""
         now = self._clock()
         for gkey, state in list(self._states.items()):
-            group = self._cache.groups.get(gkey)
+            group = self._cache.gang(gkey)
             if group is None or state.complete or state.failed or state.bind_started is None:
                 continue
             if now - state.bind_started > group.timeout:
@@ -592,7 +716,11 @@ class GangTracker:
 
     # -- status ----------------------------------------------------------------------------
     def report(self, gkey: ObjectKey) -> None:
-        """Write the group's status when it changed."""
+        """Write the group's status when it changed (a tree's: each of its PodGroups')."""
+        if gkey.endswith(COMPOSITE_MARK):  # kube-scheduler 1.37.2 writes none on the composite
+            for leaf in self._cache.tree_leaves(gkey):
+                self.report(leaf)
+            return
         group = self._cache.groups.get(gkey)
         if group is not None and group.workload is not None:
             return  # a 1.35 Workload has no status; its pods' PodScheduled conditions tell
@@ -613,10 +741,15 @@ class GangTracker:
     def _report_upstream(self, group: GroupInfo) -> None:
         """The condition kube-scheduler writes on an upstream PodGroup, when it changed."""
         state = self._states.get(group.key)
+        bound = bound_count(self._cache.members(group.key))
+        complete = state is not None and state.complete
+        if group.parent is not None:  # in a tree: tried with it, started with its minCount
+            state = self._states.get(self._cache.unit_of(group.key))
+            complete = bound >= group.min_member
         status = status_patch(
             group,
-            bound=bound_count(self._cache.members(group.key)),
-            complete=state is not None and state.complete,
+            bound=bound,
+            complete=complete,
             waiting="" if state is None else state.waiting,
             now=now_rfc3339(),
         )
@@ -652,8 +785,26 @@ def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
 def _minimum(group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo]) -> list[PodInfo]:
     """The oldest pending members that bring a gang to `minMember` (all of `pending` when it
     takes them all, when `minMember` is bound already, or for a `basic` group)."""
+    if group.tree is not None:  # a tree's minimum is found as it is placed (`Tree.minimum`)
+        return pending
     need = group.min_member - sum(1 for m in members if holds_place(m))
     return pending[:need] if not group.basic and 0 < need < len(pending) else pending
+
+
+def _reached(group: GroupInfo, members: Sequence[PodInfo], bound: AbstractSet[ObjectKey]) -> bool:
+    """Whether the members in `bound` bring the gang to its minimum (a tree: satisfy its root)."""
+    if group.tree is None:
+        return len(bound) >= group.min_member
+    counts = Counter(m.group_key for m in members if m.key in bound)
+    return group.tree.satisfied(lambda k: counts[k])
+
+
+def _taken(chosen: dict[ObjectKey, int], gkey: ObjectKey | None) -> bool:
+    """Take one more pod of PodGroup `gkey` into a tree's minimum (counts `chosen` down)."""
+    if gkey is None or chosen.get(gkey, 0) <= 0:
+        return False
+    chosen[gkey] -= 1
+    return True
 
 
 def _claims(pods: Sequence[PodInfo]) -> bool:

@@ -1,7 +1,8 @@
 """The scheduler's roles grant exactly what the scheduler calls: derived from the fake API server's
 authorization checks while the real scheduler runs with leader election through its scenarios: a
 pod bound, a pod that does not fit (Event + PodScheduled=False), a gang (PodGroup status), a gang
-of an upstream scheduling.k8s.io PodGroup (its condition), then on a server of 1.35's gang API
+of an upstream scheduling.k8s.io PodGroup (its condition), a tree of a CompositePodGroup
+(CompositePodGroups listed and watched), then on a server of 1.35's gang API
 the gang of a Workload's pod group (Workloads listed and watched), a pod
 with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
 share lock, the pod's annotation), a pod with a ResourceClaim (the claim read, its finalizer, its
@@ -32,6 +33,9 @@ from tests.builders.scheduler import (
 )
 from tests.builders.shares import share_body, shared_gpu_node
 from tests.builders.workloads import (
+    child_podgroup,
+    composite_podgroup,
+    create_composite,
     create_upstream_podgroup,
     create_workload,
     create_workload_pod,
@@ -69,6 +73,9 @@ def _create_workload(api: client.ApiClient) -> None:
     create_upstream_podgroup(custom, upstream_podgroup("up", 2))
     for name in ("up-0", "up-1"):
         create_pod(core, member_pod(name, "up"))
+    create_composite(custom, composite_podgroup("tree", 1))
+    create_upstream_podgroup(custom, child_podgroup("leaf", 1, "tree"))
+    create_pod(core, member_pod("leaf-0", "leaf"))
     claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     create_pod(core, pod_body("with-claim", gpus=1, volumes=[claim]))
     queue = {"metadata": {"name": "team"}, "spec": {"max": {"nvidia.com/gpu": 16}}}
@@ -91,6 +98,7 @@ def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
     wait_for(lambda: node_of(fake, "up-0") and node_of(fake, "up-1"), 30, "the upstream gang")
     wait_for(lambda: upstream_condition(fake, "up"), 30, "the upstream PodGroup's condition")
+    wait_for(lambda: node_of(fake, "leaf-0"), 30, "the CompositePodGroup's tree")
     wait_for(lambda: scheduled_condition(fake, "too-big"), 30, "too-big: PodScheduled=False")
     wait_for(lambda: scheduled_condition(fake, "with-claim"), 30, "with-claim: PodScheduled")
     wait_for(lambda: _called(fake, "patch", "podgroups/status"), 30, "the PodGroup status")
@@ -109,7 +117,7 @@ def _preempt(fake, api: client.ApiClient) -> None:
 
 def _serve_1_35(fake) -> None:
     """From now on the server serves 1.35's gang API alone."""
-    for plural in ("podgroups", "workloads"):
+    for plural in ("podgroups", "workloads", "compositepodgroups"):
         fake.registry.remove("scheduling.k8s.io", plural)
     fake.serve_workload_api(("v1alpha1",))
 
@@ -128,7 +136,7 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     objects, fake_api, setup_client
 ) -> None:
     namespace = rbac.service_account_namespace(objects, SA)
-    fake_api.serve_workload_api()
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"), composite_gate=True)
     client.CoreV1Api(setup_client).create_namespace(
         {"metadata": {"name": namespace}}, _preload_content=False
     )

@@ -1,5 +1,6 @@
 """The README's Job with a scheduling.k8s.io PodGroup (section "Run a gang"): the PodGroup reads
-as a gang of 4 in one rack, evicted whole, and every pod of the Job joins it."""
+as a gang of 4 in one rack, evicted whole, and every pod of the Job joins it. Its tree of a
+CompositePodGroup: both replicas or neither."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.composite import composite_key
 from scheduler.runtime.cluster.groups import group_key, workload_gang
 from scheduler.runtime.cluster.podinfo import read_pod
 from scheduler.runtime.cluster.upstream import parse_upstream_group, parse_workload_group
@@ -43,7 +46,7 @@ def test_the_job_and_its_podgroup_are_one_gang() -> None:
 def test_the_1_35_workload_and_its_pod_are_one_replicas_gang() -> None:
     text = README.read_text(encoding="utf-8")
     blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    workload, pod = next(list(yaml.safe_load_all(b)) for b in blocks if "workloadRef" in b)
+    workload, pod = next(list(yaml.safe_load_all(b)) for b in blocks if "kind: Workload" in b)
     assert workload["apiVersion"] == "scheduling.k8s.io/v1alpha1"
     info = read_pod(
         {**pod, "metadata": {**pod["metadata"], "namespace": "default"}},
@@ -61,3 +64,25 @@ def test_the_1_35_workload_and_its_pod_are_one_replicas_gang() -> None:
     assert group.title == (
         "pod group replica of Workload default/serve (scheduling.k8s.io/v1alpha1, replica key 0)"
     )
+
+
+def test_the_composite_and_its_replicas_are_one_tree_of_both() -> None:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    root, replica = next(
+        list(yaml.safe_load_all(b)) for b in blocks if "kind: CompositePodGroup" in b
+    )
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_composite({**root, "metadata": {**root["metadata"], "namespace": "default"}})
+    for r in range(2):
+        meta = {"name": f"llm-replica-{r}", "namespace": "default"}
+        cache.upsert_group({**replica, "metadata": meta}, upstream=True)
+    tree = cache.gang(composite_key("default", "llm-replicas"))
+    assert tree is not None
+    assert tree.error is None
+    assert tree.tree is not None
+    leaves = [group_key("default", f"llm-replica-{r}", upstream=True) for r in range(2)]
+    assert tree.tree.leaves() == leaves
+    one = {leaves[0]: 4}
+    assert not tree.tree.satisfied(lambda k: one.get(k, 0))
+    assert tree.tree.satisfied(lambda k: 4)

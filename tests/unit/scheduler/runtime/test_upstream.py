@@ -159,9 +159,9 @@ def test_basic_is_no_gang_and_priority_without_a_class_is_the_members() -> None:
             id="group claim without a name",
         ),
         pytest.param(
-            {"parentCompositePodGroupName": "cpg"},
-            "spec.parentCompositePodGroupName: unsupported",
-            id="composite",
+            {"parentCompositePodGroupName": ["cpg"]},
+            "spec.parentCompositePodGroupName: must be a name",
+            id="parent not a name",
         ),
     ],
 )

@@ -1,0 +1,159 @@
+"""CompositePodGroups (`scheduling.k8s.io/v1alpha3`, 1.37 alpha) against the fake API server with
+the real client: a tree of PodGroups is one gang, held back until its root would be satisfied by
+the pods that exist and bound only when the pods placed satisfy it, as kube-scheduler 1.37.2
+schedules it (`scheduler.runtime.cluster.composite`)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.builders.scheduler import (
+    bound_pods,
+    create_pod,
+    delete_pod,
+    gpu_node,
+    running,
+    scheduled_condition,
+    wait_for,
+)
+from tests.builders.workloads import (
+    child_podgroup,
+    composite_podgroup,
+    create_composite,
+    create_upstream_podgroup,
+    member_pod,
+    upstream_condition,
+)
+
+pytestmark = pytest.mark.timeout(60)
+RACK = "gputopo.io/rack"
+
+
+@pytest.fixture
+def composites(fake_api):
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"), composite_gate=True)
+    return fake_api
+
+
+def _group(core, custom, name: str, parent: str, pods: int, gpus: int, min_count: int) -> set[str]:
+    """PodGroup `name` under `parent` (minCount `min_count`) and its `pods` pods."""
+    create_upstream_podgroup(custom, child_podgroup(name, min_count, parent))
+    names = {f"{name}-{i}" for i in range(pods)}
+    for pod in sorted(names):
+        create_pod(core, member_pod(pod, name, gpus=gpus))
+    return names
+
+
+def test_the_tree_binds_all_or_nothing(composites, core_v1, custom_objects):
+    """minGroupCount 2 of two PodGroups of 2 x 2 GPUs: 8 GPUs. On 6 either group alone would
+    fit (and as gangs of their own each would bind); neither may. A second node brings room for
+    both, and all four bind."""
+    gpu_node(composites, "n1", gpus=6)
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 2))
+        pods = _group(core_v1, custom_objects, "a", "job", 2, gpus=2, min_count=2)
+        pods |= _group(core_v1, custom_objects, "b", "job", 2, gpus=2, min_count=2)
+        found = wait_for(lambda: upstream_condition(composites, "a"), 5, "a's condition")
+        assert (found["status"], found["reason"]) == ("False", "Unschedulable")
+        assert "CompositePodGroup default/job (scheduling.k8s.io)" in found["message"]
+        time.sleep(0.5)
+        assert not pods & set(bound_pods(composites))
+        gpu_node(composites, "n2", gpus=2)
+        wait_for(lambda: pods <= set(bound_pods(composites)), 10, "the whole tree to bind")
+        for name in "ab":
+            done = wait_for(
+                lambda n=name: (
+                    (upstream_condition(composites, n) or {}).get("status") == "True"
+                    and upstream_condition(composites, n)
+                ),
+                5,
+                f"{name} Scheduled",
+            )
+            assert done["reason"] == "Scheduled"
+
+
+def test_the_tree_waits_for_the_pods_its_root_needs(composites, core_v1, custom_objects):
+    gpu_node(composites, "n1", gpus=8)
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 2))
+        first = _group(core_v1, custom_objects, "a", "job", 2, gpus=1, min_count=2)
+        create_upstream_podgroup(custom_objects, child_podgroup("b", 2, "job"))
+        create_pod(core_v1, member_pod("b-0", "b"))
+        condition = wait_for(lambda: scheduled_condition(composites, "a-0"), 5, "PodScheduled")
+        assert (
+            "waiting for CompositePodGroup default/job (scheduling.k8s.io): fewer than "
+            "minGroupCount (2) of its groups have their minimum of pods" in condition["message"]
+        )
+        assert not first & set(bound_pods(composites))
+        create_pod(core_v1, member_pod("b-1", "b"))
+        wait_for(lambda: first | {"b-0", "b-1"} <= set(bound_pods(composites)), 5, "the tree")
+
+
+def test_one_group_of_two_starts_a_basic_composite(composites, core_v1, custom_objects):
+    """A `basic` root is satisfied by one child: of two PodGroups of 4 x 1 GPU on 6 GPUs, the
+    first created binds whole, and the second waits as a gang of its own (none of its pods
+    binds on the 2 GPUs left), then binds once room comes."""
+    gpu_node(composites, "n1", gpus=6)
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job"))
+        first = _group(core_v1, custom_objects, "a", "job", 4, gpus=1, min_count=4)
+        time.sleep(0.05)  # b is created after a: a comes first
+        second = _group(core_v1, custom_objects, "b", "job", 4, gpus=1, min_count=4)
+        wait_for(lambda: first <= set(bound_pods(composites)), 5, "the first group")
+        time.sleep(0.5)
+        assert not second & set(bound_pods(composites))
+        for pod in sorted(first)[:2]:
+            delete_pod(core_v1, pod)
+        wait_for(lambda: second <= set(bound_pods(composites)), 10, "the second group")
+
+
+def test_nested_replicas_start_together(composites, core_v1, custom_objects):
+    """A job of two replicas (minGroupCount 2), each a leader and two workers (minGroupCount
+    2): eleven pods need 10 GPUs; on 8, nothing binds; on 8 + 4, all of them."""
+    gpu_node(composites, "n1", gpus=8)
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 2))
+        pods: set[str] = set()
+        for r in range(2):
+            create_composite(custom_objects, composite_podgroup(f"replica-{r}", 2, parent="job"))
+            pods |= _group(core_v1, custom_objects, f"r{r}-lead", f"replica-{r}", 1, 2, 1)
+            pods |= _group(core_v1, custom_objects, f"r{r}-work", f"replica-{r}", 2, 2, 2)
+        wait_for(lambda: scheduled_condition(composites, "r1-work-1"), 5, "PodScheduled")
+        time.sleep(0.5)
+        assert not pods & set(bound_pods(composites))
+        gpu_node(composites, "n2", gpus=4)
+        wait_for(lambda: pods <= set(bound_pods(composites)), 10, "both replicas")
+
+
+def test_the_roots_topology_keeps_the_tree_in_one_rack(composites, core_v1, custom_objects):
+    for node, rack in (("n1", "r1"), ("n2", "r2"), ("n3", "r2")):
+        gpu_node(composites, node, gpus=4, labels={RACK: rack})
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 2, topology=RACK))
+        pods = _group(core_v1, custom_objects, "a", "job", 2, gpus=2, min_count=2)
+        pods |= _group(core_v1, custom_objects, "b", "job", 2, gpus=2, min_count=2)
+        wait_for(lambda: pods <= set(bound_pods(composites)), 10, "the tree to bind")
+        nodes = set(bound_pods(composites).values())
+        assert nodes == {"n2", "n3"}  # 8 GPUs in one rack: r2's two nodes, never r1's
+
+
+def test_a_deleted_root_leaves_its_groups_waiting_for_it(composites, core_v1, custom_objects):
+    gpu_node(composites, "n1", gpus=1)
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 1))
+        pods = _group(core_v1, custom_objects, "a", "job", 2, gpus=1, min_count=2)
+        wait_for(lambda: scheduled_condition(composites, "a-0"), 5, "PodScheduled")
+        custom_objects.delete_namespaced_custom_object(
+            "scheduling.k8s.io", "v1alpha3", "default", "compositepodgroups", "job"
+        )
+        wait_for(
+            lambda: (
+                'CompositePodGroup "default/job" not found'
+                in (scheduled_condition(composites, "a-0") or {}).get("message", "")
+            ),
+            5,
+            "the pods to wait for their root",
+        )
+        assert not pods & set(bound_pods(composites))

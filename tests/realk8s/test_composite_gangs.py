@@ -1,0 +1,95 @@
+"""gputopo-scheduler and kube-scheduler 1.37 each schedule a tree of CompositePodGroups
+(`scheduling.k8s.io/v1alpha3`, the CompositePodGroup gate) on a real API server, with the same
+outcome.
+
+The node has 6 whole GPUs (the agent fixture). A root of minGroupCount 2 over two PodGroups of
+2 x 2 GPUs asks 8: nothing binds, though either PodGroup alone would fit. A `basic` root over the
+same two is satisfied by one: the PodGroup created first binds whole, and the other's pods wait
+(its minCount is 2, and one pod would fit the 2 GPUs left)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.builders.realk8s import Cluster, group_member, wait_until
+
+pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
+
+SCHEDULER = "gputopo-scheduler"
+COMPOSITES = "compositepodgroups.scheduling.k8s.io"
+PODGROUPS = "podgroups.scheduling.k8s.io"
+_REF = {"workloadName": "train", "templateName": "replica"}
+
+
+def composite(name: str, min_groups: int | None) -> dict[str, Any]:
+    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": policy, "workloadRef": dict(_REF)},
+    }
+
+
+def child(name: str, parent: str, min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "parentCompositePodGroupName": parent,
+            "workloadRef": dict(_REF),
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+        },
+    }
+
+
+def bound(cluster: Cluster, names: list[str]) -> set[str]:
+    return {n for n in names if cluster.pod(n)["spec"].get("nodeName")}
+
+
+def _tree(cluster: Cluster, root: str, min_groups: int | None, scheduler: str | None) -> list[str]:
+    """Root `root` over PodGroups `<root>-a` then `<root>-b`, each 2 pods x 2 GPUs, minCount 2;
+    the pods' names, a's first."""
+    cluster.create(composite(root, min_groups))
+    pods = []
+    for side in "ab":
+        group = f"{root}-{side}"
+        cluster.create(child(group, root, 2))
+        names = [f"{group}-{i}" for i in range(2)]
+        cluster.create(*(group_member(n, group, 2, scheduler) for n in names))
+        pods += names
+        time.sleep(1.1)  # b is created a second after a (creation stamps are in seconds)
+    return pods
+
+
+def _clean(cluster: Cluster, pods: list[str], root: str) -> None:
+    cluster.delete_pods(*pods)
+    groups = [f"{root}-a", f"{root}-b"]
+    cluster.kubectl("delete", PODGROUPS, *groups, "--ignore-not-found", "--wait=false")
+    cluster.kubectl("delete", COMPOSITES, root, "--ignore-not-found", "--wait=false")
+
+
+@pytest.mark.parametrize("scheduler_name", [SCHEDULER, None], ids=["gputopo", "kube-scheduler"])
+def test_a_tree_binds_all_or_nothing_and_a_basic_root_starts_with_one_group(
+    cluster: Cluster, agent, scheduler, scheduler_name: str | None
+) -> None:
+    tag = "g" if scheduler_name else "k"
+    whole, loose = f"whole-{tag}", f"loose-{tag}"
+    pods: list[str] = []
+    try:
+        pods = _tree(cluster, whole, 2, scheduler_name)
+        time.sleep(8)
+        assert bound(cluster, pods) == set()  # 8 GPUs asked of 6: nothing binds
+        _clean(cluster, pods, whole)
+        pods = _tree(cluster, loose, None, scheduler_name)
+        first = set(pods[:2])
+        wait_until(lambda: bound(cluster, pods) == first, 90, "the first PodGroup to bind")
+        time.sleep(5)
+        assert bound(cluster, pods) == first  # the second's minCount 2 does not fit 2 GPUs
+    finally:
+        _clean(cluster, pods, whole)
+        _clean(cluster, pods, loose)

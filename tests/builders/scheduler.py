@@ -156,6 +156,15 @@ def events_for(fake: FakeApiServer, name: str, namespace: str = "default") -> li
     ]
 
 
+def evicted_pods(fake: FakeApiServer) -> set[str]:
+    """Pods the scheduler deleted as victims (a DELETE with a uid precondition)."""
+    return {
+        r.path.rsplit("/", 1)[1]
+        for r in fake.requests_matching("DELETE", r"/pods/[^/]+$")
+        if "preconditions" in (r.body or {})
+    }
+
+
 def scheduled_condition(
     fake: FakeApiServer, name: str, namespace: str = "default"
 ) -> dict[str, Any] | None:

@@ -21,7 +21,8 @@ A tree of CompositePodGroups (1.37 alpha, `composite`) is one gang unit, keyed b
 its members are every PodGroup's pods below it; it waits until the pods that exist could satisfy
 the root, then places every pending pod together, else the fewest that satisfy it (`Tree.minimum`),
 or none; once the root is satisfied, each PodGroup's later pods are placed as its own gang. A
-tree does not preempt yet. A PodGroup whose parents reach no root waits, naming why.
+tree that cannot start preempts for room for those fewest pods, as a gang for its minimum. A
+PodGroup whose parents reach no root waits, naming why.
 
 An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
@@ -295,10 +296,7 @@ class GangTracker:
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
         (`ClaimCharges.claimed`); not while a member waits for a claim."""
         category, message = problem
-        if group.tree is not None:  # a tree of groups waits for room; it does not preempt yet
-            return self._park(unit, pending, category, message)
         members = self._cache.members(unit.key)
-        bound = sum(1 for m in members if holds_place(m))
         wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
         devices, claimed = None, None
         if any(has_claims(m.obj) for m in wanted):
@@ -310,7 +308,7 @@ class GangTracker:
             claimed = self._charges.claimed(wanted)
             if refusal is not None and refusal.quota:
                 category, admitted = QUEUE_CATEGORY, False
-        if bound < group.min_member and self._may_preempt(pending[0], category):
+        if not _started(group, members) and self._may_preempt(pending[0], category):
             message = self._preemption.unfit(
                 unit,
                 wanted,
@@ -480,10 +478,8 @@ class GangTracker:
             placed, why = self._place_together(placer, group, bound, pending, excluded, allowed)
             if placed:
                 return placed, ""
-        present = held + Counter(m.group_key for m in pending)
-        chosen = tree.minimum(lambda k: present[k], lambda k: held[k]) or {}
-        least = [m for m in pending if _taken(chosen, m.group_key)]
-        if not least or len(least) == len(pending):
+        least = _minimum(group, members, pending)
+        if len(least) == len(pending):
             return [], why
         for allowed in confined:
             placed, _ = self._place_together(placer, group, bound, least, excluded, allowed)
@@ -785,10 +781,19 @@ def _group_spec(group: GroupInfo) -> tuple[Any, ...]:
 def _minimum(group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo]) -> list[PodInfo]:
     """The oldest pending members that bring a gang to `minMember` (all of `pending` when it
     takes them all, when `minMember` is bound already, or for a `basic` group)."""
-    if group.tree is not None:  # a tree's minimum is found as it is placed (`Tree.minimum`)
-        return pending
+    if group.tree is not None:  # the fewest pods that satisfy its root (`Tree.minimum`)
+        held = Counter(m.group_key for m in members if holds_place(m))
+        present = held + Counter(m.group_key for m in pending)
+        chosen = group.tree.minimum(lambda k: present[k], lambda k: held[k]) or {}
+        return [m for m in pending if _taken(chosen, m.group_key)] or pending
     need = group.min_member - sum(1 for m in members if holds_place(m))
     return pending[:need] if not group.basic and 0 < need < len(pending) else pending
+
+
+def _started(group: GroupInfo, members: Sequence[PodInfo]) -> bool:
+    """Whether the members holding places bring the gang to its minimum (it then places its
+    others alone and never preempts for them)."""
+    return _reached(group, members, {m.key for m in members if holds_place(m)})
 
 
 def _reached(group: GroupInfo, members: Sequence[PodInfo], bound: AbstractSet[ObjectKey]) -> bool:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes import client
 
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     delete_pod,
+    evicted_pods,
     gpu_node,
+    pod_body,
     running,
     scheduled_condition,
     wait_for,
@@ -157,3 +160,39 @@ def test_a_deleted_root_leaves_its_groups_waiting_for_it(composites, core_v1, cu
             "the pods to wait for their root",
         )
         assert not pods & set(bound_pods(composites))
+
+
+@pytest.mark.parametrize(
+    ("min_groups", "victims"),
+    [
+        pytest.param(1, 1, id="one group of two"),
+        pytest.param(2, 2, id="both groups"),
+    ],
+)
+def test_a_tree_evicts_for_the_fewest_pods_that_satisfy_its_root(
+    composites, core_v1, custom_objects, min_groups, victims
+):
+    """Two 4-GPU pods of priority 0 fill an 8-GPU node. A tree of priority 1000 (its root's
+    class, made last: all four pods are pending when it is first tried) over two PodGroups of
+    2 x 2 GPUs evicts one pod when one group satisfies its root, both when it needs both, and
+    binds what it evicted for."""
+    gpu_node(composites, "n1", gpus=8)
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}, _preload_content=False
+    )
+    with running(composites):
+        for i in range(2):
+            create_pod(core_v1, pod_body(f"low-{i}", gpus=4, terminationGracePeriodSeconds=0))
+        wait_for(lambda: {"low-0", "low-1"} <= set(bound_pods(composites)), 5, "low bound")
+        first = _group(core_v1, custom_objects, "a", "job", 2, gpus=2, min_count=2)
+        time.sleep(0.05)
+        second = _group(core_v1, custom_objects, "b", "job", 2, gpus=2, min_count=2)
+        time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
+        root = composite_podgroup("job", min_groups, priorityClassName="high")
+        create_composite(custom_objects, root)
+        wanted = first if min_groups == 1 else first | second
+        wait_for(lambda: wanted <= set(bound_pods(composites)), 10, "the tree after preempting")
+        time.sleep(0.5)
+    evicted = evicted_pods(composites)
+    assert evicted <= {"low-0", "low-1"}
+    assert len(evicted) == victims

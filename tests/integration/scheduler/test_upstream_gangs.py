@@ -15,6 +15,7 @@ from tests.builders.scheduler import (
     create_pod,
     create_podgroup,
     events_for,
+    evicted_pods,
     gpu_node,
     pod_body,
     podgroup,
@@ -215,15 +216,6 @@ def _priority_class(core, name: str, value: int) -> None:
     )
 
 
-def _evicted(fake) -> set[str]:
-    """Pods the scheduler deleted as victims (a DELETE with a uid precondition)."""
-    return {
-        r.path.rsplit("/", 1)[1]
-        for r in fake.requests_matching("DELETE", r"/pods/[^/]+$")
-        if "preconditions" in (r.body or {})
-    }
-
-
 @pytest.mark.parametrize(
     ("group_class", "evicts"),
     [
@@ -247,7 +239,7 @@ def test_the_group_priority_class_feeds_preemption(
         else:
             wait_for(lambda: scheduled_condition(upstream, "hi-0"), 5, "the gang waiting")
             time.sleep(0.5)
-    assert (_evicted(upstream) == {"low"}) is evicts
+    assert (evicted_pods(upstream) == {"low"}) is evicts
 
 
 @pytest.mark.parametrize(
@@ -269,7 +261,7 @@ def test_disruption_mode_all_evicts_the_group_whole(
         wait_for(lambda: names <= set(bound_pods(upstream)), 5, "the victim gang")
         create_pod(core_v1, pod_body("urgent", gpus=2, priorityClassName="high"))
         wait_for(lambda: "urgent" in bound_pods(upstream), 10, "the preemptor bound")
-    assert len(_evicted(upstream) & names) == victims
+    assert len(evicted_pods(upstream) & names) == victims
 
 
 def test_the_queue_label_on_the_group_puts_the_gang_in_that_queue(

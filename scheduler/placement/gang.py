@@ -45,6 +45,7 @@ __all__ = [
     "CLIQUE_LABEL",
     "GangPlacement",
     "TopologyConstraint",
+    "domains_holding",
     "excluding_outside",
     "member_domains",
     "place_gang",
@@ -314,6 +315,14 @@ def _previously_assumed(
         if name is not None:
             out.append(snapshot.node(name).pods[pod.key])
     return out
+
+
+def domains_holding(
+    snapshot: Snapshot, label: str, pods: Sequence[PodRequest]
+) -> list[frozenset[str]]:
+    """The nodes of each domain of `label` with free GPUs enough for `pods`, tightest first
+    (the order a gang tries them in)."""
+    return [domain.members() for _, _, domain in _ordered_domains(snapshot, label, pods)]
 
 
 def topology_domains(snapshot: Snapshot, label: str) -> dict[str, frozenset[str]]:

@@ -93,3 +93,35 @@ def test_a_tree_binds_all_or_nothing_and_a_basic_root_starts_with_one_group(
     finally:
         _clean(cluster, pods, whole)
         _clean(cluster, pods, loose)
+
+
+@pytest.mark.parametrize("scheduler_name", [SCHEDULER, None], ids=["gputopo", "kube-scheduler"])
+def test_a_podgroups_own_topology_holds_inside_the_tree(
+    cluster: Cluster, agent, scheduler, scheduler_name: str | None
+) -> None:
+    """Two PodGroups of 1 x 1 GPU under a root of both: each with the topology key the node
+    carries (`gputopo.io/rack`) binds; with one it lacks (`topology.kubernetes.io/zone`) on
+    the second, nothing binds, as the second's pods can go nowhere."""
+    tag = "g" if scheduler_name else "k"
+    cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack=r1", "--overwrite")
+    trees = {f"racked-{tag}": "gputopo.io/rack", f"zoned-{tag}": "topology.kubernetes.io/zone"}
+    pods: dict[str, list[str]] = {}
+    try:
+        for root, key in trees.items():
+            cluster.create(composite(root, 2))
+            pods[root] = []
+            for side, group_key in (("a", "gputopo.io/rack"), ("b", key)):
+                body = child(f"{root}-{side}", root, 1)
+                body["spec"]["schedulingConstraints"] = {"topology": [{"key": group_key}]}
+                cluster.create(body)
+                name = f"{root}-{side}-0"
+                cluster.create(group_member(name, f"{root}-{side}", 1, scheduler_name))
+                pods[root].append(name)
+        racked, zoned = (pods[root] for root in trees)
+        wait_until(lambda: bound(cluster, racked) == set(racked), 90, "the racked tree")
+        time.sleep(5)
+        assert bound(cluster, zoned) == set()
+    finally:
+        for root, names in pods.items():
+            _clean(cluster, names, root)
+        cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack-")

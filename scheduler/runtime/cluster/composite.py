@@ -9,14 +9,14 @@ satisfied with `minCount` pods (a `basic` one with 1); a CompositePodGroup with
 `schedulingPolicy.gang.minGroupCount` children satisfied (a `basic` one with 1). The tree is
 held back until the root would be satisfied by the pods that exist, and placed all or nothing:
 its pods bind only when the root is satisfied by the pods placed. Children are tried in order of
-creation, then name, as kube-scheduler orders them.
+creation, then name, as kube-scheduler orders them. A topology constraint holds at its level: a
+PodGroup's pods, or a CompositePodGroup's whole subtree, in one domain.
 
 Read here, pure: `parse_composite` (never raises: `error` names the object and the field),
 `Tree` (the tree under a root, with `satisfied` and `minimum`), `build_tree` (from the groups
 and composites the cache holds, with the layout errors kube's API documents: a cycle, a depth
 over 4, a missing parent). What the scheduler does not implement yet is refused with the field
-named: a CompositePodGroup's `disruptionMode: all`, and a topology constraint anywhere in a tree
-but on its root.
+named: a CompositePodGroup's `disruptionMode: all`.
 """
 
 from __future__ import annotations
@@ -172,41 +172,31 @@ def build_tree(
     children: Mapping[ObjectKey, Iterable[ObjectKey]],
 ) -> BuiltTree:
     """The tree under `root`: `children` maps a CompositePodGroup's key to its children's keys
-    (PodGroups' gang keys, CompositePodGroups' keys). An error anywhere in it (a malformed group,
-    a topology constraint below the root) makes the whole tree wait, named."""
+    (PodGroups' gang keys, CompositePodGroups' keys). An error anywhere in it (a malformed group)
+    makes the whole tree wait, named."""
 
     def build(info: CompositeInfo, depth: int) -> Tree:
         if info.error:
             raise ValueError(info.error)
         if depth > MAX_DEPTH:
             raise ValueError(f"{info.title}: deeper than {MAX_DEPTH} levels")
-        if depth > 1 and info.topology is not None:
-            raise _below_root(info.title)
         kids: list[tuple[str, str, Tree]] = []
         for key in children.get(info.key, ()):
             group = groups.get(key)
             if group is not None:
                 if group.error:
                     raise ValueError(group.error)
-                if group.topology is not None:
-                    raise _below_root(group.title)
                 created = str((group.obj.get("metadata") or {}).get("creationTimestamp") or "")
-                kids.append((created, group.name, Tree(key, group.min_member, leaf=True)))
+                leaf = Tree(key, group.min_member, leaf=True, topology=group.topology)
+                kids.append((created, group.name, leaf))
                 continue
             composite = composites.get(key)
             if composite is not None:
                 kids.append((composite.created, composite.name, build(composite, depth + 1)))
         kids.sort(key=lambda k: (k[0], k[1]))
-        return Tree(info.key, info.min_groups, tuple(k[2] for k in kids))
+        return Tree(info.key, info.min_groups, tuple(k[2] for k in kids), topology=info.topology)
 
     try:
         return BuiltTree(root, build(root, 1))
     except ValueError as exc:
         return BuiltTree(root, None, str(exc))
-
-
-def _below_root(title: str) -> ValueError:
-    return ValueError(
-        f"{title}: spec.schedulingConstraints.topology: unsupported below a tree's root "
-        "(gputopo-scheduler reads the root CompositePodGroup's topology only, for the whole tree)"
-    )

@@ -128,12 +128,18 @@ class GroupClaim:
 @dataclass(frozen=True, slots=True)
 class Tree:
     """One group of a tree of CompositePodGroups (`composite`): a PodGroup (`leaf`, `need` its
-    minCount) or a CompositePodGroup (`need` its minGroupCount, `children` in kube's order)."""
+    minCount) or a CompositePodGroup (`need` its minGroupCount, `children` in kube's order);
+    `topology`: its own constraint (its pods, its whole subtree's, in one domain)."""
 
     key: ObjectKey
     need: int
     children: tuple[Tree, ...] = ()
     leaf: bool = False
+    topology: TopologyConstraint | None = None
+
+    def inner_topology(self) -> bool:
+        """Whether a group below this one has a topology constraint of its own."""
+        return any(c.topology is not None or c.inner_topology() for c in self.children)
 
     def leaves(self) -> list[ObjectKey]:
         """The PodGroups below (or this one), in order."""

@@ -19,9 +19,12 @@ False (`MembersReplaced`, with a Normal event).
 
 A tree of CompositePodGroups (1.37 alpha, `composite`) is one gang unit, keyed by its root:
 its members are every PodGroup's pods below it; it waits until the pods that exist could satisfy
-the root, then places every pending pod together, else the fewest that satisfy it (`Tree.minimum`),
-or none; once the root is satisfied, each PodGroup's later pods are placed as its own gang. A
-tree that cannot start preempts for room for those fewest pods, as a gang for its minimum. A
+the root, then places every pending pod together (when no group below the root has a topology
+constraint), else group by group in kube's order, each group in its own domain, kept only if the
+root is satisfied, or none; once the root is satisfied, each PodGroup's later pods are placed as
+its own gang, in its groups' domains. A tree that cannot start preempts for room for the fewest
+pods that satisfy its root (`Tree.minimum`), as a gang for its minimum (not
+yet one with a topology constraint below its root: the search would keep only the root's). A
 PodGroup whose parents reach no root waits, naming why.
 
 An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
@@ -46,7 +49,9 @@ from scheduler.kubeapi.client import now_rfc3339
 from scheduler.placement import (
     Assignment,
     Placer,
+    PodRequest,
     TopologyConstraint,
+    domains_holding,
     excluding_outside,
     member_domains,
     place_gang,
@@ -296,6 +301,8 @@ class GangTracker:
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
         (`ClaimCharges.claimed`); not while a member waits for a claim."""
         category, message = problem
+        if group.tree is not None and group.tree.inner_topology():
+            return self._park(unit, pending, category, message)  # see the module's docstring
         members = self._cache.members(unit.key)
         wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
         devices, claimed = None, None
@@ -467,62 +474,99 @@ class GangTracker:
         confined: Sequence[frozenset[str] | None],
     ) -> tuple[Binds, str]:
         """A root CompositePodGroup's tree (`composite`). Until the pods holding places satisfy
-        the root: every pending pod together, else the fewest that satisfy it (`Tree.minimum`:
-        the first children that can be, each PodGroup's oldest pods), in one of `confined` (the
-        root's topology), or none. Then each PodGroup as a gang of its own (`_place_groups`)."""
+        the root: every pending pod together, in one of `confined` (the root's topology), when
+        no group below has a topology of its own; else group by group (`_place_subtree`, kube's
+        order), kept only if the root is satisfied; else none. Once it is, each group's pods as
+        room allows, each PodGroup as its own gang would be placed."""
         held = Counter(m.group_key for m in members if holds_place(m))
         if tree.satisfied(lambda k: held[k]):
-            return self._place_groups(group, tree, pending, excluded)
-        bound, why = sum(held.values()), ""
-        for allowed in confined:
-            placed, why = self._place_together(placer, group, bound, pending, excluded, allowed)
-            if placed:
-                return placed, ""
-        least = _minimum(group, members, pending)
-        if len(least) == len(pending):
-            return [], why
-        for allowed in confined:
-            placed, _ = self._place_together(placer, group, bound, least, excluded, allowed)
-            if placed:
-                rest = [m for m in pending if m.node is None]
-                more, left = self._place_groups(group, tree, rest, excluded)
-                return placed + more, left
-        return [], why
+            placed, _, left = self._place_subtree(tree, pending, excluded, None, keep=True)
+            return placed, left
+        why = ""
+        if not tree.inner_topology():
+            for allowed in confined:
+                placed, why = self._place_together(
+                    placer, group, sum(held.values()), pending, excluded, allowed
+                )
+                if placed:
+                    return placed, ""
+        placed, satisfied, left = self._place_subtree(tree, pending, excluded, None, keep=False)
+        return (placed, left) if satisfied else ([], why or left)
 
-    def _place_groups(
+    def _place_subtree(
         self,
-        group: GroupInfo,
-        tree: Tree,
+        node: Tree,
         pending: Sequence[PodInfo],
         excluded: AbstractSet[str] | None,
-    ) -> tuple[Binds, str]:
-        """A satisfied tree's pending pods: each PodGroup's as its own gang would be placed
-        (`_place`: its minCount together, the rest one by one; none while fewer than its
-        minCount exist), in the domain the tree's pods are in."""
+        allowed: frozenset[str] | None,
+        *,
+        keep: bool,
+    ) -> tuple[Binds, bool, str]:
+        """Place `node`'s pending pods within `allowed` (None: anywhere): (placed, whether the
+        group is satisfied then, why pods were left). A PodGroup: as its own gang (`_place`:
+        its minCount together, the rest one by one, in its own domain). A CompositePodGroup:
+        its children in order, in one domain of its topology (those its pods hold, else each
+        that holds enough free GPUs, tightest first); unless `keep` (a started tree), what it
+        placed is undone when too few children are satisfied."""
+        held = [m for k in node.leaves() for m in self._cache.members(k) if holds_place(m)]
+        if node.leaf:
+            return self._place_leaf(node, held, pending, excluded, allowed)
         placer = self._live_placer()
-        nodes = [m.node for m in self._cache.members(group.key) if holds_place(m) and m.node]
-        confined = self._confined(placer, group, nodes)
-        if isinstance(confined, str):
-            return [], confined
-        off = excluding_outside(placer.snapshot, excluded, confined[0])
-        placed: Binds = []
+        waiting = [m for m in pending if m.group_key in set(node.leaves()) and m.node is None]
+        where: Sequence[frozenset[str] | None] = [allowed]
+        if node.topology is not None:
+            nodes = [m.node for m in held if m.node]
+            inside = member_domains(placer.snapshot, node.topology, nodes)
+            if isinstance(inside, str):
+                return [], False, inside
+            if inside == [None]:  # nothing placed yet: each domain that could hold it
+                inside = [
+                    *domains_holding(placer.snapshot, node.topology.label, _requests(waiting))
+                ]
+            where = [d if allowed is None else d & allowed for d in inside if d is not None]
+            if not where:
+                return [], False, f"no {node.topology.label} domain holds {_groups_title(node)}"
         why = ""
-        for leaf_key in tree.leaves():
-            leaf = self._cache.groups.get(leaf_key)
-            waiting = [m for m in pending if m.group_key == leaf_key and m.node is None]
-            if leaf is None or not waiting:
-                continue
-            members = self._cache.members(leaf_key)
-            if sum(1 for m in members if holds_place(m)) + len(waiting) < leaf.min_member:
-                why = why or (
+        for domain in where:
+            placed: Binds = []
+            satisfied = 0
+            for child in node.children:
+                more, ok, left = self._place_subtree(child, pending, excluded, domain, keep=keep)
+                placed += more
+                satisfied += ok
+                why = why or left
+            if keep or satisfied >= node.need:
+                return placed, satisfied >= node.need, why
+            self._forget(placed)
+        return [], False, why
+
+    def _place_leaf(
+        self,
+        node: Tree,
+        held: Sequence[PodInfo],
+        pending: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+        allowed: frozenset[str] | None,
+    ) -> tuple[Binds, bool, str]:
+        """One PodGroup of a tree, as `_place_subtree` places it."""
+        leaf = self._cache.groups.get(node.key)
+        waiting = [m for m in pending if m.group_key == node.key and m.node is None]
+        if leaf is None:
+            return [], False, ""
+        if len(held) >= leaf.min_member and not waiting:
+            return [], True, ""
+        if len(held) + len(waiting) < leaf.min_member:
+            return (
+                [],
+                len(held) >= leaf.min_member,
+                (
                     f"waiting for {leaf.title}: fewer than {leaf.min_field} ({leaf.min_member}) "
                     "pods exist"
-                )
-                continue
-            more, left = self._place(leaf, members, waiting, off)
-            placed += more
-            why = why or left
-        return placed, why
+                ),
+            )
+        off = excluding_outside(self._live_placer().snapshot, excluded, allowed)
+        placed, why = self._place(leaf, self._cache.members(node.key), waiting, off)
+        return placed, len(held) + len(placed) >= leaf.min_member, why
 
     def _confined(
         self, placer: Placer, group: GroupInfo, nodes: Sequence[str]
@@ -788,6 +832,14 @@ def _minimum(group: GroupInfo, members: Sequence[PodInfo], pending: list[PodInfo
         return [m for m in pending if _taken(chosen, m.group_key)] or pending
     need = group.min_member - sum(1 for m in members if holds_place(m))
     return pending[:need] if not group.basic and 0 < need < len(pending) else pending
+
+
+def _requests(pods: Sequence[PodInfo]) -> list[PodRequest]:
+    return [m.request for m in pods]
+
+
+def _groups_title(node: Tree) -> str:
+    return f"the {len(node.leaves())} PodGroups below {node.key.partition('@')[0]}"
 
 
 def _started(group: GroupInfo, members: Sequence[PodInfo]) -> bool:

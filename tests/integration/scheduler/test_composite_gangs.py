@@ -196,3 +196,69 @@ def test_a_tree_evicts_for_the_fewest_pods_that_satisfy_its_root(
     evicted = evicted_pods(composites)
     assert evicted <= {"low-0", "low-1"}
     assert len(evicted) == victims
+
+
+def _racks_of(fake, pods: set[str]) -> set[str]:
+    nodes = {name: node for name, node in bound_pods(fake).items() if name in pods}
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in fake.list_objects("nodes")}
+    return {labels[node][RACK] for node in nodes.values()}
+
+
+def test_each_podgroup_in_a_rack_of_its_own_or_none(composites, core_v1, custom_objects):
+    """Two PodGroups, each of 2 x 4 GPUs in one rack (its own topology), under a root of
+    minGroupCount 2. Racks r1 and r2 hold 8 GPUs each, r3 4: while r2 is full, a would fit r1
+    and b nowhere, so neither binds; once r2 empties, each binds whole in a rack of its own."""
+    for node, rack in (("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r2"), ("n5", "r3")):
+        gpu_node(composites, node, gpus=4, labels={RACK: rack})
+    with running(composites):
+        for node in ("n3", "n4"):
+            create_pod(core_v1, pod_body(f"filler-{node}", gpus=4, nodeName=node))
+        create_composite(custom_objects, composite_podgroup("job", 2))
+        groups = {}
+        for side in "ab":
+            create_upstream_podgroup(
+                custom_objects,
+                child_podgroup(side, 2, "job", schedulingConstraints={"topology": [{"key": RACK}]}),
+            )
+            groups[side] = {f"{side}-{i}" for i in range(2)}
+            for pod in sorted(groups[side]):
+                create_pod(core_v1, member_pod(pod, side, gpus=4))
+        both = groups["a"] | groups["b"]
+        wait_for(lambda: scheduled_condition(composites, "b-1"), 5, "PodScheduled")
+        time.sleep(0.5)
+        assert not both & set(bound_pods(composites))
+        for node in ("n3", "n4"):
+            delete_pod(core_v1, f"filler-{node}")
+        wait_for(lambda: both <= set(bound_pods(composites)), 10, "the tree to bind")
+    racks = [_racks_of(composites, groups[side]) for side in "ab"]
+    assert all(len(r) == 1 for r in racks)  # each PodGroup inside one rack
+    assert racks[0] != racks[1]  # 8 GPUs each: a rack of its own
+    assert racks[0] | racks[1] == {"r1", "r2"}
+
+
+def test_each_replica_in_one_rack(composites, core_v1, custom_objects):
+    """Replicas (CompositePodGroups with a rack topology), each a leader and a worker group of
+    2 GPUs, under a root of both replicas; 2 GPUs a node, racks r1 and r2 of two nodes, r3 of
+    one. While a pod fills one of r1's nodes, 8 GPUs are free but only r2 holds a replica:
+    nothing binds. Once it goes, each replica binds inside a rack of its own."""
+    for i, rack in enumerate(("r1", "r1", "r2", "r2", "r3")):
+        gpu_node(composites, f"n{i}", gpus=2, labels={RACK: rack})
+    with running(composites):
+        create_pod(core_v1, pod_body("filler", gpus=2, nodeName="n1"))
+        create_composite(custom_objects, composite_podgroup("job", 2))
+        replicas: dict[int, set[str]] = {}
+        for r in range(2):
+            create_composite(
+                custom_objects, composite_podgroup(f"replica-{r}", 2, parent="job", topology=RACK)
+            )
+            replicas[r] = _group(core_v1, custom_objects, f"r{r}-lead", f"replica-{r}", 1, 2, 1)
+            replicas[r] |= _group(core_v1, custom_objects, f"r{r}-work", f"replica-{r}", 1, 2, 1)
+        every = replicas[0] | replicas[1]
+        wait_for(lambda: scheduled_condition(composites, "r1-work-0"), 5, "PodScheduled")
+        time.sleep(0.5)
+        assert not every & set(bound_pods(composites))
+        delete_pod(core_v1, "filler")
+        wait_for(lambda: every <= set(bound_pods(composites)), 10, "both replicas")
+    racks = [_racks_of(composites, replicas[r]) for r in range(2)]
+    assert all(len(r) == 1 for r in racks)
+    assert racks[0] | racks[1] == {"r1", "r2"}

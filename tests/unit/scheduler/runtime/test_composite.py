@@ -175,17 +175,31 @@ def test_a_broken_chain_of_parents_names_why(
     assert cache.unit_of(_leaf("leaf")) == _leaf("leaf")
 
 
-def test_a_topology_below_the_root_is_refused_for_the_whole_tree() -> None:
+def test_each_level_keeps_its_own_topology() -> None:
     cache = _cache(
-        composite_podgroup("job", 1),
-        child_podgroup("w", 1, "job", schedulingConstraints={"topology": [{"key": "rack"}]}),
+        composite_podgroup("job", 2, topology="zone"),
+        composite_podgroup("replica", 1, parent="job", topology="rack"),
+        child_podgroup("w", 1, "replica", schedulingConstraints={"topology": [{"key": "node"}]}),
+        child_podgroup("x", 1, "job"),
     )
     group = cache.gang(composite_key("default", "job"))
     assert group is not None
-    assert group.tree is None
-    assert group.error is not None
-    assert "PodGroup default/w (scheduling.k8s.io)" in group.error
-    assert "spec.schedulingConstraints.topology: unsupported below a tree's root" in group.error
+    assert group.error is None
+    tree = group.tree
+    assert tree is not None
+    labels = {c.key: c.topology.label if c.topology else None for c in tree.children}
+    assert labels == {composite_key("default", "replica"): "rack", _leaf("x"): None}
+    assert tree.topology is not None
+    assert tree.topology.label == "zone"
+    replica = next(c for c in tree.children if not c.leaf)
+    assert [c.topology.label if c.topology else None for c in replica.children] == ["node"]
+    assert tree.inner_topology()
+    assert not replica.children[0].inner_topology()
+    flat = _cache(composite_podgroup("job", 1, topology="zone"), child_podgroup("x", 1, "job"))
+    flat_group = flat.gang(composite_key("default", "job"))
+    assert flat_group is not None
+    assert flat_group.tree is not None
+    assert not flat_group.tree.inner_topology()
 
 
 def test_a_malformed_child_makes_the_tree_wait_naming_it() -> None:

@@ -1,6 +1,6 @@
 """The README's Job with a scheduling.k8s.io PodGroup (section "Run a gang"): the PodGroup reads
 as a gang of 4 in one rack, evicted whole, and every pod of the Job joins it. Its tree of a
-CompositePodGroup: both replicas or neither."""
+CompositePodGroup: both replicas or neither, each in one rack."""
 
 from __future__ import annotations
 
@@ -83,6 +83,10 @@ def test_the_composite_and_its_replicas_are_one_tree_of_both() -> None:
     assert tree.tree is not None
     leaves = [group_key("default", f"llm-replica-{r}", upstream=True) for r in range(2)]
     assert tree.tree.leaves() == leaves
+    assert [c.topology.label if c.topology else None for c in tree.tree.children] == [
+        "gputopo.io/rack",
+        "gputopo.io/rack",
+    ]
     one = {leaves[0]: 4}
     assert not tree.tree.satisfied(lambda k: one.get(k, 0))
     assert tree.tree.satisfied(lambda k: 4)

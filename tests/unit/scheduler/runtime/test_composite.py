@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.objkey import ObjectKey
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.composite import (
     Tree,
@@ -97,7 +98,7 @@ def _cache(*bodies: dict[str, Any]) -> ClusterCache:
     return cache
 
 
-def _leaf(name: str) -> str:
+def _leaf(name: str) -> ObjectKey:
     return group_key("default", name, upstream=True)
 
 
@@ -214,7 +215,7 @@ def test_a_malformed_child_makes_the_tree_wait_naming_it() -> None:
 
 # -- Tree.minimum: the fewest pods to place, as a property ----------------------------------------
 
-_LEAVES = [f"default/g{i}@scheduling.k8s.io" for i in range(6)]
+_LEAVES = [ObjectKey(f"default/g{i}@scheduling.k8s.io") for i in range(6)]
 
 
 @st.composite
@@ -231,10 +232,10 @@ def _trees(draw: st.DrawFn, depth: int = 0, used: list[int] | None = None) -> Tr
             break
         children.append(draw(_trees(depth + 1, used)))
     need = draw(st.integers(1, max(len(children), 1)))
-    return Tree(f"default/c{depth}-{used[0]}@compositepodgroups", need, tuple(children))
+    return Tree(ObjectKey(f"default/c{depth}-{used[0]}@compositepodgroups"), need, tuple(children))
 
 
-def _count(counts: Mapping[str, int]) -> Any:
+def _count(counts: Mapping[ObjectKey, int]) -> Any:
     return lambda k: counts.get(k, 0)
 
 
@@ -264,10 +265,10 @@ def test_the_minimum_satisfies_the_tree_exactly_when_the_pods_that_exist_can(
 
 
 def test_the_minimum_prefers_children_satisfied_already() -> None:
-    a, b = Tree("a", 2, leaf=True), Tree("b", 2, leaf=True)
-    root = Tree("root", 1, (a, b))
-    chosen = root.minimum(_count({"a": 2, "b": 2}), _count({"b": 2}))
-    assert chosen == {"b": 0}
+    a, b = ObjectKey("a"), ObjectKey("b")
+    root = Tree(ObjectKey("root"), 1, (Tree(a, 2, leaf=True), Tree(b, 2, leaf=True)))
+    chosen = root.minimum(_count({a: 2, b: 2}), _count({b: 2}))
+    assert chosen == {b: 0}
 
 
 def test_a_leafless_composite_is_never_satisfied() -> None:

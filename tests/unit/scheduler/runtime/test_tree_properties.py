@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
+from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
 from scheduler.placement import default_scoring
 from scheduler.runtime.cluster.cache import ClusterCache
@@ -128,14 +129,16 @@ def test_a_tree_is_placed_whole_within_its_domains_or_not_at_all(drawn: _Drawn) 
         root = composite_key("default", "root")
         scheduler.gangs.attempt(UnitKey(UnitKind.GANG, root), lambda _, binds: placed.extend(binds))
         _check(drawn, cache, root, {info.key: a.node for info, a in placed})
-        group = cache.tree_group(root)
-        inner = group is not None and group.tree is not None and group.tree.inner_topology()
+        whole = cache.tree_group(root)
+        inner = whole is not None and whole.tree is not None and whole.tree.inner_topology()
         event(f"placed {'some' if placed else 'none'}, topology below the root: {inner}")
     finally:
         scheduler.close()
 
 
-def _check(drawn: _Drawn, cache: ClusterCache, root: str, placed: dict[str, str]) -> None:
+def _check(
+    drawn: _Drawn, cache: ClusterCache, root: ObjectKey, placed: dict[ObjectKey, str]
+) -> None:
     tree = cache.tree_group(root)
     assert tree is not None
     assert tree.tree is not None
@@ -148,17 +151,17 @@ def _check(drawn: _Drawn, cache: ClusterCache, root: str, placed: dict[str, str]
             need = body["spec"]["schedulingPolicy"]["gang"]["minCount"]
             assert per_group[key] in (0, *range(need, 10))
     racks = {name: rack for name, _, rack in drawn.nodes}
-    for node in _walk(tree.tree):  # each constrained group's placed pods in one rack
-        if node.topology is not None:
-            inside = set(node.leaves())
+    for level in _walk(tree.tree):  # each constrained group's placed pods in one rack
+        if level.topology is not None:
+            inside = set(level.leaves())
             used = {racks[n] for k, n in placed.items() if cache.pods[k].group_key in inside}
-            assert len(used) <= 1, (node.key, used)
+            assert len(used) <= 1, (level.key, used)
     gpus = {name: count for name, count, _ in drawn.nodes}
     held = Counter[str]()
-    for node, count in drawn.fillers:
-        held[node] += count
-    for key, node in placed.items():
-        held[node] += drawn.pods[key.partition("/")[2]][1]
+    for name, count in drawn.fillers:
+        held[name] += count
+    for key, name in placed.items():
+        held[name] += drawn.pods[key.partition("/")[2]][1]
     assert all(held[n] <= gpus[n] for n in held)
     # nothing left assumed but what was placed: a tree undone leaves no trace
     assumed = {k for k, info in cache.pods.items() if info.assumed}

@@ -42,6 +42,7 @@ KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("scheduling.k8s.io", "podgroups"): ALL_VERBS,
     ("scheduling.k8s.io", "podgroups/status"): STATUS_VERBS,
     ("scheduling.k8s.io", "workloads"): ALL_VERBS,
+    ("scheduling.k8s.io", "compositepodgroups"): ALL_VERBS,  # 1.37 alpha
     # DRA (resource.k8s.io/v1); `resourceclaims/binding` is synthetic: authorized on a write of a
     # claim's status that changes its allocation or reservedFor (1.36+).
     ("resource.k8s.io", "deviceclasses"): ALL_VERBS,

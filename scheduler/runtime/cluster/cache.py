@@ -26,6 +26,7 @@ from scheduler.placement.load import LoadAware
 from scheduler.runtime.cluster.budgets import BudgetBook
 from scheduler.runtime.cluster.composite import (
     COMPOSITE_MARK,
+    MAX_DEPTH,
     CompositeInfo,
     build_tree,
     composite_key,
@@ -310,6 +311,19 @@ class ClusterCache:
             return
         group = self.groups.get(gkey)
         usable = group if group is not None and not group.error else None
+        together = None if usable is None else self.evicted_with(usable)
+        if together is not None:  # one victim with its whole subtree
+            self.running.drop_gang(gkey)
+            self.running.track_gang(
+                together.key,
+                self.members(together.key),
+                1,
+                self._leaf,
+                key if info is None else None,
+                priority=together.priority,
+                whole=True,
+            )
+            return
         self.running.track_gang(
             gkey,
             self.members(gkey),
@@ -405,13 +419,35 @@ class ClusterCache:
         old = self.composites.get(info.key)
         self.composites[info.key] = info
         self._link(info.key, info.namespace, old.parent if old else None, info.parent)
+        self._recharge_below(info.key)
         return info
 
     def delete_composite(self, key: ObjectKey) -> CompositeInfo | None:
         old = self.composites.pop(key, None)
         if old is not None:
             self._link(key, old.namespace, old.parent, None)
+            self.running.drop_gang(key)
+            self._recharge_below(key)
         return old
+
+    def _recharge_below(self, key: ObjectKey) -> None:
+        """The pods below composite `key` are charged again (their victim unit may change)."""
+        for leaf in self.tree_leaves(key):
+            for pod in sorted(self._group_pods.get(leaf, ())):
+                self._charge(pod)
+
+    def evicted_with(self, group: GroupInfo) -> CompositeInfo | None:
+        """The topmost CompositePodGroup of `disruptionMode: all` above `group` (its pods are
+        evicted with that whole subtree), or None."""
+        found, parent, seen = None, group.parent, 0
+        while parent is not None and seen <= MAX_DEPTH:
+            above = self.composites.get(composite_key(group.namespace, parent))
+            if above is None:
+                break
+            if above.whole and not above.error:
+                found = above
+            parent, seen = above.parent, seen + 1
+        return found
 
     def unit_of(self, gkey: ObjectKey) -> ObjectKey:
         """The gang a group's pods are scheduled in: the root's tree for a group with a parent

@@ -6,7 +6,9 @@ a root holds, as kube-scheduler 1.37.2 schedules it (`gangscheduling.go`,
 A PodGroup or CompositePodGroup names its parent in `spec.parentCompositePodGroupName` (same
 namespace). A root (no parent) and everything below it is one scheduling unit. A PodGroup is
 satisfied with `minCount` pods (a `basic` one with 1); a CompositePodGroup with
-`schedulingPolicy.gang.minGroupCount` children satisfied (a `basic` one with 1). The tree is
+`schedulingPolicy.gang.minGroupCount` children satisfied (a `basic` one with 1). A
+CompositePodGroup of `disruptionMode: all` is evicted whole: every running pod below it is one
+victim unit (`whole`; the topmost such one above a PodGroup holds its pods). The tree is
 held back until the root would be satisfied by the pods that exist, and placed all or nothing:
 its pods bind only when the root is satisfied by the pods placed. Children are tried in order of
 creation, then name, as kube-scheduler orders them. A topology constraint holds at its level: a
@@ -15,8 +17,7 @@ PodGroup's pods, or a CompositePodGroup's whole subtree, in one domain.
 Read here, pure: `parse_composite` (never raises: `error` names the object and the field),
 `Tree` (the tree under a root, with `satisfied` and `minimum`), `build_tree` (from the groups
 and composites the cache holds, with the layout errors kube's API documents: a cycle, a depth
-over 4, a missing parent). What the scheduler does not implement yet is refused with the field
-named: a CompositePodGroup's `disruptionMode: all`.
+over 4, a missing parent).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class CompositeInfo:
     topology: TopologyConstraint | None = None
     priority: int | None = None
     never_preempts: bool = False
+    whole: bool = False
     error: str | None = None
 
     @property
@@ -104,11 +106,6 @@ def parse_composite(obj: Obj, *, levels: Iterable[str] | None = None) -> Composi
             raise ValueError(f"spec: must be an object, got {spec!r}")
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
         mode = union_member(spec, "disruptionMode", ("single", "all"), default="single")
-        if mode == "all":
-            raise ValueError(
-                "spec.disruptionMode: unsupported: all (children evicted together) is not read "
-                "by gputopo-scheduler yet"
-            )
         return replace(
             base,
             parent=parent_name(spec),
@@ -117,6 +114,7 @@ def parse_composite(obj: Obj, *, levels: Iterable[str] | None = None) -> Composi
             topology=spec_topology(spec, levels),
             priority=spec_priority(spec),
             never_preempts=spec_preemption_policy(spec) == "Never",
+            whole=mode == "all",
         )
     except (ValueError, TypeError, AttributeError) as exc:
         return replace(base, error=f"invalid {base.title}: {exc}")

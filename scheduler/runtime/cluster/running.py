@@ -4,10 +4,11 @@ A unit is a pod of this scheduler on its own, or a gang: every member of one Pod
 a node. Only pods of this scheduler that are bound or assumed, not finished and not terminating
 (no `deletionTimestamp`), and not already chosen as a victim, are ever in a unit; a gang's
 members above its `minMember` may be taken alone (`spare`), unless its group is evicted whole
-(an upstream PodGroup's `disruptionMode.all`). The cache calls `track` whenever it
-charges a pod (added, updated, assumed, forgotten, deleted), so the index is always current and
-the victim search never scans the cluster. Unit keys are `UnitKey` strings (`pod/ns/name`,
-`gang/ns/name`), the keys the scheduling queue and the nominations use.
+(an upstream PodGroup's `disruptionMode.all`; under a CompositePodGroup of `disruptionMode.all`,
+the unit is that whole subtree's, keyed by the CompositePodGroup). The cache calls `track`
+whenever it charges a pod (added, updated, assumed, forgotten, deleted), so the index is always
+current and the victim search never scans the cluster. Unit keys are `UnitKey` strings
+(`pod/ns/name`, `gang/ns/name`), the keys the scheduling queue and the nominations use.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class RunningUnits:
     def invalidate(self) -> None:
         """The queues changed: every unit's leaf is read again when its pod is next tracked."""
         self._generation += 1
+
+    def drop_gang(self, gkey: ObjectKey) -> None:
+        """Gang `gkey`'s unit is gone (its pods are now in another's, or none)."""
+        self.index.remove(str(UnitKey(UnitKind.GANG, gkey)))
 
     def track_gang(
         self,

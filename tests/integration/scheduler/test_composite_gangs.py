@@ -262,3 +262,38 @@ def test_each_replica_in_one_rack(composites, core_v1, custom_objects):
     racks = [_racks_of(composites, replicas[r]) for r in range(2)]
     assert all(len(r) == 1 for r in racks)
     assert racks[0] | racks[1] == {"r1", "r2"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "victims"),
+    [
+        pytest.param("single", 2, id="single: one PodGroup, whole"),
+        pytest.param("all", 4, id="all: the whole tree"),
+    ],
+)
+def test_disruption_mode_all_evicts_the_whole_tree(
+    composites, core_v1, custom_objects, mode, victims
+):
+    """A running tree of two PodGroups of 2 x 2 GPUs (minCount 2) fills an 8-GPU node. A pod
+    of priority 1000 asking 2 GPUs evicts one PodGroup (both its pods: minCount 2) under a
+    root of `single`, every pod of the tree under `all`."""
+    gpu_node(composites, "n1", gpus=8)
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}, _preload_content=False
+    )
+    with running(composites):
+        create_composite(custom_objects, composite_podgroup("job", 2, disruptionMode={mode: {}}))
+        pods: set[str] = set()
+        for side in "ab":
+            create_upstream_podgroup(custom_objects, child_podgroup(side, 2, "job"))
+            for i in range(2):
+                name = f"{side}-{i}"
+                body = member_pod(name, side, gpus=2, terminationGracePeriodSeconds=0)
+                create_pod(core_v1, body)
+                pods.add(name)
+        wait_for(lambda: pods <= set(bound_pods(composites)), 5, "the tree bound")
+        create_pod(core_v1, pod_body("urgent", gpus=2, priorityClassName="high"))
+        wait_for(lambda: "urgent" in bound_pods(composites), 10, "the preemptor bound")
+    evicted = evicted_pods(composites)
+    assert evicted <= pods
+    assert len(evicted) == victims

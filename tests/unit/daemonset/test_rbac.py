@@ -40,6 +40,7 @@ SCHEDULER = (
     | _grants(CLUSTER, "scheduling.x-k8s.io", "elasticquotas", "list watch")
     | _grants(CLUSTER, "scheduling.k8s.io", "podgroups", "list watch")  # upstream gangs (§15)
     | _grants(CLUSTER, "scheduling.k8s.io", "workloads", "list watch")  # ... on 1.35
+    | _grants(CLUSTER, "scheduling.k8s.io", "compositepodgroups", "list watch")  # ... trees
     | _grants(CLUSTER, "scheduling.k8s.io", "podgroups/status", "patch")
     | _grants(CLUSTER, "policy", "poddisruptionbudgets", "list watch")
     | _grants(CLUSTER, "scheduling.gputopo.io", "queues", "list watch")

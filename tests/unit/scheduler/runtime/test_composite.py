@@ -57,9 +57,9 @@ def test_a_gang_composite_reads_its_policy_parent_and_topology() -> None:
             id="two policies",
         ),
         pytest.param(
-            {"disruptionMode": {"all": {}}},
-            "spec.disruptionMode: unsupported: all",
-            id="evicted together",
+            {"disruptionMode": {"all": {}, "single": {}}},
+            "spec.disruptionMode: must set exactly one of single, all",
+            id="two disruption modes",
         ),
         pytest.param(
             {"parentCompositePodGroupName": 7},

@@ -2,7 +2,7 @@
 Hypothesis draws them): what is placed satisfies the root or is nothing; each PodGroup gets its
 minCount or none; every group with a topology constraint lands in one domain; no node holds more
 GPUs than it has; and nothing is left assumed but what was placed (a tree undone leaves no
-trace)."""
+trace). `_broken` names each invariant an attempt broke."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_a_tree_is_placed_whole_within_its_domains_or_not_at_all(drawn: _Drawn) 
         placed: Binds = []
         root = composite_key("default", "root")
         scheduler.gangs.attempt(UnitKey(UnitKind.GANG, root), lambda _, binds: placed.extend(binds))
-        _check(drawn, cache, root, {info.key: a.node for info, a in placed})
+        assert _broken(drawn, cache, root, {info.key: a.node for info, a in placed}) == []
         whole = cache.tree_group(root)
         inner = whole is not None and whole.tree is not None and whole.tree.inner_topology()
         event(f"placed {'some' if placed else 'none'}, topology below the root: {inner}")
@@ -136,36 +136,41 @@ def test_a_tree_is_placed_whole_within_its_domains_or_not_at_all(drawn: _Drawn) 
         scheduler.close()
 
 
-def _check(
+def _broken(
     drawn: _Drawn, cache: ClusterCache, root: ObjectKey, placed: dict[ObjectKey, str]
-) -> None:
+) -> list[str]:
+    """The invariants the attempt broke (none: [])."""
     tree = cache.tree_group(root)
-    assert tree is not None
-    assert tree.tree is not None
+    if tree is None or tree.tree is None:
+        return [f"no tree: {tree}"]
+    broken = []
     per_group = Counter(str(cache.pods[k].group_key) for k in placed)
-    # the root satisfied by what was placed, or nothing placed
-    assert not placed or tree.tree.satisfied(lambda k: per_group[k])
-    for body in drawn.bodies:  # each PodGroup: its minCount or none
+    if placed and not tree.tree.satisfied(lambda k: per_group[k]):
+        broken.append(f"placed without satisfying the root: {dict(per_group)}")
+    for body in drawn.bodies:
         if body["kind"] == "PodGroup":
             key = group_key("default", body["metadata"]["name"], upstream=True)
             need = body["spec"]["schedulingPolicy"]["gang"]["minCount"]
-            assert per_group[key] in (0, *range(need, 10))
+            if 0 < per_group[key] < need:
+                broken.append(f"{key}: {per_group[key]} placed, minCount {need}")
     racks = {name: rack for name, _, rack in drawn.nodes}
-    for level in _walk(tree.tree):  # each constrained group's placed pods in one rack
+    for level in _walk(tree.tree):
         if level.topology is not None:
             inside = set(level.leaves())
             used = {racks[n] for k, n in placed.items() if cache.pods[k].group_key in inside}
-            assert len(used) <= 1, (level.key, used)
+            if len(used) > 1:
+                broken.append(f"{level.key} spans racks {sorted(used)}")
     gpus = {name: count for name, count, _ in drawn.nodes}
     held = Counter[str]()
     for name, count in drawn.fillers:
         held[name] += count
     for key, name in placed.items():
         held[name] += drawn.pods[key.partition("/")[2]][1]
-    assert all(held[n] <= gpus[n] for n in held)
-    # nothing left assumed but what was placed: a tree undone leaves no trace
+    broken += [f"{n}: {held[n]} GPUs of {gpus[n]}" for n in held if held[n] > gpus[n]]
     assumed = {k for k, info in cache.pods.items() if info.assumed}
-    assert assumed == set(placed)
+    if assumed != set(placed):
+        broken.append(f"left assumed: {sorted(assumed - set(placed))}")
+    return broken
 
 
 def _walk(node: Tree) -> list[Tree]:

@@ -17,8 +17,9 @@ place); PENDING: those on no node and not finished. TOPOLOGY: the required topol
 a preferred one followed by ` (preferred)`. STATUS: `invalid: <field>: <why>` for a group the
 scheduler cannot use, `PodGroup not found` for pods naming a group that does not exist, else the
 reason of the upstream `PodGroupInitiallyScheduled` condition (`PodGroupScheduled` in
-`v1alpha2`) or our PodGroup's `status.phase`, else `-` (no status written yet). Nothing here
-raises on a malformed object.
+`v1alpha2`) or our PodGroup's `status.phase`, else `-` (no status written yet). `-o json|yaml`
+also gives an upstream PodGroup's `parent` (its `parentCompositePodGroupName`: the tree of
+CompositePodGroups it is scheduled with). Nothing here raises on a malformed object.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Gang:
     bound: int = 0
     pending: int = 0
     members: list[str] = field(default_factory=list)
+    parent: str | None = None
 
     @property
     def upstream(self) -> bool:
@@ -149,6 +151,8 @@ def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
         spec = obj.get("spec") or {}
         if not isinstance(spec, Mapping):
             raise ValueError(f"spec: must be an object, got {spec!r}")
+        parent = spec.get("parentCompositePodGroupName")
+        gang.parent = parent if isinstance(parent, str) and parent else None
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
         gang.topology = _upstream_topology(spec)
         if policy == "basic":  # its pods one by one, in the domain of those placed
@@ -316,4 +320,5 @@ def gang_json(gang: Gang) -> dict[str, Any]:
         "topology": topology,
         "status": gang.status,
         "problem": gang.problem,
+        "parent": gang.parent,
     }

@@ -147,7 +147,16 @@ def test_json_of_a_gang():
         "namespace": "default", "name": "g", "api": UPSTREAM_API, "minCount": 2, "basic": False,
         "pods": 2, "bound": 1, "pending": 1, "members": ["g-0", "g-1"],
         "topology": {"key": "rack", "required": True}, "status": None, "problem": None,
+        "parent": None,
     }  # fmt: skip
+
+
+def test_json_names_a_podgroups_parent_in_a_tree():
+    child = upstream("w", 2)
+    child["spec"]["parentCompositePodGroupName"] = "replica-0"
+    (gang,) = build_gangs(None, [child], UPSTREAM_API, [])
+    assert gang_json(gang)["parent"] == "replica-0"
+    assert gang.problem is None
 
 
 def test_the_versions_are_the_schedulers():

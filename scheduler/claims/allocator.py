@@ -73,21 +73,29 @@ class ClaimAllocator:
         scoring: Scoring | None = None,
         selectors: Selectors | None = None,
         limit: int = DEFAULT_LIMIT,
+        alike: ClaimAllocator | None = None,
     ) -> None:
+        """`alike`: an allocator of the same classes deciding against another usage; this one
+        shares its compiled selectors, the attributes read and the nodes' likenesses (a node's
+        class is then read once for both)."""
         self.classes = classes
         self.scoring = scoring or Scoring.from_weights(CLAIM_WEIGHTS, candidate_limit=0)
-        self.selectors = selectors or Selectors()
+        self.selectors: Selectors = (
+            alike.selectors if alike is not None else selectors or Selectors()
+        )
         self.limit = limit
         self._static: StaticMemo = {}
         self._orders: OrderMemo = {}
-        self._reads = AttributeReads()
+        self._reads: AttributeReads = AttributeReads() if alike is None else alike._reads
         """What the classes' and the shapes' selectors and constraints may read of a device's
         attributes: like nodes are alike in those (a GPU's UUID, read by none, tells none apart)."""
         for device_class in classes.values():
             for expression in device_class.selectors:
                 self._reads.note_expression(expression)
         self._noted: set[object] = set()  # the shapes whose reads are noted
-        self._verdicts = Verdicts(self.scoring, self._reads)
+        self._verdicts: Verdicts = Verdicts(
+            self.scoring, self._reads, alike=None if alike is None else alike._verdicts
+        )
         self._nearest_nodes: dict[tuple[object, ...], tuple[tuple[int, ...], int]] = {}
         """Per shape, node list, classes' stamp and count shown: the positions of the nearest
         misses and how many nodes miss (`_nearest`)."""

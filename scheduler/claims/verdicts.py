@@ -230,10 +230,17 @@ class _Book:
 
 
 class Verdicts:
-    def __init__(self, scoring: Scoring, reads: AttributeReads | None = None) -> None:
+    def __init__(
+        self,
+        scoring: Scoring,
+        reads: AttributeReads | None = None,
+        *,
+        alike: Verdicts | None = None,
+    ) -> None:
         """`reads`: the device attributes the shapes decided may read (None: every one); nodes
         whose devices differ only in others are alike. A shape's reads are noted before it is
-        scanned."""
+        scanned. `alike`: verdicts (of another usage) whose likenesses these share, with its
+        reads: a node's fixed part, the costly part of its class, is then read once for both."""
         self._learners = scoring.learners()
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
@@ -241,7 +248,7 @@ class Verdicts:
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
-        self._likeness = _Likeness(reads)
+        self._likeness: _Likeness = _Likeness(reads) if alike is None else alike._likeness
         self._likes: dict[int, _Like] = {}  # per node object, for every shape and list
         self._layouts: dict[int, _Layout] = {}  # per node list, by its number
 

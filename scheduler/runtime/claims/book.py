@@ -151,12 +151,11 @@ class ClaimBook:
 
     def _trial(self) -> ClaimAllocator:
         """An allocator for trials on nodes emptied of every claim (`ClaimCharges.claimed`),
-        sharing the compiled selectors: its verdicts follow an empty `Usage`, where the
-        allocator's follow the one in use; deciding both on one would class every node in use
-        again at each turn (76 ms a refused pod at 5,000 full nodes)."""
-        return ClaimAllocator(
-            dict(self.classes), scoring=self._scoring, selectors=self.allocator.selectors
-        )
+        alike the allocator (its selectors, reads and nodes' likenesses shared): its verdicts
+        follow an empty `Usage`, where the allocator's follow the one in use; deciding both on
+        one would class every node in use again at each turn (76 ms a refused pod at 5,000
+        full nodes), and reading each node's likeness apart cost the first trial 0.3 s there."""
+        return ClaimAllocator(dict(self.classes), scoring=self._scoring, alike=self.allocator)
 
     def _index(self, name: str, old: ResourceSlice | None, new: ResourceSlice | None) -> None:
         """Move slice `name` from `old`'s bucket to `new`'s (a node's own, or the shared one)

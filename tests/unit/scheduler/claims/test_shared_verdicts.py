@@ -241,15 +241,20 @@ def test_kept_verdicts_of_many_shapes_decide_as_a_fresh_allocator_on_changing_st
     moved only for the chosen node) against a fresh one per pod, while pods of several shapes
     take devices and other pods load and unload the nodes' states (a GPU the claims do not see:
     the scores change, `Usage` does not); "past" decides (and applies nothing) on a copy of the
-    usage made before an earlier pod, as a gang's what-if does."""
+    usage made before an earlier pod, as a gang's what-if does, and a trial allocator alike the
+    kept one (its likenesses shared) decides it on an empty usage, as a victim search's trial
+    does, equal to a fresh allocator there."""
     count, with_state, steps = run
     nodes = _like_nodes(list(NAMES[:count]), with_state=with_state)
     kept, usage = ClaimAllocator(classes()), Usage()
+    trial, empty = ClaimAllocator(classes(), alike=kept), Usage()
     copies = [usage.copy()]
     for i, (kind, value, selector) in enumerate(steps):
         if kind == "past":
             want = _gpu_pod(f"ns/p{i}", value, selector)
             past = copies[i % len(copies)]
+            tried = trial.place(want, nodes, empty, explain=False)  # the trial first
+            assert tried == ClaimAllocator(classes()).place(want, nodes, empty, explain=False)
             got = kept.place(want, nodes, past, explain=False)
             assert got == ClaimAllocator(classes()).place(want, nodes, past, explain=False)
             continue

@@ -56,15 +56,26 @@ class ClaimNode:
     state: NodeState | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     """The node's labels: what a claim allocated with a nodeSelector is matched by (`reaches`)."""
-    likeness: Hashed = field(init=False, repr=False)
-    """What a verdict reads of the node that is fixed for its life, made once with it: its devices
-    up to their pool names (`NodeDevices.likeness`), its GPU map by device position and its
-    state's static shape (placement's `static_shape`, which a state keeps for life); the GPU
-    selector by the layout it was made from, or when it was given, itself (compared as the same
-    object). Nodes of equal likenesses decide alike (`verdicts`)."""
+    rest: tuple[object, ...] = field(init=False, repr=False)
+    """What a verdict reads of the node that is fixed for its life besides its devices, made
+    with it: its state's static shape (placement's `static_shape`, which a state keeps for
+    life), its GPU map by device position, the GPU selector by the layout it was made from, or
+    when it was given, itself (compared as the same object)."""
+    _likeness: Hashed | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "likeness", _fixed_likeness(self.devices, self.gpus, self.state))
+        object.__setattr__(self, "rest", _fixed_rest(self.devices, self.gpus, self.state))
+
+    @property
+    def likeness(self) -> Hashed:
+        """All a verdict reads of the node that is fixed for its life, made once when first
+        asked: its devices up to their pool names (`NodeDevices.likeness`) and `rest`. Nodes of
+        equal likenesses decide alike (`verdicts`)."""
+        made = self._likeness
+        if made is None:
+            made = Hashed((self.devices.likeness, *self.rest))
+            object.__setattr__(self, "_likeness", made)
+        return made
 
 
 class Hashed:
@@ -84,14 +95,16 @@ class Hashed:
         return isinstance(other, Hashed) and other._hash == self._hash and other.value == self.value
 
 
-def _fixed_likeness(devices: NodeDevices, gpus: GpuMap | None, state: NodeState | None) -> Hashed:
+def _fixed_rest(
+    devices: NodeDevices, gpus: GpuMap | None, state: NodeState | None
+) -> tuple[object, ...]:
     shape = None if state is None else tuple(map(_linked, static_shape(state)))
     if gpus is None:
-        return Hashed((devices.likeness, shape, None))
+        return (shape, None)
     whole = tuple(map(gpus.whole.get, devices.ids, repeat(-1)))
     parent = tuple(map(gpus.parent.get, devices.ids, repeat(-1)))
     made = gpus.selector if gpus.layout is None else (_Links(gpus.layout[0]), gpus.layout[1])
-    return Hashed((devices.likeness, shape, (made, whole, parent)))
+    return (shape, (made, whole, parent))
 
 
 def _linked(value: object) -> object:

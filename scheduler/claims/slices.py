@@ -141,11 +141,7 @@ class NodeDevices:
     not read it (not in `likeness`): only where the allocation may be used does
     (`allocation_reach`)."""
     pools: tuple[tuple[str, str], ...] = field(init=False)
-    likeness: str = field(init=False, repr=False, compare=False)
-    """All of it but its pool names as text, made once (each device's `likeness` with its pool's
-    position among `pools`, and the positions of the incomplete pools): nodes whose devices are
-    alike up to their pool names have equal likenesses (`verdicts`), and one is hashed once and
-    compared in one pass (as `ClaimSpec.shape`)."""
+    _likeness: str | None = field(init=False, default=None, repr=False, compare=False)
     ids: tuple[DeviceId, ...] = field(init=False, repr=False, compare=False)
     """Each device's id, in `devices` order."""
     positions: Mapping[int, int] = field(init=False, repr=False, compare=False)
@@ -154,12 +150,25 @@ class NodeDevices:
     def __post_init__(self) -> None:
         pools = tuple(sorted({(d.id.driver, d.id.pool) for d in self.devices}))
         object.__setattr__(self, "pools", pools)
-        place = {pool: i for i, pool in enumerate(pools)}
-        devices = tuple((d.likeness, place[d.id.driver, d.id.pool]) for d in self.devices)
-        incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
-        object.__setattr__(self, "likeness", repr((devices, incomplete)))
         object.__setattr__(self, "ids", tuple(d.id for d in self.devices))
         object.__setattr__(self, "positions", {id(d): i for i, d in enumerate(self.devices)})
+
+    @property
+    def likeness(self) -> str:
+        """All of it but its pool names as text, made once when first asked (each device's
+        `likeness` with its pool's position among `pools`, and the positions of the incomplete
+        pools): nodes whose devices are alike up to their pool names have equal likenesses
+        (`verdicts`), and one is hashed once and compared in one pass (as `ClaimSpec.shape`).
+        Verdicts that read only some attributes use `likeness_reading` instead: the text, the
+        costliest part of a node's view to make, is then never made."""
+        made = self._likeness
+        if made is None:
+            place = {pool: i for i, pool in enumerate(self.pools)}
+            devices = tuple((d.likeness, place[d.id.driver, d.id.pool]) for d in self.devices)
+            incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
+            made = repr((devices, incomplete))
+            object.__setattr__(self, "_likeness", made)
+        return made
 
     def likeness_reading(self, keeps: Callable[[str], bool]) -> tuple[object, ...]:
         """`likeness` with only the attributes `keeps` (by qualified name) of each device: what

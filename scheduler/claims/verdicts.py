@@ -12,7 +12,9 @@ taints, sharing, same pool order, same incomplete pools), the same devices held 
 position (and the same capacity consumed), the same GPU map by position and GPU selector (the
 same object, or made from equal links and NUMA nodes), and `NodeState`s in the same class as
 placement's verdict memo keys them (`static_shape`, `dynamic_state`, the GPU product label); the
-part fixed for the node's life is `ClaimNode.likeness`, made once with the node. A likeness is
+part fixed for the node's life is `ClaimNode.rest` (made with the node) and what the shapes
+read of its devices (`NodeDevices.likeness_reading`; all of them, `likeness`, only when an
+expression may read any attribute), read once per node and set of attributes read. A likeness is
 numbered: the node's class. So a shape is decided once per class (`_Book.verdicts`), on the first
 node of it met, and a like node takes that verdict with its picks moved to its own devices.
 
@@ -562,7 +564,7 @@ class _Likeness:
                 number = self._number(node.likeness)  # hashed once, with the node
             else:
                 seen = node.devices.likeness_reading(reads.keeps)
-                number = self._number(Hashed((seen, *node.likeness.value[1:])))
+                number = self._number(Hashed((seen, *node.rest)))
             found = self._fixed[id(node)] = (node, version, number, node.devices.ids)
         return found[2], found[3]
 

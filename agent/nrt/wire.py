@@ -11,6 +11,8 @@ GPU zone costs: `100 - k` for a pair joined by k NVLinks, else `100 + NVML topol
 
 from __future__ import annotations
 
+from functools import cache
+
 from agent.model import GpuLink, TopoLevel
 
 GROUP = "topology.node.k8s.io"
@@ -95,8 +97,11 @@ def gpu_cost(link: GpuLink) -> int:
     return NVLINK_COST_BASE + int(link.level)
 
 
+@cache
 def link_of_cost(cost: int) -> GpuLink:
-    """Inverse of `gpu_cost`; raises ValueError for values no GpuLink encodes to."""
+    """Inverse of `gpu_cost`; raises ValueError for values no GpuLink encodes to. One object per
+    cost: the link matrices of nodes decoded apart then compare cell by cell as the same objects
+    (the claims' verdicts and placement's classes compare every node's matrix with others')."""
     if 0 < cost < NVLINK_COST_BASE:
         return GpuLink(nvlinks=NVLINK_COST_BASE - cost)
     level = cost - NVLINK_COST_BASE

@@ -10,7 +10,7 @@ Modules, bottom up: `request` (what a pod asks), `node` (one node's state), `fil
 anti-affinity and topology spread refuse a pod), `pick` (the plain decision: the reference, and
 the path with a candidate limit), `node_slots` and `class_verdicts` (the memo's bookkeeping),
 `verdict_memo` (decisions memoised per pod class), `placer` (the decision API), `gang` (a pod
-group).
+group), `tree` (a tree of pod groups, group by group).
 """
 
 from .filters import NodeFit, choose_devices, filter_node
@@ -46,6 +46,7 @@ from .request import (
 )
 from .scores import SCORE_FUNCTIONS, Learner, ScoreFn, Scoring, WeightedScore, default_scoring
 from .snapshot import Snapshot
+from .tree import Placed, Tree, TreeSide, place_subtree
 
 __all__ = [
     "CLIQUE_LABEL",
@@ -64,6 +65,7 @@ __all__ = [
     "NodeSelectorTerm",
     "NodeState",
     "Operator",
+    "Placed",
     "Placer",
     "PodRequest",
     "PodTerm",
@@ -75,6 +77,8 @@ __all__ = [
     "Toleration",
     "TopologyConstraint",
     "TopologyPolicy",
+    "Tree",
+    "TreeSide",
     "WeightedScore",
     "choose_devices",
     "default_scoring",
@@ -86,6 +90,7 @@ __all__ = [
     "mig_resource",
     "place_gang",
     "place_most_in_one_domain",
+    "place_subtree",
     "placed_domain",
     "score_node",
     "topology_domains",

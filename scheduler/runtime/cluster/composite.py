@@ -15,9 +15,9 @@ creation, then name, as kube-scheduler orders them. A topology constraint holds 
 PodGroup's pods, or a CompositePodGroup's whole subtree, in one domain.
 
 Read here, pure: `parse_composite` (never raises: `error` names the object and the field),
-`Tree` (the tree under a root, with `satisfied` and `minimum`), `build_tree` (from the groups
-and composites the cache holds, with the layout errors kube's API documents: a cycle, a depth
-over 4, a missing parent).
+`build_tree` (the tree under a root, a placement `Tree` with `satisfied` and `minimum`, from
+the groups and composites the cache holds, with the layout errors kube's API documents: a
+cycle, a depth over 4, a missing parent).
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key
 from agent.podgroup import union_member
-from scheduler.placement import TopologyConstraint
+from scheduler.placement import TopologyConstraint, Tree
 from scheduler.runtime.cluster.groups import (
     GroupInfo,
-    Tree,
     parent_name,
     spec_preemption_policy,
     spec_priority,
@@ -43,7 +42,6 @@ __all__ = [
     "MAX_DEPTH",
     "BuiltTree",
     "CompositeInfo",
-    "Tree",
     "build_tree",
     "composite_key",
     "parse_composite",

@@ -14,14 +14,14 @@ never raises: a malformed group comes back with `error` naming the object and th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.objkey import DEFAULT_NAMESPACE, ObjectKey, object_key, split_key
 from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key
 from scheduler.config import DEFAULT_GANG_TIMEOUT_SECONDS
-from scheduler.placement import TopologyConstraint
+from scheduler.placement import TopologyConstraint, Tree
 from scheduler.runtime.cluster.podspec import (
     UPSTREAM_GROUP_MARK,
     WORKLOAD_GROUP_MARK,
@@ -38,7 +38,6 @@ __all__ = [
     "WORKLOAD_MARK",
     "GroupClaim",
     "GroupInfo",
-    "Tree",
     "WorkloadGang",
     "check_level",
     "gang_priority",
@@ -123,56 +122,6 @@ class GroupClaim:
             and entry.get("resourceClaimName") == self.claim_name
             and entry.get("resourceClaimTemplateName") == self.template_name
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Tree:
-    """One group of a tree of CompositePodGroups (`composite`): a PodGroup (`leaf`, `need` its
-    minCount) or a CompositePodGroup (`need` its minGroupCount, `children` in kube's order);
-    `topology`: its own constraint (its pods, its whole subtree's, in one domain)."""
-
-    key: ObjectKey
-    need: int
-    children: tuple[Tree, ...] = ()
-    leaf: bool = False
-    topology: TopologyConstraint | None = None
-
-    def inner_topology(self) -> bool:
-        """Whether a group below this one has a topology constraint of its own."""
-        return any(c.topology is not None or c.inner_topology() for c in self.children)
-
-    def leaves(self) -> list[ObjectKey]:
-        """The PodGroups below (or this one), in order."""
-        if self.leaf:
-            return [self.key]
-        return [k for child in self.children for k in child.leaves()]
-
-    def satisfied(self, count: Callable[[ObjectKey], int]) -> bool:
-        """Whether the group is satisfied when each PodGroup has `count(key)` pods."""
-        if self.leaf:
-            return count(self.key) >= self.need
-        return sum(1 for c in self.children if c.satisfied(count)) >= self.need
-
-    def minimum(
-        self, present: Callable[[ObjectKey], int], held: Callable[[ObjectKey], int]
-    ) -> dict[ObjectKey, int] | None:
-        """How many more pods of each PodGroup to place for the group to be satisfied, with
-        `present(key)` pods existing and `held(key)` of them placed: the first children (in
-        order) that can be, those satisfied already first; None when the pods that exist
-        cannot satisfy it."""
-        if self.leaf:
-            if present(self.key) < self.need:
-                return None
-            return {self.key: max(self.need - held(self.key), 0)}
-        options = [c.minimum(present, held) for c in self.children]
-        usable = [o for o in options if o is not None]
-        usable.sort(key=lambda o: sum(o.values()) > 0)  # stable: order kept within each
-        if len(usable) < self.need:
-            return None
-        chosen: dict[ObjectKey, int] = {}
-        for option in usable[: self.need]:
-            chosen.update(option)
-        return chosen
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,17 +50,19 @@ from scheduler.placement import (
     Assignment,
     Placer,
     PodRequest,
+    Snapshot,
     TopologyConstraint,
-    domains_holding,
+    Tree,
     excluding_outside,
     member_domains,
     place_gang,
     place_most_in_one_domain,
+    place_subtree,
 )
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
-from scheduler.runtime.cluster.composite import COMPOSITE_MARK, Tree, composite_key
+from scheduler.runtime.cluster.composite import COMPOSITE_MARK, composite_key
 from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
 from scheduler.runtime.cluster.podinfo import PodInfo
 from scheduler.runtime.cluster.upstream import status_patch
@@ -503,42 +505,12 @@ class GangTracker:
         keep: bool,
     ) -> tuple[Binds, bool, str]:
         """Place `node`'s pending pods within `allowed` (None: anywhere): (placed, whether the
-        group is satisfied then, why pods were left). A PodGroup: as its own gang (`_place`:
-        its minCount together, the rest one by one, in its own domain). A CompositePodGroup:
-        its children in order, in one domain of its topology (those its pods hold, else each
-        that holds enough free GPUs, tightest first); unless `keep` (a started tree), what it
-        placed is undone when too few children are satisfied."""
-        held = [m for k in node.leaves() for m in self._cache.members(k) if holds_place(m)]
-        if node.leaf:
-            return self._place_leaf(node, held, pending, excluded, allowed)
-        placer = self._live_placer()
-        waiting = [m for m in pending if m.group_key in set(node.leaves()) and m.node is None]
-        where: Sequence[frozenset[str] | None] = [allowed]
-        if node.topology is not None:
-            nodes = [m.node for m in held if m.node]
-            inside = member_domains(placer.snapshot, node.topology, nodes)
-            if isinstance(inside, str):
-                return [], False, inside
-            if inside == [None]:  # nothing placed yet: each domain that could hold it
-                inside = [
-                    *domains_holding(placer.snapshot, node.topology.label, _requests(waiting))
-                ]
-            where = [d if allowed is None else d & allowed for d in inside if d is not None]
-            if not where:
-                return [], False, f"no {node.topology.label} domain holds {_groups_title(node)}"
-        why = ""
-        for domain in where:
-            placed: Binds = []
-            satisfied = 0
-            for child in node.children:
-                more, ok, left = self._place_subtree(child, pending, excluded, domain, keep=keep)
-                placed += more
-                satisfied += ok
-                why = why or left
-            if keep or satisfied >= node.need:
-                return placed, satisfied >= node.need, why
-            self._forget(placed)
-        return [], False, why
+        group is satisfied then, why pods were left), by the walk the victim search runs too
+        (`place_subtree`): each PodGroup as its own gang (`_place_leaf`), each
+        CompositePodGroup's children in one domain of its topology; unless `keep` (a started
+        tree), what a level placed is undone when too few children are satisfied."""
+        walk = _TreeWalk(self, self._live_placer().snapshot, pending, excluded)
+        return place_subtree(node, walk, allowed, keep=keep)
 
     def _place_leaf(
         self,
@@ -838,10 +810,6 @@ def _requests(pods: Sequence[PodInfo]) -> list[PodRequest]:
     return [m.request for m in pods]
 
 
-def _groups_title(node: Tree) -> str:
-    return f"the {len(node.leaves())} PodGroups below {node.key.partition('@')[0]}"
-
-
 def _started(group: GroupInfo, members: Sequence[PodInfo]) -> bool:
     """Whether the members holding places bring the gang to its minimum (it then places its
     others alone and never preempts for them)."""
@@ -867,3 +835,39 @@ def _taken(chosen: dict[ObjectKey, int], gkey: ObjectKey | None) -> bool:
 def _claims(pods: Sequence[PodInfo]) -> bool:
     """Whether any of `pods` uses ResourceClaims (placed through `ClaimCharges`)."""
     return any(has_claims(m.obj) for m in pods)
+
+
+class _TreeWalk:
+    """A tree's pending pods as `GangTracker` places them: `place_subtree`'s `TreeSide`."""
+
+    def __init__(
+        self,
+        tracker: GangTracker,
+        snapshot: Snapshot,
+        pending: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+    ) -> None:
+        self._tracker, self._snapshot = tracker, snapshot
+        self._pending, self._excluded = pending, excluded
+        self._cache = tracker._cache
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def held_nodes(self, node: Tree) -> list[str]:
+        return [n for m in self._held(node.leaves()) if (n := m.node) is not None]
+
+    def waiting(self, node: Tree) -> list[PodRequest]:
+        keys = set(node.leaves())
+        return [m.request for m in self._pending if m.group_key in keys and m.node is None]
+
+    def place_leaf(self, leaf: Tree, allowed: frozenset[str] | None) -> tuple[Binds, bool, str]:
+        held = self._held([leaf.key])
+        return self._tracker._place_leaf(leaf, held, self._pending, self._excluded, allowed)
+
+    def undo(self, placed: Binds) -> None:
+        self._tracker._forget(placed)
+
+    def _held(self, keys: Sequence[ObjectKey]) -> list[PodInfo]:
+        return [m for k in keys for m in self._cache.members(k) if holds_place(m)]

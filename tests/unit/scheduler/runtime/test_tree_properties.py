@@ -17,10 +17,10 @@ from kubernetes import client
 
 from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
-from scheduler.placement import default_scoring
+from scheduler.placement import Tree, default_scoring
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.composite import composite_key
-from scheduler.runtime.cluster.groups import Tree, group_key
+from scheduler.runtime.cluster.groups import group_key
 from scheduler.runtime.gangs.tracker import Binds
 from scheduler.runtime.loop import Scheduler
 from scheduler.runtime.metrics import SchedulerMetrics

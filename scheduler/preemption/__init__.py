@@ -6,9 +6,10 @@ passes times in).
 
 Modules, bottom up: `model` (the plain data in and out), `index` (running units, kept by the
 caller), `budgets` (PodDisruptionBudgets counted), `eligibility` (who may evict whom), `ledger`
-(quota with victims taken out), `candidates` (the cheap bound), `reprieve` (greedy then reprieve
-on one node or node set), `search` (`find_victims`), `nominations` (capacity held for a unit
-after a preemption or while it starves), `starvation` (where a starving unit's hold goes).
+(quota with victims taken out), `candidates` (the cheap bound), `treefit` (a tree of pod groups
+placed on an area), `reprieve` (greedy then reprieve on one node or node set), `search`
+(`find_victims`), `nominations` (capacity held for a unit after a preemption or while it
+starves), `starvation` (where a starving unit's hold goes).
 """
 
 from .index import RunningIndex
@@ -22,6 +23,7 @@ from .model import (
     PreemptionSettings,
     Preemptor,
     Running,
+    TreeDemand,
     VictimChoice,
     VictimReason,
 )
@@ -42,6 +44,7 @@ __all__ = [
     "Preemptor",
     "Running",
     "RunningIndex",
+    "TreeDemand",
     "VictimChoice",
     "VictimReason",
     "find_victims",

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from scheduler.placement import PodRequest, TopologyConstraint
+from agent.objkey import ObjectKey
+from scheduler.placement import PodRequest, TopologyConstraint, Tree
 
 __all__ = [
     "Budget",
@@ -22,6 +23,7 @@ __all__ = [
     "PreemptionSettings",
     "Preemptor",
     "Running",
+    "TreeDemand",
     "VictimChoice",
     "VictimReason",
 ]
@@ -91,6 +93,18 @@ class GangDeviceFit(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TreeDemand:
+    """The tree of pod groups U's pods belong to (CompositePodGroups), placed group by group as
+    the scheduler places it (`place_subtree`), for a tree with a topology below its root: `tree`;
+    `groups` each of U's pods' PodGroup (pod key -> the leaf's key); `held` the nodes the
+    PodGroups' pods already placed hold (leaf key -> nodes)."""
+
+    tree: Tree
+    groups: Mapping[str, ObjectKey]
+    held: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Claimed:
     """What a unit's devices decided apart (its DRA claims) will take beyond its pods' requests:
     `amounts` charged to its queue (quota units: their whole GPUs and shares), `gpus` the whole
@@ -111,7 +125,9 @@ class Preemptor:
     that fits too, with the area's victims gone. `gang_devices`: the same for a gang's pods
     together: an area takes U only where they fit, each pod on the node they choose. `claimed`:
     what those devices will take beyond U's pods' requests (counted in U's demand, and in the
-    room a candidate must have)."""
+    room a candidate must have). `tree`: U's tree of pod groups, when a group below its root
+    has a topology of its own (`topology` is then the root's): an area takes U only where the
+    tree's walk places it whole."""
 
     key: str
     pods: tuple[PodRequest, ...]
@@ -125,6 +141,7 @@ class Preemptor:
     devices: DeviceFit | None = field(default=None, compare=False)
     gang_devices: GangDeviceFit | None = field(default=None, compare=False)
     claimed: Claimed = field(default_factory=lambda: Claimed())
+    tree: TreeDemand | None = field(default=None, compare=False)
 
 
 class VictimReason(StrEnum):

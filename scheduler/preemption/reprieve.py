@@ -13,8 +13,10 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
    devices decided apart (`Preemptor.devices`: its DRA claims, by the claim allocator), they
    fit; for a gang with such devices (`Preemptor.gang_devices`), they fit together on the
    area's nodes where every member fits the rest of its request, and each member then fits
-   the rest on the node they chose; for a pod whose inter-pod rules read beyond the area
-   (`InterPodFit`), they let it, on the live snapshot with the victims gone. The reprieve
+   the rest on the node they chose; for a tree of pod groups with a topology below its root
+   (`Preemptor.tree`), the tree's walk places it whole (`treefit`); for a pod whose inter-pod
+   rules read beyond the area (`InterPodFit`), they let it, on the live snapshot with the
+   victims gone. The reprieve
    first tests fit with arithmetic (free GPUs, cpu, memory, pods: necessary conditions, so a
    piece it keeps out would not fit either; and what is decided apart, a gang's devices on the
    whole area) and places U once at the end; should that fail (devices, NUMA,
@@ -32,8 +34,9 @@ from .budgets import BudgetBook
 from .eligibility import Piece
 from .interpodfit import GangInterPodFit
 from .ledger import Ledger
-from .model import DeviceFit, GangDeviceFit, Preemptor
+from .model import DeviceFit, GangDeviceFit, Preemptor, TreeDemand
 from .room import Room
+from .treefit import place_tree
 
 __all__ = ["Estimate", "Miss", "Outcome", "Workbench", "reprieve_order", "victim_rank"]
 
@@ -300,6 +303,8 @@ class Workbench:
     def _place(self, area: frozenset[str]) -> tuple[dict[str, str], float] | None:
         """Where the placement code puts all of U on the clones of `area`, and U's score."""
         pods = self._preemptor.pods
+        if self._preemptor.tree is not None:
+            return self._place_tree(self._preemptor.tree, area)
         if len(pods) == 1:
             decision = self._placer.decide(pods[0], allowed=area, explain=False)
             if decision.assignment is None:
@@ -333,6 +338,17 @@ class Workbench:
             for pod in pods
         )
         return {key: a.node for key, a in placed.assignments.items()}, score
+
+    def _place_tree(
+        self, demand: TreeDemand, area: frozenset[str]
+    ) -> tuple[dict[str, str], float] | None:
+        """A tree of pod groups, group by group as the scheduler places it (`place_tree`)."""
+        placed = place_tree(self._preemptor, demand, self._placer, area)
+        if placed is None or not self._rules_let(placed):
+            return None
+        scoring = self._placer.scoring
+        score = sum(scoring.total(p, self._snapshot.node(a.node), a) for p, a in placed)
+        return {pod.key: a.node for pod, a in placed}, score
 
     def _place_with_devices(
         self, gang: GangDeviceFit, area: frozenset[str]

@@ -260,7 +260,14 @@ class _Search:
                 tie += 1
 
     def _bench(self, nodes: Iterable[str]) -> Workbench:
-        small = Snapshot(self.live.node(n).clone() for n in nodes)
+        """Clones of `nodes` (and of the nodes a tree's placed pods hold: its groups' domains
+        are read from them) to try areas on."""
+        names = list(nodes)
+        tree = self.rules.preemptor.tree
+        if tree is not None:
+            held = {n for placed in tree.held.values() for n in placed if n in self.live}
+            names += sorted(held.difference(names))
+        small = Snapshot(self.live.node(n).clone() for n in names)
         small.namespace_labels = self.live.namespace_labels
         ledger = Ledger(self.tree, self.usage, self.rules)
         inter_pod, gang = self.inter_pod, self.gang_inter_pod

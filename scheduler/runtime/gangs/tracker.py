@@ -23,9 +23,9 @@ the root, then places every pending pod together (when no group below the root h
 constraint), else group by group in kube's order, each group in its own domain, kept only if the
 root is satisfied, or none; once the root is satisfied, each PodGroup's later pods are placed as
 its own gang, in its groups' domains. A tree that cannot start preempts for room for the fewest
-pods that satisfy its root (`Tree.minimum`), as a gang for its minimum (not
-yet one with a topology constraint below its root: the search would keep only the root's). A
-PodGroup whose parents reach no root waits, naming why.
+pods that satisfy its root (`Tree.minimum`), as a gang for its minimum; with a topology
+constraint below its root the search places that minimum by the same walk (`TreeDemand`), not
+yet when its pods have ResourceClaims. A PodGroup whose parents reach no root waits, naming why.
 
 An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
@@ -59,6 +59,7 @@ from scheduler.placement import (
     place_most_in_one_domain,
     place_subtree,
 )
+from scheduler.preemption import TreeDemand
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
@@ -301,12 +302,17 @@ class GangTracker:
         preempts for them. A gang
         whose members have ResourceClaims preempts with its claims decided together
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
-        (`ClaimCharges.claimed`); not while a member waits for a claim."""
+        (`ClaimCharges.claimed`); not while a member waits for a claim. A tree with a topology
+        below its root is placed by the search group by group (`_tree_demand`), as `_place_tree`
+        will; not when its pods have claims."""
         category, message = problem
-        if group.tree is not None and group.tree.inner_topology():
-            return self._park(unit, pending, category, message)  # see the module's docstring
         members = self._cache.members(unit.key)
         wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
+        tree = None
+        if group.tree is not None and group.tree.inner_topology():
+            if _claims(pending):  # see the module's docstring
+                return self._park(unit, pending, category, message)
+            tree = _tree_demand(group.tree, members, wanted)
         devices, claimed = None, None
         if any(has_claims(m.obj) for m in wanted):
             refusal = self._claim_refusals.get(unit.key)
@@ -327,6 +333,7 @@ class GangTracker:
                 live=self._live_placer(),
                 gang_devices=devices,
                 claimed=claimed,
+                tree=tree,
             )
         return self._park(unit, pending, category, message)
 
@@ -830,6 +837,19 @@ def _taken(chosen: dict[ObjectKey, int], gkey: ObjectKey | None) -> bool:
         return False
     chosen[gkey] -= 1
     return True
+
+
+def _tree_demand(tree: Tree, members: Sequence[PodInfo], wanted: Sequence[PodInfo]) -> TreeDemand:
+    """A tree's minimum (`wanted`) as the victim search places it, group by group."""
+    held: dict[ObjectKey, list[str]] = {}
+    for m in members:
+        if holds_place(m) and m.node is not None and m.group_key is not None:
+            held.setdefault(m.group_key, []).append(m.node)
+    return TreeDemand(
+        tree=tree,
+        groups={m.key: m.group_key for m in wanted if m.group_key is not None},
+        held={key: tuple(nodes) for key, nodes in held.items()},
+    )
 
 
 def _claims(pods: Sequence[PodInfo]) -> bool:

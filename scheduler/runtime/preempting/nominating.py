@@ -46,6 +46,7 @@ from scheduler.preemption import (
     Nominations,
     PreemptionSettings,
     Preemptor,
+    TreeDemand,
     VictimChoice,
     VictimReason,
     find_victims,
@@ -167,12 +168,14 @@ class Preemption:
         devices: DeviceFit | None = None,
         gang_devices: GangDeviceFit | None = None,
         claimed: Claimed | None = None,
+        tree: TreeDemand | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
         `live`: the Placer on the live snapshot; `devices`: what a pod needs besides its
         request (its claims), judged with the victims gone; `gang_devices`: what a gang's pods
-        need so, together; `claimed`: what those will be charged to U's queue (quota units)."""
+        need so, together; `claimed`: what those will be charged to U's queue (quota units);
+        `tree`: U's tree of pod groups, placed group by group (`Preemptor.tree`)."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name) or self._shared_room_coming(name):
@@ -184,6 +187,7 @@ class Preemption:
             self._preemptor(name, infos, group, devices),
             gang_devices=gang_devices,
             claimed=claimed or Claimed(),
+            tree=tree,
         )
         self._order[name] = (preemptor.leaf, preemptor.priority, min(i.created for i in infos))
         choice: VictimChoice | NoChoice | None = None

@@ -204,6 +204,21 @@ def _racks_of(fake, pods: set[str]) -> set[str]:
     return {labels[node][RACK] for node in nodes.values()}
 
 
+def _racked_groups(core, custom) -> dict[str, set[str]]:
+    """PodGroups a and b under root `job`, each 2 x 4 GPUs (minCount 2) in one rack of its own
+    (its topology); their pods' names, by group."""
+    groups = {}
+    for side in "ab":
+        constraints = {"topology": [{"key": RACK}]}
+        create_upstream_podgroup(
+            custom, child_podgroup(side, 2, "job", schedulingConstraints=constraints)
+        )
+        groups[side] = {f"{side}-{i}" for i in range(2)}
+        for pod in sorted(groups[side]):
+            create_pod(core, member_pod(pod, side, gpus=4))
+    return groups
+
+
 def test_each_podgroup_in_a_rack_of_its_own_or_none(composites, core_v1, custom_objects):
     """Two PodGroups, each of 2 x 4 GPUs in one rack (its own topology), under a root of
     minGroupCount 2. Racks r1 and r2 hold 8 GPUs each, r3 4: while r2 is full, a would fit r1
@@ -214,15 +229,7 @@ def test_each_podgroup_in_a_rack_of_its_own_or_none(composites, core_v1, custom_
         for node in ("n3", "n4"):
             create_pod(core_v1, pod_body(f"filler-{node}", gpus=4, nodeName=node))
         create_composite(custom_objects, composite_podgroup("job", 2))
-        groups = {}
-        for side in "ab":
-            create_upstream_podgroup(
-                custom_objects,
-                child_podgroup(side, 2, "job", schedulingConstraints={"topology": [{"key": RACK}]}),
-            )
-            groups[side] = {f"{side}-{i}" for i in range(2)}
-            for pod in sorted(groups[side]):
-                create_pod(core_v1, member_pod(pod, side, gpus=4))
+        groups = _racked_groups(core_v1, custom_objects)
         both = groups["a"] | groups["b"]
         wait_for(lambda: scheduled_condition(composites, "b-1"), 5, "PodScheduled")
         time.sleep(0.5)
@@ -234,6 +241,38 @@ def test_each_podgroup_in_a_rack_of_its_own_or_none(composites, core_v1, custom_
     assert all(len(r) == 1 for r in racks)  # each PodGroup inside one rack
     assert racks[0] != racks[1]  # 8 GPUs each: a rack of its own
     assert racks[0] | racks[1] == {"r1", "r2"}
+
+
+def test_a_tree_evicts_for_a_rack_per_podgroup(composites, core_v1, custom_objects):
+    """Racks r1, r2, r3 of two 4-GPU nodes each. Priority-0 pods hold 2 GPUs on each node of
+    r2 (made first, the oldest) and 4 on one node of r1; r3 is empty. A tree of priority 1000
+    over two PodGroups of 2 x 4 GPUs, each in one rack (its own topology), evicts: the search
+    places it group by group as the tracker does, so it takes r1's one pod (r3 and r1 then hold
+    a PodGroup each) and gives back the older pods of r2, and each group binds in a rack of its
+    own."""
+    racks = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r3", "n6": "r3"}
+    for node, rack in racks.items():
+        gpu_node(composites, node, gpus=4, labels={RACK: rack})
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}, _preload_content=False
+    )
+    low = {"low-n3": 2, "low-n4": 2, "low-n1": 4}
+    with running(composites):
+        for name, gpus in low.items():
+            if name == "low-n1":
+                time.sleep(1.1)  # a second after r2's pods: start stamps are in seconds
+            body = pod_body(name, gpus=gpus, nodeName=name[4:], terminationGracePeriodSeconds=0)
+            create_pod(core_v1, body)
+        wait_for(lambda: set(low) <= set(bound_pods(composites)), 5, "the low pods bound")
+        groups = _racked_groups(core_v1, custom_objects)
+        time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
+        create_composite(custom_objects, composite_podgroup("job", 2, priorityClassName="high"))
+        both = groups["a"] | groups["b"]
+        wait_for(lambda: both <= set(bound_pods(composites)), 10, "the tree after preempting")
+    assert evicted_pods(composites) == {"low-n1"}
+    placed = [_racks_of(composites, groups[side]) for side in "ab"]
+    assert all(len(r) == 1 for r in placed)  # each PodGroup inside one rack
+    assert placed[0] | placed[1] == {"r1", "r3"}
 
 
 def test_each_replica_in_one_rack(composites, core_v1, custom_objects):

@@ -8,7 +8,10 @@ adds *which* GPUs, MIG devices and NUMA nodes those are:
   decodable NRT; devices the NRT reports unhealthy (allocatable 0) are never free.
 - Which devices are free comes from the NRT only when it is *trusted*: its pods fingerprint
   (pfp0v001) equals the fingerprint of the pods the cache has on the node, counted by the NRT's
-  method. Then pods are charged resources only (their devices are already taken in the NRT).
+  method. The NRT names the devices taken, not their pods: each pod holding devices is charged
+  with taken ones (those this scheduler assigned it where they are taken, else as the kubelet
+  would pick among the taken), so that a pod taken out (a victim in the victim search) frees
+  its devices; taken devices no pod explains stay taken (`_trusted_state`).
 - Otherwise each pod is charged with the devices the kubelet would pick (`choose_devices`, the same
   code as the device plugin's GetPreferredAllocation), or with the devices this scheduler assigned.
 
@@ -45,6 +48,7 @@ from scheduler.runtime.cluster.podspec import ResourceList, resource_list
 from scheduler.runtime.cluster.sharecharge import Counted, hold_nrt_use, nrt_shares, pod_shares_on
 
 Obj = Mapping[str, Any]
+_Free = tuple[list[int], list[dict[str, int]]]  # per GPU: free milli-GPU, free MIG devices
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +161,7 @@ def _numa_free(nrt: DecodedTopology) -> dict[int, dict[str, int]]:
     return out
 
 
-def _device_free(nrt: DecodedTopology, trusted: bool) -> tuple[list[int], list[dict[str, int]]]:
+def _device_free(nrt: DecodedTopology, trusted: bool) -> _Free:
     """Per GPU: free milli-GPU and free MIG devices by profile. Unhealthy devices (allocatable 0)
     are never free; with a trusted NRT only its available ones are."""
     gpu_free: list[int] = []
@@ -244,9 +248,13 @@ def _shared(nrt: DecodedTopology) -> tuple[tuple[int, ...], tuple[int, ...], str
 
 
 def _nrt_state(
-    info: NodeInfo, nrt: DecodedTopology, trusted: bool, selectors: SelectorCache
+    info: NodeInfo,
+    nrt: DecodedTopology,
+    selectors: SelectorCache,
+    free: _Free,
 ) -> NodeState:
-    gpu_free, mig_free = _device_free(nrt, trusted)
+    """The node from its NRT's structure, `free` its free milli-GPU and MIG devices per GPU."""
+    gpu_free, mig_free = free
     slots, memory, resource, healthy = _shared(nrt)
     return NodeState(
         name=info.name,
@@ -284,13 +292,15 @@ def build_node_state(
     is charged too (`placement.load`), judged at `load.now`."""
     if nrt is not None and len(nrt.inventory.gpus) == 0 and info.allocatable.get(GPU_RESOURCE):
         nrt = None  # an NRT without GPUs says nothing about this GPU node's devices
+    taken: dict[str, Assignment] | None = None
     if nrt is None:
-        state, trusted = (shapes or NodeShapes(1)).fallback_state(info), False
+        state = (shapes or NodeShapes(1)).fallback_state(info)
+    elif is_trusted(nrt, pods):
+        state, taken = _trusted_state(info, nrt, pods, selectors)
     else:
-        trusted = is_trusted(nrt, pods)
-        state = _nrt_state(info, nrt, trusted, selectors)
+        state = _nrt_state(info, nrt, selectors, _device_free(nrt, trusted=False))
     uuids = {} if nrt is None else {str(g.uuid): g.index for g in nrt.inventory.gpus}
-    _charge(state, pods, trusted, uuids, {} if nrt is None else nrt_shares(nrt))
+    _charge(state, pods, taken, uuids, {} if nrt is None else nrt_shares(nrt))
     if nrt is not None and state.shared_gpus:
         hold_nrt_use(state, nrt)
         if load is not None:
@@ -298,16 +308,58 @@ def build_node_state(
     return state
 
 
+def _trusted_state(
+    info: NodeInfo, nrt: DecodedTopology, pods: Sequence[PodInfo], selectors: SelectorCache
+) -> tuple[NodeState, dict[str, Assignment]]:
+    """The node from a trusted NRT, and the devices each pod holding some is charged with.
+
+    The NRT says which devices are taken, not by whom: each pod (the ones this scheduler
+    assigned first) gets devices among the taken ones (its assignment where they are, else as
+    the kubelet would pick among them), so that a pod removed (a victim the search takes out,
+    a pod deleted) frees devices. Taken devices no pod explains stay taken."""
+    free = _device_free(nrt, trusted=True)
+    holding = [p for p in pods if p.request.gpus or p.request.mig]
+    if not holding:
+        return _nrt_state(info, nrt, selectors, free), {}
+    healthy = _device_free(nrt, trusted=False)
+    probe = _nrt_state(info, nrt, selectors, _less(healthy, free))
+    taken: dict[str, Assignment] = {}  # the probe: the taken devices, as if they alone were free
+    for pod in sorted(holding, key=lambda p: (p.assignment is None, p.request.key)):
+        request = pod.request
+        if share_asks(request, probe):
+            continue
+        assignment = pod.assignment
+        if assignment is None or not _devices_free(probe, assignment):
+            assignment = choose_devices(request, probe, None)
+        if assignment is not None:
+            probe.add_pod(request, assignment)
+            taken[request.key] = assignment
+    unexplained = (probe.gpu_free, probe.mig_free)  # taken, by no pod the cache has
+    start = _less(healthy, unexplained)
+    return _nrt_state(info, nrt, selectors, start), taken
+
+
+def _less(free: _Free, less: _Free) -> _Free:
+    """Per GPU, the milli-GPU and the MIG devices of `free` less those of `less`."""
+    gpus = [f - n for f, n in zip(free[0], less[0], strict=True)]
+    migs = [
+        {p: n - fewer.get(p, 0) for p, n in have.items()}
+        for have, fewer in zip(free[1], less[1], strict=True)
+    ]
+    return gpus, migs
+
+
 def _charge(
     state: NodeState,
     pods: Sequence[PodInfo],
-    trusted: bool,
+    taken: Mapping[str, Assignment] | None,
     uuids: Mapping[str, int],
     counted: Mapping[str, Counted],
 ) -> None:
     """Charge every pod: shares as `pod_shares_on` says (what this scheduler assigned, what the
-    NRT counts, the annotation, equal splits; DESIGN §12); other devices from a trusted NRT, or
-    as assigned, or as the kubelet would pick them."""
+    NRT counts, the annotation, equal splits; DESIGN §12); other devices, with a trusted NRT, as
+    `taken` says (`_trusted_state`; resources only for a pod it does not name), else as
+    assigned, or as the kubelet would pick them."""
     if not pods:
         return
     bare = Assignment(node=state.name)
@@ -320,8 +372,8 @@ def _charge(
             shares = pod_shares_on(state, pod, uuids, counted.get(pod.uid, ()))
             state.add_pod(pod.request, shares)
             continue
-        if trusted:
-            state.add_pod(pod.request, bare)
+        if taken is not None:
+            state.add_pod(pod.request, taken.get(pod.request.key, bare))
             continue
         assignment = (
             pod.assignment if pod.assignment and _devices_free(state, pod.assignment) else None

@@ -66,6 +66,40 @@ def test_trusted_nrt_says_which_gpus_are_free():
     assert state.free("nvidia.com/gpu") == 6
 
 
+def test_a_pod_on_a_trusted_nrt_is_charged_with_the_gpus_it_holds():
+    """The NRT names GPUs 5 and 6 taken, the kubelet's pick for the one pod on the node: the pod
+    is charged with them, so a clone without it (a victim search taking it out) has every GPU
+    free."""
+    nrt = make_nrt("n1", dgx_h100(), {("default", "foreign"): [gpu_uuid(5), gpu_uuid(6)]})
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_nrt(nrt)
+    cache.upsert_pod(bound_pod("foreign", "n1", 2))
+    key = object_key("default", "foreign")
+    clone = cache.snapshot.node("n1").clone()
+    assert clone.pods[key][1].gpus == (5, 6)
+    clone.remove_pod(key)
+    assert clone.free_whole_gpus() == list(range(8))
+
+
+def test_gpus_a_trusted_nrt_has_taken_by_no_known_pod_stay_taken():
+    """The NRT has three GPUs taken by the pod, which the cache reads as asking two: two are
+    charged to it, and the third stays taken with the pod gone."""
+    taken = [gpu_uuid(1), gpu_uuid(2), gpu_uuid(3)]
+    nrt = make_nrt("n1", dgx_h100(), {("default", "a"): taken})
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_nrt(nrt)
+    cache.upsert_pod(bound_pod("a", "n1", 2))
+    clone = cache.snapshot.node("n1").clone()
+    assert clone.free_whole_gpus() == [0, 4, 5, 6, 7]
+    held = clone.pods[object_key("default", "a")][1].gpus
+    assert len(held) == 2
+    assert set(held) < {1, 2, 3}
+    clone.remove_pod(object_key("default", "a"))
+    assert len(clone.free_whole_gpus()) == 7
+
+
 def test_stale_nrt_is_not_trusted():
     inv = dgx_h100()
     nrt = make_nrt("n1", inv, {("default", "foreign"): [gpu_uuid(5), gpu_uuid(6)]})

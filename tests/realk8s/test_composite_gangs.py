@@ -5,16 +5,19 @@ outcome.
 The node has 6 whole GPUs (the agent fixture). A root of minGroupCount 2 over two PodGroups of
 2 x 2 GPUs asks 8: nothing binds, though either PodGroup alone would fit. A `basic` root over the
 same two is satisfied by one: the PodGroup created first binds whole, and the other's pods wait
-(its minCount is 2, and one pod would fit the 2 GPUs left)."""
+(its minCount is 2, and one pod would fit the 2 GPUs left). A tree of higher priority whose
+PodGroups each keep to one rack (their own topology) evicts the low-priority pods in its way, as
+many as its groups need, and binds."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 
-from tests.builders.realk8s import Cluster, group_member, wait_until
+from tests.builders.realk8s import Cluster, busybox_pod, group_member, wait_until
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 
@@ -125,3 +128,51 @@ def test_a_podgroups_own_topology_holds_inside_the_tree(
         for root, names in pods.items():
             _clean(cluster, names, root)
         cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack-")
+
+
+@pytest.mark.parametrize("scheduler_name", [SCHEDULER, None], ids=["gputopo", "kube-scheduler"])
+def test_a_tree_with_a_rack_per_podgroup_evicts_lower_priority_pods(
+    cluster: Cluster, agent, scheduler, scheduler_name: str | None
+) -> None:
+    """The node (rack r1) runs three 2-GPU pods of priority 0, filling its 6 GPUs. A root of
+    priority 1000 over two PodGroups of 1 x 2 GPUs, each with the rack as its topology, needs 4
+    of them: two low pods are evicted, one keeps running, and both groups bind. (The tree's
+    pods have the root's priority: kube-scheduler tries a tree only then.)"""
+    tag = "g" if scheduler_name else "k"
+    root, urgent = f"racked-high-{tag}", f"tree-urgent-{tag}"
+    low = [f"low-{tag}-{i}" for i in range(3)]
+    members = [f"{root}-{side}-0" for side in "ab"]
+    priority = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+    try:
+        cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack=r1", "--overwrite")
+        body = {**priority, "metadata": {"name": urgent}, "value": 1000}
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(body))
+        cluster.create(*(_gpus(name, 2, scheduler_name) for name in low))
+        wait_until(lambda: bound(cluster, low) == set(low), 90, "the low pods")
+        tree = composite(root, 2)
+        tree["spec"]["priorityClassName"] = urgent
+        cluster.create(tree)
+        for side, name in zip("ab", members, strict=True):
+            group = child(f"{root}-{side}", root, 1)
+            group["spec"]["schedulingConstraints"] = {"topology": [{"key": "gputopo.io/rack"}]}
+            cluster.create(group)
+            member = group_member(name, f"{root}-{side}", 2, scheduler_name)
+            member["spec"]["priorityClassName"] = urgent  # kube: the root's priority, every pod
+            cluster.create(member)
+        wait_until(lambda: bound(cluster, members) == set(members), 120, "the tree")
+        listed = json.loads(cluster.kubectl("get", "pods", "-o", "json"))["items"]
+        alive = {
+            p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")
+        }
+        assert len(alive & set(low)) == 1  # two evicted: gone, or their deletion under way
+    finally:
+        cluster.delete_pods(*low, *members)
+        groups = [f"{root}-a", f"{root}-b"]
+        cluster.kubectl("delete", PODGROUPS, *groups, "--ignore-not-found", "--wait=false")
+        cluster.kubectl("delete", COMPOSITES, root, "--ignore-not-found", "--wait=false")
+        cluster.kubectl("delete", "priorityclass", urgent, "--ignore-not-found")
+        cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack-")
+
+
+def _gpus(name: str, gpus: int, scheduler: str | None) -> dict[str, Any]:
+    return busybox_pod(name, limits={"nvidia.com/gpu": str(gpus)}, scheduler=scheduler)

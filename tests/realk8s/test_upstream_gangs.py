@@ -211,3 +211,29 @@ def test_what_gputopo_cannot_honour_is_refused_with_the_reason(
         assert nodes_of(cluster, [both]) == [None]
     finally:
         clean(cluster, [both], ["both"])
+
+
+def test_a_gang_whose_pods_lack_its_priority_is_refused_alike(
+    cluster: Cluster, agent, scheduler
+) -> None:
+    """A PodGroup naming a PriorityClass of 1000 whose pods name none (priority 0): kube-scheduler
+    does not try it and says why in a SchedulerError condition; gputopo-scheduler the same, in
+    the same words, and neither binds a pod."""
+    ours, theirs = ["prio-ours-0"], ["prio-theirs-0"]
+    urgent: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+    urgent.update({"metadata": {"name": "gang-urgent"}, "value": 1000})
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(urgent))
+        for group, names, name in (("prio-ours", ours, SCHEDULER), ("prio-theirs", theirs, None)):
+            create(cluster, podgroup(group, 1, priorityClassName="gang-urgent"))
+            create(cluster, *(member(n, group, 1, scheduler=name) for n in names))
+        for group in ("prio-ours", "prio-theirs"):
+            wait_until(lambda g=group: condition(cluster, g), 60, f"{group}'s condition")
+        found = [condition(cluster, g) for g in ("prio-ours", "prio-theirs")]
+        assert [(c["status"], c["reason"]) for c in found] == [("False", "SchedulerError")] * 2
+        assert found[0]["message"] == found[1]["message"]
+        assert "got 0 and 1000" in found[0]["message"]
+        assert nodes_of(cluster, ours + theirs) == [None, None]
+    finally:
+        clean(cluster, ours + theirs, ["prio-ours", "prio-theirs"])
+        cluster.kubectl("delete", "priorityclass", "gang-urgent", "--ignore-not-found")

@@ -12,6 +12,8 @@ every pod of the group, `basic` ones too: the pods go to the domain its placed p
 CompositePodGroups (`composite`), scheduled with the tree. A union with no member, two, or one
 this reader does not know (a newer server's) is malformed. Pure: `initially_scheduled`
 builds the condition from what the gang tracker knows; the tracker writes it.
+`members_disagree` is kube-scheduler's check of a gang's pods before it is tried: one
+`schedulerName`, the root group's priority, one `preemptionPolicy`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "REASON_UNSCHEDULABLE",
     "condition_type",
     "initially_scheduled",
+    "members_disagree",
     "parse_upstream_group",
     "parse_workload_group",
     "status_patch",
@@ -172,13 +175,49 @@ def _min_count(spec: Obj) -> int:
     return _positive(count, "spec.schedulingPolicy.gang.minCount")
 
 
+def members_disagree(root: Obj, pods: Iterable[Obj]) -> str | None:
+    """Why kube-scheduler 1.37 refuses to try an upstream gang (`validatePodGroup`), in its
+    words, or None: every pod of it (a tree's: of all its PodGroups) names the same
+    `schedulerName`, has the priority of `root` (the PodGroup, or the tree's root
+    CompositePodGroup: its `spec.priority`, 0 when unset) and the same `preemptionPolicy` (the
+    root's, when it sets one; PodGroupPreemptionPolicy)."""
+    spec = root.get("spec") or {}
+    priority = spec.get("priority") or 0
+    policy, first_name = spec.get("preemptionPolicy"), None
+    pinned = policy is not None
+    for pod in pods:
+        pod_spec = pod.get("spec") or {}
+        name = str(pod_spec.get("schedulerName") or "default-scheduler")
+        first_name = first_name or name
+        if name != first_name:
+            return (
+                "all pods in a single pod group should have the same .spec.schedulerName set, "
+                f'got: "{name}" and "{first_name}"'
+            )
+        if (pod_priority := pod_spec.get("priority") or 0) != priority:
+            return (
+                "all pods in a single pod group should have the same priority as the pod "
+                f"group's priority, got {pod_priority} and {priority}"
+            )
+        own = str(pod_spec.get("preemptionPolicy") or "PreemptLowerPriority")
+        policy = policy or own
+        if own != policy:
+            whose = " as the pod group's preemption policy" if pinned else ""
+            return (
+                f"all pods in a single pod group should have the same preemption policy{whose}, "
+                f"got {own} and {policy}"
+            )
+    return None
+
+
 def initially_scheduled(
-    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str
+    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str, refused: bool = False
 ) -> dict[str, Any] | None:
     """The condition kube-scheduler writes (`PodGroupInitiallyScheduled` on 1.37), as it stands
     now: True once `minCount` members were bound (and never turned back, as upstream: it tells
     the first success), False `Unschedulable` with why the gang waits, False `SchedulerError`
-    for a group this scheduler cannot use; None before the first attempt. `now` stamps a
+    for a group this scheduler cannot use (or, `refused`, whose pods it will not try together:
+    `members_disagree`, said by `waiting`); None before the first attempt. `now` stamps a
     change of status or reason."""
     kind = condition_type(group.obj)
     current = _current(group.obj, kind)
@@ -187,8 +226,8 @@ def initially_scheduled(
     if complete:
         status, reason = "True", REASON_SCHEDULED
         message = f"{bound} pods bound ({group.min_field} {group.min_member})"
-    elif group.error:
-        status, reason, message = "False", REASON_SCHEDULER_ERROR, group.error
+    elif group.error or (refused and waiting):
+        status, reason, message = "False", REASON_SCHEDULER_ERROR, group.error or waiting
     elif waiting:
         status, reason, message = "False", REASON_UNSCHEDULABLE, waiting
     else:
@@ -226,11 +265,13 @@ def status_with(obj: Obj, condition: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def status_patch(
-    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str
+    group: GroupInfo, *, bound: int, complete: bool, waiting: str, now: str, refused: bool = False
 ) -> dict[str, Any] | None:
     """The status to merge into an upstream PodGroup (`initially_scheduled`'s condition among
     the others), or None when the object already shows it."""
-    condition = initially_scheduled(group, bound=bound, complete=complete, waiting=waiting, now=now)
+    condition = initially_scheduled(
+        group, bound=bound, complete=complete, waiting=waiting, now=now, refused=refused
+    )
     current = (group.obj.get("status") or {}).get("conditions") or []
     if condition is None or condition in current:
         return None

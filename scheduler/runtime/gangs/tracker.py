@@ -27,7 +27,10 @@ pods that satisfy its root (`Tree.minimum`), as a gang for its minimum; with a t
 constraint below its root the search places that minimum by the same walk (`TreeDemand`), not
 yet when its pods have ResourceClaims. A PodGroup whose parents reach no root waits, naming why.
 
-An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
+An upstream gang (a PodGroup, or a tree) whose pods disagree as kube-scheduler 1.37 will not try
+them (`upstream.members_disagree`: a priority not the root group's, two schedulerNames, two
+preemption policies) is not tried either, its PodGroups' condition `SchedulerError`, in kube's
+words. An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
 member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as
@@ -66,7 +69,7 @@ from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
 from scheduler.runtime.cluster.composite import COMPOSITE_MARK, composite_key
 from scheduler.runtime.cluster.groups import gang_priority, group_key, not_found
 from scheduler.runtime.cluster.podinfo import PodInfo
-from scheduler.runtime.cluster.upstream import status_patch
+from scheduler.runtime.cluster.upstream import members_disagree, status_patch
 from scheduler.runtime.gangs.gangstatus import (
     CONDITION_LOST,
     REASON_REPLACED,
@@ -85,6 +88,7 @@ from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
+INVALID = "invalid"  # the category of a gang this scheduler will not try as it stands
 _MODEL_TRIES = 3  # placements of a gang over a model's budget, each without the extra nodes
 
 Binds = list[tuple[PodInfo, Assignment]]
@@ -105,6 +109,7 @@ class GangState:
     complete: bool = False
     failed: str = ""
     waiting: str = ""  # why the gang last waited (an upstream group's condition says it)
+    refused: bool = False  # why is kube-scheduler's SchedulerError (`members_disagree`)
     losses: LostMembers = field(default_factory=LostMembers)
 
 
@@ -340,7 +345,7 @@ class GangTracker:
     def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
         state = self._states.get(unit.key)
         if state is not None:
-            state.waiting = message
+            state.waiting, state.refused = message, category == INVALID
         self._mark(pending, message, category)
         self._queue.unschedulable(unit)
         self.report(unit.key)
@@ -358,7 +363,7 @@ class GangTracker:
             return "gang", not_found(gkey)
         state = self._state(group)
         if group.error:
-            return "invalid", group.error
+            return INVALID, group.error
         if state.failed:
             return "gang", f"{group.title} failed: {state.failed}"
         for info in pending:
@@ -376,14 +381,19 @@ class GangTracker:
                     f"waiting for {group.title}: fewer than {group.min_field} "
                     f"({group.min_member}) of its groups have their minimum of pods"
                 )
-            return None
-        present = sum(1 for m in members if holds_place(m)) + len(pending)
-        if present < group.min_member:
-            # No count in the text: it would change (and be written again) with every new member.
-            return "gang", (
-                f"waiting for {group.title}: fewer than {group.min_field} ({group.min_member}) "
-                "pods exist"
-            )
+        else:
+            present = sum(1 for m in members if holds_place(m)) + len(pending)
+            if present < group.min_member:
+                # No count in the text: it would change (and be written again) with every member.
+                return "gang", (
+                    f"waiting for {group.title}: fewer than {group.min_field} "
+                    f"({group.min_member}) pods exist"
+                )
+        if group.upstream and group.workload is None:  # as kube-scheduler, before it tries
+            bound = [m.obj for m in members if holds_place(m)]
+            disagree = members_disagree(group.obj, [*(m.obj for m in pending), *bound])
+            if disagree is not None:
+                return INVALID, disagree
         return None
 
     def _place_admitted(
@@ -771,6 +781,7 @@ class GangTracker:
             complete=complete,
             waiting="" if state is None else state.waiting,
             now=now_rfc3339(),
+            refused=state is not None and state.refused,
         )
         if status is not None:
             self._reporter.group_status(group.obj, status)

@@ -40,12 +40,15 @@ def composites(fake_api):
     return fake_api
 
 
-def _group(core, custom, name: str, parent: str, pods: int, gpus: int, min_count: int) -> set[str]:
-    """PodGroup `name` under `parent` (minCount `min_count`) and its `pods` pods."""
+def _group(
+    core, custom, name: str, parent: str, pods: int, gpus: int, min_count: int, **spec
+) -> set[str]:
+    """PodGroup `name` under `parent` (minCount `min_count`) and its `pods` pods (`spec`: more
+    of their spec)."""
     create_upstream_podgroup(custom, child_podgroup(name, min_count, parent))
     names = {f"{name}-{i}" for i in range(pods)}
     for pod in sorted(names):
-        create_pod(core, member_pod(pod, name, gpus=gpus))
+        create_pod(core, member_pod(pod, name, gpus=gpus, **spec))
     return names
 
 
@@ -184,9 +187,10 @@ def test_a_tree_evicts_for_the_fewest_pods_that_satisfy_its_root(
         for i in range(2):
             create_pod(core_v1, pod_body(f"low-{i}", gpus=4, terminationGracePeriodSeconds=0))
         wait_for(lambda: {"low-0", "low-1"} <= set(bound_pods(composites)), 5, "low bound")
-        first = _group(core_v1, custom_objects, "a", "job", 2, gpus=2, min_count=2)
+        high = {"priorityClassName": "high"}  # kube: every pod has the root's priority
+        first = _group(core_v1, custom_objects, "a", "job", 2, gpus=2, min_count=2, **high)
         time.sleep(0.05)
-        second = _group(core_v1, custom_objects, "b", "job", 2, gpus=2, min_count=2)
+        second = _group(core_v1, custom_objects, "b", "job", 2, gpus=2, min_count=2, **high)
         time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
         root = composite_podgroup("job", min_groups, priorityClassName="high")
         create_composite(custom_objects, root)
@@ -204,9 +208,9 @@ def _racks_of(fake, pods: set[str]) -> set[str]:
     return {labels[node][RACK] for node in nodes.values()}
 
 
-def _racked_groups(core, custom) -> dict[str, set[str]]:
+def _racked_groups(core, custom, **spec) -> dict[str, set[str]]:
     """PodGroups a and b under root `job`, each 2 x 4 GPUs (minCount 2) in one rack of its own
-    (its topology); their pods' names, by group."""
+    (its topology); their pods' names, by group (`spec`: more of the pods' spec)."""
     groups = {}
     for side in "ab":
         constraints = {"topology": [{"key": RACK}]}
@@ -215,7 +219,7 @@ def _racked_groups(core, custom) -> dict[str, set[str]]:
         )
         groups[side] = {f"{side}-{i}" for i in range(2)}
         for pod in sorted(groups[side]):
-            create_pod(core, member_pod(pod, side, gpus=4))
+            create_pod(core, member_pod(pod, side, gpus=4, **spec))
     return groups
 
 
@@ -264,7 +268,7 @@ def test_a_tree_evicts_for_a_rack_per_podgroup(composites, core_v1, custom_objec
             body = pod_body(name, gpus=gpus, nodeName=name[4:], terminationGracePeriodSeconds=0)
             create_pod(core_v1, body)
         wait_for(lambda: set(low) <= set(bound_pods(composites)), 5, "the low pods bound")
-        groups = _racked_groups(core_v1, custom_objects)
+        groups = _racked_groups(core_v1, custom_objects, priorityClassName="high")
         time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
         create_composite(custom_objects, composite_podgroup("job", 2, priorityClassName="high"))
         both = groups["a"] | groups["b"]

@@ -216,30 +216,79 @@ def _priority_class(core, name: str, value: int) -> None:
     )
 
 
+def _beside_low(fake, core, custom, group_class: str | None, pod_class: str | None) -> set[str]:
+    """An 8-GPU pod `low` bound, then gang `hi` of 2 x 4 GPUs, the group and its pods naming
+    those classes (None: none); the gang's pod names."""
+    create_pod(core, pod_body("low", gpus=8, terminationGracePeriodSeconds=0))
+    wait_for(lambda: "low" in bound_pods(fake), 5, "low bound")
+    extra = {"priorityClassName": group_class} if group_class else {}
+    create_upstream_podgroup(custom, upstream_podgroup("hi", 2, **extra))
+    own = {"priorityClassName": pod_class} if pod_class else {}
+    return _members(core, "hi", 2, gpus=4, terminationGracePeriodSeconds=0, **own)
+
+
 @pytest.mark.parametrize(
-    ("group_class", "evicts"),
+    ("group_class", "pod_class", "evicts"),
     [
-        pytest.param("high", True, id="the group's class preempts"),
-        pytest.param(None, False, id="no class: its pods' priority 0 does not"),
+        pytest.param("high", "high", True, id="the group's class, its pods' too, preempts"),
+        pytest.param(None, None, False, id="no class: priority 0 does not"),
     ],
 )
 def test_the_group_priority_class_feeds_preemption(
-    upstream, core_v1, custom_objects, group_class, evicts
+    upstream, core_v1, custom_objects, group_class, pod_class, evicts
 ):
     gpu_node(upstream, "n1", gpus=8)
     _priority_class(core_v1, "high", 1000)
     with running(upstream):
-        create_pod(core_v1, pod_body("low", gpus=8, terminationGracePeriodSeconds=0))
-        wait_for(lambda: "low" in bound_pods(upstream), 5, "low bound")
-        extra = {"priorityClassName": group_class} if group_class else {}
-        create_upstream_podgroup(custom_objects, upstream_podgroup("hi", 2, **extra))
-        names = _members(core_v1, "hi", 2, gpus=4, terminationGracePeriodSeconds=0)
+        names = _beside_low(upstream, core_v1, custom_objects, group_class, pod_class)
         if evicts:
             wait_for(lambda: names <= set(bound_pods(upstream)), 10, "the gang after preempting")
         else:
             wait_for(lambda: scheduled_condition(upstream, "hi-0"), 5, "the gang waiting")
             time.sleep(0.5)
     assert (evicted_pods(upstream) == {"low"}) is evicts
+
+
+@pytest.mark.parametrize(
+    ("group_class", "pod_class", "refusal"),
+    [
+        pytest.param(
+            "high",
+            None,
+            "same priority as the pod group's priority, got 0 and 1000",
+            id="the group's class, not its pods'",
+        ),
+        pytest.param(
+            None,
+            "high",
+            "same priority as the pod group's priority, got 1000 and 0",
+            id="its pods' class, not the group's",
+        ),
+    ],
+)
+def test_a_gang_whose_pods_priority_is_not_the_groups_is_refused_as_kube_does(
+    upstream, core_v1, custom_objects, group_class, pod_class, refusal
+):
+    """kube-scheduler 1.37 tries a gang only when every pod has its group's priority (0 for a
+    group without a class); else each pod and the group say why (`SchedulerError`), and nothing
+    is evicted for it."""
+    gpu_node(upstream, "n1", gpus=8)
+    _priority_class(core_v1, "high", 1000)
+    with running(upstream):
+        _beside_low(upstream, core_v1, custom_objects, group_class, pod_class)
+
+        def tried() -> dict | None:  # past "waiting for ... pods exist"
+            found = upstream_condition(upstream, "hi")
+            return found if found and "pods exist" not in found["message"] else None
+
+        condition = wait_for(tried, 5, "the condition once both pods exist")
+        time.sleep(0.3)
+        pod = scheduled_condition(upstream, "hi-0")
+    expected = f"all pods in a single pod group should have the {refusal}"
+    assert (condition["reason"], condition["message"]) == ("SchedulerError", expected)
+    assert pod is not None
+    assert expected in pod["message"]
+    assert evicted_pods(upstream) == set()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,11 @@ from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.composite import composite_key
 from scheduler.runtime.cluster.groups import group_key, workload_gang
 from scheduler.runtime.cluster.podinfo import read_pod
-from scheduler.runtime.cluster.upstream import parse_upstream_group, parse_workload_group
+from scheduler.runtime.cluster.upstream import (
+    members_disagree,
+    parse_upstream_group,
+    parse_workload_group,
+)
 
 README = Path(__file__).resolve().parents[4] / "README.md"
 
@@ -41,6 +45,17 @@ def test_the_job_and_its_podgroup_are_one_gang() -> None:
     assert info.ours
     assert info.group_key == group_key("default", "llm-train", upstream=True)
     assert job["spec"]["parallelism"] == group.min_member
+
+
+def test_the_jobs_pods_have_the_podgroups_priority_as_kube_requires() -> None:
+    """The API server resolves each `priorityClassName` to the same `priority` on the PodGroup
+    and on the pods: the gang is tried (not refused with kube-scheduler's SchedulerError)."""
+    group_body, job = _documents()
+    template = job["spec"]["template"]["spec"]
+    assert template["priorityClassName"] == group_body["spec"]["priorityClassName"]
+    resolved = {"spec": {**group_body["spec"], "priority": 100}}
+    pods = [{"spec": {**template, "priority": 100}} for _ in range(job["spec"]["parallelism"])]
+    assert members_disagree(resolved, pods) is None
 
 
 def test_the_1_35_workload_and_its_pod_are_one_replicas_gang() -> None:

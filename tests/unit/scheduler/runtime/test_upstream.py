@@ -17,6 +17,7 @@ from scheduler.runtime.cluster.podinfo import read_pod
 from scheduler.runtime.cluster.upstream import (
     condition_type,
     initially_scheduled,
+    members_disagree,
     parse_upstream_group,
     parse_workload_group,
 )
@@ -402,3 +403,66 @@ def test_the_cache_reads_a_workloads_gangs_when_both_the_workload_and_members_ar
     assert len(cache.delete_workload(object_key("default", "w"))) == 2
     assert gkey not in cache.groups
     assert list(cache.keys_of(WORKLOADS)) == []
+
+
+def _spec(**spec: Any) -> dict[str, Any]:
+    return {"spec": spec}
+
+
+_LEAD = "all pods in a single pod group should have the same"
+
+
+@pytest.mark.parametrize(
+    ("root", "pods", "expected"),
+    [
+        pytest.param(_spec(priority=0), [_spec(), _spec(priority=0)], None, id="all at 0"),
+        pytest.param(
+            _spec(priority=1000),
+            [_spec(priority=1000), _spec()],
+            f"{_LEAD} priority as the pod group's priority, got 0 and 1000",
+            id="a pod without the group's class",
+        ),
+        pytest.param(
+            _spec(),
+            [_spec(priority=5)],
+            f"{_LEAD} priority as the pod group's priority, got 5 and 0",
+            id="a group without priority counts 0",
+        ),
+        pytest.param(
+            _spec(),
+            [_spec(schedulerName="gputopo-scheduler"), _spec()],
+            f'{_LEAD} .spec.schedulerName set, got: "default-scheduler" and "gputopo-scheduler"',
+            id="two schedulers",
+        ),
+        pytest.param(
+            _spec(),
+            [_spec(), _spec(preemptionPolicy="Never")],
+            f"{_LEAD} preemption policy, got Never and PreemptLowerPriority",
+            id="two preemption policies",
+        ),
+        pytest.param(
+            _spec(preemptionPolicy="Never"),
+            [_spec()],
+            f"{_LEAD} preemption policy as the pod group's preemption policy, "
+            "got PreemptLowerPriority and Never",
+            id="the group's preemption policy, not the pod's",
+        ),
+    ],
+)
+def test_members_disagree_as_kube_scheduler_words_it(
+    root: dict[str, Any], pods: list[dict[str, Any]], expected: str | None
+) -> None:
+    assert members_disagree(root, pods) == expected
+
+
+def test_a_refused_gang_reads_scheduler_error_with_why() -> None:
+    group = _read()
+    why = f"{_LEAD} priority as the pod group's priority, got 0 and 1000"
+    condition = initially_scheduled(
+        group, bound=0, complete=False, waiting=why, now="t", refused=True
+    )
+    assert condition is not None
+    assert (condition["reason"], condition["message"]) == ("SchedulerError", why)
+    waiting = initially_scheduled(group, bound=0, complete=False, waiting=why, now="t")
+    assert waiting is not None
+    assert waiting["reason"] == "Unschedulable"

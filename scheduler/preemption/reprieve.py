@@ -16,11 +16,10 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
    the rest on the node they chose; for a tree of pod groups with a topology below its root
    (`Preemptor.tree`), the tree's walk places it whole (`treefit`); for a pod whose inter-pod
    rules read beyond the area (`InterPodFit`), they let it, on the live snapshot with the
-   victims gone. The reprieve
-   first tests fit with arithmetic (free GPUs, cpu, memory, pods: necessary conditions, so a
-   piece it keeps out would not fit either; and what is decided apart, a gang's devices on the
-   whole area) and places U once at the end; should that fail (devices, NUMA,
-   topology), the reprieve is redone placing U at every step.
+   victims gone. The reprieve first tests fit with arithmetic (free GPUs, cpu, memory, pods:
+   necessary conditions, so a piece it keeps out would not fit either; and what is decided
+   apart, a gang's devices on the whole area) and places U once at the end; should that fail
+   (devices, NUMA, topology), the reprieve is redone placing U at every step.
 """
 
 from __future__ import annotations

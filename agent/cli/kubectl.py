@@ -273,11 +273,13 @@ def cmd_gangs(
     output: str,
     out: TextIO,
     err: TextIO,
+    composites: Sequence[Any] | None = None,
 ) -> int:
     """`ours`: our PodGroups (None: the CRD is not installed); `upstream`: (apiVersion, the
-    scheduling.k8s.io PodGroups), None when the server does not serve them."""
+    scheduling.k8s.io PodGroups), None when the server does not serve them; `composites`: the
+    CompositePodGroups (None: not served)."""
     api, listed = upstream if upstream is not None else (None, None)
-    found = gangs.build_gangs(ours, listed, api, pods)
+    found = gangs.build_gangs(ours, listed, api, pods, composites)
     if output != "table":
         emit({"gangs": [gangs.gang_json(g) for g in found]}, output, out)
     elif found:
@@ -324,7 +326,8 @@ def main(
             ours = sink.list_podgroups(namespace)
             upstream = sink.list_upstream_podgroups(namespace)
             members = sink.list_pods(namespace)
-            return cmd_gangs(ours, upstream, members, namespace, output, out, err)
+            trees = sink.list_composites(namespace) if upstream is not None else None
+            return cmd_gangs(ours, upstream, members, namespace, output, out, err, trees)
         pods = lambda: sink.node_pods(args.node)  # noqa: E731
         topology = sink.get_topology(args.node)
         return cmd_topo(topology, args.node, output, out, err, pods, sink.list_claims)

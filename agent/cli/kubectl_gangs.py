@@ -19,7 +19,15 @@ scheduler cannot use, `PodGroup not found` for pods naming a group that does not
 reason of the upstream `PodGroupInitiallyScheduled` condition (`PodGroupScheduled` in
 `v1alpha2`) or our PodGroup's `status.phase`, else `-` (no status written yet). `-o json|yaml`
 also gives an upstream PodGroup's `parent` (its `parentCompositePodGroupName`: the tree of
-CompositePodGroups it is scheduled with). Nothing here raises on a malformed object.
+CompositePodGroups it is scheduled with).
+
+Where the server serves CompositePodGroups (`scheduling.k8s.io/v1alpha3`, 1.37 alpha), each is a
+row too, its API `compositepodgroups.scheduling.k8s.io` (`kubectl get` takes that name): MIN its
+`gang.minGroupCount` (`-` for `basic`: one child); PODS, BOUND and PENDING those of every PodGroup
+below it; TOPOLOGY its own key; STATUS read from the pods bound, as the scheduler counts a tree
+(kube-scheduler writes no status on it): `Satisfied` when enough of its children are (a PodGroup
+with `minCount` pods bound, a CompositePodGroup satisfied), else `Waiting (<satisfied> of
+<needed> groups)`. Nothing here raises on a malformed object.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any
 from agent.podgroup import TOPOLOGY_KEY_FIELD, topology_key, union_member
 
 __all__ = [
+    "COMPOSITE_API",
     "HEADER",
     "NOT_FOUND",
     "OURS",
@@ -53,6 +62,8 @@ TOPOLOGY_PREFERRED = "gputopo.io/topology-preferred"
 CONDITION_SCHEDULED = "PodGroupScheduled"  # v1alpha2 (Kubernetes 1.36)
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"  # v1alpha3, v1beta1 (1.37)
 NOT_FOUND = "PodGroup not found"
+COMPOSITE_API = f"compositepodgroups.{UPSTREAM}"  # a tree's group: as `kubectl get` names it
+_COMPOSITE = "composite"  # the row key's API part for a CompositePodGroup
 HEADER = ("NAMESPACE", "NAME", "API", "MIN", "PODS", "BOUND", "PENDING", "TOPOLOGY", "STATUS")
 
 
@@ -74,6 +85,7 @@ class Gang:
     pending: int = 0
     members: list[str] = field(default_factory=list)
     parent: str | None = None
+    composite: bool = False
 
     @property
     def upstream(self) -> bool:
@@ -147,6 +159,22 @@ def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
     for condition in _map(obj.get("status")).get("conditions") or ():
         if isinstance(condition, Mapping) and condition.get("type") == kind:
             gang.status = str(condition.get("reason") or condition.get("status") or "") or None
+    _read_tree_group(gang, obj, "minCount")
+    return gang
+
+
+def composite_gang(obj: Obj) -> Gang:
+    """A CompositePodGroup as a row: its policy, topology and parent (its pods are counted from
+    the PodGroups below it, `_tree_counts`)."""
+    namespace, name = _identity(obj)
+    gang = Gang(namespace=namespace, name=name, api=COMPOSITE_API, composite=True)
+    _read_tree_group(gang, obj, "minGroupCount")
+    return gang
+
+
+def _read_tree_group(gang: Gang, obj: Obj, minimum: str) -> None:
+    """What an upstream PodGroup or a CompositePodGroup says alike: its parent, topology and
+    policy (`gang.<minimum>` its minimum, `basic` none); `problem` names a malformed field."""
     try:
         spec = obj.get("spec") or {}
         if not isinstance(spec, Mapping):
@@ -155,14 +183,13 @@ def upstream_gang(obj: Obj, api_version: str | None) -> Gang:
         gang.parent = parent if isinstance(parent, str) and parent else None
         policy = union_member(spec, "schedulingPolicy", ("basic", "gang"))
         gang.topology = _upstream_topology(spec)
-        if policy == "basic":  # its pods one by one, in the domain of those placed
+        if policy == "basic":  # a PodGroup's pods one by one, in the domain of those placed
             gang.basic = True
         else:
-            count = _map(spec["schedulingPolicy"]["gang"]).get("minCount")
-            gang.min_count = _positive(count, "spec.schedulingPolicy.gang.minCount", 1)
+            count = _map(spec["schedulingPolicy"]["gang"]).get(minimum)
+            gang.min_count = _positive(count, f"spec.schedulingPolicy.gang.{minimum}", 1)
     except (ValueError, KeyError, TypeError) as exc:
         gang.min_count, gang.problem = None, str(exc)
-    return gang
 
 
 def workload_gangs(obj: Obj) -> list[Gang]:
@@ -223,10 +250,11 @@ def build_gangs(
     upstream: Iterable[Obj] | None,
     upstream_api: str | None,
     pods: Iterable[Obj],
+    composites: Iterable[Obj] | None = None,
 ) -> list[Gang]:
     """Every gang, sorted by namespace, name and API: the listed PodGroups (None: that API is
     not served), with their member pods counted, and a `PodGroup not found` row for pods that
-    name a group not listed."""
+    name a group not listed; then a row per listed CompositePodGroup, counted from its tree."""
     gangs: dict[tuple[str, str, str], Gang] = {}
     for obj in ours or ():
         gang = our_gang(obj)
@@ -247,7 +275,39 @@ def build_gangs(
                 gangs[key] = _replica(templates, key)
             _count(gangs[key], pod)
     replicated = {_template_key(k) for k in gangs if k not in templates}
-    return [gangs[k] for k in sorted(gangs) if k not in replicated or gangs[k].pods]
+    rows = {k: g for k, g in gangs.items() if k not in replicated or g.pods}
+    for obj in composites or ():
+        gang = composite_gang(obj)
+        rows[(gang.namespace, gang.name, _COMPOSITE)] = gang
+    _tree_counts(rows)
+    return [rows[k] for k in sorted(rows)]
+
+
+def _tree_counts(rows: Mapping[tuple[str, str, str], Gang]) -> None:
+    """Each CompositePodGroup row's pods (those of the PodGroups below it) and its status."""
+    children: dict[tuple[str, str], list[Gang]] = {}
+    for gang in rows.values():
+        if gang.parent is not None and (gang.composite or gang.upstream):
+            children.setdefault((gang.namespace, gang.parent), []).append(gang)
+
+    def satisfied(gang: Gang, seen: frozenset[str]) -> bool:
+        """Counts `gang`'s pods (a composite's: its tree's) and says whether it is satisfied;
+        a cycle (`seen`) counts nothing again."""
+        if not gang.composite:
+            return gang.bound >= (1 if gang.basic else gang.min_count or 1)
+        below = [c for c in children.get((gang.namespace, gang.name), []) if c.name not in seen]
+        done = sum(satisfied(c, seen | {gang.name}) for c in below)
+        gang.pods = sum(c.pods for c in below)
+        gang.bound = sum(c.bound for c in below)
+        gang.pending = sum(c.pending for c in below)
+        need = 1 if gang.basic else gang.min_count or 1
+        if gang.problem is None:
+            gang.status = "Satisfied" if done >= need else f"Waiting ({done} of {need} groups)"
+        return done >= need
+
+    for gang in rows.values():
+        if gang.composite:
+            satisfied(gang, frozenset())
 
 
 def _template_key(key: tuple[str, str, str]) -> tuple[str, str, str]:

@@ -43,6 +43,7 @@ UPSTREAM_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 """The upstream PodGroup versions, newest first, as `scheduler.kubeapi.workloads.VERSIONS`
 discovers them (tests/unit/agent/cli/test_kubectl_gangs.py keeps the two alike)."""
 WORKLOADS, WORKLOADS_VERSION = "workloads", "v1alpha1"
+COMPOSITES, COMPOSITES_VERSION = "compositepodgroups", "v1alpha3"
 """Kubernetes 1.35's gang API: Workloads only, listed where no PodGroup version is served."""
 
 
@@ -224,6 +225,14 @@ class KubeSink:
         return self._list_namespaced(
             "listing PodGroups", PODGROUP_GROUP, PODGROUP_VERSION, PODGROUPS, namespace
         )
+
+    def list_composites(self, namespace: str | None) -> list[dict[str, Any]] | None:
+        """The CompositePodGroups (`scheduling.k8s.io/v1alpha3`, 1.37 alpha) in `namespace`
+        (None: all), or None when the server does not serve them."""
+        return self._list_namespaced(
+            f"listing {COMPOSITES} ({UPSTREAM_GROUP}/{COMPOSITES_VERSION})",
+            UPSTREAM_GROUP, COMPOSITES_VERSION, COMPOSITES, namespace,
+        )  # fmt: skip
 
     def upstream_version(self) -> str | None:
         """The newest `scheduling.k8s.io` version serving PodGroups, as the scheduler discovers

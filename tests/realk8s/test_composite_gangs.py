@@ -11,12 +11,15 @@ many as its groups need, and binds."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import time
 from typing import Any
 
 import pytest
 
+from agent.cli import kubectl as kubectl_plugin
 from tests.builders.realk8s import Cluster, busybox_pod, group_member, wait_until
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
@@ -93,9 +96,29 @@ def test_a_tree_binds_all_or_nothing_and_a_basic_root_starts_with_one_group(
         wait_until(lambda: bound(cluster, pods) == first, 90, "the first PodGroup to bind")
         time.sleep(5)
         assert bound(cluster, pods) == first  # the second's minCount 2 does not fit 2 GPUs
+        rows = _gangs(cluster)  # the plugin lists the tree from the real server
+        assert (rows[loose]["pods"], rows[loose]["bound"], rows[loose]["status"]) == (
+            4, 2, "Satisfied"
+        )  # fmt: skip
+        assert rows[f"{loose}-a"]["parent"] == loose
     finally:
         _clean(cluster, pods, whole)
         _clean(cluster, pods, loose)
+
+
+def _gangs(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """`kubectl gputopo gangs -o json` against the cluster: each row by name (the root logger,
+    which the command configures, put back)."""
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        argv = ["--kubeconfig", str(cluster.kubeconfig), "gangs", "-o", "json"]
+        code = kubectl_plugin.main(argv, out=out, err=err)
+    finally:
+        root.handlers[:], root.level = handlers, level
+    assert (code, err.getvalue()) == (0, "")
+    return {row["name"]: row for row in json.loads(out.getvalue())["gangs"]}
 
 
 @pytest.mark.parametrize("scheduler_name", [SCHEDULER, None], ids=["gputopo", "kube-scheduler"])

@@ -16,6 +16,9 @@ from tests.builders.scheduler import create_pod, create_podgroup, pod_body, podg
 from tests.builders.workloads import (
     OURS,
     PODGROUPS,
+    child_podgroup,
+    composite_podgroup,
+    create_composite,
     create_upstream_podgroup,
     create_workload,
     create_workload_pod,
@@ -91,6 +94,33 @@ def test_both_kinds_in_the_served_version(fake_api, kubeconfig, core_v1, custom_
     code, out, _ = run("--kubeconfig", kubeconfig, "gangs", "-o", "yaml")
     assert code == 0
     assert yaml.safe_load(out)["gangs"] == list(shown.values())
+
+
+def test_a_tree_of_composite_pod_groups(fake_api, kubeconfig, core_v1, custom_objects) -> None:
+    """With CompositePodGroups served: the root is a row of its own, counting its PodGroups'
+    pods; `-o json` names each PodGroup's parent."""
+    fake_api.serve_workload_api(("v1beta1", "v1alpha3"), composite_gate=True)
+    create_composite(custom_objects, composite_podgroup("job", 2, topology="rack"))
+    for side, count in (("a", 2), ("b", 1)):
+        create_upstream_podgroup(custom_objects, child_podgroup(side, count, "job"))
+    for name, group, node in (("a-0", "a", "n1"), ("a-1", "a", "n1"), ("b-0", "b", None)):
+        create_pod(core_v1, member_pod(name, group, node=node))
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs")
+    assert (code, err) == (0, "")
+    assert [line.split() for line in out.splitlines()] == [
+        HEADER,
+        ["default", "a", "scheduling.k8s.io/v1beta1", "2", "2", "2", "0", "-", "-"],
+        ["default", "b", "scheduling.k8s.io/v1beta1", "1", "1", "0", "1", "-", "-"],
+        ["default", "job", "compositepodgroups.scheduling.k8s.io", "2", "3", "2", "1", "rack",
+         "Waiting", "(1", "of", "2", "groups)"],
+    ]  # fmt: skip
+    code, out, err = run("--kubeconfig", kubeconfig, "gangs", "-o", "json")
+    shown = {g["name"]: g for g in json.loads(out)["gangs"]}
+    assert (shown["a"]["parent"], shown["b"]["parent"], shown["job"]["parent"]) == (
+        "job",
+        "job",
+        None,
+    )
 
 
 def test_v1alpha2_and_its_condition(fake_api, kubeconfig, custom_objects) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli.kubectl_gangs import HEADER, NOT_FOUND, build_gangs, gang_json, gang_row
+from agent.cli.kubectl_gangs import (
+    COMPOSITE_API,
+    HEADER,
+    NOT_FOUND,
+    build_gangs,
+    gang_json,
+    gang_row,
+)
 from agent.kube.client import UPSTREAM_VERSIONS
 
 UPSTREAM_API = "scheduling.k8s.io/v1beta1"
@@ -208,3 +215,71 @@ def test_a_malformed_1_35_pod_group_names_its_field():
     assert (
         gang.problem == "spec.podGroups[0].policy.gang.minCount: must be a positive integer, got 0"
     )
+
+
+def composite(name, min_groups=None, *, parent=None, topology=None, spec=None):
+    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    body = {"schedulingPolicy": policy}
+    if parent:
+        body["parentCompositePodGroupName"] = parent
+    if topology:
+        body["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": body if spec is None else spec,
+    }
+
+
+def child(name, min_count, parent):
+    obj = upstream(name, min_count)
+    obj["spec"]["parentCompositePodGroupName"] = parent
+    return obj
+
+
+def test_a_tree_root_row_counts_its_podgroups_pods_and_says_if_satisfied():
+    """Root `job` (minGroupCount 2) over PodGroups a (2 pods, both bound) and b (minCount 1, its
+    one pod pending): 3 pods, 2 bound, 1 pending, one of two groups satisfied; b's pod bound
+    satisfies it."""
+    groups = [child("a", 2, "job"), child("b", 1, "job")]
+    pods = [
+        pod("a-0", group="a", node="n1"),
+        pod("a-1", group="a", node="n1"),
+        pod("b-0", group="b"),
+    ]
+    found = build_gangs(None, groups, UPSTREAM_API, pods, [composite("job", 2, topology="rack")])
+    root = next(g for g in found if g.name == "job")
+    assert gang_row(root) == (
+        "default", "job", COMPOSITE_API, "2", "3", "2", "1", "rack", "Waiting (1 of 2 groups)"
+    )  # fmt: skip
+    pods[2] = pod("b-0", group="b", node="n2")
+    found = build_gangs(None, groups, UPSTREAM_API, pods, [composite("job", 2)])
+    assert next(g for g in found if g.name == "job").status == "Satisfied"
+
+
+def test_nested_composites_count_their_whole_tree():
+    """A basic root over replica r (minGroupCount 2: a leader and a worker group): the root is
+    satisfied once r is, and counts r's pods."""
+    trees = [composite("root"), composite("r", 2, parent="root")]
+    groups = [child("lead", 1, "r"), child("work", 2, "r")]
+    pods = [pod("lead-0", group="lead", node="n"), pod("work-0", group="work", node="n")]
+    found = {g.name: g for g in build_gangs(None, groups, UPSTREAM_API, pods, trees)}
+    assert (found["r"].status, found["root"].status) == (
+        "Waiting (1 of 2 groups)",
+        "Waiting (0 of 1 groups)",
+    )
+    assert (found["root"].pods, found["root"].bound, gang_row(found["root"])[3]) == (2, 2, "-")
+    pods.append(pod("work-1", group="work", node="n"))
+    found = {g.name: g for g in build_gangs(None, groups, UPSTREAM_API, pods, trees)}
+    assert (found["r"].status, found["root"].status) == ("Satisfied", "Satisfied")
+
+
+def test_a_malformed_composite_and_a_cycle_are_rows_not_errors():
+    bad = composite("bad", spec={"schedulingPolicy": {"gang": {"minGroupCount": 0}}})
+    loop = [composite("x", 1, parent="y"), composite("y", 1, parent="x")]
+    found = {g.name: g for g in build_gangs(None, [], UPSTREAM_API, [], [bad, *loop])}
+    assert gang_row(found["bad"])[-1] == (
+        "invalid: spec.schedulingPolicy.gang.minGroupCount: must be a positive integer, got 0"
+    )
+    assert (found["x"].status, found["y"].status) == ("Waiting (0 of 1 groups)",) * 2

@@ -18,6 +18,7 @@ builds the condition from what the gang tracker knows; the tracker writes it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -176,38 +177,39 @@ def _min_count(spec: Obj) -> int:
 
 
 def members_disagree(root: Obj, pods: Iterable[Obj]) -> str | None:
-    """Why kube-scheduler 1.37 refuses to try an upstream gang (`validatePodGroup`), in its
-    words, or None: every pod of it (a tree's: of all its PodGroups) names the same
-    `schedulerName`, has the priority of `root` (the PodGroup, or the tree's root
-    CompositePodGroup: its `spec.priority`, 0 when unset) and the same `preemptionPolicy` (the
-    root's, when it sets one; PodGroupPreemptionPolicy)."""
+    """Why kube-scheduler refuses to try an upstream gang (`validatePodGroup`), in its words, or
+    None: every pod of it (a tree's: of all its PodGroups) names the same `schedulerName`; on
+    1.37 (any version of `root` but 1.36's `v1alpha2`) each also has the priority of `root` (the
+    PodGroup, or the tree's root CompositePodGroup: its `spec.priority`, 0 when unset) and the
+    same `preemptionPolicy` (the root's, when it sets one; PodGroupPreemptionPolicy)."""
     spec = root.get("spec") or {}
+    names_only = str(root.get("apiVersion") or "").endswith("/v1alpha2")  # 1.36's check
     priority = spec.get("priority") or 0
-    policy, first_name = spec.get("preemptionPolicy"), None
-    pinned = policy is not None
+    policy = spec.get("preemptionPolicy")
+    pinned, first = policy is not None, None
     for pod in pods:
         pod_spec = pod.get("spec") or {}
         name = str(pod_spec.get("schedulerName") or "default-scheduler")
-        first_name = first_name or name
-        if name != first_name:
+        first = first or name
+        if name != first:
             return (
-                "all pods in a single pod group should have the same .spec.schedulerName set, "
-                f'got: "{name}" and "{first_name}"'
+                f"{_SAME} .spec.schedulerName set, got: {json.dumps(name)} and {json.dumps(first)}"
             )
+        if names_only:
+            continue
         if (pod_priority := pod_spec.get("priority") or 0) != priority:
             return (
-                "all pods in a single pod group should have the same priority as the pod "
-                f"group's priority, got {pod_priority} and {priority}"
+                f"{_SAME} priority as the pod group's priority, got {pod_priority} and {priority}"
             )
         own = str(pod_spec.get("preemptionPolicy") or "PreemptLowerPriority")
         policy = policy or own
         if own != policy:
             whose = " as the pod group's preemption policy" if pinned else ""
-            return (
-                f"all pods in a single pod group should have the same preemption policy{whose}, "
-                f"got {own} and {policy}"
-            )
+            return f"{_SAME} preemption policy{whose}, got {own} and {policy}"
     return None
+
+
+_SAME = "all pods in a single pod group should have the same"
 
 
 def initially_scheduled(

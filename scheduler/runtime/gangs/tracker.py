@@ -27,10 +27,10 @@ pods that satisfy its root (`Tree.minimum`), as a gang for its minimum; with a t
 constraint below its root the search places that minimum by the same walk (`TreeDemand`), not
 yet when its pods have ResourceClaims. A PodGroup whose parents reach no root waits, naming why.
 
-An upstream gang (a PodGroup, or a tree) whose pods disagree as kube-scheduler 1.37 will not try
-them (`upstream.members_disagree`: a priority not the root group's, two schedulerNames, two
-preemption policies) is not tried either, its PodGroups' condition `SchedulerError`, in kube's
-words. An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
+An upstream gang (a PodGroup, or a tree) whose pods disagree as kube-scheduler will not try them
+(`upstream.members_disagree`: two schedulerNames; on 1.37 also a priority not the root group's,
+two preemption policies) is not tried either, its PodGroups' condition `SchedulerError`, in
+kube's words. An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
 member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as

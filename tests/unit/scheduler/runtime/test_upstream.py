@@ -455,6 +455,15 @@ def test_members_disagree_as_kube_scheduler_words_it(
     assert members_disagree(root, pods) == expected
 
 
+def test_on_1_36_only_the_scheduler_name_is_checked() -> None:
+    """kube-scheduler 1.36 (PodGroups `v1alpha2`) checks the pods' schedulerName alone."""
+    root = {"apiVersion": "scheduling.k8s.io/v1alpha2", "spec": {"priority": 1000}}
+    assert members_disagree(root, [_spec(), _spec(preemptionPolicy="Never")]) is None
+    assert members_disagree(root, [_spec(), _spec(schedulerName="x")]) == (
+        f'{_LEAD} .spec.schedulerName set, got: "x" and "default-scheduler"'
+    )
+
+
 def test_a_refused_gang_reads_scheduler_error_with_why() -> None:
     group = _read()
     why = f"{_LEAD} priority as the pod group's priority, got 0 and 1000"

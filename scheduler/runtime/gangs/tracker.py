@@ -30,7 +30,8 @@ yet when its pods have ResourceClaims. A PodGroup whose parents reach no root wa
 An upstream gang (a PodGroup, or a tree) whose pods disagree as kube-scheduler will not try them
 (`upstream.members_disagree`: two schedulerNames; on 1.37 also a priority not the root group's,
 two preemption policies) is not tried either, its PodGroups' condition `SchedulerError`, in
-kube's words. An upstream PodGroup gets only the condition kube-scheduler writes (`upstream.status_patch`).
+kube's words. An upstream PodGroup gets only the condition kube-scheduler writes
+(`upstream.status_patch`).
 Status written to our PodGroup: `phase` (Pending, Scheduling, Scheduled, Running, Finished,
 Failed, Unknown), `scheduled`, `running`, `succeeded`, `failed`, `scheduleStartTime` and, once a
 member was lost, `conditions` (see `gangstatus.group_status`). A Failed member no longer counts as

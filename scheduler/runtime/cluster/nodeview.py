@@ -247,36 +247,46 @@ def _shared(nrt: DecodedTopology) -> tuple[tuple[int, ...], tuple[int, ...], str
     return tuple(slots), tuple(memory), resource, healthy
 
 
-def _nrt_state(
-    info: NodeInfo,
-    nrt: DecodedTopology,
-    selectors: SelectorCache,
-    free: _Free,
-) -> NodeState:
-    """The node from its NRT's structure, `free` its free milli-GPU and MIG devices per GPU."""
-    gpu_free, mig_free = free
-    slots, memory, resource, healthy = _shared(nrt)
-    return NodeState(
-        name=info.name,
-        labels=info.labels,
-        taints=info.taints,
-        unschedulable=info.unschedulable,
-        allocatable=dict(info.allocatable),
-        gpu_numa=tuple(g.numa_node for g in nrt.inventory.gpus),
-        gpu_free=gpu_free,
-        gpu_mig=tuple(g.mig_mode is MigMode.ENABLED for g in nrt.inventory.gpus),
-        mig_free=mig_free,
-        links=nrt.inventory.links,
-        topology_policy=_policy(nrt),
-        numa_free=_numa_free(nrt),
-        selector=selectors.get(nrt),
-        gpu_slots=slots,
-        gpu_memory=memory,
-        share_resource=resource,
-        slots_free=healthy,
-        memory_free=list(memory),
-        compute_free=[100] * len(slots),
-    )
+@dataclass(frozen=True, slots=True)
+class _NrtShape:
+    """What every state of one node built from its NRT shares, read from it once."""
+
+    info: NodeInfo
+    nrt: DecodedTopology
+    selector: GpuSelector
+    shared: tuple[tuple[int, ...], tuple[int, ...], str | None, list[int]]
+
+    @classmethod
+    def read(cls, info: NodeInfo, nrt: DecodedTopology, selectors: SelectorCache) -> _NrtShape:
+        return cls(info, nrt, selectors.get(nrt), _shared(nrt))
+
+    def state(self, free: _Free) -> NodeState:
+        """The node from its NRT's structure, `free` its free milli-GPU and MIG devices per
+        GPU."""
+        info, nrt = self.info, self.nrt
+        gpu_free, mig_free = free
+        slots, memory, resource, healthy = self.shared
+        return NodeState(
+            name=info.name,
+            labels=info.labels,
+            taints=info.taints,
+            unschedulable=info.unschedulable,
+            allocatable=dict(info.allocatable),
+            gpu_numa=tuple(g.numa_node for g in nrt.inventory.gpus),
+            gpu_free=gpu_free,
+            gpu_mig=tuple(g.mig_mode is MigMode.ENABLED for g in nrt.inventory.gpus),
+            mig_free=mig_free,
+            links=nrt.inventory.links,
+            topology_policy=_policy(nrt),
+            numa_free=_numa_free(nrt),
+            selector=self.selector,
+            gpu_slots=slots,
+            gpu_memory=memory,
+            share_resource=resource,
+            slots_free=list(healthy),
+            memory_free=list(memory),
+            compute_free=[100] * len(slots),
+        )
 
 
 def build_node_state(
@@ -298,7 +308,7 @@ def build_node_state(
     elif is_trusted(nrt, pods):
         state, taken = _trusted_state(info, nrt, pods, selectors)
     else:
-        state = _nrt_state(info, nrt, selectors, _device_free(nrt, trusted=False))
+        state = _NrtShape.read(info, nrt, selectors).state(_device_free(nrt, trusted=False))
     uuids = {} if nrt is None else {str(g.uuid): g.index for g in nrt.inventory.gpus}
     _charge(state, pods, taken, uuids, {} if nrt is None else nrt_shares(nrt))
     if nrt is not None and state.shared_gpus:
@@ -317,12 +327,13 @@ def _trusted_state(
     assigned first) gets devices among the taken ones (its assignment where they are, else as
     the kubelet would pick among them), so that a pod removed (a victim the search takes out,
     a pod deleted) frees devices. Taken devices no pod explains stay taken."""
+    shape = _NrtShape.read(info, nrt, selectors)
     free = _device_free(nrt, trusted=True)
     holding = [p for p in pods if p.request.gpus or p.request.mig]
     if not holding:
-        return _nrt_state(info, nrt, selectors, free), {}
+        return shape.state(free), {}
     healthy = _device_free(nrt, trusted=False)
-    probe = _nrt_state(info, nrt, selectors, _less(healthy, free))
+    probe = shape.state(_less(healthy, free))
     taken: dict[str, Assignment] = {}  # the probe: the taken devices, as if they alone were free
     for pod in sorted(holding, key=lambda p: (p.assignment is None, p.request.key)):
         request = pod.request
@@ -336,7 +347,7 @@ def _trusted_state(
             taken[request.key] = assignment
     unexplained = (probe.gpu_free, probe.mig_free)  # taken, by no pod the cache has
     start = _less(healthy, unexplained)
-    return _nrt_state(info, nrt, selectors, start), taken
+    return shape.state(start), taken
 
 
 def _less(free: _Free, less: _Free) -> _Free:

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.nrt import decode
 from agent.objkey import object_key
@@ -66,7 +70,7 @@ def test_trusted_nrt_says_which_gpus_are_free():
     assert state.free("nvidia.com/gpu") == 6
 
 
-def test_a_pod_on_a_trusted_nrt_is_charged_with_the_gpus_it_holds():
+def test_a_pod_on_a_trusted_nrt_is_charged_with_the_gpus_it_holds() -> None:
     """The NRT names GPUs 5 and 6 taken, the kubelet's pick for the one pod on the node: the pod
     is charged with them, so a clone without it (a victim search taking it out) has every GPU
     free."""
@@ -82,7 +86,7 @@ def test_a_pod_on_a_trusted_nrt_is_charged_with_the_gpus_it_holds():
     assert clone.free_whole_gpus() == list(range(8))
 
 
-def test_gpus_a_trusted_nrt_has_taken_by_no_known_pod_stay_taken():
+def test_gpus_a_trusted_nrt_has_taken_by_no_known_pod_stay_taken() -> None:
     """The NRT has three GPUs taken by the pod, which the cache reads as asking two: two are
     charged to it, and the third stays taken with the pod gone."""
     taken = [gpu_uuid(1), gpu_uuid(2), gpu_uuid(3)]
@@ -98,6 +102,40 @@ def test_gpus_a_trusted_nrt_has_taken_by_no_known_pod_stay_taken():
     assert set(held) < {1, 2, 3}
     clone.remove_pod(object_key("default", "a"))
     assert len(clone.free_whole_gpus()) == 7
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 3), max_size=4), st.randoms(use_true_random=False))
+def test_a_trusted_nodes_free_gpus_are_the_nrts_and_each_pod_frees_its_own(
+    sizes: list[int], rng: Any
+) -> None:
+    """Pods holding random GPUs, as the kubelet gave them: the node's free GPUs are exactly
+    the NRT's, each pod is charged with GPUs the NRT has taken, and taking any one out frees
+    as many GPUs as it asks."""
+    order = list(range(8))
+    rng.shuffle(order)
+    held, at = {}, 0
+    for i, size in enumerate(sizes):
+        if at + size <= 8:
+            held[f"p{i}"] = order[at : at + size]
+            at += size
+    grants = {("default", name): [gpu_uuid(g) for g in gpus] for name, gpus in held.items()}
+    cache = ClusterCache("gputopo-scheduler")
+    cache.upsert_node(node_obj("n1"))
+    cache.upsert_nrt(make_nrt("n1", dgx_h100(), grants))
+    for name, gpus in held.items():
+        cache.upsert_pod(bound_pod(name, "n1", len(gpus)))
+    state = cache.snapshot.node("n1")
+    taken = {g for gpus in held.values() for g in gpus}
+    assert set(state.free_whole_gpus()) == set(range(8)) - taken
+    for name, gpus in held.items():
+        key = object_key("default", name)
+        charged = state.pods[key][1].gpus
+        assert set(charged) <= taken
+        assert len(charged) == len(gpus)
+        clone = state.clone()
+        clone.remove_pod(key)
+        assert len(clone.free_whole_gpus()) == 8 - len(taken) + len(gpus)
 
 
 def test_stale_nrt_is_not_trusted():

@@ -43,6 +43,11 @@ class Tree:
         """Whether a group below this one has a topology constraint of its own."""
         return any(c.topology is not None or c.inner_topology() for c in self.children)
 
+    def labels(self) -> set[str]:
+        """The topology labels of this group and of every group below it."""
+        own = set() if self.topology is None else {self.topology.label}
+        return own.union(*(c.labels() for c in self.children))
+
     def leaves(self) -> list[ObjectKey]:
         """The PodGroups below (or this one), in order."""
         if self.leaf:

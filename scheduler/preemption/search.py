@@ -229,13 +229,32 @@ class _Search:
         sets = gang_sets(tally, self.fits_now, self.pods, label, limit, self.apart, across)
         for names, cut in sets:
             while True:
-                area = names[:cut]
+                area = self._whole_domains(names[:cut])
                 bench = self._bench(area)
                 done = bench.evaluate(frozenset(area), *self._pools(area, priority))
                 if isinstance(done, Outcome) or done.quota or cut >= len(names):
                     self._keep(done)
                     break
                 cut *= 2
+
+    def _whole_domains(self, area: list[str]) -> list[str]:
+        """`area`, and for a tree with a topology below its root every node the search may use
+        in each domain of those topologies that `area` touches: a group placed inside one
+        domain then meets all of its room (the nodes that fit now are cut to U's pod count,
+        and could leave a domain half in the area)."""
+        demand = self.rules.preemptor.tree
+        if demand is None or not demand.tree.inner_topology():
+            return area
+        seen, whole = set(area), list(area)
+        for label in sorted(demand.tree.labels()):
+            domains = self.live.domains(label)
+            values = {self.live.node(n).labels.get(label) for n in whole}
+            for value in sorted(v for v in values if v is not None and v in domains):
+                for name in sorted(domains[value].names - seen):
+                    if self.allowed(name):
+                        seen.add(name)
+                        whole.append(name)
+        return whole
 
     def _confirm(self, bench: Workbench, estimates: list[Estimate]) -> None:
         """Confirm estimates best first until a confirmed outcome ranks first: only areas

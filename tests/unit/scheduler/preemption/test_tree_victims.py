@@ -90,6 +90,20 @@ def test_a_group_goes_to_the_rack_its_placed_sibling_holds() -> None:
     assert choice.pods == ("ns/low-n2",)
 
 
+def test_a_rack_only_partly_among_the_nodes_that_fit_now_is_searched_whole() -> None:
+    """Racks r0 (n0-0, n1-0), r1 (n0-1), r2 (n0-2), r3 (n0-3, n1-3), a 1-GPU pod on n0-0: a
+    tree of two PodGroups of 2 x 4 GPUs needs r0 and r3. The nodes that fit now, cut to U's
+    four pods in name order, leave n1-3 out; the area still takes r3 whole, and the tree
+    evicts the one pod (before, the search found no choice)."""
+    layout = {"n0-0": "r0", "n1-0": "r0", "n0-1": "r1", "n0-2": "r2", "n0-3": "r3", "n1-3": "r3"}
+    w = racked(layout)
+    w.run("low-0", [("n0-0", pod("ns/low-0", gpus=1))])
+    choice = w.find(tree_of(2, 2, 4))
+    assert isinstance(choice, VictimChoice), choice
+    assert choice.pods == ("ns/low-0",)
+    assert sorted(_racks_by_group(w, choice).values()) == [{"r0"}, {"r3"}]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     racks=st.lists(st.integers(1, 3), min_size=2, max_size=4),

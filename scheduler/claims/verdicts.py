@@ -247,6 +247,7 @@ class Verdicts:
         self._shipped = scoring.shipped
         self._books: dict[tuple[object, ...], _Book] = {}
         self._last: list[ClaimNode] = []
+        self._last_given: tuple[ClaimNode, ...] | None = None  # the tuple `_last` was, if one
         self._last_number = -1
         self._numbers: dict[tuple[int, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
         self._next_number = 0
@@ -256,21 +257,24 @@ class Verdicts:
 
     def list_number(self, nodes: Sequence[ClaimNode]) -> int:
         """A number for the node list (the same objects in the same order: the same number while
-        it is kept; never one of another list). The same list as last time costs one comparison in
-        C (of object identities: `ClaimNode` equals only itself)."""
-        same = nodes == self._last if isinstance(nodes, list) else list(nodes) == self._last
-        if same:  # `ClaimNode` equals only itself
+        it is kept; never one of another list). The very tuple given last time costs nothing;
+        the same list as last time one comparison in C (of object identities: `ClaimNode`
+        equals only itself)."""
+        if nodes is self._last_given:  # a tuple: the same nodes while it lives
             return self._last_number
-        last = tuple(nodes)
-        ids = tuple(map(id, last))
-        found = self._numbers.get(ids)  # it holds its nodes, so these ids are still theirs
-        if found is None:
-            if len(self._numbers) >= _VIEW_LIMIT:
-                self._numbers.clear()
-            found = self._numbers[ids] = (self._next_number, last)
-            self._next_number += 1
-        self._last, self._last_number = list(last), found[0]
-        return found[0]
+        same = nodes == self._last if isinstance(nodes, list) else list(nodes) == self._last
+        if not same:
+            last = tuple(nodes)
+            ids = tuple(map(id, last))
+            found = self._numbers.get(ids)  # it holds its nodes, so these ids are still theirs
+            if found is None:
+                if len(self._numbers) >= _VIEW_LIMIT:
+                    self._numbers.clear()
+                found = self._numbers[ids] = (self._next_number, last)
+                self._next_number += 1
+            self._last, self._last_number = list(last), found[0]
+        self._last_given = nodes if isinstance(nodes, tuple) else None
+        return self._last_number
 
     def scan(
         self,

@@ -189,21 +189,21 @@ class Placer:
         yield
         memo.trial_undone(before)
 
-    def feasible(self, pod: PodRequest) -> list[str]:
+    def feasible(self, pod: PodRequest) -> tuple[str, ...]:
         """Names of the nodes where `pod` fits (as `filter_node` and the inter-pod rules say),
-        sorted."""
+        sorted; with the memo, the same tuple while the answer is unchanged."""
         refused = self._refused(pod) or {}
         if self._memo is not None:
             names = self._memo.feasible(pod)
         else:
             self._scoring.observe(pod, self._snapshot)
             nodes = self._snapshot.nodes
-            names = [
+            names = tuple(
                 name
                 for name in self._snapshot.names()
                 if filter_node(pod, nodes[name]).assignment is not None
-            ]
-        return [name for name in names if name not in refused] if refused else names
+            )
+        return tuple(name for name in names if name not in refused) if refused else names
 
     def assignment_on(self, pod: PodRequest, node_name: str) -> Assignment | None:
         """The devices `pod` gets on `node_name` (None if it does not fit there)."""

@@ -91,6 +91,7 @@ class Snapshot:
     def __init__(self, nodes: Iterable[NodeState] = ()) -> None:
         self._nodes: dict[str, NodeState] = {}
         self._all: list[str] = []
+        self._names: tuple[str, ...] | None = None  # `_all` as `names` gives it, while it holds
         self._index: dict[_IndexKey, SortedNames] = {}  # names in order (`SortedNames`)
         self._keys: dict[str, tuple[_IndexKey, ...]] = {}  # each node's keys in `_index`
         self._unindexed: dict[str, None] = {}  # nodes whose keys may have changed since
@@ -185,9 +186,11 @@ class Snapshot:
         holds while it stays."""
         return self._nodes_version
 
-    def names(self) -> list[str]:
-        """Node names, sorted."""
-        return list(self._all)
+    def names(self) -> tuple[str, ...]:
+        """Node names, sorted: the same tuple while no node is added or removed."""
+        if self._names is None:
+            self._names = tuple(self._all)
+        return self._names
 
     def add_node(self, node: NodeState) -> None:
         """Add `node`, or replace the node of that name (its pods come from the new state)."""
@@ -201,6 +204,7 @@ class Snapshot:
         if any(t.effect is Effect.PREFER_NO_SCHEDULE for t in node.taints):
             self._soft_tainted.add(node.name)
         insort(self._all, node.name)
+        self._names = None
         # a node's whole-GPU key counts its idle GPUs and its free `nvidia.com/gpu` replicas
         self._max_gpus = max(self._max_gpus, node.gpu_count + sum(node.gpu_slots))
         self._gpu_nodes += node.gpu_count > 0
@@ -230,6 +234,7 @@ class Snapshot:
         self._gpu_nodes -= node.gpu_count > 0
         self._idle_gpu.discard(name)
         del self._all[bisect_left(self._all, name)]
+        self._names = None
         for key, (pod, _assignment) in node.pods.items():
             self._pod_node.pop(key, None)
             self._unlabel_pod(pod)

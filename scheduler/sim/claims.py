@@ -154,7 +154,9 @@ class SimClaims:
         self.placer = placer
         self.allocator = ClaimAllocator({GPU_CLASS.name: GPU_CLASS}, scoring=placer.scoring)
         self._nodes: dict[str, ClaimNode] = {}
-        self._lists: dict[tuple[str, ...], tuple[int, list[ClaimNode]]] = {}
+        self._lists: dict[tuple[str, ...], tuple[int, tuple[ClaimNode, ...]]] = {}
+        self._given: dict[int, tuple[tuple[str, ...], int, tuple[ClaimNode, ...]]] = {}
+        """By the id of a tuple of names given (held, so the id stays its own): its nodes."""
         self._usage = Usage()  # kept in step with the snapshot (`_in_use`)
         self._held: dict[str, frozenset[DeviceId]] = {}
         self._followed: tuple[Snapshot, int] | None = None  # `_usage` brought up to these
@@ -240,18 +242,28 @@ class SimClaims:
         (`GangDeviceFit`)."""
         return ClaimFit(self, [PodClaims(key=p.key, claims=_own(p.key, c)) for p, c in pods])
 
-    def _listed(self, names: Sequence[str]) -> list[ClaimNode]:
-        """The nodes named, as claims see them: the list made before for the same names while
-        no node was added, replaced or removed (a view holds its node's state object)."""
+    def _listed(self, names: Sequence[str]) -> tuple[ClaimNode, ...]:
+        """The nodes named, as claims see them: the tuple made before for the same names while
+        no node was added, replaced or removed (a view holds its node's state object); a
+        tuple of names given before (the placer's unchanged `feasible`) is known by identity,
+        with no pass over its names."""
         version = self.placer.snapshot.nodes_version
+        given = self._given.get(id(names))
+        if given is not None and given[0] is names and given[1] == version:
+            return given[2]
         key = tuple(names)
         found = self._lists.get(key)
         if found is not None and found[0] == version:
-            return found[1]
-        if len(self._lists) >= 8:
-            self._lists.clear()
-        nodes = [self._node(n) for n in key]
-        self._lists[key] = (version, nodes)
+            nodes = found[1]
+        else:
+            if len(self._lists) >= 8:
+                self._lists.clear()
+            nodes = tuple(self._node(n) for n in key)
+            self._lists[key] = (version, nodes)
+        if key is names:  # a tuple was given
+            if len(self._given) >= 8:
+                self._given.clear()
+            self._given[id(key)] = (key, version, nodes)
         return nodes
 
     def _in_use(self) -> Usage:
@@ -260,7 +272,7 @@ class SimClaims:
         released or held), so that its verdicts follow it node by node; made again when the
         log no longer reaches back."""
         snapshot, followed = self.placer.snapshot, self._followed
-        changed = None
+        changed: Sequence[str] | None = None
         if followed is not None and followed[0] is snapshot:
             changed = snapshot.changed_since(followed[1])
         if changed is None:
@@ -325,7 +337,7 @@ class ClaimFit:
         return self._found[key]
 
 
-def _outside(names: list[str], excluded: AbstractSet[str] | None) -> list[str]:
+def _outside(names: Sequence[str], excluded: AbstractSet[str] | None) -> Sequence[str]:
     """`names` less those `excluded` (the list itself when nothing is)."""
     return [n for n in names if n not in excluded] if excluded else names
 

@@ -131,7 +131,7 @@ class SimScheduler:
             off = excluding_outside(self.cluster.snapshot, excluded, allowed)
             return self._claims_placer().choose(pod, claims, off)
         if self.policy.uniform:
-            names = self.placer.feasible(pod)
+            names: Sequence[str] = self.placer.feasible(pod)
             if excluded or allowed is not None:
                 names = [
                     n

@@ -89,7 +89,9 @@ class ClaimCharges:
         claims take (None: admitted)."""
         self._book, self._cache, self._admit = book, cache, admit
         self._held: dict[ObjectKey, ClaimPlacement] = {}
-        self._lists: dict[tuple[str, ...], tuple[_Built, list[ClaimNode]]] = {}
+        self._lists: dict[tuple[str, ...], tuple[_Built, tuple[ClaimNode, ...]]] = {}
+        self._given: dict[int, tuple[tuple[str, ...], _Built, tuple[ClaimNode, ...]]] = {}
+        """By the id of a tuple of names given (held, so the id stays its own): its nodes."""
         self._nothing = Usage()  # nodes emptied of every claim (`claimed`): never added to
 
     def place(
@@ -298,11 +300,11 @@ class ClaimCharges:
 
     def _nodes(
         self, placer: Placer, infos: Sequence[PodInfo], excluded: AbstractSet[str] | None
-    ) -> list[ClaimNode] | str:
+    ) -> tuple[ClaimNode, ...] | str:
         """The nodes every one of `infos` fits for its other resources, as claims see them."""
-        names: list[str] | None = None
+        names: Sequence[str] | None = None
         for info in infos:
-            fits = placer.feasible(info.request)  # sorted
+            fits: Sequence[str] = placer.feasible(info.request)  # sorted
             if excluded:
                 fits = [n for n in fits if n not in excluded]
             if not fits:
@@ -315,21 +317,32 @@ class ClaimCharges:
             return "no node fits every member's other resources"
         return self._claim_nodes(names)
 
-    def _claim_nodes(self, names: Sequence[str]) -> list[ClaimNode]:
-        """The nodes named (sorted), as claims see them: the list given before for the same
+    def _claim_nodes(self, names: Sequence[str]) -> tuple[ClaimNode, ...]:
+        """The nodes named (sorted), as claims see them: the tuple given before for the same
         names while nothing they are built from changed (the book's slices, and the snapshot's
         nodes, with which their labels, inventories and states change), so that a pod costs
-        no view per node and the allocator meets the same list again."""
+        no view per node and the allocator meets the same tuple again (known by identity).
+        A tuple of names given before (the placer's unchanged `feasible`, the snapshot's
+        `names`) is known by identity too: no pass over its names, which at 20,000 nodes cost
+        a pod more than its decision."""
         snapshot = self._cache.snapshot
         built = _Built(ref(snapshot), snapshot.nodes_version, self._book.views_version)
+        given = self._given.get(id(names))
+        if given is not None and given[0] is names and given[1].holds(built):
+            return given[2]
         key = tuple(names)
         found = self._lists.get(key)
         if found is not None and found[0].holds(built):
-            return found[1]
-        if len(self._lists) >= _LISTS_KEPT:
-            self._lists.clear()
-        nodes = [self._claim_node(name) for name in key]
-        self._lists[key] = (built, nodes)
+            nodes = found[1]
+        else:
+            if len(self._lists) >= _LISTS_KEPT:
+                self._lists.clear()
+            nodes = tuple(self._claim_node(name) for name in key)
+            self._lists[key] = (built, nodes)
+        if key is names:  # a tuple was given
+            if len(self._given) >= _LISTS_KEPT:
+                self._given.clear()
+            self._given[id(key)] = (key, built, nodes)
         return nodes
 
     def _domains(self, nodes: Sequence[ClaimNode], label: str) -> Mapping[str, list[ClaimNode]]:

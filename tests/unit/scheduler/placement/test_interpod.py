@@ -112,7 +112,7 @@ def test_a_running_pods_anti_affinity_keeps_matching_pods_out_of_its_domain(scor
     }
     placer = Placer(snap, scoring)
     assert placer.decide(noisy).node == "n2"
-    assert placer.feasible(noisy) == ["n2"]
+    assert placer.feasible(noisy) == ("n2",)
     assert placer.assignment_on(noisy, "n1") is None
     assert placer.best_assignment(labelled("quiet", role="calm")) is not None
     snap.forget(holder.key)
@@ -305,7 +305,7 @@ def test_placer_paths_agree_with_refusals(memo, scoring):
     put(snap, "n0", labelled("web-0", app="web"))
     incoming = labelled("web-1", rules=InterPodRules(anti_affinity=(term(app="web"),)), app="web")
     placer = Placer(snap, scoring, memo=memo)
-    assert placer.feasible(incoming) == ["n1", "n2"]
+    assert placer.feasible(incoming) == ("n1", "n2")
     assert placer.best_assignment(incoming) is not None
     assert placer.best_assignment(incoming).node == placer.decide(incoming).node
 

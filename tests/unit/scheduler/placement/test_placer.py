@@ -196,7 +196,7 @@ def test_feasible_and_assignment_on(limit: int):
     )
     placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
     two = PodRequest(key="x", gpus=2)
-    assert placer.feasible(two) == ["b", "c"]
+    assert placer.feasible(two) == ("b", "c")
     found = placer.assignment_on(two, "b")
     assert found is not None
     assert (found.node, found.gpus) == ("b", (0, 1))
@@ -205,24 +205,26 @@ def test_feasible_and_assignment_on(limit: int):
 
 
 @pytest.mark.parametrize("limit", [pytest.param(0, id="memo"), pytest.param(64, id="plain")])
-def test_feasible_names_follow_every_change_and_are_the_callers_own(limit: int):
+def test_feasible_names_follow_every_change_and_an_unchanged_answer_is_the_same_tuple(
+    limit: int,
+):
     """The same class asked again: a node that fills up, a node removed and another added (in
-    the slot it left), a list the caller changed: each answer is the nodes that fit then."""
+    the slot it left): each answer is the nodes that fit then. With the memo, an answer that
+    did not change is the very tuple given before (claims know their node list by it)."""
     cluster = Cluster.from_specs([NodeSpec(name=n, gpus=2) for n in ("a", "b", "c")])
     placer = Placer(cluster.snapshot, Scoring(scores=(), candidate_limit=limit))
     two = PodRequest(key="x", gpus=2)
-    for _ in range(2):  # computed, then given again
-        mine = placer.feasible(two)
-        assert mine == ["a", "b", "c"]
-        mine.clear()
-    assert placer.feasible(two) == ["a", "b", "c"]
+    first = placer.feasible(two)
+    assert first == ("a", "b", "c")
+    assert (placer.feasible(two) is first) is (limit == 0)
     cluster.bind(PodRequest(key="full", gpus=2), Assignment(node="b", gpus=(0, 1)))
-    assert placer.feasible(two) == ["a", "c"]
+    assert placer.feasible(two) == ("a", "c")
+    assert placer.feasible(two) is not first
     cluster.remove_node("a")
     cluster.add_spec(NodeSpec(name="d", gpus=2))
-    assert placer.feasible(two) == ["c", "d"]
+    assert placer.feasible(two) == ("c", "d")
     cluster.unbind("full")
-    assert placer.feasible(two) == ["b", "c", "d"]
+    assert placer.feasible(two) == ("b", "c", "d")
 
 
 def test_pod_class_ignores_only_the_key_and_pod_group():
@@ -283,7 +285,7 @@ def test_changes_made_behind_its_back_are_seen(limit: int):
     two = PodRequest(key="q", gpus=2)
     cluster.bind(two, cast("Assignment", placer.decide(two).assignment))
     cluster.add_spec(NodeSpec(name="a", gpus=8))
-    assert placer.feasible(four) == ["a", "b", "c"]  # in name order, whatever the slots
+    assert placer.feasible(four) == ("a", "b", "c")  # in name order, whatever the slots
     assert placer.decide(four).node == "b"  # binpack: the used node
     cluster.remove_node("b")
     assert placer.decide(four).node == "a"  # ties: the lowest name

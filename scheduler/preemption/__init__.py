@@ -24,6 +24,8 @@ from .model import (
     Preemptor,
     Running,
     TreeDemand,
+    TreeDeviceFit,
+    TreeDeviceTrial,
     VictimChoice,
     VictimReason,
 )
@@ -45,6 +47,8 @@ __all__ = [
     "Running",
     "RunningIndex",
     "TreeDemand",
+    "TreeDeviceFit",
+    "TreeDeviceTrial",
     "VictimChoice",
     "VictimReason",
     "find_victims",

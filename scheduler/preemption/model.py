@@ -24,6 +24,8 @@ __all__ = [
     "Preemptor",
     "Running",
     "TreeDemand",
+    "TreeDeviceFit",
+    "TreeDeviceTrial",
     "VictimChoice",
     "VictimReason",
 ]
@@ -92,16 +94,40 @@ class GangDeviceFit(Protocol):
     def place(self, nodes: Sequence[str], gone: frozenset[str]) -> Mapping[str, str] | None: ...
 
 
+class TreeDeviceTrial(Protocol):
+    """One walk's devices of a tree's pods, decided apart from placement (their DRA claims):
+    each PodGroup's pods placed in turn, the devices the earlier ones took counted."""
+
+    def place(self, pods: Sequence[str], nodes: Sequence[str]) -> Mapping[str, str] | None:
+        """Where each of `pods` (their keys) goes (pod key -> node), with their devices
+        allocated together on `nodes` and held for the rest of the walk; None: they do not
+        fit there (nothing held)."""
+        ...
+
+    def forget(self, pods: Sequence[str]) -> None:
+        """The devices held for `pods` (their keys) given back."""
+        ...
+
+
+class TreeDeviceFit(Protocol):
+    """What a tree's pods need besides their requests (their DRA claims): `begin(gone)` starts
+    a walk's trial once the pods `gone` (their keys) are gone. Deterministic for one search."""
+
+    def begin(self, gone: frozenset[str]) -> TreeDeviceTrial: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeDemand:
     """The tree of pod groups U's pods belong to (CompositePodGroups), placed group by group as
     the scheduler places it (`place_subtree`), for a tree with a topology below its root: `tree`;
     `groups` each of U's pods' PodGroup (pod key -> the leaf's key); `held` the nodes the
-    PodGroups' pods already placed hold (leaf key -> nodes)."""
+    PodGroups' pods already placed hold (leaf key -> nodes); `devices`: what U's pods need
+    besides their requests (their claims), placed group by group with them."""
 
     tree: Tree
     groups: Mapping[str, ObjectKey]
     held: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+    devices: TreeDeviceFit | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,8 @@ way of choosing victims, on clones of the area's nodes, never on the live snapsh
    fit; for a gang with such devices (`Preemptor.gang_devices`), they fit together on the
    area's nodes where every member fits the rest of its request, and each member then fits
    the rest on the node they chose; for a tree of pod groups with a topology below its root
-   (`Preemptor.tree`), the tree's walk places it whole (`treefit`); for a pod whose inter-pod
+   (`Preemptor.tree`), the tree's walk places it whole (`treefit`), the devices of its pods
+   with them when they have any (`TreeDemand.devices`); for a pod whose inter-pod
    rules read beyond the area (`InterPodFit`), they let it, on the live snapshot with the
    victims gone. The reprieve first tests fit with arithmetic (free GPUs, cpu, memory, pods:
    necessary conditions, so a piece it keeps out would not fit either; and what is decided
@@ -258,7 +259,11 @@ class Workbench:
     def _apart_fit(self, area: frozenset[str]) -> bool:
         """What is decided apart from placement lets U onto a node of `area` without the pieces
         taken out: its devices (`Preemptor.devices`) fit there and its inter-pod rules let it
-        (always, for a unit that needs neither)."""
+        (always, for a unit that needs neither); a tree's devices, with the tree's walk."""
+        tree = self._preemptor.tree
+        if tree is not None and tree.devices is not None:  # placed with the tree's walk
+            self._sync()
+            return self._place_tree(tree, area) is not None
         gang = self._preemptor.gang_devices
         if not self._apart and gang is None:
             return True
@@ -342,7 +347,7 @@ class Workbench:
         self, demand: TreeDemand, area: frozenset[str]
     ) -> tuple[dict[str, str], float] | None:
         """A tree of pod groups, group by group as the scheduler places it (`place_tree`)."""
-        placed = place_tree(self._preemptor, demand, self._placer, area)
+        placed = place_tree(self._preemptor, demand, self._placer, area, self._gone_keys())
         if placed is None or not self._rules_let(placed):
             return None
         scoring = self._placer.scoring

@@ -5,7 +5,10 @@ topology, kept only when the root is satisfied, all within the area. What the wa
 assumed on the clones while it runs, and taken back before `place_tree` returns.
 
 A group's domain is read from the nodes its placed pods hold, so the clones hold those nodes
-too (`search`), in the area or not.
+too (`search`), in the area or not. When U's pods have devices decided apart (their claims,
+`TreeDemand.devices`), a PodGroup's pods are placed as the scheduler places a gang of claims:
+on the nodes where each fits the rest of its request, the devices choose each pod's node (the
+devices the groups placed before took counted), and each pod takes the rest there.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from scheduler.placement import (
     place_subtree,
 )
 
-from .model import Preemptor, TreeDemand
+from .model import Preemptor, TreeDemand, TreeDeviceTrial
 
 __all__ = ["place_tree"]
 
@@ -32,11 +35,16 @@ Taken = list[tuple[PodRequest, Assignment]]
 
 
 def place_tree(
-    preemptor: Preemptor, demand: TreeDemand, placer: Placer, area: frozenset[str]
+    preemptor: Preemptor,
+    demand: TreeDemand,
+    placer: Placer,
+    area: frozenset[str],
+    gone: frozenset[str] = frozenset(),
 ) -> Taken | None:
     """Where U's pods go on `area` (nothing left assumed), or None when the walk cannot
-    satisfy the tree's root there."""
-    walk = _AreaWalk(preemptor, demand, placer)
+    satisfy the tree's root there; `gone`: the pods (keys) taken out, whose devices are free."""
+    trial = None if demand.devices is None else demand.devices.begin(gone)
+    walk = _AreaWalk(preemptor, demand, placer, trial)
     placed, satisfied, _ = place_subtree(demand.tree, walk, area, keep=False)
     walk.undo(placed)
     return placed if satisfied else None
@@ -45,8 +53,15 @@ def place_tree(
 class _AreaWalk:
     """`place_subtree`'s `TreeSide` on the clones: U's pods of each PodGroup."""
 
-    def __init__(self, preemptor: Preemptor, demand: TreeDemand, placer: Placer) -> None:
+    def __init__(
+        self,
+        preemptor: Preemptor,
+        demand: TreeDemand,
+        placer: Placer,
+        trial: TreeDeviceTrial | None,
+    ) -> None:
         self._preemptor, self._demand, self._placer = preemptor, demand, placer
+        self._trial = trial
 
     @property
     def snapshot(self) -> Snapshot:
@@ -77,11 +92,15 @@ class _AreaWalk:
     def undo(self, placed: Taken) -> None:
         for pod, _ in placed:
             self.snapshot.forget(pod.key)
+        if self._trial is not None and placed:
+            self._trial.forget([pod.key for pod, _ in placed])
 
     def _together(
         self, pods: Sequence[PodRequest], leaf: Tree, allowed: frozenset[str] | None
     ) -> tuple[Taken, str]:
         """`pods` placed as one gang within `allowed` and assumed, or none and why."""
+        if self._trial is not None:
+            return self._with_devices(self._trial, pods, leaf, allowed)
         result = place_gang(
             pods,
             self._placer,
@@ -95,6 +114,32 @@ class _AreaWalk:
         placed = [(pod, result.assignments[pod.key]) for pod in pods]
         for pod, assignment in placed:
             self.snapshot.assume(pod, assignment)
+        return placed, ""
+
+    def _with_devices(
+        self,
+        trial: TreeDeviceTrial,
+        pods: Sequence[PodRequest],
+        leaf: Tree,
+        allowed: frozenset[str] | None,
+    ) -> tuple[Taken, str]:
+        """`pods` placed with their devices (see the module), or none and why."""
+        nodes = set(self.snapshot.names() if allowed is None else allowed)
+        for pod in pods:
+            nodes.intersection_update(self._placer.feasible(pod))
+        where = trial.place([pod.key for pod in pods], sorted(nodes)) if nodes else None
+        if where is None:
+            return [], f"the devices of {leaf.key}'s pods fit no node there"
+        placed: Taken = []
+        for pod in pods:
+            node = where.get(pod.key)
+            assignment = None if node is None else self._placer.assignment_on(pod, node)
+            if assignment is None:
+                self.undo(placed)
+                trial.forget([p.key for p in pods[len(placed) :]])
+                return [], f"pod {pod.key} no longer fits node {node}"
+            self.snapshot.assume(pod, assignment)
+            placed.append((pod, assignment))
         return placed, ""
 
 

@@ -284,6 +284,37 @@ def busybox_pod(
     }  # fmt: skip
 
 
+COMPOSITES = "compositepodgroups.scheduling.k8s.io"
+PODGROUPS = "podgroups.scheduling.k8s.io"  # plain `podgroups` is this one on 1.37, not ours
+_REF = {"workloadName": "train", "templateName": "replica"}
+
+
+def composite(name: str, min_groups: int | None) -> dict[str, Any]:
+    """A root CompositePodGroup (1.37 `v1alpha3`): a gang of `min_groups` children, else
+    `basic`."""
+    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": policy, "workloadRef": dict(_REF)},
+    }
+
+
+def child(name: str, parent: str, min_count: int) -> dict[str, Any]:
+    """A `scheduling.k8s.io` PodGroup of minCount `min_count` under CompositePodGroup `parent`."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "parentCompositePodGroupName": parent,
+            "workloadRef": dict(_REF),
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+        },
+    }
+
+
 def group_member(name: str, group: str, gpus: int, scheduler: str | None) -> dict[str, Any]:
     """A busybox pod of `gpus` whole GPUs in `scheduling.k8s.io` PodGroup `group`."""
     body = busybox_pod(name, limits={"nvidia.com/gpu": str(gpus)}, scheduler=scheduler)

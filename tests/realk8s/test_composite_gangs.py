@@ -20,37 +20,20 @@ from typing import Any
 import pytest
 
 from agent.cli import kubectl as kubectl_plugin
-from tests.builders.realk8s import Cluster, busybox_pod, group_member, wait_until
+from tests.builders.realk8s import (
+    COMPOSITES,
+    PODGROUPS,
+    Cluster,
+    busybox_pod,
+    child,
+    composite,
+    group_member,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.timeout(300)]
 
 SCHEDULER = "gputopo-scheduler"
-COMPOSITES = "compositepodgroups.scheduling.k8s.io"
-PODGROUPS = "podgroups.scheduling.k8s.io"
-_REF = {"workloadName": "train", "templateName": "replica"}
-
-
-def composite(name: str, min_groups: int | None) -> dict[str, Any]:
-    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
-    return {
-        "apiVersion": "scheduling.k8s.io/v1alpha3",
-        "kind": "CompositePodGroup",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"schedulingPolicy": policy, "workloadRef": dict(_REF)},
-    }
-
-
-def child(name: str, parent: str, min_count: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "parentCompositePodGroupName": parent,
-            "workloadRef": dict(_REF),
-            "schedulingPolicy": {"gang": {"minCount": min_count}},
-        },
-    }
 
 
 def bound(cluster: Cluster, names: list[str]) -> set[str]:

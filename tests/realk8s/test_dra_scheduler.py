@@ -13,7 +13,8 @@ pair, reserved for the PodGroup, and both members run with it. A claim no device
 Pending with a reason naming its selector. A high-priority pod whose 2-GPU claim finds the node
 full evicts one of two lower-priority claim pods, and runs on the pair its claim frees once the
 resourceclaim controller has deallocated it; a high-priority gang of two 1-GPU claim pods evicts
-two of four lower-priority ones and runs on the GPUs their claims free; a high-priority claim
+two of four lower-priority ones and runs on the GPUs their claims free, and so does a tree of
+two PodGroups of one 1-GPU claim pod each, each PodGroup in one rack; a high-priority claim
 pod whose queue's max (2 GPUs) its claim would pass evicts its queue's lower-priority pod, though
 the node has room, and runs."""
 
@@ -31,7 +32,16 @@ from agent.dra import DRIVER
 from agent.nvml.fixture import load_fixture
 from tests.builders.dra import claim_template, make_claim, with_claim_template
 from tests.builders.process import ROOT, CommandProcess
-from tests.builders.realk8s import Cluster, busybox_pod, gpu_zones, wait_until
+from tests.builders.realk8s import (
+    COMPOSITES,
+    PODGROUPS,
+    Cluster,
+    busybox_pod,
+    child,
+    composite,
+    gpu_zones,
+    wait_until,
+)
 from tests.builders.scheduler import podgroup
 from tests.builders.workloads import upstream_podgroup
 
@@ -275,6 +285,19 @@ def _running_claim_pods(cluster: Cluster, pods: list[str], template: str) -> dic
     return {pod: _devices_of(_claim_of(cluster, pod)) for pod in pods}
 
 
+def _ran_where_victims_were(
+    cluster: Cluster, pods: list[str], low: list[str], held: dict[str, list[str]]
+) -> tuple[list[str], list[str], list[str]]:
+    """Once `pods` run: the `low` pods left, the devices `pods` got and those the evicted low
+    pods held (`held`), both sorted."""
+    for pod in pods:
+        cluster.wait_running(pod, timeout_s=180)
+    left = _low_pods_left(cluster, low)
+    got = sorted(d for pod in pods for d in _devices_of(_claim_of(cluster, pod)))
+    print(f"held {held}; {pods} got {got}; left {left}")  # shown with -s
+    return left, got, sorted(d for pod in set(low) - set(left) for d in held[pod])
+
+
 def _priority_class(name: str, value: int) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.k8s.io/v1",
@@ -331,15 +354,43 @@ def test_a_high_priority_claim_gang_evicts_two_lower_pods_and_runs_on_their_gpus
                 body["metadata"]["labels"] = {GANG_LABEL: "urgent"}
                 body["spec"]["priorityClassName"] = "dra-urgent-gang"
                 _apply(cluster, body)
-            for pod in gang:
-                cluster.wait_running(pod, timeout_s=180)
-            left = _low_pods_left(cluster, low)
-            got = sorted(d for pod in gang for d in _devices_of(_claim_of(cluster, pod)))
-            print(f"held {held}; the gang got {got}; left {left}")  # shown with -s
+            left, got, freed = _ran_where_victims_were(cluster, gang, low, held)
             assert len(left) == 2
-            assert got == sorted(d for pod in set(low) - set(left) for d in held[pod])
+            assert got == freed
     finally:
         cluster.kubectl("delete", "podgroups.scheduling.x-k8s.io", "urgent", "--ignore-not-found")
+
+
+def test_a_tree_of_claim_pods_with_a_rack_per_podgroup_evicts_two_lower_pods(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    """A root of priority 1000 over PodGroups a and b, each of one pod with a 1-GPU claim and
+    the rack as its topology (the node is rack r1), finds the node's four GPUs held by four
+    1-GPU claim pods of priority 0: two are evicted, and both groups run on the GPUs their
+    claims freed. (The tree's pods have the root's priority, as 1.37 asks.)"""
+    low = [f"low-{i}" for i in range(4)]
+    members = ["tree-a-0", "tree-b-0"]
+    try:
+        cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack=r1", "--overwrite")
+        with _preempting(cluster, "one", 1, "dra-urgent-tree", [*low, *members]):
+            held = _running_claim_pods(cluster, low, "one")
+            root = composite("tree", 2)
+            root["spec"]["priorityClassName"] = "dra-urgent-tree"
+            _apply(cluster, root)
+            for side, pod in zip("ab", members, strict=True):
+                group = child(f"tree-{side}", "tree", 1)
+                group["spec"]["schedulingConstraints"] = {"topology": [{"key": "gputopo.io/rack"}]}
+                body = _claim_pod(pod, "one")
+                body["spec"]["schedulingGroup"] = {"podGroupName": f"tree-{side}"}
+                body["spec"]["priorityClassName"] = "dra-urgent-tree"
+                _apply(cluster, group, body)
+            left, got, freed = _ran_where_victims_were(cluster, members, low, held)
+            assert len(left) == 2
+            assert got == freed
+    finally:
+        cluster.kubectl("delete", PODGROUPS, "tree-a", "tree-b", "--ignore-not-found")
+        cluster.kubectl("delete", COMPOSITES, "tree", "--ignore-not-found")
+        cluster.kubectl("label", "node", cluster.node, "gputopo.io/rack-")
 
 
 def test_a_claim_pod_over_its_queues_max_evicts_its_queues_lower_pod(

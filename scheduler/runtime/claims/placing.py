@@ -33,7 +33,7 @@ from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.podrefs import claim_refs
-from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving, Pods
+from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving, Pods, TreeClaimRoom
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.groups import GroupInfo
 from scheduler.runtime.cluster.podinfo import PodInfo
@@ -177,6 +177,17 @@ class ClaimCharges:
         if topology is not None and topology.required:
             domain = partial(self._label, topology.label)
         return GangClaimRoom(self._book, pods, self._claim_node, self._leaving(), domain)
+
+    def tree_room(self, infos: Sequence[PodInfo]) -> TreeClaimRoom | None:
+        """A tree's pending pods' claims as a victim search judges them, PodGroup by PodGroup
+        as its walk places the groups (None: a pod waits for its claims)."""
+        pods: dict[str, PodClaims] = {}
+        for info in infos:
+            claims = self._pod_claims(info)
+            if isinstance(claims, str):
+                return None
+            pods[info.request.key] = claims
+        return TreeClaimRoom(self._book, pods, self._claim_node, self._leaving())
 
     def _leaving(self) -> Leaving:
         """What victims' claims free (the pods read when a search first asks)."""

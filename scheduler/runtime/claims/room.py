@@ -11,7 +11,8 @@ the pods and PodGroups that exist and run): the room coming back is never paid f
 second victim. A claim reserved also for a pod that stays keeps its devices.
 A gang's pods (`GangClaimRoom`) are allocated together, as the gang is placed: each pod's
 claims with the devices the earlier ones took counted, all within one domain of a required
-topology level.
+topology level. A tree's (`TreeClaimRoom`) are allocated PodGroup by PodGroup as the search's
+walk places the groups, each with the devices the groups placed before took counted.
 Called with `cache.lock` held; one room serves one search.
 """
 
@@ -21,10 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
+from scheduler.claims.model import AllocatedDevice
 from scheduler.claims.usage import Usage
 from scheduler.runtime.claims.book import ClaimBook
 
-__all__ = ["ClaimRoom", "GangClaimRoom", "Leaving", "Pods"]
+__all__ = ["ClaimRoom", "GangClaimRoom", "Leaving", "Pods", "TreeClaimRoom", "TreeClaimTrial"]
 
 Pods = tuple[Mapping[str, str], AbstractSet[str]]
 """(pod key -> UID of the pods that may be victims, UIDs of the pods and PodGroups alive)."""
@@ -109,3 +111,62 @@ class GangClaimRoom:
                 return None
             where[pod.key] = made.node
         return where
+
+
+class TreeClaimRoom:
+    """`begin(gone)`: a walk's trial (`TreeClaimTrial`) of a tree's pending pods' claims once
+    the pods `gone` are gone."""
+
+    def __init__(
+        self,
+        book: ClaimBook,
+        claims: Mapping[str, PodClaims],
+        nodes: Callable[[str], ClaimNode],
+        leaving: Leaving,
+    ) -> None:
+        """`claims`: the pending pods', by pod key."""
+        self._book, self._claims, self._nodes, self._leaving = book, claims, nodes, leaving
+
+    def begin(self, gone: frozenset[str]) -> TreeClaimTrial:
+        usage = self._leaving.usage(gone)
+        return TreeClaimTrial(self._book, self._claims, self._nodes, usage)
+
+
+class TreeClaimTrial:
+    """`place(pods, nodes)`: where each of a PodGroup's pods goes with their claims allocated
+    together on `nodes`, the devices the groups placed before in this trial counted (a usage
+    of its own, from `base`); `forget(pods)` gives theirs back."""
+
+    def __init__(
+        self,
+        book: ClaimBook,
+        claims: Mapping[str, PodClaims],
+        nodes: Callable[[str], ClaimNode],
+        base: Usage,
+    ) -> None:
+        self._book, self._claims, self._nodes, self._base = book, claims, nodes, base
+        self._usage = base.copy()
+        self._held: dict[str, tuple[AllocatedDevice, ...]] = {}  # by pod key: its new devices
+
+    def place(self, pods: Sequence[str], nodes: Sequence[str]) -> Mapping[str, str] | None:
+        claims = [self._claims[key] for key in pods]
+        listed = [self._nodes(name) for name in nodes]
+        decision = self._book.allocator.place_gang(claims, listed, self._usage)
+        if not decision.placed:
+            return None
+        where = {}
+        for pod, made in zip(claims, decision.pods, strict=True):
+            if made.node is None:
+                return None
+            where[pod.key] = made.node
+        for pod, made in zip(claims, decision.pods, strict=True):
+            new = tuple(d for c in made.claims if c.new for d in c.allocation.devices)
+            self._held[pod.key] = new
+            self._usage.add(new)
+        return where
+
+    def forget(self, pods: Sequence[str]) -> None:
+        if any([self._held.pop(key, None) is not None for key in pods]):
+            self._usage = self._base.copy()
+            for devices in self._held.values():
+                self._usage.add(devices)

@@ -24,8 +24,9 @@ constraint), else group by group in kube's order, each group in its own domain, 
 root is satisfied, or none; once the root is satisfied, each PodGroup's later pods are placed as
 its own gang, in its groups' domains. A tree that cannot start preempts for room for the fewest
 pods that satisfy its root (`Tree.minimum`), as a gang for its minimum; with a topology
-constraint below its root the search places that minimum by the same walk (`TreeDemand`), not
-yet when its pods have ResourceClaims. A PodGroup whose parents reach no root waits, naming why.
+constraint below its root the search places that minimum by the same walk (`TreeDemand`), the
+ResourceClaims of its pods with each PodGroup (`ClaimCharges.tree_room`). A PodGroup whose
+parents reach no root waits, naming why.
 
 An upstream gang (a PodGroup, or a tree) whose pods disagree as kube-scheduler will not try them
 (`upstream.members_disagree`: two schedulerNames; on 1.37 also a priority not the root group's,
@@ -44,7 +45,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -310,22 +311,26 @@ class GangTracker:
         (`ClaimCharges.gang_room`), and charged to its queue as a trial allocation takes them
         (`ClaimCharges.claimed`); not while a member waits for a claim. A tree with a topology
         below its root is placed by the search group by group (`_tree_demand`), as `_place_tree`
-        will; not when its pods have claims."""
+        will, its claims with each group (`ClaimCharges.tree_room`)."""
         category, message = problem
         members = self._cache.members(unit.key)
         wanted = _minimum(group, members, pending)  # room for the minimum is what it needs
         tree = None
         if group.tree is not None and group.tree.inner_topology():
-            if _claims(pending):  # see the module's docstring
-                return self._park(unit, pending, category, message)
             tree = _tree_demand(group.tree, members, wanted)
         devices, claimed = None, None
-        if any(has_claims(m.obj) for m in wanted):
+        if _claims(wanted):
             refusal = self._claim_refusals.get(unit.key)
-            if refusal is None or refusal.room or refusal.quota:
-                devices = self._charges.gang_room(wanted, group.topology)
-            if devices is None:
-                return self._park(unit, pending, category, message)
+            searched = refusal is None or refusal.room or refusal.quota
+            if tree is not None:  # its claims placed group by group, with the walk
+                room = self._charges.tree_room(wanted) if searched else None
+                if room is None:
+                    return self._park(unit, pending, category, message)
+                tree = replace(tree, devices=room)
+            else:
+                devices = self._charges.gang_room(wanted, group.topology) if searched else None
+                if devices is None:
+                    return self._park(unit, pending, category, message)
             claimed = self._charges.claimed(wanted)
             if refusal is not None and refusal.quota:
                 category, admitted = QUEUE_CATEGORY, False

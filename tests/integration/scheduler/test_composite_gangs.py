@@ -6,16 +6,26 @@ schedules it (`scheduler.runtime.cluster.composite`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.builders.claimcluster import (
+    claim_pod,
+    deallocate,
+    devices_of,
+    dra_cluster,
+    gpu_claim,
+)
 from tests.builders.scheduler import (
     bound_pods,
     create_pod,
     delete_pod,
     evicted_pods,
     gpu_node,
+    node_of,
     pod_body,
     running,
     scheduled_condition,
@@ -208,9 +218,12 @@ def _racks_of(fake, pods: set[str]) -> set[str]:
     return {labels[node][RACK] for node in nodes.values()}
 
 
-def _racked_groups(core, custom, **spec) -> dict[str, set[str]]:
+def _racked_groups(
+    core, custom, make: Callable[[str, str], dict[str, Any]] | None = None, **spec
+) -> dict[str, set[str]]:
     """PodGroups a and b under root `job`, each 2 x 4 GPUs (minCount 2) in one rack of its own
-    (its topology); their pods' names, by group (`spec`: more of the pods' spec)."""
+    (its topology); their pods' names, by group (`spec`: more of the pods' spec; `make`: each
+    pod's body from its name and group, instead)."""
     groups = {}
     for side in "ab":
         constraints = {"topology": [{"key": RACK}]}
@@ -219,7 +232,8 @@ def _racked_groups(core, custom, **spec) -> dict[str, set[str]]:
         )
         groups[side] = {f"{side}-{i}" for i in range(2)}
         for pod in sorted(groups[side]):
-            create_pod(core, member_pod(pod, side, gpus=4, **spec))
+            body = member_pod(pod, side, gpus=4, **spec) if make is None else make(pod, side)
+            create_pod(core, body)
     return groups
 
 
@@ -340,3 +354,55 @@ def test_disruption_mode_all_evicts_the_whole_tree(
     evicted = evicted_pods(composites)
     assert evicted <= pods
     assert len(evicted) == victims
+
+
+def test_a_tree_whose_pods_have_claims_evicts_for_a_rack_per_podgroup(
+    composites, core_v1, custom_objects
+):
+    """Racks r1 (n1, n2) and r2 (n3, n4) of 8-GPU nodes published as ResourceSlices, each node
+    held whole by a priority-0 pod's 8-GPU claim. A tree of priority 1000 over PodGroups a and
+    b, each of 2 pods with a 4-GPU claim apiece and each in one rack (its own topology): the
+    search places the groups' claims with the walk, so it evicts two pods, not four, and once
+    their claims are deallocated each group binds inside one rack on devices the victims
+    freed (before, such a tree never preempted)."""
+    dra_cluster(composites, ("n1", "n2", "n3", "n4"), racks=("r1", "r1", "r2", "r2"))
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}, _preload_content=False
+    )
+    low = ["low-1", "low-2", "low-3", "low-4"]
+    with running(composites):
+        for name in low:
+            composites.put_object("resourceclaims", gpu_claim(name, 8))
+            body = claim_pod(name, name)
+            body["spec"]["terminationGracePeriodSeconds"] = 30
+            create_pod(core_v1, body)
+            wait_for(lambda n=name: node_of(composites, n), 5, f"{name} bound")
+
+        def claiming(pod: str, side: str) -> dict[str, Any]:
+            composites.put_object("resourceclaims", gpu_claim(f"{pod}-gpus", 4))
+            body = member_pod(pod, side, gpus=0, priorityClassName="high")
+            body["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimName": f"{pod}-gpus"}]
+            return body
+
+        groups = _racked_groups(core_v1, custom_objects, make=claiming)
+        time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
+        create_composite(custom_objects, composite_podgroup("job", 2, priorityClassName="high"))
+        terminating = lambda: {  # noqa: E731
+            p["metadata"]["name"]
+            for p in composites.list_objects("pods", "default")
+            if p["metadata"].get("deletionTimestamp")
+        }
+        wait_for(lambda: len(terminating()) == 2, 10, "two victims terminating")
+        victims = terminating()
+        freed = {(node_of(composites, v), d) for v in victims for d in devices_of(composites, v)}
+        composites.complete_pod_deletions()
+        for victim in victims:
+            deallocate(composites, victim)
+        both = groups["a"] | groups["b"]
+        wait_for(lambda: both <= set(bound_pods(composites)), 10, "the tree after preempting")
+    assert evicted_pods(composites) == victims
+    placed = [_racks_of(composites, groups[side]) for side in "ab"]
+    assert all(len(r) == 1 for r in placed)  # each PodGroup inside one rack
+    taken = {(node_of(composites, p), d) for p in both for d in devices_of(composites, f"{p}-gpus")}
+    assert len(taken) == 16
+    assert taken == freed

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 
-from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
-from scheduler.claims.model import AllocatedDevice
+from scheduler.claims.decision import ClaimAllocation, ClaimNode, PodClaims, PodDecision
 from scheduler.claims.usage import Usage
 from scheduler.runtime.claims.book import ClaimBook
 
@@ -134,8 +134,9 @@ class TreeClaimRoom:
 
 class TreeClaimTrial:
     """`place(pods, nodes)`: where each of a PodGroup's pods goes with their claims allocated
-    together on `nodes`, the devices the groups placed before in this trial counted (a usage
-    of its own, from `base`); `forget(pods)` gives theirs back."""
+    together on `nodes`, what the groups placed before in this trial allocated counted (a
+    usage of its own, from `base`; a claim one of them allocated is allocated for the next,
+    so a claim two groups share is allocated once); `forget(pods)` gives theirs back."""
 
     def __init__(
         self,
@@ -146,10 +147,10 @@ class TreeClaimTrial:
     ) -> None:
         self._book, self._claims, self._nodes, self._base = book, claims, nodes, base
         self._usage = base.copy()
-        self._held: dict[str, tuple[AllocatedDevice, ...]] = {}  # by pod key: its new devices
+        self._made: dict[str, tuple[ClaimAllocation, ...]] = {}  # by pod key: what it allocated
 
     def place(self, pods: Sequence[str], nodes: Sequence[str]) -> Mapping[str, str] | None:
-        claims = [self._claims[key] for key in pods]
+        claims = [self._as_allocated(self._claims[key]) for key in pods]
         listed = [self._nodes(name) for name in nodes]
         decision = self._book.allocator.place_gang(claims, listed, self._usage)
         if not decision.placed:
@@ -160,13 +161,26 @@ class TreeClaimTrial:
                 return None
             where[pod.key] = made.node
         for pod, made in zip(claims, decision.pods, strict=True):
-            new = tuple(d for c in made.claims if c.new for d in c.allocation.devices)
-            self._held[pod.key] = new
-            self._usage.add(new)
+            new = tuple(c for c in made.claims if c.new)
+            self._made[pod.key] = new
+            for allocated in new:
+                self._usage.add(allocated.allocation.devices)
         return where
 
     def forget(self, pods: Sequence[str]) -> None:
-        if any([self._held.pop(key, None) is not None for key in pods]):
+        if any([self._made.pop(key, None) is not None for key in pods]):
             self._usage = self._base.copy()
-            for devices in self._held.values():
-                self._usage.add(devices)
+            for made in self._made.values():
+                for allocated in made:
+                    self._usage.add(allocated.allocation.devices)
+
+    def _as_allocated(self, pod: PodClaims) -> PodClaims:
+        """`pod`'s claims, those this trial allocated for an earlier group with that."""
+        allocated = {c.claim.key: c.allocation for made in self._made.values() for c in made}
+        if not allocated:
+            return pod
+        claims = tuple(
+            c if c.key not in allocated else replace(c, allocation=allocated[c.key])
+            for c in pod.claims
+        )
+        return replace(pod, claims=claims)

@@ -387,13 +387,8 @@ def test_a_tree_whose_pods_have_claims_evicts_for_a_rack_per_podgroup(
         groups = _racked_groups(core_v1, custom_objects, make=claiming)
         time.sleep(0.3)  # every pod waits for the root; then the tree is tried once, whole
         create_composite(custom_objects, composite_podgroup("job", 2, priorityClassName="high"))
-        terminating = lambda: {  # noqa: E731
-            p["metadata"]["name"]
-            for p in composites.list_objects("pods", "default")
-            if p["metadata"].get("deletionTimestamp")
-        }
-        wait_for(lambda: len(terminating()) == 2, 10, "two victims terminating")
-        victims = terminating()
+        wait_for(lambda: len(_terminating(composites)) == 2, 10, "two victims terminating")
+        victims = _terminating(composites)
         freed = {(node_of(composites, v), d) for v in victims for d in devices_of(composites, v)}
         composites.complete_pod_deletions()
         for victim in victims:
@@ -406,3 +401,56 @@ def test_a_tree_whose_pods_have_claims_evicts_for_a_rack_per_podgroup(
     taken = {(node_of(composites, p), d) for p in both for d in devices_of(composites, f"{p}-gpus")}
     assert len(taken) == 16
     assert taken == freed
+
+
+def test_a_claim_two_podgroups_of_a_tree_share_is_counted_once_when_it_evicts(
+    composites, core_v1, custom_objects
+):
+    """Rack r1 of two 8-GPU nodes, each held whole by a priority-0 pod's 8-GPU claim. A tree
+    of priority 1000 over PodGroups a and b of one pod each, both pods using one 6-GPU claim,
+    each group in one rack: the claim is allocated once, on one node, so one eviction makes
+    room (counted once per group, the search would ask 12 GPUs and evict both)."""
+    dra_cluster(composites, ("n1", "n2"), racks=("r1", "r1"))
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000}, _preload_content=False
+    )
+    low = ["low-1", "low-2"]
+    with running(composites):
+        for name in low:
+            composites.put_object("resourceclaims", gpu_claim(name, 8))
+            body = claim_pod(name, name)
+            body["spec"]["terminationGracePeriodSeconds"] = 30
+            create_pod(core_v1, body)
+            wait_for(lambda n=name: node_of(composites, n), 5, f"{name} bound")
+        composites.put_object("resourceclaims", gpu_claim("shared", 6))
+        members = ["a-0", "b-0"]
+        for side, pod in zip("ab", members, strict=True):
+            constraints = {"topology": [{"key": RACK}]}
+            create_upstream_podgroup(
+                custom_objects, child_podgroup(side, 1, "job", schedulingConstraints=constraints)
+            )
+            body = member_pod(pod, side, gpus=0, priorityClassName="high")
+            body["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimName": "shared"}]
+            create_pod(core_v1, body)
+        time.sleep(0.3)
+        create_composite(custom_objects, composite_podgroup("job", 2, priorityClassName="high"))
+        wait_for(lambda: _terminating(composites), 10, "a victim terminating")
+        time.sleep(1.0)  # the tree is tried again meanwhile: no second victim
+        victims = _terminating(composites)
+        freed = {node_of(composites, v) for v in victims}
+        composites.complete_pod_deletions()
+        for victim in victims:
+            deallocate(composites, victim)
+        wait_for(lambda: set(members) <= set(bound_pods(composites)), 10, "the tree")
+    assert len(victims) == 1
+    assert evicted_pods(composites) == victims
+    assert {node_of(composites, p) for p in members} == freed
+    assert len(devices_of(composites, "shared")) == 6
+
+
+def _terminating(fake) -> set[str]:
+    return {
+        p["metadata"]["name"]
+        for p in fake.list_objects("pods", "default")
+        if p["metadata"].get("deletionTimestamp")
+    }

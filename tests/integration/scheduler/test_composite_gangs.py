@@ -371,12 +371,7 @@ def test_a_tree_whose_pods_have_claims_evicts_for_a_rack_per_podgroup(
     )
     low = ["low-1", "low-2", "low-3", "low-4"]
     with running(composites):
-        for name in low:
-            composites.put_object("resourceclaims", gpu_claim(name, 8))
-            body = claim_pod(name, name)
-            body["spec"]["terminationGracePeriodSeconds"] = 30
-            create_pod(core_v1, body)
-            wait_for(lambda n=name: node_of(composites, n), 5, f"{name} bound")
+        _held_whole_by_claims(composites, core_v1, low)
 
         def claiming(pod: str, side: str) -> dict[str, Any]:
             composites.put_object("resourceclaims", gpu_claim(f"{pod}-gpus", 4))
@@ -416,12 +411,7 @@ def test_a_claim_two_podgroups_of_a_tree_share_is_counted_once_when_it_evicts(
     )
     low = ["low-1", "low-2"]
     with running(composites):
-        for name in low:
-            composites.put_object("resourceclaims", gpu_claim(name, 8))
-            body = claim_pod(name, name)
-            body["spec"]["terminationGracePeriodSeconds"] = 30
-            create_pod(core_v1, body)
-            wait_for(lambda n=name: node_of(composites, n), 5, f"{name} bound")
+        _held_whole_by_claims(composites, core_v1, low)
         composites.put_object("resourceclaims", gpu_claim("shared", 6))
         members = ["a-0", "b-0"]
         for side, pod in zip("ab", members, strict=True):
@@ -446,6 +436,17 @@ def test_a_claim_two_podgroups_of_a_tree_share_is_counted_once_when_it_evicts(
     assert evicted_pods(composites) == victims
     assert {node_of(composites, p) for p in members} == freed
     assert len(devices_of(composites, "shared")) == 6
+
+
+def _held_whole_by_claims(fake, core, names: list[str]) -> None:
+    """A pod of priority 0 with its own 8-GPU claim for each of `names`, each bound before the
+    next (every node of the DRA cluster has 8 GPUs: each holds one whole)."""
+    for name in names:
+        fake.put_object("resourceclaims", gpu_claim(name, 8))
+        body = claim_pod(name, name)
+        body["spec"]["terminationGracePeriodSeconds"] = 30
+        create_pod(core, body)
+        wait_for(lambda n=name: node_of(fake, n), 5, f"{name} bound")
 
 
 def _terminating(fake) -> set[str]:

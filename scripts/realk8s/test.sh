@@ -19,5 +19,14 @@ fi
 echo "realk8s: build step took $(( $(date +%s) - start )) s"
 # One real kubelet per machine (its device-plugin and plugin-registry folders are fixed paths):
 # runs of the tier from several checkouts wait for each other.
-exec flock "${GPUTOPO_REALK8S_LOCK:-/tmp/gputopo-realk8s.lock}" \
-  .venv/bin/python -m pytest -p no:cacheprovider -m realk8s tests/realk8s -rs "$@"
+# The next run's `up` clears the run folder: a failed run's logs are copied beside it first.
+exec 9>"${GPUTOPO_REALK8S_LOCK:-/tmp/gputopo-realk8s.lock}"
+flock 9
+status=0
+.venv/bin/python -m pytest -p no:cacheprovider -m realk8s tests/realk8s -rs "$@" || status=$?
+run_dir="${REALK8S_RUN:-/tmp/gputopo-realk8s}"
+if [ "$status" -ne 0 ] && [ -d "$run_dir/logs" ]; then
+  kept="$run_dir-failed-$(date -u +%Y%m%dT%H%M%SZ)"
+  cp -r "$run_dir/logs" "$kept" && echo "realk8s: the failed run's logs are kept in $kept"
+fi
+exit "$status"

@@ -116,6 +116,19 @@ class Cluster:
 
         wait_until(ready_again, 60, "the restarted kubelet's Ready heartbeat")
 
+    def log_tail(self, part: str, lines: int, *, containing: tuple[str, ...] = ()) -> str:
+        """The last `lines` lines of a cluster part's log (`kubelet`, `kube-apiserver`, ...),
+        only those holding one of `containing` where given: what a failed wait shows, since the
+        next session's `up` clears the run folder."""
+        path = self.run_dir / "logs" / f"{part}.log"
+        if not path.exists():
+            return f"(no {path})"
+        kept = [
+            line for line in path.read_text(errors="replace").splitlines()
+            if not containing or any(text in line for text in containing)
+        ]  # fmt: skip
+        return "\n".join(kept[-lines:])
+
     @property
     def node(self) -> str:
         return str(self.state["node"])
@@ -237,8 +250,14 @@ class Cluster:
         return "\n".join(lines)
 
     def node_allocatable(self, resource: str) -> int:
+        return self._node_status_count("allocatable", resource)
+
+    def node_capacity(self, resource: str) -> int:
+        return self._node_status_count("capacity", resource)
+
+    def _node_status_count(self, kind: str, resource: str) -> int:
         node = json.loads(self.kubectl("get", "node", self.node, "-o", "json"))
-        return int(node["status"].get("allocatable", {}).get(resource, "0"))
+        return int(node["status"].get(kind, {}).get(resource, "0"))
 
     def create(self, *bodies: Mapping[str, Any]) -> None:
         """`kubectl create` each object."""

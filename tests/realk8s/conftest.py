@@ -44,17 +44,40 @@ def agent(cluster: Cluster) -> Iterator[CommandProcess]:
     proc = cluster.start_agent(config_file=config_file)
     proc.port(timeout_s=60)
     cluster.node_agent = proc
-    wait_until(
-        lambda: (
-            cluster.node_allocatable("nvidia.com/gpu") == 6
-            and cluster.node_allocatable("nvidia.com/gpu.shared") == 8
-        ),
-        60,
-        "the kubelet to advertise the agent's GPUs",
-    )
+    try:
+        wait_until(
+            lambda: (
+                cluster.node_allocatable("nvidia.com/gpu") == 6
+                and cluster.node_allocatable("nvidia.com/gpu.shared") == 8
+            ),
+            60,
+            "the kubelet to advertise the agent's GPUs",
+        )
+    except AssertionError as exc:
+        raise AssertionError(_not_advertised(cluster, proc, str(exc))) from None
     yield proc
     cluster.node_agent = None
     proc.stop()
+
+
+def _not_advertised(cluster: Cluster, agent: CommandProcess, why: str) -> str:
+    """What a session needs to tell why the kubelet did not advertise the agent's GPUs: the
+    Node's figures, the agent's log and the kubelet's device-manager lines."""
+    shown = {
+        name: (cluster.node_allocatable(name), cluster.node_capacity(name))
+        for name in ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+    }
+    agent_lines = "\n".join(agent.lines[-40:])
+    kubelet_lines = cluster.log_tail(
+        "kubelet",
+        40,
+        containing=("device plugin", "nvidia.com", "registration", "Registration", "kubelet.sock"),
+    )
+    return (
+        f"{why}\nthe Node's (allocatable, capacity): {shown}"
+        f"\nagent exit status: {agent.proc.poll()}; its last lines:\n{agent_lines}"
+        f"\nthe kubelet's device-manager lines:\n{kubelet_lines}"
+    )
 
 
 @pytest.fixture(scope="session")

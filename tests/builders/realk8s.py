@@ -89,7 +89,7 @@ class Cluster:
     def stop(self) -> None:
         for proc in self.processes:
             proc.stop()
-            name = Path(proc.proc.args[0]).name  # type: ignore[index]
+            name = Path(str(proc.proc.args[0])).name  # type: ignore[index]
             log = self.run_dir / "logs" / f"{name}-{proc.proc.pid}.log"
             log.write_text("\n".join(proc.lines) + "\n")
         subprocess.run(

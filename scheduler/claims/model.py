@@ -178,6 +178,7 @@ class DeviceClass:
     selectors: tuple[str, ...] = ()
     config: tuple[ConfigEntry, ...] = ()
     extended_resource_name: str | None = None
+    created: str = ""  # metadata.creationTimestamp (RFC 3339: orders as text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

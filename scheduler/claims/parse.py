@@ -54,6 +54,7 @@ def parse_device_class(obj: object) -> DeviceClass:
         selectors=_selectors(spec),
         config=tuple(_config(c) for c in spec.items("config")),
         extended_resource_name=spec.opt_str("extendedResourceName"),
+        created=top.sub("metadata").text("creationTimestamp", ""),
     )
 
 

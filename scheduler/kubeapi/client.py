@@ -315,6 +315,14 @@ class KubeClient:
             f"patch pod {object_key(namespace, name)} status",
         )
 
+    def set_extended_claim(
+        self, namespace: str, name: str, claim: str, mappings: Sequence[Obj]
+    ) -> None:
+        """The pod's `status.extendedResourceClaimStatus`: the claim of its extended resources
+        backed by DRA and the requests each container's resource uses (KEP-5004)."""
+        value = {"requestMappings": [dict(m) for m in mappings], "resourceClaimName": claim}
+        self._patch_pod_status(namespace, name, {"extendedResourceClaimStatus": value})
+
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod with its own grace period (`terminationGracePeriodSeconds`), only if it
         is still the pod `uid` (a precondition: a new pod of the same name is left alone)."""
@@ -375,6 +383,13 @@ class KubeClient:
             return dict(json.loads(self._get(path, path, operation)))
         except NotFoundError:
             return None
+
+    def delete(self, path: str, operation: str) -> None:
+        """Delete the object at `path`; one that does not exist is done."""
+        try:
+            self._call("DELETE", path, None, "", operation)
+        except NotFoundError:
+            return
 
     def resources(self, group: str, version: str) -> dict[str, Any] | None:
         """Discovery: the APIResourceList `group/version` serves, or None when it serves none."""

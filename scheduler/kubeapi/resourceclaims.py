@@ -79,6 +79,17 @@ class ClaimApi:
         path = _claim_path(namespace, name, "status")
         return self._kube.write("PUT", path, claim, f"update resourceclaim {key} status")
 
+    def create(self, claim: Obj) -> dict[str, Any]:
+        """Create the claim (its `generateName` gives the name); the claim as created."""
+        namespace = str((claim.get("metadata") or {}).get("namespace") or "")
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/resourceclaims"
+        return self._kube.write("POST", path, claim, f"create resourceclaim in {namespace}")
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Delete the claim; gone already is done."""
+        key = object_key(namespace, name)
+        self._kube.delete(_claim_path(namespace, name), f"delete resourceclaim {key}")
+
 
 def _named(claim: Obj) -> tuple[str, str]:
     meta = claim.get("metadata") or {}

@@ -32,8 +32,9 @@ from agent.objkey import ObjectKey, key_of, split_key
 from scheduler.kubeapi.decode import Listed
 from scheduler.placement import Scoring
 from scheduler.runtime.binding.sharebind import ShareBinding
+from scheduler.runtime.claims.book import CLASSES, ClaimBook
 from scheduler.runtime.claims.book import KINDS as CLAIM_KINDS
-from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.extended import made_key, with_extended_claim
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import (
     COMPOSITES,
@@ -219,6 +220,8 @@ class Intake:
             if kind in CLAIM_KINDS:
                 self._claims.replace(kind, items)
                 self._recharge_claim_pods()
+                if kind == CLASSES:
+                    self._reread_extended()
                 self.queue.move_all_to_active()
                 return later
             self._listed(lambda: self._apply_list(kind, items, reads))
@@ -284,7 +287,11 @@ class Intake:
         self, kind: str, etype: str, obj: Mapping[str, Any], read: PodInfo | None = None
     ) -> None:
         if kind == PODS:
-            self._on_pod(etype, obj, read if read is None else self._claims_charged(read))
+            if read is not None:
+                read = self._claims_charged(with_extended_claim(read, self._claims, self.cache))
+            else:
+                self._claims.unmake(made_key(*split_key(key_of(obj))))
+            self._on_pod(etype, obj, read)
         elif kind == NODES:
             self._on_node(etype, obj)
         elif kind == NRTS:
@@ -302,6 +309,8 @@ class Intake:
         elif (kind == NAMESPACES and self.cache.namespace_event(etype, obj)) or (
             kind in CLAIM_KINDS and self._claims.apply(kind, etype, obj)
         ):
+            if kind == CLASSES:
+                self._reread_extended()
             self._room_changed()
 
     def _share_holder_changed(self, key: ObjectKey, info: PodInfo | None) -> None:
@@ -392,6 +401,16 @@ class Intake:
             charged = self._claims_charged(info)
             if charged is not info:
                 self.cache.upsert_pod(info.obj, charged)
+
+    def _reread_extended(self) -> None:
+        """DeviceClasses changed: the extended resources they map may change what waiting pods
+        of ours ask (`with_extended_claim`), read again from the pods as the API has them."""
+        for info in [i for i in self.cache.pods.values() if i.ours and i.pending]:
+            made = self._claims.made(made_key(info.namespace, info.name))
+            raw = info.obj if made is None else made.pod
+            again = with_extended_claim(self.cache.read_pod(raw), self._claims, self.cache)
+            if again.obj is not info.obj:
+                self._on_pod("MODIFIED", again.obj, again)
 
     def _requeue_all(self) -> None:
         """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,

@@ -29,6 +29,7 @@ from typing import Any
 
 from agent.objkey import ObjectKey
 from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECONDS
+from scheduler.claims.model import ClaimKey
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.decode import Listed
@@ -38,9 +39,10 @@ from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import Claimed, DeviceFit, PreemptionSettings
 from scheduler.quota.modelfilter import assigned
-from scheduler.runtime.binding.claimbind import PodRef, bind_with_claims
+from scheduler.runtime.binding.claimbind import ExtendedClaim, PodRef, bind_with_claims
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.extended import made_key
 from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
@@ -385,16 +387,23 @@ class Scheduler:
         with self.cache.lock:
             claims = self.charges.held(info.key)
             group = None if claims is None else self.charges.group_ref(info)
+        created: list[str] = []  # the claim of the pod's extended resources, once created
         if claims is not None:
             pod = PodRef(namespace=info.namespace, name=info.name, uid=info.uid)
             made = claims.decision.claims
-            bind = functools.partial(bind_with_claims, self._claim_api, pod, made, bind, group)
+            extended = self._extended_claim(info, created)
+            bind = functools.partial(
+                bind_with_claims, self._claim_api, pod, made, bind, group, extended
+            )
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
         if outcome == "bound":
             if claims is not None:
                 with self.cache.lock:
                     self.charges.bound(info.key)
+                    if created:
+                        key = made_key(info.namespace, info.name)
+                        self.claims.created(key, ClaimKey(info.namespace, created[0]))
             self._reporter.scheduled(info.obj, node)
             if unit.kind is UnitKind.GANG:
                 self.gangs.bound(unit, info.key)
@@ -405,6 +414,22 @@ class Scheduler:
             self.queue.retry(unit, info.request.priority, info.created)
             if unit.kind is UnitKind.GANG:
                 self.gangs.bind_failed(unit, info.key)
+
+    def _extended_claim(self, info: PodInfo, created: list[str]) -> ExtendedClaim | None:
+        """The claim of the pod's extended resources to create at its bind (None: it has none);
+        its name goes into `created` once the pod's status names it."""
+        key = made_key(info.namespace, info.name)
+        with self.cache.lock:
+            made = self.claims.made(key)
+        if made is None:
+            return None
+        mappings = [m.wire() for m in made.ask.mappings]
+
+        def record(name: str) -> None:
+            self._kube.set_extended_claim(info.namespace, info.name, name, mappings)
+            created.append(name)
+
+        return ExtendedClaim(key=key, body=made.body, record=record)
 
     def _try_bind(self, info: PodInfo, node: str) -> str:
         for attempt in range(1 + self._settings.bind_retries):

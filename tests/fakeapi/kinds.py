@@ -120,6 +120,8 @@ def _status_update(rt: ResourceType, old: Obj, new: Obj, sub: str) -> Obj:
         return disruption.check_update(rt, merged, sub)
     if dra.is_dra(rt):
         return dra.check_status_update(rt, old, merged)
+    if _is(rt, "", "pods"):
+        pods.check_status_update(merged)
     if workloads.handles(rt) and rt.plural == workloads.PODGROUPS:
         return workloads.check_status_update(rt, old, merged)
     return merged

@@ -273,3 +273,60 @@ def _shortened(pod: Obj, grace: int | None, fmt: Any) -> Obj | Delete:
     new["metadata"]["deletionTimestamp"] = fmt(requested + grace)
     new["metadata"]["deletionGracePeriodSeconds"] = grace
     return new
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_status_update(new: Obj) -> None:
+    """422 for a `status.extendedResourceClaimStatus` (KEP-5004) the real server refuses
+    (`validatePodExtendedResourceClaimStatus`): at least one request mapping, each naming a
+    container of the pod whose requests hold the resource and a DNS-1123 label as request,
+    none twice, and a claim name."""
+    status = (new.get("status") or {}).get("extendedResourceClaimStatus")
+    if status is None:
+        return
+    spec = new.get("spec") or {}
+    containers = {
+        c.get("name"): (c.get("resources") or {}).get("requests") or {}
+        for field in ("initContainers", "containers")
+        for c in spec.get(field) or ()
+    }
+    path = "status.extendedResourceClaimStatus"
+    causes: list[str] = []
+    mappings = status.get("requestMappings") or []
+    if not mappings:
+        causes.append(
+            f"{path}.requestMappings: Required value: at least one request mapping is required"
+        )
+    seen = set()
+    for i, m in enumerate(mappings):
+        at = f"{path}.requestMappings[{i}]"
+        container, resource, request = (
+            m.get("containerName"),
+            m.get("resourceName"),
+            m.get("requestName"),
+        )
+        if container not in containers:
+            causes.append(
+                f'{at}.containerName: Invalid value: "{container}": must match the name of an '
+                "entry in spec.initContainers.name or spec.containers.name"
+            )
+        elif resource not in containers[container]:
+            causes.append(
+                f'{at}.resourceName: Invalid value: "{resource}": must match the extended '
+                "resource name of an entry in spec.initContainers.resources.requests or "
+                "spec.containers.resources.requests"
+            )
+        if not isinstance(request, str) or len(request) > 63 or not _DNS_LABEL.match(request):
+            causes.append(
+                f'{path}.requestName: Invalid value: "{request}": a lowercase RFC 1123 label '
+                "must consist of lower case alphanumeric characters or '-'"
+            )  # the real server names the field without the mapping's index
+        if (container, resource, request) in seen:
+            causes.append(f'{at}.containerName: Duplicate value: "{container}"')
+        seen.add((container, resource, request))
+    if not status.get("resourceClaimName"):
+        causes.append(f"{path}.resourceClaimName: Required value")
+    if causes:
+        raise invalid(_pods(), new["metadata"]["name"], causes)

@@ -39,6 +39,7 @@ from tests.builders.realk8s import (
     busybox_pod,
     child,
     composite,
+    env_of,
     gpu_zones,
     wait_until,
 )
@@ -52,6 +53,7 @@ FIXTURE = "pcie-4x-nvlink-pairs"
 DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "gputopo.io/queue"
+IMPLICIT_GPU = "deviceclass.resource.kubernetes.io/gpu.gputopo.io"
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +158,42 @@ def test_a_two_gpu_claim_gets_one_nvlink_pair_where_kube_scheduler_takes_any_two
         assert [r["name"] for r in claim["status"]["reservedFor"]] == ["ours"]
     finally:
         _clean(cluster, ["hold", "theirs", "ours"], ["one-gpu", "two-gpus"])
+
+
+def test_a_pod_asking_a_class_extended_resource_gets_a_claim_made_on_one_nvlink_pair(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    """KEP-5004: the pod asks `deviceclass.resource.kubernetes.io/gpu.gputopo.io: 2` (the name
+    every class maps; `nvidia.com/gpu` is the session agent's device plugin's here). gputopo-
+    scheduler creates the claim, allocates one NVLink pair around kube-scheduler's gpu-0, and
+    names it in the pod's status; the kubelet admits the pod and has the agent prepare it."""
+    _apply(cluster, claim_template("one-gpu", DRIVER))
+    try:
+        _apply(cluster, _claim_pod("hold", "one-gpu", scheduler=None))
+        wait_until(lambda: _devices_of(_claim_of(cluster, "hold")), 90, "hold's claim allocated")
+        assert _devices_of(_claim_of(cluster, "hold")) == ["gpu-0"]
+        _apply(cluster, busybox_pod("ext", scheduler=SCHEDULER, limits={IMPLICIT_GPU: "2"}))
+        cluster.wait_running("ext", timeout_s=120)
+        pod = cluster.pod("ext")
+        named = pod["status"]["extendedResourceClaimStatus"]
+        assert named["requestMappings"] == [
+            {"containerName": "main", "resourceName": IMPLICIT_GPU,
+             "requestName": "container-0-request-1"}  # cpu sorts first
+        ]  # fmt: skip
+        [claim] = [
+            c for c in _claims(cluster) if c["metadata"]["name"] == named["resourceClaimName"]
+        ]
+        meta = claim["metadata"]
+        assert meta["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        assert meta["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+        assert _devices_of(claim) == ["gpu-2", "gpu-3"]  # one pair; first fit took gpu-1, gpu-2
+        uuids = [gpu.uuid for gpu in load_fixture(FIXTURE).inventory.gpus]
+        visible = wait_until(
+            lambda: env_of(cluster.logs("ext")).get("NVIDIA_VISIBLE_DEVICES"), 30, "ext's env"
+        )
+        assert sorted(visible.split(",")) == sorted(uuids[2:4])
+    finally:
+        _clean(cluster, ["hold", "ext"], ["one-gpu"])
 
 
 def test_a_gang_of_two_gpu_claims_binds_all_or_none(

@@ -12,13 +12,18 @@ someone else meanwhile, or a stale write to a claim this scheduler allocates, fa
 pod is decided again. Any failure undoes what was written, in reverse: the entry this bind added
 leaves `reservedFor`, an allocation this scheduler made is cleared once no one holds the claim,
 and the finalizer it added is removed then.
+
+A pod's extended resources backed by DRA (`ExtendedClaim`, KEP-5004) take one claim more, which
+the bind creates first (as kube-scheduler's PreBind does), allocates and reserves as the others,
+then names in the pod's `status.extendedResourceClaimStatus` before the binding; a failed bind
+deletes it (its finalizer removed first).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent.podgroup import podgroup_consumer
@@ -30,6 +35,7 @@ from scheduler.errors import ApiError, ConflictError
 __all__ = [
     "DELETE_PROTECTION",
     "ClaimWrites",
+    "ExtendedClaim",
     "GroupRef",
     "PodRef",
     "bind_with_claims",
@@ -53,6 +59,21 @@ class ClaimWrites(Protocol):
     def update(self, claim: Obj) -> dict[str, Any]: ...
 
     def update_status(self, claim: Obj) -> dict[str, Any]: ...
+
+    def create(self, claim: Obj) -> dict[str, Any]: ...
+
+    def delete(self, namespace: str, name: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtendedClaim:
+    """The claim of a pod's extended resources, to create: `key`, the one the decision read it
+    as; `body`, the claim to create; `record(name)` writes the pod's
+    `status.extendedResourceClaimStatus` naming it (ApiError when it cannot)."""
+
+    key: ClaimKey
+    body: Obj
+    record: Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,24 +124,45 @@ def bind_with_claims(
     claims: Sequence[ClaimAllocation],
     bind: Callable[[], str],
     group: GroupRef | None = None,
+    extended: ExtendedClaim | None = None,
 ) -> str:
     """Reserve every claim for `pod` (those of `group` for the group), then `bind()`; its
     outcome ("bound", or why not), or "conflict" / "error" when a claim write failed. Undone
-    in reverse when not bound."""
+    in reverse when not bound. `extended`: the claim of the pod's extended resources, created
+    first and deleted when not bound."""
     written: list[_Written] = []
+    created: ClaimKey | None = None
     try:
+        if extended is not None:
+            created = _create(api, extended)
+            claims = [_renamed(made, extended.key, created) for made in claims]
         for made in claims:
             grouped = group is not None and made.claim.key in group.claims
             consumer = group.consumer if group is not None and grouped else pod.consumer
             written.append(_reserve(api, consumer, made))
+        if extended is not None and created is not None:
+            extended.record(created.name)
     except (ClaimBindError, ApiError) as exc:
         log.info("pod %s/%s: claims not reserved: %s", pod.namespace, pod.name, exc)
-        _undo(api, pod, written)
+        _undo(api, pod, written, created)
         return "conflict" if isinstance(exc, ClaimBindError | ConflictError) else "error"
     outcome = bind()
     if outcome != "bound":
-        _undo(api, pod, written)
+        _undo(api, pod, written, created)
     return outcome
+
+
+def _create(api: ClaimWrites, extended: ExtendedClaim) -> ClaimKey:
+    meta = {k: v for k, v in (extended.body.get("metadata") or {}).items() if k != "name"}
+    made = api.create({**extended.body, "metadata": meta})  # named by its generateName
+    meta = made.get("metadata") or {}
+    return ClaimKey(str(meta.get("namespace") or extended.key.namespace), str(meta.get("name")))
+
+
+def _renamed(made: ClaimAllocation, old: ClaimKey, new: ClaimKey) -> ClaimAllocation:
+    if made.claim.key != old:
+        return made
+    return replace(made, claim=replace(made.claim, key=new))
 
 
 def _reserve(api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocation) -> _Written:
@@ -168,7 +210,9 @@ def _write_reservation(
     return consumer["uid"]
 
 
-def _undo(api: ClaimWrites, pod: PodRef, written: Sequence[_Written]) -> None:
+def _undo(
+    api: ClaimWrites, pod: PodRef, written: Sequence[_Written], created: ClaimKey | None = None
+) -> None:
     for done in reversed(written):
         try:
             _release(api, done)
@@ -181,6 +225,23 @@ def _undo(api: ClaimWrites, pod: PodRef, written: Sequence[_Written]) -> None:
                 done.name,
                 exc,
             )
+    if created is not None:
+        try:
+            _delete_created(api, created)
+        except ApiError as exc:
+            log.warning("pod %s/%s: deleting resourceclaim %s failed: %s", pod.namespace,
+                        pod.name, created, exc)  # fmt: skip
+
+
+def _delete_created(api: ClaimWrites, key: ClaimKey) -> None:
+    """Delete the claim this bind created, its finalizer removed first (kube's `deleteClaim`)."""
+    claim = api.get(key.namespace, key.name)
+    if claim is None:
+        return
+    if DELETE_PROTECTION in _finalizers(claim):
+        claim["metadata"]["finalizers"] = [f for f in _finalizers(claim) if f != DELETE_PROTECTION]
+        api.update(claim)
+    api.delete(key.namespace, key.name)
 
 
 def _release(api: ClaimWrites, done: _Written) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.model import NodeInventory
@@ -25,6 +25,7 @@ from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.charge import ClaimCharge, claim_charge
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.errors import SpecError
+from scheduler.claims.extended import ExtendedAsk, mapped_names
 from scheduler.claims.model import (
     Allocation,
     ClaimKey,
@@ -92,6 +93,8 @@ class ClaimBook:
         self._shared_epoch = 0
         self._nodes: dict[str, tuple[tuple[int, int], tuple[object, ...], ClaimNode]] = {}
         self._by_id: tuple[int, dict[DeviceId, Device]] | None = None
+        self.extended: dict[str, DeviceClass] = {}  # extended-resource names classes map
+        self._made: dict[ClaimKey, _Made] = {}
 
     # -- intake ----------------------------------------------------------------------------
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
@@ -145,6 +148,7 @@ class ClaimBook:
                 log.warning("ignoring %s", exc, extra={"resource": name})
                 book.pop(name, None)
         if book is self.classes:
+            self.extended = mapped_names(self.classes.values())
             self.allocator = ClaimAllocator(dict(self.classes), scoring=self._scoring)
             self.trial = self._trial()
         return True
@@ -232,6 +236,8 @@ class ClaimBook:
             if problem is not None:
                 return f"ResourceClaim {ref} cannot be used: {problem}"
             claim = self.claims.get(ref)
+            if claim is None and ref in self._made:
+                claim = self._made[ref].claim
             if claim is None:
                 return f'resourceclaim "{ref}" not found'
             consumer = uid if group is None or ref not in refs.for_group else group.uid
@@ -241,6 +247,37 @@ class ClaimBook:
             assumed = self._assumed.get(ref)
             claims.append(claim if assumed is None else replace(claim, allocation=assumed))
         return PodClaims(key=key, claims=tuple(claims))
+
+    # -- claims made for extended resources (KEP-5004) ----------------------------------------
+    def make(self, key: ClaimKey, body: dict[str, Any], ask: ExtendedAsk, pod: Obj) -> None:
+        """The claim a pod's extended resources need, before it exists: read as the pod's claim
+        `key` until its bind creates it (`made`); `pod` as the API has it."""
+        known = self._made.get(key)
+        if known is None or known.body != body:
+            self._made[key] = _Made(claim=parse_claim(body), body=body, ask=ask, pod=pod)
+        elif known.pod is not pod:
+            self._made[key] = replace(known, pod=pod)
+
+    def unmake(self, key: ClaimKey) -> None:
+        self._made.pop(key, None)
+        if self._assumed.pop(key, None) is not None:
+            self._usage = None
+
+    def made(self, key: ClaimKey) -> _Made | None:
+        """The claim to create for `key`, when `key` is one not created yet."""
+        return self._made.get(key)
+
+    def created(self, made: ClaimKey, key: ClaimKey) -> None:
+        """The bind created claim `key` for `made` and allocated it: its allocation counts under
+        `key` until the claim is read allocated (unless it is already). Told by the bind and by
+        the bound pod's status, whichever comes first; the second finds nothing to move."""
+        allocation = self._assumed.pop(made, None)
+        if self._made.pop(made, None) is None and allocation is None:
+            return
+        claim = self.claims.get(key)
+        if allocation is not None and (claim is None or claim.allocation is None):
+            self._assumed[key] = allocation
+        self._usage = None
 
     def _unusable(self, claim: ResourceClaim, consumer: str, made: bool) -> str | None:
         """Why `consumer` (the pod's UID, or its PodGroup's for a group claim) may not use
@@ -352,6 +389,17 @@ class ClaimBook:
         for made in decision.claims:
             if made.new and self._assumed.pop(made.claim.key, None) is not None:
                 self._usage = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Made:
+    """A claim for a pod's extended resources, not created yet: as read, as it will be created,
+    the ask it holds, and the pod as the API has it."""
+
+    claim: ResourceClaim
+    body: dict[str, Any]
+    ask: ExtendedAsk
+    pod: Obj
 
 
 def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -106,6 +107,7 @@ class ClusterCache:
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
         self.requests = RequestMemo()  # pods of one template share a read request
+        self.offered: Counter[str] = Counter()  # resource name -> nodes whose allocatable has it
 
     # -- namespaces ------------------------------------------------------------------------
     def replace_namespaces(self, items: Iterable[Obj]) -> bool:
@@ -227,12 +229,14 @@ class ClusterCache:
         try:
             info = parse_node(obj, self._allocatable)
         except ValueError as exc:
+            self._offer(old, None)
             self.nodes.pop(name, None)
             self.queues.set_node(name, None)
             self._rebuild(name)
             return old is not None, str(exc)
         if info == old:
             return False, None
+        self._offer(old, info)
         self.nodes[name] = info
         remodelled = self.queues.set_node(name, info.allocatable, info.labels)
         self._rebuild(name)
@@ -241,9 +245,19 @@ class ClusterCache:
         return True, None
 
     def delete_node(self, name: str) -> None:
+        self._offer(self.nodes.get(name), None)
         self.nodes.pop(name, None)
         self.queues.set_node(name, None)
         self._rebuild(name)
+
+    def _offer(self, old: NodeInfo | None, new: NodeInfo | None) -> None:
+        """`offered` with node `old` replaced by `new` (extended resources backed by DRA are
+        asked of DRA only where no node offers them: `scheduler.runtime.claims.extended`)."""
+        if old is not None and old.allocatable is not (None if new is None else new.allocatable):
+            self.offered.subtract(n for n, v in old.allocatable.items() if v > 0)
+            self.offered += Counter()  # drops the names no node offers now
+        if new is not None and (old is None or old.allocatable is not new.allocatable):
+            self.offered.update(n for n, v in new.allocatable.items() if v > 0)
 
     def upsert_nrt(self, obj: Obj) -> str | None:
         """Record a NodeResourceTopology; returns the problem when it cannot be decoded."""

@@ -6,7 +6,8 @@ of an upstream scheduling.k8s.io PodGroup (its condition), a tree of a Composite
 the gang of a Workload's pod group (Workloads listed and watched), a pod
 with a volume claim (PVC read, StorageClasses), a Queue (its status), a GPU share (its node's
 share lock, the pod's annotation), a pod with a ResourceClaim (the claim read, its finalizer, its
-allocation and reservation), informers listing and watching."""
+allocation and reservation), a pod asking a DeviceClass's extended resource (its claim created,
+and deleted when its first bind fails; its status), informers listing and watching."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from tests.builders.workloads import (
 SA = "gputopo-scheduler"
 SETUP = "test-setup"  # the bearer token of this test's own requests, left out of the derivation
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+IMPLICIT_GPU = "deviceclass.resource.kubernetes.io/gpu.gputopo.io"  # KEP-5004: a claim made
 FAST_LEASE = LeaseTiming(duration=2.0, renew_deadline=1.5, retry_period=0.1)
 
 
@@ -82,6 +84,7 @@ def _create_workload(api: client.ApiClient) -> None:
     custom.create_cluster_custom_object("scheduling.gputopo.io", "v1alpha1", "queues", queue)
     create_pod(core, share_body("share", "10Gi"))
     create_pod(core, claim_pod("with-gpus", "gpus"))
+    create_pod(core, pod_body("extended", resources={IMPLICIT_GPU: "1"}))
 
 
 def _called(fake, verb: str, resource: str) -> bool:
@@ -95,6 +98,8 @@ def _wait_for_every_scenario(fake) -> None:
     wait_for(lambda: node_of(fake, "fits"), 30, "pod fits bound")
     wait_for(lambda: node_of(fake, "share"), 30, "the share bound under its node's lock")
     wait_for(lambda: node_of(fake, "with-gpus"), 30, "the pod with a claim bound")
+    wait_for(lambda: node_of(fake, "extended"), 30, "the pod with a claim made for it bound")
+    wait_for(lambda: _called(fake, "delete", "resourceclaims"), 30, "a made claim deleted")
     wait_for(lambda: node_of(fake, "gang-0") and node_of(fake, "gang-1"), 30, "the gang bound")
     wait_for(lambda: node_of(fake, "up-0") and node_of(fake, "up-1"), 30, "the upstream gang")
     wait_for(lambda: upstream_condition(fake, "up"), 30, "the upstream PodGroup's condition")
@@ -146,6 +151,9 @@ def test_scheduler_roles_grant_exactly_what_the_scheduler_calls(
     fake_api.put_object("deviceclasses", class_obj())
     fake_api.put_object("resourceslices", slice_obj("gpu-a", island_devices()))
     fake_api.put_object("resourceclaims", gpu_claim("gpus", 1))
+    # the first bind of "extended" fails at its status (the claim it made is deleted), the next
+    # binds
+    fake_api.fail_next(1, 500, path_regex=r"/pods/extended/status$", method="PATCH")
     with running(fake_api, lease=FAST_LEASE, leader_elect=True, leader_elect_namespace=namespace):
         _create_workload(setup_client)
         _wait_for_every_scenario(fake_api)

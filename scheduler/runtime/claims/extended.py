@@ -1,0 +1,66 @@
+"""A pod's extended resources backed by DRA (`scheduler.claims.extended`, KEP-5004) as the
+claim machinery reads them: the pod, read again with the resources out of its containers and
+its claim in `spec.resourceClaims`.
+
+- A bound pod whose `status.extendedResourceClaimStatus` names its claim: that claim, and the
+  containers' resources its request mappings name. A waiting pod's is not read: a bind that
+  failed after writing it deleted the claim, and the next bind makes another (as kube-scheduler
+  does).
+- A waiting pod of this scheduler that asks a resource a DeviceClass maps, while no node's
+  allocatable offers it: the claim it needs, made in the book (`ClaimBook.make`) and created by
+  its bind. Where some node offers the resource (a device plugin serves it) the pod is left as
+  it is and placed on the device plugin's nodes: kube-scheduler decides it node by node, using
+  either; this scheduler does not mix the two for one resource (README, DRA).
+Called with `cache.lock` held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.claims.extended import claim_body, extended_ask, pod_with_claim
+from scheduler.claims.model import ClaimKey
+from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.cluster.podinfo import PodInfo, read_pod
+
+__all__ = ["made_key", "with_extended_claim"]
+
+Obj = Mapping[str, Any]
+
+
+def made_key(namespace: str, pod: str) -> ClaimKey:
+    """The claim a waiting pod's extended resources need, before its bind creates it (not a
+    valid name: never one in the API)."""
+    return ClaimKey(namespace, f"<extended-resources of pod {pod}>")
+
+
+def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> PodInfo:
+    """`info` read again with its extended-resource claim, or `info` when it has none."""
+    if not book.extended or info.terminal:
+        return info
+    obj = info.obj
+    key = made_key(info.namespace, info.name)
+    named = (obj.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if info.node is not None and named.get("resourceClaimName"):
+        book.created(key, ClaimKey(info.namespace, str(named["resourceClaimName"])))
+        pairs = [
+            (str(m.get("containerName") or ""), str(m.get("resourceName") or ""))
+            for m in named.get("requestMappings") or ()
+            if isinstance(m, Mapping)
+        ]
+        return _read(pod_with_claim(obj, str(named["resourceClaimName"]), pairs), cache)
+    if not info.ours or info.node is not None:
+        return info
+    ask = extended_ask(obj, book.extended)
+    if ask is None or any(cache.offered[name] for name in ask.resources):
+        book.unmake(key)
+        return info
+    book.make(key, claim_body(obj, ask, key.name), ask, obj)
+    pairs = [(m.container, m.resource) for m in ask.mappings]
+    return _read(pod_with_claim(obj, key.name, pairs), cache)
+
+
+def _read(obj: dict[str, Any], cache: ClusterCache) -> PodInfo:
+    return read_pod(obj, cache.scheduler_name, None, cache.requests)

@@ -1,0 +1,192 @@
+"""gputopo-scheduler placing pods that ask `nvidia.com/gpu` where a DeviceClass maps it to DRA
+GPUs (KEP-5004, GA in 1.37), against the fake API server: the claim it creates, allocates and
+names in the pod's status; the device plugin's nodes where they offer the resource; a class that
+comes later; and a failed bind that deletes the claim it created."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.claims.decision import ClaimAllocation
+from scheduler.claims.extended import CLAIM_ANNOTATION, claim_body, extended_ask, mapped_names
+from scheduler.claims.model import AllocatedDevice, Allocation, DeviceClass, DeviceId
+from scheduler.claims.parse import parse_claim
+from scheduler.kubeapi.client import KubeClient
+from scheduler.kubeapi.resourceclaims import ClaimApi
+from scheduler.runtime.binding.claimbind import ExtendedClaim, PodRef, bind_with_claims
+from scheduler.runtime.claims.extended import made_key
+from tests.builders.claimcluster import NS, PROTECTION, devices_of, reserved_for
+from tests.builders.claims import class_obj, island_devices, slice_obj, two_islands
+from tests.builders.nrt import make_nrt
+from tests.builders.scheduler import (
+    GPU,
+    create_pod,
+    gpu_node,
+    node_of,
+    pod_body,
+    running,
+    scheduled_condition,
+)
+from tests.builders.wait import wait_for
+from tests.fakeapi import FakeApiServer
+
+Obj = dict[str, Any]
+
+
+def _mapping_class() -> Obj:
+    body = class_obj()
+    body["spec"]["extendedResourceName"] = GPU
+    return body
+
+
+def _dra_node(fake: FakeApiServer, name: str) -> None:
+    """A node whose eight GPUs are DRA's alone: its allocatable has no `nvidia.com/gpu`."""
+    gpu_node(fake, name, gpus=0)
+    fake.put_object("noderesourcetopologies", make_nrt(name, two_islands()))
+    fake.put_object("resourceslices", slice_obj(name, island_devices()))
+
+
+def _mapped_dra_node(fake: FakeApiServer) -> None:
+    """Node n1 with DRA GPUs alone, and the class mapping `nvidia.com/gpu` to them."""
+    fake.put_object("deviceclasses", _mapping_class())
+    _dra_node(fake, "n1")
+
+
+def _claims_of(fake: FakeApiServer, pod: str) -> list[Obj]:
+    return [
+        c
+        for c in fake.list_objects("resourceclaims", NS)
+        if any(o.get("name") == pod for o in c["metadata"].get("ownerReferences") or ())
+    ]
+
+
+def test_a_pod_asking_gpus_a_class_maps_gets_a_claim_made_allocated_and_named(fake_api, core_v1):
+    _mapped_dra_node(fake_api)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    pod = fake_api.get_object("pods", "p1", NS)
+    [claim] = _claims_of(fake_api, "p1")
+    name = claim["metadata"]["name"]
+    assert name.startswith("p1-extended-resources-")
+    assert claim["metadata"]["annotations"][CLAIM_ANNOTATION] == "true"
+    owner = claim["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        pod["metadata"]["uid"],
+        True,
+    )
+    assert claim["spec"]["devices"]["requests"] == [
+        {
+            "name": "container-0-request-0",
+            "exactly": {
+                "deviceClassName": "gpu.gputopo.io",
+                "allocationMode": "ExactCount",
+                "count": 2,
+            },
+        }
+    ]
+    devices = devices_of(fake_api, name)
+    assert len(devices) == 2
+    assert len({int(d.removeprefix("gpu-")) // 4 for d in devices}) == 1  # one NVLink island
+    assert PROTECTION in claim["metadata"]["finalizers"]
+    assert reserved_for(fake_api, name) == ["p1"]
+    assert pod["status"]["extendedResourceClaimStatus"] == {
+        "resourceClaimName": name,
+        "requestMappings": [
+            {"containerName": "main", "resourceName": GPU, "requestName": "container-0-request-0"}
+        ],
+    }
+
+
+def test_the_gpus_a_made_claim_holds_are_used_for_the_next_pod(fake_api, core_v1):
+    _mapped_dra_node(fake_api)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=6))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        create_pod(core_v1, pod_body("p2", gpus=4))
+        wait_for(lambda: scheduled_condition(fake_api, "p2"), 5, "p2 refused")
+        create_pod(core_v1, pod_body("p3", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p3"), 5, "p3 bound")
+    assert node_of(fake_api, "p2") is None
+    held = [
+        set(devices_of(fake_api, c["metadata"]["name"]))
+        for p in ("p1", "p3")
+        for c in _claims_of(fake_api, p)
+    ]
+    assert len(held) == 2
+    assert not held[0] & held[1]
+    assert len(held[0] | held[1]) == 8
+
+
+def test_where_a_device_plugin_offers_the_resource_the_pod_uses_it_and_no_claim(fake_api, core_v1):
+    _mapped_dra_node(fake_api)
+    gpu_node(fake_api, "plugin", gpus=8)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    assert node_of(fake_api, "p1") == "plugin"
+    assert _claims_of(fake_api, "p1") == []
+    assert "extendedResourceClaimStatus" not in fake_api.get_object("pods", "p1", NS)["status"]
+
+
+def test_a_pod_waiting_for_gpus_binds_once_a_class_maps_them(fake_api, core_v1):
+    _dra_node(fake_api, "n1")
+    fake_api.put_object("deviceclasses", class_obj())  # no extendedResourceName yet
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=1))
+        wait_for(lambda: scheduled_condition(fake_api, "p1"), 5, "p1 refused")
+        assert node_of(fake_api, "p1") is None
+        fake_api.put_object("deviceclasses", _mapping_class())
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    [claim] = _claims_of(fake_api, "p1")
+    assert len(devices_of(fake_api, claim["metadata"]["name"])) == 1
+
+
+@pytest.fixture
+def claims_api(fake_api: FakeApiServer) -> Iterator[ClaimApi]:
+    kube = KubeClient(fake_api.api_client(), "test", f"t-{uuid.uuid4().hex[:6]}")
+    yield ClaimApi(kube)
+    kube.close()
+
+
+def test_a_bind_that_fails_deletes_the_claim_it_created(fake_api, claims_api):
+    pod = pod_body("p1", gpus=1)
+    pod["metadata"]["uid"] = "uid-p1"
+    classes = mapped_names([DeviceClass(name="gpu.gputopo.io", extended_resource_name=GPU)])
+    ask = extended_ask(pod, classes)
+    assert ask is not None
+    key = made_key(NS, "p1")
+    body = claim_body(pod, ask, key.name)
+    result = AllocatedDevice(
+        request="container-0-request-0", id=DeviceId("gpu.gputopo.io", "n1", "gpu-7")
+    )
+    decided = ClaimAllocation(
+        claim=parse_claim(body), allocation=Allocation(devices=(result,), node="n1"), new=True
+    )
+    recorded: list[str] = []
+    extended = ExtendedClaim(key=key, body=body, record=recorded.append)
+    outcome = bind_with_claims(
+        claims_api,
+        PodRef(namespace=NS, name="p1", uid="uid-p1"),
+        [decided],
+        lambda: "error",
+        None,
+        extended,
+    )
+    assert outcome == "error"
+    [created] = recorded
+    assert created.startswith("p1-extended-resources-")
+    assert fake_api.get_object("resourceclaims", created, NS) is None
+    writes = [
+        (r.method, r.path.rsplit("/", 1)[-1])
+        for r in fake_api.writes()
+        if "resourceclaims" in r.path
+    ]
+    assert writes[0] == ("POST", "resourceclaims")
+    assert ("PUT", "status") in writes
+    assert writes[-1] == ("DELETE", created)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from scheduler.claims.decision import ClaimAllocation
 from scheduler.claims.extended import CLAIM_ANNOTATION, claim_body, extended_ask, mapped_names
@@ -19,15 +20,24 @@ from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.runtime.binding.claimbind import ExtendedClaim, PodRef, bind_with_claims
 from scheduler.runtime.claims.extended import made_key
-from tests.builders.claimcluster import NS, PROTECTION, devices_of, reserved_for
+from tests.builders.claimcluster import (
+    GANG_LABEL,
+    NS,
+    PROTECTION,
+    deallocate,
+    devices_of,
+    reserved_for,
+)
 from tests.builders.claims import class_obj, island_devices, slice_obj, two_islands
 from tests.builders.nrt import make_nrt
 from tests.builders.scheduler import (
     GPU,
     create_pod,
+    create_podgroup,
     gpu_node,
     node_of,
     pod_body,
+    podgroup,
     running,
     scheduled_condition,
 )
@@ -190,3 +200,58 @@ def test_a_bind_that_fails_deletes_the_claim_it_created(fake_api, claims_api):
     assert writes[0] == ("POST", "resourceclaims")
     assert ("PUT", "status") in writes
     assert writes[-1] == ("DELETE", created)
+
+
+def _made_devices(fake: FakeApiServer, pod: str) -> set[str]:
+    return {d for c in _claims_of(fake, pod) for d in devices_of(fake, c["metadata"]["name"])}
+
+
+def test_a_gang_of_pods_asking_gpus_binds_whole_or_makes_no_claim(
+    fake_api, core_v1, custom_objects
+):
+    _mapped_dra_node(fake_api)
+    with running(fake_api):
+        create_podgroup(custom_objects, podgroup("big", 2))
+        for name in ("big-0", "big-1"):
+            create_pod(core_v1, pod_body(name, gpus=6, labels={GANG_LABEL: "big"}))
+        wait_for(lambda: scheduled_condition(fake_api, "big-0"), 5, "the big gang refused")
+        create_podgroup(custom_objects, podgroup("fits", 2))
+        for name in ("fits-0", "fits-1"):
+            create_pod(core_v1, pod_body(name, gpus=4, labels={GANG_LABEL: "fits"}))
+        wait_for(lambda: node_of(fake_api, "fits-0") and node_of(fake_api, "fits-1"), 5, "fits")
+    assert node_of(fake_api, "big-0") is None
+    assert node_of(fake_api, "big-1") is None
+    assert _claims_of(fake_api, "big-0") == []
+    assert _claims_of(fake_api, "big-1") == []
+    held = [_made_devices(fake_api, p) for p in ("fits-0", "fits-1")]
+    assert [len(h) for h in held] == [4, 4]
+    assert not held[0] & held[1]
+
+
+def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_frees(
+    fake_api, core_v1
+):
+    _mapped_dra_node(fake_api)
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 100}
+    )
+    with running(fake_api):
+        for name in ("low-a", "low-b"):
+            create_pod(core_v1, pod_body(name, gpus=4, terminationGracePeriodSeconds=30))
+            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+        create_pod(core_v1, pod_body("high", gpus=4, priorityClassName="high"))
+        wait_for(lambda: _terminating(fake_api), 10, "a victim terminating")
+        (victim,) = _terminating(fake_api)
+        freed = _made_devices(fake_api, victim)
+        fake_api.complete_pod_deletions()
+        [claim] = _claims_of(fake_api, victim)
+        deallocate(fake_api, claim["metadata"]["name"])  # the resourceclaim controller's part
+        wait_for(lambda: node_of(fake_api, "high"), 10, "high bound")
+    assert _made_devices(fake_api, "high") == freed
+    survivor = ({"low-a", "low-b"} - {victim}).pop()
+    assert node_of(fake_api, survivor) == "n1"
+
+
+def _terminating(fake: FakeApiServer) -> set[str]:
+    pods = fake.list_objects("pods", NS)
+    return {p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")}

@@ -39,7 +39,12 @@ from scheduler.kubeapi.sharelock import ShareLocks
 from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import Claimed, DeviceFit, PreemptionSettings
 from scheduler.quota.modelfilter import assigned
-from scheduler.runtime.binding.claimbind import ExtendedClaim, PodRef, bind_with_claims
+from scheduler.runtime.binding.claimbind import (
+    ExtendedClaim,
+    PodRef,
+    bind_with_claims,
+    delete_made_claim,
+)
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.extended import made_key
@@ -202,6 +207,10 @@ class Scheduler:
             log.exception("scheduling %s failed", unit)
             self.queue.backoff(unit)
             result = "error"
+        with self.cache.lock:
+            stale = self.claims.stale()
+        if stale:
+            self._binder.submit(self._delete_stale, stale)
         if result:
             self._metrics.attempts.labels(result=result).inc()
             self._metrics.cycle_seconds.observe(self._clock() - start)
@@ -430,6 +439,15 @@ class Scheduler:
             created.append(name)
 
         return ExtendedClaim(key=key, body=made.body, record=record)
+
+    def _delete_stale(self, keys: AbstractSet[ClaimKey]) -> None:
+        """Delete claims made for waiting pods by binds that did not finish (their deletion
+        lets the pods be tried again)."""
+        for key in sorted(keys):
+            try:
+                delete_made_claim(self._claim_api, key)
+            except ApiError as exc:
+                log.warning("deleting resourceclaim %s, made by an earlier bind: %s", key, exc)
 
     def _try_bind(self, info: PodInfo, node: str) -> str:
         for attempt in range(1 + self._settings.bind_retries):

@@ -39,6 +39,7 @@ __all__ = [
     "GroupRef",
     "PodRef",
     "bind_with_claims",
+    "delete_made_claim",
 ]
 
 log = logging.getLogger(__name__)
@@ -227,14 +228,14 @@ def _undo(
             )
     if created is not None:
         try:
-            _delete_created(api, created)
+            delete_made_claim(api, created)
         except ApiError as exc:
             log.warning("pod %s/%s: deleting resourceclaim %s failed: %s", pod.namespace,
                         pod.name, created, exc)  # fmt: skip
 
 
-def _delete_created(api: ClaimWrites, key: ClaimKey) -> None:
-    """Delete the claim this bind created, its finalizer removed first (kube's `deleteClaim`)."""
+def delete_made_claim(api: ClaimWrites, key: ClaimKey) -> None:
+    """Delete a claim a bind created, its finalizer removed first (kube's `deleteClaim`)."""
     claim = api.get(key.namespace, key.name)
     if claim is None:
         return

@@ -25,7 +25,7 @@ from scheduler.claims.allocator import ClaimAllocator
 from scheduler.claims.charge import ClaimCharge, claim_charge
 from scheduler.claims.decision import ClaimNode, PodClaims, PodDecision
 from scheduler.claims.errors import SpecError
-from scheduler.claims.extended import ExtendedAsk, mapped_names
+from scheduler.claims.extended import CLAIM_ANNOTATION, ExtendedAsk, mapped_names
 from scheduler.claims.model import (
     Allocation,
     ClaimKey,
@@ -67,6 +67,18 @@ def _meta_of(obj: Obj) -> tuple[bool, tuple[str, ...]]:
     return bool(meta.get("deletionTimestamp")), owners
 
 
+def _made_for(obj: Obj) -> str | None:
+    """The UID of the pod a claim was made for by a scheduler (KEP-5004: annotated, the pod its
+    controller), or None."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(CLAIM_ANNOTATION) != "true":
+        return None
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("kind") == "Pod" and owner.get("controller") is True:
+            return str(owner.get("uid") or "")
+    return None
+
+
 def _name_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
@@ -95,6 +107,9 @@ class ClaimBook:
         self._by_id: tuple[int, dict[DeviceId, Device]] | None = None
         self.extended: dict[str, DeviceClass] = {}  # extended-resource names classes map
         self._made: dict[ClaimKey, _Made] = {}
+        self._made_by_pod: dict[str, set[ClaimKey]] = {}  # pod UID -> claims made for it, in API
+        self._made_owner: dict[ClaimKey, str] = {}
+        self._stale: set[ClaimKey] = set()  # made claims of waiting pods, to delete (`stale`)
 
     # -- intake ----------------------------------------------------------------------------
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
@@ -203,6 +218,7 @@ class ClaimBook:
                 log.warning("ignoring %s", exc, extra={"resource": str(key)})
                 self.problems[key] = str(exc)
         self._meta.pop(key, None)
+        self._index_made(key, None if new is None else _made_for(obj))
         if new is not None:
             self.claims[key] = new
             self._meta[key] = _meta_of(obj)
@@ -231,6 +247,13 @@ class ClaimBook:
             return refs.waiting
         claims = []
         uid = str((pod.get("metadata") or {}).get("uid") or "")
+        stale = self._made_by_pod.get(uid) if any(r in self._made for r in refs.keys) else None
+        if stale:
+            self._stale |= stale
+            return (
+                f"waiting for ResourceClaim {min(stale)}, made for its extended resources by a "
+                "bind that did not finish, to be deleted"
+            )
         for ref in refs.keys:
             problem = self.problems.get(ref)
             if problem is not None:
@@ -278,6 +301,24 @@ class ClaimBook:
         if allocation is not None and (claim is None or claim.allocation is None):
             self._assumed[key] = allocation
         self._usage = None
+
+    def _index_made(self, key: ClaimKey, owner: str | None) -> None:
+        """Claim `key` as made for pod `owner`'s extended resources (None: not, or gone)."""
+        old = self._made_owner.pop(key, None)
+        if old is not None:
+            self._made_by_pod[old].discard(key)
+            if not self._made_by_pod[old]:
+                del self._made_by_pod[old]
+        if owner is not None:
+            self._made_owner[key] = owner
+            self._made_by_pod.setdefault(owner, set()).add(key)
+
+    def stale(self) -> set[ClaimKey]:
+        """The claims made for waiting pods' extended resources by earlier binds, which kept
+        them from a new claim (`pod_claims`): to delete, as kube-scheduler deletes them. Each
+        once per refusal."""
+        stale, self._stale = self._stale, set()
+        return stale
 
     def _unusable(self, claim: ResourceClaim, consumer: str, made: bool) -> str | None:
         """Why `consumer` (the pod's UID, or its PodGroup's for a group claim) may not use

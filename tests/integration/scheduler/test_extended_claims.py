@@ -24,6 +24,8 @@ from tests.builders.claimcluster import (
     GANG_LABEL,
     NS,
     PROTECTION,
+    allocated_elsewhere,
+    claim_of,
     deallocate,
     devices_of,
     reserved_for,
@@ -255,3 +257,22 @@ def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_fr
 def _terminating(fake: FakeApiServer) -> set[str]:
     pods = fake.list_objects("pods", NS)
     return {p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")}
+
+
+def test_a_claim_an_unfinished_bind_made_is_deleted_and_the_pod_gets_a_new_one(fake_api, core_v1):
+    """The scheduler stopped between creating a pod's claim and binding the pod: the claim,
+    allocated (6 of the node's 8 GPUs), keeps the pod's 4 from fitting until it is deleted."""
+    _mapped_dra_node(fake_api)
+    create_pod(core_v1, pod_body("p1", gpus=4))
+    uid = fake_api.get_object("pods", "p1", NS)["metadata"]["uid"]
+    allocated_elsewhere(fake_api, "p1-extended-resources-old", "n1", range(6))
+    stale = claim_of(fake_api, "p1-extended-resources-old")
+    stale["metadata"]["annotations"] = {CLAIM_ANNOTATION: "true"}
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": uid, "controller": True}
+    stale["metadata"]["ownerReferences"] = [owner]
+    fake_api.put_object("resourceclaims", stale)
+    with running(fake_api):
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    assert fake_api.get_object("resourceclaims", "p1-extended-resources-old", NS) is None
+    [claim] = _claims_of(fake_api, "p1")
+    assert len(devices_of(fake_api, claim["metadata"]["name"])) == 4

@@ -29,6 +29,7 @@ from itertools import pairwise
 from typing import Any, TypeVar
 
 from agent.objkey import ObjectKey, key_of, split_key
+from scheduler.claims.extended import extended_ask
 from scheduler.kubeapi.decode import Listed
 from scheduler.placement import Scoring
 from scheduler.runtime.binding.sharebind import ShareBinding
@@ -405,8 +406,11 @@ class Intake:
     def _reread_extended(self) -> None:
         """DeviceClasses changed: the extended resources they map may change what waiting pods
         of ours ask (`with_extended_claim`), read again from the pods as the API has them."""
+        mapped = self._claims.extended
         for info in [i for i in self.cache.pods.values() if i.ours and i.pending]:
             made = self._claims.made(made_key(info.namespace, info.name))
+            if made is None and extended_ask(info.obj, mapped) is None:
+                continue  # asks nothing a class maps (most pods: not read again)
             raw = info.obj if made is None else made.pod
             again = with_extended_claim(self.cache.read_pod(raw), self._claims, self.cache)
             if again.obj is not info.obj:

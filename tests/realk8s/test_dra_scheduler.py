@@ -54,6 +54,13 @@ DRA_YAML = ROOT / "daemonset" / "optional" / "dra" / "dra.yaml"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "gputopo.io/queue"
 IMPLICIT_GPU = "deviceclass.resource.kubernetes.io/gpu.gputopo.io"
+EXPLICIT_GPU = "gpu.gputopo.io/dra-gpu"
+EXPLICIT_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+    "metadata": {"name": "test-dra-gpu.gputopo.io"},
+    "spec": {"extendedResourceName": EXPLICIT_GPU,
+             "selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -160,24 +167,26 @@ def test_a_two_gpu_claim_gets_one_nvlink_pair_where_kube_scheduler_takes_any_two
         _clean(cluster, ["hold", "theirs", "ours"], ["one-gpu", "two-gpus"])
 
 
+@pytest.mark.parametrize("resource", [IMPLICIT_GPU, EXPLICIT_GPU])
 def test_a_pod_asking_a_class_extended_resource_gets_a_claim_made_on_one_nvlink_pair(
-    cluster: Cluster, pairs_agent, scheduler
+    cluster: Cluster, pairs_agent, scheduler, resource: str
 ) -> None:
-    """KEP-5004: the pod asks `deviceclass.resource.kubernetes.io/gpu.gputopo.io: 2` (the name
-    every class maps; `nvidia.com/gpu` is the session agent's device plugin's here). gputopo-
-    scheduler creates the claim, allocates one NVLink pair around kube-scheduler's gpu-0, and
-    names it in the pod's status; the kubelet admits the pod and has the agent prepare it."""
-    _apply(cluster, claim_template("one-gpu", DRIVER))
+    """KEP-5004: the pod asks 2 of `deviceclass.resource.kubernetes.io/gpu.gputopo.io` (the
+    name every class maps) or of `gpu.gputopo.io/dra-gpu` (a test class's
+    `extendedResourceName`; `nvidia.com/gpu` is the session agent's device plugin's here).
+    gputopo-scheduler creates the claim, allocates one NVLink pair around kube-scheduler's gpu-0,
+    and names it in the pod's status; the kubelet admits the pod and has the agent prepare it."""
+    _apply(cluster, claim_template("one-gpu", DRIVER), EXPLICIT_CLASS)
     try:
         _apply(cluster, _claim_pod("hold", "one-gpu", scheduler=None))
         wait_until(lambda: _devices_of(_claim_of(cluster, "hold")), 90, "hold's claim allocated")
         assert _devices_of(_claim_of(cluster, "hold")) == ["gpu-0"]
-        _apply(cluster, busybox_pod("ext", scheduler=SCHEDULER, limits={IMPLICIT_GPU: "2"}))
+        _apply(cluster, busybox_pod("ext", scheduler=SCHEDULER, limits={resource: "2"}))
         cluster.wait_running("ext", timeout_s=120)
         pod = cluster.pod("ext")
         named = pod["status"]["extendedResourceClaimStatus"]
         assert named["requestMappings"] == [
-            {"containerName": "main", "resourceName": IMPLICIT_GPU,
+            {"containerName": "main", "resourceName": resource,
              "requestName": "container-0-request-1"}  # cpu sorts first
         ]  # fmt: skip
         [claim] = [
@@ -194,6 +203,7 @@ def test_a_pod_asking_a_class_extended_resource_gets_a_claim_made_on_one_nvlink_
         assert sorted(visible.split(",")) == sorted(uuids[2:4])
     finally:
         _clean(cluster, ["hold", "ext"], ["one-gpu"])
+        cluster.kubectl("delete", "deviceclass", EXPLICIT_CLASS["metadata"]["name"])
 
 
 def test_a_gang_of_two_gpu_claims_binds_all_or_none(

@@ -32,6 +32,7 @@ from tests.builders.claimcluster import (
 )
 from tests.builders.claims import class_obj, island_devices, slice_obj, two_islands
 from tests.builders.nrt import make_nrt
+from tests.builders.queues import create_queue, queue_body, queue_status
 from tests.builders.scheduler import (
     GPU,
     create_pod,
@@ -276,3 +277,39 @@ def test_a_claim_an_unfinished_bind_made_is_deleted_and_the_pod_gets_a_new_one(f
     assert fake_api.get_object("resourceclaims", "p1-extended-resources-old", NS) is None
     [claim] = _claims_of(fake_api, "p1")
     assert len(devices_of(fake_api, claim["metadata"]["name"])) == 4
+
+
+def test_a_queue_is_charged_the_gpus_of_made_claims_and_its_max_holds_back_more(
+    fake_api, core_v1, custom_objects
+):
+    _mapped_dra_node(fake_api)
+    create_queue(custom_objects, queue_body("team", gpu_max=4, namespaces=[NS]))
+    with running(fake_api) as rt:
+        create_pod(core_v1, pod_body("p1", gpus=4))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        used = wait_for(
+            lambda: queue_status(fake_api, "team").get("used", {}).get(GPU), 5, "team's usage"
+        )
+        create_pod(core_v1, pod_body("p2", gpus=2))
+        wait_for(lambda: scheduled_condition(fake_api, "p2"), 5, "p2 held back")
+        rt.reporter.flush()
+    assert used == "4"
+    condition = scheduled_condition(fake_api, "p2")
+    assert condition is not None
+    assert "max" in condition["message"]
+    assert node_of(fake_api, "p2") is None
+    assert _claims_of(fake_api, "p2") == []
+
+
+def test_a_restarted_scheduler_reads_a_bound_pod_with_the_claim_its_status_names(fake_api, core_v1):
+    _mapped_dra_node(fake_api)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=6))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p2", gpus=4))
+        wait_for(lambda: scheduled_condition(fake_api, "p2"), 5, "p2 refused")
+        create_pod(core_v1, pod_body("p3", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p3"), 5, "p3 bound")
+    assert node_of(fake_api, "p2") is None
+    assert not _made_devices(fake_api, "p1") & _made_devices(fake_api, "p3")

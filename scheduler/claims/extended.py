@@ -123,6 +123,8 @@ def _count(value: object) -> int:
 def extended_ask(pod: Obj, mapped: Mapping[str, DeviceClass]) -> ExtendedAsk | None:
     """The pod's ask of the extended resources a class maps (None when it asks none)."""
     spec = pod.get("spec") or {}
+    if not _asks_any(spec, mapped):
+        return None  # most pods: one pass over their containers' request names
     containers, inits = _containers(spec)
     names = sorted(
         {n for c in containers for n, v in _requests(c).items() if n in mapped and _count(v)}
@@ -166,6 +168,19 @@ def extended_ask(pod: Obj, mapped: Mapping[str, DeviceClass]) -> ExtendedAsk | N
     return ExtendedAsk(
         requests=tuple(requests), mappings=tuple(mappings), resources=frozenset(names)
     )
+
+
+def _asks_any(spec: Obj, mapped: Mapping[str, DeviceClass]) -> bool:
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for part in ("requests", "limits"):
+                names = resources.get(part)
+                if names and not mapped.keys().isdisjoint(names):
+                    return True
+    return False
 
 
 def _amount(request: Mapping[str, Any]) -> int:

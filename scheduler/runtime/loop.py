@@ -207,9 +207,9 @@ class Scheduler:
             log.exception("scheduling %s failed", unit)
             self.queue.backoff(unit)
             result = "error"
-        with self.cache.lock:
-            stale = self.claims.stale()
-        if stale:
+        if self.claims.has_stale:  # a set's size, read without the lock (rarely true)
+            with self.cache.lock:
+                stale = self.claims.stale()
             self._binder.submit(self._delete_stale, stale)
         if result:
             self._metrics.attempts.labels(result=result).inc()

@@ -313,6 +313,14 @@ class ClaimBook:
             self._made_owner[key] = owner
             self._made_by_pod.setdefault(owner, set()).add(key)
 
+    @property
+    def has_made(self) -> bool:
+        return bool(self._made)
+
+    @property
+    def has_stale(self) -> bool:
+        return bool(self._stale)
+
     def stale(self) -> set[ClaimKey]:
         """The claims made for waiting pods' extended resources by earlier binds, which kept
         them from a new claim (`pod_claims`): to delete, as kube-scheduler deletes them. Each

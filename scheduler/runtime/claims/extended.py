@@ -41,22 +41,26 @@ def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> 
     if not book.extended or info.terminal:
         return info
     obj = info.obj
-    key = made_key(info.namespace, info.name)
-    named = (obj.get("status") or {}).get("extendedResourceClaimStatus") or {}
-    if info.node is not None and named.get("resourceClaimName"):
-        book.created(key, ClaimKey(info.namespace, str(named["resourceClaimName"])))
+    if info.node is not None:
+        named = (obj.get("status") or {}).get("extendedResourceClaimStatus") or {}
+        if not named.get("resourceClaimName"):
+            return info
+        claim = ClaimKey(info.namespace, str(named["resourceClaimName"]))
+        book.created(made_key(info.namespace, info.name), claim)
         pairs = [
             (str(m.get("containerName") or ""), str(m.get("resourceName") or ""))
             for m in named.get("requestMappings") or ()
             if isinstance(m, Mapping)
         ]
-        return _read(pod_with_claim(obj, str(named["resourceClaimName"]), pairs), cache)
-    if not info.ours or info.node is not None:
+        return _read(pod_with_claim(obj, claim.name, pairs), cache)
+    if not info.ours:
         return info
     ask = extended_ask(obj, book.extended)
     if ask is None or any(cache.offered[name] for name in ask.resources):
-        book.unmake(key)
+        if book.has_made:
+            book.unmake(made_key(info.namespace, info.name))
         return info
+    key = made_key(info.namespace, info.name)
     book.make(key, claim_body(obj, ask, key.name), ask, obj)
     pairs = [(m.container, m.resource) for m in ask.mappings]
     return _read(pod_with_claim(obj, key.name, pairs), cache)

@@ -22,6 +22,10 @@ from .usage import Usage, consumption
 __all__ = ["Candidate", "Candidates", "Miss", "StaticMemo", "candidates"]
 
 _MEMO_LIMIT = 100_000
+_SUPPORTED = (
+    "are devices gputopo-scheduler allocates (none that consumes shared counters or waits for "
+    "binding conditions)"
+)
 _AVAILABILITY = 50
 """The rank of a miss for devices in use: past every static stage (there are fewer than 50)."""
 
@@ -133,6 +137,7 @@ def _static(
         (f"match class {cls.name}'s selector `{e}`", _selector(selectors, e)) for e in cls.selectors
     ] + [(f"match selector `{e}`", _selector(selectors, e)) for e in alt.selectors]
     stages.append(("tolerate their taints", lambda d: _tolerated(alt, d)))
+    stages.append((_SUPPORTED, lambda d: d.unsupported is None))
     done = []
     for words, keep in stages:
         try:

@@ -105,6 +105,9 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    unsupported: str | None = None
+    """Why gputopo-scheduler does not allocate the device (it consumes shared counters, a
+    partitionable device's, or waits for binding conditions), or None."""
     likeness: tuple[object, ...] = field(init=False, repr=False, compare=False)
     """All of the device but its pool's name, made once (values with their types: True is not 1
     to CEL; capacities as plain ints, a `Fraction` hashing slowly): devices of like nodes compare
@@ -130,6 +133,7 @@ class Device:
             capacity,
             self.taints,
             self.allow_multiple_allocations,
+            self.unsupported,
         )
         object.__setattr__(self, "likeness", likeness)
         object.__setattr__(self, "attribute_names", tuple(a[0] for a in attributes))
@@ -139,6 +143,7 @@ class Device:
             capacity,
             self.taints,
             self.allow_multiple_allocations,
+            self.unsupported,
         )
         object.__setattr__(self, "rest", repr(rest))
 

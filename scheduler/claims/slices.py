@@ -81,7 +81,21 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         capacity=capacity,
         taints=tuple(t for t in map(_taint, dev.items("taints")) if t),
         allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
+        unsupported=_unsupported(dev),
     )
+
+
+def _unsupported(dev: Fields) -> str | None:
+    """Why the device is not allocated here: kube-scheduler checks a partitionable device's
+    counters against its slice's shared counters (DRAPartitionableDevices) and waits for a
+    device's binding conditions before the binding (DRADeviceBindingConditions); gputopo-
+    scheduler does neither, so it leaves such devices to kube-scheduler rather than allocate
+    them wrong."""
+    if dev.data.get("consumesCounters"):
+        return "consumes shared counters (a partitionable device)"
+    if dev.data.get("bindingConditions") or dev.flag("bindsToNode"):
+        return "waits for binding conditions"
+    return None
 
 
 def _attribute(value: Fields) -> AttrValue:

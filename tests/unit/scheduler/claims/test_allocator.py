@@ -186,6 +186,28 @@ def test_taints_keep_devices_away_unless_tolerated() -> None:
     assert allocator().place(pod("ns/p", tolerant), [node], Usage()).node == "n1"
 
 
+def test_partitionable_devices_and_binding_conditions_are_left_to_kube_scheduler() -> None:
+    """A device that consumes shared counters (DRAPartitionableDevices) or waits for binding
+    conditions is never allocated here: kube-scheduler checks what this scheduler does not."""
+    counted = gpu_device(0)
+    counted["consumesCounters"] = [
+        {"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "40Gi"}}}
+    ]
+    bound = gpu_device(1)
+    bound["bindingConditions"] = ["attached"]
+    bound["bindingFailureConditions"] = ["failed"]
+    node = claim_node("n1", [counted, bound])
+    decision = allocator().place(pod("ns/p", claim("c", request("g"))), [node], Usage())
+    assert decision.node is None
+    assert decision.reasons == (
+        "claim ns/c request g: 0 of 1 devices are devices gputopo-scheduler allocates (none "
+        "that consumes shared counters or waits for binding conditions) on node n1",
+    )
+    plain = claim_node("n1", [counted, bound, gpu_device(2)])
+    decision = allocator().place(pod("ns/p", claim("c", request("g"))), [plain], Usage())
+    assert device_names(decision) == ["gpu-2"]
+
+
 def test_admin_access_takes_a_device_in_use_and_holds_nothing() -> None:
     node = claim_node("n1", [gpu_device(0)])
     usage = held("n1", 0)

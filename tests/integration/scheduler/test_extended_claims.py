@@ -26,8 +26,10 @@ from tests.builders.claimcluster import (
     PROTECTION,
     allocated_elsewhere,
     claim_of,
+    claim_pod,
     deallocate,
     devices_of,
+    gpu_claim,
     reserved_for,
 )
 from tests.builders.claims import class_obj, island_devices, slice_obj, two_islands
@@ -313,3 +315,19 @@ def test_a_restarted_scheduler_reads_a_bound_pod_with_the_claim_its_status_names
         wait_for(lambda: node_of(fake_api, "p3"), 5, "p3 bound")
     assert node_of(fake_api, "p2") is None
     assert not _made_devices(fake_api, "p1") & _made_devices(fake_api, "p3")
+
+
+def test_a_pod_with_a_claim_of_its_own_and_extended_gpus_gets_both_on_one_node(fake_api, core_v1):
+    _mapped_dra_node(fake_api)
+    fake_api.put_object("resourceclaims", gpu_claim("mine", 1))
+    body = claim_pod("p1", "mine")
+    body["spec"]["containers"][0]["resources"] = {"limits": {GPU: "2"}}
+    with running(fake_api):
+        create_pod(core_v1, body)
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+    made = _made_devices(fake_api, "p1")
+    own = set(devices_of(fake_api, "mine"))
+    assert len(made) == 2
+    assert len(own) == 1
+    assert not made & own
+    assert reserved_for(fake_api, "mine") == ["p1"]

@@ -38,10 +38,10 @@ def made_key(namespace: str, pod: str) -> ClaimKey:
 
 def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> PodInfo:
     """`info` read again with its extended-resource claim, or `info` when it has none."""
-    if not book.extended or info.terminal:
+    if info.terminal:
         return info
     obj = info.obj
-    if info.node is not None:
+    if info.node is not None:  # read with its claim whatever the classes (listed or not yet)
         named = (obj.get("status") or {}).get("extendedResourceClaimStatus") or {}
         if not named.get("resourceClaimName"):
             return info
@@ -53,7 +53,7 @@ def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> 
             if isinstance(m, Mapping)
         ]
         return _read(pod_with_claim(obj, claim.name, pairs), cache)
-    if not info.ours:
+    if not info.ours or not book.extended:
         return info
     ask = extended_ask(obj, book.extended)
     if ask is None or any(cache.offered[name] for name in ask.resources):

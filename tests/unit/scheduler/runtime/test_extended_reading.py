@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,8 +90,9 @@ def test_a_pod_no_class_maps_is_read_as_it_is():
     assert with_extended_claim(read, book, cache) is read
 
 
-def test_a_bound_pod_is_read_with_the_claim_its_status_names():
-    book, cache = _book(), _cache(_node("dra", 0))
+@pytest.mark.parametrize("classes", [True, False], ids=["classes", "no-classes-listed-yet"])
+def test_a_bound_pod_is_read_with_the_claim_its_status_names(classes: bool):
+    book, cache = (_book() if classes else ClaimBook()), _cache(_node("dra", 0))
     named = {
         "resourceClaimName": "p-extended-resources-abc",
         "requestMappings": [

@@ -92,23 +92,56 @@ def _check(fake: Any, pods: int) -> dict[str, Any]:
             limits = pod["spec"]["containers"][0]["resources"]["limits"]
             used[node] = used.get(node, 0) + int(limits[GPU])
     over = sorted(n for n, g in used.items() if g > 8)
-    return {"bound": bound, "expected": pods, "overcommittedNodes": over, "nodesUsed": len(used)}
+    check = {"bound": bound, "expected": pods, "overcommittedNodes": over, "nodesUsed": len(used)}
+    claims = fake.list_objects("resourceclaims", "default")
+    if claims:  # --dra: every pod's GPUs are its made claim's devices, none held twice
+        held = [
+            (r["pool"], r["device"])
+            for c in claims
+            for r in ((c.get("status") or {}).get("allocation") or {})
+            .get("devices", {})
+            .get("results", ())
+        ]
+        check |= {"claims": len(claims), "devicesHeldTwice": len(held) - len(set(held))}
+        check["devicesHeld"] = len(held)
+    return check
 
 
-def fake_with_nodes(nodes: int, history_limit: int) -> Any:
-    """A started fake API server with `nodes` ready 8-GPU nodes (named out of order)."""
+def fake_with_nodes(nodes: int, history_limit: int, dra: bool = False) -> Any:
+    """A started fake API server with `nodes` ready 8-GPU nodes (named out of order). `dra`:
+    each node's GPUs in a ResourceSlice (a UUID of its own each) and none in its allocatable,
+    and a DeviceClass mapping `nvidia.com/gpu` to them (KEP-5004)."""
+    from tests.builders.claims import class_obj, gpu_device, slice_obj
     from tests.fakeapi import FakeApiServer
 
     fake = FakeApiServer(history_limit=history_limit).start()
-    capacity = {"cpu": "128", "memory": "1Ti", "pods": "110", GPU: "8"}
+    capacity = {"cpu": "128", "memory": "1Ti", "pods": "110", GPU: "0" if dra else "8"}
+    if dra:
+        mapping = class_obj()
+        mapping["spec"]["extendedResourceName"] = GPU
+        fake.put_object("deviceclasses", mapping)
     for i in range(nodes):
-        fake.add_node(f"node-{(i * 7919) % nodes:04d}", capacity=capacity)
+        name = f"node-{(i * 7919) % nodes:04d}"
+        fake.add_node(name, capacity=capacity)
+        if dra:
+            devices = [gpu_device(minor) for minor in range(8)]
+            for minor, device in enumerate(devices):
+                device["attributes"]["uuid"] = {"string": f"GPU-{name}-{minor}"}
+            fake.put_object("resourceslices", slice_obj(name, devices))
     return fake
 
 
 def serve_fake(nodes: int, conn: Connection) -> None:
     """The child: a fake API server with `nodes` ready 8-GPU nodes, driven through `conn`."""
-    fake = fake_with_nodes(nodes, 200_000)
+    _serve(fake_with_nodes(nodes, 200_000), conn)
+
+
+def serve_fake_dra(nodes: int, conn: Connection) -> None:
+    """`serve_fake` with the nodes' GPUs on DRA alone (`fake_with_nodes(dra=True)`)."""
+    _serve(fake_with_nodes(nodes, 200_000, dra=True), conn)
+
+
+def _serve(fake: Any, conn: Connection) -> None:
     conn.send(fake.port)
     while True:
         command, arg = conn.recv()
@@ -315,8 +348,10 @@ def start_child(serve: Any, nodes: int) -> tuple[Connection, Any, int]:
     return parent, proc, parent.recv()
 
 
-def run(nodes: int, pods: int, timeout: float, from_start: bool = False) -> dict[str, Any]:
-    parent, proc, port = start_child(serve_fake, nodes)
+def run(
+    nodes: int, pods: int, timeout: float, from_start: bool = False, dra: bool = False
+) -> dict[str, Any]:
+    parent, proc, port = start_child(serve_fake_dra if dra else serve_fake, nodes)
     runtime = _runtime(port)
     if from_start:
         parent.send(("pods", pods))
@@ -417,11 +452,12 @@ def _print(result: dict[str, Any]) -> None:
     print(f"check: {result['check']}")
 
 
-def _one(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _one(root: Path, args: argparse.Namespace, dra: bool = False) -> dict[str, Any]:
     """One run of `root`'s scheduler in a fresh process (this file, `--root root --json`)."""
     command = [sys.executable, __file__, "--root", str(root), "--json"]
     command += ["--nodes", str(args.nodes), "--pods", str(args.pods)]
     command += ["--timeout", str(args.timeout), *(["--start"] if args.start else [])]
+    command += ["--dra"] if dra else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 and not done.stdout.strip():
         raise SystemExit(f"run of {root} failed:\n{done.stderr[-2000:]}")
@@ -429,13 +465,16 @@ def _one(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def compare(base: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Base and this checkout alternately, `args.runs` each; every run and the medians."""
+def compare(base: Path | None, args: argparse.Namespace) -> dict[str, Any]:
+    """Base and this checkout alternately, `args.runs` each; every run and the medians. With
+    `base` None (`--vs-dra`): this checkout's GPUs from the device plugin ("base") and from DRA
+    through the claims it makes ("new")."""
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+    ways = [("base", base or ROOT, False), ("new", ROOT, base is None)]
     for i in range(args.runs):
-        for label, root in (("base", base), ("new", ROOT)):
+        for label, root, dra in ways:
             load = os.getloadavg()[0]  # a shared machine's wall figures go with its load
-            result = _one(root, args) | {"loadAverage": round(load, 2)}
+            result = _one(root, args, dra) | {"loadAverage": round(load, 2)}
             runs[label].append(result)
             parts = result["cpuPerBoundPodUsByPart"]
             start = ""
@@ -504,14 +543,24 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="store the pods before the scheduler starts; measure from its start",
     )
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="the nodes' GPUs on DRA alone, asked as nvidia.com/gpu through a mapping class",
+    )
+    parser.add_argument(
+        "--vs-dra",
+        action="store_true",
+        help="compare this checkout's device-plugin GPUs (base) with DRA's (new)",
+    )
     args = parser.parse_args(argv)
-    if args.compare is not None:
-        summary = compare(args.compare.resolve(), args)
+    if args.compare is not None or args.vs_dra:
+        summary = compare(None if args.vs_dra else args.compare.resolve(), args)
         if args.json:
             print(json.dumps(summary))
         return 0
     sys.path.insert(0, str(args.root.resolve()))
-    result = run(args.nodes, args.pods, args.timeout, args.start)
+    result = run(args.nodes, args.pods, args.timeout, args.start, args.dra)
     if args.json:
         print(json.dumps(result))
     else:

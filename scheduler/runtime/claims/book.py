@@ -43,7 +43,7 @@ from scheduler.placement import NodeState, Scoring
 from scheduler.runtime.claims.podrefs import claim_refs
 from scheduler.runtime.cluster.groups import GroupInfo
 
-__all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook"]
+__all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook", "made_key"]
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,21 @@ def _meta_of(obj: Obj) -> tuple[bool, tuple[str, ...]]:
     return bool(meta.get("deletionTimestamp")), owners
 
 
-def _made_for(obj: Obj) -> str | None:
-    """The UID of the pod a claim was made for by a scheduler (KEP-5004: annotated, the pod its
-    controller), or None."""
+def made_key(namespace: str, pod: str) -> ClaimKey:
+    """The claim a waiting pod's extended resources need, before its bind creates it (not a
+    valid name: never one in the API)."""
+    return ClaimKey(namespace, f"<extended-resources of pod {pod}>")
+
+
+def _made_for(obj: Obj) -> tuple[str, str] | None:
+    """The UID and name of the pod a claim was made for by a scheduler (KEP-5004: annotated,
+    the pod its controller), or None."""
     meta = obj.get("metadata") or {}
     if (meta.get("annotations") or {}).get(CLAIM_ANNOTATION) != "true":
         return None
     for owner in meta.get("ownerReferences") or ():
         if owner.get("kind") == "Pod" and owner.get("controller") is True:
-            return str(owner.get("uid") or "")
+            return str(owner.get("uid") or ""), str(owner.get("name") or "")
     return None
 
 
@@ -218,15 +224,19 @@ class ClaimBook:
                 log.warning("ignoring %s", exc, extra={"resource": str(key)})
                 self.problems[key] = str(exc)
         self._meta.pop(key, None)
-        self._index_made(key, None if new is None else _made_for(obj))
+        made_for = None if new is None else _made_for(obj)
+        self._index_made(key, None if made_for is None else made_for[0])
+        assumed = None
         if new is not None:
             self.claims[key] = new
             self._meta[key] = _meta_of(obj)
             if new.allocation is not None:
-                self._assumed.pop(key, None)
+                assumed = self._assumed.pop(key, None)
+                if assumed is None and made_for is not None:  # its bind not yet told (`created`)
+                    assumed = self._assumed.pop(made_key(key.namespace, made_for[1]), None)
         before = None if old is None else old.allocation
         after = None if new is None else new.allocation
-        if before != after:
+        if before != after and not _as_assumed(before, assumed, after):
             self._usage = None
         return new is None or before != after or old is None
 
@@ -295,12 +305,14 @@ class ClaimBook:
         `key` until the claim is read allocated (unless it is already). Told by the bind and by
         the bound pod's status, whichever comes first; the second finds nothing to move."""
         allocation = self._assumed.pop(made, None)
-        if self._made.pop(made, None) is None and allocation is None:
-            return
+        self._made.pop(made, None)
+        if allocation is None:
+            return  # nothing assumed, or moved when the claim was read allocated (`_on_claim`)
         claim = self.claims.get(key)
-        if allocation is not None and (claim is None or claim.allocation is None):
-            self._assumed[key] = allocation
-        self._usage = None
+        if claim is None or claim.allocation is None:
+            self._assumed[key] = allocation  # the same devices, under the claim's own name
+        else:
+            self._usage = None  # read allocated already: counted from the claim and assumed
 
     def _index_made(self, key: ClaimKey, owner: str | None) -> None:
         """Claim `key` as made for pod `owner`'s extended resources (None: not, or gone)."""
@@ -449,6 +461,19 @@ class _Made:
     body: dict[str, Any]
     ask: ExtendedAsk
     pod: Obj
+
+
+def _as_assumed(
+    before: Allocation | None, assumed: Allocation | None, after: Allocation | None
+) -> bool:
+    """Whether a claim read allocated now holds what this scheduler assumed it would (its own
+    bind's write arriving): `usage` counted those devices already, and stays as it is."""
+    return (
+        before is None
+        and assumed is not None
+        and after is not None
+        and assumed.devices == after.devices
+    )
 
 
 def _same(old: tuple[object, ...], new: tuple[object, ...]) -> bool:

@@ -21,19 +21,13 @@ from typing import Any
 
 from scheduler.claims.extended import claim_body, extended_ask, pod_with_claim
 from scheduler.claims.model import ClaimKey
-from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.book import ClaimBook, made_key
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import PodInfo, read_pod
 
 __all__ = ["made_key", "with_extended_claim"]
 
 Obj = Mapping[str, Any]
-
-
-def made_key(namespace: str, pod: str) -> ClaimKey:
-    """The claim a waiting pod's extended resources need, before its bind creates it (not a
-    valid name: never one in the API)."""
-    return ClaimKey(namespace, f"<extended-resources of pod {pod}>")
 
 
 def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> PodInfo:

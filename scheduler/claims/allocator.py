@@ -47,7 +47,7 @@ from .model import (
 from .order import OrderMemo, prefer
 from .search import DEFAULT_LIMIT, Option, Pick, Slot, applies, search
 from .selectors import AttributeReads, Selectors
-from .slices import reaches
+from .slices import CountersLeft, counters_left, reaches
 from .usage import Usage
 from .verdicts import NO_FIT, Fit, NodeChanges, Verdicts
 
@@ -136,21 +136,27 @@ class ClaimAllocator:
         self, pod: str, fresh: Sequence[ResourceClaim], node: ClaimNode, usage: Usage
     ) -> list[Pick] | Miss:
         where = f"on node {node.name}"
+        counters = None
+        if node.devices.counters:  # partitionable devices: what their pools' counters have left
+            exclusive, consumed = usage.exclusive, usage.consumed
+            counters = counters_left(node.devices, lambda i: i in exclusive or i in consumed)
         slots = []
         for pos, claim in enumerate(fresh):
             for request in claim.spec.requests:
-                slot = self._slot(pos, claim, request.alternatives, node, usage, where)
+                slot = self._slot(pos, claim, request.alternatives, node, usage, where, counters)
                 if isinstance(slot, Miss):
                     return slot
                 slots.append(slot)
         try:
-            picks = search(slots, usage, self.limit)
+            picks = search(slots, usage, self.limit, counters)
         except SearchLimitError as exc:
             return Miss(f"claims of pod {pod}: {exc} {where}", (90, 0))
         if picks is None:
             names = ", ".join(str(c.key) for c in fresh)
+            within = " and their pools' shared counters" if counters else ""
             return Miss(
-                f"claims {names}: no devices satisfy their constraints together {where}", (90, 0)
+                f"claims {names}: no devices satisfy their constraints{within} together {where}",
+                (90, 0),
             )
         return picks
 
@@ -162,6 +168,7 @@ class ClaimAllocator:
         node: ClaimNode,
         usage: Usage,
         where: str,
+        counters: CountersLeft | None = None,
     ) -> Slot | Miss:
         options, misses = [], []
         for alt in alternatives:
@@ -174,6 +181,7 @@ class ClaimAllocator:
                 self.selectors,
                 where,
                 self._static,
+                counters,
             )
             miss = found.miss or _incomplete(claim.key, alt, found, node, where)
             if miss is not None:

@@ -2,7 +2,8 @@
 
 The stages, in order: the DeviceClass's selectors, the request's selectors (each in turn), the
 device's taints against the request's tolerations, then availability (not held by another claim,
-or for a shared device enough capacity left) and the capacity the request asks for. When fewer
+or for a shared device enough capacity left; for a partitionable device, enough of its pool's
+shared counters left) and the capacity the request asks for. When fewer
 devices than needed survive, the stage where the count fell short is the *miss*; `Miss.rank`
 orders misses so the nearest one (furthest stage, most devices) is reported.
 """
@@ -17,15 +18,13 @@ from typing import NamedTuple
 from .errors import SelectorError
 from .model import AllocationMode, Alternative, ClaimKey, Device, DeviceClass
 from .selectors import Selectors
+from .slices import CountersLeft, counters_fit
 from .usage import Usage, consumption
 
 __all__ = ["Candidate", "Candidates", "Miss", "StaticMemo", "candidates"]
 
 _MEMO_LIMIT = 100_000
-_SUPPORTED = (
-    "are devices gputopo-scheduler allocates (none that consumes shared counters or waits for "
-    "binding conditions)"
-)
+_SUPPORTED = "are in a valid pool and wait for no binding conditions"
 _AVAILABILITY = 50
 """The rank of a miss for devices in use: past every static stage (there are fewer than 50)."""
 
@@ -102,9 +101,12 @@ def candidates(
     selectors: Selectors,
     where: str,
     memo: StaticMemo | None = None,
+    counters: CountersLeft | None = None,
 ) -> Candidates:
     """Filter `devices` for `alt` of `claim`; `where` ends every reason ("on node n1").
-    `memo` keeps the static stages' outcome per `devices` object and request shape."""
+    `memo` keeps the static stages' outcome per `devices` object and request shape; `counters`:
+    what the shared counters of the devices' pools have left (None when no device consumes
+    any)."""
     key = (id(devices), alt.device_class, alt.selectors, alt.tolerations)
     hit = None if memo is None else memo.get(key)
     if hit is not None and hit[0] is devices:
@@ -118,7 +120,7 @@ def candidates(
     miss = passed.miss_for(_need(alt), where)
     if miss is not None:
         return _missed(Miss(f"claim {claim} request {alt.name}: {miss.text}", miss.rank))
-    return _usable(claim, alt, passed.passed, passed.shared, usage, where)
+    return _usable(claim, alt, passed.passed, passed.shared, usage, where, counters)
 
 
 def _static(
@@ -158,6 +160,7 @@ def _usable(
     shared: bool,
     usage: Usage,
     where: str,
+    counters: CountersLeft | None = None,
 ) -> Candidates:
     """The candidates free for `alt` (`shared`: some of `pool` allow several allocations)."""
     if alt.capacity or alt.admin_access or shared:
@@ -169,9 +172,16 @@ def _usable(
             c for c in pool if c.device.id not in exclusive and c.device.id not in consumed
         )
     need = alt.count if alt.mode is AllocationMode.EXACT_COUNT else len(pool)
+    short = False
+    if counters:
+        free = len(usable)
+        usable = tuple(c for c in usable if _counted(c, usage, counters))
+        short = len(usable) < free
     if len(usable) >= need:
         return Candidates(usable, need, None)
     words = "free" if not alt.capacity else "free with the capacity asked"
+    if short:
+        words += " and within their pools' shared counters"
     text = f"claim {claim} request {alt.name}: {len(usable)} of {need} matching devices are"
     return Candidates((), need, Miss(f"{text} {words} {where}", (_AVAILABILITY, len(usable))))
 
@@ -192,6 +202,15 @@ def _fits(alt: Alternative, device: Device, usage: Usage) -> Candidate | None:
     if taken is None or any(amount > usage.left(device, k) for k, amount in taken.items()):
         return None
     return Candidate(device, taken)
+
+
+def _counted(cand: Candidate, usage: Usage, counters: CountersLeft) -> bool:
+    """Whether the shared counters the device consumes are left (a shared device in use has
+    its counters taken already: a further share takes none)."""
+    dev = cand.device
+    if not dev.consumes or (dev.allow_multiple_allocations and dev.id in usage.consumed):
+        return True
+    return counters_fit(counters, dev)
 
 
 def _qualify(name: str, device: Device) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "ClaimSpec",
     "ConfigEntry",
     "Constraint",
+    "CounterAmounts",
     "Device",
     "DeviceClass",
     "DeviceId",
@@ -52,6 +53,10 @@ AttrValue = bool | int | str | Semver
 """A device attribute's value: `bool`, `int`, `string` or `version` on the wire."""
 
 _NO_CAPACITY: Mapping[str, Fraction] = MappingProxyType({})
+
+CounterAmounts = tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...]
+"""Amounts of shared counters by counter set, then counter (each sorted by name): what a
+partitionable device consumes (`consumesCounters`), or what a slice offers (`sharedCounters`)."""
 
 
 class DeviceId(NamedTuple):
@@ -105,9 +110,12 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    consumes: CounterAmounts = ()
+    """What the device takes of its pool's shared counters while allocated (`consumesCounters`,
+    a partitionable device's): by counter set, then counter."""
     unsupported: str | None = None
-    """Why gputopo-scheduler does not allocate the device (it consumes shared counters, a
-    partitionable device's, or waits for binding conditions), or None."""
+    """Why gputopo-scheduler does not allocate the device (it waits for binding conditions, or
+    its pool is invalid), or None."""
     likeness: tuple[object, ...] = field(init=False, repr=False, compare=False)
     """All of the device but its pool's name, made once (values with their types: True is not 1
     to CEL; capacities as plain ints, a `Fraction` hashing slowly): devices of like nodes compare
@@ -133,6 +141,7 @@ class Device:
             capacity,
             self.taints,
             self.allow_multiple_allocations,
+            self.consumes,
             self.unsupported,
         )
         object.__setattr__(self, "likeness", likeness)
@@ -143,6 +152,7 @@ class Device:
             capacity,
             self.taints,
             self.allow_multiple_allocations,
+            self.consumes,
             self.unsupported,
         )
         object.__setattr__(self, "rest", repr(rest))
@@ -166,6 +176,9 @@ class ResourceSlice:
     all_nodes: bool = False
     node_selector: NodeSelectorTerm | None = None
     devices: tuple[Device, ...] = ()
+    counter_sets: CounterAmounts = ()
+    """`sharedCounters`: the counters its pool's partitionable devices consume (a slice has
+    these or devices, not both)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

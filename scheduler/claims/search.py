@@ -6,7 +6,8 @@ the first complete answer is the one the candidate order prefers most, so whoeve
 candidates (first-fit, or `order` by topology) decides among the answers. Constraints
 (`matchAttribute`, `distinctAttribute`) are checked as each device is taken; a shared device
 (`allowMultipleAllocations`) may serve several requests while its capacity lasts; any other
-device serves one. The search gives up after `limit` steps.
+device serves one; partitionable devices together take no more of their pool's shared counters
+than are left (a shared one takes its counters once). The search gives up after `limit` steps.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import NamedTuple
 from .candidates import Candidate, Candidates
 from .errors import SearchLimitError
 from .model import Alternative, AttrValue, Constraint, DeviceId
+from .slices import CountersLeft, charge, counters_fit
 from .usage import Usage
 
 __all__ = ["Option", "Pick", "Slot", "search"]
@@ -48,12 +50,21 @@ class Pick(NamedTuple):  # made for every device of every decision: a tuple is m
     candidate: Candidate
 
 
-def search(slots: Sequence[Slot], usage: Usage, limit: int = DEFAULT_LIMIT) -> list[Pick] | None:
+def search(
+    slots: Sequence[Slot],
+    usage: Usage,
+    limit: int = DEFAULT_LIMIT,
+    counters: CountersLeft | None = None,
+) -> list[Pick] | None:
     """The first answer in candidate order, or None when there is none; SearchLimitError past
-    `limit` steps."""
-    if len(slots) == 1 and not slots[0].constraints:
+    `limit` steps. `counters`: what the candidates' pools' shared counters have left (None
+    or empty when no candidate consumes any)."""
+    counted = bool(counters) and any(
+        c.device.consumes for slot in slots for o in slot.options for c in o.candidates.usable
+    )
+    if len(slots) == 1 and not slots[0].constraints and not counted:
         return _single(slots[0], limit)
-    run = _Run(slots, usage, limit)
+    run = _Run(slots, usage, limit, counters if counted else None)
     return list(run.picks) if run.fill(0) else None
 
 
@@ -78,13 +89,23 @@ def applies(constraint: Constraint, request: str) -> bool:
 
 
 class _Run:
-    def __init__(self, slots: Sequence[Slot], usage: Usage, limit: int) -> None:
+    def __init__(
+        self, slots: Sequence[Slot], usage: Usage, limit: int, counters: CountersLeft | None
+    ) -> None:
         self.slots, self.usage, self.limit = slots, usage, limit
         self.steps = 0
         self.picks: list[Pick] = []
         self.taken: set[DeviceId] = set()
         self.extra: dict[DeviceId, dict[str, Fraction]] = {}
         self.values: dict[tuple[int, int], list[tuple[str, AttrValue]]] = {}
+        self.counters: CountersLeft | None = None
+        if counters is not None:  # a copy: the run takes from it as it picks
+            self.counters = {
+                pool: {name: dict(c) for name, c in sets.items()} for pool, sets in counters.items()
+            }
+        self.holds: dict[DeviceId, int] = {}
+        """How many picks of this run hold each partitionable device (its counters are taken
+        by the first)."""
 
     def fill(self, index: int) -> bool:
         if index == len(self.slots):
@@ -115,6 +136,9 @@ class _Run:
         dev = cand.device.id
         if dev in self.taken:
             return False
+        counters = self.counters
+        if counters is not None and self._counts(cand) and not counters_fit(counters, cand.device):
+            return False
         if cand.consumed is not None:
             extra = self.extra.get(dev, {})
             for name, amount in cand.consumed.items():
@@ -143,8 +167,26 @@ class _Run:
         pick = self.picks.pop()
         self._account(index, pick.alternative, cand, -1)
 
+    def _counts(self, cand: Candidate) -> bool:
+        """Whether taking `cand` now takes its shared counters: a partitionable device not
+        held by this run yet (nor, when shared, by an allocation already)."""
+        dev = cand.device
+        if not dev.consumes or self.holds.get(dev.id):
+            return False
+        return not (dev.allow_multiple_allocations and dev.id in self.usage.consumed)
+
     def _account(self, index: int, alt: Alternative, cand: Candidate, sign: int) -> None:
         dev = cand.device.id
+        counters = self.counters
+        if counters is not None and cand.device.consumes:
+            if sign > 0:
+                if self._counts(cand):
+                    charge(counters, cand.device, -1)
+                self.holds[dev] = self.holds.get(dev, 0) + 1
+            else:
+                self.holds[dev] -= 1
+                if self._counts(cand):
+                    charge(counters, cand.device, 1)
         if cand.consumed is None:
             if sign > 0:
                 self.taken.add(dev)

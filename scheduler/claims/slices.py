@@ -4,12 +4,17 @@ A pool's devices are those of its newest generation's slices; a pool with fewer 
 generation than `resourceSliceCount` is incomplete (being republished): its devices still serve
 `ExactCount` requests, and an `All` request that could use it fails, as in Kubernetes.
 Attribute and capacity names are qualified with the slice's driver when they have no domain.
+A pool's shared counters (DRAPartitionableDevices) are those of its slices that have
+`sharedCounters`; a pool that names a counter set twice, or whose devices consume a counter set
+or counter it does not have, is invalid, as Kubernetes' allocator finds it: none of its devices
+is allocated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import cast
 
 from scheduler.placement import Effect, Taint
@@ -19,6 +24,7 @@ from .model import (
     Allocation,
     AttrValue,
     Capacity,
+    CounterAmounts,
     Device,
     DeviceId,
     RequestPolicy,
@@ -28,8 +34,12 @@ from .semver import parse_semver
 from .wire import Fields, fields_of
 
 __all__ = [
+    "CountersLeft",
     "NodeDevices",
     "allocation_reach",
+    "charge",
+    "counters_fit",
+    "counters_left",
     "node_devices",
     "parse_slice",
     "qualified",
@@ -59,7 +69,18 @@ def parse_slice(obj: object) -> ResourceSlice:
         all_nodes=spec.flag("allNodes"),
         node_selector=_slice_term(spec) if spec.has("nodeSelector") else None,
         devices=tuple(_device(d, driver, pool_name) for d in spec.items("devices")),
+        counter_sets=_counter_sets(spec.items("sharedCounters"), "name"),
     )
+
+
+def _counter_sets(items: Iterable[Fields], key: str) -> CounterAmounts:
+    """`sharedCounters` (`key` "name") or `consumesCounters` ("counterSet"): by set, then counter,
+    each sorted by name (a set named twice is kept twice: the pool is invalid)."""
+    found = []
+    for entry in items:
+        counters = tuple(sorted((n, c.quantity("value")) for n, c in entry.entries("counters")))
+        found.append((entry.text(key), counters))
+    return tuple(sorted(found))
 
 
 def _slice_term(spec: Fields) -> NodeSelectorTerm:
@@ -81,18 +102,15 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         capacity=capacity,
         taints=tuple(t for t in map(_taint, dev.items("taints")) if t),
         allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
+        consumes=_counter_sets(dev.items("consumesCounters"), "counterSet"),
         unsupported=_unsupported(dev),
     )
 
 
 def _unsupported(dev: Fields) -> str | None:
-    """Why the device is not allocated here: kube-scheduler checks a partitionable device's
-    counters against its slice's shared counters (DRAPartitionableDevices) and waits for a
-    device's binding conditions before the binding (DRADeviceBindingConditions); gputopo-
-    scheduler does neither, so it leaves such devices to kube-scheduler rather than allocate
-    them wrong."""
-    if dev.data.get("consumesCounters"):
-        return "consumes shared counters (a partitionable device)"
+    """Why the device is not allocated here: kube-scheduler waits for a device's binding
+    conditions before the binding (DRADeviceBindingConditions); gputopo-scheduler does not, so
+    it leaves such devices to kube-scheduler rather than allocate them wrong."""
     if dev.data.get("bindingConditions") or dev.flag("bindsToNode"):
         return "waits for binding conditions"
     return None
@@ -144,11 +162,14 @@ def _taint(taint: Fields) -> Taint | None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeDevices:
     """The devices one node can use, in a stable order (driver, pool, slice, device), the pools
-    they come from (`pools`, sorted) and those among them that are incomplete."""
+    they come from (`pools`, sorted), those among them that are incomplete, and the shared
+    counters of those whose devices consume some (`counters`)."""
 
     node: str
     devices: tuple[Device, ...]
     incomplete_pools: frozenset[tuple[str, str]] = frozenset()
+    counters: Mapping[tuple[str, str], CounterAmounts] = field(default_factory=dict)
+    """Per pool (driver, pool) whose devices consume counters: its counter sets."""
     shared: Mapping[DeviceId, NodeSelectorTerm | None] = field(default_factory=dict)
     """The devices other nodes may use too (of `allNodes` and `nodeSelector` slices), each with
     its slice's nodeSelector term (None: every node); the others are the node's own. A verdict does
@@ -180,7 +201,7 @@ class NodeDevices:
             place = {pool: i for i, pool in enumerate(self.pools)}
             devices = tuple((d.likeness, place[d.id.driver, d.id.pool]) for d in self.devices)
             incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
-            made = repr((devices, incomplete))
+            made = repr((devices, incomplete, self._counters_placed(place)))
             object.__setattr__(self, "_likeness", made)
         return made
 
@@ -200,7 +221,11 @@ class NodeDevices:
             read = tuple(values[i] for i in positions)
             devices.append((d.rest, read, place[d.id.driver, d.id.pool]))
         incomplete = tuple(sorted(place[p] for p in self.incomplete_pools if p in place))
-        return (tuple(devices), incomplete)
+        return (tuple(devices), incomplete, self._counters_placed(place))
+
+    def _counters_placed(self, place: Mapping[tuple[str, str], int]) -> tuple[object, ...]:
+        """The counter sets by their pool's position among `pools` (for the likenesses)."""
+        return tuple(sorted((place[p], sets) for p, sets in self.counters.items() if p in place))
 
 
 def node_devices(
@@ -219,17 +244,88 @@ def node_devices(
     devices: list[Device] = []
     incomplete = set()
     shared: dict[DeviceId, NodeSelectorTerm | None] = {}
+    counters: dict[tuple[str, str], CounterAmounts] = {}
     for key in sorted(newest):
         group = sorted(newest[key], key=lambda s: s.name)
         if len(group) < group[0].slice_count:
             incomplete.add(key)
+        pool_devices = [d for s in group for d in s.devices]
+        if any(d.consumes for d in pool_devices):
+            sets = tuple(sorted(c for s in group for c in s.counter_sets))
+            problem = _invalid_counters(sets, pool_devices)
+            if problem is None:
+                counters[key] = sets
+            else:
+                why = f"its pool {key[1]} is invalid: {problem}"
+                pool_devices = [replace(d, unsupported=why) for d in pool_devices]
+        devices.extend(pool_devices)
         for s in group:
-            devices.extend(s.devices)
             if s.node_name is None:
                 shared.update((d.id, s.node_selector) for d in s.devices)
     return NodeDevices(
-        node=node, devices=tuple(devices), incomplete_pools=frozenset(incomplete), shared=shared
+        node=node,
+        devices=tuple(devices),
+        incomplete_pools=frozenset(incomplete),
+        shared=shared,
+        counters=counters,
     )
+
+
+def _invalid_counters(sets: CounterAmounts, devices: Iterable[Device]) -> str | None:
+    """Why a pool's counters make it invalid (as Kubernetes' allocator finds it), or None."""
+    names = [name for name, _counters in sets]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        return f"counter set {twice[0]} is named twice"
+    offered = {name: {c for c, _v in counters} for name, counters in sets}
+    for dev in devices:
+        for set_name, consumed in dev.consumes:
+            if set_name not in offered:
+                return f"device {dev.name} consumes counter set {set_name}, which it has not"
+            missing = sorted(c for c, _v in consumed if c not in offered[set_name])
+            if missing:
+                return f"device {dev.name} consumes counter {missing[0]}, not in set {set_name}"
+    return None
+
+
+CountersLeft = dict[tuple[str, str], dict[str, dict[str, Fraction]]]
+"""Per pool (driver, pool), per counter set, per counter: the amount left."""
+
+
+def counters_left(found: NodeDevices, held: Callable[[DeviceId], bool]) -> CountersLeft:
+    """What each counter set of the node's pools has left after the devices `held` says are
+    allocated (a device held by several shares counts once); it may go below 0 (allocations
+    made before a pool was republished smaller), and then fits nothing."""
+    left = {
+        pool: {name: dict(counters) for name, counters in sets}
+        for pool, sets in found.counters.items()
+    }
+    for dev in found.devices:
+        if dev.consumes and held(dev.id):
+            charge(left, dev, -1)
+    return left
+
+
+def charge(left: CountersLeft, dev: Device, sign: int) -> None:
+    """Give (`sign` 1) or take (-1) what `dev` consumes to `left`."""
+    sets = left[dev.id.driver, dev.id.pool]
+    for set_name, consumed in dev.consumes:
+        counters = sets[set_name]
+        for counter, amount in consumed:
+            counters[counter] += sign * amount
+
+
+def counters_fit(left: CountersLeft, dev: Device) -> bool:
+    """Whether what `dev` consumes is left: every counter of its pool at 0 or above after it
+    (as Kubernetes' allocator checks: a pool with a counter below 0 fits no device that
+    consumes any)."""
+    sets = left[dev.id.driver, dev.id.pool]
+    taken = dict(dev.consumes)
+    for set_name, counters in sets.items():
+        consumed = dict(taken.get(set_name, ()))
+        if any(value - consumed.get(name, 0) < 0 for name, value in counters.items()):
+            return False
+    return True
 
 
 def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:

@@ -92,6 +92,71 @@ def shared_slice_obj(
     return body
 
 
+def consuming(device: Obj, counter_set: str, **counters: str) -> Obj:
+    """`device` consuming `counters` (name: quantity) of `counter_set` (a partitionable one)."""
+    amounts = {name: {"value": value} for name, value in counters.items()}
+    device.setdefault("consumesCounters", []).append(
+        {"counterSet": counter_set, "counters": amounts}
+    )
+    return device
+
+
+def counter_slice_obj(
+    node: str,
+    sets: Mapping[str, Mapping[str, str]],
+    *,
+    generation: int = 1,
+    count: int = 2,
+    driver: str = DRIVER,
+) -> Obj:
+    """The slice of `node`'s pool that holds its shared counters (`sets`: per counter set, each
+    counter's quantity); a pool of partitionable devices has it beside its devices' slice
+    (`count` 2)."""
+    body = slice_obj(
+        node, [], generation=generation, count=count, name=f"{node}-counters", driver=driver
+    )
+    del body["spec"]["devices"]
+    body["spec"]["sharedCounters"] = [
+        {"name": name, "counters": {c: {"value": v} for c, v in counters.items()}}
+        for name, counters in sets.items()
+    ]
+    return body
+
+
+def partition(gpu: int, size: int, index: int, slices: int = 8) -> Obj:
+    """A partition of GPU `gpu` as a partitionable driver publishes it: `size` of its `slices`
+    memory slices (10Gi each) and that much memory from counter set `gpu-<gpu>`; `size` equal
+    to `slices` is the whole GPU (`gpu-<gpu>`, a `gpu` device), else `gpu-<gpu>-<size>g-<index>`
+    (a `mig` device, `parentUUID` naming the GPU)."""
+    if size == slices:
+        device = gpu_device(gpu, size=size)
+    else:
+        attributes = {
+            "type": {"string": "mig"},
+            "parentUUID": {"string": gpu_uuid(gpu)},
+            "size": {"int": size},
+        }
+        capacity = {"memory": {"value": f"{10 * size}Gi"}}
+        device = {
+            "name": f"gpu-{gpu}-{size}g-{index}",
+            "attributes": attributes,
+            "capacity": capacity,
+        }
+    return consuming(device, f"gpu-{gpu}", slices=str(size), memory=f"{10 * size}Gi")
+
+
+def partitioned_node(
+    name: str, devices: Sequence[Obj], gpus: int = 1, inventory: NodeInventory | None = None
+) -> ClaimNode:
+    """A node whose pool has `devices` and, in a second slice, one counter set per GPU
+    (`gpu-<i>`: 8 memory slices, 80Gi)."""
+    sets = {f"gpu-{g}": {"slices": "8", "memory": "80Gi"} for g in range(gpus)}
+    published = [slice_obj(name, devices, count=2), counter_slice_obj(name, sets)]
+    found = node_devices([parse_slice(s) for s in published], name, {})
+    mapped = None if inventory is None else GpuMap.build(inventory, found.devices)
+    return ClaimNode(name=name, devices=found, gpus=mapped)
+
+
 def class_obj(name: str = GPU_CLASS, *selectors: str, config: Sequence[Obj] = ()) -> Obj:
     exprs = selectors or (GPU_SELECTOR,)
     spec: Obj = {"selectors": [{"cel": {"expression": e}} for e in exprs]}
@@ -143,6 +208,11 @@ def claim_node(
     found = node_devices([parse_slice(slice_obj(name, devices))], name, labels or {})
     gpus = None if inventory is None else GpuMap.build(inventory, found.devices)
     return ClaimNode(name=name, devices=found, gpus=gpus)
+
+
+def device_names(decision: PodDecision) -> list[str]:
+    """The devices a decision's claims hold, in order."""
+    return [d.id.device for c in decision.claims for d in c.allocation.devices]
 
 
 def pod(key: str, *claims: ResourceClaim) -> PodClaims:

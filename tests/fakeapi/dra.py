@@ -3,8 +3,11 @@ subresource), ResourceClaimTemplates and DeviceClasses, checked as kube-apiserve
 
 ResourceSlices: `spec.driver`, `spec.pool` (`name`, `resourceSliceCount` >= 1, `generation` >= 0)
 and `spec.nodeName` are required here (the other node selections, `nodeSelector`, `allNodes` and
-`perDeviceNodeSelection`, and `sharedCounters` / `consumesCounters` are not modelled: they raise);
-at most 128 devices (64 when any has taints), device names are DNS labels and unique, every
+`perDeviceNodeSelection`, are not modelled: they raise); `sharedCounters` (at most 8 sets, names
+unique DNS labels, each with 1-32 counters named by DNS labels) or `devices`, not both; a device's
+`consumesCounters` at most 2 sets, unique, each with 1-32 counters;
+at most 128 devices (64 when any has taints or consumes counters), device names are DNS labels
+and unique, every
 attribute holds exactly one of `int`, `bool`, `string` (<= 64 characters) or `version` (semantic),
 attribute and capacity names are C identifiers of <= 32 characters with an optional domain, at
 most 32 of them per device; a taint's effect is `NoSchedule`, `NoExecute` or `None` and the server
@@ -34,8 +37,12 @@ _SEMVER = re.compile(
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?"
 )
 _VALUE_TYPES = ("int", "bool", "string", "version")
-_DEVICE_KEYS = {"name", "attributes", "capacity", "taints", "allowMultipleAllocations"}
-_UNMODELLED_SPEC = ("nodeSelector", "perDeviceNodeSelection", "sharedCounters")
+_DEVICE_KEYS = {"name", "attributes", "capacity", "taints", "allowMultipleAllocations",
+                "consumesCounters"}  # fmt: skip
+_UNMODELLED_SPEC = ("nodeSelector", "perDeviceNodeSelection")
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS = 32
+MAX_CONSUMED_SETS = 2
 
 Obj = dict[str, Any]
 
@@ -119,7 +126,16 @@ def _check_slice(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
             raise NotImplementedError(f"fake API server: ResourceSlice spec.{key}")
     problems = _spec_problems(spec)
     devices = spec.get("devices") or []
-    tainted = any(isinstance(d, Mapping) and d.get("taints") for d in devices)
+    if "sharedCounters" in spec and "devices" in spec:
+        problems.append(
+            'spec: Invalid value: "": only one of `sharedCounters` or `devices` is allowed'
+        )
+    problems += _counter_sets_problems(
+        "spec.sharedCounters", spec.get("sharedCounters") or [], "name", MAX_COUNTER_SETS
+    )
+    tainted = any(
+        isinstance(d, Mapping) and (d.get("taints") or d.get("consumesCounters")) for d in devices
+    )
     limit = MAX_TAINTED if tainted else MAX_DEVICES
     if len(devices) > limit:
         problems.append(f"spec.devices: Too many: {len(devices)}: must have at most {limit} items")
@@ -175,11 +191,57 @@ def _device_problems(field: str, device: Any, seen: set[str]) -> list[str]:
     for key, value in capacity.items():
         problems += _name_problems(f"{field}.capacity[{key}]", key)
         problems += _capacity_problems(f"{field}.capacity[{key}]", value)
+    problems += _counter_sets_problems(
+        f"{field}.consumesCounters",
+        device.get("consumesCounters") or [],
+        "counterSet",
+        MAX_CONSUMED_SETS,
+    )
     for j, taint in enumerate(device.get("taints") or []):
         if taint.get("effect") not in ("NoSchedule", "NoExecute", "None"):
             problems.append(
                 f"{field}.taints[{j}].effect: Unsupported value: {taint.get('effect')!r}"
             )
+    return problems
+
+
+def _counter_sets_problems(field: str, sets: Any, key: str, limit: int) -> list[str]:
+    """`sharedCounters` (`key` "name") or a device's `consumesCounters` ("counterSet")."""
+    if not isinstance(sets, list):
+        return [f"{field}: Invalid value: must be a list"]
+    problems = []
+    if len(sets) > limit:
+        problems.append(f"{field}: Too many: {len(sets)}: must have at most {limit} items")
+    seen: set[str] = set()
+    for i, entry in enumerate(sets):
+        at = f"{field}[{i}]"
+        if not isinstance(entry, Mapping) or not set(entry) <= {key, "counters"}:
+            raise NotImplementedError(f"fake API server: ResourceSlice {at} {entry!r}")
+        name = entry.get(key) or ""
+        if not name:
+            problems.append(f"{at}.{key}: Required value")
+        elif not _LABEL.fullmatch(name) or len(name) > 63:
+            problems.append(f"{at}.{key}: Invalid value: {name!r}: must be a DNS label")
+        elif name in seen:
+            problems.append(f"{at}.{key}: Duplicate value: {name!r}")
+        seen.add(name)
+        problems += _counters_problems(f"{at}.counters", entry.get("counters") or {})
+    return problems
+
+
+def _counters_problems(field: str, counters: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if not counters:
+        problems.append(f"{field}: Required value")
+    if len(counters) > MAX_COUNTERS:
+        problems.append(
+            f"{field}: Too many: {len(counters)}: must have at most {MAX_COUNTERS} items"
+        )
+    for counter, value in counters.items():
+        if not _LABEL.fullmatch(counter) or len(counter) > 63:
+            problems.append(f"{field}[{counter}]: Invalid value: must be a DNS label")
+        elif not isinstance(value, Mapping) or _quantity(value.get("value")) is None:
+            problems.append(f"{field}[{counter}].value: Invalid value: not a quantity")
     return problems
 
 

@@ -22,6 +22,7 @@ from tests.builders.claims import (
     claim_obj,
     class_obj,
     classes,
+    device_names,
     gpu_device,
     island_devices,
     pod,
@@ -45,10 +46,6 @@ def held(node: str, *gpus: int) -> Usage:
             )
         ]
     )
-
-
-def device_names(decision: object) -> list[str]:
-    return [d.id.device for c in decision.claims for d in c.allocation.devices]  # type: ignore[attr-defined]
 
 
 def test_two_gpus_come_from_one_nvlink_island_where_first_fit_spans_two() -> None:
@@ -186,24 +183,22 @@ def test_taints_keep_devices_away_unless_tolerated() -> None:
     assert allocator().place(pod("ns/p", tolerant), [node], Usage()).node == "n1"
 
 
-def test_partitionable_devices_and_binding_conditions_are_left_to_kube_scheduler() -> None:
-    """A device that consumes shared counters (DRAPartitionableDevices) or waits for binding
-    conditions is never allocated here: kube-scheduler checks what this scheduler does not."""
-    counted = gpu_device(0)
-    counted["consumesCounters"] = [
-        {"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "40Gi"}}}
-    ]
+def test_devices_waiting_for_binding_conditions_are_left_to_kube_scheduler() -> None:
+    """A device that waits for binding conditions (or binds to its node) is never allocated
+    here: kube-scheduler waits for them before the binding, which this scheduler does not."""
     bound = gpu_device(1)
     bound["bindingConditions"] = ["attached"]
     bound["bindingFailureConditions"] = ["failed"]
-    node = claim_node("n1", [counted, bound])
+    node_bound = gpu_device(3)
+    node_bound["bindsToNode"] = True
+    node = claim_node("n1", [bound, node_bound])
     decision = allocator().place(pod("ns/p", claim("c", request("g"))), [node], Usage())
     assert decision.node is None
     assert decision.reasons == (
-        "claim ns/c request g: 0 of 1 devices are devices gputopo-scheduler allocates (none "
-        "that consumes shared counters or waits for binding conditions) on node n1",
+        "claim ns/c request g: 0 of 1 devices are in a valid pool and wait for no binding "
+        "conditions on node n1",
     )
-    plain = claim_node("n1", [counted, bound, gpu_device(2)])
+    plain = claim_node("n1", [bound, node_bound, gpu_device(2)])
     decision = allocator().place(pod("ns/p", claim("c", request("g"))), [plain], Usage())
     assert device_names(decision) == ["gpu-2"]
 

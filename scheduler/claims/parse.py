@@ -1,8 +1,9 @@
 """resource.k8s.io/v1 objects, as the API server sends them (camelCase JSON dicts), into the model.
 
-`parse_claim`, `parse_claim_template`, `parse_device_class`, `parse_slice`; each raises
-`SpecError` naming the object and the field when the input is malformed. Defaults are the API's:
-`allocationMode` ExactCount, `count` 1, toleration operator Equal, taint effect NoSchedule.
+`parse_claim`, `parse_claim_template`, `parse_device_class`, `parse_slice`, `parse_taint_rule`;
+each raises `SpecError` naming the object and the field when the input is malformed. Defaults
+are the API's: `allocationMode` ExactCount, `count` 1, toleration operator Equal, taint effect
+NoSchedule.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .model import (
     ResourceClaim,
 )
 from .slices import parse_slice, qualified
+from .taintrules import parse_taint_rule
 from .wire import Fields, fields_of
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "parse_claim_template",
     "parse_device_class",
     "parse_slice",
+    "parse_taint_rule",
 ]
 
 

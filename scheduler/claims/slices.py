@@ -12,12 +12,11 @@ is allocated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import cast
 
-from scheduler.placement import Effect, Taint
 from scheduler.placement.request import NodeSelectorRequirement, NodeSelectorTerm
 
 from .model import (
@@ -31,6 +30,7 @@ from .model import (
     ResourceSlice,
 )
 from .semver import parse_semver
+from .taintrules import TaintRule, parse_taint, tainted
 from .wire import Fields, fields_of
 
 __all__ = [
@@ -100,7 +100,7 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         id=DeviceId(driver, pool, dev.text("name")),
         attributes=attributes,
         capacity=capacity,
-        taints=tuple(t for t in map(_taint, dev.items("taints")) if t),
+        taints=tuple(t for t in map(parse_taint, dev.items("taints")) if t),
         allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
         consumes=_counter_sets(dev.items("consumesCounters"), "counterSet"),
         unsupported=_unsupported(dev),
@@ -147,16 +147,6 @@ def _policy(policy: Fields) -> RequestPolicy:
         valid_max=valid.quantity("max") if valid.has("max") else None,
         valid_step=valid.quantity("step") if valid.has("step") else None,
     )
-
-
-def _taint(taint: Fields) -> Taint | None:
-    """None for effect `None` (informational: it keeps no request off the device)."""
-    effect = taint.text("effect", Effect.NO_SCHEDULE.value)
-    if effect == "None":
-        return None
-    if effect not in {Effect.NO_SCHEDULE, Effect.NO_EXECUTE}:
-        raise taint.error("effect", f"unknown effect {effect!r}")
-    return Taint(key=taint.text("key"), value=taint.text("value", ""), effect=Effect(effect))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,9 +219,13 @@ class NodeDevices:
 
 
 def node_devices(
-    slices: Iterable[ResourceSlice], node: str, labels: Mapping[str, str]
+    slices: Iterable[ResourceSlice],
+    node: str,
+    labels: Mapping[str, str],
+    rules: Sequence[TaintRule] = (),
 ) -> NodeDevices:
-    """What `node` (with `labels`) can use of `slices`: node-local, all-nodes and selected."""
+    """What `node` (with `labels`) can use of `slices`: node-local, all-nodes and selected,
+    with the taints of the DeviceTaintRules `rules` that pick them."""
     newest: dict[tuple[str, str], list[ResourceSlice]] = {}
     for s in slices:
         if not serves(s, node, labels):
@@ -258,7 +252,7 @@ def node_devices(
             else:
                 why = f"its pool {key[1]} is invalid: {problem}"
                 pool_devices = [replace(d, unsupported=why) for d in pool_devices]
-        devices.extend(pool_devices)
+        devices.extend(tainted(pool_devices, rules) if rules else pool_devices)
         for s in group:
             if s.node_name is None:
                 shared.update((d.id, s.node_selector) for d in s.devices)

@@ -127,10 +127,12 @@ class Runtime:
         groups = (PODGROUPS,) if self.upstream is None else (PODGROUPS, self.upstream.kind)
         if workloads.composites_served(kube, self.upstream):
             groups = (*groups, workloads.COMPOSITES)
-        self.scheduler.dra = resourceclaims.served(kube)
+        dra = resourceclaims.served(kube)
+        self.scheduler.dra = bool(dra)
         if not self.scheduler.dra:
             log.info("DRA off: resource.k8s.io/v1 is not served; pods with claims wait")
-        dra = resourceclaims.KINDS if self.scheduler.dra else ()
+        elif resourceclaims.DEVICE_TAINT_RULES not in dra:
+            log.info("DeviceTaintRules not served in resource.k8s.io/v1: not read")
         self.informers = [
             Informer(
                 kube,

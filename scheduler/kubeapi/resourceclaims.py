@@ -1,5 +1,6 @@
 """resource.k8s.io/v1 (DRA) as the scheduler reads and writes it: the watched collections
-(DeviceClasses, ResourceSlices, ResourceClaims), whether the server serves them, and the claim
+(DeviceClasses, ResourceSlices, ResourceClaims, and DeviceTaintRules where served), whether the
+server serves them, and the claim
 writes a bind makes (the claim itself for its finalizer, its status for the allocation and
 `reservedFor`), each a full update guarded by the object's resourceVersion, as kube-scheduler's
 DynamicResources plugin writes them (a stale one is `ConflictError`).
@@ -17,6 +18,7 @@ from scheduler.kubeapi.client import KubeClient, Read, discovery_read
 
 __all__ = [
     "DEVICE_CLASSES",
+    "DEVICE_TAINT_RULES",
     "GROUP",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
@@ -31,6 +33,8 @@ DEVICE_CLASSES = Kind("deviceclasses", GROUP, VERSION, "deviceclasses")
 RESOURCE_SLICES = Kind("resourceslices", GROUP, VERSION, "resourceslices")
 RESOURCE_CLAIMS = Kind("resourceclaims", GROUP, VERSION, "resourceclaims")
 KINDS = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+DEVICE_TAINT_RULES = Kind("devicetaintrules", GROUP, VERSION, "devicetaintrules")
+"""GA in 1.37 (resource.k8s.io/v1); earlier servers serve it in v1beta2 behind a gate, or not."""
 
 Obj = Mapping[str, Any]
 
@@ -40,12 +44,15 @@ def discovery() -> Read:
     return discovery_read(GROUP, VERSION)
 
 
-def served(kube: KubeClient) -> bool:
-    """Does the server serve every collection of `KINDS` in resource.k8s.io/v1 (discovery)?
-    ApiError when it could not answer (not a 404)."""
+def served(kube: KubeClient) -> tuple[Kind, ...]:
+    """The collections of resource.k8s.io/v1 to watch (discovery): `KINDS`, with
+    `DEVICE_TAINT_RULES` where served; none unless every one of `KINDS` is (DRA off). ApiError
+    when the server could not answer (not a 404)."""
     body = kube.resources(GROUP, VERSION) or {}
     names = {str(r.get("name")) for r in body.get("resources") or () if isinstance(r, Mapping)}
-    return all(kind.plural in names for kind in KINDS)
+    if not all(kind.plural in names for kind in KINDS):
+        return ()
+    return (*KINDS, DEVICE_TAINT_RULES) if DEVICE_TAINT_RULES.plural in names else KINDS
 
 
 def _claim_path(namespace: str, name: str, sub: str = "") -> str:

@@ -157,6 +157,26 @@ def partitioned_node(
     return ClaimNode(name=name, devices=found, gpus=mapped)
 
 
+def taint_rule_obj(
+    name: str,
+    *,
+    key: str = "example.com/maintenance",
+    effect: str = "NoSchedule",
+    selector: Mapping[str, str] | None = None,
+) -> Obj:
+    """A DeviceTaintRule (resource.k8s.io/v1) adding taint `key` with `effect` to the devices
+    `selector` picks (`driver`, `pool`, `device`; {}: every device; None: no selector)."""
+    spec: Obj = {"taint": {"key": key, "effect": effect}}
+    if selector is not None:
+        spec["deviceSelector"] = dict(selector)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
 def class_obj(name: str = GPU_CLASS, *selectors: str, config: Sequence[Obj] = ()) -> Obj:
     exprs = selectors or (GPU_SELECTOR,)
     spec: Obj = {"selectors": [{"cel": {"expression": e}} for e in exprs]}

@@ -50,6 +50,8 @@ KNOWN_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("resource.k8s.io", "resourceclaims"): ALL_VERBS,
     ("resource.k8s.io", "resourceclaims/status"): STATUS_VERBS,
     ("resource.k8s.io", "resourceclaims/binding"): frozenset({"update", "patch"}),
+    ("resource.k8s.io", "devicetaintrules"): ALL_VERBS,  # v1 in 1.37
+    ("resource.k8s.io", "devicetaintrules/status"): STATUS_VERBS,
     # scheduler-plugins' CapacityScheduling CRD: gputopo reads it where it is installed, never
     # ships it (DESIGN §10).
     ("scheduling.x-k8s.io", "elasticquotas"): ALL_VERBS,

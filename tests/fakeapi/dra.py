@@ -63,6 +63,7 @@ def dra_types() -> list[ResourceType]:
         grouped("resourceclaims", "ResourceClaim", True, status_subresource=True),
         grouped("resourceclaimtemplates", "ResourceClaimTemplate", True),
         grouped("deviceclasses", "DeviceClass", False),
+        grouped("devicetaintrules", "DeviceTaintRule", False, status_subresource=True),
     ]
 
 
@@ -73,12 +74,16 @@ def is_dra(rt: ResourceType) -> bool:
 def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
     if rt.plural == "resourceslices":
         _check_slice(rt, obj)
+    if rt.plural == "devicetaintrules":
+        _check_rule(rt, obj)
     return obj
 
 
 def check_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
     if rt.plural == "resourceslices":
         _check_slice(rt, new, old)
+    if rt.plural == "devicetaintrules":
+        _check_rule(rt, new, old)
     if rt.plural == "resourceclaims" and new.get("spec") != old.get("spec"):
         raise invalid(rt, new["metadata"]["name"], ["spec: Invalid value: field is immutable"])
     return new
@@ -145,6 +150,49 @@ def _check_slice(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
     if problems:
         raise invalid(rt, obj["metadata"].get("name", ""), problems)
     _stamp_taints(devices, old)
+
+
+def _check_rule(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
+    """A DeviceTaintRule (1.37, v1): `spec.taint` with a `key` (a qualified name) and an
+    `effect` of `NoSchedule`, `NoExecute` or `None`; a `deviceSelector` of `driver`, `pool` and
+    `device` only (the `deviceClassName` and `selectors` of v1alpha3 are gone in v1). The server
+    sets the taint's `timeAdded` (kept from `old` while the taint is the same)."""
+    spec = obj.get("spec") or {}
+    selector = spec.get("deviceSelector")
+    if selector is not None and set(selector) - {"driver", "pool", "device"}:
+        raise NotImplementedError(f"fake API server: DeviceTaintRule deviceSelector {selector!r}")
+    taint = spec.get("taint") or {}
+    problems = []
+    if not taint.get("key"):
+        problems.append("spec.taint.key: Required value")
+    elif not _label_name(str(taint["key"])):
+        problems.append(f"spec.taint.key: Invalid value: {taint['key']!r}: not a qualified name")
+    if taint.get("effect") not in ("NoSchedule", "NoExecute", "None"):
+        problems.append(f"spec.taint.effect: Unsupported value: {taint.get('effect')!r}")
+    if problems:
+        raise invalid(rt, obj["metadata"].get("name", ""), problems)
+    before = ((old or {}).get("spec") or {}).get("taint") or {}
+    same = {k: v for k, v in before.items() if k != "timeAdded"} == {
+        k: v for k, v in taint.items() if k != "timeAdded"
+    }
+    if "timeAdded" not in taint:
+        if same and before.get("timeAdded"):
+            taint["timeAdded"] = before["timeAdded"]
+        else:
+            taint["timeAdded"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_name(key: str) -> bool:
+    """A qualified name as a label key is one: an optional DNS-subdomain prefix and `/`, then
+    at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not _SUBDOMAIN.fullmatch(prefix) or len(prefix) > 253):
+        return False
+    return bool(_LABEL_NAME.fullmatch(name)) and len(name) <= 63
 
 
 def _spec_problems(spec: Mapping[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ import pytest
 
 from agent.dra import DRIVER
 from agent.nvml.fixture import load_fixture
+from tests.builders.claims import taint_rule_obj
 from tests.builders.dra import claim_template, make_claim, with_claim_template
 from tests.builders.process import ROOT, CommandProcess
 from tests.builders.realk8s import (
@@ -131,6 +132,16 @@ def _allocated_devices(cluster: Cluster) -> set[str]:
 
 def _pair(device: str) -> int:
     return int(device.removeprefix("gpu-")) // 2
+
+
+def _refused_saying(cluster: Cluster, pod: str, word: str) -> str:
+    """The pod's PodScheduled message, once it says `word`."""
+
+    def refused() -> str:
+        said = cluster.scheduled_message(pod)
+        return said if word in said else ""
+
+    return str(wait_until(refused, 90, f"{pod} refused, saying {word!r}"))
 
 
 def _clean(cluster: Cluster, pods: list[str], templates: list[str]) -> None:
@@ -298,6 +309,36 @@ def test_a_podgroup_claim_is_allocated_once_and_reserved_for_the_podgroup(
         _clean(cluster, [], ["group-gpus"])
 
 
+def test_device_taint_rules_keep_both_schedulers_off_the_devices_they_taint(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    """DeviceTaintRules (GA in 1.37) taint gpu-0..2: kube-scheduler and gputopo-scheduler each
+    give a 1-GPU claim gpu-3, and gputopo-scheduler refuses a 2-GPU claim, naming the taints."""
+    rules = [
+        taint_rule_obj(f"test-maint-{g}", selector={"driver": DRIVER, "device": f"gpu-{g}"})
+        for g in range(3)
+    ]
+    _apply(cluster, claim_template("one-gpu", DRIVER), claim_template("two-gpus", DRIVER, count=2))
+    _apply(cluster, *rules)
+    try:
+        _apply(cluster, _claim_pod("theirs", "one-gpu", scheduler=None))
+        theirs = wait_until(lambda: _devices_of(_claim_of(cluster, "theirs")), 90, "theirs")
+        cluster.delete_pods("theirs")
+        wait_until(lambda: not _allocated_devices(cluster), 90, "theirs deallocated")
+        _apply(cluster, _claim_pod("ours", "one-gpu"))
+        ours = wait_until(lambda: _devices_of(_claim_of(cluster, "ours")), 90, "ours allocated")
+        _apply(cluster, _claim_pod("more", "two-gpus"))
+        reason = _refused_saying(cluster, "more", "taints")
+        print(f"kube-scheduler: {theirs}; gputopo-scheduler: {ours}; then: {reason}")
+        assert theirs == ours == ["gpu-3"]
+        assert "1 of 2 devices tolerate their taints" in reason
+        assert cluster.pod("more")["spec"].get("nodeName") is None
+    finally:
+        names = [r["metadata"]["name"] for r in rules]
+        cluster.kubectl("delete", "devicetaintrules", *names, "--ignore-not-found")
+        _clean(cluster, ["theirs", "ours", "more"], ["one-gpu", "two-gpus"])
+
+
 def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:
@@ -305,12 +346,7 @@ def test_a_claim_no_device_satisfies_stays_pending_naming_its_selector(
     _apply(cluster, claim_template("nowhere", DRIVER, selector))
     try:
         _apply(cluster, _claim_pod("lost", "nowhere"))
-
-        def refused() -> str:
-            said = cluster.scheduled_message("lost")
-            return said if "selector" in said else ""
-
-        reason = wait_until(refused, 90, "lost refused with its selector")
+        reason = _refused_saying(cluster, "lost", "selector")
         print(f"unsatisfiable: {reason}")
         assert selector in reason
         assert cluster.pod("lost")["spec"].get("nodeName") is None

@@ -36,20 +36,28 @@ from scheduler.claims.model import (
     ResourceSlice,
 )
 from scheduler.claims.order import GpuMap
-from scheduler.claims.parse import parse_claim, parse_device_class, parse_slice
+from scheduler.claims.parse import (
+    parse_claim,
+    parse_device_class,
+    parse_slice,
+    parse_taint_rule,
+)
 from scheduler.claims.slices import node_devices, serves
+from scheduler.claims.taintrules import TaintRule
 from scheduler.claims.usage import Usage
 from scheduler.placement import NodeState, Scoring
 from scheduler.runtime.claims.podrefs import claim_refs
 from scheduler.runtime.cluster.groups import GroupInfo
 
-__all__ = ["CLAIMS", "CLASSES", "KINDS", "SLICES", "ClaimBook", "made_key"]
+__all__ = ["CLAIMS", "CLASSES", "KINDS", "RULES", "SLICES", "ClaimBook", "made_key"]
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 CLASSES, SLICES, CLAIMS = "deviceclasses", "resourceslices", "resourceclaims"
-KINDS = (CLASSES, SLICES, CLAIMS)
+RULES = "devicetaintrules"
+"""DeviceTaintRules: watched where the server serves them (resource.k8s.io/v1, Kubernetes 1.37)."""
+KINDS = (CLASSES, SLICES, CLAIMS, RULES)
 MAX_RESERVED = 256
 """The most consumers a claim's `status.reservedFor` holds (resource.k8s.io/v1)."""
 """The intake's kind names of resource.k8s.io/v1 objects (`scheduler.kubeapi.resourceclaims`)."""
@@ -96,6 +104,8 @@ class ClaimBook:
         self._scoring = scoring
         self.classes: dict[str, DeviceClass] = {}
         self.slices: dict[str, ResourceSlice] = {}
+        self.rules: dict[str, TaintRule] = {}  # DeviceTaintRules by name
+        self._rules: tuple[TaintRule, ...] = ()  # those that taint, in name order
         self.claims: dict[ClaimKey, ResourceClaim] = {}
         self.problems: dict[ClaimKey, str] = {}
         self._meta: dict[ClaimKey, tuple[bool, tuple[str, ...]]] = {}  # deleting, owner UIDs
@@ -125,7 +135,10 @@ class ClaimBook:
             gone: set[object] = set(self.claims) | set(self.problems)
             gone -= {_key_of(o) for o in items}
         else:
-            gone = set(self.classes if kind == CLASSES else self.slices)
+            by_kind: dict[str, Mapping[str, object]] = {
+                CLASSES: self.classes, SLICES: self.slices, RULES: self.rules
+            }  # fmt: skip
+            gone = set(by_kind[kind])
             gone -= {_name_of(o) for o in items}
         for obj in items:
             self.apply(kind, "ADDED", obj)
@@ -150,7 +163,21 @@ class ClaimBook:
             return changed
         if kind == CLAIMS:
             return self._on_claim(etype, obj)
+        if kind == RULES:
+            return self._on_rule(etype, obj)
         return False
+
+    def _on_rule(self, etype: str, obj: Obj) -> bool:
+        """A DeviceTaintRule changed: every node's view is built again with the rules' taints
+        (rules change seldom; a view of unchanged devices is kept as the same object)."""
+        before = self._rules
+        self._apply(self.rules, _name_of(obj), etype, obj, parse_taint_rule)
+        self._rules = tuple(r for _n, r in sorted(self.rules.items()) if r.taint is not None)
+        if self._rules == before:
+            return False
+        self._shared_epoch += 1
+        self._slices_version += 1
+        return True
 
     def _apply(
         self,
@@ -368,7 +395,7 @@ class ClaimBook:
         if known is not None and known[0] == epoch and _same(known[1], inputs):
             return known[2]
         slices = [*self._local.get(name, {}).values(), *self._shared.values()]
-        devices = node_devices(slices, name, labels)
+        devices = node_devices(slices, name, labels, self._rules)
         if (
             known is not None
             and _same(known[1][1:], inputs[1:])

@@ -177,7 +177,13 @@ def test_a_running_pod_is_charged_its_claims_gpus_when_the_scheduler_starts(
 
 def test_without_resource_k8s_io_v1_dra_is_off_and_pods_with_claims_wait(fake_api, core_v1):
     gpu_node(fake_api, "n1")
-    for plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"):
+    for plural in (
+        "deviceclasses",
+        "resourceslices",
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "devicetaintrules",
+    ):
         fake_api.registry.remove("resource.k8s.io", plural)  # a server before 1.34
     condition = refusal(fake_api, core_v1, claim_pod("p1", "mine"))
     assert "unsupported: dynamic resource claims" in condition["message"]

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.builders.claimcluster import NS, claim_pod, devices_of, reserved_for
+from tests.builders.claimcluster import NS, claim_pod, devices_of, refusal, reserved_for
 from tests.builders.claims import (
     DRIVER,
     claim_obj,
@@ -92,12 +92,7 @@ def test_a_pool_missing_the_counter_set_its_devices_consume_allocates_nothing(fa
         fake_api, slice_obj("n1", [partition(0, 4, 0)], count=2), counter_slice_obj("n1", sets)
     )
     fake_api.put_object("resourceclaims", _sized("half", 4))
-    with running(fake_api) as rt:
-        create_pod(core_v1, claim_pod("p", "half"))
-        wait_for(lambda: scheduled_condition(fake_api, "p"), 5, "p marked unschedulable")
-        rt.reporter.flush()
-    condition = scheduled_condition(fake_api, "p")
-    assert condition is not None
+    condition = refusal(fake_api, core_v1, claim_pod("p", "half"))
     assert "in a valid pool" in condition["message"]
     assert node_of(fake_api, "p") is None
 

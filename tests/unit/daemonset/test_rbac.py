@@ -50,6 +50,7 @@ SCHEDULER = (
     | _grants(SCHEDULER_NS, "coordination.k8s.io", "leases", "create get update")
     | _grants(CLUSTER, "resource.k8s.io", "deviceclasses", "list watch")  # DRA (§14)
     | _grants(CLUSTER, "resource.k8s.io", "resourceslices", "list watch")
+    | _grants(CLUSTER, "resource.k8s.io", "devicetaintrules", "list watch")  # 1.37+
     | _grants(CLUSTER, "resource.k8s.io", "resourceclaims", "get list watch update create delete")
     | _grants(CLUSTER, "resource.k8s.io", "resourceclaims/status", "update")
     | _grants(CLUSTER, "resource.k8s.io", "resourceclaims/binding", "update")

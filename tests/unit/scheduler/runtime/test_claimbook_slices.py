@@ -10,10 +10,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from scheduler.claims.parse import parse_slice
+from scheduler.claims.parse import parse_slice, parse_taint_rule
 from scheduler.claims.slices import node_devices, serves
-from scheduler.runtime.claims.book import SLICES, ClaimBook
-from tests.builders.claims import gpu_device, shared_slice_obj, slice_obj
+from scheduler.runtime.claims.book import RULES, SLICES, ClaimBook
+from tests.builders.claims import gpu_device, shared_slice_obj, slice_obj, taint_rule_obj
 
 NODES = ("n0", "n1", "n2", "n3")
 LABELS = {"n0": {"rack": "a"}, "n1": {"rack": "a"}, "n2": {"rack": "b"}, "n3": {}}
@@ -43,12 +43,41 @@ shared = st.builds(
     st.none() | st.sampled_from([("rack", "a"), ("rack", "b")]),
 )
 
+selectors = st.none() | st.fixed_dictionaries(
+    {},
+    optional={
+        "pool": st.sampled_from(("n0", "n1", "net-a")),
+        "device": st.sampled_from(("gpu-0", "gpu-1")),
+    },
+)
+taint_rules = st.builds(
+    lambda name, effect, selector: taint_rule_obj(name, effect=effect, selector=selector),
+    st.sampled_from(("r0", "r1")),
+    st.sampled_from(("NoSchedule", "NoExecute", "None")),
+    selectors,
+)
+
 
 class SliceEvents(RuleBasedStateMachine):
+    """Slice and DeviceTaintRule events in any order: every node's view is what a full rebuild
+    gives, and a slice event keeps the views of the nodes it does not serve."""
+
     def __init__(self) -> None:
         super().__init__()
         self.book = ClaimBook()
         self.stored: dict[str, dict[str, Any]] = {}
+        self.rules: dict[str, dict[str, Any]] = {}
+
+    @rule(obj=taint_rules)
+    def put_rule(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        self.book.apply(RULES, "MODIFIED" if name in self.rules else "ADDED", obj)
+        self.rules[name] = obj
+
+    @rule(name=st.sampled_from(("r0", "r1")))
+    def delete_rule(self, name: str) -> None:
+        old = self.rules.pop(name, None)
+        self.book.apply(RULES, "DELETED", old or {"metadata": {"name": name}})
 
     @rule(obj=node_local | shared)
     def put(self, obj: dict[str, Any]) -> None:
@@ -86,8 +115,10 @@ class SliceEvents(RuleBasedStateMachine):
     @invariant()
     def every_view_equals_a_full_rebuild(self) -> None:
         every = [parse_slice(o) for o in self.stored.values()]
+        rules = [parse_taint_rule(self.rules[n]) for n in sorted(self.rules)]
         for node in NODES:
-            assert self._view(node).devices == node_devices(every, node, LABELS[node])
+            expected = node_devices(every, node, LABELS[node], rules)
+            assert self._view(node).devices == expected
 
 
 TestSliceEvents = SliceEvents.TestCase

@@ -17,6 +17,13 @@ Both use the admin kubeconfig. The project's modules are compiled to bytecode fi
 machines, would compile every module at each start: about a second of it).
 
     .venv/bin/python bench/realk8s_bench.py [--nodes 5000] [--pods 10000] [--runs 3] [--json]
+        [--dra]
+
+`--dra`: the nodes' GPUs are DRA devices alone (a ResourceSlice of 8 per node, none in the
+node's allocatable) and a DeviceClass maps `nvidia.com/gpu` to them (KEP-5004, GA in 1.37): each
+scheduler makes every pod's claim, allocates it, writes the pod's
+`status.extendedResourceClaimStatus` and binds. No controller runs, so after each run the claims
+are released by hand (finalizer removed, deleted).
 
 Needs the binaries of `bash scripts/realk8s/build.sh` and root (as the tier does).
 """
@@ -86,7 +93,10 @@ def api() -> client.CoreV1Api:
     return client.CoreV1Api(client.ApiClient(configuration))
 
 
-def make_node(core: client.CoreV1Api, i: int) -> None:
+DRIVER = "gpu.gputopo.io"
+
+
+def make_node(core: client.CoreV1Api, i: int, dra: bool = False) -> None:
     name = f"bench-node-{i:05d}"
     labels = {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"z{i % 4}"}
     try:
@@ -95,7 +105,11 @@ def make_node(core: client.CoreV1Api, i: int) -> None:
         if exc.status != 409:  # created by an earlier try whose answer was lost
             raise
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU: "8"}
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250"}
+    if dra:
+        make_slice(core, name)
+    else:
+        resources[GPU] = "8"
     status = {"status": {
         "capacity": resources, "allocatable": resources,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -104,6 +118,62 @@ def make_node(core: client.CoreV1Api, i: int) -> None:
     core.patch_node_status(name, status, _preload_content=False)
     # TaintNodesByCondition tainted it not-ready at create; no node controller runs to lift it.
     core.patch_node(name, {"spec": {"taints": None}}, _preload_content=False)
+
+
+def make_slice(core: client.CoreV1Api, node: str) -> None:
+    """The node's 8 GPUs as DRA devices of driver gpu.gputopo.io (each a UUID of its own)."""
+    devices = [
+        {"name": f"gpu-{g}", "attributes": {"type": {"string": "gpu"},
+                                            "uuid": {"string": f"GPU-{node}-{g}"}},
+         "capacity": {"memory": {"value": "80Gi"}}}
+        for g in range(8)
+    ]  # fmt: skip
+    body = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {"driver": DRIVER, "nodeName": node, "devices": devices,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}},
+    }  # fmt: skip
+    try:
+        client.CustomObjectsApi(core.api_client).create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", body, _preload_content=False
+        )
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def make_device_class(core: client.CoreV1Api) -> None:
+    """A DeviceClass mapping `nvidia.com/gpu` to the driver's GPUs (KEP-5004)."""
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "gpu"'
+    body = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": expression}}], "extendedResourceName": GPU},
+    }  # fmt: skip
+    client.CustomObjectsApi(core.api_client).create_cluster_custom_object(
+        "resource.k8s.io", "v1", "deviceclasses", body, _preload_content=False
+    )
+
+
+def release_claims(core: client.CoreV1Api, namespace: str) -> int:
+    """Every claim of the namespace deleted, its finalizer removed first (what the resourceclaim
+    controller does once the pod is gone); how many there were."""
+    custom = client.CustomObjectsApi(core.api_client)
+    group = ("resource.k8s.io", "v1", namespace, "resourceclaims")
+    names = [c["metadata"]["name"] for c in custom.list_namespaced_custom_object(*group)["items"]]
+
+    def release(i: int) -> None:
+        patch = {"metadata": {"finalizers": None}}
+        try:
+            custom.patch_namespaced_custom_object(*group, names[i], patch, _preload_content=False)
+            custom.delete_namespaced_custom_object(*group, names[i], _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    in_parallel(release, len(names))
+    return len(names)
 
 
 def make_pod(core: client.CoreV1Api, namespace: str, scheduler: str, i: int) -> None:
@@ -219,7 +289,7 @@ def scheduler_argv(name: str) -> list[str]:
     return [str(binary), "run", f"--kubeconfig={kubeconfig}", "--metrics-address=127.0.0.1:0"]
 
 
-def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
+def one_run(core: client.CoreV1Api, name: str, run: int, pods: int, dra: bool = False) -> Run:
     namespace = f"bench-{name.split('-')[0]}-{run}"
     core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
     # No controller manager runs (its node controller would taint the kubelet-less nodes), so
@@ -247,6 +317,8 @@ def one_run(core: client.CoreV1Api, name: str, run: int, pods: int) -> Run:
     for _, node in seen.bound.values():
         per_node[node] = per_node.get(node, 0) + 1
     delete_all_pods(core, namespace)
+    if dra:
+        release_claims(core, namespace)
     first, last = (times[0], times[-1]) if times else (float("nan"), float("nan"))
     return Run(
         scheduler=name, run=run, pods=pods, bound=len(times), first_bind_s=first,
@@ -300,6 +372,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--dra", action="store_true", help="GPUs on DRA alone, asked as nvidia.com/gpu (KEP-5004)"
+    )
     args = parser.parse_args(argv)
     for package in ("agent", "scheduler"):
         compileall.compile_dir(ROOT / package, quiet=1)
@@ -322,17 +397,22 @@ def main(argv: list[str]) -> int:
                 time.sleep(0.2)
         core = api()
         started = time.monotonic()
-        in_parallel(lambda i: make_node(core, i), args.nodes)
+        if args.dra:
+            make_device_class(core)
+        in_parallel(lambda i: make_node(core, i, args.dra), args.nodes)
         print(f"{args.nodes} nodes ready in {time.monotonic() - started:.0f} s", flush=True)
         runs: list[Run] = []
         for run in range(1, args.runs + 1):
             order = SCHEDULERS if run % 2 else tuple(reversed(SCHEDULERS))
             for name in order:
-                result = one_run(core, name, run, args.pods)
+                result = one_run(core, name, run, args.pods, args.dra)
                 runs.append(result)
                 print(table([result]).splitlines()[1], flush=True)
         release = state()["version"]
-        print(f"\n{args.nodes} nodes x 8 GPUs, {args.pods} pending 1-GPU pods, release {release}")
+        how = " on DRA (KEP-5004 made claims)" if args.dra else ""
+        print(
+            f"\n{args.nodes} nodes x 8 GPUs{how}, {args.pods} pending 1-GPU pods, release {release}"
+        )
         print(table(runs))
         for line in summary(runs):
             print(line)

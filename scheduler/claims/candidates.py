@@ -24,7 +24,7 @@ from .usage import Usage, consumption
 __all__ = ["Candidate", "Candidates", "Miss", "StaticMemo", "candidates"]
 
 _MEMO_LIMIT = 100_000
-_SUPPORTED = "are in a valid pool and wait for no binding conditions"
+_SUPPORTED = "are in a valid pool"
 _AVAILABILITY = 50
 """The rank of a miss for devices in use: past every static stage (there are fewer than 50)."""
 

@@ -184,6 +184,8 @@ def allocations(
         results = tuple(_result(claim, p) for p in mine)
         config = _config(claim, mine, classes)
         node, selector = allocation_reach((r.id for r in results), found)
+        if any(p.candidate.device.binds_to_node for p in mine):  # for this node alone
+            node, selector = found.node, None
         made = Allocation(devices=results, config=config, node=node, node_selector=selector)
         out.append(ClaimAllocation(claim=claim, allocation=made))
     return out
@@ -191,12 +193,15 @@ def allocations(
 
 def _result(claim: ResourceClaim, pick: Pick) -> AllocatedDevice:
     consumed = pick.candidate.consumed
+    device = pick.candidate.device
     return AllocatedDevice(
         request=pick.alternative.name,
-        id=pick.candidate.device.id,
+        id=device.id,
         admin_access=pick.alternative.admin_access,
         share_id=None if consumed is None else _share_id(claim, pick),
         consumed=consumed or _NOTHING,
+        binding_conditions=device.binding_conditions,
+        binding_failure_conditions=device.binding_failure_conditions,
     )
 
 

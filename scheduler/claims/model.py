@@ -113,9 +113,14 @@ class Device:
     consumes: CounterAmounts = ()
     """What the device takes of its pool's shared counters while allocated (`consumesCounters`,
     a partitionable device's): by counter set, then counter."""
+    binding_conditions: tuple[str, ...] = ()
+    """`bindingConditions`: the device status conditions that must be True before a pod using
+    it is bound (DRADeviceBindingConditions); `binding_failure_conditions`: any True fails it."""
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
+    """`bindsToNode`: an allocation of the device is for the node it was allocated on only."""
     unsupported: str | None = None
-    """Why gputopo-scheduler does not allocate the device (it waits for binding conditions, or
-    its pool is invalid), or None."""
+    """Why gputopo-scheduler does not allocate the device (its pool is invalid), or None."""
     likeness: tuple[object, ...] = field(init=False, repr=False, compare=False)
     """All of the device but its pool's name, made once (values with their types: True is not 1
     to CEL; capacities as plain ints, a `Fraction` hashing slowly): devices of like nodes compare
@@ -142,6 +147,9 @@ class Device:
             self.taints,
             self.allow_multiple_allocations,
             self.consumes,
+            self.binding_conditions,
+            self.binding_failure_conditions,
+            self.binds_to_node,
             self.unsupported,
         )
         object.__setattr__(self, "likeness", likeness)
@@ -153,6 +161,9 @@ class Device:
             self.taints,
             self.allow_multiple_allocations,
             self.consumes,
+            self.binding_conditions,
+            self.binding_failure_conditions,
+            self.binds_to_node,
             self.unsupported,
         )
         object.__setattr__(self, "rest", repr(rest))
@@ -253,6 +264,8 @@ class AllocatedDevice:
     admin_access: bool = False
     share_id: str | None = None
     consumed: Mapping[str, Fraction] = field(default_factory=lambda: _NO_CAPACITY)
+    binding_conditions: tuple[str, ...] = ()  # the device's, copied (DRADeviceBindingConditions)
+    binding_failure_conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,6 +280,11 @@ class Allocation:
     config: tuple[tuple[str, ConfigEntry], ...] = ()  # (FromClass | FromClaim, entry)
     node: str | None = None
     node_selector: tuple[NodeSelectorTerm, ...] | None = None
+
+    @property
+    def waits(self) -> bool:
+        """Whether a pod using it waits for its devices' binding conditions before its bind."""
+        return any(d.binding_conditions for d in self.devices)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

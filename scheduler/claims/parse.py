@@ -187,6 +187,8 @@ def _allocation(alloc: Fields) -> Allocation:
                 admin_access=res.flag("adminAccess"),
                 share_id=res.opt_str("shareID"),
                 consumed={qualified(k, driver): consumed.quantity(k) for k in consumed.data},
+                binding_conditions=res.strs("bindingConditions"),
+                binding_failure_conditions=res.strs("bindingFailureConditions"),
             )
         )
     node, selector = _reach(alloc)

@@ -103,17 +103,10 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         taints=tuple(t for t in map(parse_taint, dev.items("taints")) if t),
         allow_multiple_allocations=dev.flag("allowMultipleAllocations"),
         consumes=_counter_sets(dev.items("consumesCounters"), "counterSet"),
-        unsupported=_unsupported(dev),
+        binding_conditions=dev.strs("bindingConditions"),
+        binding_failure_conditions=dev.strs("bindingFailureConditions"),
+        binds_to_node=dev.flag("bindsToNode"),
     )
-
-
-def _unsupported(dev: Fields) -> str | None:
-    """Why the device is not allocated here: kube-scheduler waits for a device's binding
-    conditions before the binding (DRADeviceBindingConditions); gputopo-scheduler does not, so
-    it leaves such devices to kube-scheduler rather than allocate them wrong."""
-    if dev.data.get("bindingConditions") or dev.flag("bindsToNode"):
-        return "waits for binding conditions"
-    return None
 
 
 def _attribute(value: Fields) -> AttrValue:
@@ -239,7 +232,7 @@ def node_devices(
     incomplete = set()
     shared: dict[DeviceId, NodeSelectorTerm | None] = {}
     counters: dict[tuple[str, str], CounterAmounts] = {}
-    for key in sorted(newest):
+    for key in sorted(newest, key=lambda k: (_waits(newest[k]), k)):
         group = sorted(newest[key], key=lambda s: s.name)
         if len(group) < group[0].slice_count:
             incomplete.add(key)
@@ -263,6 +256,12 @@ def node_devices(
         shared=shared,
         counters=counters,
     )
+
+
+def _waits(pool: Iterable[ResourceSlice]) -> bool:
+    """Whether a pool has devices with binding conditions: Kubernetes' allocator tries such
+    pools after every other."""
+    return any(d.binding_conditions for s in pool for d in s.devices)
 
 
 def _invalid_counters(sets: CounterAmounts, devices: Iterable[Device]) -> str | None:

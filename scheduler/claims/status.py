@@ -1,10 +1,13 @@
 """An `Allocation` in the shape kube-scheduler writes to a claim's `status.allocation`.
 
 `allocation_status` gives the dict: `devices.results[]` (`request`, `driver`, `pool`, `device`,
-and `adminAccess`, `shareID`, `consumedCapacity` where they apply), `devices.config[]` (`source`
-FromClass or FromClaim, `requests`, `opaque`) and `nodeSelector` (a `metadata.name` field
-selector for the node, the devices' slices' selector, or none: `Allocation`). Quantities are
-written exactly (`80Gi` stays `85899345920`; a fraction as milli-units `500m`, or a decimal).
+and `adminAccess`, `shareID`, `consumedCapacity`, `bindingConditions`,
+`bindingFailureConditions` where they apply), `devices.config[]` (`source` FromClass or
+FromClaim, `requests`, `opaque`), `nodeSelector` (a `metadata.name` field selector for the node,
+the devices' slices' selector, or none: `Allocation`) and, for an allocation with binding
+conditions, `allocationTimestamp` (the caller's clock, RFC 3339: when the wait for them began).
+Quantities are written exactly (`80Gi` stays `85899345920`; a fraction as milli-units `500m`, or
+a decimal).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from .model import AllocatedDevice, Allocation
 __all__ = ["allocation_status", "quantity_text"]
 
 
-def allocation_status(allocation: Allocation) -> dict[str, object]:
+def allocation_status(allocation: Allocation, now: str | None = None) -> dict[str, object]:
+    """`now`: the time written as `allocationTimestamp` when the allocation waits for binding
+    conditions (kube-scheduler writes it then only)."""
     out: dict[str, object] = {
         "devices": {
             "results": [_result(r) for r in allocation.devices],
@@ -37,6 +42,8 @@ def allocation_status(allocation: Allocation) -> dict[str, object]:
         out["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [field]}]}
     elif allocation.node_selector is not None:
         out["nodeSelector"] = selector_wire(allocation.node_selector)
+    if allocation.waits and now is not None:
+        out["allocationTimestamp"] = now
     return out
 
 
@@ -51,6 +58,9 @@ def _result(res: AllocatedDevice) -> dict[str, object]:
         out["adminAccess"] = True
     if res.share_id is not None:
         out["shareID"] = res.share_id
+    if res.binding_conditions:
+        out["bindingConditions"] = list(res.binding_conditions)
+        out["bindingFailureConditions"] = list(res.binding_failure_conditions)
     if res.consumed:
         out["consumedCapacity"] = {
             name.rpartition("/")[2] if name.startswith(f"{res.id.driver}/") else name: (

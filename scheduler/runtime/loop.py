@@ -40,6 +40,7 @@ from scheduler.placement import Assignment, Placer, Scoring
 from scheduler.preemption import Claimed, DeviceFit, PreemptionSettings
 from scheduler.quota.modelfilter import assigned
 from scheduler.runtime.binding.claimbind import (
+    ConditionWait,
     ExtendedClaim,
     PodRef,
     bind_with_claims,
@@ -76,6 +77,9 @@ class LoopSettings:
     queue_status_period: float = 2.0  # Queue status written at most this often (on change)
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE  # where share Leases live
     share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
+    binding_timeout: float = 600.0  # how long a bind waits for its devices' binding conditions
+    binding_poll: float = 1.0
+    condition_waits: int = 64  # binds waiting for binding conditions at once (threads of their own)
 
 
 class Scheduler:
@@ -98,6 +102,17 @@ class Scheduler:
         self._settings = settings or LoopSettings()
         self._wake = threading.Event()  # ends a standby's idle wait (`wake`)
         self._binder = ThreadPoolExecutor(self._settings.bind_workers, thread_name_prefix="bind")
+        self._stopping = threading.Event()
+        self._waiting_binder = ThreadPoolExecutor(
+            self._settings.condition_waits, thread_name_prefix="bind-wait"
+        )
+        """Binds that wait for their devices' binding conditions (up to `binding_timeout`),
+        apart: they never hold up the others'."""
+        self._conditions = ConditionWait(
+            timeout_s=self._settings.binding_timeout,
+            poll_s=self._settings.binding_poll,
+            pause=self._stopping.wait,
+        )
         self._placer = Placer(cache.snapshot, scoring)
         self._reasons: dict[ObjectKey, str] = {}  # pending pod key -> why it waits (metrics)
         self.claims = ClaimBook(scoring)
@@ -374,11 +389,18 @@ class Scheduler:
         """One bind task per pod; pods sharing a claim (a gang's, its PodGroup's) in one task,
         in decision order: the pod that allocates the claim writes it before the others
         reserve it."""
+        binder = self._waiting_binder if self._waits(binds) else self._binder
         if self._share_claims([info for info, _ in binds]):
-            self._binder.submit(self._bind_in_order, unit, binds)
+            binder.submit(self._bind_in_order, unit, binds)
             return
         for info, assignment in binds:
-            self._binder.submit(self._bind_one, unit, info, assignment)
+            binder.submit(self._bind_one, unit, info, assignment)
+
+    def _waits(self, binds: list[tuple[PodInfo, Assignment]]) -> bool:
+        """Whether some pod's claims wait for binding conditions before its bind."""
+        with self.cache.lock:
+            held = [self.charges.held(info.key) for info, _ in binds]
+        return any(m.allocation.waits for h in held if h is not None for m in h.decision.claims)
 
     def _share_claims(self, infos: Sequence[PodInfo]) -> bool:
         with self.cache.lock:
@@ -402,7 +424,14 @@ class Scheduler:
             made = claims.decision.claims
             extended = self._extended_claim(info, created)
             bind = functools.partial(
-                bind_with_claims, self._claim_api, pod, made, bind, group, extended
+                bind_with_claims,
+                self._claim_api,
+                pod,
+                made,
+                bind,
+                group,
+                extended,
+                self._conditions,
             )
         outcome = self.shares.bind(info, assignment, nrt, bind) if assignment.shares else bind()
         self._metrics.binds.labels(result=outcome).inc()
@@ -468,5 +497,7 @@ class Scheduler:
         return "error"
 
     def close(self) -> None:
+        self._stopping.set()  # binds waiting for binding conditions give up
         self._binder.shutdown(wait=True, cancel_futures=True)
+        self._waiting_binder.shutdown(wait=True, cancel_futures=True)
         self.preemption.close()

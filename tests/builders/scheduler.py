@@ -57,7 +57,7 @@ def running(
         settings(**overrides),
         kube,
         lease=lease,
-        loop=LoopSettings(idle_wait=0.05, bind_workers=bind_workers),
+        loop=LoopSettings(idle_wait=0.05, bind_workers=bind_workers, binding_poll=0.05),
         queue=SchedulingQueue(
             time.monotonic,
             initial_backoff=0.05,

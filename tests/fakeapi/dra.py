@@ -38,7 +38,9 @@ _SEMVER = re.compile(
 )
 _VALUE_TYPES = ("int", "bool", "string", "version")
 _DEVICE_KEYS = {"name", "attributes", "capacity", "taints", "allowMultipleAllocations",
-                "consumesCounters"}  # fmt: skip
+                "consumesCounters", "bindingConditions", "bindingFailureConditions",
+                "bindsToNode"}  # fmt: skip
+MAX_BINDING_CONDITIONS = 4
 _UNMODELLED_SPEC = ("nodeSelector", "perDeviceNodeSelection")
 MAX_COUNTER_SETS = 8
 MAX_COUNTERS = 32
@@ -119,9 +121,42 @@ def check_status_update(rt: ResourceType, old: Obj, new: Obj) -> Obj:
         problems.append("status.allocation: Invalid value: field is immutable")
     if allocation and not old_allocation and old["metadata"].get("deletionTimestamp"):
         problems.append("status.allocation: Forbidden: new allocation not allowed while deleting")
+    problems += _device_status_problems(status, allocation)
     if problems:
         raise invalid(rt, new["metadata"]["name"], problems)
     return new
+
+
+_CONDITION_STATUSES = ("True", "False", "Unknown")
+_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+
+
+def _device_status_problems(status: Mapping[str, Any], allocation: Any) -> list[str]:
+    """`status.devices` (DRAResourceClaimDeviceStatus): each entry an allocated device, once,
+    its conditions as metav1.Conditions (type, a status of True/False/Unknown, a reason,
+    lastTransitionTime)."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    allocated = {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
+    problems, seen = [], set()
+    for i, entry in enumerate(status.get("devices") or ()):
+        at = f"status.devices[{i}]"
+        key = (entry.get("driver"), entry.get("pool"), entry.get("device"))
+        if key not in allocated:
+            problems.append(f"{at}: Invalid value: must be an allocated device in the claim")
+        if key in seen:
+            problems.append(f"{at}: Duplicate value: {key!r}")
+        seen.add(key)
+        for j, cond in enumerate(entry.get("conditions") or ()):
+            where = f"{at}.conditions[{j}]"
+            if not cond.get("type"):
+                problems.append(f"{where}.type: Required value")
+            if cond.get("status") not in _CONDITION_STATUSES:
+                problems.append(f"{where}.status: Unsupported value: {cond.get('status')!r}")
+            if not _REASON.fullmatch(str(cond.get("reason") or "")):
+                problems.append(f"{where}.reason: Invalid value: {cond.get('reason')!r}")
+            if not cond.get("lastTransitionTime"):
+                problems.append(f"{where}.lastTransitionTime: Required value")
+    return problems
 
 
 def _check_slice(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
@@ -245,10 +280,37 @@ def _device_problems(field: str, device: Any, seen: set[str]) -> list[str]:
         "counterSet",
         MAX_CONSUMED_SETS,
     )
+    problems += _binding_problems(field, device)
     for j, taint in enumerate(device.get("taints") or []):
         if taint.get("effect") not in ("NoSchedule", "NoExecute", "None"):
             problems.append(
                 f"{field}.taints[{j}].effect: Unsupported value: {taint.get('effect')!r}"
+            )
+    return problems
+
+
+def _binding_problems(field: str, device: Mapping[str, Any]) -> list[str]:
+    """`bindingConditions` and `bindingFailureConditions`: at most 4 each, qualified names,
+    none twice, none in both."""
+    problems = []
+    wanted = list(device.get("bindingConditions") or [])
+    failing = list(device.get("bindingFailureConditions") or [])
+    for name, items in (("bindingConditions", wanted), ("bindingFailureConditions", failing)):
+        if len(items) > MAX_BINDING_CONDITIONS:
+            problems.append(
+                f"{field}.{name}: Too many: {len(items)}: must have at most "
+                f"{MAX_BINDING_CONDITIONS} items"
+            )
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not _label_name(item):
+                problems.append(f"{field}.{name}[{i}]: Invalid value: {item!r}")
+            elif item in items[:i]:
+                problems.append(f"{field}.{name}[{i}]: Duplicate value: {item!r}")
+    for i, item in enumerate(failing):
+        if item in wanted:
+            problems.append(
+                f"{field}.bindingFailureConditions[{i}]: Invalid value: {item!r}: "
+                "bindingFailureConditions must not overlap with bindingConditions"
             )
     return problems
 

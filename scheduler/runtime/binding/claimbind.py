@@ -17,13 +17,21 @@ A pod's extended resources backed by DRA (`ExtendedClaim`, KEP-5004) take one cl
 the bind creates first (as kube-scheduler's PreBind does), allocates and reserves as the others,
 then names in the pod's `status.extendedResourceClaimStatus` before the binding; a failed bind
 deletes it (its finalizer removed first).
+
+A claim whose devices have binding conditions (DRADeviceBindingConditions) is written with them
+and `allocationTimestamp`; the binding then waits (`ConditionWait`) until each such device's
+entry in the claim's `status.devices` has every binding condition True, as kube-scheduler's
+PreBind does. One of its binding failure conditions True, or the timeout, fails the bind (its
+writes are undone and the pod is decided again).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from agent.podgroup import podgroup_consumer
@@ -35,6 +43,7 @@ from scheduler.errors import ApiError, ConflictError
 __all__ = [
     "DELETE_PROTECTION",
     "ClaimWrites",
+    "ConditionWait",
     "ExtendedClaim",
     "GroupRef",
     "PodRef",
@@ -115,6 +124,24 @@ class _Written:
     reserved: str | None
 
 
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConditionWait:
+    """How a bind waits for its devices' binding conditions: the claims read every `poll_s`
+    until every condition is met, a failure condition is True, or `timeout_s` has passed since
+    the wait began (kube-scheduler polls every 5 s, for 600 s by default). `pause(s)` sleeps and
+    says whether the scheduler is stopping (a stop event's `wait`): the bind then fails."""
+
+    timeout_s: float = 600.0
+    poll_s: float = 1.0
+    pause: Callable[[float], bool] = field(default=_sleep)
+    clock: Callable[[], float] = field(default=time.monotonic)
+
+
 class ClaimBindError(Exception):
     """A claim could not be reserved as decided (the pod is decided again)."""
 
@@ -126,13 +153,17 @@ def bind_with_claims(
     bind: Callable[[], str],
     group: GroupRef | None = None,
     extended: ExtendedClaim | None = None,
+    conditions: ConditionWait | None = None,
 ) -> str:
-    """Reserve every claim for `pod` (those of `group` for the group), then `bind()`; its
-    outcome ("bound", or why not), or "conflict" / "error" when a claim write failed. Undone
-    in reverse when not bound. `extended`: the claim of the pod's extended resources, created
-    first and deleted when not bound."""
+    """Reserve every claim for `pod` (those of `group` for the group), wait for the binding
+    conditions of their devices (`conditions`, or the defaults), then `bind()`; its outcome
+    ("bound", or why not), "conflict" / "error" when a claim write failed, or "binding-failed" /
+    "binding-timeout" / "stopped" when the conditions were not met. Undone in reverse when not
+    bound. `extended`: the claim of the pod's extended resources, created first and deleted
+    when not bound."""
     written: list[_Written] = []
     created: ClaimKey | None = None
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         if extended is not None:
             created = _create(api, extended)
@@ -140,13 +171,19 @@ def bind_with_claims(
         for made in claims:
             grouped = group is not None and made.claim.key in group.claims
             consumer = group.consumer if group is not None and grouped else pod.consumer
-            written.append(_reserve(api, consumer, made))
+            written.append(_reserve(api, consumer, made, now))
         if extended is not None and created is not None:
             extended.record(created.name)
+        waiting = [m.claim.key for m in claims if m.allocation.waits]
+        missed = _wait_for_conditions(api, waiting, conditions or ConditionWait())
     except (ClaimBindError, ApiError) as exc:
         log.info("pod %s/%s: claims not reserved: %s", pod.namespace, pod.name, exc)
         _undo(api, pod, written, created)
         return "conflict" if isinstance(exc, ClaimBindError | ConflictError) else "error"
+    if missed is not None:
+        log.info("pod %s/%s: not bound: %s", pod.namespace, pod.name, missed[1])
+        _undo(api, pod, written, created)
+        return missed[0]
     outcome = bind()
     if outcome != "bound":
         _undo(api, pod, written, created)
@@ -166,7 +203,68 @@ def _renamed(made: ClaimAllocation, old: ClaimKey, new: ClaimKey) -> ClaimAlloca
     return replace(made, claim=replace(made.claim, key=new))
 
 
-def _reserve(api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocation) -> _Written:
+def _wait_for_conditions(
+    api: ClaimWrites, keys: Sequence[ClaimKey], wait: ConditionWait
+) -> tuple[str, str] | None:
+    """None once every device of `keys` with binding conditions has them all True; else (the
+    outcome, why): a failure condition True, the timeout, or the scheduler stopping."""
+    if not keys:
+        return None
+    deadline = wait.clock() + wait.timeout_s
+    while True:
+        pending = []
+        for key in keys:
+            claim = api.get(key.namespace, key.name)
+            if claim is None:
+                return "binding-failed", f"resourceclaim {key} is gone"
+            failed, unmet = _binding_state(claim)
+            if failed is not None:
+                return "binding-failed", f"resourceclaim {key}: {failed}"
+            pending += [f"{key} {d}" for d in unmet]
+        if not pending:
+            return None
+        if wait.clock() >= deadline:
+            why = f"binding conditions not met within {wait.timeout_s:g} s: {', '.join(pending)}"
+            return "binding-timeout", why
+        if wait.pause(wait.poll_s):
+            return "stopped", "the scheduler is stopping"
+
+
+def _binding_state(claim: Obj) -> tuple[str | None, list[str]]:
+    """(a failure condition that is True, or None; the devices whose binding conditions are
+    not all True yet), from the claim's allocation and `status.devices`, as kube-scheduler's
+    `isClaimReadyForBinding` reads them."""
+    status = claim.get("status") or {}
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or ()
+    by_device = {
+        (d.get("driver"), d.get("pool"), d.get("device")): {
+            c.get("type"): c for c in d.get("conditions") or () if isinstance(c, Mapping)
+        }
+        for d in status.get("devices") or ()
+        if isinstance(d, Mapping)
+    }
+    unmet = []
+    for res in results:
+        wanted = res.get("bindingConditions") or ()
+        if not wanted:
+            continue
+        found = by_device.get((res.get("driver"), res.get("pool"), res.get("device")))
+        name = f"device {res.get('pool')}/{res.get('device')}"
+        if found is None:
+            unmet.append(name)
+            continue
+        for kind in res.get("bindingFailureConditions") or ():
+            cond = found.get(kind)
+            if cond is not None and cond.get("status") == "True":
+                return f"{name}: {kind} ({cond.get('reason')}: {cond.get('message')})", []
+        if any((found.get(kind) or {}).get("status") != "True" for kind in wanted):
+            unmet.append(name)
+    return None, unmet
+
+
+def _reserve(
+    api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocation, now: str
+) -> _Written:
     key = made.claim.key
     for _ in range(_RETRIES):
         claim = api.get(key.namespace, key.name)
@@ -183,7 +281,7 @@ def _reserve(api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocatio
             meta["finalizers"] = [*_finalizers(claim), DELETE_PROTECTION]
             claim, finalized = api.update(claim), True
         try:
-            reserved = _write_reservation(api, claim, consumer, made)
+            reserved = _write_reservation(api, claim, consumer, made, now)
         except ConflictError:
             if made.new:
                 undo = _Written(
@@ -197,12 +295,16 @@ def _reserve(api: ClaimWrites, consumer: Mapping[str, str], made: ClaimAllocatio
 
 
 def _write_reservation(
-    api: ClaimWrites, claim: dict[str, Any], consumer: Mapping[str, str], made: ClaimAllocation
+    api: ClaimWrites,
+    claim: dict[str, Any],
+    consumer: Mapping[str, str],
+    made: ClaimAllocation,
+    now: str,
 ) -> str | None:
     """Allocate (when new) and reserve; the UID added to `reservedFor` (None: there already)."""
     status = dict(claim.get("status") or {})
     if made.new:
-        status["allocation"] = allocation_status(made.allocation)
+        status["allocation"] = allocation_status(made.allocation, now)
     reserved = list(status.get("reservedFor") or ())
     if any(r.get("uid") == consumer["uid"] for r in reserved):
         return None
@@ -256,8 +358,9 @@ def _release(api: ClaimWrites, done: _Written) -> None:
         reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != done.reserved]
         status["reservedFor"] = reserved
         clear = done.allocated and not reserved
-        if clear:
+        if clear:  # kube-scheduler's deallocation: the devices' statuses go with it
             status.pop("allocation", None)
+            status.pop("devices", None)
         try:
             claim = api.update_status({**claim, "status": status})
         except ConflictError:

@@ -16,6 +16,7 @@ from scheduler.placement import NodeState, Scoring
 from tests.builders.claims import (
     DRIVER,
     GIB,
+    GPU_CLASS,
     allocator,
     claim,
     claim_node,
@@ -27,6 +28,7 @@ from tests.builders.claims import (
     island_devices,
     pod,
     request,
+    shared_slice_obj,
     slice_obj,
     two_islands,
 )
@@ -183,24 +185,34 @@ def test_taints_keep_devices_away_unless_tolerated() -> None:
     assert allocator().place(pod("ns/p", tolerant), [node], Usage()).node == "n1"
 
 
-def test_devices_waiting_for_binding_conditions_are_left_to_kube_scheduler() -> None:
-    """A device that waits for binding conditions (or binds to its node) is never allocated
-    here: kube-scheduler waits for them before the binding, which this scheduler does not."""
-    bound = gpu_device(1)
-    bound["bindingConditions"] = ["attached"]
-    bound["bindingFailureConditions"] = ["failed"]
-    node_bound = gpu_device(3)
-    node_bound["bindsToNode"] = True
-    node = claim_node("n1", [bound, node_bound])
-    decision = allocator().place(pod("ns/p", claim("c", request("g"))), [node], Usage())
-    assert decision.node is None
-    assert decision.reasons == (
-        "claim ns/c request g: 0 of 1 devices are in a valid pool and wait for no binding "
-        "conditions on node n1",
-    )
-    plain = claim_node("n1", [bound, node_bound, gpu_device(2)])
-    decision = allocator().place(pod("ns/p", claim("c", request("g"))), [plain], Usage())
-    assert device_names(decision) == ["gpu-2"]
+def test_devices_with_binding_conditions_come_last_and_their_allocation_waits() -> None:
+    """Kubernetes' allocator tries pools whose devices have binding conditions after every
+    other; an allocation of such a device carries its conditions (the bind waits for them), and
+    one of a device that binds to its node is for that node alone."""
+    plain = shared_slice_obj("fabric", "fabric", [gpu_device(0)], driver="b.example.com")
+    attached = gpu_device(1)
+    attached.update(bindingConditions=["Attached"], bindingFailureConditions=["AttachFailed"])
+    attached["bindsToNode"] = True
+    waiting = shared_slice_obj("attach", "attach", [attached], driver="a.example.com")
+    found = node_devices([parse_slice(s) for s in (waiting, plain)], "n1", {})
+    assert [d.name for d in found.devices] == ["gpu-0", "gpu-1"]  # a.example.com's pool last
+    node = ClaimNode(name="n1", devices=found)
+    any_gpu = class_obj(GPU_CLASS, 'device.attributes[device.driver].type == "gpu"')
+    first = allocator(any_gpu).place(pod("ns/p", claim("c", request("g"))), [node], Usage())
+    assert device_names(first) == ["gpu-0"]
+    assert first.claims[0].allocation.node is None  # an allNodes slice's: any node
+    assert not first.claims[0].allocation.waits
+    both = allocator(any_gpu).place(pod("ns/q", claim("d", request("g", 2))), [node], Usage())
+    allocation = both.claims[0].allocation
+    assert allocation.waits
+    assert allocation.node == "n1"  # bindsToNode
+    status = allocation_status(allocation, now="2026-12-05T12:00:00Z")
+    results = status["devices"]["results"]  # type: ignore[index]
+    assert results[1]["bindingConditions"] == ["Attached"]
+    assert results[1]["bindingFailureConditions"] == ["AttachFailed"]
+    assert "bindingConditions" not in results[0]
+    assert status["allocationTimestamp"] == "2026-12-05T12:00:00Z"
+    assert "allocationTimestamp" not in allocation_status(first.claims[0].allocation, now="x")
 
 
 def test_admin_access_takes_a_device_in_use_and_holds_nothing() -> None:

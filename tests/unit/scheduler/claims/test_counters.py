@@ -167,8 +167,7 @@ def test_a_pool_whose_counters_do_not_add_up_is_invalid() -> None:
             pod("ns/p", claim("c", request("g", 2, deviceClassName=PARTS))), [node], Usage()
         )
         assert decision.reasons == (
-            "claim ns/c request g: 1 of 2 devices are in a valid pool and wait for no binding "
-            "conditions on node n1",
+            "claim ns/c request g: 1 of 2 devices are in a valid pool on node n1",
         )
     twice = counter_slice_obj("n1", {"gpu-0": {"slices": "8"}})
     twice["metadata"]["name"] = "n1-counters-again"

@@ -30,7 +30,7 @@ from .model import (
     VictimReason,
 )
 from .nominations import LastHold, Nominations
-from .search import find_victims
+from .search import find_victims, find_victims_where_it_may_start
 from .starvation import starvation_nodes, take_hold
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "VictimChoice",
     "VictimReason",
     "find_victims",
+    "find_victims_where_it_may_start",
     "starvation_nodes",
     "take_hold",
 ]

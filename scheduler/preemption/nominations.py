@@ -238,5 +238,15 @@ class Nominations:
                 out.update(claim.nodes.values())
         return frozenset(out) if out else None
 
+    def held_from(self, priority: int, unit: str) -> frozenset[str]:
+        """The part of `blocked` that starvation holds make: the nodes held against starvation
+        for another unit of at least `priority` (a hold gives way to a reclaim on its nodes,
+        `nominate`; a nomination gives way to nothing)."""
+        out: set[str] = set()
+        for claim in self._claims.values():
+            if claim.hold and claim.unit != unit and claim.priority >= priority:
+                out.update(claim.nodes.values())
+        return frozenset(out)
+
     def _saw(self, now: float) -> None:
         self._seen = max(self._seen, now)

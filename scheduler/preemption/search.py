@@ -25,7 +25,8 @@ make (its members judged in order, each with the ones before it placed).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from functools import cached_property
 
@@ -56,10 +57,11 @@ from .model import (
     Preemptor,
     Running,
     VictimChoice,
+    VictimReason,
 )
 from .reprieve import Estimate, Miss, Outcome, Workbench, reprieve_order
 
-__all__ = ["find_victims"]
+__all__ = ["find_victims", "find_victims_where_it_may_start"]
 
 
 def find_victims(
@@ -439,3 +441,23 @@ def _choice(best: Outcome) -> VictimChoice:
         violated=best.violated,
         gpus=gpus_of(sum(p.milli for p in best.pieces)),
     )
+
+
+def find_victims_where_it_may_start(
+    preemptor: Preemptor,
+    held: AbstractSet[str],
+    search: Callable[[Preemptor], VictimChoice | NoChoice],
+) -> VictimChoice | NoChoice:
+    """`search` (a `find_victims` on the live state) for U, never placing U on a node a
+    starvation hold keeps it from (`held`: `Nominations.held_from`) unless the choice reclaims:
+    a hold gives way to a reclaim on its nodes (`Nominations.nominate`), not to a preemption of
+    its priority, so U, kept off the held node, would not start and its victims would go in
+    vain. Such a choice is searched again off the held nodes; any other is the first search's
+    (one search unless U's choice meets a hold)."""
+    choice = search(preemptor)
+    if not held or not isinstance(choice, VictimChoice) or not choice.pods:
+        return choice
+    reclaims = any(e.reason is VictimReason.RECLAIM for e in choice.evictions)
+    if reclaims or not held & set(choice.nodes.values()):
+        return choice
+    return search(replace(preemptor, excluded=preemptor.excluded | held))

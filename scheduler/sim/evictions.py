@@ -43,6 +43,7 @@ from scheduler.preemption import (
     VictimChoice,
     VictimReason,
     find_victims,
+    find_victims_where_it_may_start,
     take_hold,
 )
 from scheduler.quota import Amounts, QuotaTree, Usage
@@ -157,8 +158,13 @@ class SimPreemption:
         key = u.key
         if self._retry.get(key, -1.0) > now:
             return None
-        found = find_victims(
-            u, self.placer, self.index, self.tree, self.usage, (), self.settings, self.capacity
+        held = self.nominations.held_from(u.priority, key)
+        found = find_victims_where_it_may_start(
+            u,
+            held,
+            lambda p: find_victims(
+                p, self.placer, self.index, self.tree, self.usage, (), self.settings, self.capacity
+            ),
         )
         if isinstance(found, NoChoice) or not found.evictions:
             self._retry[key] = now + RETRY_SECONDS

@@ -50,6 +50,7 @@ from scheduler.preemption import (
     VictimChoice,
     VictimReason,
     find_victims,
+    find_victims_where_it_may_start,
     take_hold,
 )
 from scheduler.runtime.cluster.cache import ClusterCache, GroupInfo
@@ -242,15 +243,20 @@ class Preemption:
 
     def _search(self, preemptor: Preemptor, placer: Placer) -> VictimChoice | NoChoice:
         book = self._cache.queues
-        choice = find_victims(
+        budgets, capacity = self._cache.budgets.budgets(), book.capacity()
+        choice = find_victims_where_it_may_start(
             preemptor,
-            placer,
-            self._cache.running.index,
-            book.tree,
-            book.usage,
-            self._cache.budgets.budgets(),
-            self.settings,
-            book.capacity(),
+            self._nominations.held_from(preemptor.priority, preemptor.key),
+            lambda u: find_victims(
+                u,
+                placer,
+                self._cache.running.index,
+                book.tree,
+                book.usage,
+                budgets,
+                self.settings,
+                capacity,
+            ),
         )
         result = "evicted" if isinstance(choice, VictimChoice) else "none"
         self._metrics.preemption_attempts.labels(result=result).inc()

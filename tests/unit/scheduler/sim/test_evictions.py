@@ -104,6 +104,30 @@ def test_no_gang_is_cut_and_no_eviction_is_in_vain(specs: list) -> None:  # type
     assert result.pods_placed == result.pods_arrived
 
 
+def test_no_eviction_for_a_unit_whose_nodes_are_held_for_another() -> None:
+    """Found by the property above: gang j8 (queue a, priority 1) searched victims on nodes a
+    starvation hold keeps for gang j7 (queue b, same priority) and evicted two pods there, then
+    could not start (placement kept it off the held nodes). The search now keeps U off the
+    nodes placement does: it evicts only where U may start."""
+    specs = [(1, 1, False, 0, 0, "a")] * 6 + [
+        (2, 3, False, 1, 1, "a"),
+        (2, 3, True, 1, 0, "b"),
+        (2, 3, True, 1, 1, "a"),
+        (4, 3, False, 0, 0, "b"),
+    ]
+    jobs = tuple(
+        job(f"j{i}", leaf, gpus, replicas=n, min_member=n if gang else 1, priority=p,
+            arrival=float(t), duration=100.0)
+        for i, (gpus, n, gang, p, t, leaf) in enumerate(specs)
+    )  # fmt: skip
+    workload = Workload(jobs, queues=(queue("a", 4), queue("b", 2)))  # type: ignore[arg-type]
+    result = run_events(TWO_NODES, workload, "gputopo", 1, preemption=ON)
+    assert result.preemption is not None
+    assert result.preemption.holds == 1  # the hold is there
+    assert result.preemption.wasted == 0
+    assert result.pods_placed == result.pods_arrived
+
+
 ONE_NODE = ClusterSpec(
     (NodeGroup(name="n", count=1, gpus=4, model="H100", cpu_milli=64_000, memory=512 * GIB),)
 )

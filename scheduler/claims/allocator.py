@@ -23,6 +23,8 @@ from operator import attrgetter, itemgetter
 from types import MappingProxyType
 
 from scheduler.placement import Assignment, PodRequest, Scoring
+from scheduler.placement.fragscores import FragmentationScore
+from scheduler.placement.scores import binpack_score
 
 from .candidates import Candidates, Miss, StaticMemo, candidates
 from .decision import (
@@ -101,6 +103,13 @@ class ClaimAllocator:
         misses and how many nodes miss (`_nearest`)."""
         self._miss_ranks: dict[object, dict[int, tuple[int, int] | None]] = {}
         """Per shape, each class's miss rank (None: it fits), for `_nearest`."""
+        self._binpack_weight = sum(
+            s.weight
+            for s in self.scoring.scores
+            if s.fn is binpack_score or isinstance(s.fn, FragmentationScore)
+        )
+        """What `_device_rank` weighs the devices in use by: the weights of the scores that
+        pack GPUs (binpack, and fragmentation, which packs them in the shipped scores)."""
         self._nowhere: set[tuple[object, ...]] = set()
         """Claim shapes that fit no node, per usage epoch and node list (by the number verdicts
         give it): whether claims fit reads nothing else."""
@@ -273,11 +282,30 @@ class ClaimAllocator:
         state = node.state
         if state is None:
             return Fit(tuple(found), (False, fullness(node, found, usage)))
+        if found and not gpus:  # devices that are no whole GPU of the node's topology
+            return Fit(tuple(found), self._device_rank(node, found, usage))
         request = requests.get(len(gpus))
         if request is None:
             request = requests[len(gpus)] = PodRequest(key=pod, gpus=len(gpus))
         score = self.scoring.total(request, state, Assignment(node=node.name, gpus=gpus))
         return Fit(tuple(found), (self.scoring.prefer_used_nodes and state.gpu_used(), score))
+
+    def _device_rank(
+        self, node: ClaimNode, found: Sequence[Pick], usage: Usage
+    ) -> tuple[bool, float]:
+        """How a node ranks for picks that hold no whole GPU of its topology (a foreign
+        driver's GPUs on a node without NodeResourceTopology, MIG devices, shares): by the share
+        of its devices in use once they are taken, weighted as the scores that pack GPUs weigh
+        them, used nodes first when the scores prefer them. Scored as a pod without GPUs, such a
+        pod spread (the shipped scores spread those)."""
+        full = fullness(node, found, usage)
+        used = False
+        if self.scoring.prefer_used_nodes:
+            state = node.state
+            used = (state is not None and state.gpu_used()) or any(
+                d.id in usage.exclusive or d.id in usage.consumed for d in node.devices.devices
+            )
+        return used, self._binpack_weight * full
 
     def _nearest(
         self,

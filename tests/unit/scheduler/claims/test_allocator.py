@@ -13,6 +13,7 @@ from scheduler.claims.slices import node_devices
 from scheduler.claims.status import allocation_status
 from scheduler.claims.usage import Usage
 from scheduler.placement import NodeState, Scoring
+from scheduler.placement.scores import default_scoring
 from tests.builders.claims import (
     DRIVER,
     GIB,
@@ -309,6 +310,23 @@ def test_placement_scoring_ranks_nodes_with_their_state() -> None:
         pod("ns/p", claim("c")), nodes, Usage()
     )
     assert decision.node == "b"
+
+
+def test_devices_no_topology_maps_pack_as_gpus_do_not_spread_as_cpu_pods() -> None:
+    """A foreign driver's GPUs on nodes without NodeResourceTopology (no GPU map): the claim
+    pod packs onto the node whose devices are in use, with the shipped scores and binpack alike
+    (scored as a pod without GPUs, the shipped scores spread it to the emptiest node)."""
+    states = {n: NodeState(name=n, allocatable={"cpu": 64_000, "memory": 256 << 30}) for n in "ab"}
+    nodes = [
+        ClaimNode(name=n, devices=claim_node(n, island_devices()).devices, state=states[n])
+        for n in "ab"
+    ]
+    usage = held("b", 0)
+    for scoring in (default_scoring(), Scoring.from_weights({"binpack": 1.0})):
+        decision = ClaimAllocator(classes(), scoring=scoring).place(
+            pod("ns/p", claim("c")), nodes, usage
+        )
+        assert decision.node == "b"
 
 
 def test_gang_is_all_or_none_and_a_shared_claim_is_allocated_once() -> None:

@@ -35,6 +35,7 @@ from typing import Any, TypeGuard
 from agent.docread import read_yaml
 from agent.errors import ConfigError
 from agent.shares import DEFAULT_SHARE_LOCK_SECONDS
+from scheduler.claims.status import DEFAULT_BINDING_TIMEOUT_SECONDS
 from scheduler.placement.load import DEFAULT_MAX_AGE_S, LoadAware
 from scheduler.placement.scores import DEFAULT_WEIGHTS, SCORE_FACTORIES, SCORE_FUNCTIONS, Scoring
 from scheduler.preemption import PreemptionSettings
@@ -59,6 +60,7 @@ _TOP_KEYS = {
     "gang",
     "preemption",
     "shareLockSeconds",
+    "bindingTimeoutSeconds",
     "loadAware",
     "leaderElect",
     "leaderElectNamespace",
@@ -108,6 +110,9 @@ class SchedulerConfig:
     gang_timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
+    binding_timeout_seconds: int = DEFAULT_BINDING_TIMEOUT_SECONDS
+    """How long a bind waits for its DRA devices' binding conditions (kube-scheduler's
+    DynamicResources `bindingTimeout`, 600 s by default)."""
     load_aware: LoadAware = field(default_factory=LoadAware)
     leader_elect: bool | None = None
     leader_elect_namespace: str | None = None
@@ -161,12 +166,13 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
         else:
             values["topology_levels"] = tuple(levels)
     values.update(_parse_gang(data.get("gang"), errors))
-    if "shareLockSeconds" in data:
-        seconds = data["shareLockSeconds"]
-        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
-            errors.append(f"shareLockSeconds: must be a whole number >= 1, got {seconds!r}")
-        else:
-            values["share_lock_seconds"] = seconds
+    for key, attr in (
+        ("shareLockSeconds", "share_lock_seconds"),
+        ("bindingTimeoutSeconds", "binding_timeout_seconds"),
+    ):
+        seconds = _whole_seconds(data, key, errors)
+        if seconds is not None:
+            values[attr] = seconds
     if "loadAware" in data:
         values["load_aware"] = _parse_load_aware(data["loadAware"], errors)
     preemption = _parse_preemption(data.get("preemption"), errors)
@@ -175,6 +181,17 @@ def parse_config(data: object, *, source: str = "<config>") -> SchedulerConfig:
     if errors:
         raise ConfigError(f"{source}: invalid scheduler config: " + "; ".join(errors))
     return SchedulerConfig(**values)
+
+
+def _whole_seconds(data: Mapping[str, Any], key: str, errors: list[str]) -> int | None:
+    """`key`'s whole number of seconds (>= 1), None when absent or refused (said in `errors`)."""
+    if key not in data:
+        return None
+    seconds = data[key]
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+        errors.append(f"{key}: must be a whole number >= 1, got {seconds!r}")
+        return None
+    return seconds
 
 
 def _parse_load_aware(raw: object, errors: list[str]) -> LoadAware:

@@ -18,7 +18,11 @@ from scheduler.placement.nodeselector import selector_wire
 
 from .model import AllocatedDevice, Allocation
 
-__all__ = ["allocation_status", "quantity_text"]
+__all__ = ["DEFAULT_BINDING_TIMEOUT_SECONDS", "allocation_status", "quantity_text"]
+
+DEFAULT_BINDING_TIMEOUT_SECONDS = 600
+"""How long a bind waits for its devices' binding conditions unless configured: kube-scheduler's
+default (its DynamicResources `bindingTimeout`)."""
 
 
 def allocation_status(allocation: Allocation, now: str | None = None) -> dict[str, object]:

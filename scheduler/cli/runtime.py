@@ -71,11 +71,13 @@ class LeaseTiming:
 
 
 def _loop_settings(loop: LoopSettings | None, settings: RunSettings) -> LoopSettings:
-    """The loop's settings with the share locks in the scheduler's namespace (DESIGN §12)."""
+    """The loop's settings with the share locks in the scheduler's namespace (DESIGN §12) and
+    the config's share-lock and binding-condition timeouts."""
     return dataclasses.replace(
         loop or LoopSettings(),
         share_lock_namespace=settings.leader_elect_namespace,
         share_lock_seconds=settings.config.share_lock_seconds,
+        binding_timeout=float(settings.config.binding_timeout_seconds),
     )
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from agent.objkey import ObjectKey
 from agent.shares import DEFAULT_SHARE_LOCK_NAMESPACE, DEFAULT_SHARE_LOCK_SECONDS
 from scheduler.claims.model import ClaimKey
+from scheduler.claims.status import DEFAULT_BINDING_TIMEOUT_SECONDS
 from scheduler.errors import ApiError, ConflictError
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.decode import Listed
@@ -77,7 +78,7 @@ class LoopSettings:
     queue_status_period: float = 2.0  # Queue status written at most this often (on change)
     share_lock_namespace: str = DEFAULT_SHARE_LOCK_NAMESPACE  # where share Leases live
     share_lock_seconds: int = DEFAULT_SHARE_LOCK_SECONDS
-    binding_timeout: float = 600.0  # how long a bind waits for its devices' binding conditions
+    binding_timeout: float = DEFAULT_BINDING_TIMEOUT_SECONDS  # a bind's wait for binding conditions
     binding_poll: float = 1.0
     condition_waits: int = 64  # binds waiting for binding conditions at once (threads of their own)
 

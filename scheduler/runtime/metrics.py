@@ -111,7 +111,15 @@ class _GpuCollector(Collector):
 
 _KNOWN_RESULTS = {
     "attempts": ("scheduled", "unschedulable", "error"),
-    "binds": ("bound", "conflict", "fenced", "error"),
+    "binds": (
+        "bound",
+        "conflict",
+        "fenced",
+        "error",
+        "binding-failed",  # a DRA device's binding failure condition
+        "binding-timeout",  # its binding conditions not met in time
+        "stopped",  # the scheduler stopped while a bind waited for them
+    ),
     "preemption_victims": tuple(VictimReason),
     "preemption_attempts": ("evicted", "none"),
 }

@@ -6,6 +6,7 @@ undoes the claim's writes instead of binding."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -16,6 +17,7 @@ from kubernetes import client
 from scheduler.claims.decision import ClaimAllocation
 from scheduler.claims.model import AllocatedDevice, Allocation, DeviceId
 from scheduler.claims.parse import parse_claim
+from scheduler.config import load_config
 from scheduler.kubeapi.client import KubeClient
 from scheduler.kubeapi.resourceclaims import ClaimApi
 from scheduler.runtime.binding.claimbind import ConditionWait, PodRef, bind_with_claims
@@ -131,9 +133,8 @@ def test_the_timeout_undoes_the_claim(fake_api, claims_api):
     assert not (claim_of(fake_api, "c").get("status") or {}).get("allocation")
 
 
-def test_the_scheduler_binds_a_pod_once_its_fabric_device_is_attached(fake_api, core_v1):
-    """End to end: the only device with room waits for `Attached`; the pod stays unbound while
-    the claim is allocated and reserved, and is bound once the condition is True."""
+def _fabric_cluster(fake_api: Any) -> None:
+    """n1, and one fabric device (gpu-7, of no node) that must be `Attached` before use."""
     gpu_node(fake_api, "n1", gpus=0)
     fake_api.put_object(
         "deviceclasses", class_obj("gpu.gputopo.io", f'device.driver == "{FABRIC}"')
@@ -148,6 +149,33 @@ def test_the_scheduler_binds_a_pod_once_its_fabric_device_is_attached(fake_api, 
         )
     finally:
         api.close()
+
+
+def test_the_configured_binding_timeout_undoes_the_claim_end_to_end(fake_api, core_v1):
+    """`bindingTimeoutSeconds: 1`: the device is never attached; the bind gives up after a
+    second, the claim is deallocated, and the pod stays unbound (tried again)."""
+    _fabric_cluster(fake_api)
+    fake_api.put_object("resourceclaims", gpu_claim("c", 1))
+    config = dataclasses.replace(load_config(None), binding_timeout_seconds=1)
+    with running(fake_api, config=config) as rt:
+        create_pod(core_v1, claim_pod("p1", "c"))
+        wait_for(
+            lambda: rt.metrics.registry.get_sample_value(
+                "gputopo_scheduler_binds_total", {"result": "binding-timeout"}
+            ),
+            10,
+            "a bind that timed out",
+        )
+    assert node_of(fake_api, "p1") is None
+    writes = fake_api.requests_matching("PUT", r"/resourceclaims/c/status$")
+    allocated = [bool((w.body.get("status") or {}).get("allocation")) for w in writes]
+    assert allocated[:2] == [True, False]  # allocated, then undone at the timeout
+
+
+def test_the_scheduler_binds_a_pod_once_its_fabric_device_is_attached(fake_api, core_v1):
+    """End to end: the only device with room waits for `Attached`; the pod stays unbound while
+    the claim is allocated and reserved, and is bound once the condition is True."""
+    _fabric_cluster(fake_api)
     fake_api.put_object("resourceclaims", gpu_claim("c", 1))
     with running(fake_api):
         create_pod(core_v1, claim_pod("p1", "c"))

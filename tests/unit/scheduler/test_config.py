@@ -194,6 +194,15 @@ def test_a_binary_file_is_refused_in_one_line_naming_it(tmp_path):
     )
 
 
+def test_the_binding_timeout_is_read_and_a_bad_one_named():
+    read = parse_config({"version": "v1", "bindingTimeoutSeconds": 30})
+    assert read.binding_timeout_seconds == 30
+    assert load_config().binding_timeout_seconds == 600  # kube-scheduler's default
+    for bad in (0, 1.5, True, "600"):
+        with pytest.raises(ConfigError, match="bindingTimeoutSeconds: must be a whole number >= 1"):
+            parse_config({"version": "v1", "bindingTimeoutSeconds": bad})
+
+
 def test_missing_file():
     with pytest.raises(ConfigError, match="cannot read the scheduler config"):
         load_config("/nonexistent/gputopo.yaml")

@@ -19,7 +19,7 @@ from agent.model import LinkMatrix, NodeInventory
 from scheduler.claims.decision import ClaimNode, PodClaims
 from scheduler.claims.model import AllocatedDevice, Allocation, Device, DeviceId, ResourceClaim
 from scheduler.claims.parse import parse_slice
-from scheduler.claims.slices import node_devices
+from scheduler.claims.slices import counters_left, node_devices
 from scheduler.claims.usage import Usage
 from tests.builders.claims import (
     DRIVER,
@@ -318,3 +318,38 @@ def test_the_answer_is_first_fits_and_stays_within_the_counters(case: Case) -> N
     by_id = {d.id: d for d in case.node.devices.devices}
     left = _left(case, [by_id[i] for i in got])
     assert all(v >= 0 for counters in left.values() for v in counters.values())
+
+
+def _three_nodes() -> list[ClaimNode]:
+    """n1 and n2 alike (one GPU: whole, two halves, four quarters); n3 the same devices with
+    half the counters (4 slices): a class of its own."""
+    devices = [partition(0, 8, 0), *(partition(0, 4, i) for i in range(2))]
+    devices += [partition(0, 2, i) for i in range(4)]
+    nodes = [partitioned_node(n, devices) for n in ("n1", "n2")]
+    published = [
+        slice_obj("n3", devices, count=2),
+        counter_slice_obj("n3", {"gpu-0": {"slices": "4", "memory": "40Gi"}}),
+    ]
+    found = node_devices([parse_slice(s) for s in published], "n3", {})
+    return [*nodes, ClaimNode(name="n3", devices=found)]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.integers(1, 2)), min_size=1, max_size=8))
+def test_kept_verdicts_decide_as_a_fresh_allocator_does_with_counters(
+    pods: list[tuple[int, int]],
+) -> None:
+    """Pods placed in turn on one usage: the allocator that keeps verdicts (like nodes decided
+    once, their picks moved) decides each as a fresh one does, and no node's counters go
+    below 0."""
+    nodes, usage = _three_nodes(), Usage()
+    kept = allocator(PARTS_CLASS)
+    for i, (size, count) in enumerate(pods):
+        want = pod(f"ns/p{i}", claim(f"c{i}", sized("part", size, count)))
+        got = kept.place(want, nodes, usage, explain=False)
+        assert got == allocator(PARTS_CLASS).place(want, nodes, usage, explain=False)
+        for made in got.claims:
+            usage.add(made.allocation.devices)
+    for node in nodes:
+        left = counters_left(node.devices, lambda d: d in usage.exclusive)
+        assert all(v >= 0 for sets in left.values() for c in sets.values() for v in c.values())

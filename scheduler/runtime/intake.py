@@ -413,8 +413,8 @@ class Intake:
                 continue  # asks nothing a class maps (most pods: not read again)
             raw = info.obj if made is None else made.pod
             again = with_extended_claim(self.cache.read_pod(raw), self._claims, self.cache)
-            if again.obj is not info.obj:
-                self._on_pod("MODIFIED", again.obj, again)
+            if again.obj is not info.obj or again.dra_form or info.dra_form or info.plugin_form:
+                self._on_pod("MODIFIED", again.obj, again)  # a form may have changed
 
     def _requeue_all(self) -> None:
         """The queue tree changed: every waiting unit goes to its (maybe new) leaf and is tried,

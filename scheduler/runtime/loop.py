@@ -50,7 +50,7 @@ from scheduler.runtime.binding.claimbind import (
 from scheduler.runtime.binding.sharebind import ShareBinding
 from scheduler.runtime.claims.book import ClaimBook
 from scheduler.runtime.claims.extended import made_key
-from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
+from scheduler.runtime.claims.placing import ClaimCharges, ClaimPlacement, ClaimRefusal
 from scheduler.runtime.claims.podrefs import has_claims
 from scheduler.runtime.cluster.cache import ClusterCache
 from scheduler.runtime.cluster.podinfo import (
@@ -243,6 +243,7 @@ class Scheduler:
             if info is None or not info.pending or info.gated:
                 self.queue.done(unit)
                 return ""
+            info = self.charges.first_form(info)  # one asking a resource a class maps
             problem = self.precheck(info) or volumes
             if problem:
                 return self._refuse(unit, info, *problem)
@@ -270,6 +271,11 @@ class Scheduler:
             if decision.assignment is None:
                 category = QUEUE_CATEGORY if models.nodes else "unschedulable"
                 message = models.message(decision, held)
+                claimed = self.charges.place_dra_form(placer, info, excluded)
+                if isinstance(claimed, tuple):  # the nodes DRA serves the resource on
+                    return self._scheduled(unit, *claimed)
+                if claimed is not None:
+                    message = f"{message}; {claimed.message}"
                 return self._refuse(unit, info, category, message, admitted=not models.nodes)
             self.cache.assume(key, decision.assignment)
             self.preemption.placed(unit)
@@ -298,6 +304,10 @@ class Scheduler:
                 devices=room,
                 claimed=claimed,
             )
+        return self._scheduled(unit, info, placed)
+
+    def _scheduled(self, unit: UnitKey, info: PodInfo, placed: ClaimPlacement) -> str:
+        """A pod with claims placed (called with `cache.lock` held; it binds after)."""
         self.preemption.placed(unit)
         self.queue.done(unit)
         self._bind(unit, [(info, placed.assignment)])

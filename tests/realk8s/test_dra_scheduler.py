@@ -217,6 +217,71 @@ def test_a_pod_asking_a_class_extended_resource_gets_a_claim_made_on_one_nvlink_
         cluster.kubectl("delete", "deviceclass", EXPLICIT_CLASS["metadata"]["name"])
 
 
+PLUGIN_NODE = "test-plugin-node"  # an API object alone: no kubelet
+
+
+def _plugin_node(cluster: Cluster, offered: str) -> None:
+    """A node whose allocatable offers `offered: 1` (as a device plugin's resource shows)."""
+    _apply(cluster, {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": PLUGIN_NODE},
+        "spec": {"taints": [{"key": "gputopo.test/no-kubelet", "effect": "NoSchedule"}]},
+    })  # fmt: skip
+    amounts = {"cpu": "4", "memory": "8Gi", "pods": "10", offered: "1"}
+    status = {"status": {"capacity": amounts, "allocatable": amounts}}
+    cluster.kubectl(
+        "patch", "node", PLUGIN_NODE, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+
+
+def _made_claim(cluster: Cluster, pod: str) -> list[str]:
+    """The devices of the claim the pod's status names for its extended resources ([]: none)."""
+    named = (cluster.pod(pod).get("status") or {}).get("extendedResourceClaimStatus") or {}
+    name = named.get("resourceClaimName")
+    return next((_devices_of(c) for c in _claims(cluster) if c["metadata"]["name"] == name), [])
+
+
+def test_a_resource_a_device_plugin_serves_on_one_node_and_dra_on_another_is_taken_on_both(
+    cluster: Cluster, pairs_agent, scheduler
+) -> None:
+    """A cluster half moved to DRA (kube-scheduler 1.37 decides node by node): a node whose
+    allocatable offers 1 of `gpu.gputopo.io/dra-gpu` (its device plugin's, as the node says)
+    and the kubelet's node, which does not and has four DRA GPUs the test class maps to it.
+    Two pods of each scheduler ask 1: kube-scheduler's each take the resource as the node it
+    chose serves it (no claim on the device plugin's node, a made claim on the other);
+    gputopo-scheduler puts the first on the device plugin's node and, that one full, gives the
+    second a made claim on the DRA node, where it runs."""
+    _apply(cluster, EXPLICIT_CLASS)
+    _plugin_node(cluster, EXPLICIT_GPU)
+    theirs, ours = ["k1", "k2"], ["o1", "o2"]
+    try:
+        for pod in theirs:
+            _apply(cluster, busybox_pod(pod, limits={EXPLICIT_GPU: "1"}))
+        placed = {p: wait_until(lambda p=p: cluster.pod(p)["spec"].get("nodeName"), 90, p)
+                  for p in theirs}  # fmt: skip
+        kube = {p: (placed[p], _made_claim(cluster, p)) for p in theirs}
+        cluster.kubectl("delete", "pod", *theirs, "--force", "--grace-period=0")
+        wait_until(lambda: not _allocated_devices(cluster), 90, "kube-scheduler's claims gone")
+        _apply(cluster, busybox_pod("o1", scheduler=SCHEDULER, limits={EXPLICIT_GPU: "1"}))
+        wait_until(lambda: cluster.pod("o1")["spec"].get("nodeName"), 90, "o1 bound")
+        _apply(cluster, busybox_pod("o2", scheduler=SCHEDULER, limits={EXPLICIT_GPU: "1"}))
+        cluster.wait_running("o2", timeout_s=120)
+        mine = {p: (cluster.pod(p)["spec"]["nodeName"], _made_claim(cluster, p)) for p in ours}
+        print(f"kube-scheduler: {kube}; gputopo-scheduler: {mine}")
+        for node, devices in kube.values():
+            assert (node == PLUGIN_NODE) == (devices == [])  # the way the node serves it
+            assert node in (PLUGIN_NODE, cluster.node)
+        assert mine["o1"] == (PLUGIN_NODE, [])
+        assert mine["o2"][0] == cluster.node
+        assert len(mine["o2"][1]) == 1
+    finally:
+        cluster.kubectl("delete", "pod", *theirs, *ours, "--force", "--grace-period=0",
+                        "--ignore-not-found")  # fmt: skip
+        cluster.kubectl("delete", "node", PLUGIN_NODE, "--ignore-not-found")
+        cluster.kubectl("delete", "deviceclass", EXPLICIT_CLASS["metadata"]["name"])
+        wait_until(lambda: not _allocated_devices(cluster), 90, "every claim deallocated")
+
+
 def test_a_gang_of_two_gpu_claims_binds_all_or_none(
     cluster: Cluster, pairs_agent, scheduler
 ) -> None:

@@ -6,17 +6,21 @@ its claim in `spec.resourceClaims`.
   containers' resources its request mappings name. A waiting pod's is not read: a bind that
   failed after writing it deleted the claim, and the next bind makes another (as kube-scheduler
   does).
-- A waiting pod of this scheduler that asks a resource a DeviceClass maps, while no node's
-  allocatable offers it: the claim it needs, made in the book (`ClaimBook.make`) and created by
-  its bind. Where some node offers the resource (a device plugin serves it) the pod is left as
-  it is and placed on the device plugin's nodes: kube-scheduler decides it node by node, using
-  either; this scheduler does not mix the two for one resource (README, DRA).
+- A waiting pod of this scheduler that asks a resource a DeviceClass maps: the claim it needs,
+  made in the book (`ClaimBook.make`) and created by its bind, and the pod read two ways (as
+  kube-scheduler 1.37 decides it node by node): as it is, for the nodes whose allocatable
+  offers the resource (a device plugin serves it there), and with the made claim in place of the
+  resource (`dra_form`), for the others. The one returned, for the cache's entry, is the one the
+  cache holds now, else the device plugin's where some node offers the resource; the cycle
+  tries them in turn (`ClaimCharges.first_form`).
+- A pod bound without a claim in its status (the device plugin's): no made claim is kept.
 Called with `cache.lock` held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from scheduler.claims.extended import claim_body, extended_ask, pod_with_claim
@@ -38,6 +42,8 @@ def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> 
     if info.node is not None:  # read with its claim whatever the classes (listed or not yet)
         named = (obj.get("status") or {}).get("extendedResourceClaimStatus") or {}
         if not named.get("resourceClaimName"):
+            if book.has_made:
+                book.unmake(made_key(info.namespace, info.name))
             return info
         claim = ClaimKey(info.namespace, str(named["resourceClaimName"]))
         book.created(made_key(info.namespace, info.name), claim)
@@ -50,14 +56,20 @@ def with_extended_claim(info: PodInfo, book: ClaimBook, cache: ClusterCache) -> 
     if not info.ours or not book.extended:
         return info
     ask = extended_ask(obj, book.extended)
-    if ask is None or any(cache.offered[name] for name in ask.resources):
+    if ask is None:
         if book.has_made:
             book.unmake(made_key(info.namespace, info.name))
         return info
     key = made_key(info.namespace, info.name)
     book.make(key, claim_body(obj, ask, key.name), ask, obj)
     pairs = [(m.container, m.resource) for m in ask.mappings]
-    return _read(pod_with_claim(obj, key.name, pairs), cache)
+    dra = _read(pod_with_claim(obj, key.name, pairs), cache)
+    plugin = replace(info, dra_form=dra, plugin_form=None)
+    dra.plugin_form = plugin
+    held = cache.pods.get(info.key)
+    if held is not None and (held.dra_form is not None or held.plugin_form is not None):
+        return dra if held.plugin_form is not None else plugin
+    return plugin if cache.offering_any(ask.resources) else dra
 
 
 def _read(obj: dict[str, Any], cache: ClusterCache) -> PodInfo:

@@ -31,7 +31,7 @@ from scheduler.placement import Assignment, Placer, PodRequest, Snapshot, Topolo
 from scheduler.preemption import Claimed
 from scheduler.quota import request_amounts
 from scheduler.runtime.binding.claimbind import GroupRef
-from scheduler.runtime.claims.book import ClaimBook
+from scheduler.runtime.claims.book import ClaimBook, made_key
 from scheduler.runtime.claims.podrefs import claim_refs
 from scheduler.runtime.claims.room import ClaimRoom, GangClaimRoom, Leaving, Pods, TreeClaimRoom
 from scheduler.runtime.cluster.cache import ClusterCache
@@ -120,6 +120,74 @@ class ClaimCharges:
             return ClaimRefusal(message=why, quota=True)
         self._hold(info, placed)
         return placed
+
+    # -- a pod read two ways: as the device plugin's nodes read it, and with a made claim ----
+    def first_form(self, info: PodInfo) -> PodInfo:
+        """The form of a waiting pod that asks a resource a DeviceClass maps to try first,
+        made the cache's entry: as it is where some node offers a resource its made claim asks
+        (the device plugin's nodes), else with its made claim (`PodInfo.dra_form`); `info`
+        itself for any other pod, and for one assumed or bound."""
+        if info.node is not None or (info.dra_form is None and info.plugin_form is None):
+            return info
+        plugin = info.plugin_form or info
+        dra = plugin.dra_form
+        if dra is None:
+            return info
+        return self._use(plugin if self._offering(dra) else dra)
+
+    def place_dra_form(
+        self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
+    ) -> tuple[PodInfo, ClaimPlacement] | ClaimRefusal | None:
+        """`info`, which found no node as the device plugin's nodes read it, placed with its
+        made claim on the nodes that do not offer the resources it asks (the form placed, and
+        where); None: it has no such form. Refused, the cache's entry is `info` again."""
+        dra = info.dra_form
+        if dra is None or info.node is not None:
+            return None
+        off = _joined(excluded, self._offering(dra))
+        placed = self.place(placer, self._use(dra), off)
+        if isinstance(placed, ClaimRefusal):
+            self._use(info)
+            return replace(placed, message=self._by_claims(dra, placed.message))
+        return dra, placed
+
+    def place_gang_dra_forms(
+        self,
+        placer: Placer,
+        infos: Sequence[PodInfo],
+        excluded: AbstractSet[str] | None,
+        topology: TopologyConstraint | None,
+    ) -> list[tuple[PodInfo, ClaimPlacement]] | ClaimRefusal | None:
+        """`place_dra_form` for a gang's pods, together; None: some has no such form."""
+        forms = [i.dra_form for i in infos if i.node is None]
+        dras = [f for f in forms if f is not None]
+        if not infos or len(dras) != len(infos):
+            return None
+        off = frozenset(excluded or ())
+        for dra in dras:
+            off |= self._offering(dra)
+        placed = self.place_gang(placer, [self._use(d) for d in dras], off or None, topology)
+        if isinstance(placed, ClaimRefusal):
+            for info in infos:
+                self._use(info)
+            return replace(placed, message=self._by_claims(dras[0], placed.message))
+        return list(zip(dras, placed, strict=True))
+
+    def _offering(self, dra: PodInfo) -> frozenset[str]:
+        """The nodes that offer a resource the made claim of `dra` asks (none: no made claim)."""
+        made = self._book.made(made_key(dra.namespace, dra.name))
+        return frozenset() if made is None else self._cache.offering_any(made.ask.resources)
+
+    def _by_claims(self, dra: PodInfo, message: str) -> str:
+        made = self._book.made(made_key(dra.namespace, dra.name))
+        names = ", ".join(sorted(made.ask.resources)) if made is not None else "its resources"
+        return f"with a claim for {names}, on the nodes that do not offer it: {message}"
+
+    def _use(self, form: PodInfo) -> PodInfo:
+        """`form` made the cache's entry for its pod (one waiting pod's other form)."""
+        if self._cache.pods.get(form.key) is not form:
+            self._cache.upsert_pod(form.obj, form)
+        return form
 
     def room(self, info: PodInfo) -> ClaimRoom | None:
         """`info`'s claims as a victim search judges them (None: it waits for its claims)."""
@@ -382,6 +450,12 @@ class ClaimCharges:
             None if nrt is None else nrt.inventory,
             cache.snapshot.node(name) if name in cache.snapshot else None,
         )
+
+
+def _joined(excluded: AbstractSet[str] | None, more: frozenset[str]) -> AbstractSet[str] | None:
+    if not more:
+        return excluded
+    return more if not excluded else frozenset(excluded) | more
 
 
 def _refused(placed: Sequence[tuple[PodInfo, ClaimPlacement]], admit: Admit | None) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -107,7 +106,7 @@ class ClusterCache:
         self.running = RunningUnits(self.snapshot)
         self.budgets = BudgetBook()
         self.requests = RequestMemo()  # pods of one template share a read request
-        self.offered: Counter[str] = Counter()  # resource name -> nodes whose allocatable has it
+        self.offering: dict[str, set[str]] = {}  # resource -> nodes whose allocatable has it
 
     # -- namespaces ------------------------------------------------------------------------
     def replace_namespaces(self, items: Iterable[Obj]) -> bool:
@@ -251,13 +250,26 @@ class ClusterCache:
         self._rebuild(name)
 
     def _offer(self, old: NodeInfo | None, new: NodeInfo | None) -> None:
-        """`offered` with node `old` replaced by `new` (extended resources backed by DRA are
-        asked of DRA only where no node offers them: `scheduler.runtime.claims.extended`)."""
+        """`offering` with node `old` replaced by `new` (an extended resource backed by DRA is
+        asked of DRA on the nodes that do not offer it: `scheduler.runtime.claims`)."""
         if old is not None and old.allocatable is not (None if new is None else new.allocatable):
-            self.offered.subtract(n for n, v in old.allocatable.items() if v > 0)
-            self.offered += Counter()  # drops the names no node offers now
+            for name, amount in old.allocatable.items():
+                held = self.offering.get(name)
+                if amount > 0 and held is not None:
+                    held.discard(old.name)
+                    if not held:
+                        del self.offering[name]
         if new is not None and (old is None or old.allocatable is not new.allocatable):
-            self.offered.update(n for n, v in new.allocatable.items() if v > 0)
+            for name, amount in new.allocatable.items():
+                if amount > 0:
+                    self.offering.setdefault(name, set()).add(new.name)
+
+    def offering_any(self, names: Iterable[str]) -> frozenset[str]:
+        """The nodes whose allocatable offers any of `names`."""
+        found: set[str] = set()
+        for name in names:
+            found |= self.offering.get(name, set())
+        return frozenset(found)
 
     def upsert_nrt(self, obj: Obj) -> str | None:
         """Record a NodeResourceTopology; returns the problem when it cannot be decoded."""

@@ -45,7 +45,11 @@ class PodInfo:
     """One pod. `node` is the bound node, or the one this scheduler assumed it on (`assumed`);
     `assignment` the devices this scheduler chose there. `group_key`: the PodGroup it joins.
     `terminating`: deleted with a grace period (it keeps its room until it is gone).
-    `share_gpus`: its `gputopo.io/gpus` annotation (share container -> GPU UUID; DESIGN §12)."""
+    `share_gpus`: its `gputopo.io/gpus` annotation (share container -> GPU UUID; DESIGN §12).
+    A waiting pod asking an extended resource a DeviceClass maps (KEP-5004) is read two ways,
+    one of them the cache's entry: `dra_form`, set on the pod as the device plugin's nodes read
+    it, is the pod with the claim made for it; `plugin_form`, set on that one, leads back
+    (`scheduler.runtime.claims.placing.ClaimCharges.first_form`)."""
 
     key: ObjectKey
     uid: str
@@ -66,6 +70,8 @@ class PodInfo:
     created: float
     share_gpus: Mapping[str, str] = field(default_factory=dict)
     claim_shares: tuple[ClaimShare, ...] = ()
+    dra_form: PodInfo | None = field(default=None, compare=False, repr=False)
+    plugin_form: PodInfo | None = field(default=None, compare=False, repr=False)
 
     @property
     def pending(self) -> bool:

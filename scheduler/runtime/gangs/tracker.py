@@ -256,6 +256,10 @@ class GangTracker:
                 self._activate(gkey)
                 return ""
             members = self._cache.members(gkey)
+            if any(m.dra_form or m.plugin_form for m in members if m.pending):
+                for m in members:
+                    self._charges.first_form(m)
+                members = self._cache.members(gkey)
             pending = [m for m in members if m.pending and not m.gated]
             group = self._cache.gang(gkey)
             if not pending or (group is None and gkey.endswith(COMPOSITE_MARK)):
@@ -585,8 +589,8 @@ class GangTracker:
             refusal = ""
             for allowed in confined:
                 assignment, refusal = self._place_alone(placer, info, excluded, allowed)
-                if assignment is not None:
-                    placed.append((info, assignment))
+                if assignment is not None:  # the form placed (`_place_alone`)
+                    placed.append((self._cache.pods.get(info.key) or info, assignment))
                     break
             else:
                 why = why or refusal
@@ -618,6 +622,11 @@ class GangTracker:
             prefer_clique=self._cache.prefers_cliques,
         )
         if not result.ok:
+            by_claims = self._charges.place_gang_dra_forms(placer, pending, off, group.topology)
+            if isinstance(by_claims, list):  # with claims, on the nodes DRA serves them on
+                return [(info, c.assignment) for info, c in by_claims], ""
+            if by_claims is not None:  # it preempts as the device plugin's nodes read it
+                return [], f"{result.reason}; {by_claims.message}"
             return [], result.reason
         placed: Binds = []
         for info in pending:
@@ -648,7 +657,7 @@ class GangTracker:
             first, why = self._place_alone(placer, pending[0], excluded, labelled)
             if first is None:
                 return [], why
-            placed: Binds = [(pending[0], first)]
+            placed: Binds = [(self._cache.pods.get(pending[0].key) or pending[0], first)]
             rest = pending[1:]
             value = placer.snapshot.node(first.node).labels.get(topology.label)
         else:
@@ -683,7 +692,8 @@ class GangTracker:
         allowed: frozenset[str] | None = None,
     ) -> tuple[Assignment | None, str]:
         """One member placed and assumed on its own (its claims too), within `allowed` (None:
-        anywhere): where, or why not."""
+        anywhere): where, or why not. Placed with its made claim (`PodInfo.dra_form`), that
+        form is the cache's entry."""
         if has_claims(info.obj):
             claimed = self._charges.place(
                 placer, info, excluding_outside(placer.snapshot, excluded, allowed)
@@ -693,6 +703,12 @@ class GangTracker:
             return claimed.assignment, ""
         decision = placer.decide(info.request, allowed=allowed, excluded=excluded)
         if decision.assignment is None:
+            off = excluding_outside(placer.snapshot, excluded, allowed)
+            by_claim = self._charges.place_dra_form(placer, info, off)
+            if isinstance(by_claim, tuple):  # with its claim, on a node DRA serves it on
+                return by_claim[1].assignment, ""
+            if by_claim is not None:
+                return None, f"{decision.message()}; {by_claim.message}"
             return None, decision.message()
         self._cache.assume(info.key, decision.assignment)
         return decision.assignment, ""

@@ -1,7 +1,8 @@
 """gputopo-scheduler placing pods that ask `nvidia.com/gpu` where a DeviceClass maps it to DRA
 GPUs (KEP-5004, GA in 1.37), against the fake API server: the claim it creates, allocates and
-names in the pod's status; the device plugin's nodes where they offer the resource; a class that
-comes later; and a failed bind that deletes the claim it created."""
+names in the pod's status; the device plugin's nodes where they offer the resource, and a claim
+on the others once those are full (a pod, a gang); a class that comes later; and a failed bind
+that deletes the claim it created."""
 
 from __future__ import annotations
 
@@ -147,6 +148,86 @@ def test_where_a_device_plugin_offers_the_resource_the_pod_uses_it_and_no_claim(
     assert node_of(fake_api, "p1") == "plugin"
     assert _claims_of(fake_api, "p1") == []
     assert "extendedResourceClaimStatus" not in fake_api.get_object("pods", "p1", NS)["status"]
+
+
+def test_a_pod_the_device_plugins_nodes_cannot_fit_gets_a_claim_on_a_dra_node(fake_api, core_v1):
+    """A cluster half moved to DRA (kube-scheduler 1.37 decides node by node): the device
+    plugin's node first, then a claim on the node whose allocatable does not offer the
+    resource; a pod neither fits waits, saying why on both."""
+    _mapped_dra_node(fake_api)
+    gpu_node(fake_api, "plugin", gpus=2)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        create_pod(core_v1, pod_body("p2", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p2"), 5, "p2 bound")
+        create_pod(core_v1, pod_body("p3", gpus=8))
+        wait_for(lambda: scheduled_condition(fake_api, "p3"), 5, "p3 refused")
+    assert (node_of(fake_api, "p1"), node_of(fake_api, "p2")) == ("plugin", "n1")
+    assert _claims_of(fake_api, "p1") == []
+    [claim] = _claims_of(fake_api, "p2")
+    assert len(devices_of(fake_api, claim["metadata"]["name"])) == 2
+    status = fake_api.get_object("pods", "p2", NS)["status"]
+    assert status["extendedResourceClaimStatus"]["resourceClaimName"] == claim["metadata"]["name"]
+    assert node_of(fake_api, "p3") is None
+    assert _claims_of(fake_api, "p3") == []
+    said = scheduled_condition(fake_api, "p3")["message"]
+    assert "Insufficient nvidia.com/gpu" in said
+    assert "with a claim for nvidia.com/gpu, on the nodes that do not offer it" in said
+
+
+def test_a_node_offering_the_resource_is_never_given_a_claim_for_it(fake_api, core_v1):
+    """A node whose device plugin offers `nvidia.com/gpu` and which publishes DRA GPUs too:
+    its device plugin serves the resource there (as kube-scheduler decides), so once its
+    plugin GPUs are taken a pod waits, though its DRA GPUs are free."""
+    fake_api.put_object("deviceclasses", _mapping_class())
+    _dra_node(fake_api, "both")
+    node = fake_api.get_object("nodes", "both")
+    for part in ("capacity", "allocatable"):
+        node["status"][part][GPU] = "2"
+    fake_api.put_object("nodes", node)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=2))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        create_pod(core_v1, pod_body("p2", gpus=2))
+        wait_for(lambda: scheduled_condition(fake_api, "p2"), 5, "p2 refused")
+    assert node_of(fake_api, "p1") == "both"
+    assert _claims_of(fake_api, "p1") == []
+    assert node_of(fake_api, "p2") is None
+    assert _claims_of(fake_api, "p2") == []
+
+
+def test_a_gang_the_device_plugins_nodes_cannot_fit_gets_claims_on_a_dra_node(
+    fake_api, core_v1, custom_objects
+):
+    """All or none, each way: a gang of two 2-GPU pods, one device plugin node of 2 GPUs; both
+    pods get claims on the DRA node, none is left on the device plugin's node."""
+    _mapped_dra_node(fake_api)
+    gpu_node(fake_api, "plugin", gpus=2)
+    with running(fake_api):
+        create_podgroup(custom_objects, podgroup("g", 2))
+        for name in ("g-0", "g-1"):
+            create_pod(core_v1, pod_body(name, gpus=2, labels={GANG_LABEL: "g"}))
+        wait_for(lambda: node_of(fake_api, "g-0") and node_of(fake_api, "g-1"), 5, "g bound")
+    assert (node_of(fake_api, "g-0"), node_of(fake_api, "g-1")) == ("n1", "n1")
+    held = [_made_devices(fake_api, p) for p in ("g-0", "g-1")]
+    assert [len(h) for h in held] == [2, 2]
+    assert not held[0] & held[1]
+
+
+def test_a_pod_waiting_on_full_dra_gpus_binds_on_a_device_plugin_node_that_comes(fake_api, core_v1):
+    """Read when no node offered the resource, tried again when one does: as it is, there."""
+    _mapped_dra_node(fake_api)
+    with running(fake_api):
+        create_pod(core_v1, pod_body("p1", gpus=8))
+        wait_for(lambda: node_of(fake_api, "p1"), 5, "p1 bound")
+        create_pod(core_v1, pod_body("p2", gpus=2))
+        wait_for(lambda: scheduled_condition(fake_api, "p2"), 5, "p2 refused")
+        gpu_node(fake_api, "plugin", gpus=2)
+        wait_for(lambda: node_of(fake_api, "p2"), 5, "p2 bound")
+    assert node_of(fake_api, "p2") == "plugin"
+    assert _claims_of(fake_api, "p2") == []
+    assert "extendedResourceClaimStatus" not in fake_api.get_object("pods", "p2", NS)["status"]
 
 
 def test_a_pod_waiting_for_gpus_binds_once_a_class_maps_them(fake_api, core_v1):

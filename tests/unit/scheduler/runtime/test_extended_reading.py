@@ -75,13 +75,40 @@ def test_a_waiting_pod_is_read_with_the_claim_made_for_it_and_without_the_resour
     assert _asks(made.pod) == {"cpu": "1", GPU: "2"}
 
 
-def test_a_waiting_pod_asks_the_device_plugin_where_a_node_offers_the_resource():
+def test_a_waiting_pod_asks_the_device_plugin_first_where_a_node_offers_the_resource():
+    """Read both ways: as it is (the cache's entry) and with its made claim (`dra_form`)."""
     book, cache = _book(), _cache(_node("dra", 0), _node("plugin", 8))
     read = cache.read_pod(_pod())
-    assert with_extended_claim(read, book, cache) is read
-    assert book.made(made_key("team", "p")) is None
+    info = with_extended_claim(read, book, cache)
+    assert info.obj is read.obj
+    assert info.request.gpus == 2
+    assert info.dra_form is not None
+    assert claim_refs(info.dra_form.obj).keys == (made_key("team", "p"),)
+    assert info.dra_form.plugin_form is info
+    assert book.made(made_key("team", "p")) is not None
     cache.delete_node("plugin")  # no node offers it now
-    assert claim_refs(with_extended_claim(read, book, cache).obj).keys == (made_key("team", "p"),)
+    fresh = with_extended_claim(read, book, cache)
+    assert claim_refs(fresh.obj).keys == (made_key("team", "p"),)
+    assert fresh.plugin_form is not None
+
+
+def test_a_waiting_pod_keeps_the_form_the_cache_holds():
+    """A status patch during a bind with its claim reads the pod again: the form assumed stays."""
+    book, cache = _book(), _cache(_node("dra", 0), _node("plugin", 8))
+    first = with_extended_claim(cache.read_pod(_pod()), book, cache)
+    assert first.dra_form is not None
+    cache.upsert_pod(first.dra_form.obj, first.dra_form)
+    again = with_extended_claim(cache.read_pod(_pod()), book, cache)
+    assert claim_refs(again.obj).keys == (made_key("team", "p"),)
+
+
+def test_a_pod_bound_by_the_device_plugin_keeps_no_made_claim():
+    book, cache = _book(), _cache(_node("dra", 0), _node("plugin", 8))
+    with_extended_claim(cache.read_pod(_pod()), book, cache)
+    assert book.made(made_key("team", "p")) is not None
+    bound = with_extended_claim(cache.read_pod(_pod("plugin")), book, cache)
+    assert bound.request.gpus == 2
+    assert book.made(made_key("team", "p")) is None
 
 
 def test_a_pod_no_class_maps_is_read_as_it_is():
@@ -125,14 +152,14 @@ def test_a_waiting_pod_whose_status_names_a_claim_gets_a_new_one():
     )
 )
 def test_the_nodes_offering_a_resource_are_counted_as_nodes_come_change_and_go(steps):
-    """`offered` after any nodes added, changed (GPUs 0-2) and deleted (None) is the count of
-    the nodes whose allocatable has the resource now."""
+    """`offering` after any nodes added, changed (GPUs 0-2) and deleted (None) holds the nodes
+    whose allocatable has the resource now, and no resource no node offers."""
     cache = ClusterCache(SCHEDULER)
     for name, gpus in steps:
         if gpus is None:
             cache.delete_node(name)
         else:
             cache.upsert_node(_node(name, gpus))
-    now = sum(1 for n in cache.nodes.values() if n.allocatable.get(GPU, 0) > 0)
-    assert cache.offered[GPU] == now
-    assert all(count > 0 for count in cache.offered.values())
+    now = {n.name for n in cache.nodes.values() if n.allocatable.get(GPU, 0) > 0}
+    assert cache.offering_any([GPU]) == now
+    assert all(cache.offering.values())

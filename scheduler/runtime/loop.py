@@ -61,7 +61,7 @@ from scheduler.runtime.gangs.tracker import GangTracker
 from scheduler.runtime.intake import SHARE_LOCK, Intake, Later
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.preempting.nominating import Preemption
+from scheduler.runtime.preempting.nominating import OtherForm, Preemption
 from scheduler.runtime.queues.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
@@ -274,9 +274,13 @@ class Scheduler:
                 claimed = self.charges.place_dra_form(placer, info, excluded)
                 if isinstance(claimed, tuple):  # the nodes DRA serves the resource on
                     return self._scheduled(unit, *claimed)
+                other = None
                 if claimed is not None:
                     message = f"{message}; {claimed.message}"
-                return self._refuse(unit, info, category, message, admitted=not models.nodes)
+                    other = self._other_form(info, claimed)
+                return self._refuse(
+                    unit, info, category, message, admitted=not models.nodes, other=other
+                )
             self.cache.assume(key, decision.assignment)
             self.preemption.placed(unit)
         self.queue.done(unit)
@@ -313,6 +317,20 @@ class Scheduler:
         self._bind(unit, [(info, placed.assignment)])
         return "scheduled"
 
+    def _other_form(self, info: PodInfo, refused: ClaimRefusal) -> OtherForm | None:
+        """`info` with its made claim, for a victim search on the nodes that do not offer the
+        resource, when more room or a lower queue there would let it start (None: not)."""
+        dra = info.dra_form
+        if dra is None or not (refused.room or refused.quota):
+            return None
+        room = self.charges.room(dra)
+        if room is None:
+            return None
+        claimed = self.charges.claimed([dra])
+        return OtherForm(
+            infos=[dra], devices=room, claimed=claimed, excluded=self.charges.offering(dra)
+        )
+
     def _queue_refusal(self, infos: Sequence[PodInfo]) -> str | None:
         """Why the queue of `infos` (one unit) holds it back as it asks now (None: admitted)."""
         problem = self.quota.problem(infos)
@@ -327,11 +345,13 @@ class Scheduler:
         admitted: bool | None = None,
         devices: DeviceFit | None = None,
         claimed: Claimed | None = None,
+        other: OtherForm | None = None,
     ) -> str:
         """The pod waits for `message`. `admitted`: None when nothing in the cluster could
         help it; False when a max on its path refused it, True when no node fits: then it may
         preempt (or get a starvation hold). `devices`: what it needs besides its request (its
-        claims), for the victim search; `claimed`: what they will be charged to its queue."""
+        claims), for the victim search; `claimed`: what they will be charged to its queue;
+        `other`: the pod with its made claim, searched when the pod as it is finds none."""
         if admitted is not None and self.unfit_may_preempt(info, category):
             live = self._live_placer()
             message = self.preemption.unfit(
@@ -343,6 +363,7 @@ class Scheduler:
                 live=live,
                 devices=devices,
                 claimed=claimed,
+                other=other,
             )
         self.unschedulable([info], message, category)
         self.queue.unschedulable(unit)

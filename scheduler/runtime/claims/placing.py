@@ -133,7 +133,7 @@ class ClaimCharges:
         dra = plugin.dra_form
         if dra is None:
             return info
-        return self._use(plugin if self._offering(dra) else dra)
+        return self._use(plugin if self.offering(dra) else dra)
 
     def place_dra_form(
         self, placer: Placer, info: PodInfo, excluded: AbstractSet[str] | None
@@ -144,7 +144,7 @@ class ClaimCharges:
         dra = info.dra_form
         if dra is None or info.node is not None:
             return None
-        off = _joined(excluded, self._offering(dra))
+        off = _joined(excluded, self.offering(dra))
         placed = self.place(placer, self._use(dra), off)
         if isinstance(placed, ClaimRefusal):
             self._use(info)
@@ -165,7 +165,7 @@ class ClaimCharges:
             return None
         off = frozenset(excluded or ())
         for dra in dras:
-            off |= self._offering(dra)
+            off |= self.offering(dra)
         placed = self.place_gang(placer, [self._use(d) for d in dras], off or None, topology)
         if isinstance(placed, ClaimRefusal):
             for info in infos:
@@ -173,7 +173,7 @@ class ClaimCharges:
             return replace(placed, message=self._by_claims(dras[0], placed.message))
         return list(zip(dras, placed, strict=True))
 
-    def _offering(self, dra: PodInfo) -> frozenset[str]:
+    def offering(self, dra: PodInfo) -> frozenset[str]:
         """The nodes that offer a resource the made claim of `dra` asks (none: no made claim)."""
         made = self._book.made(made_key(dra.namespace, dra.name))
         return frozenset() if made is None else self._cache.offering_any(made.ask.resources)

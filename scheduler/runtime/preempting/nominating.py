@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from agent.objkey import ObjectKey
 from scheduler.kubeapi.client import KubeClient
@@ -68,11 +68,23 @@ from scheduler.runtime.preempting.evicting import (
 from scheduler.runtime.queues.modelquota import model_filter
 from scheduler.runtime.reporter import Reporter
 
-__all__ = ["Preemption"]
+__all__ = ["OtherForm", "Preemption"]
 
 log = logging.getLogger(__name__)
 
 NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OtherForm:
+    """A pending pod read another way, for a second victim search: one asking a resource a
+    DeviceClass maps, with its made claim (`PodInfo.dra_form`), on the nodes that do not offer
+    the resource (`excluded`: those that do); `devices`, `claimed` as `Preemption.unfit`'s."""
+
+    infos: Sequence[PodInfo]
+    devices: DeviceFit
+    claimed: Claimed
+    excluded: frozenset[str]
 
 
 class Preemption:
@@ -170,13 +182,15 @@ class Preemption:
         gang_devices: GangDeviceFit | None = None,
         claimed: Claimed | None = None,
         tree: TreeDemand | None = None,
+        other: OtherForm | None = None,
     ) -> str:
         """`unit` (its pending pods `infos`) cannot start for `message`; evict for it if a victim
         set lets it start, else maybe hold nodes against starvation. Returns what U shows.
         `live`: the Placer on the live snapshot; `devices`: what a pod needs besides its
         request (its claims), judged with the victims gone; `gang_devices`: what a gang's pods
         need so, together; `claimed`: what those will be charged to U's queue (quota units);
-        `tree`: U's tree of pod groups, placed group by group (`Preemptor.tree`)."""
+        `tree`: U's tree of pod groups, placed group by group (`Preemptor.tree`); `other`: U
+        read another way, searched when U as it is finds no victims (`OtherForm`)."""
         name, now = str(unit), self._clock()
         since = self._waiting.setdefault(name, now)
         if self._nominations.terminating(name) or self._shared_room_coming(name):
@@ -195,6 +209,15 @@ class Preemption:
         with self._nominees_placed(name, preemptor.priority):
             if self.settings.enabled or self.settings.reclaim:
                 choice = self._search(preemptor, live)
+                if other is not None and not isinstance(choice, VictimChoice):
+                    second = replace(
+                        self._preemptor(name, other.infos, group, other.devices),
+                        claimed=other.claimed,
+                    )
+                    second = replace(second, excluded=second.excluded | other.excluded)
+                    found = self._search(second, live)
+                    if isinstance(found, VictimChoice):
+                        choice, preemptor, infos = found, second, other.infos
             starved = admitted and now - since >= self.settings.starvation_seconds
             if not isinstance(choice, VictimChoice) and starved and self._first_in_queue(name):
                 self._starving(preemptor, live, now)

@@ -314,17 +314,22 @@ def test_a_gang_of_pods_asking_gpus_binds_whole_or_makes_no_claim(
     assert not held[0] & held[1]
 
 
+@pytest.mark.parametrize("plugin", [False, True], ids=["dra-only", "beside-a-plugin-node"])
 def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_frees(
-    fake_api, core_v1
+    fake_api, core_v1, plugin: bool
 ):
+    """Beside a device plugin's node of 2 GPUs (too few for the 4-GPU pod, even emptied), the
+    victim search reads the pod with its made claim once the pod as it is finds no victims."""
     _mapped_dra_node(fake_api)
+    if plugin:
+        gpu_node(fake_api, "plugin", gpus=2)
     client.SchedulingV1Api(core_v1.api_client).create_priority_class(
         {"metadata": {"name": "high"}, "value": 100}
     )
     with running(fake_api):
         for name in ("low-a", "low-b"):
             create_pod(core_v1, pod_body(name, gpus=4, terminationGracePeriodSeconds=30))
-            wait_for(lambda n=name: node_of(fake_api, n), 5, f"{name} bound")
+            wait_for(lambda n=name: node_of(fake_api, n) == "n1", 5, f"{name} on n1")
         create_pod(core_v1, pod_body("high", gpus=4, priorityClassName="high"))
         wait_for(lambda: _terminating(fake_api), 10, "a victim terminating")
         (victim,) = _terminating(fake_api)
@@ -333,6 +338,7 @@ def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_fr
         [claim] = _claims_of(fake_api, victim)
         deallocate(fake_api, claim["metadata"]["name"])  # the resourceclaim controller's part
         wait_for(lambda: node_of(fake_api, "high"), 10, "high bound")
+    assert node_of(fake_api, "high") == "n1"
     assert _made_devices(fake_api, "high") == freed
     survivor = ({"low-a", "low-b"} - {victim}).pop()
     assert node_of(fake_api, survivor) == "n1"

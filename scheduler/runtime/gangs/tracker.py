@@ -84,7 +84,7 @@ from scheduler.runtime.gangs.gangstatus import (
 )
 from scheduler.runtime.metrics import SchedulerMetrics
 from scheduler.runtime.pending import SchedulingQueue, UnitKey, UnitKind
-from scheduler.runtime.preempting.nominating import Preemption
+from scheduler.runtime.preempting.nominating import OtherForm, Preemption
 from scheduler.runtime.queues.queueing import CATEGORY as QUEUE_CATEGORY
 from scheduler.runtime.queues.queueing import QueueGate
 from scheduler.runtime.reporter import Reporter
@@ -349,8 +349,23 @@ class GangTracker:
                 gang_devices=devices,
                 claimed=claimed,
                 tree=tree,
+                other=None if tree is not None else self._other_form(wanted, group),
             )
         return self._park(unit, pending, category, message)
+
+    def _other_form(self, wanted: Sequence[PodInfo], group: GroupInfo) -> OtherForm | None:
+        """The gang's pods with their made claims, for a victim search on the nodes that do
+        not offer the resources, when every one has that form (None: not)."""
+        dras = [m.dra_form for m in wanted]
+        forms = [d for d in dras if d is not None]
+        if not forms or len(forms) != len(wanted):
+            return None
+        room = self._charges.gang_room(forms, group.topology)
+        if room is None:
+            return None
+        excluded = frozenset().union(*(self._charges.offering(d) for d in forms))
+        claimed = self._charges.claimed(forms)
+        return OtherForm(infos=forms, gang_devices=room, claimed=claimed, excluded=excluded)
 
     def _park(self, unit: UnitKey, pending: list[PodInfo], category: str, message: str) -> str:
         state = self._states.get(unit.key)

@@ -79,10 +79,12 @@ NEVER = "Never"  # spec.preemptionPolicy of a pod that never evicts
 class OtherForm:
     """A pending pod read another way, for a second victim search: one asking a resource a
     DeviceClass maps, with its made claim (`PodInfo.dra_form`), on the nodes that do not offer
-    the resource (`excluded`: those that do); `devices`, `claimed` as `Preemption.unfit`'s."""
+    the resource (`excluded`: those that do), or a gang of such pods; `devices`,
+    `gang_devices` and `claimed` as `Preemption.unfit`'s."""
 
     infos: Sequence[PodInfo]
-    devices: DeviceFit
+    devices: DeviceFit | None = None
+    gang_devices: GangDeviceFit | None = None
     claimed: Claimed
     excluded: frozenset[str]
 
@@ -212,6 +214,7 @@ class Preemption:
                 if other is not None and not isinstance(choice, VictimChoice):
                     second = replace(
                         self._preemptor(name, other.infos, group, other.devices),
+                        gang_devices=other.gang_devices,
                         claimed=other.claimed,
                     )
                     second = replace(second, excluded=second.excluded | other.excluded)

@@ -314,6 +314,19 @@ def test_a_gang_of_pods_asking_gpus_binds_whole_or_makes_no_claim(
     assert not held[0] & held[1]
 
 
+def _high_priority_class(core_v1: client.CoreV1Api) -> None:
+    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 100}
+    )
+
+
+def _two_low_pods_fill_n1(fake: FakeApiServer, core_v1: client.CoreV1Api) -> None:
+    """low-a and low-b, 4 GPUs each, bound on n1 through made claims."""
+    for name in ("low-a", "low-b"):
+        create_pod(core_v1, pod_body(name, gpus=4, terminationGracePeriodSeconds=30))
+        wait_for(lambda n=name: node_of(fake, n) == "n1", 5, f"{name} on n1")
+
+
 @pytest.mark.parametrize("plugin", [False, True], ids=["dra-only", "beside-a-plugin-node"])
 def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_frees(
     fake_api, core_v1, plugin: bool
@@ -323,13 +336,9 @@ def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_fr
     _mapped_dra_node(fake_api)
     if plugin:
         gpu_node(fake_api, "plugin", gpus=2)
-    client.SchedulingV1Api(core_v1.api_client).create_priority_class(
-        {"metadata": {"name": "high"}, "value": 100}
-    )
+    _high_priority_class(core_v1)
     with running(fake_api):
-        for name in ("low-a", "low-b"):
-            create_pod(core_v1, pod_body(name, gpus=4, terminationGracePeriodSeconds=30))
-            wait_for(lambda n=name: node_of(fake_api, n) == "n1", 5, f"{name} on n1")
+        _two_low_pods_fill_n1(fake_api, core_v1)
         create_pod(core_v1, pod_body("high", gpus=4, priorityClassName="high"))
         wait_for(lambda: _terminating(fake_api), 10, "a victim terminating")
         (victim,) = _terminating(fake_api)
@@ -342,6 +351,31 @@ def test_a_pod_asking_gpus_evicts_a_lower_one_and_binds_on_the_gpus_its_claim_fr
     assert _made_devices(fake_api, "high") == freed
     survivor = ({"low-a", "low-b"} - {victim}).pop()
     assert node_of(fake_api, survivor) == "n1"
+
+
+def test_a_gang_no_device_plugin_node_can_take_evicts_on_a_dra_node_and_binds_with_claims(
+    fake_api, core_v1, custom_objects
+):
+    """A high-priority gang of two 4-GPU pods beside a device plugin's node of 2 GPUs: the
+    search as it is finds nothing; with its made claims it evicts both lower pods on the DRA
+    node, and the gang binds there on the GPUs their claims free."""
+    _mapped_dra_node(fake_api)
+    gpu_node(fake_api, "plugin", gpus=2)
+    _high_priority_class(core_v1)
+    with running(fake_api):
+        _two_low_pods_fill_n1(fake_api, core_v1)
+        create_podgroup(custom_objects, podgroup("g", 2, priorityClassName="high"))
+        for name in ("g-0", "g-1"):
+            body = pod_body(name, gpus=4, priorityClassName="high", labels={GANG_LABEL: "g"})
+            create_pod(core_v1, body)
+        wait_for(lambda: len(_terminating(fake_api)) == 2, 10, "both lower pods terminating")
+        freed = _made_devices(fake_api, "low-a") | _made_devices(fake_api, "low-b")
+        fake_api.complete_pod_deletions()
+        for claim in _claims_of(fake_api, "low-a") + _claims_of(fake_api, "low-b"):
+            deallocate(fake_api, claim["metadata"]["name"])
+        wait_for(lambda: node_of(fake_api, "g-0") and node_of(fake_api, "g-1"), 10, "g bound")
+    assert (node_of(fake_api, "g-0"), node_of(fake_api, "g-1")) == ("n1", "n1")
+    assert _made_devices(fake_api, "g-0") | _made_devices(fake_api, "g-1") == freed
 
 
 def _terminating(fake: FakeApiServer) -> set[str]:

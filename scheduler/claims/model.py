@@ -47,6 +47,7 @@ __all__ = [
     "RequestPolicy",
     "ResourceClaim",
     "ResourceSlice",
+    "SliceReach",
 ]
 
 AttrValue = bool | int | str | Semver
@@ -102,6 +103,17 @@ class Capacity:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SliceReach:
+    """Which nodes may use a device of a slice with `perDeviceNodeSelection`: `node_name`, a
+    node's own; `all_nodes`; or `node_selector`, the terms of its NodeSelector (ORed; a device
+    with several is not allocated: Kubernetes' allocator cannot write an allocation's one)."""
+
+    node_name: str | None = None
+    all_nodes: bool = False
+    node_selector: tuple[NodeSelectorTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Device:
     """One device of a ResourceSlice; `attributes` and `capacity` are keyed by qualified name."""
 
@@ -119,6 +131,8 @@ class Device:
     binding_failure_conditions: tuple[str, ...] = ()
     binds_to_node: bool = False
     """`bindsToNode`: an allocation of the device is for the node it was allocated on only."""
+    reach: SliceReach | None = None
+    """Which nodes may use it, in a slice with `perDeviceNodeSelection` (None: its slice's)."""
     unsupported: str | None = None
     """Why gputopo-scheduler does not allocate the device (its pool is invalid), or None."""
     likeness: tuple[object, ...] = field(init=False, repr=False, compare=False)
@@ -175,8 +189,9 @@ class Device:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceSlice:
-    """`node_name` for a node-local slice; `all_nodes`; or `node_selector`: the one term of
-    its NodeSelector (the API admits exactly one), matched by the caller's node labels."""
+    """`node_name` for a node-local slice; `all_nodes`; `node_selector`: the one term of its
+    NodeSelector (the API admits exactly one), matched by the caller's node labels; or
+    `per_device`: each device says (`Device.reach`)."""
 
     name: str
     driver: str
@@ -186,6 +201,7 @@ class ResourceSlice:
     node_name: str | None = None
     all_nodes: bool = False
     node_selector: NodeSelectorTerm | None = None
+    per_device: bool = False
     devices: tuple[Device, ...] = ()
     counter_sets: CounterAmounts = ()
     """`sharedCounters`: the counters its pool's partitionable devices consume (a slice has

@@ -7,15 +7,17 @@ Attribute and capacity names are qualified with the slice's driver when they hav
 A pool's shared counters (DRAPartitionableDevices) are those of its slices that have
 `sharedCounters`; a pool that names a counter set twice, or whose devices consume a counter set
 or counter it does not have, is invalid, as Kubernetes' allocator finds it: none of its devices
-is allocated.
+is allocated. A slice with `perDeviceNodeSelection` serves each node the devices that name it
+(`nodeName`), select it (`nodeSelector`) or serve every node (`allNodes`); its counters serve
+every node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import cast
+from typing import Any, cast
 
 from scheduler.placement.request import NodeSelectorRequirement, NodeSelectorTerm
 
@@ -28,6 +30,7 @@ from .model import (
     DeviceId,
     RequestPolicy,
     ResourceSlice,
+    SliceReach,
 )
 from .semver import parse_semver
 from .taintrules import TaintRule, parse_taint, tainted
@@ -59,6 +62,7 @@ def parse_slice(obj: object) -> ResourceSlice:
     driver = spec.text("driver")
     pool = spec.sub("pool", required=True)
     pool_name = pool.text("name")
+    per_device = spec.flag("perDeviceNodeSelection")
     return ResourceSlice(
         name=top.sub("metadata").text("name"),
         driver=driver,
@@ -68,7 +72,8 @@ def parse_slice(obj: object) -> ResourceSlice:
         node_name=spec.opt_str("nodeName"),
         all_nodes=spec.flag("allNodes"),
         node_selector=_slice_term(spec) if spec.has("nodeSelector") else None,
-        devices=tuple(_device(d, driver, pool_name) for d in spec.items("devices")),
+        per_device=per_device,
+        devices=tuple(_device(d, driver, pool_name, per_device) for d in spec.items("devices")),
         counter_sets=_counter_sets(spec.items("sharedCounters"), "name"),
     )
 
@@ -91,7 +96,21 @@ def _slice_term(spec: Fields) -> NodeSelectorTerm:
     return terms[0]
 
 
-def _device(dev: Fields, driver: str, pool: str) -> Device:
+def _reach(dev: Fields) -> tuple[SliceReach, str | None]:
+    """A device's own node selection (its slice has `perDeviceNodeSelection`), and why it is
+    not allocated (a NodeSelector of several terms) or None."""
+    terms = dev.node_selector("nodeSelector") if dev.has("nodeSelector") else ()
+    reach = SliceReach(
+        node_name=dev.opt_str("nodeName"),
+        all_nodes=dev.flag("allNodes"),
+        node_selector=terms,
+    )
+    if len(terms) > 1:
+        return reach, f"its nodeSelector has {len(terms)} terms (an allocation's has one)"
+    return reach, None
+
+
+def _device(dev: Fields, driver: str, pool: str, per_device: bool = False) -> Device:
     attributes = {}
     for name, value in dev.entries("attributes"):
         attributes[qualified(name, driver)] = _attribute(value)
@@ -106,7 +125,15 @@ def _device(dev: Fields, driver: str, pool: str) -> Device:
         binding_conditions=dev.strs("bindingConditions"),
         binding_failure_conditions=dev.strs("bindingFailureConditions"),
         binds_to_node=dev.flag("bindsToNode"),
+        **_device_reach(dev, per_device),
     )
+
+
+def _device_reach(dev: Fields, per_device: bool) -> dict[str, Any]:
+    if not per_device:
+        return {}
+    reach, unsupported = _reach(dev)
+    return {"reach": reach, "unsupported": unsupported}
 
 
 def _attribute(value: Fields) -> AttrValue:
@@ -236,7 +263,7 @@ def node_devices(
         group = sorted(newest[key], key=lambda s: s.name)
         if len(group) < group[0].slice_count:
             incomplete.add(key)
-        pool_devices = [d for s in group for d in s.devices]
+        pool_devices = [d for s in group for d in _for_node(s, node, labels)]
         if any(d.consumes for d in pool_devices):
             sets = tuple(sorted(c for s in group for c in s.counter_sets))
             problem = _invalid_counters(sets, pool_devices)
@@ -247,7 +274,9 @@ def node_devices(
                 pool_devices = [replace(d, unsupported=why) for d in pool_devices]
         devices.extend(tainted(pool_devices, rules) if rules else pool_devices)
         for s in group:
-            if s.node_name is None:
+            if s.per_device:
+                shared.update(_shared_devices(s, node, labels))
+            elif s.node_name is None:
                 shared.update((d.id, s.node_selector) for d in s.devices)
     return NodeDevices(
         node=node,
@@ -321,12 +350,40 @@ def counters_fit(left: CountersLeft, dev: Device) -> bool:
     return True
 
 
+def _for_node(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> Iterable[Device]:
+    """The devices of slice `s` that `node` may use (all, but of a `perDeviceNodeSelection`
+    slice, whose devices each say)."""
+    if not s.per_device:
+        return s.devices
+    return [d for d in s.devices if d.reach is not None and _reaches(d.reach, node, labels)]
+
+
+def _shared_devices(
+    s: ResourceSlice, node: str, labels: Mapping[str, str]
+) -> Iterator[tuple[DeviceId, NodeSelectorTerm | None]]:
+    """Of a `perDeviceNodeSelection` slice, the devices `node` may use that others may use
+    too, each with its own nodeSelector term (None: every node)."""
+    for d in _for_node(s, node, labels):
+        if d.reach is not None and d.reach.node_name is None:
+            yield d.id, d.reach.node_selector[0] if d.reach.node_selector else None
+
+
 def serves(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bool:
-    """Whether `node` (with `labels`) may use the devices of slice `s`."""
+    """Whether `node` (with `labels`) may use the devices of slice `s` (of a slice with
+    `perDeviceNodeSelection`, any of them)."""
+    if s.per_device:  # a pool's counters serve wherever its devices do
+        reached = (d.reach is not None and _reaches(d.reach, node, labels) for d in s.devices)
+        return bool(s.counter_sets) or any(reached)
+    return _reaches(s, node, labels)
+
+
+def _reaches(s: ResourceSlice | SliceReach, node: str, labels: Mapping[str, str]) -> bool:
     if s.node_name is not None:
         return s.node_name == node
     if s.all_nodes:
         return True
+    if isinstance(s, SliceReach):
+        return any(term.matches(node, labels) for term in s.node_selector)
     return s.node_selector is not None and s.node_selector.matches(node, labels)
 
 

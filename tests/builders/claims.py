@@ -92,6 +92,30 @@ def shared_slice_obj(
     return body
 
 
+def per_device_slice_obj(
+    name: str, pool: str, reach: Mapping[str, object], *, driver: str = DRIVER
+) -> Obj:
+    """A slice with `perDeviceNodeSelection`: per device name of `reach`, a GPU device
+    (`gpu_device` by its minor, `gpu-<minor>`) whose own selection is the value: a node's name,
+    True (`allNodes`) or a (key, value) label (`nodeSelector`)."""
+    devices = []
+    for device_name, where in reach.items():
+        device = gpu_device(int(device_name.removeprefix("gpu-")))
+        if where is True:
+            device["allNodes"] = True
+        elif isinstance(where, tuple):
+            key, value = where
+            term = {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+            device["nodeSelector"] = {"nodeSelectorTerms": [term]}
+        else:
+            device["nodeName"] = where
+        devices.append(device)
+    body = slice_obj(pool, devices, name=name, driver=driver)
+    del body["spec"]["nodeName"]
+    body["spec"]["perDeviceNodeSelection"] = True
+    return body
+
+
 def consuming(device: Obj, counter_set: str, **counters: str) -> Obj:
     """`device` consuming `counters` (name: quantity) of `counter_set` (a partitionable one)."""
     amounts = {name: {"value": value} for name, value in counters.items()}

@@ -2,8 +2,10 @@
 subresource), ResourceClaimTemplates and DeviceClasses, checked as kube-apiserver 1.34+ checks them.
 
 ResourceSlices: `spec.driver`, `spec.pool` (`name`, `resourceSliceCount` >= 1, `generation` >= 0)
-and `spec.nodeName` are required here (the other node selections, `nodeSelector`, `allNodes` and
-`perDeviceNodeSelection`, are not modelled: they raise); `sharedCounters` (at most 8 sets, names
+and exactly one of `spec.nodeName`, `allNodes` and `perDeviceNodeSelection` (true when set);
+with `perDeviceNodeSelection` each device has exactly one of `nodeName` and `allNodes`, which
+no device of another slice may have (`nodeSelector`, on a slice or a device, is not modelled:
+it raises); `sharedCounters` (at most 8 sets, names
 unique DNS labels, each with 1-32 counters named by DNS labels) or `devices`, not both; a device's
 `consumesCounters` at most 2 sets, unique, each with 1-32 counters;
 at most 128 devices (64 when any has taints or consumes counters), device names are DNS labels
@@ -39,9 +41,10 @@ _SEMVER = re.compile(
 _VALUE_TYPES = ("int", "bool", "string", "version")
 _DEVICE_KEYS = {"name", "attributes", "capacity", "taints", "allowMultipleAllocations",
                 "consumesCounters", "bindingConditions", "bindingFailureConditions",
-                "bindsToNode"}  # fmt: skip
+                "bindsToNode", "nodeName", "allNodes", "nodeSelector"}  # fmt: skip
 MAX_BINDING_CONDITIONS = 4
-_UNMODELLED_SPEC = ("nodeSelector", "perDeviceNodeSelection")
+_UNMODELLED_SPEC = ("nodeSelector",)
+_NODE_FIELDS = ("nodeName", "allNodes")  # a device's, with perDeviceNodeSelection
 MAX_COUNTER_SETS = 8
 MAX_COUNTERS = 32
 MAX_CONSUMED_SETS = 2
@@ -180,8 +183,11 @@ def _check_slice(rt: ResourceType, obj: Obj, old: Obj | None = None) -> None:
     if len(devices) > limit:
         problems.append(f"spec.devices: Too many: {len(devices)}: must have at most {limit} items")
     seen: set[str] = set()
+    per_device = bool(spec.get("perDeviceNodeSelection"))
     for i, device in enumerate(devices):
         problems += _device_problems(f"spec.devices[{i}]", device, seen)
+        if isinstance(device, Mapping):
+            problems += _node_problems(f"spec.devices[{i}]", device, per_device)
     if problems:
         raise invalid(rt, obj["metadata"].get("name", ""), problems)
     _stamp_taints(devices, old)
@@ -241,12 +247,38 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
         problems.append("spec.pool.resourceSliceCount: Invalid value: must be greater than zero")
     if int(pool.get("generation") or 0) < 0:
         problems.append("spec.pool.generation: Invalid value: must be greater than or equal to 0")
-    if bool(spec.get("nodeName")) == bool(spec.get("allNodes")):
+    for flag in ("allNodes", "perDeviceNodeSelection"):
+        if spec.get(flag) is False:
+            problems.append(f"spec.{flag}: Invalid value: false: must be either unset or true")
+    chosen = [k for k in ("nodeName", "allNodes", "perDeviceNodeSelection") if spec.get(k)]
+    if len(chosen) != 1:
         problems.append(
             "spec: Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
             "`perDeviceNodeSelection` is required"
+            + (", but multiple fields are set" if chosen else "")
         )
     return problems
+
+
+def _node_problems(field: str, device: Mapping[str, Any], per_device: bool) -> list[str]:
+    """A device's own `nodeName` or `allNodes`: exactly one of them with
+    `perDeviceNodeSelection`, neither without."""
+    if device.get("nodeSelector"):
+        raise NotImplementedError(f"fake API server: ResourceSlice {field}.nodeSelector")
+    if device.get("allNodes") is False:
+        return [f"{field}.allNodes: Invalid value: false: must be either unset or set to true"]
+    chosen = [k for k in _NODE_FIELDS if device.get(k)]
+    if per_device and len(chosen) != 1:
+        return [
+            f"{field}: Required value: exactly one of `nodeName`, `nodeSelector`, or `allNodes` "
+            "is required when `perDeviceNodeSelection` is set to true in the ResourceSlice spec"
+        ]
+    if not per_device and chosen:
+        return [
+            f"{field}: Invalid value: `nodeName`, `nodeSelector` and `allNodes` can only be set "
+            "if `perDeviceNodeSelection` is set to true in the ResourceSlice spec"
+        ]
+    return []
 
 
 def _device_problems(field: str, device: Any, seen: set[str]) -> list[str]:

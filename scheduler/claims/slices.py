@@ -265,13 +265,9 @@ def node_devices(
             incomplete.add(key)
         pool_devices = [d for s in group for d in _for_node(s, node, labels)]
         if any(d.consumes for d in pool_devices):
-            sets = tuple(sorted(c for s in group for c in s.counter_sets))
-            problem = _invalid_counters(sets, pool_devices)
-            if problem is None:
+            pool_devices, sets = _with_counters(key[1], group, pool_devices, key in incomplete)
+            if sets is not None:
                 counters[key] = sets
-            else:
-                why = f"its pool {key[1]} is invalid: {problem}"
-                pool_devices = [replace(d, unsupported=why) for d in pool_devices]
         devices.extend(tainted(pool_devices, rules) if rules else pool_devices)
         for s in group:
             if s.per_device:
@@ -322,8 +318,8 @@ def counters_left(found: NodeDevices, held: Callable[[DeviceId], bool]) -> Count
         pool: {name: dict(counters) for name, counters in sets}
         for pool, sets in found.counters.items()
     }
-    for dev in found.devices:
-        if dev.consumes and held(dev.id):
+    for dev in found.devices:  # an invalid pool's have no counters here (never allocated)
+        if dev.consumes and (dev.id.driver, dev.id.pool) in left and held(dev.id):
             charge(left, dev, -1)
     return left
 
@@ -348,6 +344,28 @@ def counters_fit(left: CountersLeft, dev: Device) -> bool:
         if any(value - consumed.get(name, 0) < 0 for name, value in counters.items()):
             return False
     return True
+
+
+def _with_counters(
+    pool: str, group: Sequence[ResourceSlice], served: list[Device], incomplete: bool
+) -> tuple[list[Device], CounterAmounts | None]:
+    """The devices `served` to a node of a pool (its slices `group`) whose devices consume
+    counters, and the pool's counter sets (None: none is allocated). An invalid pool's devices
+    are unsupported; so are a node's consumers when devices of other nodes may consume the
+    pool's counters too (a `perDeviceNodeSelection` slice's consumer not served here, or not
+    seen: the pool is incomplete): their allocations are not in the node's view (Kubernetes'
+    allocator reads the pool's every slice)."""
+    sets = tuple(sorted(c for s in group for c in s.counter_sets))
+    problem = _invalid_counters(sets, served)
+    if problem is not None:
+        why = f"its pool {pool} is invalid: {problem}"
+        return [replace(d, unsupported=why) for d in served], None
+    if any(s.per_device for s in group):
+        consumers = sum(1 for s in group for d in s.devices if d.consumes)
+        if incomplete or consumers > sum(1 for d in served if d.consumes):
+            why = f"its pool {pool} shares counters with other nodes' devices"
+            return [replace(d, unsupported=why) if d.consumes else d for d in served], None
+    return served, sets
 
 
 def _for_node(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> Iterable[Device]:

@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from scheduler.claims.model import DeviceId
-from scheduler.placement import Placer, default_scoring
-from scheduler.runtime.claims.book import CLAIMS, CLASSES, SLICES, ClaimBook
-from scheduler.runtime.claims.placing import ClaimCharges, ClaimRefusal
-from scheduler.runtime.cluster.cache import ClusterCache
+from scheduler.runtime.claims.book import CLAIMS
+from scheduler.runtime.claims.placing import ClaimRefusal
+from tests.builders.claimruntime import claim_runtime
 from tests.builders.claims import claim_obj, class_obj, island_devices, request, slice_obj
 from tests.builders.claims import two_islands as islands_inventory
 from tests.builders.nodes import node_obj
@@ -45,12 +44,8 @@ def _packs(sizes: list[int], nodes: int) -> bool:
 class ClaimChargesMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.cache = ClusterCache("gputopo-scheduler")
-        self.book = ClaimBook()
-        self.charges = ClaimCharges(self.book, self.cache)
-        self.placer = Placer(self.cache.snapshot, default_scoring())
-        self.book.replace(CLASSES, [class_obj()])
-        self.book.replace(SLICES, [slice_obj(n, island_devices()) for n in NODES])
+        rt = claim_runtime([class_obj()], [slice_obj(n, island_devices()) for n in NODES])
+        self.cache, self.book, self.charges, self.placer = rt.cache, rt.book, rt.charges, rt.placer
         for name in NODES:
             self.cache.upsert_node(node_obj(name, gpus=8))
             self.cache.upsert_nrt(make_nrt(name, islands_inventory()))

@@ -220,8 +220,10 @@ class ClaimCharges:
             return Claimed()
         extra: dict[str, int] = {}
         for info, made in zip(infos, decisions, strict=True):
-            request, shares = info.request, self._book.decision_charge(made).shares
-            gpus = request.gpus + len(made.gpus)  # a DRA GPU is never the device plugin's
+            request, charge = info.request, self._book.decision_charge(made)
+            shares = charge.shares
+            # a DRA GPU is never the device plugin's; held though the node has no GPU map
+            gpus = request.gpus + max(len(made.gpus), len(charge.gpus))
             charged = request_amounts(replace(request, gpus=gpus), claimed=shares)
             asked = request_amounts(request)
             for name, qty in charged.items():
@@ -361,12 +363,16 @@ class ClaimCharges:
         if node is None or base is None:
             return f"pod {info.key} no longer fits node {node}"
         gpus = tuple(sorted({*base.gpus, *decision.gpus}))
+        charge = self._book.decision_charge(decision)
+        # the whole GPUs its claims hold count though the node has no GPU map (a foreign
+        # driver's node without NRT), as they will once it is bound (`Intake._claims_charged`)
+        count = max(len(gpus), info.request.gpus + len(charge.gpus))
         return ClaimPlacement(
             original=info.request,
-            request=replace(info.request, gpus=len(gpus)),
+            request=replace(info.request, gpus=count),
             assignment=replace(base, gpus=gpus),
             decision=decision,
-            shares=self._book.decision_charge(decision).shares,
+            shares=charge.shares,
         )
 
     def _hold(self, info: PodInfo, placed: ClaimPlacement) -> None:

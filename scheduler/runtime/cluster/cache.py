@@ -151,16 +151,14 @@ class ClusterCache:
         return old, new
 
     def _confirms(self, old: PodInfo | None, new: PodInfo) -> bool:
-        """Our binding seen bound as assumed: the snapshot already counts it (unless an NRT
-        may now be trusted, which needs a rebuild)."""
-        return (
-            old is not None
-            and old.assumed
-            and not new.assumed
-            and new.node == old.node
-            and new.request == old.request
-            and new.node not in self.nrts
-        )
+        """Our binding seen bound as assumed, or an update while it stays assumed there (its
+        status written during the bind): the snapshot already counts it (unless an NRT may now
+        be trusted, which needs a rebuild)."""
+        if old is None or not old.assumed or new.node != old.node:
+            return False
+        if new.assumed:  # `_keep_assumption` kept the request it was assumed with
+            return new.request is old.request
+        return new.request == old.request and new.node not in self.nrts
 
     def delete_pod(self, key: ObjectKey) -> PodInfo | None:
         old = self.pods.pop(key, None)
@@ -607,11 +605,15 @@ def _charged(group: GroupInfo | None) -> tuple[object, ...]:
 
 def _keep_assumption(old: PodInfo | None, new: PodInfo) -> None:
     """Carry over to `new` what only the cache knows about `old`: while the API does not show
-    the pod bound, the node this scheduler assumed it on; the devices it chose, while the pod
-    stays assumed or bound to the same node."""
+    the pod bound, the node this scheduler assumed it on and the request it assumed it with (a
+    pod with claims: the GPUs and shares they take, which its reading lacks until it is bound:
+    an update while its bind runs, such as the status naming its made claim, would otherwise
+    uncharge them from the node and its queue, and rebuild the node twice); the devices it
+    chose, while the pod stays assumed or bound to the same node."""
     if old is None:
         return
     if new.node is None and old.assumed:
         new.node, new.assumed, new.assignment = old.node, True, old.assignment
+        new.request, new.claim_shares = old.request, old.claim_shares
     elif old.node == new.node:
         new.assignment = old.assignment

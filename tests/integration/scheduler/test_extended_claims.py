@@ -402,10 +402,18 @@ def test_a_claim_an_unfinished_bind_made_is_deleted_and_the_pod_gets_a_new_one(f
     assert len(devices_of(fake_api, claim["metadata"]["name"])) == 4
 
 
+@pytest.mark.parametrize("nrt", [True, False], ids=["gpu-map", "foreign-driver-no-nrt"])
 def test_a_queue_is_charged_the_gpus_of_made_claims_and_its_max_holds_back_more(
-    fake_api, core_v1, custom_objects
+    fake_api, core_v1, custom_objects, nrt: bool
 ):
-    _mapped_dra_node(fake_api)
+    """With or without the node's NRT (a foreign DRA driver publishes none): the GPUs a pod's
+    claims take are charged when it is decided, not only once it is bound."""
+    if nrt:
+        _mapped_dra_node(fake_api)
+    else:
+        fake_api.put_object("deviceclasses", _mapping_class())
+        gpu_node(fake_api, "n1", gpus=0)
+        fake_api.put_object("resourceslices", slice_obj("n1", island_devices()))
     create_queue(custom_objects, queue_body("team", gpu_max=4, namespaces=[NS]))
     with running(fake_api) as rt:
         create_pod(core_v1, pod_body("p1", gpus=4))
